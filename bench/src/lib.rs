@@ -1,0 +1,1 @@
+//! redline-bench

@@ -1,0 +1,1 @@
+//! redline-sim: scenarios, sensor rendering, MCAP logs, replay driver, fault injection (filled by the pipeline issue).
