@@ -1,0 +1,749 @@
+//! Real-time OS settings for lanes: core pinning, `SCHED_FIFO` priority, `mlockall`.
+//!
+//! # Contract
+//!
+//! Every request returns what the OS actually granted, as a [`Grant`]: never a silent failure
+//! (a refusal carries the errno name, what it means, and what to do about it) and never a panic
+//! or abort when the OS says no. The runtime applies a [`RtRequest`] once per lane at start-up
+//! (off the hot path) with [`apply_to_current_thread`], collects the results in [`OsGrants`] and
+//! reports them ([`OsGrants::summary_lines`]) so a run on an untuned machine says so clearly.
+//!
+//! Linux only (through `libc`); on other targets every request is
+//! `Refused { reason: "not supported on this OS" }`.
+//!
+//! All functions here may allocate (reason strings, `/proc` reads): call them at start-up or
+//! shutdown, never from the hot path.
+
+use std::fmt;
+
+/// What to ask of the OS for the lanes.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RtRequest {
+    /// Lane `i` is pinned to `pin_cores[i % len]`. `None`: no pinning.
+    pub pin_cores: Option<Vec<usize>>,
+    /// `SCHED_FIFO` priority for every lane, `1..=99`. `None`: stay `SCHED_OTHER`.
+    pub fifo_priority: Option<i32>,
+    /// `mlockall(MCL_CURRENT | MCL_FUTURE)` for the whole process.
+    pub lock_memory: bool,
+}
+
+/// Outcome of one request to the OS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Grant {
+    /// Not asked for.
+    #[default]
+    NotRequested,
+    /// Asked for and granted.
+    Granted,
+    /// Asked for and refused; `reason` is the errno name and text plus what to do.
+    Refused {
+        /// E.g. `"EPERM: run as root or grant CAP_SYS_NICE / set `ulimit -r`"`.
+        reason: String,
+    },
+}
+
+impl Grant {
+    /// `true` unless the request was refused (`NotRequested` counts as fine).
+    pub fn is_ok(&self) -> bool {
+        !matches!(self, Grant::Refused { .. })
+    }
+
+    /// `true` only for [`Grant::Granted`].
+    pub fn is_granted(&self) -> bool {
+        matches!(self, Grant::Granted)
+    }
+
+    fn refused(reason: impl Into<String>) -> Self {
+        Grant::Refused {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Grant::NotRequested => f.write_str("not requested"),
+            Grant::Granted => f.write_str("granted"),
+            Grant::Refused { reason } => write!(f, "refused ({reason})"),
+        }
+    }
+}
+
+/// What one thread (lane) got.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThreadGrant {
+    /// Thread label, e.g. `"lane 1"`.
+    pub thread: String,
+    /// Core the thread was asked to be pinned to (see `pinning` for whether it was).
+    pub core: Option<usize>,
+    /// Outcome of the pinning request.
+    pub pinning: Grant,
+    /// `SCHED_FIFO` priority asked for, if any (see `priority` for whether it was granted).
+    #[serde(default)]
+    pub fifo_priority: Option<i32>,
+    /// Outcome of the `SCHED_FIFO` request.
+    pub priority: Grant,
+}
+
+impl ThreadGrant {
+    /// One human line, e.g. `"lane 1: core 1 pinned, SCHED_FIFO 80 refused (EPERM: ...)"`.
+    pub fn summary_line(&self) -> String {
+        let pin = match (&self.pinning, self.core) {
+            (Grant::NotRequested, _) => "not pinned".to_owned(),
+            (Grant::Granted, Some(c)) => format!("core {c} pinned"),
+            (Grant::Granted, None) => "pinned".to_owned(),
+            (Grant::Refused { reason }, Some(c)) => format!("core {c} pinning refused ({reason})"),
+            (Grant::Refused { reason }, None) => format!("pinning refused ({reason})"),
+        };
+        let prio = match self.fifo_priority {
+            Some(p) => format!("SCHED_FIFO {p}"),
+            None => "SCHED_FIFO".to_owned(),
+        };
+        let sched = match &self.priority {
+            Grant::NotRequested => "SCHED_OTHER".to_owned(),
+            Grant::Granted => format!("{prio} granted"),
+            Grant::Refused { reason } => format!("{prio} refused ({reason})"),
+        };
+        format!("{}: {pin}, {sched}", self.thread)
+    }
+}
+
+/// Everything the OS granted to the runtime, for the run report.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OsGrants {
+    /// Outcome of `mlockall` (default: not requested).
+    pub memory_lock: Grant,
+    /// One entry per lane (and any other runtime thread that applied a request).
+    pub threads: Vec<ThreadGrant>,
+    /// RT throttling as read from `/proc/sys/kernel/sched_rt_{runtime,period}_us`,
+    /// e.g. `"950000/1000000 us"`; `None` if unreadable.
+    pub rt_throttling: Option<String>,
+}
+
+impl OsGrants {
+    /// Human-readable lines: memory lock, RT throttling, then one line per thread.
+    pub fn summary_lines(&self) -> Vec<String> {
+        let mut lines = Vec::with_capacity(self.threads.len() + 2);
+        lines.push(format!("memory lock: {}", self.memory_lock));
+        lines.push(match &self.rt_throttling {
+            Some(t) => format!("rt throttling: {t}"),
+            None => "rt throttling: unknown".to_owned(),
+        });
+        lines.extend(self.threads.iter().map(ThreadGrant::summary_line));
+        lines
+    }
+
+    /// Whether every requested thing was granted (things not requested don't count).
+    pub fn all_granted(&self) -> bool {
+        self.memory_lock.is_ok()
+            && self
+                .threads
+                .iter()
+                .all(|t| t.pinning.is_ok() && t.priority.is_ok())
+    }
+}
+
+/// Applies the per-thread parts of `req` (pinning, `SCHED_FIFO`) to the calling thread, which
+/// is lane `lane_index`, and reports the outcome under the label `thread_name`.
+///
+/// `req.lock_memory` is process-wide and is *not* applied here: call [`lock_all_memory`] once.
+/// An empty `pin_cores` list is refused (there is no core to pin to).
+pub fn apply_to_current_thread(
+    thread_name: &str,
+    lane_index: usize,
+    req: &RtRequest,
+) -> ThreadGrant {
+    let (core, pinning) = match req.pin_cores.as_deref() {
+        None => (None, Grant::NotRequested),
+        Some([]) => (
+            None,
+            Grant::refused("pin_cores is empty: list at least one core or leave it unset"),
+        ),
+        Some(cores) => {
+            let core = cores[lane_index % cores.len()];
+            (Some(core), pin_current_thread(core))
+        }
+    };
+    let priority = match req.fifo_priority {
+        None => Grant::NotRequested,
+        Some(p) => set_current_thread_fifo(p),
+    };
+    ThreadGrant {
+        thread: thread_name.to_owned(),
+        core,
+        pinning,
+        fifo_priority: req.fifo_priority,
+        priority,
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use super::Grant;
+    use std::io;
+
+    /// `CPU_SETSIZE` as a `usize` (1024 with glibc and musl).
+    const SETSIZE: usize = libc::CPU_SETSIZE as usize;
+
+    fn errno_name(code: i32) -> &'static str {
+        match code {
+            libc::EPERM => "EPERM",
+            libc::EINVAL => "EINVAL",
+            libc::ENOMEM => "ENOMEM",
+            libc::EAGAIN => "EAGAIN",
+            libc::ESRCH => "ESRCH",
+            libc::EFAULT => "EFAULT",
+            libc::ENOTSUP => "ENOTSUP",
+            _ => "errno",
+        }
+    }
+
+    /// `"NAME (os text): hint"`.
+    fn refusal(code: i32, hint: &str) -> Grant {
+        let text = io::Error::from_raw_os_error(code).to_string();
+        // Drop std's " (os error N)" suffix; the errno name says it already.
+        let text = text.split(" (os error").next().unwrap_or(&text);
+        Grant::refused(format!("{} ({text}): {hint}", errno_name(code)))
+    }
+
+    fn last_errno() -> i32 {
+        io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    /// Parses a kernel CPU list such as `"0-3,8,10-11"`.
+    pub(super) fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+        let mut out = Vec::new();
+        for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+            match part.split_once('-') {
+                Some((a, b)) => {
+                    let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                    if b < a || b - a > SETSIZE {
+                        return None;
+                    }
+                    out.extend(a..=b);
+                }
+                None => out.push(part.trim().parse().ok()?),
+            }
+        }
+        Some(out)
+    }
+
+    fn online_cpu_list() -> Option<(String, Vec<usize>)> {
+        let s = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+        let list = parse_cpu_list(&s)?;
+        Some((s.trim().to_owned(), list))
+    }
+
+    pub(super) fn current_affinity() -> Option<Vec<usize>> {
+        // SAFETY: cpu_set_t is a plain bit array; all-zero is a valid (empty) set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: pid 0 = calling thread; `set` is a valid, writable cpu_set_t of the size passed.
+        let rc =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: CPU_ISSET only reads the bit array; every index is < CPU_SETSIZE.
+        Some(
+            (0..SETSIZE)
+                .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+                .collect(),
+        )
+    }
+
+    pub(super) fn set_affinity(cores: &[usize]) -> Grant {
+        if cores.is_empty() {
+            return Grant::refused("empty core set: name at least one core");
+        }
+        if let Some(&bad) = cores.iter().find(|&&c| c >= SETSIZE) {
+            return Grant::refused(format!(
+                "EINVAL: core {bad} is out of range (CPU_SETSIZE is {SETSIZE}); pick a core below {}",
+                super::online_cores()
+            ));
+        }
+        if let Some((text, online)) = online_cpu_list() {
+            if let Some(&bad) = cores.iter().find(|c| !online.contains(c)) {
+                return Grant::refused(format!(
+                    "EINVAL: core {bad} is not online (online cores: {text}); pick an online core"
+                ));
+            }
+        }
+        // SAFETY: all-zero is a valid empty cpu_set_t.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &c in cores {
+            // SAFETY: c < CPU_SETSIZE was checked above, so the bit is inside `set`.
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+        // SAFETY: pid 0 = calling thread; `set` is a valid cpu_set_t of the size passed, only read.
+        let rc =
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        if rc == 0 {
+            return Grant::Granted;
+        }
+        let code = last_errno();
+        let hint = match code {
+            libc::EINVAL => {
+                let allowed = std::fs::read_to_string("/proc/self/status")
+                    .ok()
+                    .and_then(|s| {
+                        s.lines()
+                            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                            .map(|v| v.trim().to_owned())
+                    })
+                    .unwrap_or_else(|| "unknown".to_owned());
+                format!(
+                    "core(s) {cores:?} not in this process's allowed CPU set \
+                     (cgroup cpuset / taskset; allowed: {allowed}); pick an allowed core"
+                )
+            }
+            libc::EPERM => "not permitted to change this thread's affinity; run as root or \
+                            grant CAP_SYS_NICE"
+                .to_owned(),
+            _ => "sched_setaffinity failed".to_owned(),
+        };
+        refusal(code, &hint)
+    }
+
+    pub(super) fn set_fifo(priority: i32) -> Grant {
+        // SAFETY: sched_get_priority_{min,max} take a policy constant and touch no memory.
+        let (min, max) = unsafe {
+            (
+                libc::sched_get_priority_min(libc::SCHED_FIFO),
+                libc::sched_get_priority_max(libc::SCHED_FIFO),
+            )
+        };
+        let (min, max) = if min < 0 || max < 0 {
+            (1, 99)
+        } else {
+            (min, max)
+        };
+        if !(min..=max).contains(&priority) {
+            return Grant::refused(format!(
+                "EINVAL: SCHED_FIFO priority {priority} out of range {min}..={max}"
+            ));
+        }
+        let param = libc::sched_param {
+            sched_priority: priority,
+        };
+        // SAFETY: pthread_self() is the calling thread, alive for the call; `param` is a valid
+        // sched_param that is only read.
+        let rc =
+            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+        match rc {
+            0 => Grant::Granted,
+            libc::EPERM => refusal(
+                rc,
+                "run as root or grant CAP_SYS_NICE / set `ulimit -r` (RLIMIT_RTPRIO); in a \
+                 container also allow RT scheduling (e.g. docker --cap-add SYS_NICE \
+                 --cpu-rt-runtime)",
+            ),
+            _ => refusal(rc, "pthread_setschedparam(SCHED_FIFO) failed"),
+        }
+    }
+
+    pub(super) fn set_normal() -> Grant {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pthread_self() is the calling thread, alive for the call; `param` is a valid
+        // sched_param that is only read.
+        let rc =
+            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param) };
+        if rc == 0 {
+            Grant::Granted
+        } else {
+            refusal(rc, "pthread_setschedparam(SCHED_OTHER) failed")
+        }
+    }
+
+    pub(super) fn lock_all() -> Grant {
+        // SAFETY: mlockall takes flags only and touches no caller memory.
+        let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+        if rc == 0 {
+            return Grant::Granted;
+        }
+        let code = last_errno();
+        let hint = match code {
+            libc::ENOMEM => {
+                "RLIMIT_MEMLOCK is too small: raise `ulimit -l` (e.g. unlimited) or \
+                             run as root / grant CAP_IPC_LOCK"
+            }
+            libc::EPERM => "run as root or grant CAP_IPC_LOCK (or raise `ulimit -l`)",
+            _ => "mlockall failed",
+        };
+        refusal(code, hint)
+    }
+
+    pub(super) fn unlock_all() {
+        // SAFETY: munlockall takes no arguments and touches no caller memory; failure is harmless.
+        unsafe {
+            libc::munlockall();
+        }
+    }
+
+    pub(super) fn online_cores() -> usize {
+        // SAFETY: sysconf takes a name constant and touches no caller memory.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
+    }
+
+    pub(super) fn rt_throttling() -> Option<String> {
+        let read =
+            |p: &str| -> Option<i64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+        let runtime = read("/proc/sys/kernel/sched_rt_runtime_us")?;
+        let period = read("/proc/sys/kernel/sched_rt_period_us")?;
+        if runtime < 0 {
+            Some(format!("{runtime}/{period} us (unthrottled)"))
+        } else {
+            Some(format!("{runtime}/{period} us"))
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use super::Grant;
+
+    const UNSUPPORTED: &str = "not supported on this OS";
+
+    pub(super) fn current_affinity() -> Option<Vec<usize>> {
+        None
+    }
+    pub(super) fn set_affinity(_cores: &[usize]) -> Grant {
+        Grant::refused(UNSUPPORTED)
+    }
+    pub(super) fn set_fifo(_priority: i32) -> Grant {
+        Grant::refused(UNSUPPORTED)
+    }
+    pub(super) fn set_normal() -> Grant {
+        Grant::refused(UNSUPPORTED)
+    }
+    pub(super) fn lock_all() -> Grant {
+        Grant::refused(UNSUPPORTED)
+    }
+    pub(super) fn unlock_all() {}
+    pub(super) fn online_cores() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+    pub(super) fn rt_throttling() -> Option<String> {
+        None
+    }
+}
+
+/// Pins the calling thread to `core` (`sched_setaffinity(0, ...)`).
+///
+/// Refused with a reason when `core >= CPU_SETSIZE`, the core is not online, or it is outside
+/// the process's allowed CPU set.
+pub fn pin_current_thread(core: usize) -> Grant {
+    imp::set_affinity(&[core])
+}
+
+/// Sets the calling thread's affinity to exactly `cores` (e.g. to restore what
+/// [`current_thread_affinity`] returned). Refused like [`pin_current_thread`].
+pub fn set_current_thread_affinity(cores: &[usize]) -> Grant {
+    imp::set_affinity(cores)
+}
+
+/// The cores the calling thread may run on (`sched_getaffinity`); `None` if unknown.
+pub fn current_thread_affinity() -> Option<Vec<usize>> {
+    imp::current_affinity()
+}
+
+/// Switches the calling thread to `SCHED_FIFO` at `priority`.
+///
+/// The priority must lie in `sched_get_priority_min/max(SCHED_FIFO)` (`1..=99` on Linux),
+/// otherwise the request is refused without asking the kernel.
+pub fn set_current_thread_fifo(priority: i32) -> Grant {
+    imp::set_fifo(priority)
+}
+
+/// Puts the calling thread back on `SCHED_OTHER` (for tests and shutdown).
+pub fn reset_current_thread_to_normal() -> Grant {
+    imp::set_normal()
+}
+
+/// Locks all current and future pages of the process in RAM (`mlockall(MCL_CURRENT | MCL_FUTURE)`).
+///
+/// Note: once granted without `CAP_IPC_LOCK`, later allocations count against
+/// `RLIMIT_MEMLOCK`; allocate everything at start-up.
+pub fn lock_all_memory() -> Grant {
+    imp::lock_all()
+}
+
+/// Undoes [`lock_all_memory`] (`munlockall`). Never fails visibly.
+pub fn unlock_all_memory() {
+    imp::unlock_all()
+}
+
+/// RT throttling setting, e.g. `"950000/1000000 us"` (`"-1/1000000 us (unthrottled)"` when
+/// disabled); `None` when the `/proc` files cannot be read (or not on Linux).
+pub fn read_rt_throttling() -> Option<String> {
+    imp::rt_throttling()
+}
+
+/// Number of online cores (at least 1).
+pub fn online_cores() -> usize {
+    imp::online_cores()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn granted_or_explained(g: &Grant) {
+        match g {
+            Grant::Granted => {}
+            Grant::Refused { reason } => assert!(!reason.trim().is_empty()),
+            Grant::NotRequested => panic!("expected Granted or Refused, got NotRequested"),
+        }
+    }
+
+    fn refused(g: &Grant) -> &str {
+        match g {
+            Grant::Refused { reason } => {
+                assert!(!reason.trim().is_empty());
+                reason
+            }
+            other => panic!("expected Refused, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn pin_then_restore_affinity() {
+        std::thread::spawn(|| {
+            let Some(original) = current_thread_affinity() else {
+                // Unknown affinity (non-Linux): pinning is refused with a reason.
+                granted_or_explained(&pin_current_thread(0));
+                return;
+            };
+            assert!(!original.is_empty());
+            // Core 0 unless the cpuset excludes it.
+            let core = original[0];
+            let g = pin_current_thread(core);
+            granted_or_explained(&g);
+            if g.is_granted() {
+                assert_eq!(current_thread_affinity(), Some(vec![core]));
+            }
+            let r = set_current_thread_affinity(&original);
+            granted_or_explained(&r);
+            if r.is_granted() {
+                assert_eq!(current_thread_affinity(), Some(original));
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn invalid_core_is_refused() {
+        let before = current_thread_affinity();
+        let reason = refused(&pin_current_thread(100_000)).to_owned();
+        assert!(reason.contains("100000"), "{reason}");
+        refused(&pin_current_thread(usize::MAX));
+        refused(&set_current_thread_affinity(&[]));
+        assert_eq!(
+            current_thread_affinity(),
+            before,
+            "refusal must not change affinity"
+        );
+    }
+
+    #[test]
+    fn out_of_range_priority_is_refused() {
+        for p in [0, 100, -1, i32::MIN, i32::MAX] {
+            let g = set_current_thread_fifo(p);
+            refused(&g);
+        }
+    }
+
+    #[test]
+    fn fifo_then_back_to_normal() {
+        std::thread::spawn(|| {
+            let g = set_current_thread_fifo(10);
+            granted_or_explained(&g);
+            let r = reset_current_thread_to_normal();
+            assert!(r.is_granted(), "returning to SCHED_OTHER must work: {r:?}");
+            #[cfg(target_os = "linux")]
+            {
+                // SAFETY: sched_getscheduler(0) only queries the calling thread's policy.
+                let policy = unsafe { libc::sched_getscheduler(0) };
+                assert_eq!(policy, libc::SCHED_OTHER);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn lock_then_unlock_memory() {
+        let g = lock_all_memory();
+        unlock_all_memory();
+        granted_or_explained(&g);
+    }
+
+    #[test]
+    fn apply_request_to_lane_thread() {
+        std::thread::spawn(|| {
+            let original = current_thread_affinity();
+            let core = original.as_ref().map_or(0, |o| o[0]);
+            let req = RtRequest {
+                pin_cores: Some(vec![100_000, core]),
+                fifo_priority: Some(5),
+                lock_memory: false,
+            };
+            let t = apply_to_current_thread("lane 1", 1, &req);
+            assert_eq!(t.thread, "lane 1");
+            assert_eq!(t.core, Some(core));
+            assert_eq!(t.fifo_priority, Some(5));
+            granted_or_explained(&t.pinning);
+            granted_or_explained(&t.priority);
+            // Lane 0 maps to the invalid core and must be refused, not crash.
+            let t0 = apply_to_current_thread("lane 0", 0, &req);
+            assert_eq!(t0.core, Some(100_000));
+            refused(&t0.pinning);
+
+            let none = apply_to_current_thread("lane 2", 2, &RtRequest::default());
+            assert_eq!(none.core, None);
+            assert_eq!(none.pinning, Grant::NotRequested);
+            assert_eq!(none.priority, Grant::NotRequested);
+            let empty = RtRequest {
+                pin_cores: Some(vec![]),
+                ..RtRequest::default()
+            };
+            refused(&apply_to_current_thread("lane 3", 3, &empty).pinning);
+
+            let _ = reset_current_thread_to_normal();
+            if let Some(o) = original {
+                let _ = set_current_thread_affinity(&o);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
+    fn sample_grants() -> OsGrants {
+        OsGrants {
+            memory_lock: Grant::Granted,
+            threads: vec![
+                ThreadGrant {
+                    thread: "lane 0".into(),
+                    core: Some(0),
+                    pinning: Grant::Granted,
+                    fifo_priority: Some(80),
+                    priority: Grant::Granted,
+                },
+                ThreadGrant {
+                    thread: "lane 1".into(),
+                    core: Some(1),
+                    pinning: Grant::Granted,
+                    fifo_priority: Some(80),
+                    priority: Grant::Refused {
+                        reason: "EPERM: run as root or grant CAP_SYS_NICE \"quoted\"".into(),
+                    },
+                },
+                ThreadGrant {
+                    thread: "watchdog".into(),
+                    core: None,
+                    pinning: Grant::NotRequested,
+                    fifo_priority: None,
+                    priority: Grant::NotRequested,
+                },
+            ],
+            rt_throttling: Some("950000/1000000 us".into()),
+        }
+    }
+
+    #[test]
+    fn summary_lines_mention_each_thread() {
+        let g = sample_grants();
+        let lines = g.summary_lines();
+        assert!(
+            lines.iter().any(|l| l == "memory lock: granted"),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("950000/1000000 us")),
+            "{lines:?}"
+        );
+        for t in &g.threads {
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.starts_with(&format!("{}:", t.thread))),
+                "{lines:?}"
+            );
+        }
+        assert!(lines.contains(&"lane 0: core 0 pinned, SCHED_FIFO 80 granted".to_owned()));
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("lane 1: core 1 pinned, SCHED_FIFO 80 refused (EPERM")));
+        assert!(lines.contains(&"watchdog: not pinned, SCHED_OTHER".to_owned()));
+        assert!(!g.all_granted());
+        let mut ok = g.clone();
+        ok.threads[1].priority = Grant::Granted;
+        assert!(ok.all_granted());
+        assert!(OsGrants::default().all_granted());
+        assert_eq!(OsGrants::default().memory_lock, Grant::NotRequested);
+    }
+
+    #[test]
+    fn os_grants_serde_round_trip() {
+        let g = sample_grants();
+        let json = serde_json::to_string(&g).unwrap();
+        let back: OsGrants = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, g);
+        let req = RtRequest {
+            pin_cores: Some(vec![2, 3]),
+            fifo_priority: Some(80),
+            lock_memory: true,
+        };
+        let back: RtRequest = serde_json::from_str(&serde_json::to_string(&req).unwrap()).unwrap();
+        assert_eq!(back, req);
+    }
+
+    /// Diagnostic: shows what this machine grants (`cargo test rt -- --nocapture`).
+    #[test]
+    fn report_what_the_os_grants() {
+        std::thread::spawn(|| {
+            let original = current_thread_affinity();
+            let req = RtRequest {
+                pin_cores: Some(original.clone().unwrap_or_else(|| vec![0])),
+                fifo_priority: Some(10),
+                lock_memory: false,
+            };
+            let grants = OsGrants {
+                memory_lock: Grant::NotRequested,
+                threads: vec![apply_to_current_thread("lane 0", 0, &req)],
+                rt_throttling: read_rt_throttling(),
+            };
+            let _ = reset_current_thread_to_normal();
+            if let Some(o) = original {
+                let _ = set_current_thread_affinity(&o);
+            }
+            for line in grants.summary_lines() {
+                eprintln!("rt: {line}");
+            }
+            assert_eq!(grants.summary_lines().len(), 3);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn rt_throttling_and_online_cores() {
+        assert!(online_cores() >= 1);
+        if let Some(t) = read_rt_throttling() {
+            assert!(t.ends_with("us") || t.ends_with("(unthrottled)"), "{t}");
+            assert!(t.contains('/'), "{t}");
+        }
+        #[cfg(target_os = "linux")]
+        {
+            assert_eq!(
+                imp::parse_cpu_list("0-3,8,10-11\n"),
+                Some(vec![0, 1, 2, 3, 8, 10, 11])
+            );
+            assert_eq!(imp::parse_cpu_list("0"), Some(vec![0]));
+            assert_eq!(imp::parse_cpu_list("3-1"), None);
+            assert_eq!(imp::parse_cpu_list("x"), None);
+        }
+    }
+}

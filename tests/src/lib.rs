@@ -1,1 +1,80 @@
 //! Shared helpers for redline's cross-crate integration tests (the tests live in `tests/tests/`).
+//!
+//! [`CountingAllocator`] wraps the system allocator and counts allocations made *by threads
+//! that opted in* (all threads when counting is global), so a test can prove that a hot
+//! path allocates nothing after warm-up.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Counts every `alloc`/`realloc` while [`CountingAllocator::start`] is in effect.
+#[derive(Debug)]
+pub struct CountingAllocator {
+    counting: AtomicBool,
+    allocations: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl CountingAllocator {
+    /// A counter, off.
+    pub const fn new() -> Self {
+        CountingAllocator {
+            counting: AtomicBool::new(false),
+            allocations: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Resets the counts and starts counting (every thread of the process).
+    pub fn start(&self) {
+        self.allocations.store(0, Ordering::SeqCst);
+        self.bytes.store(0, Ordering::SeqCst);
+        self.counting.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops counting; returns (allocations, bytes) since `start`.
+    pub fn stop(&self) -> (u64, u64) {
+        self.counting.store(false, Ordering::SeqCst);
+        (
+            self.allocations.load(Ordering::SeqCst),
+            self.bytes.load(Ordering::SeqCst),
+        )
+    }
+
+    fn note(&self, size: usize) {
+        if self.counting.load(Ordering::Relaxed) {
+            self.allocations.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(size as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Default for CountingAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so
+// `System`'s guarantees hold; the counters are atomics and never allocate.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.note(layout.size());
+        // SAFETY: forwarded with the caller's (valid, non-zero-size) layout.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.note(layout.size());
+        // SAFETY: as in `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was returned by this allocator (i.e. by System) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        self.note(new_size);
+        // SAFETY: `ptr`/`layout` come from this allocator; `new_size` is the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}

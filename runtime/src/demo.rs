@@ -1,0 +1,329 @@
+//! Demo graphs used by the tests, the benchmarks and `redline demo`: real (small) work with
+//! fan-out, fan-in, a stateful stage and a `parallel_for` stage, plus fault injection.
+//!
+//! [`demo_graph`] builds 9 stages:
+//!
+//! ```text
+//!             ┌─> smooth (parallel_for) ─┐
+//! source ─> normalize ─> gradient ───────┼─> fuse ─> temporal (stateful) ─> histogram ─> summary
+//!             └─> energy ────────────────┘
+//! ```
+//!
+//! Every stage is integer arithmetic on the frame number, so outputs are bit-identical
+//! across runs and lane counts. [`empty_graph`] builds the 12-stage graph of empty stages the
+//! scheduler-overhead benchmark measures. [`Faults`] lets a test stall or hang a stage.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::graph::GraphBuilder;
+use crate::stage::{Criticality, FrameInfo, Stage, StageError, StageIo};
+
+/// Switches a test flips to stall or hang one demo stage (by name index in the demo).
+#[derive(Debug)]
+pub struct Faults {
+    stall_stage: AtomicUsize,
+    stall_ns: AtomicU64,
+    hang_stage: AtomicUsize,
+    hang_released: AtomicBool,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            stall_stage: AtomicUsize::new(usize::MAX),
+            stall_ns: AtomicU64::new(0),
+            hang_stage: AtomicUsize::new(usize::MAX),
+            hang_released: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Faults {
+    /// New switches, all off.
+    pub fn new() -> Arc<Faults> {
+        Arc::new(Faults::default())
+    }
+
+    /// Every run of demo stage `id` busy-waits `ns` extra (0 = stop stalling).
+    pub fn stall(&self, id: usize, ns: u64) {
+        self.stall_ns.store(ns, Ordering::SeqCst);
+        self.stall_stage
+            .store(if ns == 0 { usize::MAX } else { id }, Ordering::SeqCst);
+    }
+
+    /// The next run of demo stage `id` never returns until [`Faults::release_hang`].
+    pub fn hang(&self, id: usize) {
+        self.hang_released.store(false, Ordering::SeqCst);
+        self.hang_stage.store(id, Ordering::SeqCst);
+    }
+
+    /// Lets a hung stage return (so test threads can end).
+    pub fn release_hang(&self) {
+        self.hang_stage.store(usize::MAX, Ordering::SeqCst);
+        self.hang_released.store(true, Ordering::SeqCst);
+    }
+
+    fn apply(&self, id: usize) {
+        if self.stall_stage.load(Ordering::Relaxed) == id {
+            let ns = self.stall_ns.load(Ordering::Relaxed);
+            let t = Instant::now();
+            while (t.elapsed().as_nanos() as u64) < ns {
+                std::hint::spin_loop();
+            }
+        }
+        if self.hang_stage.load(Ordering::Relaxed) == id {
+            while !self.hang_released.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Stage ids of the demo graph, for fault injection and ladder configs.
+pub mod ids {
+    /// source
+    pub const SOURCE: usize = 0;
+    /// normalize
+    pub const NORMALIZE: usize = 1;
+    /// smooth (uses parallel_for)
+    pub const SMOOTH: usize = 2;
+    /// gradient
+    pub const GRADIENT: usize = 3;
+    /// energy
+    pub const ENERGY: usize = 4;
+    /// fuse
+    pub const FUSE: usize = 5;
+    /// temporal (stateful)
+    pub const TEMPORAL: usize = 6;
+    /// histogram
+    pub const HISTOGRAM: usize = 7;
+    /// summary
+    pub const SUMMARY: usize = 8;
+    /// Names, by id.
+    pub const NAMES: [&str; 9] = [
+        "source",
+        "normalize",
+        "smooth",
+        "gradient",
+        "energy",
+        "fuse",
+        "temporal",
+        "histogram",
+        "summary",
+    ];
+}
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64 finaliser: a cheap deterministic hash.
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// A demo stage: `id` selects what it computes.
+struct DemoStage {
+    id: usize,
+    faults: Arc<Faults>,
+    state: Vec<i64>,
+    len: usize,
+}
+
+impl Stage for DemoStage {
+    fn init(&mut self) -> Result<(), StageError> {
+        if self.id == ids::TEMPORAL {
+            self.state = vec![0; self.len];
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        self.faults.apply(self.id);
+        let n = self.len;
+        match self.id {
+            ids::SOURCE => {
+                let out = io.output::<u32>(0)?;
+                for (i, v) in out.iter_mut().enumerate() {
+                    *v = mix(f.frame.wrapping_mul(1_000_003).wrapping_add(i as u64)) as u32;
+                }
+            }
+            ids::NORMALIZE => {
+                let inp = io.input::<u32>(0)?;
+                let out = io.output::<i16>(0)?;
+                for (o, &v) in out.iter_mut().zip(inp) {
+                    *o = ((v >> 16) as i32 - 32768) as i16;
+                }
+            }
+            ids::SMOOTH => {
+                let inp = io.input::<i16>(0)?;
+                let out = io.output::<i32>(0)?;
+                let out_addr = out.as_mut_ptr() as usize;
+                io.parallel_for(n, 4, &|r| {
+                    for i in r {
+                        let a = i32::from(inp[i.saturating_sub(1)]);
+                        let b = i32::from(inp[i]);
+                        let c = i32::from(inp[(i + 1).min(n - 1)]);
+                        // SAFETY: each chunk writes only its own indices `i` of `out`,
+                        // chunks are disjoint, and parallel_for returns only after all
+                        // chunks finished, while `out` is still borrowed by this stage.
+                        unsafe { *(out_addr as *mut i32).add(i) = a + 2 * b + c };
+                    }
+                });
+            }
+            ids::GRADIENT => {
+                let inp = io.input::<i16>(0)?;
+                let out = io.output::<i32>(0)?;
+                for i in 0..n {
+                    out[i] = i32::from(inp[(i + 1).min(n - 1)]) - i32::from(inp[i]);
+                }
+            }
+            ids::ENERGY => {
+                let inp = io.input::<i16>(0)?;
+                let out = io.output::<i32>(0)?;
+                for (o, &v) in out.iter_mut().zip(inp) {
+                    *o = (i32::from(v) * i32::from(v)) >> 8;
+                }
+            }
+            ids::FUSE => {
+                let a = io.input::<i32>(0)?;
+                let b = io.input::<i32>(1)?;
+                let c = io.input::<i32>(2)?;
+                let out = io.output::<i64>(0)?;
+                for i in 0..n {
+                    out[i] = i64::from(a[i]) * 3 - i64::from(b[i]) + i64::from(c[i]);
+                }
+            }
+            ids::TEMPORAL => {
+                let inp = io.input::<i64>(0)?;
+                let out = io.output::<i64>(0)?;
+                // Integer exponential moving average over frames: needs strict frame order.
+                for i in 0..n {
+                    self.state[i] = self.state[i] - (self.state[i] >> 2) + (inp[i] >> 2);
+                    out[i] = self.state[i] ^ (f.frame as i64);
+                }
+            }
+            ids::HISTOGRAM => {
+                let inp = io.input::<i64>(0)?;
+                let out = io.output::<u64>(0)?;
+                out.fill(0);
+                for &v in inp {
+                    out[(mix(v as u64) & 15) as usize] += 1;
+                }
+            }
+            ids::SUMMARY => {
+                let h = io.input::<u64>(0)?;
+                let out = io.output::<u64>(0)?;
+                out[0] = f.frame;
+                out[1] = h.iter().fold(0u64, |acc, &x| mix(acc ^ x));
+                out[2] = *h.iter().max().unwrap_or(&0);
+                out[3] = u64::from(f.mode);
+            }
+            _ => return Err(StageError::new("unknown demo stage")),
+        }
+        Ok(())
+    }
+}
+
+/// Budgets (µs) of the demo stages, for a `len` of 4096 elements they leave ample margin.
+pub const DEMO_BUDGETS_US: [u64; 9] = [400, 300, 400, 300, 300, 400, 400, 300, 200];
+
+/// The 9-stage demo graph over `len` elements per buffer; publishes `"summary"` (u64[4]).
+pub fn demo_graph(len: usize, faults: &Arc<Faults>) -> GraphBuilder {
+    let mut g = GraphBuilder::new();
+    let st = |id: usize| DemoStage {
+        id,
+        faults: faults.clone(),
+        state: Vec::new(),
+        len,
+    };
+    let b = |id: usize| DEMO_BUDGETS_US[id];
+    g.stage("source", st(ids::SOURCE))
+        .writes::<u32>("raw", len)
+        .budget_us(b(ids::SOURCE))
+        .criticality(Criticality::Critical);
+    g.stage("normalize", st(ids::NORMALIZE))
+        .reads::<u32>("raw", len)
+        .writes::<i16>("norm", len)
+        .budget_us(b(ids::NORMALIZE));
+    g.stage("smooth", st(ids::SMOOTH))
+        .reads::<i16>("norm", len)
+        .writes::<i32>("smooth", len)
+        .budget_us(b(ids::SMOOTH));
+    g.stage("gradient", st(ids::GRADIENT))
+        .reads::<i16>("norm", len)
+        .writes::<i32>("grad", len)
+        .budget_us(b(ids::GRADIENT));
+    g.stage("energy", st(ids::ENERGY))
+        .reads::<i16>("norm", len)
+        .writes::<i32>("energy", len)
+        .budget_us(b(ids::ENERGY))
+        .criticality(Criticality::BestEffort);
+    g.stage("fuse", st(ids::FUSE))
+        .reads::<i32>("smooth", len)
+        .reads::<i32>("grad", len)
+        .reads::<i32>("energy", len)
+        .writes::<i64>("fused", len)
+        .budget_us(b(ids::FUSE));
+    g.stage("temporal", st(ids::TEMPORAL))
+        .reads::<i64>("fused", len)
+        .writes::<i64>("tracked", len)
+        .budget_us(b(ids::TEMPORAL));
+    g.stage("histogram", st(ids::HISTOGRAM))
+        .reads::<i64>("tracked", len)
+        .writes::<u64>("hist", 16)
+        .budget_us(b(ids::HISTOGRAM));
+    g.stage("summary", st(ids::SUMMARY))
+        .reads::<u64>("hist", 16)
+        .writes::<u64>("summary", 4)
+        .budget_us(b(ids::SUMMARY))
+        .criticality(Criticality::Critical);
+    g.publish("summary");
+    g
+}
+
+/// A stage that does nothing but touch its first output byte.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EmptyStage;
+
+impl Stage for EmptyStage {
+    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        if io.output_count() > 0 {
+            io.output_bytes(0)?[0] = f.frame as u8;
+        }
+        Ok(())
+    }
+}
+
+/// The 12-stage graph of empty stages with fan-out and fan-in:
+/// `src → a0..a3 → b0..b3 → join → post → sink`, publishing `"sink"`.
+pub fn empty_graph() -> GraphBuilder {
+    let mut g = GraphBuilder::new();
+    g.stage("src", EmptyStage).writes::<u8>("src", 64);
+    for i in 0..4 {
+        g.stage(&format!("a{i}"), EmptyStage)
+            .reads::<u8>("src", 64)
+            .writes::<u8>(&format!("a{i}"), 64);
+    }
+    for i in 0..4 {
+        g.stage(&format!("b{i}"), EmptyStage)
+            .reads::<u8>(&format!("a{i}"), 64)
+            .writes::<u8>(&format!("b{i}"), 64);
+    }
+    {
+        let mut s = g.stage("join", EmptyStage);
+        for i in 0..4 {
+            s = s.reads::<u8>(&format!("b{i}"), 64);
+        }
+        s.writes::<u8>("join", 64);
+    }
+    g.stage("post", EmptyStage)
+        .reads::<u8>("join", 64)
+        .writes::<u8>("post", 64);
+    g.stage("sink", EmptyStage)
+        .reads::<u8>("post", 64)
+        .writes::<u8>("sink", 64);
+    g.publish("sink");
+    g
+}

@@ -1,0 +1,750 @@
+//! The execution core shared by the scheduler, the lanes and the watchdog.
+//!
+//! Everything here is allocated once when the runtime starts; after that, running a frame
+//! touches only atomics, preallocated queues (`crossbeam_queue::ArrayQueue`) and the arena.
+//!
+//! ## How a frame flows
+//!
+//! 1. The scheduler *releases* a frame into a free slot: it resets the slot's per-stage
+//!    counters of unfinished predecessors and *offers* every root stage.
+//! 2. Offering stage `s` for the frame with sequence number `q` dispatches it to the
+//!    queue of `s`'s lane, but only once `s` has finished frame `q - 1`: the per-stage
+//!    gate (`next_seq` plus a small `parked` ring, resolved by compare-and-swap so exactly
+//!    one side dispatches) keeps every stage in frame order even with frames in flight.
+//! 3. A lane runs the stage (or its fallback, or nothing if the frame was abandoned), then
+//!    *completes* it: decrements its successors' counters (offering those that reach zero),
+//!    opens the gate for the next frame, and decrements the frame's count of unfinished
+//!    stages. The lane that finishes the last stage posts `FrameDone` to the scheduler.
+//!
+//! Dispatch is decentralised: lanes hand work to each other directly, and the scheduler
+//! thread is woken only for frame-level events. A lane spins briefly before parking.
+//!
+//! ## Faults
+//!
+//! - A stage past its budget is seen by the watchdog (`Event::Overrun`).
+//! - A frame past its guard time (deadline minus the publish margin) is marked abandoned by
+//!   the watchdog; stages of it that have not started are cancelled, and the scheduler
+//!   publishes the frame's fallback.
+//! - A stage running longer than `hang_after` is *lost*: the scheduler marks its lane lost
+//!   (no longer used), moves that lane's stages to live lanes, and completes the hung stage
+//!   on its behalf so later frames flow; from then on the stage's [`Fallback`] stands in
+//!   for it. The slot the hung stage is writing into stays quarantined until it returns.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+use std::thread::Thread;
+use std::time::Instant;
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::arena::Arena;
+use crate::parallel::{ParallelHandle, ParallelTask};
+use crate::stage::{Fallback, FrameInfo, PortView, Stage, StageIo};
+
+/// Marker for "no value" in packed atomics.
+pub(crate) const NONE: u64 = u64::MAX;
+
+// Slot phases.
+pub(crate) const FREE: u8 = 0;
+pub(crate) const RUNNING: u8 = 1;
+pub(crate) const DONE: u8 = 2;
+pub(crate) const ABANDONED: u8 = 3;
+
+// Node execution states.
+const IDLE: u8 = 0;
+const BUSY: u8 = 1;
+pub(crate) const LOST: u8 = 2;
+
+/// How one stage's turn in one frame ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Outcome {
+    /// Not finished yet.
+    Pending = 0,
+    /// `run` returned Ok.
+    Ran = 1,
+    /// `run` returned Err; the fallback wrote the outputs.
+    Failed = 2,
+    /// Disabled by the frame's mode; the fallback wrote the outputs.
+    Skipped = 3,
+    /// The stage is lost; the fallback wrote the outputs.
+    LostFallback = 4,
+    /// The frame was abandoned before the stage started.
+    Cancelled = 5,
+    /// The stage hung in this frame and was completed on its behalf.
+    Hung = 6,
+}
+
+impl Outcome {
+    fn from_u8(v: u8) -> Outcome {
+        match v {
+            1 => Outcome::Ran,
+            2 => Outcome::Failed,
+            3 => Outcome::Skipped,
+            4 => Outcome::LostFallback,
+            5 => Outcome::Cancelled,
+            6 => Outcome::Hung,
+            _ => Outcome::Pending,
+        }
+    }
+}
+
+/// A unit of work in a lane's queue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StageJob {
+    pub node: u8,
+    pub slot: u8,
+    pub seq: u64,
+}
+
+/// Messages to the scheduler thread.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Event {
+    /// Every stage of the frame in `slot` has finished.
+    FrameDone { slot: u8 },
+    /// The watchdog abandoned a frame at its guard time.
+    Abandoned,
+    /// The watchdog saw a stage past its budget, `delay_ns` after the budget expired.
+    Overrun { delay_ns: u64 },
+    /// The watchdog saw `node` on `lane` running longer than `hang_after`.
+    Hung {
+        lane: u8,
+        node: u8,
+        slot: u8,
+        seq: u64,
+    },
+    /// A lost stage finally returned.
+    Returned,
+}
+
+/// Per-stage static data the hot path needs (copied out of the plan).
+#[derive(Debug)]
+pub(crate) struct NodeStatic {
+    pub budget_ns: u64,
+    pub successors: Box<[u8]>,
+    pub n_preds: u32,
+    pub inputs: Box<[PortView]>,
+    pub outputs: Box<[PortView]>,
+    pub plan_lane: usize,
+}
+
+/// A stage's runtime state.
+pub(crate) struct Node {
+    stage: UnsafeCell<Box<dyn Stage>>,
+    fallback: UnsafeCell<Box<dyn Fallback>>,
+    /// Sequence number of the next frame this stage may process.
+    next_seq: AtomicU64,
+    /// Parked offers, indexed by `seq % slots`: `pack(seq, slot) + 1`, 0 = empty.
+    parked: Box<[AtomicU64]>,
+    exec: AtomicU8,
+    /// Lane the stage currently runs on.
+    pub lane: AtomicUsize,
+}
+
+// SAFETY: `stage` is only accessed by the lane executing this node's `run`, and `fallback`
+// only by the lane executing this node's fallback; the per-node frame gate (`next_seq`)
+// admits one frame at a time, so at most one thread touches each cell at any moment. Once a
+// stage is lost, `stage` is never touched again (its stuck thread keeps the only access).
+unsafe impl Sync for Node {}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("next_seq", &self.next_seq.load(Ordering::Relaxed))
+            .field("exec", &self.exec.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Per-stage timing of one frame, written by the lane, read by the scheduler at retire.
+#[derive(Debug, Default)]
+pub(crate) struct NodeTiming {
+    pub ready_ns: AtomicU64,
+    pub start_ns: AtomicU64,
+    pub end_ns: AtomicU64,
+    pub lane: AtomicU8,
+    pub outcome: AtomicU8,
+}
+
+impl NodeTiming {
+    pub fn outcome(&self) -> Outcome {
+        Outcome::from_u8(self.outcome.load(Ordering::Acquire))
+    }
+}
+
+/// One frame slot: a frame in flight and its bookkeeping.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub frame: AtomicU64,
+    pub seq: AtomicU64,
+    pub phase: AtomicU8,
+    pub mode: AtomicU8,
+    pub remaining: AtomicU32,
+    pub in_exec: AtomicU32,
+    pub pending: Box<[AtomicU32]>,
+    pub skip_mask: AtomicU64,
+    pub overrun_mask: AtomicU64,
+    /// Release time on the frame's clock (virtual in lockstep).
+    pub release_ns: AtomicU64,
+    /// Deadline on the frame's clock.
+    pub deadline_ns: AtomicU64,
+    /// Wall-clock time at which the watchdog abandons the frame.
+    pub guard_ns: AtomicU64,
+    /// Wall-clock release time, for end-to-end latency.
+    pub wall_release_ns: AtomicU64,
+    pub timing: Box<[NodeTiming]>,
+}
+
+/// One worker lane as seen by everybody else.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    pub stages: ArrayQueue<StageJob>,
+    pub helps: ArrayQueue<(u8, u32)>,
+    pub thread: AtomicPtr<Thread>,
+    pub sleeping: AtomicBool,
+    pub lost: AtomicBool,
+    /// `pack(seq, slot) | node << 58`, or NONE when not inside a `run`.
+    pub running: AtomicU64,
+    pub started_ns: AtomicU64,
+    pub task: ParallelTask,
+}
+
+/// The lanes, for dispatch and `parallel_for`.
+#[derive(Debug)]
+pub(crate) struct LaneSet {
+    pub lanes: Box<[Lane]>,
+    live: AtomicUsize,
+}
+
+impl LaneSet {
+    pub fn live_count(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    pub fn task(&self, lane: usize) -> &ParallelTask {
+        &self.lanes[lane].task
+    }
+
+    pub fn wake(&self, lane: usize) {
+        let l = &self.lanes[lane];
+        if l.sleeping.swap(false, Ordering::SeqCst) {
+            let t = l.thread.load(Ordering::Acquire);
+            if !t.is_null() {
+                // SAFETY: the pointer was leaked from a Box<Thread> by the lane at start and
+                // is freed only when the runtime is dropped, after all lanes stopped.
+                unsafe { (*t).unpark() };
+            }
+        }
+    }
+
+    pub fn post_help(&self, owner: usize, gen: u32) {
+        for (i, l) in self.lanes.iter().enumerate() {
+            if i != owner
+                && !l.lost.load(Ordering::Acquire)
+                && l.helps.push((owner as u8, gen)).is_ok()
+            {
+                self.wake(i);
+            }
+        }
+    }
+
+    fn mark_lost(&self, lane: usize) -> bool {
+        if !self.lanes[lane].lost.swap(true, Ordering::SeqCst) {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+            return true;
+        }
+        false
+    }
+}
+
+/// Watchdog and clock settings the lanes and watchdog read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Watch {
+    pub check_budgets: bool,
+    pub guard_frames: bool,
+    pub hang_after_ns: u64,
+    pub tick_ns: u64,
+}
+
+/// Everything the scheduler, the lanes and the watchdog share.
+pub(crate) struct Shared {
+    pub statics: Box<[NodeStatic]>,
+    pub nodes: Box<[Node]>,
+    pub slots: Box<[Slot]>,
+    pub arena: Arena,
+    pub lanes: LaneSet,
+    pub events: ArrayQueue<Event>,
+    pub events_dropped: AtomicU64,
+    pub scheduler: AtomicPtr<Thread>,
+    pub shutdown: AtomicBool,
+    pub epoch: Instant,
+    pub watch: Watch,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("nodes", &self.nodes.len())
+            .field("slots", &self.slots.len())
+            .field("lanes", &self.lanes.lanes.len())
+            .finish()
+    }
+}
+
+pub(crate) fn pack(seq: u64, slot: u8) -> u64 {
+    (seq << 4) | u64::from(slot & 0xF)
+}
+
+pub(crate) fn pack_running(node: u8, seq: u64, slot: u8) -> u64 {
+    (u64::from(node) << 58) | (pack(seq, slot) & ((1 << 58) - 1))
+}
+
+pub(crate) fn unpack_running(v: u64) -> (u8, u64, u8) {
+    let node = (v >> 58) as u8;
+    let low = v & ((1 << 58) - 1);
+    (node, low >> 4, (low & 0xF) as u8)
+}
+
+impl Shared {
+    /// Builds the shared state (start-up only).
+    pub fn new(
+        statics: Vec<NodeStatic>,
+        objects: Vec<(Box<dyn Stage>, Box<dyn Fallback>)>,
+        arena: Arena,
+        lanes: usize,
+        watch: Watch,
+    ) -> Shared {
+        let n = statics.len();
+        let n_slots = arena.slots();
+        let nodes: Box<[Node]> = objects
+            .into_iter()
+            .zip(&statics)
+            .map(|((stage, fallback), st)| Node {
+                stage: UnsafeCell::new(stage),
+                fallback: UnsafeCell::new(fallback),
+                next_seq: AtomicU64::new(0),
+                parked: (0..n_slots).map(|_| AtomicU64::new(0)).collect(),
+                exec: AtomicU8::new(IDLE),
+                lane: AtomicUsize::new(st.plan_lane),
+            })
+            .collect();
+        let slots = (0..n_slots)
+            .map(|_| Slot {
+                frame: AtomicU64::new(0),
+                seq: AtomicU64::new(0),
+                phase: AtomicU8::new(FREE),
+                mode: AtomicU8::new(0),
+                remaining: AtomicU32::new(0),
+                in_exec: AtomicU32::new(0),
+                pending: (0..n).map(|_| AtomicU32::new(0)).collect(),
+                skip_mask: AtomicU64::new(0),
+                overrun_mask: AtomicU64::new(0),
+                release_ns: AtomicU64::new(0),
+                deadline_ns: AtomicU64::new(0),
+                guard_ns: AtomicU64::new(0),
+                wall_release_ns: AtomicU64::new(0),
+                timing: (0..n).map(|_| NodeTiming::default()).collect(),
+            })
+            .collect();
+        let queue_cap = n * n_slots + 4;
+        let lane_set = LaneSet {
+            lanes: (0..lanes)
+                .map(|_| Lane {
+                    stages: ArrayQueue::new(queue_cap),
+                    helps: ArrayQueue::new(4 * lanes.max(1)),
+                    thread: AtomicPtr::new(std::ptr::null_mut()),
+                    sleeping: AtomicBool::new(false),
+                    lost: AtomicBool::new(false),
+                    running: AtomicU64::new(NONE),
+                    started_ns: AtomicU64::new(0),
+                    task: ParallelTask::default(),
+                })
+                .collect(),
+            live: AtomicUsize::new(lanes),
+        };
+        Shared {
+            statics: statics.into_boxed_slice(),
+            nodes,
+            slots,
+            arena,
+            lanes: lane_set,
+            events: ArrayQueue::new(4096),
+            events_dropped: AtomicU64::new(0),
+            scheduler: AtomicPtr::new(std::ptr::null_mut()),
+            shutdown: AtomicBool::new(false),
+            epoch: Instant::now(),
+            watch,
+        }
+    }
+
+    /// Nanoseconds since the runtime's epoch (monotonic).
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Posts an event; `wake` unparks the scheduler thread.
+    pub fn post(&self, e: Event, wake: bool) {
+        if self.events.push(e).is_err() {
+            self.events_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        if wake {
+            self.wake_scheduler();
+        }
+    }
+
+    pub fn wake_scheduler(&self) {
+        let t = self.scheduler.load(Ordering::Acquire);
+        if !t.is_null() {
+            // SAFETY: set by `Runtime::run` from a leaked Box<Thread> before any frame is
+            // released and only replaced between runs (no frame in flight); freed on drop.
+            unsafe { (*t).unpark() };
+        }
+    }
+
+    /// Offers `node` for the frame `seq` in `slot` (its inputs are ready).
+    pub fn offer(&self, node: usize, slot: u8, seq: u64) {
+        let n = &self.nodes[node];
+        if n.next_seq.load(Ordering::SeqCst) == seq {
+            self.dispatch(node, slot, seq);
+            return;
+        }
+        let cell = &n.parked[(seq % n.parked.len() as u64) as usize];
+        let v = pack(seq, slot) + 1;
+        cell.store(v, Ordering::SeqCst);
+        if n.next_seq.load(Ordering::SeqCst) == seq
+            && cell
+                .compare_exchange(v, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.dispatch(node, slot, seq);
+        }
+    }
+
+    /// Opens `node`'s gate for `seq + 1` and dispatches a parked offer for it, if any.
+    fn open_gate(&self, node: usize, seq: u64) {
+        let n = &self.nodes[node];
+        let next = seq + 1;
+        n.next_seq.store(next, Ordering::SeqCst);
+        let cell = &n.parked[(next % n.parked.len() as u64) as usize];
+        let v = cell.load(Ordering::SeqCst);
+        if v != 0
+            && (v - 1) >> 4 == next
+            && cell
+                .compare_exchange(v, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.dispatch(node, ((v - 1) & 0xF) as u8, next);
+        }
+    }
+
+    fn dispatch(&self, node: usize, slot: u8, seq: u64) {
+        let job = StageJob {
+            node: node as u8,
+            slot,
+            seq,
+        };
+        let lane = self.nodes[node].lane.load(Ordering::Acquire);
+        let l = &self.lanes.lanes[lane];
+        if l.stages.push(job).is_err() {
+            // Cannot happen: each queue holds every (stage, slot) pair. Run it elsewhere
+            // rather than lose it.
+            for (i, other) in self.lanes.lanes.iter().enumerate() {
+                if !other.lost.load(Ordering::Acquire) && other.stages.push(job).is_ok() {
+                    self.lanes.wake(i);
+                    return;
+                }
+            }
+            return;
+        }
+        self.lanes.wake(lane);
+        if l.lost.load(Ordering::SeqCst) {
+            self.redirect_lost_queue(lane);
+        }
+    }
+
+    /// Moves every job queued on a lost lane to its stage's current lane.
+    pub fn redirect_lost_queue(&self, lane: usize) {
+        while let Some(job) = self.lanes.lanes[lane].stages.pop() {
+            self.dispatch(job.node as usize, job.slot, job.seq);
+        }
+    }
+
+    /// Finishes `node`'s turn in the frame `seq` in `slot`: successors, gate, frame count.
+    pub fn complete(&self, node: usize, slot: u8, seq: u64) {
+        let s = &self.slots[slot as usize];
+        for &succ in self.statics[node].successors.iter() {
+            if s.pending[succ as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                s.timing[succ as usize]
+                    .ready_ns
+                    .store(self.now_ns(), Ordering::Relaxed);
+                self.offer(succ as usize, slot, seq);
+            }
+        }
+        self.open_gate(node, seq);
+        if s.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.post(Event::FrameDone { slot }, true);
+        }
+    }
+
+    fn frame_info(&self, s: &Slot) -> FrameInfo {
+        FrameInfo {
+            frame: s.frame.load(Ordering::Acquire),
+            release_ns: s.release_ns.load(Ordering::Acquire),
+            deadline_ns: s.deadline_ns.load(Ordering::Acquire),
+            mode: s.mode.load(Ordering::Acquire),
+        }
+    }
+
+    fn io<'a>(&'a self, node: usize, slot: u8, lane: usize, readable: bool) -> StageIo<'a> {
+        let st = &self.statics[node];
+        let base = self
+            .arena
+            .slot_base(slot as usize)
+            .expect("slot index from the scheduler is in range");
+        // SAFETY: `base` is a slot laid out by this plan and lives as long as `self`; the
+        // dependency counters guarantee the inputs are complete and no other stage accesses
+        // the outputs (plan: no shared bytes between concurrently accessed buffers);
+        // `readable` is false for fallbacks, which may run before their inputs exist.
+        unsafe {
+            StageIo::new(
+                base,
+                &st.inputs,
+                &st.outputs,
+                readable,
+                Some(ParallelHandle {
+                    lanes: &self.lanes,
+                    lane,
+                }),
+            )
+        }
+    }
+
+    /// Runs one stage job on `lane`. Returns false if this lane was written off while the
+    /// stage ran (it hung and came back): the lane must stop taking work.
+    pub fn execute(&self, lane: usize, job: StageJob) -> bool {
+        let node = job.node as usize;
+        let slot = job.slot;
+        let s = &self.slots[slot as usize];
+        let n = &self.nodes[node];
+        let t = &s.timing[node];
+        let start = self.now_ns();
+        t.start_ns.store(start, Ordering::Relaxed);
+        t.lane.store(lane as u8, Ordering::Relaxed);
+        let info = self.frame_info(s);
+        let outcome = if s.phase.load(Ordering::Acquire) == ABANDONED {
+            Outcome::Cancelled
+        } else if n.exec.load(Ordering::Acquire) == LOST {
+            self.run_fallback(node, slot, lane, &info);
+            Outcome::LostFallback
+        } else if s.skip_mask.load(Ordering::Acquire) & (1u64 << node) != 0 {
+            self.run_fallback(node, slot, lane, &info);
+            Outcome::Skipped
+        } else {
+            let l = &self.lanes.lanes[lane];
+            l.started_ns.store(start, Ordering::Release);
+            l.running
+                .store(pack_running(job.node, job.seq, slot), Ordering::Release);
+            n.exec.store(BUSY, Ordering::Release);
+            s.in_exec.fetch_add(1, Ordering::AcqRel);
+            let mut io = self.io(node, slot, lane, true);
+            // SAFETY: the frame gate admits this node for one frame at a time and only this
+            // lane executes it now, so this is the only reference to the stage object.
+            let stage = unsafe { &mut *n.stage.get() };
+            let result = stage.run(&info, &mut io);
+            l.running.store(NONE, Ordering::Release);
+            if n.exec
+                .compare_exchange(BUSY, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // Written off as hung while we ran: the scheduler already completed this
+                // turn on our behalf. Leave the slot and stop.
+                s.in_exec.fetch_sub(1, Ordering::AcqRel);
+                self.post(Event::Returned, true);
+                return false;
+            }
+            s.in_exec.fetch_sub(1, Ordering::AcqRel);
+            match result {
+                Ok(()) => Outcome::Ran,
+                Err(_) => {
+                    self.run_fallback(node, slot, lane, &info);
+                    Outcome::Failed
+                }
+            }
+        };
+        t.end_ns.store(self.now_ns(), Ordering::Relaxed);
+        t.outcome.store(outcome as u8, Ordering::Release);
+        self.complete(node, slot, job.seq);
+        true
+    }
+
+    fn run_fallback(&self, node: usize, slot: u8, lane: usize, info: &FrameInfo) {
+        let mut io = self.io(node, slot, lane, false);
+        // SAFETY: as for `stage` in `execute`: one frame at a time per node, one lane.
+        let fb = unsafe { &mut *self.nodes[node].fallback.get() };
+        fb.fallback(info, &mut io);
+    }
+
+    /// Scheduler side of a hang: writes the stage off, moves its lane's work, completes
+    /// its turn. Returns false if the stage returned in the meantime (no loss).
+    pub fn write_off(&self, lane: usize, node: usize, slot: u8, seq: u64) -> bool {
+        let n = &self.nodes[node];
+        if n.exec
+            .compare_exchange(BUSY, LOST, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        let l = &self.lanes.lanes[lane];
+        // The watchdog read `running` a moment ago; make sure it is still this turn.
+        let (rn, rseq, rslot) = unpack_running(l.running.load(Ordering::Acquire));
+        debug_assert!(rn as usize == node && rseq == seq && rslot == slot);
+        self.lanes.mark_lost(lane);
+        let is_live = |i: &usize| !self.lanes.lanes[*i].lost.load(Ordering::Acquire);
+        let live_n = (0..self.lanes.lanes.len()).filter(is_live).count();
+        if live_n > 0 {
+            for (i, other) in self.nodes.iter().enumerate() {
+                if other.lane.load(Ordering::Acquire) == lane {
+                    let target = (0..self.lanes.lanes.len())
+                        .filter(is_live)
+                        .nth(i % live_n)
+                        .unwrap_or(lane);
+                    other.lane.store(target, Ordering::Release);
+                }
+            }
+        }
+        self.redirect_lost_queue(lane);
+        let s = &self.slots[slot as usize];
+        let _ = s
+            .phase
+            .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire);
+        let t = &s.timing[node];
+        t.end_ns.store(self.now_ns(), Ordering::Relaxed);
+        t.outcome.store(Outcome::Hung as u8, Ordering::Release);
+        self.complete(node, slot, seq);
+        true
+    }
+}
+
+/// The body of one lane thread.
+pub(crate) fn lane_main(shared: &Shared, lane: usize) {
+    let me = &shared.lanes.lanes[lane];
+    let mut idle_spins: u32 = 0;
+    loop {
+        if let Some((owner, gen)) = me.helps.pop() {
+            shared.lanes.task(owner as usize).help(gen);
+            idle_spins = 0;
+            continue;
+        }
+        if let Some(job) = me.stages.pop() {
+            if !shared.execute(lane, job) {
+                return;
+            }
+            idle_spins = 0;
+            continue;
+        }
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        if me.lost.load(Ordering::Acquire) {
+            return;
+        }
+        idle_spins += 1;
+        if idle_spins < 2000 {
+            std::hint::spin_loop();
+            continue;
+        }
+        me.sleeping.store(true, Ordering::SeqCst);
+        if me.stages.is_empty() && me.helps.is_empty() && !shared.shutdown.load(Ordering::SeqCst) {
+            std::thread::park();
+        }
+        me.sleeping.store(false, Ordering::SeqCst);
+        idle_spins = 0;
+    }
+}
+
+/// The body of the watchdog thread. See the module docs of `runtime` for the bound on
+/// detection delay: it sleeps until the earliest known expiry, or one tick.
+pub(crate) fn watchdog_main(shared: &Shared) {
+    let n_lanes = shared.lanes.lanes.len();
+    let mut budget_flagged = vec![NONE; n_lanes];
+    let mut hang_flagged = vec![NONE; n_lanes];
+    let w = shared.watch;
+    while !shared.shutdown.load(Ordering::Acquire) {
+        let now = shared.now_ns();
+        let mut wake_at = now + w.tick_ns;
+        for (i, l) in shared.lanes.lanes.iter().enumerate() {
+            if l.lost.load(Ordering::Acquire) {
+                continue;
+            }
+            let running = l.running.load(Ordering::Acquire);
+            if running == NONE {
+                continue;
+            }
+            let start = l.started_ns.load(Ordering::Acquire);
+            if l.running.load(Ordering::Acquire) != running {
+                continue; // changed under us; look again next round
+            }
+            let (node, seq, slot) = unpack_running(running);
+            let budget = shared.statics[node as usize].budget_ns;
+            if w.check_budgets && budget > 0 && budget_flagged[i] != start {
+                let expiry = start + budget;
+                if now >= expiry {
+                    budget_flagged[i] = start;
+                    shared.slots[slot as usize]
+                        .overrun_mask
+                        .fetch_or(1u64 << node, Ordering::AcqRel);
+                    shared.post(
+                        Event::Overrun {
+                            delay_ns: now - expiry,
+                        },
+                        false,
+                    );
+                } else {
+                    wake_at = wake_at.min(expiry);
+                }
+            }
+            if hang_flagged[i] != start {
+                let hang_at = start + w.hang_after_ns;
+                if now >= hang_at {
+                    hang_flagged[i] = start;
+                    shared.post(
+                        Event::Hung {
+                            lane: i as u8,
+                            node,
+                            slot,
+                            seq,
+                        },
+                        true,
+                    );
+                } else {
+                    wake_at = wake_at.min(hang_at);
+                }
+            }
+        }
+        if w.guard_frames {
+            for s in shared.slots.iter() {
+                if s.phase.load(Ordering::Acquire) != RUNNING {
+                    continue;
+                }
+                let guard = s.guard_ns.load(Ordering::Acquire);
+                if now >= guard {
+                    if s.phase
+                        .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        shared.post(Event::Abandoned, true);
+                    }
+                } else {
+                    wake_at = wake_at.min(guard);
+                }
+            }
+        }
+        let now = shared.now_ns();
+        if wake_at > now {
+            std::thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+        }
+    }
+}

@@ -1,0 +1,1147 @@
+//! The runtime: lanes, watchdog and the scheduler loop that releases, publishes and retires
+//! frames.
+//!
+//! ## Contract
+//!
+//! - [`Runtime::new`] does all allocation: stage `init`, the arena (N frame slots), the held
+//!   output region, lane and watchdog threads (pinned / SCHED_FIFO / `mlockall` when asked,
+//!   with what the OS granted recorded in [`Runtime::os_grants`]), histograms, span ring.
+//! - [`Runtime::run`] drives `frames` frames and returns when each has been published and
+//!   every slot retired. The scheduler loop, the lanes and metrics recording allocate
+//!   nothing (tests count it), take no lock and do no I/O.
+//! - **Release** is time-triggered at absolute times `t0 + k * period` in
+//!   [`ReleaseMode::RealTime`] (never `sleep(period)`), or data-triggered as soon as a slot
+//!   is free in [`ReleaseMode::AsFastAsPossible`] and [`ReleaseMode::Lockstep`]. In lockstep
+//!   the frame clock is virtual (`release = k * period`) and the watchdog's frame guard is
+//!   off; deadline misses then come only from a [`TimingModel`], which makes the mode
+//!   sequence reproducible: the ladder sees frame `k`'s outcome exactly before frame
+//!   `k + slots` is released, whatever the real timing.
+//! - **Deadlines**: each frame's guard time is `deadline - publish_margin`. A frame not
+//!   finished by then is abandoned by the watchdog and publishes its fallback (see
+//!   [`crate::publish`]) before its deadline. A frame published after its deadline anyway
+//!   (the scheduler itself was late) is counted in `late_publishes`: misses are never silent.
+//! - **Watchdog detection delay**: the watchdog sleeps until the earliest budget expiry it
+//!   knows of, or one tick (`watchdog_tick_ns`, default 250 µs), so a budget overrun is seen
+//!   within the OS wake-up latency when the budget is longer than a tick, within a tick
+//!   otherwise. The measured delay is in the report (`watchdog_delay`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use serde::{Deserialize, Serialize};
+
+use crate::arena::{Arena, ArenaError};
+use crate::exec::{
+    self, Event, NodeStatic, Outcome, Shared, Watch, ABANDONED, DONE, FREE, RUNNING,
+};
+use crate::metrics::{LatencyHistogram, Span, SpanKind, SpanRing};
+use crate::modes::{FrameOutcome, Ladder, LadderConfig, LadderError};
+use crate::plan::{Plan, StagePlan};
+use crate::publish::{FallbackReason, FrameStatus, Outputs, Published, Publisher};
+use crate::report::{OverrunRecord, Report, StageCounters};
+use crate::rt::{self, OsGrants, RtRequest};
+use crate::stage::{Criticality, FrameInfo, PortView};
+
+/// How frames are released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseMode {
+    /// Time-triggered at absolute times, one period apart (vehicle, real-time replay).
+    #[default]
+    RealTime,
+    /// Data-triggered: next frame as soon as a slot is free; real clock.
+    AsFastAsPossible,
+    /// Data-triggered with a virtual clock advancing one period per frame.
+    Lockstep,
+}
+
+/// Stage durations from a model or a recorded trace, for reproducible timing decisions.
+pub trait TimingModel: Send {
+    /// Modeled duration of plan stage `stage` in `frame`; `fallback` when it runs its fallback.
+    fn duration_ns(&mut self, stage: usize, frame: u64, fallback: bool) -> u64;
+}
+
+impl<F: FnMut(usize, u64, bool) -> u64 + Send> TimingModel for F {
+    fn duration_ns(&mut self, stage: usize, frame: u64, fallback: bool) -> u64 {
+        self(stage, frame, fallback)
+    }
+}
+
+/// Runtime settings (plan settings live in [`crate::plan::PlanConfig`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RuntimeConfig {
+    /// Frame period, ns (30 Hz by default).
+    pub period_ns: u64,
+    /// Deadline after release, ns; 0 = one period.
+    pub deadline_ns: u64,
+    /// The fallback is published this long before the deadline, ns.
+    pub publish_margin_ns: u64,
+    /// How frames are released.
+    pub release: ReleaseMode,
+    /// A stage running longer than this is declared hung and its lane lost, ns;
+    /// 0 = four deadlines.
+    pub hang_after_ns: u64,
+    /// Longest watchdog sleep, ns.
+    pub watchdog_tick_ns: u64,
+    /// Spans kept for the trace (oldest overwritten).
+    pub span_capacity: usize,
+    /// Pinning, SCHED_FIFO, memory locking.
+    pub rt: RtRequest,
+    /// Degradation ladder.
+    pub ladder: LadderConfig,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            period_ns: 33_333_333,
+            deadline_ns: 0,
+            publish_margin_ns: 1_000_000,
+            release: ReleaseMode::RealTime,
+            hang_after_ns: 0,
+            watchdog_tick_ns: 250_000,
+            span_capacity: 1 << 16,
+            rt: RtRequest::default(),
+            ladder: LadderConfig::default(),
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// Deadline length actually used.
+    pub fn deadline_len_ns(&self) -> u64 {
+        if self.deadline_ns == 0 {
+            self.period_ns
+        } else {
+            self.deadline_ns
+        }
+    }
+}
+
+/// Why the runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A stage's `init` failed.
+    #[error("stage '{stage}' failed to initialise: {error}")]
+    Init {
+        /// Stage name.
+        stage: String,
+        /// Its error.
+        error: crate::stage::StageError,
+    },
+    /// The arena could not be allocated.
+    #[error("arena: {0}")]
+    Arena(#[from] ArenaError),
+    /// The ladder does not fit the plan.
+    #[error(transparent)]
+    Ladder(#[from] LadderError),
+    /// A bad setting.
+    #[error("invalid runtime configuration: {0}")]
+    Config(String),
+    /// A thread could not be spawned.
+    #[error("could not start thread '{name}': {error}")]
+    Thread {
+        /// Thread name.
+        name: String,
+        /// OS error.
+        error: std::io::Error,
+    },
+    /// The plan was already used by another runtime.
+    #[error("the plan's stages were already taken by another runtime: build a new plan")]
+    PlanConsumed,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Entry {
+    InSlot {
+        slot: u8,
+    },
+    Dropped {
+        frame: u64,
+        release_ns: u64,
+        deadline_ns: u64,
+        wall_release_ns: u64,
+    },
+}
+
+const OUTCOME_RING: usize = 64;
+const OVERRUN_LOG: usize = 4096;
+
+/// The running system. See the module docs.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    stages: Vec<StagePlan>,
+    cfg: RuntimeConfig,
+    ladder: Ladder,
+    timing: Option<Box<dyn TimingModel>>,
+    lane_threads: Vec<Option<JoinHandle<()>>>,
+    watchdog: Option<JoinHandle<()>>,
+    os: OsGrants,
+    // Publishing.
+    held: Arena,
+    held_views: Vec<PortView>,
+    slot_views: Vec<PortView>,
+    published_names: Vec<String>,
+    held_from: Option<u64>,
+    queue: heapless::Deque<Entry, 64>,
+    published: Vec<bool>,
+    // Frame counters.
+    next_frame: u64,
+    next_seq: u64,
+    run_t0_ns: u64,
+    run_first_frame: u64,
+    // Modeled timing.
+    vlane_free: Vec<u64>,
+    vfinish: Vec<u64>,
+    // Ladder feeding.
+    outcomes: [FrameOutcome; OUTCOME_RING],
+    published_through: u64,
+    fed_through: u64,
+    critical_lost_pending: bool,
+    // Metrics.
+    e2e: LatencyHistogram,
+    exec_hist: Vec<LatencyHistogram>,
+    queue_hist: Vec<LatencyHistogram>,
+    watchdog_delay: LatencyHistogram,
+    spans: SpanRing,
+    counters: Vec<StageCounters>,
+    overruns: Vec<OverrunRecord>,
+    overruns_dropped: u64,
+    frames_released: u64,
+    frames_published: u64,
+    frames_complete: u64,
+    frames_degraded: u64,
+    deadline_misses: u64,
+    misses_by_reason: [u64; 3],
+    late_publishes: u64,
+    lost_stages: Vec<(usize, u64)>,
+    returned_stages: u64,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("stages", &self.stages.len())
+            .field("next_frame", &self.next_frame)
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Starts the runtime: initialises stages, allocates everything, starts threads.
+    pub fn new(mut plan: Plan, cfg: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        if cfg.period_ns == 0 {
+            return Err(RuntimeError::Config("period_ns must be > 0".into()));
+        }
+        let deadline = cfg.deadline_len_ns();
+        if cfg.publish_margin_ns >= deadline {
+            return Err(RuntimeError::Config(format!(
+                "publish_margin_ns ({}) must be smaller than the deadline ({deadline} ns)",
+                cfg.publish_margin_ns
+            )));
+        }
+        if cfg.watchdog_tick_ns == 0 {
+            return Err(RuntimeError::Config("watchdog_tick_ns must be > 0".into()));
+        }
+        let ladder = Ladder::new(cfg.ladder.clone(), &plan)?;
+        let mut objects = Vec::with_capacity(plan.stages.len());
+        for o in plan.objects.iter_mut() {
+            objects.push(o.take().ok_or(RuntimeError::PlanConsumed)?);
+        }
+        for (i, (stage, _)) in objects.iter_mut().enumerate() {
+            stage.init().map_err(|error| RuntimeError::Init {
+                stage: plan.stages[i].name.clone(),
+                error,
+            })?;
+        }
+        let lanes = plan.config.lanes;
+        let n = plan.stages.len();
+
+        let mut os = OsGrants::default();
+        if cfg.rt.lock_memory {
+            os.memory_lock = rt::lock_all_memory();
+        }
+        os.rt_throttling = rt::read_rt_throttling();
+        let arena = Arena::new(
+            plan.layout.peak_bytes,
+            plan.config.frame_slots,
+            cfg.rt.lock_memory,
+        )?;
+
+        // Held outputs: published buffers packed at 64-byte offsets.
+        let mut held_views = Vec::new();
+        let mut slot_views = Vec::new();
+        let mut published_names = Vec::new();
+        let mut off = 0usize;
+        for &b in &plan.published {
+            let bp = &plan.buffers[b];
+            slot_views.push(PortView {
+                offset: bp.offset,
+                len: bp.len,
+                elem: bp.elem_type,
+            });
+            held_views.push(PortView {
+                offset: off,
+                len: bp.len,
+                elem: bp.elem_type,
+            });
+            published_names.push(bp.name.clone());
+            off += bp.bytes.div_ceil(64) * 64;
+        }
+        let held = Arena::new(off, 1, cfg.rt.lock_memory)?;
+
+        let statics: Vec<NodeStatic> = plan
+            .stages
+            .iter()
+            .map(|s| NodeStatic {
+                budget_ns: s.budget_ns,
+                successors: s.successors.iter().map(|&x| x as u8).collect(),
+                n_preds: s.predecessors.len() as u32,
+                inputs: s.inputs.clone().into_boxed_slice(),
+                outputs: s.outputs.clone().into_boxed_slice(),
+                plan_lane: s.lane,
+            })
+            .collect();
+        let watch = Watch {
+            check_budgets: true,
+            guard_frames: cfg.release != ReleaseMode::Lockstep,
+            hang_after_ns: if cfg.hang_after_ns == 0 {
+                deadline.saturating_mul(4)
+            } else {
+                cfg.hang_after_ns
+            },
+            tick_ns: cfg.watchdog_tick_ns,
+        };
+        let shared = Arc::new(Shared::new(statics, objects, arena, lanes, watch));
+        shared.scheduler.store(
+            Box::into_raw(Box::new(std::thread::current())),
+            Ordering::Release,
+        );
+
+        let mut rt_ = Runtime {
+            shared: shared.clone(),
+            stages: plan.stages.clone(),
+            cfg: cfg.clone(),
+            ladder,
+            timing: None,
+            lane_threads: Vec::new(),
+            watchdog: None,
+            os,
+            held,
+            held_views,
+            slot_views,
+            published_names,
+            held_from: None,
+            queue: heapless::Deque::new(),
+            published: vec![false; plan.config.frame_slots],
+            next_frame: 0,
+            next_seq: 0,
+            run_t0_ns: 0,
+            run_first_frame: 0,
+            vlane_free: vec![0; lanes],
+            vfinish: vec![0; n],
+            outcomes: [FrameOutcome::default(); OUTCOME_RING],
+            published_through: 0,
+            fed_through: 0,
+            critical_lost_pending: false,
+            e2e: LatencyHistogram::new(),
+            exec_hist: (0..n).map(|_| LatencyHistogram::new()).collect(),
+            queue_hist: (0..n).map(|_| LatencyHistogram::new()).collect(),
+            watchdog_delay: LatencyHistogram::new(),
+            spans: SpanRing::new(cfg.span_capacity),
+            counters: vec![StageCounters::default(); n],
+            overruns: Vec::with_capacity(OVERRUN_LOG),
+            overruns_dropped: 0,
+            frames_released: 0,
+            frames_published: 0,
+            frames_complete: 0,
+            frames_degraded: 0,
+            deadline_misses: 0,
+            misses_by_reason: [0; 3],
+            late_publishes: 0,
+            lost_stages: Vec::with_capacity(64),
+            returned_stages: 0,
+        };
+
+        // Threads: lanes first, then the watchdog (one priority above the lanes).
+        let (tx, rx) = std::sync::mpsc::channel::<rt::ThreadGrant>();
+        for lane in 0..lanes {
+            let sh = shared.clone();
+            let req = cfg.rt.clone();
+            let tx = tx.clone();
+            let name = format!("redline-lane-{lane}");
+            let tname = name.clone();
+            let h = std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || {
+                    let grant = rt::apply_to_current_thread(&tname, lane, &req);
+                    set_timer_slack_1ns();
+                    sh.lanes.lanes[lane].thread.store(
+                        Box::into_raw(Box::new(std::thread::current())),
+                        Ordering::Release,
+                    );
+                    let _ = tx.send(grant);
+                    exec::lane_main(&sh, lane);
+                })
+                .map_err(|error| RuntimeError::Thread { name, error })?;
+            rt_.lane_threads.push(Some(h));
+        }
+        {
+            let sh = shared.clone();
+            let mut req = cfg.rt.clone();
+            req.fifo_priority = req.fifo_priority.map(|p| (p + 1).min(99));
+            // The watchdog shares the last lane's core when pinning: it must preempt it.
+            let tx = tx.clone();
+            let h = std::thread::Builder::new()
+                .name("redline-watchdog".into())
+                .spawn(move || {
+                    let mut grant = rt::apply_to_current_thread("watchdog", lanes, &req);
+                    grant.thread = "watchdog".into();
+                    set_timer_slack_1ns();
+                    let _ = tx.send(grant);
+                    exec::watchdog_main(&sh);
+                })
+                .map_err(|error| RuntimeError::Thread {
+                    name: "redline-watchdog".into(),
+                    error,
+                })?;
+            rt_.watchdog = Some(h);
+        }
+        drop(tx);
+        // Each thread sends its grant once and then keeps its sender for ever: count them.
+        let mut grants: Vec<rt::ThreadGrant> = (0..=lanes).filter_map(|_| rx.recv().ok()).collect();
+        grants.sort_by(|a, b| a.thread.cmp(&b.thread));
+        rt_.os.threads = grants;
+        set_timer_slack_1ns();
+        Ok(rt_)
+    }
+
+    /// Uses modeled stage durations for budgets, deadlines and the ladder (lockstep replay).
+    pub fn set_timing_model(&mut self, model: Box<dyn TimingModel>) {
+        self.timing = Some(model);
+    }
+
+    /// What the OS granted (pinning, priority, memory lock).
+    pub fn os_grants(&self) -> &OsGrants {
+        &self.os
+    }
+
+    /// The stages as planned.
+    pub fn stages(&self) -> &[StagePlan] {
+        &self.stages
+    }
+
+    /// Current mode index.
+    pub fn mode(&self) -> usize {
+        self.ladder.mode()
+    }
+
+    /// The ladder (modes, transitions, residency).
+    pub fn ladder(&self) -> &Ladder {
+        &self.ladder
+    }
+
+    /// The span ring, for traces.
+    pub fn spans(&self) -> &SpanRing {
+        &self.spans
+    }
+
+    /// Frames published so far.
+    pub fn frames_published(&self) -> u64 {
+        self.frames_published
+    }
+
+    /// Runs `frames` more frames, publishing each to `publisher` in order.
+    /// Frame numbers continue from the previous call.
+    pub fn run(&mut self, frames: u64, publisher: &mut dyn Publisher) {
+        self.claim_scheduler_thread();
+        let target = self.next_frame + frames;
+        self.run_first_frame = self.next_frame;
+        self.run_t0_ns = self.shared.now_ns() + 200_000;
+        let period = self.cfg.period_ns;
+        loop {
+            self.drain_events();
+            self.publish_ready(publisher);
+            self.retire_ready();
+            let mut sleep_until = u64::MAX;
+            while self.next_frame < target {
+                let now = self.shared.now_ns();
+                match self.cfg.release {
+                    ReleaseMode::RealTime => {
+                        let due =
+                            self.run_t0_ns + (self.next_frame - self.run_first_frame) * period;
+                        if now < due {
+                            sleep_until = due;
+                            break;
+                        }
+                        if !self.release_or_drop(due, due, true) {
+                            break;
+                        }
+                    }
+                    ReleaseMode::AsFastAsPossible => {
+                        if !self.release_or_drop(now, now, false) {
+                            break;
+                        }
+                    }
+                    ReleaseMode::Lockstep => {
+                        let s = self.published.len() as u64;
+                        if self.next_frame >= s && self.published_through + s < self.next_frame + 1
+                        {
+                            break; // frame k - slots not published yet
+                        }
+                        let virt = self.next_frame * period;
+                        if !self.release_or_drop(virt, now, false) {
+                            break;
+                        }
+                    }
+                }
+            }
+            if self.next_frame >= target && self.queue.is_empty() && self.all_slots_idle() {
+                break;
+            }
+            let now = self.shared.now_ns();
+            // Wake for the next release; otherwise lanes and the watchdog unpark us.
+            // The 50 ms cap only bounds how long a lost wake-up could cost.
+            let wait = sleep_until.saturating_sub(now).min(50_000_000);
+            if wait > 0 {
+                std::thread::park_timeout(std::time::Duration::from_nanos(wait));
+            }
+        }
+    }
+
+    fn claim_scheduler_thread(&mut self) {
+        let p = self.shared.scheduler.load(Ordering::Acquire);
+        // SAFETY: `p` came from Box::into_raw in `new` or here, and is freed only here or in
+        // Drop, both on the owning `&mut self`; no frame is in flight between runs, so no lane
+        // dereferences it now.
+        let same = !p.is_null() && unsafe { (*p).id() } == std::thread::current().id();
+        if !same {
+            let new = Box::into_raw(Box::new(std::thread::current()));
+            let old = self.shared.scheduler.swap(new, Ordering::AcqRel);
+            if !old.is_null() {
+                // SAFETY: see above; `old` is no longer reachable from the shared state.
+                drop(unsafe { Box::from_raw(old) });
+            }
+        }
+    }
+
+    fn all_slots_idle(&self) -> bool {
+        self.shared.slots.iter().enumerate().all(|(i, s)| {
+            let phase = s.phase.load(Ordering::Acquire);
+            phase == FREE
+                || (self.published[i]
+                    && s.remaining.load(Ordering::Acquire) == 0
+                    && s.in_exec.load(Ordering::Acquire) > 0) // quarantined by a hung stage
+        })
+    }
+
+    /// Releases the next frame into a free slot, or drops it (fallback) when `may_drop`.
+    /// Returns false when it did neither (wait for a slot).
+    fn release_or_drop(&mut self, release_ns: u64, wall_ns: u64, may_drop: bool) -> bool {
+        let frame = self.next_frame;
+        let deadline_len = self.cfg.deadline_len_ns();
+        let free = self
+            .shared
+            .slots
+            .iter()
+            .position(|s| s.phase.load(Ordering::Acquire) == FREE);
+        if self.queue.is_full() {
+            return false;
+        }
+        let Some(slot) = free else {
+            if !may_drop {
+                return false;
+            }
+            let _ = self.queue.push_back(Entry::Dropped {
+                frame,
+                release_ns,
+                deadline_ns: release_ns + deadline_len,
+                wall_release_ns: wall_ns,
+            });
+            self.next_frame += 1;
+            self.frames_released += 1;
+            return true;
+        };
+        // Lockstep: feed the ladder exactly the outcomes of frames up to frame - slots.
+        if self.cfg.release == ReleaseMode::Lockstep {
+            let upto = (frame + 1).saturating_sub(self.published.len() as u64);
+            while self.fed_through < upto {
+                let o = self.outcomes[(self.fed_through % OUTCOME_RING as u64) as usize];
+                self.ladder.observe(&o);
+                self.fed_through += 1;
+            }
+        }
+        let s = &self.shared.slots[slot];
+        let seq = self.next_seq;
+        let n = self.stages.len();
+        s.frame.store(frame, Ordering::Relaxed);
+        s.seq.store(seq, Ordering::Relaxed);
+        s.mode.store(self.ladder.mode() as u8, Ordering::Relaxed);
+        s.skip_mask
+            .store(self.ladder.disabled_mask(), Ordering::Relaxed);
+        s.overrun_mask.store(0, Ordering::Relaxed);
+        s.release_ns.store(release_ns, Ordering::Relaxed);
+        s.deadline_ns
+            .store(release_ns + deadline_len, Ordering::Relaxed);
+        s.wall_release_ns.store(wall_ns, Ordering::Relaxed);
+        s.guard_ns.store(
+            wall_ns + deadline_len - self.cfg.publish_margin_ns,
+            Ordering::Relaxed,
+        );
+        s.remaining.store(n as u32, Ordering::Relaxed);
+        for (i, st) in self.shared.statics.iter().enumerate() {
+            s.pending[i].store(st.n_preds, Ordering::Relaxed);
+            let t = &s.timing[i];
+            t.outcome.store(Outcome::Pending as u8, Ordering::Relaxed);
+            t.ready_ns.store(wall_ns, Ordering::Relaxed);
+            t.start_ns.store(0, Ordering::Relaxed);
+            t.end_ns.store(0, Ordering::Relaxed);
+        }
+        self.published[slot] = false;
+        let _ = self.queue.push_back(Entry::InSlot { slot: slot as u8 });
+        s.phase.store(RUNNING, Ordering::Release);
+        self.next_seq += 1;
+        self.next_frame += 1;
+        self.frames_released += 1;
+        for (i, st) in self.shared.statics.iter().enumerate() {
+            if st.n_preds == 0 {
+                self.shared.offer(i, slot as u8, seq);
+            }
+        }
+        true
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(e) = self.shared.events.pop() {
+            match e {
+                Event::FrameDone { slot } => {
+                    let s = &self.shared.slots[slot as usize];
+                    let _ = s.phase.compare_exchange(
+                        RUNNING,
+                        DONE,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                }
+                Event::Abandoned => {}
+                Event::Overrun { delay_ns, .. } => {
+                    self.watchdog_delay.record(delay_ns);
+                }
+                Event::Hung {
+                    lane,
+                    node,
+                    slot,
+                    seq,
+                } => {
+                    if self
+                        .shared
+                        .write_off(lane as usize, node as usize, slot, seq)
+                    {
+                        self.counters[node as usize].hung += 1;
+                        if self.lost_stages.len() < self.lost_stages.capacity() {
+                            let frame = self.shared.slots[slot as usize]
+                                .frame
+                                .load(Ordering::Acquire);
+                            self.lost_stages.push((node as usize, frame));
+                        }
+                        if self.stages[node as usize].criticality == Criticality::Critical {
+                            self.critical_lost_pending = true;
+                        }
+                    }
+                }
+                Event::Returned => {
+                    self.returned_stages += 1;
+                }
+            }
+        }
+    }
+
+    fn publish_ready(&mut self, publisher: &mut dyn Publisher) {
+        while let Some(&entry) = self.queue.front() {
+            match entry {
+                Entry::Dropped {
+                    frame,
+                    release_ns,
+                    deadline_ns,
+                    wall_release_ns,
+                } => {
+                    let info = FrameInfo {
+                        frame,
+                        release_ns,
+                        deadline_ns,
+                        mode: self.ladder.mode() as u8,
+                    };
+                    self.publish_fallback(
+                        publisher,
+                        info,
+                        FallbackReason::NoFreeSlot,
+                        wall_release_ns,
+                        0,
+                    );
+                }
+                Entry::InSlot { slot } => {
+                    let s = &self.shared.slots[slot as usize];
+                    let phase = s.phase.load(Ordering::Acquire);
+                    if phase != DONE && phase != ABANDONED {
+                        return;
+                    }
+                    let info = FrameInfo {
+                        frame: s.frame.load(Ordering::Relaxed),
+                        release_ns: s.release_ns.load(Ordering::Relaxed),
+                        deadline_ns: s.deadline_ns.load(Ordering::Relaxed),
+                        mode: s.mode.load(Ordering::Relaxed),
+                    };
+                    let wall_release = s.wall_release_ns.load(Ordering::Relaxed);
+                    let overrun_mask = s.overrun_mask.load(Ordering::Acquire);
+                    if phase == ABANDONED {
+                        let counted = self.counted_mask(overrun_mask);
+                        self.publish_fallback(
+                            publisher,
+                            info,
+                            FallbackReason::DeadlineGuard,
+                            wall_release,
+                            counted,
+                        );
+                    } else {
+                        let (late, slack, overrun) = match self.timing.is_some() {
+                            true => self.modeled_schedule(slot as usize, &info),
+                            false => (false, 0, self.measured_overrun(slot as usize)),
+                        };
+                        if late {
+                            self.publish_fallback(
+                                publisher,
+                                info,
+                                FallbackReason::ModeledLate,
+                                wall_release,
+                                u64::from(overrun),
+                            );
+                        } else {
+                            self.publish_normal(
+                                publisher,
+                                slot as usize,
+                                info,
+                                wall_release,
+                                slack,
+                                overrun,
+                            );
+                        }
+                    }
+                    self.published[slot as usize] = true;
+                }
+            }
+            let _ = self.queue.pop_front();
+        }
+    }
+
+    fn counted_mask(&self, mask: u64) -> u64 {
+        let mut m = mask;
+        let mut counted = 0;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.stages[i].criticality != Criticality::BestEffort {
+                counted |= 1 << i;
+            }
+        }
+        counted
+    }
+
+    fn measured_overrun(&self, slot: usize) -> bool {
+        let s = &self.shared.slots[slot];
+        self.stages.iter().enumerate().any(|(i, st)| {
+            let t = &s.timing[i];
+            st.budget_ns > 0
+                && st.criticality != Criticality::BestEffort
+                && matches!(t.outcome(), Outcome::Ran | Outcome::Failed)
+                && t.end_ns
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(t.start_ns.load(Ordering::Relaxed))
+                    > st.budget_ns
+        })
+    }
+
+    /// Virtual schedule of a finished frame: (late, slack_ns, counted overrun).
+    fn modeled_schedule(&mut self, slot: usize, info: &FrameInfo) -> (bool, u64, bool) {
+        let Some(model) = self.timing.as_mut() else {
+            return (false, 0, false);
+        };
+        let s = &self.shared.slots[slot];
+        let mut overrun = false;
+        let mut end = info.release_ns;
+        for i in 0..self.stages.len() {
+            let st = &self.stages[i];
+            let outcome = s.timing[i].outcome();
+            let dur = match outcome {
+                Outcome::Cancelled | Outcome::Pending => 0,
+                Outcome::Ran => model.duration_ns(i, info.frame, false),
+                _ => model.duration_ns(i, info.frame, true),
+            };
+            if outcome == Outcome::Ran
+                && st.budget_ns > 0
+                && dur > st.budget_ns
+                && st.criticality != Criticality::BestEffort
+            {
+                overrun = true;
+            }
+            let ready = st
+                .predecessors
+                .iter()
+                .map(|&p| self.vfinish[p])
+                .max()
+                .unwrap_or(info.release_ns)
+                .max(info.release_ns);
+            let start = ready.max(self.vlane_free[st.lane]);
+            let fin = start + dur;
+            self.vfinish[i] = fin;
+            self.vlane_free[st.lane] = fin;
+            end = end.max(fin);
+        }
+        let late = end > info.deadline_ns;
+        (late, info.deadline_ns.saturating_sub(end), overrun)
+    }
+
+    fn outputs_at(&self, base: std::ptr::NonNull<u8>, views_in_slot: bool) -> Outputs<'_> {
+        let views = if views_in_slot {
+            &self.slot_views
+        } else {
+            &self.held_views
+        };
+        // SAFETY: `base` is either a retired-for-writing slot (phase DONE: every stage has
+        // finished and nothing writes it until it is released again, which only this
+        // thread does) or the held region, written only by this thread between publishes.
+        unsafe { Outputs::new(base, views, &self.published_names) }
+    }
+
+    fn publish_normal(
+        &mut self,
+        publisher: &mut dyn Publisher,
+        slot: usize,
+        info: FrameInfo,
+        wall_release: u64,
+        modeled_slack: u64,
+        overrun: bool,
+    ) {
+        let s = &self.shared.slots[slot];
+        let degraded = (0..self.stages.len()).any(|i| s.timing[i].outcome() != Outcome::Ran);
+        let base = self.shared.arena.slot_base(slot).expect("slot in range");
+        let held = self.held.slot_base(0);
+        // The hold-last copy: published buffers into the held region (explicit memcpy).
+        if let Some(held) = held {
+            for (sv, hv) in self.slot_views.iter().zip(&self.held_views) {
+                // SAFETY: source is inside the DONE slot, destination inside the held
+                // region; both ranges were sized from the same buffer plan and do not overlap
+                // (different allocations).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        base.as_ptr().add(sv.offset),
+                        held.as_ptr().add(hv.offset),
+                        sv.len * sv.elem.size,
+                    );
+                }
+            }
+        }
+        self.held_from = Some(info.frame);
+        let status = if degraded {
+            FrameStatus::Degraded
+        } else {
+            FrameStatus::Complete
+        };
+        let now = self.shared.now_ns();
+        let latency = now.saturating_sub(wall_release);
+        let p = Published {
+            info,
+            status,
+            held_from: Some(info.frame),
+            latency_ns: latency,
+            outputs: self.outputs_at(base, true),
+        };
+        publisher.publish(&p);
+        let done = self.shared.now_ns();
+        self.spans.push(Span {
+            stage: u16::MAX,
+            frame: info.frame,
+            lane: u16::MAX,
+            start_ns: now,
+            end_ns: done,
+            kind: SpanKind::Publish,
+        });
+        if degraded {
+            self.frames_degraded += 1;
+        } else {
+            self.frames_complete += 1;
+        }
+        let deadline_wall = wall_release + self.cfg.deadline_len_ns();
+        let measured = self.cfg.release != ReleaseMode::Lockstep;
+        if measured && done > deadline_wall {
+            self.late_publishes += 1;
+        }
+        let slack = if measured {
+            deadline_wall.saturating_sub(done)
+        } else {
+            modeled_slack
+        };
+        self.finish_publish(info.frame, latency, false, overrun, slack);
+    }
+
+    fn publish_fallback(
+        &mut self,
+        publisher: &mut dyn Publisher,
+        info: FrameInfo,
+        reason: FallbackReason,
+        wall_release: u64,
+        overrun_mask: u64,
+    ) {
+        let base = self
+            .held
+            .slot_base(0)
+            .unwrap_or(std::ptr::NonNull::dangling());
+        let now = self.shared.now_ns();
+        let latency = now.saturating_sub(wall_release);
+        let p = Published {
+            info,
+            status: FrameStatus::Fallback(reason),
+            held_from: self.held_from,
+            latency_ns: latency,
+            outputs: self.outputs_at(base, false),
+        };
+        publisher.publish(&p);
+        let done = self.shared.now_ns();
+        self.spans.push(Span {
+            stage: u16::MAX,
+            frame: info.frame,
+            lane: u16::MAX,
+            start_ns: now,
+            end_ns: done,
+            kind: SpanKind::FrameFallback,
+        });
+        self.deadline_misses += 1;
+        self.misses_by_reason[reason as usize] += 1;
+        if self.cfg.release != ReleaseMode::Lockstep
+            && done > wall_release + self.cfg.deadline_len_ns()
+        {
+            self.late_publishes += 1;
+        }
+        self.finish_publish(info.frame, latency, true, overrun_mask != 0, 0);
+    }
+
+    fn finish_publish(&mut self, frame: u64, latency: u64, miss: bool, overrun: bool, slack: u64) {
+        self.e2e.record(latency);
+        self.frames_published += 1;
+        let o = FrameOutcome {
+            frame,
+            deadline_miss: miss,
+            overrun,
+            critical_lost: std::mem::take(&mut self.critical_lost_pending),
+            slack_ns: slack,
+            deadline_len_ns: self.cfg.deadline_len_ns(),
+        };
+        self.outcomes[(frame % OUTCOME_RING as u64) as usize] = o;
+        self.published_through = frame + 1;
+        if self.cfg.release != ReleaseMode::Lockstep {
+            self.ladder.observe(&o);
+            self.fed_through = frame + 1;
+        }
+    }
+
+    fn retire_ready(&mut self) {
+        for slot in 0..self.shared.slots.len() {
+            let s = &self.shared.slots[slot];
+            let phase = s.phase.load(Ordering::Acquire);
+            if (phase != DONE && phase != ABANDONED)
+                || !self.published[slot]
+                || s.remaining.load(Ordering::Acquire) != 0
+                || s.in_exec.load(Ordering::Acquire) != 0
+            {
+                continue;
+            }
+            let frame = s.frame.load(Ordering::Relaxed);
+            for i in 0..self.stages.len() {
+                let t = &s.timing[i];
+                let outcome = t.outcome();
+                let start = t.start_ns.load(Ordering::Relaxed);
+                let end = t.end_ns.load(Ordering::Relaxed);
+                let ready = t.ready_ns.load(Ordering::Relaxed);
+                let lane = t.lane.load(Ordering::Relaxed);
+                let c = &mut self.counters[i];
+                let kind = match outcome {
+                    Outcome::Ran => {
+                        c.runs += 1;
+                        Some(SpanKind::Run)
+                    }
+                    Outcome::Failed => {
+                        c.errors += 1;
+                        Some(SpanKind::Fallback)
+                    }
+                    Outcome::Skipped => {
+                        c.skipped += 1;
+                        Some(SpanKind::Skipped)
+                    }
+                    Outcome::LostFallback => {
+                        c.lost_fallbacks += 1;
+                        Some(SpanKind::Fallback)
+                    }
+                    Outcome::Cancelled => {
+                        c.cancelled += 1;
+                        None
+                    }
+                    Outcome::Hung | Outcome::Pending => None,
+                };
+                if matches!(outcome, Outcome::Ran | Outcome::Failed) {
+                    let exec = end.saturating_sub(start);
+                    self.exec_hist[i].record(exec);
+                    self.queue_hist[i].record(start.saturating_sub(ready));
+                    let budget = self.stages[i].budget_ns;
+                    if budget > 0 && exec > budget {
+                        c.overruns += 1;
+                        c.worst_overrun_ns = c.worst_overrun_ns.max(exec - budget);
+                        if self.overruns.len() < OVERRUN_LOG {
+                            self.overruns.push(OverrunRecord {
+                                stage: i,
+                                frame,
+                                budget_ns: budget,
+                                exec_ns: exec,
+                                over_by_ns: exec - budget,
+                            });
+                        } else {
+                            self.overruns_dropped += 1;
+                        }
+                    }
+                }
+                if let Some(kind) = kind {
+                    self.spans.push(Span {
+                        stage: i as u16,
+                        frame,
+                        lane: u16::from(lane),
+                        start_ns: start,
+                        end_ns: end,
+                        kind,
+                    });
+                }
+            }
+            self.published[slot] = false;
+            s.phase.store(FREE, Ordering::Release);
+        }
+    }
+
+    /// Builds the report (allocates; call after `run`).
+    pub fn report(&self) -> Report {
+        Report::build(self.report_inputs())
+    }
+
+    pub(crate) fn report_inputs(&self) -> crate::report::ReportInputs<'_> {
+        crate::report::ReportInputs {
+            stages: &self.stages,
+            cfg: &self.cfg,
+            lanes: self.shared.lanes.lanes.len(),
+            frame_slots: self.shared.slots.len(),
+            arena_bytes: self.shared.arena.total_bytes(),
+            arena_lock: self.shared.arena.memory_lock().clone(),
+            ladder: &self.ladder,
+            e2e: &self.e2e,
+            exec: &self.exec_hist,
+            queue: &self.queue_hist,
+            watchdog_delay: &self.watchdog_delay,
+            counters: &self.counters,
+            overruns: &self.overruns,
+            overruns_dropped: self.overruns_dropped,
+            frames_released: self.frames_released,
+            frames_published: self.frames_published,
+            frames_complete: self.frames_complete,
+            frames_degraded: self.frames_degraded,
+            deadline_misses: self.deadline_misses,
+            misses_by_reason: self.misses_by_reason,
+            late_publishes: self.late_publishes,
+            lost_stages: &self.lost_stages,
+            returned_stages: self.returned_stages,
+            events_dropped: self.shared.events_dropped.load(Ordering::Relaxed),
+            spans_overwritten: self.spans.overwritten(),
+            os: &self.os,
+            modeled: self.timing.is_some(),
+        }
+    }
+
+    /// End-to-end latency histogram (release to publish).
+    pub fn end_to_end(&self) -> &LatencyHistogram {
+        &self.e2e
+    }
+
+    /// Execution-time histogram of plan stage `i`.
+    pub fn stage_execution(&self, i: usize) -> Option<&LatencyHistogram> {
+        self.exec_hist.get(i)
+    }
+
+    /// Watchdog detection delay histogram (budget expiry to overrun recorded).
+    pub fn watchdog_delay(&self) -> &LatencyHistogram {
+        &self.watchdog_delay
+    }
+
+    /// Writes the span ring as Chrome trace-event JSON (Perfetto opens it).
+    pub fn write_chrome_trace<W: std::io::Write>(&self, w: W) -> std::io::Result<()> {
+        let names: Vec<&str> = self.stages.iter().map(|s| s.name.as_str()).collect();
+        crate::metrics::write_chrome_trace(w, &self.spans, &names)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for i in 0..self.shared.lanes.lanes.len() {
+            let l = &self.shared.lanes.lanes[i];
+            l.sleeping.store(true, Ordering::SeqCst);
+            self.shared.lanes.wake(i);
+        }
+        if let Some(w) = self.watchdog.take() {
+            w.thread().unpark();
+            let _ = w.join();
+        }
+        for (i, h) in self.lane_threads.iter_mut().enumerate() {
+            // A lost lane may be stuck for ever inside a hung stage: detach it. Its thread
+            // holds an Arc of the shared state, so nothing it touches is freed under it.
+            if self.shared.lanes.lanes[i].lost.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Some(h) = h.take() {
+                let _ = h.join();
+            }
+        }
+        let any_lost = self
+            .shared
+            .lanes
+            .lanes
+            .iter()
+            .any(|l| l.lost.load(Ordering::Acquire));
+        if any_lost {
+            // A lost lane may still return later and unpark the scheduler or its peers
+            // through these handles: leave them (a few bytes) rather than free them.
+            return;
+        }
+        for l in self.shared.lanes.lanes.iter() {
+            let t = l.thread.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !t.is_null() {
+                // SAFETY: leaked from a Box by the lane thread at start; every lane has been
+                // joined above, so nobody can dereference it any more.
+                drop(unsafe { Box::from_raw(t) });
+            }
+        }
+        let p = self
+            .shared
+            .scheduler
+            .swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: leaked from a Box in `new`/`claim_scheduler_thread`; the lanes and
+            // the watchdog, the only other users, have been joined.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+fn set_timer_slack_1ns() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes an unsigned long value and touches only the calling
+    // thread's timer slack; no pointers are involved.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
