@@ -193,7 +193,7 @@ pub struct Runtime {
     run_t0_ns: u64,
     run_first_frame: u64,
     // Modeled timing.
-    vlane_free: Vec<u64>,
+    vstage_free: Vec<u64>,
     vfinish: Vec<u64>,
     // Ladder feeding.
     outcomes: [FrameOutcome; OUTCOME_RING],
@@ -260,6 +260,13 @@ impl Runtime {
         let n = plan.stages.len();
 
         let mut os = OsGrants::default();
+        // The calling thread becomes the scheduler: one priority above the lanes, so it can
+        // publish a fallback while a lane runs late; the watchdog is above it.
+        let mut sched_req = cfg.rt.clone();
+        sched_req.pin_cores = None;
+        sched_req.fifo_priority = sched_req.fifo_priority.map(|p| (p + 1).min(98));
+        let mut sched_grant = rt::apply_to_current_thread("scheduler", 0, &sched_req);
+        sched_grant.thread = "scheduler".into();
         if cfg.rt.lock_memory {
             os.memory_lock = rt::lock_all_memory();
         }
@@ -340,7 +347,7 @@ impl Runtime {
             next_seq: 0,
             run_t0_ns: 0,
             run_first_frame: 0,
-            vlane_free: vec![0; lanes],
+            vstage_free: vec![0; n],
             vfinish: vec![0; n],
             outcomes: [FrameOutcome::default(); OUTCOME_RING],
             published_through: 0,
@@ -391,7 +398,7 @@ impl Runtime {
         {
             let sh = shared.clone();
             let mut req = cfg.rt.clone();
-            req.fifo_priority = req.fifo_priority.map(|p| (p + 1).min(99));
+            req.fifo_priority = req.fifo_priority.map(|p| (p + 2).min(99));
             // The watchdog shares the last lane's core when pinning: it must preempt it.
             let tx = tx.clone();
             let h = std::thread::Builder::new()
@@ -412,6 +419,7 @@ impl Runtime {
         drop(tx);
         // Each thread sends its grant once and then keeps its sender for ever: count them.
         let mut grants: Vec<rt::ThreadGrant> = (0..=lanes).filter_map(|_| rx.recv().ok()).collect();
+        grants.push(sched_grant);
         grants.sort_by(|a, b| a.thread.cmp(&b.thread));
         rt_.os.threads = grants;
         set_timer_slack_1ns();
@@ -466,6 +474,7 @@ impl Runtime {
             self.publish_ready(publisher);
             self.retire_ready();
             let mut sleep_until = u64::MAX;
+            let released_before = self.frames_released;
             while self.next_frame < target {
                 let now = self.shared.now_ns();
                 match self.cfg.release {
@@ -500,6 +509,9 @@ impl Runtime {
             }
             if self.next_frame >= target && self.queue.is_empty() && self.all_slots_idle() {
                 break;
+            }
+            if self.frames_released != released_before {
+                continue; // publish a dropped frame, or pick up fast completions, first
             }
             let now = self.shared.now_ns();
             // Wake for the next release; otherwise lanes and the watchdog unpark us.
@@ -763,6 +775,12 @@ impl Runtime {
     }
 
     /// Virtual schedule of a finished frame: (late, slack_ns, counted overrun).
+    ///
+    /// The modeled machine runs every stage as soon as its inputs are ready and it has
+    /// finished the previous frame (the per-stage frame gate), as if each stage had its own
+    /// lane: the critical path of modeled durations. It deliberately ignores the real lane
+    /// count, so a modeled replay makes the same decisions, hence the same outputs, on any
+    /// number of lanes. Durations measured on the target already include its contention.
     fn modeled_schedule(&mut self, slot: usize, info: &FrameInfo) -> (bool, u64, bool) {
         let Some(model) = self.timing.as_mut() else {
             return (false, 0, false);
@@ -770,6 +788,7 @@ impl Runtime {
         let s = &self.shared.slots[slot];
         let mut overrun = false;
         let mut end = info.release_ns;
+        let guard = info.deadline_ns.saturating_sub(self.cfg.publish_margin_ns);
         for i in 0..self.stages.len() {
             let st = &self.stages[i];
             let outcome = s.timing[i].outcome();
@@ -792,10 +811,18 @@ impl Runtime {
                 .max()
                 .unwrap_or(info.release_ns)
                 .max(info.release_ns);
-            let start = ready.max(self.vlane_free[st.lane]);
+            // In-order gate: a stage starts frame k only after it finished frame k - 1.
+            let start = ready.max(self.vstage_free[i]);
+            if start >= guard {
+                // The frame would have been abandoned before this stage started: it is
+                // cancelled and takes no time, as in a measured run.
+                self.vfinish[i] = start;
+                end = end.max(start);
+                continue;
+            }
             let fin = start + dur;
             self.vfinish[i] = fin;
-            self.vlane_free[st.lane] = fin;
+            self.vstage_free[i] = fin;
             end = end.max(fin);
         }
         let late = end > info.deadline_ns;

@@ -1,0 +1,225 @@
+//! Faults: an injected stall (watchdog records the overrun, the frame publishes its
+//! fallback before its deadline, the ladder degrades and recovers), a hung stage (later
+//! frames still published on time), and a modeled-timing replay whose mode sequence and
+//! outputs are reproducible on any lane count.
+
+use std::sync::{Arc, Mutex};
+
+use redline_runtime::demo::{demo_graph, ids, Faults};
+use redline_runtime::modes::ModeSpec;
+use redline_runtime::{
+    FrameStatus, LadderConfig, PlanConfig, Published, ReleaseMode, Runtime, RuntimeConfig,
+};
+
+const PERIOD: u64 = 20_000_000;
+
+/// The real-time tests measure wall-clock deadlines: run them one at a time, and with
+/// SCHED_FIFO where the OS grants it (it does for root, as in CI here; otherwise the
+/// report says so and the tests run at normal priority).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn ladder() -> LadderConfig {
+    LadderConfig {
+        modes: vec![
+            ModeSpec {
+                name: "nominal".into(),
+                disable: vec![],
+            },
+            ModeSpec {
+                name: "reduced".into(),
+                disable: vec!["smooth".into()],
+            },
+            ModeSpec {
+                name: "minimal".into(),
+                disable: vec!["smooth".into(), "gradient".into()],
+            },
+        ],
+        degrade_after: 2,
+        window: 10,
+        recover_after: 20,
+        slack_fraction: 0.1,
+    }
+}
+
+fn realtime(faults: &Arc<Faults>, hang_after_ns: u64) -> Runtime {
+    let plan = demo_graph(4096, faults)
+        .build(&PlanConfig {
+            lanes: 2,
+            frame_slots: 2,
+        })
+        .unwrap();
+    let cfg = RuntimeConfig {
+        release: ReleaseMode::RealTime,
+        period_ns: PERIOD,
+        publish_margin_ns: 4_000_000,
+        hang_after_ns,
+        ladder: ladder(),
+        rt: redline_runtime::rt::RtRequest {
+            pin_cores: None,
+            fifo_priority: Some(40),
+            lock_memory: true,
+        },
+        ..RuntimeConfig::default()
+    };
+    Runtime::new(plan, cfg).unwrap()
+}
+
+/// Records what a test needs to check about every published frame.
+#[derive(Default)]
+struct Seen {
+    frames: Vec<u64>,
+    statuses: Vec<FrameStatus>,
+    late: Vec<(u64, u64, FrameStatus)>,
+}
+
+impl Seen {
+    fn publisher(&mut self) -> impl FnMut(&Published<'_>) + '_ {
+        move |p: &Published<'_>| {
+            self.frames.push(p.info.frame);
+            self.statuses.push(p.status);
+            if p.latency_ns >= PERIOD {
+                self.late.push((p.info.frame, p.latency_ns, p.status));
+            }
+        }
+    }
+}
+
+#[test]
+fn stall_is_detected_published_as_fallback_degrades_and_recovers() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let faults = Faults::new();
+    let mut rt = realtime(&faults, 500_000_000);
+    let mut seen = Seen::default();
+    rt.run(40, &mut seen.publisher());
+    assert_eq!(rt.mode(), 0, "nominal before the stall");
+    faults.stall(ids::SMOOTH, 25_000_000); // 25 ms: past its budget and the 20 ms deadline
+    rt.run(40, &mut seen.publisher());
+    faults.stall(ids::SMOOTH, 0);
+    rt.run(120, &mut seen.publisher());
+    let r = rt.report();
+
+    // Every frame published, in order, none after its deadline.
+    assert_eq!(seen.frames, (0..200).collect::<Vec<u64>>());
+    assert!(
+        seen.late.is_empty(),
+        "frames published after their deadline: {:?}",
+        seen.late
+    );
+    assert_eq!(r.late_publishes, 0);
+    // The watchdog saw the overrun and the scheduler recorded it with its size.
+    let smooth = &r.stages[ids::SMOOTH];
+    assert!(smooth.counters.overruns > 0, "{}", r.table());
+    assert!(r
+        .overruns
+        .iter()
+        .any(|o| o.stage == ids::SMOOTH && o.over_by_ns > 20_000_000));
+    assert!(r.watchdog_delay.count > 0);
+    // Frames that could not finish published their fallback (held outputs).
+    assert!(r.misses_deadline_guard > 0);
+    assert!(seen
+        .statuses
+        .iter()
+        .any(|s| matches!(s, FrameStatus::Fallback(_))));
+    // The ladder went down, and came back to nominal once the stall stopped.
+    assert!(r
+        .transitions
+        .iter()
+        .any(|t| t.from == "nominal" && t.to == "reduced"));
+    let last = r.transitions.last().expect("transitions recorded");
+    assert_eq!(last.to, "nominal", "{:#?}", r.transitions);
+    assert_eq!(rt.mode(), 0);
+    // The last 40 frames ran complete.
+    assert!(seen.statuses[160..]
+        .iter()
+        .all(|s| *s == FrameStatus::Complete));
+}
+
+#[test]
+fn hung_stage_is_written_off_and_later_frames_are_published_on_time() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let faults = Faults::new();
+    let mut rt = realtime(&faults, 60_000_000);
+    let mut seen = Seen::default();
+    rt.run(20, &mut seen.publisher());
+    faults.hang(ids::TEMPORAL);
+    rt.run(100, &mut seen.publisher());
+    let r = rt.report();
+    faults.release_hang();
+
+    assert_eq!(seen.frames, (0..120).collect::<Vec<u64>>());
+    if !seen.late.is_empty() {
+        let _ = rt.write_chrome_trace(std::fs::File::create("/tmp/hung_trace.json").unwrap());
+    }
+    assert!(
+        seen.late.is_empty(),
+        "frames published after their deadline: {:?}\n{}",
+        seen.late,
+        r.table()
+    );
+    assert_eq!(r.late_publishes, 0);
+    assert_eq!(r.lost_stages.len(), 1, "{:#?}", r.lost_stages);
+    assert_eq!(r.lost_stages[0].stage, "temporal");
+    // After the loss, the stage's fallback stands in and frames complete degraded.
+    assert!(r.stages[ids::TEMPORAL].counters.lost_fallbacks > 50);
+    assert!(
+        seen.statuses[80..]
+            .iter()
+            .all(|s| *s == FrameStatus::Degraded),
+        "{:?}",
+        &seen.statuses[80..]
+    );
+}
+
+fn modeled(lanes: usize) -> (u64, Vec<(u64, String, String)>, Vec<u64>) {
+    let faults = Faults::new();
+    let plan = demo_graph(2048, &faults)
+        .build(&PlanConfig {
+            lanes,
+            frame_slots: 2,
+        })
+        .unwrap();
+    let cfg = RuntimeConfig {
+        release: ReleaseMode::Lockstep,
+        ladder: ladder(),
+        ..RuntimeConfig::default()
+    };
+    let mut rt = Runtime::new(plan, cfg).unwrap();
+    // smooth takes 40 ms in frames 50..=80 (over the 33 ms deadline), everything else
+    // 100 us (inside every budget).
+    rt.set_timing_model(Box::new(|stage: usize, frame: u64, fallback: bool| {
+        if fallback {
+            10_000
+        } else if stage == ids::SMOOTH && (50..=80).contains(&frame) {
+            40_000_000
+        } else {
+            100_000
+        }
+    }));
+    let mut h = redline_runtime::HashPublisher::default();
+    rt.run(200, &mut h);
+    let r = rt.report();
+    let transitions = r
+        .transitions
+        .iter()
+        .map(|t| (t.after_frame, t.from.clone(), t.to.clone()))
+        .collect();
+    let residency = r.mode_residency.iter().map(|m| m.frames).collect();
+    (h.hash, transitions, residency)
+}
+
+#[test]
+fn modeled_timing_gives_the_same_modes_and_outputs_on_any_lane_count() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (hash, transitions, residency) = modeled(1);
+    assert!(
+        transitions.iter().any(|t| t.2 == "reduced"),
+        "the modeled overload must degrade: {transitions:?}"
+    );
+    assert_eq!(transitions.last().map(|t| t.2.as_str()), Some("nominal"));
+    for lanes in [1, 2, 4] {
+        let (h2, t2, r2) = modeled(lanes);
+        assert_eq!(t2, transitions, "lanes={lanes}");
+        assert_eq!(r2, residency, "lanes={lanes}");
+        assert_eq!(h2, hash, "lanes={lanes}");
+    }
+}
