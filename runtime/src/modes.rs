@@ -320,3 +320,139 @@ impl Ladder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::{demo_graph, Faults};
+    use crate::plan::PlanConfig;
+
+    fn plan() -> Plan {
+        demo_graph(64, &Faults::new())
+            .build(&PlanConfig::default())
+            .unwrap()
+    }
+
+    fn cfg() -> LadderConfig {
+        LadderConfig {
+            modes: vec![
+                ModeSpec {
+                    name: "nominal".into(),
+                    disable: vec![],
+                },
+                ModeSpec {
+                    name: "reduced".into(),
+                    disable: vec!["smooth".into()],
+                },
+                ModeSpec {
+                    name: "safe_stop".into(),
+                    disable: vec!["smooth".into(), "gradient".into()],
+                },
+            ],
+            degrade_after: 3,
+            window: 10,
+            recover_after: 5,
+            slack_fraction: 0.2,
+        }
+    }
+
+    fn frame(frame: u64, miss: bool, slack_ns: u64) -> FrameOutcome {
+        FrameOutcome {
+            frame,
+            deadline_miss: miss,
+            overrun: false,
+            critical_lost: false,
+            slack_ns,
+            deadline_len_ns: 100,
+        }
+    }
+
+    #[test]
+    fn degrades_on_misses_in_window_and_recovers_with_hysteresis() {
+        let mut l = Ladder::new(cfg(), &plan()).unwrap();
+        assert_eq!(l.disabled_mask(), 0);
+        // Two misses: not enough.
+        assert!(!l.observe(&frame(0, true, 0)));
+        assert!(!l.observe(&frame(1, true, 0)));
+        for f in 2..11 {
+            assert!(!l.observe(&frame(f, false, 50)));
+        }
+        // The first two misses left the 10-frame window: a third miss alone does not degrade.
+        assert!(!l.observe(&frame(11, true, 0)));
+        assert!(!l.observe(&frame(12, true, 0)));
+        assert!(l.observe(&frame(13, true, 0)));
+        assert_eq!(l.mode(), 1);
+        assert_eq!(
+            l.disabled_mask(),
+            1 << 2,
+            "reduced disables smooth (plan index 2)"
+        );
+        // Frames without slack do not count towards recovery.
+        for f in 14..30 {
+            assert!(!l.observe(&frame(f, false, 10)));
+        }
+        for f in 30..34 {
+            assert!(!l.observe(&frame(f, false, 50)));
+        }
+        assert!(l.observe(&frame(34, false, 50)));
+        assert_eq!(l.mode(), 0);
+        let t = l.transitions();
+        assert_eq!(t.len(), 2);
+        assert_eq!((t[0].from, t[0].to, t[0].after_frame), (0, 1, 13));
+        assert_eq!(t[0].reason, TransitionReason::Misses { bad: 3, window: 10 });
+        assert_eq!(t[1].reason, TransitionReason::Recovered { good: 5 });
+        assert!(t[0].reason.to_string().contains("3 bad frames"));
+        assert_eq!(l.residency().iter().sum::<u64>(), 35);
+    }
+
+    #[test]
+    fn one_burst_moves_one_rung_and_critical_loss_jumps_to_the_last() {
+        let mut l = Ladder::new(cfg(), &plan()).unwrap();
+        for f in 0..5 {
+            l.observe(&frame(f, true, 0));
+        }
+        assert_eq!(l.mode(), 1, "the window restarts after a transition");
+        let mut lost = frame(5, false, 50);
+        lost.critical_lost = true;
+        assert!(l.observe(&lost));
+        assert_eq!(l.mode(), 2);
+        assert_eq!(
+            l.transitions().last().unwrap().reason,
+            TransitionReason::CriticalLost
+        );
+    }
+
+    #[test]
+    fn overruns_count_as_bad_frames() {
+        let mut l = Ladder::new(cfg(), &plan()).unwrap();
+        for f in 0..3 {
+            let mut o = frame(f, false, 50);
+            o.overrun = true;
+            l.observe(&o);
+        }
+        assert_eq!(l.mode(), 1);
+    }
+
+    #[test]
+    fn bad_configs_are_rejected_with_messages() {
+        let mut c = cfg();
+        c.modes[1].disable.push("no_such_stage".into());
+        let e = Ladder::new(c, &plan()).unwrap_err().to_string();
+        assert!(
+            e.contains("'reduced'") && e.contains("'no_such_stage'") && e.contains("smooth"),
+            "{e}"
+        );
+        let mut c = cfg();
+        c.window = 0;
+        assert!(Ladder::new(c, &plan())
+            .unwrap_err()
+            .to_string()
+            .contains("window"));
+        let mut c = cfg();
+        c.degrade_after = 11;
+        assert!(Ladder::new(c, &plan()).is_err());
+        let mut c = cfg();
+        c.slack_fraction = 1.5;
+        assert!(Ladder::new(c, &plan()).is_err());
+    }
+}
