@@ -119,6 +119,17 @@ pub(crate) enum Event {
     Returned,
 }
 
+/// What became of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Executed {
+    /// Finished.
+    Done,
+    /// Finished and it was the frame's last stage: the scheduler has been woken.
+    FrameDone,
+    /// The lane was written off (its stage hung and came back): stop taking work.
+    WrittenOff,
+}
+
 /// Per-stage static data the hot path needs (copied out of the plan).
 #[derive(Debug)]
 pub(crate) struct NodeStatic {
@@ -266,6 +277,8 @@ pub(crate) struct Watch {
     pub guard_frames: bool,
     pub hang_after_ns: u64,
     pub tick_ns: u64,
+    pub lane_spin_ns: u64,
+    pub yield_on_frame_done: bool,
 }
 
 /// Everything the scheduler, the lanes and the watchdog share.
@@ -473,7 +486,8 @@ impl Shared {
     }
 
     /// Finishes `node`'s turn in the frame `seq` in `slot`: successors, gate, frame count.
-    pub fn complete(&self, node: usize, slot: u8, seq: u64) {
+    /// Returns true if this completed the frame.
+    pub fn complete(&self, node: usize, slot: u8, seq: u64) -> bool {
         let s = &self.slots[slot as usize];
         for &succ in self.statics[node].successors.iter() {
             if s.pending[succ as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -486,7 +500,9 @@ impl Shared {
         self.open_gate(node, seq);
         if s.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.post(Event::FrameDone { slot }, true);
+            return true;
         }
+        false
     }
 
     fn frame_info(&self, s: &Slot) -> FrameInfo {
@@ -522,9 +538,8 @@ impl Shared {
         }
     }
 
-    /// Runs one stage job on `lane`. Returns false if this lane was written off while the
-    /// stage ran (it hung and came back): the lane must stop taking work.
-    pub fn execute(&self, lane: usize, job: StageJob) -> bool {
+    /// Runs one stage job on `lane`.
+    pub fn execute(&self, lane: usize, job: StageJob) -> Executed {
         let node = job.node as usize;
         let slot = job.slot;
         let s = &self.slots[slot as usize];
@@ -563,7 +578,7 @@ impl Shared {
                 // turn on our behalf. Leave the slot and stop.
                 s.in_exec.fetch_sub(1, Ordering::AcqRel);
                 self.post(Event::Returned, true);
-                return false;
+                return Executed::WrittenOff;
             }
             s.in_exec.fetch_sub(1, Ordering::AcqRel);
             match result {
@@ -576,8 +591,11 @@ impl Shared {
         };
         t.end_ns.store(self.now_ns(), Ordering::Relaxed);
         t.outcome.store(outcome as u8, Ordering::Release);
-        self.complete(node, slot, job.seq);
-        true
+        if self.complete(node, slot, job.seq) {
+            Executed::FrameDone
+        } else {
+            Executed::Done
+        }
     }
 
     fn run_fallback(&self, node: usize, slot: u8, lane: usize, info: &FrameInfo) {
@@ -628,32 +646,39 @@ impl Shared {
     }
 }
 
-/// The body of one lane thread.
+/// The body of one lane thread. An idle lane spins for `lane_spin_ns` (checking its
+/// queues) before it parks, so work handed to it in quick succession, as inside a frame,
+/// starts without a futex wake-up.
 pub(crate) fn lane_main(shared: &Shared, lane: usize) {
     let me = &shared.lanes.lanes[lane];
-    let mut idle_spins: u32 = 0;
+    let mut idle_since: Option<u64> = None;
     loop {
         if let Some((owner, gen)) = me.helps.pop() {
             shared.lanes.task(owner as usize).help(gen);
-            idle_spins = 0;
+            idle_since = None;
             continue;
         }
         if let Some(job) = me.stages.pop() {
-            if !shared.execute(lane, job) {
-                return;
+            match shared.execute(lane, job) {
+                Executed::WrittenOff => return,
+                // With no spare core, give this one to the scheduler thread we just woke
+                // (it publishes the frame) instead of spinning on it.
+                Executed::FrameDone if shared.watch.yield_on_frame_done => {
+                    idle_since = Some(0);
+                }
+                _ => idle_since = None,
             }
-            idle_spins = 0;
             continue;
         }
-        if shared.shutdown.load(Ordering::Acquire) {
+        if shared.shutdown.load(Ordering::Acquire) || me.lost.load(Ordering::Acquire) {
             return;
         }
-        if me.lost.load(Ordering::Acquire) {
-            return;
-        }
-        idle_spins += 1;
-        if idle_spins < 2000 {
-            std::hint::spin_loop();
+        let now = shared.now_ns();
+        let since = *idle_since.get_or_insert(now);
+        if now.saturating_sub(since) < shared.watch.lane_spin_ns {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
             continue;
         }
         me.sleeping.store(true, Ordering::SeqCst);
@@ -661,7 +686,7 @@ pub(crate) fn lane_main(shared: &Shared, lane: usize) {
             std::thread::park();
         }
         me.sleeping.store(false, Ordering::SeqCst);
-        idle_spins = 0;
+        idle_since = None;
     }
 }
 

@@ -85,6 +85,12 @@ pub struct RuntimeConfig {
     pub hang_after_ns: u64,
     /// Longest watchdog sleep, ns.
     pub watchdog_tick_ns: u64,
+    /// An idle lane spins this long for new work before it parks, ns.
+    pub lane_spin_ns: u64,
+    /// While a frame is in flight the scheduler spins this long for its completion before
+    /// parking, ns (0 = always park). Trades a little CPU for publish latency. Only used
+    /// when there are more online cores than lanes: otherwise the spin steals a lane's core.
+    pub scheduler_spin_ns: u64,
     /// Spans kept for the trace (oldest overwritten).
     pub span_capacity: usize,
     /// Pinning, SCHED_FIFO, memory locking.
@@ -102,6 +108,8 @@ impl Default for RuntimeConfig {
             release: ReleaseMode::RealTime,
             hang_after_ns: 0,
             watchdog_tick_ns: 250_000,
+            scheduler_spin_ns: 50_000,
+            lane_spin_ns: 100_000,
             span_capacity: 1 << 16,
             rt: RtRequest::default(),
             ladder: LadderConfig::default(),
@@ -192,6 +200,8 @@ pub struct Runtime {
     next_seq: u64,
     run_t0_ns: u64,
     run_first_frame: u64,
+    /// Spinning is allowed only when a core is left over for it beside the lanes.
+    spin_allowed: bool,
     // Modeled timing.
     vstage_free: Vec<u64>,
     vfinish: Vec<u64>,
@@ -320,6 +330,8 @@ impl Runtime {
                 cfg.hang_after_ns
             },
             tick_ns: cfg.watchdog_tick_ns,
+            lane_spin_ns: cfg.lane_spin_ns,
+            yield_on_frame_done: lanes >= rt::online_cores(),
         };
         let shared = Arc::new(Shared::new(statics, objects, arena, lanes, watch));
         shared.scheduler.store(
@@ -347,6 +359,7 @@ impl Runtime {
             next_seq: 0,
             run_t0_ns: 0,
             run_first_frame: 0,
+            spin_allowed: lanes < rt::online_cores(),
             vstage_free: vec![0; n],
             vfinish: vec![0; n],
             outcomes: [FrameOutcome::default(); OUTCOME_RING],
@@ -517,10 +530,30 @@ impl Runtime {
             // Wake for the next release; otherwise lanes and the watchdog unpark us.
             // The 50 ms cap only bounds how long a lost wake-up could cost.
             let wait = sleep_until.saturating_sub(now).min(50_000_000);
-            if wait > 0 {
+            if wait > 0 && !self.spin_for_event(now, sleep_until) {
                 std::thread::park_timeout(std::time::Duration::from_nanos(wait));
             }
         }
+    }
+
+    /// Spins up to `scheduler_spin_ns` for an event while a frame is in flight, instead of
+    /// paying a futex wake-up (several µs, more in a VM) when a frame completes quickly.
+    /// Returns true if an event arrived.
+    fn spin_for_event(&self, now: u64, sleep_until: u64) -> bool {
+        let spin = self.cfg.scheduler_spin_ns;
+        if spin == 0 || !self.spin_allowed || self.queue.is_empty() {
+            return false;
+        }
+        let until = (now + spin).min(sleep_until);
+        while self.shared.now_ns() < until {
+            if !self.shared.events.is_empty() {
+                return true;
+            }
+            for _ in 0..16 {
+                std::hint::spin_loop();
+            }
+        }
+        false
     }
 
     fn claim_scheduler_thread(&mut self) {
@@ -1050,6 +1083,29 @@ impl Runtime {
             self.published[slot] = false;
             s.phase.store(FREE, Ordering::Release);
         }
+    }
+
+    /// Forgets every histogram, counter, overrun record and span (e.g. after warm-up
+    /// frames). The mode, the held outputs and frame numbering are kept.
+    pub fn reset_metrics(&mut self) {
+        self.e2e.reset();
+        self.watchdog_delay.reset();
+        for h in self.exec_hist.iter_mut().chain(self.queue_hist.iter_mut()) {
+            h.reset();
+        }
+        self.spans.clear();
+        self.counters
+            .iter_mut()
+            .for_each(|c| *c = StageCounters::default());
+        self.overruns.clear();
+        self.overruns_dropped = 0;
+        self.frames_released = 0;
+        self.frames_published = 0;
+        self.frames_complete = 0;
+        self.frames_degraded = 0;
+        self.deadline_misses = 0;
+        self.misses_by_reason = [0; 3];
+        self.late_publishes = 0;
     }
 
     /// Builds the report (allocates; call after `run`).

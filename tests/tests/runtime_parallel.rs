@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use redline_runtime::parallel::chunk_range;
 use redline_runtime::{
-    FrameInfo, GraphBuilder, HashPublisher, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage, StageError,
-    StageIo,
+    FrameInfo, GraphBuilder, HashPublisher, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage,
+    StageError, StageIo,
 };
 
 /// Writes `out[i] = f(frame, i)` in 16 chunks, spinning a little per chunk, and records
@@ -32,14 +32,25 @@ impl Stage for Wide {
             let chunk = (0..16).position(|c| chunk_range(n, 16, c) == r).unwrap();
             // A hash of the thread id, to count distinct threads without allocating.
             let id = format!("{:?}", std::thread::current().id());
-            let h = id.bytes().fold(7u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)));
+            let h = id
+                .bytes()
+                .fold(7u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)));
             seen[chunk].store(h, Ordering::Relaxed);
             for i in r {
                 // SAFETY: chunks are disjoint ranges of `out`, which outlives parallel_for.
-                unsafe { *(addr as *mut u64).add(i) = f.frame.wrapping_mul(0x9E37_79B9).wrapping_add(i as u64 * i as u64) };
+                unsafe {
+                    *(addr as *mut u64).add(i) = f
+                        .frame
+                        .wrapping_mul(0x9E37_79B9)
+                        .wrapping_add(i as u64 * i as u64)
+                };
             }
         });
-        let distinct: BTreeSet<String> = self.seen.iter().map(|a| a.load(Ordering::Relaxed).to_string()).collect();
+        let distinct: BTreeSet<String> = self
+            .seen
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed).to_string())
+            .collect();
         if let Ok(mut v) = self.threads.try_lock() {
             v.push(distinct);
         }
@@ -59,7 +70,12 @@ fn run(lanes: usize) -> (u64, usize) {
     )
     .writes::<u64>("out", 10_000);
     g.publish("out");
-    let plan = g.build(&PlanConfig { lanes, frame_slots: 1 }).unwrap();
+    let plan = g
+        .build(&PlanConfig {
+            lanes,
+            frame_slots: 1,
+        })
+        .unwrap();
     let mut rt = Runtime::new(
         plan,
         RuntimeConfig {
@@ -70,17 +86,29 @@ fn run(lanes: usize) -> (u64, usize) {
     .unwrap();
     let mut h = HashPublisher::default();
     rt.run(20, &mut h);
-    let most = threads.lock().unwrap().iter().map(|s| s.len()).max().unwrap_or(0);
+    let most = threads
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.len())
+        .max()
+        .unwrap_or(0);
     (h.hash, most)
 }
 
 #[test]
 fn chunks_spread_over_lanes_with_identical_results() {
     let (one, threads_one) = run(1);
-    assert_eq!(threads_one, 1, "one lane: every chunk on the stage's own lane");
+    assert_eq!(
+        threads_one, 1,
+        "one lane: every chunk on the stage's own lane"
+    );
     let (two, threads_two) = run(2);
     assert_eq!(two, one, "the partition does not depend on the lane count");
-    assert!(threads_two >= 2, "with an idle second lane, chunks ran on {threads_two} thread(s)");
+    assert!(
+        threads_two >= 2,
+        "with an idle second lane, chunks ran on {threads_two} thread(s)"
+    );
     let (three, _) = run(3);
     assert_eq!(three, one);
 }
