@@ -15,7 +15,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::graph::GraphBuilder;
 use crate::stage::{Criticality, FrameInfo, Stage, StageError, StageIo};
@@ -46,7 +46,7 @@ impl Faults {
         Arc::new(Faults::default())
     }
 
-    /// Every run of demo stage `id` busy-waits `ns` extra (0 = stop stalling).
+    /// Every run of demo stage `id` takes `ns` longer, sleeping (0 = stop stalling).
     pub fn stall(&self, id: usize, ns: u64) {
         self.stall_ns.store(ns, Ordering::SeqCst);
         self.stall_stage
@@ -67,11 +67,10 @@ impl Faults {
 
     fn apply(&self, id: usize) {
         if self.stall_stage.load(Ordering::Relaxed) == id {
+            // Sleep rather than spin: a stall of tens of ms spinning at SCHED_FIFO would
+            // trip the kernel's RT throttling and stall the whole machine, not one stage.
             let ns = self.stall_ns.load(Ordering::Relaxed);
-            let t = Instant::now();
-            while (t.elapsed().as_nanos() as u64) < ns {
-                std::hint::spin_loop();
-            }
+            std::thread::sleep(Duration::from_nanos(ns));
         }
         if self.hang_stage.load(Ordering::Relaxed) == id {
             while !self.hang_released.load(Ordering::SeqCst) {

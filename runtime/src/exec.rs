@@ -41,6 +41,7 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::arena::Arena;
 use crate::parallel::{ParallelHandle, ParallelTask};
+use crate::runtime::Runtime;
 use crate::stage::{Fallback, FrameInfo, PortView, Stage, StageIo};
 
 /// Marker for "no value" in packed atomics.
@@ -278,7 +279,6 @@ pub(crate) struct Watch {
     pub hang_after_ns: u64,
     pub tick_ns: u64,
     pub lane_spin_ns: u64,
-    pub yield_on_frame_done: bool,
 }
 
 /// Everything the scheduler, the lanes and the watchdog share.
@@ -294,6 +294,14 @@ pub(crate) struct Shared {
     pub shutdown: AtomicBool,
     pub epoch: Instant,
     pub watch: Watch,
+    /// The runtime being driven by `Runtime::run`, or null between runs.
+    pub core: AtomicPtr<Runtime>,
+    /// Held by whoever is inside `Runtime::step`.
+    pub token: AtomicBool,
+    /// Set by `step` when the run's last frame is published and every slot idle.
+    pub run_finished: AtomicBool,
+    /// Next time-triggered release, wall-clock ns (0 = none pending).
+    pub next_due: AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -389,6 +397,10 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             epoch: Instant::now(),
             watch,
+            core: AtomicPtr::new(std::ptr::null_mut()),
+            token: AtomicBool::new(false),
+            run_finished: AtomicBool::new(false),
+            next_due: AtomicU64::new(0),
         }
     }
 
@@ -415,6 +427,48 @@ impl Shared {
             // released and only replaced between runs (no frame in flight); freed on drop.
             unsafe { (*t).unpark() };
         }
+    }
+
+    /// Runs scheduling steps while the token is free and events are waiting. Never blocks:
+    /// if another thread holds the token, that thread will see our events before it lets
+    /// the token go (it re-checks the queue after releasing).
+    pub fn try_step(&self) {
+        loop {
+            if self.core.load(Ordering::SeqCst).is_null() {
+                return;
+            }
+            if self
+                .token
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
+                .is_err()
+            {
+                return;
+            }
+            let p = self.core.load(Ordering::SeqCst);
+            if !p.is_null() {
+                // SAFETY: `core` is non-null only while `Runtime::run` is running, which
+                // uses the runtime only through this same pointer and only under the token;
+                // we hold the token, so this is the only access. `Runtime` is `Send`.
+                unsafe { (*p).step() };
+            }
+            self.token.store(false, Ordering::SeqCst);
+            if p.is_null() || self.events.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Ends a run: waits for the token, clears `core`, so no thread can step it any more.
+    pub fn detach_core(&self) {
+        while self
+            .token
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        self.core.store(std::ptr::null_mut(), Ordering::SeqCst);
+        self.token.store(false, Ordering::SeqCst);
     }
 
     /// Offers `node` for the frame `seq` in `slot` (its inputs are ready).
@@ -499,7 +553,8 @@ impl Shared {
         }
         self.open_gate(node, seq);
         if s.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.post(Event::FrameDone { slot }, true);
+            // The caller steps the scheduler (a lane) or is already stepping it (write-off).
+            self.post(Event::FrameDone { slot }, false);
             return true;
         }
         false
@@ -661,12 +716,12 @@ pub(crate) fn lane_main(shared: &Shared, lane: usize) {
         if let Some(job) = me.stages.pop() {
             match shared.execute(lane, job) {
                 Executed::WrittenOff => return,
-                // With no spare core, give this one to the scheduler thread we just woke
-                // (it publishes the frame) instead of spinning on it.
-                Executed::FrameDone if shared.watch.yield_on_frame_done => {
-                    idle_since = Some(0);
+                // Publish it from here: no other thread needs waking.
+                Executed::FrameDone => {
+                    shared.try_step();
+                    idle_since = None;
                 }
-                _ => idle_since = None,
+                Executed::Done => idle_since = None,
             }
             continue;
         }

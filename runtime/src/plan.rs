@@ -95,6 +95,9 @@ pub struct BufferPlan {
     pub published: bool,
 }
 
+/// A stage and its fallback, as handed to the runtime.
+pub(crate) type StageObjects = (Box<dyn Stage>, Box<dyn Fallback>);
+
 /// The compiled, immutable plan.
 pub struct Plan {
     pub(crate) stages: Vec<StagePlan>,
@@ -103,7 +106,7 @@ pub struct Plan {
     pub(crate) layout: ArenaLayout,
     pub(crate) config: PlanConfig,
     /// Stage objects, taken by the runtime at start.
-    pub(crate) objects: Vec<Option<(Box<dyn Stage>, Box<dyn Fallback>)>>,
+    pub(crate) objects: Vec<Option<StageObjects>>,
 }
 
 impl std::fmt::Debug for Plan {
@@ -233,7 +236,7 @@ impl Plan {
                     offset: 0,
                     producer: pos[d],
                     consumers: Vec::new(),
-                    published: g.published.iter().any(|b| *b == p.buffer),
+                    published: g.published.contains(&p.buffer),
                 });
             }
         }

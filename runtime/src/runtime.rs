@@ -21,9 +21,10 @@
 //!   [`crate::publish`]) before its deadline. A frame published after its deadline anyway
 //!   (the scheduler itself was late) is counted in `late_publishes`: misses are never silent.
 //! - **Watchdog detection delay**: the watchdog sleeps until the earliest budget expiry it
-//!   knows of, or one tick (`watchdog_tick_ns`, default 250 µs), so a budget overrun is seen
-//!   within the OS wake-up latency when the budget is longer than a tick, within a tick
-//!   otherwise. The measured delay is in the report (`watchdog_delay`).
+//!   knows of, or one tick (`watchdog_tick_ns`, by default half the shortest budget,
+//!   100 µs to 5 ms), so a budget overrun is seen within the OS wake-up latency when the
+//!   budget is longer than a tick, within a tick otherwise. The measured delay is in the
+//!   report (`watchdog_delay`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -83,14 +84,14 @@ pub struct RuntimeConfig {
     /// A stage running longer than this is declared hung and its lane lost, ns;
     /// 0 = four deadlines.
     pub hang_after_ns: u64,
-    /// Longest watchdog sleep, ns.
+    /// Longest watchdog sleep, ns; 0 = automatic: half the smallest stage budget (or of
+    /// the guard interval when no stage has a budget), between 100 µs and 5 ms. The
+    /// watchdog otherwise sleeps exactly until the earliest expiry it knows of, so a
+    /// budget longer than the tick is checked on time; every wake-up costs the lanes a
+    /// little (a context switch), which is why the tick is not smaller than it must be.
     pub watchdog_tick_ns: u64,
     /// An idle lane spins this long for new work before it parks, ns.
     pub lane_spin_ns: u64,
-    /// While a frame is in flight the scheduler spins this long for its completion before
-    /// parking, ns (0 = always park). Trades a little CPU for publish latency. Only used
-    /// when there are more online cores than lanes: otherwise the spin steals a lane's core.
-    pub scheduler_spin_ns: u64,
     /// Spans kept for the trace (oldest overwritten).
     pub span_capacity: usize,
     /// Pinning, SCHED_FIFO, memory locking.
@@ -107,8 +108,7 @@ impl Default for RuntimeConfig {
             publish_margin_ns: 1_000_000,
             release: ReleaseMode::RealTime,
             hang_after_ns: 0,
-            watchdog_tick_ns: 250_000,
-            scheduler_spin_ns: 50_000,
+            watchdog_tick_ns: 0,
             lane_spin_ns: 100_000,
             span_capacity: 1 << 16,
             rt: RtRequest::default(),
@@ -200,8 +200,10 @@ pub struct Runtime {
     next_seq: u64,
     run_t0_ns: u64,
     run_first_frame: u64,
-    /// Spinning is allowed only when a core is left over for it beside the lanes.
-    spin_allowed: bool,
+    /// Last frame (exclusive) of the current `run`.
+    target: u64,
+    /// The current `run`'s publisher (lifetime erased; see `run`).
+    publisher: Option<*mut (dyn Publisher + Send + 'static)>,
     // Modeled timing.
     vstage_free: Vec<u64>,
     vfinish: Vec<u64>,
@@ -230,6 +232,12 @@ pub struct Runtime {
     returned_stages: u64,
 }
 
+// SAFETY: every field is `Send` except `publisher`, a raw pointer that is `Some` only while
+// `run` executes (it borrows the runtime mutably, so the runtime cannot be moved to another
+// thread meanwhile) and that points to a `Publisher + Send`. Lanes touch the runtime only
+// through `Shared::core`, under the scheduling token, during `run`.
+unsafe impl Send for Runtime {}
+
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
@@ -251,9 +259,6 @@ impl Runtime {
                 "publish_margin_ns ({}) must be smaller than the deadline ({deadline} ns)",
                 cfg.publish_margin_ns
             )));
-        }
-        if cfg.watchdog_tick_ns == 0 {
-            return Err(RuntimeError::Config("watchdog_tick_ns must be > 0".into()));
         }
         let ladder = Ladder::new(cfg.ladder.clone(), &plan)?;
         let mut objects = Vec::with_capacity(plan.stages.len());
@@ -329,9 +334,8 @@ impl Runtime {
             } else {
                 cfg.hang_after_ns
             },
-            tick_ns: cfg.watchdog_tick_ns,
+            tick_ns: watchdog_tick(&cfg, &plan.stages),
             lane_spin_ns: cfg.lane_spin_ns,
-            yield_on_frame_done: lanes >= rt::online_cores(),
         };
         let shared = Arc::new(Shared::new(statics, objects, arena, lanes, watch));
         shared.scheduler.store(
@@ -359,7 +363,8 @@ impl Runtime {
             next_seq: 0,
             run_t0_ns: 0,
             run_first_frame: 0,
-            spin_allowed: lanes < rt::online_cores(),
+            target: 0,
+            publisher: None,
             vstage_free: vec![0; n],
             vfinish: vec![0; n],
             outcomes: [FrameOutcome::default(); OUTCOME_RING],
@@ -476,26 +481,68 @@ impl Runtime {
 
     /// Runs `frames` more frames, publishing each to `publisher` in order.
     /// Frame numbers continue from the previous call.
-    pub fn run(&mut self, frames: u64, publisher: &mut dyn Publisher) {
+    ///
+    /// Publishing happens on whichever runtime thread holds the scheduling token: usually
+    /// the lane that finished the frame (so a frame is published without waking another
+    /// thread), otherwise this thread. Calls never overlap and always come in frame order.
+    pub fn run(&mut self, frames: u64, publisher: &mut (dyn Publisher + Send)) {
         self.claim_scheduler_thread();
-        let target = self.next_frame + frames;
+        self.target = self.next_frame + frames;
         self.run_first_frame = self.next_frame;
         self.run_t0_ns = self.shared.now_ns() + 200_000;
+        let publisher: *mut (dyn Publisher + Send + '_) = publisher;
+        // SAFETY: only the lifetime is erased, for the duration of this call: the pointer
+        // is used by `step` while `core` is published below, and this function clears
+        // `core` (under the token, so no step is running) before it returns.
+        let erased: *mut (dyn Publisher + Send + 'static) =
+            unsafe { std::mem::transmute(publisher) };
+        self.publisher = Some(erased);
+        let shared = self.shared.clone();
+        shared.run_finished.store(false, Ordering::SeqCst);
+        shared.next_due.store(0, Ordering::SeqCst);
+        let me: *mut Runtime = self;
+        // From here until `core` is cleared, the runtime is used only through `me`, by
+        // whichever thread holds the token.
+        shared.core.store(me, Ordering::SeqCst);
+        loop {
+            shared.try_step();
+            if shared.run_finished.load(Ordering::SeqCst) {
+                break;
+            }
+            let now = shared.now_ns();
+            let due = shared.next_due.load(Ordering::SeqCst);
+            // Wake for the next release; lanes publish what they finish, and the watchdog
+            // and the last publish unpark us. The 50 ms cap only bounds a lost wake-up.
+            let wait = if due > now {
+                (due - now).min(50_000_000)
+            } else {
+                50_000_000
+            };
+            std::thread::park_timeout(std::time::Duration::from_nanos(wait));
+        }
+        shared.detach_core();
+        self.publisher = None;
+    }
+
+    /// One scheduling step, run by the token holder: events, in-order publishing,
+    /// retiring, releasing. Sets `run_finished` (and wakes the scheduler thread) when the
+    /// run's frames are all published and every slot is idle.
+    pub(crate) fn step(&mut self) {
         let period = self.cfg.period_ns;
         loop {
             self.drain_events();
-            self.publish_ready(publisher);
+            self.publish_ready();
             self.retire_ready();
-            let mut sleep_until = u64::MAX;
+            let mut due_at = 0;
             let released_before = self.frames_released;
-            while self.next_frame < target {
+            while self.next_frame < self.target {
                 let now = self.shared.now_ns();
                 match self.cfg.release {
                     ReleaseMode::RealTime => {
                         let due =
                             self.run_t0_ns + (self.next_frame - self.run_first_frame) * period;
                         if now < due {
-                            sleep_until = due;
+                            due_at = due;
                             break;
                         }
                         if !self.release_or_drop(due, due, true) {
@@ -520,40 +567,18 @@ impl Runtime {
                     }
                 }
             }
-            if self.next_frame >= target && self.queue.is_empty() && self.all_slots_idle() {
-                break;
+            self.shared.next_due.store(due_at, Ordering::SeqCst);
+            if self.next_frame >= self.target && self.queue.is_empty() && self.all_slots_idle() {
+                self.shared.run_finished.store(true, Ordering::SeqCst);
+                self.shared.wake_scheduler();
+                return;
             }
-            if self.frames_released != released_before {
-                continue; // publish a dropped frame, or pick up fast completions, first
+            if self.frames_released == released_before {
+                return;
             }
-            let now = self.shared.now_ns();
-            // Wake for the next release; otherwise lanes and the watchdog unpark us.
-            // The 50 ms cap only bounds how long a lost wake-up could cost.
-            let wait = sleep_until.saturating_sub(now).min(50_000_000);
-            if wait > 0 && !self.spin_for_event(now, sleep_until) {
-                std::thread::park_timeout(std::time::Duration::from_nanos(wait));
-            }
+            // Something was released or dropped: publish a dropped frame, or pick up a
+            // frame that already finished, before giving the token back.
         }
-    }
-
-    /// Spins up to `scheduler_spin_ns` for an event while a frame is in flight, instead of
-    /// paying a futex wake-up (several µs, more in a VM) when a frame completes quickly.
-    /// Returns true if an event arrived.
-    fn spin_for_event(&self, now: u64, sleep_until: u64) -> bool {
-        let spin = self.cfg.scheduler_spin_ns;
-        if spin == 0 || !self.spin_allowed || self.queue.is_empty() {
-            return false;
-        }
-        let until = (now + spin).min(sleep_until);
-        while self.shared.now_ns() < until {
-            if !self.shared.events.is_empty() {
-                return true;
-            }
-            for _ in 0..16 {
-                std::hint::spin_loop();
-            }
-        }
-        false
     }
 
     fn claim_scheduler_thread(&mut self) {
@@ -703,7 +728,12 @@ impl Runtime {
         }
     }
 
-    fn publish_ready(&mut self, publisher: &mut dyn Publisher) {
+    fn publish_ready(&mut self) {
+        let Some(publisher) = self.publisher else {
+            return;
+        };
+        // SAFETY: set by `run` for its duration; only the token holder (us) uses it.
+        let publisher: &mut (dyn Publisher + Send) = unsafe { &mut *publisher };
         while let Some(&entry) = self.queue.front() {
             match entry {
                 Entry::Dropped {
@@ -1218,6 +1248,22 @@ impl Drop for Runtime {
             drop(unsafe { Box::from_raw(p) });
         }
     }
+}
+
+/// The watchdog's longest sleep (see `RuntimeConfig::watchdog_tick_ns`).
+fn watchdog_tick(cfg: &RuntimeConfig, stages: &[StagePlan]) -> u64 {
+    if cfg.watchdog_tick_ns > 0 {
+        return cfg.watchdog_tick_ns;
+    }
+    let guard = cfg.deadline_len_ns().saturating_sub(cfg.publish_margin_ns);
+    let shortest = stages
+        .iter()
+        .map(|s| s.budget_ns)
+        .filter(|&b| b > 0)
+        .min()
+        .unwrap_or(guard)
+        .min(guard);
+    (shortest / 2).clamp(100_000, 5_000_000)
 }
 
 fn set_timer_slack_1ns() {

@@ -73,7 +73,7 @@ struct Seen {
 }
 
 impl Seen {
-    fn publisher(&mut self) -> impl FnMut(&Published<'_>) + '_ {
+    fn publisher(&mut self) -> impl FnMut(&Published<'_>) + Send + '_ {
         move |p: &Published<'_>| {
             self.frames.push(p.info.frame);
             self.statuses.push(p.status);
@@ -90,8 +90,7 @@ fn stall_is_detected_published_as_fallback_degrades_and_recovers() {
     let faults = Faults::new();
     let mut rt = realtime(&faults, 500_000_000);
     let mut seen = Seen::default();
-    rt.run(40, &mut seen.publisher());
-    assert_eq!(rt.mode(), 0, "nominal before the stall");
+    rt.run(40, &mut seen.publisher()); // warm-up, no fault
     faults.stall(ids::SMOOTH, 25_000_000); // 25 ms: past its budget and the 20 ms deadline
     rt.run(40, &mut seen.publisher());
     faults.stall(ids::SMOOTH, 0);
@@ -121,10 +120,10 @@ fn stall_is_detected_published_as_fallback_degrades_and_recovers() {
         .iter()
         .any(|s| matches!(s, FrameStatus::Fallback(_))));
     // The ladder went down, and came back to nominal once the stall stopped.
-    assert!(r
-        .transitions
-        .iter()
-        .any(|t| t.from == "nominal" && t.to == "reduced"));
+    assert!(r.transitions.iter().any(|t| t.after_frame >= 40
+        && t.after_frame < 80
+        && t.from == "nominal"
+        && t.to == "reduced"));
     let last = r.transitions.last().expect("transitions recorded");
     assert_eq!(last.to, "nominal", "{:#?}", r.transitions);
     assert_eq!(rt.mode(), 0);
