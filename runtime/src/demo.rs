@@ -225,8 +225,15 @@ impl Stage for DemoStage {
     }
 }
 
-/// Budgets (µs) of the demo stages, for a `len` of 4096 elements they leave ample margin.
+/// Budgets (µs) of the demo stages for up to 4096 elements per buffer; larger buffers
+/// scale them linearly (see [`demo_budget_us`]). Generous: several times the typical
+/// execution time in a release build, so that only real stalls overrun.
 pub const DEMO_BUDGETS_US: [u64; 9] = [400, 300, 400, 300, 300, 400, 400, 300, 200];
+
+/// Budget of demo stage `id` for buffers of `len` elements, µs.
+pub fn demo_budget_us(id: usize, len: usize) -> u64 {
+    DEMO_BUDGETS_US[id] * (len.div_ceil(4096).max(1) as u64)
+}
 
 /// The 9-stage demo graph over `len` elements per buffer; publishes `"summary"` (u64[4]).
 pub fn demo_graph(len: usize, faults: &Arc<Faults>) -> GraphBuilder {
@@ -237,7 +244,7 @@ pub fn demo_graph(len: usize, faults: &Arc<Faults>) -> GraphBuilder {
         state: Vec::new(),
         len,
     };
-    let b = |id: usize| DEMO_BUDGETS_US[id];
+    let b = |id: usize| demo_budget_us(id, len);
     g.stage("source", st(ids::SOURCE))
         .writes::<u32>("raw", len)
         .budget_us(b(ids::SOURCE))

@@ -1,0 +1,277 @@
+//! `redline demo`: runs the runtime's 9-stage demo graph (fan-out, fan-in, a stateful
+//! stage, a `parallel_for` stage) and prints the latency table; optional stall and hang
+//! injection show the watchdog, the fallbacks and the degradation ladder at work.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redline_runtime::demo::{demo_graph, ids, Faults};
+use redline_runtime::modes::ModeSpec;
+use redline_runtime::rt::RtRequest;
+use redline_runtime::{
+    FrameStatus, LadderConfig, PlanConfig, Published, ReleaseMode, Report, Runtime, RuntimeConfig,
+};
+
+use crate::progress::{Counters, Progress};
+
+/// Everything `redline demo` can be told.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Frames to run.
+    pub frames: u64,
+    /// Worker lanes.
+    pub lanes: usize,
+    /// Frames in flight.
+    pub slots: usize,
+    /// Release mode.
+    pub release: ReleaseMode,
+    /// Period, ms.
+    pub period_ms: f64,
+    /// Elements per demo buffer (work per frame).
+    pub size: usize,
+    /// Pin lane i to core cores[i % len].
+    pub pin: Option<Vec<usize>>,
+    /// SCHED_FIFO priority for the lanes.
+    pub fifo: Option<i32>,
+    /// mlockall + locked arena.
+    pub lock_memory: bool,
+    /// Stall: (stage, extra ms, first frame, last frame).
+    pub stall: Option<(String, f64, u64, u64)>,
+    /// Hang: (stage, frame).
+    pub hang: Option<(String, u64)>,
+    /// Directory for report.json and trace.json.
+    pub report_dir: Option<PathBuf>,
+    /// Print the plan before running.
+    pub show_plan: bool,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            frames: 300,
+            lanes: 2,
+            slots: 2,
+            release: ReleaseMode::RealTime,
+            period_ms: 1000.0 / 30.0,
+            size: 65_536,
+            pin: None,
+            fifo: None,
+            lock_memory: false,
+            stall: None,
+            hang: None,
+            report_dir: None,
+            show_plan: false,
+        }
+    }
+}
+
+/// What went wrong before or after the run (the run itself never fails).
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// A stage name not in the demo graph.
+    #[error("unknown stage '{0}': the demo graph's stages are {names}", names = ids::NAMES.join(", "))]
+    UnknownStage(String),
+    /// Bad numbers.
+    #[error("{0}")]
+    Invalid(String),
+    /// The graph or runtime could not be built.
+    #[error(transparent)]
+    Plan(#[from] redline_runtime::PlanError),
+    /// The runtime could not start.
+    #[error(transparent)]
+    Runtime(#[from] redline_runtime::RuntimeError),
+    /// Writing the report failed.
+    #[error("cannot write {path}: {error}")]
+    Write {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        error: std::io::Error,
+    },
+}
+
+fn stage_id(name: &str) -> Result<usize, DemoError> {
+    ids::NAMES
+        .iter()
+        .position(|n| *n == name)
+        .ok_or_else(|| DemoError::UnknownStage(name.to_string()))
+}
+
+/// The ladder the demo uses: nominal → reduced (no smoothing) → minimal (no smoothing,
+/// gradient or energy).
+pub fn demo_ladder() -> LadderConfig {
+    LadderConfig {
+        modes: vec![
+            ModeSpec {
+                name: "nominal".into(),
+                disable: vec![],
+            },
+            ModeSpec {
+                name: "reduced".into(),
+                disable: vec!["smooth".into()],
+            },
+            ModeSpec {
+                name: "minimal".into(),
+                disable: vec!["smooth".into(), "gradient".into(), "energy".into()],
+            },
+        ],
+        degrade_after: 2,
+        window: 30,
+        recover_after: 60,
+        slack_fraction: 0.1,
+    }
+}
+
+/// Runs the demo and returns its report (and writes report.json / trace.json if asked).
+pub fn run_demo(o: &DemoOptions) -> Result<Report, DemoError> {
+    if o.frames == 0 {
+        return Err(DemoError::Invalid("--frames must be at least 1".into()));
+    }
+    if !(o.period_ms > 0.0 && o.period_ms.is_finite()) {
+        return Err(DemoError::Invalid(format!(
+            "--period-ms {} must be > 0",
+            o.period_ms
+        )));
+    }
+    if o.size == 0 {
+        return Err(DemoError::Invalid("--size must be at least 1".into()));
+    }
+    let stall = match &o.stall {
+        Some((name, ms, from, to)) => {
+            if *ms <= 0.0 || from > to {
+                return Err(DemoError::Invalid(
+                    "--stall needs a positive duration and FROM <= TO".into(),
+                ));
+            }
+            Some((stage_id(name)?, (*ms * 1e6) as u64, *from, *to))
+        }
+        None => None,
+    };
+    let hang = match &o.hang {
+        Some((name, at)) => Some((stage_id(name)?, *at)),
+        None => None,
+    };
+    let faults = Faults::new();
+    let plan = demo_graph(o.size, &faults).build(&PlanConfig {
+        lanes: o.lanes,
+        frame_slots: o.slots,
+    })?;
+    if o.show_plan {
+        println!("{}", plan.describe());
+    }
+    let cfg = RuntimeConfig {
+        release: o.release,
+        period_ns: (o.period_ms * 1e6) as u64,
+        ladder: demo_ladder(),
+        rt: RtRequest {
+            pin_cores: o.pin.clone(),
+            fifo_priority: o.fifo,
+            lock_memory: o.lock_memory,
+        },
+        ..RuntimeConfig::default()
+    };
+    let mut rt = Runtime::new(plan, cfg)?;
+    let counters = Arc::new(Counters::default());
+    let progress = Progress::start("redline demo", o.frames, counters.clone());
+    let c = counters.clone();
+    let mut publisher = move |p: &Published<'_>| {
+        c.published.fetch_add(1, Ordering::Relaxed);
+        if matches!(p.status, FrameStatus::Fallback(_)) {
+            c.fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    // Fault windows split the run into segments; frame numbering carries on.
+    let mut marks: Vec<u64> = vec![0, o.frames];
+    if let Some((_, _, from, to)) = stall {
+        marks.extend([from.min(o.frames), (to + 1).min(o.frames)]);
+    }
+    if let Some((_, at)) = hang {
+        marks.push(at.min(o.frames));
+    }
+    marks.sort_unstable();
+    marks.dedup();
+    for w in marks.windows(2) {
+        let (start, end) = (w[0], w[1]);
+        if let Some((id, ns, from, to)) = stall {
+            faults.stall(id, if start >= from && start <= to { ns } else { 0 });
+        }
+        if let Some((id, at)) = hang {
+            if start == at {
+                faults.hang(id);
+            }
+        }
+        rt.run(end - start, &mut publisher);
+    }
+    progress.finish();
+    faults.release_hang();
+    let report = rt.report();
+    if let Some(dir) = &o.report_dir {
+        std::fs::create_dir_all(dir).map_err(|error| DemoError::Write {
+            path: dir.clone(),
+            error,
+        })?;
+        let path = dir.join("report.json");
+        let json = serde_json::to_string_pretty(&report).expect("the report serialises");
+        std::fs::write(&path, json).map_err(|error| DemoError::Write { path, error })?;
+        let path = dir.join("trace.json");
+        let file = std::fs::File::create(&path).map_err(|error| DemoError::Write {
+            path: path.clone(),
+            error,
+        })?;
+        rt.write_chrome_trace(std::io::BufWriter::new(file))
+            .map_err(|error| DemoError::Write { path, error })?;
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lockstep_demo_runs_and_writes_its_report() {
+        let dir = std::env::temp_dir().join(format!("redline-demo-{}", std::process::id()));
+        let o = DemoOptions {
+            frames: 50,
+            release: ReleaseMode::Lockstep,
+            size: 1024,
+            report_dir: Some(dir.clone()),
+            ..DemoOptions::default()
+        };
+        let r = run_demo(&o).unwrap();
+        assert_eq!(r.frames_published, 50);
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap())
+                .unwrap();
+        assert_eq!(json["frames_published"], 50);
+        let trace: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap())
+                .unwrap();
+        assert!(trace["traceEvents"].as_array().unwrap().len() > 50 * 9);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn bad_options_are_clear_errors() {
+        let o = DemoOptions {
+            stall: Some(("nope".into(), 5.0, 0, 10)),
+            ..DemoOptions::default()
+        };
+        let e = run_demo(&o).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown stage 'nope'") && e.contains("smooth"),
+            "{e}"
+        );
+        let o = DemoOptions {
+            frames: 0,
+            ..DemoOptions::default()
+        };
+        assert!(run_demo(&o).unwrap_err().to_string().contains("--frames"));
+        let o = DemoOptions {
+            lanes: 0,
+            ..DemoOptions::default()
+        };
+        assert!(run_demo(&o).unwrap_err().to_string().contains("lanes"));
+    }
+}
