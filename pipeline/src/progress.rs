@@ -38,7 +38,7 @@ impl Progress {
             while !s.load(Ordering::Relaxed) {
                 let p = counters.published.load(Ordering::Relaxed);
                 let f = counters.fallbacks.load(Ordering::Relaxed);
-                let pct = if total > 0 { 100 * p / total } else { 100 };
+                let pct = (100 * p).checked_div(total).unwrap_or(100);
                 let _ = write!(
                     err,
                     "\r{label}: frame {p}/{total} ({pct}%), {f} fallbacks   "
