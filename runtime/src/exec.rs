@@ -53,10 +53,13 @@ pub(crate) const RUNNING: u8 = 1;
 pub(crate) const DONE: u8 = 2;
 pub(crate) const ABANDONED: u8 = 3;
 
-// Node execution states.
-const IDLE: u8 = 0;
-const BUSY: u8 = 1;
-pub(crate) const LOST: u8 = 2;
+// Node execution states, in the low 2 bits of `Node::exec`; the high bits hold the
+// sequence number of the frame being run, so a stale hang report for an earlier frame can
+// never write off a later run of the same stage.
+const IDLE: u64 = 0;
+const BUSY: u64 = 1;
+const LOST: u64 = 2;
+const STATE_MASK: u64 = 3;
 
 /// How one stage's turn in one frame ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +153,8 @@ pub(crate) struct Node {
     next_seq: AtomicU64,
     /// Parked offers, indexed by `seq % slots`: `pack(seq, slot) + 1`, 0 = empty.
     parked: Box<[AtomicU64]>,
-    exec: AtomicU8,
+    /// `seq << 2 | state` (IDLE, BUSY or LOST).
+    exec: AtomicU64,
     /// Lane the stage currently runs on.
     pub lane: AtomicUsize,
 }
@@ -347,7 +351,7 @@ impl Shared {
                 fallback: UnsafeCell::new(fallback),
                 next_seq: AtomicU64::new(0),
                 parked: (0..n_slots).map(|_| AtomicU64::new(0)).collect(),
-                exec: AtomicU8::new(IDLE),
+                exec: AtomicU64::new(IDLE),
                 lane: AtomicUsize::new(st.plan_lane),
             })
             .collect();
@@ -606,7 +610,7 @@ impl Shared {
         let info = self.frame_info(s);
         let outcome = if s.phase.load(Ordering::Acquire) == ABANDONED {
             Outcome::Cancelled
-        } else if n.exec.load(Ordering::Acquire) == LOST {
+        } else if n.exec.load(Ordering::Acquire) & STATE_MASK == LOST {
             self.run_fallback(node, slot, lane, &info);
             Outcome::LostFallback
         } else if s.skip_mask.load(Ordering::Acquire) & (1u64 << node) != 0 {
@@ -617,7 +621,8 @@ impl Shared {
             l.started_ns.store(start, Ordering::Release);
             l.running
                 .store(pack_running(job.node, job.seq, slot), Ordering::Release);
-            n.exec.store(BUSY, Ordering::Release);
+            let busy = (job.seq << 2) | BUSY;
+            n.exec.store(busy, Ordering::Release);
             s.in_exec.fetch_add(1, Ordering::AcqRel);
             let mut io = self.io(node, slot, lane, true);
             // SAFETY: the frame gate admits this node for one frame at a time and only this
@@ -625,8 +630,9 @@ impl Shared {
             let stage = unsafe { &mut *n.stage.get() };
             let result = stage.run(&info, &mut io);
             l.running.store(NONE, Ordering::Release);
-            if n.exec
-                .compare_exchange(BUSY, IDLE, Ordering::AcqRel, Ordering::Acquire)
+            if n
+                .exec
+                .compare_exchange(busy, (job.seq << 2) | IDLE, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
                 // Written off as hung while we ran: the scheduler already completed this
@@ -664,16 +670,14 @@ impl Shared {
     /// its turn. Returns false if the stage returned in the meantime (no loss).
     pub fn write_off(&self, lane: usize, node: usize, slot: u8, seq: u64) -> bool {
         let n = &self.nodes[node];
-        if n.exec
-            .compare_exchange(BUSY, LOST, Ordering::AcqRel, Ordering::Acquire)
+        let busy = (seq << 2) | BUSY;
+        if n
+            .exec
+            .compare_exchange(busy, (seq << 2) | LOST, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             return false;
         }
-        let l = &self.lanes.lanes[lane];
-        // The watchdog read `running` a moment ago; make sure it is still this turn.
-        let (rn, rseq, rslot) = unpack_running(l.running.load(Ordering::Acquire));
-        debug_assert!(rn as usize == node && rseq == seq && rslot == slot);
         self.lanes.mark_lost(lane);
         let is_live = |i: &usize| !self.lanes.lanes[*i].lost.load(Ordering::Acquire);
         let live_n = (0..self.lanes.lanes.len()).filter(is_live).count();
