@@ -630,9 +630,13 @@ impl Shared {
             let stage = unsafe { &mut *n.stage.get() };
             let result = stage.run(&info, &mut io);
             l.running.store(NONE, Ordering::Release);
-            if n
-                .exec
-                .compare_exchange(busy, (job.seq << 2) | IDLE, Ordering::AcqRel, Ordering::Acquire)
+            if n.exec
+                .compare_exchange(
+                    busy,
+                    (job.seq << 2) | IDLE,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
                 .is_err()
             {
                 // Written off as hung while we ran: the scheduler already completed this
@@ -671,8 +675,7 @@ impl Shared {
     pub fn write_off(&self, lane: usize, node: usize, slot: u8, seq: u64) -> bool {
         let n = &self.nodes[node];
         let busy = (seq << 2) | BUSY;
-        if n
-            .exec
+        if n.exec
             .compare_exchange(busy, (seq << 2) | LOST, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
