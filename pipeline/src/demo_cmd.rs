@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use redline_runtime::demo::{demo_graph, ids, Faults};
-use redline_runtime::modes::ModeSpec;
+use redline_runtime::demo::{demo_graph, demo_ladder, ids, Faults};
 use redline_runtime::rt::RtRequest;
 use redline_runtime::{
-    FrameStatus, LadderConfig, PlanConfig, Published, ReleaseMode, Report, Runtime, RuntimeConfig,
+    FrameStatus, PlanConfig, Published, ReleaseMode, Report, Runtime, RuntimeConfig,
 };
 
 use crate::progress::{Counters, Progress};
@@ -98,31 +97,6 @@ fn stage_id(name: &str) -> Result<usize, DemoError> {
         .ok_or_else(|| DemoError::UnknownStage(name.to_string()))
 }
 
-/// The ladder the demo uses: nominal → reduced (no smoothing) → minimal (no smoothing,
-/// gradient or energy).
-pub fn demo_ladder() -> LadderConfig {
-    LadderConfig {
-        modes: vec![
-            ModeSpec {
-                name: "nominal".into(),
-                disable: vec![],
-            },
-            ModeSpec {
-                name: "reduced".into(),
-                disable: vec!["smooth".into()],
-            },
-            ModeSpec {
-                name: "minimal".into(),
-                disable: vec!["smooth".into(), "gradient".into(), "energy".into()],
-            },
-        ],
-        degrade_after: 2,
-        window: 30,
-        recover_after: 60,
-        slack_fraction: 0.1,
-    }
-}
-
 /// Runs the demo and returns its report (and writes report.json / trace.json if asked).
 pub fn run_demo(o: &DemoOptions) -> Result<Report, DemoError> {
     if o.frames == 0 {
@@ -163,7 +137,7 @@ pub fn run_demo(o: &DemoOptions) -> Result<Report, DemoError> {
     let cfg = RuntimeConfig {
         release: o.release,
         period_ns: (o.period_ms * 1e6) as u64,
-        ladder: demo_ladder(),
+        ladder: demo_ladder(2, 30, 60),
         rt: RtRequest {
             pin_cores: o.pin.clone(),
             fifo_priority: o.fifo,

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::graph::GraphBuilder;
+use crate::modes::{LadderConfig, ModeSpec};
 use crate::stage::{Criticality, FrameInfo, Stage, StageError, StageIo};
 
 /// Switches a test flips to stall or hang one demo stage (by name index in the demo).
@@ -332,4 +333,24 @@ pub fn empty_graph() -> GraphBuilder {
         .writes::<u8>("sink", 64);
     g.publish("sink");
     g
+}
+
+/// The demo's degradation ladder: nominal → reduced (no `smooth`) → minimal (no `smooth`,
+/// `gradient` or `energy`), with the given thresholds (see [`LadderConfig`]).
+pub fn demo_ladder(degrade_after: u32, window: u32, recover_after: u32) -> LadderConfig {
+    let mode = |name: &str, disable: &[&str]| ModeSpec {
+        name: name.into(),
+        disable: disable.iter().map(|s| s.to_string()).collect(),
+    };
+    LadderConfig {
+        modes: vec![
+            mode("nominal", &[]),
+            mode("reduced", &["smooth"]),
+            mode("minimal", &["smooth", "gradient", "energy"]),
+        ],
+        degrade_after,
+        window,
+        recover_after,
+        slack_fraction: 0.1,
+    }
 }

@@ -938,14 +938,44 @@ impl Runtime {
         } else {
             FrameStatus::Complete
         };
+        let (latency, done) = self.hand_over(publisher, info, status, wall_release, base, true);
+        if degraded {
+            self.frames_degraded += 1;
+        } else {
+            self.frames_complete += 1;
+        }
+        let slack = if self.cfg.release != ReleaseMode::Lockstep {
+            (wall_release + self.cfg.deadline_len_ns()).saturating_sub(done)
+        } else {
+            modeled_slack
+        };
+        self.finish_publish(info.frame, latency, false, overrun, slack);
+    }
+
+    /// Calls the publisher with the outputs at `base` (a slot, or the held region), records
+    /// the publish span and a late publish. Returns (latency, time the call returned).
+    fn hand_over(
+        &mut self,
+        publisher: &mut dyn Publisher,
+        info: FrameInfo,
+        status: FrameStatus,
+        wall_release: u64,
+        base: std::ptr::NonNull<u8>,
+        in_slot: bool,
+    ) -> (u64, u64) {
         let now = self.shared.now_ns();
         let latency = now.saturating_sub(wall_release);
+        let held_from = if in_slot {
+            Some(info.frame)
+        } else {
+            self.held_from
+        };
         let p = Published {
             info,
             status,
-            held_from: Some(info.frame),
+            held_from,
             latency_ns: latency,
-            outputs: self.outputs_at(base, true),
+            outputs: self.outputs_at(base, in_slot),
         };
         publisher.publish(&p);
         let done = self.shared.now_ns();
@@ -955,24 +985,18 @@ impl Runtime {
             lane: u16::MAX,
             start_ns: now,
             end_ns: done,
-            kind: SpanKind::Publish,
+            kind: if in_slot {
+                SpanKind::Publish
+            } else {
+                SpanKind::FrameFallback
+            },
         });
-        if degraded {
-            self.frames_degraded += 1;
-        } else {
-            self.frames_complete += 1;
-        }
-        let deadline_wall = wall_release + self.cfg.deadline_len_ns();
-        let measured = self.cfg.release != ReleaseMode::Lockstep;
-        if measured && done > deadline_wall {
+        if self.cfg.release != ReleaseMode::Lockstep
+            && done > wall_release + self.cfg.deadline_len_ns()
+        {
             self.late_publishes += 1;
         }
-        let slack = if measured {
-            deadline_wall.saturating_sub(done)
-        } else {
-            modeled_slack
-        };
-        self.finish_publish(info.frame, latency, false, overrun, slack);
+        (latency, done)
     }
 
     fn publish_fallback(
@@ -987,32 +1011,10 @@ impl Runtime {
             .held
             .slot_base(0)
             .unwrap_or(std::ptr::NonNull::dangling());
-        let now = self.shared.now_ns();
-        let latency = now.saturating_sub(wall_release);
-        let p = Published {
-            info,
-            status: FrameStatus::Fallback(reason),
-            held_from: self.held_from,
-            latency_ns: latency,
-            outputs: self.outputs_at(base, false),
-        };
-        publisher.publish(&p);
-        let done = self.shared.now_ns();
-        self.spans.push(Span {
-            stage: u16::MAX,
-            frame: info.frame,
-            lane: u16::MAX,
-            start_ns: now,
-            end_ns: done,
-            kind: SpanKind::FrameFallback,
-        });
+        let status = FrameStatus::Fallback(reason);
+        let (latency, _) = self.hand_over(publisher, info, status, wall_release, base, false);
         self.deadline_misses += 1;
         self.misses_by_reason[reason as usize] += 1;
-        if self.cfg.release != ReleaseMode::Lockstep
-            && done > wall_release + self.cfg.deadline_len_ns()
-        {
-            self.late_publishes += 1;
-        }
         self.finish_publish(info.frame, latency, true, overrun_mask != 0, 0);
     }
 

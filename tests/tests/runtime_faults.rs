@@ -5,8 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use redline_runtime::demo::{demo_graph, ids, Faults};
-use redline_runtime::modes::ModeSpec;
+use redline_runtime::demo::{demo_graph, demo_ladder, ids, Faults};
 use redline_runtime::{
     FrameStatus, LadderConfig, PlanConfig, Published, ReleaseMode, Runtime, RuntimeConfig,
 };
@@ -19,26 +18,7 @@ const PERIOD: u64 = 20_000_000;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn ladder() -> LadderConfig {
-    LadderConfig {
-        modes: vec![
-            ModeSpec {
-                name: "nominal".into(),
-                disable: vec![],
-            },
-            ModeSpec {
-                name: "reduced".into(),
-                disable: vec!["smooth".into()],
-            },
-            ModeSpec {
-                name: "minimal".into(),
-                disable: vec!["smooth".into(), "gradient".into()],
-            },
-        ],
-        degrade_after: 2,
-        window: 10,
-        recover_after: 20,
-        slack_fraction: 0.1,
-    }
+    demo_ladder(2, 10, 20)
 }
 
 fn realtime(faults: &Arc<Faults>, hang_after_ns: u64) -> Runtime {
