@@ -6,4 +6,5 @@
 //! degradation ladder, the latency table, the JSON report and the Chrome trace.
 
 pub mod demo_cmd;
+pub mod types;
 pub mod progress;
