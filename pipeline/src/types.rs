@@ -23,6 +23,13 @@ pub const MAP_POINTS: usize = 1024;
 /// Metres between road-map points.
 pub const MAP_SPACING: f32 = 2.0;
 
+/// Ego vehicle length, m.
+pub const EGO_LENGTH: f32 = 4.6;
+/// Ego vehicle width, m.
+pub const EGO_WIDTH: f32 = 1.9;
+/// Distance from the ego origin (rear axle) forward to the box centre, m.
+pub const EGO_REAR_TO_CENTRE: f32 = 1.4;
+
 /// Object classes on the wire (same values as `redline_sim::types::ActorClass`).
 pub mod class {
     /// Passenger car.
@@ -240,11 +247,11 @@ pub struct BevSpec {
 }
 
 impl BevSpec {
-    /// The default grid: 64 m forward / 16 m back, ±24 m sideways, 0.5 m cells.
+    /// The default grid: 64 m forward, 16 m back, ±24 m sideways, 1 m cells (80 × 48).
     pub const DEFAULT: BevSpec = BevSpec {
-        nx: 160,
-        ny: 96,
-        res: 0.5,
+        nx: 80,
+        ny: 48,
+        res: 1.0,
         x0: -16.0,
         y0: -24.0,
     };
