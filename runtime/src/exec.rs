@@ -573,7 +573,7 @@ impl Shared {
         }
     }
 
-    fn io<'a>(&'a self, node: usize, slot: u8, lane: usize, readable: bool) -> StageIo<'a> {
+    fn io<'a>(&'a self, node: usize, slot: u8, lane: usize) -> StageIo<'a> {
         let st = &self.statics[node];
         let base = self
             .arena
@@ -581,14 +581,14 @@ impl Shared {
             .expect("slot index from the scheduler is in range");
         // SAFETY: `base` is a slot laid out by this plan and lives as long as `self`; the
         // dependency counters guarantee the inputs are complete and no other stage accesses
-        // the outputs (plan: no shared bytes between concurrently accessed buffers);
-        // `readable` is false for fallbacks, which may run before their inputs exist.
+        // the outputs (plan: no shared bytes between concurrently accessed buffers).
+        // Fallbacks run at the stage's place in the dependency order, so their inputs are
+        // complete too.
         unsafe {
             StageIo::new(
                 base,
                 &st.inputs,
                 &st.outputs,
-                readable,
                 Some(ParallelHandle {
                     lanes: &self.lanes,
                     lane,
@@ -624,7 +624,7 @@ impl Shared {
             let busy = (job.seq << 2) | BUSY;
             n.exec.store(busy, Ordering::Release);
             s.in_exec.fetch_add(1, Ordering::AcqRel);
-            let mut io = self.io(node, slot, lane, true);
+            let mut io = self.io(node, slot, lane);
             // SAFETY: the frame gate admits this node for one frame at a time and only this
             // lane executes it now, so this is the only reference to the stage object.
             let stage = unsafe { &mut *n.stage.get() };
@@ -664,7 +664,7 @@ impl Shared {
     }
 
     fn run_fallback(&self, node: usize, slot: u8, lane: usize, info: &FrameInfo) {
-        let mut io = self.io(node, slot, lane, false);
+        let mut io = self.io(node, slot, lane);
         // SAFETY: as for `stage` in `execute`: one frame at a time per node, one lane.
         let fb = unsafe { &mut *self.nodes[node].fallback.get() };
         fb.fallback(info, &mut io);

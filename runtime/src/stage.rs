@@ -11,7 +11,8 @@
 //!   but not necessarily every frame (a frame abandoned at its deadline cancels the stages
 //!   that had not started).
 //! - The stage's [`Fallback`] writes a cheap, safe output when the stage is disabled by
-//!   the current mode, when `run` failed, or when the stage is lost (hung). It is a separate
+//!   the current mode, when `run` failed, or when the stage is lost (hung). It runs at the
+//!   stage's place in the dependency order, so it may read the inputs. It is a separate
 //!   object (made by [`Stage::make_fallback`] at start-up) precisely so that it can still be
 //!   called while the stage itself is stuck inside `run`.
 //!
@@ -165,9 +166,10 @@ pub trait Stage: Send {
     }
 }
 
-/// Writes a stage's outputs without its inputs: the cheap safe output.
+/// Writes a stage's cheap, safe output in place of `run` (it may read the inputs).
 pub trait Fallback: Send {
-    /// Write every output. Must not allocate, lock or panic.
+    /// Write every output. Must not allocate, lock or panic, and must be much cheaper
+    /// than `run` (it is what runs when time is short).
     fn fallback(&mut self, frame: &FrameInfo, out: &mut StageIo<'_>);
 }
 
@@ -193,7 +195,6 @@ pub struct StageIo<'a> {
     inputs: &'a [PortView],
     outputs: &'a [PortView],
     taken: u64,
-    inputs_readable: bool,
     parallel: Option<ParallelHandle<'a>>,
     _slot: PhantomData<&'a mut [u8]>,
 }
@@ -214,12 +215,11 @@ impl<'a> StageIo<'a> {
     /// `base` must point to a frame slot laid out by the plan these ports come from, valid
     /// for the whole of `'a`; during `'a` no other thread may write the input buffers or
     /// access the output buffers (the plan and the scheduler's dependency order guarantee
-    /// this); `inputs_readable` must be false when the inputs have not been produced.
+    /// this).
     pub(crate) unsafe fn new(
         base: NonNull<u8>,
         inputs: &'a [PortView],
         outputs: &'a [PortView],
-        inputs_readable: bool,
         parallel: Option<ParallelHandle<'a>>,
     ) -> Self {
         StageIo {
@@ -227,7 +227,6 @@ impl<'a> StageIo<'a> {
             inputs,
             outputs,
             taken: 0,
-            inputs_readable,
             parallel,
             _slot: PhantomData,
         }
@@ -264,15 +263,8 @@ impl<'a> StageIo<'a> {
         Ok(p)
     }
 
-    /// Input `index` as a shared slice. In a fallback call there are no readable inputs.
+    /// Input `index` as a shared slice.
     pub fn input<T: Element>(&self, index: usize) -> Result<&'a [T], PortError> {
-        if !self.inputs_readable {
-            return Err(PortError::NoSuchPort {
-                dir: "input",
-                index,
-                count: 0,
-            });
-        }
         let p = Self::port::<T>(self.inputs, "input", index)?;
         // SAFETY: the plan placed this buffer at `offset` inside the slot with `len`
         // elements of T and alignment >= align_of::<T>() (offsets are multiples of 64 and
