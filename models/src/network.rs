@@ -1,0 +1,1257 @@
+//! The reference network: a shared INT8 camera backbone and the detection and segmentation
+//! heads that run on the bird's-eye-view (BEV) grid, with weights drawn from a seeded PRNG
+//! until trained weights exist.
+//!
+//! # Contract
+//!
+//! - **Backbone** (shared over cameras), per camera `in_h × in_w × 3` NHWC `i8` →
+//!   `ceil(in_h/8) × ceil(in_w/8) × feat_c`: conv3x3 s2 p1 3→16 ReLU, conv3x3 s2 p1 16→32 ReLU,
+//!   conv3x3 s2 p1 32→feat_c ReLU (64×128 → 8×16×64 with the default config). Its input is
+//!   quantized with [`Backbone::input_q`] = `{ scale: 1/128, zero_point: 0 }`, i.e.
+//!   `pixel / 255 * 2 - 1` in `[-1, 1)` (1.0 saturates to 127).
+//! - **Detection head** on BEV features `ny × nx × bev_c` (quantized with the backbone's
+//!   output parameters, see [`bev_q`]): conv1x1 bev_c→32 ReLU, then conv1x1 32→`classes`
+//!   heatmap logits (quantized with [`DetHead::heat_q`]) and conv1x1 32→6 box regression
+//!   channels `dx, dy` (cell offset), `log_length, log_width, sin_yaw, cos_yaw` (quantized
+//!   with [`DetHead::reg_q`]). The two output groups are written side by side into one
+//!   `ny × nx × (classes + 6)` tensor, heatmap channels first. In an ONNX export they are two
+//!   `QLinearConv` nodes with their own output scales.
+//! - **Segmentation head**: conv1x1 bev_c→16 ReLU, conv1x1 16→`seg_classes` logits (0 =
+//!   other, 1 = drivable, 2 = lane marking), one output scale ([`SegHead::logit_q`]), and
+//!   [`SegHead::argmax`] (ties go to the lowest class index).
+//! - **Weights**: for each layer, `f32` weights uniform in `±sqrt(6 / fan_in)` (He uniform)
+//!   and a small bias (`±0.05`) drawn from a [`SplitMix64`] stream derived from
+//!   [`NetConfig::seed`] and the layer, quantized with
+//!   [`crate::quant::quantize_weights_per_channel`] and [`crate::quant::quantize_bias`].
+//! - **Calibration** (construction time): each layer's output scale is chosen by min-max
+//!   ([`QParams::from_min_max`]) over the `f32` reference of that layer
+//!   ([`crate::conv::reference_conv_f32`]) run on a seeded random input (backbone: a uniform
+//!   random image; heads: 1024 random BEV feature vectors, half of the channels at 0, the
+//!   rest uniform over the positive range of the input quantization); the next layer is
+//!   calibrated on the actual `i8` output of the previous one.
+//! - **Determinism**: the same [`NetConfig`] gives bit-identical weights, quantization
+//!   parameters and outputs on every run and machine (integer PRNG, fixed-order `f64`
+//!   calibration sums, the integer kernel of [`crate::conv`]).
+//! - **Rows**: the heads are 1x1 convolutions, so BEV row `r` of the output depends only on
+//!   BEV row `r` of the input: `forward_rows` over any static split of `0..ny` gives the
+//!   same tensor as `forward`, and a chunk needs scratch only for its own rows.
+//!
+//! # Cost
+//!
+//! Construction allocates and runs the float reference once (milliseconds). `forward*`,
+//! `forward_rows*` and `argmax` are per-frame calls: no allocation, no lock, no logging, no
+//! panic (wrong buffer sizes are returned as [`ModelError`]); they cost [`Backbone::macs`] /
+//! [`DetHead::macs`] / [`SegHead::macs`] multiply-adds of the scalar kernel.
+//!
+//! # Never
+//!
+//! Nothing here owns threads, reads the clock or keeps state between calls: a network is
+//! immutable after construction and can be shared by reference across lanes.
+
+use crate::conv::{reference_conv_f32, ChannelSlot, Conv2d, ConvShape, ModelError};
+use crate::quant::{dequantize, quantize_bias, try_quantize_weights_per_channel, QParams};
+use std::ops::Range;
+
+/// Input channels of the backbone (RGB).
+pub const IMAGE_CHANNELS: usize = 3;
+/// Box regression channels of the detection head: `dx, dy, log_length, log_width,
+/// sin_yaw, cos_yaw`.
+pub const REG_CHANNELS: usize = 6;
+/// Hidden channels of the detection head.
+pub const DET_HIDDEN: usize = 32;
+/// Hidden channels of the segmentation head.
+pub const SEG_HIDDEN: usize = 16;
+/// Feature vectors used to calibrate a head.
+const HEAD_CALIB_PIXELS: usize = 1024;
+/// Bias range of the seeded layers (real units).
+const BIAS_RANGE: f32 = 0.05;
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a tiny, fast, statistically solid PRNG whose whole
+/// state is one `u64`. Deterministic on every platform.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    /// A generator seeded with `seed`.
+    pub const fn new(seed: u64) -> Self {
+        Self { state: seed }
+    }
+
+    /// An independent stream for (`seed`, `stream`): used to give each layer its own
+    /// weights, so adding a layer never changes the others.
+    pub fn stream(seed: u64, stream: u64) -> Self {
+        let mut g = Self::new(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        g.next_u64();
+        g
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)` with 24 bits of resolution.
+    pub fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * self.next_f32()
+    }
+
+    /// Uniform over all 256 `i8` values.
+    pub fn next_i8(&mut self) -> i8 {
+        (self.next_u64() >> 56) as u8 as i8
+    }
+
+    /// Uniform in `lo..=hi` (`lo <= hi`; swapped otherwise).
+    pub fn range_i32(&mut self, lo: i32, hi: i32) -> i32 {
+        let (lo, hi) = if lo <= hi { (lo, hi) } else { (hi, lo) };
+        let span = (i64::from(hi) - i64::from(lo) + 1) as u64;
+        (i64::from(lo) + (self.next_u64() % span) as i64) as i32
+    }
+}
+
+/// Configuration of the reference network.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetConfig {
+    /// Camera image height fed to the backbone (default 64).
+    pub in_h: usize,
+    /// Camera image width fed to the backbone (default 128).
+    pub in_w: usize,
+    /// Backbone output channels (default 64).
+    pub feat_c: usize,
+    /// BEV feature channels; must equal `feat_c` (default 64).
+    pub bev_c: usize,
+    /// Detection classes (heatmap channels, default 3).
+    pub classes: usize,
+    /// Segmentation classes (default 3: other, drivable, lane marking).
+    pub seg_classes: usize,
+    /// Seed of every weight and calibration stream.
+    pub seed: u64,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self {
+            in_h: 64,
+            in_w: 128,
+            feat_c: 64,
+            bev_c: 64,
+            classes: 3,
+            seg_classes: 3,
+            seed: 0x5EED_2ED1_14E0,
+        }
+    }
+}
+
+impl NetConfig {
+    /// Checks the configuration: image sides in `1..=4096`, `feat_c` in `1..=1024`,
+    /// `bev_c == feat_c`, `classes` in `1..=64`, `seg_classes` in `1..=255`.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let bad = |reason: String| Err(ModelError::InvalidConfig { reason });
+        if !(1..=4096).contains(&self.in_h) || !(1..=4096).contains(&self.in_w) {
+            return bad(format!(
+                "image {}x{}: in_h and in_w must be in 1..=4096",
+                self.in_h, self.in_w
+            ));
+        }
+        if !(1..=1024).contains(&self.feat_c) {
+            return bad(format!("feat_c = {}: must be in 1..=1024", self.feat_c));
+        }
+        if self.bev_c != self.feat_c {
+            return bad(format!(
+                "bev_c = {} but feat_c = {}: the BEV grid carries the backbone features, set \
+                 bev_c = feat_c",
+                self.bev_c, self.feat_c
+            ));
+        }
+        if !(1..=64).contains(&self.classes) {
+            return bad(format!("classes = {}: must be in 1..=64", self.classes));
+        }
+        if !(1..=255).contains(&self.seg_classes) {
+            return bad(format!(
+                "seg_classes = {}: must be in 1..=255 (argmax writes u8)",
+                self.seg_classes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Stream ids of the seeded layers (stable: changing them changes every model).
+mod stream {
+    pub const BACKBONE: u64 = 0x100;
+    pub const BACKBONE_CALIB: u64 = 0x1FF;
+    pub const DET: u64 = 0x200;
+    pub const DET_CALIB: u64 = 0x2FF;
+    pub const SEG: u64 = 0x300;
+    pub const SEG_CALIB: u64 = 0x3FF;
+}
+
+/// Draws, quantizes and calibrates one seeded layer whose f32 weights have
+/// `shape.out_c` output channels; `groups` splits the output channels into consecutive
+/// groups, each a separate [`Conv2d`] with its own calibrated output scale. Returns the
+/// layers and, per group, its `i8` output on the calibration input.
+#[allow(clippy::too_many_arguments)]
+fn seeded_layer(
+    rng: &mut SplitMix64,
+    shape: ConvShape,
+    groups: &[usize],
+    relu: bool,
+    in_q: QParams,
+    calib: &[i8],
+    h: usize,
+    w: usize,
+) -> Result<Vec<(Conv2d, Vec<i8>)>, ModelError> {
+    let fan_in = shape.k * shape.k * shape.in_c;
+    let a = (6.0 / fan_in as f32).sqrt();
+    let wf: Vec<f32> = (0..fan_in * shape.out_c)
+        .map(|_| rng.uniform(-a, a))
+        .collect();
+    let bf: Vec<f32> = (0..shape.out_c)
+        .map(|_| rng.uniform(-BIAS_RANGE, BIAS_RANGE))
+        .collect();
+    let (wq, ws) = try_quantize_weights_per_channel(&wf, shape.out_c)?;
+    let calib_f: Vec<f32> = calib.iter().map(|&v| dequantize(v, in_q)).collect();
+    let mut layers = Vec::with_capacity(groups.len());
+    let mut first = 0;
+    for &n in groups {
+        let oc = first..first + n;
+        let bias: Vec<i32> = oc
+            .clone()
+            .map(|c| quantize_bias(bf[c], in_q.scale, ws[c]))
+            .collect();
+        let mut conv = Conv2d::new(
+            ConvShape { out_c: n, ..shape },
+            wq[oc.start * fan_in..oc.end * fan_in].to_vec(),
+            ws[oc.clone()].to_vec(),
+            bias,
+            in_q,
+            QParams::new(1.0, 0),
+            relu,
+        )?;
+        let yf = reference_conv_f32(&conv, &calib_f, h, w)?;
+        let (lo, hi) = yf
+            .iter()
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                (lo.min(v), hi.max(v))
+            });
+        conv.set_out_q(QParams::from_min_max(lo, hi))?;
+        let mut y = vec![0i8; conv.output_len(h, w).unwrap_or(0)];
+        conv.forward(calib, h, w, &mut y)?;
+        layers.push((conv, y));
+        first += n;
+    }
+    Ok(layers)
+}
+
+/// Splits `buf` into the first `len` elements, or reports it too small.
+fn prefix<'a>(
+    buf: &'a mut [i8],
+    len: usize,
+    what: &'static str,
+) -> Result<&'a mut [i8], ModelError> {
+    let got = buf.len();
+    buf.get_mut(..len).ok_or(ModelError::BufferTooSmall {
+        what,
+        needed: len,
+        got,
+    })
+}
+
+fn exact_len(buf_len: usize, expected: usize, what: &'static str) -> Result<(), ModelError> {
+    if buf_len == expected {
+        Ok(())
+    } else {
+        Err(ModelError::BufferSize {
+            what,
+            expected,
+            got: buf_len,
+        })
+    }
+}
+
+/// The shared camera backbone: three conv3x3 stride-2 ReLU layers, 3 → 16 → 32 → `feat_c`.
+#[derive(Clone, Debug)]
+pub struct Backbone {
+    layers: [Conv2d; 3],
+    /// Input, then each layer's output spatial size.
+    hw: [(usize, usize); 4],
+}
+
+impl Backbone {
+    /// Builds the seeded backbone for `cfg` and calibrates it (see the module docs).
+    pub fn new(cfg: &NetConfig) -> Result<Self, ModelError> {
+        cfg.validate()?;
+        let chans = [IMAGE_CHANNELS, 16, 32, cfg.feat_c];
+        let (h, w) = (cfg.in_h, cfg.in_w);
+        let mut calib_rng = SplitMix64::stream(cfg.seed, stream::BACKBONE_CALIB);
+        let mut x: Vec<i8> = (0..h * w * IMAGE_CHANNELS)
+            .map(|_| calib_rng.next_i8())
+            .collect();
+        let mut q = Self::input_q_const();
+        let mut hw = [(h, w); 4];
+        let mut layers = Vec::with_capacity(3);
+        for i in 0..3 {
+            let shape = ConvShape {
+                in_c: chans[i],
+                out_c: chans[i + 1],
+                k: 3,
+                stride: 2,
+                pad: 1,
+            };
+            let mut rng = SplitMix64::stream(cfg.seed, stream::BACKBONE + i as u64);
+            let (ih, iw) = hw[i];
+            let mut built = seeded_layer(&mut rng, shape, &[shape.out_c], true, q, &x, ih, iw)?;
+            let (conv, y) = built.pop().ok_or_else(|| ModelError::InvalidConfig {
+                reason: "backbone layer construction produced no layer".into(),
+            })?;
+            hw[i + 1] = conv.out_hw(ih, iw);
+            q = conv.out_q;
+            x = y;
+            layers.push(conv);
+        }
+        let layers: [Conv2d; 3] = layers.try_into().map_err(|_| ModelError::InvalidConfig {
+            reason: "backbone must have exactly 3 layers".into(),
+        })?;
+        Ok(Self { layers, hw })
+    }
+
+    const fn input_q_const() -> QParams {
+        QParams::new(1.0 / 128.0, 0)
+    }
+
+    /// What preprocessing must produce: scale 1/128, zero point 0 (`pixel / 255 * 2 - 1`,
+    /// quantized with [`crate::quant::quantize`]).
+    pub fn input_q(&self) -> QParams {
+        Self::input_q_const()
+    }
+
+    /// Input shape `(in_h, in_w, 3)`.
+    pub fn input_shape(&self) -> (usize, usize, usize) {
+        (self.hw[0].0, self.hw[0].1, IMAGE_CHANNELS)
+    }
+
+    /// Feature shape `(h, w, c)`: `(ceil(in_h/8), ceil(in_w/8), feat_c)`.
+    pub fn output_shape(&self) -> (usize, usize, usize) {
+        (self.hw[3].0, self.hw[3].1, self.layers[2].out_c)
+    }
+
+    /// Quantization of the output features (post-ReLU, calibrated).
+    pub fn output_q(&self) -> QParams {
+        self.layers[2].out_q
+    }
+
+    /// The three layers, first to last (for export and for other kernels to check against).
+    pub fn layers(&self) -> &[Conv2d] {
+        &self.layers
+    }
+
+    fn act_len(&self, i: usize) -> usize {
+        self.hw[i].0 * self.hw[i].1 * self.layers[i - 1].out_c
+    }
+
+    /// Elements (bytes) of scratch one forward pass needs: the two intermediate activations.
+    pub fn scratch_len(&self) -> usize {
+        self.act_len(1) + self.act_len(2)
+    }
+
+    /// Multiply-adds of one forward pass (one camera).
+    pub fn macs(&self) -> u64 {
+        self.layers
+            .iter()
+            .zip(&self.hw)
+            .map(|(l, &(h, w))| l.macs(h, w))
+            .sum()
+    }
+
+    /// One camera: `input` (`in_h × in_w × 3` NHWC `i8`) → `out` (`output_shape` elements).
+    /// `scratch` must hold at least [`Backbone::scratch_len`] elements. Zero allocation.
+    pub fn forward(
+        &self,
+        input: &[i8],
+        scratch: &mut [i8],
+        out: &mut [i8],
+    ) -> Result<(), ModelError> {
+        let (h, w, c) = self.input_shape();
+        exact_len(input.len(), h * w * c, "backbone input")?;
+        let (oh, ow, oc) = self.output_shape();
+        exact_len(out.len(), oh * ow * oc, "backbone output")?;
+        let need = self.scratch_len();
+        let scratch = prefix(scratch, need, "backbone scratch")?;
+        let (a1, a2) = scratch.split_at_mut(self.act_len(1));
+        self.layers[0].forward(input, h, w, a1)?;
+        self.layers[1].forward(a1, self.hw[1].0, self.hw[1].1, a2)?;
+        self.layers[2].forward(a2, self.hw[2].0, self.hw[2].1, out)
+    }
+}
+
+/// The quantization of the BEV features the heads expect: the backbone's output
+/// parameters (the view transform carries features without rescaling them). Builds the
+/// backbone once (construction time).
+pub fn bev_q(cfg: &NetConfig) -> Result<QParams, ModelError> {
+    Ok(Backbone::new(cfg)?.output_q())
+}
+
+/// Random post-ReLU feature vectors in `q`: each element is `zero_point` (real 0) with
+/// probability 1/2, else uniform over `zero_point..=127`.
+fn head_calibration_input(rng: &mut SplitMix64, c: usize, q: QParams) -> Vec<i8> {
+    let zp = i32::from(q.zero_point);
+    (0..HEAD_CALIB_PIXELS * c)
+        .map(|_| {
+            if rng.next_u64() & 1 == 0 {
+                q.zero_point
+            } else {
+                rng.range_i32(zp, 127) as i8
+            }
+        })
+        .collect()
+}
+
+/// A 1x1 two-layer head on the BEV grid: hidden conv + ReLU, then one or more output
+/// convs writing consecutive channel groups of one output tensor.
+#[derive(Clone, Debug)]
+struct Head {
+    hidden: Conv2d,
+    outs: Vec<Conv2d>,
+    ny: usize,
+    nx: usize,
+    out_c: usize,
+}
+
+impl Head {
+    fn new(
+        cfg: &NetConfig,
+        ny: usize,
+        nx: usize,
+        in_q: QParams,
+        hidden_c: usize,
+        groups: &[usize],
+        streams: (u64, u64),
+    ) -> Result<Self, ModelError> {
+        cfg.validate()?;
+        if ny == 0 || nx == 0 || ny > 4096 || nx > 4096 {
+            return Err(ModelError::InvalidConfig {
+                reason: format!("BEV grid {ny}x{nx}: both sides must be in 1..=4096"),
+            });
+        }
+        if !in_q.is_valid() {
+            return Err(ModelError::InvalidConfig {
+                reason: format!("BEV input scale {}: must be finite and > 0", in_q.scale),
+            });
+        }
+        let (weights, calib) = streams;
+        let mut calib_rng = SplitMix64::stream(cfg.seed, calib);
+        let x = head_calibration_input(&mut calib_rng, cfg.bev_c, in_q);
+        let mut rng = SplitMix64::stream(cfg.seed, weights);
+        let one = |in_c, out_c| ConvShape {
+            in_c,
+            out_c,
+            k: 1,
+            stride: 1,
+            pad: 0,
+        };
+        let (hidden, y) = seeded_layer(
+            &mut rng,
+            one(cfg.bev_c, hidden_c),
+            &[hidden_c],
+            true,
+            in_q,
+            &x,
+            HEAD_CALIB_PIXELS,
+            1,
+        )?
+        .pop()
+        .ok_or_else(|| ModelError::InvalidConfig {
+            reason: "head hidden layer construction produced no layer".into(),
+        })?;
+        let out_c: usize = groups.iter().sum();
+        let outs = seeded_layer(
+            &mut rng,
+            one(hidden_c, out_c),
+            groups,
+            false,
+            hidden.out_q,
+            &y,
+            HEAD_CALIB_PIXELS,
+            1,
+        )?
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+        Ok(Self {
+            hidden,
+            outs,
+            ny,
+            nx,
+            out_c,
+        })
+    }
+
+    fn scratch_len_rows(&self, rows: usize) -> usize {
+        rows * self.nx * self.hidden.out_c
+    }
+
+    fn macs(&self) -> u64 {
+        let px = (self.ny * self.nx) as u64;
+        px * (self.hidden.in_c * self.hidden.out_c + self.hidden.out_c * self.out_c) as u64
+    }
+
+    fn check_common(&self, bev: &[i8], rows: &Range<usize>) -> Result<(), ModelError> {
+        exact_len(
+            bev.len(),
+            self.ny * self.nx * self.hidden.in_c,
+            "BEV feature input",
+        )?;
+        if rows.start > rows.end || rows.end > self.ny {
+            return Err(ModelError::RowsOutOfRange {
+                start: rows.start,
+                end: rows.end,
+                out_h: self.ny,
+            });
+        }
+        Ok(())
+    }
+
+    fn forward_rows_into(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out_rows: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        self.check_common(bev, &rows)?;
+        let n = rows.end - rows.start;
+        exact_len(out_rows.len(), n * self.nx * self.out_c, "head output rows")?;
+        if n == 0 {
+            return Ok(());
+        }
+        let hid = prefix(scratch, self.scratch_len_rows(n), "head scratch")?;
+        let row_in = self.nx * self.hidden.in_c;
+        let bev_rows = &bev[rows.start * row_in..rows.end * row_in];
+        // 1x1 stride-1 convolutions are row-local: the chunk is an n-row image of its own.
+        self.hidden.forward(bev_rows, n, self.nx, hid)?;
+        let mut offset = 0;
+        for conv in &self.outs {
+            let slot = ChannelSlot {
+                pixel_stride: self.out_c,
+                channel_offset: offset,
+            };
+            conv.forward_rows_into_slot(hid, n, self.nx, out_rows, slot, 0..n)?;
+            offset += conv.out_c;
+        }
+        Ok(())
+    }
+
+    fn forward_rows(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        self.check_common(bev, &rows)?;
+        exact_len(out.len(), self.ny * self.nx * self.out_c, "head output")?;
+        let row_out = self.nx * self.out_c;
+        let dst = &mut out[rows.start * row_out..rows.end * row_out];
+        self.forward_rows_into(bev, scratch, dst, rows)
+    }
+}
+
+/// The detection head: conv1x1 bev_c→32 ReLU, conv1x1 32→(`classes` heatmap logits + 6 box
+/// regression channels), on a `ny × nx` BEV grid.
+#[derive(Clone, Debug)]
+pub struct DetHead {
+    head: Head,
+    classes: usize,
+}
+
+impl DetHead {
+    /// Builds the seeded head for a `ny × nx` grid whose features use [`bev_q`]`(cfg)`.
+    pub fn new(cfg: &NetConfig, ny: usize, nx: usize) -> Result<Self, ModelError> {
+        Self::with_input_q(cfg, ny, nx, bev_q(cfg)?)
+    }
+
+    /// Builds the seeded head for BEV features quantized with `in_q`.
+    pub fn with_input_q(
+        cfg: &NetConfig,
+        ny: usize,
+        nx: usize,
+        in_q: QParams,
+    ) -> Result<Self, ModelError> {
+        let head = Head::new(
+            cfg,
+            ny,
+            nx,
+            in_q,
+            DET_HIDDEN,
+            &[cfg.classes, REG_CHANNELS],
+            (stream::DET, stream::DET_CALIB),
+        )?;
+        Ok(Self {
+            head,
+            classes: cfg.classes,
+        })
+    }
+
+    /// Quantization of the BEV input.
+    pub fn input_q(&self) -> QParams {
+        self.head.hidden.in_q
+    }
+
+    /// Quantization of the heatmap logits (channels `0..classes`).
+    pub fn heat_q(&self) -> QParams {
+        self.head.outs[0].out_q
+    }
+
+    /// Quantization of the box regression channels (`classes..classes + 6`).
+    pub fn reg_q(&self) -> QParams {
+        self.head.outs[1].out_q
+    }
+
+    /// Heatmap classes.
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// Channels per BEV cell of the output: `classes + 6`.
+    pub fn out_channels(&self) -> usize {
+        self.head.out_c
+    }
+
+    /// Output shape `(ny, nx, classes + 6)`.
+    pub fn output_shape(&self) -> (usize, usize, usize) {
+        (self.head.ny, self.head.nx, self.head.out_c)
+    }
+
+    /// Scratch elements a whole-grid forward pass needs (`ny * nx * 32`).
+    pub fn scratch_len(&self) -> usize {
+        self.head.scratch_len_rows(self.head.ny)
+    }
+
+    /// Scratch elements a `forward_rows*` call over `rows` BEV rows needs.
+    pub fn scratch_len_rows(&self, rows: usize) -> usize {
+        self.head.scratch_len_rows(rows)
+    }
+
+    /// Multiply-adds of one whole-grid forward pass.
+    pub fn macs(&self) -> u64 {
+        self.head.macs()
+    }
+
+    /// The layers: hidden, heatmap, regression.
+    pub fn layers(&self) -> impl Iterator<Item = &Conv2d> {
+        std::iter::once(&self.head.hidden).chain(&self.head.outs)
+    }
+
+    /// Computes BEV rows `rows` of `out` (the whole `ny * nx * (classes + 6)` tensor; other
+    /// rows untouched) from `bev` (the whole `ny * nx * bev_c` grid). `scratch` needs at
+    /// least [`DetHead::scratch_len_rows`]`(rows.len())` elements. No allocation.
+    pub fn forward_rows(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        self.head.forward_rows(bev, scratch, out, rows)
+    }
+
+    /// Like [`DetHead::forward_rows`], but `out_rows` holds only the requested rows
+    /// (`rows.len() * nx * (classes + 6)` elements): disjoint chunks for parallel lanes.
+    pub fn forward_rows_into(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out_rows: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        self.head.forward_rows_into(bev, scratch, out_rows, rows)
+    }
+
+    /// The whole grid. No allocation.
+    pub fn forward(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out: &mut [i8],
+    ) -> Result<(), ModelError> {
+        self.forward_rows(bev, scratch, out, 0..self.head.ny)
+    }
+}
+
+/// The segmentation head: conv1x1 bev_c→16 ReLU, conv1x1 16→`seg_classes` logits.
+#[derive(Clone, Debug)]
+pub struct SegHead {
+    head: Head,
+}
+
+impl SegHead {
+    /// Builds the seeded head for a `ny × nx` grid whose features use [`bev_q`]`(cfg)`.
+    pub fn new(cfg: &NetConfig, ny: usize, nx: usize) -> Result<Self, ModelError> {
+        Self::with_input_q(cfg, ny, nx, bev_q(cfg)?)
+    }
+
+    /// Builds the seeded head for BEV features quantized with `in_q`.
+    pub fn with_input_q(
+        cfg: &NetConfig,
+        ny: usize,
+        nx: usize,
+        in_q: QParams,
+    ) -> Result<Self, ModelError> {
+        let head = Head::new(
+            cfg,
+            ny,
+            nx,
+            in_q,
+            SEG_HIDDEN,
+            &[cfg.seg_classes],
+            (stream::SEG, stream::SEG_CALIB),
+        )?;
+        Ok(Self { head })
+    }
+
+    /// Quantization of the BEV input.
+    pub fn input_q(&self) -> QParams {
+        self.head.hidden.in_q
+    }
+
+    /// Quantization of the logits.
+    pub fn logit_q(&self) -> QParams {
+        self.head.outs[0].out_q
+    }
+
+    /// Channels per BEV cell of the output: `seg_classes`.
+    pub fn out_channels(&self) -> usize {
+        self.head.out_c
+    }
+
+    /// Output shape `(ny, nx, seg_classes)`.
+    pub fn output_shape(&self) -> (usize, usize, usize) {
+        (self.head.ny, self.head.nx, self.head.out_c)
+    }
+
+    /// Scratch elements a whole-grid forward pass needs (`ny * nx * 16`).
+    pub fn scratch_len(&self) -> usize {
+        self.head.scratch_len_rows(self.head.ny)
+    }
+
+    /// Scratch elements a `forward_rows*` call over `rows` BEV rows needs.
+    pub fn scratch_len_rows(&self, rows: usize) -> usize {
+        self.head.scratch_len_rows(rows)
+    }
+
+    /// Multiply-adds of one whole-grid forward pass.
+    pub fn macs(&self) -> u64 {
+        self.head.macs()
+    }
+
+    /// The layers: hidden, logits.
+    pub fn layers(&self) -> impl Iterator<Item = &Conv2d> {
+        std::iter::once(&self.head.hidden).chain(&self.head.outs)
+    }
+
+    /// Computes BEV rows `rows` of `out` (the whole `ny * nx * seg_classes` tensor; other
+    /// rows untouched). `scratch` needs at least [`SegHead::scratch_len_rows`]`(rows.len())`.
+    pub fn forward_rows(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        self.head.forward_rows(bev, scratch, out, rows)
+    }
+
+    /// Like [`SegHead::forward_rows`], but `out_rows` holds only the requested rows.
+    pub fn forward_rows_into(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out_rows: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        self.head.forward_rows_into(bev, scratch, out_rows, rows)
+    }
+
+    /// The whole grid. No allocation.
+    pub fn forward(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out: &mut [i8],
+    ) -> Result<(), ModelError> {
+        self.forward_rows(bev, scratch, out, 0..self.head.ny)
+    }
+
+    /// Per-cell class: the index of the largest logit (ties: the lowest index). `logits` is
+    /// `n * seg_classes` for any `n` cells (whole grid or a row chunk), `out_class` is `n`.
+    /// One per-tensor scale, so the `i8` argmax is the real-valued argmax. No allocation.
+    pub fn argmax(&self, logits: &[i8], out_class: &mut [u8]) -> Result<(), ModelError> {
+        let c = self.head.out_c;
+        exact_len(
+            logits.len(),
+            out_class.len().saturating_mul(c),
+            "segmentation logits (cells * seg_classes)",
+        )?;
+        for (cell, o) in logits.chunks_exact(c).zip(out_class.iter_mut()) {
+            let mut best = 0usize;
+            for (i, &v) in cell.iter().enumerate().skip(1) {
+                if v > cell[best] {
+                    best = i;
+                }
+            }
+            *o = best as u8;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn random_image(seed: u64, len: usize) -> Vec<i8> {
+        let mut r = SplitMix64::new(seed);
+        (0..len).map(|_| r.next_i8()).collect()
+    }
+
+    /// A smooth synthetic "road scene": gradients plus a few bright blobs, to check that
+    /// calibration on noise also suits structured images.
+    fn smooth_image(h: usize, w: usize) -> Vec<i8> {
+        let q = QParams::new(1.0 / 128.0, 0);
+        let mut img = Vec::with_capacity(h * w * 3);
+        for y in 0..h {
+            for x in 0..w {
+                let (fy, fx) = (y as f32 / h as f32, x as f32 / w as f32);
+                let blob = if ((fx - 0.3).powi(2) + (fy - 0.6).powi(2)) < 0.01 {
+                    0.8
+                } else {
+                    0.0
+                };
+                let rgb = [
+                    fy * 1.6 - 0.8 + blob,
+                    fx - 0.5,
+                    (fx * 9.0).sin() * 0.5 - blob,
+                ];
+                img.extend(rgb.iter().map(|&v| crate::quant::quantize(v, q)));
+            }
+        }
+        img
+    }
+
+    fn backbone_run(b: &Backbone, img: &[i8]) -> Vec<i8> {
+        let (h, w, c) = b.output_shape();
+        let mut scratch = vec![0i8; b.scratch_len()];
+        let mut out = vec![0i8; h * w * c];
+        b.forward(img, &mut scratch, &mut out).unwrap();
+        out
+    }
+
+    /// Mean, standard deviation, fraction saturated at 127, fraction at `zp`.
+    fn stats(v: &[i8], zp: i8) -> (f64, f64, f64, f64) {
+        let n = v.len() as f64;
+        let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+        let var = v
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        let sat = v.iter().filter(|&&x| x == 127).count() as f64 / n;
+        let at_zp = v.iter().filter(|&&x| x == zp).count() as f64 / n;
+        (mean, var.sqrt(), sat, at_zp)
+    }
+
+    /// BEV features built from real backbone outputs: each BEV cell takes the feature vector
+    /// of a pseudo-random backbone cell.
+    fn bev_from_backbone(b: &Backbone, ny: usize, nx: usize, seed: u64) -> Vec<i8> {
+        let (h, w, c) = b.input_shape();
+        let feats = backbone_run(b, &random_image(seed, h * w * c));
+        let c = b.output_shape().2;
+        let cells = feats.len() / c;
+        let mut r = SplitMix64::new(seed ^ 1);
+        let mut bev = Vec::with_capacity(ny * nx * c);
+        for _ in 0..ny * nx {
+            let src = (r.next_u64() % cells as u64) as usize;
+            bev.extend_from_slice(&feats[src * c..(src + 1) * c]);
+        }
+        bev
+    }
+
+    #[test]
+    fn backbone_shapes_and_costs_are_as_documented() {
+        let b = Backbone::new(&NetConfig::default()).unwrap();
+        assert_eq!(b.input_shape(), (64, 128, 3));
+        assert_eq!(b.output_shape(), (8, 16, 64));
+        assert_eq!(b.input_q(), QParams::new(1.0 / 128.0, 0));
+        assert_eq!(b.scratch_len(), 32 * 64 * 16 + 16 * 32 * 32);
+        assert_eq!(
+            b.macs(),
+            32 * 64 * 16 * 27 + 16 * 32 * 32 * 144 + 8 * 16 * 64 * 288
+        );
+        let odd = NetConfig {
+            in_h: 37,
+            in_w: 50,
+            feat_c: 8,
+            bev_c: 8,
+            ..NetConfig::default()
+        };
+        let b = Backbone::new(&odd).unwrap();
+        assert_eq!(b.output_shape(), (5, 7, 8));
+        let out = backbone_run(&b, &random_image(3, 37 * 50 * 3));
+        assert_eq!(out.len(), 5 * 7 * 8);
+    }
+
+    #[test]
+    fn same_seed_same_network_and_outputs_other_seed_differs() {
+        let cfg = NetConfig::default();
+        let (a, b) = (Backbone::new(&cfg).unwrap(), Backbone::new(&cfg).unwrap());
+        for (la, lb) in a.layers().iter().zip(b.layers()) {
+            assert_eq!(la.weights, lb.weights);
+            assert_eq!(la.bias, lb.bias);
+            assert_eq!(
+                la.w_scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>(),
+                lb.w_scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>()
+            );
+            assert_eq!(la.out_q.scale.to_bits(), lb.out_q.scale.to_bits());
+            assert_eq!(la.out_q.zero_point, lb.out_q.zero_point);
+        }
+        let img = random_image(77, 64 * 128 * 3);
+        assert_eq!(backbone_run(&a, &img), backbone_run(&b, &img));
+
+        let other = Backbone::new(&NetConfig {
+            seed: cfg.seed + 1,
+            ..cfg.clone()
+        })
+        .unwrap();
+        assert_ne!(a.layers()[0].weights, other.layers()[0].weights);
+        assert_ne!(backbone_run(&a, &img), backbone_run(&other, &img));
+
+        let (d1, d2) = (
+            DetHead::new(&cfg, 6, 5).unwrap(),
+            DetHead::new(&cfg, 6, 5).unwrap(),
+        );
+        let bev = bev_from_backbone(&a, 6, 5, 4);
+        let run = |d: &DetHead| {
+            let mut s = vec![0i8; d.scratch_len()];
+            let mut o = vec![0i8; 6 * 5 * d.out_channels()];
+            d.forward(&bev, &mut s, &mut o).unwrap();
+            o
+        };
+        assert_eq!(run(&d1), run(&d2));
+        let d3 = DetHead::new(
+            &NetConfig {
+                seed: 9,
+                ..cfg.clone()
+            },
+            6,
+            5,
+        )
+        .unwrap();
+        let bev9 = bev_from_backbone(
+            &Backbone::new(&NetConfig { seed: 9, ..cfg }).unwrap(),
+            6,
+            5,
+            4,
+        );
+        let mut s = vec![0i8; d3.scratch_len()];
+        let mut o = vec![0i8; 6 * 5 * d3.out_channels()];
+        d3.forward(&bev9, &mut s, &mut o).unwrap();
+        assert_ne!(o, run(&d1));
+    }
+
+    #[test]
+    fn backbone_outputs_have_spread() {
+        let b = Backbone::new(&NetConfig::default()).unwrap();
+        let zp = b.output_q().zero_point;
+        for img in [random_image(1234, 64 * 128 * 3), smooth_image(64, 128)] {
+            let out = backbone_run(&b, &img);
+            let (_, std, sat, at_zp) = stats(&out, zp);
+            assert!(std > 8.0, "feature std {std} LSB");
+            assert!(sat < 0.05, "{:.1}% of features saturated", sat * 100.0);
+            assert!(at_zp < 0.9, "{:.1}% of features are 0", at_zp * 100.0);
+        }
+        // Every intermediate layer too.
+        let img = random_image(99, 64 * 128 * 3);
+        let mut scratch = vec![0i8; b.scratch_len()];
+        let mut out = vec![0i8; 8 * 16 * 64];
+        b.forward(&img, &mut scratch, &mut out).unwrap();
+        let (a1, a2) = scratch.split_at(32 * 64 * 16);
+        for (act, layer) in [(a1, &b.layers()[0]), (a2, &b.layers()[1])] {
+            let (_, std, sat, at_zp) = stats(act, layer.out_q.zero_point);
+            assert!(
+                std > 8.0 && sat < 0.05 && at_zp < 0.9,
+                "std {std} sat {sat} zero {at_zp}"
+            );
+        }
+    }
+
+    #[test]
+    fn heads_have_documented_shapes_and_spread() {
+        let cfg = NetConfig::default();
+        let b = Backbone::new(&cfg).unwrap();
+        let (ny, nx) = (20, 24);
+        let bev = bev_from_backbone(&b, ny, nx, 11);
+        let det = DetHead::new(&cfg, ny, nx).unwrap();
+        assert_eq!(det.input_q(), b.output_q());
+        assert_eq!(det.out_channels(), 3 + 6);
+        assert_eq!(det.output_shape(), (ny, nx, 9));
+        assert_eq!(det.scratch_len(), ny * nx * DET_HIDDEN);
+        assert_eq!(det.macs(), (ny * nx * (64 * 32 + 32 * 9)) as u64);
+        let mut s = vec![0i8; det.scratch_len()];
+        let mut o = vec![0i8; ny * nx * 9];
+        det.forward(&bev, &mut s, &mut o).unwrap();
+        let heat: Vec<i8> = o.chunks_exact(9).flat_map(|c| c[..3].to_vec()).collect();
+        let reg: Vec<i8> = o.chunks_exact(9).flat_map(|c| c[3..].to_vec()).collect();
+        for (name, v, q) in [("heat", heat, det.heat_q()), ("reg", reg, det.reg_q())] {
+            let (_, std, sat, _) = stats(&v, q.zero_point);
+            assert!(std > 5.0, "{name} std {std}");
+            assert!(sat < 0.05, "{name} saturated {sat}");
+        }
+        assert_ne!(det.heat_q(), det.reg_q());
+
+        let seg = SegHead::new(&cfg, ny, nx).unwrap();
+        assert_eq!(seg.output_shape(), (ny, nx, 3));
+        assert_eq!(seg.scratch_len(), ny * nx * SEG_HIDDEN);
+        let mut s = vec![0i8; seg.scratch_len()];
+        let mut logits = vec![0i8; ny * nx * 3];
+        seg.forward(&bev, &mut s, &mut logits).unwrap();
+        let (_, std, sat, _) = stats(&logits, seg.logit_q().zero_point);
+        assert!(std > 5.0 && sat < 0.05, "seg std {std} sat {sat}");
+        let mut cls = vec![0u8; ny * nx];
+        seg.argmax(&logits, &mut cls).unwrap();
+        // More than one class appears.
+        let mut seen = [false; 3];
+        cls.iter().for_each(|&c| seen[c as usize] = true);
+        assert!(
+            seen.iter().filter(|&&s| s).count() >= 2,
+            "classes seen {seen:?}"
+        );
+    }
+
+    #[test]
+    fn argmax_ties_go_to_the_lowest_class() {
+        let seg =
+            SegHead::with_input_q(&NetConfig::default(), 1, 4, QParams::new(0.05, -128)).unwrap();
+        let logits = [5, 5, 1, -3, 7, 7, 0, 0, 0, 1, 2, 3];
+        let mut cls = [9u8; 4];
+        seg.argmax(&logits, &mut cls).unwrap();
+        assert_eq!(cls, [0, 1, 0, 2]);
+        assert!(seg.argmax(&logits[1..], &mut cls).is_err());
+        assert!(seg.argmax(&logits, &mut cls[1..]).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        #[test]
+        fn head_row_splits_equal_forward(cuts in proptest::collection::vec(0usize..=9, 0..4), seed in any::<u64>()) {
+            let cfg = NetConfig { feat_c: 16, bev_c: 16, ..NetConfig::default() };
+            let (ny, nx) = (9, 7);
+            let q = QParams::new(0.02, -128);
+            let det = DetHead::with_input_q(&cfg, ny, nx, q).unwrap();
+            let seg = SegHead::with_input_q(&cfg, ny, nx, q).unwrap();
+            let mut r = SplitMix64::new(seed);
+            let bev: Vec<i8> = (0..ny * nx * 16).map(|_| r.next_i8()).collect();
+            let mut bounds: Vec<usize> = cuts.clone();
+            bounds.extend([0, ny]);
+            bounds.sort_unstable();
+            for (oc, scratch_rows, fwd, rows_fn, into_fn) in [
+                (det.out_channels(), det.scratch_len_rows(ny),
+                 &(|b: &[i8], s: &mut [i8], o: &mut [i8]| det.forward(b, s, o)) as &dyn Fn(&[i8], &mut [i8], &mut [i8]) -> Result<(), ModelError>,
+                 &(|b: &[i8], s: &mut [i8], o: &mut [i8], r: Range<usize>| det.forward_rows(b, s, o, r)) as &dyn Fn(&[i8], &mut [i8], &mut [i8], Range<usize>) -> Result<(), ModelError>,
+                 &(|b: &[i8], s: &mut [i8], o: &mut [i8], r: Range<usize>| det.forward_rows_into(b, s, o, r)) as &dyn Fn(&[i8], &mut [i8], &mut [i8], Range<usize>) -> Result<(), ModelError>),
+                (seg.out_channels(), seg.scratch_len_rows(ny),
+                 &(|b: &[i8], s: &mut [i8], o: &mut [i8]| seg.forward(b, s, o)) as _,
+                 &(|b: &[i8], s: &mut [i8], o: &mut [i8], r: Range<usize>| seg.forward_rows(b, s, o, r)) as _,
+                 &(|b: &[i8], s: &mut [i8], o: &mut [i8], r: Range<usize>| seg.forward_rows_into(b, s, o, r)) as _),
+            ] {
+                let mut scratch = vec![0i8; scratch_rows];
+                let mut whole = vec![0i8; ny * nx * oc];
+                fwd(&bev, &mut scratch, &mut whole).unwrap();
+                let mut split = vec![0x33i8; whole.len()];
+                for p in bounds.windows(2).rev() {
+                    rows_fn(&bev, &mut scratch, &mut split, p[0]..p[1]).unwrap();
+                }
+                prop_assert_eq!(&split, &whole);
+                let row = nx * oc;
+                let mut sliced = vec![0x33i8; whole.len()];
+                for p in bounds.windows(2) {
+                    // Each chunk gets only the scratch its own rows need.
+                    let n = p[1] - p[0];
+                    let mut small = vec![0i8; n * nx * if oc == 9 { DET_HIDDEN } else { SEG_HIDDEN }];
+                    into_fn(&bev, &mut small, &mut sliced[p[0] * row..p[1] * row], p[0]..p[1]).unwrap();
+                }
+                prop_assert_eq!(&sliced, &whole);
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_buffer_sizes_are_errors_not_panics() {
+        let cfg = NetConfig {
+            in_h: 16,
+            in_w: 16,
+            feat_c: 8,
+            bev_c: 8,
+            ..NetConfig::default()
+        };
+        let b = Backbone::new(&cfg).unwrap();
+        let img = random_image(5, 16 * 16 * 3);
+        let mut scratch = vec![0i8; b.scratch_len()];
+        let mut out = vec![0i8; 2 * 2 * 8];
+        assert!(b.forward(&img, &mut scratch, &mut out).is_ok());
+        assert!(matches!(
+            b.forward(&img[1..], &mut scratch, &mut out),
+            Err(ModelError::BufferSize { .. })
+        ));
+        assert!(matches!(
+            b.forward(&img, &mut scratch[1..], &mut out),
+            Err(ModelError::BufferTooSmall { .. })
+        ));
+        let mut big = vec![0i8; b.scratch_len() + 100];
+        assert!(b.forward(&img, &mut big, &mut out).is_ok());
+        assert!(b.forward(&img, &mut scratch, &mut out[..31]).is_err());
+
+        let q = b.output_q();
+        let det = DetHead::with_input_q(&cfg, 4, 3, q).unwrap();
+        let bev = vec![0i8; 4 * 3 * 8];
+        let mut s = vec![0i8; det.scratch_len()];
+        let mut o = vec![0i8; 4 * 3 * 9];
+        assert!(det.forward(&bev, &mut s, &mut o).is_ok());
+        assert!(det.forward(&bev[1..], &mut s, &mut o).is_err());
+        assert!(det.forward(&bev, &mut s[..10], &mut o).is_err());
+        assert!(det.forward(&bev, &mut s, &mut o[1..]).is_err());
+        assert!(matches!(
+            det.forward_rows(&bev, &mut s, &mut o, 3..5),
+            Err(ModelError::RowsOutOfRange { .. })
+        ));
+        assert!(det.forward_rows_into(&bev, &mut s, &mut o, 0..2).is_err());
+        let seg = SegHead::with_input_q(&cfg, 4, 3, q).unwrap();
+        let mut so = vec![0i8; 4 * 3 * 2];
+        assert!(seg.forward(&bev, &mut s, &mut so).is_err());
+    }
+
+    #[test]
+    fn bad_configs_are_rejected_with_reasons() {
+        let d = NetConfig::default();
+        for cfg in [
+            NetConfig {
+                in_h: 0,
+                ..d.clone()
+            },
+            NetConfig {
+                in_w: 5000,
+                ..d.clone()
+            },
+            NetConfig {
+                bev_c: 32,
+                ..d.clone()
+            },
+            NetConfig {
+                feat_c: 0,
+                bev_c: 0,
+                ..d.clone()
+            },
+            NetConfig {
+                classes: 0,
+                ..d.clone()
+            },
+            NetConfig {
+                seg_classes: 300,
+                ..d.clone()
+            },
+        ] {
+            let err = Backbone::new(&cfg)
+                .err()
+                .or_else(|| DetHead::with_input_q(&cfg, 2, 2, QParams::new(0.1, 0)).err())
+                .or_else(|| SegHead::with_input_q(&cfg, 2, 2, QParams::new(0.1, 0)).err());
+            assert!(
+                matches!(err, Some(ModelError::InvalidConfig { .. })),
+                "{cfg:?}: {err:?}"
+            );
+        }
+        assert!(DetHead::with_input_q(&d, 0, 3, QParams::new(0.1, 0)).is_err());
+        assert!(SegHead::with_input_q(&d, 3, 3, QParams::new(0.0, 0)).is_err());
+    }
+
+    #[test]
+    fn splitmix_is_the_reference_sequence() {
+        // First outputs of SplitMix64 seeded with 0 (reference implementation values).
+        let mut r = SplitMix64::new(0);
+        assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+        let mut r = SplitMix64::new(1);
+        for _ in 0..1000 {
+            let f = r.next_f32();
+            assert!((0.0..1.0).contains(&f));
+            let v = r.range_i32(-3, 4);
+            assert!((-3..=4).contains(&v));
+        }
+    }
+
+    /// Release-mode timing of the scalar backbone:
+    /// `cargo test -p redline-models --release --lib -- --ignored --nocapture bench_backbone`.
+    #[test]
+    #[ignore]
+    fn bench_backbone() {
+        let b = Backbone::new(&NetConfig::default()).unwrap();
+        let img = random_image(1, 64 * 128 * 3);
+        let mut scratch = vec![0i8; b.scratch_len()];
+        let mut out = vec![0i8; 8 * 16 * 64];
+        for _ in 0..20 {
+            b.forward(&img, &mut scratch, &mut out).unwrap();
+        }
+        let n = 200;
+        let mut best = f64::INFINITY;
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            let t = std::time::Instant::now();
+            b.forward(std::hint::black_box(&img), &mut scratch, &mut out)
+                .unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let mean = t0.elapsed().as_secs_f64() / f64::from(n);
+        let gmacs = b.macs() as f64 / mean / 1e9;
+        println!(
+            "backbone 64x128 -> 8x16x64: {} MMAC, mean {:.3} ms, best {:.3} ms per camera, {:.2} GMAC/s",
+            b.macs() as f64 / 1e6,
+            mean * 1e3,
+            best * 1e3,
+            gmacs
+        );
+        for (i, l) in b.layers().iter().enumerate() {
+            let (h, w) = b.hw[i];
+            let mut o = vec![0i8; l.output_len(h, w).unwrap()];
+            let inp = if i == 0 {
+                img.clone()
+            } else {
+                vec![1i8; l.input_len(h, w).unwrap()]
+            };
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                l.forward(std::hint::black_box(&inp), h, w, &mut o).unwrap();
+            }
+            let dt = t.elapsed().as_secs_f64() / f64::from(n);
+            println!(
+                "  layer {i}: {}x{}x{} -> {}x{}: {:.3} ms, {:.2} GMAC/s",
+                h,
+                w,
+                l.in_c,
+                l.out_c,
+                l.k,
+                dt * 1e3,
+                l.macs(h, w) as f64 / dt / 1e9
+            );
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Constant-velocity Kalman filter in the plane: state `[x, y, vx, vy]`, position measured.
+//!
+//! Contract:
+//! - `f64` arithmetic on fixed-size arrays: no allocation, no locks, no panics, one code path
+//!   (bit-identical results for the same inputs).
+//! - Process model: white acceleration noise of variance `accel_noise` ((m/s²)²) per axis
+//!   (the discrete white-noise-acceleration model, `Q = q·[[dt⁴/4, dt³/2], [dt³/2, dt²]]`).
+//! - Measurement: position `(zx, zy)` with isotropic variance `meas_var` (m²).
+//! - The covariance is kept symmetric (Joseph form update), so it stays positive definite.
+//! - Non-finite or non-positive inputs never corrupt the state: `predict` ignores a
+//!   non-finite or negative `dt`, `update` ignores a non-finite measurement, and variances
+//!   are clamped to a small positive floor.
+//!
+//! Cost: a few hundred floating-point operations per call.
+
+/// Smallest variance used anywhere (m², (m/s)²), so no matrix becomes singular.
+const VAR_FLOOR: f64 = 1e-9;
+
+/// A constant-velocity Kalman filter (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cv2d {
+    /// State mean `[x, y, vx, vy]` (m, m, m/s, m/s).
+    pub x: [f64; 4],
+    /// State covariance.
+    pub p: [[f64; 4]; 4],
+}
+
+fn var(v: f64) -> f64 {
+    if v.is_finite() {
+        v.max(VAR_FLOOR)
+    } else {
+        VAR_FLOOR
+    }
+}
+
+impl Cv2d {
+    /// A filter at `(x, y)` with zero velocity, position variance `pos_var` and velocity
+    /// variance `vel_var` (diagonal covariance).
+    pub fn new(x: f64, y: f64, pos_var: f64, vel_var: f64) -> Self {
+        let (pv, vv) = (var(pos_var), var(vel_var));
+        let mut p = [[0.0; 4]; 4];
+        p[0][0] = pv;
+        p[1][1] = pv;
+        p[2][2] = vv;
+        p[3][3] = vv;
+        Self {
+            x: [x, y, 0.0, 0.0],
+            p,
+        }
+    }
+
+    /// Position `(x, y)`.
+    pub fn position(&self) -> (f64, f64) {
+        (self.x[0], self.x[1])
+    }
+
+    /// Velocity `(vx, vy)`.
+    pub fn velocity(&self) -> (f64, f64) {
+        (self.x[2], self.x[3])
+    }
+
+    /// Advance the state by `dt` seconds: mean moves by `v·dt`, covariance grows by
+    /// `F P Fᵀ + Q`. A non-finite or negative `dt` is ignored.
+    pub fn predict(&mut self, dt: f64, accel_noise: f64) {
+        if !dt.is_finite() || dt < 0.0 {
+            return;
+        }
+        let q = if accel_noise.is_finite() {
+            accel_noise.max(0.0)
+        } else {
+            0.0
+        };
+        self.x[0] += self.x[2] * dt;
+        self.x[1] += self.x[3] * dt;
+        // F = [[I, dt I], [0, I]]. P' = F P Fᵀ.
+        let p = self.p;
+        let mut fp = p;
+        for c in 0..4 {
+            fp[0][c] = p[0][c] + dt * p[2][c];
+            fp[1][c] = p[1][c] + dt * p[3][c];
+        }
+        let mut n = fp;
+        for row in n.iter_mut() {
+            row[0] += dt * row[2];
+            row[1] += dt * row[3];
+        }
+        let (dt2, dt3, dt4) = (dt * dt, dt * dt * dt, dt * dt * dt * dt);
+        for a in 0..2 {
+            n[a][a] += q * dt4 / 4.0;
+            n[a][a + 2] += q * dt3 / 2.0;
+            n[a + 2][a] += q * dt3 / 2.0;
+            n[a + 2][a + 2] += q * dt2;
+        }
+        self.p = symmetrize(n);
+    }
+
+    /// Innovation `z - Hx` and its covariance `S = H P Hᵀ + R` (2×2) and inverse.
+    fn innovation(
+        &self,
+        zx: f64,
+        zy: f64,
+        meas_var: f64,
+    ) -> ([f64; 2], [[f64; 2]; 2], [[f64; 2]; 2]) {
+        let r = var(meas_var);
+        let y = [zx - self.x[0], zy - self.x[1]];
+        let s = [
+            [self.p[0][0] + r, self.p[0][1]],
+            [self.p[1][0], self.p[1][1] + r],
+        ];
+        let det = s[0][0] * s[1][1] - s[0][1] * s[1][0];
+        let det = if det.is_finite() && det > VAR_FLOOR * VAR_FLOOR {
+            det
+        } else {
+            VAR_FLOOR * VAR_FLOOR
+        };
+        let si = [
+            [s[1][1] / det, -s[0][1] / det],
+            [-s[1][0] / det, s[0][0] / det],
+        ];
+        (y, s, si)
+    }
+
+    /// Correct the state with a position measurement of variance `meas_var`: the mean moves
+    /// toward the measurement and the covariance shrinks. Non-finite measurements are ignored.
+    pub fn update(&mut self, zx: f64, zy: f64, meas_var: f64) {
+        if !zx.is_finite() || !zy.is_finite() {
+            return;
+        }
+        let r = var(meas_var);
+        let (y, _s, si) = self.innovation(zx, zy, meas_var);
+        // K = P Hᵀ S⁻¹ (4×2); P Hᵀ = first two columns of P.
+        let mut k = [[0.0; 2]; 4];
+        for (i, ki) in k.iter_mut().enumerate() {
+            for (j, kij) in ki.iter_mut().enumerate() {
+                *kij = self.p[i][0] * si[0][j] + self.p[i][1] * si[1][j];
+            }
+        }
+        for (i, ki) in k.iter().enumerate() {
+            self.x[i] += ki[0] * y[0] + ki[1] * y[1];
+        }
+        // Joseph form: P = (I - KH) P (I - KH)ᵀ + K R Kᵀ.
+        let mut a = [[0.0; 4]; 4]; // I - KH
+        for (i, ai) in a.iter_mut().enumerate() {
+            ai[i] = 1.0;
+            ai[0] -= k[i][0];
+            ai[1] -= k[i][1];
+        }
+        let ap = mul4(&a, &self.p);
+        let mut n = [[0.0; 4]; 4];
+        for i in 0..4 {
+            for j in 0..4 {
+                let mut acc = 0.0;
+                for t in 0..4 {
+                    acc += ap[i][t] * a[j][t];
+                }
+                n[i][j] = acc + r * (k[i][0] * k[j][0] + k[i][1] * k[j][1]);
+            }
+        }
+        self.p = symmetrize(n);
+    }
+
+    /// Mahalanobis distance `sqrt(yᵀ S⁻¹ y)` of a position measurement from the predicted
+    /// position (unitless; ~chi with 2 degrees of freedom). NaN measurements give +inf.
+    pub fn innovation_distance(&self, zx: f64, zy: f64, meas_var: f64) -> f64 {
+        if !zx.is_finite() || !zy.is_finite() {
+            return f64::INFINITY;
+        }
+        let (y, _s, si) = self.innovation(zx, zy, meas_var);
+        let d2 =
+            y[0] * (si[0][0] * y[0] + si[0][1] * y[1]) + y[1] * (si[1][0] * y[0] + si[1][1] * y[1]);
+        if d2.is_finite() {
+            d2.max(0.0).sqrt()
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+fn mul4(a: &[[f64; 4]; 4], b: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
+    let mut c = [[0.0; 4]; 4];
+    for i in 0..4 {
+        for j in 0..4 {
+            let mut acc = 0.0;
+            for t in 0..4 {
+                acc += a[i][t] * b[t][j];
+            }
+            c[i][j] = acc;
+        }
+    }
+    c
+}
+
+/// Average `p` with its transpose and floor the diagonal (NaN becomes the floor).
+#[allow(clippy::needless_range_loop)] // index pairs (i, j) and (j, i) read clearer as loops
+fn symmetrize(mut p: [[f64; 4]; 4]) -> [[f64; 4]; 4] {
+    for i in 0..4 {
+        for j in (i + 1)..4 {
+            let m = 0.5 * (p[i][j] + p[j][i]);
+            p[i][j] = m;
+            p[j][i] = m;
+        }
+        if p[i][i].is_nan() || p[i][i] < VAR_FLOOR {
+            p[i][i] = VAR_FLOOR;
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predict_moves_by_v_dt_and_grows_covariance() {
+        let mut f = Cv2d::new(1.0, 2.0, 0.5, 1.0);
+        f.x[2] = 3.0;
+        f.x[3] = -1.0;
+        let p0 = f.p;
+        f.predict(0.5, 1.0);
+        assert!((f.x[0] - 2.5).abs() < 1e-12);
+        assert!((f.x[1] - 1.5).abs() < 1e-12);
+        for (i, (row, row0)) in f.p.iter().zip(p0.iter()).enumerate() {
+            assert!(row[i] > row0[i], "variance {i} did not grow");
+        }
+        // Position variance grows by dt²·vel_var + q dt⁴/4.
+        assert!((f.p[0][0] - (0.5 + 0.25 * 1.0 + 0.0625 / 4.0)).abs() < 1e-12);
+        // Bad dt is ignored.
+        let before = f;
+        f.predict(f64::NAN, 1.0);
+        f.predict(-1.0, 1.0);
+        assert_eq!(f, before);
+    }
+
+    #[test]
+    fn update_pulls_toward_measurement_and_shrinks_covariance() {
+        let mut f = Cv2d::new(0.0, 0.0, 4.0, 1.0);
+        let p0 = f.p;
+        f.update(2.0, -2.0, 4.0);
+        // Equal variances: halfway.
+        assert!((f.x[0] - 1.0).abs() < 1e-12);
+        assert!((f.x[1] + 1.0).abs() < 1e-12);
+        assert!(f.p[0][0] < p0[0][0] && f.p[1][1] < p0[1][1]);
+        assert!((f.p[0][0] - 2.0).abs() < 1e-12);
+        let before = f;
+        f.update(f64::NAN, 1.0, 1.0);
+        assert_eq!(f, before);
+    }
+
+    #[test]
+    fn mahalanobis_distance() {
+        let f = Cv2d::new(0.0, 0.0, 3.0, 1.0);
+        // S = 4 I: distance of (2, 0) is 1.
+        assert!((f.innovation_distance(2.0, 0.0, 1.0) - 1.0).abs() < 1e-12);
+        assert!((f.innovation_distance(0.0, -4.0, 1.0) - 2.0).abs() < 1e-12);
+        assert_eq!(f.innovation_distance(f64::NAN, 0.0, 1.0), f64::INFINITY);
+    }
+
+    #[test]
+    fn converges_on_constant_velocity_target_with_noise() {
+        // Deterministic pseudo-noise (xorshift), std ~0.3 m.
+        let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut noise = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 1.0
+        };
+        let (vx, vy) = (8.0, -3.0);
+        let mut f = Cv2d::new(0.0, 0.0, 1.0, 100.0);
+        let dt = 0.1;
+        for k in 1..=100 {
+            f.predict(dt, 0.5);
+            let t = k as f64 * dt;
+            f.update(vx * t + noise(), vy * t + noise(), 0.09);
+        }
+        let t = 10.0;
+        assert!((f.x[0] - vx * t).abs() < 0.3, "x {}", f.x[0]);
+        assert!((f.x[1] - vy * t).abs() < 0.3, "y {}", f.x[1]);
+        assert!((f.x[2] - vx).abs() < 0.5, "vx {}", f.x[2]);
+        assert!((f.x[3] - vy).abs() < 0.5, "vy {}", f.x[3]);
+        assert!(
+            f.p[0][0] < 0.09,
+            "position variance did not settle: {}",
+            f.p[0][0]
+        );
+    }
+}

@@ -1,12 +1,24 @@
 //! redline-pipeline: the driving stages, graph assembly, config and the `redline` CLI.
+//!
+//! - algorithms: [`perception`] (preprocess, BEV transform and cache, decode), [`tracking`]
+//!   ([`kalman`], [`assignment`]), [`prediction`], [`planning`], [`eval`];
+//! - runtime wiring: [`stages`] (one runtime stage per algorithm), [`graph`] (assembly),
+//!   [`config`] (TOML), [`feed`] (sensor frames in memory), [`replay_cmd`], [`generate`];
+//! - [`demo_cmd`]: the runtime's demo graph, kept for runtime experiments.
 
 pub mod assignment;
+pub mod config;
 pub mod demo_cmd;
 pub mod eval;
+pub mod feed;
+pub mod generate;
+pub mod graph;
 pub mod kalman;
 pub mod perception;
 pub mod planning;
 pub mod prediction;
 pub mod progress;
+pub mod replay_cmd;
+pub mod stages;
 pub mod tracking;
 pub mod types;

@@ -1,14 +1,21 @@
 //! `redline`: the command-line front end.
 //!
-//! With no arguments it runs the default job: today the runtime's demo graph in real time
-//! at 30 Hz, printing the latency table (the driving pipeline replaces it when it lands).
+//! With no arguments it replays the built-in scenario (generated in memory) through the
+//! driving graph in real time and prints the latency table.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use redline_pipeline::config::{Perception, PipelineConfig};
 use redline_pipeline::demo_cmd::{run_demo, DemoOptions};
+use redline_pipeline::feed::Feed;
+use redline_pipeline::generate::write_scenario_log;
+use redline_pipeline::progress::{Counters, Progress};
+use redline_pipeline::replay_cmd::{replay, summary_lines, write_report};
 use redline_runtime::ReleaseMode;
+use redline_sim::scenario::{Scenario, ScenarioConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,15 +27,86 @@ use redline_runtime::ReleaseMode;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// With no subcommand: the demo, with these options.
+    /// With no subcommand: a replay, with these options.
     #[command(flatten)]
-    demo: DemoArgs,
+    replay: ReplayArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the runtime's 9-stage demo graph and print the latency table.
+    /// Replay a sensor log (or the built-in scenario) through the driving graph.
+    Replay(ReplayArgs),
+    /// Generate synthetic sensor logs.
+    #[command(subcommand)]
+    Sim(SimCommand),
+    /// Run the runtime's 9-stage demo graph (no driving stages) and print the latency table.
     Demo(DemoArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum SimCommand {
+    /// Render a scenario from a seed and write it as an MCAP log (ROS 2 profile).
+    Generate(GenerateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct GenerateArgs {
+    /// Output file.
+    #[arg(short, long, default_value = "scenario.mcap")]
+    output: PathBuf,
+    /// Scenario seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Length, seconds.
+    #[arg(long, default_value_t = 30.0)]
+    seconds: f64,
+    /// Camera image width, px.
+    #[arg(long, default_value_t = 256)]
+    width: u32,
+    /// Camera image height, px.
+    #[arg(long, default_value_t = 128)]
+    height: u32,
+    /// Number of actors.
+    #[arg(long, default_value_t = 24)]
+    actors: usize,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PerceptionArg {
+    /// The INT8 network and decoder.
+    Network,
+    /// Ground truth from the log in place of decoded detections.
+    Oracle,
+}
+
+#[derive(clap::Args, Debug)]
+struct ReplayArgs {
+    /// MCAP log to replay (default: the built-in scenario, generated in memory).
+    log: Option<PathBuf>,
+    /// TOML config (lanes, budgets, modes, resolution, ...).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// How frames are released (default: the config's, realtime).
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
+    /// Frames to replay (default: all).
+    #[arg(long)]
+    frames: Option<u64>,
+    /// Where detections come from (default: the config's, network).
+    #[arg(long, value_enum)]
+    perception: Option<PerceptionArg>,
+    /// Worker lanes (overrides the config).
+    #[arg(long)]
+    lanes: Option<usize>,
+    /// Run lanes SCHED_FIFO at this priority (the scheduler and watchdog go above).
+    #[arg(long)]
+    fifo: Option<i32>,
+    /// Lock all memory (mlockall) and the arena.
+    #[arg(long)]
+    mlock: bool,
+    /// Write report.json and trace.json (Chrome trace, opens in Perfetto) here.
+    #[arg(long)]
+    report: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -124,11 +202,7 @@ fn demo(a: DemoArgs) -> Result<()> {
         frames: a.frames,
         lanes: a.lanes,
         slots: a.slots,
-        release: match a.mode {
-            Mode::Realtime => ReleaseMode::RealTime,
-            Mode::Afap => ReleaseMode::AsFastAsPossible,
-            Mode::Lockstep => ReleaseMode::Lockstep,
-        },
+        release: release(a.mode),
         period_ms: a.period_ms,
         size: a.size,
         pin,
@@ -160,10 +234,162 @@ fn demo(a: DemoArgs) -> Result<()> {
     Ok(())
 }
 
+fn load_config(a: &ReplayArgs) -> Result<PipelineConfig> {
+    let mut cfg = match &a.config {
+        Some(p) => PipelineConfig::load(p)?,
+        None => PipelineConfig::default(),
+    };
+    if let Some(m) = a.mode {
+        cfg.release = release(m);
+    }
+    if let Some(p) = a.perception {
+        cfg.perception = match p {
+            PerceptionArg::Network => Perception::Network,
+            PerceptionArg::Oracle => Perception::Oracle,
+        };
+    }
+    if let Some(l) = a.lanes {
+        cfg.lanes = l;
+    }
+    if let Some(f) = a.fifo {
+        if !(1..=97).contains(&f) {
+            bail!(
+                "--fifo {f}: use a priority from 1 to 97 (the scheduler and watchdog run above it)"
+            );
+        }
+        cfg.rt.fifo_priority = Some(f);
+    }
+    if a.mlock {
+        cfg.rt.lock_memory = true;
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn release(m: Mode) -> ReleaseMode {
+    match m {
+        Mode::Realtime => ReleaseMode::RealTime,
+        Mode::Afap => ReleaseMode::AsFastAsPossible,
+        Mode::Lockstep => ReleaseMode::Lockstep,
+    }
+}
+
+fn run_replay(a: ReplayArgs) -> Result<()> {
+    let cfg = load_config(&a)?;
+    let frames = a.frames.map(|f| f as usize);
+    let feed = match &a.log {
+        Some(path) => {
+            eprintln!("reading {} ...", path.display());
+            Feed::from_log(path, frames).with_context(|| format!("replaying {}", path.display()))?
+        }
+        None => {
+            let counters = Arc::new(Counters::default());
+            let total =
+                frames.unwrap_or((cfg.scenario.seconds * cfg.scenario.fps).round() as usize);
+            let progress = Progress::start(
+                "rendering the built-in scenario",
+                total as u64,
+                counters.clone(),
+            );
+            let feed = Feed::from_scenario(&cfg.scenario, frames, &mut |done, _| {
+                counters
+                    .published
+                    .store(done as u64, std::sync::atomic::Ordering::Relaxed);
+            })?;
+            progress.finish();
+            feed
+        }
+    };
+    let feed = Arc::new(feed);
+    eprintln!(
+        "replaying {} frames from {}: {} cameras {}x{}, {:?}, {} lanes, {} slots, perception {:?}",
+        frames.unwrap_or(feed.frames.len()).min(feed.frames.len()),
+        feed.source,
+        feed.cameras.len(),
+        feed.width,
+        feed.height,
+        cfg.release,
+        cfg.lanes,
+        cfg.frame_slots,
+        cfg.perception
+    );
+    let counters = Arc::new(Counters::default());
+    let total = frames.unwrap_or(feed.frames.len()).min(feed.frames.len()) as u64;
+    let progress = Progress::start("redline replay", total, counters.clone());
+    let (outcome, rt) = replay(&cfg, feed, a.frames, counters)?;
+    progress.finish();
+    print!("{}", outcome.runtime.table());
+    for t in &outcome.runtime.transitions {
+        println!(
+            "mode: after frame {} {} -> {}: {}",
+            t.after_frame, t.from, t.to, t.reason
+        );
+    }
+    for line in summary_lines(&outcome) {
+        println!("{line}");
+    }
+    if let Some(dir) = &a.report {
+        write_report(dir, &outcome, &rt)?;
+        println!(
+            "wrote {0}/report.json and {0}/trace.json (open the trace in ui.perfetto.dev)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+fn generate(a: GenerateArgs) -> Result<()> {
+    let cfg = ScenarioConfig {
+        seed: a.seed,
+        seconds: a.seconds,
+        actors: a.actors,
+        image_width: a.width,
+        image_height: a.height,
+        ..ScenarioConfig::default()
+    };
+    let scenario = Scenario::generate(cfg)?;
+    write_log(&scenario, &a.output)?;
+    println!(
+        "wrote {}: {} frames, {} cameras {}x{}, {} actors",
+        a.output.display(),
+        scenario.frame_count(),
+        scenario.cameras.len(),
+        a.width,
+        a.height,
+        a.actors
+    );
+    Ok(())
+}
+
+/// Renders every frame of `scenario` into an MCAP log.
+fn write_log(scenario: &Scenario, path: &Path) -> Result<()> {
+    let counters = Arc::new(Counters::default());
+    let progress = Progress::start(
+        "redline sim generate",
+        scenario.frame_count() as u64,
+        counters.clone(),
+    );
+    let stats = write_scenario_log(scenario, path, None, &mut |done| {
+        counters
+            .published
+            .store(done as u64, std::sync::atomic::Ordering::Relaxed);
+    })
+    .with_context(|| format!("writing {}", path.display()))?;
+    progress.finish();
+    eprintln!(
+        "{} messages, {:.1} MB",
+        stats.messages,
+        stats.bytes as f64 / 1e6
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Demo(a)) => demo(a),
-        None => demo(cli.demo),
+        Some(Command::Replay(a)) => run_replay(a),
+        Some(Command::Sim(SimCommand::Generate(a))) => generate(a),
+        None => run_replay(cli.replay),
     }
 }

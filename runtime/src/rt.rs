@@ -18,6 +18,7 @@ use std::fmt;
 
 /// What to ask of the OS for the lanes.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct RtRequest {
     /// Lane `i` is pinned to `pin_cores[i % len]`. `None`: no pinning.
     pub pin_cores: Option<Vec<usize>>,

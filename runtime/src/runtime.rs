@@ -13,7 +13,8 @@
 //!   [`ReleaseMode::RealTime`] (never `sleep(period)`), or data-triggered as soon as a slot
 //!   is free in [`ReleaseMode::AsFastAsPossible`] and [`ReleaseMode::Lockstep`]. In lockstep
 //!   the frame clock is virtual (`release = k * period`) and the watchdog's frame guard is
-//!   off; deadline misses then come only from a [`TimingModel`], which makes the mode
+//!   off; deadline misses and overruns then come only from a [`TimingModel`] (measured
+//!   times are reported but never decide anything), which makes the mode
 //!   sequence reproducible: the ladder sees frame `k`'s outcome exactly before frame
 //!   `k + slots` is released, whatever the real timing.
 //! - **Deadlines**: each frame's guard time is `deadline - publish_margin`. A frame not
@@ -780,9 +781,15 @@ impl Runtime {
                             counted,
                         );
                     } else {
-                        let (late, slack, overrun) = match self.timing.is_some() {
-                            true => self.modeled_schedule(slot as usize, &info),
-                            false => (false, 0, self.measured_overrun(slot as usize)),
+                        // Lockstep without a model: no timing-based decision at all (the
+                        // ladder must not depend on how fast this machine happened to be).
+                        let lockstep = self.cfg.release == ReleaseMode::Lockstep;
+                        let (late, slack, overrun) = if self.timing.is_some() {
+                            self.modeled_schedule(slot as usize, &info)
+                        } else if lockstep {
+                            (false, u64::MAX, false)
+                        } else {
+                            (false, 0, self.measured_overrun(slot as usize))
                         };
                         if late {
                             self.publish_fallback(

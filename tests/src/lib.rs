@@ -1,11 +1,14 @@
 //! Shared helpers for redline's cross-crate integration tests (the tests live in `tests/tests/`).
 //!
-//! [`CountingAllocator`] wraps the system allocator and counts allocations made *by threads
-//! that opted in* (all threads when counting is global), so a test can prove that a hot
-//! path allocates nothing after warm-up.
+//! [`CountingAllocator`] wraps the system allocator and counts allocations while counting is
+//! on (every thread of the process), so a test can prove that a hot path allocates nothing
+//! after warm-up. [`small_scenario`] and [`scenario_log`] make short synthetic drives.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use redline_sim::scenario::{Scenario, ScenarioConfig};
 
 /// Counts every `alloc`/`realloc` while [`CountingAllocator::start`] is in effect.
 #[derive(Debug)]
@@ -77,4 +80,32 @@ unsafe impl GlobalAlloc for CountingAllocator {
         // SAFETY: `ptr`/`layout` come from this allocator; `new_size` is the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
+}
+
+/// The default scenario's actors and road, `seconds` long, with small camera images
+/// (the tests check behaviour, not pixels).
+pub fn small_scenario(seed: u64, seconds: f64) -> ScenarioConfig {
+    ScenarioConfig {
+        seed,
+        seconds,
+        image_width: 128,
+        image_height: 64,
+        ..ScenarioConfig::default()
+    }
+}
+
+/// A fresh temporary directory for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("redline-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Writes a scenario log at `path` (all frames) and returns the scenario.
+pub fn scenario_log(cfg: ScenarioConfig, path: &Path) -> Scenario {
+    let scenario = Scenario::generate(cfg).expect("scenario");
+    redline_pipeline::generate::write_scenario_log(&scenario, path, None, &mut |_| {})
+        .expect("log written");
+    scenario
 }

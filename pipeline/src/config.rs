@@ -1,0 +1,324 @@
+//! The pipeline's configuration: one TOML file (`redline replay --config FILE`), every
+//! field optional, defaults that hold the 33 ms budget on a 2-core development machine.
+//!
+//! ```toml
+//! lanes = 2
+//! frame_slots = 2
+//! release = "realtime"          # realtime | as_fast_as_possible | lockstep
+//! perception = "network"        # network | oracle
+//! bev_cache_frames = 2
+//!
+//! [scenario]                    # the built-in scenario and `redline sim generate`
+//! seed = 7
+//! seconds = 30.0
+//! image_width = 256
+//! image_height = 128
+//!
+//! [budgets_ms]                  # per-stage WCET allowances
+//! backbone = 12.0
+//!
+//! [ladder]                      # degradation: modes and thresholds
+//! degrade_after = 3
+//! window = 30
+//! recover_after = 90
+//! [[ladder.modes]]
+//! name = "nominal"
+//!
+//! [rt]
+//! fifo_priority = 50
+//! lock_memory = true
+//! ```
+//!
+//! Unknown keys are rejected with the key's name, so a typo never silently does nothing.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use redline_runtime::modes::{LadderConfig, ModeSpec};
+use redline_runtime::rt::RtRequest;
+use redline_runtime::ReleaseMode;
+use redline_sim::scenario::ScenarioConfig;
+use serde::{Deserialize, Serialize};
+
+/// Stage names, as they appear in budgets, modes, reports and traces.
+pub mod stage {
+    /// Copies the frame's sensor data into the arena.
+    pub const SENSORS: &str = "sensors";
+    /// Resize, normalise, quantise each camera image.
+    pub const PREPROCESS: &str = "preprocess";
+    /// Shared INT8 backbone over all cameras.
+    pub const BACKBONE: &str = "backbone";
+    /// BEV view transform and temporal cache.
+    pub const BEV: &str = "bev";
+    /// Detection head.
+    pub const DETECTION: &str = "detection_head";
+    /// Segmentation head.
+    pub const SEGMENTATION: &str = "segmentation_head";
+    /// Heatmap peaks, boxes, NMS.
+    pub const DECODE: &str = "decode";
+    /// Ground truth in place of decoded detections (`--perception oracle`).
+    pub const ORACLE: &str = "oracle";
+    /// Kalman filter + assignment.
+    pub const TRACKING: &str = "tracking";
+    /// Multi-second trajectories per track.
+    pub const PREDICTION: &str = "prediction";
+    /// Sampled candidate trajectories.
+    pub const PLANNING: &str = "planning";
+}
+
+/// Where tracking's detections come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Perception {
+    /// The INT8 network and the decoder.
+    #[default]
+    Network,
+    /// The log's ground truth (tests the back half on its own).
+    Oracle,
+}
+
+/// Everything `redline replay` can be configured with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Worker lanes.
+    pub lanes: usize,
+    /// Frames in flight.
+    pub frame_slots: usize,
+    /// How frames are released.
+    pub release: ReleaseMode,
+    /// Detections from the network or the ground truth.
+    pub perception: Perception,
+    /// Previous BEV maps fused by the temporal cache (1..=4).
+    pub bev_cache_frames: usize,
+    /// Seed of the network's weights (until trained weights exist).
+    pub weights_seed: u64,
+    /// Built-in scenario / `sim generate` settings (resolution lives here).
+    pub scenario: ScenarioConfig,
+    /// Per-stage budgets, ms (stages not listed keep their defaults).
+    pub budgets_ms: BTreeMap<String, f64>,
+    /// Deadline after release, ms (0 = one period).
+    pub deadline_ms: f64,
+    /// The fallback is published this long before the deadline, ms.
+    pub publish_margin_ms: f64,
+    /// Degradation ladder.
+    pub ladder: LadderConfig,
+    /// Pinning, SCHED_FIFO, memory locking.
+    pub rt: RtRequest,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            lanes: 2,
+            frame_slots: 2,
+            release: ReleaseMode::RealTime,
+            perception: Perception::Network,
+            bev_cache_frames: 2,
+            weights_seed: 1,
+            scenario: ScenarioConfig {
+                image_width: 256,
+                image_height: 128,
+                ..ScenarioConfig::default()
+            },
+            budgets_ms: BTreeMap::new(),
+            deadline_ms: 0.0,
+            publish_margin_ms: 1.0,
+            ladder: default_ladder(),
+            rt: RtRequest::default(),
+        }
+    }
+}
+
+/// Default budgets, ms, for the default resolution on a 2-core x86 machine (scalar INT8
+/// kernels); the sum along the critical path leaves margin inside 33 ms.
+pub fn default_budget_ms(stage_name: &str) -> f64 {
+    match stage_name {
+        stage::SENSORS => 1.5,
+        stage::PREPROCESS => 2.0,
+        stage::BACKBONE => 14.0,
+        stage::BEV => 3.0,
+        stage::DETECTION => 5.0,
+        stage::SEGMENTATION => 4.0,
+        stage::DECODE => 1.0,
+        stage::ORACLE => 0.5,
+        stage::TRACKING => 1.5,
+        stage::PREDICTION => 1.5,
+        stage::PLANNING => 4.0,
+        _ => 0.0,
+    }
+}
+
+/// Nominal → reduced (no segmentation) → minimal (no segmentation, constant-velocity
+/// prediction) → safe_stop (the planner's minimum-risk trajectory).
+pub fn default_ladder() -> LadderConfig {
+    let mode = |name: &str, disable: &[&str]| ModeSpec {
+        name: name.into(),
+        disable: disable.iter().map(|s| s.to_string()).collect(),
+    };
+    LadderConfig {
+        modes: vec![
+            mode("nominal", &[]),
+            mode("reduced", &[stage::SEGMENTATION]),
+            mode("minimal", &[stage::SEGMENTATION, stage::PREDICTION]),
+            mode(
+                "safe_stop",
+                &[stage::SEGMENTATION, stage::PREDICTION, stage::PLANNING],
+            ),
+        ],
+        degrade_after: 3,
+        window: 30,
+        recover_after: 90,
+        slack_fraction: 0.1,
+    }
+}
+
+/// A configuration file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// File.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown keys.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// File.
+        path: String,
+        /// What toml said (names the key and line).
+        message: String,
+    },
+    /// A value out of range.
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+impl PipelineConfig {
+    /// Reads and checks a TOML file.
+    pub fn load(path: &Path) -> Result<PipelineConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and checks TOML text (`origin` names it in messages).
+    pub fn parse(text: &str, origin: &str) -> Result<PipelineConfig, ConfigError> {
+        let cfg: PipelineConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Range checks that serde cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=64).contains(&self.lanes) {
+            return Err(ConfigError::Invalid(format!(
+                "lanes = {}: use 1 to 64",
+                self.lanes
+            )));
+        }
+        if !(1..=16).contains(&self.frame_slots) {
+            return Err(ConfigError::Invalid(format!(
+                "frame_slots = {}: use 1 to 16",
+                self.frame_slots
+            )));
+        }
+        if !(1..=4).contains(&self.bev_cache_frames) {
+            return Err(ConfigError::Invalid(format!(
+                "bev_cache_frames = {}: use 1 to 4",
+                self.bev_cache_frames
+            )));
+        }
+        for (name, ms) in &self.budgets_ms {
+            if default_budget_ms(name) == 0.0 {
+                return Err(ConfigError::Invalid(format!(
+                    "budgets_ms.{name}: no such stage (stages: sensors, preprocess, backbone, bev, detection_head, segmentation_head, decode, oracle, tracking, prediction, planning)"
+                )));
+            }
+            if !(ms.is_finite() && *ms >= 0.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "budgets_ms.{name} = {ms}: must be >= 0"
+                )));
+            }
+        }
+        if !(self.deadline_ms >= 0.0 && self.publish_margin_ms >= 0.0) {
+            return Err(ConfigError::Invalid(
+                "deadline_ms and publish_margin_ms must be >= 0".into(),
+            ));
+        }
+        let w = self.scenario.image_width;
+        let h = self.scenario.image_height;
+        if w % 2 != 0 || h % 2 != 0 || w < 64 || h < 32 {
+            return Err(ConfigError::Invalid(format!(
+                "scenario.image_width x image_height = {w}x{h}: use even sizes of at least 64x32"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Budget of a stage, ns.
+    pub fn budget_ns(&self, stage_name: &str) -> u64 {
+        let ms = self
+            .budgets_ms
+            .get(stage_name)
+            .copied()
+            .unwrap_or_else(|| default_budget_ms(stage_name));
+        (ms * 1e6) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_round_trip_through_toml() {
+        let d = PipelineConfig::default();
+        d.validate().unwrap();
+        let text = toml::to_string(&d).unwrap();
+        let back = PipelineConfig::parse(&text, "round-trip").unwrap();
+        assert_eq!(back, d);
+    }
+
+    #[test]
+    fn partial_files_keep_defaults() {
+        let c = PipelineConfig::parse(
+            "lanes = 1\nperception = \"oracle\"\n[budgets_ms]\nbackbone = 20.0\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.lanes, 1);
+        assert_eq!(c.perception, Perception::Oracle);
+        assert_eq!(c.budget_ns(stage::BACKBONE), 20_000_000);
+        assert_eq!(c.budget_ns(stage::PLANNING), 4_000_000);
+        assert_eq!(c.frame_slots, 2);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let e = PipelineConfig::parse("lanez = 2\n", "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lanez") && e.contains("f.toml"), "{e}");
+        let e = PipelineConfig::parse("[budgets_ms]\nbackbon = 1.0\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("backbon"), "{e}");
+        let e = PipelineConfig::parse("lanes = 0\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lanes = 0"), "{e}");
+        let e = PipelineConfig::parse("release = \"sometimes\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sometimes") || e.contains("release"), "{e}");
+    }
+}

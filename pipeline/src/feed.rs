@@ -1,0 +1,289 @@
+//! The sensor feed: every frame of a replay, decoded into memory before the run starts.
+//!
+//! Contract: building a [`Feed`] does all decoding and rendering (it allocates, reads files,
+//! reports progress); during the run the `sensors` stage only copies frame `k` out of it
+//! (one `memcpy` per camera, written where it happens), so replay timing measures the
+//! pipeline, not the log reader. The cost is memory: frames × cameras × width × height × 3
+//! bytes (900 frames of six 256×128 cameras: 531 MB). A camera missing from a frame, late,
+//! or of the wrong size or encoding is recorded in [`Feed::issues`] and its pixels are zero
+//! with its bit cleared in [`FeedFrame::present`]; the frame still runs.
+
+use std::path::Path;
+
+use redline_sim::camera::surround_rig;
+use redline_sim::log::LogReader;
+use redline_sim::replay::{read_frames, FrameIssue};
+use redline_sim::scenario::{Scenario, ScenarioConfig};
+use redline_sim::types::{CameraSpec, EgoState, GroundTruth, RgbImage};
+
+use crate::types::{class, EgoPose, GtBox, RoadMap, MAP_POINTS};
+
+/// Ground-truth boxes a frame can carry into the arena.
+pub const MAX_GT: usize = 128;
+
+/// One frame of sensor data.
+#[derive(Clone, Debug)]
+pub struct FeedFrame {
+    /// Sensor timestamp, ns.
+    pub stamp_ns: u64,
+    /// All cameras, rig order, each `width × height × 3` bytes.
+    pub images: Vec<u8>,
+    /// Bit `c` set when camera `c` delivered a usable image.
+    pub present: u32,
+    /// Ego pose (zero when odometry is missing: see issues).
+    pub ego: EgoPose,
+    /// Ground truth, world frame (empty when the log has none).
+    pub gt: Vec<GtBox>,
+}
+
+/// All frames of a replay.
+#[derive(Debug)]
+pub struct Feed {
+    /// Camera rig, in image order.
+    pub cameras: Vec<CameraSpec>,
+    /// Image width, px.
+    pub width: usize,
+    /// Image height, px.
+    pub height: usize,
+    /// Frame period, ns.
+    pub period_ns: u64,
+    /// The road map (zeroed when the log has none).
+    pub map: Box<RoadMap>,
+    /// Frames, in order.
+    pub frames: Vec<FeedFrame>,
+    /// (frame, what) for everything that was wrong with the input.
+    pub issues: Vec<(u64, String)>,
+    /// Where the frames came from, for reports.
+    pub source: String,
+}
+
+/// Why a feed could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    /// The scenario config is invalid.
+    #[error(transparent)]
+    Scenario(#[from] redline_sim::scenario::ScenarioError),
+    /// The log cannot be read at all.
+    #[error(transparent)]
+    Log(#[from] redline_sim::log::LogError),
+    /// The log holds no frame.
+    #[error("{0}: the log holds no complete frame (no odometry or no camera images): check the topics with `redline replay --help`")]
+    Empty(String),
+    /// Cameras of different sizes.
+    #[error(
+        "{0}: cameras have different image sizes ({1}): redline expects one size for all cameras"
+    )]
+    MixedSizes(String, String),
+}
+
+fn ego_pose(e: &EgoState) -> EgoPose {
+    EgoPose {
+        stamp_ns: e.stamp_ns,
+        x: e.x,
+        y: e.y,
+        yaw: e.yaw,
+        v: e.v,
+        yaw_rate: e.yaw_rate,
+    }
+}
+
+fn gt_boxes(gt: &GroundTruth) -> Vec<GtBox> {
+    gt.objects
+        .iter()
+        .take(MAX_GT)
+        .map(|o| GtBox {
+            id: o.id,
+            class: o.class as u32,
+            x: o.x,
+            y: o.y,
+            yaw: o.yaw,
+            vx: o.vx,
+            vy: o.vy,
+            length: o.length as f32,
+            width: o.width as f32,
+            valid: 1,
+            _pad: 0,
+        })
+        .collect()
+}
+
+fn road_map(lanes: u32, lane_width: f64, centre: &[(f64, f64)]) -> Box<RoadMap> {
+    let mut m: Box<RoadMap> = Box::default();
+    m.lanes = lanes;
+    m.lane_width = lane_width as f32;
+    let n = centre.len().min(MAP_POINTS);
+    m.points = n as u32;
+    for (dst, &(x, y)) in m.centre.iter_mut().zip(centre.iter().take(n)) {
+        *dst = [x as f32, y as f32];
+    }
+    m
+}
+
+impl Feed {
+    /// Bytes of one camera image.
+    pub fn image_len(&self) -> usize {
+        self.width * self.height * 3
+    }
+
+    /// Renders the built-in scenario (`frames` at most, all when None); `progress` is
+    /// called with (done, total) as frames are rendered.
+    pub fn from_scenario(
+        cfg: &ScenarioConfig,
+        frames: Option<usize>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Feed, FeedError> {
+        let scenario = Scenario::generate(cfg.clone())?;
+        let n = frames.map_or(scenario.frame_count(), |f| f.min(scenario.frame_count()));
+        let cams = scenario.cameras.len();
+        let (w, h) = (cfg.image_width as usize, cfg.image_height as usize);
+        let mut img = RgbImage::default();
+        let mut out = Vec::with_capacity(n);
+        for k in 0..n {
+            let mut images = vec![0u8; cams * w * h * 3];
+            for c in 0..cams {
+                scenario.render(k, c, &mut img);
+                images[c * w * h * 3..(c + 1) * w * h * 3].copy_from_slice(&img.data);
+            }
+            out.push(FeedFrame {
+                stamp_ns: scenario.stamp_ns(k),
+                images,
+                present: (1u32 << cams) - 1,
+                ego: ego_pose(&scenario.ego(k)),
+                gt: gt_boxes(&scenario.ground_truth(k)),
+            });
+            progress(k + 1, n);
+        }
+        let centre = scenario
+            .road
+            .sample_centre(crate::types::MAP_SPACING as f64, MAP_POINTS);
+        Ok(Feed {
+            cameras: scenario.cameras.clone(),
+            width: w,
+            height: h,
+            period_ns: scenario.period_ns(),
+            map: road_map(scenario.road.lanes, scenario.road.lane_width, &centre),
+            frames: out,
+            issues: Vec::new(),
+            source: format!("built-in scenario (seed {})", cfg.seed),
+        })
+    }
+
+    /// Reads a recorded MCAP log (every readable frame; problems become issues).
+    pub fn from_log(path: &Path, frames: Option<usize>) -> Result<Feed, FeedError> {
+        let name = path.display().to_string();
+        let mut reader = LogReader::open(path)?;
+        let cameras = reader.cameras().to_vec();
+        let (w, h) = match cameras.first() {
+            Some(c) => (c.width as usize, c.height as usize),
+            None => return Err(FeedError::Empty(name)),
+        };
+        if cameras
+            .iter()
+            .any(|c| c.width as usize != w || c.height as usize != h)
+        {
+            let sizes: Vec<String> = cameras
+                .iter()
+                .map(|c| format!("{} {}x{}", c.name, c.width, c.height))
+                .collect();
+            return Err(FeedError::MixedSizes(name, sizes.join(", ")));
+        }
+        let map = match reader.map() {
+            Some(m) => road_map(m.lanes, m.lane_width, &m.centre),
+            None => Box::default(),
+        };
+        let mut issues: Vec<(u64, String)> = reader
+            .issues()
+            .iter()
+            .map(|i| (0, format!("log: {:?}: {}", i.kind, i.detail)))
+            .collect();
+        let sensor_frames = read_frames(&mut reader, None)?;
+        let cams = cameras.len();
+        let limit = frames.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        let mut period_ns = 33_333_333;
+        let mut last_stamp: Option<u64> = None;
+        for sf in sensor_frames.into_iter().take(limit) {
+            let k = out.len() as u64;
+            let mut images = vec![0u8; cams * w * h * 3];
+            let mut present = 0u32;
+            for (c, img) in sf.images.iter().enumerate().take(cams) {
+                if let Some(img) = img {
+                    if img.data.len() == w * h * 3 {
+                        images[c * w * h * 3..(c + 1) * w * h * 3].copy_from_slice(&img.data);
+                        present |= 1 << c;
+                    }
+                }
+            }
+            for issue in &sf.issues {
+                let what = match issue {
+                    FrameIssue::MissingCamera { cam } => format!("camera {cam} missing"),
+                    FrameIssue::LateCamera { cam, late_by_ns } => {
+                        format!("camera {cam} late by {:.1} ms (not used)", *late_by_ns as f64 / 1e6)
+                    }
+                    FrameIssue::BadImage { cam, why } => format!("camera {cam}: {why}"),
+                    FrameIssue::MissingOdometry => "odometry missing (ego pose zero)".to_string(),
+                    FrameIssue::Stale {
+                        topic,
+                        frame,
+                        late_by_ns,
+                    } => format!(
+                        "{topic} for frame {frame} arrived {:.1} ms late, after that frame ran: dropped",
+                        *late_by_ns as f64 / 1e6
+                    ),
+                    FrameIssue::Gap { frames_skipped } => {
+                        format!("the log skips {frames_skipped} frame periods before this frame")
+                    }
+                };
+                issues.push((k, what));
+            }
+            if let Some(prev) = last_stamp {
+                if sf.stamp_ns > prev && k == 1 {
+                    period_ns = sf.stamp_ns - prev;
+                }
+            }
+            last_stamp = Some(sf.stamp_ns);
+            out.push(FeedFrame {
+                stamp_ns: sf.stamp_ns,
+                images,
+                present,
+                ego: sf.ego.as_ref().map(ego_pose).unwrap_or_default(),
+                gt: sf.gt.as_ref().map(gt_boxes).unwrap_or_default(),
+            });
+        }
+        if out.is_empty() {
+            return Err(FeedError::Empty(name));
+        }
+        Ok(Feed {
+            cameras,
+            width: w,
+            height: h,
+            period_ns,
+            map,
+            frames: out,
+            issues,
+            source: name,
+        })
+    }
+
+    /// The surround rig the built-in scenario uses at this resolution.
+    pub fn default_rig(width: u32, height: u32) -> Vec<CameraSpec> {
+        surround_rig(width, height)
+    }
+}
+
+/// Whether a ground-truth box is inside the region the pipeline perceives and is
+/// evaluated on: the BEV grid around the ego.
+pub fn in_perception_range(ego: &EgoPose, gt: &GtBox) -> bool {
+    let bev = crate::types::BevSpec::DEFAULT;
+    let (c, s) = (ego.yaw.cos(), ego.yaw.sin());
+    let (dx, dy) = (gt.x - ego.x, gt.y - ego.y);
+    let x = c * dx + s * dy;
+    let y = -s * dx + c * dy;
+    let margin = 1.0;
+    gt.valid == 1
+        && gt.class < class::COUNT as u32
+        && x >= (bev.x0 + margin) as f64
+        && x < (bev.x0 + bev.nx as f32 * bev.res - margin) as f64
+        && y >= (bev.y0 + margin) as f64
+        && y < (bev.y0 + bev.ny as f32 * bev.res - margin) as f64
+}

@@ -1,0 +1,166 @@
+//! Assembles the driving graph from a config and a feed:
+//!
+//! ```text
+//! sensors → preprocess → backbone → bev ─┬─> detection_head → decode ─┐
+//!                                        └─> segmentation_head ───────┼─> planning
+//!          (oracle: ground truth → detections, in place of decode)     │
+//!                       decode → tracking → prediction ────────────────┘
+//! ```
+//!
+//! The two heads fan out from the BEV features onto different lanes; planning fans in the
+//! predictions, the segmentation, the ego pose and the map. Published: ego, detections,
+//! tracks, predictions, trajectory, plan summary.
+
+use std::sync::Arc;
+
+use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
+use redline_runtime::{Criticality, GraphBuilder};
+use redline_sim::camera::project_ego;
+
+use crate::config::{stage, Perception, PipelineConfig};
+use crate::feed::{Feed, MAX_GT};
+use crate::perception::{BevProjector, Decoder, TemporalCache};
+use crate::stages::*;
+use crate::types::{
+    BevSpec, Detection, EgoPose, GtBox, PlanSummary, PredictedPath, RoadMap, TrackState, TrajPoint,
+    MAX_DETECTIONS, MAX_TRACKS, PLAN_STEPS,
+};
+
+/// Detection score threshold of the decoder.
+pub const DETECTION_THRESHOLD: f32 = 0.5;
+/// NMS IoU threshold.
+pub const NMS_IOU: f32 = 0.3;
+
+/// What the graph was built with, for reports.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GraphInfo {
+    /// Cameras.
+    pub cameras: usize,
+    /// Camera image size.
+    pub image: (usize, usize),
+    /// Network input size (w, h).
+    pub net_input: (usize, usize),
+    /// Backbone multiply-accumulates per frame (all cameras).
+    pub backbone_macs: u64,
+    /// BEV cells seen by some camera.
+    pub bev_coverage: f32,
+}
+
+/// Builds the graph (allocates the models and tables: start-up only).
+pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, GraphInfo), String> {
+    let cams = feed.cameras.len();
+    let (w, h) = (feed.width, feed.height);
+    let bev = BevSpec::DEFAULT;
+    let net = NetConfig {
+        seed: cfg.weights_seed,
+        ..NetConfig::default()
+    };
+    let backbone = BackboneStage::new(cams, &net)?;
+    let (fh, fw, fc) = backbone.output_shape();
+    let feat_q = backbone.output_q();
+    let backbone_macs = Backbone::new(&net).map_err(|e| e.to_string())?.macs() * cams as u64;
+    let rig = feed.cameras.clone();
+    let project = move |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
+        project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
+    };
+    let proj = BevProjector::new(&bev, cams, w, h, fw, fh, fc, 0.5, &project)
+        .map_err(|e| e.to_string())?;
+    let coverage = proj.coverage();
+    let cache = TemporalCache::new(&bev, fc, cfg.bev_cache_frames).map_err(|e| e.to_string())?;
+    let det_head = DetHead::new(&net, bev.ny, bev.nx).map_err(|e| e.to_string())?;
+    let seg_head = SegHead::new(&net, bev.ny, bev.nx).map_err(|e| e.to_string())?;
+    let (heat_q, reg_q, det_c) = (det_head.heat_q(), det_head.reg_q(), det_head.out_channels());
+    let cells = bev.nx * bev.ny;
+    let budget = |name: &str| cfg.budget_ns(name);
+
+    let mut g = GraphBuilder::new();
+    g.stage(stage::SENSORS, SensorsStage::new(feed.clone()))
+        .writes::<u8>(buf::IMAGES, cams * w * h * 3)
+        .writes::<u32>(buf::PRESENT, cams)
+        .writes::<EgoPose>(buf::EGO, 1)
+        .writes::<GtBox>(buf::GT, MAX_GT)
+        .writes::<RoadMap>(buf::MAP, 1)
+        .budget_ns(budget(stage::SENSORS))
+        .criticality(Criticality::Critical);
+    g.stage(stage::PREPROCESS, PreprocessStage::new(cams, w, h, &net)?)
+        .reads::<u8>(buf::IMAGES, cams * w * h * 3)
+        .writes::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
+        .budget_ns(budget(stage::PREPROCESS));
+    g.stage(stage::BACKBONE, backbone)
+        .reads::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
+        .writes::<i8>(buf::FEATURES, cams * fh * fw * fc)
+        .budget_ns(budget(stage::BACKBONE));
+    g.stage(
+        stage::BEV,
+        BevStage::new(proj, cache, cells * fc, feat_q.zero_point),
+    )
+    .reads::<i8>(buf::FEATURES, cams * fh * fw * fc)
+    .reads::<EgoPose>(buf::EGO, 1)
+    .writes::<i8>(buf::BEV, cells * fc)
+    .budget_ns(budget(stage::BEV));
+    g.stage(stage::DETECTION, DetectionStage::new(det_head))
+        .reads::<i8>(buf::BEV, cells * fc)
+        .writes::<i8>(buf::DET_HEAD, cells * det_c)
+        .budget_ns(budget(stage::DETECTION));
+    g.stage(
+        stage::SEGMENTATION,
+        SegmentationStage::new(seg_head, cells, net.seg_classes),
+    )
+    .reads::<i8>(buf::BEV, cells * fc)
+    .writes::<u8>(buf::SEG, cells)
+    .budget_ns(budget(stage::SEGMENTATION))
+    .criticality(Criticality::BestEffort);
+    match cfg.perception {
+        Perception::Network => {
+            let decoder = Decoder::new(&bev, net.classes, DETECTION_THRESHOLD, NMS_IOU);
+            g.stage(stage::DECODE, DecodeStage::new(decoder, heat_q, reg_q))
+                .reads::<i8>(buf::DET_HEAD, cells * det_c)
+                .writes::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
+                .budget_ns(budget(stage::DECODE));
+        }
+        Perception::Oracle => {
+            g.stage(stage::ORACLE, OracleStage)
+                .reads::<GtBox>(buf::GT, MAX_GT)
+                .reads::<EgoPose>(buf::EGO, 1)
+                .writes::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
+                .budget_ns(budget(stage::ORACLE));
+        }
+    }
+    g.stage(stage::TRACKING, TrackingStage::new())
+        .reads::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
+        .reads::<EgoPose>(buf::EGO, 1)
+        .writes::<TrackState>(buf::TRACKS, MAX_TRACKS)
+        .budget_ns(budget(stage::TRACKING));
+    g.stage(stage::PREDICTION, PredictionStage::new())
+        .reads::<TrackState>(buf::TRACKS, MAX_TRACKS)
+        .reads::<RoadMap>(buf::MAP, 1)
+        .writes::<PredictedPath>(buf::PREDICTIONS, MAX_TRACKS)
+        .budget_ns(budget(stage::PREDICTION));
+    g.stage(stage::PLANNING, PlanningStage::new())
+        .reads::<PredictedPath>(buf::PREDICTIONS, MAX_TRACKS)
+        .reads::<EgoPose>(buf::EGO, 1)
+        .reads::<RoadMap>(buf::MAP, 1)
+        .reads::<u8>(buf::SEG, cells)
+        .writes::<TrajPoint>(buf::TRAJECTORY, PLAN_STEPS)
+        .writes::<PlanSummary>(buf::PLAN, 1)
+        .budget_ns(budget(stage::PLANNING))
+        .criticality(Criticality::Critical);
+    for b in [
+        buf::EGO,
+        buf::DETECTIONS,
+        buf::TRACKS,
+        buf::PREDICTIONS,
+        buf::TRAJECTORY,
+        buf::PLAN,
+    ] {
+        g.publish(b);
+    }
+    let info = GraphInfo {
+        cameras: cams,
+        image: (w, h),
+        net_input: (net.in_w, net.in_h),
+        backbone_macs,
+        bev_coverage: coverage,
+    };
+    Ok((g, info))
+}

@@ -1,0 +1,322 @@
+//! `redline replay`: runs the driving graph over a feed (a recorded MCAP log or the
+//! built-in scenario), records what every frame published, then evaluates it against the
+//! ground truth: tracking quality (MOTA, ID switches) and whether each planned trajectory
+//! stays clear of the actors' true futures.
+//!
+//! The publisher only copies each frame's small outputs into records preallocated for the
+//! whole run (no allocation, no I/O); evaluation and reports happen after the run.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redline_runtime::{
+    FrameStatus, HashPublisher, PlanConfig, Published, Publisher, Report, Runtime, RuntimeConfig,
+};
+use serde::Serialize;
+
+use crate::config::{Perception, PipelineConfig};
+use crate::eval::{first_collision, MotEval, MotSummary};
+use crate::feed::{in_perception_range, Feed};
+use crate::graph::{self, GraphInfo};
+use crate::progress::Counters;
+use crate::types::{
+    Detection, EgoPose, GtBox, PlanSummary, TrackState, TrajPoint, MAX_TRACKS, PLAN_STEPS, PRED_DT,
+};
+
+/// What one frame published, kept for evaluation.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameRecord {
+    /// Frame number.
+    pub frame: u64,
+    /// complete / degraded / fallback:...
+    pub status: &'static str,
+    /// Ego pose the outputs were computed for.
+    pub ego: EgoPose,
+    /// Valid detections.
+    pub detections: u32,
+    /// Tracks (world frame).
+    pub tracks: [TrackState; MAX_TRACKS],
+    /// Planned trajectory (world frame).
+    pub trajectory: [TrajPoint; PLAN_STEPS],
+    /// Planner summary.
+    pub plan: PlanSummary,
+    /// Release → publish, ns.
+    pub latency_ns: u64,
+}
+
+/// Copies the published outputs of every frame into preallocated records and hashes them.
+#[derive(Debug)]
+pub struct RecordingPublisher {
+    /// One record per published frame.
+    pub records: Vec<FrameRecord>,
+    /// Hash of every published byte and status.
+    pub hash: HashPublisher,
+    counters: Arc<Counters>,
+}
+
+impl RecordingPublisher {
+    /// Room for `frames` records (allocated here, not while running).
+    pub fn new(frames: usize, counters: Arc<Counters>) -> Self {
+        RecordingPublisher {
+            records: Vec::with_capacity(frames),
+            hash: HashPublisher::default(),
+            counters,
+        }
+    }
+}
+
+impl Publisher for RecordingPublisher {
+    fn publish(&mut self, p: &Published<'_>) {
+        self.hash.publish(p);
+        self.counters.published.fetch_add(1, Ordering::Relaxed);
+        if matches!(p.status, FrameStatus::Fallback(_)) {
+            self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.records.len() == self.records.capacity() {
+            return; // never grow on the hot path
+        }
+        let o = &p.outputs;
+        let mut r = FrameRecord {
+            frame: p.info.frame,
+            status: p.status.label(),
+            ego: EgoPose::default(),
+            detections: 0,
+            tracks: [TrackState::default(); MAX_TRACKS],
+            trajectory: [TrajPoint::default(); PLAN_STEPS],
+            plan: PlanSummary::default(),
+            latency_ns: p.latency_ns,
+        };
+        if let Ok(e) = o.get::<EgoPose>(0) {
+            r.ego = e[0];
+        }
+        if let Ok(d) = o.get::<Detection>(1) {
+            r.detections = d.iter().filter(|d| d.valid == 1).count() as u32;
+        }
+        if let Ok(t) = o.get::<TrackState>(2) {
+            r.tracks.copy_from_slice(&t[..MAX_TRACKS]);
+        }
+        if let Ok(t) = o.get::<TrajPoint>(4) {
+            r.trajectory.copy_from_slice(&t[..PLAN_STEPS]);
+        }
+        if let Ok(s) = o.get::<PlanSummary>(5) {
+            r.plan = s[0];
+        }
+        self.records.push(r);
+    }
+}
+
+/// Evaluation against ground truth.
+#[derive(Clone, Debug, Serialize)]
+pub struct Evaluation {
+    /// Tracking quality over the perception range.
+    pub tracking: MotSummary,
+    /// Frames whose trajectory could be checked against a full 3 s of true future.
+    pub planner_frames_checked: u64,
+    /// Of which, collision-free.
+    pub planner_collision_free: u64,
+    /// planner_collision_free / planner_frames_checked.
+    pub planner_collision_free_rate: f64,
+    /// Frames that published the minimum-risk trajectory.
+    pub minimum_risk_frames: u64,
+    /// First colliding frames (frame, step), at most 20.
+    pub collisions: Vec<(u64, usize)>,
+    /// Mean valid detections per frame.
+    pub mean_detections: f64,
+}
+
+/// The whole outcome of a replay.
+#[derive(Debug, Serialize)]
+pub struct ReplayOutcome {
+    /// Where the frames came from.
+    pub source: String,
+    /// Network or oracle.
+    pub perception: Perception,
+    /// What the graph was built with.
+    pub graph: GraphInfo,
+    /// Runtime figures.
+    pub runtime: Report,
+    /// Against ground truth.
+    pub evaluation: Evaluation,
+    /// Input problems (frame, what), first 200.
+    pub input_issues: Vec<(u64, String)>,
+    /// Input problems in all.
+    pub input_issue_count: usize,
+    /// Hash of every published output (determinism).
+    pub output_hash: String,
+}
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The graph could not be built.
+    #[error("building the graph: {0}")]
+    Graph(String),
+    /// The plan was rejected.
+    #[error(transparent)]
+    Plan(#[from] redline_runtime::PlanError),
+    /// The runtime did not start.
+    #[error(transparent)]
+    Runtime(#[from] redline_runtime::RuntimeError),
+    /// Writing outputs failed.
+    #[error("cannot write {path}: {error}")]
+    Write {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        error: std::io::Error,
+    },
+}
+
+/// Runs `frames` frames (all when None) of `feed` and evaluates them.
+pub fn replay(
+    cfg: &PipelineConfig,
+    feed: Arc<Feed>,
+    frames: Option<u64>,
+    counters: Arc<Counters>,
+) -> Result<(ReplayOutcome, Runtime), ReplayError> {
+    let (g, info) = graph::build(cfg, &feed).map_err(ReplayError::Graph)?;
+    let plan = g.build(&PlanConfig {
+        lanes: cfg.lanes,
+        frame_slots: cfg.frame_slots,
+    })?;
+    let rcfg = RuntimeConfig {
+        period_ns: feed.period_ns,
+        deadline_ns: (cfg.deadline_ms * 1e6) as u64,
+        publish_margin_ns: (cfg.publish_margin_ms * 1e6) as u64,
+        release: cfg.release,
+        rt: cfg.rt.clone(),
+        ladder: cfg.ladder.clone(),
+        ..RuntimeConfig::default()
+    };
+    let mut rt = Runtime::new(plan, rcfg)?;
+    let n = frames
+        .unwrap_or(feed.frames.len() as u64)
+        .min(feed.frames.len() as u64);
+    let mut publisher = RecordingPublisher::new(n as usize, counters);
+    rt.run(n, &mut publisher);
+    let evaluation = evaluate(&feed, &publisher.records);
+    let outcome = ReplayOutcome {
+        source: feed.source.clone(),
+        perception: cfg.perception,
+        graph: info,
+        runtime: rt.report(),
+        evaluation,
+        input_issues: feed.issues.iter().take(200).cloned().collect(),
+        input_issue_count: feed.issues.len(),
+        output_hash: format!("{:016x}", publisher.hash.hash),
+    };
+    Ok((outcome, rt))
+}
+
+/// Scores recorded frames against the feed's ground truth.
+pub fn evaluate(feed: &Feed, records: &[FrameRecord]) -> Evaluation {
+    let mut mot = MotEval::new(2.0);
+    let mut dets = 0u64;
+    for r in records {
+        let Some(f) = feed.frames.get(r.frame as usize) else {
+            continue;
+        };
+        let gt: Vec<GtBox> =
+            f.gt.iter()
+                .copied()
+                .filter(|g| in_perception_range(&f.ego, g))
+                .collect();
+        let tracks: Vec<TrackState> = r.tracks.iter().copied().filter(|t| t.valid == 1).collect();
+        mot.frame(&gt, &tracks);
+        dets += u64::from(r.detections);
+    }
+    let period_s = feed.period_ns as f64 / 1e9;
+    let horizon_frames = ((PLAN_STEPS as f64 * PRED_DT as f64) / period_s).round() as usize;
+    let (mut checked, mut free, mut min_risk) = (0u64, 0u64, 0u64);
+    let mut collisions = Vec::new();
+    for r in records {
+        if r.plan.kind == 1 {
+            min_risk += 1;
+        }
+        let k = r.frame as usize;
+        if k + horizon_frames >= feed.frames.len() || feed.frames[k].gt.is_empty() {
+            continue;
+        }
+        let future = |j: usize| -> Vec<GtBox> {
+            let dt = (j + 1) as f64 * PRED_DT as f64;
+            let idx = k + (dt / period_s).round() as usize;
+            feed.frames[idx.min(feed.frames.len() - 1)].gt.clone()
+        };
+        checked += 1;
+        match first_collision(&r.trajectory, &future) {
+            None => free += 1,
+            Some(step) => {
+                if collisions.len() < 20 {
+                    collisions.push((r.frame, step));
+                }
+            }
+        }
+    }
+    Evaluation {
+        tracking: mot.summary(),
+        planner_frames_checked: checked,
+        planner_collision_free: free,
+        planner_collision_free_rate: if checked == 0 {
+            0.0
+        } else {
+            free as f64 / checked as f64
+        },
+        minimum_risk_frames: min_risk,
+        collisions,
+        mean_detections: if records.is_empty() {
+            0.0
+        } else {
+            dets as f64 / records.len() as f64
+        },
+    }
+}
+
+/// Writes `report.json` and `trace.json` into `dir`.
+pub fn write_report(dir: &Path, outcome: &ReplayOutcome, rt: &Runtime) -> Result<(), ReplayError> {
+    let io = |path: &Path, error| ReplayError::Write {
+        path: path.to_path_buf(),
+        error,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let path = dir.join("report.json");
+    let json = serde_json::to_string_pretty(outcome).expect("the report serialises");
+    std::fs::write(&path, json).map_err(|e| io(&path, e))?;
+    let path = dir.join("trace.json");
+    let file = std::fs::File::create(&path).map_err(|e| io(&path, e))?;
+    rt.write_chrome_trace(std::io::BufWriter::new(file))
+        .map_err(|e| io(&path, e))?;
+    Ok(())
+}
+
+/// The terminal summary below the latency table.
+pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
+    let e = &o.evaluation;
+    let t = &e.tracking;
+    let mut v = vec![
+        format!(
+            "input: {} ({} issues); perception: {:?}; backbone {:.1} MMAC/frame; BEV coverage {:.0}%",
+            o.source,
+            o.input_issue_count,
+            o.perception,
+            o.graph.backbone_macs as f64 / 1e6,
+            o.graph.bev_coverage * 100.0
+        ),
+        format!(
+            "tracking vs ground truth: MOTA {:.3}, {} ID switches, {} misses, {} false positives over {} objects; {:.1} detections/frame",
+            t.mota, t.id_switches, t.misses, t.false_positives, t.gt_objects, e.mean_detections
+        ),
+        format!(
+            "planner: {}/{} trajectories collision-free against the true futures ({:.2}%), {} minimum-risk frames",
+            e.planner_collision_free,
+            e.planner_frames_checked,
+            e.planner_collision_free_rate * 100.0,
+            e.minimum_risk_frames
+        ),
+        format!("output hash {}", o.output_hash),
+    ];
+    for (frame, what) in o.input_issues.iter().take(5) {
+        v.push(format!("input issue: frame {frame}: {what}"));
+    }
+    v
+}

@@ -1,0 +1,559 @@
+//! The driving stages as runtime stages: each wraps one algorithm, owns every buffer it
+//! needs from construction, and in `run` only reads its input slices and writes its output
+//! slices (no allocation, no lock, no I/O; bad data is a `StageError`, which makes the
+//! runtime use the stage's fallback for that frame).
+//!
+//! Per-camera and per-row work is split with `io.parallel_for` over a static partition
+//! (cameras, or BEV rows), so outputs are identical on any number of lanes.
+
+use std::sync::Arc;
+
+use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
+use redline_models::quant::QParams;
+use redline_runtime::{Fallback, FrameInfo, Stage, StageError, StageIo};
+
+use crate::feed::{in_perception_range, Feed, MAX_GT};
+use crate::perception::{BevProjector, Decoder, Preprocess, TemporalCache};
+use crate::planning::{min_risk, Planner, PlannerParams};
+use crate::prediction::Predictor;
+use crate::tracking::{world_to_ego, Tracker, TrackerParams};
+use crate::types::{
+    BevSpec, Detection, EgoPose, GtBox, PlanSummary, PredictedPath, RoadMap, TrackState, TrajPoint,
+    PRED_DT, PRED_STEPS,
+};
+
+/// Buffer names (the graph's edges).
+pub mod buf {
+    /// All camera images, u8.
+    pub const IMAGES: &str = "images";
+    /// Per camera: 1 if its image is present, u32.
+    pub const PRESENT: &str = "camera_present";
+    /// EgoPose[1].
+    pub const EGO: &str = "ego";
+    /// GtBox[MAX_GT].
+    pub const GT: &str = "ground_truth";
+    /// RoadMap[1].
+    pub const MAP: &str = "map";
+    /// Network input, i8.
+    pub const NET_INPUT: &str = "net_input";
+    /// Backbone features, i8.
+    pub const FEATURES: &str = "features";
+    /// Fused BEV features, i8.
+    pub const BEV: &str = "bev_features";
+    /// Detection head output, i8.
+    pub const DET_HEAD: &str = "detection_head";
+    /// Segmentation classes per BEV cell, u8.
+    pub const SEG: &str = "segmentation";
+    /// Detection[MAX_DETECTIONS].
+    pub const DETECTIONS: &str = "detections";
+    /// TrackState[MAX_TRACKS].
+    pub const TRACKS: &str = "tracks";
+    /// PredictedPath[MAX_TRACKS].
+    pub const PREDICTIONS: &str = "predictions";
+    /// TrajPoint[PLAN_STEPS].
+    pub const TRAJECTORY: &str = "trajectory";
+    /// PlanSummary[1].
+    pub const PLAN: &str = "plan";
+}
+
+const E_NO_FRAME: StageError = StageError::new("the feed has no frame with this number");
+const E_SHAPE: StageError = StageError::new("buffer size does not match the model");
+
+/// Copies frame `k` of the feed into the arena.
+#[derive(Debug)]
+pub struct SensorsStage {
+    feed: Arc<Feed>,
+}
+
+impl SensorsStage {
+    /// Over a feed built before the run.
+    pub fn new(feed: Arc<Feed>) -> Self {
+        SensorsStage { feed }
+    }
+}
+
+impl Stage for SensorsStage {
+    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let frame = self.feed.frames.get(f.frame as usize).ok_or(E_NO_FRAME)?;
+        let images = io.output::<u8>(0)?;
+        let present = io.output::<u32>(1)?;
+        let ego = io.output::<EgoPose>(2)?;
+        let gt = io.output::<GtBox>(3)?;
+        let map = io.output::<RoadMap>(4)?;
+        if images.len() != frame.images.len() {
+            return Err(E_SHAPE);
+        }
+        images.copy_from_slice(&frame.images); // the one copy of the frame's pixels
+        for (c, p) in present.iter_mut().enumerate() {
+            *p = (frame.present >> c) & 1;
+        }
+        ego[0] = frame.ego;
+        let n = frame.gt.len().min(MAX_GT);
+        gt[..n].copy_from_slice(&frame.gt[..n]);
+        gt[n..].fill(GtBox::default());
+        map[0] = *self.feed.map;
+        Ok(())
+    }
+}
+
+/// Resize, normalise and quantise every camera image.
+#[derive(Debug)]
+pub struct PreprocessStage {
+    pre: Preprocess,
+    cams: usize,
+    src_len: usize,
+    dst_len: usize,
+}
+
+impl PreprocessStage {
+    /// `src` camera size to the network's input size.
+    pub fn new(cams: usize, src_w: usize, src_h: usize, net: &NetConfig) -> Result<Self, String> {
+        let pre = Preprocess::new(src_w, src_h, net.in_w, net.in_h).map_err(|e| e.to_string())?;
+        Ok(PreprocessStage {
+            pre,
+            cams,
+            src_len: src_w * src_h * 3,
+            dst_len: net.in_w * net.in_h * 3,
+        })
+    }
+}
+
+impl Stage for PreprocessStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let images = io.input::<u8>(0)?;
+        let out = io.output::<i8>(0)?;
+        if images.len() != self.cams * self.src_len || out.len() != self.cams * self.dst_len {
+            return Err(E_SHAPE);
+        }
+        let out_addr = out.as_mut_ptr() as usize;
+        let (pre, src_len, dst_len) = (&self.pre, self.src_len, self.dst_len);
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        io.parallel_for(self.cams, self.cams, &|cams| {
+            for c in cams {
+                // SAFETY: chunk `c` writes only camera c's slice of `out`; slices of
+                // different cameras are disjoint and `out` outlives parallel_for.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut((out_addr as *mut i8).add(c * dst_len), dst_len)
+                };
+                if pre
+                    .run(&images[c * src_len..(c + 1) * src_len], dst)
+                    .is_err()
+                {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        if failed.into_inner() {
+            return Err(StageError::new("preprocess failed on a camera image"));
+        }
+        Ok(())
+    }
+}
+
+/// The shared INT8 backbone, one camera per chunk.
+#[derive(Debug)]
+pub struct BackboneStage {
+    net: Backbone,
+    cams: usize,
+    in_len: usize,
+    out_len: usize,
+    scratch: Vec<i8>,
+    scratch_len: usize,
+}
+
+impl BackboneStage {
+    /// Builds the network (weights seeded) and one scratch area per camera.
+    pub fn new(cams: usize, net: &NetConfig) -> Result<Self, String> {
+        let bb = Backbone::new(net).map_err(|e| e.to_string())?;
+        let (h, w, c) = bb.output_shape();
+        let scratch_len = bb.scratch_len();
+        Ok(BackboneStage {
+            cams,
+            in_len: net.in_w * net.in_h * 3,
+            out_len: h * w * c,
+            scratch: vec![0; scratch_len * cams],
+            scratch_len,
+            net: bb,
+        })
+    }
+
+    /// Quantisation of the features.
+    pub fn output_q(&self) -> QParams {
+        self.net.output_q()
+    }
+
+    /// (h, w, c) of one camera's features.
+    pub fn output_shape(&self) -> (usize, usize, usize) {
+        self.net.output_shape()
+    }
+}
+
+impl Stage for BackboneStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let input = io.input::<i8>(0)?;
+        let out = io.output::<i8>(0)?;
+        if input.len() != self.cams * self.in_len || out.len() != self.cams * self.out_len {
+            return Err(E_SHAPE);
+        }
+        let out_addr = out.as_mut_ptr() as usize;
+        let scratch_addr = self.scratch.as_mut_ptr() as usize;
+        let (net, in_len, out_len, sl) = (&self.net, self.in_len, self.out_len, self.scratch_len);
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        io.parallel_for(self.cams, self.cams, &|cams| {
+            for c in cams {
+                // SAFETY: chunk `c` uses only camera c's slices of `out` and of the scratch
+                // area (disjoint per camera); both outlive parallel_for, which returns only
+                // when every chunk is done.
+                let (dst, scratch) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(
+                            (out_addr as *mut i8).add(c * out_len),
+                            out_len,
+                        ),
+                        std::slice::from_raw_parts_mut((scratch_addr as *mut i8).add(c * sl), sl),
+                    )
+                };
+                if net
+                    .forward(&input[c * in_len..(c + 1) * in_len], scratch, dst)
+                    .is_err()
+                {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        if failed.into_inner() {
+            return Err(StageError::new("backbone forward failed"));
+        }
+        Ok(())
+    }
+}
+
+/// BEV view transform (table built at init) and temporal cache.
+#[derive(Debug)]
+pub struct BevStage {
+    proj: BevProjector,
+    cache: TemporalCache,
+    current: Vec<i8>,
+    zp: i8,
+}
+
+impl BevStage {
+    /// Builds the projection table for the rig.
+    pub fn new(proj: BevProjector, cache: TemporalCache, bev_len: usize, zp: i8) -> Self {
+        BevStage {
+            proj,
+            cache,
+            current: vec![0; bev_len],
+            zp,
+        }
+    }
+}
+
+impl Stage for BevStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let feats = io.input::<i8>(0)?;
+        let ego = io.input::<EgoPose>(1)?;
+        let out = io.output::<i8>(0)?;
+        self.proj
+            .project(feats, self.zp, &mut self.current)
+            .map_err(|_| StageError::new("BEV projection: bad feature size"))?;
+        self.cache
+            .fuse(&self.current, self.zp, &ego[0], out)
+            .map_err(|_| StageError::new("BEV temporal fusion: bad size"))?;
+        Ok(())
+    }
+}
+
+/// Detection head (runs beside the segmentation head, on another lane).
+#[derive(Debug)]
+pub struct DetectionStage {
+    head: DetHead,
+    scratch: Vec<i8>,
+}
+
+impl DetectionStage {
+    /// Head for the BEV grid.
+    pub fn new(head: DetHead) -> Self {
+        let scratch = vec![0; head.scratch_len()];
+        DetectionStage { head, scratch }
+    }
+}
+
+impl Stage for DetectionStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let bev = io.input::<i8>(0)?;
+        let out = io.output::<i8>(0)?;
+        self.head
+            .forward(bev, &mut self.scratch, out)
+            .map_err(|_| StageError::new("detection head: bad size"))
+    }
+}
+
+/// Segmentation head and per-cell class.
+#[derive(Debug)]
+pub struct SegmentationStage {
+    head: SegHead,
+    scratch: Vec<i8>,
+    logits: Vec<i8>,
+}
+
+impl SegmentationStage {
+    /// Head for the BEV grid.
+    pub fn new(head: SegHead, cells: usize, classes: usize) -> Self {
+        let scratch = vec![0; head.scratch_len()];
+        SegmentationStage {
+            head,
+            scratch,
+            logits: vec![0; cells * classes],
+        }
+    }
+}
+
+impl Stage for SegmentationStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let bev = io.input::<i8>(0)?;
+        let out = io.output::<u8>(0)?;
+        self.head
+            .forward(bev, &mut self.scratch, &mut self.logits)
+            .map_err(|_| StageError::new("segmentation head: bad size"))?;
+        self.head
+            .argmax(&self.logits, out)
+            .map_err(|_| StageError::new("segmentation argmax: bad size"))
+    }
+}
+
+/// Heatmap peaks, boxes, NMS.
+#[derive(Debug)]
+pub struct DecodeStage {
+    decoder: Decoder,
+    heat_q: QParams,
+    reg_q: QParams,
+}
+
+impl DecodeStage {
+    /// With the head's output quantisation.
+    pub fn new(decoder: Decoder, heat_q: QParams, reg_q: QParams) -> Self {
+        DecodeStage {
+            decoder,
+            heat_q,
+            reg_q,
+        }
+    }
+}
+
+impl Stage for DecodeStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let head = io.input::<i8>(0)?;
+        let out = io.output::<Detection>(0)?;
+        self.decoder
+            .decode(
+                head,
+                self.heat_q.scale,
+                self.heat_q.zero_point,
+                self.reg_q.scale,
+                self.reg_q.zero_point,
+                out,
+            )
+            .map_err(|_| StageError::new("decode: bad head size or quantisation parameters"))?;
+        Ok(())
+    }
+}
+
+/// Ground truth as detections (ego frame), for `--perception oracle`.
+#[derive(Debug, Default)]
+pub struct OracleStage;
+
+impl Stage for OracleStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let gt = io.input::<GtBox>(0)?;
+        let ego = io.input::<EgoPose>(1)?;
+        let out = io.output::<Detection>(0)?;
+        let ego = ego[0];
+        let mut n = 0;
+        for g in gt.iter().filter(|g| in_perception_range(&ego, g)) {
+            if n == out.len() {
+                break;
+            }
+            let (x, y) = world_to_ego(&ego, g.x, g.y);
+            out[n] = Detection {
+                x: x as f32,
+                y: y as f32,
+                yaw: (g.yaw - ego.yaw) as f32,
+                length: g.length,
+                width: g.width,
+                score: 1.0,
+                class: g.class,
+                valid: 1,
+            };
+            n += 1;
+        }
+        out[n..].fill(Detection::default());
+        Ok(())
+    }
+}
+
+/// Kalman filter + optimal assignment.
+#[derive(Debug)]
+pub struct TrackingStage {
+    tracker: Tracker,
+}
+
+impl TrackingStage {
+    /// With default parameters.
+    pub fn new() -> Self {
+        TrackingStage {
+            tracker: Tracker::new(TrackerParams::default()),
+        }
+    }
+}
+
+impl Default for TrackingStage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Stage for TrackingStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let dets = io.input::<Detection>(0)?;
+        let ego = io.input::<EgoPose>(1)?;
+        let out = io.output::<TrackState>(0)?;
+        self.tracker.step(dets, &ego[0]);
+        self.tracker.write(out);
+        Ok(())
+    }
+}
+
+/// Lane-aware prediction; fallback: constant velocity.
+#[derive(Debug)]
+pub struct PredictionStage {
+    predictor: Predictor,
+}
+
+impl PredictionStage {
+    /// A predictor.
+    pub fn new() -> Self {
+        PredictionStage {
+            predictor: Predictor::new(),
+        }
+    }
+}
+
+impl Default for PredictionStage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Stage for PredictionStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let tracks = io.input::<TrackState>(0)?;
+        let map = io.input::<RoadMap>(1)?;
+        let out = io.output::<PredictedPath>(0)?;
+        self.predictor.predict(tracks, &map[0], out);
+        Ok(())
+    }
+
+    fn make_fallback(&self) -> Box<dyn Fallback> {
+        Box::new(ConstantVelocity)
+    }
+}
+
+/// The prediction fallback (mode `minimal`): every track keeps its velocity.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ConstantVelocity;
+
+impl Fallback for ConstantVelocity {
+    fn fallback(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) {
+        let (Ok(tracks), Ok(out)) = (io.input::<TrackState>(0), io.output::<PredictedPath>(0))
+        else {
+            return;
+        };
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = PredictedPath::default();
+            let Some(t) = tracks.get(i).filter(|t| t.valid == 1) else {
+                continue;
+            };
+            o.track_id = t.id;
+            o.class = t.class;
+            o.length = t.length;
+            o.width = t.width;
+            o.valid = 1;
+            for (k, p) in o.xy.iter_mut().enumerate().take(PRED_STEPS) {
+                let dt = (k + 1) as f32 * PRED_DT;
+                *p = [t.x + t.vx * dt, t.y + t.vy * dt];
+            }
+        }
+    }
+}
+
+/// Sampled-trajectory planner; fallback: the minimum-risk trajectory.
+#[derive(Debug)]
+pub struct PlanningStage {
+    planner: Planner,
+}
+
+impl PlanningStage {
+    /// With default parameters.
+    pub fn new() -> Self {
+        PlanningStage {
+            planner: Planner::new(PlannerParams::default()),
+        }
+    }
+}
+
+impl Default for PlanningStage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Stage for PlanningStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let preds = io.input::<PredictedPath>(0)?;
+        let ego = io.input::<EgoPose>(1)?;
+        let map = io.input::<RoadMap>(2)?;
+        let seg = io.input::<u8>(3)?;
+        let traj = io.output::<TrajPoint>(0)?;
+        let summary = io.output::<PlanSummary>(1)?;
+        let bev = BevSpec::DEFAULT;
+        let drivable = if seg.len() == bev.nx * bev.ny {
+            Some((seg, &bev))
+        } else {
+            None
+        };
+        self.planner
+            .plan(&ego[0], &map[0], preds, drivable, traj, &mut summary[0]);
+        Ok(())
+    }
+
+    fn make_fallback(&self) -> Box<dyn Fallback> {
+        Box::new(MinimumRisk)
+    }
+}
+
+/// The planning fallback (mode `safe_stop`, or a failed run): brake in lane.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MinimumRisk;
+
+impl Fallback for MinimumRisk {
+    fn fallback(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) {
+        let (Ok(ego), Ok(map)) = (io.input::<EgoPose>(1), io.input::<RoadMap>(2)) else {
+            return;
+        };
+        if let Ok(traj) = io.output::<TrajPoint>(0) {
+            min_risk(
+                &ego[0],
+                &map[0],
+                PlannerParams::default().comfort_decel,
+                traj,
+            );
+        }
+        if let Ok(summary) = io.output::<PlanSummary>(1) {
+            summary[0] = PlanSummary {
+                kind: 1,
+                ..PlanSummary::default()
+            };
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Zero heap allocations per frame after warm-up for the whole driving graph (network
+//! perception), 2 lanes, 2 frames in flight, counted on every thread.
+
+use std::sync::Arc;
+
+use redline_pipeline::config::PipelineConfig;
+use redline_pipeline::feed::Feed;
+use redline_pipeline::graph;
+use redline_pipeline::progress::Counters;
+use redline_pipeline::replay_cmd::RecordingPublisher;
+use redline_runtime::{PlanConfig, ReleaseMode, Runtime, RuntimeConfig};
+use redline_tests::{small_scenario, CountingAllocator};
+
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator::new();
+
+#[test]
+fn driving_graph_allocates_nothing_per_frame() {
+    let feed =
+        Arc::new(Feed::from_scenario(&small_scenario(5, 3.0), None, &mut |_, _| {}).unwrap());
+    for perception in [
+        redline_pipeline::config::Perception::Network,
+        redline_pipeline::config::Perception::Oracle,
+    ] {
+        let cfg = PipelineConfig {
+            perception,
+            ..PipelineConfig::default()
+        };
+        let (g, _) = graph::build(&cfg, &feed).unwrap();
+        let plan = g
+            .build(&PlanConfig {
+                lanes: 2,
+                frame_slots: 2,
+            })
+            .unwrap();
+        let mut rt = Runtime::new(
+            plan,
+            RuntimeConfig {
+                release: ReleaseMode::AsFastAsPossible,
+                period_ns: feed.period_ns,
+                ..RuntimeConfig::default()
+            },
+        )
+        .unwrap();
+        let mut publisher =
+            RecordingPublisher::new(feed.frames.len(), Arc::new(Counters::default()));
+        rt.run(20, &mut publisher); // warm-up
+        ALLOC.start();
+        rt.run(feed.frames.len() as u64 - 20, &mut publisher);
+        let (allocs, bytes) = ALLOC.stop();
+        assert_eq!(publisher.records.len(), feed.frames.len());
+        assert_eq!(
+            allocs, 0,
+            "{perception:?}: {allocs} allocations ({bytes} bytes) after warm-up"
+        );
+    }
+}
