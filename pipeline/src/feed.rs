@@ -191,12 +191,14 @@ impl Feed {
             Some(m) => road_map(m.lanes, m.lane_width, &m.centre),
             None => Box::default(),
         };
+        let sensor_frames = read_frames(&mut reader, None)?;
+        // After reading: the reader records what it met on the way (unknown schemas,
+        // corrupt chunks), not only what it saw when opening.
         let mut issues: Vec<(u64, String)> = reader
             .issues()
             .iter()
             .map(|i| (0, format!("log: {:?}: {}", i.kind, i.detail)))
             .collect();
-        let sensor_frames = read_frames(&mut reader, None)?;
         let cams = cameras.len();
         let limit = frames.unwrap_or(usize::MAX);
         let mut out = Vec::new();
