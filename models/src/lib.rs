@@ -2,6 +2,10 @@
 //! heads). Knows nothing about frames or schedules: every forward pass writes into buffers
 //! its caller allocated once.
 
+pub mod calibrate;
 pub mod conv;
+pub mod export;
 pub mod network;
 pub mod quant;
+pub mod simd;
+pub mod weights;

@@ -18,6 +18,7 @@ pub mod perception;
 pub mod planning;
 pub mod prediction;
 pub mod progress;
+pub mod quantize_cmd;
 pub mod replay_cmd;
 pub mod stages;
 pub mod tracking;

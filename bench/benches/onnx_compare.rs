@@ -1,0 +1,1 @@
+fn main() { eprintln!("onnx_compare benchmark: not written yet"); }
