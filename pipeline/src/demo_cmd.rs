@@ -181,20 +181,8 @@ pub fn run_demo(o: &DemoOptions) -> Result<Report, DemoError> {
     faults.release_hang();
     let report = rt.report();
     if let Some(dir) = &o.report_dir {
-        std::fs::create_dir_all(dir).map_err(|error| DemoError::Write {
-            path: dir.clone(),
-            error,
-        })?;
-        let path = dir.join("report.json");
-        let json = serde_json::to_string_pretty(&report).expect("the report serialises");
-        std::fs::write(&path, json).map_err(|error| DemoError::Write { path, error })?;
-        let path = dir.join("trace.json");
-        let file = std::fs::File::create(&path).map_err(|error| DemoError::Write {
-            path: path.clone(),
-            error,
-        })?;
-        rt.write_chrome_trace(std::io::BufWriter::new(file))
-            .map_err(|error| DemoError::Write { path, error })?;
+        crate::replay_cmd::write_report_files(dir, &report, &rt)
+            .map_err(|(path, error)| DemoError::Write { path, error })?;
     }
     Ok(report)
 }

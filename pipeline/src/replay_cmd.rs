@@ -272,21 +272,27 @@ pub fn evaluate(feed: &Feed, records: &[FrameRecord]) -> Evaluation {
     }
 }
 
+/// Writes `report` as `report.json` and the runtime's spans as `trace.json` (Chrome
+/// trace-event format) into `dir`, creating it.
+pub fn write_report_files<T: Serialize>(
+    dir: &Path,
+    report: &T,
+    rt: &Runtime,
+) -> Result<(), (PathBuf, std::io::Error)> {
+    std::fs::create_dir_all(dir).map_err(|e| (dir.to_path_buf(), e))?;
+    let path = dir.join("report.json");
+    let json = serde_json::to_string_pretty(report)
+        .map_err(|e| (path.clone(), std::io::Error::other(e)))?;
+    std::fs::write(&path, json).map_err(|e| (path.clone(), e))?;
+    let path = dir.join("trace.json");
+    let file = std::fs::File::create(&path).map_err(|e| (path.clone(), e))?;
+    rt.write_chrome_trace(std::io::BufWriter::new(file))
+        .map_err(|e| (path, e))
+}
+
 /// Writes `report.json` and `trace.json` into `dir`.
 pub fn write_report(dir: &Path, outcome: &ReplayOutcome, rt: &Runtime) -> Result<(), ReplayError> {
-    let io = |path: &Path, error| ReplayError::Write {
-        path: path.to_path_buf(),
-        error,
-    };
-    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-    let path = dir.join("report.json");
-    let json = serde_json::to_string_pretty(outcome).expect("the report serialises");
-    std::fs::write(&path, json).map_err(|e| io(&path, e))?;
-    let path = dir.join("trace.json");
-    let file = std::fs::File::create(&path).map_err(|e| io(&path, e))?;
-    rt.write_chrome_trace(std::io::BufWriter::new(file))
-        .map_err(|e| io(&path, e))?;
-    Ok(())
+    write_report_files(dir, outcome, rt).map_err(|(path, error)| ReplayError::Write { path, error })
 }
 
 /// The terminal summary below the latency table.
