@@ -20,14 +20,22 @@
 //!   (`k·k·in_c · 2·128·128 + max|bias| ≤ i32::MAX`, covering every partial sum) and rejects layers where it could.
 //! - Output row `oy` depends only on the input and the layer, never on which other rows are
 //!   computed in the same call: any static split of `0..out_h` over [`Conv2d::forward_rows`]
-//!   calls (in any order, on any thread) gives a bit-identical tensor. Future SIMD kernels
-//!   (AVX2 / VNNI) must be bit-exact with this scalar one; the exact `i64` reference
-//!   [`reference_forward_i64`] is the oracle for both.
+//!   calls (in any order, on any thread) gives a bit-identical tensor.
+//! - **Kernel paths** ([`KernelPath`]): the scalar kernel in this file, and the AVX2 and
+//!   AVX-512 VNNI kernels of [`crate::simd`], bit-exact with it for every input (the exact
+//!   `i64` reference [`reference_forward_i64`] is the oracle for all three). The path is
+//!   chosen once in [`Conv2d::new`]: `REDLINE_KERNEL=scalar|avx2|vnni` if set (an unknown
+//!   or unsupported value is a construction error), else the fastest one the CPU supports
+//!   (`is_x86_feature_detected!`); [`Conv2d::set_path`] forces one and errors if the CPU
+//!   lacks it. The weights are repacked for the SIMD paths at construction; after changing
+//!   a public field, rebuild the layer. A SIMD path falls back to the scalar kernel only for
+//!   layers whose kernel window does not fit its stage buffer (same results either way).
 //!
 //! # Cost
 //!
 //! `forward*` cost `out_h · out_w · out_c · k · k · in_c` multiply-adds ([`Conv2d::macs`])
-//! plus one `f32` multiply per output. They never allocate, lock, log or panic: every size
+//! plus one `f32` multiply per output; the SIMD paths use [`crate::simd::STAGE_BYTES`] of
+//! stack per call. They never allocate, lock, log or panic: every size
 //! is checked first and a mismatch is returned as a [`ModelError`].
 //!
 //! # Never
@@ -38,6 +46,7 @@
 //! [`reference_forward_f32`]) allocate and are slow: tests and calibration only.
 
 use crate::quant::{dequantize, quantize, requant_multiplier, requantize, QParams};
+use crate::simd::{self, KernelPath, Packed};
 use std::ops::Range;
 
 /// Everything that can go wrong building or running a model. Variants raised by per-frame
@@ -188,6 +197,10 @@ pub struct Conv2d {
     /// `Σ w` over all taps of each output channel: interior pixels use
     /// `Σ (x - x_zp) w = Σ x w - x_zp Σ w`, whose `i8 × i8` products fit in `i16`.
     w_sums: Vec<i32>,
+    /// The kernel `forward*` runs (chosen at construction, see [`Conv2d::set_path`]).
+    path: KernelPath,
+    /// Weights repacked for the SIMD paths this CPU supports.
+    packed: Packed,
 }
 
 fn invalid(reason: String) -> ModelError {
@@ -272,7 +285,7 @@ impl Conv2d {
             .ok()
             .and_then(|t| t.checked_mul(MAX_TERM))
             .and_then(|t| t.checked_add(max_bias));
-        if worst.map_or(true, |w| w > i64::from(i32::MAX)) {
+        if worst.is_none_or(|w| w > i64::from(i32::MAX)) {
             return Err(invalid(format!(
                 "the i32 accumulator could overflow: {taps} taps * {MAX_TERM} + max|bias| \
                  {max_bias} > {}; use fewer input channels per layer or a smaller bias",
@@ -297,7 +310,11 @@ impl Conv2d {
             relu,
             multipliers: Vec::new(),
             w_sums,
+            path: KernelPath::Scalar,
+            packed: Packed::default(),
         };
+        conv.path = KernelPath::from_env()?;
+        conv.packed = Packed::new(&conv.weights, in_c, out_c, k);
         conv.set_out_q(out_q)?;
         Ok(conv)
     }
@@ -336,6 +353,19 @@ impl Conv2d {
         }
         self.out_q = out_q;
         self.multipliers = multipliers;
+        Ok(())
+    }
+
+    /// The kernel path `forward*` uses. Chosen at construction: `REDLINE_KERNEL`
+    /// (`scalar`, `avx2`, `vnni`) if set, else the fastest path this CPU supports.
+    pub fn path(&self) -> KernelPath {
+        self.path
+    }
+
+    /// Forces a kernel path (all paths give bit-identical results; this changes speed
+    /// only). Errors, leaving the path unchanged, if this CPU cannot run it.
+    pub fn set_path(&mut self, path: KernelPath) -> Result<(), ModelError> {
+        self.path = path.check_available()?;
         Ok(())
     }
 
@@ -452,7 +482,7 @@ impl Conv2d {
         if slot
             .channel_offset
             .checked_add(self.out_c)
-            .map_or(true, |end| end > slot.pixel_stride)
+            .is_none_or(|end| end > slot.pixel_stride)
         {
             return Err(ModelError::BufferSize {
                 what: "channel slot (pixel_stride vs channel_offset + out_c)",
@@ -523,6 +553,48 @@ impl Conv2d {
     /// `dst` is `rows.len() * out_w * slot.pixel_stride`, `rows ⊆ 0..out_h`, the slot fits.
     #[allow(clippy::too_many_arguments)]
     fn run_rows(
+        &self,
+        input: &[i8],
+        in_h: usize,
+        in_w: usize,
+        out_w: usize,
+        dst: &mut [i8],
+        slot: ChannelSlot,
+        rows: Range<usize>,
+    ) {
+        let geom = simd::Geom {
+            in_c: self.in_c,
+            out_c: self.out_c,
+            k: self.k,
+            stride: self.stride,
+            pad: self.pad,
+            in_h,
+            in_w,
+            out_w,
+            x_zp: self.in_q.zero_point,
+            y_zp: self.out_q.zero_point,
+            relu: self.relu,
+        };
+        let (bias, mult) = (&self.bias[..], &self.multipliers[..]);
+        if simd::run_rows(
+            self.path,
+            &self.packed,
+            &geom,
+            bias,
+            mult,
+            input,
+            dst,
+            slot,
+            rows.clone(),
+        ) {
+            return;
+        }
+        self.run_rows_scalar(input, in_h, in_w, out_w, dst, slot, rows);
+    }
+
+    /// The scalar reference kernel (same contract as `run_rows`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_rows_scalar(
         &self,
         input: &[i8],
         in_h: usize,

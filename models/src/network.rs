@@ -1,6 +1,7 @@
-//! The reference network: a shared INT8 camera backbone and the detection and segmentation
-//! heads that run on the bird's-eye-view (BEV) grid, with weights drawn from a seeded PRNG
-//! until trained weights exist.
+//! The reference network in two forms, float and INT8: a shared camera backbone and the
+//! detection and segmentation heads that run on the bird's-eye-view (BEV) grid. Weights are
+//! drawn from a seeded PRNG until trained weights exist, or loaded from a calibrated
+//! safetensors file ([`crate::weights`]) through [`NetConfig::trained`].
 //!
 //! # Contract
 //!
@@ -9,48 +10,60 @@
 //!   conv3x3 s2 p1 32→feat_c ReLU (64×128 → 8×16×64 with the default config). Its input is
 //!   quantized with [`Backbone::input_q`] = `{ scale: 1/128, zero_point: 0 }`, i.e.
 //!   `pixel / 255 * 2 - 1` in `[-1, 1)` (1.0 saturates to 127).
-//! - **Detection head** on BEV features `ny × nx × bev_c` (quantized with the backbone's
-//!   output parameters, see [`bev_q`]): conv1x1 bev_c→32 ReLU, then conv1x1 32→`classes`
-//!   heatmap logits (quantized with [`DetHead::heat_q`]) and conv1x1 32→6 box regression
-//!   channels `dx, dy` (cell offset), `log_length, log_width, sin_yaw, cos_yaw` (quantized
-//!   with [`DetHead::reg_q`]). The two output groups are written side by side into one
-//!   `ny × nx × (classes + 6)` tensor, heatmap channels first. In an ONNX export they are two
-//!   `QLinearConv` nodes with their own output scales.
-//! - **Segmentation head**: conv1x1 bev_c→16 ReLU, conv1x1 16→`seg_classes` logits (0 =
-//!   other, 1 = drivable, 2 = lane marking), one output scale ([`SegHead::logit_q`]), and
-//!   [`SegHead::argmax`] (ties go to the lowest class index).
-//! - **Weights**: for each layer, `f32` weights uniform in `±sqrt(6 / fan_in)` (He uniform)
-//!   and a small bias (`±0.05`) drawn from a [`SplitMix64`] stream derived from
-//!   [`NetConfig::seed`] and the layer, quantized with
-//!   [`crate::quant::quantize_weights_per_channel`] and [`crate::quant::quantize_bias`].
-//! - **Calibration** (construction time): each layer's output scale is chosen by min-max
-//!   ([`QParams::from_min_max`]) over the `f32` reference of that layer
-//!   ([`crate::conv::reference_conv_f32`]) run on a seeded random input (backbone: a uniform
-//!   random image; heads: 1024 random BEV feature vectors, half of the channels at 0, the
-//!   rest uniform over the positive range of the input quantization); the next layer is
-//!   calibrated on the actual `i8` output of the previous one.
+//! - **Heads** are one generic type, [`Head`], parametrised by its [`HeadKind`] (hidden
+//!   width, output channel groups, seed streams): [`DetHead`] = `Head<Det>` and
+//!   [`SegHead`] = `Head<Seg>`.
+//!   - Detection, on BEV features `ny × nx × bev_c` (quantized with the backbone's output
+//!     parameters, see [`bev_q`]): conv1x1 bev_c→32 ReLU, then conv1x1 32→`classes`
+//!     heatmap logits ([`DetHead::heat_q`]) and conv1x1 32→6 box regression channels `dx,
+//!     dy, log_length, log_width, sin_yaw, cos_yaw` ([`DetHead::reg_q`]), written side by
+//!     side into one `ny × nx × (classes + 6)` tensor, heatmap channels first. In an ONNX
+//!     export they are two `QLinearConv` nodes with their own output scales.
+//!   - Segmentation: conv1x1 bev_c→16 ReLU, conv1x1 16→`seg_classes` logits (0 = other,
+//!     1 = drivable, 2 = lane marking), one output scale ([`SegHead::logit_q`]), and
+//!     [`SegHead::argmax`] (ties go to the lowest class index).
+//! - **Float reference**: [`FloatNetwork`] holds the `f32` weights and biases of every layer
+//!   ([`FloatConv`], layout `[out_c][k][k][in_c]`, NHWC activations) and runs the same
+//!   network in `f32` ([`FloatConv::forward`], one fixed summation order). The INT8 network
+//!   is built from it and per-tensor activation parameters ([`ActQParams`]) by
+//!   [`Backbone::from_float`] / [`Head::from_float`]: weights symmetric per output channel
+//!   ([`crate::quant::quantize_weights_per_channel`]), biases
+//!   ([`crate::quant::quantize_bias`]) with scale `in_scale * w_scale[c]`.
+//! - **Seeded weights**: for each layer, `f32` weights uniform in `±sqrt(6 / fan_in)` (He
+//!   uniform) and a small bias (`±0.05`) drawn from a [`SplitMix64`] stream derived from
+//!   [`NetConfig::seed`] and the layer.
+//! - **Built-in calibration** (construction time, used when no trained weights are given):
+//!   min-max ([`QParams::from_min_max`]) of each layer's float output on a seeded random
+//!   input (backbone: a uniform random image; heads: 1024 random BEV feature vectors, half of
+//!   the channels at 0, the rest uniform over the positive range of the input quantization),
+//!   propagated through the float network. Calibration on real frames is
+//!   [`crate::calibrate`]'s job.
 //! - **Determinism**: the same [`NetConfig`] gives bit-identical weights, quantization
-//!   parameters and outputs on every run and machine (integer PRNG, fixed-order `f64`
-//!   calibration sums, the integer kernel of [`crate::conv`]).
+//!   parameters and outputs on every run and machine (integer PRNG, fixed-order float sums,
+//!   the integer kernel of [`crate::conv`]).
 //! - **Rows**: the heads are 1x1 convolutions, so BEV row `r` of the output depends only on
 //!   BEV row `r` of the input: `forward_rows` over any static split of `0..ny` gives the
 //!   same tensor as `forward`, and a chunk needs scratch only for its own rows.
 //!
 //! # Cost
 //!
-//! Construction allocates and runs the float reference once (milliseconds). `forward*`,
-//! `forward_rows*` and `argmax` are per-frame calls: no allocation, no lock, no logging, no
-//! panic (wrong buffer sizes are returned as [`ModelError`]); they cost [`Backbone::macs`] /
-//! [`DetHead::macs`] / [`SegHead::macs`] multiply-adds of the scalar kernel.
+//! Construction allocates and runs the float network once (milliseconds). `forward*`,
+//! `forward_rows*` and `argmax` of the INT8 network are per-frame calls: no allocation, no
+//! lock, no logging, no panic (wrong buffer sizes are returned as [`ModelError`]); they cost
+//! [`Backbone::macs`] / [`Head::macs`] multiply-adds of the scalar kernel. The float forward
+//! passes ([`FloatConv::forward`], [`FloatNetwork::backbone_forward`], ...) allocate: they
+//! are for calibration, tests and reports, never for the frame loop.
 //!
 //! # Never
 //!
 //! Nothing here owns threads, reads the clock or keeps state between calls: a network is
 //! immutable after construction and can be shared by reference across lanes.
 
-use crate::conv::{reference_conv_f32, ChannelSlot, Conv2d, ConvShape, ModelError};
+use crate::conv::{ChannelSlot, Conv2d, ConvShape, ModelError};
 use crate::quant::{dequantize, quantize_bias, try_quantize_weights_per_channel, QParams};
+use std::marker::PhantomData;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Input channels of the backbone (RGB).
 pub const IMAGE_CHANNELS: usize = 3;
@@ -61,6 +74,8 @@ pub const REG_CHANNELS: usize = 6;
 pub const DET_HIDDEN: usize = 32;
 /// Hidden channels of the segmentation head.
 pub const SEG_HIDDEN: usize = 16;
+/// Channels of the backbone's intermediate activations.
+pub const BACKBONE_HIDDEN: [usize; 2] = [16, 32];
 /// Feature vectors used to calibrate a head.
 const HEAD_CALIB_PIXELS: usize = 1024;
 /// Bias range of the seeded layers (real units).
@@ -119,8 +134,21 @@ impl SplitMix64 {
     }
 }
 
+/// Quantized layers loaded from a calibrated weights file ([`crate::weights`]): when
+/// [`NetConfig::trained`] holds them, [`Backbone::new`], [`DetHead::new`] and
+/// [`SegHead::new`] use these layers instead of the seeded ones.
+#[derive(Clone, Debug)]
+pub struct TrainedLayers {
+    /// The three backbone layers, first to last.
+    pub backbone: Vec<Conv2d>,
+    /// Detection head: hidden, heatmap, regression.
+    pub det: Vec<Conv2d>,
+    /// Segmentation head: hidden, logits.
+    pub seg: Vec<Conv2d>,
+}
+
 /// Configuration of the reference network.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct NetConfig {
     /// Camera image height fed to the backbone (default 64).
     pub in_h: usize,
@@ -134,8 +162,30 @@ pub struct NetConfig {
     pub classes: usize,
     /// Segmentation classes (default 3: other, drivable, lane marking).
     pub seg_classes: usize,
-    /// Seed of every weight and calibration stream.
+    /// Seed of every weight and calibration stream (ignored when `trained` is set).
     pub seed: u64,
+    /// Calibrated INT8 layers to use instead of the seeded ones (default `None`). Set it from
+    /// [`crate::weights::QuantizedNetwork::net_config`], which also sets the shape fields
+    /// to the file's.
+    pub trained: Option<Arc<TrainedLayers>>,
+}
+
+impl PartialEq for NetConfig {
+    /// Field by field; trained layers compare by identity (the same loaded file).
+    fn eq(&self, o: &Self) -> bool {
+        self.in_h == o.in_h
+            && self.in_w == o.in_w
+            && self.feat_c == o.feat_c
+            && self.bev_c == o.bev_c
+            && self.classes == o.classes
+            && self.seg_classes == o.seg_classes
+            && self.seed == o.seed
+            && match (&self.trained, &o.trained) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
 }
 
 impl Default for NetConfig {
@@ -148,6 +198,7 @@ impl Default for NetConfig {
             classes: 3,
             seg_classes: 3,
             seed: 0x5EED_2ED1_14E0,
+            trained: None,
         }
     }
 }
@@ -184,6 +235,23 @@ impl NetConfig {
         }
         Ok(())
     }
+
+    /// The shapes of the three backbone layers for this config.
+    pub fn backbone_shapes(&self) -> [ConvShape; 3] {
+        let chans = [
+            IMAGE_CHANNELS,
+            BACKBONE_HIDDEN[0],
+            BACKBONE_HIDDEN[1],
+            self.feat_c,
+        ];
+        std::array::from_fn(|i| ConvShape {
+            in_c: chans[i],
+            out_c: chans[i + 1],
+            k: 3,
+            stride: 2,
+            pad: 1,
+        })
+    }
 }
 
 /// Stream ids of the seeded layers (stable: changing them changes every model).
@@ -196,61 +264,425 @@ mod stream {
     pub const SEG_CALIB: u64 = 0x3FF;
 }
 
-/// Draws, quantizes and calibrates one seeded layer whose f32 weights have
-/// `shape.out_c` output channels; `groups` splits the output channels into consecutive
-/// groups, each a separate [`Conv2d`] with its own calibrated output scale. Returns the
-/// layers and, per group, its `i8` output on the calibration input.
-#[allow(clippy::too_many_arguments)]
-fn seeded_layer(
-    rng: &mut SplitMix64,
-    shape: ConvShape,
-    groups: &[usize],
-    relu: bool,
-    in_q: QParams,
-    calib: &[i8],
-    h: usize,
-    w: usize,
-) -> Result<Vec<(Conv2d, Vec<i8>)>, ModelError> {
-    let fan_in = shape.k * shape.k * shape.in_c;
-    let a = (6.0 / fan_in as f32).sqrt();
-    let wf: Vec<f32> = (0..fan_in * shape.out_c)
-        .map(|_| rng.uniform(-a, a))
-        .collect();
-    let bf: Vec<f32> = (0..shape.out_c)
-        .map(|_| rng.uniform(-BIAS_RANGE, BIAS_RANGE))
-        .collect();
-    let (wq, ws) = try_quantize_weights_per_channel(&wf, shape.out_c)?;
-    let calib_f: Vec<f32> = calib.iter().map(|&v| dequantize(v, in_q)).collect();
-    let mut layers = Vec::with_capacity(groups.len());
-    let mut first = 0;
-    for &n in groups {
-        let oc = first..first + n;
-        let bias: Vec<i32> = oc
-            .clone()
-            .map(|c| quantize_bias(bf[c], in_q.scale, ws[c]))
-            .collect();
-        let mut conv = Conv2d::new(
-            ConvShape { out_c: n, ..shape },
-            wq[oc.start * fan_in..oc.end * fan_in].to_vec(),
-            ws[oc.clone()].to_vec(),
+fn invalid_config(reason: String) -> ModelError {
+    ModelError::InvalidConfig { reason }
+}
+
+/// One `f32` convolution layer: the float reference of a [`Conv2d`] (NHWC activations,
+/// weights `[out_c][k][k][in_c]`, zero padding, optional ReLU).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FloatConv {
+    /// Channels, kernel, stride, padding.
+    pub shape: ConvShape,
+    /// `f32` weights, `[out_c][k][k][in_c]`.
+    pub weights: Vec<f32>,
+    /// `f32` bias per output channel.
+    pub bias: Vec<f32>,
+    /// ReLU after the bias.
+    pub relu: bool,
+}
+
+impl FloatConv {
+    /// Builds and checks a float layer (non-zero channels, `k, stride >= 1`, `pad < k`,
+    /// `out_c * k * k * in_c` finite weights and `out_c` finite biases).
+    pub fn new(
+        shape: ConvShape,
+        weights: Vec<f32>,
+        bias: Vec<f32>,
+        relu: bool,
+    ) -> Result<Self, ModelError> {
+        let ConvShape {
+            in_c,
+            out_c,
+            k,
+            stride,
+            pad,
+        } = shape;
+        let bad = |reason: String| Err(ModelError::InvalidLayer { reason });
+        if in_c == 0 || out_c == 0 || k == 0 || stride == 0 || pad >= k {
+            return bad(format!(
+                "float layer {shape:?}: channels, k and stride must be >= 1 and pad < k"
+            ));
+        }
+        let n = out_c
+            .checked_mul(k * k)
+            .and_then(|v| v.checked_mul(in_c))
+            .unwrap_or(usize::MAX);
+        if weights.len() != n || bias.len() != out_c {
+            return bad(format!(
+                "float layer {shape:?}: {} weights and {} biases given, expected {n} \
+                 (layout [out_c][k][k][in_c]) and {out_c}",
+                weights.len(),
+                bias.len()
+            ));
+        }
+        if weights.iter().chain(&bias).any(|v| !v.is_finite()) {
+            return bad(format!(
+                "float layer {shape:?}: weights and biases must be finite"
+            ));
+        }
+        Ok(Self {
+            shape,
+            weights,
             bias,
-            in_q,
-            QParams::new(1.0, 0),
             relu,
-        )?;
-        let yf = reference_conv_f32(&conv, &calib_f, h, w)?;
-        let (lo, hi) = yf
-            .iter()
-            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
-                (lo.min(v), hi.max(v))
-            });
-        conv.set_out_q(QParams::from_min_max(lo, hi))?;
-        let mut y = vec![0i8; conv.output_len(h, w).unwrap_or(0)];
-        conv.forward(calib, h, w, &mut y)?;
-        layers.push((conv, y));
-        first += n;
+        })
     }
-    Ok(layers)
+
+    /// Output height and width for an `in_h × in_w` input (the rule of [`Conv2d::out_hw`]).
+    pub fn out_hw(&self, in_h: usize, in_w: usize) -> (usize, usize) {
+        let s = self.shape;
+        let dim = |n: usize| {
+            if n == 0 || n + 2 * s.pad < s.k {
+                0
+            } else {
+                (n + 2 * s.pad - s.k) / s.stride + 1
+            }
+        };
+        (dim(in_h), dim(in_w))
+    }
+
+    /// The float forward pass over an `in_h × in_w × in_c` NHWC input: one fixed summation
+    /// order (bias, then taps row by row, channels in order), so the result is the same on
+    /// every machine. Allocates the output: calibration and tests only.
+    pub fn forward(&self, input: &[f32], in_h: usize, in_w: usize) -> Result<Vec<f32>, ModelError> {
+        let s = self.shape;
+        let (oh, ow) = self.out_hw(in_h, in_w);
+        if oh == 0 || ow == 0 {
+            return Err(ModelError::InputTooSmall {
+                in_h,
+                in_w,
+                k: s.k,
+                pad: s.pad,
+            });
+        }
+        let expected = in_h * in_w * s.in_c;
+        if input.len() != expected {
+            return Err(ModelError::BufferSize {
+                what: "float layer input",
+                expected,
+                got: input.len(),
+            });
+        }
+        let taps = s.k * s.k * s.in_c;
+        let mut out = vec![0f32; oh * ow * s.out_c];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let o = &mut out[(oy * ow + ox) * s.out_c..(oy * ow + ox + 1) * s.out_c];
+                o.copy_from_slice(&self.bias);
+                for ky in 0..s.k {
+                    let iy = (oy * s.stride + ky) as isize - s.pad as isize;
+                    if iy < 0 || iy as usize >= in_h {
+                        continue;
+                    }
+                    for kx in 0..s.k {
+                        let ix = (ox * s.stride + kx) as isize - s.pad as isize;
+                        if ix < 0 || ix as usize >= in_w {
+                            continue;
+                        }
+                        let base = (iy as usize * in_w + ix as usize) * s.in_c;
+                        let x = &input[base..base + s.in_c];
+                        let woff = (ky * s.k + kx) * s.in_c;
+                        for (oc, acc) in o.iter_mut().enumerate() {
+                            let w = &self.weights[oc * taps + woff..oc * taps + woff + s.in_c];
+                            let mut sum = 0f32;
+                            for (a, b) in x.iter().zip(w) {
+                                sum += a * b;
+                            }
+                            *acc += sum;
+                        }
+                    }
+                }
+                if self.relu {
+                    o.iter_mut().for_each(|v| *v = v.max(0.0));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Quantizes this layer for input parameters `in_q`: symmetric per-channel weights and
+    /// `i32` biases, the output channels split into consecutive `groups` (summing to
+    /// `out_c`), one [`Conv2d`] per group with output parameters `out_qs[g]`.
+    pub fn quantize(
+        &self,
+        in_q: QParams,
+        groups: &[usize],
+        out_qs: &[QParams],
+    ) -> Result<Vec<Conv2d>, ModelError> {
+        let s = self.shape;
+        if groups.iter().sum::<usize>() != s.out_c || groups.len() != out_qs.len() {
+            return Err(ModelError::InvalidLayer {
+                reason: format!(
+                    "output groups {groups:?} with {} output parameters do not split the \
+                     {} output channels: give one group size per output parameter, summing \
+                     to out_c",
+                    out_qs.len(),
+                    s.out_c
+                ),
+            });
+        }
+        let taps = s.k * s.k * s.in_c;
+        let (wq, ws) = try_quantize_weights_per_channel(&self.weights, s.out_c)?;
+        let mut layers = Vec::with_capacity(groups.len());
+        let mut first = 0;
+        for (&n, &out_q) in groups.iter().zip(out_qs) {
+            let oc = first..first + n;
+            let bias = oc
+                .clone()
+                .map(|c| quantize_bias(self.bias[c], in_q.scale, ws[c]))
+                .collect();
+            layers.push(Conv2d::new(
+                ConvShape { out_c: n, ..s },
+                wq[oc.start * taps..oc.end * taps].to_vec(),
+                ws[oc].to_vec(),
+                bias,
+                in_q,
+                out_q,
+                self.relu,
+            )?);
+            first += n;
+        }
+        Ok(layers)
+    }
+
+    /// Draws a seeded He-uniform layer: weights `±sqrt(6 / fan_in)`, then biases `±0.05`.
+    fn seeded(rng: &mut SplitMix64, shape: ConvShape, relu: bool) -> Result<Self, ModelError> {
+        let fan_in = shape.k * shape.k * shape.in_c;
+        let a = (6.0 / fan_in as f32).sqrt();
+        let w = (0..fan_in * shape.out_c)
+            .map(|_| rng.uniform(-a, a))
+            .collect();
+        let b = (0..shape.out_c)
+            .map(|_| rng.uniform(-BIAS_RANGE, BIAS_RANGE))
+            .collect();
+        Self::new(shape, w, b, relu)
+    }
+}
+
+/// Smallest and largest value of a tensor (`(+inf, -inf)` when empty).
+fn min_max(v: &[f32]) -> (f32, f32) {
+    v.iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
+
+/// What distinguishes the heads: hidden width, output channel groups, seed streams.
+pub trait HeadKind: Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// Name in messages and weight files (`"det"`, `"seg"`).
+    const NAME: &'static str;
+    /// Hidden channels.
+    const HIDDEN: usize;
+    /// Weight and calibration seed streams.
+    const STREAMS: (u64, u64);
+    /// Output channel groups, each a layer with its own output scale.
+    fn groups(cfg: &NetConfig) -> Vec<usize>;
+    /// This head's layers in trained weights.
+    fn trained(t: &TrainedLayers) -> &[Conv2d];
+}
+
+/// Marker of the detection head: groups `[classes, 6]` (heatmap, box regression).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Det;
+
+/// Marker of the segmentation head: one group of `seg_classes` logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seg;
+
+impl HeadKind for Det {
+    const NAME: &'static str = "det";
+    const HIDDEN: usize = DET_HIDDEN;
+    const STREAMS: (u64, u64) = (stream::DET, stream::DET_CALIB);
+    fn groups(cfg: &NetConfig) -> Vec<usize> {
+        vec![cfg.classes, REG_CHANNELS]
+    }
+    fn trained(t: &TrainedLayers) -> &[Conv2d] {
+        &t.det
+    }
+}
+
+impl HeadKind for Seg {
+    const NAME: &'static str = "seg";
+    const HIDDEN: usize = SEG_HIDDEN;
+    const STREAMS: (u64, u64) = (stream::SEG, stream::SEG_CALIB);
+    fn groups(cfg: &NetConfig) -> Vec<usize> {
+        vec![cfg.seg_classes]
+    }
+    fn trained(t: &TrainedLayers) -> &[Conv2d] {
+        &t.seg
+    }
+}
+
+/// The float form of one head: hidden 1x1 conv + ReLU, output 1x1 conv whose channels are
+/// split into `groups`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FloatHead {
+    /// Hidden layer.
+    pub hidden: FloatConv,
+    /// Output layer (all groups).
+    pub out: FloatConv,
+    /// Output channel groups (each its own quantized layer and output scale).
+    pub groups: Vec<usize>,
+}
+
+impl FloatHead {
+    fn seeded<K: HeadKind>(cfg: &NetConfig) -> Result<Self, ModelError> {
+        let mut rng = SplitMix64::stream(cfg.seed, K::STREAMS.0);
+        let groups = K::groups(cfg);
+        let out_c = groups.iter().sum();
+        let hidden = FloatConv::seeded(&mut rng, one_by_one(cfg.bev_c, K::HIDDEN), true)?;
+        let out = FloatConv::seeded(&mut rng, one_by_one(K::HIDDEN, out_c), false)?;
+        Ok(Self {
+            hidden,
+            out,
+            groups,
+        })
+    }
+
+    /// Float forward over `n` feature vectors (`n * bev_c`): (hidden, output) activations.
+    pub fn forward(&self, bev: &[f32], n: usize) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
+        let h = self.hidden.forward(bev, n, 1)?;
+        let o = self.out.forward(&h, n, 1)?;
+        Ok((h, o))
+    }
+}
+
+fn one_by_one(in_c: usize, out_c: usize) -> ConvShape {
+    ConvShape {
+        in_c,
+        out_c,
+        k: 1,
+        stride: 1,
+        pad: 0,
+    }
+}
+
+/// The whole network in `f32`: the weights the INT8 network is quantized from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FloatNetwork {
+    /// The configuration the shapes follow (`trained` is always `None` here).
+    pub config: NetConfig,
+    /// The three backbone layers.
+    pub backbone: Vec<FloatConv>,
+    /// Detection head.
+    pub det: FloatHead,
+    /// Segmentation head.
+    pub seg: FloatHead,
+}
+
+impl FloatNetwork {
+    /// The seeded float network of `cfg` (the weights [`Backbone::new`] and the heads
+    /// quantize when no trained layers are given).
+    pub fn seeded(cfg: &NetConfig) -> Result<Self, ModelError> {
+        cfg.validate()?;
+        let config = NetConfig {
+            trained: None,
+            ..cfg.clone()
+        };
+        Ok(Self {
+            backbone: seeded_backbone(&config)?,
+            det: FloatHead::seeded::<Det>(&config)?,
+            seg: FloatHead::seeded::<Seg>(&config)?,
+            config,
+        })
+    }
+
+    /// Checks that every layer has the shape `config` implies (after loading from a file).
+    pub fn check_shapes(&self) -> Result<(), ModelError> {
+        let cfg = &self.config;
+        cfg.validate()?;
+        let want = cfg.backbone_shapes();
+        let bad = |what: String| Err(invalid_config(what));
+        if self.backbone.len() != 3 {
+            return bad(format!(
+                "float backbone has {} layers, expected 3",
+                self.backbone.len()
+            ));
+        }
+        for (i, (l, s)) in self.backbone.iter().zip(want).enumerate() {
+            if l.shape != s || !l.relu {
+                return bad(format!(
+                    "float backbone layer {i} is {:?} (relu {}), expected {s:?} with relu",
+                    l.shape, l.relu
+                ));
+            }
+        }
+        for (name, h, hidden, groups) in [
+            ("det", &self.det, DET_HIDDEN, Det::groups(cfg)),
+            ("seg", &self.seg, SEG_HIDDEN, Seg::groups(cfg)),
+        ] {
+            let out_c = groups.iter().sum();
+            if h.hidden.shape != one_by_one(cfg.bev_c, hidden)
+                || h.out.shape != one_by_one(hidden, out_c)
+                || h.groups != groups
+                || !h.hidden.relu
+                || h.out.relu
+            {
+                return bad(format!(
+                    "float {name} head has layers {:?} -> {:?} (groups {:?}), expected 1x1 \
+                     {} -> {hidden} ReLU -> {out_c} (groups {groups:?})",
+                    h.hidden.shape, h.out.shape, h.groups, cfg.bev_c
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Float backbone over one camera image (`in_h × in_w × 3`, real values): the three
+    /// layer outputs, first to last. Allocates.
+    pub fn backbone_forward(&self, image: &[f32]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let (mut h, mut w) = (self.config.in_h, self.config.in_w);
+        let mut acts: Vec<Vec<f32>> = Vec::with_capacity(3);
+        for l in &self.backbone {
+            let y = l.forward(acts.last().map_or(image, |v| v.as_slice()), h, w)?;
+            (h, w) = l.out_hw(h, w);
+            acts.push(y);
+        }
+        Ok(acts)
+    }
+
+    /// Feature shape `(h, w, c)` of the backbone.
+    pub fn backbone_output_shape(&self) -> (usize, usize, usize) {
+        let (mut h, mut w) = (self.config.in_h, self.config.in_w);
+        for l in &self.backbone {
+            (h, w) = l.out_hw(h, w);
+        }
+        (h, w, self.config.feat_c)
+    }
+}
+
+fn seeded_backbone(cfg: &NetConfig) -> Result<Vec<FloatConv>, ModelError> {
+    cfg.backbone_shapes()
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let mut rng = SplitMix64::stream(cfg.seed, stream::BACKBONE + i as u64);
+            FloatConv::seeded(&mut rng, s, true)
+        })
+        .collect()
+}
+
+/// Activation quantization of one head: hidden output, then one per output group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadQParams {
+    /// Hidden activation (post-ReLU).
+    pub hidden: QParams,
+    /// Output groups, in order.
+    pub outs: Vec<QParams>,
+}
+
+/// Per-tensor activation quantization of the whole network (the calibration result).
+/// The backbone input is fixed ([`Backbone::input_q`]); the heads' input is the
+/// backbone's output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActQParams {
+    /// Output of each backbone layer.
+    pub backbone: [QParams; 3],
+    /// Detection head.
+    pub det: HeadQParams,
+    /// Segmentation head.
+    pub seg: HeadQParams,
 }
 
 /// Splits `buf` into the first `len` elements, or reports it too small.
@@ -288,40 +720,78 @@ pub struct Backbone {
 }
 
 impl Backbone {
-    /// Builds the seeded backbone for `cfg` and calibrates it (see the module docs).
+    /// The backbone for `cfg`: its trained layers when [`NetConfig::trained`] is set, else
+    /// the seeded float network quantized with the built-in calibration (module docs).
     pub fn new(cfg: &NetConfig) -> Result<Self, ModelError> {
         cfg.validate()?;
-        let chans = [IMAGE_CHANNELS, 16, 32, cfg.feat_c];
-        let (h, w) = (cfg.in_h, cfg.in_w);
+        if let Some(t) = &cfg.trained {
+            return Self::from_layers(cfg, t.backbone.clone());
+        }
+        let float = FloatNetwork::seeded(cfg)?;
         let mut calib_rng = SplitMix64::stream(cfg.seed, stream::BACKBONE_CALIB);
-        let mut x: Vec<i8> = (0..h * w * IMAGE_CHANNELS)
-            .map(|_| calib_rng.next_i8())
+        let q_in = Self::input_q_const();
+        let image: Vec<f32> = (0..cfg.in_h * cfg.in_w * IMAGE_CHANNELS)
+            .map(|_| dequantize(calib_rng.next_i8(), q_in))
             .collect();
+        let acts = float.backbone_forward(&image)?;
+        let act: [QParams; 3] = std::array::from_fn(|i| {
+            let (lo, hi) = min_max(&acts[i]);
+            QParams::from_min_max(lo, hi)
+        });
+        Self::from_float(&float, &act)
+    }
+
+    /// Quantizes the float backbone of `float` with the activation parameters `act` (the
+    /// output of each layer).
+    pub fn from_float(float: &FloatNetwork, act: &[QParams; 3]) -> Result<Self, ModelError> {
+        float.check_shapes()?;
         let mut q = Self::input_q_const();
-        let mut hw = [(h, w); 4];
         let mut layers = Vec::with_capacity(3);
-        for i in 0..3 {
-            let shape = ConvShape {
-                in_c: chans[i],
-                out_c: chans[i + 1],
-                k: 3,
-                stride: 2,
-                pad: 1,
-            };
-            let mut rng = SplitMix64::stream(cfg.seed, stream::BACKBONE + i as u64);
-            let (ih, iw) = hw[i];
-            let mut built = seeded_layer(&mut rng, shape, &[shape.out_c], true, q, &x, ih, iw)?;
-            let (conv, y) = built.pop().ok_or_else(|| ModelError::InvalidConfig {
-                reason: "backbone layer construction produced no layer".into(),
-            })?;
-            hw[i + 1] = conv.out_hw(ih, iw);
-            q = conv.out_q;
-            x = y;
+        for (l, &out_q) in float.backbone.iter().zip(act) {
+            let conv = l
+                .quantize(q, &[l.shape.out_c], &[out_q])?
+                .pop()
+                .ok_or_else(|| invalid_config("backbone layer quantized to nothing".into()))?;
+            q = out_q;
             layers.push(conv);
         }
-        let layers: [Conv2d; 3] = layers.try_into().map_err(|_| ModelError::InvalidConfig {
-            reason: "backbone must have exactly 3 layers".into(),
+        Self::from_layers(&float.config, layers)
+    }
+
+    /// Assembles the backbone from quantized layers, checking their shapes against `cfg`,
+    /// the input quantization and that each layer's input parameters are the previous
+    /// layer's output parameters.
+    pub fn from_layers(cfg: &NetConfig, layers: Vec<Conv2d>) -> Result<Self, ModelError> {
+        cfg.validate()?;
+        let shapes = cfg.backbone_shapes();
+        let layers: [Conv2d; 3] = layers.try_into().map_err(|l: Vec<Conv2d>| {
+            invalid_config(format!(
+                "backbone has {} layers, expected 3 (conv3x3 s2 3->16->32->feat_c)",
+                l.len()
+            ))
         })?;
+        let mut q = Self::input_q_const();
+        let mut hw = [(cfg.in_h, cfg.in_w); 4];
+        for (i, (l, s)) in layers.iter().zip(shapes).enumerate() {
+            if l.shape() != s || !l.relu {
+                return Err(invalid_config(format!(
+                    "backbone layer {i} is {:?} (relu {}), expected {s:?} with ReLU for \
+                     feat_c = {}",
+                    l.shape(),
+                    l.relu,
+                    cfg.feat_c
+                )));
+            }
+            if l.in_q != q {
+                return Err(invalid_config(format!(
+                    "backbone layer {i} input quantization {:?} is not the previous \
+                     tensor's {q:?}",
+                    l.in_q
+                )));
+            }
+            q = l.out_q;
+            hw[i + 1] = l.out_hw(hw[i].0, hw[i].1);
+        }
         Ok(Self { layers, hw })
     }
 
@@ -355,6 +825,11 @@ impl Backbone {
         &self.layers
     }
 
+    /// Spatial size `(h, w)` of the input (`i = 0`) or of layer `i`'s output (`1..=3`).
+    pub fn act_hw(&self, i: usize) -> Option<(usize, usize)> {
+        self.hw.get(i).copied()
+    }
+
     fn act_len(&self, i: usize) -> usize {
         self.hw[i].0 * self.hw[i].1 * self.layers[i - 1].out_c
     }
@@ -374,7 +849,9 @@ impl Backbone {
     }
 
     /// One camera: `input` (`in_h × in_w × 3` NHWC `i8`) → `out` (`output_shape` elements).
-    /// `scratch` must hold at least [`Backbone::scratch_len`] elements. Zero allocation.
+    /// `scratch` must hold at least [`Backbone::scratch_len`] elements; afterwards its first
+    /// [`Backbone::scratch_len`] elements hold layer 1's then layer 2's output. Zero
+    /// allocation.
     pub fn forward(
         &self,
         input: &[i8],
@@ -416,93 +893,208 @@ fn head_calibration_input(rng: &mut SplitMix64, c: usize, q: QParams) -> Vec<i8>
         .collect()
 }
 
-/// A 1x1 two-layer head on the BEV grid: hidden conv + ReLU, then one or more output
-/// convs writing consecutive channel groups of one output tensor.
+/// A 1x1 two-layer head on the BEV grid: hidden conv + ReLU, then one or more output convs
+/// writing consecutive channel groups of one output tensor. `K` says which head
+/// ([`Det`], [`Seg`]); use the aliases [`DetHead`] and [`SegHead`].
 #[derive(Clone, Debug)]
-struct Head {
+pub struct Head<K: HeadKind> {
     hidden: Conv2d,
     outs: Vec<Conv2d>,
     ny: usize,
     nx: usize,
     out_c: usize,
+    kind: PhantomData<K>,
 }
 
-impl Head {
-    fn new(
+/// The detection head: conv1x1 bev_c→32 ReLU, conv1x1 32→(`classes` heatmap logits + 6 box
+/// regression channels), on a `ny × nx` BEV grid.
+pub type DetHead = Head<Det>;
+
+/// The segmentation head: conv1x1 bev_c→16 ReLU, conv1x1 16→`seg_classes` logits.
+pub type SegHead = Head<Seg>;
+
+fn check_grid(ny: usize, nx: usize) -> Result<(), ModelError> {
+    if ny == 0 || nx == 0 || ny > 4096 || nx > 4096 {
+        return Err(invalid_config(format!(
+            "BEV grid {ny}x{nx}: both sides must be in 1..=4096"
+        )));
+    }
+    Ok(())
+}
+
+impl<K: HeadKind> Head<K> {
+    /// The head for a `ny × nx` grid whose features use [`bev_q`]`(cfg)`: trained layers
+    /// when [`NetConfig::trained`] is set, else seeded and calibrated (module docs).
+    pub fn new(cfg: &NetConfig, ny: usize, nx: usize) -> Result<Self, ModelError> {
+        if let Some(t) = &cfg.trained {
+            check_grid(ny, nx)?;
+            return Self::from_layers(cfg, K::trained(t).to_vec(), ny, nx);
+        }
+        Self::with_input_q(cfg, ny, nx, bev_q(cfg)?)
+    }
+
+    /// The seeded head for BEV features quantized with `in_q` (calibrated on seeded random
+    /// features in `in_q`). With [`NetConfig::trained`] set, the trained layers, whose input
+    /// parameters must then equal `in_q`.
+    pub fn with_input_q(
         cfg: &NetConfig,
         ny: usize,
         nx: usize,
         in_q: QParams,
-        hidden_c: usize,
-        groups: &[usize],
-        streams: (u64, u64),
     ) -> Result<Self, ModelError> {
         cfg.validate()?;
-        if ny == 0 || nx == 0 || ny > 4096 || nx > 4096 {
-            return Err(ModelError::InvalidConfig {
-                reason: format!("BEV grid {ny}x{nx}: both sides must be in 1..=4096"),
-            });
-        }
+        check_grid(ny, nx)?;
         if !in_q.is_valid() {
-            return Err(ModelError::InvalidConfig {
-                reason: format!("BEV input scale {}: must be finite and > 0", in_q.scale),
-            });
+            return Err(invalid_config(format!(
+                "BEV input scale {}: must be finite and > 0",
+                in_q.scale
+            )));
         }
-        let (weights, calib) = streams;
-        let mut calib_rng = SplitMix64::stream(cfg.seed, calib);
-        let x = head_calibration_input(&mut calib_rng, cfg.bev_c, in_q);
-        let mut rng = SplitMix64::stream(cfg.seed, weights);
-        let one = |in_c, out_c| ConvShape {
-            in_c,
-            out_c,
-            k: 1,
-            stride: 1,
-            pad: 0,
-        };
-        let (hidden, y) = seeded_layer(
-            &mut rng,
-            one(cfg.bev_c, hidden_c),
-            &[hidden_c],
-            true,
-            in_q,
-            &x,
-            HEAD_CALIB_PIXELS,
-            1,
-        )?
-        .pop()
-        .ok_or_else(|| ModelError::InvalidConfig {
-            reason: "head hidden layer construction produced no layer".into(),
-        })?;
-        let out_c: usize = groups.iter().sum();
-        let outs = seeded_layer(
-            &mut rng,
-            one(hidden_c, out_c),
-            groups,
-            false,
-            hidden.out_q,
-            &y,
-            HEAD_CALIB_PIXELS,
-            1,
-        )?
-        .into_iter()
-        .map(|(c, _)| c)
-        .collect();
+        if let Some(t) = &cfg.trained {
+            let head = Self::from_layers(cfg, K::trained(t).to_vec(), ny, nx)?;
+            if head.input_q() != in_q {
+                return Err(invalid_config(format!(
+                    "the trained {} head expects BEV input {:?}, not {in_q:?}",
+                    K::NAME,
+                    head.input_q()
+                )));
+            }
+            return Ok(head);
+        }
+        let float = FloatHead::seeded::<K>(cfg)?;
+        let mut calib_rng = SplitMix64::stream(cfg.seed, K::STREAMS.1);
+        let x: Vec<f32> = head_calibration_input(&mut calib_rng, cfg.bev_c, in_q)
+            .iter()
+            .map(|&v| dequantize(v, in_q))
+            .collect();
+        let (h, o) = float.forward(&x, HEAD_CALIB_PIXELS)?;
+        let (lo, hi) = min_max(&h);
+        let hidden = QParams::from_min_max(lo, hi);
+        let out_c = float.out.shape.out_c;
+        let mut outs = Vec::with_capacity(float.groups.len());
+        let mut first = 0;
+        for &n in &float.groups {
+            let (lo, hi) = o
+                .chunks_exact(out_c)
+                .flat_map(|px| &px[first..first + n])
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                    (lo.min(v), hi.max(v))
+                });
+            outs.push(QParams::from_min_max(lo, hi));
+            first += n;
+        }
+        Self::from_float_head(cfg, &float, in_q, &HeadQParams { hidden, outs }, ny, nx)
+    }
+
+    /// Quantizes a float head: BEV input `in_q`, activations `act`.
+    pub fn from_float_head(
+        cfg: &NetConfig,
+        float: &FloatHead,
+        in_q: QParams,
+        act: &HeadQParams,
+        ny: usize,
+        nx: usize,
+    ) -> Result<Self, ModelError> {
+        let hidden = float
+            .hidden
+            .quantize(in_q, &[float.hidden.shape.out_c], &[act.hidden])?;
+        let outs = float.out.quantize(act.hidden, &float.groups, &act.outs)?;
+        Self::from_layers(cfg, hidden.into_iter().chain(outs).collect(), ny, nx)
+    }
+
+    /// Assembles the head from quantized layers (hidden, then the output groups), checking
+    /// their shapes against `cfg` and the chaining of their quantization parameters.
+    pub fn from_layers(
+        cfg: &NetConfig,
+        layers: Vec<Conv2d>,
+        ny: usize,
+        nx: usize,
+    ) -> Result<Self, ModelError> {
+        cfg.validate()?;
+        check_grid(ny, nx)?;
+        let groups = K::groups(cfg);
+        let mut it = layers.into_iter();
+        let hidden = it
+            .next()
+            .ok_or_else(|| invalid_config(format!("{} head has no layers", K::NAME)))?;
+        let outs: Vec<Conv2d> = it.collect();
+        let got: Vec<usize> = outs.iter().map(|c| c.out_c).collect();
+        let shape_ok = hidden.shape() == one_by_one(cfg.bev_c, K::HIDDEN)
+            && hidden.relu
+            && got == groups
+            && outs
+                .iter()
+                .all(|c| c.shape() == one_by_one(K::HIDDEN, c.out_c) && !c.relu);
+        if !shape_ok {
+            return Err(invalid_config(format!(
+                "{} head layers do not match the config: expected 1x1 {} -> {} ReLU, then \
+                 output groups {groups:?} without ReLU; got {:?} then groups {got:?}",
+                K::NAME,
+                cfg.bev_c,
+                K::HIDDEN,
+                hidden.shape()
+            )));
+        }
+        if let Some(c) = outs.iter().find(|c| c.in_q != hidden.out_q) {
+            return Err(invalid_config(format!(
+                "{} head output layer input quantization {:?} is not the hidden output's {:?}",
+                K::NAME,
+                c.in_q,
+                hidden.out_q
+            )));
+        }
         Ok(Self {
             hidden,
             outs,
             ny,
             nx,
-            out_c,
+            out_c: groups.iter().sum(),
+            kind: PhantomData,
         })
     }
 
-    fn scratch_len_rows(&self, rows: usize) -> usize {
+    /// Quantization of the BEV input.
+    pub fn input_q(&self) -> QParams {
+        self.hidden.in_q
+    }
+
+    /// Channels per BEV cell of the output.
+    pub fn out_channels(&self) -> usize {
+        self.out_c
+    }
+
+    /// Output shape `(ny, nx, out_channels)`.
+    pub fn output_shape(&self) -> (usize, usize, usize) {
+        (self.ny, self.nx, self.out_c)
+    }
+
+    /// Scratch elements a whole-grid forward pass needs (`ny * nx * hidden`).
+    pub fn scratch_len(&self) -> usize {
+        self.scratch_len_rows(self.ny)
+    }
+
+    /// Scratch elements a `forward_rows*` call over `rows` BEV rows needs.
+    pub fn scratch_len_rows(&self, rows: usize) -> usize {
         rows * self.nx * self.hidden.out_c
     }
 
-    fn macs(&self) -> u64 {
+    /// Multiply-adds of one whole-grid forward pass.
+    pub fn macs(&self) -> u64 {
         let px = (self.ny * self.nx) as u64;
         px * (self.hidden.in_c * self.hidden.out_c + self.hidden.out_c * self.out_c) as u64
+    }
+
+    /// The layers: hidden, then the output groups.
+    pub fn layers(&self) -> impl Iterator<Item = &Conv2d> {
+        std::iter::once(&self.hidden).chain(&self.outs)
+    }
+
+    /// Quantization of the hidden activation and of each output group.
+    pub fn act_qparams(&self) -> HeadQParams {
+        HeadQParams {
+            hidden: self.hidden.out_q,
+            outs: self.outs.iter().map(|c| c.out_q).collect(),
+        }
     }
 
     fn check_common(&self, bev: &[i8], rows: &Range<usize>) -> Result<(), ModelError> {
@@ -521,7 +1113,11 @@ impl Head {
         Ok(())
     }
 
-    fn forward_rows_into(
+    /// Like [`Head::forward_rows`], but `out_rows` holds only the requested rows
+    /// (`rows.len() * nx * out_channels` elements): disjoint chunks for parallel lanes.
+    /// Afterwards the first [`Head::scratch_len_rows`] elements of `scratch` hold the hidden
+    /// activation of these rows. No allocation.
+    pub fn forward_rows_into(
         &self,
         bev: &[i8],
         scratch: &mut [i8],
@@ -551,7 +1147,10 @@ impl Head {
         Ok(())
     }
 
-    fn forward_rows(
+    /// Computes BEV rows `rows` of `out` (the whole `ny * nx * out_channels` tensor; other
+    /// rows untouched) from `bev` (the whole `ny * nx * bev_c` grid). `scratch` needs at
+    /// least [`Head::scratch_len_rows`]`(rows.len())` elements. No allocation.
+    pub fn forward_rows(
         &self,
         bev: &[i8],
         scratch: &mut [i8],
@@ -564,239 +1163,69 @@ impl Head {
         let dst = &mut out[rows.start * row_out..rows.end * row_out];
         self.forward_rows_into(bev, scratch, dst, rows)
     }
-}
 
-/// The detection head: conv1x1 bev_c→32 ReLU, conv1x1 32→(`classes` heatmap logits + 6 box
-/// regression channels), on a `ny × nx` BEV grid.
-#[derive(Clone, Debug)]
-pub struct DetHead {
-    head: Head,
-    classes: usize,
-}
-
-impl DetHead {
-    /// Builds the seeded head for a `ny × nx` grid whose features use [`bev_q`]`(cfg)`.
-    pub fn new(cfg: &NetConfig, ny: usize, nx: usize) -> Result<Self, ModelError> {
-        Self::with_input_q(cfg, ny, nx, bev_q(cfg)?)
+    /// The whole grid. No allocation.
+    pub fn forward(
+        &self,
+        bev: &[i8],
+        scratch: &mut [i8],
+        out: &mut [i8],
+    ) -> Result<(), ModelError> {
+        self.forward_rows(bev, scratch, out, 0..self.ny)
     }
+}
 
-    /// Builds the seeded head for BEV features quantized with `in_q`.
-    pub fn with_input_q(
-        cfg: &NetConfig,
+impl Head<Det> {
+    /// Quantizes the float detection head of `float` for a `ny × nx` grid: BEV input
+    /// quantized like the backbone output (`act.backbone[2]`).
+    pub fn from_float(
+        float: &FloatNetwork,
+        act: &ActQParams,
         ny: usize,
         nx: usize,
-        in_q: QParams,
     ) -> Result<Self, ModelError> {
-        let head = Head::new(
-            cfg,
-            ny,
-            nx,
-            in_q,
-            DET_HIDDEN,
-            &[cfg.classes, REG_CHANNELS],
-            (stream::DET, stream::DET_CALIB),
-        )?;
-        Ok(Self {
-            head,
-            classes: cfg.classes,
-        })
-    }
-
-    /// Quantization of the BEV input.
-    pub fn input_q(&self) -> QParams {
-        self.head.hidden.in_q
+        float.check_shapes()?;
+        Self::from_float_head(&float.config, &float.det, act.backbone[2], &act.det, ny, nx)
     }
 
     /// Quantization of the heatmap logits (channels `0..classes`).
     pub fn heat_q(&self) -> QParams {
-        self.head.outs[0].out_q
+        self.outs[0].out_q
     }
 
     /// Quantization of the box regression channels (`classes..classes + 6`).
     pub fn reg_q(&self) -> QParams {
-        self.head.outs[1].out_q
+        self.outs[1].out_q
     }
 
     /// Heatmap classes.
     pub fn classes(&self) -> usize {
-        self.classes
-    }
-
-    /// Channels per BEV cell of the output: `classes + 6`.
-    pub fn out_channels(&self) -> usize {
-        self.head.out_c
-    }
-
-    /// Output shape `(ny, nx, classes + 6)`.
-    pub fn output_shape(&self) -> (usize, usize, usize) {
-        (self.head.ny, self.head.nx, self.head.out_c)
-    }
-
-    /// Scratch elements a whole-grid forward pass needs (`ny * nx * 32`).
-    pub fn scratch_len(&self) -> usize {
-        self.head.scratch_len_rows(self.head.ny)
-    }
-
-    /// Scratch elements a `forward_rows*` call over `rows` BEV rows needs.
-    pub fn scratch_len_rows(&self, rows: usize) -> usize {
-        self.head.scratch_len_rows(rows)
-    }
-
-    /// Multiply-adds of one whole-grid forward pass.
-    pub fn macs(&self) -> u64 {
-        self.head.macs()
-    }
-
-    /// The layers: hidden, heatmap, regression.
-    pub fn layers(&self) -> impl Iterator<Item = &Conv2d> {
-        std::iter::once(&self.head.hidden).chain(&self.head.outs)
-    }
-
-    /// Computes BEV rows `rows` of `out` (the whole `ny * nx * (classes + 6)` tensor; other
-    /// rows untouched) from `bev` (the whole `ny * nx * bev_c` grid). `scratch` needs at
-    /// least [`DetHead::scratch_len_rows`]`(rows.len())` elements. No allocation.
-    pub fn forward_rows(
-        &self,
-        bev: &[i8],
-        scratch: &mut [i8],
-        out: &mut [i8],
-        rows: Range<usize>,
-    ) -> Result<(), ModelError> {
-        self.head.forward_rows(bev, scratch, out, rows)
-    }
-
-    /// Like [`DetHead::forward_rows`], but `out_rows` holds only the requested rows
-    /// (`rows.len() * nx * (classes + 6)` elements): disjoint chunks for parallel lanes.
-    pub fn forward_rows_into(
-        &self,
-        bev: &[i8],
-        scratch: &mut [i8],
-        out_rows: &mut [i8],
-        rows: Range<usize>,
-    ) -> Result<(), ModelError> {
-        self.head.forward_rows_into(bev, scratch, out_rows, rows)
-    }
-
-    /// The whole grid. No allocation.
-    pub fn forward(
-        &self,
-        bev: &[i8],
-        scratch: &mut [i8],
-        out: &mut [i8],
-    ) -> Result<(), ModelError> {
-        self.forward_rows(bev, scratch, out, 0..self.head.ny)
+        self.outs[0].out_c
     }
 }
 
-/// The segmentation head: conv1x1 bev_c→16 ReLU, conv1x1 16→`seg_classes` logits.
-#[derive(Clone, Debug)]
-pub struct SegHead {
-    head: Head,
-}
-
-impl SegHead {
-    /// Builds the seeded head for a `ny × nx` grid whose features use [`bev_q`]`(cfg)`.
-    pub fn new(cfg: &NetConfig, ny: usize, nx: usize) -> Result<Self, ModelError> {
-        Self::with_input_q(cfg, ny, nx, bev_q(cfg)?)
-    }
-
-    /// Builds the seeded head for BEV features quantized with `in_q`.
-    pub fn with_input_q(
-        cfg: &NetConfig,
+impl Head<Seg> {
+    /// Quantizes the float segmentation head of `float` for a `ny × nx` grid.
+    pub fn from_float(
+        float: &FloatNetwork,
+        act: &ActQParams,
         ny: usize,
         nx: usize,
-        in_q: QParams,
     ) -> Result<Self, ModelError> {
-        let head = Head::new(
-            cfg,
-            ny,
-            nx,
-            in_q,
-            SEG_HIDDEN,
-            &[cfg.seg_classes],
-            (stream::SEG, stream::SEG_CALIB),
-        )?;
-        Ok(Self { head })
-    }
-
-    /// Quantization of the BEV input.
-    pub fn input_q(&self) -> QParams {
-        self.head.hidden.in_q
+        float.check_shapes()?;
+        Self::from_float_head(&float.config, &float.seg, act.backbone[2], &act.seg, ny, nx)
     }
 
     /// Quantization of the logits.
     pub fn logit_q(&self) -> QParams {
-        self.head.outs[0].out_q
-    }
-
-    /// Channels per BEV cell of the output: `seg_classes`.
-    pub fn out_channels(&self) -> usize {
-        self.head.out_c
-    }
-
-    /// Output shape `(ny, nx, seg_classes)`.
-    pub fn output_shape(&self) -> (usize, usize, usize) {
-        (self.head.ny, self.head.nx, self.head.out_c)
-    }
-
-    /// Scratch elements a whole-grid forward pass needs (`ny * nx * 16`).
-    pub fn scratch_len(&self) -> usize {
-        self.head.scratch_len_rows(self.head.ny)
-    }
-
-    /// Scratch elements a `forward_rows*` call over `rows` BEV rows needs.
-    pub fn scratch_len_rows(&self, rows: usize) -> usize {
-        self.head.scratch_len_rows(rows)
-    }
-
-    /// Multiply-adds of one whole-grid forward pass.
-    pub fn macs(&self) -> u64 {
-        self.head.macs()
-    }
-
-    /// The layers: hidden, logits.
-    pub fn layers(&self) -> impl Iterator<Item = &Conv2d> {
-        std::iter::once(&self.head.hidden).chain(&self.head.outs)
-    }
-
-    /// Computes BEV rows `rows` of `out` (the whole `ny * nx * seg_classes` tensor; other
-    /// rows untouched). `scratch` needs at least [`SegHead::scratch_len_rows`]`(rows.len())`.
-    pub fn forward_rows(
-        &self,
-        bev: &[i8],
-        scratch: &mut [i8],
-        out: &mut [i8],
-        rows: Range<usize>,
-    ) -> Result<(), ModelError> {
-        self.head.forward_rows(bev, scratch, out, rows)
-    }
-
-    /// Like [`SegHead::forward_rows`], but `out_rows` holds only the requested rows.
-    pub fn forward_rows_into(
-        &self,
-        bev: &[i8],
-        scratch: &mut [i8],
-        out_rows: &mut [i8],
-        rows: Range<usize>,
-    ) -> Result<(), ModelError> {
-        self.head.forward_rows_into(bev, scratch, out_rows, rows)
-    }
-
-    /// The whole grid. No allocation.
-    pub fn forward(
-        &self,
-        bev: &[i8],
-        scratch: &mut [i8],
-        out: &mut [i8],
-    ) -> Result<(), ModelError> {
-        self.forward_rows(bev, scratch, out, 0..self.head.ny)
+        self.outs[0].out_q
     }
 
     /// Per-cell class: the index of the largest logit (ties: the lowest index). `logits` is
     /// `n * seg_classes` for any `n` cells (whole grid or a row chunk), `out_class` is `n`.
     /// One per-tensor scale, so the `i8` argmax is the real-valued argmax. No allocation.
     pub fn argmax(&self, logits: &[i8], out_class: &mut [u8]) -> Result<(), ModelError> {
-        let c = self.head.out_c;
+        let c = self.out_c;
         exact_len(
             logits.len(),
             out_class.len().saturating_mul(c),
@@ -1182,6 +1611,116 @@ mod tests {
         }
         assert!(DetHead::with_input_q(&d, 0, 3, QParams::new(0.1, 0)).is_err());
         assert!(SegHead::with_input_q(&d, 3, 3, QParams::new(0.0, 0)).is_err());
+    }
+
+    #[test]
+    fn float_layers_and_their_quantized_form_agree() {
+        let cfg = NetConfig {
+            in_h: 16,
+            in_w: 24,
+            feat_c: 8,
+            bev_c: 8,
+            ..NetConfig::default()
+        };
+        let float = FloatNetwork::seeded(&cfg).unwrap();
+        float.check_shapes().unwrap();
+        let b = Backbone::new(&cfg).unwrap();
+        // The float conv equals the f64 reference of its quantized layer up to weight
+        // rounding (< 1 % of the output range here).
+        let mut r = SplitMix64::new(4);
+        let x: Vec<f32> = (0..16 * 24 * 3).map(|_| r.uniform(-1.0, 1.0)).collect();
+        let yf = float.backbone[0].forward(&x, 16, 24).unwrap();
+        let yq = crate::conv::reference_conv_f32(&b.layers()[0], &x, 16, 24).unwrap();
+        let peak = yf.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = yf
+            .iter()
+            .zip(&yq)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst < 0.01 * peak, "worst {worst} of {peak}");
+        // Rebuilding from (float weights, the built-in activation ranges) is bit-identical.
+        let act = [
+            b.layers()[0].out_q,
+            b.layers()[1].out_q,
+            b.layers()[2].out_q,
+        ];
+        let again = Backbone::from_float(&float, &act).unwrap();
+        for (a, c) in b.layers().iter().zip(again.layers()) {
+            assert_eq!(a.weights, c.weights);
+            assert_eq!(a.bias, c.bias);
+            assert_eq!(a.out_q, c.out_q);
+        }
+    }
+
+    #[test]
+    fn trained_layers_are_used_and_checked() {
+        let cfg = NetConfig {
+            in_h: 16,
+            in_w: 16,
+            feat_c: 8,
+            bev_c: 8,
+            ..NetConfig::default()
+        };
+        let b = Backbone::new(&cfg).unwrap();
+        let det = DetHead::new(&cfg, 2, 2).unwrap();
+        let seg = SegHead::new(&cfg, 2, 2).unwrap();
+        // Trained layers from another seed replace the seeded ones.
+        let other = NetConfig {
+            seed: 99,
+            ..cfg.clone()
+        };
+        let ob = Backbone::new(&other).unwrap();
+        let trained = NetConfig {
+            trained: Some(Arc::new(TrainedLayers {
+                backbone: ob.layers().to_vec(),
+                det: DetHead::new(&other, 1, 1)
+                    .unwrap()
+                    .layers()
+                    .cloned()
+                    .collect(),
+                seg: SegHead::new(&other, 1, 1)
+                    .unwrap()
+                    .layers()
+                    .cloned()
+                    .collect(),
+            })),
+            ..cfg.clone()
+        };
+        let tb = Backbone::new(&trained).unwrap();
+        assert_eq!(tb.layers()[1].weights, ob.layers()[1].weights);
+        assert_ne!(tb.layers()[1].weights, b.layers()[1].weights);
+        let td = DetHead::new(&trained, 3, 4).unwrap();
+        assert_eq!(td.output_shape(), (3, 4, 9));
+        assert_ne!(td.heat_q(), det.heat_q());
+        assert!(SegHead::new(&trained, 3, 4).is_ok());
+        // The trained head refuses a BEV quantization it was not calibrated for.
+        let e = SegHead::with_input_q(&trained, 2, 2, QParams::new(0.5, 3)).unwrap_err();
+        assert!(e.to_string().contains("trained seg head"), "{e}");
+        // Wrong layer counts, shapes or chaining are errors, not panics.
+        assert!(Backbone::from_layers(&cfg, b.layers()[..2].to_vec()).is_err());
+        let swapped = vec![
+            b.layers()[0].clone(),
+            b.layers()[2].clone(),
+            b.layers()[1].clone(),
+        ];
+        assert!(Backbone::from_layers(&cfg, swapped).is_err());
+        let mut unchained: Vec<Conv2d> = seg.layers().cloned().collect();
+        let l = &unchained[1];
+        unchained[1] = Conv2d::new(
+            l.shape(),
+            l.weights.clone(),
+            l.w_scales.clone(),
+            l.bias.clone(),
+            QParams::new(l.in_q.scale * 2.0, l.in_q.zero_point),
+            l.out_q,
+            false,
+        )
+        .unwrap();
+        let e = SegHead::from_layers(&cfg, unchained, 2, 2).unwrap_err();
+        assert!(e.to_string().contains("input quantization"), "{e}");
+        let det_layers: Vec<Conv2d> = det.layers().cloned().collect();
+        assert!(SegHead::from_layers(&cfg, det_layers, 2, 2).is_err());
+        assert_eq!(trained, trained.clone());
+        assert_ne!(trained, cfg);
     }
 
     #[test]

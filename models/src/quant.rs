@@ -152,7 +152,7 @@ pub fn try_quantize_weights_per_channel(
     w: &[f32],
     out_c: usize,
 ) -> Result<(Vec<i8>, Vec<f32>), ModelError> {
-    if out_c == 0 || w.is_empty() || w.len() % out_c != 0 {
+    if out_c == 0 || w.is_empty() || !w.len().is_multiple_of(out_c) {
         return Err(ModelError::InvalidLayer {
             reason: format!(
                 "cannot quantize {} weights into {out_c} output channels: the weight count \

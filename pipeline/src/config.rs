@@ -7,6 +7,7 @@
 //! release = "realtime"          # realtime | as_fast_as_possible | lockstep
 //! perception = "network"        # network | oracle
 //! bev_cache_frames = 2
+//! weights = "net.safetensors"  # calibrated INT8 weights from `redline quantize` (optional)
 //!
 //! [scenario]                    # the built-in scenario and `redline sim generate`
 //! seed = 7
@@ -32,7 +33,7 @@
 //! Unknown keys are rejected with the key's name, so a typo never silently does nothing.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use redline_runtime::modes::{LadderConfig, ModeSpec};
 use redline_runtime::rt::RtRequest;
@@ -93,6 +94,12 @@ pub struct PipelineConfig {
     pub bev_cache_frames: usize,
     /// Seed of the network's weights (until trained weights exist).
     pub weights_seed: u64,
+    /// Calibrated INT8 weights written by `redline quantize` (a `.safetensors` file). When
+    /// set, the backbone and both heads are built from this file (its network shapes and
+    /// calibrated scales) and `weights_seed` is ignored; a missing, corrupt or mismatched
+    /// file stops the graph from being built, with the reason. Default: none (seeded
+    /// weights).
+    pub weights: Option<PathBuf>,
     /// Built-in scenario / `sim generate` settings (resolution lives here).
     pub scenario: ScenarioConfig,
     /// Per-stage budgets, ms (stages not listed keep their defaults).
@@ -116,6 +123,7 @@ impl Default for PipelineConfig {
             perception: Perception::Network,
             bev_cache_frames: 2,
             weights_seed: 1,
+            weights: None,
             scenario: ScenarioConfig {
                 image_width: 256,
                 image_height: 128,
@@ -256,7 +264,7 @@ impl PipelineConfig {
         }
         let w = self.scenario.image_width;
         let h = self.scenario.image_height;
-        if w % 2 != 0 || h % 2 != 0 || w < 64 || h < 32 {
+        if !w.is_multiple_of(2) || !h.is_multiple_of(2) || w < 64 || h < 32 {
             return Err(ConfigError::Invalid(format!(
                 "scenario.image_width x image_height = {w}x{h}: use even sizes of at least 64x32"
             )));

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
+use redline_models::weights::QuantizedNetwork;
 use redline_runtime::{Criticality, GraphBuilder};
 use redline_sim::camera::project_ego;
 
@@ -51,9 +52,15 @@ pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, Gr
     let cams = feed.cameras.len();
     let (w, h) = (feed.width, feed.height);
     let bev = BevSpec::DEFAULT;
-    let net = NetConfig {
-        seed: cfg.weights_seed,
-        ..NetConfig::default()
+    let net = match &cfg.weights {
+        // Calibrated weights: the file fixes the network's shapes and scales.
+        Some(path) => QuantizedNetwork::load(path)
+            .map_err(|e| e.to_string())?
+            .net_config(),
+        None => NetConfig {
+            seed: cfg.weights_seed,
+            ..NetConfig::default()
+        },
     };
     let backbone = BackboneStage::new(cams, &net)?;
     let (fh, fw, fc) = backbone.output_shape();

@@ -39,8 +39,25 @@ enum Command {
     /// Generate synthetic sensor logs.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Calibrate the INT8 network on camera frames and write its weights (safetensors).
+    Quantize(QuantizeArgs),
     /// Run the runtime's 9-stage demo graph (no driving stages) and print the latency table.
     Demo(DemoArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct QuantizeArgs {
+    /// MCAP log whose camera frames calibrate the network (default: the built-in scenario).
+    log: Option<PathBuf>,
+    /// Output weights file; load it with `weights = "FILE"` in a replay config.
+    #[arg(short, long, default_value = "weights.safetensors")]
+    out: PathBuf,
+    /// Activation ranges: minmax, percentile (99.99) or percentile:P.
+    #[arg(long, default_value = "minmax")]
+    method: String,
+    /// Frames to calibrate on.
+    #[arg(long, default_value_t = 120)]
+    frames: usize,
 }
 
 #[derive(Subcommand, Debug)]
@@ -384,12 +401,27 @@ fn write_log(scenario: &Scenario, path: &Path) -> Result<()> {
     Ok(())
 }
 
+fn quantize(a: QuantizeArgs) -> Result<()> {
+    use redline_models::calibrate::CalibrationMethod;
+    use redline_pipeline::quantize_cmd::{run_quantize, QuantizeSource};
+    let method = CalibrationMethod::parse(&a.method)?;
+    let source = match a.log {
+        Some(p) => QuantizeSource::Log(p),
+        None => QuantizeSource::Scenario(PipelineConfig::default().scenario),
+    };
+    let report = run_quantize(source, &a.out, method, a.frames)?;
+    print!("{}", report.table());
+    println!("wrote {}", a.out.display());
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Demo(a)) => demo(a),
         Some(Command::Replay(a)) => run_replay(a),
         Some(Command::Sim(SimCommand::Generate(a))) => generate(a),
+        Some(Command::Quantize(a)) => quantize(a),
         None => run_replay(cli.replay),
     }
 }

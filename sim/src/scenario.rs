@@ -841,7 +841,7 @@ impl Sim<'_> {
             if rel <= 0.0 && !(rel == 0.0 && ahead && j > i) {
                 continue;
             }
-            if best.map_or(true, |(_, r)| rel < r) {
+            if best.is_none_or(|(_, r)| rel < r) {
                 best = Some((j, rel));
             }
         }
@@ -874,7 +874,7 @@ impl Sim<'_> {
         } else {
             a.s - 3.0 - a.half_len()
         };
-        if lead.map_or(true, |(g, _)| end_gap < g) {
+        if lead.is_none_or(|(g, _)| end_gap < g) {
             lead = Some((end_gap, 0.0));
         }
         lead.map(|(g, v)| (self.lane_gap(a, g), v))
@@ -934,7 +934,7 @@ impl Sim<'_> {
                 || a.lc.is_some()
                 || t < a.cooldown_until
                 || a.v < 5.0
-                || (step + a.id as usize) % 15 != 0
+                || !(step + a.id as usize).is_multiple_of(15)
             {
                 continue;
             }
