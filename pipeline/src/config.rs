@@ -94,6 +94,10 @@ pub struct PipelineConfig {
     pub bev_cache_frames: usize,
     /// Seed of the network's weights (until trained weights exist).
     pub weights_seed: u64,
+    /// Network input per camera, [height, width] px (multiples of 8).
+    pub net_input: [usize; 2],
+    /// Backbone output = BEV feature channels.
+    pub feature_channels: usize,
     /// Calibrated INT8 weights written by `redline quantize` (a `.safetensors` file). When
     /// set, the backbone and both heads are built from this file (its network shapes and
     /// calibrated scales) and `weights_seed` is ignored; a missing, corrupt or mismatched
@@ -123,6 +127,8 @@ impl Default for PipelineConfig {
             perception: Perception::Network,
             bev_cache_frames: 2,
             weights_seed: 1,
+            net_input: [128, 256],
+            feature_channels: 128,
             weights: None,
             scenario: ScenarioConfig {
                 image_width: 256,
@@ -144,7 +150,7 @@ pub fn default_budget_ms(stage_name: &str) -> f64 {
     match stage_name {
         stage::SENSORS => 1.5,
         stage::PREPROCESS => 2.0,
-        stage::BACKBONE => 14.0,
+        stage::BACKBONE => 8.0,
         stage::BEV => 3.0,
         stage::DETECTION => 5.0,
         stage::SEGMENTATION => 4.0,
@@ -257,6 +263,18 @@ impl PipelineConfig {
                 )));
             }
         }
+        let [nh, nw] = self.net_input;
+        if nh % 8 != 0 || nw % 8 != 0 || nh < 16 || nw < 16 || nh > 1024 || nw > 2048 {
+            return Err(ConfigError::Invalid(format!(
+                "net_input = [{nh}, {nw}]: use multiples of 8 between 16 and 1024 x 2048"
+            )));
+        }
+        if !(8..=512).contains(&self.feature_channels) {
+            return Err(ConfigError::Invalid(format!(
+                "feature_channels = {}: use 8 to 512",
+                self.feature_channels
+            )));
+        }
         if !(self.deadline_ms >= 0.0 && self.publish_margin_ms >= 0.0) {
             return Err(ConfigError::Invalid(
                 "deadline_ms and publish_margin_ms must be >= 0".into(),
@@ -270,6 +288,18 @@ impl PipelineConfig {
             )));
         }
         Ok(())
+    }
+
+    /// The network this config runs when no weights file is given.
+    pub fn net_config(&self) -> redline_models::network::NetConfig {
+        redline_models::network::NetConfig {
+            in_h: self.net_input[0],
+            in_w: self.net_input[1],
+            feat_c: self.feature_channels,
+            bev_c: self.feature_channels,
+            seed: self.weights_seed,
+            ..redline_models::network::NetConfig::default()
+        }
     }
 
     /// Budget of a stage, ns.

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
+use redline_models::network::{Backbone, DetHead, SegHead};
 use redline_models::weights::QuantizedNetwork;
 use redline_runtime::{Criticality, GraphBuilder};
 use redline_sim::camera::project_ego;
@@ -57,10 +57,7 @@ pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, Gr
         Some(path) => QuantizedNetwork::load(path)
             .map_err(|e| e.to_string())?
             .net_config(),
-        None => NetConfig {
-            seed: cfg.weights_seed,
-            ..NetConfig::default()
-        },
+        None => cfg.net_config(),
     };
     let backbone = BackboneStage::new(cams, &net)?;
     let (fh, fw, fc) = backbone.output_shape();
