@@ -527,6 +527,18 @@ impl Conv2d {
         {
             return Err(ModelError::LayerModified);
         }
+        self.check_input_len(input.len(), in_h, in_w, "conv input")
+    }
+
+    /// Checks that an input of `len` elements is an `in_h × in_w × in_c` image this layer
+    /// can convolve; returns `(out_h, out_w)`. Shared by the kernels and the references.
+    fn check_input_len(
+        &self,
+        len: usize,
+        in_h: usize,
+        in_w: usize,
+        what: &'static str,
+    ) -> Result<(usize, usize), ModelError> {
         let (out_h, out_w) = self.out_hw(in_h, in_w);
         if out_h == 0 || out_w == 0 {
             return Err(ModelError::InputTooSmall {
@@ -539,11 +551,11 @@ impl Conv2d {
         let expected = self
             .input_len(in_h, in_w)
             .ok_or(ModelError::SizeOverflow { what: "input" })?;
-        if input.len() != expected {
+        if len != expected {
             return Err(ModelError::BufferSize {
-                what: "conv input",
+                what,
                 expected,
-                got: input.len(),
+                got: len,
             });
         }
         Ok((out_h, out_w))
@@ -743,26 +755,7 @@ pub fn reference_conv_f32(
     in_h: usize,
     in_w: usize,
 ) -> Result<Vec<f32>, ModelError> {
-    // Reuse the size checks with a dummy i8 view of the right length.
-    let (oh, ow) = conv.out_hw(in_h, in_w);
-    if oh == 0 || ow == 0 {
-        return Err(ModelError::InputTooSmall {
-            in_h,
-            in_w,
-            k: conv.k,
-            pad: conv.pad,
-        });
-    }
-    let expected = conv
-        .input_len(in_h, in_w)
-        .ok_or(ModelError::SizeOverflow { what: "input" })?;
-    if input.len() != expected {
-        return Err(ModelError::BufferSize {
-            what: "f32 reference input",
-            expected,
-            got: input.len(),
-        });
-    }
+    let (oh, ow) = conv.check_input_len(input.len(), in_h, in_w, "f32 reference input")?;
     if conv.weights.len() != conv.k * conv.k * conv.in_c * conv.out_c
         || conv.bias.len() != conv.out_c
         || conv.w_scales.len() != conv.out_c
@@ -815,7 +808,7 @@ pub fn reference_forward_f32(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::network::SplitMix64;
     use crate::quant::{quantize_bias, quantize_weights_per_channel};
@@ -831,8 +824,10 @@ mod tests {
         in_w: usize,
     }
 
-    fn random_case(shape: ConvShape, in_h: usize, in_w: usize, relu: bool, seed: u64) -> Case {
-        let mut r = SplitMix64::new(seed);
+    /// A random layer: full-range weights including -128, random zero points and scales,
+    /// and a bias and output scale chosen so that most outputs are in range and some
+    /// saturate. Shared with the SIMD tests.
+    pub(crate) fn random_conv_with(r: &mut SplitMix64, shape: ConvShape, relu: bool) -> Conv2d {
         let n_w = shape.out_c * shape.k * shape.k * shape.in_c;
         let weights: Vec<i8> = (0..n_w).map(|_| r.next_i8()).collect();
         let w_scales: Vec<f32> = (0..shape.out_c).map(|_| r.uniform(1e-3, 2e-2)).collect();
@@ -846,7 +841,12 @@ mod tests {
             in_q.scale * 1e-2 * spread / r.uniform(20.0, 150.0),
             r.next_i8(),
         );
-        let conv = Conv2d::new(shape, weights, w_scales, bias, in_q, out_q, relu).unwrap();
+        Conv2d::new(shape, weights, w_scales, bias, in_q, out_q, relu).unwrap()
+    }
+
+    fn random_case(shape: ConvShape, in_h: usize, in_w: usize, relu: bool, seed: u64) -> Case {
+        let mut r = SplitMix64::new(seed);
+        let conv = random_conv_with(&mut r, shape, relu);
         let input = (0..in_h * in_w * shape.in_c).map(|_| r.next_i8()).collect();
         Case {
             conv,

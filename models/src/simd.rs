@@ -799,19 +799,7 @@ mod tests {
     /// A random layer (full-range weights including -128, random zero points, scales and
     /// bias) and a random input, on the given path.
     fn random_conv(shape: ConvShape, relu: bool, seed: u64) -> Conv2d {
-        let mut r = SplitMix64::new(seed);
-        let n_w = shape.out_c * shape.k * shape.k * shape.in_c;
-        let weights: Vec<i8> = (0..n_w).map(|_| r.next_i8()).collect();
-        let w_scales: Vec<f32> = (0..shape.out_c).map(|_| r.uniform(1e-3, 2e-2)).collect();
-        let spread = 7400.0 * ((shape.k * shape.k * shape.in_c) as f32).sqrt();
-        let b = (spread * 0.5) as i32;
-        let bias: Vec<i32> = (0..shape.out_c).map(|_| r.range_i32(-b, b)).collect();
-        let in_q = QParams::new(r.uniform(1e-3, 5e-2), r.next_i8());
-        let out_q = QParams::new(
-            in_q.scale * 1e-2 * spread / r.uniform(20.0, 150.0),
-            r.next_i8(),
-        );
-        Conv2d::new(shape, weights, w_scales, bias, in_q, out_q, relu).unwrap()
+        crate::conv::tests::random_conv_with(&mut SplitMix64::new(seed), shape, relu)
     }
 
     fn run(conv: &Conv2d, path: KernelPath, input: &[i8], h: usize, w: usize) -> Vec<i8> {
