@@ -1219,26 +1219,10 @@ pub fn bev_iou(a: &Detection, b: &Detection) -> f32 {
 /// truth default — means 1; scores are clamped so logits saturate instead of overflowing),
 /// keeping the higher of two boxes of one class in one cell. The regression channels are
 /// shared by the classes of a cell: the highest-logit box in a cell writes them. On a size
-/// or parameter error nothing is written (use [`try_encode_targets`] to get the error).
+/// or parameter error nothing is written and the error is returned. Returns the number of
+/// boxes encoded.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_targets(
-    bev: &BevSpec,
-    classes: usize,
-    boxes: &[Detection],
-    heat_scale: f32,
-    heat_zp: i8,
-    reg_scale: f32,
-    reg_zp: i8,
-    out: &mut [i8],
-) {
-    let _ = try_encode_targets(
-        bev, classes, boxes, heat_scale, heat_zp, reg_scale, reg_zp, out,
-    );
-}
-
-/// [`encode_targets`] that reports errors; returns the number of boxes encoded.
-#[allow(clippy::too_many_arguments)]
-pub fn try_encode_targets(
     bev: &BevSpec,
     classes: usize,
     boxes: &[Detection],
@@ -1878,7 +1862,7 @@ mod tests {
     fn head_for(boxes: &[Detection]) -> Vec<i8> {
         let bev = BevSpec::DEFAULT;
         let mut head = vec![0i8; bev.nx * bev.ny * (K + REG_CHANNELS)];
-        let n = try_encode_targets(&bev, K, boxes, HS, HZ, RS, RZ, &mut head).unwrap();
+        let n = encode_targets(&bev, K, boxes, HS, HZ, RS, RZ, &mut head).unwrap();
         assert_eq!(n, boxes.iter().filter(|b| b.valid != 0).count());
         head
     }
