@@ -10,7 +10,6 @@
 
 use std::path::Path;
 
-use redline_sim::camera::surround_rig;
 use redline_sim::log::LogReader;
 use redline_sim::replay::{read_frames, FrameIssue};
 use redline_sim::scenario::{Scenario, ScenarioConfig};
@@ -266,21 +265,13 @@ impl Feed {
             source: name,
         })
     }
-
-    /// The surround rig the built-in scenario uses at this resolution.
-    pub fn default_rig(width: u32, height: u32) -> Vec<CameraSpec> {
-        surround_rig(width, height)
-    }
 }
 
 /// Whether a ground-truth box is inside the region the pipeline perceives and is
 /// evaluated on: the BEV grid around the ego.
 pub fn in_perception_range(ego: &EgoPose, gt: &GtBox) -> bool {
     let bev = crate::types::BevSpec::DEFAULT;
-    let (c, s) = (ego.yaw.cos(), ego.yaw.sin());
-    let (dx, dy) = (gt.x - ego.x, gt.y - ego.y);
-    let x = c * dx + s * dy;
-    let y = -s * dx + c * dy;
+    let (x, y) = crate::tracking::world_to_ego(ego, gt.x, gt.y);
     let margin = 1.0;
     gt.valid == 1
         && gt.class < class::COUNT as u32
