@@ -28,6 +28,13 @@
 //! [rt]
 //! fifo_priority = 50
 //! lock_memory = true
+//!
+//! [slowdown.backbone]           # testing the regression harness: make a stage slower
+//! percent = 20.0                # busy-wait 20% of each run's own time after it
+//! busy_ms = 0.0                 # and/or a fixed busy time per run
+//!
+//! [regress]                     # `redline regress`: repetitions and tolerances
+//! reps = 5
 //! ```
 //!
 //! Unknown keys are rejected with the key's name, so a typo never silently does nothing.
@@ -66,6 +73,9 @@ pub mod stage {
     /// Sampled candidate trajectories.
     pub const PLANNING: &str = "planning";
 }
+
+/// Every stage name, for messages.
+const STAGE_LIST: &str = "sensors, preprocess, backbone, bev, detection_head, segmentation_head, decode, oracle, tracking, prediction, planning";
 
 /// Where tracking's detections come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -116,6 +126,24 @@ pub struct PipelineConfig {
     pub ladder: LadderConfig,
     /// Pinning, SCHED_FIFO, memory locking.
     pub rt: RtRequest,
+    /// Extra busy time added to named stages, to test the regression harness (empty:
+    /// nothing added).
+    pub slowdown: BTreeMap<String, Slowdown>,
+    /// `redline regress`: repetitions, warm-up and tolerances. Not part of what a run
+    /// measures: it is left out of the config hash that baselines record.
+    pub regress: crate::regress::RegressConfig,
+}
+
+/// A slowdown injected into one stage (the `[slowdown.STAGE]` table): after each `run`,
+/// the stage busy-waits `percent` of that run's own duration plus `busy_ms`. A busy-wait,
+/// not a sleep, so the stage keeps its core exactly as a slower implementation would.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Slowdown {
+    /// Extra time as a share of the run's own duration, percent (20.0 = 20 % slower).
+    pub percent: f64,
+    /// Extra fixed time per run, ms.
+    pub busy_ms: f64,
 }
 
 impl Default for PipelineConfig {
@@ -140,6 +168,8 @@ impl Default for PipelineConfig {
             publish_margin_ms: 1.0,
             ladder: default_ladder(),
             rt: RtRequest::default(),
+            slowdown: BTreeMap::new(),
+            regress: crate::regress::RegressConfig::default(),
         }
     }
 }
@@ -254,7 +284,7 @@ impl PipelineConfig {
         for (name, ms) in &self.budgets_ms {
             if default_budget_ms(name) == 0.0 {
                 return Err(ConfigError::Invalid(format!(
-                    "budgets_ms.{name}: no such stage (stages: sensors, preprocess, backbone, bev, detection_head, segmentation_head, decode, oracle, tracking, prediction, planning)"
+                    "budgets_ms.{name}: no such stage (stages: {STAGE_LIST})"
                 )));
             }
             if !(ms.is_finite() && *ms >= 0.0) {
@@ -263,6 +293,26 @@ impl PipelineConfig {
                 )));
             }
         }
+        for (name, sd) in &self.slowdown {
+            if default_budget_ms(name) == 0.0 {
+                return Err(ConfigError::Invalid(format!(
+                    "slowdown.{name}: no such stage (stages: {STAGE_LIST})"
+                )));
+            }
+            if !(sd.percent.is_finite() && sd.percent >= 0.0 && sd.percent <= 1000.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "slowdown.{name}.percent = {}: use 0 to 1000",
+                    sd.percent
+                )));
+            }
+            if !(sd.busy_ms.is_finite() && sd.busy_ms >= 0.0 && sd.busy_ms <= 1000.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "slowdown.{name}.busy_ms = {}: use 0 to 1000",
+                    sd.busy_ms
+                )));
+            }
+        }
+        self.regress.validate().map_err(ConfigError::Invalid)?;
         let [nh, nw] = self.net_input;
         if nh % 8 != 0 || nw % 8 != 0 || nh < 16 || nw < 16 || nh > 1024 || nw > 2048 {
             return Err(ConfigError::Invalid(format!(
@@ -300,6 +350,14 @@ impl PipelineConfig {
             seed: self.weights_seed,
             ..redline_models::network::NetConfig::default()
         }
+    }
+
+    /// The config with what does not change a run's measurements (the `[regress]` table)
+    /// reset to defaults, as TOML: what a baseline's config hash covers.
+    pub fn measured_toml(&self) -> String {
+        let mut c = self.clone();
+        c.regress = crate::regress::RegressConfig::default();
+        toml::to_string(&c).unwrap_or_default()
     }
 
     /// Budget of a stage, ns.

@@ -21,6 +21,7 @@ use redline_sim::camera::project_ego;
 use crate::config::{stage, Perception, PipelineConfig};
 use crate::feed::{Feed, MAX_GT};
 use crate::perception::{BevProjector, Decoder, TemporalCache};
+use crate::slowdown::add_stage;
 use crate::stages::*;
 use crate::types::{
     BevSpec, Detection, EgoPose, GtBox, PlanSummary, PredictedPath, RoadMap, TrackState, TrajPoint,
@@ -78,7 +79,7 @@ pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, Gr
     let budget = |name: &str| cfg.budget_ns(name);
 
     let mut g = GraphBuilder::new();
-    g.stage(stage::SENSORS, SensorsStage::new(feed.clone()))
+    add_stage(&mut g, cfg, stage::SENSORS, SensorsStage::new(feed.clone()))
         .writes::<u8>(buf::IMAGES, cams * w * h * 3)
         .writes::<u32>(buf::PRESENT, cams)
         .writes::<EgoPose>(buf::EGO, 1)
@@ -86,15 +87,22 @@ pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, Gr
         .writes::<RoadMap>(buf::MAP, 1)
         .budget_ns(budget(stage::SENSORS))
         .criticality(Criticality::Critical);
-    g.stage(stage::PREPROCESS, PreprocessStage::new(cams, w, h, &net)?)
-        .reads::<u8>(buf::IMAGES, cams * w * h * 3)
-        .writes::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
-        .budget_ns(budget(stage::PREPROCESS));
-    g.stage(stage::BACKBONE, backbone)
+    add_stage(
+        &mut g,
+        cfg,
+        stage::PREPROCESS,
+        PreprocessStage::new(cams, w, h, &net)?,
+    )
+    .reads::<u8>(buf::IMAGES, cams * w * h * 3)
+    .writes::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
+    .budget_ns(budget(stage::PREPROCESS));
+    add_stage(&mut g, cfg, stage::BACKBONE, backbone)
         .reads::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
         .writes::<i8>(buf::FEATURES, cams * fh * fw * fc)
         .budget_ns(budget(stage::BACKBONE));
-    g.stage(
+    add_stage(
+        &mut g,
+        cfg,
         stage::BEV,
         BevStage::new(proj, cache, cells * fc, feat_q.zero_point),
     )
@@ -102,11 +110,13 @@ pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, Gr
     .reads::<EgoPose>(buf::EGO, 1)
     .writes::<i8>(buf::BEV, cells * fc)
     .budget_ns(budget(stage::BEV));
-    g.stage(stage::DETECTION, DetectionStage::new(det_head))
+    add_stage(&mut g, cfg, stage::DETECTION, DetectionStage::new(det_head))
         .reads::<i8>(buf::BEV, cells * fc)
         .writes::<i8>(buf::DET_HEAD, cells * det_c)
         .budget_ns(budget(stage::DETECTION));
-    g.stage(
+    add_stage(
+        &mut g,
+        cfg,
         stage::SEGMENTATION,
         SegmentationStage::new(seg_head, cells, net.seg_classes),
     )
@@ -117,30 +127,35 @@ pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, Gr
     match cfg.perception {
         Perception::Network => {
             let decoder = Decoder::new(&bev, net.classes, DETECTION_THRESHOLD, NMS_IOU);
-            g.stage(stage::DECODE, DecodeStage::new(decoder, heat_q, reg_q))
-                .reads::<i8>(buf::DET_HEAD, cells * det_c)
-                .writes::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
-                .budget_ns(budget(stage::DECODE));
+            add_stage(
+                &mut g,
+                cfg,
+                stage::DECODE,
+                DecodeStage::new(decoder, heat_q, reg_q),
+            )
+            .reads::<i8>(buf::DET_HEAD, cells * det_c)
+            .writes::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
+            .budget_ns(budget(stage::DECODE));
         }
         Perception::Oracle => {
-            g.stage(stage::ORACLE, OracleStage)
+            add_stage(&mut g, cfg, stage::ORACLE, OracleStage)
                 .reads::<GtBox>(buf::GT, MAX_GT)
                 .reads::<EgoPose>(buf::EGO, 1)
                 .writes::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
                 .budget_ns(budget(stage::ORACLE));
         }
     }
-    g.stage(stage::TRACKING, TrackingStage::new())
+    add_stage(&mut g, cfg, stage::TRACKING, TrackingStage::new())
         .reads::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
         .reads::<EgoPose>(buf::EGO, 1)
         .writes::<TrackState>(buf::TRACKS, MAX_TRACKS)
         .budget_ns(budget(stage::TRACKING));
-    g.stage(stage::PREDICTION, PredictionStage::new())
+    add_stage(&mut g, cfg, stage::PREDICTION, PredictionStage::new())
         .reads::<TrackState>(buf::TRACKS, MAX_TRACKS)
         .reads::<RoadMap>(buf::MAP, 1)
         .writes::<PredictedPath>(buf::PREDICTIONS, MAX_TRACKS)
         .budget_ns(budget(stage::PREDICTION));
-    g.stage(stage::PLANNING, PlanningStage::new())
+    add_stage(&mut g, cfg, stage::PLANNING, PlanningStage::new())
         .reads::<PredictedPath>(buf::PREDICTIONS, MAX_TRACKS)
         .reads::<EgoPose>(buf::EGO, 1)
         .reads::<RoadMap>(buf::MAP, 1)

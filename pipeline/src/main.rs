@@ -4,6 +4,7 @@
 //! driving graph in real time and prints the latency table.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -16,6 +17,8 @@ use redline_pipeline::progress::{Counters, Progress};
 use redline_pipeline::replay_cmd::{replay, summary_lines, write_report};
 use redline_runtime::ReleaseMode;
 use redline_sim::scenario::{Scenario, ScenarioConfig};
+
+mod regress_cli;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,6 +46,16 @@ enum Command {
     Quantize(QuantizeArgs),
     /// Run the runtime's 9-stage demo graph (no driving stages) and print the latency table.
     Demo(DemoArgs),
+    /// Latency-jitter regression check: replay a log several times and compare with a
+    /// baseline (--baseline) or another build (--against). Exit 0 pass, 1 regression,
+    /// 2 cannot run.
+    Regress(RegressArgs),
+    /// Work with measurement files.
+    #[command(subcommand)]
+    Report(ReportCommand),
+    /// One replay for `regress --against` (internal).
+    #[command(hide = true)]
+    RegressWorker(WorkerArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -100,6 +113,16 @@ enum PerceptionArg {
 struct ReplayArgs {
     /// MCAP log to replay (default: the built-in scenario, generated in memory).
     log: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Write report.json and trace.json (Chrome trace, opens in Perfetto) here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+/// How a replay runs: shared by `replay` and `regress`.
+#[derive(clap::Args, Debug, Clone)]
+struct RunArgs {
     /// TOML config (lanes, budgets, modes, resolution, ...).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -121,9 +144,74 @@ struct ReplayArgs {
     /// Lock all memory (mlockall) and the arena.
     #[arg(long)]
     mlock: bool,
-    /// Write report.json and trace.json (Chrome trace, opens in Perfetto) here.
+}
+
+#[derive(clap::Args, Debug)]
+struct RegressArgs {
+    /// MCAP log to replay (default: the built-in scenario, generated in memory).
+    log: Option<PathBuf>,
+    /// Baseline to compare with (JSON written by --update-baseline).
     #[arg(long)]
-    report: Option<PathBuf>,
+    baseline: Option<PathBuf>,
+    /// Measure and (over)write the baseline file instead of comparing.
+    #[arg(long, requires = "baseline")]
+    update_baseline: bool,
+    /// A/B mode: a reference redline binary, run alternately with this one; the verdict
+    /// uses the paired ratios.
+    #[arg(long, value_name = "OTHER_BINARY", conflicts_with_all = ["baseline", "update_baseline"])]
+    against: Option<PathBuf>,
+    /// A/B mode: the reference side's config (default: the same as this side's).
+    #[arg(long, requires = "against")]
+    against_config: Option<PathBuf>,
+    /// Replays (A/B: pairs) to run (default: the config's [regress] reps, 5).
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Output directory: measurement.json, verdict, latency.hlog, SVG plots.
+    #[arg(long, default_value = "regress-report")]
+    out: PathBuf,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct WorkerArgs {
+    /// MCAP log to replay (default: the built-in scenario).
+    log: Option<PathBuf>,
+    /// TOML config.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Frames to replay.
+    #[arg(long)]
+    frames: Option<u64>,
+    /// Label of the replay.
+    #[arg(long, default_value = "candidate")]
+    label: String,
+    /// Where to write the measurement.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the worker protocol version and exit.
+    #[arg(long)]
+    protocol: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum ReportCommand {
+    /// Merge measurement files (baselines, regress outputs, from any machines) losslessly:
+    /// histograms are added, replays concatenated.
+    Merge(MergeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct MergeArgs {
+    /// Measurement files (measurement.json, baselines, earlier merges).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Output file.
+    #[arg(short, long, default_value = "merged.json")]
+    out: PathBuf,
+    /// Also write percentile plots of the merged histograms into this directory.
+    #[arg(long)]
+    plots: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -251,7 +339,7 @@ fn demo(a: DemoArgs) -> Result<()> {
     Ok(())
 }
 
-fn load_config(a: &ReplayArgs) -> Result<PipelineConfig> {
+fn load_config(a: &RunArgs) -> Result<PipelineConfig> {
     let mut cfg = match &a.config {
         Some(p) => PipelineConfig::load(p)?,
         None => PipelineConfig::default(),
@@ -291,13 +379,12 @@ fn release(m: Mode) -> ReleaseMode {
     }
 }
 
-fn run_replay(a: ReplayArgs) -> Result<()> {
-    let cfg = load_config(&a)?;
-    let frames = a.frames.map(|f| f as usize);
-    let feed = match &a.log {
+/// The log at `log` (or the built-in scenario, rendered with a progress line).
+fn load_feed(cfg: &PipelineConfig, log: Option<&Path>, frames: Option<usize>) -> Result<Feed> {
+    match log {
         Some(path) => {
             eprintln!("reading {} ...", path.display());
-            Feed::from_log(path, frames).with_context(|| format!("replaying {}", path.display()))?
+            Feed::from_log(path, frames).with_context(|| format!("replaying {}", path.display()))
         }
         None => {
             let counters = Arc::new(Counters::default());
@@ -314,9 +401,15 @@ fn run_replay(a: ReplayArgs) -> Result<()> {
                     .store(done as u64, std::sync::atomic::Ordering::Relaxed);
             })?;
             progress.finish();
-            feed
+            Ok(feed)
         }
-    };
+    }
+}
+
+fn run_replay(a: ReplayArgs) -> Result<()> {
+    let cfg = load_config(&a.run)?;
+    let frames = a.run.frames.map(|f| f as usize);
+    let feed = load_feed(&cfg, a.log.as_deref(), frames)?;
     let feed = Arc::new(feed);
     eprintln!(
         "replaying {} frames from {}: {} cameras {}x{}, {:?}, {} lanes, {} slots, perception {:?}",
@@ -333,7 +426,7 @@ fn run_replay(a: ReplayArgs) -> Result<()> {
     let counters = Arc::new(Counters::default());
     let total = frames.unwrap_or(feed.frames.len()).min(feed.frames.len()) as u64;
     let progress = Progress::start("redline replay", total, counters.clone());
-    let (outcome, rt) = replay(&cfg, feed, a.frames, counters)?;
+    let (outcome, rt) = replay(&cfg, feed, a.run.frames, counters)?;
     progress.finish();
     print!("{}", outcome.runtime.table());
     for t in &outcome.runtime.transitions {
@@ -415,13 +508,42 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let done = |r: Result<()>| match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
     match cli.command {
-        Some(Command::Demo(a)) => demo(a),
-        Some(Command::Replay(a)) => run_replay(a),
-        Some(Command::Sim(SimCommand::Generate(a))) => generate(a),
-        Some(Command::Quantize(a)) => quantize(a),
-        None => run_replay(cli.replay),
+        Some(Command::Demo(a)) => done(demo(a)),
+        Some(Command::Replay(a)) => done(run_replay(a)),
+        Some(Command::Sim(SimCommand::Generate(a))) => done(generate(a)),
+        Some(Command::Quantize(a)) => done(quantize(a)),
+        // Regression checks: 0 pass, 1 regression, 2 cannot run (as a CI job expects).
+        Some(Command::Regress(a)) => match regress_cli::regress(a) {
+            Ok(pass) => ExitCode::from(if pass { 0 } else { 1 }),
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Some(Command::Report(ReportCommand::Merge(a))) => match regress_cli::merge(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Some(Command::RegressWorker(a)) => match regress_cli::worker(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        None => done(run_replay(cli.replay)),
     }
 }

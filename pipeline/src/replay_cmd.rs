@@ -168,14 +168,13 @@ pub enum ReplayError {
     },
 }
 
-/// Runs `frames` frames (all when None) of `feed` and evaluates them.
-pub fn replay(
+/// Builds the driving graph for `feed` and starts a runtime on it (start-up: allocates
+/// the models, the arena and the lanes).
+pub fn start_runtime(
     cfg: &PipelineConfig,
-    feed: Arc<Feed>,
-    frames: Option<u64>,
-    counters: Arc<Counters>,
-) -> Result<(ReplayOutcome, Runtime), ReplayError> {
-    let (g, info) = graph::build(cfg, &feed).map_err(ReplayError::Graph)?;
+    feed: &Arc<Feed>,
+) -> Result<(Runtime, GraphInfo), ReplayError> {
+    let (g, info) = graph::build(cfg, feed).map_err(ReplayError::Graph)?;
     let plan = g.build(&PlanConfig {
         lanes: cfg.lanes,
         frame_slots: cfg.frame_slots,
@@ -189,7 +188,17 @@ pub fn replay(
         ladder: cfg.ladder.clone(),
         ..RuntimeConfig::default()
     };
-    let mut rt = Runtime::new(plan, rcfg)?;
+    Ok((Runtime::new(plan, rcfg)?, info))
+}
+
+/// Runs `frames` frames (all when None) of `feed` and evaluates them.
+pub fn replay(
+    cfg: &PipelineConfig,
+    feed: Arc<Feed>,
+    frames: Option<u64>,
+    counters: Arc<Counters>,
+) -> Result<(ReplayOutcome, Runtime), ReplayError> {
+    let (mut rt, info) = start_runtime(cfg, &feed)?;
     let n = frames
         .unwrap_or(feed.frames.len() as u64)
         .min(feed.frames.len() as u64);

@@ -120,10 +120,39 @@ impl LatencyHistogram {
         self.saturated = 0;
     }
 
+    /// A histogram holding every value of `hdr` (e.g. one read back from a file) and
+    /// `saturated` clamped values. Off the hot path (allocates).
+    ///
+    /// Errors when a value of `hdr` lies outside this type's fixed bounds
+    /// (0 ..= [`HIGHEST_NS`]), so nothing is ever silently dropped or clamped.
+    pub fn try_from_hdr(hdr: &Histogram<u64>, saturated: u64) -> Result<Self, OutOfRange> {
+        let mut h = Self::new();
+        if hdr.is_empty() {
+            h.saturated = saturated;
+            return Ok(h);
+        }
+        if hdr.max() > HIGHEST_NS {
+            return Err(OutOfRange { max: hdr.max() });
+        }
+        h.hist.add(hdr).map_err(|_| OutOfRange { max: hdr.max() })?;
+        h.saturated = saturated;
+        Ok(h)
+    }
+
     /// The underlying hdrhistogram, e.g. for serialization or custom iteration.
     pub fn as_hdr(&self) -> &Histogram<u64> {
         &self.hist
     }
+}
+
+/// A histogram's values do not fit a [`LatencyHistogram`] (1 ns ..= 60 s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "histogram holds values up to {max} ns, above the {HIGHEST_NS} ns a latency histogram keeps"
+)]
+pub struct OutOfRange {
+    /// Largest value of the histogram that did not fit.
+    pub max: u64,
 }
 
 /// Summary of a [`LatencyHistogram`]; all values in nanoseconds.

@@ -22,5 +22,5 @@
 mod histogram;
 mod spans;
 
-pub use histogram::{LatencyHistogram, LatencySummary, HIGHEST_NS, LOWEST_NS, SIGFIG};
+pub use histogram::{LatencyHistogram, LatencySummary, OutOfRange, HIGHEST_NS, LOWEST_NS, SIGFIG};
 pub use spans::{write_chrome_trace, Span, SpanKind, SpanRing};

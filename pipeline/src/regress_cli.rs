@@ -1,0 +1,313 @@
+//! The `redline regress`, `redline report merge` and `redline regress-worker` commands
+//! (part of the `redline` binary; the logic lives in [`redline_pipeline::regress`]).
+//!
+//! Exit status of `regress`: 0 pass, 1 regression, 2 cannot run (the caller maps an `Err`
+//! to 2): what a CI job needs to tell a slower build from a broken setup.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use redline_pipeline::config::PipelineConfig;
+use redline_pipeline::progress::Counters;
+use redline_pipeline::regress::measurement::END_TO_END;
+use redline_pipeline::regress::plot;
+use redline_pipeline::regress::run::{
+    measure_in_process, measure_replay, run_ab, write_outputs, Outputs, WorkerSpec, WORKER_PROTOCOL,
+};
+use redline_pipeline::regress::{Measurement, Verdict};
+
+use super::{load_config, load_feed, MergeArgs, RegressArgs, WorkerArgs};
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+/// One progress line per replay, on stderr.
+fn rep_line(what: &str, m: &Measurement) -> String {
+    match m.reps.first() {
+        Some(r) => format!(
+            "{what}: end to end p50 {} p99 {} max {}, {} misses, {} frames outside nominal ({:.1} s)",
+            ms(r.end_to_end.p50_ns),
+            ms(r.end_to_end.p99_ns),
+            ms(r.end_to_end.max_ns),
+            r.deadline_misses,
+            r.degraded_frames,
+            r.wall_ms / 1e3
+        ),
+        None => format!("{what}: no replay"),
+    }
+}
+
+/// Percentiles of every merged histogram of `m`, one line each.
+pub fn histogram_table(m: &Measurement) -> String {
+    let mut out = format!(
+        "{:<22} {:>9} {:>12} {:>12} {:>12} {:>12}\n",
+        "histogram", "samples", "p50", "p99", "p99.9", "max"
+    );
+    for e in &m.histograms {
+        match e.decode() {
+            Ok(h) => {
+                let s = h.summary();
+                out.push_str(&format!(
+                    "{:<22} {:>9} {:>12} {:>12} {:>12} {:>12}\n",
+                    e.name,
+                    s.count,
+                    ms(s.p50_ns),
+                    ms(s.p99_ns),
+                    ms(s.p999_ns),
+                    ms(s.max_ns)
+                ));
+            }
+            Err(why) => out.push_str(&format!("{:<22} corrupt: {why}\n", e.name)),
+        }
+    }
+    out
+}
+
+/// `redline regress`: Ok(true) pass, Ok(false) regression, Err cannot run.
+pub fn regress(a: RegressArgs) -> Result<bool> {
+    let mut cfg = load_config(&a.run)?;
+    if let Some(r) = a.reps {
+        cfg.regress.reps = r;
+        cfg.validate()?;
+    }
+    if let Some(log) = &a.log {
+        if !log.exists() {
+            bail!(
+                "log {} does not exist: give the MCAP log to replay (e.g. one written by `redline sim generate -o drive.mcap`), or no log for the built-in scenario",
+                log.display()
+            );
+        }
+    }
+    let reps = cfg.regress.reps;
+    let frames = a.run.frames;
+    // A bad baseline stops the run before any replay.
+    let baseline = match (&a.baseline, a.update_baseline) {
+        (Some(path), false) => Some(Measurement::load(path)?),
+        _ => None,
+    };
+    if let Some(other) = &a.against {
+        return ab(&a, &cfg, other);
+    }
+    let feed = Arc::new(load_feed(
+        &cfg,
+        a.log.as_deref(),
+        frames.map(|f| f as usize),
+    )?);
+    let label = if a.update_baseline { "baseline" } else { "now" };
+    eprintln!(
+        "redline regress: {reps} replays of {} ({} frames, {} warm-up each), {:?}, {} lanes",
+        feed.source,
+        frames
+            .unwrap_or(feed.frames.len() as u64)
+            .min(feed.frames.len() as u64),
+        cfg.regress.warmup_frames,
+        cfg.release,
+        cfg.lanes
+    );
+    let now_reps = measure_in_process(&cfg, &feed, frames, reps, label, &mut |i, m| {
+        eprintln!("{}", rep_line(&format!("replay {}/{reps}", i + 1), m));
+    })?;
+    let now_merged = Measurement::merge(&now_reps)?;
+    let verdict = baseline
+        .as_ref()
+        .map(|b| Verdict::against_baseline(b, &now_merged, &cfg.regress));
+    let (now, written) = write_outputs(&Outputs {
+        dir: &a.out,
+        now_label: label,
+        now_reps: &now_reps,
+        reference: baseline.as_ref().map(|b| ("baseline", &[][..], b)),
+        verdict: verdict.as_ref(),
+    })?;
+    if let (true, Some(path)) = (a.update_baseline, &a.baseline) {
+        let mut stored = now.clone();
+        stored.timeline = None;
+        stored.save(path)?;
+        print!("{}", histogram_table(&stored));
+        println!(
+            "wrote baseline {} ({} replays on {})",
+            path.display(),
+            stored.reps.len(),
+            stored.machines.first().map_or("?".into(), |m| m.describe())
+        );
+    }
+    println!("wrote {} files into {}", written.len(), a.out.display());
+    match verdict {
+        Some(v) => {
+            print!("{}", v.table());
+            for line in v.summary_lines() {
+                println!("{line}");
+            }
+            Ok(v.passed())
+        }
+        None => {
+            if !a.update_baseline {
+                print!("{}", histogram_table(&now));
+                println!(
+                    "no --baseline or --against given: measured only (compare later with --baseline, or keep {}/measurement.json as one)",
+                    a.out.display()
+                );
+            }
+            Ok(true)
+        }
+    }
+}
+
+/// A/B mode.
+fn ab(a: &RegressArgs, cfg: &PipelineConfig, other: &Path) -> Result<bool> {
+    if !other.exists() {
+        bail!(
+            "--against {}: no such file; give the path of the reference build's redline binary (e.g. ../main-before/target/release/redline)",
+            other.display()
+        );
+    }
+    let this = std::env::current_exe().context("locating this redline binary")?;
+    let work = a.out.join("ab");
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    // Each side replays with a config file written here (the CLI overrides applied).
+    let write_cfg = |c: &PipelineConfig, name: &str| -> Result<std::path::PathBuf> {
+        let p = work.join(name);
+        std::fs::write(
+            &p,
+            toml::to_string(c).context("writing the config as TOML")?,
+        )
+        .with_context(|| format!("writing {}", p.display()))?;
+        Ok(p)
+    };
+    let reference_cfg = match &a.against_config {
+        Some(p) => {
+            let mut run = a.run.clone();
+            run.config = Some(p.clone());
+            load_config(&run)?
+        }
+        None => cfg.clone(),
+    };
+    let candidate = WorkerSpec {
+        binary: this,
+        config: write_cfg(cfg, "candidate.toml")?,
+        label: "candidate".into(),
+    };
+    let reference = WorkerSpec {
+        binary: other.to_path_buf(),
+        config: write_cfg(&reference_cfg, "reference.toml")?,
+        label: "reference".into(),
+    };
+    let reps = cfg.regress.reps;
+    eprintln!(
+        "redline regress A/B: {reps} pairs, reference {} vs candidate {} (this build), alternating",
+        reference.binary.display(),
+        candidate.binary.display()
+    );
+    let (refs, cands) = run_ab(
+        &reference,
+        &candidate,
+        a.log.as_deref(),
+        a.run.frames,
+        reps,
+        &work,
+        &mut |i, r, c| {
+            eprintln!(
+                "{}",
+                rep_line(&format!("pair {}/{reps} reference", i + 1), r)
+            );
+            eprintln!(
+                "{}",
+                rep_line(&format!("pair {}/{reps} candidate", i + 1), c)
+            );
+        },
+    )?;
+    let reference_merged = Measurement::merge(&refs)?;
+    let candidate_merged = Measurement::merge(&cands)?;
+    let verdict = Verdict::paired(&reference_merged, &candidate_merged, &cfg.regress);
+    let (_, written) = write_outputs(&Outputs {
+        dir: &a.out,
+        now_label: "candidate",
+        now_reps: &cands,
+        reference: Some(("reference", &refs, &reference_merged)),
+        verdict: Some(&verdict),
+    })?;
+    println!("wrote {} files into {}", written.len(), a.out.display());
+    print!("{}", verdict.table());
+    for line in verdict.summary_lines() {
+        println!("{line}");
+    }
+    Ok(verdict.passed())
+}
+
+/// `redline regress-worker`: one replay, its measurement written to `--out`.
+pub fn worker(a: WorkerArgs) -> Result<()> {
+    if a.protocol {
+        println!("{WORKER_PROTOCOL}");
+        return Ok(());
+    }
+    let Some(out) = &a.out else {
+        bail!("regress-worker needs --out FILE (it is run by `redline regress --against`)");
+    };
+    let cfg = match &a.config {
+        Some(p) => PipelineConfig::load(p)?,
+        None => PipelineConfig::default(),
+    };
+    let feed = Arc::new(load_feed(
+        &cfg,
+        a.log.as_deref(),
+        a.frames.map(|f| f as usize),
+    )?);
+    let m = measure_replay(
+        &cfg,
+        &feed,
+        a.frames,
+        &a.label,
+        Arc::new(Counters::default()),
+    )?;
+    m.save(out)?;
+    Ok(())
+}
+
+/// `redline report merge`.
+pub fn merge(a: MergeArgs) -> Result<()> {
+    let parts = a
+        .files
+        .iter()
+        .map(|p| Measurement::load(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let merged = Measurement::merge(&parts)?;
+    if merged.setups.len() > 1 {
+        let d = merged.setups[0].differences(&merged.setups[1]);
+        eprintln!(
+            "WARNING: merging {} different run setups (e.g. {}): the merged histograms mix them",
+            merged.setups.len(),
+            d.join("; ")
+        );
+    }
+    merged.save(&a.out)?;
+    print!("{}", histogram_table(&merged));
+    println!(
+        "wrote {}: {} files, {} replays, {} machine(s)",
+        a.out.display(),
+        parts.len(),
+        merged.reps.len(),
+        merged.machines.len()
+    );
+    if let Some(dir) = &a.plots {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut names = vec![END_TO_END.to_string()];
+        names.extend(merged.stage_names());
+        for name in names {
+            if let Some(Ok(h)) = merged.histogram(&name) {
+                let svg = plot::percentile_svg(
+                    &format!("{name}: latency by percentile (merged)"),
+                    &[plot::Series {
+                        label: "merged",
+                        hist: &h,
+                    }],
+                    None,
+                );
+                let p = dir.join(format!("percentiles_{name}.svg"));
+                std::fs::write(&p, svg).with_context(|| format!("writing {}", p.display()))?;
+            }
+        }
+        println!("wrote percentile plots into {}", dir.display());
+    }
+    Ok(())
+}
