@@ -14,6 +14,7 @@ use redline_pipeline::demo_cmd::{run_demo, DemoOptions};
 use redline_pipeline::feed::Feed;
 use redline_pipeline::generate::write_scenario_log;
 use redline_pipeline::progress::{Counters, Progress};
+use redline_pipeline::regress::run::{measurement_of, RunFacts};
 use redline_pipeline::replay_cmd::{replay, summary_lines, write_report};
 use redline_runtime::ReleaseMode;
 use redline_sim::scenario::{Scenario, ScenarioConfig};
@@ -426,7 +427,7 @@ fn run_replay(a: ReplayArgs) -> Result<()> {
     let counters = Arc::new(Counters::default());
     let total = frames.unwrap_or(feed.frames.len()).min(feed.frames.len()) as u64;
     let progress = Progress::start("redline replay", total, counters.clone());
-    let (outcome, rt) = replay(&cfg, feed, a.run.frames, counters)?;
+    let (outcome, rt) = replay(&cfg, feed.clone(), a.run.frames, counters)?;
     progress.finish();
     print!("{}", outcome.runtime.table());
     for t in &outcome.runtime.transitions {
@@ -440,8 +441,24 @@ fn run_replay(a: ReplayArgs) -> Result<()> {
     }
     if let Some(dir) = &a.report {
         write_report(dir, &outcome, &rt)?;
+        // The same measurement file `redline regress` writes, so replays merge too.
+        let m = measurement_of(
+            &rt,
+            &RunFacts {
+                cfg: &cfg,
+                feed: &feed,
+                records: &outcome.records,
+                frames: outcome.runtime.frames_released,
+                warmup: 0,
+                residency_before: &[],
+                label: "replay",
+                started_unix_ms: outcome.started_unix_ms,
+                wall_ms: outcome.wall_ms,
+            },
+        );
+        m.save(&dir.join("measurement.json"))?;
         println!(
-            "wrote {0}/report.json and {0}/trace.json (open the trace in ui.perfetto.dev)",
+            "wrote {0}/report.json, {0}/measurement.json (`redline report merge`) and {0}/trace.json (open the trace in ui.perfetto.dev)",
             dir.display()
         );
     }

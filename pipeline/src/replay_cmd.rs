@@ -144,6 +144,13 @@ pub struct ReplayOutcome {
     pub input_issue_count: usize,
     /// Hash of every published output (determinism).
     pub output_hash: String,
+    /// When the run started, ms since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Wall time of the run, ms.
+    pub wall_ms: f64,
+    /// What every frame published (for measurements; not in the JSON report).
+    #[serde(skip)]
+    pub records: Vec<FrameRecord>,
 }
 
 /// Why a replay could not run.
@@ -203,7 +210,10 @@ pub fn replay(
         .unwrap_or(feed.frames.len() as u64)
         .min(feed.frames.len() as u64);
     let mut publisher = RecordingPublisher::new(n as usize, counters);
+    let started_unix_ms = crate::regress::hlog::unix_now_ms();
+    let t0 = std::time::Instant::now();
     rt.run(n, &mut publisher);
+    let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
     let evaluation = evaluate(&feed, &publisher.records);
     let outcome = ReplayOutcome {
         source: feed.source.clone(),
@@ -214,6 +224,9 @@ pub fn replay(
         input_issues: feed.issues.iter().take(200).cloned().collect(),
         input_issue_count: feed.issues.len(),
         output_hash: format!("{:016x}", publisher.hash.hash),
+        started_unix_ms,
+        wall_ms,
+        records: publisher.records,
     };
     Ok((outcome, rt))
 }

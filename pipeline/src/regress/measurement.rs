@@ -311,12 +311,12 @@ pub struct Measurement {
 #[derive(Debug, thiserror::Error)]
 pub enum MeasurementError {
     /// Missing or unreadable.
-    #[error("cannot read {path}: {source}{hint}")]
+    #[error("cannot read {path}: {cause}{hint}")]
     Read {
         /// File.
         path: PathBuf,
         /// Cause.
-        source: std::io::Error,
+        cause: std::io::Error,
         /// What to do (for a missing baseline: how to create one).
         hint: String,
     },
@@ -353,12 +353,12 @@ pub enum MeasurementError {
         why: String,
     },
     /// Writing failed.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {cause}")]
     Write {
         /// File.
         path: PathBuf,
         /// Cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Nothing to merge.
     #[error("nothing to merge: give at least one measurement file")]
@@ -368,9 +368,9 @@ pub enum MeasurementError {
 impl Measurement {
     /// Reads and checks a measurement file.
     pub fn load(path: &Path) -> Result<Measurement, MeasurementError> {
-        let text = std::fs::read_to_string(path).map_err(|source| MeasurementError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| MeasurementError::Read {
             path: path.to_path_buf(),
-            hint: if source.kind() == std::io::ErrorKind::NotFound {
+            hint: if cause.kind() == std::io::ErrorKind::NotFound {
                 format!(
                     ". Create it on the reference build with `redline regress LOG --baseline {} --update-baseline`",
                     path.display()
@@ -378,7 +378,7 @@ impl Measurement {
             } else {
                 String::new()
             },
-            source,
+            cause,
         })?;
         Self::parse(&text, path)
     }
@@ -429,9 +429,9 @@ impl Measurement {
 
     /// Writes the measurement as pretty JSON (creating the parent directory).
     pub fn save(&self, path: &Path) -> Result<(), MeasurementError> {
-        let write = |source| MeasurementError::Write {
+        let write = |cause| MeasurementError::Write {
             path: path.to_path_buf(),
-            source,
+            cause,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(write)?;
@@ -544,7 +544,8 @@ pub(crate) mod tests {
         let rep = RepFigures {
             label: "baseline".into(),
             started_unix_ms: 1,
-            wall_ms: 2.0,
+            // Not exactly representable: the JSON round trip must still be exact.
+            wall_ms: 1988.5811,
             frames: values.len() as u64,
             end_to_end: Figures::from(&e2e.summary()),
             stages: vec![StageFigures {

@@ -30,6 +30,7 @@ use crate::config::PipelineConfig;
 use crate::feed::Feed;
 use crate::progress::Counters;
 use crate::replay_cmd::{start_runtime, RecordingPublisher, ReplayError};
+use redline_runtime::Runtime;
 
 /// What `regress-worker --protocol` prints: the version of the worker interface.
 pub const WORKER_PROTOCOL: &str = "redline-regress-worker/1";
@@ -56,6 +57,49 @@ pub fn measure_replay(
     let t0 = Instant::now();
     rt.run(n - warm, &mut publisher);
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+    Ok(measurement_of(
+        &rt,
+        &RunFacts {
+            cfg,
+            feed,
+            records: &publisher.records,
+            frames: n,
+            warmup: warm,
+            residency_before: &residency_before,
+            label,
+            started_unix_ms,
+            wall_ms,
+        },
+    ))
+}
+
+/// What [`measurement_of`] needs to know about a finished run besides the runtime.
+#[derive(Debug)]
+pub struct RunFacts<'a> {
+    /// The config it ran with.
+    pub cfg: &'a PipelineConfig,
+    /// The feed it replayed.
+    pub feed: &'a Feed,
+    /// What every frame published.
+    pub records: &'a [crate::replay_cmd::FrameRecord],
+    /// Frames run, warm-up included.
+    pub frames: u64,
+    /// Warm-up frames (metrics reset after them).
+    pub warmup: u64,
+    /// Ladder residency when the metrics were reset (empty: none).
+    pub residency_before: &'a [u64],
+    /// Label of the replay.
+    pub label: &'a str,
+    /// When the measured frames started, ms since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Their wall time, ms.
+    pub wall_ms: f64,
+}
+
+/// The measurement of a finished run (one replay): figures, whole histograms, timeline,
+/// machine and setup. `redline replay --report` writes it too, so plain replays merge.
+pub fn measurement_of(rt: &Runtime, f: &RunFacts<'_>) -> Measurement {
+    let (cfg, feed, warm) = (f.cfg, f.feed, f.warmup);
     let report = rt.report();
 
     let mut hists: Vec<(String, &LatencyHistogram)> = vec![(END_TO_END.into(), rt.end_to_end())];
@@ -73,16 +117,16 @@ pub fn measure_replay(
     let mut mode_frames = std::collections::BTreeMap::new();
     let mut degraded_frames = 0;
     for (i, &after) in ladder.residency().iter().enumerate() {
-        let frames = after - residency_before.get(i).copied().unwrap_or(0);
+        let frames = after - f.residency_before.get(i).copied().unwrap_or(0);
         mode_frames.insert(ladder.mode_name(i).to_string(), frames);
         if i > 0 {
             degraded_frames += frames;
         }
     }
     let rep = RepFigures {
-        label: label.to_string(),
-        started_unix_ms,
-        wall_ms,
+        label: f.label.to_string(),
+        started_unix_ms: f.started_unix_ms,
+        wall_ms: f.wall_ms,
         frames: report.frames_published,
         end_to_end: Figures::from(&report.end_to_end),
         stages,
@@ -93,7 +137,7 @@ pub fn measure_replay(
     };
     let timeline = Timeline {
         deadline_ns: report.deadline_ns,
-        frames: publisher
+        frames: f
             .records
             .iter()
             .filter(|r| r.frame >= warm)
@@ -128,7 +172,7 @@ pub fn measure_replay(
             .map(|(k, s)| format!("{k}: +{}% +{} ms", s.percent, s.busy_ms))
             .collect(),
         source: feed.source.clone(),
-        frames_per_rep: n,
+        frames_per_rep: f.frames,
         warmup_frames: warm,
         deadline_ns: report.deadline_ns,
         budgets_ns: report
@@ -137,7 +181,7 @@ pub fn measure_replay(
             .map(|s| (s.name.clone(), s.budget_ns))
             .collect(),
     };
-    Ok(Measurement {
+    Measurement {
         format: FORMAT.into(),
         created_unix_s: unix_now_s(),
         machines: vec![MachineInfo::detect()],
@@ -148,7 +192,7 @@ pub fn measure_replay(
             .map(|(n, h)| EncodedHistogram::encode(n, h))
             .collect(),
         timeline: Some(timeline),
-    })
+    }
 }
 
 /// `reps` replays in this process; `on_rep(i, m)` after each (progress).
@@ -169,16 +213,43 @@ pub fn measure_in_process(
     Ok(out)
 }
 
+/// A/B in this process: `reps` pairs of replays, `reference` config then `candidate`
+/// config on even pairs and the other way round on odd ones (ABBA), so drift of the
+/// machine's speed during the session falls on both sides alike. Used to compare two
+/// configs of one build (the CLI compares builds with [`run_ab`]).
+pub fn measure_alternating(
+    reference: &PipelineConfig,
+    candidate: &PipelineConfig,
+    feed: &Arc<Feed>,
+    frames: Option<u64>,
+    reps: usize,
+) -> Result<(Vec<Measurement>, Vec<Measurement>), ReplayError> {
+    let (mut refs, mut cands) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    let one = |cfg: &PipelineConfig, label: &str| {
+        measure_replay(cfg, feed, frames, label, Arc::new(Counters::default()))
+    };
+    for i in 0..reps {
+        if i % 2 == 0 {
+            refs.push(one(reference, "reference")?);
+            cands.push(one(candidate, "candidate")?);
+        } else {
+            cands.push(one(candidate, "candidate")?);
+            refs.push(one(reference, "reference")?);
+        }
+    }
+    Ok((refs, cands))
+}
+
 /// A worker process could not give a measurement.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     /// It could not be started.
-    #[error("cannot run {binary}: {source}. Give the path of a built redline binary, e.g. target/release/redline of the other checkout")]
+    #[error("cannot run {binary}: {cause}. Give the path of a built redline binary, e.g. target/release/redline of the other checkout")]
     Spawn {
         /// Binary.
         binary: PathBuf,
         /// Cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// It does not speak the worker protocol.
     #[error("{binary} is not a redline build with `regress` support (`regress-worker --protocol` answered {answer:?}, expected {WORKER_PROTOCOL:?}): build the reference from a checkout that has `redline regress`")]
@@ -219,9 +290,9 @@ pub fn check_worker(binary: &Path) -> Result<(), WorkerError> {
     let out = Command::new(binary)
         .args(["regress-worker", "--protocol"])
         .output()
-        .map_err(|source| WorkerError::Spawn {
+        .map_err(|cause| WorkerError::Spawn {
             binary: binary.to_path_buf(),
-            source,
+            cause,
         })?;
     let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() || answer != WORKER_PROTOCOL {
@@ -260,9 +331,9 @@ pub fn run_worker(
         cmd.arg("--frames").arg(f.to_string());
     }
     let _ = std::fs::remove_file(out);
-    let o = cmd.output().map_err(|source| WorkerError::Spawn {
+    let o = cmd.output().map_err(|cause| WorkerError::Spawn {
         binary: spec.binary.clone(),
-        source,
+        cause,
     })?;
     if !o.status.success() {
         let stderr = String::from_utf8_lossy(&o.stderr);
@@ -292,7 +363,7 @@ pub fn run_ab(
     std::fs::create_dir_all(work_dir).map_err(|e| {
         WorkerError::Output(MeasurementError::Write {
             path: work_dir.to_path_buf(),
-            source: e,
+            cause: e,
         })
     })?;
     let (mut refs, mut cands) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
@@ -338,12 +409,12 @@ pub struct Outputs<'a> {
 
 /// Could not write an output.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {path}: {source}")]
+#[error("cannot write {path}: {cause}")]
 pub struct OutputError {
     /// File.
     pub path: PathBuf,
     /// Cause.
-    pub source: std::io::Error,
+    pub cause: std::io::Error,
 }
 
 /// Writes the output directory and returns the files written:
@@ -360,19 +431,19 @@ pub struct OutputError {
 pub fn write_outputs(o: &Outputs<'_>) -> Result<(Measurement, Vec<PathBuf>), OutputError> {
     let err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source: std::io::Error| OutputError { path, source }
+        move |cause: std::io::Error| OutputError { path, cause }
     };
     std::fs::create_dir_all(o.dir).map_err(err(o.dir))?;
     let mut written = Vec::new();
     let now = Measurement::merge(o.now_reps).map_err(|e| OutputError {
         path: o.dir.to_path_buf(),
-        source: std::io::Error::other(e.to_string()),
+        cause: std::io::Error::other(e.to_string()),
     })?;
     let save = |m: &Measurement, name: &str, written: &mut Vec<PathBuf>| {
         let p = o.dir.join(name);
         m.save(&p).map_err(|e| OutputError {
             path: p.clone(),
-            source: std::io::Error::other(e.to_string()),
+            cause: std::io::Error::other(e.to_string()),
         })?;
         written.push(p);
         Ok::<(), OutputError>(())
@@ -391,7 +462,7 @@ pub fn write_outputs(o: &Outputs<'_>) -> Result<(Measurement, Vec<PathBuf>), Out
         let p = o.dir.join("verdict.json");
         let json = serde_json::to_string_pretty(v).map_err(|e| OutputError {
             path: p.clone(),
-            source: std::io::Error::other(e),
+            cause: std::io::Error::other(e),
         })?;
         std::fs::write(&p, json + "\n").map_err(err(&p))?;
         written.push(p);

@@ -301,7 +301,7 @@ impl Verdict {
                     unit,
                     reference,
                     now,
-                    ratio: (reference > 0.0 || mr.is_finite()).then_some(mr),
+                    ratio: (reference > 0.0).then_some(mr),
                     threshold,
                     pass,
                 })
