@@ -368,6 +368,9 @@ fn load_config(a: &RunArgs) -> Result<PipelineConfig> {
     if a.mlock {
         cfg.rt.lock_memory = true;
     }
+    if a.frames == Some(0) {
+        bail!("--frames 0: give at least 1 frame (or leave it out to replay the whole log)");
+    }
     cfg.validate()?;
     Ok(cfg)
 }

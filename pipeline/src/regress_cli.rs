@@ -65,6 +65,24 @@ pub fn histogram_table(m: &Measurement) -> String {
     out
 }
 
+/// A replay that measured no frame cannot be judged (a passing verdict over nothing would
+/// be a lie).
+fn ensure_frames(reps: &[Measurement]) -> Result<()> {
+    for m in reps {
+        if let (Some(r), Some(s)) = (m.reps.first(), m.setups.first()) {
+            if r.frames == 0 {
+                bail!(
+                    "{}: no frame measured ({} frames replayed, {} of them warm-up): give a longer log or more --frames",
+                    s.source,
+                    s.frames_per_rep,
+                    s.warmup_frames
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `redline regress`: Ok(true) pass, Ok(false) regression, Err cannot run.
 pub fn regress(a: RegressArgs) -> Result<bool> {
     let mut cfg = load_config(&a.run)?;
@@ -109,6 +127,7 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
     let now_reps = measure_in_process(&cfg, &feed, frames, reps, label, &mut |i, m| {
         eprintln!("{}", rep_line(&format!("replay {}/{reps}", i + 1), m));
     })?;
+    ensure_frames(&now_reps)?;
     let now_merged = Measurement::merge(&now_reps)?;
     let verdict = baseline
         .as_ref()
@@ -217,6 +236,8 @@ fn ab(a: &RegressArgs, cfg: &PipelineConfig, other: &Path) -> Result<bool> {
             );
         },
     )?;
+    ensure_frames(&refs)?;
+    ensure_frames(&cands)?;
     let reference_merged = Measurement::merge(&refs)?;
     let candidate_merged = Measurement::merge(&cands)?;
     let verdict = Verdict::paired(&reference_merged, &candidate_merged, &cfg.regress);

@@ -143,6 +143,10 @@ fn cannot_run_exits_2_with_what_to_do() {
             "no such file",
         ),
         (
+            vec!["regress".into(), "--frames".into(), "0".into()],
+            "--frames 0: give at least 1 frame",
+        ),
+        (
             vec!["regress".into(), "--against".into(), "/bin/sh".into()],
             "is not a redline build with `regress` support",
         ),
