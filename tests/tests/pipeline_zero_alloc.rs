@@ -1,9 +1,10 @@
-//! Zero heap allocations per frame after warm-up for the whole driving graph (network
-//! perception), 2 lanes, 2 frames in flight, counted on every thread.
+//! Zero heap allocations per frame after warm-up for the whole driving graph (network and
+//! oracle perception, and with the `[slowdown]` knob wrapping stages), 2 lanes, 2 frames in
+//! flight, counted on every thread.
 
 use std::sync::Arc;
 
-use redline_pipeline::config::PipelineConfig;
+use redline_pipeline::config::{Perception, PipelineConfig, Slowdown};
 use redline_pipeline::feed::Feed;
 use redline_pipeline::graph;
 use redline_pipeline::progress::Counters;
@@ -18,14 +19,25 @@ static ALLOC: CountingAllocator = CountingAllocator::new();
 fn driving_graph_allocates_nothing_per_frame() {
     let feed =
         Arc::new(Feed::from_scenario(&small_scenario(5, 3.0), None, &mut |_, _| {}).unwrap());
-    for perception in [
-        redline_pipeline::config::Perception::Network,
-        redline_pipeline::config::Perception::Oracle,
+    let slowed = |percent: f64, busy_ms: f64| Slowdown { percent, busy_ms };
+    for (perception, slowdown) in [
+        (Perception::Network, vec![]),
+        (Perception::Oracle, vec![]),
+        (
+            Perception::Network,
+            vec![
+                ("backbone", slowed(20.0, 0.0)),
+                ("tracking", slowed(0.0, 0.1)),
+            ],
+        ),
     ] {
-        let cfg = PipelineConfig {
+        let mut cfg = PipelineConfig {
             perception,
             ..PipelineConfig::default()
         };
+        for (stage, sd) in slowdown {
+            cfg.slowdown.insert(stage.to_string(), sd);
+        }
         let (g, _) = graph::build(&cfg, &feed).unwrap();
         let plan = g
             .build(&PlanConfig {
@@ -51,7 +63,8 @@ fn driving_graph_allocates_nothing_per_frame() {
         assert_eq!(publisher.records.len(), feed.frames.len());
         assert_eq!(
             allocs, 0,
-            "{perception:?}: {allocs} allocations ({bytes} bytes) after warm-up"
+            "{perception:?}, slowdown {:?}: {allocs} allocations ({bytes} bytes) after warm-up",
+            cfg.slowdown
         );
     }
 }
