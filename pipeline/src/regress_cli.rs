@@ -132,15 +132,16 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
     let verdict = baseline
         .as_ref()
         .map(|b| Verdict::against_baseline(b, &now_merged, &cfg.regress));
-    let (now, written) = write_outputs(&Outputs {
+    let written = write_outputs(&Outputs {
         dir: &a.out,
         now_label: label,
         now_reps: &now_reps,
+        now: &now_merged,
         reference: baseline.as_ref().map(|b| ("baseline", &[][..], b)),
         verdict: verdict.as_ref(),
     })?;
     if let (true, Some(path)) = (a.update_baseline, &a.baseline) {
-        let mut stored = now.clone();
+        let mut stored = now_merged.clone();
         stored.timeline = None;
         stored.save(path)?;
         print!("{}", histogram_table(&stored));
@@ -162,7 +163,7 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
         }
         None => {
             if !a.update_baseline {
-                print!("{}", histogram_table(&now));
+                print!("{}", histogram_table(&now_merged));
                 println!(
                     "no --baseline or --against given: measured only (compare later with --baseline, or keep {}/measurement.json as one)",
                     a.out.display()
@@ -241,10 +242,11 @@ fn ab(a: &RegressArgs, cfg: &PipelineConfig, other: &Path) -> Result<bool> {
     let reference_merged = Measurement::merge(&refs)?;
     let candidate_merged = Measurement::merge(&cands)?;
     let verdict = Verdict::paired(&reference_merged, &candidate_merged, &cfg.regress);
-    let (_, written) = write_outputs(&Outputs {
+    let written = write_outputs(&Outputs {
         dir: &a.out,
         now_label: "candidate",
         now_reps: &cands,
+        now: &candidate_merged,
         reference: Some(("reference", &refs, &reference_merged)),
         verdict: Some(&verdict),
     })?;

@@ -210,7 +210,7 @@ pub fn replay(
         .unwrap_or(feed.frames.len() as u64)
         .min(feed.frames.len() as u64);
     let mut publisher = RecordingPublisher::new(n as usize, counters);
-    let started_unix_ms = crate::regress::hlog::unix_now_ms();
+    let started_unix_ms = crate::regress::measurement::unix_now_ms();
     let t0 = std::time::Instant::now();
     rt.run(n, &mut publisher);
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;

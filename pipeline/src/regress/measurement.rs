@@ -523,11 +523,11 @@ pub fn fnv1a_hex(text: &str) -> String {
     format!("{h:016x}")
 }
 
-/// Seconds since the Unix epoch (0 if the clock is before it).
-pub fn unix_now_s() -> u64 {
+/// Now, ms since the Unix epoch (0 if the clock is before it).
+pub fn unix_now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
+        .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
 

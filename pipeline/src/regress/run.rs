@@ -19,9 +19,9 @@ use std::time::Instant;
 
 use redline_runtime::metrics::LatencyHistogram;
 
-use super::hlog::{unix_now_ms, write_hlog, Interval};
+use super::hlog::{write_hlog, Interval};
 use super::measurement::{
-    fnv1a_hex, unix_now_s, EncodedHistogram, Figures, MachineInfo, Measurement, MeasurementError,
+    fnv1a_hex, unix_now_ms, EncodedHistogram, Figures, MachineInfo, Measurement, MeasurementError,
     RepFigures, RunSetup, StageFigures, Timeline, TimelineFrame, END_TO_END, FORMAT,
 };
 use super::plot;
@@ -183,7 +183,7 @@ pub fn measurement_of(rt: &Runtime, f: &RunFacts<'_>) -> Measurement {
     };
     Measurement {
         format: FORMAT.into(),
-        created_unix_s: unix_now_s(),
+        created_unix_s: unix_now_ms() / 1000,
         machines: vec![MachineInfo::detect()],
         setups: vec![setup],
         reps: vec![rep],
@@ -400,6 +400,8 @@ pub struct Outputs<'a> {
     pub now_label: &'a str,
     /// Its replays, one measurement each.
     pub now_reps: &'a [Measurement],
+    /// The same replays merged ([`Measurement::merge`]).
+    pub now: &'a Measurement,
     /// Label, replays (may be empty: a stored baseline) and merged measurement of the
     /// reference side, if any.
     pub reference: Option<(&'a str, &'a [Measurement], &'a Measurement)>,
@@ -428,17 +430,14 @@ pub struct OutputError {
 ///   reference and now overlaid, with the deadline or the stage's budget;
 /// - `timeline.svg`: end-to-end latency per frame of the last replay, deadline, mode
 ///   changes.
-pub fn write_outputs(o: &Outputs<'_>) -> Result<(Measurement, Vec<PathBuf>), OutputError> {
+pub fn write_outputs(o: &Outputs<'_>) -> Result<Vec<PathBuf>, OutputError> {
     let err = |path: &Path| {
         let path = path.to_path_buf();
         move |cause: std::io::Error| OutputError { path, cause }
     };
     std::fs::create_dir_all(o.dir).map_err(err(o.dir))?;
     let mut written = Vec::new();
-    let now = Measurement::merge(o.now_reps).map_err(|e| OutputError {
-        path: o.dir.to_path_buf(),
-        cause: std::io::Error::other(e.to_string()),
-    })?;
+    let now = o.now;
     let save = |m: &Measurement, name: &str, written: &mut Vec<PathBuf>| {
         let p = o.dir.join(name);
         m.save(&p).map_err(|e| OutputError {
@@ -448,7 +447,7 @@ pub fn write_outputs(o: &Outputs<'_>) -> Result<(Measurement, Vec<PathBuf>), Out
         written.push(p);
         Ok::<(), OutputError>(())
     };
-    save(&now, "measurement.json", &mut written)?;
+    save(now, "measurement.json", &mut written)?;
     if let Some((_, reps, merged)) = o.reference {
         if !reps.is_empty() {
             save(merged, "reference.json", &mut written)?;
@@ -569,5 +568,5 @@ pub fn write_outputs(o: &Outputs<'_>) -> Result<(Measurement, Vec<PathBuf>), Out
         std::fs::write(&p, svg).map_err(err(&p))?;
         written.push(p);
     }
-    Ok((now, written))
+    Ok(written)
 }
