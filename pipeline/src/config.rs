@@ -196,10 +196,7 @@ pub fn default_budget_ms(stage_name: &str) -> f64 {
 /// Nominal → reduced (no segmentation) → minimal (no segmentation, constant-velocity
 /// prediction) → safe_stop (the planner's minimum-risk trajectory).
 pub fn default_ladder() -> LadderConfig {
-    let mode = |name: &str, disable: &[&str]| ModeSpec {
-        name: name.into(),
-        disable: disable.iter().map(|s| s.to_string()).collect(),
-    };
+    let mode = ModeSpec::new;
     LadderConfig {
         modes: vec![
             mode("nominal", &[]),

@@ -338,10 +338,7 @@ pub fn empty_graph() -> GraphBuilder {
 /// The demo's degradation ladder: nominal → reduced (no `smooth`) → minimal (no `smooth`,
 /// `gradient` or `energy`), with the given thresholds (see [`LadderConfig`]).
 pub fn demo_ladder(degrade_after: u32, window: u32, recover_after: u32) -> LadderConfig {
-    let mode = |name: &str, disable: &[&str]| ModeSpec {
-        name: name.into(),
-        disable: disable.iter().map(|s| s.to_string()).collect(),
-    };
+    let mode = ModeSpec::new;
     LadderConfig {
         modes: vec![
             mode("nominal", &[]),

@@ -32,6 +32,16 @@ pub struct ModeSpec {
     pub disable: Vec<String>,
 }
 
+impl ModeSpec {
+    /// A mode called `name` that disables the stages named in `disable`.
+    pub fn new(name: &str, disable: &[&str]) -> ModeSpec {
+        ModeSpec {
+            name: name.into(),
+            disable: disable.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
 /// Ladder rules.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
