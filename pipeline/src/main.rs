@@ -449,7 +449,7 @@ fn run_replay(a: ReplayArgs) -> Result<()> {
             &rt,
             &RunFacts {
                 cfg: &cfg,
-                feed: &feed,
+                source: &feed.source,
                 records: &outcome.records,
                 frames: outcome.runtime.frames_released,
                 warmup: 0,

@@ -1,40 +1,329 @@
-//! The regression harness judged on real replays of the driving graph (in process):
+//! The regression harness judged on real-time replays, end to end: the `[slowdown]` knob,
+//! the runtime's histograms, [`measure_runtime`] (what `redline regress` measures a replay
+//! with), merging, and both verdicts (paired ratios as in `redline regress --against`,
+//! medians against a baseline).
 //!
-//! - a 20 % slowdown injected into one stage (the `[slowdown]` knob) is reported as a
-//!   regression naming that stage, by the A/B verdict (paired ratios) and by the baseline
-//!   verdict (medians over replays);
+//! - a 20 % slowdown injected into one stage is reported as a regression naming that
+//!   stage, by both verdicts;
 //! - the same build and config against itself passes, by both verdicts;
 //! - a baseline written to disk reads back identical and judges the same way.
 //!
-//! The two sides' replays alternate (reference, candidate, candidate, reference, ...).
-//! This VM's speed drifts by up to ~30 % within minutes (measured: the same replay's P50
-//! went 1.62 → 2.07 ms between two invocations), so measuring one side after the other
-//! would test the machine, not the harness; alternating puts any drift on both sides, as
-//! `redline regress --against` does. Replays are real time, as in the vehicle, at 60 Hz
-//! (to halve the wall time; the ≈ 4 ms frames fit 16.7 ms easily), lanes pinned and
-//! SCHED_FIFO with memory locked where the OS allows (as CI, root, does): pinning makes
-//! the backbone's P50 steady to about ±3 % between replays. 9 pairs per side. The
-//! tolerances are the defaults.
+//! ## Why the timing tests run a calibrated graph, not the perception workload
+//!
+//! These tests check the harness, not the machine. The driving graph's stages vary with
+//! the machine: on the shared CI runner the same build's `segmentation_head` P50 read
+//! +24.8 % against itself (median of 9 paired replays) and a 20 % slower backbone read
+//! only +11.5 %, so a verdict there tests the runner's noise, which is a measurement
+//! (`tools/regress/noise.py`, figures in the README), not a unit test. Here every stage is
+//! a [`Calibrated`] busy-wait against the clock, in the driving graph's shape (a chain,
+//! two heads in parallel on two lanes): its execution time is the same every frame on any
+//! machine, unless the OS takes the core away past its end. So a 20 % slowdown reads
+//! 1.20 and the same build reads 1.00 at P50, whatever the runner (measured here: also
+//! with both cores loaded by other processes, and with SCHED_FIFO refused). The tails
+//! (P99, P99.9, max) are judged with the default tolerances when the real-time settings
+//! were granted; without them one late OS wake-up sets a replay's P99, so they are then
+//! left unjudged with a loud warning (see [`calibrated_tolerances`]). The same assertions
+//! on the real workload are the `#[ignore]`d `real_workload_*` tests below: run them on a
+//! quiet machine with `cargo test -p redline-tests --test regress -- --ignored`.
+//!
+//! The two sides' replays alternate (reference, candidate, candidate, reference, ...) as
+//! `redline regress --against` does, so that drift of the machine falls on both sides.
+//! Replays are real time with the lanes pinned, SCHED_FIFO and memory locked where the
+//! OS allows (as in the vehicle); what was granted is printed. The tolerances are the
+//! defaults (tails aside, as above).
 
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use redline_pipeline::config::{PipelineConfig, Slowdown};
 use redline_pipeline::feed::Feed;
-use redline_pipeline::regress::run::measure_alternating;
-use redline_pipeline::regress::{Measurement, Verdict};
-use redline_runtime::ReleaseMode;
+use redline_pipeline::progress::Counters;
+use redline_pipeline::regress::run::{measure_alternating, measure_runtime};
+use redline_pipeline::regress::{Measurement, RegressConfig, Tolerance, Verdict};
+use redline_pipeline::slowdown::add_stage;
+use redline_runtime::{
+    FrameInfo, GraphBuilder, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage, StageError,
+    StageIo,
+};
 use redline_tests::temp_dir;
 
-const FRAMES: u64 = 150;
+/// Replays per side.
 const REPS: usize = 9;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn config() -> PipelineConfig {
+fn show(v: &Verdict) -> String {
+    format!("{}{}", v.table(), v.summary_lines().join("\n"))
+}
+
+fn slowed(mut cfg: PipelineConfig, stage: &str, percent: f64) -> PipelineConfig {
+    cfg.slowdown.insert(
+        stage.into(),
+        Slowdown {
+            percent,
+            busy_ms: 0.0,
+        },
+    );
+    cfg
+}
+
+/// Both verdicts on a reference and a candidate measured alternately.
+fn verdicts(
+    reference: &Measurement,
+    now: &Measurement,
+    tolerances: &RegressConfig,
+) -> [Verdict; 2] {
+    [
+        Verdict::paired(reference, now, tolerances),
+        Verdict::against_baseline(reference, now, tolerances),
+    ]
+}
+
+fn assert_regression_named(v: &Verdict, stage: &str, min_ratio: f64) {
+    eprintln!("{} verdict:\n{}", v.method, show(v));
+    let figure = format!("{stage} p50");
+    assert!(
+        !v.passed(),
+        "a 20% slower {stage} passed ({}):\n{}",
+        v.method,
+        show(v)
+    );
+    let row = v
+        .rows
+        .iter()
+        .find(|r| r.figure == figure)
+        .unwrap_or_else(|| panic!("{figure} judged: {}", show(v)));
+    assert!(!row.pass, "{}", show(v));
+    assert!(
+        row.ratio.unwrap() > min_ratio,
+        "the knob adds 20% of each run: {}",
+        show(v)
+    );
+    let summary = v.summary_lines().join("\n");
+    assert!(
+        summary.contains("REGRESSION") && summary.contains(&format!("{figure}:")),
+        "{summary}"
+    );
+    assert!(
+        v.warnings.iter().any(|w| w.contains("slowdown")),
+        "the injected slowdown is named as a setup difference: {:?}",
+        v.warnings
+    );
+}
+
+fn assert_passes(v: &Verdict, reference: &Measurement) {
+    eprintln!("{} verdict:\n{}", v.method, show(v));
+    assert!(
+        v.passed(),
+        "same build, same config failed ({}):\n{}",
+        v.method,
+        show(v)
+    );
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    // Every stage and end to end judged at 4 percentiles, plus 3 counts.
+    let stages = reference.stage_names().len();
+    assert_eq!(v.rows.len(), (stages + 1) * 4 + 3);
+    assert_eq!(v.now_reps, REPS);
+}
+
+// ---------------------------------------------------------------------------------------
+// The calibrated graph.
+
+/// Frames per calibrated replay (the first `warmup_frames` of them forgotten).
+const CAL_FRAMES: u64 = 120;
+/// Its frame period: 100 Hz; a frame's chain is ≈ 3.3 ms.
+const CAL_PERIOD_NS: u64 = 10_000_000;
+
+/// A stage busy for a fixed wall time per frame (spinning on the clock, as a compute
+/// kernel occupies its lane), passing a counter from its first input to its output so the
+/// graph's data flow is real.
+#[derive(Debug)]
+struct Calibrated {
+    busy: Duration,
+}
+
+impl Stage for Calibrated {
+    fn run(&mut self, frame: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let start = Instant::now();
+        let mut value = frame.frame as u32;
+        for i in 0..io.input_count() {
+            value = value.wrapping_add(io.input::<u32>(i)?[0]);
+        }
+        io.output::<u32>(0)?[0] = value;
+        while start.elapsed() < self.busy {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
+/// (stage, busy µs, reads): the driving graph's shape with fixed stage times.
+const CALIBRATED_GRAPH: &[(&str, u64, &[&str])] = &[
+    ("preprocess", 300, &[]),
+    ("backbone", 1500, &["preprocess"]),
+    ("detection_head", 600, &["backbone"]),
+    ("segmentation_head", 500, &["backbone"]),
+    ("tracking", 400, &["detection_head"]),
+    ("planning", 300, &["tracking", "segmentation_head"]),
+];
+
+fn calibrated_config() -> PipelineConfig {
+    let mut cfg = PipelineConfig {
+        release: ReleaseMode::RealTime,
+        lanes: 2,
+        ..PipelineConfig::default()
+    };
+    cfg.rt.fifo_priority = Some(40);
+    cfg.rt.lock_memory = true;
+    cfg.rt.pin_cores = Some(vec![0, 1]);
+    cfg
+}
+
+/// One real-time replay of the calibrated graph with `cfg`'s slowdowns, measured by the
+/// code that measures `redline regress`'s replays.
+fn calibrated_replay(cfg: &PipelineConfig, label: &str) -> Measurement {
+    let mut g = GraphBuilder::new();
+    for &(name, busy_us, reads) in CALIBRATED_GRAPH {
+        let mut s = add_stage(
+            &mut g,
+            cfg,
+            name,
+            Calibrated {
+                busy: Duration::from_micros(busy_us),
+            },
+        )
+        .writes::<u32>(name, 1)
+        .budget_us(busy_us * 3);
+        for input in reads {
+            s = s.reads::<u32>(input, 1);
+        }
+    }
+    g.publish("planning");
+    let plan = g
+        .build(&PlanConfig {
+            lanes: cfg.lanes,
+            frame_slots: cfg.frame_slots,
+        })
+        .expect("calibrated graph plans");
+    let mut rt = Runtime::new(
+        plan,
+        RuntimeConfig {
+            period_ns: CAL_PERIOD_NS,
+            // Three periods: a frame that waits on the OS is measured, not replaced by
+            // its fallback (the counts are judged exactly).
+            deadline_ns: 3 * CAL_PERIOD_NS,
+            release: cfg.release,
+            rt: cfg.rt.clone(),
+            ..RuntimeConfig::default()
+        },
+    )
+    .expect("runtime starts");
+    REAL_TIME_GRANTED.get_or_init(|| {
+        let grants = rt.os_grants();
+        eprintln!("OS grants: {}", grants.summary_lines().join("; "));
+        grants.all_granted()
+    });
+
+    measure_runtime(
+        &mut rt,
+        cfg,
+        "calibrated graph (tests/tests/regress.rs)",
+        CAL_FRAMES,
+        label,
+        Arc::new(Counters::default()),
+    )
+}
+
+/// Whether the calibrated replays ran pinned, SCHED_FIFO and locked (set by the first).
+static REAL_TIME_GRANTED: OnceLock<bool> = OnceLock::new();
+
+/// The tolerances the calibrated verdicts use: the defaults, except that without the
+/// real-time grants the tails (P99, P99.9, max) are not judged, loudly. Measured here
+/// without SCHED_FIFO (capabilities dropped), the same build's end-to-end P99 (≈ the
+/// max of 90 frames) ranged 3.3–9.3 ms between replays: it is set by one late OS
+/// wake-up, which is what the runtime's real-time settings exist to prevent, not by the
+/// harness. P50s and the counts are judged either way.
+fn calibrated_tolerances(cfg: &PipelineConfig) -> RegressConfig {
+    let mut t = cfg.regress.clone();
+    if !REAL_TIME_GRANTED.get().copied().unwrap_or(false) {
+        eprintln!(
+            "WARNING: real-time settings refused (see OS grants above): the tails (P99, \
+             P99.9, max) are NOT judged by this run; run as root (or with CAP_SYS_NICE and \
+             CAP_IPC_LOCK) to test them"
+        );
+        let unjudged = Tolerance {
+            relative: 1e6,
+            floor_us: 1e9,
+        };
+        (t.p99, t.p999, t.max) = (unjudged, unjudged, unjudged);
+    }
+    t
+}
+
+/// `REPS` replays per side, alternating R, C, C, R, ...; each side merged.
+fn measure_calibrated(
+    reference: &PipelineConfig,
+    candidate: &PipelineConfig,
+) -> (Measurement, Measurement) {
+    let (mut r, mut c) = (Vec::new(), Vec::new());
+    for i in 0..REPS {
+        let (rl, cl) = (format!("reference-{i}"), format!("candidate-{i}"));
+        if i % 2 == 0 {
+            r.push(calibrated_replay(reference, &rl));
+            c.push(calibrated_replay(candidate, &cl));
+        } else {
+            c.push(calibrated_replay(candidate, &cl));
+            r.push(calibrated_replay(reference, &rl));
+        }
+    }
+    (
+        Measurement::merge(&r).unwrap(),
+        Measurement::merge(&c).unwrap(),
+    )
+}
+
+#[test]
+fn a_twenty_percent_slower_stage_is_a_regression_naming_it() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let base = calibrated_config();
+    let slow = slowed(calibrated_config(), "backbone", 20.0);
+    let (reference, now) = measure_calibrated(&base, &slow);
+    for v in verdicts(&reference, &now, &calibrated_tolerances(&base)) {
+        assert_regression_named(&v, "backbone", 1.15);
+        // Only the slowed stage (and the end to end it lengthens) may fail.
+        for row in v.rows.iter().filter(|r| !r.pass) {
+            assert!(
+                row.figure.starts_with("backbone ") || row.figure.starts_with("end_to_end "),
+                "{} failed although only the backbone was slowed:\n{}",
+                row.figure,
+                show(&v)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_same_build_against_itself_passes() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = calibrated_config();
+    let (reference, now) = measure_calibrated(&cfg, &cfg);
+    for v in verdicts(&reference, &now, &calibrated_tolerances(&cfg)) {
+        assert_passes(&v, &reference);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The real workload: the driving graph replaying the built-in drive.
+
+/// Frames per real-workload replay.
+const FRAMES: u64 = 150;
+
+fn real_config() -> PipelineConfig {
     let mut cfg = PipelineConfig {
         release: ReleaseMode::RealTime,
         ..PipelineConfig::default()
     };
+    // 60 Hz halves the wall time; the ≈ 4 ms frames fit 16.7 ms easily.
     cfg.scenario.fps = 60.0;
     cfg.scenario.seconds = FRAMES as f64 / cfg.scenario.fps + 0.5;
     cfg.rt.fifo_priority = Some(40);
@@ -47,14 +336,22 @@ fn feed() -> Arc<Feed> {
     static FEED: OnceLock<Arc<Feed>> = OnceLock::new();
     FEED.get_or_init(|| {
         Arc::new(
-            Feed::from_scenario(&config().scenario, Some(FRAMES as usize), &mut |_, _| {}).unwrap(),
+            Feed::from_scenario(
+                &real_config().scenario,
+                Some(FRAMES as usize),
+                &mut |_, _| {},
+            )
+            .unwrap(),
         )
     })
     .clone()
 }
 
-/// Reference and candidate replays, alternating, each side merged.
-fn measure(reference: &PipelineConfig, candidate: &PipelineConfig) -> (Measurement, Measurement) {
+/// Reference and candidate replays of the driving graph, alternating, each side merged.
+fn measure_real(
+    reference: &PipelineConfig,
+    candidate: &PipelineConfig,
+) -> (Measurement, Measurement) {
     let (r, c) = measure_alternating(reference, candidate, &feed(), Some(FRAMES), REPS)
         .expect("replays run");
     assert_eq!((r.len(), c.len()), (REPS, REPS));
@@ -64,86 +361,33 @@ fn measure(reference: &PipelineConfig, candidate: &PipelineConfig) -> (Measureme
     )
 }
 
-fn show(v: &Verdict) -> String {
-    format!("{}{}", v.table(), v.summary_lines().join("\n"))
-}
-
 #[test]
-fn a_twenty_percent_slower_stage_is_a_regression_naming_it() {
+#[ignore = "timing of the real workload depends on the machine: run on a quiet one with --ignored"]
+fn real_workload_a_twenty_percent_slower_backbone_is_a_regression_naming_it() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let base = config();
-    let mut slow = config();
-    slow.slowdown.insert(
-        "backbone".into(),
-        Slowdown {
-            percent: 20.0,
-            busy_ms: 0.0,
-        },
-    );
-    let (reference, now) = measure(&base, &slow);
-    for v in [
-        Verdict::paired(&reference, &now, &base.regress),
-        Verdict::against_baseline(&reference, &now, &base.regress),
-    ] {
-        eprintln!("{} verdict:\n{}", v.method, show(&v));
-        assert!(
-            !v.passed(),
-            "a 20% slower backbone passed ({}):\n{}",
-            v.method,
-            show(&v)
-        );
-        let backbone_p50 = v
-            .rows
-            .iter()
-            .find(|r| r.figure == "backbone p50")
-            .expect("backbone p50 judged");
-        assert!(!backbone_p50.pass, "{}", show(&v));
-        assert!(
-            backbone_p50.ratio.unwrap() > 1.15,
-            "the knob adds 20% of each run: {}",
-            show(&v)
-        );
-        let summary = v.summary_lines().join("\n");
-        assert!(
-            summary.contains("REGRESSION") && summary.contains("backbone p50:"),
-            "{summary}"
-        );
-        assert!(
-            v.warnings.iter().any(|w| w.contains("slowdown")),
-            "the injected slowdown is named as a setup difference: {:?}",
-            v.warnings
-        );
+    let base = real_config();
+    let slow = slowed(real_config(), "backbone", 20.0);
+    let (reference, now) = measure_real(&base, &slow);
+    for v in verdicts(&reference, &now, &base.regress) {
+        assert_regression_named(&v, "backbone", 1.15);
     }
 }
 
 #[test]
-fn the_same_build_against_itself_passes() {
+#[ignore = "timing of the real workload depends on the machine: run on a quiet one with --ignored"]
+fn real_workload_the_same_build_against_itself_passes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = config();
-    let (reference, now) = measure(&cfg, &cfg);
-    for v in [
-        Verdict::paired(&reference, &now, &cfg.regress),
-        Verdict::against_baseline(&reference, &now, &cfg.regress),
-    ] {
-        eprintln!("{} verdict:\n{}", v.method, show(&v));
-        assert!(
-            v.passed(),
-            "same build, same config failed ({}):\n{}",
-            v.method,
-            show(&v)
-        );
-        assert!(v.warnings.is_empty(), "{:?}", v.warnings);
-        // Every stage and end to end judged at 4 percentiles, plus 3 counts.
-        let stages = reference.stage_names().len();
-        assert_eq!(v.rows.len(), (stages + 1) * 4 + 3);
-        assert_eq!(v.now_reps, REPS);
+    let cfg = real_config();
+    let (reference, now) = measure_real(&cfg, &cfg);
+    for v in verdicts(&reference, &now, &cfg.regress) {
+        assert_passes(&v, &reference);
     }
 }
 
 #[test]
 fn a_baseline_on_disk_reads_back_identical() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let reps = measure_alternating(&config(), &config(), &feed(), Some(FRAMES), 1)
+    let reps = measure_alternating(&real_config(), &real_config(), &feed(), Some(FRAMES), 1)
         .expect("replays run")
         .0;
     let base = &Measurement::merge(&reps).unwrap();

@@ -47,30 +47,54 @@ pub fn measure_replay(
     let n = frames
         .unwrap_or(feed.frames.len() as u64)
         .min(feed.frames.len() as u64);
+    Ok(measure_runtime(
+        &mut rt,
+        cfg,
+        &feed.source,
+        n,
+        label,
+        counters,
+    ))
+}
+
+/// Runs `frames` frames (warm-up included) of a freshly started runtime and measures
+/// them as a regression check does: the first `warmup_frames` (at most half) run and are
+/// then forgotten (`Runtime::reset_metrics`), the rest is the measurement. `cfg` is the
+/// config the runtime was built from (its setup and slowdowns are recorded), `source`
+/// what it replays. [`measure_replay`] does this for the driving graph; any graph can be
+/// measured the same way (the harness's own tests use a calibrated one).
+pub fn measure_runtime(
+    rt: &mut Runtime,
+    cfg: &PipelineConfig,
+    source: &str,
+    frames: u64,
+    label: &str,
+    counters: Arc<Counters>,
+) -> Measurement {
     // Never let the warm-up eat more than half of a short log.
-    let warm = cfg.regress.warmup_frames.min(n / 2);
-    let mut publisher = RecordingPublisher::new(n as usize, counters);
+    let warm = cfg.regress.warmup_frames.min(frames / 2);
+    let mut publisher = RecordingPublisher::new(frames as usize, counters);
     rt.run(warm, &mut publisher);
     let residency_before = rt.ladder().residency().to_vec();
     rt.reset_metrics();
     let started_unix_ms = unix_now_ms();
     let t0 = Instant::now();
-    rt.run(n - warm, &mut publisher);
+    rt.run(frames - warm, &mut publisher);
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
-    Ok(measurement_of(
-        &rt,
+    measurement_of(
+        rt,
         &RunFacts {
             cfg,
-            feed,
+            source,
             records: &publisher.records,
-            frames: n,
+            frames,
             warmup: warm,
             residency_before: &residency_before,
             label,
             started_unix_ms,
             wall_ms,
         },
-    ))
+    )
 }
 
 /// What [`measurement_of`] needs to know about a finished run besides the runtime.
@@ -78,8 +102,8 @@ pub fn measure_replay(
 pub struct RunFacts<'a> {
     /// The config it ran with.
     pub cfg: &'a PipelineConfig,
-    /// The feed it replayed.
-    pub feed: &'a Feed,
+    /// What it replayed (the feed's source: a log path or the built-in scenario).
+    pub source: &'a str,
     /// What every frame published.
     pub records: &'a [crate::replay_cmd::FrameRecord],
     /// Frames run, warm-up included.
@@ -99,7 +123,7 @@ pub struct RunFacts<'a> {
 /// The measurement of a finished run (one replay): figures, whole histograms, timeline,
 /// machine and setup. `redline replay --report` writes it too, so plain replays merge.
 pub fn measurement_of(rt: &Runtime, f: &RunFacts<'_>) -> Measurement {
-    let (cfg, feed, warm) = (f.cfg, f.feed, f.warmup);
+    let (cfg, warm) = (f.cfg, f.warmup);
     let report = rt.report();
 
     let mut hists: Vec<(String, &LatencyHistogram)> = vec![(END_TO_END.into(), rt.end_to_end())];
@@ -171,7 +195,7 @@ pub fn measurement_of(rt: &Runtime, f: &RunFacts<'_>) -> Measurement {
             .iter()
             .map(|(k, s)| format!("{k}: +{}% +{} ms", s.percent, s.busy_ms))
             .collect(),
-        source: feed.source.clone(),
+        source: f.source.to_string(),
         frames_per_rep: f.frames,
         warmup_frames: warm,
         deadline_ns: report.deadline_ns,
