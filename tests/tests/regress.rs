@@ -18,8 +18,8 @@
 //! a [`Calibrated`] busy-wait against the clock, in the driving graph's shape (a chain,
 //! two heads in parallel on two lanes): its execution time is the same every frame on any
 //! machine, unless the OS takes the core away past its end. So a 20 % slowdown reads
-//! 1.20 and the same build reads 1.00 at P50, whatever the runner (measured here: also
-//! with both cores loaded by other processes, and with SCHED_FIFO refused). The tails
+//! 1.20 and the same build 1.00 at P50 (measured here; with both cores loaded by other
+//! processes and SCHED_FIFO refused: 1.24–1.25 and 1.00). The tails
 //! (P99, P99.9, max) are judged with the default tolerances when the real-time settings
 //! were granted; without them one late OS wake-up sets a replay's P99, so they are then
 //! left unjudged with a loud warning (see [`calibrated_tolerances`]). The same assertions

@@ -66,6 +66,9 @@ impl Tolerance {
 /// replays are second-highest values. With these values, 20 checks of a build against
 /// itself gave no false positive in A/B mode and 2 in baseline mode; a 30 % slowdown of
 /// one stage was caught 5 times out of 5 in both (README, "How much to trust it").
+/// The P50 floor is 100 µs, not the 50 µs first chosen: on the project's shared CI runner
+/// a 0.21 ms stage's P50 read +54 µs against the same build (median of 9 paired replays);
+/// re-judging the development VM's checks with 100 µs changed none of their outcomes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegressConfig {
@@ -96,7 +99,7 @@ impl Default for RegressConfig {
             warmup_frames: 30,
             p50: Tolerance {
                 relative: 0.15,
-                floor_us: 50.0,
+                floor_us: 100.0,
             },
             p99: Tolerance {
                 relative: 0.50,
