@@ -4,8 +4,9 @@
 //! reader.
 //!
 //! These tests check the plumbing, not the statistics (tests/tests/regress.rs does that on
-//! alternating replays of a calibrated graph, with the default tolerances): the passing runs use wide tolerances and the failing ones a
-//! slowdown of several milliseconds, so a noisy machine cannot flip them.
+//! alternating replays of a calibrated graph, with the default tolerances): the passing
+//! runs use wide tolerances and the failing ones a slowdown of several milliseconds, so a
+//! noisy machine cannot flip them.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
