@@ -135,7 +135,7 @@ const CAL_FRAMES: u64 = 120;
 const CAL_PERIOD_NS: u64 = 10_000_000;
 
 /// A stage busy for a fixed wall time per frame (spinning on the clock, as a compute
-/// kernel occupies its lane), passing a counter from its first input to its output so the
+/// kernel occupies its lane), passing the sum of its inputs and the frame number on, so the
 /// graph's data flow is real.
 #[derive(Debug)]
 struct Calibrated {
