@@ -32,13 +32,14 @@
 //! OS allows (as in the vehicle); what was granted is printed. The tolerances are the
 //! defaults (tails aside, as above).
 
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redline_pipeline::config::{PipelineConfig, Slowdown};
 use redline_pipeline::feed::Feed;
 use redline_pipeline::progress::Counters;
-use redline_pipeline::regress::run::{measure_alternating, measure_runtime};
+use redline_pipeline::regress::run::{alternate, measure_alternating, measure_runtime, Side};
 use redline_pipeline::regress::{Measurement, RegressConfig, Tolerance, Verdict};
 use redline_pipeline::slowdown::add_stage;
 use redline_runtime::{
@@ -260,22 +261,21 @@ fn calibrated_tolerances(cfg: &PipelineConfig) -> RegressConfig {
     t
 }
 
-/// `REPS` replays per side, alternating R, C, C, R, ...; each side merged.
+/// `REPS` replays per side, alternating R, C, C, R, ... ([`alternate`]); each side merged.
 fn measure_calibrated(
     reference: &PipelineConfig,
     candidate: &PipelineConfig,
 ) -> (Measurement, Measurement) {
-    let (mut r, mut c) = (Vec::new(), Vec::new());
-    for i in 0..REPS {
-        let (rl, cl) = (format!("reference-{i}"), format!("candidate-{i}"));
-        if i % 2 == 0 {
-            r.push(calibrated_replay(reference, &rl));
-            c.push(calibrated_replay(candidate, &cl));
-        } else {
-            c.push(calibrated_replay(candidate, &cl));
-            r.push(calibrated_replay(reference, &rl));
-        }
-    }
+    let Ok((r, c)) = alternate(
+        REPS,
+        |side, i| {
+            Ok::<_, Infallible>(match side {
+                Side::Reference => calibrated_replay(reference, &format!("reference-{i}")),
+                Side::Candidate => calibrated_replay(candidate, &format!("candidate-{i}")),
+            })
+        },
+        |_, _, _| {},
+    );
     (
         Measurement::merge(&r).unwrap(),
         Measurement::merge(&c).unwrap(),

@@ -237,10 +237,45 @@ pub fn measure_in_process(
     Ok(out)
 }
 
-/// A/B in this process: `reps` pairs of replays, `reference` config then `candidate`
-/// config on even pairs and the other way round on odd ones (ABBA), so drift of the
-/// machine's speed during the session falls on both sides alike. Used to compare two
-/// configs of one build (the CLI compares builds with [`run_ab`]).
+/// Which side of an A/B comparison a replay measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The reference (baseline build or config).
+    Reference,
+    /// The candidate (the build or config under test).
+    Candidate,
+}
+
+/// `pairs` pairs of replays in ABBA order: the reference first on even pairs, the
+/// candidate first on odd ones, so drift of the machine's speed during the session falls
+/// on both sides alike. `run(side, pair)` measures one replay; `on_pair(pair, reference,
+/// candidate)` is called after each pair (progress). Stops at the first error. Returns
+/// (reference, candidate) results, in pair order. Every A/B comparison here runs through
+/// this: [`measure_alternating`], [`run_ab`] and the harness's own tests.
+pub fn alternate<T, E>(
+    pairs: usize,
+    mut run: impl FnMut(Side, usize) -> Result<T, E>,
+    mut on_pair: impl FnMut(usize, &T, &T),
+) -> Result<(Vec<T>, Vec<T>), E> {
+    let (mut refs, mut cands) = (Vec::with_capacity(pairs), Vec::with_capacity(pairs));
+    for i in 0..pairs {
+        let (r, c) = if i % 2 == 0 {
+            let r = run(Side::Reference, i)?;
+            (r, run(Side::Candidate, i)?)
+        } else {
+            let c = run(Side::Candidate, i)?;
+            (run(Side::Reference, i)?, c)
+        };
+        on_pair(i, &r, &c);
+        refs.push(r);
+        cands.push(c);
+    }
+    Ok((refs, cands))
+}
+
+/// A/B in this process: `reps` pairs of replays of `reference` and `candidate` configs,
+/// in [`alternate`]'s order. Used to compare two configs of one build (the CLI compares
+/// builds with [`run_ab`]).
 pub fn measure_alternating(
     reference: &PipelineConfig,
     candidate: &PipelineConfig,
@@ -248,20 +283,17 @@ pub fn measure_alternating(
     frames: Option<u64>,
     reps: usize,
 ) -> Result<(Vec<Measurement>, Vec<Measurement>), ReplayError> {
-    let (mut refs, mut cands) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
-    let one = |cfg: &PipelineConfig, label: &str| {
-        measure_replay(cfg, feed, frames, label, Arc::new(Counters::default()))
-    };
-    for i in 0..reps {
-        if i % 2 == 0 {
-            refs.push(one(reference, "reference")?);
-            cands.push(one(candidate, "candidate")?);
-        } else {
-            cands.push(one(candidate, "candidate")?);
-            refs.push(one(reference, "reference")?);
-        }
-    }
-    Ok((refs, cands))
+    alternate(
+        reps,
+        |side, _| {
+            let (cfg, label) = match side {
+                Side::Reference => (reference, "reference"),
+                Side::Candidate => (candidate, "candidate"),
+            };
+            measure_replay(cfg, feed, frames, label, Arc::new(Counters::default()))
+        },
+        |_, _, _| {},
+    )
 }
 
 /// A worker process could not give a measurement.
@@ -390,29 +422,22 @@ pub fn run_ab(
             cause: e,
         })
     })?;
-    let (mut refs, mut cands) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
-    for i in 0..reps {
-        let run = |s: &WorkerSpec| {
+    alternate(
+        reps,
+        |side, i| {
+            let s = match side {
+                Side::Reference => reference,
+                Side::Candidate => candidate,
+            };
             run_worker(
                 s,
                 log,
                 frames,
                 &work_dir.join(format!("{}-{i}.json", s.label)),
             )
-        };
-        // ABBA order: reference first on even pairs, candidate first on odd ones.
-        let (r, c) = if i % 2 == 0 {
-            let r = run(reference)?;
-            (r, run(candidate)?)
-        } else {
-            let c = run(candidate)?;
-            (run(reference)?, c)
-        };
-        on_pair(i, &r, &c);
-        refs.push(r);
-        cands.push(c);
-    }
-    Ok((refs, cands))
+        },
+        on_pair,
+    )
 }
 
 /// What goes into a regression run's output directory.
@@ -593,4 +618,61 @@ pub fn write_outputs(o: &Outputs<'_>) -> Result<Vec<PathBuf>, OutputError> {
         written.push(p);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alternate_runs_abba_and_keeps_pair_order() {
+        let mut order = Vec::new();
+        let mut pairs_seen = Vec::new();
+        let (r, c) = alternate(
+            4,
+            |side, i| {
+                order.push((side, i));
+                Ok::<_, ()>((side, i))
+            },
+            |i, r, c| pairs_seen.push((i, r.1, c.1)),
+        )
+        .unwrap();
+        use Side::{Candidate as C, Reference as R};
+        assert_eq!(
+            order,
+            [
+                (R, 0),
+                (C, 0),
+                (C, 1),
+                (R, 1),
+                (R, 2),
+                (C, 2),
+                (C, 3),
+                (R, 3)
+            ]
+        );
+        assert_eq!(r, [(R, 0), (R, 1), (R, 2), (R, 3)]);
+        assert_eq!(c, [(C, 0), (C, 1), (C, 2), (C, 3)]);
+        assert_eq!(pairs_seen, [(0, 0, 0), (1, 1, 1), (2, 2, 2), (3, 3, 3)]);
+    }
+
+    #[test]
+    fn alternate_stops_at_the_first_error() {
+        let mut runs = 0;
+        let e = alternate(
+            5,
+            |side, i| {
+                runs += 1;
+                if side == Side::Candidate && i == 1 {
+                    Err(format!("pair {i} failed"))
+                } else {
+                    Ok(())
+                }
+            },
+            |_, _, _| {},
+        )
+        .unwrap_err();
+        assert_eq!(e, "pair 1 failed");
+        assert_eq!(runs, 3, "pair 0 (two runs) and the candidate of pair 1");
+    }
 }
