@@ -36,7 +36,7 @@
 //! Nothing here panics on bad data (NaN, empty tensors, zero ranges): such cases give
 //! valid [`QParams`] and are visible in the statistics.
 
-use crate::conv::ModelError;
+use crate::conv::{exact_len, ModelError};
 use crate::network::{ActQParams, Backbone, DetHead, FloatNetwork, HeadQParams, SegHead};
 use crate::quant::{dequantize, QParams};
 
@@ -533,13 +533,7 @@ impl NetworkSqnr {
             (&out, layers[2].out_q),
         ];
         for (i, ((qa, qp), fa)) in q.iter().zip(float_acts).enumerate() {
-            if fa.len() != qa.len() {
-                return Err(ModelError::BufferSize {
-                    what: "float reference activation",
-                    expected: qa.len(),
-                    got: fa.len(),
-                });
-            }
+            exact_len(fa.len(), qa.len(), "float reference activation")?;
             self.acc[i].add_quantized(fa, qa, *qp);
         }
         Ok(out)

@@ -133,6 +133,27 @@ pub enum ModelError {
     LayerModified,
 }
 
+/// `dims` multiplied, or [`ModelError::SizeOverflow`] naming `what`.
+pub(crate) fn checked_len(dims: &[usize], what: &'static str) -> Result<usize, ModelError> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or(ModelError::SizeOverflow { what })
+}
+
+/// `Ok` when a buffer of `got` elements has the `expected` length, else
+/// [`ModelError::BufferSize`] naming `what`.
+pub(crate) fn exact_len(got: usize, expected: usize, what: &'static str) -> Result<(), ModelError> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(ModelError::BufferSize {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
 /// The shape of a convolution: channels, square kernel size, stride and zero padding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvShape {
@@ -433,17 +454,8 @@ impl Conv2d {
         rows: Range<usize>,
     ) -> Result<(), ModelError> {
         let (out_h, out_w) = self.check_input(input, in_h, in_w)?;
-        let expected = out_h
-            .checked_mul(out_w)
-            .and_then(|v| v.checked_mul(self.out_c))
-            .ok_or(ModelError::SizeOverflow { what: "output" })?;
-        if out.len() != expected {
-            return Err(ModelError::BufferSize {
-                what: "conv output",
-                expected,
-                got: out.len(),
-            });
-        }
+        let expected = checked_len(&[out_h, out_w, self.out_c], "output")?;
+        exact_len(out.len(), expected, "conv output")?;
         check_rows(&rows, out_h)?;
         let row_len = out_w * self.out_c;
         let dst = &mut out[rows.start * row_len..rows.end * row_len];
@@ -490,17 +502,8 @@ impl Conv2d {
                 got: slot.pixel_stride,
             });
         }
-        let expected = (rows.end - rows.start)
-            .checked_mul(out_w)
-            .and_then(|v| v.checked_mul(slot.pixel_stride))
-            .ok_or(ModelError::SizeOverflow { what: "output" })?;
-        if out_rows.len() != expected {
-            return Err(ModelError::BufferSize {
-                what: "conv output rows",
-                expected,
-                got: out_rows.len(),
-            });
-        }
+        let expected = checked_len(&[rows.end - rows.start, out_w, slot.pixel_stride], "output")?;
+        exact_len(out_rows.len(), expected, "conv output rows")?;
         self.run_rows(input, in_h, in_w, out_w, out_rows, slot, rows);
         Ok(())
     }
@@ -551,13 +554,7 @@ impl Conv2d {
         let expected = self
             .input_len(in_h, in_w)
             .ok_or(ModelError::SizeOverflow { what: "input" })?;
-        if len != expected {
-            return Err(ModelError::BufferSize {
-                what,
-                expected,
-                got: len,
-            });
-        }
+        exact_len(len, expected, what)?;
         Ok((out_h, out_w))
     }
 

@@ -59,7 +59,7 @@
 //! Nothing here owns threads, reads the clock or keeps state between calls: a network is
 //! immutable after construction and can be shared by reference across lanes.
 
-use crate::conv::{ChannelSlot, Conv2d, ConvShape, ModelError};
+use crate::conv::{checked_len, exact_len, ChannelSlot, Conv2d, ConvShape, ModelError};
 use crate::quant::{dequantize, quantize_bias, try_quantize_weights_per_channel, QParams};
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -356,14 +356,8 @@ impl FloatConv {
                 pad: s.pad,
             });
         }
-        let expected = in_h * in_w * s.in_c;
-        if input.len() != expected {
-            return Err(ModelError::BufferSize {
-                what: "float layer input",
-                expected,
-                got: input.len(),
-            });
-        }
+        let expected = checked_len(&[in_h, in_w, s.in_c], "input")?;
+        exact_len(input.len(), expected, "float layer input")?;
         let taps = s.k * s.k * s.in_c;
         let mut out = vec![0f32; oh * ow * s.out_c];
         for oy in 0..oh {
@@ -697,18 +691,6 @@ fn prefix<'a>(
         needed: len,
         got,
     })
-}
-
-fn exact_len(buf_len: usize, expected: usize, what: &'static str) -> Result<(), ModelError> {
-    if buf_len == expected {
-        Ok(())
-    } else {
-        Err(ModelError::BufferSize {
-            what,
-            expected,
-            got: buf_len,
-        })
-    }
 }
 
 /// The shared camera backbone: three conv3x3 stride-2 ReLU layers, 3 → 16 → 32 → `feat_c`.
