@@ -109,8 +109,13 @@ fn small_chunks() -> LogOptions {
 }
 
 fn write_log(path: &Path) -> LogStats {
+    write_log_with(path, small_chunks())
+}
+
+/// The test drive (map, then per frame every camera, odometry and ground truth).
+fn write_log_with(path: &Path, options: LogOptions) -> LogStats {
     let cams = rig();
-    let mut w = LogWriter::create_with(path, &cams, small_chunks()).unwrap();
+    let mut w = LogWriter::create_with(path, &cams, options).unwrap();
     w.write_map(3, 3.5, &centre()).unwrap();
     for k in 0..FRAMES {
         for c in 0..cams.len() {
@@ -470,17 +475,7 @@ fn truncated_copies_yield_every_message_before_the_cut() {
 
     // One big (default 4 MiB) chunk: the messages at the start of a cut chunk are recovered.
     let path = tmp("one_chunk.mcap");
-    let cams = rig();
-    let mut w = LogWriter::create(&path, &cams).unwrap();
-    w.write_map(3, 3.5, &centre()).unwrap();
-    for k in 0..FRAMES {
-        for c in 0..cams.len() {
-            w.write_image(c, k * P, &pattern(c, k, W, H)).unwrap();
-        }
-        w.write_odometry(&ego(k)).unwrap();
-        w.write_ground_truth(&gt(k)).unwrap();
-    }
-    w.finish().unwrap();
+    write_log_with(&path, LogOptions::default());
     let bytes = std::fs::read(&path).unwrap();
     let layout = chunk_layout(&bytes);
     assert_eq!(layout.len(), 1);
