@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::graph::GraphBuilder;
+use crate::rng::mix64;
 use crate::modes::{LadderConfig, ModeSpec};
 use crate::stage::{Criticality, FrameInfo, Stage, StageError, StageIo};
 
@@ -115,13 +116,6 @@ pub mod ids {
     ];
 }
 
-fn mix(mut x: u64) -> u64 {
-    // splitmix64 finaliser: a cheap deterministic hash.
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
 
 /// A demo stage: `id` selects what it computes.
 struct DemoStage {
@@ -146,7 +140,7 @@ impl Stage for DemoStage {
             ids::SOURCE => {
                 let out = io.output::<u32>(0)?;
                 for (i, v) in out.iter_mut().enumerate() {
-                    *v = mix(f.frame.wrapping_mul(1_000_003).wrapping_add(i as u64)) as u32;
+                    *v = mix64(f.frame.wrapping_mul(1_000_003).wrapping_add(i as u64)) as u32;
                 }
             }
             ids::NORMALIZE => {
@@ -209,14 +203,14 @@ impl Stage for DemoStage {
                 let out = io.output::<u64>(0)?;
                 out.fill(0);
                 for &v in inp {
-                    out[(mix(v as u64) & 15) as usize] += 1;
+                    out[(mix64(v as u64) & 15) as usize] += 1;
                 }
             }
             ids::SUMMARY => {
                 let h = io.input::<u64>(0)?;
                 let out = io.output::<u64>(0)?;
                 out[0] = f.frame;
-                out[1] = h.iter().fold(0u64, |acc, &x| mix(acc ^ x));
+                out[1] = h.iter().fold(0u64, |acc, &x| mix64(acc ^ x));
                 out[2] = *h.iter().max().unwrap_or(&0);
                 out[3] = u64::from(f.mode);
             }

@@ -59,6 +59,7 @@ pub mod parallel;
 pub mod plan;
 pub mod publish;
 pub mod report;
+pub mod rng;
 pub mod rt;
 pub mod runtime;
 pub mod stage;

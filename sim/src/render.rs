@@ -21,7 +21,9 @@
 //! core (see `render_timing` in `sim/tests/scenario.rs`).
 
 use crate::camera::{det, CameraPose, NEAR_DEPTH};
-use crate::scenario::{mix64, Road};
+use redline_runtime::rng::mix64;
+
+use crate::scenario::Road;
 use crate::types::{ActorClass, CameraSpec, EgoState, GtObject, RgbImage};
 use std::cell::RefCell;
 

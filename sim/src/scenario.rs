@@ -29,6 +29,7 @@
 use crate::camera::det;
 use crate::camera::surround_rig;
 use crate::render::render_scene;
+use redline_runtime::rng::{mix64, SplitMix64};
 use crate::types::{ActorClass, CameraSpec, EgoState, GroundTruth, GtObject, RgbImage};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -182,44 +183,11 @@ impl ScenarioConfig {
 // Deterministic random numbers
 // ---------------------------------------------------------------------------------------
 
-/// splitmix64 finaliser: a good 64-bit mix of `x`.
-pub(crate) fn mix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
+/// The scenario's generator: SplitMix64 on an independent stream per (seed, stream).
+type Rng = SplitMix64;
 
-/// splitmix64 generator.
-#[derive(Clone, Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64, stream: u64) -> Rng {
-        Rng(mix64(seed ^ mix64(stream)))
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-    /// Uniform in [lo, hi).
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-    /// Uniform integer in [0, n) (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
+fn rng_stream(seed: u64, stream: u64) -> Rng {
+    SplitMix64::new(mix64(seed ^ mix64(stream)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -411,18 +379,18 @@ impl Road {
     /// curves (radius 150–400 m, 12–30°, alternating direction) between straights, ending
     /// with a straight.
     fn random(lanes: u32, lane_width: f64, min_length: f64, rng: &mut Rng) -> Road {
-        let mut pieces = vec![(rng.range(80.0, 130.0), 0.0)];
+        let mut pieces = vec![(rng.range_f64(80.0, 130.0), 0.0)];
         let mut total = pieces[0].0;
         let mut sign = if rng.chance(0.5) { 1.0 } else { -1.0 };
         let mut curves = 0;
         while curves < 2 || total < min_length {
-            let radius = rng.range(150.0, 400.0);
-            let angle = rng.range(12.0, 30.0) * PI / 180.0;
+            let radius = rng.range_f64(150.0, 400.0);
+            let angle = rng.range_f64(12.0, 30.0) * PI / 180.0;
             pieces.push((radius * angle, sign / radius));
             total += radius * angle;
             sign = -sign;
             curves += 1;
-            let straight = rng.range(50.0, 140.0);
+            let straight = rng.range_f64(50.0, 140.0);
             pieces.push((straight, 0.0));
             total += straight;
         }
@@ -1164,7 +1132,7 @@ fn place_agents(config: &ScenarioConfig, rng: &mut Rng) -> Vec<Agent> {
     };
     let place = |agents: &mut Vec<Agent>, mut c: Agent, lo: f64, hi: f64, rng: &mut Rng| {
         c.id = agents.len() as u32;
-        c.s = rng.range(lo, hi);
+        c.s = rng.range_f64(lo, hi);
         let mut tries = 0;
         while !fits(agents, &c) && tries < 100_000 {
             c.s += 4.0;
@@ -1174,10 +1142,10 @@ fn place_agents(config: &ScenarioConfig, rng: &mut Rng) -> Vec<Agent> {
     };
 
     for _ in 0..n_cars {
-        let v0 = rng.range(8.0, 16.0);
+        let v0 = rng.range_f64(8.0, 16.0);
         let lane = rng.below(u64::from(lanes)) as u32;
         let desire = if lanes > 1 && rng.chance(0.4) {
-            let when = rng.range(2.0, (0.7 * config.seconds).max(2.5));
+            let when = rng.range_f64(2.0, (0.7 * config.seconds).max(2.5));
             let dl = if lane == 0 {
                 1
             } else if lane + 1 == lanes || rng.chance(0.5) {
@@ -1192,33 +1160,33 @@ fn place_agents(config: &ScenarioConfig, rng: &mut Rng) -> Vec<Agent> {
         let c = Agent {
             class: ActorClass::Car,
             kind: Kind::Car,
-            length: rng.range(4.2, 4.8),
-            width: rng.range(1.8, 2.0),
-            height: rng.range(1.4, 1.6),
+            length: rng.range_f64(4.2, 4.8),
+            width: rng.range_f64(1.8, 2.0),
+            height: rng.range_f64(1.4, 1.6),
             d: lane_offset(lane),
             v: v0,
             v0,
             idm: Idm {
-                a: rng.range(1.2, 1.8),
+                a: rng.range_f64(1.2, 1.8),
                 b: 2.0,
-                t: rng.range(1.2, 1.6),
+                t: rng.range_f64(1.2, 1.6),
                 s0: 2.0,
             },
             lane,
-            lc_duration: rng.range(3.0, 5.0),
+            lc_duration: rng.range_f64(3.0, 5.0),
             desire,
             ..template.clone()
         };
         place(&mut agents, c, s_lo, s_hi, rng);
     }
     for _ in 0..n_cyc {
-        let v0 = rng.range(4.0, 6.0);
+        let v0 = rng.range_f64(4.0, 6.0);
         let c = Agent {
             class: ActorClass::Cyclist,
             kind: Kind::Cyclist,
-            length: rng.range(1.7, 1.9),
+            length: rng.range_f64(1.7, 1.9),
             width: 0.6,
-            height: rng.range(1.6, 1.8),
+            height: rng.range_f64(1.6, 1.8),
             d: -half + 0.6,
             v: v0,
             v0,
@@ -1229,15 +1197,15 @@ fn place_agents(config: &ScenarioConfig, rng: &mut Rng) -> Vec<Agent> {
         place(&mut agents, c, s_lo, s_hi, rng);
     }
     for _ in 0..n_walk {
-        let v0 = rng.range(1.0, 1.6);
+        let v0 = rng.range_f64(1.0, 1.6);
         let side = if rng.chance(0.5) { 1.0 } else { -1.0 };
         let forward = rng.chance(0.5);
         let c = Agent {
             class: ActorClass::Pedestrian,
             kind: Kind::Walker,
-            length: rng.range(0.55, 0.65),
-            width: rng.range(0.55, 0.65),
-            height: rng.range(1.6, 1.9),
+            length: rng.range_f64(0.55, 0.65),
+            width: rng.range_f64(0.55, 0.65),
+            height: rng.range_f64(1.6, 1.9),
             d: side * (half + if forward { 1.5 } else { 2.4 }),
             v: v0,
             v0,
@@ -1253,7 +1221,7 @@ fn place_agents(config: &ScenarioConfig, rng: &mut Rng) -> Vec<Agent> {
     let first_crosser = agents.len();
     for _ in 0..n_cross {
         let side = if rng.chance(0.5) { 1.0 } else { -1.0 };
-        let mut s = rng.range(cross_lo, cross_hi);
+        let mut s = rng.range_f64(cross_lo, cross_hi);
         let mut tries = 0;
         while agents[first_crosser..]
             .iter()
@@ -1270,17 +1238,17 @@ fn place_agents(config: &ScenarioConfig, rng: &mut Rng) -> Vec<Agent> {
             id: agents.len() as u32,
             class: ActorClass::Pedestrian,
             kind: Kind::Crosser,
-            length: rng.range(0.55, 0.65),
-            width: rng.range(0.55, 0.65),
-            height: rng.range(1.6, 1.9),
+            length: rng.range_f64(0.55, 0.65),
+            width: rng.range_f64(0.55, 0.65),
+            height: rng.range_f64(1.6, 1.9),
             s,
             d: side * (half + 0.4),
             v: 0.0,
             v0: 0.0,
             cross: Cross::Waiting,
-            cross_time: (arrival - rng.range(6.0, 8.5)).max(0.5),
-            cross_pause: rng.range(3.0, 8.0),
-            cross_speed: rng.range(1.2, 1.5),
+            cross_time: (arrival - rng.range_f64(6.0, 8.5)).max(0.5),
+            cross_pause: rng.range_f64(3.0, 8.0),
+            cross_speed: rng.range_f64(1.2, 1.5),
             cross_to: -side * (half + 0.4),
             ..template.clone()
         };
@@ -1313,14 +1281,14 @@ impl Scenario {
         config.validate()?;
         let frames = (config.seconds * config.fps).round() as usize;
         let dt = 1.0 / config.fps;
-        let agents = place_agents(&config, &mut Rng::new(config.seed, 2));
+        let agents = place_agents(&config, &mut rng_stream(config.seed, 2));
         let max_s = agents.iter().map(|a| a.s).fold(0.0, f64::max);
         let min_len = max_s + 17.0 * config.seconds + 150.0;
         let road = Road::random(
             config.lanes,
             config.lane_width,
             min_len,
-            &mut Rng::new(config.seed, 1),
+            &mut rng_stream(config.seed, 1),
         );
         let n_actors = agents.len() - 1;
         let mut stats = ScenarioStats::default();
