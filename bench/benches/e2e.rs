@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use redline_bench::frames_arg;
 use redline_pipeline::config::PipelineConfig;
-use redline_pipeline::feed::Feed;
-use redline_pipeline::progress::Counters;
-use redline_pipeline::replay_cmd::replay;
+use redline_pipeline::run::replay;
+use redline_pipeline::run::Counters;
+use redline_sim::feed::Feed;
+use redline_sim::scenario::ScenarioConfig;
 
 fn run(
     label: &str,
@@ -49,8 +50,12 @@ fn main() {
     let frames = frames_arg(300);
     let base = PipelineConfig::default();
     let feed = Arc::new(
-        Feed::from_scenario(&base.scenario, Some(frames as usize), &mut |_, _| {})
-            .expect("scenario renders"),
+        Feed::from_scenario(
+            &ScenarioConfig::default_drive(),
+            Some(frames as usize),
+            &mut |_, _| {},
+        )
+        .expect("scenario renders"),
     );
     let before_cfg = PipelineConfig {
         net_input: [64, 128],

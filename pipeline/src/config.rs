@@ -1,5 +1,7 @@
-//! The pipeline's configuration: one TOML file (`redline replay --config FILE`), every
-//! field optional, defaults that hold the 33 ms budget on a 2-core development machine.
+//! The pipeline's configuration: its part of the one TOML file (`redline replay --config
+//! FILE`), every field optional, defaults that hold the 33 ms budget on a 2-core
+//! development machine. The `[scenario]` table of the same file belongs to the simulator
+//! and is split off by the `redline` tool before this struct parses the rest.
 //!
 //! ```toml
 //! lanes = 2
@@ -9,7 +11,7 @@
 //! bev_cache_frames = 2
 //! weights = "net.safetensors"  # calibrated INT8 weights from `redline quantize` (optional)
 //!
-//! [scenario]                    # the built-in scenario and `redline sim generate`
+//! [scenario]                    # (the simulator's: the built-in scenario, `sim generate`)
 //! seed = 7
 //! seconds = 30.0
 //! image_width = 256
@@ -45,7 +47,6 @@ use std::path::{Path, PathBuf};
 use redline_runtime::modes::{LadderConfig, ModeSpec};
 use redline_runtime::rt::RtRequest;
 use redline_runtime::ReleaseMode;
-use redline_sim::scenario::ScenarioConfig;
 use serde::{Deserialize, Serialize};
 
 /// Stage names, as they appear in budgets, modes, reports and traces.
@@ -114,8 +115,6 @@ pub struct PipelineConfig {
     /// file stops the graph from being built, with the reason. Default: none (seeded
     /// weights).
     pub weights: Option<PathBuf>,
-    /// Built-in scenario / `sim generate` settings (resolution lives here).
-    pub scenario: ScenarioConfig,
     /// Per-stage budgets, ms (stages not listed keep their defaults).
     pub budgets_ms: BTreeMap<String, f64>,
     /// Deadline after release, ms (0 = one period).
@@ -158,11 +157,6 @@ impl Default for PipelineConfig {
             net_input: [128, 256],
             feature_channels: 128,
             weights: None,
-            scenario: ScenarioConfig {
-                image_width: 256,
-                image_height: 128,
-                ..ScenarioConfig::default()
-            },
             budgets_ms: BTreeMap::new(),
             deadline_ms: 0.0,
             publish_margin_ms: 1.0,
@@ -326,13 +320,6 @@ impl PipelineConfig {
             return Err(ConfigError::Invalid(
                 "deadline_ms and publish_margin_ms must be >= 0".into(),
             ));
-        }
-        let w = self.scenario.image_width;
-        let h = self.scenario.image_height;
-        if !w.is_multiple_of(2) || !h.is_multiple_of(2) || w < 64 || h < 32 {
-            return Err(ConfigError::Invalid(format!(
-                "scenario.image_width x image_height = {w}x{h}: use even sizes of at least 64x32"
-            )));
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! Assembles the driving graph from a config and a feed:
+//! Assembles the driving graph from a config and a frame source:
 //!
 //! ```text
 //! sensors → preprocess → backbone → bev ─┬─> detection_head → decode ─┐
@@ -16,11 +16,11 @@ use std::sync::Arc;
 use redline_models::network::{Backbone, DetHead, SegHead};
 use redline_models::weights::QuantizedNetwork;
 use redline_runtime::{Criticality, GraphBuilder};
-use redline_sim::camera::project_ego;
 
+use crate::camera::project_ego;
 use crate::config::{stage, Perception, PipelineConfig};
-use crate::feed::{Feed, MAX_GT};
 use crate::perception::{BevProjector, Decoder, TemporalCache};
+use crate::sensors::{FrameSource, MAX_GT};
 use crate::slowdown::add_stage;
 use crate::stages::*;
 use crate::types::{
@@ -49,9 +49,12 @@ pub struct GraphInfo {
 }
 
 /// Builds the graph (allocates the models and tables: start-up only).
-pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, GraphInfo), String> {
-    let cams = feed.cameras.len();
-    let (w, h) = (feed.width, feed.height);
+pub fn build(
+    cfg: &PipelineConfig,
+    feed: &Arc<dyn FrameSource>,
+) -> Result<(GraphBuilder, GraphInfo), String> {
+    let cams = feed.cameras().len();
+    let (w, h) = feed.image_size();
     let bev = BevSpec::DEFAULT;
     let net = match &cfg.weights {
         // Calibrated weights: the file fixes the network's shapes and scales.
@@ -64,7 +67,7 @@ pub fn build(cfg: &PipelineConfig, feed: &Arc<Feed>) -> Result<(GraphBuilder, Gr
     let (fh, fw, fc) = backbone.output_shape();
     let feat_q = backbone.output_q();
     let backbone_macs = Backbone::new(&net).map_err(|e| e.to_string())?.macs() * cams as u64;
-    let rig = feed.cameras.clone();
+    let rig = feed.cameras().to_vec();
     let project = move |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
         project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
     };

@@ -1,28 +1,31 @@
-//! redline-pipeline: the driving stages, graph assembly, config and the `redline` CLI.
+//! redline-pipeline: the driving graph as a library — its sensor-input contract,
+//! perception, tracking, prediction, planning, geometry, config and graph assembly.
 //!
+//! - input: [`sensors`] (the frame a source delivers and the [`sensors::FrameSource`]
+//!   trait), [`camera`] (the pinhole model the BEV projection needs);
 //! - algorithms: [`perception`] (preprocess, BEV transform and cache, decode), [`tracking`]
 //!   ([`kalman`], [`assignment`]), [`prediction`], [`planning`], [`eval`];
 //! - runtime wiring: [`stages`] (one runtime stage per algorithm), [`graph`] (assembly),
-//!   [`config`] (TOML), [`feed`] (sensor frames in memory), [`replay_cmd`], [`generate`];
-//! - [`regress`]: latency-jitter regression checks (`redline regress`, `redline report
-//!   merge`), with [`slowdown`], the knob that tests them;
-//! - [`demo_cmd`]: the runtime's demo graph, kept for runtime experiments.
+//!   [`config`] (the pipeline's part of the TOML config), [`run`] (runs the graph over a
+//!   source, records and evaluates what it published), [`slowdown`] (a knob that makes a
+//!   stage slower, to test latency regression checks);
+//! - [`regress`]: latency-jitter regression checks.
+//!
+//! This crate links no simulator and no log reader: `redline-sim` implements
+//! [`sensors::FrameSource`] from logs and scenarios, an in-vehicle build from drivers.
 
 pub mod assignment;
+pub mod camera;
 pub mod config;
-pub mod demo_cmd;
 pub mod eval;
-pub mod feed;
-pub mod generate;
 pub mod graph;
 pub mod kalman;
 pub mod perception;
 pub mod planning;
 pub mod prediction;
-pub mod progress;
-pub mod quantize_cmd;
 pub mod regress;
-pub mod replay_cmd;
+pub mod run;
+pub mod sensors;
 pub mod slowdown;
 pub mod stages;
 pub mod tracking;

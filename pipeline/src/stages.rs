@@ -12,10 +12,10 @@ use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
 use redline_models::quant::QParams;
 use redline_runtime::{Fallback, FrameInfo, Stage, StageError, StageIo};
 
-use crate::feed::{in_perception_range, Feed, MAX_GT};
 use crate::perception::{BevProjector, Decoder, Preprocess, TemporalCache};
 use crate::planning::{min_risk, Planner, PlannerParams};
 use crate::prediction::Predictor;
+use crate::sensors::{in_perception_range, FrameSource, MAX_GT};
 use crate::tracking::{world_to_ego, Tracker, TrackerParams};
 use crate::types::{
     BevSpec, Detection, EgoPose, GtBox, PlanSummary, PredictedPath, RoadMap, TrackState, TrajPoint,
@@ -56,25 +56,25 @@ pub mod buf {
     pub const PLAN: &str = "plan";
 }
 
-const E_NO_FRAME: StageError = StageError::new("the feed has no frame with this number");
+const E_NO_FRAME: StageError = StageError::new("the frame source has no frame with this number");
 const E_SHAPE: StageError = StageError::new("buffer size does not match the model");
 
-/// Copies frame `k` of the feed into the arena.
+/// Copies frame `k` of the frame source into the arena.
 #[derive(Debug)]
 pub struct SensorsStage {
-    feed: Arc<Feed>,
+    feed: Arc<dyn FrameSource>,
 }
 
 impl SensorsStage {
-    /// Over a feed built before the run.
-    pub fn new(feed: Arc<Feed>) -> Self {
+    /// Over a frame source opened before the run.
+    pub fn new(feed: Arc<dyn FrameSource>) -> Self {
         SensorsStage { feed }
     }
 }
 
 impl Stage for SensorsStage {
     fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
-        let frame = self.feed.frames.get(f.frame as usize).ok_or(E_NO_FRAME)?;
+        let frame = self.feed.frame(f.frame as usize).ok_or(E_NO_FRAME)?;
         let images = io.output::<u8>(0)?;
         let present = io.output::<u32>(1)?;
         let ego = io.output::<EgoPose>(2)?;
@@ -91,7 +91,7 @@ impl Stage for SensorsStage {
         let n = frame.gt.len().min(MAX_GT);
         gt[..n].copy_from_slice(&frame.gt[..n]);
         gt[n..].fill(GtBox::default());
-        map[0] = *self.feed.map;
+        map[0] = *self.feed.map();
         Ok(())
     }
 }

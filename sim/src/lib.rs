@@ -1,9 +1,13 @@
 //! redline-sim: scenarios, sensor rendering, MCAP logs, replay driver, fault injection.
 //!
-//! Depends on `redline-runtime` only; knows nothing about perception models.
+//! Implements the pipeline's input contract ([`redline_pipeline::sensors::FrameSource`])
+//! from recorded logs and the built-in scenario ([`feed`]); the pipeline never links this
+//! crate.
 
 pub mod camera;
 pub mod cdr;
+pub mod feed;
+pub mod generate;
 pub mod log;
 pub mod msgs;
 pub mod render;

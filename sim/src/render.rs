@@ -20,7 +20,8 @@
 //! entirely behind the camera are skipped. About 1.5 ms per 320×192 image in release on one
 //! core (see `render_timing` in `sim/tests/scenario.rs`).
 
-use crate::camera::{det, CameraPose, NEAR_DEPTH};
+use crate::camera::{det, pose_in_world};
+use redline_pipeline::camera::{CameraPose, NEAR_DEPTH};
 use redline_runtime::rng::mix64;
 
 use crate::scenario::Road;
@@ -130,7 +131,7 @@ impl Renderer {
         if n == 0 {
             return;
         }
-        let pose = CameraPose::in_world(cam, ego);
+        let pose = pose_in_world(cam, ego);
         draw_background(cam, &pose, road, &mut out.data);
         for a in actors {
             self.draw_box(cam, &pose, a, &mut out.data);

@@ -29,8 +29,8 @@
 use crate::camera::det;
 use crate::camera::surround_rig;
 use crate::render::render_scene;
-use redline_runtime::rng::{mix64, SplitMix64};
 use crate::types::{ActorClass, CameraSpec, EgoState, GroundTruth, GtObject, RgbImage};
+use redline_runtime::rng::{mix64, SplitMix64};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 
@@ -147,6 +147,16 @@ pub enum ScenarioError {
 }
 
 impl ScenarioConfig {
+    /// The built-in drive `redline` replays when given no log: the defaults at the
+    /// pipeline's default camera resolution, 256×128.
+    pub fn default_drive() -> ScenarioConfig {
+        ScenarioConfig {
+            image_width: 256,
+            image_height: 128,
+            ..ScenarioConfig::default()
+        }
+    }
+
     /// Checks every field; the error names the first invalid one.
     pub fn validate(&self) -> Result<(), ScenarioError> {
         if !(self.fps.is_finite() && self.fps > 0.0 && self.fps <= 1000.0) {

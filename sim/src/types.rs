@@ -93,34 +93,7 @@ pub struct GroundTruth {
     pub objects: Vec<GtObject>,
 }
 
-/// A pinhole camera mounted on the ego vehicle.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CameraSpec {
-    /// Short name, e.g. "front"; topics are `/cam/<name>/image_raw` and `/cam/<name>/camera_info`.
-    pub name: String,
-    /// Image width, px.
-    pub width: u32,
-    /// Image height, px.
-    pub height: u32,
-    /// Focal length, px.
-    pub fx: f64,
-    /// Focal length, px.
-    pub fy: f64,
-    /// Principal point, px.
-    pub cx: f64,
-    /// Principal point, px.
-    pub cy: f64,
-    /// Mount position in the ego frame, m.
-    pub x: f64,
-    /// Mount position in the ego frame, m.
-    pub y: f64,
-    /// Mount position in the ego frame, m.
-    pub z: f64,
-    /// Mount heading in the ego frame (0 = looking forward, +pi/2 = left), rad.
-    pub yaw: f64,
-    /// Mount pitch (positive looks down), rad.
-    pub pitch: f64,
-}
+pub use redline_pipeline::camera::CameraSpec;
 
 /// An 8-bit RGB image, row major, no padding.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

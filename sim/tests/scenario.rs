@@ -2,7 +2,8 @@
 //! freedom, road and camera geometry, rendering.
 
 use proptest::prelude::*;
-use redline_sim::camera::{pixel_ray_ego, project_ego, project_world, surround_rig};
+use redline_pipeline::camera::{pixel_ray_ego, project_ego};
+use redline_sim::camera::{project_world, surround_rig};
 use redline_sim::render::{render_scene, Renderer};
 use redline_sim::scenario::{
     Road, Scenario, ScenarioConfig, ScenarioError, EGO_LENGTH, EGO_REAR_TO_CENTRE, EGO_WIDTH,

@@ -105,7 +105,7 @@ pub fn temp_dir(name: &str) -> PathBuf {
 /// Writes a scenario log at `path` (all frames) and returns the scenario.
 pub fn scenario_log(cfg: ScenarioConfig, path: &Path) -> Scenario {
     let scenario = Scenario::generate(cfg).expect("scenario");
-    redline_pipeline::generate::write_scenario_log(&scenario, path, None, &mut |_| {})
+    redline_sim::generate::write_scenario_log(&scenario, path, None, &mut |_| {})
         .expect("log written");
     scenario
 }

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use redline_pipeline::config::{Perception, PipelineConfig};
-use redline_pipeline::feed::Feed;
-use redline_pipeline::progress::Counters;
-use redline_pipeline::replay_cmd::replay;
+use redline_pipeline::run::replay;
+use redline_pipeline::run::Counters;
 use redline_runtime::ReleaseMode;
+use redline_sim::feed::Feed;
 use redline_sim::scenario::ScenarioConfig;
 
 #[test]

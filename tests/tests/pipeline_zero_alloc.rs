@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use redline_pipeline::config::{Perception, PipelineConfig, Slowdown};
-use redline_pipeline::feed::Feed;
 use redline_pipeline::graph;
-use redline_pipeline::progress::Counters;
-use redline_pipeline::replay_cmd::RecordingPublisher;
+use redline_pipeline::run::Counters;
+use redline_pipeline::run::RecordingPublisher;
+use redline_pipeline::sensors::FrameSource;
 use redline_runtime::{PlanConfig, ReleaseMode, Runtime, RuntimeConfig};
+use redline_sim::feed::Feed;
 use redline_tests::{small_scenario, CountingAllocator};
 
 #[global_allocator]
@@ -17,7 +18,7 @@ static ALLOC: CountingAllocator = CountingAllocator::new();
 
 #[test]
 fn driving_graph_allocates_nothing_per_frame() {
-    let feed =
+    let feed: Arc<dyn FrameSource> =
         Arc::new(Feed::from_scenario(&small_scenario(5, 3.0), None, &mut |_, _| {}).unwrap());
     let slowed = |percent: f64, busy_ms: f64| Slowdown { percent, busy_ms };
     for (perception, slowdown) in [
@@ -49,18 +50,18 @@ fn driving_graph_allocates_nothing_per_frame() {
             plan,
             RuntimeConfig {
                 release: ReleaseMode::AsFastAsPossible,
-                period_ns: feed.period_ns,
+                period_ns: feed.period_ns(),
                 ..RuntimeConfig::default()
             },
         )
         .unwrap();
         let mut publisher =
-            RecordingPublisher::new(feed.frames.len(), Arc::new(Counters::default()));
+            RecordingPublisher::new(feed.frame_count(), Arc::new(Counters::default()));
         rt.run(20, &mut publisher); // warm-up
         ALLOC.start();
-        rt.run(feed.frames.len() as u64 - 20, &mut publisher);
+        rt.run(feed.frame_count() as u64 - 20, &mut publisher);
         let (allocs, bytes) = ALLOC.stop();
-        assert_eq!(publisher.records.len(), feed.frames.len());
+        assert_eq!(publisher.records.len(), feed.frame_count());
         assert_eq!(
             allocs, 0,
             "{perception:?}, slowdown {:?}: {allocs} allocations ({bytes} bytes) after warm-up",

@@ -37,15 +37,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redline_pipeline::config::{PipelineConfig, Slowdown};
-use redline_pipeline::feed::Feed;
-use redline_pipeline::progress::Counters;
 use redline_pipeline::regress::run::{alternate, measure_alternating, measure_runtime, Side};
 use redline_pipeline::regress::{Measurement, RegressConfig, Tolerance, Verdict};
+use redline_pipeline::run::Counters;
+use redline_pipeline::sensors::FrameSource;
 use redline_pipeline::slowdown::add_stage;
 use redline_runtime::{
     FrameInfo, GraphBuilder, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage, StageError,
     StageIo,
 };
+use redline_sim::feed::Feed;
+use redline_sim::scenario::ScenarioConfig;
 use redline_tests::temp_dir;
 
 /// Replays per side.
@@ -318,30 +320,32 @@ fn the_same_build_against_itself_passes() {
 /// Frames per real-workload replay.
 const FRAMES: u64 = 150;
 
+/// The built-in drive at 60 Hz: half the wall time; the ≈ 4 ms frames fit 16.7 ms easily.
+fn real_scenario() -> ScenarioConfig {
+    let fps = 60.0;
+    ScenarioConfig {
+        fps,
+        seconds: FRAMES as f64 / fps + 0.5,
+        ..ScenarioConfig::default_drive()
+    }
+}
+
 fn real_config() -> PipelineConfig {
     let mut cfg = PipelineConfig {
         release: ReleaseMode::RealTime,
         ..PipelineConfig::default()
     };
-    // 60 Hz halves the wall time; the ≈ 4 ms frames fit 16.7 ms easily.
-    cfg.scenario.fps = 60.0;
-    cfg.scenario.seconds = FRAMES as f64 / cfg.scenario.fps + 0.5;
     cfg.rt.fifo_priority = Some(40);
     cfg.rt.lock_memory = true;
     cfg.rt.pin_cores = Some(vec![0, 1]);
     cfg
 }
 
-fn feed() -> Arc<Feed> {
-    static FEED: OnceLock<Arc<Feed>> = OnceLock::new();
+fn feed() -> Arc<dyn FrameSource> {
+    static FEED: OnceLock<Arc<dyn FrameSource>> = OnceLock::new();
     FEED.get_or_init(|| {
         Arc::new(
-            Feed::from_scenario(
-                &real_config().scenario,
-                Some(FRAMES as usize),
-                &mut |_, _| {},
-            )
-            .unwrap(),
+            Feed::from_scenario(&real_scenario(), Some(FRAMES as usize), &mut |_, _| {}).unwrap(),
         )
     })
     .clone()

@@ -27,9 +27,9 @@ use super::measurement::{
 use super::plot;
 use super::verdict::Verdict;
 use crate::config::PipelineConfig;
-use crate::feed::Feed;
-use crate::progress::Counters;
-use crate::replay_cmd::{start_runtime, RecordingPublisher, ReplayError};
+use crate::run::Counters;
+use crate::run::{start_runtime, RecordingPublisher, ReplayError};
+use crate::sensors::FrameSource;
 use redline_runtime::Runtime;
 
 /// What `regress-worker --protocol` prints: the version of the worker interface.
@@ -38,19 +38,19 @@ pub const WORKER_PROTOCOL: &str = "redline-regress-worker/1";
 /// One replay of `feed` (`frames` at most, warm-up included), measured.
 pub fn measure_replay(
     cfg: &PipelineConfig,
-    feed: &Arc<Feed>,
+    feed: &Arc<dyn FrameSource>,
     frames: Option<u64>,
     label: &str,
     counters: Arc<Counters>,
 ) -> Result<Measurement, ReplayError> {
     let (mut rt, _info) = start_runtime(cfg, feed)?;
     let n = frames
-        .unwrap_or(feed.frames.len() as u64)
-        .min(feed.frames.len() as u64);
+        .unwrap_or(feed.frame_count() as u64)
+        .min(feed.frame_count() as u64);
     Ok(measure_runtime(
         &mut rt,
         cfg,
-        &feed.source,
+        feed.describe(),
         n,
         label,
         counters,
@@ -105,7 +105,7 @@ pub struct RunFacts<'a> {
     /// What it replayed (the feed's source: a log path or the built-in scenario).
     pub source: &'a str,
     /// What every frame published.
-    pub records: &'a [crate::replay_cmd::FrameRecord],
+    pub records: &'a [crate::run::FrameRecord],
     /// Frames run, warm-up included.
     pub frames: u64,
     /// Warm-up frames (metrics reset after them).
@@ -222,7 +222,7 @@ pub fn measurement_of(rt: &Runtime, f: &RunFacts<'_>) -> Measurement {
 /// `reps` replays in this process; `on_rep(i, m)` after each (progress).
 pub fn measure_in_process(
     cfg: &PipelineConfig,
-    feed: &Arc<Feed>,
+    feed: &Arc<dyn FrameSource>,
     frames: Option<u64>,
     reps: usize,
     label: &str,
@@ -279,7 +279,7 @@ pub fn alternate<T, E>(
 pub fn measure_alternating(
     reference: &PipelineConfig,
     candidate: &PipelineConfig,
-    feed: &Arc<Feed>,
+    feed: &Arc<dyn FrameSource>,
     frames: Option<u64>,
     reps: usize,
 ) -> Result<(Vec<Measurement>, Vec<Measurement>), ReplayError> {

@@ -10,7 +10,7 @@
 //!   through the pipeline's preprocessing ([`Preprocess`], so the INT8 and float networks see
 //!   the same quantized pixels), then the float backbone; the float features are projected
 //!   to the BEV grid with the same projection table as the graph ([`BevProjector`], built as
-//!   in [`crate::graph::build`]: sources averaged, unseen cells 0), then the float heads.
+//!   in [`redline_pipeline::graph::build`]: sources averaged, unseen cells 0), then the float heads.
 //!   Every activation tensor is observed ([`NetworkCalibrator`]). The temporal cache is not
 //!   run: it fuses convex combinations of BEV maps, which stay inside the observed range.
 //! - Evaluation (pass 2, same frames): the INT8 networks built with min-max and with
@@ -27,6 +27,7 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Result;
 use redline_models::calibrate::{
     CalibrateError, CalibrationMethod, NetworkCalibrator, NetworkSqnr, Tensor, DEFAULT_PERCENTILE,
 };
@@ -34,14 +35,15 @@ use redline_models::conv::ModelError;
 use redline_models::network::{Backbone, DetHead, FloatNetwork, SegHead};
 use redline_models::quant::dequantize;
 use redline_models::weights::{QuantizedNetwork, WeightsError};
-use redline_sim::camera::project_ego;
+use redline_pipeline::camera::project_ego;
+use redline_pipeline::config::PipelineConfig;
+use redline_pipeline::perception::{BevProjector, Preprocess};
+use redline_pipeline::types::BevSpec;
+use redline_sim::feed::Feed;
 use redline_sim::scenario::ScenarioConfig;
 use serde::Serialize;
 
-use crate::config::PipelineConfig;
-use crate::feed::Feed;
-use crate::perception::{BevProjector, Preprocess};
-use crate::types::BevSpec;
+use crate::config::RedlineConfig;
 
 /// Where the calibration frames come from.
 #[derive(Clone, Debug)]
@@ -328,18 +330,46 @@ pub fn run_quantize(
     })
 }
 
+#[derive(clap::Args, Debug)]
+pub struct QuantizeArgs {
+    /// MCAP log whose camera frames calibrate the network (default: the built-in scenario).
+    pub log: Option<PathBuf>,
+    /// Output weights file; load it with `weights = "FILE"` in a replay config.
+    #[arg(short, long, default_value = "weights.safetensors")]
+    pub out: PathBuf,
+    /// Activation ranges: minmax, percentile (99.99) or percentile:P.
+    #[arg(long, default_value = "minmax")]
+    pub method: String,
+    /// Frames to calibrate on.
+    #[arg(long, default_value_t = 120)]
+    pub frames: usize,
+}
+
+pub fn run(a: QuantizeArgs) -> Result<()> {
+    use redline_models::calibrate::CalibrationMethod;
+    let method = CalibrationMethod::parse(&a.method)?;
+    let source = match a.log {
+        Some(p) => QuantizeSource::Log(p),
+        None => QuantizeSource::Scenario(RedlineConfig::default().scenario),
+    };
+    let report = run_quantize(source, &a.out, method, a.frames)?;
+    print!("{}", report.table());
+    println!("wrote {}", a.out.display());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::progress::Counters;
-    use crate::replay_cmd::replay;
+    use redline_pipeline::run::{replay, Counters};
+    use redline_pipeline::sensors::FrameSource;
     use redline_runtime::ReleaseMode;
     use std::sync::Arc;
 
     fn small_scenario() -> ScenarioConfig {
         ScenarioConfig {
             seconds: 1.0,
-            ..PipelineConfig::default().scenario
+            ..RedlineConfig::default().scenario
         }
     }
 
@@ -390,11 +420,11 @@ mod tests {
         assert_eq!(loaded.method, method);
 
         // The pipeline runs with the file, in lockstep, twice with the same result.
-        let feed = Arc::new(Feed::from_scenario(&sc, Some(6), &mut |_, _| {}).unwrap());
+        let feed: Arc<dyn FrameSource> =
+            Arc::new(Feed::from_scenario(&sc, Some(6), &mut |_, _| {}).unwrap());
         let cfg = PipelineConfig {
             weights: Some(path.clone()),
             release: ReleaseMode::Lockstep,
-            scenario: sc.clone(),
             ..PipelineConfig::default()
         };
         let run = |cfg: &PipelineConfig| {
@@ -432,7 +462,7 @@ mod tests {
     fn sqnr_table_on_the_default_scenario() {
         let out = std::env::temp_dir().join(format!("redline-sqnr-{}.st", std::process::id()));
         let r = run_quantize(
-            QuantizeSource::Scenario(PipelineConfig::default().scenario),
+            QuantizeSource::Scenario(RedlineConfig::default().scenario),
             &out,
             CalibrationMethod::Percentile(DEFAULT_PERCENTILE),
             120,

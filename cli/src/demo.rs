@@ -12,7 +12,11 @@ use redline_runtime::{
     FrameStatus, PlanConfig, Published, ReleaseMode, Report, Runtime, RuntimeConfig,
 };
 
-use crate::progress::{Counters, Progress};
+use anyhow::{bail, Context, Result};
+use redline_pipeline::run::Counters;
+
+use crate::common::{release, Mode};
+use crate::progress::Progress;
 
 /// Everything `redline demo` can be told.
 #[derive(Debug, Clone)]
@@ -181,10 +185,125 @@ pub fn run_demo(o: &DemoOptions) -> Result<Report, DemoError> {
     faults.release_hang();
     let report = rt.report();
     if let Some(dir) = &o.report_dir {
-        crate::replay_cmd::write_report_files(dir, &report, &rt)
+        redline_pipeline::run::write_report_files(dir, &report, &rt)
             .map_err(|(path, error)| DemoError::Write { path, error })?;
     }
     Ok(report)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Frames to run.
+    #[arg(long, default_value_t = 300)]
+    pub frames: u64,
+    /// Worker lanes (threads).
+    #[arg(long, default_value_t = 2)]
+    pub lanes: usize,
+    /// Frames in flight (arena frame slots).
+    #[arg(long, default_value_t = 2)]
+    pub slots: usize,
+    /// How frames are released.
+    #[arg(long, value_enum, default_value_t = Mode::Realtime)]
+    pub mode: Mode,
+    /// Frame period in milliseconds.
+    #[arg(long, default_value_t = 1000.0 / 30.0)]
+    pub period_ms: f64,
+    /// Elements per demo buffer (work per frame).
+    #[arg(long, default_value_t = 65_536)]
+    pub size: usize,
+    /// Pin lanes to these cores, e.g. "0,1" (lane i -> core i mod n).
+    #[arg(long)]
+    pub pin: Option<String>,
+    /// Run lanes SCHED_FIFO at this priority (1-97; the scheduler and watchdog go above).
+    #[arg(long)]
+    pub fifo: Option<i32>,
+    /// Lock all memory (mlockall) and the arena.
+    #[arg(long)]
+    pub mlock: bool,
+    /// Stall a stage: "STAGE:MS@FROM..TO", e.g. "smooth:40@100..160".
+    #[arg(long)]
+    pub stall: Option<String>,
+    /// Hang a stage for ever from a frame: "STAGE@FRAME", e.g. "temporal@100".
+    #[arg(long)]
+    pub hang: Option<String>,
+    /// Write report.json and trace.json (Chrome trace, opens in Perfetto) here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Print the compiled plan (order, lanes, arena offsets) first.
+    #[arg(long)]
+    pub show_plan: bool,
+}
+
+pub fn parse_stall(s: &str) -> Result<(String, f64, u64, u64)> {
+    let help = || format!("--stall '{s}': expected STAGE:MS@FROM..TO, e.g. smooth:40@100..160");
+    let (stage, rest) = s.split_once(':').with_context(help)?;
+    let (ms, range) = rest.split_once('@').with_context(help)?;
+    let (from, to) = range.split_once("..").with_context(help)?;
+    Ok((
+        stage.to_string(),
+        ms.parse().with_context(help)?,
+        from.parse().with_context(help)?,
+        to.parse().with_context(help)?,
+    ))
+}
+
+pub fn parse_hang(s: &str) -> Result<(String, u64)> {
+    let help = || format!("--hang '{s}': expected STAGE@FRAME, e.g. temporal@100");
+    let (stage, at) = s.split_once('@').with_context(help)?;
+    Ok((stage.to_string(), at.parse().with_context(help)?))
+}
+
+pub fn run(a: DemoArgs) -> Result<()> {
+    let pin = match &a.pin {
+        Some(p) => Some(
+            p.split(',')
+                .map(|c| c.trim().parse::<usize>())
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("--pin '{p}': expected core numbers like 0,1"))?,
+        ),
+        None => None,
+    };
+    if let Some(f) = a.fifo {
+        if !(1..=97).contains(&f) {
+            bail!(
+                "--fifo {f}: use a priority from 1 to 97 (the scheduler and watchdog run above it)"
+            );
+        }
+    }
+    let o = DemoOptions {
+        frames: a.frames,
+        lanes: a.lanes,
+        slots: a.slots,
+        release: release(a.mode),
+        period_ms: a.period_ms,
+        size: a.size,
+        pin,
+        fifo: a.fifo,
+        lock_memory: a.mlock,
+        stall: a.stall.as_deref().map(parse_stall).transpose()?,
+        hang: a.hang.as_deref().map(parse_hang).transpose()?,
+        report_dir: a.report.clone(),
+        show_plan: a.show_plan,
+    };
+    eprintln!(
+        "redline demo: {} frames, {} lanes, {} slots, {:?}, period {:.3} ms",
+        o.frames, o.lanes, o.slots, o.release, o.period_ms
+    );
+    let report = run_demo(&o)?;
+    print!("{}", report.table());
+    for t in &report.transitions {
+        println!(
+            "mode: after frame {} {} -> {}: {}",
+            t.after_frame, t.from, t.to, t.reason
+        );
+    }
+    if let Some(dir) = &a.report {
+        println!(
+            "wrote {0}/report.json and {0}/trace.json (open the trace in ui.perfetto.dev)",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

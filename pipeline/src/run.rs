@@ -1,5 +1,5 @@
-//! `redline replay`: runs the driving graph over a feed (a recorded MCAP log or the
-//! built-in scenario), records what every frame published, then evaluates it against the
+//! Runs the driving graph over a [`FrameSource`] (`redline replay` feeds it a recorded log
+//! or the built-in scenario), records what every frame published, then evaluates it against the
 //! ground truth: tracking quality (MOTA, ID switches) and whether each planned trajectory
 //! stays clear of the actors' true futures.
 //!
@@ -7,7 +7,7 @@
 //! whole run (no allocation, no I/O); evaluation and reports happen after the run.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redline_runtime::{
@@ -17,12 +17,20 @@ use serde::Serialize;
 
 use crate::config::{Perception, PipelineConfig};
 use crate::eval::{first_collision, MotEval, MotSummary};
-use crate::feed::{in_perception_range, Feed};
 use crate::graph::{self, GraphInfo};
-use crate::progress::Counters;
+use crate::sensors::{in_perception_range, FrameSource};
 use crate::types::{
     Detection, EgoPose, GtBox, PlanSummary, TrackState, TrajPoint, MAX_TRACKS, PLAN_STEPS, PRED_DT,
 };
+
+/// Shared counters the publisher bumps.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Frames published.
+    pub published: AtomicU64,
+    /// Frames published as fallbacks.
+    pub fallbacks: AtomicU64,
+}
 
 /// What one frame published, kept for evaluation.
 #[derive(Clone, Copy, Debug)]
@@ -179,7 +187,7 @@ pub enum ReplayError {
 /// the models, the arena and the lanes).
 pub fn start_runtime(
     cfg: &PipelineConfig,
-    feed: &Arc<Feed>,
+    feed: &Arc<dyn FrameSource>,
 ) -> Result<(Runtime, GraphInfo), ReplayError> {
     let (g, info) = graph::build(cfg, feed).map_err(ReplayError::Graph)?;
     let plan = g.build(&PlanConfig {
@@ -187,7 +195,7 @@ pub fn start_runtime(
         frame_slots: cfg.frame_slots,
     })?;
     let rcfg = RuntimeConfig {
-        period_ns: feed.period_ns,
+        period_ns: feed.period_ns(),
         deadline_ns: (cfg.deadline_ms * 1e6) as u64,
         publish_margin_ns: (cfg.publish_margin_ms * 1e6) as u64,
         release: cfg.release,
@@ -201,28 +209,28 @@ pub fn start_runtime(
 /// Runs `frames` frames (all when None) of `feed` and evaluates them.
 pub fn replay(
     cfg: &PipelineConfig,
-    feed: Arc<Feed>,
+    feed: Arc<dyn FrameSource>,
     frames: Option<u64>,
     counters: Arc<Counters>,
 ) -> Result<(ReplayOutcome, Runtime), ReplayError> {
     let (mut rt, info) = start_runtime(cfg, &feed)?;
     let n = frames
-        .unwrap_or(feed.frames.len() as u64)
-        .min(feed.frames.len() as u64);
+        .unwrap_or(feed.frame_count() as u64)
+        .min(feed.frame_count() as u64);
     let mut publisher = RecordingPublisher::new(n as usize, counters);
     let started_unix_ms = crate::regress::measurement::unix_now_ms();
     let t0 = std::time::Instant::now();
     rt.run(n, &mut publisher);
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let evaluation = evaluate(&feed, &publisher.records);
+    let evaluation = evaluate(feed.as_ref(), &publisher.records);
     let outcome = ReplayOutcome {
-        source: feed.source.clone(),
+        source: feed.describe().to_string(),
         perception: cfg.perception,
         graph: info,
         runtime: rt.report(),
         evaluation,
-        input_issues: feed.issues.iter().take(200).cloned().collect(),
-        input_issue_count: feed.issues.len(),
+        input_issues: feed.issues().iter().take(200).cloned().collect(),
+        input_issue_count: feed.issues().len(),
         output_hash: format!("{:016x}", publisher.hash.hash),
         started_unix_ms,
         wall_ms,
@@ -232,11 +240,11 @@ pub fn replay(
 }
 
 /// Scores recorded frames against the feed's ground truth.
-pub fn evaluate(feed: &Feed, records: &[FrameRecord]) -> Evaluation {
+pub fn evaluate(feed: &dyn FrameSource, records: &[FrameRecord]) -> Evaluation {
     let mut mot = MotEval::new(2.0);
     let mut dets = 0u64;
     for r in records {
-        let Some(f) = feed.frames.get(r.frame as usize) else {
+        let Some(f) = feed.frame(r.frame as usize) else {
             continue;
         };
         let gt: Vec<GtBox> =
@@ -248,7 +256,7 @@ pub fn evaluate(feed: &Feed, records: &[FrameRecord]) -> Evaluation {
         mot.frame(&gt, &tracks);
         dets += u64::from(r.detections);
     }
-    let period_s = feed.period_ns as f64 / 1e9;
+    let period_s = feed.period_ns() as f64 / 1e9;
     let horizon_frames = ((PLAN_STEPS as f64 * PRED_DT as f64) / period_s).round() as usize;
     let (mut checked, mut free, mut min_risk) = (0u64, 0u64, 0u64);
     let mut collisions = Vec::new();
@@ -257,13 +265,16 @@ pub fn evaluate(feed: &Feed, records: &[FrameRecord]) -> Evaluation {
             min_risk += 1;
         }
         let k = r.frame as usize;
-        if k + horizon_frames >= feed.frames.len() || feed.frames[k].gt.is_empty() {
+        let n = feed.frame_count();
+        if k + horizon_frames >= n || feed.frame(k).is_none_or(|f| f.gt.is_empty()) {
             continue;
         }
         let future = |j: usize| -> Vec<GtBox> {
             let dt = (j + 1) as f64 * PRED_DT as f64;
             let idx = k + (dt / period_s).round() as usize;
-            feed.frames[idx.min(feed.frames.len() - 1)].gt.clone()
+            feed.frame(idx.min(n - 1))
+                .map(|f| f.gt.clone())
+                .unwrap_or_default()
         };
         checked += 1;
         match first_collision(&r.trajectory, &future) {

@@ -1,4 +1,5 @@
-//! The sensor feed: every frame of a replay, decoded into memory before the run starts.
+//! The replay feed: every frame of a replay, decoded into memory before the run starts, as
+//! the pipeline's [`FrameSource`].
 //!
 //! Contract: building a [`Feed`] does all decoding and rendering (it allocates, reads files,
 //! reports progress); during the run the `sensors` stage only copies frame `k` out of it
@@ -10,30 +11,14 @@
 
 use std::path::Path;
 
-use redline_sim::log::LogReader;
-use redline_sim::replay::{read_frames, FrameIssue};
-use redline_sim::scenario::{Scenario, ScenarioConfig};
-use redline_sim::types::{CameraSpec, EgoState, GroundTruth, RgbImage};
+use redline_pipeline::camera::CameraSpec;
+use redline_pipeline::sensors::{FrameSource, SensorFrame, MAX_GT};
+use redline_pipeline::types::{EgoPose, GtBox, RoadMap, MAP_POINTS, MAP_SPACING};
 
-use crate::types::{class, EgoPose, GtBox, RoadMap, MAP_POINTS};
-
-/// Ground-truth boxes a frame can carry into the arena.
-pub const MAX_GT: usize = 128;
-
-/// One frame of sensor data.
-#[derive(Clone, Debug)]
-pub struct FeedFrame {
-    /// Sensor timestamp, ns.
-    pub stamp_ns: u64,
-    /// All cameras, rig order, each `width × height × 3` bytes.
-    pub images: Vec<u8>,
-    /// Bit `c` set when camera `c` delivered a usable image.
-    pub present: u32,
-    /// Ego pose (zero when odometry is missing: see issues).
-    pub ego: EgoPose,
-    /// Ground truth, world frame (empty when the log has none).
-    pub gt: Vec<GtBox>,
-}
+use crate::log::LogReader;
+use crate::replay::{read_frames, FrameIssue};
+use crate::scenario::{Scenario, ScenarioConfig};
+use crate::types::{EgoState, GroundTruth, RgbImage};
 
 /// All frames of a replay.
 #[derive(Debug)]
@@ -49,7 +34,7 @@ pub struct Feed {
     /// The road map (zeroed when the log has none).
     pub map: Box<RoadMap>,
     /// Frames, in order.
-    pub frames: Vec<FeedFrame>,
+    pub frames: Vec<SensorFrame>,
     /// (frame, what) for everything that was wrong with the input.
     pub issues: Vec<(u64, String)>,
     /// Where the frames came from, for reports.
@@ -61,10 +46,10 @@ pub struct Feed {
 pub enum FeedError {
     /// The scenario config is invalid.
     #[error(transparent)]
-    Scenario(#[from] redline_sim::scenario::ScenarioError),
+    Scenario(#[from] crate::scenario::ScenarioError),
     /// The log cannot be read at all.
     #[error(transparent)]
-    Log(#[from] redline_sim::log::LogError),
+    Log(#[from] crate::log::LogError),
     /// The log holds no frame.
     #[error("{0}: the log holds no complete frame (no odometry or no camera images): check the topics with `redline replay --help`")]
     Empty(String),
@@ -119,11 +104,6 @@ fn road_map(lanes: u32, lane_width: f64, centre: &[(f64, f64)]) -> Box<RoadMap> 
 }
 
 impl Feed {
-    /// Bytes of one camera image.
-    pub fn image_len(&self) -> usize {
-        self.width * self.height * 3
-    }
-
     /// Renders the built-in scenario (`frames` at most, all when None); `progress` is
     /// called with (done, total) as frames are rendered.
     pub fn from_scenario(
@@ -143,7 +123,7 @@ impl Feed {
                 scenario.render(k, c, &mut img);
                 images[c * w * h * 3..(c + 1) * w * h * 3].copy_from_slice(&img.data);
             }
-            out.push(FeedFrame {
+            out.push(SensorFrame {
                 stamp_ns: scenario.stamp_ns(k),
                 images,
                 present: (1u32 << cams) - 1,
@@ -152,9 +132,7 @@ impl Feed {
             });
             progress(k + 1, n);
         }
-        let centre = scenario
-            .road
-            .sample_centre(crate::types::MAP_SPACING as f64, MAP_POINTS);
+        let centre = scenario.road.sample_centre(MAP_SPACING as f64, MAP_POINTS);
         Ok(Feed {
             cameras: scenario.cameras.clone(),
             width: w,
@@ -243,7 +221,7 @@ impl Feed {
                 }
             }
             last_stamp = Some(sf.stamp_ns);
-            out.push(FeedFrame {
+            out.push(SensorFrame {
                 stamp_ns: sf.stamp_ns,
                 images,
                 present,
@@ -267,16 +245,29 @@ impl Feed {
     }
 }
 
-/// Whether a ground-truth box is inside the region the pipeline perceives and is
-/// evaluated on: the BEV grid around the ego.
-pub fn in_perception_range(ego: &EgoPose, gt: &GtBox) -> bool {
-    let bev = crate::types::BevSpec::DEFAULT;
-    let (x, y) = crate::tracking::world_to_ego(ego, gt.x, gt.y);
-    let margin = 1.0;
-    gt.valid == 1
-        && gt.class < class::COUNT as u32
-        && x >= (bev.x0 + margin) as f64
-        && x < (bev.x0 + bev.nx as f32 * bev.res - margin) as f64
-        && y >= (bev.y0 + margin) as f64
-        && y < (bev.y0 + bev.ny as f32 * bev.res - margin) as f64
+impl FrameSource for Feed {
+    fn cameras(&self) -> &[CameraSpec] {
+        &self.cameras
+    }
+    fn image_size(&self) -> (usize, usize) {
+        (self.width, self.height)
+    }
+    fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+    fn map(&self) -> &RoadMap {
+        &self.map
+    }
+    fn frame_count(&self) -> usize {
+        self.frames.len()
+    }
+    fn frame(&self, k: usize) -> Option<&SensorFrame> {
+        self.frames.get(k)
+    }
+    fn issues(&self) -> &[(u64, String)] {
+        &self.issues
+    }
+    fn describe(&self) -> &str {
+        &self.source
+    }
 }

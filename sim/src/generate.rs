@@ -1,13 +1,13 @@
-//! `redline sim generate`: renders a scenario and records it as an MCAP sensor log (ROS 2
+//! Scenario → log (`redline sim generate`): renders a scenario and records it as an MCAP sensor log (ROS 2
 //! profile: camera images and infos, odometry, static transforms, ground truth, road map).
 
 use std::path::Path;
 
-use redline_sim::log::{LogError, LogStats, LogWriter};
-use redline_sim::scenario::Scenario;
-use redline_sim::types::RgbImage;
+use redline_pipeline::types::{MAP_POINTS, MAP_SPACING};
 
-use crate::types::{MAP_POINTS, MAP_SPACING};
+use crate::log::{LogError, LogStats, LogWriter};
+use crate::scenario::Scenario;
+use crate::types::RgbImage;
 
 /// Renders every frame (at most `frames`) of `scenario` into a log at `path`; `progress`
 /// is called with the number of frames written.

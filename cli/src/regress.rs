@@ -1,23 +1,71 @@
-//! The `redline regress`, `redline report merge` and `redline regress-worker` commands
-//! (part of the `redline` binary; the logic lives in [`redline_pipeline::regress`]).
+//! The `redline regress` and `redline regress-worker` commands
+//! (the logic lives in [`redline_pipeline::regress`]).
 //!
 //! Exit status of `regress`: 0 pass, 1 regression, 2 cannot run (the caller maps an `Err`
 //! to 2): what a CI job needs to tell a slower build from a broken setup.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use redline_pipeline::config::PipelineConfig;
-use redline_pipeline::progress::Counters;
-use redline_pipeline::regress::measurement::END_TO_END;
-use redline_pipeline::regress::plot;
 use redline_pipeline::regress::run::{
     measure_in_process, measure_replay, run_ab, write_outputs, Outputs, WorkerSpec, WORKER_PROTOCOL,
 };
 use redline_pipeline::regress::{Measurement, Verdict};
+use redline_pipeline::run::Counters;
 
-use super::{load_config, load_feed, MergeArgs, RegressArgs, WorkerArgs};
+use redline_pipeline::sensors::FrameSource;
+
+use crate::common::{load_config, load_feed, RunArgs};
+use crate::config::RedlineConfig;
+
+#[derive(clap::Args, Debug)]
+pub struct RegressArgs {
+    /// MCAP log to replay (default: the built-in scenario, generated in memory).
+    pub log: Option<PathBuf>,
+    /// Baseline to compare with (JSON written by --update-baseline).
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+    /// Measure and (over)write the baseline file instead of comparing.
+    #[arg(long, requires = "baseline")]
+    pub update_baseline: bool,
+    /// A/B mode: a reference redline binary, run alternately with this one; the verdict
+    /// uses the paired ratios.
+    #[arg(long, value_name = "OTHER_BINARY", conflicts_with_all = ["baseline", "update_baseline"])]
+    pub against: Option<PathBuf>,
+    /// A/B mode: the reference side's config (default: the same as this side's).
+    #[arg(long, requires = "against")]
+    pub against_config: Option<PathBuf>,
+    /// Replays (A/B: pairs) to run (default: the config's [regress] reps, 5).
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Output directory: measurement.json, verdict, latency.hlog, SVG plots.
+    #[arg(long, default_value = "regress-report")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// MCAP log to replay (default: the built-in scenario).
+    pub log: Option<PathBuf>,
+    /// TOML config.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Frames to replay.
+    #[arg(long)]
+    pub frames: Option<u64>,
+    /// Label of the replay.
+    #[arg(long, default_value = "candidate")]
+    pub label: String,
+    /// Where to write the measurement.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the worker protocol version and exit.
+    #[arg(long)]
+    pub protocol: bool,
+}
 
 fn ms(ns: u64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
@@ -85,10 +133,11 @@ fn ensure_frames(reps: &[Measurement]) -> Result<()> {
 
 /// `redline regress`: Ok(true) pass, Ok(false) regression, Err cannot run.
 pub fn regress(a: RegressArgs) -> Result<bool> {
-    let mut cfg = load_config(&a.run)?;
+    let mut file = load_config(&a.run)?;
+    let cfg = &mut file.pipeline;
     if let Some(r) = a.reps {
         cfg.regress.reps = r;
-        cfg.validate()?;
+        file.validate()?;
     }
     if let Some(log) = &a.log {
         if !log.exists() {
@@ -98,6 +147,7 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
             );
         }
     }
+    let cfg = &file.pipeline;
     let reps = cfg.regress.reps;
     let frames = a.run.frames;
     // A bad baseline stops the run before any replay.
@@ -106,25 +156,25 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
         _ => None,
     };
     if let Some(other) = &a.against {
-        return ab(&a, &cfg, other);
+        return ab(&a, &file, other);
     }
-    let feed = Arc::new(load_feed(
-        &cfg,
+    let feed: Arc<dyn FrameSource> = Arc::new(load_feed(
+        &file,
         a.log.as_deref(),
         frames.map(|f| f as usize),
     )?);
     let label = if a.update_baseline { "baseline" } else { "now" };
     eprintln!(
         "redline regress: {reps} replays of {} ({} frames, {} warm-up each), {:?}, {} lanes",
-        feed.source,
+        feed.describe(),
         frames
-            .unwrap_or(feed.frames.len() as u64)
-            .min(feed.frames.len() as u64),
+            .unwrap_or(feed.frame_count() as u64)
+            .min(feed.frame_count() as u64),
         cfg.regress.warmup_frames,
         cfg.release,
         cfg.lanes
     );
-    let now_reps = measure_in_process(&cfg, &feed, frames, reps, label, &mut |i, m| {
+    let now_reps = measure_in_process(cfg, &feed, frames, reps, label, &mut |i, m| {
         eprintln!("{}", rep_line(&format!("replay {}/{reps}", i + 1), m));
     })?;
     ensure_frames(&now_reps)?;
@@ -175,7 +225,8 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
 }
 
 /// A/B mode.
-fn ab(a: &RegressArgs, cfg: &PipelineConfig, other: &Path) -> Result<bool> {
+fn ab(a: &RegressArgs, file: &RedlineConfig, other: &Path) -> Result<bool> {
+    let cfg = &file.pipeline;
     if !other.exists() {
         bail!(
             "--against {}: no such file; give the path of the reference build's redline binary (e.g. ../main-before/target/release/redline)",
@@ -186,13 +237,10 @@ fn ab(a: &RegressArgs, cfg: &PipelineConfig, other: &Path) -> Result<bool> {
     let work = a.out.join("ab");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     // Each side replays with a config file written here (the CLI overrides applied).
-    let write_cfg = |c: &PipelineConfig, name: &str| -> Result<std::path::PathBuf> {
+    let write_cfg = |c: &RedlineConfig, name: &str| -> Result<std::path::PathBuf> {
         let p = work.join(name);
-        std::fs::write(
-            &p,
-            toml::to_string(c).context("writing the config as TOML")?,
-        )
-        .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(&p, c.to_toml().context("writing the config as TOML")?)
+            .with_context(|| format!("writing {}", p.display()))?;
         Ok(p)
     };
     let reference_cfg = match &a.against_config {
@@ -201,11 +249,11 @@ fn ab(a: &RegressArgs, cfg: &PipelineConfig, other: &Path) -> Result<bool> {
             run.config = Some(p.clone());
             load_config(&run)?
         }
-        None => cfg.clone(),
+        None => file.clone(),
     };
     let candidate = WorkerSpec {
         binary: this,
-        config: write_cfg(cfg, "candidate.toml")?,
+        config: write_cfg(file, "candidate.toml")?,
         label: "candidate".into(),
     };
     let reference = WorkerSpec {
@@ -267,70 +315,22 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     let Some(out) = &a.out else {
         bail!("regress-worker needs --out FILE (it is run by `redline regress --against`)");
     };
-    let cfg = match &a.config {
-        Some(p) => PipelineConfig::load(p)?,
-        None => PipelineConfig::default(),
+    let file = match &a.config {
+        Some(p) => RedlineConfig::load(p)?,
+        None => RedlineConfig::default(),
     };
-    let feed = Arc::new(load_feed(
-        &cfg,
+    let feed: Arc<dyn FrameSource> = Arc::new(load_feed(
+        &file,
         a.log.as_deref(),
         a.frames.map(|f| f as usize),
     )?);
     let m = measure_replay(
-        &cfg,
+        &file.pipeline,
         &feed,
         a.frames,
         &a.label,
         Arc::new(Counters::default()),
     )?;
     m.save(out)?;
-    Ok(())
-}
-
-/// `redline report merge`.
-pub fn merge(a: MergeArgs) -> Result<()> {
-    let parts = a
-        .files
-        .iter()
-        .map(|p| Measurement::load(p))
-        .collect::<Result<Vec<_>, _>>()?;
-    let merged = Measurement::merge(&parts)?;
-    if merged.setups.len() > 1 {
-        let d = merged.setups[0].differences(&merged.setups[1]);
-        eprintln!(
-            "WARNING: merging {} different run setups (e.g. {}): the merged histograms mix them",
-            merged.setups.len(),
-            d.join("; ")
-        );
-    }
-    merged.save(&a.out)?;
-    print!("{}", histogram_table(&merged));
-    println!(
-        "wrote {}: {} files, {} replays, {} machine(s)",
-        a.out.display(),
-        parts.len(),
-        merged.reps.len(),
-        merged.machines.len()
-    );
-    if let Some(dir) = &a.plots {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut names = vec![END_TO_END.to_string()];
-        names.extend(merged.stage_names());
-        for name in names {
-            if let Some(Ok(h)) = merged.histogram(&name) {
-                let svg = plot::percentile_svg(
-                    &format!("{name}: latency by percentile (merged)"),
-                    &[plot::Series {
-                        label: "merged",
-                        hist: &h,
-                    }],
-                    None,
-                );
-                let p = dir.join(format!("percentiles_{name}.svg"));
-                std::fs::write(&p, svg).with_context(|| format!("writing {}", p.display()))?;
-            }
-        }
-        println!("wrote percentile plots into {}", dir.display());
-    }
     Ok(())
 }

@@ -3,19 +3,12 @@
 //! a terminal.
 
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Shared counters the publisher bumps.
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Frames published.
-    pub published: AtomicU64,
-    /// Frames published as fallbacks.
-    pub fallbacks: AtomicU64,
-}
+use redline_pipeline::run::Counters;
 
 /// The progress line; dropped (or `finish`ed) to clear it.
 #[derive(Debug)]

@@ -1,0 +1,131 @@
+//! What several subcommands share: the options of a replay (`replay`, `regress`), the
+//! release modes, loading the config file, and opening a frame source (a log or the
+//! built-in scenario, with a progress line).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use redline_pipeline::config::Perception;
+use redline_pipeline::run::Counters;
+use redline_runtime::ReleaseMode;
+use redline_sim::feed::Feed;
+
+use crate::config::RedlineConfig;
+use crate::progress::Progress;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum PerceptionArg {
+    /// The INT8 network and decoder.
+    Network,
+    /// Ground truth from the log in place of decoded detections.
+    Oracle,
+}
+
+/// How a replay runs: shared by `replay` and `regress`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// TOML config (lanes, budgets, modes, resolution, ...).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// How frames are released (default: the config's, realtime).
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
+    /// Frames to replay (default: all).
+    #[arg(long)]
+    pub frames: Option<u64>,
+    /// Where detections come from (default: the config's, network).
+    #[arg(long, value_enum)]
+    pub perception: Option<PerceptionArg>,
+    /// Worker lanes (overrides the config).
+    #[arg(long)]
+    pub lanes: Option<usize>,
+    /// Run lanes SCHED_FIFO at this priority (the scheduler and watchdog go above).
+    #[arg(long)]
+    pub fifo: Option<i32>,
+    /// Lock all memory (mlockall) and the arena.
+    #[arg(long)]
+    pub mlock: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Mode {
+    /// Time-triggered releases, one period apart.
+    Realtime,
+    /// Next frame as soon as a slot is free.
+    Afap,
+    /// Data-triggered with a virtual clock (reproducible).
+    Lockstep,
+}
+
+pub fn load_config(a: &RunArgs) -> Result<RedlineConfig> {
+    let mut file = match &a.config {
+        Some(p) => RedlineConfig::load(p)?,
+        None => RedlineConfig::default(),
+    };
+    let cfg = &mut file.pipeline;
+    if let Some(m) = a.mode {
+        cfg.release = release(m);
+    }
+    if let Some(p) = a.perception {
+        cfg.perception = match p {
+            PerceptionArg::Network => Perception::Network,
+            PerceptionArg::Oracle => Perception::Oracle,
+        };
+    }
+    if let Some(l) = a.lanes {
+        cfg.lanes = l;
+    }
+    if let Some(f) = a.fifo {
+        if !(1..=97).contains(&f) {
+            bail!(
+                "--fifo {f}: use a priority from 1 to 97 (the scheduler and watchdog run above it)"
+            );
+        }
+        cfg.rt.fifo_priority = Some(f);
+    }
+    if a.mlock {
+        cfg.rt.lock_memory = true;
+    }
+    if a.frames == Some(0) {
+        bail!("--frames 0: give at least 1 frame (or leave it out to replay the whole log)");
+    }
+    file.validate()?;
+    Ok(file)
+}
+
+pub fn release(m: Mode) -> ReleaseMode {
+    match m {
+        Mode::Realtime => ReleaseMode::RealTime,
+        Mode::Afap => ReleaseMode::AsFastAsPossible,
+        Mode::Lockstep => ReleaseMode::Lockstep,
+    }
+}
+
+/// The log at `log` (or the built-in scenario, rendered with a progress line).
+pub fn load_feed(cfg: &RedlineConfig, log: Option<&Path>, frames: Option<usize>) -> Result<Feed> {
+    match log {
+        Some(path) => {
+            eprintln!("reading {} ...", path.display());
+            Feed::from_log(path, frames).with_context(|| format!("replaying {}", path.display()))
+        }
+        None => {
+            let counters = Arc::new(Counters::default());
+            let total =
+                frames.unwrap_or((cfg.scenario.seconds * cfg.scenario.fps).round() as usize);
+            let progress = Progress::start(
+                "rendering the built-in scenario",
+                total as u64,
+                counters.clone(),
+            );
+            let feed = Feed::from_scenario(&cfg.scenario, frames, &mut |done, _| {
+                counters
+                    .published
+                    .store(done as u64, std::sync::atomic::Ordering::Relaxed);
+            })?;
+            progress.finish();
+            Ok(feed)
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! `redline`: the command-line front end, one module per subcommand.
+//!
+//! With no arguments it replays the built-in scenario (generated in memory) through the
+//! driving graph in real time and prints the latency table.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod common;
+mod config;
+mod demo;
+mod generate;
+mod progress;
+mod quantize;
+mod regress;
+mod replay;
+mod report;
+
+use demo::DemoArgs;
+use generate::SimCommand;
+use quantize::QuantizeArgs;
+use regress::{RegressArgs, WorkerArgs};
+use replay::ReplayArgs;
+use report::ReportCommand;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "redline",
+    version,
+    about = "redline: a deterministic real-time perception runtime",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// With no subcommand: a replay, with these options.
+    #[command(flatten)]
+    replay: ReplayArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Replay a sensor log (or the built-in scenario) through the driving graph.
+    Replay(ReplayArgs),
+    /// Generate synthetic sensor logs.
+    #[command(subcommand)]
+    Sim(SimCommand),
+    /// Calibrate the INT8 network on camera frames and write its weights (safetensors).
+    Quantize(QuantizeArgs),
+    /// Run the runtime's 9-stage demo graph (no driving stages) and print the latency table.
+    Demo(DemoArgs),
+    /// Latency-jitter regression check: replay a log several times and compare with a
+    /// baseline (--baseline) or another build (--against). Exit 0 pass, 1 regression,
+    /// 2 cannot run.
+    Regress(RegressArgs),
+    /// Work with measurement files.
+    #[command(subcommand)]
+    Report(ReportCommand),
+    /// One replay for `regress --against` (internal).
+    #[command(hide = true)]
+    RegressWorker(WorkerArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let done = |r: anyhow::Result<()>| match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
+    match cli.command {
+        Some(Command::Demo(a)) => done(demo::run(a)),
+        Some(Command::Replay(a)) => done(replay::run(a)),
+        Some(Command::Sim(SimCommand::Generate(a))) => done(generate::run(a)),
+        Some(Command::Quantize(a)) => done(quantize::run(a)),
+        // Regression checks: 0 pass, 1 regression, 2 cannot run (as a CI job expects).
+        Some(Command::Regress(a)) => match regress::regress(a) {
+            Ok(pass) => ExitCode::from(if pass { 0 } else { 1 }),
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Some(Command::Report(ReportCommand::Merge(a))) => match report::merge(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Some(Command::RegressWorker(a)) => match regress::worker(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        None => done(replay::run(cli.replay)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// clap's own consistency checks over every subcommand and argument (conflicts,
+    /// requirements and defaults that name real arguments, no duplicate flags).
+    #[test]
+    fn argument_parser_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// The parser accepts what the README shows.
+    #[test]
+    fn readme_command_lines_parse() {
+        for line in [
+            "redline",
+            "redline replay --mode lockstep --frames 300 --lanes 4",
+            "redline replay drive.mcap --config c.toml --perception oracle --fifo 50 --mlock",
+            "redline sim generate -o drive.mcap --seed 7 --seconds 30",
+            "redline quantize -o w.safetensors --method percentile:99.9 --frames 10",
+            "redline demo --frames 10 --stall smooth:40@100..160",
+            "redline regress --baseline b.json --update-baseline",
+            "redline report merge a.json b.json -o m.json",
+        ] {
+            let args = line.split_whitespace();
+            if let Err(e) = <Cli as clap::Parser>::try_parse_from(args) {
+                panic!("{line}: {e}");
+            }
+        }
+        assert!(<Cli as clap::Parser>::try_parse_from(["redline", "replay", "--lanes"]).is_err());
+    }
+}
