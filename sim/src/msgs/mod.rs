@@ -5,7 +5,7 @@
 //! - Field order, types and alignment are exactly those of the ROS 2 message definitions
 //!   (`sensor_msgs/msg/Image`, `CameraInfo`, `nav_msgs/msg/Odometry`, `tf2_msgs/msg/TFMessage`)
 //!   so that ROS 2 tools, Foxglove and `mcap-ros2-support` decode our logs, and we decode theirs.
-//! - [`RosMessage::schema_text`] is the text the MCAP `ros2` profile stores: the main
+//! - [`RosMessage::schema`] is the text the MCAP `ros2` profile stores: the main
 //!   definition, then for each dependency a line of 80 `=`, `MSG: pkg/Type` and its definition.
 //! - Decoding never panics: malformed data is a [`CdrError`]; values that decode but make no
 //!   sense for redline (unknown actor class, bad stamp, wrong image encoding) are a
