@@ -8,7 +8,7 @@
 //! Cost: a handful of flops per call; nothing here allocates except [`surround_rig`]
 //! (six names). Never panics.
 
-pub use redline_pipeline::camera::det;
+use redline_pipeline::camera::det;
 use redline_pipeline::camera::{project_ego, CameraPose, CameraSpec};
 
 use crate::types::EgoState;

@@ -9,7 +9,7 @@
 //!   shaded per face by a wrapped Lambertian sun term in class colours: cars in six colours, pedestrians orange/red,
 //!   cyclists green/yellow); then ±3 levels of per-pixel noise from `noise_seed`.
 //! - Deterministic: the same inputs give the same bytes on every machine (f64 arithmetic,
-//!   trigonometry from [`crate::camera::det`], no threads, actors drawn in the given order).
+//!   trigonometry from [`redline_pipeline::camera::det`], no threads, actors drawn in the given order).
 //! - Allocation: `out.data` is resized to `width * height * 3` only when its size changes,
 //!   and the z-buffer lives in the [`Renderer`] (for [`render_scene`], one per thread), so
 //!   rendering at a fixed size allocates nothing after the first frame. No locks, no I/O,
@@ -20,12 +20,13 @@
 //! entirely behind the camera are skipped. About 1.5 ms per 320×192 image in release on one
 //! core (see `render_timing` in `sim/tests/scenario.rs`).
 
-use crate::camera::{det, pose_in_world};
-use redline_pipeline::camera::{CameraPose, NEAR_DEPTH};
+use crate::camera::pose_in_world;
+use redline_pipeline::camera::{det, CameraPose, NEAR_DEPTH};
 use redline_runtime::rng::mix64;
 
 use crate::scenario::Road;
-use crate::types::{ActorClass, CameraSpec, EgoState, GtObject, RgbImage};
+use crate::types::{ActorClass, EgoState, GtObject, RgbImage};
+use redline_pipeline::camera::CameraSpec;
 use std::cell::RefCell;
 
 /// Actors farther than this from the camera (horizontally) are not drawn, m.

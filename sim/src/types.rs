@@ -93,8 +93,6 @@ pub struct GroundTruth {
     pub objects: Vec<GtObject>,
 }
 
-pub use redline_pipeline::camera::CameraSpec;
-
 /// An 8-bit RGB image, row major, no padding.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RgbImage {

@@ -1,0 +1,145 @@
+//! Decoding one raw message of a log into a [`Payload`].
+//!
+//! Promises: a message whose schema or encoding redline does not read, or that fails to
+//! decode or convert, becomes a [`LogIssue`](super::LogIssue) on the reader and is skipped
+//! (`None`); an image of the wrong size is kept as a [`Payload::Image`] with an
+//! [`ImageIssue`] so the rest of the frame stays usable. Cost: allocates the decoded message.
+//! Never panics on bad data.
+
+use super::reader::{LogReader, RawMsg};
+use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData};
+use crate::msgs::{CameraInfo, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage};
+
+/// The message types redline reads, by schema name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Image,
+    CameraInfo,
+    Odometry,
+    Tf,
+    GroundTruth,
+    Map,
+}
+
+impl LogReader {
+    /// Decodes `raw`; `None` (and an issue) when it cannot be used.
+    pub(super) fn decode(&mut self, raw: RawMsg) -> Option<LogMessage> {
+        let ch = self.channels.get(&raw.channel)?.clone();
+        let at = raw.key.0;
+        let undecodable = |e: &dyn std::fmt::Display| {
+            (
+                LogIssueKind::UndecodableMessage,
+                format!(
+                    "{} message at {at} ns cannot be decoded: {e}; skipped",
+                    ch.topic
+                ),
+            )
+        };
+        let kind = if ch.encoding == "cdr" {
+            kind_of(&ch.schema)
+        } else {
+            None
+        };
+        let Some(kind) = kind else {
+            self.issue(
+                LogIssueKind::UnknownSchema,
+                format!(
+                    "topic {} has schema {:?} with encoding {:?}, which redline does not read; its messages are skipped",
+                    ch.topic, ch.schema, ch.encoding
+                ),
+            );
+            return None;
+        };
+        let res: Result<(u64, Payload), (LogIssueKind, String)> = (|| match kind {
+            Kind::Image => {
+                let cam = *self.image_cams.get(&raw.channel).ok_or_else(|| {
+                    (
+                        LogIssueKind::UnknownSchema,
+                        format!("image topic {} belongs to no camera with a camera_info; its messages are skipped", ch.topic),
+                    )
+                })?;
+                let msg = Image::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+                let spec = &self.cameras[cam];
+                let want = (spec.width, spec.height);
+                let image = if (msg.width, msg.height) != want && msg.encoding == "rgb8" {
+                    Err(ImageIssue::WrongSize {
+                        got: (msg.width, msg.height),
+                        want,
+                    })
+                } else {
+                    msg.into_rgb()
+                };
+                Ok((stamp, Payload::Image { cam, image }))
+            }
+            Kind::Odometry => {
+                let m = Odometry::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                let ego = m.to_ego().map_err(|e| undecodable(&e))?;
+                Ok((ego.stamp_ns, Payload::Odometry(ego)))
+            }
+            Kind::GroundTruth => {
+                let m = GroundTruthMsg::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                let gt = m.to_gt().map_err(|e| undecodable(&e))?;
+                Ok((gt.stamp_ns, Payload::GroundTruth(gt)))
+            }
+            Kind::Map => {
+                let m = RoadMap::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                let stamp = m.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+                let d = map_data(m).map_err(|e| undecodable(&e))?;
+                Ok((stamp, Payload::Map(d)))
+            }
+            Kind::CameraInfo => {
+                let m = CameraInfo::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                let stamp = m.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+                Ok((stamp, Payload::CameraInfo))
+            }
+            Kind::Tf => {
+                let m = TfMessage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                let stamp = match m.transforms.first() {
+                    Some(t) => t.header.stamp.to_ns().map_err(|e| undecodable(&e))?,
+                    None => 0,
+                };
+                Ok((stamp, Payload::Tf))
+            }
+        })();
+        match res {
+            Ok((stamp_ns, payload)) => Some(LogMessage {
+                topic: ch.topic,
+                log_time_ns: at,
+                stamp_ns,
+                payload,
+            }),
+            Err((kind, detail)) => {
+                self.issue(kind, detail);
+                None
+            }
+        }
+    }
+}
+
+pub(super) fn kind_of(schema: &str) -> Option<Kind> {
+    match schema {
+        n if n == Image::SCHEMA_NAME => Some(Kind::Image),
+        n if n == CameraInfo::SCHEMA_NAME => Some(Kind::CameraInfo),
+        n if n == Odometry::SCHEMA_NAME => Some(Kind::Odometry),
+        n if n == TfMessage::SCHEMA_NAME => Some(Kind::Tf),
+        n if n == GroundTruthMsg::SCHEMA_NAME => Some(Kind::GroundTruth),
+        n if n == RoadMap::SCHEMA_NAME => Some(Kind::Map),
+        _ => None,
+    }
+}
+
+pub(super) fn map_data(m: RoadMap) -> Result<RoadMapData, String> {
+    if m.centre_x.len() != m.centre_y.len() {
+        return Err(format!(
+            "map centre line has {} x but {} y coordinates",
+            m.centre_x.len(),
+            m.centre_y.len()
+        ));
+    }
+    Ok(RoadMapData {
+        lanes: m.lanes,
+        lane_width: m.lane_width,
+        centre: m.centre_x.into_iter().zip(m.centre_y).collect(),
+    })
+}

@@ -1,0 +1,389 @@
+//! `sensor_msgs`: camera images (`Image`) and calibrations (`CameraInfo`), with conversions to
+//! and from the sim's [`RgbImage`] and [`CameraSpec`].
+//!
+//! Promises: an `rgb8` image converts to an [`RgbImage`] whatever its row padding; any other
+//! encoding or an inconsistent layout is an [`ImageIssue`], never a panic or an out-of-bounds
+//! read. A calibration written by [`CameraInfo::from_spec`] is an ideal pinhole (`plumb_bob`,
+//! zero distortion). Cost: [`Image::encode_rgb`] copies the pixels once (into the writer);
+//! decoding copies them once out of the buffer; [`Image::into_rgb`] moves unpadded data.
+
+use super::std_msgs::{Header, HEADER_DEF, TIME_DEF};
+use super::ImageIssue;
+use crate::cdr::{CdrError, CdrReader, CdrWriter};
+use crate::types::RgbImage;
+use redline_pipeline::camera::CameraSpec;
+
+pub(super) const ROI_DEF: (&str, &str) = (
+    "sensor_msgs/RegionOfInterest",
+    "uint32 x_offset\nuint32 y_offset\nuint32 height\nuint32 width\nbool do_rectify\n",
+);
+
+/// `sensor_msgs/msg/Image`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Image {
+    /// Stamp and camera frame.
+    pub header: Header,
+    /// Rows.
+    pub height: u32,
+    /// Columns.
+    pub width: u32,
+    /// Pixel encoding, e.g. `rgb8`.
+    pub encoding: String,
+    /// 1 when multi-byte pixel values are big endian.
+    pub is_bigendian: u8,
+    /// Row length, bytes.
+    pub step: u32,
+    /// `step * height` bytes.
+    pub data: Vec<u8>,
+}
+
+ros_message!(
+    Image,
+    "sensor_msgs/msg/Image",
+    "std_msgs/Header header\nuint32 height\nuint32 width\nstring encoding\nuint8 is_bigendian\n\
+     uint32 step\nuint8[] data\n",
+    [HEADER_DEF, TIME_DEF]
+);
+
+impl Image {
+    /// An `rgb8` image message holding a copy of `img`.
+    pub fn from_rgb(img: &RgbImage, stamp_ns: u64, frame_id: &str) -> Image {
+        Image {
+            header: Header::new(stamp_ns, frame_id),
+            height: img.height,
+            width: img.width,
+            encoding: "rgb8".to_string(),
+            is_bigendian: 0,
+            step: img.width.saturating_mul(3),
+            data: img.data.clone(),
+        }
+    }
+
+    /// Encodes `img` as an `rgb8` image message without building an [`Image`] (no copy
+    /// besides the one into `w`).
+    pub fn encode_rgb(w: &mut CdrWriter, header: &Header, img: &RgbImage) {
+        header.encode(w);
+        w.u32(img.height);
+        w.u32(img.width);
+        w.string("rgb8");
+        w.u8(0);
+        w.u32(img.width.saturating_mul(3));
+        w.bytes(&img.data);
+    }
+
+    /// Converts an `rgb8` message to an [`RgbImage`] (rows with padding are compacted).
+    pub fn to_rgb(&self) -> Result<RgbImage, ImageIssue> {
+        self.check_rgb()?;
+        let row = self.width as usize * 3;
+        let data = if self.step as usize == row {
+            self.data[..row * self.height as usize].to_vec()
+        } else {
+            let mut d = Vec::with_capacity(row * self.height as usize);
+            for y in 0..self.height as usize {
+                let start = y * self.step as usize;
+                d.extend_from_slice(&self.data[start..start + row]);
+            }
+            d
+        };
+        Ok(RgbImage {
+            width: self.width,
+            height: self.height,
+            data,
+        })
+    }
+
+    /// Like [`Image::to_rgb`], consuming the message so that unpadded data is moved, not copied.
+    pub fn into_rgb(self) -> Result<RgbImage, ImageIssue> {
+        self.check_rgb()?;
+        if self.step == self.width * 3 {
+            let mut data = self.data;
+            data.truncate(self.width as usize * 3 * self.height as usize);
+            Ok(RgbImage {
+                width: self.width,
+                height: self.height,
+                data,
+            })
+        } else {
+            self.to_rgb()
+        }
+    }
+
+    fn check_rgb(&self) -> Result<(), ImageIssue> {
+        if self.encoding != "rgb8" {
+            return Err(ImageIssue::WrongEncoding {
+                got: self.encoding.clone(),
+            });
+        }
+        let bad = ImageIssue::BadLayout {
+            width: self.width,
+            height: self.height,
+            step: self.step,
+            len: self.data.len(),
+        };
+        let row = (self.width as u64) * 3;
+        let need = (self.step as u64) * (self.height as u64);
+        if (self.step as u64) < row || (self.data.len() as u64) < need {
+            return Err(bad);
+        }
+        Ok(())
+    }
+
+    /// Appends the message to `w`.
+    pub fn encode(&self, w: &mut CdrWriter) {
+        self.header.encode(w);
+        w.u32(self.height);
+        w.u32(self.width);
+        w.string(&self.encoding);
+        w.u8(self.is_bigendian);
+        w.u32(self.step);
+        w.bytes(&self.data);
+    }
+
+    /// Reads the message.
+    pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(Image {
+            header: Header::decode(r)?,
+            height: r.u32()?,
+            width: r.u32()?,
+            encoding: r.string()?.to_string(),
+            is_bigendian: r.u8()?,
+            step: r.u32()?,
+            data: r.byte_seq("image data")?.to_vec(),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// sensor_msgs/msg/CameraInfo
+
+/// `sensor_msgs/RegionOfInterest`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionOfInterest {
+    /// Left column.
+    pub x_offset: u32,
+    /// Top row.
+    pub y_offset: u32,
+    /// Rows (0 = full image).
+    pub height: u32,
+    /// Columns (0 = full image).
+    pub width: u32,
+    /// Whether to rectify the region.
+    pub do_rectify: bool,
+}
+
+/// `sensor_msgs/msg/CameraInfo`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CameraInfo {
+    /// Stamp and camera (optical) frame.
+    pub header: Header,
+    /// Rows.
+    pub height: u32,
+    /// Columns.
+    pub width: u32,
+    /// Distortion model, `plumb_bob` for ours (all coefficients zero).
+    pub distortion_model: String,
+    /// Distortion coefficients.
+    pub d: Vec<f64>,
+    /// Intrinsic matrix, row major.
+    pub k: [f64; 9],
+    /// Rectification matrix, row major.
+    pub r: [f64; 9],
+    /// Projection matrix 3x4, row major.
+    pub p: [f64; 12],
+    /// Horizontal binning.
+    pub binning_x: u32,
+    /// Vertical binning.
+    pub binning_y: u32,
+    /// Region of interest.
+    pub roi: RegionOfInterest,
+}
+
+/// Pinhole intrinsics taken from a [`CameraInfo`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CameraIntrinsics {
+    /// Width, px.
+    pub width: u32,
+    /// Height, px.
+    pub height: u32,
+    /// Focal length, px.
+    pub fx: f64,
+    /// Focal length, px.
+    pub fy: f64,
+    /// Principal point, px.
+    pub cx: f64,
+    /// Principal point, px.
+    pub cy: f64,
+}
+
+ros_message!(
+    CameraInfo,
+    "sensor_msgs/msg/CameraInfo",
+    "std_msgs/Header header\nuint32 height\nuint32 width\nstring distortion_model\nfloat64[] d\n\
+     float64[9] k\nfloat64[9] r\nfloat64[12] p\nuint32 binning_x\nuint32 binning_y\n\
+     sensor_msgs/RegionOfInterest roi\n",
+    [HEADER_DEF, TIME_DEF, ROI_DEF]
+);
+
+impl CameraInfo {
+    /// The calibration of an ideal (undistorted) pinhole camera, frame `cam_<name>`, stamp 0.
+    pub fn from_spec(spec: &CameraSpec) -> CameraInfo {
+        let (fx, fy, cx, cy) = (spec.fx, spec.fy, spec.cx, spec.cy);
+        CameraInfo {
+            header: Header::new(0, &format!("cam_{}", spec.name)),
+            height: spec.height,
+            width: spec.width,
+            distortion_model: "plumb_bob".to_string(),
+            d: vec![0.0; 5],
+            k: [fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0],
+            r: [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+            p: [fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0],
+            binning_x: 0,
+            binning_y: 0,
+            roi: RegionOfInterest::default(),
+        }
+    }
+
+    /// Size, focal lengths and principal point (from `k`).
+    pub fn to_intrinsics(&self) -> CameraIntrinsics {
+        CameraIntrinsics {
+            width: self.width,
+            height: self.height,
+            fx: self.k[0],
+            fy: self.k[4],
+            cx: self.k[2],
+            cy: self.k[5],
+        }
+    }
+
+    /// Appends the message to `w`.
+    pub fn encode(&self, w: &mut CdrWriter) {
+        self.header.encode(w);
+        w.u32(self.height);
+        w.u32(self.width);
+        w.string(&self.distortion_model);
+        w.seq_len(self.d.len());
+        w.f64_array(&self.d);
+        w.f64_array(&self.k);
+        w.f64_array(&self.r);
+        w.f64_array(&self.p);
+        w.u32(self.binning_x);
+        w.u32(self.binning_y);
+        w.u32(self.roi.x_offset);
+        w.u32(self.roi.y_offset);
+        w.u32(self.roi.height);
+        w.u32(self.roi.width);
+        w.bool(self.roi.do_rectify);
+    }
+
+    /// Reads the message.
+    pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(CameraInfo {
+            header: Header::decode(r)?,
+            height: r.u32()?,
+            width: r.u32()?,
+            distortion_model: r.string()?.to_string(),
+            d: r.f64_seq("distortion coefficients")?,
+            k: r.f64_array()?,
+            r: r.f64_array()?,
+            p: r.f64_array()?,
+            binning_x: r.u32()?,
+            binning_y: r.u32()?,
+            roi: RegionOfInterest {
+                x_offset: r.u32()?,
+                y_offset: r.u32()?,
+                height: r.u32()?,
+                width: r.u32()?,
+                do_rectify: r.bool()?,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msgs::test_support::{f, header, round_trip};
+    use crate::msgs::RosMessage;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn image_round_trips(h in header(), w in 0u32..7, ht in 0u32..5, enc in "[a-z0-9]{0,7}",
+                             be in any::<u8>(), extra in 0u32..3, seed in any::<u8>()) {
+            let step = w * 3 + extra;
+            let data = (0..step * ht).map(|i| (i as u8).wrapping_add(seed)).collect();
+            round_trip(&Image { header: h, height: ht, width: w, encoding: enc, is_bigendian: be, step, data });
+        }
+
+        #[test]
+        fn camera_info_round_trips(h in header(), d in proptest::collection::vec(f(), 0..6),
+                                   k in proptest::array::uniform9(f()), p0 in f(), bx in any::<u32>(),
+                                   rect in any::<bool>(), model in "[a-z_]{0,11}") {
+            let mut p = [0.0; 12];
+            p[0] = p0;
+            round_trip(&CameraInfo { header: h, height: 3, width: 5, distortion_model: model, d, k,
+                r: k, p, binning_x: bx, binning_y: 1,
+                roi: RegionOfInterest { x_offset: 1, y_offset: 2, height: 3, width: 4, do_rectify: rect } });
+        }
+    }
+
+    #[test]
+    fn image_converts_to_rgb() {
+        let img = RgbImage {
+            width: 2,
+            height: 2,
+            data: (0..12).collect(),
+        };
+        let mut msg = Image::from_rgb(&img, 5, "cam_front");
+        assert_eq!(msg.to_rgb().unwrap(), img);
+        let mut w = CdrWriter::new();
+        Image::encode_rgb(&mut w, &Header::new(5, "cam_front"), &img);
+        assert_eq!(w.finish(), msg.to_cdr());
+        // padded rows
+        let padded = Image {
+            step: 8,
+            data: vec![0, 1, 2, 3, 4, 5, 99, 99, 6, 7, 8, 9, 10, 11, 99, 99],
+            ..msg.clone()
+        };
+        assert_eq!(padded.clone().into_rgb().unwrap(), img);
+        msg.encoding = "bgr8".into();
+        assert_eq!(
+            msg.to_rgb(),
+            Err(ImageIssue::WrongEncoding { got: "bgr8".into() })
+        );
+        msg.encoding = "rgb8".into();
+        msg.data.truncate(5);
+        assert!(matches!(msg.to_rgb(), Err(ImageIssue::BadLayout { .. })));
+    }
+
+    #[test]
+    fn camera_info_from_spec_is_an_ideal_pinhole() {
+        let spec = CameraSpec {
+            name: "front".into(),
+            width: 320,
+            height: 192,
+            fx: 200.0,
+            fy: 201.0,
+            cx: 160.0,
+            cy: 96.5,
+            x: 1.5,
+            y: 0.0,
+            z: 1.6,
+            yaw: 0.0,
+            pitch: 0.05,
+        };
+        let ci = CameraInfo::from_spec(&spec);
+        assert_eq!(ci.header.frame_id, "cam_front");
+        assert_eq!(
+            ci.to_intrinsics(),
+            CameraIntrinsics {
+                width: 320,
+                height: 192,
+                fx: 200.0,
+                fy: 201.0,
+                cx: 160.0,
+                cy: 96.5
+            }
+        );
+    }
+}
