@@ -600,7 +600,8 @@ impl NetworkSqnr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::{NetConfig, SplitMix64};
+    use crate::network::NetConfig;
+    use redline_runtime::rng::SplitMix64;
     use crate::quant::quantize;
 
     #[test]

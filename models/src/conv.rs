@@ -807,7 +807,7 @@ pub fn reference_forward_f32(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::network::SplitMix64;
+    use redline_runtime::rng::SplitMix64;
     use crate::quant::{quantize_bias, quantize_weights_per_channel};
     use proptest::prelude::*;
 

@@ -41,7 +41,8 @@
 //! fault), never writes outside `dir`, never reads the clock or spawns threads.
 
 use crate::conv::{Conv2d, ModelError};
-use crate::network::{Backbone, DetHead, NetConfig, SegHead, SplitMix64};
+use crate::network::{Backbone, DetHead, NetConfig, SegHead};
+use redline_runtime::rng::SplitMix64;
 use crate::quant::QParams;
 use safetensors::tensor::{Dtype, TensorView};
 use serde::{Deserialize, Serialize};

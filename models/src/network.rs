@@ -30,7 +30,7 @@
 //!   ([`crate::quant::quantize_weights_per_channel`]), biases
 //!   ([`crate::quant::quantize_bias`]) with scale `in_scale * w_scale[c]`.
 //! - **Seeded weights**: for each layer, `f32` weights uniform in `±sqrt(6 / fan_in)` (He
-//!   uniform) and a small bias (`±0.05`) drawn from a [`SplitMix64`] stream derived from
+//!   uniform) and a small bias (`±0.05`) drawn from a [`SplitMix64`](redline_runtime::rng::SplitMix64) stream derived from
 //!   [`NetConfig::seed`] and the layer.
 //! - **Built-in calibration** (construction time, used when no trained weights are given):
 //!   min-max ([`QParams::from_min_max`]) of each layer's float output on a seeded random
@@ -61,6 +61,7 @@
 
 use crate::conv::{checked_len, exact_len, ChannelSlot, Conv2d, ConvShape, ModelError};
 use crate::quant::{dequantize, quantize_bias, try_quantize_weights_per_channel, QParams};
+use redline_runtime::rng::SplitMix64;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
@@ -80,59 +81,6 @@ pub const BACKBONE_HIDDEN: [usize; 2] = [16, 32];
 const HEAD_CALIB_PIXELS: usize = 1024;
 /// Bias range of the seeded layers (real units).
 const BIAS_RANGE: f32 = 0.05;
-
-/// SplitMix64 (Steele, Lea, Flood 2014): a tiny, fast, statistically solid PRNG whose whole
-/// state is one `u64`. Deterministic on every platform.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    /// A generator seeded with `seed`.
-    pub const fn new(seed: u64) -> Self {
-        Self { state: seed }
-    }
-
-    /// An independent stream for (`seed`, `stream`): used to give each layer its own
-    /// weights, so adding a layer never changes the others.
-    pub fn stream(seed: u64, stream: u64) -> Self {
-        let mut g = Self::new(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        g.next_u64();
-        g
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)` with 24 bits of resolution.
-    pub fn next_f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * self.next_f32()
-    }
-
-    /// Uniform over all 256 `i8` values.
-    pub fn next_i8(&mut self) -> i8 {
-        (self.next_u64() >> 56) as u8 as i8
-    }
-
-    /// Uniform in `lo..=hi` (`lo <= hi`; swapped otherwise).
-    pub fn range_i32(&mut self, lo: i32, hi: i32) -> i32 {
-        let (lo, hi) = if lo <= hi { (lo, hi) } else { (hi, lo) };
-        let span = (i64::from(hi) - i64::from(lo) + 1) as u64;
-        (i64::from(lo) + (self.next_u64() % span) as i64) as i32
-    }
-}
 
 /// Quantized layers loaded from a calibrated weights file ([`crate::weights`]): when
 /// [`NetConfig::trained`] holds them, [`Backbone::new`], [`DetHead::new`] and
@@ -1703,21 +1651,6 @@ mod tests {
         assert!(SegHead::from_layers(&cfg, det_layers, 2, 2).is_err());
         assert_eq!(trained, trained.clone());
         assert_ne!(trained, cfg);
-    }
-
-    #[test]
-    fn splitmix_is_the_reference_sequence() {
-        // First outputs of SplitMix64 seeded with 0 (reference implementation values).
-        let mut r = SplitMix64::new(0);
-        assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
-        assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
-        let mut r = SplitMix64::new(1);
-        for _ in 0..1000 {
-            let f = r.next_f32();
-            assert!((0.0..1.0).contains(&f));
-            let v = r.range_i32(-3, 4);
-            assert!((-3..=4).contains(&v));
-        }
     }
 
     /// Release-mode timing of the scalar backbone:

@@ -792,7 +792,8 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::conv::{reference_forward_i64, Conv2d, ConvShape};
-    use crate::network::{Backbone, NetConfig, SplitMix64};
+    use crate::network::{Backbone, NetConfig};
+    use redline_runtime::rng::SplitMix64;
     use crate::quant::QParams;
     use proptest::prelude::*;
 

@@ -665,7 +665,7 @@ impl QuantizedNetwork {
 mod tests {
     use super::*;
     use crate::calibrate::NetworkCalibrator;
-    use crate::network::SplitMix64;
+    use redline_runtime::rng::SplitMix64;
 
     fn small_cfg() -> NetConfig {
         NetConfig {
