@@ -14,9 +14,9 @@
 
 use redline_models::conv::Conv2d;
 use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
-use redline_runtime::rng::SplitMix64;
 use redline_models::simd::KernelPath;
 use redline_pipeline::types::BevSpec;
+use redline_runtime::rng::SplitMix64;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

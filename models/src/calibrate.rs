@@ -601,8 +601,8 @@ impl NetworkSqnr {
 mod tests {
     use super::*;
     use crate::network::NetConfig;
-    use redline_runtime::rng::SplitMix64;
     use crate::quant::quantize;
+    use redline_runtime::rng::SplitMix64;
 
     #[test]
     fn min_max_is_exact_over_batches() {

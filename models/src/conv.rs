@@ -807,9 +807,9 @@ pub fn reference_forward_f32(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use redline_runtime::rng::SplitMix64;
     use crate::quant::{quantize_bias, quantize_weights_per_channel};
     use proptest::prelude::*;
+    use redline_runtime::rng::SplitMix64;
 
     /// A random layer: full-range weights (including -128), random zero points, scales and
     /// biases; the input is random over the whole i8 range.

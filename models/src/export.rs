@@ -42,8 +42,8 @@
 
 use crate::conv::{Conv2d, ModelError};
 use crate::network::{Backbone, DetHead, NetConfig, SegHead};
-use redline_runtime::rng::SplitMix64;
 use crate::quant::QParams;
+use redline_runtime::rng::SplitMix64;
 use safetensors::tensor::{Dtype, TensorView};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -793,9 +793,9 @@ mod tests {
     use super::*;
     use crate::conv::{reference_forward_i64, Conv2d, ConvShape};
     use crate::network::{Backbone, NetConfig};
-    use redline_runtime::rng::SplitMix64;
     use crate::quant::QParams;
     use proptest::prelude::*;
+    use redline_runtime::rng::SplitMix64;
 
     /// A random layer (full-range weights including -128, random zero points, scales and
     /// bias) and a random input, on the given path.
