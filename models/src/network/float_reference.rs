@@ -369,7 +369,7 @@ mod tests {
         let mut r = SplitMix64::new(4);
         let x: Vec<f32> = (0..16 * 24 * 3).map(|_| r.uniform(-1.0, 1.0)).collect();
         let yf = float.backbone[0].forward(&x, 16, 24).unwrap();
-        let yq = crate::conv::reference_conv_f32(&b.layers()[0], &x, 16, 24).unwrap();
+        let yq = crate::conv::reference::reference_conv_f32(&b.layers()[0], &x, 16, 24).unwrap();
         let peak = yf.iter().fold(0f32, |m, v| m.max(v.abs()));
         let worst = yf
             .iter()
