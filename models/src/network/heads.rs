@@ -181,7 +181,7 @@ impl<K: HeadKind> Head<K> {
     }
 
     /// Quantizes a float head: BEV input `in_q`, activations `act`.
-    pub fn from_float_head(
+    fn from_float_head(
         cfg: &NetConfig,
         float: &FloatHead,
         in_q: QParams,
@@ -268,7 +268,7 @@ impl<K: HeadKind> Head<K> {
     }
 
     /// Scratch elements a `forward_rows*` call over `rows` BEV rows needs.
-    pub fn scratch_len_rows(&self, rows: usize) -> usize {
+    fn scratch_len_rows(&self, rows: usize) -> usize {
         rows * self.nx * self.hidden.out_c
     }
 
@@ -309,7 +309,7 @@ impl<K: HeadKind> Head<K> {
 
     /// Like [`Head::forward_rows`], but `out_rows` holds only the requested rows
     /// (`rows.len() * nx * out_channels` elements): disjoint chunks for parallel lanes.
-    /// Afterwards the first [`Head::scratch_len_rows`] elements of `scratch` hold the hidden
+    /// Afterwards the first `rows.len() · nx · hidden` elements of `scratch` hold the hidden
     /// activation of these rows. No allocation.
     pub fn forward_rows_into(
         &self,
@@ -343,7 +343,7 @@ impl<K: HeadKind> Head<K> {
 
     /// Computes BEV rows `rows` of `out` (the whole `ny * nx * out_channels` tensor; other
     /// rows untouched) from `bev` (the whole `ny * nx * bev_c` grid). `scratch` needs at
-    /// least [`Head::scratch_len_rows`]`(rows.len())` elements. No allocation.
+    /// least `rows.len() · nx · hidden` elements. No allocation.
     pub fn forward_rows(
         &self,
         bev: &[i8],
