@@ -550,11 +550,12 @@ fn check_rows(rows: &Range<usize>, out_h: usize) -> Result<(), ModelError> {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_tests::{forward_all, random_case};
+    use super::kernel_tests::random_case;
     use super::*;
 
     #[test]
-    fn channel_slot_writes_only_its_channels() {
+    fn a_channel_slot_too_narrow_is_an_error() {
+        // Writing into a slot is covered on every kernel path by `kernel_tests!`.
         let shape = ConvShape {
             in_c: 3,
             out_c: 2,
@@ -563,20 +564,7 @@ mod tests {
             pad: 0,
         };
         let c = random_case(shape, 3, 4, true, 9);
-        let whole = forward_all(&c);
-        let slot = ChannelSlot {
-            pixel_stride: 5,
-            channel_offset: 2,
-        };
         let mut out = vec![0x55i8; 3 * 4 * 5];
-        c.conv
-            .forward_rows_into_slot(&c.input, 3, 4, &mut out, slot, 0..3)
-            .unwrap();
-        for px in 0..12 {
-            assert_eq!(&out[px * 5..px * 5 + 2], &[0x55, 0x55]);
-            assert_eq!(&out[px * 5 + 2..px * 5 + 4], &whole[px * 2..px * 2 + 2]);
-            assert_eq!(out[px * 5 + 4], 0x55);
-        }
         let bad = ChannelSlot {
             pixel_stride: 3,
             channel_offset: 2,
@@ -585,6 +573,7 @@ mod tests {
             .conv
             .forward_rows_into_slot(&c.input, 3, 4, &mut out, bad, 0..3)
             .is_err());
+        assert!(out.iter().all(|&v| v == 0x55));
     }
 
     #[test]
