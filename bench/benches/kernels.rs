@@ -12,10 +12,10 @@
 //!
 //! Costs seconds; allocates freely (it is a benchmark, not a hot path).
 
-use redline_models::conv::Conv2d;
-use redline_models::network::{Backbone, DetHead, NetConfig, SegHead, SplitMix64};
-use redline_models::simd::KernelPath;
+use redline_models::conv::{Conv2d, KernelPath};
+use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
 use redline_pipeline::types::BevSpec;
+use redline_runtime::rng::SplitMix64;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -7,5 +7,4 @@ pub mod conv;
 pub mod export;
 pub mod network;
 pub mod quant;
-pub mod simd;
 pub mod weights;

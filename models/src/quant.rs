@@ -13,7 +13,7 @@
 //!   never produced by [`quantize_weights_per_channel`]).
 //! - **Bias** is `i32` per output channel, with scale `in_scale * w_scale[c]` (ONNX
 //!   `QLinearConv` convention): see [`quantize_bias`].
-//! - **Rounding**: round half to even ([`round_half_even`], C's `nearbyintf` in the default
+//! - **Rounding**: round half to even (`round_half_even`, C's `nearbyintf` in the default
 //!   rounding mode), then saturate to `i8`.
 //! - **Requantization** of an `i32` accumulator:
 //!   `y = saturate_i8(round_half_even(acc as f32 * M) + y_zp)`, where `M = x_scale * w_scale[c] / y_scale` is computed once per channel in
@@ -25,7 +25,7 @@
 //!
 //! # Cost and limits
 //!
-//! [`quantize`], [`dequantize`], [`requantize`] and [`round_half_even`] are branch-light,
+//! [`quantize`], [`dequantize`], [`requantize`] and `round_half_even` are branch-light,
 //! allocation-free scalar functions that never panic (a NaN input quantizes to 0, through
 //! Rust's saturating float-to-int cast).
 //! [`quantize_weights_per_channel`] and [`QParams::from_min_max`] are construction-time
@@ -81,7 +81,7 @@ impl QParams {
 /// Rounds to the nearest integer, ties to even (`0.5 → 0`, `1.5 → 2`, `-2.5 → -2`): the
 /// rounding of C's `nearbyintf` in the default mode, which ONNX Runtime uses.
 #[inline]
-pub fn round_half_even(x: f32) -> f32 {
+fn round_half_even(x: f32) -> f32 {
     x.round_ties_even()
 }
 

@@ -879,9 +879,9 @@ impl TemporalCache {
 // Detection decoding
 // ---------------------------------------------------------------------------------------
 
-/// Regression channels per cell after the class logits: dx, dy, log_length, log_width,
-/// sin_yaw, cos_yaw.
-pub const REG_CHANNELS: usize = 6;
+/// Regression channels per cell after the class logits (the detection head's output
+/// contract, defined in `redline_models`).
+pub use redline_models::network::REG_CHANNELS;
 
 /// Logit `encode_targets` writes where there is no object.
 pub const BACKGROUND_LOGIT: f32 = -10.0;

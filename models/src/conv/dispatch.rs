@@ -1,0 +1,237 @@
+//! Which kernel a layer runs: [`KernelPath`] (chosen once at construction from
+//! `REDLINE_KERNEL` or the CPU's features) and the hand-off from [`super::Conv2d`] to the
+//! SIMD kernels.
+//!
+//! Contract: a path is only ever run on a CPU that reports its features at run time
+//! (`is_x86_feature_detected!`); [`run_simd_rows`] returns `false`, writing nothing, when
+//! the SIMD path cannot take the call, and the caller then runs the scalar kernel (same
+//! results). Cost: feature detection is cached by `std`; no allocation on the per-frame
+//! path. Never: reads the environment after construction, or depends on which path runs.
+
+use super::packing::Packed;
+use super::staging::Plan;
+use super::{ChannelSlot, ModelError};
+use std::ops::Range;
+
+/// Which convolution kernel a layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelPath {
+    /// The portable scalar reference (always available).
+    Scalar,
+    /// AVX2: `i16` products with `vpmaddwd`, 8 output channels per register.
+    Avx2,
+    /// AVX-512 VNNI: `vpdpbusd`, 16 output channels × 4 taps per instruction.
+    Avx512Vnni,
+}
+
+impl KernelPath {
+    /// All paths, slowest first.
+    pub const ALL: [KernelPath; 3] = [KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512Vnni];
+
+    /// Short name, as accepted by `REDLINE_KERNEL`: `scalar`, `avx2`, `vnni`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPath::Scalar => "scalar",
+            KernelPath::Avx2 => "avx2",
+            KernelPath::Avx512Vnni => "vnni",
+        }
+    }
+
+    /// Parses a `REDLINE_KERNEL` value (`scalar`, `avx2`, `vnni`; case-insensitive).
+    pub fn parse(s: &str) -> Result<KernelPath, ModelError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Ok(KernelPath::Scalar),
+            "avx2" => Ok(KernelPath::Avx2),
+            "vnni" | "avx512vnni" | "avx512" => Ok(KernelPath::Avx512Vnni),
+            other => Err(ModelError::InvalidConfig {
+                reason: format!(
+                    "REDLINE_KERNEL = {other:?} is not a kernel path: use scalar, avx2 or vnni \
+                     (or unset it to pick the fastest this CPU supports)"
+                ),
+            }),
+        }
+    }
+
+    /// True if this CPU can run the path (detected at run time).
+    pub fn is_available(self) -> bool {
+        match self {
+            KernelPath::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx512Vnni => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The fastest available path.
+    pub fn best() -> KernelPath {
+        [KernelPath::Avx512Vnni, KernelPath::Avx2]
+            .into_iter()
+            .find(|p| p.is_available())
+            .unwrap_or(KernelPath::Scalar)
+    }
+
+    /// Errors with a clear message if the path cannot run on this CPU.
+    pub(super) fn check_available(self) -> Result<KernelPath, ModelError> {
+        if self.is_available() {
+            Ok(self)
+        } else {
+            Err(ModelError::InvalidConfig {
+                reason: format!(
+                    "kernel path {} is not supported by this CPU: pick one of the available \
+                     paths (KernelPath::is_available) or unset REDLINE_KERNEL",
+                    self.name()
+                ),
+            })
+        }
+    }
+
+    /// The path a new layer uses: `REDLINE_KERNEL` if set (an error if it names an unknown
+    /// or unavailable path), else [`KernelPath::best`]. Construction time only.
+    pub fn from_env() -> Result<KernelPath, ModelError> {
+        match std::env::var("REDLINE_KERNEL") {
+            Ok(v) if !v.trim().is_empty() => KernelPath::parse(&v)?.check_available(),
+            _ => Ok(KernelPath::best()),
+        }
+    }
+}
+
+/// Geometry and quantization of one call, checked by the caller.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Geom {
+    pub in_c: usize,
+    pub out_c: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_w: usize,
+    pub x_zp: i8,
+    pub y_zp: i8,
+    pub relu: bool,
+}
+
+/// Runs output rows `rows` on `path`; `dst` holds exactly those rows (`rows.len() · out_w ·
+/// slot.pixel_stride`). Returns `false` (nothing written) when the path cannot run this
+/// layer (scalar path, weights not packed, or a kernel window wider than the stage buffer):
+/// the caller then runs the scalar kernel. Sizes were checked by the caller.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_simd_rows(
+    path: KernelPath,
+    packed: &Packed,
+    g: &Geom,
+    bias: &[i32],
+    mult: &[f32],
+    input: &[i8],
+    dst: &mut [i8],
+    slot: ChannelSlot,
+    rows: Range<usize>,
+) -> bool {
+    if path == KernelPath::Scalar || !packed.has(path) || !path.is_available() {
+        return false;
+    }
+    if bias.len() != g.out_c || mult.len() != g.out_c {
+        return false;
+    }
+    let esize = if path == KernelPath::Avx2 { 2 } else { 1 };
+    let Some(plan) = Plan::new(g, esize) else {
+        return false;
+    };
+    if rows.is_empty() {
+        return true;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        match path {
+            // SAFETY: `vnni_rows`' preconditions hold: the CPU has AVX-512 F/BW/VL/VNNI
+            // (`is_available` above), `packed` holds VNNI weights (`has` above) built for
+            // this layer, `bias` and `mult` have `out_c` entries (checked above), `plan` is
+            // `Plan::new(g, 1)`, and the caller (`Conv2d::run_rows`, after
+            // `forward_rows_into_slot`'s checks) guarantees `input` is `in_h·in_w·in_c`,
+            // `dst` is `rows.len()·out_w·pixel_stride`, the slot fits and `rows ⊆ 0..out_h`.
+            KernelPath::Avx512Vnni => unsafe {
+                super::vnni::vnni_rows(&plan, packed, g, bias, mult, input, dst, slot, rows)
+            },
+            // SAFETY: as above for `avx2_rows`: AVX2 detected, AVX2 weights packed,
+            // `plan` is `Plan::new(g, 2)`, the same buffer sizes.
+            KernelPath::Avx2 => unsafe {
+                super::avx2::avx2_rows(&plan, packed, g, bias, mult, input, dst, slot, rows)
+            },
+            KernelPath::Scalar => return false,
+        }
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (plan, bias, mult, input, dst, slot, rows);
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kernel_tests::random_conv;
+    use super::*;
+    use crate::conv::ConvShape;
+
+    #[test]
+    fn forcing_a_path_errors_exactly_when_the_cpu_lacks_it() {
+        let conv = random_conv(
+            ConvShape {
+                in_c: 3,
+                out_c: 4,
+                k: 1,
+                stride: 1,
+                pad: 0,
+            },
+            false,
+            1,
+        );
+        for path in KernelPath::ALL {
+            let mut c = conv.clone();
+            let before = c.path();
+            let res = c.set_path(path);
+            assert_eq!(res.is_ok(), path.is_available(), "{path:?}");
+            if res.is_err() {
+                assert_eq!(c.path(), before, "a refused path must not change the layer");
+            } else {
+                assert_eq!(c.path(), path);
+            }
+        }
+        assert!(KernelPath::Scalar.is_available());
+        assert_eq!(KernelPath::parse("VNNI").unwrap(), KernelPath::Avx512Vnni);
+        assert_eq!(KernelPath::parse("avx2").unwrap(), KernelPath::Avx2);
+        assert_eq!(KernelPath::parse("scalar").unwrap(), KernelPath::Scalar);
+        let err = KernelPath::parse("sse9").unwrap_err().to_string();
+        assert!(err.contains("scalar, avx2 or vnni"), "{err}");
+        assert!(KernelPath::best().is_available());
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn this_machine_uses_the_fastest_path_by_default() {
+        // Without REDLINE_KERNEL the best path is chosen.
+        if std::env::var("REDLINE_KERNEL").is_err() {
+            let conv = random_conv(
+                ConvShape {
+                    in_c: 8,
+                    out_c: 8,
+                    k: 1,
+                    stride: 1,
+                    pad: 0,
+                },
+                false,
+                2,
+            );
+            assert_eq!(conv.path(), KernelPath::best());
+        }
+    }
+}

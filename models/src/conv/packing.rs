@@ -1,0 +1,124 @@
+//! The weights repacked for the SIMD kernels, once, at layer construction.
+//!
+//! Contract: for each block of output channels (16 for VNNI, 8 for AVX2) and each kernel
+//! row, the `k·in_c` taps of that row are stored in groups of 4 (VNNI, `i8`) or 2 (AVX2,
+//! widened to `i16`) taps × the block's output channels, the layout `vpdpbusd` /
+//! `vpmaddwd` consume; everything past `k·in_c` taps and past `out_c` channels is zero, so
+//! a kernel reading a whole group past a window's end multiplies by 0. VNNI also keeps
+//! `Σw` per output channel (padded to whole blocks) for its zero-point correction. Only
+//! the paths this CPU can run are packed.
+//!
+//! Cost: allocates about 2.5× the weight bytes, at construction only. Never: touched by
+//! the per-frame path except to read.
+
+use super::KernelPath;
+
+/// Weights repacked for the SIMD kernels, built once at construction.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Packed {
+    /// VNNI: `[block16][ky][g4][16 oc][4 taps]` `i8` (as bytes), zero-filled.
+    pub(super) vnni: Vec<i8>,
+    /// VNNI: `Σw` per output channel, padded to a multiple of 16 with zeros.
+    pub(super) vnni_wsum: Vec<i32>,
+    /// AVX2: `[block8][ky][g2][8 oc][2 taps]` `i16`, zero-filled.
+    pub(super) avx2: Vec<i16>,
+}
+
+impl Packed {
+    /// Repacks `[out_c][k][k][in_c]` weights for the paths this CPU can run. Allocates.
+    pub(super) fn new(weights: &[i8], in_c: usize, out_c: usize, k: usize) -> Packed {
+        let kc = k * in_c;
+        let mut p = Packed::default();
+        if KernelPath::Avx512Vnni.is_available() {
+            let g4 = kc.div_ceil(4);
+            let blocks = out_c.div_ceil(16);
+            p.vnni = vec![0i8; blocks * k * g4 * 64];
+            p.vnni_wsum = vec![0i32; blocks * 16];
+            for oc in 0..out_c {
+                let (b, lane) = (oc / 16, oc % 16);
+                for ky in 0..k {
+                    for t in 0..kc {
+                        let w = weights[(oc * k + ky) * kc + t];
+                        let idx = ((b * k + ky) * g4 + t / 4) * 64 + lane * 4 + t % 4;
+                        p.vnni[idx] = w;
+                        p.vnni_wsum[oc] += i32::from(w);
+                    }
+                }
+            }
+        }
+        if KernelPath::Avx2.is_available() {
+            let g2 = kc.div_ceil(2);
+            let blocks = out_c.div_ceil(8);
+            p.avx2 = vec![0i16; blocks * k * g2 * 16];
+            for oc in 0..out_c {
+                let (b, lane) = (oc / 8, oc % 8);
+                for ky in 0..k {
+                    for t in 0..kc {
+                        let idx = ((b * k + ky) * g2 + t / 2) * 16 + lane * 2 + t % 2;
+                        p.avx2[idx] = i16::from(weights[(oc * k + ky) * kc + t]);
+                    }
+                }
+            }
+        }
+        p
+    }
+
+    /// True if the weights were packed for `path` (the scalar path needs none).
+    pub(super) fn has(&self, path: KernelPath) -> bool {
+        match path {
+            KernelPath::Scalar => true,
+            KernelPath::Avx2 => !self.avx2.is_empty(),
+            KernelPath::Avx512Vnni => !self.vnni.is_empty(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redline_runtime::rng::SplitMix64;
+
+    #[test]
+    fn packed_layouts_hold_every_weight_once_and_zeros_elsewhere() {
+        // 5 input channels, k = 3 (15 taps per kernel row: not a multiple of 2 or 4) and 19
+        // output channels (not a multiple of 8 or 16).
+        let (in_c, out_c, k) = (5, 19, 3);
+        let kc = k * in_c;
+        let mut r = SplitMix64::new(8);
+        let weights: Vec<i8> = (0..out_c * k * kc).map(|_| r.next_i8()).collect();
+        let p = Packed::new(&weights, in_c, out_c, k);
+        assert!(p.has(KernelPath::Scalar));
+        if p.has(KernelPath::Avx512Vnni) {
+            let g4 = kc.div_ceil(4);
+            assert_eq!(p.vnni.len(), out_c.div_ceil(16) * k * g4 * 64);
+            let sum: i64 = p.vnni.iter().map(|&w| i64::from(w)).sum();
+            assert_eq!(sum, weights.iter().map(|&w| i64::from(w)).sum::<i64>());
+            for oc in 0..out_c.div_ceil(16) * 16 {
+                let want: i32 = if oc < out_c {
+                    weights[oc * k * kc..(oc + 1) * k * kc]
+                        .iter()
+                        .map(|&w| i32::from(w))
+                        .sum()
+                } else {
+                    0
+                };
+                assert_eq!(p.vnni_wsum[oc], want, "channel {oc}");
+            }
+            // The last tap of output channel 18, kernel row 2.
+            let (oc, ky, t) = (18, 2, kc - 1);
+            let idx = ((oc / 16 * k + ky) * g4 + t / 4) * 64 + oc % 16 * 4 + t % 4;
+            assert_eq!(p.vnni[idx], weights[(oc * k + ky) * kc + t]);
+            assert_eq!(p.vnni[idx + 1], 0, "the group's tail past k*in_c is zero");
+        }
+        if p.has(KernelPath::Avx2) {
+            let g2 = kc.div_ceil(2);
+            assert_eq!(p.avx2.len(), out_c.div_ceil(8) * k * g2 * 16);
+            let sum: i64 = p.avx2.iter().map(|&w| i64::from(w)).sum();
+            assert_eq!(sum, weights.iter().map(|&w| i64::from(w)).sum::<i64>());
+            let (oc, ky, t) = (18, 1, kc - 1);
+            let idx = ((oc / 8 * k + ky) * g2 + t / 2) * 16 + oc % 8 * 2 + t % 2;
+            assert_eq!(p.avx2[idx], i16::from(weights[(oc * k + ky) * kc + t]));
+            assert_eq!(p.avx2[idx + 1], 0, "the pair's tail past k*in_c is zero");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The portable scalar kernel: the reference every SIMD path must equal bit for bit, and
+//! the path used where the CPU has no SIMD path (or a layer is too wide for one).
+//!
+//! Contract: `acc = bias + Σ (x − x_zp)·w` formed exactly in `i32` (interior pixels as
+//! `Σ x·w − x_zp·Σw`, border pixels over their in-image taps only), then
+//! [`crate::quant::requantize`]. Plain safe slice code that the compiler auto-vectorises.
+//!
+//! Cost: `k·k·in_c` multiply-adds per output; no allocation, no stack buffer. Never: reads
+//! outside the input or writes outside the requested rows and channel slot.
+
+use super::{ChannelSlot, Conv2d};
+use crate::quant::requantize;
+use std::ops::Range;
+
+impl Conv2d {
+    /// The scalar reference kernel (same contract as `Conv2d::run_rows`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_rows_scalar(
+        &self,
+        input: &[i8],
+        in_h: usize,
+        in_w: usize,
+        out_w: usize,
+        dst: &mut [i8],
+        slot: ChannelSlot,
+        rows: Range<usize>,
+    ) {
+        let (in_c, k, s, p) = (self.in_c, self.k, self.stride, self.pad);
+        let x_zp = i32::from(self.in_q.zero_point);
+        let y_zp = self.out_q.zero_point;
+        let relu = self.relu;
+        let per_oc = k * k * in_c;
+        let row_len = out_w * slot.pixel_stride;
+        for (oy, out_row) in rows.zip(dst.chunks_exact_mut(row_len)) {
+            // Valid kernel rows: 0 <= oy*s + ky - p < in_h.
+            let y_origin = oy * s; // input row of ky = p
+            let ky0 = p.saturating_sub(y_origin);
+            let ky1 = k.min((in_h + p).saturating_sub(y_origin));
+            for (ox, px) in out_row.chunks_exact_mut(slot.pixel_stride).enumerate() {
+                let x_origin = ox * s;
+                let kx0 = p.saturating_sub(x_origin);
+                let kx1 = k.min((in_w + p).saturating_sub(x_origin));
+                // Taps of one kernel row: kx0..kx1, contiguous in input and weights.
+                let span = (kx1 - kx0) * in_c;
+                let first_col = x_origin + kx0 - p;
+                let out_px = &mut px[slot.channel_offset..slot.channel_offset + self.out_c];
+                let interior = ky0 == 0 && ky1 == k && kx0 == 0 && kx1 == k;
+                for (oc, o) in out_px.iter_mut().enumerate() {
+                    let w_oc = &self.weights[oc * per_oc..(oc + 1) * per_oc];
+                    let mut acc = self.bias[oc];
+                    if interior {
+                        // Every tap is inside: subtract x_zp * Σw once (same exact sum).
+                        acc -= x_zp * self.w_sums[oc];
+                        for ky in 0..k {
+                            let iy = y_origin + ky - p;
+                            let xs = &input[(iy * in_w + first_col) * in_c..][..span];
+                            let ws = &w_oc[ky * k * in_c..][..span];
+                            acc += dot(xs, ws);
+                        }
+                    } else {
+                        for ky in ky0..ky1 {
+                            let iy = y_origin + ky - p;
+                            let xs = &input[(iy * in_w + first_col) * in_c..][..span];
+                            let ws = &w_oc[(ky * k + kx0) * in_c..][..span];
+                            acc += dot_zp(xs, ws, x_zp);
+                        }
+                    }
+                    *o = requantize(acc, self.multipliers[oc], y_zp, relu);
+                }
+            }
+        }
+    }
+}
+
+/// `Σ (x - x_zp) * w` over two equally long slices, in `i32` (cannot overflow: the caller's
+/// layer passed the accumulator bound). Written as a plain zip/map/sum so it vectorises.
+#[inline(always)]
+fn dot_zp(xs: &[i8], ws: &[i8], x_zp: i32) -> i32 {
+    xs.iter()
+        .zip(ws)
+        .map(|(&x, &w)| (i32::from(x) - x_zp) * i32::from(w))
+        .sum()
+}
+
+/// `Σ x * w` over two equally long slices; each `i8 × i8` product fits in `i16`, and pairs
+/// of them are summed in `i32` (the `pmaddwd` pattern).
+#[inline(always)]
+fn dot(xs: &[i8], ws: &[i8]) -> i32 {
+    xs.iter()
+        .zip(ws)
+        .map(|(&x, &w)| i32::from(i16::from(x) * i16::from(w)))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    kernel_tests!(crate::conv::KernelPath::Scalar);
+}

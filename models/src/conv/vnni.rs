@@ -1,0 +1,303 @@
+//! The AVX-512 VNNI kernel: `vpdpbusd`, 16 output channels × 4 taps per instruction,
+//! bit-exact with the scalar kernel.
+//!
+//! # Contract
+//!
+//! - Activations are staged as `u8 = x ^ 0x80 = x + 128`; the accumulator starts at
+//!   `bias − (128 + x_zp)·Σw`, so after `Σ (x + 128)·w` it holds `bias + Σ (x − x_zp)·w`;
+//!   padded taps are staged as `x_zp + 128` and contribute exactly 0, as in the scalar path.
+//!   `vpdpbusd` does not saturate and all intermediate arithmetic is wrapping `i32`; the
+//!   true value fits in `i32` ([`super::Conv2d::new`] proves it), so the result is exact.
+//! - Requantization: one `f32` conversion (round to nearest even, like `acc as f32`), one
+//!   `f32` multiply by the layer's multiplier, a clamp to the output range (equivalent to
+//!   the scalar clamp after rounding because both bounds are integers) and `cvtps2dq` under
+//!   the default MXCSR rounding (round half to even, like `round_ties_even`), then `+ y_zp`.
+//! - Register blocking: up to 4 blocks of 16 output channels × up to 12 pixels per tile;
+//!   the last block is masked to the layer's channels.
+//!
+//! # Cost
+//!
+//! `k · ⌈k·in_c/4⌉ · NP · OB` `vpdpbusd` per tile; [`super::STAGE_BYTES`] of stack per
+//! call; no allocation, no lock, no panic.
+//!
+//! # Never
+//!
+//! Reads outside the stage buffer (staged rows and their zeroed slack), the packed
+//! weights, `bias` or `mult`, or writes outside the requested output rows' channel slot.
+//! Every `unsafe` block below names the bound it relies on; the bounds are checked with
+//! `debug_assert!` where they are established.
+
+// Register-blocked loops index several per-block arrays (accumulators, weights,
+// multipliers, masks) in lockstep; index loops say that most plainly.
+#![allow(clippy::needless_range_loop)]
+
+use super::dispatch::Geom;
+use super::packing::Packed;
+use super::staging::{stage_block, staged_blocks, Plan, SLACK, STAGE_BYTES};
+use super::ChannelSlot;
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// Per-call constants of the VNNI requantization.
+struct VnniOut {
+    lo: __m512,
+    hi: __m512,
+    zp: __m512i,
+}
+
+/// Runs output rows `rows` of one layer on the VNNI path into `dst`.
+///
+/// # Safety
+///
+/// - The CPU supports AVX-512 F, BW, VL and VNNI.
+/// - `packed` was built by `Packed::new` for this layer (`in_c`, `out_c`, `k` of `g`) with
+///   its VNNI weights present, and `plan` is `Plan::new(g, 1)`.
+/// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_c`;
+///   `rows ⊆ 0..out_h`; `slot.channel_offset + out_c <= slot.pixel_stride`; and
+///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn vnni_rows(
+    plan: &Plan,
+    packed: &Packed,
+    g: &Geom,
+    bias: &[i32],
+    mult: &[f32],
+    input: &[i8],
+    dst: &mut [i8],
+    slot: ChannelSlot,
+    rows: Range<usize>,
+) {
+    let kc = g.k * g.in_c;
+    let g4 = kc.div_ceil(4);
+    let blocks = g.out_c.div_ceil(16);
+    let block_stride = g.k * g4 * 64;
+    debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
+    debug_assert_eq!(packed.vnni.len(), blocks * block_stride);
+    debug_assert_eq!(packed.vnni_wsum.len(), blocks * 16);
+    debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_c);
+    debug_assert!(slot.channel_offset + g.out_c <= slot.pixel_stride);
+    debug_assert_eq!(dst.len(), rows.len() * g.out_w * slot.pixel_stride);
+    debug_assert_eq!(plan.esize, 1);
+    // Zero-initialised once (cheap next to the convolution); every byte read is then
+    // initialised whatever the block shape.
+    let mut stage = [0u8; STAGE_BYTES];
+    let zpb = (g.x_zp as u8) ^ 0x80;
+    let corr = 128 + i32::from(g.x_zp);
+    let yzp = i32::from(g.y_zp);
+    let out = VnniOut {
+        lo: _mm512_set1_ps(if g.relu { 0.0 } else { (-128 - yzp) as f32 }),
+        hi: _mm512_set1_ps((127 - yzp) as f32),
+        zp: _mm512_set1_epi32(yzp),
+    };
+    let px_stride = g.stride * g.in_c;
+    let row_len = g.out_w * slot.pixel_stride;
+    for blk in staged_blocks(plan, g, &rows) {
+        let blk = &blk;
+        stage_block(g, blk, input, &mut stage[..], zpb, |x| (x as u8) ^ 0x80);
+        let npx = blk.c1 - blk.c0;
+        let rh = (blk.b1 - blk.b0 - 1) * g.stride + g.k;
+        debug_assert!(rh * blk.row_bytes + SLACK <= STAGE_BYTES);
+        for oy in blk.b0..blk.b1 {
+            let srow = &stage[(oy - blk.b0) * g.stride * blk.row_bytes..];
+            let orow = &mut dst[(oy - rows.start) * row_len..][..row_len];
+            let mut b = 0;
+            while b < blocks {
+                let ob = (blocks - b).min(4);
+                // Accumulator start, multipliers and store masks of blocks b..b+ob.
+                let mut init = [_mm512_setzero_si512(); 4];
+                let mut mv = [_mm512_setzero_ps(); 4];
+                let mut masks = [0u16; 4];
+                for j in 0..ob {
+                    let oc0 = (b + j) * 16;
+                    let n = (g.out_c - oc0).min(16);
+                    let m: u16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+                    masks[j] = m;
+                    debug_assert!(oc0 + n <= bias.len() && oc0 + 16 <= packed.vnni_wsum.len());
+                    // SAFETY: the mask `m` enables lanes `0..n` only, and `oc0 + n <=
+                    // out_c == bias.len()`; `vnni_wsum` holds `blocks · 16` values and
+                    // `oc0 + 16 <= blocks · 16`.
+                    let (bv, ws) = unsafe {
+                        (
+                            _mm512_maskz_loadu_epi32(m, bias.as_ptr().add(oc0)),
+                            _mm512_loadu_si512(packed.vnni_wsum.as_ptr().add(oc0) as *const __m512i),
+                        )
+                    };
+                    init[j] = _mm512_sub_epi32(bv, _mm512_mullo_epi32(ws, _mm512_set1_epi32(corr)));
+                    // SAFETY: lanes `0..n` only, `oc0 + n <= out_c == mult.len()`.
+                    mv[j] = unsafe { _mm512_maskz_loadu_ps(m, mult.as_ptr().add(oc0)) };
+                }
+                let t = VnniTile {
+                    srow,
+                    row_bytes: blk.row_bytes,
+                    px_stride,
+                    g4,
+                    k: g.k,
+                    w: &packed.vnni[b * block_stride..],
+                    block_stride,
+                    init: &init,
+                    mult: &mv,
+                    masks: &masks,
+                    out: &out,
+                };
+                let obase = &mut orow[blk.c0 * slot.pixel_stride + slot.channel_offset + b * 16..];
+                // SAFETY: `vnni_pixels`' preconditions: this CPU has the features (ours);
+                // the `npx` windows of this chunk, `k` staged rows from `srow`, lie in the
+                // stage with its zeroed slack (`Plan`/`Blocks` sizing, asserted above);
+                // `w` holds blocks `b..b + ob` (`b + ob <= blocks`); pixel `x`'s channels
+                // `b·16..out_c` of the slot start at `obase[x · pixel_stride]` inside `orow`.
+                unsafe {
+                    match ob {
+                        1 => vnni_pixels::<1, 12>(&t, npx, obase, slot.pixel_stride),
+                        2 => vnni_pixels::<2, 12>(&t, npx, obase, slot.pixel_stride),
+                        3 => vnni_pixels::<3, 8>(&t, npx, obase, slot.pixel_stride),
+                        _ => vnni_pixels::<4, 6>(&t, npx, obase, slot.pixel_stride),
+                    }
+                }
+                b += ob;
+            }
+        }
+    }
+}
+
+/// Inputs of one VNNI tile that do not depend on the pixel.
+struct VnniTile<'a> {
+    /// The staged rows from this output row's first input row to the end of the stage.
+    srow: &'a [u8],
+    row_bytes: usize,
+    px_stride: usize,
+    g4: usize,
+    k: usize,
+    /// The packed weights from this tile's first channel block on.
+    w: &'a [i8],
+    block_stride: usize,
+    init: &'a [__m512i; 4],
+    mult: &'a [__m512; 4],
+    masks: &'a [u16; 4],
+    out: &'a VnniOut,
+}
+
+impl VnniTile<'_> {
+    /// One past the highest staged byte pixel `x` (of this row) reads: its last kernel row
+    /// at `(k − 1) · row_bytes`, its window at `x · px_stride`, 4 bytes per tap group.
+    fn read_end(&self, x: usize) -> usize {
+        (self.k - 1) * self.row_bytes + x * self.px_stride + self.g4 * 4
+    }
+}
+
+/// All `npx` pixels of one output row for `OB` channel blocks, `NP` pixels per tile.
+///
+/// # Safety
+///
+/// The CPU supports AVX-512 F/BW/VL/VNNI; `t.read_end(npx − 1) <= t.srow.len()`;
+/// `OB · t.block_stride <= t.w.len()`; and `out[x · ops + j · 16 + l]` is inside `out` for
+/// every pixel `x < npx`, block `j < OB` and lane `l` set in `t.masks[j]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn vnni_pixels<const OB: usize, const NP: usize>(
+    t: &VnniTile<'_>,
+    npx: usize,
+    out: &mut [i8],
+    ops: usize,
+) {
+    let mut x = 0;
+    while x + NP <= npx {
+        // SAFETY: pixels `x..x + NP` are `< npx`, so this function's bounds cover them.
+        unsafe { vnni_tile::<OB, NP>(t, x, &mut out[x * ops..], ops) };
+        x += NP;
+    }
+    let rem = npx - x;
+    if rem == 0 {
+        return;
+    }
+    let o = &mut out[x * ops..];
+    // SAFETY: pixels `x..npx` (`rem < NP` of them), covered by this function's bounds.
+    unsafe {
+        match rem {
+            1 => vnni_tile::<OB, 1>(t, x, o, ops),
+            2 => vnni_tile::<OB, 2>(t, x, o, ops),
+            3 => vnni_tile::<OB, 3>(t, x, o, ops),
+            4 => vnni_tile::<OB, 4>(t, x, o, ops),
+            5 => vnni_tile::<OB, 5>(t, x, o, ops),
+            6 => vnni_tile::<OB, 6>(t, x, o, ops),
+            7 => vnni_tile::<OB, 7>(t, x, o, ops),
+            8 => vnni_tile::<OB, 8>(t, x, o, ops),
+            9 => vnni_tile::<OB, 9>(t, x, o, ops),
+            10 => vnni_tile::<OB, 10>(t, x, o, ops),
+            _ => vnni_tile::<OB, 11>(t, x, o, ops),
+        }
+    }
+}
+
+/// `NP` consecutive output pixels starting at row pixel `x0`, `OB` blocks of 16 output
+/// channels: `k · g4 · OB` weight loads, `k · g4 · NP` broadcasts, `k · g4 · NP · OB`
+/// `vpdpbusd`. `out` starts at pixel `x0`'s first channel of the tile.
+///
+/// # Safety
+///
+/// The CPU supports AVX-512 F/BW/VL/VNNI; `t.read_end(x0 + NP − 1) <= t.srow.len()`;
+/// `OB · t.block_stride <= t.w.len()`; and `out[n · ops + j · 16 + l]` is inside `out` for
+/// every `n < NP`, `j < OB` and lane `l` set in `t.masks[j]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn vnni_tile<const OB: usize, const NP: usize>(
+    t: &VnniTile<'_>,
+    x0: usize,
+    out: &mut [i8],
+    ops: usize,
+) {
+    debug_assert!(t.read_end(x0 + NP - 1) <= t.srow.len());
+    debug_assert!(OB * t.block_stride <= t.w.len());
+    debug_assert!(
+        (NP - 1) * ops + (OB - 1) * 16 + t.masks[OB - 1].count_ones() as usize <= out.len()
+    );
+    let mut acc = [[_mm512_setzero_si512(); OB]; NP];
+    for a in acc.iter_mut() {
+        for (j, v) in a.iter_mut().enumerate() {
+            *v = t.init[j];
+        }
+    }
+    let base = x0 * t.px_stride;
+    for ky in 0..t.k {
+        let arow = base + ky * t.row_bytes;
+        let wrow = ky * t.g4 * 64;
+        for q in 0..t.g4 {
+            let mut w = [_mm512_setzero_si512(); OB];
+            for (j, wj) in w.iter_mut().enumerate() {
+                // SAFETY: 64 bytes at `j·block_stride + ky·g4·64 + q·64`, which ends at
+                // most at `OB · block_stride <= w.len()` (j < OB, ky < k, q < g4).
+                *wj = unsafe {
+                    _mm512_loadu_si512(
+                        t.w.as_ptr().add(j * t.block_stride + wrow + q * 64) as *const _
+                    )
+                };
+            }
+            for (n, an) in acc.iter_mut().enumerate() {
+                // SAFETY: 4 bytes at `(x0 + n)·px_stride + ky·row_bytes + q·4`, which end
+                // at most at `read_end(x0 + NP − 1) <= srow.len()` (n < NP, ky < k, q < g4).
+                let a = unsafe {
+                    let p = t.srow.as_ptr().add(arow + n * t.px_stride + q * 4) as *const i32;
+                    _mm512_set1_epi32(p.read_unaligned())
+                };
+                for j in 0..OB {
+                    an[j] = _mm512_dpbusd_epi32(an[j], a, w[j]);
+                }
+            }
+        }
+    }
+    for (n, an) in acc.iter().enumerate() {
+        for j in 0..OB {
+            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(an[j]), t.mult[j]);
+            let f = _mm512_min_ps(_mm512_max_ps(f, t.out.lo), t.out.hi);
+            let r = _mm512_add_epi32(_mm512_cvtps_epi32(f), t.out.zp);
+            let b = _mm512_cvtepi32_epi8(r);
+            // SAFETY: stores only the lanes set in `masks[j]`, at `n·ops + j·16 + l`,
+            // inside `out` by this function's precondition (n < NP, j < OB).
+            unsafe { _mm_mask_storeu_epi8(out.as_mut_ptr().add(n * ops + j * 16), t.masks[j], b) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    kernel_tests!(crate::conv::KernelPath::Avx512Vnni);
+}
