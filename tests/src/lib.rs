@@ -2,7 +2,10 @@
 //!
 //! [`CountingAllocator`] wraps the system allocator and counts allocations while counting is
 //! on (every thread of the process), so a test can prove that a hot path allocates nothing
-//! after warm-up. [`small_scenario`] and [`scenario_log`] make short synthetic drives.
+//! after warm-up. A zero it reports proves something only next to a positive control in the
+//! same binary: `tests/runtime_zero_alloc.rs` and `tests/pipeline_zero_alloc.rs` run a stage
+//! that allocates on purpose and require the count to rise. [`small_scenario`] and
+//! [`scenario_log`] make short synthetic drives.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
@@ -108,4 +111,37 @@ pub fn scenario_log(cfg: ScenarioConfig, path: &Path) -> Scenario {
     redline_sim::generate::write_scenario_log(&scenario, path, None, &mut |_| {})
         .expect("log written");
     scenario
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CountingAllocator;
+
+    #[global_allocator]
+    static ALLOC: CountingAllocator = CountingAllocator::new();
+
+    /// The counter's own contract (the one test of this binary, so no other test thread
+    /// allocates while it counts): counts while on, not while off, and `start` resets.
+    #[test]
+    fn counts_only_while_on_and_start_resets() {
+        ALLOC.start();
+        let v: Vec<u8> = std::hint::black_box(Vec::with_capacity(100));
+        let grown: Vec<u64> = std::hint::black_box(vec![1; 3]);
+        let (allocs, bytes) = ALLOC.stop();
+        assert!(
+            allocs >= 2 && bytes >= 124,
+            "{allocs} allocations, {bytes} bytes"
+        );
+        drop((v, grown));
+
+        let off: Vec<u8> = std::hint::black_box(Vec::with_capacity(100));
+        drop(off);
+        assert_eq!(
+            ALLOC.stop(),
+            (allocs, bytes),
+            "an allocation while off was counted"
+        );
+        ALLOC.start();
+        assert_eq!(ALLOC.stop(), (0, 0), "start did not reset the counts");
+    }
 }

@@ -1,5 +1,7 @@
 //! End-to-end lockstep replay of a generated MCAP log: bit-identical outputs across runs and
-//! for 1 and 2 lanes, every frame published, the log's frames all replayed.
+//! for 1, 2 and 4 lanes, equal to a pinned output hash (so a change to any output fails the
+//! test even when all runs agree), every frame published, the log's frames all replayed.
+//! Negative control: weights one bit apart give a different hash on the same log.
 
 use std::sync::Arc;
 
@@ -10,16 +12,37 @@ use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 use redline_tests::{scenario_log, small_scenario, temp_dir};
 
-fn run(feed: &Arc<Feed>, lanes: usize) -> String {
+/// The output hash (`ReplayOutcome::output_hash`) of the lockstep replay of
+/// `small_scenario(3, 2.0)` with the default config. Integer INT8 arithmetic and float code
+/// with one code path on every CPU, so the same on every platform (see DESIGN.md,
+/// Determinism). If a deliberate change to the scenario, the network or any stage changes
+/// it, the failure message prints the new value: paste it here and say in the commit why
+/// the outputs changed.
+const PINNED_OUTPUT_HASH: &str = "8dad2ec04980a710";
+
+fn run(feed: &Arc<Feed>, lanes: usize, weights_seed: u64) -> String {
     let cfg = PipelineConfig {
         lanes,
         release: ReleaseMode::Lockstep,
+        weights_seed,
+        // Lockstep has no frame guard, so the deadline only sets when the watchdog writes a
+        // stage off as hung (four deadlines of wall time). On a loaded CI machine a 33 ms
+        // deadline lets a slow backbone be written off; no stage here hangs.
+        deadline_ms: 10_000.0,
         ..PipelineConfig::default()
     };
     let (outcome, _rt) =
         replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay runs");
     assert_eq!(outcome.runtime.frames_published, feed.frames.len() as u64);
-    assert_eq!(outcome.runtime.deadline_misses, 0);
+    let r = &outcome.runtime;
+    assert_eq!(
+        r.deadline_misses,
+        0,
+        "lanes={lanes} seed={weights_seed}: lockstep without a timing model never misses; \
+         lost stages {:?}\n{}",
+        r.lost_stages,
+        r.table()
+    );
     outcome.output_hash
 }
 
@@ -32,10 +55,28 @@ fn lockstep_replay_of_a_generated_log_is_bit_identical_across_runs_and_lanes() {
     assert_eq!(feed.frames.len(), scenario.frame_count());
     assert!(feed.issues.is_empty(), "{:?}", feed.issues);
     assert_eq!(feed.cameras.len(), 6);
-    let one = run(&feed, 1);
-    let two = run(&feed, 2);
-    let again = run(&feed, 2);
+    let seed = PipelineConfig::default().weights_seed;
+    let one = run(&feed, 1, seed);
+    assert_eq!(
+        one,
+        PINNED_OUTPUT_HASH,
+        "the driving graph's outputs changed: output hash {one}, pinned {PINNED_OUTPUT_HASH}. \
+         If the change is deliberate, set PINNED_OUTPUT_HASH in {} to \"{one}\"",
+        file!()
+    );
+    let two = run(&feed, 2, seed);
+    let four = run(&feed, 4, seed);
+    let again = run(&feed, 2, seed);
     assert_eq!(one, two, "1 and 2 lanes differ");
+    assert_eq!(one, four, "1 and 4 lanes differ");
     assert_eq!(two, again, "two runs differ");
+    // Negative control: the same log through weights seeded one bit apart.
+    let perturbed = run(&feed, 2, seed ^ 2);
+    assert_ne!(
+        perturbed,
+        one,
+        "weights_seed {seed} and {}: same output hash, so the hash ignores the outputs",
+        seed ^ 2
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

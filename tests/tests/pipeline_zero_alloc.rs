@@ -1,7 +1,13 @@
 //! Zero heap allocations per frame after warm-up for the whole driving graph (network and
 //! oracle perception, and with the `[slowdown]` knob wrapping stages), 2 lanes, 2 frames in
 //! flight, counted on every thread.
+//!
+//! Positive control: the graph carries one extra stage ([`AllocProbe`]) that allocates in
+//! `run` when its switch is on. It is off while the count must be zero; for the drive's last
+//! frames it is switched on, on the same runtime and allocator, and the count must rise by
+//! at least one allocation per run of the probe, proving that the counter sees the lanes.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redline_pipeline::config::{Perception, PipelineConfig, Slowdown};
@@ -9,17 +15,48 @@ use redline_pipeline::graph;
 use redline_pipeline::run::Counters;
 use redline_pipeline::run::RecordingPublisher;
 use redline_pipeline::sensors::FrameSource;
-use redline_runtime::{PlanConfig, ReleaseMode, Runtime, RuntimeConfig};
+use redline_runtime::{
+    FrameInfo, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage, StageError, StageIo,
+};
 use redline_sim::feed::Feed;
 use redline_tests::{small_scenario, CountingAllocator};
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator::new();
 
+/// Frames run before counting, and frames at the end of the drive run with the probe on.
+const WARM_UP: u64 = 20;
+const CONTROL_FRAMES: u64 = 10;
+
+/// Writes the frame number; while `allocate` is on, first allocates a 64-byte vector and
+/// counts the runs that did in `allocating_runs` (a frame abandoned at its guard time does
+/// not run the stage, so the control compares with the runs, not with the frames).
+struct AllocProbe {
+    allocate: Arc<AtomicBool>,
+    allocating_runs: Arc<AtomicU64>,
+}
+
+impl Stage for AllocProbe {
+    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let out = io.output::<u64>(0)?;
+        out[0] = if self.allocate.load(Ordering::Relaxed) {
+            // The deliberate hot-path allocation the control must see.
+            let v: Vec<u64> = std::hint::black_box(vec![f.frame; 8]);
+            self.allocating_runs.fetch_add(1, Ordering::Relaxed);
+            v[7]
+        } else {
+            f.frame
+        };
+        Ok(())
+    }
+}
+
 #[test]
 fn driving_graph_allocates_nothing_per_frame() {
     let feed: Arc<dyn FrameSource> =
         Arc::new(Feed::from_scenario(&small_scenario(5, 3.0), None, &mut |_, _| {}).unwrap());
+    let frames = feed.frame_count() as u64;
+    assert!(frames > WARM_UP + CONTROL_FRAMES + 20, "{frames} frames");
     let slowed = |percent: f64, busy_ms: f64| Slowdown { percent, busy_ms };
     for (perception, slowdown) in [
         (Perception::Network, vec![]),
@@ -39,7 +76,17 @@ fn driving_graph_allocates_nothing_per_frame() {
         for (stage, sd) in slowdown {
             cfg.slowdown.insert(stage.to_string(), sd);
         }
-        let (g, _) = graph::build(&cfg, &feed).unwrap();
+        let (mut g, _) = graph::build(&cfg, &feed).unwrap();
+        let allocate = Arc::new(AtomicBool::new(false));
+        let allocating_runs = Arc::new(AtomicU64::new(0));
+        g.stage(
+            "alloc_probe",
+            AllocProbe {
+                allocate: allocate.clone(),
+                allocating_runs: allocating_runs.clone(),
+            },
+        )
+        .writes::<u64>("alloc_probe", 1);
         let plan = g
             .build(&PlanConfig {
                 lanes: 2,
@@ -51,20 +98,40 @@ fn driving_graph_allocates_nothing_per_frame() {
             RuntimeConfig {
                 release: ReleaseMode::AsFastAsPossible,
                 period_ns: feed.period_ns(),
+                // No stage here hangs; a loaded CI machine must not get one written off
+                // (the default is four 33 ms deadlines).
+                hang_after_ns: 10_000_000_000,
                 ..RuntimeConfig::default()
             },
         )
         .unwrap();
         let mut publisher =
             RecordingPublisher::new(feed.frame_count(), Arc::new(Counters::default()));
-        rt.run(20, &mut publisher); // warm-up
+        rt.run(WARM_UP, &mut publisher);
         ALLOC.start();
-        rt.run(feed.frame_count() as u64 - 20, &mut publisher);
+        rt.run(frames - WARM_UP - CONTROL_FRAMES, &mut publisher);
         let (allocs, bytes) = ALLOC.stop();
+        allocate.store(true, Ordering::SeqCst);
+        ALLOC.start();
+        rt.run(CONTROL_FRAMES, &mut publisher);
+        let (control_allocs, control_bytes) = ALLOC.stop();
         assert_eq!(publisher.records.len(), feed.frame_count());
         assert_eq!(
             allocs, 0,
             "{perception:?}, slowdown {:?}: {allocs} allocations ({bytes} bytes) after warm-up",
+            cfg.slowdown
+        );
+        let probe_runs = allocating_runs.load(Ordering::SeqCst);
+        assert!(
+            probe_runs > 0,
+            "the probe never ran in {CONTROL_FRAMES} frames"
+        );
+        assert!(
+            control_allocs >= probe_runs && control_bytes >= probe_runs * 64,
+            "{perception:?}, slowdown {:?}: the positive control allocated 64 bytes in each of \
+             {probe_runs} runs but the counter saw {control_allocs} allocations \
+             ({control_bytes} bytes): the counting allocator is not counting, so the zero above \
+             proves nothing",
             cfg.slowdown
         );
     }

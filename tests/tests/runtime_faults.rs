@@ -149,6 +149,14 @@ fn hung_stage_is_written_off_and_later_frames_are_published_on_time() {
     );
 }
 
+/// The output hash (`HashPublisher`) of the modeled-timing run below: 200 lockstep frames of
+/// `demo_graph(2048)` whose summaries carry the mode each frame ran in, with the fallback
+/// frames of the overload. Integer arithmetic and a modeled clock, so the same on every
+/// platform. If a deliberate change to the demo stages, the ladder or `HashPublisher`
+/// changes it, the failure message prints the new value: paste it here and say in the
+/// commit why the outputs changed.
+const PINNED_MODELED_HASH: u64 = 0x7a6b_3d26_081f_c9bb;
+
 fn modeled(lanes: usize) -> (u64, Vec<(u64, String, String)>, Vec<u64>) {
     let faults = Faults::new();
     let plan = demo_graph(2048, &faults)
@@ -195,6 +203,14 @@ fn modeled_timing_gives_the_same_modes_and_outputs_on_any_lane_count() {
         "the modeled overload must degrade: {transitions:?}"
     );
     assert_eq!(transitions.last().map(|t| t.2.as_str()), Some("nominal"));
+    assert_eq!(
+        hash,
+        PINNED_MODELED_HASH,
+        "the modeled run's outputs changed: hash {hash:#018x}, pinned \
+         {PINNED_MODELED_HASH:#018x}. If the change is deliberate, set PINNED_MODELED_HASH in \
+         {} to {hash:#018x}",
+        file!()
+    );
     for lanes in [1, 2, 4] {
         let (h2, t2, r2) = modeled(lanes);
         assert_eq!(t2, transitions, "lanes={lanes}");

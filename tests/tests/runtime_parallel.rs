@@ -58,6 +58,11 @@ impl Stage for Wide {
     }
 }
 
+/// The output hash (`HashPublisher`) of 20 lockstep frames of the `wide` stage: integer
+/// arithmetic, the same on every platform. If a deliberate change to the stage or to
+/// `HashPublisher` changes it, the failure message prints the new value: paste it here.
+const PINNED_WIDE_HASH: u64 = 0xc780_df08_4862_c2ae;
+
 fn run(lanes: usize) -> (u64, usize) {
     let threads = Arc::new(Mutex::new(Vec::new()));
     let mut g = GraphBuilder::new();
@@ -99,6 +104,13 @@ fn run(lanes: usize) -> (u64, usize) {
 #[test]
 fn chunks_spread_over_lanes_with_identical_results() {
     let (one, threads_one) = run(1);
+    assert_eq!(
+        one,
+        PINNED_WIDE_HASH,
+        "the wide stage's outputs changed: hash {one:#018x}, pinned {PINNED_WIDE_HASH:#018x}. \
+         If the change is deliberate, set PINNED_WIDE_HASH in {} to {one:#018x}",
+        file!()
+    );
     assert_eq!(
         threads_one, 1,
         "one lane: every chunk on the stage's own lane"

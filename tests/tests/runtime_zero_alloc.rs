@@ -2,16 +2,84 @@
 //! fan-in, a parallel_for stage), 2 lanes, 2 frames in flight, 1000 frames, counted by a
 //! counting global allocator over every thread of the process (scheduler, lanes, watchdog).
 //!
+//! Positive control: an extra stage ([`AllocProbe`]) that allocates in `run` when its switch
+//! is on. The graphs carry it, switched off, while the counter must read zero; then, with the
+//! same runtime and the same allocator, it is switched on and the count must rise by at least
+//! one allocation per run of the probe. So the zero above is a measurement, not a counter
+//! that is off or blind to the lanes.
+//!
 //! One test per binary: the counter is process-wide.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
 use redline_runtime::demo::{demo_graph, empty_graph, Faults};
-use redline_runtime::{HashPublisher, PlanConfig, ReleaseMode, Runtime, RuntimeConfig};
+use redline_runtime::{
+    FrameInfo, GraphBuilder, HashPublisher, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage,
+    StageError, StageIo,
+};
 use redline_tests::CountingAllocator;
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator::new();
 
-fn count(release: ReleaseMode, graph: redline_runtime::GraphBuilder) -> (u64, u64, u64) {
+/// Frames measured with the probe switched off (must allocate nothing) and on (must allocate).
+const FRAMES: u64 = 1000;
+const CONTROL_FRAMES: u64 = 50;
+
+/// Writes the frame number; while `allocate` is on, first allocates a 64-byte vector and
+/// counts the runs that did in `allocating_runs` (a frame abandoned at its guard time does
+/// not run the stage, so the control compares with the runs, not with the frames).
+struct AllocProbe {
+    allocate: Arc<AtomicBool>,
+    allocating_runs: Arc<AtomicU64>,
+}
+
+impl Stage for AllocProbe {
+    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let out = io.output::<u64>(0)?;
+        out[0] = if self.allocate.load(Ordering::Relaxed) {
+            // The deliberate hot-path allocation the control must see.
+            let v: Vec<u64> = std::hint::black_box(vec![f.frame; 8]);
+            self.allocating_runs.fetch_add(1, Ordering::Relaxed);
+            v[7]
+        } else {
+            f.frame
+        };
+        Ok(())
+    }
+}
+
+/// The probe's switch and its count of allocating runs.
+#[derive(Default)]
+struct Probe {
+    allocate: Arc<AtomicBool>,
+    allocating_runs: Arc<AtomicU64>,
+}
+
+/// What one run counted: allocations and bytes with the probe off, then with it on, the
+/// probe's allocating runs, and the frames published.
+struct Counts {
+    off: (u64, u64),
+    on: (u64, u64),
+    probe_runs: u64,
+    frames: u64,
+}
+
+/// Allocations in `FRAMES` frames after warm-up with the probe off, then in
+/// `CONTROL_FRAMES` frames with it on, on one runtime running `graph` plus the probe
+/// stage (no inputs, one output, not published).
+fn count(release: ReleaseMode, mut graph: GraphBuilder) -> Counts {
+    let probe = Probe::default();
+    graph
+        .stage(
+            "alloc_probe",
+            AllocProbe {
+                allocate: probe.allocate.clone(),
+                allocating_runs: probe.allocating_runs.clone(),
+            },
+        )
+        .writes::<u64>("alloc_probe", 1);
     let plan = graph
         .build(&PlanConfig {
             lanes: 2,
@@ -21,16 +89,45 @@ fn count(release: ReleaseMode, graph: redline_runtime::GraphBuilder) -> (u64, u6
     let cfg = RuntimeConfig {
         release,
         period_ns: 2_000_000,
+        // No stage here hangs. The default (four 2 ms deadlines) lets a loaded CI machine
+        // that preempts a lane for 8 ms write a stage off as hung and retire its lane,
+        // which is not what this test measures.
+        hang_after_ns: 10_000_000_000,
         ..RuntimeConfig::default()
     };
     let mut rt = Runtime::new(plan, cfg).unwrap();
     let mut h = HashPublisher::default();
     rt.run(100, &mut h); // warm-up
     ALLOC.start();
-    rt.run(1000, &mut h);
-    let (allocs, bytes) = ALLOC.stop();
-    assert_eq!(rt.frames_published(), 1100);
-    (allocs, bytes, h.frames)
+    rt.run(FRAMES, &mut h);
+    let off = ALLOC.stop();
+    probe.allocate.store(true, Ordering::SeqCst);
+    ALLOC.start();
+    rt.run(CONTROL_FRAMES, &mut h);
+    let on = ALLOC.stop();
+    assert_eq!(rt.frames_published(), 100 + FRAMES + CONTROL_FRAMES);
+    Counts {
+        off,
+        on,
+        probe_runs: probe.allocating_runs.load(Ordering::SeqCst),
+        frames: h.frames,
+    }
+}
+
+/// The control's verdict: the probe ran, and every allocation it made was counted.
+fn assert_control_counted(what: &str, c: &Counts) {
+    let (allocs, bytes) = c.on;
+    assert!(
+        c.probe_runs > 0,
+        "{what}: the probe never ran in {CONTROL_FRAMES} frames"
+    );
+    assert!(
+        allocs >= c.probe_runs && bytes >= c.probe_runs * 64,
+        "{what}: the positive control allocated 64 bytes in each of {} runs but the counter \
+         saw {allocs} allocations ({bytes} bytes): the counting allocator is not counting, so \
+         the zero-allocation checks prove nothing",
+        c.probe_runs
+    );
 }
 
 #[test]
@@ -41,16 +138,20 @@ fn no_allocation_per_frame_after_warm_up() {
         ReleaseMode::AsFastAsPossible,
         ReleaseMode::RealTime,
     ] {
-        let (allocs, bytes, frames) = count(release, demo_graph(4096, &faults));
-        assert_eq!(frames, 1100);
+        let c = count(release, demo_graph(4096, &faults));
+        let (allocs, bytes) = c.off;
+        assert_eq!(c.frames, 100 + FRAMES + CONTROL_FRAMES);
         assert_eq!(
             allocs, 0,
-            "{release:?}: {allocs} allocations ({bytes} bytes) in 1000 frames of the demo graph"
+            "{release:?}: {allocs} allocations ({bytes} bytes) in {FRAMES} frames of the demo graph"
         );
+        assert_control_counted(&format!("{release:?}, demo graph"), &c);
     }
-    let (allocs, bytes, _) = count(ReleaseMode::AsFastAsPossible, empty_graph());
+    let c = count(ReleaseMode::AsFastAsPossible, empty_graph());
+    let (allocs, bytes) = c.off;
     assert_eq!(
         allocs, 0,
         "empty graph: {allocs} allocations ({bytes} bytes)"
     );
+    assert_control_counted("empty graph", &c);
 }
