@@ -7,7 +7,7 @@
 //! pipeline, not the log reader. The cost is memory: frames × cameras × width × height × 3
 //! bytes (900 frames of six 256×128 cameras: 531 MB). A camera missing from a frame, late,
 //! or of the wrong size or encoding is recorded in [`Feed::issues`] and its pixels are zero
-//! with its bit cleared in [`FeedFrame::present`]; the frame still runs.
+//! with its bit cleared in [`SensorFrame::present`]; the frame still runs.
 
 use std::path::Path;
 

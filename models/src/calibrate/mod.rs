@@ -10,7 +10,7 @@
 //!   Its memory is fixed whatever the number of inputs. Non-finite values are counted in
 //!   [`ActivationObserver::non_finite`] and otherwise ignored.
 //! - [`CalibrationMethod::MinMax`] maps the observed `[min, max]` (widened to include 0)
-//!   onto `i8` ([`QParams::from_min_max`]); [`CalibrationMethod::Percentile`]`(p)` clips the
+//!   onto `i8` ([`QParams::from_min_max`](crate::quant::QParams::from_min_max)); [`CalibrationMethod::Percentile`]`(p)` clips the
 //!   range to the `(100 - p)`-th and `p`-th percentiles of the histogram (bin edges, rounded
 //!   outwards, never beyond the observed min/max): outliers no longer stretch the scale.
 //! - Weights are quantized symmetric per output channel by
@@ -37,7 +37,7 @@
 //! # Never
 //!
 //! Nothing here panics on bad data (NaN, empty tensors, zero ranges): such cases give
-//! valid [`QParams`] and are visible in the statistics.
+//! valid [`QParams`](crate::quant::QParams) and are visible in the statistics.
 
 use crate::conv::ModelError;
 use crate::network::{ActQParams, FloatNetwork, HeadQParams};

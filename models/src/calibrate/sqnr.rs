@@ -46,7 +46,7 @@ impl SqnrAccumulator {
         }
     }
 
-    /// `10 · log10(signal / noise)` dB ([`sqnr_db`]).
+    /// `10 · log10(signal / noise)` dB (`sqnr_db`).
     pub fn db(&self) -> f64 {
         sqnr_db(self.signal, self.noise)
     }

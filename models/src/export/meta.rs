@@ -102,7 +102,7 @@ pub struct GraphMeta {
 /// The JSON sidecar.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExportMeta {
-    /// [`FORMAT_VERSION`].
+    /// [`FORMAT_VERSION`](super::FORMAT_VERSION).
     pub format_version: u32,
     /// Name of the tensor file next to the sidecar.
     pub tensors_file: String,

@@ -15,7 +15,7 @@
 //!   the native engine's, channel groups side by side as the native heads write them).
 //! - [`META_FILE`] (JSON, [`ExportMeta`]): format version, the [`NetConfig`], and per graph
 //!   its input, its outputs (with the channel range each covers in the native output), and
-//!   its layers in execution order: kind, shape, `relu`, input/output [`QParams`], the names
+//!   its layers in execution order: kind, shape, `relu`, input/output [`QParams`](crate::quant::QParams), the names
 //!   of the layer's input and output tensors (so a head's two output convolutions reading
 //!   one hidden tensor are explicit), and the names of its safetensors entries.
 //!

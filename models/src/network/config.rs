@@ -26,8 +26,8 @@ pub const SEG_HIDDEN: usize = 16;
 pub const BACKBONE_HIDDEN: [usize; 2] = [16, 32];
 
 /// Quantized layers loaded from a calibrated weights file ([`crate::weights`]): when
-/// [`NetConfig::trained`] holds them, [`Backbone::new`], [`DetHead::new`] and
-/// [`SegHead::new`] use these layers instead of the seeded ones.
+/// [`NetConfig::trained`] holds them, [`Backbone::new`](super::Backbone::new), [`DetHead::new`](super::DetHead::new) and
+/// [`SegHead::new`](super::SegHead::new) use these layers instead of the seeded ones.
 #[derive(Clone, Debug)]
 pub struct TrainedLayers {
     /// The three backbone layers, first to last.
@@ -165,7 +165,7 @@ pub struct HeadQParams {
 }
 
 /// Per-tensor activation quantization of the whole network (the calibration result).
-/// The backbone input is fixed ([`Backbone::input_q`]); the heads' input is the
+/// The backbone input is fixed ([`Backbone::input_q`](super::Backbone::input_q)); the heads' input is the
 /// backbone's output.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ActQParams {

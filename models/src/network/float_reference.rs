@@ -256,7 +256,7 @@ pub struct FloatNetwork {
 }
 
 impl FloatNetwork {
-    /// The seeded float network of `cfg` (the weights [`Backbone::new`] and the heads
+    /// The seeded float network of `cfg` (the weights [`Backbone::new`](super::Backbone::new) and the heads
     /// quantize when no trained layers are given).
     pub fn seeded(cfg: &NetConfig) -> Result<Self, ModelError> {
         cfg.validate()?;

@@ -33,7 +33,7 @@
 //!   uniform) and a small bias (`±0.05`) drawn from a [`SplitMix64`](redline_runtime::rng::SplitMix64) stream derived from
 //!   [`NetConfig::seed`] and the layer.
 //! - **Built-in calibration** (construction time, used when no trained weights are given):
-//!   min-max ([`QParams::from_min_max`]) of each layer's float output on a seeded random
+//!   min-max ([`QParams::from_min_max`](crate::quant::QParams::from_min_max)) of each layer's float output on a seeded random
 //!   input (backbone: a uniform random image; heads: 1024 random BEV feature vectors, half of
 //!   the channels at 0, the rest uniform over the positive range of the input quantization),
 //!   propagated through the float network. Calibration on real frames is
