@@ -88,7 +88,7 @@ pub mod ids {
     pub const SOURCE: usize = 0;
     /// normalize
     pub const NORMALIZE: usize = 1;
-    /// smooth (uses parallel_for)
+    /// smooth (splits its output over lanes with parallel_chunks_mut)
     pub const SMOOTH: usize = 2;
     /// gradient
     pub const GRADIENT: usize = 3;
@@ -153,16 +153,14 @@ impl Stage for DemoStage {
             ids::SMOOTH => {
                 let inp = io.input::<i16>(0)?;
                 let out = io.output::<i32>(0)?;
-                let out_addr = out.as_mut_ptr() as usize;
-                io.parallel_for(n, 4, &|r| {
-                    for i in r {
+                let len = out.len();
+                io.parallel_chunks_mut(out, 4, &|chunk, piece| {
+                    let first = crate::parallel::chunk_range(len, 4, chunk).start;
+                    for (o, i) in piece.iter_mut().zip(first..) {
                         let a = i32::from(inp[i.saturating_sub(1)]);
                         let b = i32::from(inp[i]);
                         let c = i32::from(inp[(i + 1).min(n - 1)]);
-                        // SAFETY: each chunk writes only its own indices `i` of `out`,
-                        // chunks are disjoint, and parallel_for returns only after all
-                        // chunks finished, while `out` is still borrowed by this stage.
-                        unsafe { *(out_addr as *mut i32).add(i) = a + 2 * b + c };
+                        *o = a + 2 * b + c;
                     }
                 });
             }
