@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::graph::GraphBuilder;
-use crate::rng::mix64;
 use crate::modes::{LadderConfig, ModeSpec};
+use crate::rng::mix64;
 use crate::stage::{Criticality, FrameInfo, Stage, StageError, StageIo};
 
 /// Switches a test flips to stall or hang one demo stage (by name index in the demo).
@@ -115,7 +115,6 @@ pub mod ids {
         "summary",
     ];
 }
-
 
 /// A demo stage: `id` selects what it computes.
 struct DemoStage {

@@ -21,7 +21,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::exec::LaneSet;
+use crate::lanes::LaneSet;
 
 /// The `i`-th of `chunks` contiguous ranges of `0..items` (the first `items % chunks`
 /// ranges are one longer). Empty when `i >= chunks`.
@@ -369,7 +369,9 @@ mod tests {
         });
         assert_eq!(calls.into_inner(), 4);
         // Zero chunks: nothing to call.
-        chunks_mut(&Inline, &mut [0u8; 5], 0, &|_, _| panic!("no chunk expected"));
+        chunks_mut(&Inline, &mut [0u8; 5], 0, &|_, _| {
+            panic!("no chunk expected")
+        });
         // Uneven: 10 into 4 gives 3, 3, 2, 2.
         let lens: Vec<usize> = (0..4).map(|i| chunk_range(10, 4, i).len()).collect();
         assert_eq!(lens, [3, 3, 2, 2]);
