@@ -119,6 +119,10 @@ pub(crate) fn chunks_mut<T: Send, R: ChunkRunner + ?Sized>(
     });
 }
 
+/// The closure of [`chunks_mut_pair`]: `f(chunk index, piece of the first slice, piece of
+/// the second slice)`.
+pub type ChunkPairFn<'f, A, B> = dyn Fn(usize, &mut [A], &mut [B]) + Sync + 'f;
+
 /// [`chunks_mut`] over two slices at once: piece `i` of each is
 /// `x[chunk_range(x.len(), chunks, i)]`, e.g. one camera's output and its scratch area.
 pub(crate) fn chunks_mut_pair<A: Send, B: Send, R: ChunkRunner + ?Sized>(
@@ -126,7 +130,7 @@ pub(crate) fn chunks_mut_pair<A: Send, B: Send, R: ChunkRunner + ?Sized>(
     a: &mut [A],
     b: &mut [B],
     chunks: usize,
-    f: &(dyn Fn(usize, &mut [A], &mut [B]) + Sync + '_),
+    f: &ChunkPairFn<'_, A, B>,
 ) {
     if chunks == 0 {
         return;

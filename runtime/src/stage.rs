@@ -350,7 +350,7 @@ impl<'a> StageIo<'a> {
         a: &mut [A],
         b: &mut [B],
         chunks: usize,
-        f: &(dyn Fn(usize, &mut [A], &mut [B]) + Sync + '_),
+        f: &crate::parallel::ChunkPairFn<'_, A, B>,
     ) {
         match &self.parallel {
             Some(p) => crate::parallel::chunks_mut_pair(p, a, b, chunks, f),
