@@ -17,9 +17,12 @@
 //!    stages. The lane that finishes the last stage posts `FrameDone` to the scheduler.
 //!
 //! Dispatch is decentralised: lanes hand work to each other directly, and the scheduler
-//! thread is woken only for frame-level events. A lane spins briefly before parking.
+//! thread is woken only for frame-level events. A lane spins briefly before parking (the
+//! lane threads and their queues are in [`crate::lanes`]).
 //!
 //! ## Faults
+//!
+//! The watchdog that reports these faults is [`crate::runtime::watchdog`].
 //!
 //! - A stage past its budget is seen by the watchdog (`Event::Overrun`).
 //! - A frame past its guard time (deadline minus the publish margin) is marked abandoned by

@@ -328,9 +328,10 @@ impl<'a> StageIo<'a> {
     /// Splits `out` into `chunks` contiguous pieces with the same partition as
     /// [`parallel_for`](Self::parallel_for) (`out[chunk_range(out.len(), chunks, i)]`, see
     /// [`crate::parallel::chunk_range`]) and calls `f(i, piece)` once for every chunk `i`,
-    /// spreading the chunks over idle lanes (no call at all when `chunks == 0`). Each call gets its own `&mut` piece, so a stage
-    /// writes its output in parallel without raw pointers; the partition never depends on
-    /// the lane count or timing. Allocates nothing.
+    /// spreading the chunks over idle lanes (no call at all when `chunks == 0`). Each call
+    /// gets its own `&mut` piece, so a stage writes its output in parallel without raw
+    /// pointers; the partition never depends on the lane count or timing. Allocates nothing.
+    /// Note the difference with `parallel_for`, which treats `chunks == 0` as 1.
     pub fn parallel_chunks_mut<T: Send>(
         &self,
         out: &mut [T],

@@ -22,16 +22,16 @@
 //!   [`crate::publish`]) before its deadline. A frame published after its deadline anyway
 //!   (the scheduler itself was late) is counted in `late_publishes`: misses are never silent.
 //! - **Watchdog detection delay**: within the OS wake-up latency when the budget is longer
-//!   than a watchdog tick, within a tick otherwise (see [`watchdog`]).
+//!   than a watchdog tick, within a tick otherwise (see `watchdog`).
 //!
 //! ## Where things are
 //!
 //! - `config`: [`RuntimeConfig`], [`ReleaseMode`], [`TimingModel`], [`RuntimeError`].
-//! - [`clock`]: the monotonic real clock and the frame clock (absolute or virtual releases).
+//! - `clock`: the monotonic real clock and the frame clock (absolute or virtual releases).
 //! - `release`: time-triggered and data-triggered frame release, dropping frames.
 //! - `publishing`: in-order publish, the held outputs, fallback publish, modeled timing.
 //! - `retirement`: reading a published slot out into the metrics and freeing it.
-//! - [`watchdog`]: the watchdog thread and the scheduler's handling of hung stages.
+//! - `watchdog`: the watchdog thread and the scheduler's handling of hung stages.
 //! - this file: the [`Runtime`] itself: start-up, `run`, the scheduling step, reports, drop.
 
 use std::sync::atomic::Ordering;

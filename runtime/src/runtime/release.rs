@@ -3,8 +3,8 @@
 //! ## Contract
 //!
 //! - Real time ([`ReleaseMode::RealTime`]): frame `k` is released at its absolute due time
-//!   from the [`FrameClock`](super::clock::FrameClock), never by sleeping a period; a frame due while every slot is
-//!   busy is *dropped*: it is queued in order and publishes its fallback
+//!   from the frame clock (`clock::FrameClock`), never by sleeping a period; a frame due
+//!   while every slot is busy is *dropped*: it is queued in order and publishes its fallback
 //!   ([`crate::publish::FallbackReason::NoFreeSlot`]), so the output rate never slips.
 //! - Data-triggered ([`ReleaseMode::AsFastAsPossible`], [`ReleaseMode::Lockstep`]): the next
 //!   frame waits for a free slot and is never dropped. In lockstep the release time is
