@@ -125,22 +125,15 @@ impl Stage for PreprocessStage {
         if images.len() != self.cams * self.src_len || out.len() != self.cams * self.dst_len {
             return Err(E_SHAPE);
         }
-        let out_addr = out.as_mut_ptr() as usize;
-        let (pre, src_len, dst_len) = (&self.pre, self.src_len, self.dst_len);
+        let (pre, src_len) = (&self.pre, self.src_len);
         let failed = std::sync::atomic::AtomicBool::new(false);
-        io.parallel_for(self.cams, self.cams, &|cams| {
-            for c in cams {
-                // SAFETY: chunk `c` writes only camera c's slice of `out`; slices of
-                // different cameras are disjoint and `out` outlives parallel_for.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut((out_addr as *mut i8).add(c * dst_len), dst_len)
-                };
-                if pre
-                    .run(&images[c * src_len..(c + 1) * src_len], dst)
-                    .is_err()
-                {
-                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
+        // One chunk per camera: chunk `c` is camera c's `dst_len` elements of `out`.
+        io.parallel_chunks_mut(out, self.cams, &|c, dst| {
+            if pre
+                .run(&images[c * src_len..(c + 1) * src_len], dst)
+                .is_err()
+            {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         });
         if failed.into_inner() {
@@ -195,30 +188,17 @@ impl Stage for BackboneStage {
         if input.len() != self.cams * self.in_len || out.len() != self.cams * self.out_len {
             return Err(E_SHAPE);
         }
-        let out_addr = out.as_mut_ptr() as usize;
-        let scratch_addr = self.scratch.as_mut_ptr() as usize;
-        let (net, in_len, out_len, sl) = (&self.net, self.in_len, self.out_len, self.scratch_len);
+        let (net, in_len) = (&self.net, self.in_len);
         let failed = std::sync::atomic::AtomicBool::new(false);
-        io.parallel_for(self.cams, self.cams, &|cams| {
-            for c in cams {
-                // SAFETY: chunk `c` uses only camera c's slices of `out` and of the scratch
-                // area (disjoint per camera); both outlive parallel_for, which returns only
-                // when every chunk is done.
-                let (dst, scratch) = unsafe {
-                    (
-                        std::slice::from_raw_parts_mut(
-                            (out_addr as *mut i8).add(c * out_len),
-                            out_len,
-                        ),
-                        std::slice::from_raw_parts_mut((scratch_addr as *mut i8).add(c * sl), sl),
-                    )
-                };
-                if net
-                    .forward(&input[c * in_len..(c + 1) * in_len], scratch, dst)
-                    .is_err()
-                {
-                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
+        // One chunk per camera: camera c's `out_len` elements of `out` and its
+        // `scratch_len` elements of the scratch area.
+        debug_assert_eq!(self.scratch.len(), self.cams * self.scratch_len);
+        io.parallel_chunks_mut_pair(out, &mut self.scratch, self.cams, &|c, dst, scratch| {
+            if net
+                .forward(&input[c * in_len..(c + 1) * in_len], scratch, dst)
+                .is_err()
+            {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         });
         if failed.into_inner() {

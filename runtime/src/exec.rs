@@ -17,9 +17,12 @@
 //!    stages. The lane that finishes the last stage posts `FrameDone` to the scheduler.
 //!
 //! Dispatch is decentralised: lanes hand work to each other directly, and the scheduler
-//! thread is woken only for frame-level events. A lane spins briefly before parking.
+//! thread is woken only for frame-level events. A lane spins briefly before parking (the
+//! lane threads and their queues are in [`crate::lanes`]).
 //!
 //! ## Faults
+//!
+//! The watchdog that reports these faults is [`crate::runtime::watchdog`].
 //!
 //! - A stage past its budget is seen by the watchdog (`Event::Overrun`).
 //! - A frame past its guard time (deadline minus the publish margin) is marked abandoned by
@@ -35,12 +38,14 @@ use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 use std::thread::Thread;
-use std::time::Instant;
 
 use crossbeam_queue::ArrayQueue;
 
 use crate::arena::Arena;
-use crate::parallel::{ParallelHandle, ParallelTask};
+use crate::lanes::LaneSet;
+use crate::parallel::ParallelHandle;
+use crate::runtime::clock::Clock;
+use crate::runtime::watchdog::Watch;
 use crate::runtime::Runtime;
 use crate::stage::{Fallback, FrameInfo, PortView, Stage, StageIo};
 
@@ -213,78 +218,6 @@ pub(crate) struct Slot {
     pub timing: Box<[NodeTiming]>,
 }
 
-/// One worker lane as seen by everybody else.
-#[derive(Debug)]
-pub(crate) struct Lane {
-    pub stages: ArrayQueue<StageJob>,
-    pub helps: ArrayQueue<(u8, u32)>,
-    pub thread: AtomicPtr<Thread>,
-    pub sleeping: AtomicBool,
-    pub lost: AtomicBool,
-    /// `pack(seq, slot) | node << 58`, or NONE when not inside a `run`.
-    pub running: AtomicU64,
-    pub started_ns: AtomicU64,
-    pub task: ParallelTask,
-}
-
-/// The lanes, for dispatch and `parallel_for`.
-#[derive(Debug)]
-pub(crate) struct LaneSet {
-    pub lanes: Box<[Lane]>,
-    live: AtomicUsize,
-}
-
-impl LaneSet {
-    pub fn live_count(&self) -> usize {
-        self.live.load(Ordering::Acquire)
-    }
-
-    pub fn task(&self, lane: usize) -> &ParallelTask {
-        &self.lanes[lane].task
-    }
-
-    pub fn wake(&self, lane: usize) {
-        let l = &self.lanes[lane];
-        if l.sleeping.swap(false, Ordering::SeqCst) {
-            let t = l.thread.load(Ordering::Acquire);
-            if !t.is_null() {
-                // SAFETY: the pointer was leaked from a Box<Thread> by the lane at start and
-                // is freed only when the runtime is dropped, after all lanes stopped.
-                unsafe { (*t).unpark() };
-            }
-        }
-    }
-
-    pub fn post_help(&self, owner: usize, gen: u32) {
-        for (i, l) in self.lanes.iter().enumerate() {
-            if i != owner
-                && !l.lost.load(Ordering::Acquire)
-                && l.helps.push((owner as u8, gen)).is_ok()
-            {
-                self.wake(i);
-            }
-        }
-    }
-
-    fn mark_lost(&self, lane: usize) -> bool {
-        if !self.lanes[lane].lost.swap(true, Ordering::SeqCst) {
-            self.live.fetch_sub(1, Ordering::AcqRel);
-            return true;
-        }
-        false
-    }
-}
-
-/// Watchdog and clock settings the lanes and watchdog read.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Watch {
-    pub check_budgets: bool,
-    pub guard_frames: bool,
-    pub hang_after_ns: u64,
-    pub tick_ns: u64,
-    pub lane_spin_ns: u64,
-}
-
 /// Everything the scheduler, the lanes and the watchdog share.
 pub(crate) struct Shared {
     pub statics: Box<[NodeStatic]>,
@@ -296,8 +229,11 @@ pub(crate) struct Shared {
     pub events_dropped: AtomicU64,
     pub scheduler: AtomicPtr<Thread>,
     pub shutdown: AtomicBool,
-    pub epoch: Instant,
+    /// The monotonic clock every thread reads.
+    pub clock: Clock,
     pub watch: Watch,
+    /// An idle lane spins this long for new work before it parks, ns.
+    pub lane_spin_ns: u64,
     /// The runtime being driven by `Runtime::run`, or null between runs.
     pub core: AtomicPtr<Runtime>,
     /// Held by whoever is inside `Runtime::step`.
@@ -340,6 +276,7 @@ impl Shared {
         arena: Arena,
         lanes: usize,
         watch: Watch,
+        lane_spin_ns: u64,
     ) -> Shared {
         let n = statics.len();
         let n_slots = arena.slots();
@@ -374,21 +311,7 @@ impl Shared {
             })
             .collect();
         let queue_cap = n * n_slots + 4;
-        let lane_set = LaneSet {
-            lanes: (0..lanes)
-                .map(|_| Lane {
-                    stages: ArrayQueue::new(queue_cap),
-                    helps: ArrayQueue::new(4 * lanes.max(1)),
-                    thread: AtomicPtr::new(std::ptr::null_mut()),
-                    sleeping: AtomicBool::new(false),
-                    lost: AtomicBool::new(false),
-                    running: AtomicU64::new(NONE),
-                    started_ns: AtomicU64::new(0),
-                    task: ParallelTask::default(),
-                })
-                .collect(),
-            live: AtomicUsize::new(lanes),
-        };
+        let lane_set = LaneSet::new(lanes, queue_cap);
         Shared {
             statics: statics.into_boxed_slice(),
             nodes,
@@ -399,8 +322,9 @@ impl Shared {
             events_dropped: AtomicU64::new(0),
             scheduler: AtomicPtr::new(std::ptr::null_mut()),
             shutdown: AtomicBool::new(false),
-            epoch: Instant::now(),
+            clock: Clock::start(),
             watch,
+            lane_spin_ns,
             core: AtomicPtr::new(std::ptr::null_mut()),
             token: AtomicBool::new(false),
             run_finished: AtomicBool::new(false),
@@ -408,10 +332,10 @@ impl Shared {
         }
     }
 
-    /// Nanoseconds since the runtime's epoch (monotonic).
+    /// Nanoseconds since the runtime's epoch (monotonic; see [`Clock`]).
     #[inline]
     pub fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        self.clock.now_ns()
     }
 
     /// Posts an event; `wake` unparks the scheduler thread.
@@ -705,133 +629,5 @@ impl Shared {
         t.outcome.store(Outcome::Hung as u8, Ordering::Release);
         self.complete(node, slot, seq);
         true
-    }
-}
-
-/// The body of one lane thread. An idle lane spins for `lane_spin_ns` (checking its
-/// queues) before it parks, so work handed to it in quick succession, as inside a frame,
-/// starts without a futex wake-up.
-pub(crate) fn lane_main(shared: &Shared, lane: usize) {
-    let me = &shared.lanes.lanes[lane];
-    let mut idle_since: Option<u64> = None;
-    loop {
-        if let Some((owner, gen)) = me.helps.pop() {
-            shared.lanes.task(owner as usize).help(gen);
-            idle_since = None;
-            continue;
-        }
-        if let Some(job) = me.stages.pop() {
-            match shared.execute(lane, job) {
-                Executed::WrittenOff => return,
-                // Publish it from here: no other thread needs waking.
-                Executed::FrameDone => {
-                    shared.try_step();
-                    idle_since = None;
-                }
-                Executed::Done => idle_since = None,
-            }
-            continue;
-        }
-        if shared.shutdown.load(Ordering::Acquire) || me.lost.load(Ordering::Acquire) {
-            return;
-        }
-        let now = shared.now_ns();
-        let since = *idle_since.get_or_insert(now);
-        if now.saturating_sub(since) < shared.watch.lane_spin_ns {
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
-            continue;
-        }
-        me.sleeping.store(true, Ordering::SeqCst);
-        if me.stages.is_empty() && me.helps.is_empty() && !shared.shutdown.load(Ordering::SeqCst) {
-            std::thread::park();
-        }
-        me.sleeping.store(false, Ordering::SeqCst);
-        idle_since = None;
-    }
-}
-
-/// The body of the watchdog thread. See the module docs of `runtime` for the bound on
-/// detection delay: it sleeps until the earliest known expiry, or one tick.
-pub(crate) fn watchdog_main(shared: &Shared) {
-    let n_lanes = shared.lanes.lanes.len();
-    let mut budget_flagged = vec![NONE; n_lanes];
-    let mut hang_flagged = vec![NONE; n_lanes];
-    let w = shared.watch;
-    while !shared.shutdown.load(Ordering::Acquire) {
-        let now = shared.now_ns();
-        let mut wake_at = now + w.tick_ns;
-        for (i, l) in shared.lanes.lanes.iter().enumerate() {
-            if l.lost.load(Ordering::Acquire) {
-                continue;
-            }
-            let running = l.running.load(Ordering::Acquire);
-            if running == NONE {
-                continue;
-            }
-            let start = l.started_ns.load(Ordering::Acquire);
-            if l.running.load(Ordering::Acquire) != running {
-                continue; // changed under us; look again next round
-            }
-            let (node, seq, slot) = unpack_running(running);
-            let budget = shared.statics[node as usize].budget_ns;
-            if w.check_budgets && budget > 0 && budget_flagged[i] != start {
-                let expiry = start + budget;
-                if now >= expiry {
-                    budget_flagged[i] = start;
-                    shared.slots[slot as usize]
-                        .overrun_mask
-                        .fetch_or(1u64 << node, Ordering::AcqRel);
-                    shared.post(
-                        Event::Overrun {
-                            delay_ns: now - expiry,
-                        },
-                        false,
-                    );
-                } else {
-                    wake_at = wake_at.min(expiry);
-                }
-            }
-            if hang_flagged[i] != start {
-                let hang_at = start + w.hang_after_ns;
-                if now >= hang_at {
-                    hang_flagged[i] = start;
-                    shared.post(
-                        Event::Hung {
-                            lane: i as u8,
-                            node,
-                            slot,
-                            seq,
-                        },
-                        true,
-                    );
-                } else {
-                    wake_at = wake_at.min(hang_at);
-                }
-            }
-        }
-        if w.guard_frames {
-            for s in shared.slots.iter() {
-                if s.phase.load(Ordering::Acquire) != RUNNING {
-                    continue;
-                }
-                let guard = s.guard_ns.load(Ordering::Acquire);
-                if now >= guard {
-                    if s.phase
-                        .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
-                        shared.post(Event::Abandoned, true);
-                    }
-                } else {
-                    wake_at = wake_at.min(guard);
-                }
-            }
-        }
-        let now = shared.now_ns();
-        if wake_at > now {
-            std::thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
-        }
     }
 }

@@ -139,7 +139,7 @@ impl GraphBuilder {
     }
 
     /// Adds an already boxed stage.
-    pub fn stage_boxed(&mut self, name: &str, stage: Box<dyn Stage>) -> StageBuilder<'_> {
+    fn stage_boxed(&mut self, name: &str, stage: Box<dyn Stage>) -> StageBuilder<'_> {
         self.stages.push(StageDecl {
             name: name.to_string(),
             stage,

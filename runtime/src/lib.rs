@@ -53,6 +53,7 @@ pub mod arena;
 pub mod demo;
 pub(crate) mod exec;
 pub mod graph;
+pub(crate) mod lanes;
 pub mod metrics;
 pub mod modes;
 pub mod parallel;

@@ -247,11 +247,6 @@ impl Ladder {
         &self.cfg.modes[i.min(self.cfg.modes.len() - 1)].name
     }
 
-    /// Number of modes.
-    pub fn mode_count(&self) -> usize {
-        self.cfg.modes.len()
-    }
-
     /// Stages disabled in the current mode, as a bit mask over plan indices.
     pub fn disabled_mask(&self) -> u64 {
         self.masks[self.mode]

@@ -12,11 +12,16 @@
 //! - No allocation, no lock: each lane owns one preallocated [`ParallelTask`] record,
 //!   guarded by a generation/open/active state word, so a helper that dequeues a stale help
 //!   job (for a call that already returned) notices and leaves without touching the closure.
+//! - [`chunks_mut`] / [`chunks_mut_pair`] (reached through `StageIo::parallel_chunks_mut`
+//!   and `StageIo::parallel_chunks_mut_pair`) split an output slice (or two) into the same
+//!   [`chunk_range`] partition and hand each chunk to the closure as a `&mut` sub-slice:
+//!   safe code, no raw pointers in stages, no allocation. This module is the one place that
+//!   turns "disjoint chunk indices" into "disjoint `&mut` slices".
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::exec::LaneSet;
+use crate::lanes::LaneSet;
 
 /// The `i`-th of `chunks` contiguous ranges of `0..items` (the first `items % chunks`
 /// ranges are one longer). Empty when `i >= chunks`.
@@ -29,6 +34,118 @@ pub fn chunk_range(items: usize, chunks: usize, i: usize) -> Range<usize> {
     let start = i * base + i.min(extra);
     let len = base + usize::from(i < extra);
     start..start + len
+}
+
+/// Something that runs `f` on the [`chunk_range`]s of `0..items`, `chunks` of them.
+///
+/// # Safety
+///
+/// Implementors promise that `run_chunks` calls `f` on ranges that together cover
+/// `0..items` with every index exactly once (whatever the threads), and returns only after
+/// every such call has returned. [`chunks_mut`] relies on it to hand out disjoint `&mut`
+/// sub-slices.
+pub(crate) unsafe trait ChunkRunner {
+    /// Runs `f` on every chunk (see the trait's safety contract).
+    fn run_chunks(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_));
+}
+
+/// Runs every chunk on the calling thread (no lanes available).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Inline;
+
+// SAFETY: `run_inline` walks the chunks `0..chunks.max(1)` once each, in order, on this
+// thread; `chunk_range` covers `0..items` exactly once (tested below), and it skips only
+// empty ranges.
+unsafe impl ChunkRunner for Inline {
+    fn run_chunks(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_)) {
+        run_inline(items, chunks, f);
+    }
+}
+
+// SAFETY: `ParallelHandle::run` either runs inline (see `Inline`) or hands out chunk indices
+// `0..chunks` from one atomic counter (`fetch_add`, so each index goes to exactly one
+// thread) and returns only once `done == chunks` and no helper is inside the task.
+unsafe impl ChunkRunner for ParallelHandle<'_> {
+    fn run_chunks(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_)) {
+        self.run(items, chunks, f);
+    }
+}
+
+/// The base pointer of a slice being split across lanes.
+struct SharedBase<T>(*mut T);
+
+// SAFETY: the pointer is only used to build disjoint `&mut [T]` chunks, each handed to one
+// thread at a time; sending a `&mut [T]` to another thread needs exactly `T: Send`.
+unsafe impl<T: Send> Sync for SharedBase<T> {}
+
+impl<T> SharedBase<T> {
+    /// Chunk `r` of the slice.
+    ///
+    /// # Safety
+    ///
+    /// `r` lies inside the slice this base came from, that slice is mutably borrowed for
+    /// the whole split, and no other live reference covers any index of `r`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn chunk(&self, r: Range<usize>) -> &mut [T] {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(r.start), r.len()) }
+    }
+}
+
+/// Splits `out` into `chunks` contiguous pieces, piece `i` being
+/// `out[chunk_range(out.len(), chunks, i)]`, and calls `f(i, piece)` once for every `i`
+/// (also for empty pieces; never when `chunks == 0`), spread over `runner`. Allocates
+/// nothing.
+pub(crate) fn chunks_mut<T: Send, R: ChunkRunner + ?Sized>(
+    runner: &R,
+    out: &mut [T],
+    chunks: usize,
+    f: &(dyn Fn(usize, &mut [T]) + Sync + '_),
+) {
+    if chunks == 0 {
+        return;
+    }
+    let len = out.len();
+    let base = SharedBase(out.as_mut_ptr());
+    runner.run_chunks(chunks, chunks, &|indices| {
+        for i in indices {
+            let r = chunk_range(len, chunks, i);
+            // SAFETY: `r` lies inside `out` (chunk_range never exceeds `len`), `out` stays
+            // mutably borrowed by this call until `run_chunks` returns, and the runner
+            // passes every chunk index exactly once (ChunkRunner's contract), so the ranges
+            // of concurrent calls are disjoint.
+            f(i, unsafe { base.chunk(r) });
+        }
+    });
+}
+
+/// The closure of [`chunks_mut_pair`]: `f(chunk index, piece of the first slice, piece of
+/// the second slice)`.
+pub type ChunkPairFn<'f, A, B> = dyn Fn(usize, &mut [A], &mut [B]) + Sync + 'f;
+
+/// [`chunks_mut`] over two slices at once: piece `i` of each is
+/// `x[chunk_range(x.len(), chunks, i)]`, e.g. one camera's output and its scratch area.
+pub(crate) fn chunks_mut_pair<A: Send, B: Send, R: ChunkRunner + ?Sized>(
+    runner: &R,
+    a: &mut [A],
+    b: &mut [B],
+    chunks: usize,
+    f: &ChunkPairFn<'_, A, B>,
+) {
+    if chunks == 0 {
+        return;
+    }
+    let (a_len, b_len) = (a.len(), b.len());
+    let (a_base, b_base) = (SharedBase(a.as_mut_ptr()), SharedBase(b.as_mut_ptr()));
+    runner.run_chunks(chunks, chunks, &|indices| {
+        for i in indices {
+            let (ra, rb) = (chunk_range(a_len, chunks, i), chunk_range(b_len, chunks, i));
+            // SAFETY: as in `chunks_mut`, for each of the two slices (distinct `&mut`
+            // borrows, so they cannot overlap each other either).
+            let (ca, cb) = unsafe { (a_base.chunk(ra), b_base.chunk(rb)) };
+            f(i, ca, cb);
+        }
+    });
 }
 
 /// Runs every chunk on the calling thread, in order.
@@ -182,6 +299,104 @@ impl ParallelHandle<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs the chunks on `threads` scoped threads, each taking indices from a shared
+    /// counter in reverse order, to stand in for any lane count and any timing.
+    struct Threads(usize);
+
+    // SAFETY: every index in `0..chunks` is taken once from the atomic counter, and the
+    // scope joins every thread before `run_chunks` returns.
+    unsafe impl ChunkRunner for Threads {
+        fn run_chunks(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_)) {
+            let chunks = chunks.max(1);
+            let taken = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..self.0 {
+                    s.spawn(|| loop {
+                        let k = taken.fetch_add(1, Ordering::AcqRel);
+                        if k >= chunks {
+                            return;
+                        }
+                        let r = chunk_range(items, chunks, chunks - 1 - k);
+                        if !r.is_empty() {
+                            f(r);
+                        }
+                    });
+                }
+            });
+        }
+    }
+
+    /// Per element: (chunk index that wrote it, how many times it was written).
+    fn split_with(runner: &dyn ChunkRunner, len: usize, chunks: usize) -> Vec<(usize, u32)> {
+        let mut out = vec![(usize::MAX, 0u32); len];
+        chunks_mut(runner, &mut out, chunks, &|i, piece| {
+            for e in piece.iter_mut() {
+                e.0 = i;
+                e.1 += 1;
+            }
+        });
+        out
+    }
+
+    #[test]
+    fn chunks_mut_writes_every_element_once_with_the_chunk_range_partition() {
+        for len in 0..40 {
+            for chunks in 1..9 {
+                let out = split_with(&Inline, len, chunks);
+                for i in 0..chunks {
+                    for e in &out[chunk_range(len, chunks, i)] {
+                        assert_eq!(*e, (i, 1), "len {len} chunks {chunks}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_mut_partition_is_independent_of_lanes() {
+        for (len, chunks) in [(0, 3), (1, 4), (10, 3), (17, 5), (64, 8), (100, 7)] {
+            let reference = split_with(&Inline, len, chunks);
+            for threads in [1, 2, 3, 8] {
+                assert_eq!(split_with(&Threads(threads), len, chunks), reference);
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_mut_zero_length_and_uneven_splits() {
+        // Zero length: every chunk is called, each with an empty piece.
+        let calls = AtomicUsize::new(0);
+        chunks_mut(&Inline, &mut [0u8; 0], 4, &|_, piece| {
+            assert!(piece.is_empty());
+            calls.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(calls.into_inner(), 4);
+        // Zero chunks: nothing to call.
+        chunks_mut(&Inline, &mut [0u8; 5], 0, &|_, _| {
+            panic!("no chunk expected")
+        });
+        // Uneven: 10 into 4 gives 3, 3, 2, 2.
+        let lens: Vec<usize> = (0..4).map(|i| chunk_range(10, 4, i).len()).collect();
+        assert_eq!(lens, [3, 3, 2, 2]);
+        let out = split_with(&Threads(3), 10, 4);
+        let owners: Vec<usize> = out.iter().map(|e| e.0).collect();
+        assert_eq!(owners, [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]);
+        assert!(out.iter().all(|e| e.1 == 1));
+    }
+
+    #[test]
+    fn chunks_mut_pair_splits_both_slices_alike() {
+        let mut a = vec![0usize; 12];
+        let mut b = vec![0usize; 6];
+        chunks_mut_pair(&Threads(2), &mut a, &mut b, 3, &|i, ca, cb| {
+            assert_eq!((ca.len(), cb.len()), (4, 2));
+            ca.fill(i + 1);
+            cb.fill(10 * (i + 1));
+        });
+        assert_eq!(a, [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]);
+        assert_eq!(b, [10, 10, 20, 20, 30, 30]);
+    }
 
     #[test]
     fn chunks_cover_exactly_once_in_order() {

@@ -49,11 +49,6 @@ impl Grant {
         !matches!(self, Grant::Refused { .. })
     }
 
-    /// `true` only for [`Grant::Granted`].
-    pub fn is_granted(&self) -> bool {
-        matches!(self, Grant::Granted)
-    }
-
     fn refused(reason: impl Into<String>) -> Self {
         Grant::Refused {
             reason: reason.into(),
@@ -236,6 +231,7 @@ mod imp {
         Some((s.trim().to_owned(), list))
     }
 
+    #[cfg(test)]
     pub(super) fn current_affinity() -> Option<Vec<usize>> {
         // SAFETY: cpu_set_t is a plain bit array; all-zero is a valid (empty) set.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -343,6 +339,7 @@ mod imp {
         }
     }
 
+    #[cfg(test)]
     pub(super) fn set_normal() -> Grant {
         let param = libc::sched_param { sched_priority: 0 };
         // SAFETY: pthread_self() is the calling thread, alive for the call; `param` is a valid
@@ -374,6 +371,7 @@ mod imp {
         refusal(code, hint)
     }
 
+    #[cfg(test)]
     pub(super) fn unlock_all() {
         // SAFETY: munlockall takes no arguments and touches no caller memory; failure is harmless.
         unsafe {
@@ -406,6 +404,7 @@ mod imp {
 
     const UNSUPPORTED: &str = "not supported on this OS";
 
+    #[cfg(test)]
     pub(super) fn current_affinity() -> Option<Vec<usize>> {
         None
     }
@@ -415,12 +414,14 @@ mod imp {
     pub(super) fn set_fifo(_priority: i32) -> Grant {
         Grant::refused(UNSUPPORTED)
     }
+    #[cfg(test)]
     pub(super) fn set_normal() -> Grant {
         Grant::refused(UNSUPPORTED)
     }
     pub(super) fn lock_all() -> Grant {
         Grant::refused(UNSUPPORTED)
     }
+    #[cfg(test)]
     pub(super) fn unlock_all() {}
     pub(super) fn online_cores() -> usize {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -439,13 +440,17 @@ pub fn pin_current_thread(core: usize) -> Grant {
 }
 
 /// Sets the calling thread's affinity to exactly `cores` (e.g. to restore what
-/// [`current_thread_affinity`] returned). Refused like [`pin_current_thread`].
-pub fn set_current_thread_affinity(cores: &[usize]) -> Grant {
+/// [`current_thread_affinity`] returned). Refused like [`pin_current_thread`]. Tests only:
+/// the runtime pins with [`pin_current_thread`].
+#[cfg(test)]
+pub(crate) fn set_current_thread_affinity(cores: &[usize]) -> Grant {
     imp::set_affinity(cores)
 }
 
 /// The cores the calling thread may run on (`sched_getaffinity`); `None` if unknown.
-pub fn current_thread_affinity() -> Option<Vec<usize>> {
+/// Tests only (they restore it after pinning).
+#[cfg(test)]
+pub(crate) fn current_thread_affinity() -> Option<Vec<usize>> {
     imp::current_affinity()
 }
 
@@ -457,8 +462,9 @@ pub fn set_current_thread_fifo(priority: i32) -> Grant {
     imp::set_fifo(priority)
 }
 
-/// Puts the calling thread back on `SCHED_OTHER` (for tests and shutdown).
-pub fn reset_current_thread_to_normal() -> Grant {
+/// Puts the calling thread back on `SCHED_OTHER`. Tests only.
+#[cfg(test)]
+pub(crate) fn reset_current_thread_to_normal() -> Grant {
     imp::set_normal()
 }
 
@@ -470,8 +476,9 @@ pub fn lock_all_memory() -> Grant {
     imp::lock_all()
 }
 
-/// Undoes [`lock_all_memory`] (`munlockall`). Never fails visibly.
-pub fn unlock_all_memory() {
+/// Undoes [`lock_all_memory`] (`munlockall`). Never fails visibly. Tests only.
+#[cfg(test)]
+pub(crate) fn unlock_all_memory() {
     imp::unlock_all()
 }
 
@@ -486,265 +493,16 @@ pub fn online_cores() -> usize {
     imp::online_cores()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn granted_or_explained(g: &Grant) {
-        match g {
-            Grant::Granted => {}
-            Grant::Refused { reason } => assert!(!reason.trim().is_empty()),
-            Grant::NotRequested => panic!("expected Granted or Refused, got NotRequested"),
-        }
-    }
-
-    fn refused(g: &Grant) -> &str {
-        match g {
-            Grant::Refused { reason } => {
-                assert!(!reason.trim().is_empty());
-                reason
-            }
-            other => panic!("expected Refused, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn pin_then_restore_affinity() {
-        std::thread::spawn(|| {
-            let Some(original) = current_thread_affinity() else {
-                // Unknown affinity (non-Linux): pinning is refused with a reason.
-                granted_or_explained(&pin_current_thread(0));
-                return;
-            };
-            assert!(!original.is_empty());
-            // Core 0 unless the cpuset excludes it.
-            let core = original[0];
-            let g = pin_current_thread(core);
-            granted_or_explained(&g);
-            if g.is_granted() {
-                assert_eq!(current_thread_affinity(), Some(vec![core]));
-            }
-            let r = set_current_thread_affinity(&original);
-            granted_or_explained(&r);
-            if r.is_granted() {
-                assert_eq!(current_thread_affinity(), Some(original));
-            }
-        })
-        .join()
-        .unwrap();
-    }
-
-    #[test]
-    fn invalid_core_is_refused() {
-        let before = current_thread_affinity();
-        let reason = refused(&pin_current_thread(100_000)).to_owned();
-        assert!(reason.contains("100000"), "{reason}");
-        refused(&pin_current_thread(usize::MAX));
-        refused(&set_current_thread_affinity(&[]));
-        assert_eq!(
-            current_thread_affinity(),
-            before,
-            "refusal must not change affinity"
-        );
-    }
-
-    #[test]
-    fn out_of_range_priority_is_refused() {
-        for p in [0, 100, -1, i32::MIN, i32::MAX] {
-            let g = set_current_thread_fifo(p);
-            refused(&g);
-        }
-    }
-
-    #[test]
-    fn fifo_then_back_to_normal() {
-        std::thread::spawn(|| {
-            let g = set_current_thread_fifo(10);
-            granted_or_explained(&g);
-            let r = reset_current_thread_to_normal();
-            assert!(r.is_granted(), "returning to SCHED_OTHER must work: {r:?}");
-            #[cfg(target_os = "linux")]
-            {
-                // SAFETY: sched_getscheduler(0) only queries the calling thread's policy.
-                let policy = unsafe { libc::sched_getscheduler(0) };
-                assert_eq!(policy, libc::SCHED_OTHER);
-            }
-        })
-        .join()
-        .unwrap();
-    }
-
-    #[test]
-    fn lock_then_unlock_memory() {
-        let g = lock_all_memory();
-        unlock_all_memory();
-        granted_or_explained(&g);
-    }
-
-    #[test]
-    fn apply_request_to_lane_thread() {
-        std::thread::spawn(|| {
-            let original = current_thread_affinity();
-            let core = original.as_ref().map_or(0, |o| o[0]);
-            let req = RtRequest {
-                pin_cores: Some(vec![100_000, core]),
-                fifo_priority: Some(5),
-                lock_memory: false,
-            };
-            let t = apply_to_current_thread("lane 1", 1, &req);
-            assert_eq!(t.thread, "lane 1");
-            assert_eq!(t.core, Some(core));
-            assert_eq!(t.fifo_priority, Some(5));
-            granted_or_explained(&t.pinning);
-            granted_or_explained(&t.priority);
-            // Lane 0 maps to the invalid core and must be refused, not crash.
-            let t0 = apply_to_current_thread("lane 0", 0, &req);
-            assert_eq!(t0.core, Some(100_000));
-            refused(&t0.pinning);
-
-            let none = apply_to_current_thread("lane 2", 2, &RtRequest::default());
-            assert_eq!(none.core, None);
-            assert_eq!(none.pinning, Grant::NotRequested);
-            assert_eq!(none.priority, Grant::NotRequested);
-            let empty = RtRequest {
-                pin_cores: Some(vec![]),
-                ..RtRequest::default()
-            };
-            refused(&apply_to_current_thread("lane 3", 3, &empty).pinning);
-
-            let _ = reset_current_thread_to_normal();
-            if let Some(o) = original {
-                let _ = set_current_thread_affinity(&o);
-            }
-        })
-        .join()
-        .unwrap();
-    }
-
-    fn sample_grants() -> OsGrants {
-        OsGrants {
-            memory_lock: Grant::Granted,
-            threads: vec![
-                ThreadGrant {
-                    thread: "lane 0".into(),
-                    core: Some(0),
-                    pinning: Grant::Granted,
-                    fifo_priority: Some(80),
-                    priority: Grant::Granted,
-                },
-                ThreadGrant {
-                    thread: "lane 1".into(),
-                    core: Some(1),
-                    pinning: Grant::Granted,
-                    fifo_priority: Some(80),
-                    priority: Grant::Refused {
-                        reason: "EPERM: run as root or grant CAP_SYS_NICE \"quoted\"".into(),
-                    },
-                },
-                ThreadGrant {
-                    thread: "watchdog".into(),
-                    core: None,
-                    pinning: Grant::NotRequested,
-                    fifo_priority: None,
-                    priority: Grant::NotRequested,
-                },
-            ],
-            rt_throttling: Some("950000/1000000 us".into()),
-        }
-    }
-
-    #[test]
-    fn summary_lines_mention_each_thread() {
-        let g = sample_grants();
-        let lines = g.summary_lines();
-        assert!(
-            lines.iter().any(|l| l == "memory lock: granted"),
-            "{lines:?}"
-        );
-        assert!(
-            lines.iter().any(|l| l.contains("950000/1000000 us")),
-            "{lines:?}"
-        );
-        for t in &g.threads {
-            assert!(
-                lines
-                    .iter()
-                    .any(|l| l.starts_with(&format!("{}:", t.thread))),
-                "{lines:?}"
-            );
-        }
-        assert!(lines.contains(&"lane 0: core 0 pinned, SCHED_FIFO 80 granted".to_owned()));
-        assert!(lines
-            .iter()
-            .any(|l| l.starts_with("lane 1: core 1 pinned, SCHED_FIFO 80 refused (EPERM")));
-        assert!(lines.contains(&"watchdog: not pinned, SCHED_OTHER".to_owned()));
-        assert!(!g.all_granted());
-        let mut ok = g.clone();
-        ok.threads[1].priority = Grant::Granted;
-        assert!(ok.all_granted());
-        assert!(OsGrants::default().all_granted());
-        assert_eq!(OsGrants::default().memory_lock, Grant::NotRequested);
-    }
-
-    #[test]
-    fn os_grants_serde_round_trip() {
-        let g = sample_grants();
-        let json = serde_json::to_string(&g).unwrap();
-        let back: OsGrants = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, g);
-        let req = RtRequest {
-            pin_cores: Some(vec![2, 3]),
-            fifo_priority: Some(80),
-            lock_memory: true,
-        };
-        let back: RtRequest = serde_json::from_str(&serde_json::to_string(&req).unwrap()).unwrap();
-        assert_eq!(back, req);
-    }
-
-    /// Diagnostic: shows what this machine grants (`cargo test rt -- --nocapture`).
-    #[test]
-    fn report_what_the_os_grants() {
-        std::thread::spawn(|| {
-            let original = current_thread_affinity();
-            let req = RtRequest {
-                pin_cores: Some(original.clone().unwrap_or_else(|| vec![0])),
-                fifo_priority: Some(10),
-                lock_memory: false,
-            };
-            let grants = OsGrants {
-                memory_lock: Grant::NotRequested,
-                threads: vec![apply_to_current_thread("lane 0", 0, &req)],
-                rt_throttling: read_rt_throttling(),
-            };
-            let _ = reset_current_thread_to_normal();
-            if let Some(o) = original {
-                let _ = set_current_thread_affinity(&o);
-            }
-            for line in grants.summary_lines() {
-                eprintln!("rt: {line}");
-            }
-            assert_eq!(grants.summary_lines().len(), 3);
-        })
-        .join()
-        .unwrap();
-    }
-
-    #[test]
-    fn rt_throttling_and_online_cores() {
-        assert!(online_cores() >= 1);
-        if let Some(t) = read_rt_throttling() {
-            assert!(t.ends_with("us") || t.ends_with("(unthrottled)"), "{t}");
-            assert!(t.contains('/'), "{t}");
-        }
-        #[cfg(target_os = "linux")]
-        {
-            assert_eq!(
-                imp::parse_cpu_list("0-3,8,10-11\n"),
-                Some(vec![0, 1, 2, 3, 8, 10, 11])
-            );
-            assert_eq!(imp::parse_cpu_list("0"), Some(vec![0]));
-            assert_eq!(imp::parse_cpu_list("3-1"), None);
-            assert_eq!(imp::parse_cpu_list("x"), None);
-        }
+/// Sets the calling thread's timer slack to 1 ns (Linux; a no-op elsewhere), so its timed
+/// sleeps (`park_timeout`) wake as close to the asked time as the OS can.
+pub(crate) fn set_timer_slack_1ns() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes an unsigned long value and touches only the calling
+    // thread's timer slack; no pointers are involved.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -324,4 +324,38 @@ impl<'a> StageIo<'a> {
             None => crate::parallel::run_inline(items, chunks, f),
         }
     }
+
+    /// Splits `out` into `chunks` contiguous pieces with the same partition as
+    /// [`parallel_for`](Self::parallel_for) (`out[chunk_range(out.len(), chunks, i)]`, see
+    /// [`crate::parallel::chunk_range`]) and calls `f(i, piece)` once for every chunk `i`,
+    /// spreading the chunks over idle lanes (no call at all when `chunks == 0`). Each call
+    /// gets its own `&mut` piece, so a stage writes its output in parallel without raw
+    /// pointers; the partition never depends on the lane count or timing. Allocates nothing.
+    /// Note the difference with `parallel_for`, which treats `chunks == 0` as 1.
+    pub fn parallel_chunks_mut<T: Send>(
+        &self,
+        out: &mut [T],
+        chunks: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync + '_),
+    ) {
+        match &self.parallel {
+            Some(p) => crate::parallel::chunks_mut(p, out, chunks, f),
+            None => crate::parallel::chunks_mut(&crate::parallel::Inline, out, chunks, f),
+        }
+    }
+
+    /// [`parallel_chunks_mut`](Self::parallel_chunks_mut) over two slices split alike
+    /// (chunk `i` of each, by its own length): e.g. one camera's output and its scratch.
+    pub fn parallel_chunks_mut_pair<A: Send, B: Send>(
+        &self,
+        a: &mut [A],
+        b: &mut [B],
+        chunks: usize,
+        f: &crate::parallel::ChunkPairFn<'_, A, B>,
+    ) {
+        match &self.parallel {
+            Some(p) => crate::parallel::chunks_mut_pair(p, a, b, chunks, f),
+            None => crate::parallel::chunks_mut_pair(&crate::parallel::Inline, a, b, chunks, f),
+        }
+    }
 }
