@@ -24,6 +24,7 @@
 //! [`map_project_near`] scans a window around a hint; [`map_pose`] is `O(1)`. `predict`
 //! costs one projection plus `PRED_STEPS` poses per track.
 
+use crate::geometry::wrap_angle_f32;
 use crate::types::{class, PredictedPath, RoadMap, TrackState, MAP_POINTS, MAP_SPACING, PRED_DT};
 
 /// Cars slower than this (m/s) are predicted at constant velocity (they are as good as
@@ -126,14 +127,9 @@ fn seg_heading(map: &RoadMap, i: usize) -> f32 {
     (b[1] - a[1]).atan2(b[0] - a[0])
 }
 
-fn wrap(a: f32) -> f32 {
-    let r = (a + std::f32::consts::PI).rem_euclid(std::f32::consts::TAU);
-    r - std::f32::consts::PI
-}
-
 /// Angle `a + w·(b − a)` along the shorter way round.
 fn lerp_angle(a: f32, b: f32, w: f32) -> f32 {
-    wrap(a + w * wrap(b - a))
+    wrap_angle_f32(a + w * wrap_angle_f32(b - a))
 }
 
 /// Pose `(x, y, heading)` of the centre line at arc length `s` (extrapolated straight

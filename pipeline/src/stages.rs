@@ -12,11 +12,12 @@ use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
 use redline_models::quant::QParams;
 use redline_runtime::{Fallback, FrameInfo, Stage, StageError, StageIo};
 
+use crate::geometry::world_to_ego;
 use crate::perception::{BevProjector, Decoder, Preprocess, TemporalCache};
 use crate::planning::{min_risk, Planner, PlannerParams};
 use crate::prediction::Predictor;
 use crate::sensors::{in_perception_range, FrameSource, MAX_GT};
-use crate::tracking::{world_to_ego, Tracker, TrackerParams};
+use crate::tracking::{Tracker, TrackerParams};
 use crate::types::{
     BevSpec, Detection, EgoPose, GtBox, PlanSummary, PredictedPath, RoadMap, TrackState, TrajPoint,
     PRED_DT, PRED_STEPS,

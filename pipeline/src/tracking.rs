@@ -31,6 +31,7 @@
 use heapless::Vec as HVec;
 
 use crate::assignment::Assignment;
+use crate::geometry::{ego_to_world, wrap_angle};
 use crate::kalman::Cv2d;
 use crate::types::{class, Detection, EgoPose, TrackState, MAX_DETECTIONS, MAX_TRACKS};
 
@@ -125,32 +126,6 @@ pub struct Tracker {
     next_id: u32,
     last_stamp: Option<u64>,
     stats: TrackerStats,
-}
-
-/// EGO-frame point → world (f64).
-pub fn ego_to_world(ego: &EgoPose, x: f64, y: f64) -> (f64, f64) {
-    let (s, c) = ego.yaw.sin_cos();
-    (ego.x + c * x - s * y, ego.y + s * x + c * y)
-}
-
-/// World point → EGO frame (f64).
-pub fn world_to_ego(ego: &EgoPose, x: f64, y: f64) -> (f64, f64) {
-    let (s, c) = ego.yaw.sin_cos();
-    let (dx, dy) = (x - ego.x, y - ego.y);
-    (c * dx + s * dy, -s * dx + c * dy)
-}
-
-fn wrap_angle(a: f64) -> f64 {
-    if !a.is_finite() {
-        return 0.0;
-    }
-    let two_pi = std::f64::consts::TAU;
-    let r = a.rem_euclid(two_pi);
-    if r > std::f64::consts::PI {
-        r - two_pi
-    } else {
-        r
-    }
 }
 
 fn finite_or(v: f32, d: f32) -> f32 {
@@ -413,6 +388,7 @@ fn majority(votes: &[u32; class::COUNT], latest: u32) -> u32 {
 mod tests {
     use super::*;
     use crate::eval::MotEval;
+    use crate::geometry::world_to_ego;
     use crate::types::GtBox;
 
     const DT_NS: u64 = 100_000_000;
@@ -458,17 +434,6 @@ mod tests {
 
     fn out_buf() -> Vec<TrackState> {
         vec![TrackState::default(); MAX_TRACKS]
-    }
-
-    #[test]
-    fn frame_transforms_round_trip() {
-        let ego = ego_at(0, 10.0, -5.0, 0.7);
-        let (wx, wy) = ego_to_world(&ego, 3.0, 1.0);
-        let (x, y) = world_to_ego(&ego, wx, wy);
-        assert!((x - 3.0).abs() < 1e-12 && (y - 1.0).abs() < 1e-12);
-        let ego = ego_at(0, 1.0, 2.0, std::f64::consts::FRAC_PI_2);
-        let (wx, wy) = ego_to_world(&ego, 1.0, 0.0);
-        assert!((wx - 1.0).abs() < 1e-12 && (wy - 3.0).abs() < 1e-12);
     }
 
     #[test]
