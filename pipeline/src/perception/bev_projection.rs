@@ -198,11 +198,12 @@ impl BevProjector {
     /// Projects BEV rows `rows` (an `iy` range). `feats`: stacked NHWC feature maps
     /// (`cams · feat_h · feat_w · C`, zero point `zp`). `out` is either the whole BEV map
     /// (`ny · nx · C`, rows written in place) or just these rows (`rows.len() · nx · C`, e.g.
-    /// a `chunks_mut` piece handed to one lane of a static parallel split).
+    /// a `chunks_mut` piece handed to one lane of a static parallel split). Private while
+    /// the BEV stage projects the whole grid on one lane: make it public for a row split.
     ///
     /// Two sources average as `zp + round_half_away(((a − zp) + (b − zp)) / 2)`: exact
     /// in the real domain, with halves rounded away from the zero point.
-    pub fn project_rows(
+    fn project_rows(
         &self,
         feats: &[i8],
         zp: i8,

@@ -5,10 +5,10 @@
 //!
 //! Every type here is built once (`new`: validates its configuration, allocates every table
 //! and buffer it will ever use) and then called once per frame. The per-frame functions —
-//! [`Preprocess::run`], [`BevProjector::project_rows`] / [`BevProjector::project`],
-//! [`TemporalCache::fuse`], [`Decoder::decode`] and the NMS and rotated-box IoU it runs
-//! ([`crate::geometry::bev_iou`]) — never allocate, lock, log or panic: they read plain slices, write into
-//! caller-provided buffers or into scratch owned by `self`, and report bad input as a
+//! [`Preprocess::run`], [`BevProjector::project`], [`TemporalCache::fuse`],
+//! [`Decoder::decode`] and the NMS and rotated-box IoU it runs
+//! ([`crate::geometry::bev_iou`]) — never allocate, lock, log or panic: they read plain
+//! slices, write into caller-provided buffers or into scratch owned by `self`, and report bad input as a
 //! [`PerceptionError`] value (whose per-frame variants carry no heap data).
 //!
 //! They are deterministic: the same inputs give bit-identical outputs. Feature arithmetic is

@@ -234,8 +234,10 @@ impl TemporalCache {
     /// Samples `prev` (taken at `prev_pose`) into the ego frame of `cur_pose`: for each
     /// current cell centre, ego → world with `cur_pose`, world → ego with `prev_pose`,
     /// nearest cached cell; outside → `zp`. On a size mismatch `out` is filled with `zp`
-    /// (use [`try_warp`](Self::try_warp) to get the error). No allocation.
-    pub fn warp(
+    /// (use [`try_warp`](Self::try_warp) to get the error). No allocation. The reference
+    /// for the warp geometry [`fuse`](Self::fuse) uses; compiled for tests only.
+    #[cfg(test)]
+    fn warp(
         bev: &BevSpec,
         channels: usize,
         prev: &[i8],
@@ -250,7 +252,8 @@ impl TemporalCache {
     }
 
     /// [`warp`](Self::warp) that reports a size mismatch instead of filling `zp`.
-    pub fn try_warp(
+    #[cfg(test)]
+    fn try_warp(
         bev: &BevSpec,
         channels: usize,
         prev: &[i8],

@@ -164,11 +164,6 @@ impl Planner {
         }
     }
 
-    /// The parameters.
-    pub fn params(&self) -> &PlannerParams {
-        &self.params
-    }
-
     /// Forget the manoeuvre in progress (call when the ego pose jumps, e.g. a new log).
     pub fn reset(&mut self) {
         self.commit = None;
