@@ -56,7 +56,7 @@ impl Candidate {
 /// A peak is a cell whose class logit is the maximum of its 3×3 neighbourhood (per class;
 /// on ties the first cell in row-major order wins) with `sigmoid(logit) >= threshold`. The
 /// best `MAX_DETECTIONS` peaks by score are kept (ties: row-major order, then class), decoded,
-/// and passed through class-wise NMS ([`super::nms`]) with rotated-box IoU. Scratch lives in the decoder.
+/// and passed through class-wise greedy NMS with rotated-box IoU. Scratch lives in the decoder.
 #[derive(Debug, Clone)]
 pub struct Decoder {
     bev: BevSpec,

@@ -47,12 +47,12 @@
 //!
 //! One file per kernel, each with its tests beside it:
 //!
-//! - [`preprocess`]: RGB8 resize by exact area averaging and input quantization
+//! - `preprocess`: RGB8 resize by exact area averaging and input quantization
 //!   ([`Preprocess`]);
-//! - [`bev_projection`]: camera features → BEV grid by a table built once ([`BevProjector`]);
-//! - [`temporal_cache`]: the last K BEV maps, warped by ego motion and fused
+//! - `bev_projection`: camera features → BEV grid by a table built once ([`BevProjector`]);
+//! - `temporal_cache`: the last K BEV maps, warped by ego motion and fused
 //!   ([`TemporalCache`]);
-//! - [`decode`]: heatmap peaks → boxes ([`Decoder`]);
+//! - `decode`: heatmap peaks → boxes ([`Decoder`]);
 //! - `nms`: class-wise greedy non-maximum suppression (used by the decoder);
 //! - `targets` (test builds only): the inverse of decoding, boxes → head tensor.
 //!

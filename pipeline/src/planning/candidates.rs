@@ -3,8 +3,8 @@
 //! quintic from the current offset and heading to a target offset, then hold).
 //!
 //! Contract: pure f32 functions of their parameters, one code path, no allocation, lock or
-//! panic; a zero or negative rate is clamped to 1e-3 m/s², a length of zero gives the end
-//! offset at once. Cost: O(1) per evaluation.
+//! panic; a zero or negative rate is clamped to 1e-3 m/s². A manoeuvre's length must be
+//! positive (the planner makes it at least `MIN_LANE_CHANGE_M`). Cost: O(1) per evaluation.
 
 /// Speed profile: move toward `target` at `rate` (m/s²), then hold.
 #[derive(Debug, Clone, Copy)]
@@ -29,9 +29,6 @@ impl SpeedProfile {
         }
     }
 }
-/// Lateral offset as a quintic in arc length `ds` over `[0, len]`: starts at `d0` with slope
-/// `slope0` (dd/ds) and zero curvature, ends at `d1` with zero slope and curvature, then
-/// holds `d1`. Returns `(d, dd/ds)`.
 /// A lateral manoeuvre: the quintic of [`lateral`] anchored at arc length `s_start`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Lateral {
@@ -49,6 +46,9 @@ impl Lateral {
     }
 }
 
+/// Lateral offset as a quintic in arc length `ds` over `[0, len]`: starts at `d0` with slope
+/// `slope0` (dd/ds) and zero curvature, ends at `d1` with zero slope and curvature, then
+/// holds `d1`. Returns `(d, dd/ds)`.
 fn lateral(d0: f32, slope0: f32, d1: f32, len: f32, ds: f32) -> (f32, f32) {
     let u = ds / len;
     if u >= 1.0 {
