@@ -220,7 +220,8 @@ fn real_main() -> Result<(), String> {
         },
     )
     .writes::<i8>(buf::NET_INPUT, in_len);
-    g.stage("backbone", BackboneStage::new(cams, &cfg)?)
+    let backbone = BackboneStage::new(cams, &cfg).map_err(|e| format!("backbone: {e}"))?;
+    g.stage("backbone", backbone)
         .reads::<i8>(buf::NET_INPUT, in_len)
         .writes::<i8>(buf::FEATURES, feat_len);
     g.stage(

@@ -132,16 +132,6 @@ impl Assignment {
         }
     }
 
-    /// Row capacity.
-    pub fn max_rows(&self) -> usize {
-        self.max_rows
-    }
-
-    /// Column capacity.
-    pub fn max_cols(&self) -> usize {
-        self.max_cols
-    }
-
     /// `cost` is row-major rows×cols (f32, finite, >= 0). Pairs with cost >= `forbidden`
     /// are never assigned. Writes row→col (or -1) into `row_to_col[..rows]`; returns the
     /// total cost of assigned pairs. Deterministic tie-breaking. Returns Err if rows/cols

@@ -15,14 +15,14 @@
 //! - This runs after publishing, off the hot path: it may allocate.
 //!
 //! [`first_collision`] checks a planned trajectory with the ego box exactly as the planner
-//! places it ([`crate::planning::ego_box`], no inflation) against ground-truth boxes.
+//! places it ([`crate::geometry::ego_box`], no inflation) against ground-truth boxes.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::assignment::Assignment;
-use crate::planning::{boxes_overlap, ego_box};
+use crate::geometry::{boxes_overlap, ego_box};
 use crate::types::{GtBox, TrackState, TrajPoint};
 
 /// Accumulated CLEAR-MOT figures.

@@ -11,15 +11,17 @@
 //! predictions, the segmentation, the ego pose and the map. Published: ego, detections,
 //! tracks, predictions, trajectory, plan summary.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use redline_models::conv::ModelError;
 use redline_models::network::{Backbone, DetHead, SegHead};
-use redline_models::weights::QuantizedNetwork;
+use redline_models::weights::{QuantizedNetwork, WeightsError};
 use redline_runtime::{Criticality, GraphBuilder};
 
 use crate::camera::project_ego;
 use crate::config::{stage, Perception, PipelineConfig};
-use crate::perception::{BevProjector, Decoder, TemporalCache};
+use crate::perception::{BevProjector, Decoder, PerceptionError, TemporalCache};
 use crate::sensors::{FrameSource, MAX_GT};
 use crate::slowdown::add_stage;
 use crate::stages::*;
@@ -32,6 +34,52 @@ use crate::types::{
 pub const DETECTION_THRESHOLD: f32 = 0.5;
 /// NMS IoU threshold.
 pub const NMS_IOU: f32 = 0.3;
+
+/// Why the driving graph could not be built: which stage failed, wrapping the cause (read
+/// the whole chain, e.g. `{:#}` with anyhow, for the reason).
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    /// The calibrated weights file (config `weights`) could not be loaded.
+    #[error(
+        "cannot load the calibrated weights {path} (config `weights`); write them with \
+         `redline quantize` or remove the setting to use seeded weights"
+    )]
+    Weights {
+        /// The file.
+        path: PathBuf,
+        /// Cause (boxed: it is large and start-up only).
+        #[source]
+        source: Box<WeightsError>,
+    },
+    /// A stage's network could not be built from the network configuration.
+    #[error("cannot build the network of the {stage} stage from the network configuration")]
+    Model {
+        /// The stage (a [`stage`] name).
+        stage: &'static str,
+        /// Cause.
+        #[source]
+        source: ModelError,
+    },
+    /// A stage's perception kernel rejected the camera rig, image or grid sizes.
+    #[error("cannot build the {stage} stage for this camera rig and network")]
+    Perception {
+        /// The stage (a [`stage`] name).
+        stage: &'static str,
+        /// Cause.
+        #[source]
+        source: PerceptionError,
+    },
+}
+
+impl GraphError {
+    fn model(stage: &'static str) -> impl FnOnce(ModelError) -> Self {
+        move |source| GraphError::Model { stage, source }
+    }
+
+    fn perception(stage: &'static str) -> impl FnOnce(PerceptionError) -> Self {
+        move |source| GraphError::Perception { stage, source }
+    }
+}
 
 /// What the graph was built with, for reports.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -52,31 +100,40 @@ pub struct GraphInfo {
 pub fn build(
     cfg: &PipelineConfig,
     feed: &Arc<dyn FrameSource>,
-) -> Result<(GraphBuilder, GraphInfo), String> {
+) -> Result<(GraphBuilder, GraphInfo), GraphError> {
     let cams = feed.cameras().len();
     let (w, h) = feed.image_size();
     let bev = BevSpec::DEFAULT;
     let net = match &cfg.weights {
         // Calibrated weights: the file fixes the network's shapes and scales.
         Some(path) => QuantizedNetwork::load(path)
-            .map_err(|e| e.to_string())?
+            .map_err(|source| GraphError::Weights {
+                path: path.clone(),
+                source: Box::new(source),
+            })?
             .net_config(),
         None => cfg.net_config(),
     };
-    let backbone = BackboneStage::new(cams, &net)?;
+    let backbone = BackboneStage::new(cams, &net).map_err(GraphError::model(stage::BACKBONE))?;
     let (fh, fw, fc) = backbone.output_shape();
     let feat_q = backbone.output_q();
-    let backbone_macs = Backbone::new(&net).map_err(|e| e.to_string())?.macs() * cams as u64;
+    let backbone_macs = Backbone::new(&net)
+        .map_err(GraphError::model(stage::BACKBONE))?
+        .macs()
+        * cams as u64;
     let rig = feed.cameras().to_vec();
     let project = move |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
         project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
     };
     let proj = BevProjector::new(&bev, cams, w, h, fw, fh, fc, 0.5, &project)
-        .map_err(|e| e.to_string())?;
+        .map_err(GraphError::perception(stage::BEV))?;
     let coverage = proj.coverage();
-    let cache = TemporalCache::new(&bev, fc, cfg.bev_cache_frames).map_err(|e| e.to_string())?;
-    let det_head = DetHead::new(&net, bev.ny, bev.nx).map_err(|e| e.to_string())?;
-    let seg_head = SegHead::new(&net, bev.ny, bev.nx).map_err(|e| e.to_string())?;
+    let cache = TemporalCache::new(&bev, fc, cfg.bev_cache_frames)
+        .map_err(GraphError::perception(stage::BEV))?;
+    let det_head =
+        DetHead::new(&net, bev.ny, bev.nx).map_err(GraphError::model(stage::DETECTION))?;
+    let seg_head =
+        SegHead::new(&net, bev.ny, bev.nx).map_err(GraphError::model(stage::SEGMENTATION))?;
     let (heat_q, reg_q, det_c) = (det_head.heat_q(), det_head.reg_q(), det_head.out_channels());
     let cells = bev.nx * bev.ny;
     let budget = |name: &str| cfg.budget_ns(name);
@@ -94,7 +151,8 @@ pub fn build(
         &mut g,
         cfg,
         stage::PREPROCESS,
-        PreprocessStage::new(cams, w, h, &net)?,
+        PreprocessStage::new(cams, w, h, &net)
+            .map_err(GraphError::perception(stage::PREPROCESS))?,
     )
     .reads::<u8>(buf::IMAGES, cams * w * h * 3)
     .writes::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)

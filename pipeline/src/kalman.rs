@@ -158,22 +158,6 @@ impl Cv2d {
         }
         self.p = symmetrize(n);
     }
-
-    /// Mahalanobis distance `sqrt(yᵀ S⁻¹ y)` of a position measurement from the predicted
-    /// position (unitless; ~chi with 2 degrees of freedom). NaN measurements give +inf.
-    pub fn innovation_distance(&self, zx: f64, zy: f64, meas_var: f64) -> f64 {
-        if !zx.is_finite() || !zy.is_finite() {
-            return f64::INFINITY;
-        }
-        let (y, _s, si) = self.innovation(zx, zy, meas_var);
-        let d2 =
-            y[0] * (si[0][0] * y[0] + si[0][1] * y[1]) + y[1] * (si[1][0] * y[0] + si[1][1] * y[1]);
-        if d2.is_finite() {
-            d2.max(0.0).sqrt()
-        } else {
-            f64::INFINITY
-        }
-    }
 }
 
 fn mul4(a: &[[f64; 4]; 4], b: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
@@ -244,15 +228,6 @@ mod tests {
         let before = f;
         f.update(f64::NAN, 1.0, 1.0);
         assert_eq!(f, before);
-    }
-
-    #[test]
-    fn mahalanobis_distance() {
-        let f = Cv2d::new(0.0, 0.0, 3.0, 1.0);
-        // S = 4 I: distance of (2, 0) is 1.
-        assert!((f.innovation_distance(2.0, 0.0, 1.0) - 1.0).abs() < 1e-12);
-        assert!((f.innovation_distance(0.0, -4.0, 1.0) - 2.0).abs() < 1e-12);
-        assert_eq!(f.innovation_distance(f64::NAN, 0.0, 1.0), f64::INFINITY);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! - input: [`sensors`] (the frame a source delivers and the [`sensors::FrameSource`]
 //!   trait), [`camera`] (the pinhole model the BEV projection needs);
 //! - algorithms: [`perception`] (preprocess, BEV transform and cache, decode), [`tracking`]
-//!   ([`kalman`], [`assignment`]), [`prediction`], [`planning`], [`eval`];
+//!   ([`kalman`], [`assignment`]), [`prediction`], [`planning`], [`eval`], and the plane
+//!   [`geometry`] they share (frames, angles, oriented boxes);
 //! - runtime wiring: [`stages`] (one runtime stage per algorithm), [`graph`] (assembly),
 //!   [`config`] (the pipeline's part of the TOML config), [`run`] (runs the graph over a
 //!   source, records and evaluates what it published), [`slowdown`] (a knob that makes a
@@ -18,6 +19,7 @@ pub mod assignment;
 pub mod camera;
 pub mod config;
 pub mod eval;
+pub mod geometry;
 pub mod graph;
 pub mod kalman;
 pub mod perception;

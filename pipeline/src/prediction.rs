@@ -21,9 +21,10 @@
 //! deterministic (fixed loops, no hashing, no clocks).
 //!
 //! Cost: [`map_project`] scans all map segments (`O(MAP_POINTS)`, ~1 µs per 1000 points);
-//! [`map_project_near`] scans a window around a hint; [`map_pose`] is `O(1)`. `predict`
+//! `map_project_near` scans a window around a hint; [`map_pose`] is `O(1)`. `predict`
 //! costs one projection plus `PRED_STEPS` poses per track.
 
+use crate::geometry::wrap_angle_f32;
 use crate::types::{class, PredictedPath, RoadMap, TrackState, MAP_POINTS, MAP_SPACING, PRED_DT};
 
 /// Cars slower than this (m/s) are predicted at constant velocity (they are as good as
@@ -60,7 +61,7 @@ pub fn lane_centre(map: &RoadMap, i: u32) -> f32 {
 }
 
 /// Arc length of the map's last point, m.
-pub fn map_length(map: &RoadMap) -> f32 {
+fn map_length(map: &RoadMap) -> f32 {
     (map.points.saturating_sub(1)) as f32 * MAP_SPACING
 }
 
@@ -73,7 +74,7 @@ pub fn map_project(map: &RoadMap, x: f32, y: f32) -> (f32, f32) {
 
 /// As [`map_project`], searching only segments within `window` of segment `hint`; also
 /// returns the segment found (a good hint for the next call).
-pub fn map_project_near(
+fn map_project_near(
     map: &RoadMap,
     x: f32,
     y: f32,
@@ -126,14 +127,9 @@ fn seg_heading(map: &RoadMap, i: usize) -> f32 {
     (b[1] - a[1]).atan2(b[0] - a[0])
 }
 
-fn wrap(a: f32) -> f32 {
-    let r = (a + std::f32::consts::PI).rem_euclid(std::f32::consts::TAU);
-    r - std::f32::consts::PI
-}
-
 /// Angle `a + w·(b − a)` along the shorter way round.
 fn lerp_angle(a: f32, b: f32, w: f32) -> f32 {
-    wrap(a + w * wrap(b - a))
+    wrap_angle_f32(a + w * wrap_angle_f32(b - a))
 }
 
 /// Pose `(x, y, heading)` of the centre line at arc length `s` (extrapolated straight
@@ -177,6 +173,7 @@ fn smoothstep(u: f32) -> f32 {
 /// The predictor (stateless today; `new` reserves nothing). See the module docs.
 #[derive(Debug, Default, Clone)]
 pub struct Predictor {
+    /// How many tracks the last `predict` call sent along their lane (read by tests).
     lane_following: u32,
 }
 
@@ -184,11 +181,6 @@ impl Predictor {
     /// A predictor.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// How many tracks the last `predict` call sent along their lane.
-    pub fn lane_following(&self) -> u32 {
-        self.lane_following
     }
 
     /// For each valid track: cars whose position is on the road follow the lane they are in
@@ -357,7 +349,7 @@ pub(crate) mod tests {
         let mut out = [PredictedPath::default(); 3];
         let mut p = Predictor::new();
         p.predict(&tr, &m, &mut out);
-        assert_eq!(p.lane_following(), 1);
+        assert_eq!(p.lane_following, 1);
         assert_eq!(
             (out[0].valid, out[0].track_id, out[0].class),
             (1, 5, class::CAR)
@@ -392,7 +384,7 @@ pub(crate) mod tests {
         out[4].valid = 1;
         let mut p = Predictor::new();
         p.predict(&tracks, &m, &mut out);
-        assert_eq!(p.lane_following(), 0);
+        assert_eq!(p.lane_following, 0);
         assert_eq!(
             out.iter().map(|o| o.valid).collect::<Vec<_>>(),
             vec![1, 1, 1, 0, 0]

@@ -165,8 +165,8 @@ pub struct ReplayOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
     /// The graph could not be built.
-    #[error("building the graph: {0}")]
-    Graph(String),
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
     /// The plan was rejected.
     #[error(transparent)]
     Plan(#[from] redline_runtime::PlanError),
@@ -189,7 +189,7 @@ pub fn start_runtime(
     cfg: &PipelineConfig,
     feed: &Arc<dyn FrameSource>,
 ) -> Result<(Runtime, GraphInfo), ReplayError> {
-    let (g, info) = graph::build(cfg, feed).map_err(ReplayError::Graph)?;
+    let (g, info) = graph::build(cfg, feed)?;
     let plan = g.build(&PlanConfig {
         lanes: cfg.lanes,
         frame_slots: cfg.frame_slots,

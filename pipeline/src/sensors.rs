@@ -67,7 +67,7 @@ pub trait FrameSource: Send + Sync + std::fmt::Debug {
 /// evaluated on: the BEV grid around the ego.
 pub fn in_perception_range(ego: &EgoPose, gt: &GtBox) -> bool {
     let bev = crate::types::BevSpec::DEFAULT;
-    let (x, y) = crate::tracking::world_to_ego(ego, gt.x, gt.y);
+    let (x, y) = crate::geometry::world_to_ego(ego, gt.x, gt.y);
     let margin = 1.0;
     gt.valid == 1
         && gt.class < class::COUNT as u32

@@ -8,15 +8,17 @@
 
 use std::sync::Arc;
 
+use redline_models::conv::ModelError;
 use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
 use redline_models::quant::QParams;
 use redline_runtime::{Fallback, FrameInfo, Stage, StageError, StageIo};
 
-use crate::perception::{BevProjector, Decoder, Preprocess, TemporalCache};
+use crate::geometry::world_to_ego;
+use crate::perception::{BevProjector, Decoder, PerceptionError, Preprocess, TemporalCache};
 use crate::planning::{min_risk, Planner, PlannerParams};
 use crate::prediction::Predictor;
 use crate::sensors::{in_perception_range, FrameSource, MAX_GT};
-use crate::tracking::{world_to_ego, Tracker, TrackerParams};
+use crate::tracking::{Tracker, TrackerParams};
 use crate::types::{
     BevSpec, Detection, EgoPose, GtBox, PlanSummary, PredictedPath, RoadMap, TrackState, TrajPoint,
     PRED_DT, PRED_STEPS,
@@ -106,9 +108,14 @@ pub struct PreprocessStage {
 }
 
 impl PreprocessStage {
-    /// `src` camera size to the network's input size.
-    pub fn new(cams: usize, src_w: usize, src_h: usize, net: &NetConfig) -> Result<Self, String> {
-        let pre = Preprocess::new(src_w, src_h, net.in_w, net.in_h).map_err(|e| e.to_string())?;
+    /// `src` camera size to the network's input size; fails when a size is out of range.
+    pub fn new(
+        cams: usize,
+        src_w: usize,
+        src_h: usize,
+        net: &NetConfig,
+    ) -> Result<Self, PerceptionError> {
+        let pre = Preprocess::new(src_w, src_h, net.in_w, net.in_h)?;
         Ok(PreprocessStage {
             pre,
             cams,
@@ -155,9 +162,10 @@ pub struct BackboneStage {
 }
 
 impl BackboneStage {
-    /// Builds the network (weights seeded) and one scratch area per camera.
-    pub fn new(cams: usize, net: &NetConfig) -> Result<Self, String> {
-        let bb = Backbone::new(net).map_err(|e| e.to_string())?;
+    /// Builds the network (weights seeded) and one scratch area per camera; fails when the
+    /// network configuration is invalid.
+    pub fn new(cams: usize, net: &NetConfig) -> Result<Self, ModelError> {
+        let bb = Backbone::new(net)?;
         let (h, w, c) = bb.output_shape();
         let scratch_len = bb.scratch_len();
         Ok(BackboneStage {

@@ -27,10 +27,18 @@
 //! hash maps or clocks are read.
 //!
 //! Cost: `O(T·D)` for the cost matrix plus one `O(n³)` assignment, `n = max(T, D) <= 64`.
+//!
+//! Layout: this file holds the parameters, the table's data and [`Tracker::step`] (frame
+//! clock, detections → world frame, prediction); `association` builds the gated cost
+//! matrix and solves it; `track_table` updates, ages, deletes and births tracks.
 
 use heapless::Vec as HVec;
 
+mod association;
+mod track_table;
+
 use crate::assignment::Assignment;
+use crate::geometry::{ego_to_world, wrap_angle};
 use crate::kalman::Cv2d;
 use crate::types::{class, Detection, EgoPose, TrackState, MAX_DETECTIONS, MAX_TRACKS};
 
@@ -67,9 +75,6 @@ impl Default for TrackerParams {
         }
     }
 }
-
-/// Initial velocity variance of a new track, (m/s)² (it starts at rest, speed unknown).
-const BIRTH_VEL_VAR: f64 = 100.0;
 
 /// Tracker counters (for reports and tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -127,32 +132,6 @@ pub struct Tracker {
     stats: TrackerStats,
 }
 
-/// EGO-frame point → world (f64).
-pub fn ego_to_world(ego: &EgoPose, x: f64, y: f64) -> (f64, f64) {
-    let (s, c) = ego.yaw.sin_cos();
-    (ego.x + c * x - s * y, ego.y + s * x + c * y)
-}
-
-/// World point → EGO frame (f64).
-pub fn world_to_ego(ego: &EgoPose, x: f64, y: f64) -> (f64, f64) {
-    let (s, c) = ego.yaw.sin_cos();
-    let (dx, dy) = (x - ego.x, y - ego.y);
-    (c * dx + s * dy, -s * dx + c * dy)
-}
-
-fn wrap_angle(a: f64) -> f64 {
-    if !a.is_finite() {
-        return 0.0;
-    }
-    let two_pi = std::f64::consts::TAU;
-    let r = a.rem_euclid(two_pi);
-    if r > std::f64::consts::PI {
-        r - two_pi
-    } else {
-        r
-    }
-}
-
 fn finite_or(v: f32, d: f32) -> f32 {
     if v.is_finite() {
         v
@@ -177,11 +156,6 @@ impl Tracker {
             last_stamp: None,
             stats: TrackerStats::default(),
         }
-    }
-
-    /// The parameters.
-    pub fn params(&self) -> &TrackerParams {
-        &self.params
     }
 
     /// Counters since `new` / `reset`.
@@ -267,104 +241,13 @@ impl Tracker {
         }
 
         // 4. Associate.
-        let rows = self.tracks.len();
-        let cols = self.dets.len();
-        let gate = if p.gate_m.is_finite() {
-            p.gate_m.max(0.0)
-        } else {
-            0.0
-        };
-        // Gated-out pairs carry +inf, which the solver never assigns.
-        let forbidden = f32::INFINITY;
-        for (i, t) in self.tracks.iter().enumerate() {
-            let (tx, ty) = t.kf.position();
-            for (j, d) in self.dets.iter().enumerate() {
-                let dist = ((d.x - tx).powi(2) + (d.y - ty).powi(2)).sqrt() as f32;
-                self.cost[i * cols + j] = if dist <= gate { dist } else { f32::INFINITY };
-            }
-        }
-        self.row_to_col = [-1; MAX_TRACKS];
-        if rows > 0 && cols > 0 {
-            // Capacities match the table sizes, so this cannot fail; on error nothing matches.
-            if self
-                .solver
-                .solve(
-                    &self.cost[..rows * cols],
-                    rows,
-                    cols,
-                    forbidden,
-                    &mut self.row_to_col,
-                )
-                .is_err()
-            {
-                self.row_to_col = [-1; MAX_TRACKS];
-            }
-        }
+        self.associate();
 
         // 5. Update matched, age unmatched.
-        self.det_used = [false; MAX_DETECTIONS];
-        for (i, t) in self.tracks.iter_mut().enumerate() {
-            t.age = t.age.saturating_add(1);
-            let j = self.row_to_col[i];
-            match self.dets.get(usize::try_from(j).unwrap_or(usize::MAX)) {
-                Some(d) => {
-                    self.det_used[j as usize] = true;
-                    t.kf.update(d.x, d.y, p.meas_var);
-                    t.hits = t.hits.saturating_add(1);
-                    t.misses = 0;
-                    if let Some(v) = t.votes.get_mut(d.class as usize) {
-                        *v = v.saturating_add(1);
-                    }
-                    t.class = majority(&t.votes, d.class);
-                    t.yaw = d.yaw;
-                    t.length = d.length;
-                    t.width = d.width;
-                    if t.hits >= p.birth_hits {
-                        t.confirmed = true;
-                    }
-                }
-                None => {
-                    t.hits = 0;
-                    t.misses = t.misses.saturating_add(1);
-                }
-            }
-        }
-        let max_misses = p.max_misses;
-        self.tracks
-            .retain(|t| t.misses == 0 || (t.confirmed && t.misses <= max_misses));
+        self.update_matched();
 
         // 6. Births.
-        let birth_hits = p.birth_hits;
-        for (j, d) in self.dets.iter().enumerate() {
-            if self.det_used[j] {
-                continue;
-            }
-            if self.tracks.is_full() {
-                self.stats.births_refused += 1;
-                continue;
-            }
-            let mut votes = [0u32; class::COUNT];
-            if let Some(v) = votes.get_mut(d.class as usize) {
-                *v = 1;
-            }
-            let track = Track {
-                id: self.next_id,
-                kf: Cv2d::new(d.x, d.y, p.meas_var, BIRTH_VEL_VAR),
-                votes,
-                class: d.class,
-                yaw: d.yaw,
-                length: d.length,
-                width: d.width,
-                age: 0,
-                hits: 1,
-                misses: 0,
-                confirmed: birth_hits <= 1,
-            };
-            // Cannot fail: checked is_full above.
-            let _ = self.tracks.push(track);
-            self.next_id = self.next_id.checked_add(1).unwrap_or(1);
-            self.stats.births += 1;
-        }
+        self.births();
     }
 
     /// Writes confirmed tracks (world frame) into `out` (valid = 1), clears the remaining
@@ -400,24 +283,15 @@ impl Tracker {
     }
 }
 
-/// The class with most votes; ties go to `latest` if it is among the best, else the lowest.
-fn majority(votes: &[u32; class::COUNT], latest: u32) -> u32 {
-    let best = votes.iter().copied().max().unwrap_or(0);
-    if votes.get(latest as usize).copied() == Some(best) {
-        return latest;
-    }
-    votes.iter().position(|&v| v == best).unwrap_or(0) as u32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::MotEval;
+    use crate::geometry::world_to_ego;
     use crate::types::GtBox;
 
     const DT_NS: u64 = 100_000_000;
 
-    fn ego_at(k: u64, x: f64, y: f64, yaw: f64) -> EgoPose {
+    pub(super) fn ego_at(k: u64, x: f64, y: f64, yaw: f64) -> EgoPose {
         EgoPose {
             stamp_ns: k * DT_NS,
             x,
@@ -429,7 +303,7 @@ mod tests {
     }
 
     /// A detection in the ego frame of the world point (wx, wy).
-    fn det(ego: &EgoPose, wx: f64, wy: f64, cls: u32) -> Detection {
+    pub(super) fn det(ego: &EgoPose, wx: f64, wy: f64, cls: u32) -> Detection {
         let (x, y) = world_to_ego(ego, wx, wy);
         Detection {
             x: x as f32,
@@ -443,7 +317,7 @@ mod tests {
         }
     }
 
-    fn gt(id: u32, x: f64, y: f64) -> GtBox {
+    pub(super) fn gt(id: u32, x: f64, y: f64) -> GtBox {
         GtBox {
             id,
             class: class::CAR,
@@ -456,106 +330,8 @@ mod tests {
         }
     }
 
-    fn out_buf() -> Vec<TrackState> {
+    pub(super) fn out_buf() -> Vec<TrackState> {
         vec![TrackState::default(); MAX_TRACKS]
-    }
-
-    #[test]
-    fn frame_transforms_round_trip() {
-        let ego = ego_at(0, 10.0, -5.0, 0.7);
-        let (wx, wy) = ego_to_world(&ego, 3.0, 1.0);
-        let (x, y) = world_to_ego(&ego, wx, wy);
-        assert!((x - 3.0).abs() < 1e-12 && (y - 1.0).abs() < 1e-12);
-        let ego = ego_at(0, 1.0, 2.0, std::f64::consts::FRAC_PI_2);
-        let (wx, wy) = ego_to_world(&ego, 1.0, 0.0);
-        assert!((wx - 1.0).abs() < 1e-12 && (wy - 3.0).abs() < 1e-12);
-    }
-
-    #[test]
-    fn crossing_objects_keep_their_ids() {
-        let mut tr = Tracker::new(TrackerParams::default());
-        let mut ev = MotEval::new(2.0);
-        let mut out = out_buf();
-        // A moves +x, B moves +y; they pass the origin 0.15 s apart.
-        for k in 0..60u64 {
-            let t = k as f64 * 0.1 - 3.0;
-            let ego = ego_at(k, -20.0, -20.0, 0.3);
-            let (ax, ay) = (10.0 * t, 0.0);
-            let (bx, by) = (0.0, 10.0 * (t - 0.15));
-            // Small deterministic jitter.
-            let j = ((k * 7919) % 11) as f64 * 0.02 - 0.1;
-            let dets = [
-                det(&ego, ax + j, ay - j, class::CAR),
-                det(&ego, bx - j, by + j, class::CAR),
-            ];
-            tr.step(&dets, &ego);
-            let n = tr.write(&mut out);
-            if k >= 1 {
-                assert_eq!(n, 2, "frame {k}");
-                ev.frame(&[gt(1, ax, ay), gt(2, bx, by)], &out[..n]);
-            }
-        }
-        let s = ev.summary();
-        assert_eq!(s.id_switches, 0);
-        assert_eq!(s.misses, 0);
-        assert_eq!(s.false_positives, 0);
-        assert_eq!(s.mota, 1.0);
-        assert!(s.motp_m < 0.3, "motp {}", s.motp_m);
-        // Velocities were learned.
-        let a = out.iter().find(|t| t.id == 1).unwrap();
-        assert!((a.vx - 10.0).abs() < 1.0 && a.vy.abs() < 1.0, "{a:?}");
-    }
-
-    #[test]
-    fn dropped_detections_do_not_kill_a_track() {
-        let mut tr = Tracker::new(TrackerParams::default());
-        let mut out = out_buf();
-        for k in 0..20u64 {
-            let ego = ego_at(k, 0.0, 0.0, 0.0);
-            let x = 10.0 + 5.0 * k as f64 * 0.1;
-            let dets = [det(&ego, x, 2.0, class::CAR)];
-            let seen: &[Detection] = if k == 8 || k == 9 { &[] } else { &dets };
-            tr.step(seen, &ego);
-            let n = tr.write(&mut out);
-            if k >= 1 {
-                assert_eq!(n, 1, "frame {k}");
-                assert_eq!(out[0].id, 1, "frame {k}");
-                let expect_misses = match k {
-                    8 => 1,
-                    9 => 2,
-                    _ => 0,
-                };
-                assert_eq!(out[0].misses, expect_misses);
-            }
-        }
-        // After max_misses + 1 misses it is deleted.
-        for k in 20..27u64 {
-            tr.step(&[], &ego_at(k, 0.0, 0.0, 0.0));
-        }
-        assert_eq!(tr.write(&mut out), 0);
-        assert!(tr.is_empty());
-        assert!(out.iter().all(|t| t.valid == 0));
-    }
-
-    #[test]
-    fn spurious_single_detection_is_never_confirmed() {
-        let mut tr = Tracker::new(TrackerParams::default());
-        let mut out = out_buf();
-        for k in 0..10u64 {
-            let ego = ego_at(k, 0.0, 0.0, 0.0);
-            // A clutter blip at a different place every frame, far from the others.
-            let dets = [det(&ego, 5.0 + 10.0 * k as f64, -8.0, class::PEDESTRIAN)];
-            tr.step(&dets, &ego);
-            assert_eq!(tr.write(&mut out), 0, "frame {k}");
-        }
-        assert_eq!(tr.stats().births, 10);
-        // Ids are never reused: the next track gets id 11.
-        let ego = ego_at(10, 0.0, 0.0, 0.0);
-        tr.step(&[det(&ego, 50.0, 50.0, class::CAR)], &ego);
-        let ego = ego_at(11, 0.0, 0.0, 0.0);
-        tr.step(&[det(&ego, 50.0, 50.0, class::CAR)], &ego);
-        assert_eq!(tr.write(&mut out), 1);
-        assert_eq!(out[0].id, 11);
     }
 
     #[test]
@@ -649,73 +425,5 @@ mod tests {
         // Output shorter than the track count, and an empty output.
         tr.write(&mut out[..0]);
         assert!(tr.stats().detections_rejected >= 4);
-    }
-
-    #[test]
-    fn capacity_overflow_is_handled() {
-        let mut tr = Tracker::new(TrackerParams {
-            birth_hits: 1,
-            ..TrackerParams::default()
-        });
-        let mut out = out_buf();
-        let grid =
-            |ego: &EgoPose, i: usize| det(ego, (i % 10) as f64 * 10.0, (i / 10) as f64 * 10.0, 0);
-        // 100 detections on a grid 10 m apart: only MAX_DETECTIONS are used.
-        let ego = ego_at(0, 0.0, 0.0, 0.0);
-        let many: Vec<Detection> = (0..100).map(|i| grid(&ego, i)).collect();
-        tr.step(&many, &ego);
-        assert_eq!(tr.len(), MAX_DETECTIONS.min(MAX_TRACKS));
-        assert_eq!(tr.stats().detections_dropped, 100 - MAX_DETECTIONS as u64);
-        // Next frame: half of them are seen again, plus 32 new ones far away. The table is
-        // full of confirmed (coasting) tracks, so the newcomers find no room.
-        let ego = ego_at(1, 0.0, 0.0, 0.0);
-        let mut next: Vec<Detection> = (0..32).map(|i| grid(&ego, i)).collect();
-        next.extend((0..32).map(|i| det(&ego, 500.0 + i as f64 * 10.0, 500.0, 0)));
-        tr.step(&next, &ego);
-        assert_eq!(tr.stats().births_refused, 32);
-        assert_eq!(tr.write(&mut out), MAX_TRACKS);
-        assert_eq!(out.iter().filter(|t| t.misses == 1).count(), 32);
-        // A small output buffer gets the first tracks only.
-        let mut small = [TrackState::default(); 3];
-        assert_eq!(tr.write(&mut small), 3);
-        assert_eq!(small.map(|t| t.id), [1, 2, 3]);
-    }
-
-    #[test]
-    fn class_follows_majority_of_detections() {
-        let mut tr = Tracker::new(TrackerParams::default());
-        let mut out = out_buf();
-        let classes = [
-            class::CYCLIST,
-            class::PEDESTRIAN,
-            class::CYCLIST,
-            class::PEDESTRIAN,
-            class::PEDESTRIAN,
-        ];
-        for (k, &c) in classes.iter().enumerate() {
-            let ego = ego_at(k as u64, 0.0, 0.0, 0.0);
-            tr.step(&[det(&ego, 8.0, 1.0, c)], &ego);
-        }
-        tr.write(&mut out);
-        assert_eq!(out[0].class, class::PEDESTRIAN);
-        assert_eq!(majority(&[2, 2, 0], 1), 1);
-        assert_eq!(majority(&[2, 2, 0], 2), 0);
-    }
-
-    #[test]
-    fn reset_restarts_ids() {
-        let mut tr = Tracker::new(TrackerParams {
-            birth_hits: 1,
-            ..TrackerParams::default()
-        });
-        let mut out = out_buf();
-        let ego = ego_at(0, 0.0, 0.0, 0.0);
-        tr.step(&[det(&ego, 5.0, 0.0, 0)], &ego);
-        assert_eq!(tr.write(&mut out), 1);
-        tr.reset();
-        assert_eq!(tr.write(&mut out), 0);
-        tr.step(&[det(&ego, 5.0, 0.0, 0)], &ego);
-        tr.write(&mut out);
-        assert_eq!(out[0].id, 1);
     }
 }
