@@ -30,11 +30,11 @@ pub mod buf {
     pub const IMAGES: &str = "images";
     /// Per camera: 1 if its image is present, u32.
     pub const PRESENT: &str = "camera_present";
-    /// EgoPose[1].
+    /// `EgoPose[1]`.
     pub const EGO: &str = "ego";
-    /// GtBox[MAX_GT].
+    /// `GtBox[MAX_GT]`.
     pub const GT: &str = "ground_truth";
-    /// RoadMap[1].
+    /// `RoadMap[1]`.
     pub const MAP: &str = "map";
     /// Network input, i8.
     pub const NET_INPUT: &str = "net_input";
@@ -46,15 +46,15 @@ pub mod buf {
     pub const DET_HEAD: &str = "detection_head";
     /// Segmentation classes per BEV cell, u8.
     pub const SEG: &str = "segmentation";
-    /// Detection[MAX_DETECTIONS].
+    /// `Detection[MAX_DETECTIONS]`.
     pub const DETECTIONS: &str = "detections";
-    /// TrackState[MAX_TRACKS].
+    /// `TrackState[MAX_TRACKS]`.
     pub const TRACKS: &str = "tracks";
-    /// PredictedPath[MAX_TRACKS].
+    /// `PredictedPath[MAX_TRACKS]`.
     pub const PREDICTIONS: &str = "predictions";
-    /// TrajPoint[PLAN_STEPS].
+    /// `TrajPoint[PLAN_STEPS]`.
     pub const TRAJECTORY: &str = "trajectory";
-    /// PlanSummary[1].
+    /// `PlanSummary[1]`.
     pub const PLAN: &str = "plan";
 }
 

@@ -227,7 +227,7 @@ pub fn demo_budget_us(id: usize, len: usize) -> u64 {
     DEMO_BUDGETS_US[id] * (len.div_ceil(4096).max(1) as u64)
 }
 
-/// The 9-stage demo graph over `len` elements per buffer; publishes `"summary"` (u64[4]).
+/// The 9-stage demo graph over `len` elements per buffer; publishes `"summary"` (`u64[4]`).
 pub fn demo_graph(len: usize, faults: &Arc<Faults>) -> GraphBuilder {
     let mut g = GraphBuilder::new();
     let st = |id: usize| DemoStage {

@@ -4,7 +4,7 @@
 //! [`Plan`] (topological order, lanes, arena offsets), and run by a [`Runtime`]: a fixed
 //! pool of lanes, a watchdog thread and a scheduler loop that releases frames, publishes
 //! them in order (or their fallback, before the deadline) and records latency histograms.
-//! Nothing here knows about cars. See `../shared/DESIGN.md` for the architecture.
+//! Nothing here knows about cars. The team's design document (DESIGN.md) has the architecture.
 //!
 //! ```
 //! use redline_runtime::{

@@ -9,10 +9,10 @@
 //!   the chunks itself; helpers that arrive take chunks from the same atomic counter. The
 //!   call returns when every chunk has finished. A helper busy with another stage simply
 //!   arrives late or not at all: the caller never waits for a helper to *start*.
-//! - No allocation, no lock: each lane owns one preallocated [`ParallelTask`] record,
+//! - No allocation, no lock: each lane owns one preallocated `ParallelTask` record,
 //!   guarded by a generation/open/active state word, so a helper that dequeues a stale help
 //!   job (for a call that already returned) notices and leaves without touching the closure.
-//! - [`chunks_mut`] / [`chunks_mut_pair`] (reached through `StageIo::parallel_chunks_mut`
+//! - `chunks_mut` / `chunks_mut_pair` (reached through `StageIo::parallel_chunks_mut`
 //!   and `StageIo::parallel_chunks_mut_pair`) split an output slice (or two) into the same
 //!   [`chunk_range`] partition and hand each chunk to the closure as a `&mut` sub-slice:
 //!   safe code, no raw pointers in stages, no allocation. This module is the one place that
@@ -119,7 +119,7 @@ pub(crate) fn chunks_mut<T: Send, R: ChunkRunner + ?Sized>(
     });
 }
 
-/// The closure of [`chunks_mut_pair`]: `f(chunk index, piece of the first slice, piece of
+/// The closure of `chunks_mut_pair`: `f(chunk index, piece of the first slice, piece of
 /// the second slice)`.
 pub type ChunkPairFn<'f, A, B> = dyn Fn(usize, &mut [A], &mut [B]) + Sync + 'f;
 

@@ -261,6 +261,14 @@ fn render_timing() {
     }
     let el = t1.elapsed();
     let per = el.as_secs_f64() * 1e3 / (frames * 6) as f64;
+    assert!(
+        frames > 0 && per > 0.0,
+        "{frames} frames, {per} ms per image"
+    );
+    assert!(
+        img.data.iter().any(|&v| v != img.data[0]),
+        "the last rendered image is blank"
+    );
     println!(
         "generate: {:.1} ms; render: {} images in {:.2} s = {per:.3} ms per 320x192 image",
         gen.as_secs_f64() * 1e3,

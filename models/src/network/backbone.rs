@@ -263,6 +263,14 @@ mod tests {
         }
         let mean = t0.elapsed().as_secs_f64() / f64::from(n);
         let gmacs = b.macs() as f64 / mean / 1e9;
+        assert!(
+            mean > 0.0 && best <= mean,
+            "timer: mean {mean} s, best {best} s"
+        );
+        assert!(
+            out.iter().any(|&v| v != out[0]),
+            "the timed backbone produced a constant output"
+        );
         println!(
             "backbone 64x128 -> 8x16x64: {} MMAC, mean {:.3} ms, best {:.3} ms per camera, {:.2} GMAC/s",
             b.macs() as f64 / 1e6,

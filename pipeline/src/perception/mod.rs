@@ -41,7 +41,7 @@
 //! # Frames
 //!
 //! BEV grids and detections are in the **ego** frame (x forward, y left); poses are
-//! **world** frame ([`EgoPose`]).
+//! **world** frame ([`EgoPose`](crate::types::EgoPose)).
 //!
 //! # Layout
 //!

@@ -263,8 +263,18 @@ fn arena_slot_is_writable() {
         // SAFETY: offset + size <= peak_bytes <= slot_stride, inside the slot; no
         // other reference to these bytes exists.
         unsafe {
-            base.as_ptr().add(layout.offsets[1]).write_bytes(0xAB, 200);
+            base.as_ptr()
+                .add(layout.offsets[1])
+                .write_bytes(0xAB + slot as u8, 200);
         }
+    }
+    // Each slot kept its own bytes: the slots do not overlap.
+    for slot in 0..2 {
+        let base = arena.slot_base(slot).unwrap();
+        // SAFETY: the same 200 bytes written above, initialised, no writer left.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(base.as_ptr().add(layout.offsets[1]), 200) };
+        assert!(bytes.iter().all(|&b| b == 0xAB + slot as u8), "slot {slot}");
     }
 }
 
