@@ -442,28 +442,44 @@ impl Shared {
             seq,
         };
         let lane = self.nodes[node].lane.load(Ordering::Acquire);
-        let l = &self.lanes.lanes[lane];
-        if l.stages.push(job).is_err() {
-            // Cannot happen: each queue holds every (stage, slot) pair. Run it elsewhere
-            // rather than lose it.
-            for (i, other) in self.lanes.lanes.iter().enumerate() {
-                if !other.lost.load(Ordering::Acquire) && other.stages.push(job).is_ok() {
-                    self.lanes.wake(i);
-                    return;
-                }
-            }
-            return;
-        }
-        self.lanes.wake(lane);
-        if l.lost.load(Ordering::SeqCst) {
+        self.enqueue(job, lane);
+        if self.lanes.lanes[lane].lost.load(Ordering::SeqCst) {
+            // The lane was written off while (or before) the job was queued: move it on.
             self.redirect_lost_queue(lane);
         }
     }
 
-    /// Moves every job queued on a lost lane to its stage's current lane.
+    /// Queues `job` on `lane`, or on any live lane if that queue is full (cannot happen:
+    /// each queue holds every (stage, slot) pair; but a job is never dropped).
+    fn enqueue(&self, job: StageJob, lane: usize) {
+        if self.lanes.lanes[lane].stages.push(job).is_ok() {
+            self.lanes.wake(lane);
+            return;
+        }
+        for (i, other) in self.lanes.lanes.iter().enumerate() {
+            if !other.lost.load(Ordering::Acquire) && other.stages.push(job).is_ok() {
+                self.lanes.wake(i);
+                return;
+            }
+        }
+    }
+
+    /// Moves every job queued on a lost lane to its stage's current lane, or to the first
+    /// live lane when that one is lost too. Bounded: it never calls [`Self::dispatch`]
+    /// (which may call it back), pops at most the queue's capacity, and leaves the jobs
+    /// where they are when no live lane is left (nothing could run them; the watchdog
+    /// publishes those frames' fallbacks at their guard time).
     pub fn redirect_lost_queue(&self, lane: usize) {
-        while let Some(job) = self.lanes.lanes[lane].stages.pop() {
-            self.dispatch(job.node as usize, job.slot, job.seq);
+        let is_live = |i: usize| !self.lanes.lanes[i].lost.load(Ordering::Acquire);
+        let Some(first_live) = (0..self.lanes.lanes.len()).find(|&i| is_live(i)) else {
+            return;
+        };
+        let queue = &self.lanes.lanes[lane].stages;
+        for _ in 0..queue.capacity() {
+            let Some(job) = queue.pop() else { break };
+            let target = self.nodes[job.node as usize].lane.load(Ordering::Acquire);
+            let target = if is_live(target) { target } else { first_live };
+            self.enqueue(job, target);
         }
     }
 

@@ -149,6 +149,49 @@ fn hung_stage_is_written_off_and_later_frames_are_published_on_time() {
     );
 }
 
+/// Every lane lost: with one lane, the hung stage takes the only lane with it. Jobs
+/// dispatched to the lost lane must neither recurse (this overflowed the stack before)
+/// nor vanish: the run still publishes every frame (on fallback) and returns, under a
+/// 64 KiB thread stack to prove the redirect path is bounded.
+#[test]
+fn losing_every_lane_still_publishes_every_frame_within_a_small_stack() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let faults = Faults::new();
+    let plan = demo_graph(4096, &faults)
+        .build(&PlanConfig {
+            lanes: 1,
+            frame_slots: 2,
+        })
+        .unwrap();
+    let cfg = RuntimeConfig {
+        release: ReleaseMode::RealTime,
+        period_ns: PERIOD,
+        publish_margin_ns: 4_000_000,
+        hang_after_ns: 30_000_000,
+        ladder: ladder(),
+        ..RuntimeConfig::default()
+    };
+    let mut rt = Runtime::new(plan, cfg).unwrap();
+    let f = faults.clone();
+    let (frames, lost, report) = std::thread::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let mut frames = Vec::new();
+            rt.run(10, &mut |p: &Published<'_>| frames.push(p.info.frame));
+            f.hang(ids::TEMPORAL);
+            rt.run(40, &mut |p: &Published<'_>| frames.push(p.info.frame));
+            let r = rt.report();
+            f.release_hang();
+            (frames, r.lost_stages.len(), r.table())
+        })
+        .unwrap()
+        .join()
+        .expect("the run thread returned (no stack overflow, no panic)");
+    faults.release_hang();
+    assert_eq!(frames, (0..50).collect::<Vec<u64>>(), "{report}");
+    assert_eq!(lost, 1, "{report}");
+}
+
 /// The output hash (`HashPublisher`) of the modeled-timing run below: 200 lockstep frames of
 /// `demo_graph(2048)` whose summaries carry the mode each frame ran in, with the fallback
 /// frames of the overload. Integer arithmetic and a modeled clock, so the same on every
