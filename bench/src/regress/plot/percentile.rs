@@ -38,6 +38,7 @@ pub struct Series<'a> {
 
 /// Decades of 1/(1-p) on the percentile plot's x axis (0 % .. 99.999 %).
 const DECADES: f64 = 5.0;
+/// The x axis ticks: (decade, label).
 const PERCENTILE_TICKS: [(f64, &str); 6] = [
     (0.0, "0%"),
     (1.0, "90%"),
@@ -46,7 +47,6 @@ const PERCENTILE_TICKS: [(f64, &str); 6] = [
     (4.0, "99.99%"),
     (5.0, "99.999%"),
 ];
-/// Up to this many frames, each frame also gets a dot.
 
 /// HdrHistogram-style percentile distribution: x axis is the percentile on a log scale of 1/(1-p)
 /// (ticks at 0%, 90%, 99%, 99.9%, 99.99%, 99.999%), y axis latency in ms (linear, from 0).

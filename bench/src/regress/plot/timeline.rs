@@ -37,7 +37,9 @@ pub struct ModeMark {
     pub label: String,
 }
 
+/// Fallback frames' crosses (red, as the deadline line).
 const FALLBACK_COLOUR: &str = "#d62728";
+/// Mode change lines and labels.
 const MARK_COLOUR: &str = "#7b3294";
 /// Up to this many frames, each frame also gets a dot.
 const DOT_LIMIT: usize = 200;
