@@ -185,3 +185,127 @@ pub fn write_outputs(o: &Outputs<'_>) -> Result<Vec<PathBuf>, OutputError> {
     }
     Ok(written)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::regress::config::RegressConfig;
+    use crate::regress::histogram::EncodedHistogram;
+    use crate::regress::measurement::{Figures, RepFigures, StageFigures, Timeline, FORMAT};
+    use crate::regress::setup::MachineInfo;
+
+    /// One replay whose end to end and `backbone` hold 10, 20, ... `10 n` µs.
+    fn replay(label: &str, n: u64, started_unix_ms: u64) -> Measurement {
+        let mut h = LatencyHistogram::new();
+        (1..=n).for_each(|i| h.record(i * 10_000));
+        let figures = Figures::from(&h.summary());
+        Measurement {
+            format: FORMAT.into(),
+            created_unix_s: 1,
+            machines: vec![MachineInfo::detect()],
+            setups: vec![],
+            reps: vec![RepFigures {
+                label: label.into(),
+                started_unix_ms,
+                wall_ms: 500.0,
+                frames: n,
+                end_to_end: figures,
+                stages: vec![StageFigures {
+                    name: "backbone".into(),
+                    figures,
+                }],
+                deadline_misses: 0,
+                late_publishes: 0,
+                degraded_frames: 0,
+                mode_frames: BTreeMap::new(),
+            }],
+            histograms: vec![
+                EncodedHistogram::encode(END_TO_END, &h),
+                EncodedHistogram::encode("backbone", &h),
+            ],
+            timeline: Some(Timeline {
+                deadline_ns: 33_333_333,
+                frames: vec![],
+                mode_changes: vec![],
+            }),
+        }
+    }
+
+    #[test]
+    fn the_output_directory_holds_every_file_it_lists() {
+        let dir = std::env::temp_dir().join(format!("redline-outputs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let refs = [
+            replay("reference", 100, 1_000),
+            replay("reference", 100, 3_000),
+        ];
+        let cands = [
+            replay("candidate", 200, 2_000),
+            replay("candidate", 200, 4_000),
+        ];
+        let (r, c) = (
+            Measurement::merge(&refs).unwrap(),
+            Measurement::merge(&cands).unwrap(),
+        );
+        let verdict = Verdict::paired(&r, &c, &RegressConfig::default());
+        let written = write_outputs(&Outputs {
+            dir: &dir,
+            now_label: "candidate",
+            now_reps: &cands,
+            now: &c,
+            reference: Some(("reference", &refs, &r)),
+            verdict: Some(&verdict),
+        })
+        .unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "measurement.json",
+                "reference.json",
+                "verdict.txt",
+                "verdict.json",
+                "latency.hlog",
+                "percentiles_end_to_end.svg",
+                "percentiles_backbone.svg",
+                "timeline.svg",
+            ]
+        );
+        assert!(written.iter().all(|p| p.is_file() && p.starts_with(&dir)));
+        assert_eq!(Measurement::load(&written[0]).unwrap(), c);
+        let table = std::fs::read_to_string(&written[2]).unwrap();
+        assert!(
+            table.contains("REGRESSION") && table.contains("backbone p50"),
+            "{table}"
+        );
+        // Both sides' replays in the interval log, tagged by side.
+        let hlog = std::fs::read_to_string(&written[4]).unwrap();
+        assert_eq!(hlog.matches("Tag=reference.").count(), 4, "{hlog}");
+        assert_eq!(hlog.matches("Tag=candidate.").count(), 4, "{hlog}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn an_unwritable_directory_is_named() {
+        let m = replay("now", 10, 1);
+        let e = write_outputs(&Outputs {
+            dir: Path::new("/proc/redline-cannot-write-here"),
+            now_label: "now",
+            now_reps: std::slice::from_ref(&m),
+            now: &m,
+            reference: None,
+            verdict: None,
+        })
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot write /proc/redline-cannot-write-here"),
+            "{e}"
+        );
+    }
+}

@@ -160,3 +160,24 @@ pub fn run_ab(
         on_pair,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binaries_without_the_worker_protocol_are_refused() {
+        let e = check_worker(Path::new("/nonexistent/redline")).unwrap_err();
+        assert!(matches!(e, WorkerError::Spawn { .. }), "{e}");
+        assert!(e
+            .to_string()
+            .contains("Give the path of a built redline binary"));
+        let e = check_worker(Path::new("/bin/sh")).unwrap_err();
+        assert!(matches!(e, WorkerError::Protocol { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("is not a redline build with `regress` support"),
+            "{e}"
+        );
+    }
+}
