@@ -1,4 +1,4 @@
-//! Hand-written SVG plots for regression reports. No plotting crate: [`svg`] holds the
+//! Hand-written SVG plots for regression reports. No plotting crate: `svg` holds the
 //! document, axes, text and polyline helpers, and each chart is its own module:
 //!
 //! - [`percentile`]: latency percentile distributions (HdrHistogram style), one curve per

@@ -7,7 +7,7 @@
 //! - [`percentile_svg`] draws one polyline per non-empty series (distinct colours), a
 //!   legend with each series' P50/P99/max in ms, empty series listed as "(no samples)"
 //!   without a curve, and an optional dashed horizontal limit line labelled with its
-//!   value. The y axis covers the data and the limit (see [`super::svg`]).
+//!   value. The y axis covers the data and the limit (see the `svg` module).
 //! - Off the hot path: allocates and scans whole histograms. Call it after a run.
 //!
 //! # x axis

@@ -6,7 +6,7 @@
 //! - [`timeline_svg`] draws per-frame latency against the frame number, fallback frames as
 //!   red crosses, a dashed deadline line labelled "deadline X ms" and a vertical line per
 //!   mode change, labelled; with no frames it still draws the axes and a "no frames" note.
-//!   The y axis covers the data and the deadline (see [`super::svg`]).
+//!   The y axis covers the data and the deadline (see the `svg` module).
 //! - Off the hot path: sorts a copy of its frames and returns a fresh `String`.
 //!
 //! # Decimation
