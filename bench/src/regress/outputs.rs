@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use redline_runtime::metrics::LatencyHistogram;
 
 use super::hlog::{write_hlog, Interval};
-use super::measurement::{Measurement, END_TO_END};
+use super::measurement::{Measurement, MeasurementError, END_TO_END};
 use super::plot::percentile::{percentile_svg, Series};
 use super::plot::timeline::{timeline_svg, ModeMark};
 use super::verdict::Verdict;
@@ -35,12 +35,18 @@ pub struct Outputs<'a> {
 
 /// Could not write an output.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {path}: {cause}")]
-pub struct OutputError {
-    /// File.
-    pub path: PathBuf,
-    /// Cause.
-    pub cause: std::io::Error,
+pub enum OutputError {
+    /// A file or the directory could not be written.
+    #[error("cannot write {path}: {cause}")]
+    Write {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        cause: std::io::Error,
+    },
+    /// A measurement file could not be written (the error names it).
+    #[error(transparent)]
+    Measurement(#[from] MeasurementError),
 }
 
 /// Writes the output directory and returns the files written:
@@ -57,17 +63,14 @@ pub struct OutputError {
 pub fn write_outputs(o: &Outputs<'_>) -> Result<Vec<PathBuf>, OutputError> {
     let err = |path: &Path| {
         let path = path.to_path_buf();
-        move |cause: std::io::Error| OutputError { path, cause }
+        move |cause: std::io::Error| OutputError::Write { path, cause }
     };
     std::fs::create_dir_all(o.dir).map_err(err(o.dir))?;
     let mut written = Vec::new();
     let now = o.now;
     let save = |m: &Measurement, name: &str, written: &mut Vec<PathBuf>| {
         let p = o.dir.join(name);
-        m.save(&p).map_err(|e| OutputError {
-            path: p.clone(),
-            cause: std::io::Error::other(e.to_string()),
-        })?;
+        m.save(&p)?;
         written.push(p);
         Ok::<(), OutputError>(())
     };
@@ -83,7 +86,7 @@ pub fn write_outputs(o: &Outputs<'_>) -> Result<Vec<PathBuf>, OutputError> {
         std::fs::write(&p, text).map_err(err(&p))?;
         written.push(p);
         let p = o.dir.join("verdict.json");
-        let json = serde_json::to_string_pretty(v).map_err(|e| OutputError {
+        let json = serde_json::to_string_pretty(v).map_err(|e| OutputError::Write {
             path: p.clone(),
             cause: std::io::Error::other(e),
         })?;
