@@ -1,10 +1,16 @@
-//! redline-bench: the project's own benchmark harness helpers.
+//! redline-bench: the latency regression harness as a library ([`regress`]: measurement,
+//! verdicts, HdrHistogram logs, plots, merge), and the helpers of the project's
+//! benchmarks.
 //!
-//! Benchmarks here print figures measured in one run (ratios against a peer or the
-//! machine's peak where a target asks for them); they never assert on time. Run them with
-//! `cargo bench -p redline-bench --bench NAME`.
+//! The library depends on `redline-runtime` only: it measures any runtime, whatever its
+//! graph computes (the `redline` tool wires the driving graph to it). Benchmarks (in
+//! `benches/`, which may use every crate) print figures measured in one run (ratios
+//! against a peer or the machine's peak where a target asks for them); they never assert
+//! on time. Run them with `cargo bench -p redline-bench --bench NAME`.
 
 use redline_runtime::metrics::LatencySummary;
+
+pub mod regress;
 
 /// Formats a latency summary in microseconds: p50 / p90 / p99 / p99.9 / max.
 pub fn us_line(label: &str, s: &LatencySummary) -> String {

@@ -1,13 +1,17 @@
 //! The `redline` config file: one TOML file for every subcommand.
 //!
 //! The file is the pipeline's configuration ([`PipelineConfig`]: lanes, budgets, ladder,
-//! network, ...) plus the `[scenario]` table, which belongs to the simulator
-//! ([`ScenarioConfig`]: the built-in drive and `redline sim generate`). This module splits
-//! the `[scenario]` table off and lets each part parse its own keys, so an unknown key
-//! anywhere is still an error that names it. Every field is optional.
+//! network, ...) plus two tables that belong elsewhere: `[scenario]`, the simulator's
+//! ([`ScenarioConfig`]: the built-in drive and `redline sim generate`), and `[regress]`,
+//! the regression harness's ([`RegressConfig`]: repetitions, warm-up, tolerances of
+//! `redline regress`). This module splits those tables off and lets each part parse its
+//! own keys, so an unknown key anywhere is still an error that names it. Every field is
+//! optional.
 
 use std::path::Path;
 
+use redline_bench::regress::setup::fnv1a_hex;
+use redline_bench::regress::RegressConfig;
 use redline_pipeline::config::{ConfigError, PipelineConfig};
 use redline_sim::scenario::ScenarioConfig;
 use serde::Deserialize;
@@ -15,10 +19,13 @@ use serde::Deserialize;
 /// The whole config file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RedlineConfig {
-    /// Everything but `[scenario]`.
+    /// Everything but `[scenario]` and `[regress]`.
     pub pipeline: PipelineConfig,
     /// The `[scenario]` table: the built-in drive (resolution lives here).
     pub scenario: ScenarioConfig,
+    /// The `[regress]` table: `redline regress`'s repetitions, warm-up and tolerances. Not
+    /// part of what a run measures: left out of [`RedlineConfig::config_hash`].
+    pub regress: RegressConfig,
 }
 
 impl Default for RedlineConfig {
@@ -26,6 +33,7 @@ impl Default for RedlineConfig {
         RedlineConfig {
             pipeline: PipelineConfig::default(),
             scenario: ScenarioConfig::default_drive(),
+            regress: RegressConfig::default(),
         }
     }
 }
@@ -54,16 +62,29 @@ impl RedlineConfig {
                 .map_err(|e| parse_error(format!("[scenario]: {e}")))?,
             None => defaults.scenario,
         };
+        let regress = match table.remove("regress") {
+            Some(v) => {
+                RegressConfig::deserialize(v).map_err(|e| parse_error(format!("[regress]: {e}")))?
+            }
+            None => defaults.regress,
+        };
         let pipeline = PipelineConfig::deserialize(toml::Value::Table(table))
             .map_err(|e| parse_error(e.to_string()))?;
-        let cfg = RedlineConfig { pipeline, scenario };
+        let cfg = RedlineConfig {
+            pipeline,
+            scenario,
+            regress,
+        };
         cfg.validate()?;
         Ok(cfg)
     }
 
-    /// Range checks of both parts.
+    /// Range checks of every part.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.pipeline.validate()?;
+        self.regress
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let w = self.scenario.image_width;
         let h = self.scenario.image_height;
         if !w.is_multiple_of(2) || !h.is_multiple_of(2) || w < 64 || h < 32 {
@@ -81,7 +102,19 @@ impl RedlineConfig {
             "scenario".to_string(),
             toml::Value::try_from(&self.scenario)?,
         );
+        table.insert("regress".to_string(), toml::Value::try_from(&self.regress)?);
         toml::to_string(&table)
+    }
+
+    /// Hash (FNV-1a 64, hex) of everything that changes a run's measurements: the pipeline
+    /// part and the scenario, not the `[regress]` table. Baselines record it, so a check
+    /// against a baseline of another config says so.
+    pub fn config_hash(&self) -> String {
+        let measured = RedlineConfig {
+            regress: RegressConfig::default(),
+            ..self.clone()
+        };
+        fnv1a_hex(&measured.to_toml().unwrap_or_default())
     }
 }
 
@@ -138,5 +171,48 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("f"), "{e}");
+    }
+
+    #[test]
+    fn regress_table_parses_and_rejects_mistakes() {
+        let c = RedlineConfig::parse(
+            "lanes = 1\n[regress]\nreps = 7\np99 = { relative = 0.3, floor_us = 80.0 }\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.pipeline.lanes, 1);
+        assert_eq!(c.regress.reps, 7);
+        assert_eq!(c.regress.p99.floor_us, 80.0);
+        assert_eq!(c.regress.p50, RegressConfig::default().p50);
+        let e = RedlineConfig::parse("[regress]\nreps = 0\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("regress.reps"), "{e}");
+        let e = RedlineConfig::parse("[regress]\np50 = { relativ = 0.1, floor_us = 1.0 }\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("relativ") && e.contains("[regress]"), "{e}");
+        let e = RedlineConfig::parse(
+            "[regress]\nmax = { relative = -1.0, floor_us = 1.0 }\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("regress.max.relative"), "{e}");
+    }
+
+    #[test]
+    fn config_hash_covers_pipeline_and_scenario_not_regress() {
+        let a = RedlineConfig::default();
+        let mut b = a.clone();
+        b.regress.reps = 9;
+        b.regress.p50.relative = 0.5;
+        assert_eq!(a.config_hash(), b.config_hash());
+        let mut c = a.clone();
+        c.pipeline.lanes = 1;
+        assert_ne!(a.config_hash(), c.config_hash());
+        let mut d = a.clone();
+        d.scenario.seed += 1;
+        assert_ne!(a.config_hash(), d.config_hash());
     }
 }

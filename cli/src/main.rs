@@ -11,6 +11,7 @@ mod common;
 mod config;
 mod demo;
 mod generate;
+mod measure;
 mod progress;
 mod quantize;
 mod regress;

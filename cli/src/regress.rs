@@ -1,5 +1,5 @@
-//! The `redline regress` and `redline regress-worker` commands
-//! (the logic lives in [`redline_pipeline::regress`]).
+//! The `redline regress` and `redline regress-worker` commands: the driving graph
+//! ([`crate::measure`]) measured and judged by the harness ([`redline_bench::regress`]).
 //!
 //! Exit status of `regress`: 0 pass, 1 regression, 2 cannot run (the caller maps an `Err`
 //! to 2): what a CI job needs to tell a slower build from a broken setup.
@@ -8,16 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use redline_pipeline::regress::run::{
-    measure_in_process, measure_replay, run_ab, write_outputs, Outputs, WorkerSpec, WORKER_PROTOCOL,
-};
-use redline_pipeline::regress::{Measurement, Verdict};
-use redline_pipeline::run::Counters;
-
+use redline_bench::regress::outputs::{write_outputs, Outputs};
+use redline_bench::regress::worker::{run_ab, WorkerSpec, WORKER_PROTOCOL};
+use redline_bench::regress::{Measurement, Verdict};
 use redline_pipeline::sensors::FrameSource;
 
 use crate::common::{load_config, load_feed, RunArgs};
 use crate::config::RedlineConfig;
+use crate::measure::{measure_in_process, measure_replay};
 
 #[derive(clap::Args, Debug)]
 pub struct RegressArgs {
@@ -134,9 +132,8 @@ fn ensure_frames(reps: &[Measurement]) -> Result<()> {
 /// `redline regress`: Ok(true) pass, Ok(false) regression, Err cannot run.
 pub fn regress(a: RegressArgs) -> Result<bool> {
     let mut file = load_config(&a.run)?;
-    let cfg = &mut file.pipeline;
     if let Some(r) = a.reps {
-        cfg.regress.reps = r;
+        file.regress.reps = r;
         file.validate()?;
     }
     if let Some(log) = &a.log {
@@ -148,7 +145,7 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
         }
     }
     let cfg = &file.pipeline;
-    let reps = cfg.regress.reps;
+    let reps = file.regress.reps;
     let frames = a.run.frames;
     // A bad baseline stops the run before any replay.
     let baseline = match (&a.baseline, a.update_baseline) {
@@ -170,18 +167,18 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
         frames
             .unwrap_or(feed.frame_count() as u64)
             .min(feed.frame_count() as u64),
-        cfg.regress.warmup_frames,
+        file.regress.warmup_frames,
         cfg.release,
         cfg.lanes
     );
-    let now_reps = measure_in_process(cfg, &feed, frames, reps, label, &mut |i, m| {
+    let now_reps = measure_in_process(&file, &feed, frames, reps, label, &mut |i, m| {
         eprintln!("{}", rep_line(&format!("replay {}/{reps}", i + 1), m));
     })?;
     ensure_frames(&now_reps)?;
     let now_merged = Measurement::merge(&now_reps)?;
     let verdict = baseline
         .as_ref()
-        .map(|b| Verdict::against_baseline(b, &now_merged, &cfg.regress));
+        .map(|b| Verdict::against_baseline(b, &now_merged, &file.regress));
     let written = write_outputs(&Outputs {
         dir: &a.out,
         now_label: label,
@@ -226,7 +223,6 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
 
 /// A/B mode.
 fn ab(a: &RegressArgs, file: &RedlineConfig, other: &Path) -> Result<bool> {
-    let cfg = &file.pipeline;
     if !other.exists() {
         bail!(
             "--against {}: no such file; give the path of the reference build's redline binary (e.g. ../main-before/target/release/redline)",
@@ -261,7 +257,7 @@ fn ab(a: &RegressArgs, file: &RedlineConfig, other: &Path) -> Result<bool> {
         config: write_cfg(&reference_cfg, "reference.toml")?,
         label: "reference".into(),
     };
-    let reps = cfg.regress.reps;
+    let reps = file.regress.reps;
     eprintln!(
         "redline regress A/B: {reps} pairs, reference {} vs candidate {} (this build), alternating",
         reference.binary.display(),
@@ -289,7 +285,7 @@ fn ab(a: &RegressArgs, file: &RedlineConfig, other: &Path) -> Result<bool> {
     ensure_frames(&cands)?;
     let reference_merged = Measurement::merge(&refs)?;
     let candidate_merged = Measurement::merge(&cands)?;
-    let verdict = Verdict::paired(&reference_merged, &candidate_merged, &cfg.regress);
+    let verdict = Verdict::paired(&reference_merged, &candidate_merged, &file.regress);
     let written = write_outputs(&Outputs {
         dir: &a.out,
         now_label: "candidate",
@@ -324,13 +320,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         a.log.as_deref(),
         a.frames.map(|f| f as usize),
     )?);
-    let m = measure_replay(
-        &file.pipeline,
-        &feed,
-        a.frames,
-        &a.label,
-        Arc::new(Counters::default()),
-    )?;
+    let m = measure_replay(&file, &feed, a.frames, &a.label)?;
     m.save(out)?;
     Ok(())
 }

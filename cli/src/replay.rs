@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
-use redline_pipeline::regress::run::{measurement_of, RunFacts};
+use redline_bench::regress::measure::{measurement_of, RunFacts};
 use redline_pipeline::run::{replay, summary_lines, write_report, Counters};
 use redline_pipeline::sensors::FrameSource;
 
 use crate::common::{load_config, load_feed, RunArgs};
+use crate::measure::{setup_facts, timeline_of};
 use crate::progress::Progress;
 
 #[derive(clap::Args, Debug)]
@@ -61,9 +62,8 @@ pub fn run(a: ReplayArgs) -> Result<()> {
         let m = measurement_of(
             &rt,
             &RunFacts {
-                cfg,
-                source: &feed.describe(),
-                records: &outcome.records,
+                setup: &setup_facts(&file, feed.describe()),
+                timeline: &timeline_of(&outcome.records),
                 frames: outcome.runtime.frames_released,
                 warmup: 0,
                 residency_before: &[],

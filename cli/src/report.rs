@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use redline_pipeline::regress::measurement::END_TO_END;
-use redline_pipeline::regress::{plot, Measurement};
+use redline_bench::regress::measurement::END_TO_END;
+use redline_bench::regress::plot::percentile::{percentile_svg, Series};
+use redline_bench::regress::Measurement;
 
 use crate::regress::histogram_table;
 
@@ -61,9 +62,9 @@ pub fn merge(a: MergeArgs) -> Result<()> {
         names.extend(merged.stage_names());
         for name in names {
             if let Some(Ok(h)) = merged.histogram(&name) {
-                let svg = plot::percentile_svg(
+                let svg = percentile_svg(
                     &format!("{name}: latency by percentile (merged)"),
-                    &[plot::Series {
+                    &[Series {
                         label: "merged",
                         hist: &h,
                     }],

@@ -35,7 +35,7 @@
 //! percent = 20.0                # busy-wait 20% of each run's own time after it
 //! busy_ms = 0.0                 # and/or a fixed busy time per run
 //!
-//! [regress]                     # `redline regress`: repetitions and tolerances
+//! [regress]                     # (the `redline` tool's: `redline regress` tolerances)
 //! reps = 5
 //! ```
 //!
@@ -128,9 +128,6 @@ pub struct PipelineConfig {
     /// Extra busy time added to named stages, to test the regression harness (empty:
     /// nothing added).
     pub slowdown: BTreeMap<String, Slowdown>,
-    /// `redline regress`: repetitions, warm-up and tolerances. Not part of what a run
-    /// measures: it is left out of the config hash that baselines record.
-    pub regress: crate::regress::RegressConfig,
 }
 
 /// A slowdown injected into one stage (the `[slowdown.STAGE]` table): after each `run`,
@@ -143,6 +140,13 @@ pub struct Slowdown {
     pub percent: f64,
     /// Extra fixed time per run, ms.
     pub busy_ms: f64,
+}
+
+/// `+P% +B ms`: how a measurement names the slowdown it ran with.
+impl std::fmt::Display for Slowdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "+{}% +{} ms", self.percent, self.busy_ms)
+    }
 }
 
 impl Default for PipelineConfig {
@@ -163,7 +167,6 @@ impl Default for PipelineConfig {
             ladder: default_ladder(),
             rt: RtRequest::default(),
             slowdown: BTreeMap::new(),
-            regress: crate::regress::RegressConfig::default(),
         }
     }
 }
@@ -303,7 +306,6 @@ impl PipelineConfig {
                 )));
             }
         }
-        self.regress.validate().map_err(ConfigError::Invalid)?;
         let [nh, nw] = self.net_input;
         if nh % 8 != 0 || nw % 8 != 0 || nh < 16 || nw < 16 || nh > 1024 || nw > 2048 {
             return Err(ConfigError::Invalid(format!(
@@ -334,14 +336,6 @@ impl PipelineConfig {
             seed: self.weights_seed,
             ..redline_models::network::NetConfig::default()
         }
-    }
-
-    /// The config with what does not change a run's measurements (the `[regress]` table)
-    /// reset to defaults, as TOML: what a baseline's config hash covers.
-    pub fn measured_toml(&self) -> String {
-        let mut c = self.clone();
-        c.regress = crate::regress::RegressConfig::default();
-        toml::to_string(&c).unwrap_or_default()
     }
 
     /// Budget of a stage, ns.

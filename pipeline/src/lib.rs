@@ -9,8 +9,7 @@
 //! - runtime wiring: [`stages`] (one runtime stage per algorithm), [`graph`] (assembly),
 //!   [`config`] (the pipeline's part of the TOML config), [`run`] (runs the graph over a
 //!   source, records and evaluates what it published), [`slowdown`] (a knob that makes a
-//!   stage slower, to test latency regression checks);
-//! - [`regress`]: latency-jitter regression checks.
+//!   stage slower, to test latency regression checks).
 //!
 //! This crate links no simulator and no log reader: `redline-sim` implements
 //! [`sensors::FrameSource`] from logs and scenarios, an in-vehicle build from drivers.
@@ -25,7 +24,6 @@ pub mod kalman;
 pub mod perception;
 pub mod planning;
 pub mod prediction;
-pub mod regress;
 pub mod run;
 pub mod sensors;
 pub mod slowdown;

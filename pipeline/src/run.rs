@@ -206,6 +206,14 @@ pub fn start_runtime(
     Ok((Runtime::new(plan, rcfg)?, info))
 }
 
+/// Now, ms since the Unix epoch (0 if the clock is before it).
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// Runs `frames` frames (all when None) of `feed` and evaluates them.
 pub fn replay(
     cfg: &PipelineConfig,
@@ -218,7 +226,7 @@ pub fn replay(
         .unwrap_or(feed.frame_count() as u64)
         .min(feed.frame_count() as u64);
     let mut publisher = RecordingPublisher::new(n as usize, counters);
-    let started_unix_ms = crate::regress::measurement::unix_now_ms();
+    let started_unix_ms = unix_now_ms();
     let t0 = std::time::Instant::now();
     rt.run(n, &mut publisher);
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;

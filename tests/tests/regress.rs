@@ -36,15 +36,17 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use redline_bench::regress::ab::{alternate, Side};
+use redline_bench::regress::measure::{measure_runtime, SetupFacts};
+use redline_bench::regress::setup::fnv1a_hex;
+use redline_bench::regress::{Measurement, RegressConfig, Tolerance, Verdict};
 use redline_pipeline::config::{PipelineConfig, Slowdown};
-use redline_pipeline::regress::run::{alternate, measure_alternating, measure_runtime, Side};
-use redline_pipeline::regress::{Measurement, RegressConfig, Tolerance, Verdict};
-use redline_pipeline::run::Counters;
+use redline_pipeline::run::{start_runtime, Counters, RecordingPublisher};
 use redline_pipeline::sensors::FrameSource;
 use redline_pipeline::slowdown::add_stage;
 use redline_runtime::{
-    FrameInfo, GraphBuilder, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage, StageError,
-    StageIo,
+    FrameInfo, GraphBuilder, PlanConfig, Published, ReleaseMode, Runtime, RuntimeConfig, Stage,
+    StageError, StageIo,
 };
 use redline_sim::feed::Feed;
 use redline_sim::scenario::ScenarioConfig;
@@ -57,6 +59,24 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn show(v: &Verdict) -> String {
     format!("{}{}", v.table(), v.summary_lines().join("\n"))
+}
+
+/// How a replay with `cfg` is configured, as its measurement records it (the config hash
+/// of the test's own config: equal configs, equal hashes).
+fn setup_facts(cfg: &PipelineConfig, source: &str) -> SetupFacts {
+    SetupFacts {
+        config_hash: fnv1a_hex(&format!("{cfg:?}")),
+        release: format!("{:?}", cfg.release),
+        lanes: cfg.lanes,
+        frame_slots: cfg.frame_slots,
+        perception: format!("{:?}", cfg.perception),
+        slowdown: cfg
+            .slowdown
+            .iter()
+            .map(|(stage, s)| format!("{stage}: {s}"))
+            .collect(),
+        source: source.to_string(),
+    }
 }
 
 fn slowed(mut cfg: PipelineConfig, stage: &str, percent: f64) -> PipelineConfig {
@@ -229,11 +249,11 @@ fn calibrated_replay(cfg: &PipelineConfig, label: &str) -> Measurement {
 
     measure_runtime(
         &mut rt,
-        cfg,
-        "calibrated graph (tests/tests/regress.rs)",
+        &setup_facts(cfg, "calibrated graph (tests/tests/regress.rs)"),
         CAL_FRAMES,
+        RegressConfig::default().warmup_frames,
         label,
-        Arc::new(Counters::default()),
+        &mut |_: &Published<'_>| {},
     )
 }
 
@@ -246,8 +266,8 @@ static REAL_TIME_GRANTED: OnceLock<bool> = OnceLock::new();
 /// max of 90 frames) ranged 3.3–9.3 ms between replays: it is set by one late OS
 /// wake-up, which is what the runtime's real-time settings exist to prevent, not by the
 /// harness. P50s and the counts are judged either way.
-fn calibrated_tolerances(cfg: &PipelineConfig) -> RegressConfig {
-    let mut t = cfg.regress.clone();
+fn calibrated_tolerances() -> RegressConfig {
+    let mut t = RegressConfig::default();
     if !REAL_TIME_GRANTED.get().copied().unwrap_or(false) {
         eprintln!(
             "WARNING: real-time settings refused (see OS grants above): the tails (P99, \
@@ -290,7 +310,7 @@ fn a_twenty_percent_slower_stage_is_a_regression_naming_it() {
     let base = calibrated_config();
     let slow = slowed(calibrated_config(), "backbone", 20.0);
     let (reference, now) = measure_calibrated(&base, &slow);
-    for v in verdicts(&reference, &now, &calibrated_tolerances(&base)) {
+    for v in verdicts(&reference, &now, &calibrated_tolerances()) {
         assert_regression_named(&v, "backbone", 1.15);
         // Only the slowed stage (and the end to end it lengthens) may fail.
         for row in v.rows.iter().filter(|r| !r.pass) {
@@ -309,7 +329,7 @@ fn the_same_build_against_itself_passes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = calibrated_config();
     let (reference, now) = measure_calibrated(&cfg, &cfg);
-    for v in verdicts(&reference, &now, &calibrated_tolerances(&cfg)) {
+    for v in verdicts(&reference, &now, &calibrated_tolerances()) {
         assert_passes(&v, &reference);
     }
 }
@@ -351,13 +371,46 @@ fn feed() -> Arc<dyn FrameSource> {
     .clone()
 }
 
+/// One replay of the driving graph with `cfg`, measured as `redline regress` measures it.
+fn real_replay(cfg: &PipelineConfig, label: &str) -> Measurement {
+    let feed = feed();
+    let (mut rt, _) = start_runtime(cfg, &feed).expect("the driving graph starts");
+    let frames = FRAMES.min(feed.frame_count() as u64);
+    measure_runtime(
+        &mut rt,
+        &setup_facts(cfg, feed.describe()),
+        frames,
+        RegressConfig::default().warmup_frames,
+        label,
+        &mut RecordingPublisher::new(frames as usize, Arc::new(Counters::default())),
+    )
+}
+
+/// `reps` replays of the driving graph per side, alternating R, C, C, R, ...
+fn measure_alternating(
+    reference: &PipelineConfig,
+    candidate: &PipelineConfig,
+    reps: usize,
+) -> (Vec<Measurement>, Vec<Measurement>) {
+    let Ok(sides) = alternate(
+        reps,
+        |side, _| {
+            Ok::<_, Infallible>(match side {
+                Side::Reference => real_replay(reference, "reference"),
+                Side::Candidate => real_replay(candidate, "candidate"),
+            })
+        },
+        |_, _, _| {},
+    );
+    sides
+}
+
 /// Reference and candidate replays of the driving graph, alternating, each side merged.
 fn measure_real(
     reference: &PipelineConfig,
     candidate: &PipelineConfig,
 ) -> (Measurement, Measurement) {
-    let (r, c) = measure_alternating(reference, candidate, &feed(), Some(FRAMES), REPS)
-        .expect("replays run");
+    let (r, c) = measure_alternating(reference, candidate, REPS);
     assert_eq!((r.len(), c.len()), (REPS, REPS));
     (
         Measurement::merge(&r).unwrap(),
@@ -372,7 +425,7 @@ fn real_workload_a_twenty_percent_slower_backbone_is_a_regression_naming_it() {
     let base = real_config();
     let slow = slowed(real_config(), "backbone", 20.0);
     let (reference, now) = measure_real(&base, &slow);
-    for v in verdicts(&reference, &now, &base.regress) {
+    for v in verdicts(&reference, &now, &RegressConfig::default()) {
         assert_regression_named(&v, "backbone", 1.15);
     }
 }
@@ -383,7 +436,7 @@ fn real_workload_the_same_build_against_itself_passes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = real_config();
     let (reference, now) = measure_real(&cfg, &cfg);
-    for v in verdicts(&reference, &now, &cfg.regress) {
+    for v in verdicts(&reference, &now, &RegressConfig::default()) {
         assert_passes(&v, &reference);
     }
 }
@@ -391,9 +444,7 @@ fn real_workload_the_same_build_against_itself_passes() {
 #[test]
 fn a_baseline_on_disk_reads_back_identical() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let reps = measure_alternating(&real_config(), &real_config(), &feed(), Some(FRAMES), 1)
-        .expect("replays run")
-        .0;
+    let reps = measure_alternating(&real_config(), &real_config(), 1).0;
     let base = &Measurement::merge(&reps).unwrap();
     let dir = temp_dir("regress-baseline");
     let path = dir.join("baseline.json");
@@ -406,7 +457,7 @@ fn a_baseline_on_disk_reads_back_identical() {
     assert_eq!(e2e.count(), per_rep);
     assert!(per_rep >= FRAMES / 2);
     // A baseline judged against itself passes with every ratio exactly 1.
-    let v = Verdict::against_baseline(&back, base, &PipelineConfig::default().regress);
+    let v = Verdict::against_baseline(&back, base, &RegressConfig::default());
     assert!(v.passed());
     assert!(v
         .rows

@@ -1,43 +1,12 @@
-//! Latency-jitter regression checks: `redline regress` and `redline report merge`.
+//! The `[regress]` table of the config file: how many repetitions, how much warm-up, and
+//! the tolerance of every judged figure.
 //!
-//! A regression check replays one log several times ("repetitions"), measures per-stage
-//! and end-to-end P50/P99/P99.9/max, deadline misses, late publishes and the frames spent
-//! outside the first (nominal) mode, and judges them against a reference:
-//!
-//! - **baseline mode** (`--baseline FILE`): the reference is a [`Measurement`] stored as
-//!   JSON by `--update-baseline`. Each figure is the **median over repetitions** of its
-//!   per-repetition value (a P99 is computed within one replay, then the median is taken
-//!   across replays), so one disturbed replay never decides a verdict.
-//! - **A/B mode** (`--against OTHER_BINARY`): the two builds run alternately in one
-//!   session (reference, candidate, candidate, reference, ... so slow drift of the machine
-//!   hits both equally), each repetition in its own process, and the verdict uses the
-//!   **median of the paired ratios** candidate/reference.
-//!
-//! A figure fails when it exceeds both its relative tolerance and its absolute floor
-//! ([`RegressConfig`]): `now > max(reference × (1 + relative), reference + floor)`. The
-//! floor keeps sub-microsecond noise on tiny stages from ever failing a run. Counts
-//! (misses, late publishes, degraded frames) fail when the median rises by more than the
-//! allowed extra.
-//!
-//! Everything here runs after (or between) replays: it allocates, reads and writes files,
-//! and prints. Nothing in it is on the hot path; the replays themselves use the runtime
-//! exactly as `redline replay` does (the [`crate::slowdown`] knob aside).
-//!
-//! Files: [`measurement`] (the JSON format of baselines and merged reports, with lossless
-//! histograms), [`verdict`] (the comparison and its table), [`hlog`] (HdrHistogram
-//! interval logs), [`plot`] (SVG percentile and timeline plots), [`run`] (repetitions in
-//! process and in worker processes, and the output directory).
-
-pub mod hlog;
-pub mod measurement;
-pub mod plot;
-pub mod run;
-pub mod verdict;
+//! Contract: every field has a default (the values below, chosen from measurements);
+//! unknown keys are rejected by serde with their name; [`RegressConfig::validate`] range-
+//! checks the rest and names the key that is wrong. Plain data: no I/O, no allocation
+//! beyond the struct.
 
 use serde::{Deserialize, Serialize};
-
-pub use measurement::{Measurement, MeasurementError};
-pub use verdict::{Row, Verdict};
 
 /// Tolerance of one latency percentile: `now` fails above
 /// `max(reference × (1 + relative), reference + floor_us)`.
@@ -121,10 +90,10 @@ impl Default for RegressConfig {
 }
 
 impl RegressConfig {
-    /// Range checks; the message names the key.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Range checks; the error names the key.
+    pub fn validate(&self) -> Result<(), RegressConfigError> {
         if !(1..=1000).contains(&self.reps) {
-            return Err(format!("regress.reps = {}: use 1 to 1000", self.reps));
+            return Err(RegressConfigError::Reps(self.reps));
         }
         for (name, t) in [
             ("p50", self.p50),
@@ -133,16 +102,16 @@ impl RegressConfig {
             ("max", self.max),
         ] {
             if !(t.relative.is_finite() && t.relative >= 0.0) {
-                return Err(format!(
-                    "regress.{name}.relative = {}: must be >= 0 (0.1 = 10 %)",
-                    t.relative
-                ));
+                return Err(RegressConfigError::Relative {
+                    name,
+                    value: t.relative,
+                });
             }
             if !(t.floor_us.is_finite() && t.floor_us >= 0.0) {
-                return Err(format!(
-                    "regress.{name}.floor_us = {}: must be >= 0",
-                    t.floor_us
-                ));
+                return Err(RegressConfigError::Floor {
+                    name,
+                    value: t.floor_us,
+                });
             }
         }
         for (name, v) in [
@@ -151,17 +120,48 @@ impl RegressConfig {
             ("degraded_frames", self.degraded_frames),
         ] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("regress.{name} = {v}: must be >= 0"));
+                return Err(RegressConfigError::Count { name, value: v });
             }
         }
         Ok(())
     }
 }
 
+/// A `[regress]` value out of range; the message names the key and the allowed range.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RegressConfigError {
+    /// `reps` outside 1..=1000.
+    #[error("regress.reps = {0}: use 1 to 1000")]
+    Reps(usize),
+    /// A tolerance's `relative` is negative or not finite.
+    #[error("regress.{name}.relative = {value}: must be >= 0 (0.1 = 10 %)")]
+    Relative {
+        /// The percentile (`p50`, `p99`, `p999`, `max`).
+        name: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A tolerance's `floor_us` is negative or not finite.
+    #[error("regress.{name}.floor_us = {value}: must be >= 0")]
+    Floor {
+        /// The percentile (`p50`, `p99`, `p999`, `max`).
+        name: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// An allowed extra count is negative or not finite.
+    #[error("regress.{name} = {value}: must be >= 0")]
+    Count {
+        /// The count (`deadline_misses`, `late_publishes`, `degraded_frames`).
+        name: &'static str,
+        /// The value given.
+        value: f64,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PipelineConfig;
 
     #[test]
     fn threshold_takes_the_larger_of_relative_and_floor() {
@@ -176,39 +176,25 @@ mod tests {
     }
 
     #[test]
-    fn regress_table_parses_and_rejects_mistakes() {
-        let c = PipelineConfig::parse(
-            "[regress]\nreps = 7\np99 = { relative = 0.3, floor_us = 80.0 }\n",
-            "t",
-        )
-        .unwrap();
-        assert_eq!(c.regress.reps, 7);
-        assert_eq!(c.regress.p99.floor_us, 80.0);
-        assert_eq!(c.regress.p50, RegressConfig::default().p50);
-        let e = PipelineConfig::parse("[regress]\nreps = 0\n", "t")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("regress.reps"), "{e}");
-        let e = PipelineConfig::parse("[regress]\np50 = { relativ = 0.1, floor_us = 1.0 }\n", "t")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("relativ"), "{e}");
-        let e = PipelineConfig::parse(
-            "[regress]\nmax = { relative = -1.0, floor_us = 1.0 }\n",
-            "t",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("regress.max.relative"), "{e}");
-    }
-
-    #[test]
-    fn regress_table_is_not_part_of_the_measured_config() {
-        let a = PipelineConfig::default();
-        let mut b = a.clone();
-        b.regress.reps = 9;
-        assert_eq!(a.measured_toml(), b.measured_toml());
-        b.lanes = 1;
-        assert_ne!(a.measured_toml(), b.measured_toml());
+    fn defaults_validate_and_mistakes_name_the_key() {
+        RegressConfig::default().validate().unwrap();
+        let bad = |f: fn(&mut RegressConfig)| {
+            let mut c = RegressConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err().to_string()
+        };
+        assert_eq!(bad(|c| c.reps = 0), "regress.reps = 0: use 1 to 1000");
+        assert_eq!(
+            bad(|c| c.max.relative = -1.0),
+            "regress.max.relative = -1: must be >= 0 (0.1 = 10 %)"
+        );
+        assert_eq!(
+            bad(|c| c.p999.floor_us = f64::NAN),
+            "regress.p999.floor_us = NaN: must be >= 0"
+        );
+        assert_eq!(
+            bad(|c| c.late_publishes = -0.5),
+            "regress.late_publishes = -0.5: must be >= 0"
+        );
     }
 }

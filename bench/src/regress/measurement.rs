@@ -16,144 +16,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use redline_runtime::metrics::{LatencyHistogram, LatencySummary};
 use serde::{Deserialize, Serialize};
+
+use super::histogram::{EncodedHistogram, HistogramError};
+use super::setup::{MachineInfo, RunSetup};
 
 /// The `format` field of every measurement file this version writes and reads.
 pub const FORMAT: &str = "redline-latency-measurement/1";
 
 /// Name of the end-to-end histogram and figures (stages use their own names).
 pub const END_TO_END: &str = "end_to_end";
-
-/// The machine a measurement was taken on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MachineInfo {
-    /// CPU model name (`/proc/cpuinfo`).
-    pub cpu: String,
-    /// Logical CPUs available to the process.
-    pub logical_cpus: usize,
-    /// Kernel release.
-    pub kernel: String,
-    /// Host name.
-    pub hostname: String,
-    /// CPU architecture.
-    pub arch: String,
-}
-
-impl MachineInfo {
-    /// This machine, as far as the OS tells (fields it does not tell are "unknown").
-    pub fn detect() -> MachineInfo {
-        let read = |p: &str| {
-            std::fs::read_to_string(p)
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "unknown".into())
-        };
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .and_then(|l| l.split_once(':'))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown".into());
-        MachineInfo {
-            cpu,
-            logical_cpus: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(0),
-            kernel: read("/proc/sys/kernel/osrelease"),
-            hostname: read("/proc/sys/kernel/hostname"),
-            arch: std::env::consts::ARCH.into(),
-        }
-    }
-
-    /// Same kind of machine: CPU model, core count and architecture agree (host names
-    /// and kernels may differ between CI runners of one kind).
-    pub fn same_kind(&self, other: &MachineInfo) -> bool {
-        self.cpu == other.cpu && self.logical_cpus == other.logical_cpus && self.arch == other.arch
-    }
-
-    /// One line for messages.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} ({} CPUs, {}, kernel {}, host {})",
-            self.cpu, self.logical_cpus, self.arch, self.kernel, self.hostname
-        )
-    }
-}
-
-/// What was replayed, and how.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunSetup {
-    /// redline version that measured.
-    pub redline_version: String,
-    /// Hash (FNV-1a 64) of the effective config, `[regress]` table excluded.
-    pub config_hash: String,
-    /// Release mode.
-    pub release: String,
-    /// Worker lanes.
-    pub lanes: usize,
-    /// Frames in flight.
-    pub frame_slots: usize,
-    /// Network or oracle perception.
-    pub perception: String,
-    /// Injected slowdowns (`stage: +P% +B ms`), empty in a real measurement.
-    pub slowdown: Vec<String>,
-    /// The log (or built-in scenario) replayed.
-    pub source: String,
-    /// Frames per replay, warm-up included.
-    pub frames_per_rep: u64,
-    /// Warm-up frames per replay (not measured).
-    pub warmup_frames: u64,
-    /// Deadline after release, ns.
-    pub deadline_ns: u64,
-    /// Budget per stage, ns.
-    pub budgets_ns: BTreeMap<String, u64>,
-}
-
-impl RunSetup {
-    /// The differences to `other` that make a comparison questionable, in words.
-    pub fn differences(&self, other: &RunSetup) -> Vec<String> {
-        let mut d = Vec::new();
-        let mut check = |what: &str, a: String, b: String| {
-            if a != b {
-                d.push(format!("{what}: {a} vs {b}"));
-            }
-        };
-        check(
-            "config hash",
-            self.config_hash.clone(),
-            other.config_hash.clone(),
-        );
-        check("release", self.release.clone(), other.release.clone());
-        check("lanes", self.lanes.to_string(), other.lanes.to_string());
-        check(
-            "frame slots",
-            self.frame_slots.to_string(),
-            other.frame_slots.to_string(),
-        );
-        check(
-            "perception",
-            self.perception.clone(),
-            other.perception.clone(),
-        );
-        check(
-            "slowdown",
-            self.slowdown.join(", "),
-            other.slowdown.join(", "),
-        );
-        check("source", self.source.clone(), other.source.clone());
-        check(
-            "frames per replay",
-            self.frames_per_rep.to_string(),
-            other.frames_per_rep.to_string(),
-        );
-        d
-    }
-}
 
 /// Percentiles of one histogram in one replay, ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,54 +88,6 @@ pub struct RepFigures {
     pub degraded_frames: u64,
     /// Frames per mode.
     pub mode_frames: BTreeMap<String, u64>,
-}
-
-/// A histogram, whole, in HdrHistogram's V2 deflate encoding (base64).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EncodedHistogram {
-    /// `end_to_end` or a stage name.
-    pub name: String,
-    /// Samples (for readers of the JSON; checked against the decoding).
-    pub count: u64,
-    /// Values above the histogram's 60 s range, clamped.
-    pub saturated: u64,
-    /// HdrHistogram V2 deflate encoding, base64 (standard alphabet, padded).
-    pub v2_deflate_base64: String,
-}
-
-impl EncodedHistogram {
-    /// Encodes `h` under `name`.
-    pub fn encode(name: &str, h: &LatencyHistogram) -> EncodedHistogram {
-        let mut bytes = Vec::new();
-        // Cannot fail for an in-memory Vec and a histogram of valid bounds; an empty
-        // string would be refused on decode, never read as an empty histogram.
-        let _ = V2DeflateSerializer::new().serialize(h.as_hdr(), &mut bytes);
-        EncodedHistogram {
-            name: name.to_string(),
-            count: h.count(),
-            saturated: h.saturated(),
-            v2_deflate_base64: base64::engine::general_purpose::STANDARD.encode(bytes),
-        }
-    }
-
-    /// Decodes the histogram; the error says what is wrong with it.
-    pub fn decode(&self) -> Result<LatencyHistogram, String> {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(self.v2_deflate_base64.trim())
-            .map_err(|e| format!("not base64: {e}"))?;
-        let hdr: hdrhistogram::Histogram<u64> = Deserializer::new()
-            .deserialize(&mut bytes.as_slice())
-            .map_err(|e| format!("not an HdrHistogram V2 encoding: {e:?}"))?;
-        let h = LatencyHistogram::try_from_hdr(&hdr, self.saturated).map_err(|e| e.to_string())?;
-        if h.count() != self.count {
-            return Err(format!(
-                "holds {} samples but the file says count = {}",
-                h.count(),
-                self.count
-            ));
-        }
-        Ok(h)
-    }
 }
 
 /// One frame of a timeline.
@@ -350,7 +175,7 @@ pub enum MeasurementError {
         /// Histogram name.
         name: String,
         /// What is wrong.
-        why: String,
+        why: HistogramError,
     },
     /// Writing failed.
     #[error("cannot write {path}: {cause}")]
@@ -442,7 +267,7 @@ impl Measurement {
     }
 
     /// The decoded histogram called `name` (`end_to_end` or a stage), if present.
-    pub fn histogram(&self, name: &str) -> Option<Result<LatencyHistogram, String>> {
+    pub fn histogram(&self, name: &str) -> Option<Result<LatencyHistogram, HistogramError>> {
         self.histograms
             .iter()
             .find(|h| h.name == name)
@@ -513,30 +338,12 @@ impl Measurement {
     }
 }
 
-/// FNV-1a 64 of `text`, as 16 hex digits: a stable hash for config identity.
-pub fn fnv1a_hex(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
-}
-
-/// Now, ms since the Unix epoch (0 if the clock is before it).
-pub fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     /// A small measurement with `reps` replays whose end-to-end values are `values`.
-    pub(crate) fn sample(values: &[u64], stage_values: &[u64]) -> Measurement {
+    fn sample(values: &[u64], stage_values: &[u64]) -> Measurement {
         let mut e2e = LatencyHistogram::new();
         values.iter().for_each(|&v| e2e.record(v));
         let mut st = LatencyHistogram::new();
@@ -688,11 +495,5 @@ pub(crate) mod tests {
             e.contains("holds 3 samples but the file says count = 99"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn config_hash_is_stable() {
-        assert_eq!(fnv1a_hex(""), "cbf29ce484222325");
-        assert_eq!(fnv1a_hex("a"), "af63dc4c8601ec8c");
     }
 }

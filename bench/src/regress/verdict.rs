@@ -11,8 +11,8 @@
 
 use serde::Serialize;
 
+use super::config::{RegressConfig, Tolerance};
 use super::measurement::{Figures, Measurement, RepFigures, END_TO_END};
-use super::{RegressConfig, Tolerance};
 
 /// What a row measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -410,7 +410,8 @@ impl Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::regress::measurement::{MachineInfo, StageFigures, FORMAT};
+    use crate::regress::measurement::{StageFigures, FORMAT};
+    use crate::regress::setup::MachineInfo;
     use std::collections::BTreeMap;
 
     fn figs(p50: u64) -> Figures {
