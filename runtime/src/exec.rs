@@ -610,6 +610,27 @@ impl Shared {
         fb.fallback(info, &mut io);
     }
 
+    /// Revives lost `lane` if no lane is live (see [`LaneSet::revive_if_none_live`]):
+    /// every stage placed on a lost lane moves to it and the other lost lanes' queues are
+    /// moved after them. Returns whether the lane is live again.
+    pub fn revive_lane(&self, lane: usize) -> bool {
+        if !self.lanes.revive_if_none_live(lane) {
+            return false;
+        }
+        for node in self.nodes.iter() {
+            let l = node.lane.load(Ordering::Acquire);
+            if self.lanes.lanes[l].lost.load(Ordering::Acquire) {
+                node.lane.store(lane, Ordering::Release);
+            }
+        }
+        for other in 0..self.lanes.lanes.len() {
+            if other != lane && self.lanes.lanes[other].lost.load(Ordering::Acquire) {
+                self.redirect_lost_queue(other);
+            }
+        }
+        true
+    }
+
     /// Scheduler side of a hang: writes the stage off, moves its lane's work, completes
     /// its turn. Returns false if the stage returned in the meantime (no loss).
     pub fn write_off(&self, lane: usize, node: usize, slot: u8, seq: u64) -> bool {

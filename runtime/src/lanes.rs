@@ -92,6 +92,21 @@ impl LaneSet {
         }
     }
 
+    /// Brings lost `lane` back when no lane is live (the last written-off stage returned
+    /// and nothing else could run queued work); true if this call revived it. At most one
+    /// lane is revived this way.
+    pub fn revive_if_none_live(&self, lane: usize) -> bool {
+        if self
+            .live
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.lanes[lane].lost.store(false, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+
     /// Marks `lane` lost; true if it was live until now.
     pub fn mark_lost(&self, lane: usize) -> bool {
         if !self.lanes[lane].lost.swap(true, Ordering::SeqCst) {
@@ -116,7 +131,15 @@ pub(crate) fn lane_main(shared: &Shared, lane: usize) {
         }
         if let Some(job) = me.stages.pop() {
             match shared.execute(lane, job) {
-                Executed::WrittenOff => return,
+                // The written-off stage returned. The lane retires, unless no lane is
+                // live: then it comes back so queued work (the fallback of the written-off
+                // stage included) runs again instead of waiting for ever.
+                Executed::WrittenOff => {
+                    if !shared.revive_lane(lane) {
+                        return;
+                    }
+                    idle_since = None;
+                }
                 // Publish it from here: no other thread needs waking.
                 Executed::FrameDone => {
                     shared.try_step();

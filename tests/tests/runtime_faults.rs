@@ -151,8 +151,9 @@ fn hung_stage_is_written_off_and_later_frames_are_published_on_time() {
 
 /// Every lane lost: with one lane, the hung stage takes the only lane with it. Jobs
 /// dispatched to the lost lane must neither recurse (this overflowed the stack before)
-/// nor vanish: the run still publishes every frame (on fallback) and returns, under a
-/// 64 KiB thread stack to prove the redirect path is bounded.
+/// nor vanish: frames are published (on fallback) while nothing can run, the lane comes
+/// back when the written-off stage returns, and the run returns — under a 64 KiB thread
+/// stack, to prove the redirect path is bounded.
 #[test]
 fn losing_every_lane_still_publishes_every_frame_within_a_small_stack() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -179,9 +180,17 @@ fn losing_every_lane_still_publishes_every_frame_within_a_small_stack() {
             let mut frames = Vec::new();
             rt.run(10, &mut |p: &Published<'_>| frames.push(p.info.frame));
             f.hang(ids::TEMPORAL);
+            // The hung stage returns 300 ms later, long after it was written off.
+            let releaser = {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    f.release_hang();
+                })
+            };
             rt.run(40, &mut |p: &Published<'_>| frames.push(p.info.frame));
+            releaser.join().unwrap();
             let r = rt.report();
-            f.release_hang();
             (frames, r.lost_stages.len(), r.table())
         })
         .unwrap()
