@@ -1,4 +1,5 @@
-//! redline-sim: scenarios, sensor rendering, MCAP logs, replay driver, fault injection.
+//! redline-sim: scenarios, sensor rendering, ROS 2 messages, MCAP logs, frame grouping and
+//! the replay feed. (Fault injection as configuration is still to come: issue #10.)
 //!
 //! Implements the pipeline's input contract ([`redline_pipeline::sensors::FrameSource`])
 //! from recorded logs and the built-in scenario ([`feed`]); the pipeline never links this
