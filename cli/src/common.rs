@@ -60,10 +60,7 @@ pub enum Mode {
 }
 
 pub fn load_config(a: &RunArgs) -> Result<RedlineConfig> {
-    let mut file = match &a.config {
-        Some(p) => RedlineConfig::load(p)?,
-        None => RedlineConfig::default(),
-    };
+    let mut file = RedlineConfig::load_or_default(a.config.as_deref())?;
     let cfg = &mut file.pipeline;
     if let Some(m) = a.mode {
         cfg.release = release(m);

@@ -14,7 +14,7 @@ use redline_bench::regress::setup::fnv1a_hex;
 use redline_bench::regress::RegressConfig;
 use redline_pipeline::config::{ConfigError, PipelineConfig};
 use redline_sim::scenario::ScenarioConfig;
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 /// The whole config file.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +48,11 @@ impl RedlineConfig {
         Self::parse(&text, &path.display().to_string())
     }
 
+    /// The file at `path`, or the defaults when no file is given.
+    pub fn load_or_default(path: Option<&Path>) -> Result<RedlineConfig, ConfigError> {
+        path.map_or_else(|| Ok(RedlineConfig::default()), RedlineConfig::load)
+    }
+
     /// Parses and checks TOML text (`origin` names it in messages).
     pub fn parse(text: &str, origin: &str) -> Result<RedlineConfig, ConfigError> {
         let parse_error = |message: String| ConfigError::Parse {
@@ -56,20 +61,12 @@ impl RedlineConfig {
         };
         let mut table: toml::Table =
             toml::from_str(text).map_err(|e| parse_error(e.to_string()))?;
+        // Each table split off is parsed by its owner; what is left is the pipeline's.
         let defaults = RedlineConfig::default();
-        let scenario = match table.remove("scenario") {
-            Some(v) => ScenarioConfig::deserialize(v)
-                .map_err(|e| parse_error(format!("[scenario]: {e}")))?,
-            None => defaults.scenario,
-        };
-        let regress = match table.remove("regress") {
-            Some(v) => {
-                RegressConfig::deserialize(v).map_err(|e| parse_error(format!("[regress]: {e}")))?
-            }
-            None => defaults.regress,
-        };
-        let pipeline = PipelineConfig::deserialize(toml::Value::Table(table))
-            .map_err(|e| parse_error(e.to_string()))?;
+        let scenario = take_section(&mut table, "scenario", origin)?.unwrap_or(defaults.scenario);
+        let regress = take_section(&mut table, "regress", origin)?.unwrap_or(defaults.regress);
+        let pipeline = parse_section(toml::Value::Table(table)).map_err(parse_error)?;
+
         let cfg = RedlineConfig {
             pipeline,
             scenario,
@@ -116,6 +113,28 @@ impl RedlineConfig {
         };
         fnv1a_hex(&measured.to_toml().unwrap_or_default())
     }
+}
+
+/// One table of the file, parsed by the type that owns it; the message names the key.
+fn parse_section<T: DeserializeOwned>(value: toml::Value) -> Result<T, String> {
+    value.try_into().map_err(|e: toml::de::Error| e.to_string())
+}
+
+/// Removes table `[name]` from `table` and parses it (None when the file has none).
+fn take_section<T: DeserializeOwned>(
+    table: &mut toml::Table,
+    name: &str,
+    origin: &str,
+) -> Result<Option<T>, ConfigError> {
+    table
+        .remove(name)
+        .map(|v| {
+            parse_section(v).map_err(|message| ConfigError::Parse {
+                path: origin.to_string(),
+                message: format!("[{name}]: {message}"),
+            })
+        })
+        .transpose()
 }
 
 #[cfg(test)]

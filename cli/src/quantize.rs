@@ -43,8 +43,6 @@ use redline_sim::feed::Feed;
 use redline_sim::scenario::ScenarioConfig;
 use serde::Serialize;
 
-use crate::config::RedlineConfig;
-
 /// Where the calibration frames come from.
 #[derive(Clone, Debug)]
 pub enum QuantizeSource {
@@ -350,7 +348,7 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
     let method = CalibrationMethod::parse(&a.method)?;
     let source = match a.log {
         Some(p) => QuantizeSource::Log(p),
-        None => QuantizeSource::Scenario(RedlineConfig::default().scenario),
+        None => QuantizeSource::Scenario(ScenarioConfig::default_drive()),
     };
     let report = run_quantize(source, &a.out, method, a.frames)?;
     print!("{}", report.table());
@@ -369,7 +367,7 @@ mod tests {
     fn small_scenario() -> ScenarioConfig {
         ScenarioConfig {
             seconds: 1.0,
-            ..RedlineConfig::default().scenario
+            ..ScenarioConfig::default_drive()
         }
     }
 
@@ -462,7 +460,7 @@ mod tests {
     fn sqnr_table_on_the_default_scenario() {
         let out = std::env::temp_dir().join(format!("redline-sqnr-{}.st", std::process::id()));
         let r = run_quantize(
-            QuantizeSource::Scenario(RedlineConfig::default().scenario),
+            QuantizeSource::Scenario(ScenarioConfig::default_drive()),
             &out,
             CalibrationMethod::Percentile(DEFAULT_PERCENTILE),
             120,

@@ -311,10 +311,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     let Some(out) = &a.out else {
         bail!("regress-worker needs --out FILE (it is run by `redline regress --against`)");
     };
-    let file = match &a.config {
-        Some(p) => RedlineConfig::load(p)?,
-        None => RedlineConfig::default(),
-    };
+    let file = RedlineConfig::load_or_default(a.config.as_deref())?;
     let feed: Arc<dyn FrameSource> = Arc::new(load_feed(
         &file,
         a.log.as_deref(),
