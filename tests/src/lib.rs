@@ -4,12 +4,15 @@
 //! on (every thread of the process), so a test can prove that a hot path allocates nothing
 //! after warm-up. A zero it reports proves something only next to a positive control in the
 //! same binary: `tests/runtime_zero_alloc.rs` and `tests/pipeline_zero_alloc.rs` run a stage
-//! that allocates on purpose and require the count to rise. [`small_scenario`] and
+//! that allocates on purpose ([`AllocProbe`]) and require the count to rise. [`small_scenario`] and
 //! [`scenario_log`] make short synthetic drives.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use redline_runtime::{FrameInfo, GraphBuilder, Stage, StageError, StageIo};
 
 use redline_sim::scenario::{Scenario, ScenarioConfig};
 
@@ -143,5 +146,52 @@ mod tests {
         );
         ALLOC.start();
         assert_eq!(ALLOC.stop(), (0, 0), "start did not reset the counts");
+    }
+}
+
+/// The positive control of the zero-allocation tests: a stage that writes the frame number
+/// and, while switched on, first allocates a 64-byte vector and counts the runs that did (a
+/// frame abandoned at its guard time does not run the stage, so a control compares the
+/// allocation count with [`AllocProbe::allocating_runs`], not with the frames).
+#[derive(Clone, Debug, Default)]
+pub struct AllocProbe {
+    allocate: Arc<AtomicBool>,
+    allocating_runs: Arc<AtomicU64>,
+}
+
+impl AllocProbe {
+    /// Adds the probe, switched off, to `graph` as stage `alloc_probe` (no inputs, one
+    /// `u64` output, not published); the returned handle switches it.
+    pub fn add_to(graph: &mut GraphBuilder) -> AllocProbe {
+        let probe = AllocProbe::default();
+        graph
+            .stage("alloc_probe", probe.clone())
+            .writes::<u64>("alloc_probe", 1);
+        probe
+    }
+
+    /// Makes every later run allocate.
+    pub fn switch_on(&self) {
+        self.allocate.store(true, Ordering::SeqCst);
+    }
+
+    /// Runs that allocated so far.
+    pub fn allocating_runs(&self) -> u64 {
+        self.allocating_runs.load(Ordering::SeqCst)
+    }
+}
+
+impl Stage for AllocProbe {
+    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let out = io.output::<u64>(0)?;
+        out[0] = if self.allocate.load(Ordering::Relaxed) {
+            // The deliberate hot-path allocation the control must see.
+            let v: Vec<u64> = std::hint::black_box(vec![f.frame; 8]);
+            self.allocating_runs.fetch_add(1, Ordering::Relaxed);
+            v[7]
+        } else {
+            f.frame
+        };
+        Ok(())
     }
 }

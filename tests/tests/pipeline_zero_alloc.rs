@@ -7,7 +7,6 @@
 //! frames it is switched on, on the same runtime and allocator, and the count must rise by
 //! at least one allocation per run of the probe, proving that the counter sees the lanes.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redline_pipeline::config::{Perception, PipelineConfig, Slowdown};
@@ -15,11 +14,9 @@ use redline_pipeline::graph;
 use redline_pipeline::run::Counters;
 use redline_pipeline::run::RecordingPublisher;
 use redline_pipeline::sensors::FrameSource;
-use redline_runtime::{
-    FrameInfo, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage, StageError, StageIo,
-};
+use redline_runtime::{PlanConfig, ReleaseMode, Runtime, RuntimeConfig};
 use redline_sim::feed::Feed;
-use redline_tests::{small_scenario, CountingAllocator};
+use redline_tests::{small_scenario, AllocProbe, CountingAllocator};
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator::new();
@@ -27,29 +24,6 @@ static ALLOC: CountingAllocator = CountingAllocator::new();
 /// Frames run before counting, and frames at the end of the drive run with the probe on.
 const WARM_UP: u64 = 20;
 const CONTROL_FRAMES: u64 = 10;
-
-/// Writes the frame number; while `allocate` is on, first allocates a 64-byte vector and
-/// counts the runs that did in `allocating_runs` (a frame abandoned at its guard time does
-/// not run the stage, so the control compares with the runs, not with the frames).
-struct AllocProbe {
-    allocate: Arc<AtomicBool>,
-    allocating_runs: Arc<AtomicU64>,
-}
-
-impl Stage for AllocProbe {
-    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
-        let out = io.output::<u64>(0)?;
-        out[0] = if self.allocate.load(Ordering::Relaxed) {
-            // The deliberate hot-path allocation the control must see.
-            let v: Vec<u64> = std::hint::black_box(vec![f.frame; 8]);
-            self.allocating_runs.fetch_add(1, Ordering::Relaxed);
-            v[7]
-        } else {
-            f.frame
-        };
-        Ok(())
-    }
-}
 
 #[test]
 fn driving_graph_allocates_nothing_per_frame() {
@@ -77,16 +51,7 @@ fn driving_graph_allocates_nothing_per_frame() {
             cfg.slowdown.insert(stage.to_string(), sd);
         }
         let (mut g, _) = graph::build(&cfg, &feed).unwrap();
-        let allocate = Arc::new(AtomicBool::new(false));
-        let allocating_runs = Arc::new(AtomicU64::new(0));
-        g.stage(
-            "alloc_probe",
-            AllocProbe {
-                allocate: allocate.clone(),
-                allocating_runs: allocating_runs.clone(),
-            },
-        )
-        .writes::<u64>("alloc_probe", 1);
+        let probe = AllocProbe::add_to(&mut g);
         let plan = g
             .build(&PlanConfig {
                 lanes: 2,
@@ -111,7 +76,7 @@ fn driving_graph_allocates_nothing_per_frame() {
         ALLOC.start();
         rt.run(frames - WARM_UP - CONTROL_FRAMES, &mut publisher);
         let (allocs, bytes) = ALLOC.stop();
-        allocate.store(true, Ordering::SeqCst);
+        probe.switch_on();
         ALLOC.start();
         rt.run(CONTROL_FRAMES, &mut publisher);
         let (control_allocs, control_bytes) = ALLOC.stop();
@@ -121,7 +86,7 @@ fn driving_graph_allocates_nothing_per_frame() {
             "{perception:?}, slowdown {:?}: {allocs} allocations ({bytes} bytes) after warm-up",
             cfg.slowdown
         );
-        let probe_runs = allocating_runs.load(Ordering::SeqCst);
+        let probe_runs = probe.allocating_runs();
         assert!(
             probe_runs > 0,
             "the probe never ran in {CONTROL_FRAMES} frames"

@@ -10,15 +10,11 @@
 //!
 //! One test per binary: the counter is process-wide.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-
 use redline_runtime::demo::{demo_graph, empty_graph, Faults};
 use redline_runtime::{
-    FrameInfo, GraphBuilder, HashPublisher, PlanConfig, ReleaseMode, Runtime, RuntimeConfig, Stage,
-    StageError, StageIo,
+    GraphBuilder, HashPublisher, PlanConfig, ReleaseMode, Runtime, RuntimeConfig,
 };
-use redline_tests::CountingAllocator;
+use redline_tests::{AllocProbe, CountingAllocator};
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator::new();
@@ -26,36 +22,6 @@ static ALLOC: CountingAllocator = CountingAllocator::new();
 /// Frames measured with the probe switched off (must allocate nothing) and on (must allocate).
 const FRAMES: u64 = 1000;
 const CONTROL_FRAMES: u64 = 50;
-
-/// Writes the frame number; while `allocate` is on, first allocates a 64-byte vector and
-/// counts the runs that did in `allocating_runs` (a frame abandoned at its guard time does
-/// not run the stage, so the control compares with the runs, not with the frames).
-struct AllocProbe {
-    allocate: Arc<AtomicBool>,
-    allocating_runs: Arc<AtomicU64>,
-}
-
-impl Stage for AllocProbe {
-    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
-        let out = io.output::<u64>(0)?;
-        out[0] = if self.allocate.load(Ordering::Relaxed) {
-            // The deliberate hot-path allocation the control must see.
-            let v: Vec<u64> = std::hint::black_box(vec![f.frame; 8]);
-            self.allocating_runs.fetch_add(1, Ordering::Relaxed);
-            v[7]
-        } else {
-            f.frame
-        };
-        Ok(())
-    }
-}
-
-/// The probe's switch and its count of allocating runs.
-#[derive(Default)]
-struct Probe {
-    allocate: Arc<AtomicBool>,
-    allocating_runs: Arc<AtomicU64>,
-}
 
 /// What one run counted: allocations and bytes with the probe off, then with it on, the
 /// probe's allocating runs, and the frames published.
@@ -70,16 +36,7 @@ struct Counts {
 /// `CONTROL_FRAMES` frames with it on, on one runtime running `graph` plus the probe
 /// stage (no inputs, one output, not published).
 fn count(release: ReleaseMode, mut graph: GraphBuilder) -> Counts {
-    let probe = Probe::default();
-    graph
-        .stage(
-            "alloc_probe",
-            AllocProbe {
-                allocate: probe.allocate.clone(),
-                allocating_runs: probe.allocating_runs.clone(),
-            },
-        )
-        .writes::<u64>("alloc_probe", 1);
+    let probe = AllocProbe::add_to(&mut graph);
     let plan = graph
         .build(&PlanConfig {
             lanes: 2,
@@ -101,7 +58,7 @@ fn count(release: ReleaseMode, mut graph: GraphBuilder) -> Counts {
     ALLOC.start();
     rt.run(FRAMES, &mut h);
     let off = ALLOC.stop();
-    probe.allocate.store(true, Ordering::SeqCst);
+    probe.switch_on();
     ALLOC.start();
     rt.run(CONTROL_FRAMES, &mut h);
     let on = ALLOC.stop();
@@ -109,7 +66,7 @@ fn count(release: ReleaseMode, mut graph: GraphBuilder) -> Counts {
     Counts {
         off,
         on,
-        probe_runs: probe.allocating_runs.load(Ordering::SeqCst),
+        probe_runs: probe.allocating_runs(),
         frames: h.frames,
     }
 }
