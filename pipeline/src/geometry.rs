@@ -195,6 +195,7 @@ pub fn bev_iou(a: &Detection, b: &Detection) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::perception::test_support::det;
 
     fn pose(x: f64, y: f64, yaw: f64) -> EgoPose {
         EgoPose {
@@ -202,19 +203,6 @@ mod tests {
             y,
             yaw,
             ..EgoPose::default()
-        }
-    }
-
-    fn det(x: f32, y: f32, yaw: f32, length: f32, width: f32, score: f32, cls: u32) -> Detection {
-        Detection {
-            x,
-            y,
-            yaw,
-            length,
-            width,
-            score,
-            class: cls,
-            valid: 1,
         }
     }
 

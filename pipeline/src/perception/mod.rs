@@ -163,12 +163,13 @@ fn check_size(what: &'static str, got: usize, want: usize) -> Result<(), Percept
     }
 }
 
-/// Helpers shared by the kernels' tests.
+/// Helpers shared by the kernels' tests (and the geometry tests).
 #[cfg(test)]
-mod test_support {
+pub(crate) mod test_support {
     use crate::types::Detection;
 
-    pub(super) fn det(
+    /// A valid detection.
+    pub(crate) fn det(
         x: f32,
         y: f32,
         yaw: f32,
