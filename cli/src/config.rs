@@ -1,18 +1,20 @@
 //! The `redline` config file: one TOML file for every subcommand.
 //!
 //! The file is the pipeline's configuration ([`PipelineConfig`]: lanes, budgets, ladder,
-//! network, ...) plus two tables that belong elsewhere: `[scenario]`, the simulator's
-//! ([`ScenarioConfig`]: the built-in drive and `redline sim generate`), and `[regress]`,
-//! the regression harness's ([`RegressConfig`]: repetitions, warm-up, tolerances of
-//! `redline regress`). This module splits those tables off and lets each part parse its
-//! own keys, so an unknown key anywhere is still an error that names it. Every field is
-//! optional.
+//! network, ...) plus three tables that belong elsewhere: `[scenario]`, the simulator's
+//! ([`ScenarioConfig`]: the built-in drive and `redline sim generate`), `[faults]`, the
+//! simulator's fault injection ([`FaultConfig`]: applied by `redline replay`), and
+//! `[regress]`, the regression harness's ([`RegressConfig`]: repetitions, warm-up,
+//! tolerances of `redline regress`). This module splits those tables off and lets each
+//! part parse its own keys, so an unknown key anywhere is still an error that names it.
+//! Every field is optional.
 
 use std::path::Path;
 
 use redline_bench::regress::setup::fnv1a_hex;
 use redline_bench::regress::RegressConfig;
 use redline_pipeline::config::{ConfigError, PipelineConfig};
+use redline_sim::faults::FaultConfig;
 use redline_sim::scenario::ScenarioConfig;
 use serde::de::DeserializeOwned;
 
@@ -23,6 +25,9 @@ pub struct RedlineConfig {
     pub pipeline: PipelineConfig,
     /// The `[scenario]` table: the built-in drive (resolution lives here).
     pub scenario: ScenarioConfig,
+    /// The `[faults]` table: faults `redline replay` injects (empty: none). Camera and
+    /// stage names are checked when the source and the graph are known.
+    pub faults: FaultConfig,
     /// The `[regress]` table: `redline regress`'s repetitions, warm-up and tolerances. Not
     /// part of what a run measures: left out of [`RedlineConfig::config_hash`].
     pub regress: RegressConfig,
@@ -33,6 +38,7 @@ impl Default for RedlineConfig {
         RedlineConfig {
             pipeline: PipelineConfig::default(),
             scenario: ScenarioConfig::default_drive(),
+            faults: FaultConfig::default(),
             regress: RegressConfig::default(),
         }
     }
@@ -64,12 +70,14 @@ impl RedlineConfig {
         // Each table split off is parsed by its owner; what is left is the pipeline's.
         let defaults = RedlineConfig::default();
         let scenario = take_section(&mut table, "scenario", origin)?.unwrap_or(defaults.scenario);
+        let faults = take_section(&mut table, "faults", origin)?.unwrap_or(defaults.faults);
         let regress = take_section(&mut table, "regress", origin)?.unwrap_or(defaults.regress);
         let pipeline = parse_section(toml::Value::Table(table)).map_err(parse_error)?;
 
         let cfg = RedlineConfig {
             pipeline,
             scenario,
+            faults,
             regress,
         };
         cfg.validate()?;
@@ -79,6 +87,9 @@ impl RedlineConfig {
     /// Range checks of every part.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.pipeline.validate()?;
+        self.faults
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         self.regress
             .validate()
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -99,13 +110,18 @@ impl RedlineConfig {
             "scenario".to_string(),
             toml::Value::try_from(&self.scenario)?,
         );
+        // Only when there are faults: a file without them keeps its text (and hash).
+        if !self.faults.is_empty() {
+            table.insert("faults".to_string(), toml::Value::try_from(&self.faults)?);
+        }
         table.insert("regress".to_string(), toml::Value::try_from(&self.regress)?);
         toml::to_string(&table)
     }
 
     /// Hash (FNV-1a 64, hex) of everything that changes a run's measurements: the pipeline
     /// part and the scenario, not the `[regress]` table. Baselines record it, so a check
-    /// against a baseline of another config says so.
+    /// against a baseline of another config says so. (`redline regress` refuses a config
+    /// with faults.)
     pub fn config_hash(&self) -> String {
         let measured = RedlineConfig {
             regress: RegressConfig::default(),
@@ -218,6 +234,43 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("regress.max.relative"), "{e}");
+    }
+
+    #[test]
+    fn faults_table_parses_round_trips_and_rejects_mistakes() {
+        let text = "lanes = 1\n[faults]\nseed = 3\n[[faults.sensor]]\ntarget = \"front\"\nfault = \"drop\"\nframes = \"5..9\"\n[[faults.stage]]\nstage = \"backbone\"\nfault = \"stall\"\nstall_ms = 20.0\nrate = 0.1\n";
+        let c = RedlineConfig::parse(text, "t").unwrap();
+        assert_eq!(c.pipeline.lanes, 1);
+        assert_eq!(c.faults.seed, 3);
+        assert_eq!(c.faults.sensor[0].target, "front");
+        assert_eq!(c.faults.stage[0].stall_ms, Some(20.0));
+        let back = RedlineConfig::parse(&c.to_toml().unwrap(), "round-trip").unwrap();
+        assert_eq!(back, c);
+        assert_ne!(
+            c.config_hash(),
+            RedlineConfig::parse("lanes = 1\n", "t")
+                .unwrap()
+                .config_hash()
+        );
+        // No faults: the file's TOML (and so its hash) has no [faults] table.
+        assert!(!RedlineConfig::default()
+            .to_toml()
+            .unwrap()
+            .contains("faults"));
+        let e = RedlineConfig::parse(
+            "[faults]\n[[faults.stage]]\nstage = \"bev\"\nfault = \"stall\"\nframes = \"1\"\n",
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("faults.stage]] #1") && e.contains("stall_ms"),
+            "{e}"
+        );
+        let e = RedlineConfig::parse("[faults]\nsed = 1\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[faults]") && e.contains("sed"), "{e}");
     }
 
     #[test]

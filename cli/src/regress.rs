@@ -129,9 +129,21 @@ fn ensure_frames(reps: &[Measurement]) -> Result<()> {
     Ok(())
 }
 
+/// A regression check measures the healthy pipeline: faults would make its figures
+/// meaningless (and `[slowdown]` is the knob that tests the check itself).
+fn refuse_faults(file: &RedlineConfig) -> Result<()> {
+    if !file.faults.is_empty() {
+        bail!(
+            "the config has a [faults] table: `redline regress` measures the pipeline without              faults; inject faults with `redline replay --config FILE`, or remove [faults]              (to slow a stage down for the check itself, use [slowdown.STAGE])"
+        );
+    }
+    Ok(())
+}
+
 /// `redline regress`: Ok(true) pass, Ok(false) regression, Err cannot run.
 pub fn regress(a: RegressArgs) -> Result<bool> {
     let mut file = load_config(&a.run)?;
+    refuse_faults(&file)?;
     if let Some(r) = a.reps {
         file.regress.reps = r;
         file.validate()?;
@@ -312,6 +324,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         bail!("regress-worker needs --out FILE (it is run by `redline regress --against`)");
     };
     let file = RedlineConfig::load_or_default(a.config.as_deref())?;
+    refuse_faults(&file)?;
     let feed: Arc<dyn FrameSource> = Arc::new(load_feed(
         &file,
         a.log.as_deref(),

@@ -6,8 +6,12 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use redline_bench::regress::measure::{measurement_of, RunFacts};
-use redline_pipeline::run::{replay, summary_lines, write_report, Counters};
+use redline_pipeline::graph::stage_names;
+use redline_pipeline::run::ReplayOutcome;
+use redline_pipeline::run::{replay_with, summary_lines, write_report_files, Counters};
 use redline_pipeline::sensors::FrameSource;
+use redline_sim::faults::{FaultReport, FaultyFeed, StageFaults};
+use serde::Serialize;
 
 use crate::common::{load_config, load_feed, RunArgs};
 use crate::measure::{setup_facts, timeline_of};
@@ -24,11 +28,27 @@ pub struct ReplayArgs {
     pub report: Option<PathBuf>,
 }
 
+/// `report.json`: the replay's outcome and, when faults were injected, what they were.
+#[derive(Serialize)]
+struct ReplayReport<'a> {
+    #[serde(flatten)]
+    outcome: &'a ReplayOutcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    faults: Option<&'a FaultReport>,
+}
+
 pub fn run(a: ReplayArgs) -> Result<()> {
     let file = load_config(&a.run)?;
     let cfg = &file.pipeline;
     let frames = a.run.frames.map(|f| f as usize);
-    let feed: Arc<dyn FrameSource> = Arc::new(load_feed(&file, a.log.as_deref(), frames)?);
+    let faults = &file.faults;
+    // Stage names are checked before the (slow) feed is built; camera names need the rig.
+    let stage_faults = StageFaults::new(faults, &stage_names(cfg.perception))?;
+    let faulty = Arc::new(FaultyFeed::new(
+        load_feed(&file, a.log.as_deref(), frames)?,
+        faults,
+    )?);
+    let feed: Arc<dyn FrameSource> = faulty.clone();
     eprintln!(
         "replaying {} frames from {}: {} cameras {}x{}, {:?}, {} lanes, {} slots, perception {:?}",
         frames.unwrap_or(feed.frame_count()).min(feed.frame_count()),
@@ -44,8 +64,16 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     let counters = Arc::new(Counters::default());
     let total = frames.unwrap_or(feed.frame_count()).min(feed.frame_count()) as u64;
     let progress = Progress::start("redline replay", total, counters.clone());
-    let (outcome, rt) = replay(cfg, feed.clone(), a.run.frames, counters)?;
+    let hook = (!stage_faults.is_empty()).then_some(&stage_faults as _);
+    let (outcome, rt) = replay_with(cfg, feed.clone(), a.run.frames, counters, hook)?;
     progress.finish();
+    let fault_report = (!faults.is_empty()).then(|| {
+        FaultReport::new(
+            faults.seed,
+            faulty.records().to_vec(),
+            stage_faults.records(&outcome.runtime),
+        )
+    });
     print!("{}", outcome.runtime.table());
     for t in &outcome.runtime.transitions {
         println!(
@@ -56,8 +84,16 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     for line in summary_lines(&outcome) {
         println!("{line}");
     }
+    for line in fault_report.iter().flat_map(FaultReport::summary_lines) {
+        println!("{line}");
+    }
     if let Some(dir) = &a.report {
-        write_report(dir, &outcome, &rt)?;
+        let report = ReplayReport {
+            outcome: &outcome,
+            faults: fault_report.as_ref(),
+        };
+        write_report_files(dir, &report, &rt)
+            .map_err(|(path, e)| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
         // The same measurement file `redline regress` writes, so replays merge too.
         let m = measurement_of(
             &rt,
@@ -78,5 +114,7 @@ pub fn run(a: ReplayArgs) -> Result<()> {
             dir.display()
         );
     }
+    // A stage still blocked in an injected hang would hold up the runtime's shutdown.
+    stage_faults.release_hangs();
     Ok(())
 }

@@ -23,7 +23,7 @@ use crate::camera::project_ego;
 use crate::config::{stage, Perception, PipelineConfig};
 use crate::perception::{BevProjector, Decoder, PerceptionError, TemporalCache};
 use crate::sensors::{FrameSource, MAX_GT};
-use crate::slowdown::add_stage;
+use crate::slowdown::{add_stage, StageHook};
 use crate::stages::*;
 use crate::types::{
     BevSpec, Detection, EgoPose, GtBox, PlanSummary, PredictedPath, RoadMap, TrackState, TrajPoint,
@@ -96,10 +96,40 @@ pub struct GraphInfo {
     pub bev_coverage: f32,
 }
 
+/// The names of the stages [`build`] adds for `perception`, in the order it adds them.
+pub fn stage_names(perception: Perception) -> [&'static str; 10] {
+    let detections = match perception {
+        Perception::Network => stage::DECODE,
+        Perception::Oracle => stage::ORACLE,
+    };
+    [
+        stage::SENSORS,
+        stage::PREPROCESS,
+        stage::BACKBONE,
+        stage::BEV,
+        stage::DETECTION,
+        stage::SEGMENTATION,
+        detections,
+        stage::TRACKING,
+        stage::PREDICTION,
+        stage::PLANNING,
+    ]
+}
+
 /// Builds the graph (allocates the models and tables: start-up only).
 pub fn build(
     cfg: &PipelineConfig,
     feed: &Arc<dyn FrameSource>,
+) -> Result<(GraphBuilder, GraphInfo), GraphError> {
+    build_with(cfg, feed, None)
+}
+
+/// [`build`], with the stages `hook` names wrapped by it (fault injection); stages it does
+/// not name are added exactly as [`build`] adds them.
+pub fn build_with(
+    cfg: &PipelineConfig,
+    feed: &Arc<dyn FrameSource>,
+    hook: Option<&dyn StageHook>,
 ) -> Result<(GraphBuilder, GraphInfo), GraphError> {
     let cams = feed.cameras().len();
     let (w, h) = feed.image_size();
@@ -139,17 +169,24 @@ pub fn build(
     let budget = |name: &str| cfg.budget_ns(name);
 
     let mut g = GraphBuilder::new();
-    add_stage(&mut g, cfg, stage::SENSORS, SensorsStage::new(feed.clone()))
-        .writes::<u8>(buf::IMAGES, cams * w * h * 3)
-        .writes::<u32>(buf::PRESENT, cams)
-        .writes::<EgoPose>(buf::EGO, 1)
-        .writes::<GtBox>(buf::GT, MAX_GT)
-        .writes::<RoadMap>(buf::MAP, 1)
-        .budget_ns(budget(stage::SENSORS))
-        .criticality(Criticality::Critical);
     add_stage(
         &mut g,
         cfg,
+        hook,
+        stage::SENSORS,
+        SensorsStage::new(feed.clone()),
+    )
+    .writes::<u8>(buf::IMAGES, cams * w * h * 3)
+    .writes::<u32>(buf::PRESENT, cams)
+    .writes::<EgoPose>(buf::EGO, 1)
+    .writes::<GtBox>(buf::GT, MAX_GT)
+    .writes::<RoadMap>(buf::MAP, 1)
+    .budget_ns(budget(stage::SENSORS))
+    .criticality(Criticality::Critical);
+    add_stage(
+        &mut g,
+        cfg,
+        hook,
         stage::PREPROCESS,
         PreprocessStage::new(cams, w, h, &net)
             .map_err(GraphError::perception(stage::PREPROCESS))?,
@@ -157,13 +194,14 @@ pub fn build(
     .reads::<u8>(buf::IMAGES, cams * w * h * 3)
     .writes::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
     .budget_ns(budget(stage::PREPROCESS));
-    add_stage(&mut g, cfg, stage::BACKBONE, backbone)
+    add_stage(&mut g, cfg, hook, stage::BACKBONE, backbone)
         .reads::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
         .writes::<i8>(buf::FEATURES, cams * fh * fw * fc)
         .budget_ns(budget(stage::BACKBONE));
     add_stage(
         &mut g,
         cfg,
+        hook,
         stage::BEV,
         BevStage::new(proj, cache, cells * fc, feat_q.zero_point),
     )
@@ -171,13 +209,20 @@ pub fn build(
     .reads::<EgoPose>(buf::EGO, 1)
     .writes::<i8>(buf::BEV, cells * fc)
     .budget_ns(budget(stage::BEV));
-    add_stage(&mut g, cfg, stage::DETECTION, DetectionStage::new(det_head))
-        .reads::<i8>(buf::BEV, cells * fc)
-        .writes::<i8>(buf::DET_HEAD, cells * det_c)
-        .budget_ns(budget(stage::DETECTION));
     add_stage(
         &mut g,
         cfg,
+        hook,
+        stage::DETECTION,
+        DetectionStage::new(det_head),
+    )
+    .reads::<i8>(buf::BEV, cells * fc)
+    .writes::<i8>(buf::DET_HEAD, cells * det_c)
+    .budget_ns(budget(stage::DETECTION));
+    add_stage(
+        &mut g,
+        cfg,
+        hook,
         stage::SEGMENTATION,
         SegmentationStage::new(seg_head, cells, net.seg_classes),
     )
@@ -191,6 +236,7 @@ pub fn build(
             add_stage(
                 &mut g,
                 cfg,
+                hook,
                 stage::DECODE,
                 DecodeStage::new(decoder, heat_q, reg_q),
             )
@@ -199,24 +245,24 @@ pub fn build(
             .budget_ns(budget(stage::DECODE));
         }
         Perception::Oracle => {
-            add_stage(&mut g, cfg, stage::ORACLE, OracleStage)
+            add_stage(&mut g, cfg, hook, stage::ORACLE, OracleStage)
                 .reads::<GtBox>(buf::GT, MAX_GT)
                 .reads::<EgoPose>(buf::EGO, 1)
                 .writes::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
                 .budget_ns(budget(stage::ORACLE));
         }
     }
-    add_stage(&mut g, cfg, stage::TRACKING, TrackingStage::new())
+    add_stage(&mut g, cfg, hook, stage::TRACKING, TrackingStage::new())
         .reads::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
         .reads::<EgoPose>(buf::EGO, 1)
         .writes::<TrackState>(buf::TRACKS, MAX_TRACKS)
         .budget_ns(budget(stage::TRACKING));
-    add_stage(&mut g, cfg, stage::PREDICTION, PredictionStage::new())
+    add_stage(&mut g, cfg, hook, stage::PREDICTION, PredictionStage::new())
         .reads::<TrackState>(buf::TRACKS, MAX_TRACKS)
         .reads::<RoadMap>(buf::MAP, 1)
         .writes::<PredictedPath>(buf::PREDICTIONS, MAX_TRACKS)
         .budget_ns(budget(stage::PREDICTION));
-    add_stage(&mut g, cfg, stage::PLANNING, PlanningStage::new())
+    add_stage(&mut g, cfg, hook, stage::PLANNING, PlanningStage::new())
         .reads::<PredictedPath>(buf::PREDICTIONS, MAX_TRACKS)
         .reads::<EgoPose>(buf::EGO, 1)
         .reads::<RoadMap>(buf::MAP, 1)

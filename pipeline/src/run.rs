@@ -19,6 +19,7 @@ use crate::config::{Perception, PipelineConfig};
 use crate::eval::{first_collision, MotEval, MotSummary};
 use crate::graph::{self, GraphInfo};
 use crate::sensors::{in_perception_range, FrameSource};
+use crate::slowdown::StageHook;
 use crate::types::{
     Detection, EgoPose, GtBox, PlanSummary, TrackState, TrajPoint, MAX_TRACKS, PLAN_STEPS, PRED_DT,
 };
@@ -189,7 +190,17 @@ pub fn start_runtime(
     cfg: &PipelineConfig,
     feed: &Arc<dyn FrameSource>,
 ) -> Result<(Runtime, GraphInfo), ReplayError> {
-    let (g, info) = graph::build(cfg, feed)?;
+    start_runtime_with(cfg, feed, None)
+}
+
+/// [`start_runtime`] with the stages `hook` names wrapped by it (see
+/// [`graph::build_with`]).
+pub fn start_runtime_with(
+    cfg: &PipelineConfig,
+    feed: &Arc<dyn FrameSource>,
+    hook: Option<&dyn StageHook>,
+) -> Result<(Runtime, GraphInfo), ReplayError> {
+    let (g, info) = graph::build_with(cfg, feed, hook)?;
     let plan = g.build(&PlanConfig {
         lanes: cfg.lanes,
         frame_slots: cfg.frame_slots,
@@ -221,7 +232,19 @@ pub fn replay(
     frames: Option<u64>,
     counters: Arc<Counters>,
 ) -> Result<(ReplayOutcome, Runtime), ReplayError> {
-    let (mut rt, info) = start_runtime(cfg, &feed)?;
+    replay_with(cfg, feed, frames, counters, None)
+}
+
+/// [`replay`] with the stages `hook` names wrapped by it (fault injection: see
+/// [`graph::build_with`]).
+pub fn replay_with(
+    cfg: &PipelineConfig,
+    feed: Arc<dyn FrameSource>,
+    frames: Option<u64>,
+    counters: Arc<Counters>,
+    hook: Option<&dyn StageHook>,
+) -> Result<(ReplayOutcome, Runtime), ReplayError> {
+    let (mut rt, info) = start_runtime_with(cfg, &feed, hook)?;
     let n = frames
         .unwrap_or(feed.frame_count() as u64)
         .min(feed.frame_count() as u64);

@@ -10,7 +10,15 @@
 //! - every camera of [`FrameSource::cameras`] delivers images of
 //!   [`FrameSource::image_size`], packed RGB8, rig order, `width × height × 3` bytes each;
 //!   a camera that delivered nothing usable for a frame has its bit cleared in
-//!   [`SensorFrame::present`] (its bytes are then ignored);
+//!   [`SensorFrame::present`] (its bytes are then ignored: the `sensors` stage hands the
+//!   graph black pixels for it);
+//! - each camera's image carries its own stamp ([`SensorFrame::camera_stamps_ns`]): a late or
+//!   repeated image keeps the older stamp it was taken at, so the graph can tell stale data
+//!   from fresh (an image older than [`MAX_IMAGE_AGE_PERIODS`] periods is not used);
+//! - odometry that is missing has [`SensorFrame::ego_present`] false; a pose that is
+//!   missing, not finite, implausible or older than [`MAX_POSE_AGE_NS`] is not used: the
+//!   `sensors` stage dead-reckons the last pose it published instead (see
+//!   [`crate::stages::SensorsStage`]);
 //! - [`FrameSource::frame`] is called from the `sensors` stage on the hot path: it must not
 //!   allocate, block or do I/O — return a view of a frame that is already in memory (the
 //!   stage copies it into the arena, one `memcpy` per camera);
@@ -22,6 +30,16 @@ use crate::types::{class, EgoPose, GtBox, RoadMap};
 /// Ground-truth boxes a frame can carry into the arena.
 pub const MAX_GT: usize = 128;
 
+/// A camera image older than this many frame periods (frame stamp − image stamp) is stale:
+/// the `sensors` stage treats the camera as missing. 1.5: the previous frame's image (a
+/// camera one frame late) is still used, anything older is not.
+pub const MAX_IMAGE_AGE_PERIODS: f64 = 1.5;
+
+/// Odometry older than this (frame stamp − pose stamp) is not used, ns: dead-reckoning a
+/// pose further than this is a guess, so the stage keeps extrapolating the pose it last
+/// published instead (one period at a time).
+pub const MAX_POSE_AGE_NS: u64 = 1_000_000_000;
+
 /// One frame of sensor data.
 #[derive(Clone, Debug)]
 pub struct SensorFrame {
@@ -31,8 +49,14 @@ pub struct SensorFrame {
     pub images: Vec<u8>,
     /// Bit `c` set when camera `c` delivered a usable image.
     pub present: u32,
-    /// Ego pose (zero when odometry is missing: the source reports it as an issue).
+    /// Per camera, rig order: when its image was taken, ns (`stamp_ns` for an image of this
+    /// frame; older for a late or repeated one). Meaningful only where `present` is set.
+    pub camera_stamps_ns: Vec<u64>,
+    /// Ego pose from odometry (its own `stamp_ns` says when it was measured).
     pub ego: EgoPose,
+    /// Whether `ego` came from odometry; false when odometry is missing (the source reports
+    /// it as an issue, and `ego` is ignored).
+    pub ego_present: bool,
     /// Ground truth, world frame (empty when the source has none), at most [`MAX_GT`].
     pub gt: Vec<GtBox>,
 }
@@ -60,6 +84,35 @@ pub trait FrameSource: Send + Sync + std::fmt::Debug {
     fn image_len(&self) -> usize {
         let (w, h) = self.image_size();
         w * h * 3
+    }
+}
+
+/// A shared source is a source (so wrappers such as the simulator's fault injection can
+/// hold an `Arc<dyn FrameSource>`).
+impl<T: FrameSource + ?Sized> FrameSource for std::sync::Arc<T> {
+    fn cameras(&self) -> &[CameraSpec] {
+        (**self).cameras()
+    }
+    fn image_size(&self) -> (usize, usize) {
+        (**self).image_size()
+    }
+    fn period_ns(&self) -> u64 {
+        (**self).period_ns()
+    }
+    fn map(&self) -> &RoadMap {
+        (**self).map()
+    }
+    fn frame_count(&self) -> usize {
+        (**self).frame_count()
+    }
+    fn frame(&self, k: usize) -> Option<&SensorFrame> {
+        (**self).frame(k)
+    }
+    fn issues(&self) -> &[(u64, String)] {
+        (**self).issues()
+    }
+    fn describe(&self) -> &str {
+        (**self).describe()
     }
 }
 

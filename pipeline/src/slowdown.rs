@@ -1,4 +1,7 @@
-//! The slowdown knob: makes one stage slower on purpose, to test the regression harness
+//! Wrapping stages of the driving graph as it is built: the slowdown knob, and a hook for
+//! wrappers from outside the pipeline (fault injection in `redline_sim::faults`).
+//!
+//! The slowdown knob makes one stage slower on purpose, to test the regression harness
 //! (`[slowdown.STAGE]` in the config; see [`crate::config::Slowdown`]).
 //!
 //! [`Slowed`] wraps a stage. After each `run` it busy-waits `percent` of that run's own
@@ -6,8 +9,11 @@
 //! exactly as with a slower implementation, and the watchdog, the histograms and the
 //! ladder see an honest longer execution. The outputs are the inner stage's, untouched.
 //!
-//! Hot path: two clock reads and a spin loop; no allocation, no lock, no panic. Stages
-//! without a slowdown are not wrapped at all.
+//! A [`StageHook`] (given to [`crate::graph::build_with`]) wraps the stages it names, after
+//! the slowdown; its wrapper is called through one extra virtual call per `run`.
+//!
+//! Hot path: two clock reads and a spin loop ([`spin_until`]); no allocation, no lock, no
+//! panic. Stages without a slowdown and not named by the hook are not wrapped at all.
 
 use std::time::{Duration, Instant};
 
@@ -47,10 +53,7 @@ impl<S: Stage> Stage for Slowed<S> {
         let ran = start.elapsed();
         let ran_ns = u64::try_from(ran.as_nanos()).unwrap_or(u64::MAX);
         let extra = Duration::from_nanos(ran_ns.saturating_mul(self.factor_q16) >> 16) + self.busy;
-        let until = start + ran + extra;
-        while Instant::now() < until {
-            std::hint::spin_loop();
-        }
+        spin_until(start + ran + extra);
         result
     }
 
@@ -59,17 +62,64 @@ impl<S: Stage> Stage for Slowed<S> {
     }
 }
 
+/// Busy-waits (spins on the clock) until `until`: the lane stays occupied exactly as with
+/// slower code. No allocation, no lock, no system call besides the clock.
+pub fn spin_until(until: Instant) {
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Wraps chosen stages of the driving graph when it is built (see [`crate::graph::build_with`]).
+///
+/// Asked once per stage, at build time (it may allocate then); what it returns runs on the
+/// hot path and must keep the [`Stage`] contract except where it breaks it on purpose
+/// (an injected fault).
+pub trait StageHook: Send + Sync {
+    /// Whether the stage named `name` is to be wrapped.
+    fn wraps(&self, name: &str) -> bool;
+    /// Wraps `stage` (called only for names [`StageHook::wraps`] accepted).
+    fn wrap(&self, name: &str, stage: Box<dyn Stage>) -> Box<dyn Stage>;
+}
+
+/// A stage the hook wrapped: forwards to it (the runtime takes a sized `Stage`).
+struct Hooked(Box<dyn Stage>);
+
+impl Stage for Hooked {
+    fn init(&mut self) -> Result<(), StageError> {
+        self.0.init()
+    }
+
+    fn run(&mut self, frame: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        self.0.run(frame, io)
+    }
+
+    fn make_fallback(&self) -> Box<dyn Fallback> {
+        self.0.make_fallback()
+    }
+}
+
 /// Adds `stage` to `g` under `name`, wrapped in [`Slowed`] when the config has a
-/// slowdown for that name.
+/// slowdown for that name, then by `hook` when it wraps that name.
 pub fn add_stage<'g, S: Stage + 'static>(
     g: &'g mut GraphBuilder,
     cfg: &PipelineConfig,
+    hook: Option<&dyn StageHook>,
     name: &str,
     stage: S,
 ) -> StageBuilder<'g> {
-    match cfg.slowdown.get(name) {
-        Some(sd) if sd.percent > 0.0 || sd.busy_ms > 0.0 => g.stage(name, Slowed::new(stage, *sd)),
-        _ => g.stage(name, stage),
+    let slowdown = cfg
+        .slowdown
+        .get(name)
+        .filter(|sd| sd.percent > 0.0 || sd.busy_ms > 0.0);
+    match (slowdown, hook.filter(|h| h.wraps(name))) {
+        (None, None) => g.stage(name, stage),
+        (Some(sd), None) => g.stage(name, Slowed::new(stage, *sd)),
+        (None, Some(h)) => g.stage(name, Hooked(h.wrap(name, Box::new(stage)))),
+        (Some(sd), Some(h)) => g.stage(
+            name,
+            Hooked(h.wrap(name, Box::new(Slowed::new(stage, *sd)))),
+        ),
     }
 }
 
@@ -99,7 +149,8 @@ mod tests {
             cfg.slowdown.insert("spin".into(), sd);
         }
         let mut g = GraphBuilder::new();
-        add_stage(&mut g, &cfg, "spin", Spin(Duration::from_micros(500))).writes::<u32>("x", 1);
+        add_stage(&mut g, &cfg, None, "spin", Spin(Duration::from_micros(500)))
+            .writes::<u32>("x", 1);
         g.publish("x");
         let plan = g
             .build(&PlanConfig {

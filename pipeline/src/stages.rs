@@ -6,8 +6,6 @@
 //! Per-camera and per-row work is split with `io.parallel_for` over a static partition
 //! (cameras, or BEV rows), so outputs are identical on any number of lanes.
 
-use std::sync::Arc;
-
 use redline_models::conv::ModelError;
 use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
 use redline_models::quant::QParams;
@@ -17,7 +15,7 @@ use crate::geometry::world_to_ego;
 use crate::perception::{BevProjector, Decoder, PerceptionError, Preprocess, TemporalCache};
 use crate::planning::{min_risk, Planner, PlannerParams};
 use crate::prediction::Predictor;
-use crate::sensors::{in_perception_range, FrameSource, MAX_GT};
+use crate::sensors::in_perception_range;
 use crate::tracking::{Tracker, TrackerParams};
 use crate::types::{
     BevSpec, Detection, EgoPose, GtBox, PlanSummary, PredictedPath, RoadMap, TrackState, TrajPoint,
@@ -58,45 +56,10 @@ pub mod buf {
     pub const PLAN: &str = "plan";
 }
 
-const E_NO_FRAME: StageError = StageError::new("the frame source has no frame with this number");
+mod sensors;
+pub use sensors::SensorsStage;
+
 const E_SHAPE: StageError = StageError::new("buffer size does not match the model");
-
-/// Copies frame `k` of the frame source into the arena.
-#[derive(Debug)]
-pub struct SensorsStage {
-    feed: Arc<dyn FrameSource>,
-}
-
-impl SensorsStage {
-    /// Over a frame source opened before the run.
-    pub fn new(feed: Arc<dyn FrameSource>) -> Self {
-        SensorsStage { feed }
-    }
-}
-
-impl Stage for SensorsStage {
-    fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
-        let frame = self.feed.frame(f.frame as usize).ok_or(E_NO_FRAME)?;
-        let images = io.output::<u8>(0)?;
-        let present = io.output::<u32>(1)?;
-        let ego = io.output::<EgoPose>(2)?;
-        let gt = io.output::<GtBox>(3)?;
-        let map = io.output::<RoadMap>(4)?;
-        if images.len() != frame.images.len() {
-            return Err(E_SHAPE);
-        }
-        images.copy_from_slice(&frame.images); // the one copy of the frame's pixels
-        for (c, p) in present.iter_mut().enumerate() {
-            *p = (frame.present >> c) & 1;
-        }
-        ego[0] = frame.ego;
-        let n = frame.gt.len().min(MAX_GT);
-        gt[..n].copy_from_slice(&frame.gt[..n]);
-        gt[n..].fill(GtBox::default());
-        map[0] = *self.feed.map();
-        Ok(())
-    }
-}
 
 /// Resize, normalise and quantise every camera image.
 #[derive(Debug)]

@@ -127,7 +127,9 @@ impl Feed {
                 stamp_ns: scenario.stamp_ns(k),
                 images,
                 present: (1u32 << cams) - 1,
+                camera_stamps_ns: vec![scenario.stamp_ns(k); cams],
                 ego: ego_pose(&scenario.ego(k)),
+                ego_present: true,
                 gt: gt_boxes(&scenario.ground_truth(k)),
             });
             progress(k + 1, n);
@@ -200,7 +202,9 @@ impl Feed {
                         format!("camera {cam} late by {:.1} ms (not used)", *late_by_ns as f64 / 1e6)
                     }
                     FrameIssue::BadImage { cam, why } => format!("camera {cam}: {why}"),
-                    FrameIssue::MissingOdometry => "odometry missing (ego pose zero)".to_string(),
+                    FrameIssue::MissingOdometry => {
+                        "odometry missing (the last pose is extrapolated)".to_string()
+                    }
                     FrameIssue::Stale {
                         topic,
                         frame,
@@ -225,7 +229,9 @@ impl Feed {
                 stamp_ns: sf.stamp_ns,
                 images,
                 present,
+                camera_stamps_ns: vec![sf.stamp_ns; cams],
                 ego: sf.ego.as_ref().map(ego_pose).unwrap_or_default(),
+                ego_present: sf.ego.is_some(),
                 gt: sf.gt.as_ref().map(gt_boxes).unwrap_or_default(),
             });
         }

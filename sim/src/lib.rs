@@ -1,5 +1,5 @@
-//! redline-sim: scenarios, sensor rendering, ROS 2 messages, MCAP logs, frame grouping and
-//! the replay feed. (Fault injection as configuration is still to come: issue #10.)
+//! redline-sim: scenarios, sensor rendering, ROS 2 messages, MCAP logs, frame grouping, the
+//! replay feed, and fault injection as configuration ([`faults`]).
 //!
 //! Implements the pipeline's input contract ([`redline_pipeline::sensors::FrameSource`])
 //! from recorded logs and the built-in scenario ([`feed`]); the pipeline never links this
@@ -7,6 +7,7 @@
 
 pub mod camera;
 pub mod cdr;
+pub mod faults;
 pub mod feed;
 pub mod generate;
 pub mod log;
