@@ -13,8 +13,10 @@
 //!   record of each faulted stage (a stall as budget overruns, a hang as a write-off and
 //!   its fallback standing in, a panic as a contained failure).
 //!
-//! The panic case needs panic containment in the runtime (issue 10, item 4): it is its own
-//! test, ignored until that lands.
+//! A panicking stage is survived today through the watchdog (the panicked lane never returns
+//! and the stage is written off as hung); that panics are caught at the stage boundary and
+//! recorded with their message needs panic containment in the runtime (issue 10, item 4):
+//! that test is ignored until it lands.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -38,8 +40,10 @@ const CONTROL_FRAMES: u64 = 8;
 
 /// Panics not injected by a fault rule, on any thread.
 static STRAY_PANICS: AtomicU64 = AtomicU64::new(0);
+/// Injected panics the hook saw (the hook's positive control).
+static INJECTED_PANICS: AtomicU64 = AtomicU64::new(0);
 static HOOK: Once = Once::new();
-/// One case at a time: the allocation counter and the panic hook are process-wide.
+/// One case at a time: the allocation counter and the panic count are process-wide.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn count_stray_panics() {
@@ -52,7 +56,9 @@ fn count_stray_panics() {
                 .map(String::as_str)
                 .or_else(|| info.payload().downcast_ref::<&str>().copied())
                 .unwrap_or("");
-            if !msg.starts_with("injected fault") {
+            if msg.starts_with("injected fault") {
+                INJECTED_PANICS.fetch_add(1, Ordering::SeqCst);
+            } else {
                 STRAY_PANICS.fetch_add(1, Ordering::SeqCst);
                 default(info);
             }
@@ -76,17 +82,22 @@ struct Outcome {
     issues: Vec<(u64, String)>,
     frames: Vec<u64>,
     statuses: Vec<&'static str>,
+    /// Hash of every published output.
+    hash: u64,
     /// Frames whose published ego pose or trajectory holds a NaN or an infinity.
     non_finite: Vec<u64>,
     allocs: (u64, u64),
 }
 
 /// Runs the whole drive with `faults` (TOML of the `[faults]` table), lockstep.
-fn run(faults_toml: &str, hang_after_ns: u64) -> Outcome {
+fn run(faults_toml: &str, hang_after_ns: u64, lanes: usize) -> Outcome {
     count_stray_panics();
+    STRAY_PANICS.store(0, Ordering::SeqCst);
+    INJECTED_PANICS.store(0, Ordering::SeqCst);
     let faults: FaultConfig = toml::from_str(faults_toml).expect("fault table parses");
     let cfg = PipelineConfig {
         release: ReleaseMode::Lockstep,
+        lanes,
         ..PipelineConfig::default()
     };
     let faulty = Arc::new(FaultyFeed::new(base_feed(), &faults).expect("sensor faults apply"));
@@ -142,6 +153,7 @@ fn run(faults_toml: &str, hang_after_ns: u64) -> Outcome {
         report,
         faults,
         issues: feed.issues().to_vec(),
+        hash: publisher.hash.hash,
         frames: publisher.records.iter().map(|r| r.frame).collect(),
         statuses: publisher.records.iter().map(|r| r.status).collect(),
         non_finite: publisher
@@ -210,13 +222,9 @@ fn check_common(o: &Outcome, case: &str) {
     }
 }
 
-#[test]
-fn sensor_faults_and_stalls_are_survived_published_and_reported() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // Every sensor class on cameras and odometry, lists and rates, mostly inside the
-    // counted frames (15..); stalls past the stage budgets.
-    let o = run(
-        r#"
+/// Every sensor class on cameras and odometry, lists and rates, mostly inside the counted
+/// frames (15..); stalls past the stage budgets.
+const SENSORS_AND_STALLS: &str = r#"
 seed = 5
 [[sensor]]
 target = "front"
@@ -274,9 +282,12 @@ stage = "tracking"
 fault = "stall"
 stall_ms = 3.0
 frames = "17..20"
-"#,
-        10_000_000_000,
-    );
+"#;
+
+#[test]
+fn sensor_faults_and_stalls_are_survived_published_and_reported() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = run(SENSORS_AND_STALLS, 10_000_000_000, 2);
     check_common(&o, "sensors+stalls");
     for class in [
         "camera drop",
@@ -318,6 +329,18 @@ frames = "17..20"
         "{:?}",
         o.statuses
     );
+    // Deterministic under faults: the same outputs on one lane (stalls change timing only).
+    let one_lane = run(SENSORS_AND_STALLS, 10_000_000_000, 1);
+    check_common(&one_lane, "sensors+stalls, 1 lane");
+    assert_eq!(
+        one_lane.hash, o.hash,
+        "lockstep outputs differ between 2 lanes and 1"
+    );
+    let clean = run("", 10_000_000_000, 2);
+    assert_ne!(
+        clean.hash, o.hash,
+        "the faults changed no output: were they applied?"
+    );
 }
 
 #[test]
@@ -333,6 +356,7 @@ hang_ms = 700.0
 frames = "20"
 "#,
         150_000_000,
+        2,
     );
     check_common(&o, "hang");
     let s = &o.faults.stage[0];
@@ -350,21 +374,28 @@ frames = "20"
     assert_eq!(o.report.lost_stages.len(), 1);
 }
 
-#[test]
-#[ignore = "needs panic containment in the runtime (issue 10 item 4, branch `panics`)"]
-fn a_panicking_stage_is_contained_and_every_frame_is_published() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // Tracking panics in frame 10 (inside the warm-up: a panic allocates its message).
-    let o = run(
-        r#"
+/// Tracking panics in frame 10 (inside the warm-up: a panic allocates its message).
+const PANIC_IN_TRACKING: &str = r#"
 [[stage]]
 stage = "tracking"
 fault = "panic"
 frames = "10"
-"#,
-        10_000_000_000,
-    );
+"#;
+
+#[test]
+fn a_panicking_stage_never_takes_the_run_down() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Without panic containment the panicking lane never comes back and the watchdog
+    // writes the stage off after `hang_after` (1 s here); with it, the fallback stands in
+    // at once. Either way: every frame published, nothing escapes, no allocation after.
+    let o = run(PANIC_IN_TRACKING, 1_000_000_000, 2);
     check_common(&o, "panic");
+    assert_eq!(
+        INJECTED_PANICS.load(Ordering::SeqCst),
+        1,
+        "the panic hook must see the injected panic (on a lane), or its count of stray \
+         panics proves nothing"
+    );
     let s = &o.faults.stage[0];
     assert_eq!((s.injected, s.first_frame), (1, Some(10)), "{s:?}");
     // The runtime did not count the panicking run as a run: frames 0..10 ran, then the
@@ -374,5 +405,29 @@ frames = "10"
         o.statuses[11..].iter().all(|s| *s != "complete"),
         "{:?}",
         o.statuses
+    );
+}
+
+#[test]
+#[ignore = "needs panic containment in the runtime (issue 10 item 4, branch `panics`)"]
+fn a_panic_is_contained_at_the_stage_boundary_and_recorded_with_its_message() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A write-off would need 30 s: a panic must be caught where it happens, not timed out.
+    let t0 = std::time::Instant::now();
+    let o = run(PANIC_IN_TRACKING, 30_000_000_000, 2);
+    check_common(&o, "contained panic");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(20));
+    let s = &o.faults.stage[0];
+    assert_eq!((s.injected, s.runtime.runs), (1, 10), "{s:?}");
+    assert_eq!(s.runtime.hung, 0, "caught, not written off as hung: {s:?}");
+    assert!(
+        o.report.lost_stages.is_empty(),
+        "{:?}",
+        o.report.lost_stages
+    );
+    let json = serde_json::to_string(&o.report).unwrap();
+    assert!(
+        json.contains("stage `tracking` panics in frame 10"),
+        "the runtime's report records the panic with its message: {json}"
     );
 }
