@@ -8,8 +8,9 @@
 //!   [`geometry`] they share (frames, angles, oriented boxes);
 //! - runtime wiring: [`stages`] (one runtime stage per algorithm), [`graph`] (assembly),
 //!   [`config`] (the pipeline's part of the TOML config), [`run`] (runs the graph over a
-//!   source, records and evaluates what it published), [`slowdown`] (a knob that makes a
-//!   stage slower, to test latency regression checks).
+//!   source, records and evaluates what it published), [`slowdown`] (wrapping stages as the
+//!   graph is built: a knob that makes a stage slower, to test latency regression checks,
+//!   and [`slowdown::StageHook`], through which the simulator injects stage faults).
 //!
 //! This crate links no simulator and no log reader: `redline-sim` implements
 //! [`sensors::FrameSource`] from logs and scenarios, an in-vehicle build from drivers.

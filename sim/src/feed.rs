@@ -7,7 +7,11 @@
 //! pipeline, not the log reader. The cost is memory: frames × cameras × width × height × 3
 //! bytes (900 frames of six 256×128 cameras: 531 MB). A camera missing from a frame, late,
 //! or of the wrong size or encoding is recorded in [`Feed::issues`] and its pixels are zero
-//! with its bit cleared in [`SensorFrame::present`]; the frame still runs.
+//! with its bit cleared in [`SensorFrame::present`]; the frame still runs. Every camera's
+//! image carries the frame's stamp (a log's images are grouped by stamp), and a frame
+//! without odometry has [`SensorFrame::ego_present`] false.
+//!
+//! [`Looped`] plays any source in a loop, for soak runs longer than the drive.
 
 use std::path::Path;
 
@@ -272,6 +276,62 @@ impl FrameSource for Feed {
     }
     fn issues(&self) -> &[(u64, String)] {
         &self.issues
+    }
+    fn describe(&self) -> &str {
+        &self.source
+    }
+}
+
+/// A frame source played in a loop: frame `k` is the inner source's frame `k mod n`, for
+/// `frames` frames in all (a soak test runs the built-in drive for as long as it likes).
+///
+/// Each pass starts over with the inner source's stamps and poses (the ego jumps back to the
+/// start of the drive; stateful stages see a discontinuity, as after a relocalisation).
+/// Hot path: one modulo; nothing copied.
+#[derive(Debug)]
+pub struct Looped<F: FrameSource> {
+    inner: F,
+    frames: usize,
+    source: String,
+}
+
+impl<F: FrameSource> Looped<F> {
+    /// `inner` played until `frames` frames have been delivered (none if it has no frame).
+    pub fn new(inner: F, frames: usize) -> Self {
+        let frames = if inner.frame_count() == 0 { 0 } else { frames };
+        let source = format!("{}, looped to {frames} frames", inner.describe());
+        Looped {
+            inner,
+            frames,
+            source,
+        }
+    }
+}
+
+impl<F: FrameSource> FrameSource for Looped<F> {
+    fn cameras(&self) -> &[CameraSpec] {
+        self.inner.cameras()
+    }
+    fn image_size(&self) -> (usize, usize) {
+        self.inner.image_size()
+    }
+    fn period_ns(&self) -> u64 {
+        self.inner.period_ns()
+    }
+    fn map(&self) -> &RoadMap {
+        self.inner.map()
+    }
+    fn frame_count(&self) -> usize {
+        self.frames
+    }
+    fn frame(&self, k: usize) -> Option<&SensorFrame> {
+        if k >= self.frames {
+            return None;
+        }
+        self.inner.frame(k % self.inner.frame_count().max(1))
+    }
+    fn issues(&self) -> &[(u64, String)] {
+        self.inner.issues()
     }
     fn describe(&self) -> &str {
         &self.source

@@ -210,6 +210,7 @@ fn calibrated_replay(cfg: &PipelineConfig, label: &str) -> Measurement {
         let mut s = add_stage(
             &mut g,
             cfg,
+            None,
             name,
             Calibrated {
                 busy: Duration::from_micros(busy_us),

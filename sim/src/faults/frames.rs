@@ -80,7 +80,7 @@ fn parse_ranges(spec: &str) -> Result<Vec<(u64, u64)>, String> {
         }
         let (start, end) = if let Some((a, b)) = item.split_once("..=") {
             let b = number(b, item)?;
-            (number(a, item)?, b.checked_add(1).unwrap_or(u64::MAX))
+            (number(a, item)?, b.saturating_add(1))
         } else if let Some((a, b)) = item.split_once("..") {
             let end = if b.trim().is_empty() {
                 u64::MAX

@@ -238,3 +238,120 @@ impl Stage for FaultyStage {
         self.inner.make_fallback()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redline_pipeline::config::PipelineConfig;
+    use redline_pipeline::slowdown::add_stage;
+    use redline_runtime::{GraphBuilder, PlanConfig, ReleaseMode, Runtime, RuntimeConfig};
+
+    /// Writes the frame number.
+    #[derive(Debug)]
+    struct Count;
+
+    impl Stage for Count {
+        fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+            io.output::<u64>(0)?[0] = f.frame;
+            Ok(())
+        }
+    }
+
+    fn faults(text: &str) -> StageFaults {
+        StageFaults::new(&toml::from_str(text).unwrap(), &["a", "b"]).unwrap()
+    }
+
+    /// Stages `a` and `b` (b reads a), lockstep, `frames` frames; returns the report.
+    fn run(f: &StageFaults, frames: u64) -> Report {
+        let cfg = PipelineConfig::default();
+        let mut g = GraphBuilder::new();
+        add_stage(&mut g, &cfg, Some(f), "a", Count).writes::<u64>("x", 1);
+        add_stage(&mut g, &cfg, Some(f), "b", Count)
+            .reads::<u64>("x", 1)
+            .writes::<u64>("y", 1);
+        g.publish("y");
+        let plan = g
+            .build(&PlanConfig {
+                lanes: 1,
+                frame_slots: 1,
+            })
+            .unwrap();
+        let mut rt = Runtime::new(
+            plan,
+            RuntimeConfig {
+                release: ReleaseMode::Lockstep,
+                hang_after_ns: 60_000_000_000,
+                ..RuntimeConfig::default()
+            },
+        )
+        .unwrap();
+        let mut h = redline_runtime::HashPublisher::default();
+        rt.run(frames, &mut h);
+        rt.report()
+    }
+
+    #[test]
+    fn unknown_stages_list_the_graph() {
+        let e = StageFaults::new(
+            &toml::from_str("[[stage]]\nstage = \"c\"\nfault = \"panic\"\nframes = \"1\"\n")
+                .unwrap(),
+            &["a", "b"],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("#1") && e.contains("\"c\"") && e.contains("a, b"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn only_named_stages_are_wrapped_and_stalls_hit_their_frames() {
+        let f = faults(
+            "[[stage]]\nstage = \"b\"\nfault = \"stall\"\nstall_ms = 30.0\nframes = \"2, 4\"\n",
+        );
+        assert!(f.wraps("b") && !f.wraps("a"));
+        let r = run(&f, 6);
+        let rec = f.records(&r);
+        assert_eq!(rec.len(), 1);
+        assert_eq!(
+            (rec[0].injected, rec[0].first_frame, rec[0].last_frame),
+            (2, Some(2), Some(4))
+        );
+        assert_eq!(rec[0].runtime.runs, 6);
+        // The stalled runs took at least 30 ms (a busy-wait never ends early); the others
+        // are microseconds.
+        let b = &r.stages[1];
+        assert_eq!(b.name, "b");
+        assert!(b.execution.max_ns >= 29_800_000, "{:?}", b.execution);
+        assert!(
+            r.stages[0].execution.max_ns < 20_000_000,
+            "{:?}",
+            r.stages[0]
+        );
+    }
+
+    #[test]
+    fn a_hang_blocks_until_released() {
+        let f = Arc::new(faults(
+            "[[stage]]\nstage = \"a\"\nfault = \"hang\"\nhang_ms = 60000.0\nframes = \"1\"\n",
+        ));
+        let releaser = {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                f.release_hangs();
+            })
+        };
+        let t0 = Instant::now();
+        let r = run(&f, 3);
+        releaser.join().unwrap();
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(90) && took < Duration::from_secs(30),
+            "{took:?}"
+        );
+        assert_eq!(f.injected(), vec![1]);
+        assert_eq!(r.stages[0].counters.runs, 3, "released, not written off");
+    }
+}
