@@ -177,6 +177,9 @@ fn run(faults_toml: &str, hang_after_ns: u64, lanes: usize) -> Outcome {
 
 /// The assertions every case shares.
 fn check_common(o: &Outcome, case: &str) {
+    for line in o.faults.summary_lines() {
+        eprintln!("{case}: {line}");
+    }
     let n = o.frames.len() as u64;
     assert_eq!(
         STRAY_PANICS.load(Ordering::SeqCst),
@@ -306,17 +309,31 @@ fn sensor_faults_and_stalls_are_survived_published_and_reported() {
             o.faults.by_class
         );
     }
-    // A stall past the budget is an overrun in the runtime's record, every time.
-    for s in &o.faults.stage {
-        assert!(s.injected > 0, "{s:?}");
+    // A stall past the budget is an overrun in the runtime's record, in every frame it hit,
+    // of at least the stall (a busy-wait never ends early).
+    for (s, stall_ns) in o.faults.stage.iter().zip([12_000_000, 3_000_000]) {
         assert!(
-            s.runtime.overruns >= s.injected,
-            "stage {}: {} stalls injected, {} overruns recorded",
-            s.stage,
-            s.injected,
-            s.runtime.overruns
+            s.injected > 0 && s.frames.len() as u64 == s.injected,
+            "{s:?}"
         );
+        let index = o
+            .report
+            .stages
+            .iter()
+            .position(|r| r.name == s.stage)
+            .unwrap();
+        for &frame in &s.frames {
+            assert!(
+                o.report
+                    .overruns
+                    .iter()
+                    .any(|r| r.stage == index && r.frame == frame && r.exec_ns >= stall_ns),
+                "stage {} stalled in frame {frame}: no overrun of at least {stall_ns} ns recorded",
+                s.stage
+            );
+        }
     }
+    assert_eq!(o.faults.stage[1].frames, vec![17, 18, 19]);
     // Lockstep without a timing model: faults change data, never the schedule.
     assert_eq!(o.report.deadline_misses, 0);
     assert!(
@@ -346,16 +363,17 @@ fn sensor_faults_and_stalls_are_survived_published_and_reported() {
 #[test]
 fn a_hung_stage_is_written_off_its_fallback_stands_in_and_every_frame_is_published() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // Prediction blocks for 700 ms in frame 20; the watchdog writes it off after 150 ms.
+    // Prediction blocks for 5 s in frame 20 (released when the run is over); the watchdog
+    // writes it off after 1 s (a margin of some 50 backbone runs, for a busy machine).
     let o = run(
         r#"
 [[stage]]
 stage = "prediction"
 fault = "hang"
-hang_ms = 700.0
+hang_ms = 5000.0
 frames = "20"
 "#,
-        150_000_000,
+        1_000_000_000,
         2,
     );
     check_common(&o, "hang");

@@ -427,6 +427,8 @@ pub struct StageFaultRecord {
     pub first_frame: Option<u64>,
     /// Last frame hit.
     pub last_frame: Option<u64>,
+    /// The frames hit (the first [`StageFaultRecord::MAX_FRAMES`]).
+    pub frames: Vec<u64>,
     /// The runtime's counters of the stage (runs, errors, overruns, hung, fallbacks, ...).
     pub runtime: StageCounters,
     /// Frames in which the runtime wrote the stage off as hung.
@@ -434,6 +436,9 @@ pub struct StageFaultRecord {
 }
 
 impl StageFaultRecord {
+    /// Frames listed per rule.
+    pub const MAX_FRAMES: usize = 256;
+
     /// `stage stall`, ...
     pub fn class(&self) -> String {
         format!("stage {}", kind_name(&self.fault))
@@ -679,6 +684,7 @@ frames = "5"
                 injected: 1,
                 first_frame: Some(9),
                 last_frame: Some(9),
+                frames: vec![9],
                 runtime: StageCounters::default(),
                 written_off_in: vec![9],
             }],

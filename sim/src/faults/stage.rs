@@ -2,8 +2,8 @@
 //! [`StageHook`](redline_pipeline::slowdown::StageHook) that wraps the named stages of the
 //! driving graph when it is built.
 //!
-//! Hot path of a wrapped stage: per rule one [`FrameSet::contains`]; on a hit, two relaxed
-//! atomic updates (the count and the frame), then the fault: a spin on the clock (stall,
+//! Hot path of a wrapped stage: per rule one [`FrameSet::contains`]; on a hit, three relaxed
+//! atomic updates (the count, the frame, the first and last frames), then the fault: a spin on the clock (stall,
 //! [`spin_until`], the `[slowdown]` knob's), a sleep loop that polls a release flag every
 //! millisecond (hang: a fault that blocks on purpose), or a panic (whose message is the one
 //! allocation). Then the wrapped stage's own `run`.
@@ -38,11 +38,28 @@ struct Counter {
     injected: AtomicU64,
     first: AtomicU64,
     last: AtomicU64,
+    /// The first [`StageFaultRecord::MAX_FRAMES`] frames hit, in order (preallocated).
+    frames: Box<[AtomicU64]>,
 }
 
 impl Counter {
+    fn new() -> Counter {
+        Counter {
+            injected: AtomicU64::new(0),
+            first: AtomicU64::new(NONE),
+            last: AtomicU64::new(NONE),
+            frames: (0..StageFaultRecord::MAX_FRAMES)
+                .map(|_| AtomicU64::new(NONE))
+                .collect(),
+        }
+    }
+
+    /// Hot path: three relaxed atomic updates.
     fn hit(&self, frame: u64) {
-        self.injected.fetch_add(1, Ordering::Relaxed);
+        let i = self.injected.fetch_add(1, Ordering::Relaxed) as usize;
+        if let Some(slot) = self.frames.get(i) {
+            slot.store(frame, Ordering::Relaxed);
+        }
         let _ = self
             .first
             .compare_exchange(NONE, frame, Ordering::Relaxed, Ordering::Relaxed);
@@ -93,13 +110,7 @@ impl StageFaults {
                 time: Duration::from_nanos((ms * 1e6).round() as u64),
             });
         }
-        let counters = (0..rules.len())
-            .map(|_| Counter {
-                injected: AtomicU64::new(0),
-                first: AtomicU64::new(NONE),
-                last: AtomicU64::new(NONE),
-            })
-            .collect();
+        let counters = (0..rules.len()).map(|_| Counter::new()).collect();
         Ok(StageFaults {
             rules,
             counters,
@@ -140,6 +151,7 @@ impl StageFaults {
                     injected: c.injected.load(Ordering::Relaxed),
                     first_frame: frame(&c.first),
                     last_frame: frame(&c.last),
+                    frames: c.frames.iter().map_while(frame).collect(),
                     runtime: report
                         .stages
                         .iter()
@@ -318,6 +330,7 @@ mod tests {
             (rec[0].injected, rec[0].first_frame, rec[0].last_frame),
             (2, Some(2), Some(4))
         );
+        assert_eq!(rec[0].frames, vec![2, 4]);
         assert_eq!(rec[0].runtime.runs, 6);
         // The stalled runs took at least 30 ms (a busy-wait never ends early); the others
         // are microseconds.
