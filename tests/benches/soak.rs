@@ -10,7 +10,13 @@
 //! ```sh
 //! cargo bench -p redline-tests --bench soak               # 100,000 frames
 //! REDLINE_SOAK_FRAMES=20000 cargo bench -p redline-tests --bench soak
+//! REDLINE_SOAK_PERCEPTION=oracle cargo bench -p redline-tests --bench soak   # ~15x faster
 //! ```
+//!
+//! `REDLINE_SOAK_PERCEPTION=oracle` replaces the network (preprocess, INT8 backbone, heads,
+//! decode) by the ground-truth oracle: every other stage, the runtime, the arena and the
+//! recording still run every frame, so a leak anywhere but in the network path still shows,
+//! in a few minutes instead of most of an hour.
 //!
 //! It prints the resident set size (VmRSS of `/proc/self/status`) at 1k frames and every
 //! 10k, and asserts that after warm-up (10,000 frames, or half a shorter run) the RSS never
@@ -20,7 +26,7 @@
 
 use std::sync::Arc;
 
-use redline_pipeline::config::PipelineConfig;
+use redline_pipeline::config::{Perception, PipelineConfig};
 use redline_pipeline::run::{start_runtime, Counters, RecordingPublisher};
 use redline_pipeline::sensors::FrameSource;
 use redline_runtime::ReleaseMode;
@@ -64,8 +70,18 @@ fn main() {
     let drive = Feed::from_scenario(&ScenarioConfig::default_drive(), None, &mut |_, _| {})
         .expect("the built-in drive renders");
     let looped: Arc<dyn FrameSource> = Arc::new(Looped::new(drive, frames as usize));
+    let perception = match std::env::var("REDLINE_SOAK_PERCEPTION").as_deref() {
+        Ok("oracle") => Perception::Oracle,
+        Ok("network") | Err(_) => Perception::Network,
+        Ok(other) => {
+            eprintln!("soak: REDLINE_SOAK_PERCEPTION={other}: use network (default) or oracle");
+            std::process::exit(2);
+        }
+    };
+    eprintln!("soak: {frames} frames, {perception:?} perception, lockstep");
     let cfg = PipelineConfig {
         release: ReleaseMode::Lockstep,
+        perception,
         // Lockstep has no frame guard; the deadline only sets when the watchdog writes a
         // stage off as hung (four deadlines of wall time): no stage hangs here, but a busy
         // machine must not get one written off.
