@@ -21,14 +21,18 @@
 //! backbone = 12.0
 //!
 //! [ladder]                      # degradation: modes and thresholds
-//! degrade_after = 3
+//! degrade_after = 3             # frames at deadline risk within `window` → one rung down
 //! window = 30
-//! recover_after = 90
+//! risk_slack_fraction = 0.1     # published with < 10 % of the deadline left: at risk
+//! shed_after = 10               # overruns of one non-critical stage → the mode shedding it
+//! recover_after = 90            # consecutive frames with >= slack_fraction left → one up
+//! slack_fraction = 0.2
 //! [[ladder.modes]]
 //! name = "nominal"
 //!
-//! [rt]
-//! fifo_priority = 50
+//! [rt]                          # default (no [rt] table): RtRequest::realtime()
+//! fifo_priority = 40
+//! auto_pin = true
 //! lock_memory = true
 //!
 //! [slowdown.backbone]           # testing the regression harness: make a stage slower
@@ -192,6 +196,14 @@ pub fn default_budget_ms(stage_name: &str) -> f64 {
 
 /// Nominal → reduced (no segmentation) → minimal (no segmentation, constant-velocity
 /// prediction) → safe_stop (the planner's minimum-risk trajectory).
+///
+/// One rung down on 3 frames at deadline risk within 30 (a miss, a fallback, or less than
+/// 10 % = 3.3 ms of the deadline left at publish); straight to `minimal` when `prediction`
+/// overran its budget in 10 of 30 frames (the only stage a non-terminal mode sheds on
+/// overruns: `segmentation_head` is best-effort, the others are shed by no mode but
+/// `safe_stop` or are critical); back up one rung after 90 consecutive frames with at
+/// least 20 % of the deadline left. `safe_stop` only on a lost critical stage or frames
+/// still at risk in `minimal`.
 pub fn default_ladder() -> LadderConfig {
     let mode = ModeSpec::new;
     LadderConfig {
@@ -207,7 +219,9 @@ pub fn default_ladder() -> LadderConfig {
         degrade_after: 3,
         window: 30,
         recover_after: 90,
-        slack_fraction: 0.1,
+        slack_fraction: 0.2,
+        risk_slack_fraction: 0.1,
+        shed_after: 10,
     }
 }
 
@@ -318,6 +332,9 @@ impl PipelineConfig {
                 self.feature_channels
             )));
         }
+        self.ladder
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if !(self.deadline_ms >= 0.0 && self.publish_margin_ms >= 0.0) {
             return Err(ConfigError::Invalid(
                 "deadline_ms and publish_margin_ms must be >= 0".into(),
