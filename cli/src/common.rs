@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use redline_pipeline::config::Perception;
 use redline_pipeline::run::Counters;
+use redline_runtime::rt::RtRequest;
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 
@@ -47,6 +48,10 @@ pub struct RunArgs {
     /// Lock all memory (mlockall) and the arena.
     #[arg(long)]
     pub mlock: bool,
+    /// Ask the OS for nothing: no SCHED_FIFO, no pinning, no memory lock (the default
+    /// config asks for all three and reports what it got).
+    #[arg(long, conflicts_with_all = ["fifo", "mlock"])]
+    pub no_rt: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -73,6 +78,9 @@ pub fn load_config(a: &RunArgs) -> Result<RedlineConfig> {
     }
     if let Some(l) = a.lanes {
         cfg.lanes = l;
+    }
+    if a.no_rt {
+        cfg.rt = RtRequest::default();
     }
     if let Some(f) = a.fifo {
         if !(1..=97).contains(&f) {

@@ -44,6 +44,14 @@
 //! ```
 //!
 //! Unknown keys are rejected with the key's name, so a typo never silently does nothing.
+//!
+//! **Real time by default.** A file without an `[rt]` table (and the built-in default) asks
+//! for [`RtRequest::realtime`]: `SCHED_FIFO` lanes, automatic pinning to the cores this
+//! process may use, `mlockall`. What the OS granted or refused (with the reason) is in the
+//! report and the printed table; a refusal is never an error. An empty `[rt]` table asks for
+//! nothing. Tests and benchmarks that build many runtimes on a shared machine opt out
+//! explicitly (`rt: RtRequest::default()`): granted `SCHED_FIFO` lanes running as fast as
+//! possible would starve the test harness and each other.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -127,7 +135,7 @@ pub struct PipelineConfig {
     pub publish_margin_ms: f64,
     /// Degradation ladder.
     pub ladder: LadderConfig,
-    /// Pinning, SCHED_FIFO, memory locking.
+    /// Pinning, SCHED_FIFO, memory locking (default: [`RtRequest::realtime`]).
     pub rt: RtRequest,
     /// Extra busy time added to named stages, to test the regression harness (empty:
     /// nothing added).
@@ -169,7 +177,7 @@ impl Default for PipelineConfig {
             deadline_ms: 0.0,
             publish_margin_ms: 1.0,
             ladder: default_ladder(),
-            rt: RtRequest::default(),
+            rt: RtRequest::realtime(),
             slowdown: BTreeMap::new(),
         }
     }
@@ -377,6 +385,30 @@ mod tests {
         let text = toml::to_string(&d).unwrap();
         let back = PipelineConfig::parse(&text, "round-trip").unwrap();
         assert_eq!(back, d);
+    }
+
+    #[test]
+    fn the_default_asks_for_real_time_and_an_empty_rt_table_for_nothing() {
+        assert_eq!(PipelineConfig::default().rt, RtRequest::realtime());
+        let c = PipelineConfig::parse("lanes = 1\n", "t").unwrap();
+        assert_eq!(
+            c.rt,
+            RtRequest::realtime(),
+            "a file without [rt] keeps the default"
+        );
+        let c = PipelineConfig::parse("[rt]\n", "t").unwrap();
+        assert_eq!(c.rt, RtRequest::default());
+        assert!(!c.rt.asks_anything());
+    }
+
+    #[test]
+    fn ladder_numbers_are_checked_when_the_file_is_read() {
+        let e = PipelineConfig::parse("[ladder]\nrisk_slack_fraction = 0.5\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("risk_slack_fraction = 0.5"), "{e}");
+        let c = PipelineConfig::parse("[ladder]\nshed_after = 0\n", "f").unwrap();
+        assert_eq!(c.ladder.shed_after, 0);
     }
 
     #[test]

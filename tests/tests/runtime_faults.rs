@@ -36,6 +36,7 @@ fn realtime(faults: &Arc<Faults>, hang_after_ns: u64) -> Runtime {
         ladder: ladder(),
         rt: redline_runtime::rt::RtRequest {
             pin_cores: None,
+            auto_pin: false,
             fifo_priority: Some(40),
             lock_memory: true,
         },
