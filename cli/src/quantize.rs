@@ -361,7 +361,6 @@ mod tests {
     use super::*;
     use redline_pipeline::run::{replay, Counters};
     use redline_pipeline::sensors::FrameSource;
-    use redline_runtime::rt::RtRequest;
     use redline_runtime::ReleaseMode;
     use std::sync::Arc;
 
@@ -424,8 +423,6 @@ mod tests {
         let cfg = PipelineConfig {
             weights: Some(path.clone()),
             release: ReleaseMode::Lockstep,
-            // Tests share the machine: no SCHED_FIFO lanes (the default asks for them).
-            rt: RtRequest::default(),
             ..PipelineConfig::default()
         };
         let run = |cfg: &PipelineConfig| {

@@ -64,13 +64,10 @@ fn log() -> &'static Path {
     })
 }
 
-/// Fast replays: as fast as possible, one frame in flight, and (an empty `[rt]` table)
-/// nothing asked of the OS: tests share the machine, and granted SCHED_FIFO lanes running
-/// as fast as possible would starve everything else on it.
+/// Fast replays: as fast as possible, one frame in flight.
 const FAST: &str = r#"
 release = "as_fast_as_possible"
 frame_slots = 1
-[rt]
 "#;
 
 /// Tolerances no machine's noise reaches (a latency must grow 1000-fold and by a second,

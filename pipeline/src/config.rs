@@ -30,7 +30,7 @@
 //! [[ladder.modes]]
 //! name = "nominal"
 //!
-//! [rt]                          # default (no [rt] table): RtRequest::realtime()
+//! [rt]                          # no [rt] table: see "Real time by default" below
 //! fifo_priority = 40
 //! auto_pin = true
 //! lock_memory = true
@@ -45,13 +45,16 @@
 //!
 //! Unknown keys are rejected with the key's name, so a typo never silently does nothing.
 //!
-//! **Real time by default.** A file without an `[rt]` table (and the built-in default) asks
-//! for [`RtRequest::realtime`]: `SCHED_FIFO` lanes, automatic pinning to the cores this
-//! process may use, `mlockall`. What the OS granted or refused (with the reason) is in the
-//! report and the printed table; a refusal is never an error. An empty `[rt]` table asks for
-//! nothing. Tests and benchmarks that build many runtimes on a shared machine opt out
-//! explicitly (`rt: RtRequest::default()`): granted `SCHED_FIFO` lanes running as fast as
-//! possible would starve the test harness and each other.
+//! **Real time by default.** Without an `[rt]` table (`rt = None`, also the built-in
+//! default) a run whose frames are released in real time — the default release — asks for
+//! [`RtRequest::realtime`]: `SCHED_FIFO` lanes, automatic pinning to the cores this process
+//! may use, `mlockall` ([`PipelineConfig::rt_request`]). What the OS granted or refused
+//! (with the reason) is in the report and the printed table; a refusal is never an error.
+//! As-fast-as-possible and lockstep runs ask for nothing unless an `[rt]` table says so:
+//! they have no deadline to protect (lockstep's clock is virtual) and granted `SCHED_FIFO`
+//! lanes running flat out would hold every core at real-time priority — on a shared
+//! machine, or in a test suite that runs many replays in parallel, they starve everything
+//! else. An empty `[rt]` table asks for nothing at all.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -135,8 +138,9 @@ pub struct PipelineConfig {
     pub publish_margin_ms: f64,
     /// Degradation ladder.
     pub ladder: LadderConfig,
-    /// Pinning, SCHED_FIFO, memory locking (default: [`RtRequest::realtime`]).
-    pub rt: RtRequest,
+    /// Pinning, SCHED_FIFO, memory locking: the `[rt]` table. `None` (no table): what
+    /// [`PipelineConfig::rt_request`] says, real time for real-time release.
+    pub rt: Option<RtRequest>,
     /// Extra busy time added to named stages, to test the regression harness (empty:
     /// nothing added).
     pub slowdown: BTreeMap<String, Slowdown>,
@@ -177,7 +181,7 @@ impl Default for PipelineConfig {
             deadline_ms: 0.0,
             publish_margin_ms: 1.0,
             ladder: default_ladder(),
-            rt: RtRequest::realtime(),
+            rt: None,
             slowdown: BTreeMap::new(),
         }
     }
@@ -363,6 +367,17 @@ impl PipelineConfig {
         }
     }
 
+    /// What to ask of the OS: the `[rt]` table when there is one; otherwise
+    /// [`RtRequest::realtime`] when frames are released in real time, nothing for
+    /// as-fast-as-possible and lockstep runs (see the module docs).
+    pub fn rt_request(&self) -> RtRequest {
+        match (&self.rt, self.release) {
+            (Some(rt), _) => rt.clone(),
+            (None, ReleaseMode::RealTime) => RtRequest::realtime(),
+            (None, _) => RtRequest::default(),
+        }
+    }
+
     /// Budget of a stage, ns.
     pub fn budget_ns(&self, stage_name: &str) -> u64 {
         let ms = self
@@ -388,17 +403,23 @@ mod tests {
     }
 
     #[test]
-    fn the_default_asks_for_real_time_and_an_empty_rt_table_for_nothing() {
-        assert_eq!(PipelineConfig::default().rt, RtRequest::realtime());
+    fn the_default_asks_for_real_time_in_real_time_runs_only() {
+        let d = PipelineConfig::default();
+        assert_eq!(d.release, ReleaseMode::RealTime);
+        assert_eq!(d.rt_request(), RtRequest::realtime());
         let c = PipelineConfig::parse("lanes = 1\n", "t").unwrap();
-        assert_eq!(
-            c.rt,
-            RtRequest::realtime(),
-            "a file without [rt] keeps the default"
-        );
+        assert_eq!(c.rt_request(), RtRequest::realtime(), "a file without [rt]");
+        for release in ["lockstep", "as_fast_as_possible"] {
+            let c = PipelineConfig::parse(&format!("release = \"{release}\"\n"), "t").unwrap();
+            assert!(!c.rt_request().asks_anything(), "{release}");
+        }
+        // An [rt] table is taken as written, whatever the release mode.
         let c = PipelineConfig::parse("[rt]\n", "t").unwrap();
-        assert_eq!(c.rt, RtRequest::default());
-        assert!(!c.rt.asks_anything());
+        assert!(!c.rt_request().asks_anything());
+        let c = PipelineConfig::parse("release = \"lockstep\"\n[rt]\nfifo_priority = 30\n", "t")
+            .unwrap();
+        assert_eq!(c.rt_request().fifo_priority, Some(30));
+        assert!(!c.rt_request().auto_pin && !c.rt_request().lock_memory);
     }
 
     #[test]

@@ -199,7 +199,7 @@ pub fn start_runtime(
         deadline_ns: (cfg.deadline_ms * 1e6) as u64,
         publish_margin_ns: (cfg.publish_margin_ms * 1e6) as u64,
         release: cfg.release,
-        rt: cfg.rt.clone(),
+        rt: cfg.rt_request(),
         ladder: cfg.ladder.clone(),
         ..RuntimeConfig::default()
     };

@@ -18,7 +18,7 @@
 //!
 //! [`RtRequest::default`] asks for nothing (the library default: embedding code and tests
 //! decide for themselves). [`RtRequest::realtime`] is what the driving pipeline's default
-//! config asks for: `SCHED_FIFO` 40 for the lanes (the scheduler 41, the watchdog 42, all
+//! config asks for when frames are released in real time: `SCHED_FIFO` 40 for the lanes (the scheduler 41, the watchdog 42, all
 //! below the threaded interrupt handlers of a PREEMPT_RT kernel at 50), lanes pinned with
 //! [`RtRequest::auto_pin`] and `mlockall`. Where the OS refuses (no root, no `CAP_SYS_NICE`,
 //! a container without RT budget), the run goes on at normal priority and the report says

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use redline_pipeline::config::PipelineConfig;
 use redline_pipeline::run::replay;
 use redline_pipeline::run::Counters;
-use redline_runtime::rt::RtRequest;
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 use redline_sim::log::LogWriter;
@@ -100,8 +99,6 @@ fn replay_all(feed: Feed) -> u64 {
     let feed = Arc::new(feed);
     let cfg = PipelineConfig {
         release: ReleaseMode::Lockstep,
-        // Tests share the machine: no SCHED_FIFO lanes (the default asks for them).
-        rt: RtRequest::default(),
         ..PipelineConfig::default()
     };
     let (o, _rt) = replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).unwrap();

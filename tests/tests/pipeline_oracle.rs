@@ -8,7 +8,6 @@ use std::sync::Arc;
 use redline_pipeline::config::{Perception, PipelineConfig};
 use redline_pipeline::run::replay;
 use redline_pipeline::run::Counters;
-use redline_runtime::rt::RtRequest;
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 use redline_sim::scenario::ScenarioConfig;
@@ -25,8 +24,6 @@ fn oracle_tracking_and_planning_meet_their_bars() {
     let cfg = PipelineConfig {
         release: ReleaseMode::Lockstep,
         perception: Perception::Oracle,
-        // Tests share the machine: no SCHED_FIFO lanes (the default asks for them).
-        rt: RtRequest::default(),
         ..PipelineConfig::default()
     };
     let (o, _rt) = replay(&cfg, feed, None, Arc::new(Counters::default())).unwrap();

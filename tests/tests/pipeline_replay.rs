@@ -8,7 +8,6 @@ use std::sync::Arc;
 use redline_pipeline::config::PipelineConfig;
 use redline_pipeline::run::replay;
 use redline_pipeline::run::Counters;
-use redline_runtime::rt::RtRequest;
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 use redline_tests::{scenario_log, small_scenario, temp_dir};
@@ -30,8 +29,6 @@ fn run(feed: &Arc<Feed>, lanes: usize, weights_seed: u64) -> String {
         // stage off as hung (four deadlines of wall time). On a loaded CI machine a 33 ms
         // deadline lets a slow backbone be written off; no stage here hangs.
         deadline_ms: 10_000.0,
-        // Tests share the machine: no SCHED_FIFO lanes (the default asks for them).
-        rt: RtRequest::default(),
         ..PipelineConfig::default()
     };
     let (outcome, _rt) =
