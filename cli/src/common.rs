@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use redline_pipeline::config::Perception;
 use redline_pipeline::run::Counters;
+use redline_runtime::rt::RtRequest;
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 
@@ -47,6 +48,10 @@ pub struct RunArgs {
     /// Lock all memory (mlockall) and the arena.
     #[arg(long)]
     pub mlock: bool,
+    /// Ask the OS for nothing: no SCHED_FIFO, no pinning, no memory lock (without an `[rt]`
+    /// table, real-time runs ask for all three and report what they got).
+    #[arg(long, conflicts_with_all = ["fifo", "mlock"])]
+    pub no_rt: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -74,16 +79,23 @@ pub fn load_config(a: &RunArgs) -> Result<RedlineConfig> {
     if let Some(l) = a.lanes {
         cfg.lanes = l;
     }
+    if a.no_rt {
+        cfg.rt = Some(RtRequest::default());
+    }
     if let Some(f) = a.fifo {
         if !(1..=97).contains(&f) {
             bail!(
                 "--fifo {f}: use a priority from 1 to 97 (the scheduler and watchdog run above it)"
             );
         }
-        cfg.rt.fifo_priority = Some(f);
+        let mut rt = cfg.rt_request();
+        rt.fifo_priority = Some(f);
+        cfg.rt = Some(rt);
     }
     if a.mlock {
-        cfg.rt.lock_memory = true;
+        let mut rt = cfg.rt_request();
+        rt.lock_memory = true;
+        cfg.rt = Some(rt);
     }
     if a.frames == Some(0) {
         bail!("--frames 0: give at least 1 frame (or leave it out to replay the whole log)");
@@ -124,5 +136,51 @@ pub fn load_feed(cfg: &RedlineConfig, log: Option<&Path>, frames: Option<usize>)
             progress.finish();
             Ok(feed)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> RunArgs {
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let argv = std::iter::once("redline").chain(line.split_whitespace());
+        <P as clap::Parser>::try_parse_from(argv).unwrap().run
+    }
+
+    fn rt_of(line: &str) -> RtRequest {
+        load_config(&args(line)).unwrap().pipeline.rt_request()
+    }
+
+    #[test]
+    fn real_time_flags_build_on_what_the_run_would_ask_for() {
+        // Real-time release (the default): SCHED_FIFO, automatic pinning, mlockall.
+        assert_eq!(rt_of(""), RtRequest::realtime());
+        assert_eq!(
+            rt_of("--fifo 30"),
+            RtRequest {
+                fifo_priority: Some(30),
+                ..RtRequest::realtime()
+            }
+        );
+        // --no-rt: nothing at all.
+        assert!(!rt_of("--no-rt").asks_anything());
+        assert!(!rt_of("--no-rt --mode realtime").asks_anything());
+        // afap / lockstep ask for nothing unless told.
+        assert!(!rt_of("--mode afap").asks_anything());
+        assert!(!rt_of("--mode lockstep").asks_anything());
+        assert_eq!(
+            rt_of("--mode afap --fifo 40 --mlock"),
+            RtRequest {
+                fifo_priority: Some(40),
+                lock_memory: true,
+                ..RtRequest::default()
+            }
+        );
     }
 }

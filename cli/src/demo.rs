@@ -144,6 +144,7 @@ pub fn run_demo(o: &DemoOptions) -> Result<Report, DemoError> {
         ladder: demo_ladder(2, 30, 60),
         rt: RtRequest {
             pin_cores: o.pin.clone(),
+            auto_pin: false,
             fifo_priority: o.fifo,
             lock_memory: o.lock_memory,
         },

@@ -123,6 +123,7 @@ mod tests {
             "redline",
             "redline replay --mode lockstep --frames 300 --lanes 4",
             "redline replay drive.mcap --config c.toml --perception oracle --fifo 50 --mlock",
+            "redline replay --no-rt --frames 300",
             "redline sim generate -o drive.mcap --seed 7 --seconds 30",
             "redline quantize -o w.safetensors --method percentile:99.9 --frames 10",
             "redline demo --frames 10 --stall smooth:40@100..160",
@@ -135,5 +136,10 @@ mod tests {
             }
         }
         assert!(<Cli as clap::Parser>::try_parse_from(["redline", "replay", "--lanes"]).is_err());
+        assert!(
+            <Cli as clap::Parser>::try_parse_from(["redline", "replay", "--no-rt", "--fifo", "40"])
+                .is_err(),
+            "--no-rt and --fifo contradict each other"
+        );
     }
 }

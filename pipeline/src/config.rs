@@ -21,14 +21,18 @@
 //! backbone = 12.0
 //!
 //! [ladder]                      # degradation: modes and thresholds
-//! degrade_after = 3
+//! degrade_after = 3             # frames at deadline risk within `window` → one rung down
 //! window = 30
-//! recover_after = 90
+//! risk_slack_fraction = 0.1     # published with < 10 % of the deadline left: at risk
+//! shed_after = 10               # overruns of one non-critical stage → the mode shedding it
+//! recover_after = 90            # consecutive frames with >= slack_fraction left → one up
+//! slack_fraction = 0.2
 //! [[ladder.modes]]
 //! name = "nominal"
 //!
-//! [rt]
-//! fifo_priority = 50
+//! [rt]                          # no [rt] table: see "Real time by default" below
+//! fifo_priority = 40
+//! auto_pin = true
 //! lock_memory = true
 //!
 //! [slowdown.backbone]           # testing the regression harness: make a stage slower
@@ -40,6 +44,17 @@
 //! ```
 //!
 //! Unknown keys are rejected with the key's name, so a typo never silently does nothing.
+//!
+//! **Real time by default.** Without an `[rt]` table (`rt = None`, also the built-in
+//! default) a run whose frames are released in real time — the default release — asks for
+//! [`RtRequest::realtime`]: `SCHED_FIFO` lanes, automatic pinning to the cores this process
+//! may use, `mlockall` ([`PipelineConfig::rt_request`]). What the OS granted or refused
+//! (with the reason) is in the report and the printed table; a refusal is never an error.
+//! As-fast-as-possible and lockstep runs ask for nothing unless an `[rt]` table says so:
+//! they have no deadline to protect (lockstep's clock is virtual) and granted `SCHED_FIFO`
+//! lanes running flat out would hold every core at real-time priority — on a shared
+//! machine, or in a test suite that runs many replays in parallel, they starve everything
+//! else. An empty `[rt]` table asks for nothing at all.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -123,8 +138,9 @@ pub struct PipelineConfig {
     pub publish_margin_ms: f64,
     /// Degradation ladder.
     pub ladder: LadderConfig,
-    /// Pinning, SCHED_FIFO, memory locking.
-    pub rt: RtRequest,
+    /// Pinning, SCHED_FIFO, memory locking: the `[rt]` table. `None` (no table): what
+    /// [`PipelineConfig::rt_request`] says, real time for real-time release.
+    pub rt: Option<RtRequest>,
     /// Extra busy time added to named stages, to test the regression harness (empty:
     /// nothing added).
     pub slowdown: BTreeMap<String, Slowdown>,
@@ -165,7 +181,7 @@ impl Default for PipelineConfig {
             deadline_ms: 0.0,
             publish_margin_ms: 1.0,
             ladder: default_ladder(),
-            rt: RtRequest::default(),
+            rt: None,
             slowdown: BTreeMap::new(),
         }
     }
@@ -192,6 +208,14 @@ pub fn default_budget_ms(stage_name: &str) -> f64 {
 
 /// Nominal → reduced (no segmentation) → minimal (no segmentation, constant-velocity
 /// prediction) → safe_stop (the planner's minimum-risk trajectory).
+///
+/// One rung down on 3 frames at deadline risk within 30 (a miss, a fallback, or less than
+/// 10 % = 3.3 ms of the deadline left at publish); straight to `minimal` when `prediction`
+/// overran its budget in 10 of 30 frames (the only stage a non-terminal mode sheds on
+/// overruns: `segmentation_head` is best-effort, the others are shed by no mode but
+/// `safe_stop` or are critical); back up one rung after 90 consecutive frames with at
+/// least 20 % of the deadline left. `safe_stop` only on a lost critical stage or frames
+/// still at risk in `minimal`.
 pub fn default_ladder() -> LadderConfig {
     let mode = ModeSpec::new;
     LadderConfig {
@@ -207,7 +231,9 @@ pub fn default_ladder() -> LadderConfig {
         degrade_after: 3,
         window: 30,
         recover_after: 90,
-        slack_fraction: 0.1,
+        slack_fraction: 0.2,
+        risk_slack_fraction: 0.1,
+        shed_after: 10,
     }
 }
 
@@ -318,6 +344,9 @@ impl PipelineConfig {
                 self.feature_channels
             )));
         }
+        self.ladder
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if !(self.deadline_ms >= 0.0 && self.publish_margin_ms >= 0.0) {
             return Err(ConfigError::Invalid(
                 "deadline_ms and publish_margin_ms must be >= 0".into(),
@@ -335,6 +364,17 @@ impl PipelineConfig {
             bev_c: self.feature_channels,
             seed: self.weights_seed,
             ..redline_models::network::NetConfig::default()
+        }
+    }
+
+    /// What to ask of the OS: the `[rt]` table when there is one; otherwise
+    /// [`RtRequest::realtime`] when frames are released in real time, nothing for
+    /// as-fast-as-possible and lockstep runs (see the module docs).
+    pub fn rt_request(&self) -> RtRequest {
+        match (&self.rt, self.release) {
+            (Some(rt), _) => rt.clone(),
+            (None, ReleaseMode::RealTime) => RtRequest::realtime(),
+            (None, _) => RtRequest::default(),
         }
     }
 
@@ -360,6 +400,36 @@ mod tests {
         let text = toml::to_string(&d).unwrap();
         let back = PipelineConfig::parse(&text, "round-trip").unwrap();
         assert_eq!(back, d);
+    }
+
+    #[test]
+    fn the_default_asks_for_real_time_in_real_time_runs_only() {
+        let d = PipelineConfig::default();
+        assert_eq!(d.release, ReleaseMode::RealTime);
+        assert_eq!(d.rt_request(), RtRequest::realtime());
+        let c = PipelineConfig::parse("lanes = 1\n", "t").unwrap();
+        assert_eq!(c.rt_request(), RtRequest::realtime(), "a file without [rt]");
+        for release in ["lockstep", "as_fast_as_possible"] {
+            let c = PipelineConfig::parse(&format!("release = \"{release}\"\n"), "t").unwrap();
+            assert!(!c.rt_request().asks_anything(), "{release}");
+        }
+        // An [rt] table is taken as written, whatever the release mode.
+        let c = PipelineConfig::parse("[rt]\n", "t").unwrap();
+        assert!(!c.rt_request().asks_anything());
+        let c = PipelineConfig::parse("release = \"lockstep\"\n[rt]\nfifo_priority = 30\n", "t")
+            .unwrap();
+        assert_eq!(c.rt_request().fifo_priority, Some(30));
+        assert!(!c.rt_request().auto_pin && !c.rt_request().lock_memory);
+    }
+
+    #[test]
+    fn ladder_numbers_are_checked_when_the_file_is_read() {
+        let e = PipelineConfig::parse("[ladder]\nrisk_slack_fraction = 0.5\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("risk_slack_fraction = 0.5"), "{e}");
+        let c = PipelineConfig::parse("[ladder]\nshed_after = 0\n", "f").unwrap();
+        assert_eq!(c.ladder.shed_after, 0);
     }
 
     #[test]

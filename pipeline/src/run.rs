@@ -210,7 +210,7 @@ pub fn start_runtime_with(
         deadline_ns: (cfg.deadline_ms * 1e6) as u64,
         publish_margin_ns: (cfg.publish_margin_ms * 1e6) as u64,
         release: cfg.release,
-        rt: cfg.rt.clone(),
+        rt: cfg.rt_request(),
         ladder: cfg.ladder.clone(),
         ..RuntimeConfig::default()
     };

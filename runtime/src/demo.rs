@@ -327,7 +327,9 @@ pub fn empty_graph() -> GraphBuilder {
 }
 
 /// The demo's degradation ladder: nominal → reduced (no `smooth`) → minimal (no `smooth`,
-/// `gradient` or `energy`), with the given thresholds (see [`LadderConfig`]).
+/// `gradient` or `energy`), with the given thresholds (see [`LadderConfig`]). `minimal` is
+/// the terminal rung; `smooth` is shed to `reduced` when it overruns in a third of the
+/// window; a frame is at risk with less than 5 % of its deadline left, good with 10 %.
 pub fn demo_ladder(degrade_after: u32, window: u32, recover_after: u32) -> LadderConfig {
     let mode = ModeSpec::new;
     LadderConfig {
@@ -340,6 +342,8 @@ pub fn demo_ladder(degrade_after: u32, window: u32, recover_after: u32) -> Ladde
         window,
         recover_after,
         slack_fraction: 0.1,
+        risk_slack_fraction: 0.05,
+        shed_after: window.div_ceil(3),
     }
 }
 

@@ -1,26 +1,77 @@
-//! Graceful degradation: a ladder of modes, entered on misses, left with hysteresis.
+//! Graceful degradation: a ladder of modes, stepped down on evidence that the deadline is at
+//! risk (not on noise), shedding non-critical load first, and left with hysteresis.
 //!
 //! Mode 0 is nominal; each later mode is one rung down and disables (replaces with their
-//! fallback) a set of named stages. The ladder is fed one [`FrameOutcome`] per frame, in
-//! frame order, and decides the mode of the frames released after that:
+//! fallback) a set of named stages. The **last rung is terminal**: in the driving graph it
+//! is `safe_stop`, the planner's minimum-risk trajectory. The ladder is fed one
+//! [`FrameOutcome`] per frame, in frame order, and decides the mode of the frames released
+//! after that.
 //!
-//! - **Degrade** one rung when, within the last `window` frames, `degrade_after` or more
-//!   frames were *bad*: a deadline miss (the frame published its fallback), or an overrun
-//!   of a stage that is not best-effort.
+//! ## Policy
+//!
+//! A frame is **at risk** when it missed its deadline (it published its fallback: abandoned
+//! at the guard time, dropped for want of a free slot, or late in modeled time) or when it
+//! was published with end-to-end slack (deadline − publish time, measured from its release)
+//! below `risk_slack_fraction` of its deadline.
+//!
+//! - **Degrade** one rung when `degrade_after` or more of the last `window` frames were at
+//!   risk — except from the last-but-one rung onto the last.
+//! - **Stop** (enter the last rung from the last-but-one) when `degrade_after` or more of
+//!   the last `window` frames *missed* their deadline. By then every stage the ladder can
+//!   shed is shed, so misses mean the critical chain itself cannot meet the deadline; low
+//!   slack alone is a reason to shed load, not to stop the car. Apart from a lost critical
+//!   stage this is the only way onto the last rung.
+//! - **Shed** a non-critical stage that keeps overrunning its budget: when a stage of
+//!   [`Criticality::Normal`] overran in `shed_after` or more of the last `window` frames, the
+//!   ladder goes to the *first mode that disables that stage*, provided that mode is deeper
+//!   than the current one and is not the last rung (if several stages qualify, the
+//!   shallowest such mode wins). Overruns of critical and best-effort stages, and of a stage
+//!   only the last rung disables, never move the ladder by themselves: they are recorded
+//!   and reported, and count only through the deadline risk they cause.
 //! - **Jump** to the last rung at once when a critical stage is lost (hung).
-//! - **Recover** one rung after `recover_after` consecutive frames that finished with at
-//!   least `slack_fraction` of their deadline to spare and without counted overruns.
+//! - **Recover** one rung after `recover_after` consecutive frames published on time with at
+//!   least `slack_fraction` of their deadline to spare (`slack_fraction >=
+//!   risk_slack_fraction`; between the two a frame is neither at risk nor good).
 //!
-//! After any transition the window and the run of good frames restart, so one burst
-//! moves the ladder one rung, not several. Every transition is returned with its reason.
+//! After any transition every window and the run of good frames restart, so one burst moves
+//! the ladder one rung (or one shed), not several. Every transition is recorded with its
+//! reason ([`TransitionReason`]; [`Ladder::describe`] names the stage).
 //!
-//! Cost: `observe` is a few integer operations on a 128-frame bit window; it never
-//! allocates (the transition log is preallocated and, if full, counts what it drops).
-//! Deterministic: the same outcome sequence always gives the same mode sequence.
+//! ## Why
+//!
+//! What a safety engineer expects of a degradation ladder in a car:
+//!
+//! - **No false minimum-risk manoeuvre on noise.** A budget is a planning allowance (a share
+//!   of the frame's WCET), not the deadline. A stage overrunning it by a few milliseconds
+//!   while the frame is still published with slack is a finding for the timing report, not a
+//!   hazard; on a busy machine every burst of load does it. An unnecessary safe stop is a
+//!   hazard of its own (unexpected braking) and teaches people to ignore the system, so
+//!   overruns alone never reach the last rung.
+//! - **Degrade on evidence that the deadline is at risk**: misses, frames published on
+//!   fallback, and shrinking end-to-end slack, the last one so the ladder acts *before* the
+//!   first miss. One evidence window, several frames in it, so a single late frame is not a
+//!   trend.
+//! - **Shed non-critical load first**, by the mode designed to replace it (its fallback), so a
+//!   stage that has become too slow stops consuming the time the critical chain needs.
+//! - **Stop the car only when the critical chain cannot deliver**: a critical stage lost, or
+//!   frames still at risk with everything sheddable already shed.
+//! - **Recover slowly** (many consecutive good frames, with more slack than the risk margin):
+//!   degrading is cheap and safe, flapping between modes is not.
+//!
+//! ## Determinism and cost
+//!
+//! The ladder never reads a clock: it sees only the [`FrameOutcome`] fields. In lockstep the
+//! runtime fills them from the timing model (modeled misses, slack and overruns) or, without
+//! one, reports no miss, no overrun and unlimited slack, so the mode sequence is a function
+//! of the log, the config and the model. `observe` is a few integer operations on 128-frame
+//! bit windows (one per sheddable stage) and one floating-point comparison; it never
+//! allocates (windows and the transition log are preallocated; a full log counts what it
+//! drops).
 
 use serde::{Deserialize, Serialize};
 
 use crate::plan::Plan;
+use crate::stage::Criticality;
 
 /// One rung of the ladder.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,20 +93,30 @@ impl ModeSpec {
     }
 }
 
-/// Ladder rules.
+/// Ladder rules (see the module docs for the policy).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LadderConfig {
-    /// Rungs, nominal first. An empty list means a single nominal mode.
+    /// Rungs, nominal first, the terminal (safe-stop) rung last. An empty list means a
+    /// single nominal mode.
     pub modes: Vec<ModeSpec>,
-    /// Bad frames within `window` that trigger a step down.
+    /// Frames at deadline risk within `window` that step the mode down one rung
+    /// (1..=`window`).
     pub degrade_after: u32,
     /// Window length in frames (1..=128).
     pub window: u32,
-    /// Consecutive good frames with slack that trigger a step up.
+    /// Consecutive good frames that step the mode up one rung (>= 1).
     pub recover_after: u32,
-    /// A good frame ends with at least this fraction of its deadline left.
+    /// A good frame is published with at least this fraction of its deadline left, in
+    /// [`risk_slack_fraction`](Self::risk_slack_fraction), 1).
     pub slack_fraction: f64,
+    /// A frame published with less than this fraction of its deadline left is at risk, in
+    /// [0, [`slack_fraction`](Self::slack_fraction)]; 0 counts misses only. Default 0.1
+    /// (3.3 ms of a 33.3 ms frame).
+    pub risk_slack_fraction: f64,
+    /// Overruns of one non-critical stage within `window` that shed it (switch to the first
+    /// mode that disables it); 0 never sheds on overruns. At most `window`.
+    pub shed_after: u32,
 }
 
 impl Default for LadderConfig {
@@ -68,7 +129,9 @@ impl Default for LadderConfig {
             degrade_after: 3,
             window: 30,
             recover_after: 60,
-            slack_fraction: 0.1,
+            slack_fraction: 0.2,
+            risk_slack_fraction: 0.1,
+            shed_after: 10,
         }
     }
 }
@@ -80,11 +143,13 @@ pub struct FrameOutcome {
     pub frame: u64,
     /// The frame published its fallback (abandoned, dropped, or late in modeled time).
     pub deadline_miss: bool,
-    /// A counted (not best-effort) stage overran its budget.
-    pub overrun: bool,
+    /// Plan stages that overran their budget in this frame (bit `i` = stage `i`;
+    /// best-effort stages left out).
+    pub overrun_mask: u64,
     /// A critical stage was lost in this frame.
     pub critical_lost: bool,
-    /// Time left before the deadline at publish, ns (0 if late).
+    /// Time left before the deadline at publish, ns (0 if late; `u64::MAX` when no timing
+    /// decision is taken, as in lockstep without a timing model).
     pub slack_ns: u64,
     /// The frame's deadline length, ns.
     pub deadline_len_ns: u64,
@@ -94,10 +159,22 @@ pub struct FrameOutcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum TransitionReason {
-    /// `bad` bad frames within the last `window`.
-    Misses {
-        /// Bad frames counted.
-        bad: u32,
+    /// `misses + low_slack` frames at deadline risk within the last `window`.
+    DeadlineRisk {
+        /// Frames that published their fallback.
+        misses: u32,
+        /// Frames published with slack under the risk margin.
+        low_slack: u32,
+        /// Window length.
+        window: u32,
+    },
+    /// Non-critical plan stage `stage` overran its budget in `overruns` of the last `window`
+    /// frames: the ladder switched to the first mode that disables it.
+    StageOverruns {
+        /// Plan index of the stage.
+        stage: u8,
+        /// Overruns counted.
+        overruns: u32,
         /// Window length.
         window: u32,
     },
@@ -108,19 +185,47 @@ pub enum TransitionReason {
     },
     /// A critical stage was lost (hung).
     CriticalLost,
+    /// `misses` deadline misses within the last `window` frames with every sheddable stage
+    /// already shed (in the last-but-one rung): the critical chain cannot meet the deadline.
+    CriticalChainMisses {
+        /// Frames that published their fallback.
+        misses: u32,
+        /// Window length.
+        window: u32,
+    },
 }
 
 impl std::fmt::Display for TransitionReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TransitionReason::Misses { bad, window } => write!(
+            TransitionReason::DeadlineRisk {
+                misses,
+                low_slack,
+                window,
+            } => write!(
                 f,
-                "{bad} bad frames (deadline misses or overruns) within the last {window}"
+                "{} frames at deadline risk within the last {window} ({misses} published on \
+                 fallback, {low_slack} with end-to-end slack under the margin)",
+                misses + low_slack
+            ),
+            TransitionReason::StageOverruns {
+                stage,
+                overruns,
+                window,
+            } => write!(
+                f,
+                "stage #{stage} overran its budget in {overruns} of the last {window} frames: \
+                 shed to its fallback"
             ),
             TransitionReason::Recovered { good } => {
                 write!(f, "{good} consecutive frames on time with slack")
             }
             TransitionReason::CriticalLost => write!(f, "a critical stage was lost (hung)"),
+            TransitionReason::CriticalChainMisses { misses, window } => write!(
+                f,
+                "{misses} deadline misses within the last {window} with every sheddable stage \
+                 shed: the critical chain cannot meet the deadline"
+            ),
         }
     }
 }
@@ -138,13 +243,27 @@ pub struct ModeTransition {
     pub reason: TransitionReason,
 }
 
-/// Compiled ladder: mode names and per-mode disabled-stage masks.
+/// No mode sheds this stage (see `Ladder::shed_to`).
+const NO_SHED: u8 = u8::MAX;
+
+/// Compiled ladder: mode names, per-mode disabled-stage masks and the evidence windows.
 #[derive(Debug, Clone)]
 pub struct Ladder {
     cfg: LadderConfig,
     masks: Vec<u64>,
+    stage_names: Vec<String>,
+    /// Per plan stage: the first mode that disables it, if the stage is
+    /// [`Criticality::Normal`] and that mode is not the last rung; else `NO_SHED`.
+    shed_to: Vec<u8>,
+    /// Stages with a `shed_to` mode (the only ones whose overruns are windowed).
+    sheddable: u64,
     mode: usize,
-    window_bits: u128,
+    /// Frames at risk in the window (bit 0 = latest frame).
+    risk_bits: u128,
+    /// Of those, deadline misses.
+    miss_bits: u128,
+    /// Per plan stage: frames in the window in which it overran (sheddable stages only).
+    overrun_bits: Vec<u128>,
     good_run: u32,
     transitions: Vec<ModeTransition>,
     transitions_dropped: u64,
@@ -171,6 +290,62 @@ pub enum LadderError {
 
 const TRANSITION_LOG: usize = 4096;
 
+impl LadderConfig {
+    /// Range checks of the numbers (the modes are checked against a plan by [`Ladder::new`]).
+    pub fn validate(&self) -> Result<(), LadderError> {
+        if self.modes.len() > 255 {
+            return Err(LadderError::Invalid("at most 255 modes".into()));
+        }
+        if self.window == 0 || self.window > 128 {
+            return Err(LadderError::Invalid(format!(
+                "window = {}: use 1 to 128 frames",
+                self.window
+            )));
+        }
+        if self.degrade_after == 0 || self.degrade_after > self.window {
+            return Err(LadderError::Invalid(format!(
+                "degrade_after = {} must be between 1 and window ({})",
+                self.degrade_after, self.window
+            )));
+        }
+        if self.shed_after > self.window {
+            return Err(LadderError::Invalid(format!(
+                "shed_after = {} must be between 0 (never shed on overruns) and window ({})",
+                self.shed_after, self.window
+            )));
+        }
+        if self.recover_after == 0 {
+            return Err(LadderError::Invalid(
+                "recover_after must be at least 1".into(),
+            ));
+        }
+        if !(0.0..1.0).contains(&self.slack_fraction) {
+            return Err(LadderError::Invalid(format!(
+                "slack_fraction = {} must be in [0, 1)",
+                self.slack_fraction
+            )));
+        }
+        if !(0.0..=self.slack_fraction).contains(&self.risk_slack_fraction) {
+            return Err(LadderError::Invalid(format!(
+                "risk_slack_fraction = {} must be in [0, slack_fraction = {}]: a frame with \
+                 less slack than the risk margin cannot count towards recovery",
+                self.risk_slack_fraction, self.slack_fraction
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A `window`-frame bit window shifted by one frame with `bit` as the newest frame.
+fn push(bits: u128, bit: bool, window: u32) -> u128 {
+    let mask = if window >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << window) - 1
+    };
+    ((bits << 1) | u128::from(bit)) & mask
+}
+
 impl Ladder {
     /// Checks the config against the plan and precomputes masks (start-up only).
     pub fn new(cfg: LadderConfig, plan: &Plan) -> Result<Ladder, LadderError> {
@@ -178,32 +353,7 @@ impl Ladder {
         if cfg.modes.is_empty() {
             cfg.modes = LadderConfig::default().modes;
         }
-        if cfg.modes.len() > 255 {
-            return Err(LadderError::Invalid("at most 255 modes".into()));
-        }
-        if cfg.window == 0 || cfg.window > 128 {
-            return Err(LadderError::Invalid(format!(
-                "window = {}: use 1 to 128 frames",
-                cfg.window
-            )));
-        }
-        if cfg.degrade_after == 0 || cfg.degrade_after > cfg.window {
-            return Err(LadderError::Invalid(format!(
-                "degrade_after = {} must be between 1 and window ({})",
-                cfg.degrade_after, cfg.window
-            )));
-        }
-        if cfg.recover_after == 0 {
-            return Err(LadderError::Invalid(
-                "recover_after must be at least 1".into(),
-            ));
-        }
-        if !(0.0..1.0).contains(&cfg.slack_fraction) {
-            return Err(LadderError::Invalid(format!(
-                "slack_fraction = {} must be in [0, 1)",
-                cfg.slack_fraction
-            )));
-        }
+        cfg.validate()?;
         let mut masks = Vec::with_capacity(cfg.modes.len());
         for m in &cfg.modes {
             let mut mask = 0u64;
@@ -225,15 +375,37 @@ impl Ladder {
             masks.push(mask);
         }
         let n = cfg.modes.len();
+        let stages = plan.stages();
+        let shed_to: Vec<u8> = stages
+            .iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let first = masks.iter().position(|m| m & (1u64 << i) != 0);
+                match first {
+                    Some(m) if m + 1 < n && st.criticality == Criticality::Normal => m as u8,
+                    _ => NO_SHED,
+                }
+            })
+            .collect();
+        let sheddable = shed_to
+            .iter()
+            .enumerate()
+            .filter(|(_, &m)| m != NO_SHED)
+            .fold(0u64, |acc, (i, _)| acc | (1u64 << i));
         Ok(Ladder {
-            cfg,
             masks,
+            stage_names: stages.iter().map(|s| s.name.clone()).collect(),
+            overrun_bits: vec![0; shed_to.len()],
+            shed_to,
+            sheddable,
             mode: 0,
-            window_bits: 0,
+            risk_bits: 0,
+            miss_bits: 0,
             good_run: 0,
             transitions: Vec::with_capacity(TRANSITION_LOG),
             transitions_dropped: 0,
             residency: vec![0; n],
+            cfg,
         })
     }
 
@@ -267,6 +439,45 @@ impl Ladder {
         self.transitions_dropped
     }
 
+    /// The mode plan stage `stage` is shed to when it keeps overrunning, if any.
+    pub fn shed_mode(&self, stage: usize) -> Option<usize> {
+        self.shed_to
+            .get(stage)
+            .filter(|&&m| m != NO_SHED)
+            .map(|&m| usize::from(m))
+    }
+
+    /// `reason` in words, with stage names and the risk margin (allocates: reports only).
+    pub fn describe(&self, reason: &TransitionReason) -> String {
+        match *reason {
+            TransitionReason::DeadlineRisk {
+                misses,
+                low_slack,
+                window,
+            } => format!(
+                "{} frames at deadline risk within the last {window} ({misses} published on \
+                 fallback, {low_slack} with end-to-end slack under {:.0}% of the deadline)",
+                misses + low_slack,
+                self.cfg.risk_slack_fraction * 100.0
+            ),
+            TransitionReason::StageOverruns {
+                stage,
+                overruns,
+                window,
+            } => {
+                let name = self
+                    .stage_names
+                    .get(usize::from(stage))
+                    .map_or("?", String::as_str);
+                format!(
+                    "stage '{name}' overran its budget in {overruns} of the last {window} \
+                     frames: shed to its fallback"
+                )
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Feeds one frame's outcome (frames in order). Returns true if the mode changed.
     pub fn observe(&mut self, o: &FrameOutcome) -> bool {
         self.residency[self.mode] += 1;
@@ -275,27 +486,66 @@ impl Ladder {
             self.transition(last, o.frame, TransitionReason::CriticalLost);
             return true;
         }
-        let bad = o.deadline_miss || o.overrun;
-        let mask: u128 = if self.cfg.window == 128 {
-            u128::MAX
-        } else {
-            (1u128 << self.cfg.window) - 1
-        };
-        self.window_bits = ((self.window_bits << 1) | u128::from(bad)) & mask;
-        let slack_ok = o.deadline_len_ns == 0
-            || (o.slack_ns as f64) >= self.cfg.slack_fraction * o.deadline_len_ns as f64;
-        if bad || !slack_ok {
+        let window = self.cfg.window;
+        let deadline = o.deadline_len_ns as f64;
+        let low_slack = !o.deadline_miss
+            && o.deadline_len_ns > 0
+            && (o.slack_ns as f64) < self.cfg.risk_slack_fraction * deadline;
+        let at_risk = o.deadline_miss || low_slack;
+        self.risk_bits = push(self.risk_bits, at_risk, window);
+        self.miss_bits = push(self.miss_bits, o.deadline_miss, window);
+        // Overrun windows of the sheddable stages; the shallowest qualifying shed wins.
+        let mut shed: Option<(usize, u32, usize)> = None; // (stage, overruns, target mode)
+        let mut m = self.sheddable;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let bits = push(
+                self.overrun_bits[i],
+                o.overrun_mask & (1u64 << i) != 0,
+                window,
+            );
+            self.overrun_bits[i] = bits;
+            let count = bits.count_ones();
+            let target = usize::from(self.shed_to[i]);
+            if self.cfg.shed_after > 0
+                && count >= self.cfg.shed_after
+                && target > self.mode
+                && shed.is_none_or(|(_, _, t)| target < t)
+            {
+                shed = Some((i, count, target));
+            }
+        }
+        let slack_ok =
+            o.deadline_len_ns == 0 || (o.slack_ns as f64) >= self.cfg.slack_fraction * deadline;
+        if at_risk || !slack_ok {
             self.good_run = 0;
         } else {
             self.good_run = self.good_run.saturating_add(1);
         }
-        let bad_count = self.window_bits.count_ones();
-        if bad_count >= self.cfg.degrade_after && self.mode < last {
-            let reason = TransitionReason::Misses {
-                bad: bad_count,
-                window: self.cfg.window,
+        let risk = self.risk_bits.count_ones();
+        let misses = self.miss_bits.count_ones();
+        if self.mode + 1 == last && misses >= self.cfg.degrade_after {
+            let reason = TransitionReason::CriticalChainMisses { misses, window };
+            self.transition(last, o.frame, reason);
+            return true;
+        }
+        if self.mode + 1 < last && risk >= self.cfg.degrade_after {
+            let reason = TransitionReason::DeadlineRisk {
+                misses,
+                low_slack: risk - misses,
+                window,
             };
             self.transition(self.mode + 1, o.frame, reason);
+            return true;
+        }
+        if let Some((stage, overruns, target)) = shed {
+            let reason = TransitionReason::StageOverruns {
+                stage: stage as u8,
+                overruns,
+                window,
+            };
+            self.transition(target, o.frame, reason);
             return true;
         }
         if self.good_run >= self.cfg.recover_after && self.mode > 0 {
@@ -311,7 +561,9 @@ impl Ladder {
     fn transition(&mut self, to: usize, frame: u64, reason: TransitionReason) {
         let from = self.mode;
         self.mode = to;
-        self.window_bits = 0;
+        self.risk_bits = 0;
+        self.miss_bits = 0;
+        self.overrun_bits.iter_mut().for_each(|b| *b = 0);
         self.good_run = 0;
         if self.transitions.len() < TRANSITION_LOG {
             self.transitions.push(ModeTransition {
@@ -327,137 +579,4 @@ impl Ladder {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::demo::{demo_graph, Faults};
-    use crate::plan::PlanConfig;
-
-    fn plan() -> Plan {
-        demo_graph(64, &Faults::new())
-            .build(&PlanConfig::default())
-            .unwrap()
-    }
-
-    fn cfg() -> LadderConfig {
-        LadderConfig {
-            modes: vec![
-                ModeSpec {
-                    name: "nominal".into(),
-                    disable: vec![],
-                },
-                ModeSpec {
-                    name: "reduced".into(),
-                    disable: vec!["smooth".into()],
-                },
-                ModeSpec {
-                    name: "safe_stop".into(),
-                    disable: vec!["smooth".into(), "gradient".into()],
-                },
-            ],
-            degrade_after: 3,
-            window: 10,
-            recover_after: 5,
-            slack_fraction: 0.2,
-        }
-    }
-
-    fn frame(frame: u64, miss: bool, slack_ns: u64) -> FrameOutcome {
-        FrameOutcome {
-            frame,
-            deadline_miss: miss,
-            overrun: false,
-            critical_lost: false,
-            slack_ns,
-            deadline_len_ns: 100,
-        }
-    }
-
-    #[test]
-    fn degrades_on_misses_in_window_and_recovers_with_hysteresis() {
-        let mut l = Ladder::new(cfg(), &plan()).unwrap();
-        assert_eq!(l.disabled_mask(), 0);
-        // Two misses: not enough.
-        assert!(!l.observe(&frame(0, true, 0)));
-        assert!(!l.observe(&frame(1, true, 0)));
-        for f in 2..11 {
-            assert!(!l.observe(&frame(f, false, 50)));
-        }
-        // The first two misses left the 10-frame window: a third miss alone does not degrade.
-        assert!(!l.observe(&frame(11, true, 0)));
-        assert!(!l.observe(&frame(12, true, 0)));
-        assert!(l.observe(&frame(13, true, 0)));
-        assert_eq!(l.mode(), 1);
-        assert_eq!(
-            l.disabled_mask(),
-            1 << 2,
-            "reduced disables smooth (plan index 2)"
-        );
-        // Frames without slack do not count towards recovery.
-        for f in 14..30 {
-            assert!(!l.observe(&frame(f, false, 10)));
-        }
-        for f in 30..34 {
-            assert!(!l.observe(&frame(f, false, 50)));
-        }
-        assert!(l.observe(&frame(34, false, 50)));
-        assert_eq!(l.mode(), 0);
-        let t = l.transitions();
-        assert_eq!(t.len(), 2);
-        assert_eq!((t[0].from, t[0].to, t[0].after_frame), (0, 1, 13));
-        assert_eq!(t[0].reason, TransitionReason::Misses { bad: 3, window: 10 });
-        assert_eq!(t[1].reason, TransitionReason::Recovered { good: 5 });
-        assert!(t[0].reason.to_string().contains("3 bad frames"));
-        assert_eq!(l.residency().iter().sum::<u64>(), 35);
-    }
-
-    #[test]
-    fn one_burst_moves_one_rung_and_critical_loss_jumps_to_the_last() {
-        let mut l = Ladder::new(cfg(), &plan()).unwrap();
-        for f in 0..5 {
-            l.observe(&frame(f, true, 0));
-        }
-        assert_eq!(l.mode(), 1, "the window restarts after a transition");
-        let mut lost = frame(5, false, 50);
-        lost.critical_lost = true;
-        assert!(l.observe(&lost));
-        assert_eq!(l.mode(), 2);
-        assert_eq!(
-            l.transitions().last().unwrap().reason,
-            TransitionReason::CriticalLost
-        );
-    }
-
-    #[test]
-    fn overruns_count_as_bad_frames() {
-        let mut l = Ladder::new(cfg(), &plan()).unwrap();
-        for f in 0..3 {
-            let mut o = frame(f, false, 50);
-            o.overrun = true;
-            l.observe(&o);
-        }
-        assert_eq!(l.mode(), 1);
-    }
-
-    #[test]
-    fn bad_configs_are_rejected_with_messages() {
-        let mut c = cfg();
-        c.modes[1].disable.push("no_such_stage".into());
-        let e = Ladder::new(c, &plan()).unwrap_err().to_string();
-        assert!(
-            e.contains("'reduced'") && e.contains("'no_such_stage'") && e.contains("smooth"),
-            "{e}"
-        );
-        let mut c = cfg();
-        c.window = 0;
-        assert!(Ladder::new(c, &plan())
-            .unwrap_err()
-            .to_string()
-            .contains("window"));
-        let mut c = cfg();
-        c.degrade_after = 11;
-        assert!(Ladder::new(c, &plan()).is_err());
-        let mut c = cfg();
-        c.slack_fraction = 1.5;
-        assert!(Ladder::new(c, &plan()).is_err());
-    }
-}
+mod tests;

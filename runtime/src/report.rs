@@ -232,7 +232,7 @@ impl Report {
                 after_frame: t.after_frame,
                 from: r.ladder.mode_name(t.from as usize).to_string(),
                 to: r.ladder.mode_name(t.to as usize).to_string(),
-                reason: t.reason.to_string(),
+                reason: r.ladder.describe(&t.reason),
                 raw: *t,
             })
             .collect();

@@ -13,6 +13,31 @@
 //!
 //! All functions here may allocate (reason strings, `/proc` reads): call them at start-up or
 //! shutdown, never from the hot path.
+//!
+//! # Defaults
+//!
+//! [`RtRequest::default`] asks for nothing (the library default: embedding code and tests
+//! decide for themselves). [`RtRequest::realtime`] is what the driving pipeline's default
+//! config asks for when frames are released in real time: `SCHED_FIFO` 40 for the lanes (the scheduler 41, the watchdog 42, all
+//! below the threaded interrupt handlers of a PREEMPT_RT kernel at 50), lanes pinned with
+//! [`RtRequest::auto_pin`] and `mlockall`. Where the OS refuses (no root, no `CAP_SYS_NICE`,
+//! a container without RT budget), the run goes on at normal priority and the report says
+//! what was refused and why.
+//!
+//! **Automatic pinning** adapts to the machine: lane `i` of `n` goes to the `i`-th of the
+//! last `n` cores this process may run on (its affinity mask at start-up, which honours
+//! `taskset` and cgroup cpusets; the last ones because the first cores usually take more
+//! interrupts and housekeeping). With fewer allowed cores than lanes nothing is pinned and
+//! the report says so: two `SCHED_FIFO` lanes of equal priority on one core would only
+//! take turns by blocking. Nor is a thread pinned automatically when its `SCHED_FIFO`
+//! request was refused: at normal priority, pinning only keeps the kernel from moving it
+//! away from other load (explicit `pin_cores` are applied regardless).
+//!
+//! **Memory locking** is only attempted where it cannot hurt: `mlockall(MCL_FUTURE)` makes
+//! every later allocation count against `RLIMIT_MEMLOCK`, so with a finite limit and
+//! without `CAP_IPC_LOCK` a granted lock would turn a later allocation into an abort. The
+//! request is then refused up front with the limit and what to do (the arena's own bounded
+//! `mlock` is still tried, see `arena`).
 
 use std::fmt;
 
@@ -20,12 +45,81 @@ use std::fmt;
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct RtRequest {
-    /// Lane `i` is pinned to `pin_cores[i % len]`. `None`: no pinning.
+    /// Lane `i` is pinned to `pin_cores[i % len]` (the watchdog to `pin_cores[lanes % len]`).
+    /// `None`: see `auto_pin`.
     pub pin_cores: Option<Vec<usize>>,
+    /// When `pin_cores` is `None`: pin the lanes to the last cores this process may run on,
+    /// one each, resolved at start-up by [`resolve_pinning`] (see the module docs). `false`
+    /// with no `pin_cores`: no pinning.
+    pub auto_pin: bool,
     /// `SCHED_FIFO` priority for every lane, `1..=99`. `None`: stay `SCHED_OTHER`.
     pub fifo_priority: Option<i32>,
     /// `mlockall(MCL_CURRENT | MCL_FUTURE)` for the whole process.
     pub lock_memory: bool,
+}
+
+impl RtRequest {
+    /// What the pipeline's default config asks for: `SCHED_FIFO` 40, automatic pinning,
+    /// `mlockall` (see the module docs). Refusals are reported, never errors.
+    pub fn realtime() -> RtRequest {
+        RtRequest {
+            pin_cores: None,
+            auto_pin: true,
+            fifo_priority: Some(40),
+            lock_memory: true,
+        }
+    }
+
+    /// Whether anything at all is asked of the OS.
+    pub fn asks_anything(&self) -> bool {
+        self.pin_cores.is_some()
+            || self.auto_pin
+            || self.fifo_priority.is_some()
+            || self.lock_memory
+    }
+}
+
+/// Turns [`RtRequest::auto_pin`] into concrete cores for `lanes` lanes: returns the request
+/// with `pin_cores` filled in, or unchanged (`pin_cores` still `None`) together with the
+/// reason nothing could be pinned. A request with explicit `pin_cores`, or without
+/// `auto_pin`, comes back unchanged with no reason. `allowed` is the set of cores the
+/// process may run on (`None`: unknown).
+pub fn resolve_pinning(
+    req: &RtRequest,
+    lanes: usize,
+    allowed: Option<&[usize]>,
+) -> (RtRequest, Option<String>) {
+    let mut out = req.clone();
+    if req.pin_cores.is_some() || !req.auto_pin {
+        return (out, None);
+    }
+    let Some(allowed) = allowed.filter(|a| !a.is_empty()) else {
+        return (
+            out,
+            Some(
+                "automatic pinning: this process's allowed cores are unknown; set rt.pin_cores"
+                    .into(),
+            ),
+        );
+    };
+    if allowed.len() < lanes {
+        return (
+            out,
+            Some(format!(
+                "automatic pinning: {lanes} lanes but only {} allowed core(s) ({allowed:?}); \
+                 lanes left unpinned (use fewer lanes, or set rt.pin_cores)",
+                allowed.len()
+            )),
+        );
+    }
+    out.pin_cores = Some(allowed[allowed.len() - lanes..].to_vec());
+    (out, None)
+}
+
+/// The cores the calling thread may run on (`sched_getaffinity`), ascending; `None` if
+/// unknown (or not on Linux).
+pub fn allowed_cores() -> Option<Vec<usize>> {
+    imp::current_affinity()
 }
 
 /// Outcome of one request to the OS.
@@ -140,16 +234,23 @@ impl OsGrants {
     }
 }
 
-/// Applies the per-thread parts of `req` (pinning, `SCHED_FIFO`) to the calling thread, which
-/// is lane `lane_index`, and reports the outcome under the label `thread_name`.
+/// Applies the per-thread parts of `req` (`SCHED_FIFO`, then pinning) to the calling thread,
+/// which is lane `lane_index`, and reports the outcome under the label `thread_name`.
 ///
 /// `req.lock_memory` is process-wide and is *not* applied here: call [`lock_all_memory`] once.
-/// An empty `pin_cores` list is refused (there is no core to pin to).
+/// An empty `pin_cores` list is refused (there is no core to pin to). Cores that came from
+/// [`RtRequest::auto_pin`] (resolved by [`resolve_pinning`]) are only pinned when
+/// `SCHED_FIFO` was granted: a normal-priority thread pinned to one core cannot move away
+/// from whatever else runs there, which makes it slower, not more predictable.
 pub fn apply_to_current_thread(
     thread_name: &str,
     lane_index: usize,
     req: &RtRequest,
 ) -> ThreadGrant {
+    let priority = match req.fifo_priority {
+        None => Grant::NotRequested,
+        Some(p) => set_current_thread_fifo(p),
+    };
     let (core, pinning) = match req.pin_cores.as_deref() {
         None => (None, Grant::NotRequested),
         Some([]) => (
@@ -158,12 +259,19 @@ pub fn apply_to_current_thread(
         ),
         Some(cores) => {
             let core = cores[lane_index % cores.len()];
-            (Some(core), pin_current_thread(core))
+            if req.auto_pin && priority != Grant::Granted {
+                (
+                    Some(core),
+                    Grant::refused(
+                        "automatic pinning skipped: SCHED_FIFO was not granted, and a \
+                         normal-priority thread pinned to one core cannot move away from other \
+                         load; set rt.pin_cores to pin anyway",
+                    ),
+                )
+            } else {
+                (Some(core), pin_current_thread(core))
+            }
         }
-    };
-    let priority = match req.fifo_priority {
-        None => Grant::NotRequested,
-        Some(p) => set_current_thread_fifo(p),
     };
     ThreadGrant {
         thread: thread_name.to_owned(),
@@ -231,7 +339,6 @@ mod imp {
         Some((s.trim().to_owned(), list))
     }
 
-    #[cfg(test)]
     pub(super) fn current_affinity() -> Option<Vec<usize>> {
         // SAFETY: cpu_set_t is a plain bit array; all-zero is a valid (empty) set.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -353,7 +460,41 @@ mod imp {
         }
     }
 
+    /// Whether the effective capabilities include `CAP_IPC_LOCK` (from /proc/self/status).
+    fn has_cap_ipc_lock() -> bool {
+        const CAP_IPC_LOCK: u32 = 14;
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("CapEff:"))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            })
+            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+    }
+
+    /// `RLIMIT_MEMLOCK`'s soft limit in bytes; `None` when unlimited (or unreadable).
+    fn memlock_limit() -> Option<u64> {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `lim` is a valid, writable rlimit; getrlimit writes only into it.
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+        if rc != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+            return None;
+        }
+        #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every target
+        Some(lim.rlim_cur as u64)
+    }
+
     pub(super) fn lock_all() -> Grant {
+        // MCL_FUTURE makes every later allocation count against RLIMIT_MEMLOCK: with a
+        // finite limit and no CAP_IPC_LOCK a granted lock would turn a later allocation
+        // into an abort. Refuse up front instead.
+        if let Some(refusal) = super::memlock_precheck(memlock_limit(), has_cap_ipc_lock()) {
+            return refusal;
+        }
         // SAFETY: mlockall takes flags only and touches no caller memory.
         let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
         if rc == 0 {
@@ -404,7 +545,6 @@ mod imp {
 
     const UNSUPPORTED: &str = "not supported on this OS";
 
-    #[cfg(test)]
     pub(super) fn current_affinity() -> Option<Vec<usize>> {
         None
     }
@@ -431,6 +571,21 @@ mod imp {
     }
 }
 
+/// `Some(refusal)` when `mlockall(MCL_FUTURE)` must not be attempted: the soft
+/// `RLIMIT_MEMLOCK` is finite (`limit`, bytes; `None` = unlimited) and the process lacks
+/// `CAP_IPC_LOCK`, so every later allocation would count against the limit.
+fn memlock_precheck(limit: Option<u64>, cap_ipc_lock: bool) -> Option<Grant> {
+    match limit {
+        Some(limit) if !cap_ipc_lock => Some(Grant::refused(format!(
+            "not attempted: RLIMIT_MEMLOCK is {} KiB and this process lacks CAP_IPC_LOCK, so \
+             locking all future memory would make later allocations fail; run as root, grant \
+             CAP_IPC_LOCK, or raise the limit (`ulimit -l unlimited`)",
+            limit / 1024
+        ))),
+        _ => None,
+    }
+}
+
 /// Pins the calling thread to `core` (`sched_setaffinity(0, ...)`).
 ///
 /// Refused with a reason when `core >= CPU_SETSIZE`, the core is not online, or it is outside
@@ -451,7 +606,7 @@ pub(crate) fn set_current_thread_affinity(cores: &[usize]) -> Grant {
 /// Tests only (they restore it after pinning).
 #[cfg(test)]
 pub(crate) fn current_thread_affinity() -> Option<Vec<usize>> {
-    imp::current_affinity()
+    allowed_cores()
 }
 
 /// Switches the calling thread to `SCHED_FIFO` at `priority`.
@@ -470,8 +625,9 @@ pub(crate) fn reset_current_thread_to_normal() -> Grant {
 
 /// Locks all current and future pages of the process in RAM (`mlockall(MCL_CURRENT | MCL_FUTURE)`).
 ///
-/// Note: once granted without `CAP_IPC_LOCK`, later allocations count against
-/// `RLIMIT_MEMLOCK`; allocate everything at start-up.
+/// Refused without asking the kernel when `RLIMIT_MEMLOCK` is finite and the process lacks
+/// `CAP_IPC_LOCK`: once granted, every later allocation would count against the limit and
+/// could fail (see the module docs).
 pub fn lock_all_memory() -> Grant {
     imp::lock_all()
 }

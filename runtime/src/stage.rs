@@ -57,16 +57,20 @@ impl ElemType {
     }
 }
 
-/// How much a stage matters to the safety of the output; drives the degradation ladder.
+/// How much a stage matters to the safety of the output; drives the degradation ladder
+/// (see [`crate::modes`]). Budget overruns of every stage are recorded and reported; they
+/// move the ladder only as described here, or through the deadline risk they cause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Criticality {
-    /// Losing this stage (hung) sends the ladder straight to its last (safe-stop) mode.
+    /// Losing this stage (hung) sends the ladder straight to its last (safe-stop) mode. Its
+    /// overruns alone never move the ladder (it cannot be shed).
     Critical,
-    /// Overruns count towards degradation.
+    /// Overrunning its budget persistently sheds it: the ladder switches to the first mode
+    /// that disables it (never to the last rung).
     #[default]
     Normal,
-    /// Overruns are recorded but never degrade the mode.
+    /// Overruns are recorded but never move the ladder.
     BestEffort,
 }
 

@@ -44,6 +44,7 @@ use redline_pipeline::config::{PipelineConfig, Slowdown};
 use redline_pipeline::run::{start_runtime, Counters, RecordingPublisher};
 use redline_pipeline::sensors::FrameSource;
 use redline_pipeline::slowdown::add_stage;
+use redline_runtime::rt::RtRequest;
 use redline_runtime::{
     FrameInfo, GraphBuilder, PlanConfig, Published, ReleaseMode, Runtime, RuntimeConfig, Stage,
     StageError, StageIo,
@@ -196,9 +197,12 @@ fn calibrated_config() -> PipelineConfig {
         lanes: 2,
         ..PipelineConfig::default()
     };
-    cfg.rt.fifo_priority = Some(40);
-    cfg.rt.lock_memory = true;
-    cfg.rt.pin_cores = Some(vec![0, 1]);
+    cfg.rt = Some(RtRequest {
+        pin_cores: Some(vec![0, 1]),
+        fifo_priority: Some(40),
+        lock_memory: true,
+        ..RtRequest::default()
+    });
     cfg
 }
 
@@ -237,7 +241,7 @@ fn calibrated_replay(cfg: &PipelineConfig, label: &str) -> Measurement {
             // its fallback (the counts are judged exactly).
             deadline_ns: 3 * CAL_PERIOD_NS,
             release: cfg.release,
-            rt: cfg.rt.clone(),
+            rt: cfg.rt_request(),
             ..RuntimeConfig::default()
         },
     )
@@ -371,9 +375,12 @@ fn real_config() -> PipelineConfig {
         release: ReleaseMode::RealTime,
         ..PipelineConfig::default()
     };
-    cfg.rt.fifo_priority = Some(40);
-    cfg.rt.lock_memory = true;
-    cfg.rt.pin_cores = Some(vec![0, 1]);
+    cfg.rt = Some(RtRequest {
+        pin_cores: Some(vec![0, 1]),
+        fifo_priority: Some(40),
+        lock_memory: true,
+        ..RtRequest::default()
+    });
     cfg
 }
 

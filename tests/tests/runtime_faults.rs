@@ -36,6 +36,7 @@ fn realtime(faults: &Arc<Faults>, hang_after_ns: u64) -> Runtime {
         ladder: ladder(),
         rt: redline_runtime::rt::RtRequest {
             pin_cores: None,
+            auto_pin: false,
             fifo_priority: Some(40),
             lock_memory: true,
         },
@@ -268,5 +269,81 @@ fn modeled_timing_gives_the_same_modes_and_outputs_on_any_lane_count() {
         assert_eq!(t2, transitions, "lanes={lanes}");
         assert_eq!(r2, residency, "lanes={lanes}");
         assert_eq!(h2, hash, "lanes={lanes}");
+    }
+}
+
+/// Budget overruns while frames still publish with slack (issue 10): recorded and reported
+/// every time, and the only move they make is shedding the non-critical stage that keeps
+/// overrunning, to the first mode that disables it. A stage no mode sheds (`fuse`, only in
+/// no mode; `summary`, critical) moves nothing, and nothing reaches the last rung without
+/// deadline misses.
+#[test]
+fn overruns_with_slack_are_reported_and_shed_only_the_overrunning_stage() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for stage in [ids::FUSE, ids::SUMMARY, ids::SMOOTH] {
+        let name = ids::NAMES[stage];
+        let faults = Faults::new();
+        let mut rt = realtime(&faults, 500_000_000);
+        let mut frames = 0u64;
+        let mut count = |_: &Published<'_>| frames += 1;
+        rt.run(20, &mut count);
+        // 3 ms per run: several times the stage's sub-millisecond budget, far inside the
+        // 16 ms guard of a 20 ms frame.
+        faults.stall(stage, 3_000_000);
+        rt.run(60, &mut count);
+        faults.stall(stage, 0);
+        let r = rt.report();
+        let table = r.table();
+        assert_eq!(frames, 80);
+        // Every run overran (smooth only runs while it is not shed).
+        let runs = r.stages[stage].counters.runs;
+        assert!(runs >= if stage == ids::SMOOTH { 4 } else { 60 }, "{table}");
+        assert!(
+            r.stages[stage].counters.overruns + 20 >= runs,
+            "{name}: the overruns are recorded\n{table}"
+        );
+        assert_eq!(
+            r.overruns.iter().filter(|o| o.stage == stage).count() as u64,
+            r.stages[stage].counters.overruns
+        );
+        let sheds: Vec<&str> = r
+            .transitions
+            .iter()
+            .filter(|t| t.reason.contains("overran its budget"))
+            .map(|t| t.reason.as_str())
+            .collect();
+        assert!(
+            sheds.iter().all(|s| s.contains("stage 'smooth'")),
+            "{name}: only smooth can be shed on overruns: {sheds:?}"
+        );
+        if stage == ids::SMOOTH {
+            assert!(
+                r.transitions.iter().any(|t| t.from == "nominal"
+                    && t.to == "reduced"
+                    && t.reason.contains("stage 'smooth' overran its budget")),
+                "smooth keeps overrunning: shed to reduced\n{table}\n{:#?}",
+                r.transitions
+            );
+        }
+        let last = r.mode_residency.last().unwrap();
+        assert_eq!(last.mode, "minimal");
+        if r.deadline_misses == 0 {
+            assert_eq!(
+                last.frames, 0,
+                "{name}: overruns alone never reach the last rung"
+            );
+            if stage != ids::SMOOTH {
+                assert!(
+                    r.transitions.is_empty(),
+                    "{name}: nothing to shed, no risk: {:#?}",
+                    r.transitions
+                );
+            }
+        } else {
+            eprintln!(
+                "{name}: {} deadline misses on this machine: the ladder may move on them\n{table}",
+                r.deadline_misses
+            );
+        }
     }
 }

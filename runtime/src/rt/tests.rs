@@ -106,7 +106,7 @@ fn apply_request_to_lane_thread() {
         let req = RtRequest {
             pin_cores: Some(vec![100_000, core]),
             fifo_priority: Some(5),
-            lock_memory: false,
+            ..RtRequest::default()
         };
         let t = apply_to_current_thread("lane 1", 1, &req);
         assert_eq!(t.thread, "lane 1");
@@ -211,6 +211,7 @@ fn os_grants_serde_round_trip() {
     assert_eq!(back, g);
     let req = RtRequest {
         pin_cores: Some(vec![2, 3]),
+        auto_pin: true,
         fifo_priority: Some(80),
         lock_memory: true,
     };
@@ -226,7 +227,7 @@ fn report_what_the_os_grants() {
         let req = RtRequest {
             pin_cores: Some(original.clone().unwrap_or_else(|| vec![0])),
             fifo_priority: Some(10),
-            lock_memory: false,
+            ..RtRequest::default()
         };
         let grants = OsGrants {
             memory_lock: Grant::NotRequested,
@@ -263,4 +264,138 @@ fn rt_throttling_and_online_cores() {
         assert_eq!(imp::parse_cpu_list("3-1"), None);
         assert_eq!(imp::parse_cpu_list("x"), None);
     }
+}
+
+#[test]
+fn automatic_pinning_adapts_to_the_allowed_cores() {
+    let auto = RtRequest::realtime();
+    assert!(auto.auto_pin && auto.pin_cores.is_none() && auto.asks_anything());
+    assert!(!RtRequest::default().asks_anything());
+    // Two lanes on a 2-core machine: one core each.
+    let (r, why) = resolve_pinning(&auto, 2, Some(&[0, 1]));
+    assert_eq!((r.pin_cores.as_deref(), why), (Some(&[0, 1][..]), None));
+    // More cores than lanes: the last ones (the first take more interrupts).
+    let (r, why) = resolve_pinning(&auto, 2, Some(&[0, 1, 2, 3, 4, 5, 6, 7]));
+    assert_eq!((r.pin_cores.as_deref(), why), (Some(&[6, 7][..]), None));
+    // A cpuset (taskset -c 2,5,9): only those.
+    let (r, _) = resolve_pinning(&auto, 2, Some(&[2, 5, 9]));
+    assert_eq!(r.pin_cores.as_deref(), Some(&[5, 9][..]));
+    // Fewer cores than lanes, or unknown: nothing pinned, and the reason says why.
+    let (r, why) = resolve_pinning(&auto, 4, Some(&[0, 1]));
+    assert_eq!(r.pin_cores, None);
+    let why = why.expect("a reason");
+    assert!(why.contains("4 lanes") && why.contains("[0, 1]"), "{why}");
+    let (r, why) = resolve_pinning(&auto, 2, None);
+    assert!(r.pin_cores.is_none() && why.is_some_and(|w| w.contains("pin_cores")));
+    // Explicit cores, or no auto pinning: untouched.
+    let explicit = RtRequest {
+        pin_cores: Some(vec![3]),
+        ..RtRequest::realtime()
+    };
+    assert_eq!(
+        resolve_pinning(&explicit, 2, Some(&[0, 1])),
+        (explicit, None)
+    );
+    let off = RtRequest::default();
+    assert_eq!(resolve_pinning(&off, 2, Some(&[0, 1])), (off, None));
+    // This machine: lanes up to the allowed core count get pinned.
+    if let Some(allowed) = allowed_cores() {
+        let (r, why) = resolve_pinning(&auto, allowed.len(), Some(&allowed));
+        assert_eq!((r.pin_cores, why), (Some(allowed), None));
+    }
+}
+
+#[test]
+fn memory_lock_is_not_attempted_where_later_allocations_would_fail() {
+    // Unlimited, or CAP_IPC_LOCK: go ahead (the kernel decides).
+    assert_eq!(memlock_precheck(None, false), None);
+    assert_eq!(memlock_precheck(Some(8 << 20), true), None);
+    // An unprivileged user with the usual 8 MiB limit: refused up front, with what to do.
+    let reason = refused(&memlock_precheck(Some(8 << 20), false).expect("refused")).to_owned();
+    assert!(
+        reason.contains("8192 KiB")
+            && reason.contains("CAP_IPC_LOCK")
+            && reason.contains("ulimit -l"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_refused_request_reads_as_one_clear_line_per_thread() {
+    // What an unprivileged user sees for the default request (the EPERM texts are the
+    // ones `set_fifo` and `set_affinity` produce).
+    let g = OsGrants {
+        memory_lock: memlock_precheck(Some(8 << 20), false).unwrap(),
+        threads: vec![ThreadGrant {
+            thread: "redline-lane-0".into(),
+            core: Some(0),
+            pinning: Grant::Granted,
+            fifo_priority: Some(40),
+            priority: Grant::Refused {
+                reason: "EPERM (Operation not permitted): run as root or grant CAP_SYS_NICE".into(),
+            },
+        }],
+        rt_throttling: Some("950000/1000000 us".into()),
+    };
+    let lines = g.summary_lines();
+    assert!(
+        lines[0].starts_with("memory lock: refused (not attempted: RLIMIT_MEMLOCK"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[2],
+        "redline-lane-0: core 0 pinned, SCHED_FIFO 40 refused (EPERM (Operation not permitted): \
+         run as root or grant CAP_SYS_NICE)"
+    );
+    assert!(!g.all_granted());
+}
+
+#[test]
+fn automatic_pinning_is_skipped_without_sched_fifo() {
+    std::thread::spawn(|| {
+        let before = current_thread_affinity();
+        let core = before.as_ref().map_or(0, |o| o[0]);
+        // Priority 0 is refused without asking the kernel (out of range): not pinned.
+        let req = RtRequest {
+            pin_cores: Some(vec![core]),
+            auto_pin: true,
+            fifo_priority: Some(0),
+            lock_memory: false,
+        };
+        let t = apply_to_current_thread("lane 0", 0, &req);
+        refused(&t.priority);
+        assert!(
+            refused(&t.pinning).contains("SCHED_FIFO was not granted"),
+            "{t:?}"
+        );
+        assert_eq!(current_thread_affinity(), before, "nothing was pinned");
+        // No SCHED_FIFO asked: not pinned either.
+        let t = apply_to_current_thread(
+            "lane 0",
+            0,
+            &RtRequest {
+                fifo_priority: None,
+                ..req.clone()
+            },
+        );
+        assert!(refused(&t.pinning).contains("automatic pinning skipped"));
+        assert!(t
+            .summary_line()
+            .contains("pinning refused (automatic pinning skipped"));
+        // Explicit cores are pinned whatever the priority.
+        let t = apply_to_current_thread(
+            "lane 0",
+            0,
+            &RtRequest {
+                auto_pin: false,
+                ..req
+            },
+        );
+        granted_or_explained(&t.pinning);
+        if let Some(b) = before {
+            let _ = set_current_thread_affinity(&b);
+        }
+    })
+    .join()
+    .unwrap();
 }

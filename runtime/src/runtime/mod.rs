@@ -5,7 +5,10 @@
 //!
 //! - [`Runtime::new`] does all allocation: stage `init`, the arena (N frame slots), the held
 //!   output region, lane and watchdog threads (pinned / SCHED_FIFO / `mlockall` when asked,
-//!   with what the OS granted recorded in [`Runtime::os_grants`]), histograms, span ring.
+//!   automatic pinning resolved against the cores this process may use, with what the OS
+//!   granted or refused recorded in [`Runtime::os_grants`]; a refusal is never an error,
+//!   see [`crate::rt`]), histograms, span ring. The calling thread becomes the scheduler
+//!   and keeps the `SCHED_FIFO` priority it was given after the runtime is dropped.
 //! - [`Runtime::run`] drives `frames` frames and returns when each has been published and
 //!   every slot retired. The scheduler loop, the lanes and metrics recording allocate
 //!   nothing (tests count it), take no lock and do no I/O.
@@ -174,10 +177,15 @@ impl Runtime {
         let n = plan.stages.len();
 
         let mut os = OsGrants::default();
+        // Automatic pinning becomes concrete cores here, from this process's allowed cores
+        // (or a reason why nothing is pinned, reported on every lane and the watchdog).
+        let (rt_req, pin_refusal) =
+            rt::resolve_pinning(&cfg.rt, lanes, rt::allowed_cores().as_deref());
         // The calling thread becomes the scheduler: one priority above the lanes, so it can
         // publish a fallback while a lane runs late; the watchdog is above it.
-        let mut sched_req = cfg.rt.clone();
+        let mut sched_req = rt_req.clone();
         sched_req.pin_cores = None;
+        sched_req.auto_pin = false;
         sched_req.fifo_priority = sched_req.fifo_priority.map(|p| (p + 1).min(98));
         let mut sched_grant = rt::apply_to_current_thread("scheduler", 0, &sched_req);
         sched_grant.thread = "scheduler".into();
@@ -289,7 +297,7 @@ impl Runtime {
         let (tx, rx) = std::sync::mpsc::channel::<rt::ThreadGrant>();
         for lane in 0..lanes {
             let sh = shared.clone();
-            let req = cfg.rt.clone();
+            let req = rt_req.clone();
             let tx = tx.clone();
             let name = format!("redline-lane-{lane}");
             let tname = name.clone();
@@ -308,11 +316,20 @@ impl Runtime {
                 .map_err(|error| RuntimeError::Thread { name, error })?;
             rt_.lane_threads.push(Some(h));
         }
-        // The watchdog shares the last lane's core when pinning: it must preempt it.
-        rt_.watchdog = Some(watchdog::spawn(shared.clone(), &cfg.rt, lanes, tx.clone())?);
+        // When pinning, the watchdog takes core `pin_cores[lanes % len]`: a core of its own
+        // when more cores than lanes are listed, else lane 0's, which it preempts (it runs
+        // two priorities above the lanes).
+        rt_.watchdog = Some(watchdog::spawn(shared.clone(), &rt_req, lanes, tx.clone())?);
         drop(tx);
         // Each thread sends its grant once and then keeps its sender for ever: count them.
         let mut grants: Vec<rt::ThreadGrant> = (0..=lanes).filter_map(|_| rx.recv().ok()).collect();
+        if let Some(reason) = pin_refusal {
+            for g in grants.iter_mut() {
+                g.pinning = rt::Grant::Refused {
+                    reason: reason.clone(),
+                };
+            }
+        }
         grants.push(sched_grant);
         grants.sort_by(|a, b| a.thread.cmp(&b.thread));
         rt_.os.threads = grants;

@@ -12,6 +12,11 @@
 //! - A publish after the deadline is counted (`late_publishes`): misses are never silent.
 //!   Every publish records end-to-end latency and a span, and feeds the ladder: directly
 //!   in real time, in frame order `slots` frames later in lockstep (see `release`).
+//! - What the ladder is fed ([`FrameOutcome`]): whether the frame published its fallback,
+//!   the mask of stages (not best-effort) that overran their budget, and the end-to-end
+//!   slack (deadline − publish, from the frame's release; 0 for a fallback or a late
+//!   publish). Overruns and slack are measured in real time, modeled with a timing model,
+//!   and absent (no overruns, `u64::MAX` slack) in lockstep without one.
 //! - With a [`TimingModel`](super::TimingModel) the lateness and overruns of a frame come
 //!   from the modeled critical path, never from measured times; in lockstep without one
 //!   no timing decision is taken at all.
@@ -85,12 +90,12 @@ impl Runtime {
                         // Lockstep without a model: no timing-based decision at all (the
                         // ladder must not depend on how fast this machine happened to be).
                         let lockstep = self.cfg.release == ReleaseMode::Lockstep;
-                        let (late, slack, overrun) = if self.timing.is_some() {
+                        let (late, slack, overruns) = if self.timing.is_some() {
                             self.modeled_schedule(slot as usize, &info)
                         } else if lockstep {
-                            (false, u64::MAX, false)
+                            (false, u64::MAX, 0)
                         } else {
-                            (false, 0, self.measured_overrun(slot as usize))
+                            (false, 0, self.measured_overruns(slot as usize))
                         };
                         if late {
                             self.publish_fallback(
@@ -98,7 +103,7 @@ impl Runtime {
                                 info,
                                 FallbackReason::ModeledLate,
                                 wall_release,
-                                u64::from(overrun),
+                                overruns,
                             );
                         } else {
                             self.publish_normal(
@@ -107,7 +112,7 @@ impl Runtime {
                                 info,
                                 wall_release,
                                 slack,
-                                overrun,
+                                overruns,
                             );
                         }
                     }
@@ -131,33 +136,40 @@ impl Runtime {
         counted
     }
 
-    fn measured_overrun(&self, slot: usize) -> bool {
+    /// The stages (not best-effort) whose measured `run` overran its budget, as a mask.
+    fn measured_overruns(&self, slot: usize) -> u64 {
         let s = &self.shared.slots[slot];
-        self.stages.iter().enumerate().any(|(i, st)| {
+        let mut mask = 0;
+        for (i, st) in self.stages.iter().enumerate() {
             let t = &s.timing[i];
-            st.budget_ns > 0
+            if st.budget_ns > 0
                 && st.criticality != Criticality::BestEffort
                 && matches!(t.outcome(), Outcome::Ran | Outcome::Failed)
                 && t.end_ns
                     .load(Ordering::Relaxed)
                     .saturating_sub(t.start_ns.load(Ordering::Relaxed))
                     > st.budget_ns
-        })
+            {
+                mask |= 1 << i;
+            }
+        }
+        mask
     }
 
-    /// Virtual schedule of a finished frame: (late, slack_ns, counted overrun).
+    /// Virtual schedule of a finished frame: (late, slack_ns, mask of the stages, not
+    /// best-effort, whose modeled duration overran the budget).
     ///
     /// The modeled machine runs every stage as soon as its inputs are ready and it has
     /// finished the previous frame (the per-stage frame gate), as if each stage had its own
     /// lane: the critical path of modeled durations. It deliberately ignores the real lane
     /// count, so a modeled replay makes the same decisions, hence the same outputs, on any
     /// number of lanes. Durations measured on the target already include its contention.
-    fn modeled_schedule(&mut self, slot: usize, info: &FrameInfo) -> (bool, u64, bool) {
+    fn modeled_schedule(&mut self, slot: usize, info: &FrameInfo) -> (bool, u64, u64) {
         let Some(model) = self.timing.as_mut() else {
-            return (false, 0, false);
+            return (false, 0, 0);
         };
         let s = &self.shared.slots[slot];
-        let mut overrun = false;
+        let mut overruns = 0u64;
         let mut end = info.release_ns;
         let guard = info.deadline_ns.saturating_sub(self.cfg.publish_margin_ns);
         for i in 0..self.stages.len() {
@@ -173,7 +185,7 @@ impl Runtime {
                 && dur > st.budget_ns
                 && st.criticality != Criticality::BestEffort
             {
-                overrun = true;
+                overruns |= 1 << i;
             }
             let ready = st
                 .predecessors
@@ -197,7 +209,7 @@ impl Runtime {
             end = end.max(fin);
         }
         let late = end > info.deadline_ns;
-        (late, info.deadline_ns.saturating_sub(end), overrun)
+        (late, info.deadline_ns.saturating_sub(end), overruns)
     }
 
     fn outputs_at(&self, base: std::ptr::NonNull<u8>, views_in_slot: bool) -> Outputs<'_> {
@@ -219,7 +231,7 @@ impl Runtime {
         info: FrameInfo,
         wall_release: u64,
         modeled_slack: u64,
-        overrun: bool,
+        overruns: u64,
     ) {
         let s = &self.shared.slots[slot];
         let degraded = (0..self.stages.len()).any(|i| s.timing[i].outcome() != Outcome::Ran);
@@ -257,7 +269,7 @@ impl Runtime {
         } else {
             modeled_slack
         };
-        self.finish_publish(info.frame, latency, false, overrun, slack);
+        self.finish_publish(info.frame, latency, false, overruns, slack);
     }
 
     /// Calls the publisher with the outputs at `base` (a slot, or the held region), records
@@ -323,16 +335,27 @@ impl Runtime {
         let (latency, _) = self.hand_over(publisher, info, status, wall_release, base, false);
         self.deadline_misses += 1;
         self.misses_by_reason[reason as usize] += 1;
-        self.finish_publish(info.frame, latency, true, overrun_mask != 0, 0);
+        self.finish_publish(info.frame, latency, true, overrun_mask, 0);
     }
 
-    fn finish_publish(&mut self, frame: u64, latency: u64, miss: bool, overrun: bool, slack: u64) {
+    /// Records the publish and hands the frame's outcome to the ladder. `slack` is the
+    /// end-to-end slack the ladder judges deadline risk by: measured (release → publish)
+    /// in real time and as-fast-as-possible runs, modeled in lockstep with a timing model,
+    /// `u64::MAX` (no timing decision) in lockstep without one; 0 for a fallback.
+    fn finish_publish(
+        &mut self,
+        frame: u64,
+        latency: u64,
+        miss: bool,
+        overrun_mask: u64,
+        slack: u64,
+    ) {
         self.e2e.record(latency);
         self.frames_published += 1;
         let o = FrameOutcome {
             frame,
             deadline_miss: miss,
-            overrun,
+            overrun_mask,
             critical_lost: std::mem::take(&mut self.critical_lost_pending),
             slack_ns: slack,
             deadline_len_ns: self.cfg.deadline_len_ns(),
