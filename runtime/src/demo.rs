@@ -11,7 +11,8 @@
 //!
 //! Every stage is integer arithmetic on the frame number, so outputs are bit-identical
 //! across runs and lane counts. [`empty_graph`] builds the 12-stage graph of empty stages the
-//! scheduler-overhead benchmark measures. [`Faults`] lets a test stall or hang a stage.
+//! scheduler-overhead benchmark measures. [`Faults`] lets a test stall, hang or panic a
+//! stage.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,13 +23,16 @@ use crate::modes::{LadderConfig, ModeSpec};
 use crate::rng::mix64;
 use crate::stage::{Criticality, FrameInfo, Stage, StageError, StageIo};
 
-/// Switches a test flips to stall or hang one demo stage (by name index in the demo).
+/// Switches a test flips to stall, hang or panic one demo stage (by name index in the
+/// demo).
 #[derive(Debug)]
 pub struct Faults {
     stall_stage: AtomicUsize,
     stall_ns: AtomicU64,
     hang_stage: AtomicUsize,
     hang_released: AtomicBool,
+    panic_stage: AtomicUsize,
+    panic_from: AtomicU64,
 }
 
 impl Default for Faults {
@@ -38,6 +42,8 @@ impl Default for Faults {
             stall_ns: AtomicU64::new(0),
             hang_stage: AtomicUsize::new(usize::MAX),
             hang_released: AtomicBool::new(false),
+            panic_stage: AtomicUsize::new(usize::MAX),
+            panic_from: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -67,7 +73,28 @@ impl Faults {
         self.hang_released.store(true, Ordering::SeqCst);
     }
 
-    fn apply(&self, id: usize) {
+    /// Demo stage `id` panics in its first run at frame `frame` or later (a bug in user
+    /// code, for the containment tests). `smooth` panics inside its `parallel_chunks_mut`
+    /// closure, in its last chunk, so the panic may happen on a helper lane; every other
+    /// stage panics at the start of `run`. The message names the stage and the frame.
+    pub fn panic_at(&self, id: usize, frame: u64) {
+        self.panic_from.store(frame, Ordering::SeqCst);
+        self.panic_stage.store(id, Ordering::SeqCst);
+    }
+
+    /// Whether demo stage `id` is to panic in `frame`.
+    fn panics(&self, id: usize, frame: u64) -> bool {
+        self.panic_stage.load(Ordering::Relaxed) == id
+            && frame >= self.panic_from.load(Ordering::Relaxed)
+    }
+
+    fn apply(&self, id: usize, frame: u64) {
+        if id != ids::SMOOTH && self.panics(id, frame) {
+            panic!(
+                "injected panic: demo stage {} at frame {frame}",
+                ids::NAMES[id]
+            );
+        }
         if self.stall_stage.load(Ordering::Relaxed) == id {
             // Sleep rather than spin: a stall of tens of ms spinning at SCHED_FIFO would
             // trip the kernel's RT throttling and stall the whole machine, not one stage.
@@ -133,7 +160,7 @@ impl Stage for DemoStage {
     }
 
     fn run(&mut self, f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
-        self.faults.apply(self.id);
+        self.faults.apply(self.id, f.frame);
         let n = self.len;
         match self.id {
             ids::SOURCE => {
@@ -153,7 +180,14 @@ impl Stage for DemoStage {
                 let inp = io.input::<i16>(0)?;
                 let out = io.output::<i32>(0)?;
                 let len = out.len();
+                let panics = self.faults.panics(ids::SMOOTH, f.frame);
                 io.parallel_chunks_mut(out, 4, &|chunk, piece| {
+                    if panics && chunk == 3 {
+                        panic!(
+                            "injected panic: demo stage smooth at frame {}, chunk {chunk}",
+                            f.frame
+                        );
+                    }
                     let first = crate::parallel::chunk_range(len, 4, chunk).start;
                     for (o, i) in piece.iter_mut().zip(first..) {
                         let a = i32::from(inp[i.saturating_sub(1)]);

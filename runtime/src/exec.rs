@@ -32,8 +32,20 @@
 //!   (no longer used), moves that lane's stages to live lanes, and completes the hung stage
 //!   on its behalf so later frames flow; from then on the stage's [`Fallback`] stands in
 //!   for it. The slot the hung stage is writing into stays quarantined until it returns.
+//!   Moving a lost lane's work is bounded: [`Shared::redirect_lost_queue`] pops each queued
+//!   job once and pushes it once (never dispatching again), so no job is run twice or lost,
+//!   and each stage keeps its frame order (its gate admits one frame at a time, so it has
+//!   at most one job queued anywhere). With no live lane left, the jobs wait where they
+//!   are; frames are published on fallback meanwhile, and the first written-off stage
+//!   that returns revives its lane ([`Shared::revive_lane`]).
+//! - A stage whose `run` panics is caught at the stage boundary ([`Shared::execute`]), its
+//!   fallback writes that frame's outputs and it is *poisoned*: never run again, its
+//!   fallback standing in from then on. A fallback that panics is replaced by zero-fill.
+//!   See [`crate::containment`] for the whole panic contract (publisher, scheduling step,
+//!   lane and watchdog threads).
 
 use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
@@ -42,12 +54,13 @@ use std::thread::Thread;
 use crossbeam_queue::ArrayQueue;
 
 use crate::arena::Arena;
+use crate::containment::{self, Escaped, PanicNote, StagePanics};
 use crate::lanes::LaneSet;
 use crate::parallel::ParallelHandle;
 use crate::runtime::clock::Clock;
 use crate::runtime::watchdog::Watch;
 use crate::runtime::Runtime;
-use crate::stage::{Fallback, FrameInfo, PortView, Stage, StageIo};
+use crate::stage::{Fallback, FrameInfo, PortView, Stage, StageIo, ZeroFill};
 
 /// Marker for "no value" in packed atomics.
 pub(crate) const NONE: u64 = u64::MAX;
@@ -60,10 +73,12 @@ pub(crate) const ABANDONED: u8 = 3;
 
 // Node execution states, in the low 2 bits of `Node::exec`; the high bits hold the
 // sequence number of the frame being run, so a stale hang report for an earlier frame can
-// never write off a later run of the same stage.
+// never write off a later run of the same stage. LOST (written off as hung) and POISONED
+// (its `run` panicked) are final: the fallback stands in from then on.
 const IDLE: u64 = 0;
 const BUSY: u64 = 1;
 const LOST: u64 = 2;
+const POISONED: u64 = 3;
 const STATE_MASK: u64 = 3;
 
 /// How one stage's turn in one frame ended.
@@ -84,6 +99,10 @@ pub(crate) enum Outcome {
     Cancelled = 5,
     /// The stage hung in this frame and was completed on its behalf.
     Hung = 6,
+    /// `run` panicked in this frame; the fallback wrote the outputs.
+    Panicked = 7,
+    /// The stage panicked in an earlier frame; the fallback wrote the outputs.
+    PanickedFallback = 8,
 }
 
 impl Outcome {
@@ -95,6 +114,8 @@ impl Outcome {
             4 => Outcome::LostFallback,
             5 => Outcome::Cancelled,
             6 => Outcome::Hung,
+            7 => Outcome::Panicked,
+            8 => Outcome::PanickedFallback,
             _ => Outcome::Pending,
         }
     }
@@ -106,6 +127,26 @@ pub(crate) struct StageJob {
     pub node: u8,
     pub slot: u8,
     pub seq: u64,
+}
+
+/// Holds the scheduling token (`Shared::token`) and gives it back when dropped, also when
+/// the holder unwinds.
+pub(crate) struct TokenGuard<'a>(&'a AtomicBool);
+
+impl<'a> TokenGuard<'a> {
+    /// Takes the token if it is free.
+    pub fn acquire(token: &'a AtomicBool) -> Option<TokenGuard<'a>> {
+        token
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
+            .ok()
+            .map(|_| TokenGuard(token))
+    }
+}
+
+impl Drop for TokenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Messages to the scheduler thread.
@@ -158,8 +199,12 @@ pub(crate) struct Node {
     next_seq: AtomicU64,
     /// Parked offers, indexed by `seq % slots`: `pack(seq, slot) + 1`, 0 = empty.
     parked: Box<[AtomicU64]>,
-    /// `seq << 2 | state` (IDLE, BUSY or LOST).
+    /// `seq << 2 | state` (IDLE, BUSY, LOST or POISONED).
     exec: AtomicU64,
+    /// The fallback panicked once: zero-fill stands in for it.
+    fallback_poisoned: AtomicBool,
+    /// Panics caught in this stage's `run` and fallback (first of each).
+    pub panics: StagePanics,
     /// Lane the stage currently runs on.
     pub lane: AtomicUsize,
 }
@@ -167,7 +212,8 @@ pub(crate) struct Node {
 // SAFETY: `stage` is only accessed by the lane executing this node's `run`, and `fallback`
 // only by the lane executing this node's fallback; the per-node frame gate (`next_seq`)
 // admits one frame at a time, so at most one thread touches each cell at any moment. Once a
-// stage is lost, `stage` is never touched again (its stuck thread keeps the only access).
+// stage is lost, `stage` is never touched again (its stuck thread keeps the only access);
+// once it panicked (POISONED), it is never touched again at all (only dropped).
 unsafe impl Sync for Node {}
 
 impl std::fmt::Debug for Node {
@@ -234,8 +280,12 @@ pub(crate) struct Shared {
     pub watch: Watch,
     /// An idle lane spins this long for new work before it parks, ns.
     pub lane_spin_ns: u64,
-    /// The runtime being driven by `Runtime::run`, or null between runs.
+    /// The runtime being driven by `Runtime::run`, or null between runs (and from the
+    /// moment a panic escaped a scheduling step).
     pub core: AtomicPtr<Runtime>,
+    /// A panic outside any stage (publisher, step, lane or watchdog thread): see
+    /// [`crate::containment`].
+    pub escaped: Escaped,
     /// Held by whoever is inside `Runtime::step`.
     pub token: AtomicBool,
     /// Set by `step` when the run's last frame is published and every slot idle.
@@ -289,6 +339,8 @@ impl Shared {
                 next_seq: AtomicU64::new(0),
                 parked: (0..n_slots).map(|_| AtomicU64::new(0)).collect(),
                 exec: AtomicU64::new(IDLE),
+                fallback_poisoned: AtomicBool::new(false),
+                panics: StagePanics::default(),
                 lane: AtomicUsize::new(st.plan_lane),
             })
             .collect();
@@ -326,6 +378,7 @@ impl Shared {
             watch,
             lane_spin_ns,
             core: AtomicPtr::new(std::ptr::null_mut()),
+            escaped: Escaped::default(),
             token: AtomicBool::new(false),
             run_finished: AtomicBool::new(false),
             next_due: AtomicU64::new(0),
@@ -360,26 +413,36 @@ impl Shared {
     /// Runs scheduling steps while the token is free and events are waiting. Never blocks:
     /// if another thread holds the token, that thread will see our events before it lets
     /// the token go (it re-checks the queue after releasing).
+    ///
+    /// A panic inside the step (the publisher, a timing model, the step logic) is caught
+    /// here: the run is detached (`core` cleared, under the token, so nobody steps the
+    /// half-updated runtime again), the panic recorded in `escaped`, the token released
+    /// (by its guard, whatever happens) and the scheduler thread woken, so `Runtime::run`
+    /// re-raises it instead of waiting.
     pub fn try_step(&self) {
         loop {
             if self.core.load(Ordering::SeqCst).is_null() {
                 return;
             }
-            if self
-                .token
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
-                .is_err()
-            {
+            let Some(token) = TokenGuard::acquire(&self.token) else {
                 return;
-            }
+            };
             let p = self.core.load(Ordering::SeqCst);
             if !p.is_null() {
                 // SAFETY: `core` is non-null only while `Runtime::run` is running, which
                 // uses the runtime only through this same pointer and only under the token;
                 // we hold the token, so this is the only access. `Runtime` is `Send`.
-                unsafe { (*p).step() };
+                let stepped = catch_unwind(AssertUnwindSafe(|| unsafe { (*p).step() }));
+                if let Err(payload) = stepped {
+                    self.core.store(std::ptr::null_mut(), Ordering::SeqCst);
+                    self.escaped
+                        .record("the publisher or the scheduling step", payload);
+                    drop(token);
+                    self.wake_scheduler();
+                    return;
+                }
             }
-            self.token.store(false, Ordering::SeqCst);
+            drop(token);
             if p.is_null() || self.events.is_empty() {
                 return;
             }
@@ -388,15 +451,14 @@ impl Shared {
 
     /// Ends a run: waits for the token, clears `core`, so no thread can step it any more.
     pub fn detach_core(&self) {
-        while self
-            .token
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
-            .is_err()
-        {
+        let token = loop {
+            if let Some(t) = TokenGuard::acquire(&self.token) {
+                break t;
+            }
             std::hint::spin_loop();
-        }
+        };
         self.core.store(std::ptr::null_mut(), Ordering::SeqCst);
-        self.token.store(false, Ordering::SeqCst);
+        drop(token);
     }
 
     /// Offers `node` for the frame `seq` in `slot` (its inputs are ready).
@@ -548,11 +610,15 @@ impl Shared {
         t.start_ns.store(start, Ordering::Relaxed);
         t.lane.store(lane as u8, Ordering::Relaxed);
         let info = self.frame_info(s);
+        let state = n.exec.load(Ordering::Acquire) & STATE_MASK;
         let outcome = if s.phase.load(Ordering::Acquire) == ABANDONED {
             Outcome::Cancelled
-        } else if n.exec.load(Ordering::Acquire) & STATE_MASK == LOST {
+        } else if state == LOST {
             self.run_fallback(node, slot, lane, &info);
             Outcome::LostFallback
+        } else if state == POISONED {
+            self.run_fallback(node, slot, lane, &info);
+            Outcome::PanickedFallback
         } else if s.skip_mask.load(Ordering::Acquire) & (1u64 << node) != 0 {
             self.run_fallback(node, slot, lane, &info);
             Outcome::Skipped
@@ -568,12 +634,16 @@ impl Shared {
             // SAFETY: the frame gate admits this node for one frame at a time and only this
             // lane executes it now, so this is the only reference to the stage object.
             let stage = unsafe { &mut *n.stage.get() };
-            let result = stage.run(&info, &mut io);
+            // The stage boundary: a panic in user code stops here (see `containment` for
+            // why asserting unwind safety is sound: a stage that panicked is never called
+            // again, and its fallback overwrites the outputs it may have half-written).
+            let result = catch_unwind(AssertUnwindSafe(|| stage.run(&info, &mut io)));
             l.running.store(NONE, Ordering::Release);
+            let after = if result.is_err() { POISONED } else { IDLE };
             if n.exec
                 .compare_exchange(
                     busy,
-                    (job.seq << 2) | IDLE,
+                    (job.seq << 2) | after,
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 )
@@ -581,16 +651,24 @@ impl Shared {
             {
                 // Written off as hung while we ran: the scheduler already completed this
                 // turn on our behalf. Leave the slot and stop.
+                if let Err(payload) = result {
+                    Self::note_panic(&n.panics.run, info.frame, payload, true);
+                }
                 s.in_exec.fetch_sub(1, Ordering::AcqRel);
                 self.post(Event::Returned, true);
                 return Executed::WrittenOff;
             }
             s.in_exec.fetch_sub(1, Ordering::AcqRel);
             match result {
-                Ok(()) => Outcome::Ran,
-                Err(_) => {
+                Ok(Ok(())) => Outcome::Ran,
+                Ok(Err(_)) => {
                     self.run_fallback(node, slot, lane, &info);
                     Outcome::Failed
+                }
+                Err(payload) => {
+                    Self::note_panic(&n.panics.run, info.frame, payload, false);
+                    self.run_fallback(node, slot, lane, &info);
+                    Outcome::Panicked
                 }
             }
         };
@@ -603,11 +681,41 @@ impl Shared {
         }
     }
 
+    /// Writes `node`'s outputs with its fallback; if the fallback panics (now or in an
+    /// earlier frame), with zero bytes instead.
     fn run_fallback(&self, node: usize, slot: u8, lane: usize, info: &FrameInfo) {
+        let n = &self.nodes[node];
+        if !n.fallback_poisoned.load(Ordering::Acquire) {
+            let mut io = self.io(node, slot, lane);
+            // SAFETY: as for `stage` in `execute`: one frame at a time per node, one lane.
+            let fb = unsafe { &mut *n.fallback.get() };
+            match catch_unwind(AssertUnwindSafe(|| fb.fallback(info, &mut io))) {
+                Ok(()) => return,
+                Err(payload) => {
+                    n.fallback_poisoned.store(true, Ordering::Release);
+                    Self::note_panic(&n.panics.fallback, info.frame, payload, false);
+                }
+            }
+        }
+        // A fresh view: the panicking call may have taken some outputs already.
         let mut io = self.io(node, slot, lane);
-        // SAFETY: as for `stage` in `execute`: one frame at a time per node, one lane.
-        let fb = unsafe { &mut *self.nodes[node].fallback.get() };
-        fb.fallback(info, &mut io);
+        ZeroFill.fallback(info, &mut io);
+    }
+
+    /// Keeps the first panic of a stage's `run` or fallback (panic path only: allocates).
+    fn note_panic(
+        note: &std::sync::OnceLock<PanicNote>,
+        frame: u64,
+        payload: Box<dyn std::any::Any + Send>,
+        written_off: bool,
+    ) {
+        let message = containment::message(&*payload);
+        containment::drop_payload(payload);
+        let _ = note.set(PanicNote {
+            frame,
+            message,
+            written_off,
+        });
     }
 
     /// Revives lost `lane` if no lane is live (see [`LaneSet::revive_if_none_live`]):

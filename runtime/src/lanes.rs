@@ -10,7 +10,12 @@
 //!   scheduling token), so a finished frame is published without waking another thread.
 //! - An idle lane spins for `lane_spin_ns` before it parks; [`LaneSet::wake`] unparks it.
 //! - A lane whose stage hung is marked lost ([`LaneSet::mark_lost`]) and never given work
-//!   again; its thread stops when (if ever) the stage returns.
+//!   again; its thread stops when (if ever) the stage returns, unless no lane is live
+//!   then: that lane comes back ([`LaneSet::revive_if_none_live`]) and runs the queued work.
+//! - A stage's panic never ends a lane (the stage boundary in `Shared::execute` catches
+//!   it, and so does a lane helping another's `parallel_for`); a panic of the lane's own
+//!   logic ends the thread, is recorded and poisons the runtime (see
+//!   [`crate::containment`]).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::thread::Thread;

@@ -50,6 +50,7 @@
 //! ```
 
 pub mod arena;
+pub mod containment;
 pub mod demo;
 pub(crate) mod exec;
 pub mod graph;

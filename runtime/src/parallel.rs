@@ -17,9 +17,17 @@
 //!   [`chunk_range`] partition and hand each chunk to the closure as a `&mut` sub-slice:
 //!   safe code, no raw pointers in stages, no allocation. This module is the one place that
 //!   turns "disjoint chunk indices" into "disjoint `&mut` slices".
+//! - A chunk that panics, on the calling lane or on a helper, is caught where it ran; the
+//!   chunks not started yet are skipped, the call still waits until no helper is inside
+//!   (the closure lives on the caller's stack), and then re-raises the first panic on the
+//!   calling lane, where the stage boundary catches it (see [`crate::containment`]). A
+//!   helper lane is never killed by another stage's panic.
 
+use std::any::Any;
 use std::ops::Range;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use crate::lanes::LaneSet;
 
@@ -41,9 +49,9 @@ pub fn chunk_range(items: usize, chunks: usize, i: usize) -> Range<usize> {
 /// # Safety
 ///
 /// Implementors promise that `run_chunks` calls `f` on ranges that together cover
-/// `0..items` with every index exactly once (whatever the threads), and returns only after
-/// every such call has returned. [`chunks_mut`] relies on it to hand out disjoint `&mut`
-/// sub-slices.
+/// `0..items` with every index exactly once (whatever the threads; at most once when a
+/// call panics), and returns, or unwinds, only after every such call has returned.
+/// [`chunks_mut`] relies on it to hand out disjoint `&mut` sub-slices.
 pub(crate) unsafe trait ChunkRunner {
     /// Runs `f` on every chunk (see the trait's safety contract).
     fn run_chunks(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_));
@@ -64,7 +72,9 @@ unsafe impl ChunkRunner for Inline {
 
 // SAFETY: `ParallelHandle::run` either runs inline (see `Inline`) or hands out chunk indices
 // `0..chunks` from one atomic counter (`fetch_add`, so each index goes to exactly one
-// thread) and returns only once `done == chunks` and no helper is inside the task.
+// thread) and returns (or re-raises a chunk's panic) only once `done == chunks` and no
+// helper is inside the task; `work` counts a chunk done only after its call returned or
+// its panic was caught.
 unsafe impl ChunkRunner for ParallelHandle<'_> {
     fn run_chunks(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_)) {
         self.run(items, chunks, f);
@@ -175,6 +185,10 @@ pub(crate) struct ParallelTask {
     chunks: AtomicUsize,
     next: AtomicUsize,
     done: AtomicUsize,
+    /// A chunk of the current call panicked: skip the rest, re-raise on the owner.
+    panicked: AtomicBool,
+    /// The first panic payload of the current call (panic path only).
+    payload: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl Default for ParallelTask {
@@ -186,6 +200,8 @@ impl Default for ParallelTask {
             chunks: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            payload: Mutex::new(None),
         }
     }
 }
@@ -207,8 +223,19 @@ impl ParallelTask {
             // inside; we took chunk `i < chunks`, so the owner is still waiting for us.
             let f: &TaskFn = unsafe { *fp };
             let r = chunk_range(items, chunks, i);
-            if !r.is_empty() {
-                f(r);
+            if !r.is_empty() && !self.panicked.load(Ordering::Acquire) {
+                // A panic must not leave this frame (a helper lane would die, and the owner
+                // would wait for `done` for ever): keep it for the owner to re-raise.
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(r))) {
+                    let mut kept = self.payload.lock().unwrap_or_else(|e| e.into_inner());
+                    if kept.is_none() {
+                        *kept = Some(payload);
+                    } else {
+                        drop(kept);
+                        crate::containment::drop_payload(payload);
+                    }
+                    self.panicked.store(true, Ordering::Release);
+                }
             }
             self.done.fetch_add(1, Ordering::AcqRel);
         }
@@ -262,6 +289,7 @@ impl ParallelHandle<'_> {
         task.chunks.store(chunks, Ordering::Relaxed);
         task.next.store(0, Ordering::Relaxed);
         task.done.store(0, Ordering::Relaxed);
+        task.panicked.store(false, Ordering::Relaxed);
         // SAFETY: we erase the lifetime of `f` to store it in the shared record. Helpers
         // dereference it only while they hold a chunk index below `chunks`, and this
         // function does not return before `done == chunks` and no helper is inside (see
@@ -293,6 +321,18 @@ impl ParallelHandle<'_> {
             std::hint::spin_loop();
         }
         task.func.store(std::ptr::null_mut(), Ordering::Relaxed);
+        if task.panicked.load(Ordering::Acquire) {
+            // No helper is inside any more and `f` is no longer reachable: the panic can
+            // now leave this call, towards the stage boundary.
+            let payload = task
+                .payload
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(payload) = payload {
+                resume_unwind(payload);
+            }
+        }
     }
 }
 
@@ -396,6 +436,101 @@ mod tests {
         });
         assert_eq!(a, [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]);
         assert_eq!(b, [10, 10, 20, 20, 30, 30]);
+    }
+
+    /// A helper thread standing in for lane 1: runs every help request posted to it until
+    /// `stop`; counts the requests it served.
+    fn helper(lanes: &LaneSet, stop: &std::sync::atomic::AtomicBool, served: &AtomicUsize) {
+        while !stop.load(Ordering::Acquire) {
+            match lanes.lanes[1].helps.pop() {
+                Some((owner, gen)) => {
+                    lanes.task(owner as usize).help(gen);
+                    served.fetch_add(1, Ordering::AcqRel);
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// A chunk that panics on a helper lane: the helper survives (it serves the next call),
+    /// the calling lane waits for it and then re-raises the helper's panic itself, so the
+    /// stage boundary sees it; a chunk that panics on the calling lane is re-raised only
+    /// after the helper has left the task (the closure lives on the caller's stack).
+    #[test]
+    fn a_panicking_chunk_is_re_raised_on_the_calling_lane_and_the_helper_survives() {
+        let lanes = LaneSet::new(2, 8);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let served = AtomicUsize::new(0);
+        let helper_thread = std::sync::Mutex::new(None);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                *helper_thread.lock().unwrap() = Some(std::thread::current().id());
+                helper(&lanes, &stop, &served);
+            });
+            while helper_thread.lock().unwrap().is_none() {
+                std::hint::spin_loop();
+            }
+            let helper_id = helper_thread.lock().unwrap().unwrap();
+            let owner = ParallelHandle {
+                lanes: &lanes,
+                lane: 0,
+            };
+            // The helper's chunk panics; the caller's chunk waits for the helper to have
+            // taken one (with a bound, so a broken helper fails the test, not hangs it).
+            let helped = std::sync::atomic::AtomicBool::new(false);
+            let call = |panic_on_helper: bool| {
+                helped.store(false, Ordering::SeqCst);
+                let done = AtomicUsize::new(0);
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    owner.run(2, 2, &|_r| {
+                        if std::thread::current().id() == helper_id {
+                            helped.store(true, Ordering::SeqCst);
+                            if panic_on_helper {
+                                panic!("chunk panicked on the helper");
+                            }
+                        } else {
+                            let t = std::time::Instant::now();
+                            while !helped.load(Ordering::SeqCst)
+                                && t.elapsed() < std::time::Duration::from_secs(10)
+                            {
+                                std::hint::spin_loop();
+                            }
+                            if !panic_on_helper {
+                                panic!("chunk panicked on the caller");
+                            }
+                        }
+                        done.fetch_add(1, Ordering::SeqCst);
+                    })
+                }));
+                (r, done.load(Ordering::SeqCst))
+            };
+            let (r, done) = call(true);
+            assert!(helped.load(Ordering::SeqCst), "the helper took a chunk");
+            let payload = r.expect_err("the helper's panic reaches the caller");
+            assert_eq!(
+                crate::containment::message(&*payload),
+                "chunk panicked on the helper"
+            );
+            assert_eq!(done, 1, "the caller's chunk ran to its end");
+            // The helper lane is alive and serves the next call; the caller's own panic
+            // comes out of the call once the helper is out of the task.
+            let (r, _) = call(false);
+            assert!(helped.load(Ordering::SeqCst), "the helper served again");
+            let payload = r.expect_err("the caller's panic is re-raised");
+            assert_eq!(
+                crate::containment::message(&*payload),
+                "chunk panicked on the caller"
+            );
+            assert_eq!(lanes.task(0).state.load(Ordering::SeqCst) & ACTIVE_MASK, 0);
+            // And a call without a panic works as before.
+            let sum = AtomicUsize::new(0);
+            owner.run(100, 4, &|r| {
+                sum.fetch_add(r.len(), Ordering::SeqCst);
+            });
+            assert_eq!(sum.load(Ordering::SeqCst), 100);
+            stop.store(true, Ordering::Release);
+        });
+        assert!(served.load(Ordering::SeqCst) >= 2);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! - `Degraded`: the frame finished in time but some stage ran its fallback (disabled by
 //!   the mode, failed, or lost); the outputs are this frame's.
 //! - `Fallback`: the frame could not finish in time (abandoned at its guard time, no free
-//!   slot, or late in modeled time). The outputs are the *held* outputs of the last frame
+//!   slot, late in modeled time, or no live lane left to run it). The outputs are the *held* outputs of the last frame
 //!   that did finish (`held_from`), the runtime's frame-level fallback: a consumer such as
 //!   a controller keeps following the last valid plan, knowing it is stale. They are
 //!   published before the frame's deadline.
@@ -30,6 +30,9 @@ pub enum FallbackReason {
     NoFreeSlot,
     /// With modeled timing, the frame would have finished after its deadline.
     ModeledLate,
+    /// Every lane was lost (each one's stage written off as hung), so no stage could run:
+    /// the frame was abandoned or found no free slot for that reason.
+    NoLiveLane,
 }
 
 /// What a published frame carries.
@@ -52,6 +55,7 @@ impl FrameStatus {
             FrameStatus::Fallback(FallbackReason::DeadlineGuard) => "fallback:deadline",
             FrameStatus::Fallback(FallbackReason::NoFreeSlot) => "fallback:no-slot",
             FrameStatus::Fallback(FallbackReason::ModeledLate) => "fallback:modeled-late",
+            FrameStatus::Fallback(FallbackReason::NoLiveLane) => "fallback:no-live-lane",
         }
     }
 }

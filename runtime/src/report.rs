@@ -4,7 +4,10 @@
 //! hot path). Contains per-stage execution and queueing P50/P90/P99/P99.9/max, end to end
 //! (release → publish), P99/P50, deadline misses by reason, late publishes, overruns (stage,
 //! frame, by how much), mode residency and transitions with reasons, the watchdog's
-//! detection delay, and what the OS granted.
+//! detection delay, what the OS granted, and the faults the runtime contained: stages
+//! written off as hung, stages that panicked (with the message), frames published on
+//! fallback because no lane was live, and a panic outside any stage that poisoned the
+//! runtime.
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +34,13 @@ pub struct StageCounters {
     pub cancelled: u64,
     /// Times the stage hung and was written off.
     pub hung: u64,
+    /// Times `run` panicked (caught; the fallback wrote that frame's outputs). At most 1:
+    /// a stage that panicked is never run again.
+    #[serde(default)]
+    pub panics: u64,
+    /// Fallback because the stage panicked in an earlier frame.
+    #[serde(default)]
+    pub panic_fallbacks: u64,
     /// Runs longer than the budget.
     pub overruns: u64,
     /// Largest excess over the budget, ns.
@@ -105,6 +115,31 @@ pub struct LostStage {
     pub frame: u64,
 }
 
+/// A panic caught at a stage boundary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagePanic {
+    /// Stage name.
+    pub stage: String,
+    /// Frame it was running.
+    pub frame: u64,
+    /// The stage's fallback panicked (zero-fill stands in for it from then on), rather
+    /// than its `run` (the fallback stands in from then on).
+    pub in_fallback: bool,
+    /// The stage had already been written off as hung when its `run` panicked.
+    pub written_off: bool,
+    /// The panic message (at most 256 bytes).
+    pub message: String,
+}
+
+/// A runtime thread that ended in a panic (found when it was joined).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadPanic {
+    /// Which thread.
+    pub thread: String,
+    /// The panic message.
+    pub message: String,
+}
+
 /// Everything a run measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -140,6 +175,12 @@ pub struct Report {
     pub misses_no_free_slot: u64,
     /// Of which: late in modeled time.
     pub misses_modeled_late: u64,
+    /// Of which: every lane was lost (each one's stage written off), so nothing could run.
+    #[serde(default)]
+    pub misses_no_live_lane: u64,
+    /// Lanes live when the report was built (lanes minus those lost).
+    #[serde(default)]
+    pub lanes_live: usize,
     /// Frames published after their deadline (should be 0: a real-time failure).
     pub late_publishes: u64,
     /// Release → publish.
@@ -160,6 +201,13 @@ pub struct Report {
     pub lost_stages: Vec<LostStage>,
     /// Lost stages that came back later.
     pub returned_stages: u64,
+    /// Panics caught at a stage boundary (first of each stage's `run` and fallback).
+    #[serde(default)]
+    pub panics: Vec<StagePanic>,
+    /// A panic outside any stage (publisher, scheduling step, lane or watchdog thread)
+    /// that poisoned the runtime: where, and its message.
+    #[serde(default)]
+    pub runtime_panic: Option<String>,
     /// Scheduler events dropped (queue full; should be 0).
     pub events_dropped: u64,
     /// Trace spans overwritten by the ring.
@@ -188,10 +236,13 @@ pub(crate) struct ReportInputs<'a> {
     pub frames_complete: u64,
     pub frames_degraded: u64,
     pub deadline_misses: u64,
-    pub misses_by_reason: [u64; 3],
+    pub misses_by_reason: [u64; 4],
     pub late_publishes: u64,
     pub lost_stages: &'a [(usize, u64)],
     pub returned_stages: u64,
+    pub nodes: &'a [crate::exec::Node],
+    pub runtime_panic: Option<String>,
+    pub live_lanes: usize,
     pub events_dropped: u64,
     pub spans_overwritten: u64,
     pub os: &'a OsGrants,
@@ -236,6 +287,23 @@ impl Report {
                 raw: *t,
             })
             .collect();
+        let mut panics = Vec::new();
+        for (i, node) in r.nodes.iter().enumerate() {
+            for (note, in_fallback) in [
+                (node.panics.run.get(), false),
+                (node.panics.fallback.get(), true),
+            ] {
+                if let Some(n) = note {
+                    panics.push(StagePanic {
+                        stage: r.stages[i].name.clone(),
+                        frame: n.frame,
+                        in_fallback,
+                        written_off: n.written_off,
+                        message: n.message.clone(),
+                    });
+                }
+            }
+        }
         Report {
             release: r.cfg.release,
             modeled_timing: r.modeled,
@@ -253,6 +321,8 @@ impl Report {
             misses_deadline_guard: r.misses_by_reason[0],
             misses_no_free_slot: r.misses_by_reason[1],
             misses_modeled_late: r.misses_by_reason[2],
+            misses_no_live_lane: r.misses_by_reason[3],
+            lanes_live: r.live_lanes,
             late_publishes: r.late_publishes,
             end_to_end: r.e2e.summary(),
             watchdog_delay: r.watchdog_delay.summary(),
@@ -270,6 +340,8 @@ impl Report {
                 })
                 .collect(),
             returned_stages: r.returned_stages,
+            panics,
+            runtime_panic: r.runtime_panic,
             events_dropped: r.events_dropped,
             spans_overwritten: r.spans_overwritten,
             os: r.os.clone(),
@@ -334,11 +406,13 @@ impl Report {
             e.p99_over_p50
         ));
         out.push_str(&format!(
-            "deadline misses: {} (guard {}, no slot {}, modeled {}); late publishes: {}\n",
+            "deadline misses: {} (guard {}, no slot {}, modeled {}, no live lane {}); late \
+             publishes: {}\n",
             self.deadline_misses,
             self.misses_deadline_guard,
             self.misses_no_free_slot,
             self.misses_modeled_late,
+            self.misses_no_live_lane,
             self.late_publishes
         ));
         let modes: Vec<String> = self
@@ -364,6 +438,36 @@ impl Report {
             out.push_str(&format!(
                 "LOST: stage '{}' hung in frame {}\n",
                 l.stage, l.frame
+            ));
+        }
+        if self.misses_no_live_lane > 0 {
+            out.push_str(&format!(
+                "NO LIVE LANE: {} frames published on fallback because every lane was lost \
+                 (each one's stage written off as hung; see LOST); {} of {} lanes live now\n",
+                self.misses_no_live_lane, self.lanes_live, self.lanes
+            ));
+        }
+        for p in &self.panics {
+            let (what, then) = if p.in_fallback {
+                ("fallback", "zero-fill stands in for it")
+            } else {
+                ("run", "its fallback stands in for it")
+            };
+            out.push_str(&format!(
+                "PANIC: stage '{}' {what} panicked in frame {}{} ({then} from then on): {}\n",
+                p.stage,
+                p.frame,
+                if p.written_off {
+                    ", after it was written off as hung"
+                } else {
+                    ""
+                },
+                p.message
+            ));
+        }
+        if let Some(what) = &self.runtime_panic {
+            out.push_str(&format!(
+                "RUNTIME PANIC (the runtime is poisoned): {what}\n"
             ));
         }
         for line in self.os.summary_lines() {

@@ -10,6 +10,10 @@
 //!   fallback for that frame. It sees frames in strictly increasing order, one at a time,
 //!   but not necessarily every frame (a frame abandoned at its deadline cancels the stages
 //!   that had not started).
+//! - A `run` that panics anyway (a bug) is contained: the runtime catches the panic at
+//!   the stage boundary, records its message in the report, writes that frame's outputs
+//!   with the fallback and never calls `run` again: the fallback stands in from then on
+//!   (see [`crate::containment`]). A fallback that panics is replaced by zero-fill.
 //! - The stage's [`Fallback`] writes a cheap, safe output when the stage is disabled by
 //!   the current mode, when `run` failed, or when the stage is lost (hung). It runs at the
 //!   stage's place in the dependency order, so it may read the inputs. It is a separate
@@ -162,7 +166,8 @@ pub trait Stage: Send {
     fn init(&mut self) -> Result<(), StageError> {
         Ok(())
     }
-    /// The hot path: read inputs, write every output. Must not allocate, lock or panic.
+    /// The hot path: read inputs, write every output. Must not allocate, lock or panic (a
+    /// panic is contained, but the stage is then never run again).
     fn run(&mut self, frame: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError>;
     /// The object that writes this stage's fallback output. Called once at start-up.
     fn make_fallback(&self) -> Box<dyn Fallback> {

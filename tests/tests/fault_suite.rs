@@ -13,10 +13,9 @@
 //!   record of each faulted stage (a stall as budget overruns, a hang as a write-off and
 //!   its fallback standing in, a panic as a contained failure).
 //!
-//! A panicking stage is survived today through the watchdog (the panicked lane never returns
-//! and the stage is written off as hung); that panics are caught at the stage boundary and
-//! recorded with their message needs panic containment in the runtime (issue 10, item 4):
-//! that test is ignored until it lands.
+//! A panicking stage is caught at the stage boundary by the runtime's panic containment
+//! (`redline_runtime::containment`): recorded with its message, its fallback standing in
+//! from then on, no lane lost.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -427,7 +426,6 @@ fn a_panicking_stage_never_takes_the_run_down() {
 }
 
 #[test]
-#[ignore = "needs panic containment in the runtime (issue 10 item 4, branch `panics`)"]
 fn a_panic_is_contained_at_the_stage_boundary_and_recorded_with_its_message() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // A write-off would need 30 s: a panic must be caught where it happens, not timed out.

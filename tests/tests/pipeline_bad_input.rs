@@ -1,14 +1,20 @@
 //! Bad input never panics, and every readable frame is still replayed: a missing camera, an
 //! image of the wrong size, an image in an unsupported encoding, a channel with an unknown
-//! schema, a truncated file, a corrupted chunk, and a file that is not MCAP at all.
+//! schema, a truncated file, a corrupted chunk, and a file that is not MCAP at all. And a
+//! frame source with a bug that panics (inside the driving graph's `sensors` stage) is
+//! contained by the runtime like any stage's panic: every frame is still published.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use redline_pipeline::config::PipelineConfig;
+use redline_pipeline::camera::CameraSpec;
+use redline_pipeline::config::{Perception, PipelineConfig};
 use redline_pipeline::run::replay;
 use redline_pipeline::run::Counters;
+use redline_pipeline::sensors::{FrameSource, SensorFrame};
+use redline_pipeline::types::RoadMap;
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 use redline_sim::log::LogWriter;
@@ -191,4 +197,83 @@ fn faulty_logs_are_replayed_with_recorded_issues_and_no_panic() {
         .to_string();
     assert!(e.contains("missing.mcap"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A frame source with a bug: the first read of frame `panic_at` panics (the sensors stage
+/// reads it; the evaluation after the replay reads it again).
+#[derive(Debug)]
+struct PanicsAt {
+    inner: Feed,
+    panic_at: usize,
+    fired: AtomicBool,
+}
+
+impl FrameSource for PanicsAt {
+    fn cameras(&self) -> &[CameraSpec] {
+        self.inner.cameras()
+    }
+    fn image_size(&self) -> (usize, usize) {
+        self.inner.image_size()
+    }
+    fn period_ns(&self) -> u64 {
+        self.inner.period_ns()
+    }
+    fn map(&self) -> &RoadMap {
+        self.inner.map()
+    }
+    fn frame_count(&self) -> usize {
+        self.inner.frame_count()
+    }
+    fn frame(&self, k: usize) -> Option<&SensorFrame> {
+        if k == self.panic_at && !self.fired.swap(true, Ordering::SeqCst) {
+            panic!("frame source bug at frame {k}");
+        }
+        self.inner.frame(k)
+    }
+    fn issues(&self) -> &[(u64, String)] {
+        self.inner.issues()
+    }
+    fn describe(&self) -> &str {
+        self.inner.describe()
+    }
+}
+
+/// A pipeline stage that panics goes through the same stage boundary as any other: the
+/// replay finishes, every frame is published, the report names the stage and the message,
+/// and the critical `sensors` stage lost this way sends the ladder to its last mode.
+#[test]
+fn a_panicking_pipeline_stage_is_contained() {
+    let inner = Feed::from_scenario(&small_scenario(3, 2.0), None, &mut |_, _| {}).unwrap();
+    let n = inner.frames.len();
+    let feed: Arc<dyn FrameSource> = Arc::new(PanicsAt {
+        inner,
+        panic_at: 20,
+        fired: AtomicBool::new(false),
+    });
+    let cfg = PipelineConfig {
+        release: ReleaseMode::Lockstep,
+        perception: Perception::Oracle,
+        ..PipelineConfig::default()
+    };
+    let (o, rt) = replay(&cfg, feed, None, Arc::new(Counters::default())).unwrap();
+    let r = &o.runtime;
+    assert_eq!(r.frames_published, n as u64, "{}", r.table());
+    let sensors = r.stages.iter().find(|s| s.name == "sensors").unwrap();
+    assert_eq!(sensors.counters.panics, 1, "{}", r.table());
+    assert_eq!(sensors.counters.panic_fallbacks, (n - 21) as u64);
+    assert_eq!(r.panics.len(), 1, "{:?}", r.panics);
+    assert_eq!(
+        (r.panics[0].stage.as_str(), r.panics[0].frame),
+        ("sensors", 20)
+    );
+    assert_eq!(r.panics[0].message, "frame source bug at frame 20");
+    assert!(r.runtime_panic.is_none());
+    assert!(
+        r.transitions
+            .iter()
+            .any(|t| t.after_frame == 20 && t.to == "safe_stop"),
+        "{:#?}",
+        r.transitions
+    );
+    assert!(rt.shutdown().is_ok());
 }

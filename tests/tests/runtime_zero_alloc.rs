@@ -8,9 +8,13 @@
 //! one allocation per run of the probe. So the zero above is a measurement, not a counter
 //! that is off or blind to the lanes.
 //!
+//! After a stage panicked (caught at the stage boundary; the panic path itself allocates
+//! the payload and the message), the frames that follow, with the fallback standing in for
+//! the poisoned stage, allocate nothing either.
+//!
 //! One test per binary: the counter is process-wide.
 
-use redline_runtime::demo::{demo_graph, empty_graph, Faults};
+use redline_runtime::demo::{demo_graph, empty_graph, ids, Faults};
 use redline_runtime::{
     GraphBuilder, HashPublisher, PlanConfig, ReleaseMode, Runtime, RuntimeConfig,
 };
@@ -30,6 +34,9 @@ struct Counts {
     on: (u64, u64),
     probe_runs: u64,
     frames: u64,
+    /// Stage panics caught (all during warm-up).
+    panics: u64,
+    panic_fallbacks: u64,
 }
 
 /// Allocations in `FRAMES` frames after warm-up with the probe off, then in
@@ -63,11 +70,14 @@ fn count(release: ReleaseMode, mut graph: GraphBuilder) -> Counts {
     rt.run(CONTROL_FRAMES, &mut h);
     let on = ALLOC.stop();
     assert_eq!(rt.frames_published(), 100 + FRAMES + CONTROL_FRAMES);
+    let r = rt.report();
     Counts {
         off,
         on,
         probe_runs: probe.allocating_runs(),
         frames: h.frames,
+        panics: r.stages.iter().map(|s| s.counters.panics).sum(),
+        panic_fallbacks: r.stages.iter().map(|s| s.counters.panic_fallbacks).sum(),
     }
 }
 
@@ -111,4 +121,22 @@ fn no_allocation_per_frame_after_warm_up() {
         "empty graph: {allocs} allocations ({bytes} bytes)"
     );
     assert_control_counted("empty graph", &c);
+
+    // A stage that panicked in warm-up (inside its parallel closure): every later frame
+    // runs its fallback, and still allocates nothing.
+    let panicking = Faults::new();
+    panicking.panic_at(ids::SMOOTH, 50);
+    let c = count(ReleaseMode::AsFastAsPossible, demo_graph(4096, &panicking));
+    assert_eq!(c.panics, 1, "the injected panic was caught");
+    assert!(
+        c.panic_fallbacks >= FRAMES,
+        "the fallback stood in: {}",
+        c.panic_fallbacks
+    );
+    let (allocs, bytes) = c.off;
+    assert_eq!(
+        allocs, 0,
+        "after a stage panic: {allocs} allocations ({bytes} bytes) in {FRAMES} frames"
+    );
+    assert_control_counted("after a stage panic", &c);
 }

@@ -37,6 +37,9 @@ impl<F: FnMut(usize, u64, bool) -> u64 + Send> TimingModel for F {
     }
 }
 
+/// The default `hang_after_ns` in lockstep, ns (see [`RuntimeConfig::hang_after_ns`]).
+pub const LOCKSTEP_HANG_AFTER_NS: u64 = 10_000_000_000;
+
 /// Runtime settings (plan settings live in [`crate::plan::PlanConfig`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -50,7 +53,11 @@ pub struct RuntimeConfig {
     /// How frames are released.
     pub release: ReleaseMode,
     /// A stage running longer than this is declared hung and its lane lost, ns;
-    /// 0 = four deadlines.
+    /// 0 = four deadlines, except in lockstep: there 0 means [`LOCKSTEP_HANG_AFTER_NS`]
+    /// (ten seconds), because lockstep takes no timing decision from the wall clock and a
+    /// slow machine (a loaded CI runner, an emulator) must not write off a stage that is
+    /// merely slow; the write-off stays only as the backstop that keeps a replay with a
+    /// stage that truly never returns from waiting for ever.
     pub hang_after_ns: u64,
     /// Longest watchdog sleep, ns; 0 = automatic: half the smallest stage budget (or of
     /// the guard interval when no stage has a budget), between 100 µs and 5 ms. The
@@ -66,6 +73,10 @@ pub struct RuntimeConfig {
     pub rt: RtRequest,
     /// Degradation ladder.
     pub ladder: LadderConfig,
+    /// Stack size of each lane thread, bytes; 0 = Rust's default (2 MiB, or
+    /// `RUST_MIN_STACK`). Stages run on these stacks; with locked memory every byte of
+    /// them is resident, so a vehicle build may want them small.
+    pub lane_stack_bytes: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -81,6 +92,7 @@ impl Default for RuntimeConfig {
             span_capacity: 1 << 16,
             rt: RtRequest::default(),
             ladder: LadderConfig::default(),
+            lane_stack_bytes: 0,
         }
     }
 }
@@ -123,6 +135,16 @@ pub enum RuntimeError {
         name: String,
         /// OS error.
         error: std::io::Error,
+    },
+    /// A runtime thread, the publisher or the scheduling step panicked outside any stage
+    /// (returned by `Runtime::shutdown`; stage panics are contained and reported, not
+    /// errors).
+    #[error("redline runtime: a panic in {place}: {message}")]
+    Panicked {
+        /// Where: a lane or watchdog thread, or the publisher / scheduling step.
+        place: String,
+        /// The panic message.
+        message: String,
     },
     /// The plan was already used by another runtime.
     #[error("the plan's stages were already taken by another runtime: build a new plan")]

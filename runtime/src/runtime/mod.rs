@@ -26,6 +26,14 @@
 //!   (the scheduler itself was late) is counted in `late_publishes`: misses are never silent.
 //! - **Watchdog detection delay**: within the OS wake-up latency when the budget is longer
 //!   than a watchdog tick, within a tick otherwise (see `watchdog`).
+//! - **Panics** (see [`crate::containment`]): a stage that panics is contained (its
+//!   fallback stands in from then on; the report has the message). A panic in the
+//!   publisher, a timing model or the scheduling step poisons the runtime: `run` returns
+//!   by re-raising it on the caller's thread after the scheduling token and the run are
+//!   released (drop guards), never by hanging; later `run` calls panic at once. Lane and
+//!   watchdog threads record a panic that escapes them the same way, and
+//!   [`Runtime::shutdown`] (or, failing that, `Drop`, on stderr) reports any thread that
+//!   ended in a panic: none is silently discarded.
 //!
 //! ## Where things are
 //!
@@ -42,12 +50,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::arena::Arena;
+use crate::containment::contain_thread;
 use crate::exec::{Event, NodeStatic, Shared, DONE, RUNNING};
 use crate::metrics::{LatencyHistogram, SpanRing};
 use crate::modes::{FrameOutcome, Ladder};
 use crate::plan::{Plan, StagePlan};
 use crate::publish::Publisher;
-use crate::report::{OverrunRecord, Report, StageCounters};
+use crate::report::{OverrunRecord, Report, StageCounters, ThreadPanic};
 use crate::rt::{self, OsGrants};
 use crate::stage::PortView;
 
@@ -59,7 +68,7 @@ mod retirement;
 pub(crate) mod watchdog;
 
 use clock::FrameClock;
-pub use config::{ReleaseMode, RuntimeConfig, RuntimeError, TimingModel};
+pub use config::{ReleaseMode, RuntimeConfig, RuntimeError, TimingModel, LOCKSTEP_HANG_AFTER_NS};
 use watchdog::Watch;
 
 /// A frame in the publish queue, in release order.
@@ -128,10 +137,12 @@ pub struct Runtime {
     frames_complete: u64,
     frames_degraded: u64,
     deadline_misses: u64,
-    misses_by_reason: [u64; 3],
+    misses_by_reason: [u64; 4],
     late_publishes: u64,
     lost_stages: Vec<(usize, u64)>,
     returned_stages: u64,
+    /// Threads that ended in a panic, found when they were joined.
+    thread_panics: Vec<ThreadPanic>,
 }
 
 // SAFETY: every field is `Send` except `publisher`, a raw pointer that is `Some` only while
@@ -287,10 +298,11 @@ impl Runtime {
             frames_complete: 0,
             frames_degraded: 0,
             deadline_misses: 0,
-            misses_by_reason: [0; 3],
+            misses_by_reason: [0; 4],
             late_publishes: 0,
             lost_stages: Vec::with_capacity(64),
             returned_stages: 0,
+            thread_panics: Vec::new(),
         };
 
         // Threads: lanes first, then the watchdog (one priority above the lanes).
@@ -301,17 +313,28 @@ impl Runtime {
             let tx = tx.clone();
             let name = format!("redline-lane-{lane}");
             let tname = name.clone();
-            let h = std::thread::Builder::new()
-                .name(name.clone())
+            let mut builder = std::thread::Builder::new().name(name.clone());
+            if cfg.lane_stack_bytes > 0 {
+                builder = builder.stack_size(cfg.lane_stack_bytes);
+            }
+            let h = builder
                 .spawn(move || {
-                    let grant = rt::apply_to_current_thread(&tname, lane, &req);
-                    rt::set_timer_slack_1ns();
-                    sh.lanes.lanes[lane].thread.store(
-                        Box::into_raw(Box::new(std::thread::current())),
-                        Ordering::Release,
-                    );
-                    let _ = tx.send(grant);
-                    crate::lanes::lane_main(&sh, lane);
+                    // Stage panics never get here (the stage boundary catches them); a
+                    // panic of the lane's own logic poisons the runtime (see containment).
+                    let place = format!("lane {lane}, outside any stage");
+                    let returned = contain_thread(&sh.escaped, &place, || {
+                        let grant = rt::apply_to_current_thread(&tname, lane, &req);
+                        rt::set_timer_slack_1ns();
+                        sh.lanes.lanes[lane].thread.store(
+                            Box::into_raw(Box::new(std::thread::current())),
+                            Ordering::Release,
+                        );
+                        let _ = tx.send(grant);
+                        crate::lanes::lane_main(&sh, lane);
+                    });
+                    if !returned {
+                        sh.wake_scheduler(); // `run` re-raises it
+                    }
                 })
                 .map_err(|error| RuntimeError::Thread { name, error })?;
             rt_.lane_threads.push(Some(h));
@@ -378,7 +401,21 @@ impl Runtime {
     /// Publishing happens on whichever runtime thread holds the scheduling token: usually
     /// the lane that finished the frame (so a frame is published without waking another
     /// thread), otherwise this thread. Calls never overlap and always come in frame order.
+    ///
+    /// # Panics
+    ///
+    /// A stage that panics is contained (see [`crate::containment`]). A panic of the
+    /// `publisher` (or of a [`TimingModel`], or of the runtime's own logic on any of its
+    /// threads) is re-raised here, with its original payload, once the run is detached and
+    /// the scheduling token released; it poisons the runtime, and every later call panics
+    /// at once naming the first panic.
     pub fn run(&mut self, frames: u64, publisher: &mut (dyn Publisher + Send)) {
+        if let Some(what) = self.shared.escaped.describe() {
+            panic!(
+                "this redline runtime is poisoned by an earlier panic outside any stage \
+                 ({what}); build a new runtime"
+            );
+        }
         self.claim_scheduler_thread();
         self.target = self.next_frame + frames;
         self.frame_clock
@@ -397,9 +434,15 @@ impl Runtime {
         // From here until `core` is cleared, the runtime is used only through `me`, by
         // whichever thread holds the token.
         shared.core.store(me, Ordering::SeqCst);
+        // Detaches the run (waits for the token, clears `core` and the publisher) however
+        // this function is left, unwinding included.
+        let attached = RunGuard {
+            shared: &shared,
+            runtime: me,
+        };
         loop {
             shared.try_step();
-            if shared.run_finished.load(Ordering::SeqCst) {
+            if shared.run_finished.load(Ordering::SeqCst) || shared.escaped.is_poisoned() {
                 break;
             }
             let now = shared.now_ns();
@@ -413,8 +456,16 @@ impl Runtime {
             };
             std::thread::park_timeout(std::time::Duration::from_nanos(wait));
         }
-        shared.detach_core();
-        self.publisher = None;
+        drop(attached);
+        if shared.escaped.is_poisoned() {
+            match shared.escaped.take_payload() {
+                Some(payload) => std::panic::resume_unwind(payload),
+                None => panic!(
+                    "redline runtime poisoned: {}",
+                    shared.escaped.describe().unwrap_or_default()
+                ),
+            }
+        }
     }
 
     /// One scheduling step, run by the token holder: events, in-order publishing,
@@ -505,7 +556,7 @@ impl Runtime {
         self.frames_complete = 0;
         self.frames_degraded = 0;
         self.deadline_misses = 0;
-        self.misses_by_reason = [0; 3];
+        self.misses_by_reason = [0; 4];
         self.late_publishes = 0;
     }
 
@@ -539,6 +590,9 @@ impl Runtime {
             late_publishes: self.late_publishes,
             lost_stages: &self.lost_stages,
             returned_stages: self.returned_stages,
+            nodes: &self.shared.nodes,
+            runtime_panic: self.shared.escaped.describe(),
+            live_lanes: self.shared.lanes.live_count(),
             events_dropped: self.shared.events_dropped.load(Ordering::Relaxed),
             spans_overwritten: self.spans.overwritten(),
             os: &self.os,
@@ -568,8 +622,26 @@ impl Runtime {
     }
 }
 
-impl Drop for Runtime {
+/// Detaches a run from the shared state when dropped (see `Runtime::run`).
+struct RunGuard<'a> {
+    shared: &'a Shared,
+    runtime: *mut Runtime,
+}
+
+impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
+        // Waits for the token: no step is running after this, and none can start.
+        self.shared.detach_core();
+        // SAFETY: `runtime` is the `&mut self` of the `run` call this guard lives in; with
+        // `core` cleared no other thread uses it, so this is the only access.
+        unsafe { (*self.runtime).publisher = None };
+    }
+}
+
+impl Runtime {
+    /// Stops and joins every thread (once; later calls find nothing to join). Threads
+    /// that ended in a panic are kept in `thread_panics`.
+    fn stop_threads(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         for i in 0..self.shared.lanes.lanes.len() {
             let l = &self.shared.lanes.lanes[i];
@@ -578,7 +650,12 @@ impl Drop for Runtime {
         }
         if let Some(w) = self.watchdog.take() {
             w.thread().unpark();
-            let _ = w.join();
+            if let Err(payload) = w.join() {
+                self.thread_panics.push(ThreadPanic {
+                    thread: "watchdog".into(),
+                    message: crate::containment::message(&*payload),
+                });
+            }
         }
         for (i, h) in self.lane_threads.iter_mut().enumerate() {
             // A lost lane may be stuck for ever inside a hung stage: detach it. Its thread
@@ -587,8 +664,58 @@ impl Drop for Runtime {
                 continue;
             }
             if let Some(h) = h.take() {
-                let _ = h.join();
+                if let Err(payload) = h.join() {
+                    self.thread_panics.push(ThreadPanic {
+                        thread: format!("lane {i}"),
+                        message: crate::containment::message(&*payload),
+                    });
+                }
             }
+        }
+    }
+
+    /// Stops the runtime: stops and joins its threads (a lost lane still stuck in a hung
+    /// stage is detached, as in `Drop`) and says whether anything panicked outside a
+    /// stage: a lane or watchdog thread, the publisher or the scheduling step. Stage
+    /// panics are contained and in the report; they are not errors here.
+    pub fn shutdown(mut self) -> Result<(), RuntimeError> {
+        self.stop_threads();
+        if let Some(payload) = self.shared.escaped.take_payload() {
+            crate::containment::drop_payload(payload); // reported here instead
+        }
+        if let Some((place, message)) = self.shared.escaped.first() {
+            return Err(RuntimeError::Panicked {
+                place: place.clone(),
+                message: message.clone(),
+            });
+        }
+        if let Some(t) = self.thread_panics.drain(..).next() {
+            return Err(RuntimeError::Panicked {
+                place: t.thread,
+                message: t.message,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_threads();
+        // Never silent: `run` re-raises an escaped panic and `shutdown` returns these; a
+        // runtime just dropped says here what neither reported.
+        if let Some(payload) = self.shared.escaped.take_payload() {
+            crate::containment::drop_payload(payload);
+            eprintln!(
+                "redline: a runtime thread panicked outside any stage: {}",
+                self.shared.escaped.describe().unwrap_or_default()
+            );
+        }
+        for t in &self.thread_panics {
+            eprintln!(
+                "redline: the {} thread ended in a panic: {}",
+                t.thread, t.message
+            );
         }
         let any_lost = self
             .shared

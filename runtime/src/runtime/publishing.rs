@@ -55,13 +55,8 @@ impl Runtime {
                         deadline_ns,
                         mode: self.ladder.mode() as u8,
                     };
-                    self.publish_fallback(
-                        publisher,
-                        info,
-                        FallbackReason::NoFreeSlot,
-                        wall_release_ns,
-                        0,
-                    );
+                    let reason = self.fallback_reason(FallbackReason::NoFreeSlot);
+                    self.publish_fallback(publisher, info, reason, wall_release_ns, 0);
                 }
                 Entry::InSlot { slot } => {
                     let s = &self.shared.slots[slot as usize];
@@ -77,15 +72,15 @@ impl Runtime {
                     };
                     let wall_release = s.wall_release_ns.load(Ordering::Relaxed);
                     let overrun_mask = s.overrun_mask.load(Ordering::Acquire);
+                    // A critical stage that panicked in this frame is lost for good, as
+                    // one that hung (its fallback stands in from now on).
+                    if self.critical_panicked(slot as usize) {
+                        self.critical_lost_pending = true;
+                    }
                     if phase == ABANDONED {
                         let counted = self.counted_mask(overrun_mask);
-                        self.publish_fallback(
-                            publisher,
-                            info,
-                            FallbackReason::DeadlineGuard,
-                            wall_release,
-                            counted,
-                        );
+                        let reason = self.fallback_reason(FallbackReason::DeadlineGuard);
+                        self.publish_fallback(publisher, info, reason, wall_release, counted);
                     } else {
                         // Lockstep without a model: no timing-based decision at all (the
                         // ladder must not depend on how fast this machine happened to be).
@@ -121,6 +116,24 @@ impl Runtime {
             }
             let _ = self.queue.pop_front();
         }
+    }
+
+    /// `usual`, or [`FallbackReason::NoLiveLane`] when every lane is lost (then that is
+    /// why the frame could not finish or get a slot).
+    fn fallback_reason(&self, usual: FallbackReason) -> FallbackReason {
+        if self.shared.lanes.live_count() == 0 {
+            FallbackReason::NoLiveLane
+        } else {
+            usual
+        }
+    }
+
+    /// A critical stage's `run` panicked in the frame in `slot`.
+    fn critical_panicked(&self, slot: usize) -> bool {
+        let s = &self.shared.slots[slot];
+        self.stages.iter().enumerate().any(|(i, st)| {
+            st.criticality == Criticality::Critical && s.timing[i].outcome() == Outcome::Panicked
+        })
     }
 
     fn counted_mask(&self, mask: u64) -> u64 {

@@ -6,8 +6,11 @@
 //! - A slot is retired only once its frame is published, every stage turn is finished
 //!   (`remaining == 0`) and no stage is still executing in it (`in_exec == 0`). A slot a
 //!   hung stage is still writing into stays quarantined until that stage returns.
+//! - While no lane is live, a slot whose frame is published but whose stages wait in a
+//!   lost lane's queue counts as idle for the end of a run (nothing could run them before
+//!   a written-off stage returns); it is retired once they have run.
 //! - Retiring records, per stage, the counters (runs, errors, skips, lost fallbacks,
-//!   cancellations), the execution and queueing histograms, budget overruns (the first
+//!   cancellations, panics and the fallbacks standing in after one), the execution and queueing histograms, budget overruns (the first
 //!   4096 in detail, the rest counted) and one span; then it stores `FREE` with `Release`.
 //! - It allocates nothing (the overrun log and span ring are preallocated) and runs only
 //!   under the scheduling token.
@@ -21,14 +24,17 @@ use crate::report::OverrunRecord;
 
 impl Runtime {
     /// True when no slot holds a frame the run still waits for: every slot is free, or
-    /// quarantined by a hung stage after its frame was published.
+    /// quarantined by a hung stage after its frame was published, or published and
+    /// waiting for a lane while none is live.
     pub(super) fn all_slots_idle(&self) -> bool {
+        let no_live_lane = self.shared.lanes.live_count() == 0;
         self.shared.slots.iter().enumerate().all(|(i, s)| {
             let phase = s.phase.load(Ordering::Acquire);
             phase == FREE
                 || (self.published[i]
-                    && s.remaining.load(Ordering::Acquire) == 0
-                    && s.in_exec.load(Ordering::Acquire) > 0) // quarantined by a hung stage
+                    && (no_live_lane
+                        || (s.remaining.load(Ordering::Acquire) == 0
+                            && s.in_exec.load(Ordering::Acquire) > 0))) // quarantined
         })
     }
 
@@ -73,6 +79,14 @@ impl Runtime {
                     Outcome::Cancelled => {
                         c.cancelled += 1;
                         None
+                    }
+                    Outcome::Panicked => {
+                        c.panics += 1;
+                        Some(SpanKind::Fallback)
+                    }
+                    Outcome::PanickedFallback => {
+                        c.panic_fallbacks += 1;
+                        Some(SpanKind::Fallback)
                     }
                     Outcome::Hung | Outcome::Pending => None,
                 };

@@ -21,6 +21,11 @@
 //! - **Write-off** (scheduler side, [`Runtime::write_off_hung`]): a hung stage's lane is
 //!   marked lost, its stages move to live lanes, its turn is completed on its behalf and
 //!   the loss is counted; a lost critical stage is reported to the ladder.
+//! - **Hang threshold**: `hang_after_ns`, by default four deadlines; in lockstep, by default
+//!   [`super::LOCKSTEP_HANG_AFTER_NS`] (lockstep takes no timing decision from the wall
+//!   clock, so only a stage stuck far beyond any slow machine is written off there).
+//! - A panic of the watchdog itself is recorded and poisons the runtime (see
+//!   [`crate::containment`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
@@ -53,10 +58,10 @@ impl Watch {
         Watch {
             check_budgets: true,
             guard_frames: cfg.release != ReleaseMode::Lockstep,
-            hang_after_ns: if cfg.hang_after_ns == 0 {
-                cfg.deadline_len_ns().saturating_mul(4)
-            } else {
-                cfg.hang_after_ns
+            hang_after_ns: match (cfg.hang_after_ns, cfg.release) {
+                (0, ReleaseMode::Lockstep) => super::LOCKSTEP_HANG_AFTER_NS,
+                (0, _) => cfg.deadline_len_ns().saturating_mul(4),
+                (ns, _) => ns,
             },
             tick_ns: tick_ns(cfg, stages),
         }
@@ -97,7 +102,15 @@ pub(crate) fn spawn(
             grant.thread = "watchdog".into();
             rt::set_timer_slack_1ns();
             let _ = grants.send(grant);
-            watchdog_main(&shared);
+            // A runtime without its watchdog cannot keep deadlines: a panic here poisons
+            // it, and `run` re-raises it (see `containment`).
+            let returned =
+                crate::containment::contain_thread(&shared.escaped, "the watchdog thread", || {
+                    watchdog_main(&shared)
+                });
+            if !returned {
+                shared.wake_scheduler();
+            }
         })
         .map_err(|error| RuntimeError::Thread {
             name: "redline-watchdog".into(),
