@@ -117,7 +117,8 @@ pub fn load_feed(cfg: &RedlineConfig, log: Option<&Path>, frames: Option<usize>)
     match log {
         Some(path) => {
             eprintln!("reading {} ...", path.display());
-            Feed::from_log(path, frames).with_context(|| format!("replaying {}", path.display()))
+            Feed::from_log_with(path, frames, cfg.log)
+                .with_context(|| format!("replaying {}", path.display()))
         }
         None => {
             let counters = Arc::new(Counters::default());

@@ -15,6 +15,7 @@ use redline_bench::regress::setup::fnv1a_hex;
 use redline_bench::regress::RegressConfig;
 use redline_pipeline::config::{ConfigError, PipelineConfig};
 use redline_sim::faults::FaultConfig;
+use redline_sim::log::ReadLimits;
 use redline_sim::scenario::ScenarioConfig;
 use serde::de::DeserializeOwned;
 
@@ -28,6 +29,9 @@ pub struct RedlineConfig {
     /// The `[faults]` table: faults `redline replay` injects (empty: none). Camera and
     /// stage names are checked when the source and the graph are known.
     pub faults: FaultConfig,
+    /// The `[log]` table: how much a recorded log may make the reader and the replay feed
+    /// allocate (see `redline_sim::log::ReadLimits`; every key optional).
+    pub log: ReadLimits,
     /// The `[regress]` table: `redline regress`'s repetitions, warm-up and tolerances. Not
     /// part of what a run measures: left out of [`RedlineConfig::config_hash`].
     pub regress: RegressConfig,
@@ -39,6 +43,7 @@ impl Default for RedlineConfig {
             pipeline: PipelineConfig::default(),
             scenario: ScenarioConfig::default_drive(),
             faults: FaultConfig::default(),
+            log: ReadLimits::default(),
             regress: RegressConfig::default(),
         }
     }
@@ -71,6 +76,7 @@ impl RedlineConfig {
         let defaults = RedlineConfig::default();
         let scenario = take_section(&mut table, "scenario", origin)?.unwrap_or(defaults.scenario);
         let faults = take_section(&mut table, "faults", origin)?.unwrap_or(defaults.faults);
+        let log = take_section(&mut table, "log", origin)?.unwrap_or(defaults.log);
         let regress = take_section(&mut table, "regress", origin)?.unwrap_or(defaults.regress);
         let pipeline = parse_section(toml::Value::Table(table)).map_err(parse_error)?;
 
@@ -78,6 +84,7 @@ impl RedlineConfig {
             pipeline,
             scenario,
             faults,
+            log,
             regress,
         };
         cfg.validate()?;
@@ -113,6 +120,10 @@ impl RedlineConfig {
         // Only when there are faults: a file without them keeps its text (and hash).
         if !self.faults.is_empty() {
             table.insert("faults".to_string(), toml::Value::try_from(&self.faults)?);
+        }
+        // Only when changed, for the same reason.
+        if self.log != ReadLimits::default() {
+            table.insert("log".to_string(), toml::Value::try_from(self.log)?);
         }
         table.insert("regress".to_string(), toml::Value::try_from(&self.regress)?);
         toml::to_string(&table)
@@ -186,6 +197,25 @@ mod tests {
             RedlineConfig::parse("", "t").unwrap(),
             RedlineConfig::default()
         );
+    }
+
+    #[test]
+    fn the_log_table_sets_read_limits_and_changes_the_hash_only_when_present() {
+        let c = RedlineConfig::parse("[log]\nmax_chunk_bytes = 1048576\nmax_frames = 10\n", "t")
+            .unwrap();
+        assert_eq!(c.log.max_chunk_bytes, 1 << 20);
+        assert_eq!(c.log.max_frames, 10);
+        assert_eq!(
+            c.log.max_record_bytes,
+            ReadLimits::default().max_record_bytes,
+            "keys left out keep their defaults"
+        );
+        assert_eq!(RedlineConfig::parse(&c.to_toml().unwrap(), "t").unwrap(), c);
+        assert_ne!(c.config_hash(), RedlineConfig::default().config_hash());
+        let e = RedlineConfig::parse("[log]\nmax_chunk = 1\n", "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_chunk"), "{e}");
     }
 
     #[test]

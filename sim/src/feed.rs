@@ -19,7 +19,7 @@ use redline_pipeline::camera::CameraSpec;
 use redline_pipeline::sensors::{FrameSource, SensorFrame, MAX_GT};
 use redline_pipeline::types::{EgoPose, GtBox, RoadMap, MAP_POINTS, MAP_SPACING};
 
-use crate::log::LogReader;
+use crate::log::{LogReader, ReadLimits};
 use crate::replay::{read_frames, FrameIssue};
 use crate::scenario::{Scenario, ScenarioConfig};
 use crate::types::{EgoState, GroundTruth, RgbImage};
@@ -62,6 +62,24 @@ pub enum FeedError {
         "{0}: cameras have different image sizes ({1}): redline expects one size for all cameras"
     )]
     MixedSizes(String, String),
+    /// The log holds more than the limits allow the feed to keep in memory.
+    #[error(
+        "{log}: frame {frames} would make the replay feed hold {bytes} bytes of images \
+         (limits: {max_frames} frames, {max_bytes} bytes: `max_frames` / `max_feed_bytes` in \
+         the config's [log] table): replay fewer frames with --frames or raise the limits"
+    )]
+    TooLarge {
+        /// The log.
+        log: String,
+        /// Frames that would be held.
+        frames: u64,
+        /// Bytes that would be held.
+        bytes: u64,
+        /// The frame limit.
+        max_frames: u64,
+        /// The byte limit.
+        max_bytes: u64,
+    },
 }
 
 fn ego_pose(e: &EgoState) -> EgoPose {
@@ -153,8 +171,20 @@ impl Feed {
 
     /// Reads a recorded MCAP log (every readable frame; problems become issues).
     pub fn from_log(path: &Path, frames: Option<usize>) -> Result<Feed, FeedError> {
+        Self::from_log_with(path, frames, ReadLimits::default())
+    }
+
+    /// [`Feed::from_log`] with explicit [`ReadLimits`] (the config's `[log]` table): the
+    /// reader checks every length in the file against them, and the feed refuses to hold
+    /// more than `max_frames` frames or `max_feed_bytes` of decoded images (checked before
+    /// each frame is allocated).
+    pub fn from_log_with(
+        path: &Path,
+        frames: Option<usize>,
+        limits: ReadLimits,
+    ) -> Result<Feed, FeedError> {
         let name = path.display().to_string();
-        let mut reader = LogReader::open(path)?;
+        let mut reader = LogReader::open_with(path, limits)?;
         let cameras = reader.cameras().to_vec();
         let (w, h) = match cameras.first() {
             Some(c) => (c.width as usize, c.height as usize),
@@ -187,8 +217,19 @@ impl Feed {
         let mut out = Vec::new();
         let mut period_ns = 33_333_333;
         let mut last_stamp: Option<u64> = None;
+        let frame_bytes = (cams * w * h * 3) as u64;
         for sf in sensor_frames.into_iter().take(limit) {
             let k = out.len() as u64;
+            let held = (k + 1).saturating_mul(frame_bytes);
+            if k + 1 > limits.max_frames || held > limits.max_feed_bytes {
+                return Err(FeedError::TooLarge {
+                    log: name,
+                    frames: k + 1,
+                    bytes: held,
+                    max_frames: limits.max_frames,
+                    max_bytes: limits.max_feed_bytes,
+                });
+            }
             let mut images = vec![0u8; cams * w * h * 3];
             let mut present = 0u32;
             for (c, img) in sf.images.iter().enumerate().take(cams) {

@@ -17,7 +17,7 @@ use redline_pipeline::sensors::{FrameSource, SensorFrame};
 use redline_pipeline::types::RoadMap;
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
-use redline_sim::log::LogWriter;
+use redline_sim::log::{LogWriter, ReadLimits};
 use redline_sim::msgs::{Header, Image, Time};
 use redline_sim::scenario::Scenario;
 use redline_sim::types::RgbImage;
@@ -151,6 +151,31 @@ fn faulty_logs_are_replayed_with_recorded_issues_and_no_panic() {
     assert_eq!(feed.frames[9].present & (1 << 3), 0);
     assert_eq!(feed.frames[6].present, 0b11_1111);
     assert_eq!(replay_all(feed), n as u64);
+
+    // The [log] limits: a feed larger than allowed is refused with the knob to turn.
+    let few = ReadLimits {
+        max_frames: 3,
+        ..ReadLimits::default()
+    };
+    let e = Feed::from_log_with(&unknown, None, few)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_frames") && e.contains("--frames"), "{e}");
+    assert_eq!(
+        Feed::from_log_with(&unknown, Some(3), few)
+            .unwrap()
+            .frames
+            .len(),
+        3
+    );
+    let small = ReadLimits {
+        max_feed_bytes: 1000,
+        ..ReadLimits::default()
+    };
+    let e = Feed::from_log_with(&unknown, None, small)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_feed_bytes"), "{e}");
 
     // Truncated: every frame before the cut is still replayed.
     let bytes = std::fs::read(&faulty).unwrap();

@@ -37,12 +37,16 @@
 //! holds the shared types, errors and topic names.
 
 mod decode;
+mod limits;
 mod reader;
+mod records;
 mod recovery;
 mod summary;
 mod writer;
 
+pub use limits::ReadLimits;
 pub use reader::LogReader;
+pub use records::{Place, RecordError};
 pub use writer::LogWriter;
 
 use std::path::{Path, PathBuf};
@@ -171,6 +175,9 @@ pub enum LogIssueKind {
     UnindexedFile,
     /// A camera has no `base_link` → `cam_<name>` transform: its mount pose is zero.
     MissingTransform,
+    /// A length, size or count is over one of the [`ReadLimits`]: the record, chunk or
+    /// camera is skipped (or, for `max_buffered_bytes`, messages may leave log-time order).
+    OverLimit,
     /// Too many issues: the rest were not recorded.
     TooManyIssues,
 }

@@ -9,15 +9,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use mcap::records::{op, MessageHeader, Record};
-use mcap::sans_io::{SummaryReadEvent, SummaryReader, SummaryReaderOptions};
-use mcap::McapError;
-
 use super::decode::{kind_of, map_data, Kind};
-use super::recovery::read_chunk;
+use super::limits::ReadLimits;
+use super::records::{self, Place, RecordError};
+use super::recovery::{read_chunk, ChunkItem};
 use super::{
     camera_of_topic, LogError, LogIssue, LogIssueKind, LogMessage, RoadMapData, MAX_ISSUES,
     MCAP_MAGIC,
@@ -55,11 +53,60 @@ pub(super) struct RawMsg {
     pub(super) data: Vec<u8>,
 }
 
+/// What the log is read from: a file, or bytes in memory ([`LogReader::from_bytes`]).
+#[derive(Debug)]
+pub(super) enum Source {
+    File(File),
+    Memory(Cursor<Vec<u8>>),
+}
+
+impl Read for Source {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::File(f) => f.read(buf),
+            Source::Memory(c) => c.read(buf),
+        }
+    }
+}
+
+impl Seek for Source {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        match self {
+            Source::File(f) => f.seek(pos),
+            Source::Memory(c) => c.seek(pos),
+        }
+    }
+}
+
+/// The parts of the summary section redline uses.
+#[derive(Debug, Default)]
+struct Summary {
+    /// schema id → schema name
+    schemas: BTreeMap<u16, String>,
+    /// channel id → (schema id, topic, message encoding)
+    channels: BTreeMap<u16, (u16, String, String)>,
+    chunk_indexes: Vec<records::ChunkIndexRec>,
+    stats: Option<records::StatisticsRec>,
+}
+
+/// Why the summary could not be used (the file is then read by a linear scan).
+#[derive(Debug, thiserror::Error)]
+enum SummaryError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+/// Footer record (opcode, length, 20-byte body) and end magic.
+const FOOTER_LEN: u64 = 9 + 20 + 8;
+
 /// Reads a sensor log (see the module docs for what it promises on damaged files).
 pub struct LogReader {
     pub(super) path: PathBuf,
-    pub(super) file: File,
+    pub(super) file: Source,
     pub(super) file_len: u64,
+    pub(super) limits: ReadLimits,
     pub(super) indexed: bool,
     pub(super) channels: BTreeMap<u16, InChannel>,
     pub(super) blocks: Vec<Block>,
@@ -87,29 +134,58 @@ impl std::fmt::Debug for LogReader {
 }
 
 impl LogReader {
-    /// Opens a log. An intact file is read through its summary and indexes. A file whose
-    /// summary is missing or damaged (truncated, crashed recorder) is still opened: it falls back
-    /// to a linear scan that recovers every readable message and records what was lost in
-    /// [`LogReader::issues`]. Errors only when nothing can be read: not an MCAP file,
-    /// unreadable file, no `camera_info`.
+    /// Opens a log with the default [`ReadLimits`]. An intact file is read through its
+    /// summary and indexes. A file whose summary is missing or damaged (truncated, crashed
+    /// recorder) is still opened: it falls back to a linear scan that recovers every readable
+    /// message and records what was lost in [`LogReader::issues`]. Errors only when nothing can
+    /// be read: not an MCAP file, unreadable file, no `camera_info`.
     pub fn open(path: &Path) -> Result<LogReader, LogError> {
+        Self::open_with(path, ReadLimits::default())
+    }
+
+    /// [`LogReader::open`] with explicit limits on what the file may make the reader allocate:
+    /// a length over a limit is reported as an issue and its chunk or record skipped.
+    pub fn open_with(path: &Path, limits: ReadLimits) -> Result<LogReader, LogError> {
         let io = |source| LogError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = File::open(path).map_err(io)?;
+        let file = File::open(path).map_err(io)?;
         let file_len = file.metadata().map_err(io)?.len();
+        Self::open_source(path.to_path_buf(), Source::File(file), file_len, limits)
+    }
+
+    /// Reads a log held in memory (`name` stands for its path in messages and issues). Same
+    /// promises as [`LogReader::open_with`]; used by the fuzz target and by tests.
+    pub fn from_bytes(
+        name: impl Into<PathBuf>,
+        bytes: Vec<u8>,
+        limits: ReadLimits,
+    ) -> Result<LogReader, LogError> {
+        let len = bytes.len() as u64;
+        Self::open_source(name.into(), Source::Memory(Cursor::new(bytes)), len, limits)
+    }
+
+    fn open_source(
+        path: PathBuf,
+        mut file: Source,
+        file_len: u64,
+        limits: ReadLimits,
+    ) -> Result<LogReader, LogError> {
+        let io = |source| LogError::Io {
+            path: path.clone(),
+            source,
+        };
         let mut magic = [0u8; 8];
         let n = read_up_to(&mut file, &mut magic).map_err(io)?;
         if n < 8 || magic != MCAP_MAGIC {
-            return Err(LogError::NotMcap {
-                path: path.to_path_buf(),
-            });
+            return Err(LogError::NotMcap { path });
         }
         let mut r = LogReader {
-            path: path.to_path_buf(),
+            path: path.clone(),
             file,
             file_len,
+            limits,
             indexed: false,
             channels: BTreeMap::new(),
             blocks: Vec::new(),
@@ -149,6 +225,11 @@ impl LogReader {
         Ok(r)
     }
 
+    /// The limits this reader checks lengths against.
+    pub fn limits(&self) -> &ReadLimits {
+        &self.limits
+    }
+
     pub(super) fn issue(&mut self, kind: LogIssueKind, detail: String) {
         let issue = LogIssue { kind, detail };
         if self.issues.contains(&issue) {
@@ -169,28 +250,123 @@ impl LogReader {
         }
     }
 
-    fn read_summary(&mut self) -> Result<Option<mcap::Summary>, McapError> {
-        self.file.seek(SeekFrom::Start(0))?;
-        let mut sr = SummaryReader::new_with_options(
-            SummaryReaderOptions::default().with_file_size(self.file_len),
-        );
-        while let Some(event) = sr.next_event() {
-            match event? {
-                SummaryReadEvent::ReadRequest(n) => {
-                    let got = self.file.read(sr.insert(n))?;
-                    sr.notify_read(got);
+    /// Reads the footer and the summary section (bounded by the file and
+    /// `max_summary_bytes`, CRC checked when not zero). `None`: the file has no summary.
+    fn read_summary(&mut self) -> Result<Option<Summary>, SummaryError> {
+        let truncated = |need: u64| RecordError::Truncated {
+            what: "footer and end magic",
+            place: Place::File,
+            at: 0,
+            need,
+            left: self.file_len,
+        };
+        if self.file_len < 8 + FOOTER_LEN {
+            return Err(truncated(8 + FOOTER_LEN).into());
+        }
+        let footer_pos = self.file_len - FOOTER_LEN;
+        let mut tail = [0u8; FOOTER_LEN as usize];
+        self.file.seek(SeekFrom::Start(footer_pos))?;
+        self.file.read_exact(&mut tail)?;
+        if tail[29..] != *MCAP_MAGIC
+            || tail[0] != records::OP_FOOTER
+            || tail[1..9] != 20u64.to_le_bytes()
+        {
+            return Err(RecordError::WrongOpcode {
+                what: "footer record and end magic",
+                place: Place::File,
+                at: footer_pos,
+                opcode: tail[0],
+            }
+            .into());
+        }
+        let field = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&tail[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let summary_start = field(9);
+        let offsets_start = field(17);
+        let saved_crc = u32::from_le_bytes([tail[25], tail[26], tail[27], tail[28]]);
+        if summary_start == 0 {
+            return Ok(None);
+        }
+        if summary_start < 8 || summary_start > footer_pos {
+            return Err(RecordError::Truncated {
+                what: "summary section",
+                place: Place::File,
+                at: summary_start,
+                need: summary_start,
+                left: footer_pos,
+            }
+            .into());
+        }
+        let len = footer_pos - summary_start;
+        if len > self.limits.max_summary_bytes {
+            return Err(RecordError::OverLimit {
+                what: "summary section",
+                place: Place::File,
+                at: summary_start,
+                len,
+                limit: self.limits.max_summary_bytes,
+                knob: "max_summary_bytes",
+            }
+            .into());
+        }
+        // The section plus the footer fields its CRC covers (opcode, length, two offsets).
+        let mut section = vec![0u8; len as usize + 25];
+        self.file.seek(SeekFrom::Start(summary_start))?;
+        self.file.read_exact(&mut section)?;
+        if saved_crc != 0 {
+            let calculated = records::crc32(&section);
+            if calculated != saved_crc {
+                return Err(RecordError::Crc {
+                    what: "summary section",
+                    at: summary_start,
+                    saved: saved_crc,
+                    calculated,
                 }
-                SummaryReadEvent::SeekRequest(to) => {
-                    let pos = self.file.seek(to)?;
-                    sr.notify_seeked(pos);
-                }
+                .into());
             }
         }
-        Ok(sr.finish())
+        // Summary offset records (an index of the summary) are not needed.
+        let end = if (summary_start..=footer_pos).contains(&offsets_start) {
+            offsets_start - summary_start
+        } else {
+            len
+        };
+        let limits = self.limits;
+        let mut s = Summary::default();
+        for rec in records::Records::new(
+            &section[..end as usize],
+            summary_start,
+            Place::File,
+            &limits,
+        ) {
+            let rec = rec?;
+            match rec.opcode {
+                records::OP_SCHEMA => {
+                    let sc = records::schema(&rec, Place::File, &limits)?;
+                    s.schemas.insert(sc.id, sc.name.to_string());
+                }
+                records::OP_CHANNEL => {
+                    let c = records::channel(&rec, Place::File, &limits)?;
+                    s.channels.insert(
+                        c.id,
+                        (c.schema_id, c.topic.to_string(), c.encoding.to_string()),
+                    );
+                }
+                records::OP_CHUNK_INDEX => {
+                    s.chunk_indexes.push(records::chunk_index(&rec, &limits)?)
+                }
+                records::OP_STATISTICS => s.stats = Some(records::statistics(&rec, &limits)?),
+                _ => {}
+            }
+        }
+        Ok(Some(s))
     }
 
     /// Takes channels and chunk indexes from the summary; false when it is unusable.
-    fn use_summary(&mut self, s: &mcap::Summary) -> bool {
+    fn use_summary(&mut self, s: &Summary) -> bool {
         let data_chunks = s.stats.as_ref().map(|st| st.chunk_count).unwrap_or(0);
         if s.chunk_indexes.is_empty() && data_chunks > 0 {
             return false;
@@ -201,22 +377,19 @@ impl LogReader {
         }
         for ci in &s.chunk_indexes {
             if ci.chunk_length < 9
+                || ci.chunk_start_offset < 8
                 || ci.chunk_start_offset.saturating_add(ci.chunk_length) > self.file_len
             {
                 return false;
             }
         }
-        for (id, ch) in &s.channels {
+        for (id, (schema_id, topic, encoding)) in &s.channels {
             self.channels.insert(
                 *id,
                 InChannel {
-                    topic: ch.topic.clone(),
-                    schema: ch
-                        .schema
-                        .as_ref()
-                        .map(|s| s.name.clone())
-                        .unwrap_or_default(),
-                    encoding: ch.message_encoding.clone(),
+                    topic: topic.clone(),
+                    schema: s.schemas.get(schema_id).cloned().unwrap_or_default(),
+                    encoding: encoding.clone(),
                 },
             );
         }
@@ -227,15 +400,14 @@ impl LogReader {
                 offset: ci.chunk_start_offset,
                 body_len: ci.chunk_length - 9,
                 loose: false,
-                start_ns: ci.message_start_time,
-                end_ns: ci.message_end_time,
-                channels: (!ci.message_index_offsets.is_empty())
-                    .then(|| ci.message_index_offsets.keys().copied().collect()),
+                start_ns: ci.start_ns,
+                end_ns: ci.end_ns,
+                channels: (!ci.channels.is_empty()).then(|| ci.channels.iter().copied().collect()),
                 skip: false,
             })
             .collect();
         self.range = match &s.stats {
-            Some(st) => (st.message_start_time, st.message_end_time),
+            Some(st) => (st.start_ns, st.end_ns),
             None => (
                 self.blocks.iter().map(|b| b.start_ns).min().unwrap_or(0),
                 self.blocks.iter().map(|b| b.end_ns).max().unwrap_or(0),
@@ -270,7 +442,19 @@ impl LogReader {
                 Some(Kind::CameraInfo) => match CameraInfo::from_cdr(&raw.data) {
                     Ok(ci) => {
                         if let Some(name) = camera_of_topic(&ch.topic, "camera_info") {
-                            if !infos.iter().any(|(n, _)| n == name) {
+                            if infos.iter().any(|(n, _)| n == name) {
+                                // the first calibration of a camera is kept
+                            } else if let Err(why) = check_calibration(&ci, &reader.limits) {
+                                reader.issue(
+                                    LogIssueKind::UndecodableMessage,
+                                    format!(
+                                        "{} at {} ns: {why}; camera {name} is ignored",
+                                        ch.topic, raw.key.0
+                                    ),
+                                );
+                            } else if infos.len() >= reader.limits.max_cameras {
+                                reader.issue(LogIssueKind::OverLimit, format!("{} declares camera {name}, one more than the {} cameras allowed (ReadLimits::max_cameras, `max_cameras` in the config's [log] table); it is ignored", ch.topic, reader.limits.max_cameras));
+                            } else {
                                 infos.push((name.to_string(), ci));
                             }
                         } else {
@@ -328,12 +512,19 @@ impl LogReader {
                 yaw: 0.0,
                 pitch: 0.0,
             };
-            match mount {
-                Some(t) => {
+            // A mount that is not finite (a corrupt transform) counts as missing.
+            let mount = mount
+                .map(|t| {
                     let (yaw, pitch) = t.transform.rotation.camera_mount_angles();
-                    spec.x = t.transform.translation.x;
-                    spec.y = t.transform.translation.y;
-                    spec.z = t.transform.translation.z;
+                    let v = &t.transform.translation;
+                    (v.x, v.y, v.z, yaw, pitch)
+                })
+                .filter(|m| [m.0, m.1, m.2, m.3, m.4].iter().all(|x| x.is_finite()));
+            match mount {
+                Some((x, y, z, yaw, pitch)) => {
+                    spec.x = x;
+                    spec.y = y;
+                    spec.z = z;
                     spec.yaw = yaw;
                     spec.pitch = pitch;
                 }
@@ -440,11 +631,33 @@ impl LogReader {
         out: &mut Vec<RawMsg>,
     ) {
         let b = self.blocks[bi].clone();
+        let limits = self.limits;
+        if b.body_len > limits.max_record_bytes {
+            let e = RecordError::OverLimit {
+                what: if b.loose {
+                    "message record"
+                } else {
+                    "chunk record"
+                },
+                place: Place::File,
+                at: b.offset,
+                len: b.body_len,
+                limit: limits.max_record_bytes,
+                knob: "max_record_bytes",
+            };
+            self.issue(
+                LogIssueKind::OverLimit,
+                format!("{e}; its messages are skipped"),
+            );
+            return;
+        }
         let mut body = std::mem::take(&mut self.buf);
+        body.clear();
+        // body_len <= max_record_bytes (checked above) and within the file (checked at open).
         body.resize(b.body_len as usize, 0);
         let read = self
             .file
-            .seek(SeekFrom::Start(b.offset + 9))
+            .seek(SeekFrom::Start(b.offset.saturating_add(9)))
             .and_then(|_| self.file.read_exact(&mut body));
         if let Err(e) = read {
             self.issue(
@@ -457,18 +670,23 @@ impl LogReader {
             self.buf = body;
             return;
         }
-        let take = |h: &MessageHeader, data: Vec<u8>, idx: usize, out: &mut Vec<RawMsg>| {
-            if wanted.contains(&h.channel_id) && h.log_time >= start && h.log_time < end {
+        let mut take = |channel: u16, log_time: u64, data: &[u8], idx: usize| {
+            if wanted.contains(&channel) && log_time >= start && log_time < end {
                 out.push(RawMsg {
-                    key: (h.log_time, ordinal, idx),
-                    channel: h.channel_id,
-                    data,
+                    key: (log_time, ordinal, idx),
+                    channel,
+                    data: data.to_vec(),
                 });
             }
         };
         if b.loose {
-            if let Ok(Record::Message { header, data }) = mcap::parse_record(op::MESSAGE, &body) {
-                take(&header, data.into_owned(), 0, out);
+            let rec = records::RawRecord {
+                opcode: records::OP_MESSAGE,
+                at: b.offset,
+                body: &body,
+            };
+            if let Ok(m) = records::message(&rec, Place::File, &limits) {
+                take(m.channel_id, m.log_time, m.data, 0);
             }
         } else {
             // The record length in the file; for a cut chunk it exceeds what is there.
@@ -477,9 +695,13 @@ impl LogReader {
                 .file
                 .seek(SeekFrom::Start(b.offset))
                 .and_then(|_| self.file.read_exact(&mut head))
-                .map(|_| u64::from_le_bytes(head[1..9].try_into().unwrap_or([0; 8])))
+                .map(|_| {
+                    let mut l = [0u8; 8];
+                    l.copy_from_slice(&head[1..9]);
+                    u64::from_le_bytes(l)
+                })
                 .unwrap_or(b.body_len);
-            let cr = read_chunk(&body, record_len);
+            let cr = read_chunk(&body, record_len, b.offset, &limits);
             self.chunks_read += 1;
             if let (Some(e), false) = (&cr.error, cr.partial) {
                 self.issue(
@@ -490,9 +712,14 @@ impl LogReader {
                     ),
                 );
             }
-            for (idx, rec) in cr.records.into_iter().enumerate() {
-                if let Record::Message { header, data } = rec {
-                    take(&header, data.into_owned(), idx, out);
+            for (idx, item) in cr.items.iter().enumerate() {
+                if let ChunkItem::Message {
+                    channel,
+                    log_time,
+                    range,
+                } = item
+                {
+                    take(*channel, *log_time, &cr.data[range.clone()], idx);
                 }
             }
         }
@@ -500,7 +727,28 @@ impl LogReader {
     }
 }
 
-fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+/// A calibration redline can use: image sides within `1..=max_image_side`, finite focal
+/// lengths above zero and a finite principal point.
+fn check_calibration(ci: &CameraInfo, limits: &ReadLimits) -> Result<(), String> {
+    let k = ci.to_intrinsics();
+    let side = 1..=limits.max_image_side;
+    if !side.contains(&k.width) || !side.contains(&k.height) {
+        return Err(format!(
+            "image size {}x{} is outside 1..={} px per side (ReadLimits::max_image_side, `max_image_side` in the config's [log] table)",
+            k.width, k.height, limits.max_image_side
+        ));
+    }
+    let focal_ok = |f: f64| f.is_finite() && f > 0.0;
+    if !(focal_ok(k.fx) && focal_ok(k.fy) && k.cx.is_finite() && k.cy.is_finite()) {
+        return Err(format!(
+            "intrinsics fx {} fy {} cx {} cy {} are not finite positive focal lengths and a finite principal point",
+            k.fx, k.fy, k.cx, k.cy
+        ));
+    }
+    Ok(())
+}
+
+fn read_up_to(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match f.read(&mut buf[n..])? {
@@ -521,6 +769,8 @@ struct RawIter<'r> {
     next: usize,
     /// Sorted by key, descending: `pop` yields the earliest.
     pending: Vec<RawMsg>,
+    /// Message bytes in `pending`.
+    pending_bytes: u64,
 }
 
 impl<'r> RawIter<'r> {
@@ -548,6 +798,7 @@ impl<'r> RawIter<'r> {
             order,
             next: 0,
             pending: Vec::new(),
+            pending_bytes: 0,
         }
     }
 
@@ -557,6 +808,17 @@ impl<'r> RawIter<'r> {
                 let bi = self.order[self.next];
                 let earliest = self.pending.last().map(|m| m.key.0);
                 if earliest.is_some_and(|t| self.reader.blocks[bi].start_ns > t) {
+                    break;
+                }
+                let limit = self.reader.limits.max_buffered_bytes;
+                if self.pending_bytes >= limit {
+                    // Chunks overlapping in time hold more than the limit: release what is
+                    // held before reading on, at the cost of log-time order.
+                    let at = self.reader.blocks[bi].offset;
+                    self.reader.issue(
+                        LogIssueKind::OverLimit,
+                        format!("chunks overlapping in time hold more than {limit} bytes of messages (ReadLimits::max_buffered_bytes, `max_buffered_bytes` in the config's [log] table) before the chunk at byte {at}; messages from there on may come out of log-time order"),
+                    );
                     break;
                 }
                 let before = self.pending.len();
@@ -569,12 +831,18 @@ impl<'r> RawIter<'r> {
                     &mut self.pending,
                 );
                 self.next += 1;
+                let added: u64 = self.pending[before..]
+                    .iter()
+                    .map(|m| m.data.len() as u64)
+                    .sum();
+                self.pending_bytes += added;
                 if self.pending.len() != before {
                     self.pending
                         .sort_unstable_by_key(|m| std::cmp::Reverse(m.key));
                 }
             }
             if let Some(m) = self.pending.pop() {
+                self.pending_bytes -= m.data.len() as u64;
                 return Some(m);
             }
             if self.next >= self.order.len() {
