@@ -9,6 +9,7 @@ pub mod camera;
 pub mod cdr;
 pub mod faults;
 pub mod feed;
+pub mod fuzzing;
 pub mod generate;
 pub mod log;
 pub mod msgs;

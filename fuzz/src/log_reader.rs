@@ -1,0 +1,7 @@
+//! AFL++ target: arbitrary bytes as an MCAP log through the replay's whole log path
+//! (`redline_sim::fuzzing::log_bytes`).
+fn main() {
+    afl::fuzz!(|data: &[u8]| {
+        redline_sim::fuzzing::log_bytes(data);
+    });
+}

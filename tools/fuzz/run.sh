@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of the log reader and the CDR decoder with AFL++ (cargo-afl).
+#
+#   tools/fuzz/run.sh [SECONDS]     # each target runs SECONDS (default 600)
+#
+# Installs cargo-afl and builds AFL++ from the sources it ships when missing (a C compiler
+# and make; ~5 min on 2 cores the first time), builds the targets in fuzz/ (its own
+# workspace), writes a tiny seed log with `redline sim generate` (0.2 s, 64x32 images),
+# runs each target for SECONDS, prints executions, exec/s and crashes per target, and
+# exits 1 if any crash was saved (the inputs are in fuzz/out/TARGET/default/crashes/:
+# add each as a regression test next to sim/src/fuzzing.rs, then fix it).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-600}
+
+if ! command -v cargo-afl >/dev/null; then
+    cargo install cargo-afl --locked --version 0.18.2
+fi
+# Builds AFL++ once per toolchain and cargo-afl version (under ~/.local/share/afl.rs).
+if ! ls "${XDG_DATA_HOME:-$HOME/.local/share}"/afl.rs/rustc-*/afl.rs-*/afl/bin/afl-fuzz >/dev/null 2>&1; then
+    cargo afl config --build
+fi
+
+seeds=fuzz/seeds
+mkdir -p "$seeds/log" "$seeds/cdr"
+if [ ! -s "$seeds/log/drive.mcap" ]; then
+    cargo run --release -q -p redline-cli -- sim generate -o "$seeds/log/drive.mcap" \
+        --seconds 0.2 --width 64 --height 32 --actors 3
+fi
+# CDR seeds: an empty message, and a short run of zeros after the little-endian header.
+printf '\x00\x01\x00\x00' > "$seeds/cdr/header_only"
+printf '\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' > "$seeds/cdr/zeros"
+
+(cd fuzz && cargo afl build --release -q)
+
+export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1
+export AFL_NO_AFFINITY=1 AFL_SKIP_CRASHES=1
+status=0
+for target in log_reader cdr; do
+    case $target in log_reader) in=$seeds/log ;; cdr) in=$seeds/cdr ;; esac
+    out=fuzz/out/$target
+    rm -rf "$out"; mkdir -p fuzz/out
+    echo "== fuzzing $target for $secs s (AFL++, seeds in $in)"
+    cargo afl fuzz -i "$in" -o "$out" -V "$secs" -- "fuzz/target/release/$target" >"$out.log" 2>&1 || {
+        echo "afl-fuzz failed for $target; its output:"; tail -30 "$out.log"; exit 1; }
+    stats=$out/default/fuzzer_stats
+    get() { awk -F' *: *' -v k="$1" '$1 == k { print $2 }' "$stats"; }
+    crashes=$(get saved_crashes)
+    echo "   $target: $(get execs_done) executions, $(get execs_per_sec) exec/s, $(get corpus_count) corpus entries, $(get bitmap_cvg) coverage, crashes: $crashes, hangs: $(get saved_hangs)"
+    if [ "${crashes:-0}" != 0 ]; then
+        echo "   crashing inputs: $out/default/crashes/"
+        status=1
+    fi
+done
+exit $status
