@@ -4,6 +4,7 @@
 
 pub mod calibrate;
 pub mod conv;
+pub mod engine;
 pub mod export;
 pub mod network;
 pub mod quant;
