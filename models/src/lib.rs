@@ -5,6 +5,7 @@
 pub mod calibrate;
 pub mod conv;
 pub mod engine;
+pub mod onnx;
 pub mod export;
 pub mod network;
 pub mod quant;

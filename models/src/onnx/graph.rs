@@ -1,0 +1,435 @@
+//! The ONNX file as a plain graph: nodes in file order with their attributes, constants
+//! decoded into Rust vectors, the graph's inputs and outputs with static shapes.
+//!
+//! Contract: [`OnnxGraph::parse`] never panics on any byte string; every problem is an
+//! [`EngineError`] naming the file, node or tensor at fault. Construction time only
+//! (allocates freely).
+
+use super::proto::onnx as pb;
+use crate::engine::{ElemType, EngineError};
+use protobuf::Message;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// ONNX `TensorProto.DataType` codes this importer reads.
+pub(crate) mod dtype {
+    pub const FLOAT: i32 = 1;
+    pub const UINT8: i32 = 2;
+    pub const INT8: i32 = 3;
+    pub const INT32: i32 = 6;
+    pub const INT64: i32 = 7;
+}
+
+/// A constant tensor (initializer or `Constant` node output), decoded.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ConstData {
+    F32(Vec<f32>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+/// A constant with its shape.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Const {
+    pub shape: Vec<usize>,
+    pub data: ConstData,
+}
+
+impl Const {
+    pub fn len(&self) -> usize {
+        match &self.data {
+            ConstData::F32(v) => v.len(),
+            ConstData::I8(v) => v.len(),
+            ConstData::U8(v) => v.len(),
+            ConstData::I32(v) => v.len(),
+            ConstData::I64(v) => v.len(),
+        }
+    }
+
+    /// The values as `f32` (integers converted exactly where they fit).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match &self.data {
+            ConstData::F32(v) => v.clone(),
+            ConstData::I8(v) => v.iter().map(|&x| f32::from(x)).collect(),
+            ConstData::U8(v) => v.iter().map(|&x| f32::from(x)).collect(),
+            ConstData::I32(v) => v.iter().map(|&x| x as f32).collect(),
+            ConstData::I64(v) => v.iter().map(|&x| x as f32).collect(),
+        }
+    }
+
+    /// The values as `i64` (for shape, axes and pad tensors); floats are refused.
+    pub fn to_i64(&self) -> Option<Vec<i64>> {
+        match &self.data {
+            ConstData::F32(_) => None,
+            ConstData::I8(v) => Some(v.iter().map(|&x| i64::from(x)).collect()),
+            ConstData::U8(v) => Some(v.iter().map(|&x| i64::from(x)).collect()),
+            ConstData::I32(v) => Some(v.iter().map(|&x| i64::from(x)).collect()),
+            ConstData::I64(v) => Some(v.clone()),
+        }
+    }
+
+    pub fn elem(&self) -> ElemType {
+        match &self.data {
+            ConstData::F32(_) => ElemType::F32,
+            ConstData::I8(_) => ElemType::I8,
+            ConstData::U8(_) => ElemType::U8,
+            ConstData::I32(_) => ElemType::I32,
+            ConstData::I64(_) => ElemType::I64,
+        }
+    }
+}
+
+/// An attribute value.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Attr {
+    Int(i64),
+    Float(f32),
+    Ints(Vec<i64>),
+    Floats(Vec<f32>),
+    Str(String),
+    Tensor(Const),
+    Other,
+}
+
+/// One node.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    /// The node's name, or `<op>:<first output>` when the file has none.
+    pub name: String,
+    pub op: String,
+    pub domain: String,
+    /// Input value names; `""` is an omitted optional input.
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub attrs: HashMap<String, Attr>,
+}
+
+impl Node {
+    pub fn unsupported(&self, reason: impl Into<String>) -> EngineError {
+        EngineError::Unsupported {
+            node: self.name.clone(),
+            op: self.op_label(),
+            reason: reason.into(),
+        }
+    }
+
+    /// `Conv`, or `com.microsoft.QLinearAdd` for other domains.
+    pub fn op_label(&self) -> String {
+        if self.domain.is_empty() || self.domain == "ai.onnx" {
+            self.op.clone()
+        } else {
+            format!("{}.{}", self.domain, self.op)
+        }
+    }
+
+    pub fn int(&self, name: &str, default: i64) -> Result<i64, EngineError> {
+        match self.attrs.get(name) {
+            None => Ok(default),
+            Some(Attr::Int(v)) => Ok(*v),
+            Some(_) => Err(self.unsupported(format!("attribute {name} is not an integer"))),
+        }
+    }
+
+    pub fn float(&self, name: &str, default: f32) -> Result<f32, EngineError> {
+        match self.attrs.get(name) {
+            None => Ok(default),
+            Some(Attr::Float(v)) => Ok(*v),
+            Some(Attr::Int(v)) => Ok(*v as f32),
+            Some(_) => Err(self.unsupported(format!("attribute {name} is not a float"))),
+        }
+    }
+
+    pub fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, EngineError> {
+        match self.attrs.get(name) {
+            None => Ok(None),
+            Some(Attr::Ints(v)) => Ok(Some(v.clone())),
+            Some(Attr::Int(v)) => Ok(Some(vec![*v])),
+            Some(_) => Err(self.unsupported(format!("attribute {name} is not a list of integers"))),
+        }
+    }
+
+    pub fn string(&self, name: &str, default: &str) -> Result<String, EngineError> {
+        match self.attrs.get(name) {
+            None => Ok(default.to_string()),
+            Some(Attr::Str(v)) => Ok(v.clone()),
+            Some(_) => Err(self.unsupported(format!("attribute {name} is not a string"))),
+        }
+    }
+
+    /// Input `i` if present and non-empty.
+    pub fn input(&self, i: usize) -> Option<&str> {
+        self.inputs.get(i).map(String::as_str).filter(|s| !s.is_empty())
+    }
+}
+
+/// A graph input or output.
+#[derive(Clone, Debug)]
+pub(crate) struct ValueInfo {
+    pub name: String,
+    pub elem: Option<ElemType>,
+    /// Static dimensions; `None` where the file has a symbolic or missing dimension.
+    pub dims: Vec<Option<usize>>,
+    /// The ONNX data type code (for messages about unsupported types).
+    pub raw_type: i32,
+}
+
+/// The whole model.
+#[derive(Clone, Debug)]
+pub(crate) struct OnnxGraph {
+    #[allow(dead_code)]
+    pub path: PathBuf,
+    pub opset: i64,
+    pub producer: String,
+    pub nodes: Vec<Node>,
+    pub consts: HashMap<String, Const>,
+    /// Graph inputs that are not initializers.
+    pub inputs: Vec<ValueInfo>,
+    pub outputs: Vec<ValueInfo>,
+}
+
+fn parse_err(path: &Path, reason: impl Into<String>) -> EngineError {
+    EngineError::Parse {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Reads little-endian elements out of `raw` (ONNX `raw_data`).
+fn from_le<T, const N: usize>(raw: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
+    raw.chunks_exact(N)
+        .map(|c| {
+            let mut b = [0u8; N];
+            b.copy_from_slice(c);
+            f(b)
+        })
+        .collect()
+}
+
+/// Decodes a `TensorProto` (raw or typed storage). External data is refused.
+pub(crate) fn decode_tensor(t: &pb::TensorProto, what: &str) -> Result<Const, String> {
+    if t.data_location() == pb::tensor_proto::DataLocation::EXTERNAL || !t.external_data.is_empty()
+    {
+        return Err(format!(
+            "tensor {what} keeps its data in an external file, which this importer does not \
+             read: save the model with all tensors inside the .onnx file \
+             (onnx.save_model(m, path, save_as_external_data=False))"
+        ));
+    }
+    let mut shape = Vec::with_capacity(t.dims.len());
+    for &d in &t.dims {
+        if d < 0 {
+            return Err(format!("tensor {what} has a negative dimension {d}"));
+        }
+        shape.push(d as usize);
+    }
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("tensor {what}: element count overflows"))?;
+    let raw = t.raw_data();
+    let has_raw = t.has_raw_data();
+    let data = match t.data_type() {
+        dtype::FLOAT => ConstData::F32(if has_raw {
+            from_le(raw, f32::from_le_bytes)
+        } else {
+            t.float_data.clone()
+        }),
+        dtype::INT8 => ConstData::I8(if has_raw {
+            raw.iter().map(|&b| b as i8).collect()
+        } else {
+            t.int32_data.iter().map(|&v| v as i8).collect()
+        }),
+        dtype::UINT8 => ConstData::U8(if has_raw {
+            raw.to_vec()
+        } else {
+            t.int32_data.iter().map(|&v| v as u8).collect()
+        }),
+        dtype::INT32 => ConstData::I32(if has_raw {
+            from_le(raw, i32::from_le_bytes)
+        } else {
+            t.int32_data.clone()
+        }),
+        dtype::INT64 => ConstData::I64(if has_raw {
+            from_le(raw, i64::from_le_bytes)
+        } else {
+            t.int64_data.clone()
+        }),
+        other => {
+            return Err(format!(
+                "tensor {what} has ONNX data type {other} ({}); supported: float32, int8, uint8, \
+                 int32, int64",
+                type_name(other)
+            ))
+        }
+    };
+    let c = Const { shape, data };
+    if c.len() != n {
+        return Err(format!(
+            "tensor {what} has {} values but its shape {:?} needs {n}",
+            c.len(),
+            c.shape
+        ));
+    }
+    Ok(c)
+}
+
+pub(crate) fn type_name(code: i32) -> &'static str {
+    match code {
+        1 => "float32",
+        2 => "uint8",
+        3 => "int8",
+        4 => "uint16",
+        5 => "int16",
+        6 => "int32",
+        7 => "int64",
+        8 => "string",
+        9 => "bool",
+        10 => "float16",
+        11 => "float64",
+        16 => "bfloat16",
+        _ => "other",
+    }
+}
+
+fn elem_of(code: i32) -> Option<ElemType> {
+    match code {
+        dtype::FLOAT => Some(ElemType::F32),
+        dtype::INT8 => Some(ElemType::I8),
+        dtype::UINT8 => Some(ElemType::U8),
+        dtype::INT32 => Some(ElemType::I32),
+        dtype::INT64 => Some(ElemType::I64),
+        _ => None,
+    }
+}
+
+fn value_info(v: &pb::ValueInfoProto) -> ValueInfo {
+    let mut info = ValueInfo {
+        name: v.name().to_string(),
+        elem: None,
+        dims: Vec::new(),
+        raw_type: 0,
+    };
+    if let Some(pb::type_proto::Value::TensorType(tt)) = &v.type_.value {
+        info.raw_type = tt.elem_type();
+        info.elem = elem_of(tt.elem_type());
+        if let Some(shape) = tt.shape.as_ref() {
+            for d in &shape.dim {
+                let dim = match &d.value {
+                    Some(pb::tensor_shape_proto::dimension::Value::DimValue(v)) if *v >= 0 => {
+                        Some(*v as usize)
+                    }
+                    _ => None,
+                };
+                info.dims.push(dim);
+            }
+        }
+    }
+    info
+}
+
+fn attr_value(a: &pb::AttributeProto, node: &str) -> Result<Attr, String> {
+    use pb::attribute_proto::AttributeType as T;
+    Ok(match a.type_() {
+        T::INT => Attr::Int(a.i()),
+        T::FLOAT => Attr::Float(a.f()),
+        T::INTS => Attr::Ints(a.ints.clone()),
+        T::FLOATS => Attr::Floats(a.floats.clone()),
+        T::STRING => Attr::Str(String::from_utf8_lossy(a.s()).into_owned()),
+        T::TENSOR => Attr::Tensor(decode_tensor(
+            &a.t,
+            &format!("attribute {} of node {node}", a.name()),
+        )?),
+        _ => Attr::Other,
+    })
+}
+
+impl OnnxGraph {
+    /// Reads and parses a file.
+    pub fn load(path: &Path) -> Result<OnnxGraph, EngineError> {
+        let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&bytes, path)
+    }
+
+    /// Parses the bytes of an `.onnx` file (`path` is only used in messages).
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<OnnxGraph, EngineError> {
+        let model = pb::ModelProto::parse_from_bytes(bytes).map_err(|e| {
+            parse_err(
+                path,
+                format!("not an ONNX protobuf ({e}); is this really an .onnx file?"),
+            )
+        })?;
+        let Some(g) = model.graph.as_ref() else {
+            return Err(parse_err(path, "the model has no graph"));
+        };
+        let opset = model
+            .opset_import
+            .iter()
+            .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
+            .map(|o| o.version())
+            .unwrap_or(0);
+        let mut consts = HashMap::new();
+        for t in &g.initializer {
+            let c = decode_tensor(t, t.name()).map_err(|r| parse_err(path, r))?;
+            consts.insert(t.name().to_string(), c);
+        }
+        if !g.sparse_initializer.is_empty() {
+            return Err(parse_err(
+                path,
+                "the graph has sparse initializers, which this importer does not read",
+            ));
+        }
+        let mut nodes = Vec::with_capacity(g.node.len());
+        for n in &g.node {
+            let first = n.output.first().map(String::as_str).unwrap_or("");
+            let name = if n.name().is_empty() {
+                format!("{}:{first}", n.op_type())
+            } else {
+                n.name().to_string()
+            };
+            let mut attrs = HashMap::new();
+            for a in &n.attribute {
+                if !a.ref_attr_name().is_empty() {
+                    return Err(parse_err(
+                        path,
+                        format!("node {name} has a reference attribute (functions are not supported)"),
+                    ));
+                }
+                attrs.insert(
+                    a.name().to_string(),
+                    attr_value(a, &name).map_err(|r| parse_err(path, r))?,
+                );
+            }
+            nodes.push(Node {
+                name,
+                op: n.op_type().to_string(),
+                domain: n.domain().to_string(),
+                inputs: n.input.clone(),
+                outputs: n.output.clone(),
+                attrs,
+            });
+        }
+        let inputs = g
+            .input
+            .iter()
+            .filter(|v| !consts.contains_key(v.name()))
+            .map(value_info)
+            .collect();
+        let outputs = g.output.iter().map(value_info).collect();
+        Ok(OnnxGraph {
+            path: path.to_path_buf(),
+            opset,
+            producer: format!("{} {}", model.producer_name(), model.producer_version())
+                .trim()
+                .to_string(),
+            nodes,
+            consts,
+            inputs,
+            outputs,
+        })
+    }
+}

@@ -1,0 +1,410 @@
+//! The quantized operator kernels the importer lowers a model to, as safe functions over
+//! slices. Every tensor is `i8` (a `u8` tensor with zero point `z` is the `i8` tensor
+//! `x ^ 0x80` with zero point `z - 128`, which is exact for every operator here).
+//!
+//! Contract: every kernel is a pure function of its inputs and its precomputed parameters:
+//! no allocation, no clock, no panics on the sizes the lowering checked (the lowering
+//! validates every geometry before a run can reach these). Work is split by the caller into
+//! row ranges (`rows` = ranges of the output's outermost "row" index, as each kernel says);
+//! the result never depends on the split. Rounding is `round_half_even` everywhere, in `f32`,
+//! without fused multiply-add.
+
+use std::ops::Range;
+
+/// Saturating `i8` from a rounded float plus a zero point, clamped into `[lo, hi]`.
+#[inline]
+pub(crate) fn requant_f32(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
+    let r = v.round_ties_even() + zp as f32;
+    r.clamp(f32::from(lo), f32::from(hi)) as i8
+}
+
+/// Geometry of a 2-D window operator (convolution or pooling) over NHWC images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub dh: usize,
+    pub dw: usize,
+    /// Top and left padding (bottom and right are implied by `out_h`, `out_w`).
+    pub pt: usize,
+    pub pl: usize,
+}
+
+impl Window {
+    /// Input row of output row `oy`, tap `ky` (may be outside the image).
+    #[inline]
+    fn iy(&self, oy: usize, ky: usize) -> isize {
+        (oy * self.sh + ky * self.dh) as isize - self.pt as isize
+    }
+    #[inline]
+    fn ix(&self, ox: usize, kx: usize) -> isize {
+        (ox * self.sw + kx * self.dw) as isize - self.pl as isize
+    }
+}
+
+/// A grouped / dilated / rectangular convolution with exact `i32` accumulation
+/// (the general path; square dense convolutions go to [`crate::conv::Conv2d`]).
+#[derive(Clone, Debug)]
+pub(crate) struct GeneralConv {
+    pub win: Window,
+    pub in_c: usize,
+    pub out_c: usize,
+    pub groups: usize,
+    /// `[out_c][kh][kw][in_c / groups]`.
+    pub weights: Vec<i8>,
+    pub bias: Vec<i32>,
+    pub multipliers: Vec<f32>,
+    pub x_zp: i32,
+    pub y_zp: i32,
+    pub lo: i8,
+    pub hi: i8,
+}
+
+impl GeneralConv {
+    /// Output rows `rows` (over `batch * out_h`) of NHWC `input` into `out` (those rows only).
+    pub fn run(&self, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let w = &self.win;
+        let icg = self.in_c / self.groups;
+        let ocg = self.out_c / self.groups;
+        let taps = w.kh * w.kw * icg;
+        let img = w.in_h * w.in_w * self.in_c;
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / w.out_h, r % w.out_h);
+            let x = &input[b * img..(b + 1) * img];
+            for ox in 0..w.out_w {
+                for oc in 0..self.out_c {
+                    let g = oc / ocg;
+                    let wt = &self.weights[oc * taps..(oc + 1) * taps];
+                    let mut acc = self.bias[oc];
+                    for ky in 0..w.kh {
+                        let iy = w.iy(oy, ky);
+                        if iy < 0 || iy >= w.in_h as isize {
+                            continue;
+                        }
+                        for kx in 0..w.kw {
+                            let ix = w.ix(ox, kx);
+                            if ix < 0 || ix >= w.in_w as isize {
+                                continue;
+                            }
+                            let base = (iy as usize * w.in_w + ix as usize) * self.in_c + g * icg;
+                            let wrow = &wt[(ky * w.kw + kx) * icg..(ky * w.kw + kx + 1) * icg];
+                            for (xv, wv) in x[base..base + icg].iter().zip(wrow) {
+                                acc += (i32::from(*xv) - self.x_zp) * i32::from(*wv);
+                            }
+                        }
+                    }
+                    out[o] = requant_f32(acc as f32 * self.multipliers[oc], self.y_zp, self.lo, self.hi);
+                    o += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Clamps every value into `[lo, hi]`.
+pub(crate) fn clamp(out: &mut [i8], lo: i8, hi: i8) {
+    for v in out {
+        *v = (*v).clamp(lo, hi);
+    }
+}
+
+/// Max pooling over NHWC `c`-channel images; rows over `batch * out_h`. Padded taps are
+/// ignored (ONNX semantics); a window with no tap inside the image yields `i8::MIN`.
+pub(crate) fn max_pool(win: &Window, c: usize, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+    let img = win.in_h * win.in_w * c;
+    let mut o = 0;
+    for r in rows {
+        let (b, oy) = (r / win.out_h, r % win.out_h);
+        let x = &input[b * img..(b + 1) * img];
+        for ox in 0..win.out_w {
+            let dst = &mut out[o..o + c];
+            dst.fill(i8::MIN);
+            for ky in 0..win.kh {
+                let iy = win.iy(oy, ky);
+                if iy < 0 || iy >= win.in_h as isize {
+                    continue;
+                }
+                for kx in 0..win.kw {
+                    let ix = win.ix(ox, kx);
+                    if ix < 0 || ix >= win.in_w as isize {
+                        continue;
+                    }
+                    let base = (iy as usize * win.in_w + ix as usize) * c;
+                    for (d, s) in dst.iter_mut().zip(&x[base..base + c]) {
+                        *d = (*d).max(*s);
+                    }
+                }
+            }
+            o += c;
+        }
+    }
+}
+
+/// Average pooling parameters: `y = requant(Σ (x - x_zp) as f32 * (x_scale / (y_scale *
+/// count)))`, the multiplier computed in that order (ONNX Runtime's global average pooling).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AvgParams {
+    pub x_zp: i32,
+    pub y_zp: i32,
+    pub x_scale: f32,
+    pub y_scale: f32,
+    pub count_include_pad: bool,
+    pub lo: i8,
+    pub hi: i8,
+}
+
+/// Average pooling over NHWC images (also global average pooling: a window the size of the
+/// image). Rows over `batch * out_h`. Channels are summed in blocks of 64 in a stack array.
+pub(crate) fn avg_pool(
+    win: &Window,
+    c: usize,
+    p: &AvgParams,
+    input: &[i8],
+    out: &mut [i8],
+    rows: Range<usize>,
+) {
+    const BLOCK: usize = 64;
+    let img = win.in_h * win.in_w * c;
+    let mut acc = [0i32; BLOCK];
+    let mut o = 0;
+    for r in rows {
+        let (b, oy) = (r / win.out_h, r % win.out_h);
+        let x = &input[b * img..(b + 1) * img];
+        for ox in 0..win.out_w {
+            // Count the taps once per output pixel.
+            let (mut inside, mut padded) = (0u32, 0u32);
+            for ky in 0..win.kh {
+                let iy = win.iy(oy, ky);
+                let in_pad_y = iy >= -(win.pt as isize) && iy < (win.in_h + win.pt) as isize;
+                for kx in 0..win.kw {
+                    let ix = win.ix(ox, kx);
+                    if iy < 0 || iy >= win.in_h as isize || ix < 0 || ix >= win.in_w as isize {
+                        // Taps past the explicit padding (ceil mode) never count.
+                        let in_pad_x = ix >= -(win.pl as isize) && ix < (win.in_w + win.pl) as isize;
+                        if in_pad_y && in_pad_x {
+                            padded += 1;
+                        }
+                    } else {
+                        inside += 1;
+                    }
+                }
+            }
+            let count = if p.count_include_pad { inside + padded } else { inside }.max(1);
+            let scale = p.x_scale / (p.y_scale * count as f32);
+            let mut c0 = 0;
+            while c0 < c {
+                let n = (c - c0).min(BLOCK);
+                let acc = &mut acc[..n];
+                acc.fill(0);
+                for ky in 0..win.kh {
+                    let iy = win.iy(oy, ky);
+                    if iy < 0 || iy >= win.in_h as isize {
+                        continue;
+                    }
+                    for kx in 0..win.kw {
+                        let ix = win.ix(ox, kx);
+                        if ix < 0 || ix >= win.in_w as isize {
+                            continue;
+                        }
+                        let base = (iy as usize * win.in_w + ix as usize) * c + c0;
+                        for (a, s) in acc.iter_mut().zip(&x[base..base + n]) {
+                            *a += i32::from(*s) - p.x_zp;
+                        }
+                    }
+                }
+                for (d, a) in out[o + c0..o + c0 + n].iter_mut().zip(acc.iter()) {
+                    *d = requant_f32(*a as f32 * scale, p.y_zp, p.lo, p.hi);
+                }
+                c0 += n;
+            }
+            o += c;
+        }
+    }
+}
+
+/// Maps every element through a 256-entry table indexed by `x as u8` (requantization and
+/// quantized unary functions).
+pub(crate) fn lut(table: &[i8; 256], input: &[i8], out: &mut [i8]) {
+    for (d, s) in out.iter_mut().zip(input) {
+        *d = table[*s as u8 as usize];
+    }
+}
+
+/// An elementwise binary operator over broadcast operands.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum BinaryKind {
+    /// `y = ((a - za) sa + (b - zb) sb) / sy` (ONNX Runtime's x86 QLinearAdd, operation for
+    /// operation).
+    Add,
+    /// `y = ((a - za) sa * (b - zb) sb) / sy`.
+    Mul,
+}
+
+/// Parameters of a binary operator: zero points, clamp, and the broadcast strides of both
+/// operands over the output's (physical, row-major) shape, outermost first.
+#[derive(Clone, Debug)]
+pub(crate) struct Binary {
+    pub kind: BinaryKind,
+    pub sa: f32,
+    pub sb: f32,
+    pub sy: f32,
+    pub za: i32,
+    pub zb: i32,
+    pub zy: i32,
+    pub lo: i8,
+    pub hi: i8,
+    /// Output shape (physical order).
+    pub shape: Vec<usize>,
+    pub a_strides: Vec<usize>,
+    pub b_strides: Vec<usize>,
+}
+
+impl Binary {
+    #[inline]
+    fn one(&self, a: i8, b: i8) -> i8 {
+        let (a, b) = (i32::from(a) - self.za, i32::from(b) - self.zb);
+        let (fa, fb) = (a as f32 * self.sa, b as f32 * self.sb);
+        let v = match self.kind {
+            BinaryKind::Add => (fa + fb) / self.sy,
+            BinaryKind::Mul => (fa * fb) / self.sy,
+        };
+        requant_f32(v, self.zy, self.lo, self.hi)
+    }
+
+    /// Elements `range` of the output (flat index, physical order).
+    pub fn run(&self, a: &[i8], b: &[i8], out: &mut [i8], range: Range<usize>) {
+        let rank = self.shape.len();
+        let inner = self.shape.last().copied().unwrap_or(1).max(1);
+        let (sa, sb) = (
+            self.a_strides.last().copied().unwrap_or(0),
+            self.b_strides.last().copied().unwrap_or(0),
+        );
+        let mut i = range.start;
+        let mut o = 0;
+        while i < range.end {
+            // Offsets of the row containing flat index i.
+            let mut rem = i / inner;
+            let (mut oa, mut ob) = (0usize, 0usize);
+            for d in (0..rank.saturating_sub(1)).rev() {
+                let idx = rem % self.shape[d];
+                rem /= self.shape[d];
+                oa += idx * self.a_strides[d];
+                ob += idx * self.b_strides[d];
+            }
+            let col = i % inner;
+            let n = (inner - col).min(range.end - i);
+            for k in 0..n {
+                out[o + k] = self.one(a[oa + (col + k) * sa], b[ob + (col + k) * sb]);
+            }
+            i += n;
+            o += n;
+        }
+    }
+}
+
+/// Permutes a row-major tensor of 1-byte or 4-byte elements: output element at multi-index
+/// `j` (over `out_shape`) is the input element whose index is `j` scattered through `perm`
+/// (`in_strides_permuted[d]` = the input stride of output dimension `d`). Rows are ranges of
+/// the flat output index.
+pub(crate) fn transpose<T: Copy>(
+    out_shape: &[usize],
+    in_strides_permuted: &[usize],
+    input: &[T],
+    out: &mut [T],
+    range: Range<usize>,
+) {
+    let rank = out_shape.len();
+    let mut o = 0;
+    for i in range {
+        let mut rem = i;
+        let mut off = 0;
+        for d in (0..rank).rev() {
+            off += (rem % out_shape[d]) * in_strides_permuted[d];
+            rem /= out_shape[d];
+        }
+        out[o] = input[off];
+        o += 1;
+    }
+}
+
+/// `QuantizeLinear` of `f32` values: `saturate(round_half_even(x / scale) + zp)` (ONNX
+/// semantics, as ONNX Runtime computes it: a division, not a multiply by the reciprocal).
+pub(crate) fn quantize(input: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
+    for (d, s) in out.iter_mut().zip(input) {
+        *d = requant_f32(*s / scale, zp, i8::MIN, i8::MAX);
+    }
+}
+
+/// `DequantizeLinear`: `(x - zp) * scale`.
+#[allow(dead_code)]
+pub(crate) fn dequantize(input: &[i8], scale: f32, zp: i32, out: &mut [f32]) {
+    for (d, s) in out.iter_mut().zip(input) {
+        *d = (i32::from(*s) - zp) as f32 * scale;
+    }
+}
+
+/// One output coordinate of a resize along one axis: the two source indices and the weight
+/// of the second (`0` for nearest).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tap {
+    pub i0: usize,
+    pub i1: usize,
+    pub w1: f32,
+}
+
+/// Resize of NHWC images: `ys`/`xs` hold one [`Tap`] per output row / column. Nearest mode
+/// copies (exact, `linear == false`); linear mode interpolates `(x - x_zp)` in `f32`
+/// (`(1 - wx)(1 - wy) a + ...` in a fixed order) and requantizes with `ratio = x_scale /
+/// y_scale`. Rows over `batch * out_h`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn resize(
+    in_h: usize,
+    in_w: usize,
+    c: usize,
+    ys: &[Tap],
+    xs: &[Tap],
+    linear: bool,
+    x_zp: i32,
+    y_zp: i32,
+    ratio: f32,
+    input: &[i8],
+    out: &mut [i8],
+    rows: Range<usize>,
+) {
+    let out_h = ys.len();
+    let img = in_h * in_w * c;
+    let mut o = 0;
+    for r in rows {
+        let (b, oy) = (r / out_h, r % out_h);
+        let x = &input[b * img..(b + 1) * img];
+        let ty = ys[oy];
+        for tx in xs {
+            if !linear {
+                let base = (ty.i0 * in_w + tx.i0) * c;
+                out[o..o + c].copy_from_slice(&x[base..base + c]);
+            } else {
+                let p00 = (ty.i0 * in_w + tx.i0) * c;
+                let p01 = (ty.i0 * in_w + tx.i1) * c;
+                let p10 = (ty.i1 * in_w + tx.i0) * c;
+                let p11 = (ty.i1 * in_w + tx.i1) * c;
+                let (wy1, wx1) = (ty.w1, tx.w1);
+                let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
+                for ch in 0..c {
+                    let v = |p: usize| (i32::from(x[p + ch]) - x_zp) as f32;
+                    let top = v(p00) * wx0 + v(p01) * wx1;
+                    let bot = v(p10) * wx0 + v(p11) * wx1;
+                    let f = (top * wy0 + bot * wy1) * ratio;
+                    out[o + ch] = requant_f32(f, y_zp, i8::MIN, i8::MAX);
+                }
+            }
+            o += c;
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! ONNX import into the native INT8 engine: [`NativeEngine`] compiles a quantized ONNX model
+//! (QDQ or QOperator form) once and runs it with no allocation; [`inspect`] reports what a
+//! model holds and which engine can run it.
+//!
+//! # Contract
+//!
+//! - **Input**: an `.onnx` file (protobuf read by rust-protobuf from the vendored ONNX schema)
+//!   with static shapes and tensors stored inside the file. Models quantized by ONNX Runtime's
+//!   `quantize_static` (QDQ or QOperator, `int8` or `uint8` activations, per-channel or
+//!   per-tensor symmetric `int8` weights), by PyTorch's exporter or NVIDIA's toolkits (QDQ)
+//!   are the intended input.
+//! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
+//!   depthwise), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
+//!   Sigmoid (and Tanh, LeakyRelu, HardSigmoid, through a 256-entry table), MaxPool,
+//!   AveragePool, GlobalAveragePool, Concat, Resize / Upsample (nearest; linear), Reshape,
+//!   Flatten, Transpose, Squeeze, Unsqueeze, Identity, Constant, QuantizeLinear,
+//!   DequantizeLinear, and the QOperator forms QLinearConv, QLinearMatMul, QGemm,
+//!   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
+//!   QLinearGlobalAveragePool, QLinearConcat. Anything else, a float operator whose result is
+//!   not quantized, a dynamic shape or float weights is an [`EngineError`] naming the node,
+//!   the operator and what to do (usually: quantize it, or run with `--engine onnxruntime`).
+//! - **Semantics**: ONNX's, in the integer form ONNX Runtime runs after its QDQ fusions:
+//!   `y = saturate(round_half_even(acc * x_scale * w_scale / y_scale) + y_zp)` for
+//!   convolutions and matrix products with exact `i32` accumulation (bit-exact with ONNX
+//!   Runtime's integer kernels where those are exact); `Relu`/`Clip` before a
+//!   `QuantizeLinear` are clamps on the quantized output. `Add`, `Mul`, average pooling,
+//!   linear resize and the table operators compute in `f32` from the dequantized integers
+//!   and round half to even; ONNX Runtime computes some of these with other float
+//!   formulas, so an output may differ from it by one quantization step in rare elements
+//!   (the agreement tests count them).
+//! - **Memory**: every intermediate tensor lives in one arena planned at load from the
+//!   tensors' lifetimes (largest first, lowest free offset); weights are packed once at
+//!   load. [`NativeEngine::run`] allocates nothing.
+//! - **Parallelism**: each step splits its rows into a fixed number of chunks that depends
+//!   only on its shape ([`crate::engine::Lanes`]), so the outputs are bit-identical on any
+//!   number of lanes.
+//!
+//! # Cost
+//!
+//! Loading parses the file, repacks the weights (OIHW to OHWI, plus the SIMD layouts of
+//! [`crate::conv::Conv2d`]) and plans the arena: construction time, allocates. A run costs
+//! [`Engine::macs`] multiply-accumulates plus one pass over each intermediate tensor for the
+//! boundary copies and the non-convolution steps.
+//!
+//! # Never
+//!
+//! Never panics on a malformed file (every check returns an error), never reads the clock,
+//! never allocates or locks in `run`.
+
+use crate::engine::{check_buffers, Engine, EngineError, EngineKind, Lanes, TensorSpec};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+mod graph;
+mod kernels;
+mod lower;
+mod program;
+pub mod reference;
+pub mod proto;
+
+#[cfg(test)]
+mod tests;
+
+use graph::OnnxGraph;
+use program::Program;
+
+/// The native INT8 engine running one imported model.
+#[derive(Debug)]
+pub struct NativeEngine {
+    program: Program,
+    inputs: Vec<TensorSpec>,
+    outputs: Vec<TensorSpec>,
+    macs: u64,
+    weight_bytes: usize,
+    /// The arena, over-allocated by one alignment unit so that a 64-byte aligned window of
+    /// `arena_bytes` fits.
+    arena: Vec<u8>,
+}
+
+impl NativeEngine {
+    /// Reads and compiles a model file.
+    pub fn load(path: &Path) -> Result<NativeEngine, EngineError> {
+        let g = OnnxGraph::load(path)?;
+        Self::from_graph(&g)
+    }
+
+    /// Compiles a model from the bytes of an `.onnx` file (`name` is used in messages).
+    pub fn from_bytes(bytes: &[u8], name: &str) -> Result<NativeEngine, EngineError> {
+        let g = OnnxGraph::parse(bytes, Path::new(name))?;
+        Self::from_graph(&g)
+    }
+
+    fn from_graph(g: &OnnxGraph) -> Result<NativeEngine, EngineError> {
+        let l = lower::lower(g)?;
+        let arena = vec![0u8; l.program.arena_bytes + program::ALIGN];
+        Ok(NativeEngine {
+            program: l.program,
+            inputs: l.inputs,
+            outputs: l.outputs,
+            macs: l.macs,
+            weight_bytes: l.weight_bytes,
+            arena,
+        })
+    }
+
+    /// Bytes of packed weights and biases.
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Number of steps the model compiled to.
+    pub fn steps(&self) -> usize {
+        self.program.steps.len()
+    }
+
+    /// Per-step name and multiply-accumulates, in execution order (for per-layer reports).
+    pub fn step_macs(&self) -> Vec<(String, u64)> {
+        self.program.step_macs()
+    }
+
+    /// Runs only step `i` (for per-layer timing; the steps before it must have run since the
+    /// inputs were last written, e.g. by a full [`Engine::run`]).
+    pub fn run_step(&mut self, i: usize, lanes: &dyn Lanes) -> Result<(), EngineError> {
+        let off = self.arena.as_ptr().align_offset(program::ALIGN);
+        let arena = &mut self.arena[off..];
+        self.program.run_range(arena, &[], &mut [], lanes, i..i + 1)
+    }
+}
+
+impl Engine for NativeEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Native
+    }
+
+    fn inputs(&self) -> &[TensorSpec] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[TensorSpec] {
+        &self.outputs
+    }
+
+    fn macs(&self) -> u64 {
+        self.macs
+    }
+
+    fn scratch_bytes(&self) -> usize {
+        self.arena.len()
+    }
+
+    fn run(
+        &mut self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        lanes: &dyn Lanes,
+    ) -> Result<(), EngineError> {
+        check_buffers(&self.inputs, &self.outputs, inputs, outputs)?;
+        let off = self.arena.as_ptr().align_offset(program::ALIGN);
+        let arena = &mut self.arena[off..];
+        self.program.run_range(arena, inputs, outputs, lanes, 0..self.program.steps.len())
+    }
+}
+
+/// What [`inspect`] found in a model file.
+#[derive(Debug)]
+pub struct ModelInfo {
+    /// Producer named in the file (e.g. `onnx.quantize 0.1.0`, `pytorch 2.5`).
+    pub producer: String,
+    /// Default-domain opset.
+    pub opset: i64,
+    /// Graph inputs as declared (`None` dimensions are dynamic).
+    pub inputs: Vec<(String, String, Vec<Option<usize>>)>,
+    /// Graph outputs as declared.
+    pub outputs: Vec<(String, String, Vec<Option<usize>>)>,
+    /// Operator histogram (`domain.op` for non-default domains).
+    pub ops: BTreeMap<String, usize>,
+    /// Nodes in the graph.
+    pub nodes: usize,
+    /// Initializer bytes.
+    pub initializer_bytes: usize,
+    /// The native engine's verdict: compiled (its MACs, arena and weight bytes, steps) or
+    /// the reason it cannot run the model.
+    pub native: Result<NativeSummary, EngineError>,
+}
+
+/// Numbers of a model the native engine compiled.
+#[derive(Debug, Clone)]
+pub struct NativeSummary {
+    /// Multiply-accumulates per run.
+    pub macs: u64,
+    /// Arena bytes.
+    pub arena_bytes: usize,
+    /// Packed weight bytes.
+    pub weight_bytes: usize,
+    /// Steps.
+    pub steps: usize,
+    /// Fixed input specs.
+    pub inputs: Vec<TensorSpec>,
+    /// Fixed output specs.
+    pub outputs: Vec<TensorSpec>,
+}
+
+/// Reads a model and reports its contents and whether the native engine compiles it.
+/// Fails only when the file cannot be read or parsed.
+pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
+    let g = OnnxGraph::load(path)?;
+    let mut ops = BTreeMap::new();
+    for n in &g.nodes {
+        *ops.entry(n.op_label()).or_insert(0) += 1;
+    }
+    let vi = |v: &graph::ValueInfo| {
+        let ty = v.elem.map(|e| e.name().to_string()).unwrap_or_else(|| graph::type_name(v.raw_type).to_string());
+        (v.name.clone(), ty, v.dims.clone())
+    };
+    let native = NativeEngine::from_graph(&g).map(|e| NativeSummary {
+        macs: e.macs,
+        arena_bytes: e.arena.len(),
+        weight_bytes: e.weight_bytes,
+        steps: e.program.steps.len(),
+        inputs: e.inputs.clone(),
+        outputs: e.outputs.clone(),
+    });
+    Ok(ModelInfo {
+        producer: g.producer.clone(),
+        opset: g.opset,
+        inputs: g.inputs.iter().map(vi).collect(),
+        outputs: g.outputs.iter().map(vi).collect(),
+        ops,
+        nodes: g.nodes.len(),
+        initializer_bytes: g.consts.values().map(|c| c.len() * c.elem().size()).sum(),
+        native,
+    })
+}
+
+/// Multiply-accumulates of a model as the native importer counts them (convolutions and
+/// matrix products), or the reason it cannot compile the model.
+pub fn count_macs(path: &Path) -> Result<u64, EngineError> {
+    NativeEngine::load(path).map(|e| e.macs)
+}

@@ -1,0 +1,396 @@
+//! The compiled form of a model: a list of quantized steps over buffers of one planned
+//! arena, and how [`Program::run`] executes it.
+//!
+//! Contract: buffer offsets come from [`plan`]: two buffers whose lifetimes (first write to
+//! last read, in step order) overlap never share a byte, so a step's inputs and its output
+//! are always disjoint. A step splits its output rows into a fixed number of chunks that
+//! depends only on its shape, so the result is the same on any number of lanes.
+
+use super::kernels::{self, AvgParams, Binary, GeneralConv, Tap, Window};
+use crate::conv::Conv2d;
+use crate::engine::{EngineError, Lanes};
+use std::ops::Range;
+
+/// Arena alignment of every buffer (cache line).
+pub(crate) const ALIGN: usize = 64;
+
+/// A buffer of the arena.
+#[derive(Clone, Debug)]
+pub(crate) struct Buffer {
+    pub bytes: usize,
+    pub offset: usize,
+    /// First and last step that touch it (graph inputs: first = 0).
+    pub first: usize,
+    pub last: usize,
+}
+
+/// The square dense fast path or the general convolution.
+#[derive(Clone, Debug)]
+pub(crate) enum ConvImpl {
+    Dense(Box<Conv2d>),
+    General(Box<GeneralConv>),
+}
+
+/// One step of the program. `src`/`dst` are buffer indices.
+#[derive(Clone, Debug)]
+pub(crate) enum Step {
+    /// Copy graph input `index` into `dst`; `flip` turns `u8` into the internal `i8` form.
+    Input { index: usize, dst: usize, flip: bool },
+    /// Write `src` into graph output `index`: as is, flipped to `u8`, or dequantized to f32.
+    Output { index: usize, src: usize, kind: OutKind },
+    Quantize { src: usize, dst: usize, n: usize, scale: f32, zp: i32 },
+    Conv { imp: ConvImpl, batch: usize, in_h: usize, in_w: usize, out_h: usize, row_len: usize, src: usize, dst: usize, clamp: Option<(i8, i8)> },
+    MaxPool { win: Window, c: usize, batch: usize, src: usize, dst: usize },
+    AvgPool { win: Window, c: usize, batch: usize, p: AvgParams, src: usize, dst: usize },
+    Lut { table: Box<[i8; 256]>, n: usize, src: usize, dst: usize },
+    Binary { op: Box<Binary>, a: Operand, b: Operand, n: usize, dst: usize },
+    Transpose { out_shape: Vec<usize>, strides: Vec<usize>, elem: usize, src: usize, dst: usize },
+    Resize { in_h: usize, in_w: usize, c: usize, batch: usize, ys: Vec<Tap>, xs: Vec<Tap>, linear: bool, x_zp: i32, y_zp: i32, ratio: f32, src: usize, dst: usize },
+    /// Concatenation: `outer` blocks; input `i` contributes `inner[i]` contiguous bytes per
+    /// block (mapped through its table when it has one).
+    Concat { outer: usize, parts: Vec<(Operand, usize, Option<Box<[i8; 256]>>)>, dst: usize },
+}
+
+/// How a graph output is written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum OutKind {
+    Copy,
+    FlipU8,
+    Dequantize { scale: f32, zp: i32 },
+}
+
+/// An operand: a buffer, or a constant held by the program.
+#[derive(Clone, Debug)]
+pub(crate) enum Operand {
+    Buf(usize),
+    Const(Vec<i8>),
+}
+
+/// The compiled model.
+#[derive(Debug)]
+pub(crate) struct Program {
+    pub steps: Vec<Step>,
+    pub buffers: Vec<Buffer>,
+    pub arena_bytes: usize,
+}
+
+/// Assigns offsets: largest buffers first, each at the lowest aligned offset that overlaps no
+/// already placed buffer whose lifetime overlaps its own. Returns the arena size.
+pub(crate) fn plan(buffers: &mut [Buffer]) -> usize {
+    let mut order: Vec<usize> = (0..buffers.len()).collect();
+    order.sort_by(|&a, &b| buffers[b].bytes.cmp(&buffers[a].bytes).then(a.cmp(&b)));
+    let mut placed: Vec<usize> = Vec::with_capacity(buffers.len());
+    let mut total = 0;
+    for &i in &order {
+        let (f, l, size) = (buffers[i].first, buffers[i].last, buffers[i].bytes.max(1));
+        let mut busy: Vec<(usize, usize)> = placed
+            .iter()
+            .map(|&j| &buffers[j])
+            .filter(|b| b.first <= l && f <= b.last)
+            .map(|b| (b.offset, b.offset + b.bytes.max(1)))
+            .collect();
+        busy.sort_unstable();
+        let mut off = 0;
+        for (s, e) in busy {
+            if off + size <= s {
+                break;
+            }
+            off = off.max(e.div_ceil(ALIGN) * ALIGN);
+        }
+        buffers[i].offset = off;
+        total = total.max(off + size);
+        placed.push(i);
+    }
+    total.div_ceil(ALIGN) * ALIGN
+}
+
+/// Fixed chunk count for `items` rows costing `per_item` units each: enough chunks for two
+/// to eight lanes, never more than the rows, independent of the lane count.
+fn chunks_for(items: usize, per_item: usize) -> usize {
+    let work = items.saturating_mul(per_item.max(1));
+    (work / 32_768).clamp(1, 16).min(items.max(1))
+}
+
+/// A raw pointer that may cross to the lanes (each chunk writes its own disjoint range).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: the pointer is only dereferenced through `chunk_mut`, whose callers hand every
+// chunk a disjoint byte range of one live buffer (see `Program::run`).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above: shared between lanes, but each lane writes only its own chunk.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// # Safety
+    /// `start + len` must lie inside the buffer this pointer starts, and no other live
+    /// reference may cover `start..start + len`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn chunk_mut<T>(&self, start: usize, len: usize) -> &mut [T] {
+        // SAFETY: guaranteed by the caller (bounds and exclusivity); T is i8, u8 or f32 and
+        // the arena and buffers are aligned to `ALIGN` bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.0.cast::<T>().add(start), len) }
+    }
+}
+
+impl Program {
+    /// Name and multiply-accumulates of every step.
+    pub fn step_macs(&self) -> Vec<(String, u64)> {
+        self.steps
+            .iter()
+            .map(|s| {
+                let (name, macs) = match s {
+                    Step::Input { .. } => ("input", 0),
+                    Step::Output { .. } => ("output", 0),
+                    Step::Quantize { .. } => ("quantize", 0),
+                    Step::Conv { imp, batch, in_h, in_w, .. } => match imp {
+                        ConvImpl::Dense(c) => ("conv", c.macs(*in_h, *in_w) * *batch as u64),
+                        ConvImpl::General(g) => {
+                            let w = &g.win;
+                            let m = w.out_h * w.out_w * g.out_c * w.kh * w.kw * (g.in_c / g.groups);
+                            ("conv(general)", (m * batch) as u64)
+                        }
+                    },
+                    Step::MaxPool { .. } => ("maxpool", 0),
+                    Step::AvgPool { .. } => ("avgpool", 0),
+                    Step::Lut { .. } => ("table", 0),
+                    Step::Binary { .. } => ("binary", 0),
+                    Step::Transpose { .. } => ("transpose", 0),
+                    Step::Resize { .. } => ("resize", 0),
+                    Step::Concat { .. } => ("concat", 0),
+                };
+                (name.to_string(), macs)
+            })
+            .collect()
+    }
+
+    /// Runs every step. `arena` has at least `arena_bytes` bytes and a 64-byte aligned base.
+    /// Only the steps in `range` run (all of them for a whole run); `Input`/`Output` steps
+    /// outside a whole run are skipped.
+    pub fn run_range(
+        &self,
+        arena: &mut [u8],
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        lanes: &dyn Lanes,
+        range: Range<usize>,
+    ) -> Result<(), EngineError> {
+        if arena.len() < self.arena_bytes {
+            return Err(EngineError::Run("arena smaller than planned"));
+        }
+        let base = SendPtr(arena.as_mut_ptr());
+        let bufs = &self.buffers;
+        // Shared views of a buffer (read by the current step).
+        let view = |i: usize| -> &[i8] {
+            let b = &bufs[i];
+            // SAFETY: the buffer lies inside the arena (plan() sized it); the step reading it
+            // writes only its own `dst`, planned disjoint from every buffer live at the step.
+            unsafe { std::slice::from_raw_parts(base.0.add(b.offset).cast::<i8>(), b.bytes) }
+        };
+        let view_f32 = |i: usize| -> &[f32] {
+            let b = &bufs[i];
+            // SAFETY: as `view`; f32 buffers are sized in multiples of 4 bytes and start at
+            // 64-byte aligned offsets of the 64-byte aligned arena.
+            unsafe { std::slice::from_raw_parts(base.0.add(b.offset).cast::<f32>(), b.bytes / 4) }
+        };
+        let steps = self.steps.get(range).unwrap_or(&[]);
+        for step in steps {
+            match step {
+                Step::Input { index, .. } | Step::Output { index, .. }
+                    if *index >= inputs.len().max(outputs.len()) =>
+                {
+                    continue;
+                }
+                Step::Input { index, dst, flip } => {
+                    let Some(src) = inputs.get(*index) else { continue };
+                    let d = &bufs[*dst];
+                    // SAFETY: `dst` is a planned buffer of `d.bytes` bytes inside the arena,
+                    // written only by this step.
+                    let out: &mut [u8] = unsafe { base.chunk_mut(d.offset, d.bytes) };
+                    out.copy_from_slice(src);
+                    if *flip {
+                        out.iter_mut().for_each(|v| *v ^= 0x80);
+                    }
+                }
+                Step::Output { index, src, kind } => {
+                    let Some(out) = outputs.get_mut(*index) else { continue };
+                    let out = &mut **out;
+                    match kind {
+                        OutKind::Copy => {
+                            for (d, s) in out.iter_mut().zip(view(*src)) {
+                                *d = *s as u8;
+                            }
+                        }
+                        OutKind::FlipU8 => {
+                            for (d, s) in out.iter_mut().zip(view(*src)) {
+                                *d = (*s as u8) ^ 0x80;
+                            }
+                        }
+                        OutKind::Dequantize { scale, zp } => {
+                            for (d, s) in out.chunks_exact_mut(4).zip(view(*src)) {
+                                let v = (i32::from(*s) - zp) as f32 * scale;
+                                d.copy_from_slice(&v.to_le_bytes());
+                            }
+                        }
+                    }
+                }
+                Step::Quantize { src, dst, n, scale, zp } => {
+                    let x = view_f32(*src);
+                    let d = &bufs[*dst];
+                    let chunks = chunks_for(*n, 4);
+                    lanes.for_each_chunk(*n, chunks, &|r: Range<usize>| {
+                        // SAFETY: disjoint element ranges of the planned `dst` buffer.
+                        let out: &mut [i8] = unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
+                        kernels::quantize(&x[r], *scale, *zp, out);
+                    });
+                }
+                Step::Conv { imp, batch, in_h, in_w, out_h, row_len, src, dst, clamp } => {
+                    let x = view(*src);
+                    let d = &bufs[*dst];
+                    let rows = batch * out_h;
+                    let per_row = match imp {
+                        ConvImpl::Dense(c) => c.macs(*in_h, *in_w) as usize / out_h.max(&1),
+                        ConvImpl::General(_) => row_len * 64,
+                    };
+                    let chunks = chunks_for(rows, per_row);
+                    let img_in = x.len() / batch.max(&1);
+                    let failed = std::sync::atomic::AtomicBool::new(false);
+                    lanes.for_each_chunk(rows, chunks, &|r: Range<usize>| {
+                        // SAFETY: rows r of `dst` (row_len bytes each), disjoint per chunk.
+                        let out: &mut [i8] =
+                            unsafe { base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len) };
+                        match imp {
+                            ConvImpl::Dense(c) => {
+                                // Split the row range at image boundaries.
+                                let mut row = r.start;
+                                let mut o = 0;
+                                while row < r.end {
+                                    let (b, oy) = (row / out_h, row % out_h);
+                                    let end = ((b + 1) * out_h).min(r.end);
+                                    let n = end - row;
+                                    let img = &x[b * img_in..(b + 1) * img_in];
+                                    if c
+                                        .forward_rows_into(img, *in_h, *in_w, &mut out[o..o + n * row_len], oy..oy + n)
+                                        .is_err()
+                                    {
+                                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                                    }
+                                    o += n * row_len;
+                                    row = end;
+                                }
+                            }
+                            ConvImpl::General(g) => g.run(x, out, r),
+                        }
+                        if let Some((lo, hi)) = clamp {
+                            kernels::clamp(out, *lo, *hi);
+                        }
+                    });
+                    if failed.into_inner() {
+                        return Err(EngineError::Run("convolution rejected its buffers"));
+                    }
+                }
+                Step::MaxPool { win, c, batch, src, dst } => {
+                    let x = view(*src);
+                    let d = &bufs[*dst];
+                    let row_len = win.out_w * c;
+                    let rows = batch * win.out_h;
+                    lanes.for_each_chunk(rows, chunks_for(rows, row_len * win.kh * win.kw), &|r: Range<usize>| {
+                        // SAFETY: rows r of `dst`, disjoint per chunk.
+                        let out = unsafe { base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len) };
+                        kernels::max_pool(win, *c, x, out, r);
+                    });
+                }
+                Step::AvgPool { win, c, batch, p, src, dst } => {
+                    let x = view(*src);
+                    let d = &bufs[*dst];
+                    let row_len = win.out_w * c;
+                    let rows = batch * win.out_h;
+                    let chunks = chunks_for(rows, row_len * win.kh * win.kw);
+                    lanes.for_each_chunk(rows, chunks, &|r: Range<usize>| {
+                        // SAFETY: rows r of `dst`, disjoint per chunk.
+                        let out = unsafe { base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len) };
+                        kernels::avg_pool(win, *c, p, x, out, r);
+                    });
+                }
+                Step::Lut { table, n, src, dst } => {
+                    let x = view(*src);
+                    let d = &bufs[*dst];
+                    lanes.for_each_chunk(*n, chunks_for(*n, 1), &|r: Range<usize>| {
+                        // SAFETY: disjoint element ranges of `dst`.
+                        let out = unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
+                        kernels::lut(table, &x[r], out);
+                    });
+                }
+                Step::Binary { op, a, b, n, dst } => {
+                    let ra = match a {
+                        Operand::Buf(i) => view(*i),
+                        Operand::Const(v) => v.as_slice(),
+                    };
+                    let rb = match b {
+                        Operand::Buf(i) => view(*i),
+                        Operand::Const(v) => v.as_slice(),
+                    };
+                    let d = &bufs[*dst];
+                    lanes.for_each_chunk(*n, chunks_for(*n, 2), &|r: Range<usize>| {
+                        // SAFETY: disjoint element ranges of `dst`.
+                        let out = unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
+                        op.run(ra, rb, out, r);
+                    });
+                }
+                Step::Transpose { out_shape, strides, elem, src, dst } => {
+                    let d = &bufs[*dst];
+                    let n: usize = out_shape.iter().product();
+                    let chunks = chunks_for(n, 2);
+                    if *elem == 4 {
+                        let x = view_f32(*src);
+                        lanes.for_each_chunk(n, chunks, &|r: Range<usize>| {
+                            // SAFETY: disjoint element ranges of the f32 `dst` buffer.
+                            let out: &mut [f32] = unsafe { base.chunk_mut(d.offset + r.start * 4, r.len()) };
+                            kernels::transpose(out_shape, strides, x, out, r);
+                        });
+                    } else {
+                        let x = view(*src);
+                        lanes.for_each_chunk(n, chunks, &|r: Range<usize>| {
+                            // SAFETY: disjoint element ranges of `dst`.
+                            let out: &mut [i8] = unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
+                            kernels::transpose(out_shape, strides, x, out, r);
+                        });
+                    }
+                }
+                Step::Resize { in_h, in_w, c, batch, ys, xs, linear, x_zp, y_zp, ratio, src, dst } => {
+                    let x = view(*src);
+                    let d = &bufs[*dst];
+                    let row_len = xs.len() * c;
+                    let rows = batch * ys.len();
+                    lanes.for_each_chunk(rows, chunks_for(rows, row_len * 4), &|r: Range<usize>| {
+                        // SAFETY: rows r of `dst`, disjoint per chunk.
+                        let out = unsafe { base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len) };
+                        kernels::resize(*in_h, *in_w, *c, ys, xs, *linear, *x_zp, *y_zp, *ratio, x, out, r);
+                    });
+                }
+                Step::Concat { outer, parts, dst } => {
+                    let d = &bufs[*dst];
+                    let block: usize = parts.iter().map(|p| p.1).sum();
+                    // SAFETY: the whole `dst` buffer, written by this step only.
+                    let out: &mut [i8] = unsafe { base.chunk_mut(d.offset, d.bytes) };
+                    let mut col = 0;
+                    for (src, inner, table) in parts {
+                        let x = match src {
+                            Operand::Buf(i) => view(*i),
+                            Operand::Const(v) => v.as_slice(),
+                        };
+                        for o in 0..*outer {
+                            let s = &x[o * inner..(o + 1) * inner];
+                            let t = &mut out[o * block + col..o * block + col + inner];
+                            match table {
+                                Some(tb) => kernels::lut(tb, s, t),
+                                None => t.copy_from_slice(s),
+                            }
+                        }
+                        col += inner;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
