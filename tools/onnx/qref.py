@@ -44,6 +44,11 @@ FORMATS = [("qdq", oq.QuantFormat.QDQ), ("qop", oq.QuantFormat.QOperator)]
 ACTIVATIONS = [("s8", oq.QuantType.QInt8), ("u8", oq.QuantType.QUInt8)]
 VARIANTS = [(f, fq, a, aq) for f, fq in FORMATS for a, aq in ACTIVATIONS]
 IMAGE_MEAN, IMAGE_STD = 0.45, 0.225
+# On x86, ORT's default (qdqisint8allowed = 0) rewrites int8 Q/DQ pairs to uint8 where it
+# can and leaves the rest as DQ -> float op -> Q: a QDQ s8 model then runs about half of its
+# convolutions, all Adds and the MaxPool in float. With "1" every QDQ node group fuses into
+# the same integer kernels the QOperator model uses (ORT's default on ARM).
+ORT_CONFIG = {"session.qdqisint8allowed": "1"}
 
 
 def _pair(v):
@@ -95,7 +100,14 @@ class Graph:
         self.shape[name] = tuple(shape)
         return name
 
-    def output(self, x):
+    def output(self, x, name=None):
+        if name:  # rename the producing node's output
+            for nd in self.nodes:
+                for i, o in enumerate(nd.output):
+                    if o == x:
+                        nd.output[i] = name
+            self.shape[name] = self.shape[x]
+            x = name
         self.outputs.append(x)
         return x
 
@@ -280,6 +292,8 @@ def session(path_or_bytes, optimized_path=None):
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 3
+    for k, v in ORT_CONFIG.items():
+        so.add_session_config_entry(k, v)
     if optimized_path:
         so.optimized_model_filepath = optimized_path
     return ort.InferenceSession(path_or_bytes, sess_options=so, providers=["CPUExecutionProvider"])
@@ -301,11 +315,37 @@ def _tensor_entry(name, arr, path):
     return {"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "file": os.path.basename(path)}
 
 
+def float_ops(model):
+    """Histogram of the nodes of an (ORT-optimized) model that compute on float32 data, other
+    than Quantize/DequantizeLinear: what ORT did not run as an integer kernel. Tensor types
+    are propagated the simple way (a node's output has its first input's type)."""
+    ty = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
+    ty.update({i.name: i.data_type for i in model.graph.initializer})
+    h = collections.Counter()
+    for nd in model.graph.node:
+        if nd.op_type == "QuantizeLinear":
+            t = ty.get(nd.input[2]) if len(nd.input) > 2 else TensorProto.UINT8
+        elif nd.op_type == "DequantizeLinear":
+            t = TensorProto.FLOAT
+        else:
+            # QLinearConcat's inputs are (Y_scale, Y_zero_point, X0, X0_scale, ...)
+            first = nd.input[2] if nd.op_type == "QLinearConcat" else (nd.input[0] if nd.input else None)
+            t = ty.get(first)
+            if t == TensorProto.FLOAT and nd.op_type not in ("Shape",):
+                h[f"{nd.domain}.{nd.op_type}" if nd.domain else nd.op_type] += 1
+        for o in nd.output:
+            ty[o] = t
+    return dict(sorted(h.items()))
+
+
 def write_reference(out_dir, stem, model_file, feeds, extra):
     """Runs `model_file` (in out_dir) on ORT and writes <stem>.in*/out*.bin and <stem>.json.
     Returns the manifest."""
     path = os.path.join(out_dir, model_file)
-    sess = session(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        opt_path = os.path.join(tmp, "optimized.onnx")
+        sess = session(path, optimized_path=opt_path)
+        optimized = onnx.load(opt_path)
     outs = sess.run(None, feeds)
     model = onnx.load(path)
     man = {"model": model_file, "inputs": [], "outputs": []}
@@ -317,6 +357,8 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
         man["outputs"].append(_tensor_entry(vi.name, arr, os.path.join(out_dir, f"{stem}.out{j}.bin")))
     man["ops"] = op_histogram(model)
     man.update(extra)
+    man["ort"] = {"version": ort.__version__, "config": ORT_CONFIG, "intra_op_num_threads": 1,
+                  "optimized_ops": op_histogram(optimized), "float_ops": float_ops(optimized)}
     with open(os.path.join(out_dir, f"{stem}.json"), "w", encoding="utf-8") as f:
         json.dump(man, f, indent=1, sort_keys=False)
         f.write("\n")
@@ -338,9 +380,11 @@ def build_all(out_dir, name, float_model, seed, log=print):
         stem = f"{name}_{ftag}_{atag}"
         qpath = os.path.join(out_dir, stem + ".onnx")
         qm = quantize(float_model, qpath, samples, fq, aq)
-        write_reference(out_dir, stem, stem + ".onnx", feeds, {"format": ftag, "activations": atag})
+        man = write_reference(out_dir, stem, stem + ".onnx", feeds,
+                              {"format": ftag, "activations": atag, "float_model": os.path.basename(fpath)})
         manifests.append(stem + ".json")
-        log(describe(qpath, qm))
+        fl = " ".join(f"{k}:{v}" for k, v in man["ort"]["float_ops"].items()) or "-"
+        log(describe(qpath, qm) + f"  | ORT float ops: {fl}")
     return manifests
 
 

@@ -47,7 +47,7 @@ def resnet18(seed):
         x = basic_block(g, x, c, 1 if i == 0 else 2)
         x = basic_block(g, x, c, 1)
     x = g.flatten(g.gap(x))
-    g.output(g.gemm(x, 1000))
+    g.output(g.gemm(x, 1000), "logits")
     return g.model()
 
 
@@ -71,7 +71,7 @@ def centernet(seed):
     heads = {"heatmap": (3, -2.19), "wh": (2, None), "offset": (2, None)}
     for name, (ch, b) in heads.items():
         h = g.conv(g.relu(g.conv(p2, 64, 3)), ch, 1, pads=[0, 0, 0, 0], bias_value=b)
-        g.output(g.sigmoid(h) if name == "heatmap" else h)
+        g.output(g.sigmoid(h) if name == "heatmap" else h, name)
     return g.model()
 
 
