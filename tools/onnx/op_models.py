@@ -25,6 +25,12 @@ import redline_onnx as ro  # noqa: E402
 import qref  # noqa: E402
 
 X = (1, 5, 13, 11)
+
+
+def stem(g, shape, cout=7):
+    """input -> 3x3 conv: quantize_static leaves Relu/Clip/MaxPool/AveragePool/Resize/... that
+    read a float graph input in float, so single-op cases read a quantized conv output."""
+    return g.conv(g.input(shape), cout, 3)
 P0 = [0, 0, 0, 0]
 CASES = {}
 
@@ -126,60 +132,62 @@ def _(g):
     g.output(g.sigmoid(g.conv(g.input(X), 3, 3)))
 
 
-@case("relu")
+@case("add_relu")
 def _(g):
-    g.output(g.relu(g.input(X)))
+    x = g.input(X)
+    g.output(g.relu(g.add(x, g.conv(x, 5, 3))))
 
 
-@case("clip6")
+@case("add_clip6")
 def _(g):
-    g.output(g.clip(g.input(X), 0.0, 6.0))
+    x = g.input(X)
+    g.output(g.clip(g.add(x, g.conv(x, 5, 3)), 0.0, 6.0))
 
 
 # -- pooling --
 @case("maxpool_k2s2")
 def _(g):
-    g.output(g.maxpool(g.input(X), 2, 2))
+    g.output(g.maxpool(stem(g, X), 2, 2))
 
 
 @case("maxpool_k3s2p1")
 def _(g):
-    g.output(g.maxpool(g.input(X), 3, 2, pads=(1, 1, 1, 1)))
+    g.output(g.maxpool(stem(g, X), 3, 2, pads=(1, 1, 1, 1)))
 
 
 @case("maxpool_k2s2_ceil")
 def _(g):
-    g.output(g.maxpool(g.input(X), 2, 2, ceil_mode=1))
+    g.output(g.maxpool(stem(g, X), 2, 2, ceil_mode=1))
 
 
 @case("maxpool_k3s2_ceil_p1")
 def _(g):
-    g.output(g.maxpool(g.input((1, 5, 14, 11)), 3, 2, pads=(1, 1, 1, 1), ceil_mode=1))
+    g.output(g.maxpool(stem(g, (1, 5, 14, 11)), 3, 2, pads=(1, 1, 1, 1), ceil_mode=1))
 
 
 @case("avgpool_k2s2")
 def _(g):
-    g.output(g.avgpool(g.input(X), 2, 2))
+    g.output(g.avgpool(stem(g, X), 2, 2))
 
 
 @case("avgpool_k3s2p1_cip0")
 def _(g):
-    g.output(g.avgpool(g.input(X), 3, 2, pads=(1, 1, 1, 1), count_include_pad=0))
+    g.output(g.avgpool(stem(g, X), 3, 2, pads=(1, 1, 1, 1), count_include_pad=0))
 
 
 @case("avgpool_k3s2p1_cip1")
 def _(g):
-    g.output(g.avgpool(g.input(X), 3, 2, pads=(1, 1, 1, 1), count_include_pad=1))
+    g.output(g.avgpool(stem(g, X), 3, 2, pads=(1, 1, 1, 1), count_include_pad=1))
 
 
 @case("avgpool_k3s1_asym_cip0")
 def _(g):
-    g.output(g.avgpool(g.input(X), 3, 1, pads=(0, 1, 2, 0), count_include_pad=0))
+    g.output(g.avgpool(stem(g, X), 3, 1, pads=(0, 1, 2, 0), count_include_pad=0))
 
 
 @case("avgpool_k2s2_ceil")
 def _(g):
-    g.output(g.avgpool(g.input(X), 2, 2, ceil_mode=1))
+    g.output(g.avgpool(stem(g, X), 2, 2, ceil_mode=1))
 
 
 @case("gap")
@@ -279,7 +287,7 @@ def _(g):
 # -- random DAGs --
 def random_graph(g, rng):
     c0, h0, w0 = int(rng.integers(1, 9)), int(rng.integers(7, 24)), int(rng.integers(7, 24))
-    live = [g.input((1, c0, h0, w0))]
+    live = [stem(g, (1, c0, h0, w0), int(rng.integers(1, 17)))]
     used = set()
 
     def pick(cond=lambda t: True):
@@ -348,8 +356,6 @@ def random_graph(g, rng):
             live.append(y)
     leaves = [t for t in live[1:] if t not in used]
     outs = leaves[-2:] if leaves else [live[-1]]
-    if outs == [live[0]]:
-        outs = [g.conv(live[0], 3, 3)]
     for o in outs:
         g.output(o)
 
