@@ -366,6 +366,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--random", type=int, default=20, metavar="K", help="number of random graphs (default 20)")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="subset of the fixed cases (random graphs still follow --random)")
+    ap.add_argument("--reduce-range", action="store_true",
+                    help="7-bit weights (quantize_static reduce_range=True): keeps ORT's u8 x s8 AVX2 kernel "
+                         "(no VNNI) from saturating its int16 pair sums, see README.md")
     args = ap.parse_args()
     names = args.only or list(CASES)
     for n in names:
@@ -378,13 +381,13 @@ def main():
         seed = args.seed * 100_003 + list(CASES).index(n)
         g = qref.Graph(n, seed)
         CASES[n](g)
-        manifests += qref.build_all(args.out_dir, n, g.model(), seed)
+        manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range)
     for r in range(args.random):
         n = f"rand{r:02d}"
         seed = args.seed * 100_003 + 50_000 + r
         g = qref.Graph(n, seed)
         random_graph(g, np.random.default_rng([seed, 7]))
-        manifests += qref.build_all(args.out_dir, n, g.model(), seed)
+        manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range)
     qref.write_index(args.out_dir, manifests)
     print(f"# {len(manifests)} quantized models in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 

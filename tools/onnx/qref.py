@@ -299,12 +299,22 @@ def session(path_or_bytes, optimized_path=None):
     return ort.InferenceSession(path_or_bytes, sess_options=so, providers=["CPUExecutionProvider"])
 
 
-def quantize(float_model, out_path, samples, fmt, act):
+def cpu_isa():
+    """x86 dot-product features that decide which MLAS int8 kernel ORT runs (Linux only)."""
+    try:
+        with open("/proc/cpuinfo", "r", encoding="utf-8") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return []
+    return sorted(set(flags) & {"avx2", "avx512f", "avx512_vnni", "avx512bw", "avx_vnni", "amx_int8"})
+
+
+def quantize(float_model, out_path, samples, fmt, act, reduce_range=False):
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "float.onnx")
         onnx.save(float_model, src)
         oq.quantize_static(src, out_path, Reader(samples), quant_format=fmt, per_channel=True,
-                           weight_type=oq.QuantType.QInt8, activation_type=act,
+                           weight_type=oq.QuantType.QInt8, activation_type=act, reduce_range=reduce_range,
                            calibrate_method=oq.CalibrationMethod.MinMax)
     return onnx.load(out_path)
 
@@ -357,7 +367,7 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
         man["outputs"].append(_tensor_entry(vi.name, arr, os.path.join(out_dir, f"{stem}.out{j}.bin")))
     man["ops"] = op_histogram(model)
     man.update(extra)
-    man["ort"] = {"version": ort.__version__, "config": ORT_CONFIG, "intra_op_num_threads": 1,
+    man["ort"] = {"version": ort.__version__, "config": ORT_CONFIG, "intra_op_num_threads": 1, "cpu_isa": cpu_isa(),
                   "optimized_ops": op_histogram(optimized), "float_ops": float_ops(optimized)}
     with open(os.path.join(out_dir, f"{stem}.json"), "w", encoding="utf-8") as f:
         json.dump(man, f, indent=1, sort_keys=False)
@@ -365,7 +375,7 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
     return man
 
 
-def build_all(out_dir, name, float_model, seed, log=print):
+def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False):
     """Saves <name>_float.onnx and the four quantized variants with their references.
     Returns the list of manifest file names (quantized models only)."""
     rng = np.random.default_rng([seed, 1])
@@ -379,9 +389,10 @@ def build_all(out_dir, name, float_model, seed, log=print):
     for ftag, fq, atag, aq in VARIANTS:
         stem = f"{name}_{ftag}_{atag}"
         qpath = os.path.join(out_dir, stem + ".onnx")
-        qm = quantize(float_model, qpath, samples, fq, aq)
+        qm = quantize(float_model, qpath, samples, fq, aq, reduce_range)
         man = write_reference(out_dir, stem, stem + ".onnx", feeds,
-                              {"format": ftag, "activations": atag, "float_model": os.path.basename(fpath)})
+                              {"format": ftag, "activations": atag, "reduce_range": reduce_range,
+                               "float_model": os.path.basename(fpath)})
         manifests.append(stem + ".json")
         fl = " ".join(f"{k}:{v}" for k, v in man["ort"]["float_ops"].items()) or "-"
         log(describe(qpath, qm) + f"  | ORT float ops: {fl}")

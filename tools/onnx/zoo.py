@@ -83,6 +83,9 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--only", nargs="+", metavar="NAME", help=f"subset of {sorted(MODELS)}")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reduce-range", action="store_true",
+                    help="7-bit weights (quantize_static reduce_range=True): keeps ORT's u8 x s8 AVX2 kernel "
+                         "(no VNNI) from saturating its int16 pair sums, see README.md")
     args = ap.parse_args()
     names = args.only or list(MODELS)
     for n in names:
@@ -97,7 +100,8 @@ def main():
     for i, n in enumerate(names):
         t0 = time.perf_counter()
         model = MODELS[n](args.seed * 1000 + list(MODELS).index(n))
-        manifests |= set(qref.build_all(args.out_dir, n, model, args.seed * 1000 + list(MODELS).index(n)))
+        manifests |= set(qref.build_all(args.out_dir, n, model, args.seed * 1000 + list(MODELS).index(n),
+                                             reduce_range=args.reduce_range))
         print(f"# {n}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     qref.write_index(args.out_dir, manifests)
 
