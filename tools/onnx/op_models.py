@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Writes small quantized ONNX models, one operator / attribute case each, plus K seeded
+random graphs, so that an ONNX importer can be checked against ONNX Runtime op by op.
+
+Usage: python3 tools/onnx/op_models.py OUT_DIR [--seed N] [--random K] [--only NAME...]
+
+Every case is built in float (odd shapes: 1x5x13x11 inputs, 3/7/13 channels, ...) and
+quantized like tools/onnx/zoo.py does (quantize_static, per-channel QInt8 weights, MinMax,
+QDQ and QOperator formats x s8 and u8 activations): OUT_DIR/<case>_{qdq,qop}_{s8,u8}.onnx,
+each with its reference files and manifest (see qref.py and README.md), the float model as
+<case>_float.onnx, and OUT_DIR/index.json listing all manifests. Random graphs are
+`rand<NN>` and are DAGs of Conv/Relu/Clip/Add/Mul/MaxPool/AveragePool/Concat/Resize/Sigmoid
+with shapes valid by construction. Deterministic for a given seed.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import redline_onnx as ro  # noqa: E402
+import qref  # noqa: E402
+
+X = (1, 5, 13, 11)
+
+
+def stem(g, shape, cout=7):
+    """input -> 3x3 conv: quantize_static leaves Relu/Clip/MaxPool/AveragePool/Resize/... that
+    read a float graph input in float, so single-op cases read a quantized conv output."""
+    return g.conv(g.input(shape), cout, 3)
+P0 = [0, 0, 0, 0]
+CASES = {}
+
+
+def case(name):
+    def reg(fn):
+        CASES[name] = fn
+        return fn
+    return reg
+
+
+def conv_case(name, **kw):
+    def build(g):
+        args = dict(kw)
+        g.output(g.conv(g.input(X), args.pop("cout", 7), **args))
+    CASES[name] = build
+
+
+# -- Conv attributes --
+for k in (1, 3, 5, 7):
+    conv_case(f"conv_k{k}", k=k)
+conv_case("conv_k3x1", k=(3, 1))
+conv_case("conv_k1x5", k=(1, 5))
+conv_case("conv_s2", k=3, stride=2)
+conv_case("conv_s3", k=3, stride=3)
+conv_case("conv_s2x1_k5x3", k=(5, 3), stride=(2, 1))
+conv_case("conv_pads_asym", k=3, pads=[0, 1, 2, 0])
+conv_case("conv_same_upper_s2", k=3, stride=2, auto_pad="SAME_UPPER")
+conv_case("conv_same_upper_k4", k=4, auto_pad="SAME_UPPER")
+conv_case("conv_dil2", k=3, dilation=2)
+conv_case("conv_nobias", k=3, bias=False)
+conv_case("conv_k1_nopad_13ch", k=1, cout=13, pads=P0)
+
+
+@case("conv_group2")
+def _(g):
+    g.output(g.conv(g.input((1, 6, 13, 11)), 10, 3, group=2))
+
+
+@case("conv_depthwise")
+def _(g):
+    g.output(g.conv(g.input((1, 7, 13, 11)), 7, 3, group=7))
+
+
+@case("conv_depthwise_s2_k5")
+def _(g):
+    g.output(g.conv(g.input((1, 7, 13, 11)), 7, 5, stride=2, group=7))
+
+
+@case("conv_depthwise_mult2")
+def _(g):
+    g.output(g.conv(g.input((1, 3, 13, 11)), 6, 3, group=3))
+
+
+@case("conv_relu")
+def _(g):
+    g.output(g.relu(g.conv(g.input(X), 7, 3)))
+
+
+@case("conv_clip6")
+def _(g):
+    g.output(g.clip(g.conv(g.input(X), 7, 3), 0.0, 6.0))
+
+
+@case("conv_chain")
+def _(g):
+    g.output(g.conv(g.relu(g.conv(g.input(X), 7, 3)), 3, 3, stride=2))
+
+
+# -- elementwise --
+for op in ("add", "mul"):
+    def _same(g, op=op):
+        x = g.input(X)
+        g.output(getattr(g, op)(x, g.conv(x, 5, 3)))
+
+    def _chan(g, op=op):
+        x = g.input(X)
+        g.output(getattr(g, op)(x, g.const(g.rng.uniform(0.5, 1.5, (1, 5, 1, 1)).astype(np.float32))))
+
+    def _scalar(g, op=op):
+        x = g.input(X)
+        g.output(getattr(g, op)(x, g.const(np.float32(0.75))))
+
+    def _two(g, op=op):
+        g.output(getattr(g, op)(g.input(X), g.input(X)))
+
+    def _two_bcast(g, op=op):
+        g.output(getattr(g, op)(g.input(X), g.input((1, 5, 1, 1))))
+
+    CASES[f"{op}_same"] = _same
+    CASES[f"{op}_perchannel_const"] = _chan
+    CASES[f"{op}_scalar_const"] = _scalar
+    CASES[f"{op}_two_inputs"] = _two
+    CASES[f"{op}_two_inputs_bcast"] = _two_bcast
+
+
+@case("sigmoid")
+def _(g):
+    g.output(g.sigmoid(g.conv(g.input(X), 3, 3)))
+
+
+@case("add_relu")
+def _(g):
+    x = g.input(X)
+    g.output(g.relu(g.add(x, g.conv(x, 5, 3))))
+
+
+@case("add_clip6")
+def _(g):
+    x = g.input(X)
+    g.output(g.clip(g.add(x, g.conv(x, 5, 3)), 0.0, 6.0))
+
+
+# -- pooling --
+@case("maxpool_k2s2")
+def _(g):
+    g.output(g.maxpool(stem(g, X), 2, 2))
+
+
+@case("maxpool_k3s2p1")
+def _(g):
+    g.output(g.maxpool(stem(g, X), 3, 2, pads=(1, 1, 1, 1)))
+
+
+@case("maxpool_k2s2_ceil")
+def _(g):
+    g.output(g.maxpool(stem(g, X), 2, 2, ceil_mode=1))
+
+
+@case("maxpool_k3s2_ceil_p1")
+def _(g):
+    g.output(g.maxpool(stem(g, (1, 5, 14, 11)), 3, 2, pads=(1, 1, 1, 1), ceil_mode=1))
+
+
+@case("avgpool_k2s2")
+def _(g):
+    g.output(g.avgpool(stem(g, X), 2, 2))
+
+
+@case("avgpool_k3s2p1_cip0")
+def _(g):
+    g.output(g.avgpool(stem(g, X), 3, 2, pads=(1, 1, 1, 1), count_include_pad=0))
+
+
+@case("avgpool_k3s2p1_cip1")
+def _(g):
+    g.output(g.avgpool(stem(g, X), 3, 2, pads=(1, 1, 1, 1), count_include_pad=1))
+
+
+@case("avgpool_k3s1_asym_cip0")
+def _(g):
+    g.output(g.avgpool(stem(g, X), 3, 1, pads=(0, 1, 2, 0), count_include_pad=0))
+
+
+@case("avgpool_k2s2_ceil")
+def _(g):
+    g.output(g.avgpool(stem(g, X), 2, 2, ceil_mode=1))
+
+
+@case("gap")
+def _(g):
+    g.output(g.gap(g.conv(g.input(X), 7, 3)))
+
+
+# -- concat / resize --
+@case("concat_channels")
+def _(g):
+    x = g.input(X)
+    a = g.conv(x, 3, 3, gain=0.3)
+    b = g.relu(g.conv(x, 7, 1, pads=P0, gain=3.0))
+    g.output(g.concat([a, x, b]))
+
+
+@case("concat_two_inputs")
+def _(g):
+    g.output(g.concat([g.input(X), g.input((1, 3, 13, 11))]))
+
+
+@case("resize_nearest_x2")
+def _(g):
+    g.output(g.resize(g.conv(g.input(X), 7, 3), "nearest", scale=2))
+
+
+@case("resize_nearest_sizes")
+def _(g):
+    g.output(g.resize(g.conv(g.input(X), 7, 3), "nearest", size=(26, 33)))
+
+
+@case("resize_bilinear_x2")
+def _(g):
+    g.output(g.resize(g.conv(g.input(X), 7, 3), "linear", scale=2, ctm="half_pixel"))
+
+
+@case("resize_bilinear_sizes")
+def _(g):
+    g.output(g.resize(g.conv(g.input(X), 7, 3), "linear", size=(20, 17), ctm="half_pixel"))
+
+
+@case("resize_bilinear_x2_align_corners")
+def _(g):
+    g.output(g.resize(g.conv(g.input(X), 7, 3), "linear", scale=2, ctm="align_corners"))
+
+
+# -- fully connected and CNN-head reshapes --
+@case("gemm_transb")
+def _(g):
+    g.output(g.gemm(g.flatten(g.gap(g.conv(g.input(X), 13, 3))), 10, trans_b=1))
+
+
+@case("gemm_flatten_spatial")
+def _(g):
+    g.output(g.gemm(g.flatten(g.conv(g.input(X), 3, 3, stride=2)), 7, trans_b=1))
+
+
+@case("gemm_no_transb")
+def _(g):
+    g.output(g.gemm(g.flatten(g.gap(g.conv(g.input(X), 13, 3))), 10, trans_b=0))
+
+
+@case("matmul_flatten")
+def _(g):
+    g.output(g.matmul(g.flatten(g.gap(g.conv(g.input(X), 13, 3))), 10))
+
+
+@case("head_reshape_transpose")
+def _(g):  # [1,C,H,W] -> [1,C,H*W] -> [1,H*W,C] (detection-head style)
+    y = g.conv(g.input(X), 7, 3)
+    g.output(g.transpose(g.reshape(y, [1, 7, -1]), [0, 2, 1]))
+
+
+@case("head_nhwc_reshape")
+def _(g):  # NCHW -> NHWC -> [1, H*W*A, C/A]
+    y = g.conv(g.input(X), 6, 1, pads=P0)
+    g.output(g.reshape(g.transpose(y, [0, 2, 3, 1]), [1, -1, 3]))
+
+
+@case("head_flatten")
+def _(g):
+    g.output(g.flatten(g.conv(g.input(X), 3, 3, stride=2)))
+
+
+@case("head_squeeze_unsqueeze")
+def _(g):
+    y = g.squeeze(g.gap(g.conv(g.input(X), 7, 3)), [2, 3])
+    g.output(g.unsqueeze(y, [1]))
+
+
+@case("head_unsqueeze_matmul")
+def _(g):
+    y = g.unsqueeze(g.squeeze(g.gap(g.conv(g.input(X), 13, 3)), [2, 3]), [0])
+    g.output(g.matmul(y, 4))
+
+
+# -- random DAGs --
+def random_graph(g, rng):
+    c0, h0, w0 = int(rng.integers(1, 9)), int(rng.integers(7, 24)), int(rng.integers(7, 24))
+    live = [stem(g, (1, c0, h0, w0), int(rng.integers(1, 17)))]
+    used = set()
+
+    def pick(cond=lambda t: True):
+        cands = [t for t in live if cond(t)]
+        return cands[int(rng.integers(len(cands)))] if cands else None
+
+    def hw(t):
+        return g.shape[t][2:]
+
+    def ch(t):
+        return g.shape[t][1]
+
+    steps = int(rng.integers(4, 11))
+    for _ in range(steps):
+        kind = rng.choice(["conv", "conv", "conv", "act", "add", "mul", "pool", "concat", "resize"])
+        x = pick(lambda t: min(hw(t)) >= 1 and max(hw(t)) <= 48)
+        y = None
+        if kind == "conv":
+            k = int(rng.choice([1, 3, 5]))
+            s = int(rng.choice([1, 1, 2]))
+            if min(hw(x)) + 2 * (k // 2) < k:
+                k = 1
+            cin, cout = ch(x), int(rng.integers(1, 17))
+            group = cin if (rng.random() < 0.2 and cin > 1) else 1
+            if group > 1:
+                cout = cin
+            y = g.conv(x, cout, k, s, group=group, bias=bool(rng.random() < 0.9))
+        elif kind == "act":
+            y = [g.relu, g.sigmoid, lambda t: g.clip(t, 0.0, 6.0)][int(rng.integers(3))](x)
+        elif kind in ("add", "mul"):
+            other = pick(lambda t: t != x and g.shape[t] == g.shape[x])
+            if rng.random() < 0.2:
+                other = g.const(rng.uniform(0.5, 1.5, (1, ch(x), 1, 1)).astype(np.float32))
+            elif other is None:  # make one: 1x1 conv to x's shape from a tensor with x's spatial size
+                src = pick(lambda t: hw(t) == hw(x))
+                other = g.conv(src, ch(x), 1, pads=P0)
+            else:
+                used.add(other)
+            y = getattr(g, kind)(x, other)
+        elif kind == "pool":
+            if min(hw(x)) < 3:
+                continue
+            k, s = int(rng.choice([2, 3])), int(rng.choice([1, 2]))
+            p = (k // 2,) * 4 if (k == 3 and rng.random() < 0.5) else (0, 0, 0, 0)
+            if rng.random() < 0.5:
+                y = g.maxpool(x, k, s, pads=p)
+            else:
+                y = g.avgpool(x, k, s, pads=p, count_include_pad=int(rng.integers(2)))
+        elif kind == "concat":
+            other = pick(lambda t: t != x and hw(t) == hw(x))
+            if other is None:
+                other = g.conv(x, int(rng.integers(1, 9)), 3)
+            used.add(other)
+            y = g.concat([x, other] if rng.random() < 0.5 else [other, x])
+        elif kind == "resize":
+            target = pick(lambda t: hw(t) != hw(x) and min(hw(t)) >= min(hw(x)))
+            mode = "nearest" if rng.random() < 0.5 else "linear"
+            if target is not None and rng.random() < 0.6:
+                y = g.resize(x, mode, size=hw(target))
+            elif max(hw(x)) <= 24:
+                y = g.resize(x, mode, scale=2)
+            else:
+                continue
+        if y is not None:
+            used.add(x)
+            live.append(y)
+    leaves = [t for t in live[1:] if t not in used]
+    outs = leaves[-2:] if leaves else [live[-1]]
+    for o in outs:
+        g.output(o)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--random", type=int, default=20, metavar="K", help="number of random graphs (default 20)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="subset of the fixed cases (random graphs still follow --random)")
+    ap.add_argument("--reduce-range", action="store_true",
+                    help="7-bit weights (quantize_static reduce_range=True): keeps ORT's u8 x s8 AVX2 kernel "
+                         "(no VNNI) from saturating its int16 pair sums, see README.md")
+    args = ap.parse_args()
+    names = args.only or list(CASES)
+    for n in names:
+        if n not in CASES:
+            ro.fail(f"unknown case {n!r}; known: {', '.join(CASES)}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    t0 = time.perf_counter()
+    manifests = []
+    for i, n in enumerate(names):
+        seed = args.seed * 100_003 + list(CASES).index(n)
+        g = qref.Graph(n, seed)
+        CASES[n](g)
+        manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range)
+    for r in range(args.random):
+        n = f"rand{r:02d}"
+        seed = args.seed * 100_003 + 50_000 + r
+        g = qref.Graph(n, seed)
+        random_graph(g, np.random.default_rng([seed, 7]))
+        manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range)
+    qref.write_index(args.out_dir, manifests)
+    print(f"# {len(manifests)} quantized models in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

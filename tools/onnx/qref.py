@@ -1,0 +1,414 @@
+"""Shared code of zoo.py and op_models.py: a small graph builder for float NCHW models
+(static shapes, batch 1, opset 17), static quantization with ONNX Runtime's quantizer in
+both formats and both activation types, and the reference files (seeded inputs, ORT
+outputs, manifest) an importer is checked against.
+
+Contract:
+- Everything is a pure function of the seed: the same seed gives byte-identical files.
+- Quantization: `onnxruntime.quantization.quantize_static`, per_channel=True, weights
+  QInt8, activations QInt8 ("s8") or QUInt8 ("u8"), MinMax calibration over
+  CALIB_SAMPLES seeded image-like inputs, QuantFormat.QDQ ("qdq") or QOperator ("qop").
+  Model inputs and outputs stay float32 (QuantizeLinear after the input, DequantizeLinear
+  before the outputs), as quantize_static leaves them.
+- Reference: ORT CPU provider, intra_op_num_threads=1, sequential, ORT_ENABLE_ALL. Files
+  `<stem>.in<i>.bin` / `<stem>.out<j>.bin` are raw little-endian C-order arrays, and
+  `<stem>.json` is the manifest (see README.md).
+"""
+
+import collections
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import redline_onnx as ro  # noqa: E402
+
+try:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+except ImportError:
+    ro.fail("the Python package 'onnx' is missing: pip install onnx")
+try:
+    import onnxruntime as ort
+    from onnxruntime import quantization as oq
+except ImportError:
+    ro.fail("the Python package 'onnxruntime' is missing: pip install onnxruntime")
+
+OPSET = 17
+CALIB_SAMPLES = 8
+# (format tag, QuantFormat), (activation tag, QuantType)
+FORMATS = [("qdq", oq.QuantFormat.QDQ), ("qop", oq.QuantFormat.QOperator)]
+ACTIVATIONS = [("s8", oq.QuantType.QInt8), ("u8", oq.QuantType.QUInt8)]
+VARIANTS = [(f, fq, a, aq) for f, fq in FORMATS for a, aq in ACTIVATIONS]
+IMAGE_MEAN, IMAGE_STD = 0.45, 0.225
+# On x86, ORT's default (qdqisint8allowed = 0) rewrites int8 Q/DQ pairs to uint8 where it
+# can and leaves the rest as DQ -> float op -> Q: a QDQ s8 model then runs about half of its
+# convolutions, all Adds and the MaxPool in float. With "1" every QDQ node group fuses into
+# the same integer kernels the QOperator model uses (ORT's default on ARM).
+ORT_CONFIG = {"session.qdqisint8allowed": "1"}
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv_out(size, k, s, pb, pe, d=1, ceil=False):
+    num = size + pb + pe - d * (k - 1) - 1
+    out = (-(-num // s) if ceil else num // s) + 1
+    if ceil and (out - 1) * s >= size + pb:  # last window must start inside input or head pad
+        out -= 1
+    return out
+
+
+class Graph:
+    """Float NCHW graph under construction. Tensors are names; `self.shape[name]` is the
+    static shape. Weights come from `self.rng` (He-init); every method returns the name of
+    its output."""
+
+    def __init__(self, name, seed):
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.inputs, self.outputs = [], [], [], []
+        self.shape = {}
+        self._n = collections.Counter()
+
+    # -- plumbing --
+    def _id(self, kind):
+        self._n[kind] += 1
+        return f"{kind}_{self._n[kind]}"
+
+    def node(self, op, ins, out_shape, **attrs):
+        name = self._id(op.lower())
+        out = name + "_out"
+        self.nodes.append(helper.make_node(op, ins, [out], name=name, **attrs))
+        self.shape[out] = tuple(int(v) for v in out_shape)
+        return out
+
+    def const(self, array, kind="c"):
+        name = self._id(kind)
+        arr = np.asarray(array)
+        self.inits.append(numpy_helper.from_array(arr, name))
+        self.shape[name] = arr.shape
+        return name
+
+    def input(self, shape, name=None):
+        name = name or f"input{len(self.inputs)}"
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+        self.shape[name] = tuple(shape)
+        return name
+
+    def output(self, x, name=None):
+        if name:  # rename the producing node's output
+            for nd in self.nodes:
+                for i, o in enumerate(nd.output):
+                    if o == x:
+                        nd.output[i] = name
+            self.shape[name] = self.shape[x]
+            x = name
+        self.outputs.append(x)
+        return x
+
+    def model(self):
+        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, list(self.shape[o])) for o in self.outputs]
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, outs, self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="redline-zoo")
+        m.ir_version = 8
+        m = onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)
+        onnx.checker.check_model(m, full_check=True)
+        for vi in m.graph.output:  # our shape bookkeeping must agree with ONNX's
+            got = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+            if got != self.shape[vi.name]:
+                ro.fail(f"{self.name}: output {vi.name} has ONNX shape {got}, builder computed {self.shape[vi.name]}")
+        return m
+
+    # -- layers --
+    def conv(self, x, cout, k=3, stride=1, pads=None, dilation=1, group=1, bias=True, auto_pad=None, gain=1.0,
+             bias_value=None):
+        n, cin, h, w = self.shape[x]
+        kh, kw = _pair(k)
+        sh, sw = _pair(stride)
+        dh, dw = _pair(dilation)
+        attrs = dict(kernel_shape=[kh, kw], strides=[sh, sw], dilations=[dh, dw], group=group)
+        if auto_pad == "SAME_UPPER":
+            oh, ow = -(-h // sh), -(-w // sw)
+            attrs["auto_pad"] = "SAME_UPPER"
+        else:
+            if pads is None:  # "same"-style symmetric padding
+                pads = [dh * (kh - 1) // 2, dw * (kw - 1) // 2] * 2
+            attrs["pads"] = list(pads)
+            oh = conv_out(h, kh, sh, pads[0], pads[2], dh)
+            ow = conv_out(w, kw, sw, pads[1], pads[3], dw)
+        assert cin % group == 0 and cout % group == 0, (cin, cout, group)
+        fan_in = cin // group * kh * kw
+        wt = (self.rng.standard_normal((cout, cin // group, kh, kw)) * gain * np.sqrt(2.0 / fan_in)).astype(np.float32)
+        ins = [x, self.const(wt, "w")]
+        if bias:
+            b = self.rng.normal(0.0, 0.1, cout) if bias_value is None else np.full(cout, bias_value)
+            ins.append(self.const(b.astype(np.float32), "b"))
+        return self.node("Conv", ins, (n, cout, oh, ow), **attrs)
+
+    def relu(self, x):
+        return self.node("Relu", [x], self.shape[x])
+
+    def clip(self, x, lo=0.0, hi=6.0):
+        return self.node("Clip", [x, self.const(np.float32(lo), "lo"), self.const(np.float32(hi), "hi")],
+                         self.shape[x])
+
+    def sigmoid(self, x):
+        return self.node("Sigmoid", [x], self.shape[x])
+
+    def add(self, a, b):
+        return self.node("Add", [a, b], np.broadcast_shapes(self.shape[a], self.shape[b]))
+
+    def mul(self, a, b):
+        return self.node("Mul", [a, b], np.broadcast_shapes(self.shape[a], self.shape[b]))
+
+    def maxpool(self, x, k=2, s=2, pads=(0, 0, 0, 0), ceil_mode=0):
+        return self._pool("MaxPool", x, k, s, pads, ceil_mode)
+
+    def avgpool(self, x, k=2, s=2, pads=(0, 0, 0, 0), ceil_mode=0, count_include_pad=0):
+        return self._pool("AveragePool", x, k, s, pads, ceil_mode, count_include_pad=count_include_pad)
+
+    def _pool(self, op, x, k, s, pads, ceil_mode, **extra):
+        n, c, h, w = self.shape[x]
+        kh, kw = _pair(k)
+        sh, sw = _pair(s)
+        oh = conv_out(h, kh, sh, pads[0], pads[2], ceil=bool(ceil_mode))
+        ow = conv_out(w, kw, sw, pads[1], pads[3], ceil=bool(ceil_mode))
+        return self.node(op, [x], (n, c, oh, ow), kernel_shape=[kh, kw], strides=[sh, sw], pads=list(pads),
+                         ceil_mode=ceil_mode, **extra)
+
+    def gap(self, x):
+        n, c, _, _ = self.shape[x]
+        return self.node("GlobalAveragePool", [x], (n, c, 1, 1))
+
+    def concat(self, xs, axis=1):
+        shp = list(self.shape[xs[0]])
+        shp[axis] = sum(self.shape[x][axis] for x in xs)
+        return self.node("Concat", list(xs), shp, axis=axis)
+
+    def resize(self, x, mode="nearest", scale=None, size=None, ctm=None, nearest_mode=None):
+        """scale: spatial factor (float) or size: (H, W). ctm defaults: nearest -> asymmetric
+        with nearest_mode floor (the 'Upsample' behaviour), linear -> half_pixel."""
+        n, c, h, w = self.shape[x]
+        attrs = {"mode": mode}
+        if mode == "nearest":
+            attrs["coordinate_transformation_mode"] = ctm or "asymmetric"
+            attrs["nearest_mode"] = nearest_mode or "floor"
+        else:
+            attrs["coordinate_transformation_mode"] = ctm or "half_pixel"
+        if size is not None:
+            sizes = self.const(np.array([n, c, size[0], size[1]], dtype=np.int64), "sizes")
+            return self.node("Resize", [x, "", "", sizes], (n, c, size[0], size[1]), **attrs)
+        sc = _pair(scale)
+        scales = self.const(np.array([1, 1, sc[0], sc[1]], dtype=np.float32), "scales")
+        return self.node("Resize", [x, "", scales], (n, c, int(np.floor(h * sc[0])), int(np.floor(w * sc[1]))),
+                         **attrs)
+
+    def flatten(self, x, axis=1):
+        s = self.shape[x]
+        return self.node("Flatten", [x], (int(np.prod(s[:axis])), int(np.prod(s[axis:]))), axis=axis)
+
+    def gemm(self, x, nout, trans_b=1, bias=True):
+        m, k = self.shape[x]
+        wt = (self.rng.standard_normal((nout, k) if trans_b else (k, nout)) * np.sqrt(1.0 / k)).astype(np.float32)
+        ins = [x, self.const(wt, "w")]
+        if bias:
+            ins.append(self.const(self.rng.normal(0.0, 0.1, nout).astype(np.float32), "b"))
+        return self.node("Gemm", ins, (m, nout), transB=trans_b)
+
+    def matmul(self, x, nout):
+        k = self.shape[x][-1]
+        wt = (self.rng.standard_normal((k, nout)) * np.sqrt(1.0 / k)).astype(np.float32)
+        return self.node("MatMul", [x, self.const(wt, "w")], self.shape[x][:-1] + (nout,))
+
+    def reshape(self, x, shape):
+        out = np.empty(self.shape[x], dtype=np.uint8).reshape(shape).shape
+        return self.node("Reshape", [x, self.const(np.array(shape, dtype=np.int64), "shape")], out)
+
+    def transpose(self, x, perm):
+        return self.node("Transpose", [x], tuple(self.shape[x][p] for p in perm), perm=list(perm))
+
+    def squeeze(self, x, axes):
+        out = tuple(d for i, d in enumerate(self.shape[x]) if i not in axes)
+        return self.node("Squeeze", [x, self.const(np.array(axes, dtype=np.int64), "axes")], out)
+
+    def unsqueeze(self, x, axes):
+        out = list(self.shape[x])
+        for a in sorted(axes):
+            out.insert(a, 1)
+        return self.node("Unsqueeze", [x, self.const(np.array(axes, dtype=np.int64), "axes")], out)
+
+
+# -- inputs --
+def image_like(rng, shape):
+    """Normalised-image-like float32 NCHW: smooth random blobs in [0, 1] plus pixel noise,
+    then (x - 0.45) / 0.225, so mostly within [-2, 2.5]."""
+    n, c, h, w = shape
+    lh, lw = max(1, -(-h // 8)), max(1, -(-w // 8))
+    low = rng.uniform(0.0, 1.0, (n, c, lh, lw))
+    up = np.repeat(np.repeat(low, 8, axis=2), 8, axis=3)[:, :, :h, :w]
+    img = np.clip(up + rng.normal(0.0, 0.1, (n, c, h, w)), 0.0, 1.0)
+    return ((img - IMAGE_MEAN) / IMAGE_STD).astype(np.float32)
+
+
+def make_inputs(model, rng):
+    feeds = {}
+    for vi in model.graph.input:
+        shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+        if len(shape) != 4:
+            ro.fail(f"{model.graph.name}: input {vi.name} has shape {shape}; inputs here are NCHW images")
+        feeds[vi.name] = image_like(rng, shape)
+    return feeds
+
+
+class Reader(oq.CalibrationDataReader):
+    def __init__(self, samples):
+        self.samples = samples
+        self.it = iter(samples)
+
+    def get_next(self):
+        return next(self.it, None)
+
+    def rewind(self):
+        self.it = iter(self.samples)
+
+
+# -- quantization and reference --
+def op_histogram(model):
+    h = collections.Counter()
+    for nd in model.graph.node:
+        h[f"{nd.domain}.{nd.op_type}" if nd.domain not in ("", "ai.onnx") else nd.op_type] += 1
+    return dict(sorted(h.items()))
+
+
+def session(path_or_bytes, optimized_path=None):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    for k, v in ORT_CONFIG.items():
+        so.add_session_config_entry(k, v)
+    if optimized_path:
+        so.optimized_model_filepath = optimized_path
+    return ort.InferenceSession(path_or_bytes, sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def cpu_isa():
+    """x86 dot-product features that decide which MLAS int8 kernel ORT runs (Linux only)."""
+    try:
+        with open("/proc/cpuinfo", "r", encoding="utf-8") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return []
+    return sorted(set(flags) & {"avx2", "avx512f", "avx512_vnni", "avx512bw", "avx_vnni", "amx_int8"})
+
+
+def quantize(float_model, out_path, samples, fmt, act, reduce_range=False):
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "float.onnx")
+        onnx.save(float_model, src)
+        oq.quantize_static(src, out_path, Reader(samples), quant_format=fmt, per_channel=True,
+                           weight_type=oq.QuantType.QInt8, activation_type=act, reduce_range=reduce_range,
+                           calibrate_method=oq.CalibrationMethod.MinMax)
+    return onnx.load(out_path)
+
+
+def _tensor_entry(name, arr, path):
+    arr = np.ascontiguousarray(arr)
+    arr.astype(arr.dtype.newbyteorder("<"), copy=False).tofile(path)
+    return {"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "file": os.path.basename(path)}
+
+
+def float_ops(model):
+    """Histogram of the nodes of an (ORT-optimized) model that compute on float32 data, other
+    than Quantize/DequantizeLinear: what ORT did not run as an integer kernel. Tensor types
+    are propagated the simple way (a node's output has its first input's type)."""
+    ty = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
+    ty.update({i.name: i.data_type for i in model.graph.initializer})
+    h = collections.Counter()
+    for nd in model.graph.node:
+        if nd.op_type == "QuantizeLinear":
+            t = ty.get(nd.input[2]) if len(nd.input) > 2 else TensorProto.UINT8
+        elif nd.op_type == "DequantizeLinear":
+            t = TensorProto.FLOAT
+        else:
+            # QLinearConcat's inputs are (Y_scale, Y_zero_point, X0, X0_scale, ...)
+            first = nd.input[2] if nd.op_type == "QLinearConcat" else (nd.input[0] if nd.input else None)
+            t = ty.get(first)
+            if t == TensorProto.FLOAT and nd.op_type not in ("Shape",):
+                h[f"{nd.domain}.{nd.op_type}" if nd.domain else nd.op_type] += 1
+        for o in nd.output:
+            ty[o] = t
+    return dict(sorted(h.items()))
+
+
+def write_reference(out_dir, stem, model_file, feeds, extra):
+    """Runs `model_file` (in out_dir) on ORT and writes <stem>.in*/out*.bin and <stem>.json.
+    Returns the manifest."""
+    path = os.path.join(out_dir, model_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        opt_path = os.path.join(tmp, "optimized.onnx")
+        sess = session(path, optimized_path=opt_path)
+        optimized = onnx.load(opt_path)
+    outs = sess.run(None, feeds)
+    model = onnx.load(path)
+    man = {"model": model_file, "inputs": [], "outputs": []}
+    for i, vi in enumerate(sess.get_inputs()):
+        man["inputs"].append(_tensor_entry(vi.name, feeds[vi.name], os.path.join(out_dir, f"{stem}.in{i}.bin")))
+    for j, (vi, arr) in enumerate(zip(sess.get_outputs(), outs)):
+        if not np.all(np.isfinite(arr)):
+            ro.fail(f"{model_file}: output {vi.name} has non-finite values")
+        man["outputs"].append(_tensor_entry(vi.name, arr, os.path.join(out_dir, f"{stem}.out{j}.bin")))
+    man["ops"] = op_histogram(model)
+    man.update(extra)
+    man["ort"] = {"version": ort.__version__, "config": ORT_CONFIG, "intra_op_num_threads": 1, "cpu_isa": cpu_isa(),
+                  "optimized_ops": op_histogram(optimized), "float_ops": float_ops(optimized)}
+    with open(os.path.join(out_dir, f"{stem}.json"), "w", encoding="utf-8") as f:
+        json.dump(man, f, indent=1, sort_keys=False)
+        f.write("\n")
+    return man
+
+
+def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False):
+    """Saves <name>_float.onnx and the four quantized variants with their references.
+    Returns the list of manifest file names (quantized models only)."""
+    rng = np.random.default_rng([seed, 1])
+    samples = [make_inputs(float_model, rng) for _ in range(CALIB_SAMPLES)]
+    feeds = make_inputs(float_model, np.random.default_rng([seed, 2]))
+    fpath = os.path.join(out_dir, f"{name}_float.onnx")
+    onnx.save(float_model, fpath)
+    session(fpath)  # loads in ORT
+    log(describe(fpath, float_model))
+    manifests = []
+    for ftag, fq, atag, aq in VARIANTS:
+        stem = f"{name}_{ftag}_{atag}"
+        qpath = os.path.join(out_dir, stem + ".onnx")
+        qm = quantize(float_model, qpath, samples, fq, aq, reduce_range)
+        man = write_reference(out_dir, stem, stem + ".onnx", feeds,
+                              {"format": ftag, "activations": atag, "reduce_range": reduce_range,
+                               "float_model": os.path.basename(fpath)})
+        manifests.append(stem + ".json")
+        fl = " ".join(f"{k}:{v}" for k, v in man["ort"]["float_ops"].items()) or "-"
+        log(describe(qpath, qm) + f"  | ORT float ops: {fl}")
+    return manifests
+
+
+def describe(path, model):
+    hist = op_histogram(model)
+    ops = " ".join(f"{k}:{v}" for k, v in hist.items())
+    return f"{os.path.basename(path)}  {os.path.getsize(path)} B  {len(model.graph.node)} nodes  {ops}"
+
+
+def write_index(out_dir, manifests, extra=None):
+    idx = {"manifests": sorted(manifests)}
+    if extra:
+        idx.update(extra)
+    with open(os.path.join(out_dir, "index.json"), "w", encoding="utf-8") as f:
+        json.dump(idx, f, indent=1)
+        f.write("\n")

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Builds a small zoo of CNN models with seeded random weights and quantizes each with ONNX
+Runtime's quantize_static, for the redline ONNX importer to be checked against ORT.
+
+Usage: python3 tools/onnx/zoo.py OUT_DIR [--only NAME...] [--seed N]
+
+Models (float32, opset 17, static shapes, batch 1, He-init weights, BatchNorm assumed
+folded into the conv biases):
+- resnet18: 1x3x224x224 ResNet-18 classifier (conv7x7/2+relu, maxpool 3x3/2 p1, 4 stages x
+  2 basic blocks at 64/128/256/512 channels, 1x1/2 projection shortcuts, Add then Relu,
+  GlobalAveragePool, Flatten, Gemm to 1000).
+- centernet: 1x3x256x448 CenterNet-style detector: ResNet-style backbone to stride 32, an
+  FPN neck back to stride 4 (Resize nearest/asymmetric/floor, Resize linear/half_pixel,
+  Resize nearest; Add and Concat merges), heads at stride 4: heatmap (3 classes, Sigmoid),
+  wh (2 ch), offset (2 ch).
+Writes OUT_DIR/<model>_float.onnx and <model>_{qdq,qop}_{s8,u8}.onnx, each quantized model
+with its reference (<stem>.in*.bin, <stem>.out*.bin, <stem>.json; see qref.py and
+README.md), and OUT_DIR/index.json listing the manifests (merged with an existing one).
+Deterministic: the same seed gives byte-identical files.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import redline_onnx as ro  # noqa: E402
+import qref  # noqa: E402
+
+
+def basic_block(g, x, cout, stride):
+    cin = g.shape[x][1]
+    y = g.relu(g.conv(x, cout, 3, stride))
+    y = g.conv(y, cout, 3, 1, gain=0.5)  # small last gain: keeps the residual sum's range sane
+    sc = x if (stride == 1 and cin == cout) else g.conv(x, cout, 1, stride, pads=[0, 0, 0, 0])
+    return g.relu(g.add(y, sc))
+
+
+def resnet18(seed):
+    g = qref.Graph("resnet18", seed)
+    x = g.input((1, 3, 224, 224), "image")
+    x = g.relu(g.conv(x, 64, 7, 2, pads=[3, 3, 3, 3]))
+    x = g.maxpool(x, 3, 2, pads=(1, 1, 1, 1))
+    for i, c in enumerate([64, 128, 256, 512]):
+        x = basic_block(g, x, c, 1 if i == 0 else 2)
+        x = basic_block(g, x, c, 1)
+    x = g.flatten(g.gap(x))
+    g.output(g.gemm(x, 1000), "logits")
+    return g.model()
+
+
+def centernet(seed):
+    g = qref.Graph("centernet", seed)
+    x = g.input((1, 3, 256, 448), "image")
+    x = g.relu(g.conv(x, 32, 7, 2, pads=[3, 3, 3, 3]))     # /2
+    x = g.maxpool(x, 3, 2, pads=(1, 1, 1, 1))               # /4
+    c2 = basic_block(g, x, 64, 1)                           # /4, 64
+    c3 = basic_block(g, c2, 96, 2)                          # /8, 96
+    c4 = basic_block(g, c3, 128, 2)                         # /16, 128
+    c5 = basic_block(g, c4, 192, 2)                         # /32, 192
+    lat = lambda t, c: g.conv(t, c, 1, pads=[0, 0, 0, 0])  # noqa: E731
+    p5 = lat(c5, 128)
+    p4 = g.add(g.resize(p5, "nearest", scale=2), lat(c4, 128))             # nearest x2, Add merge
+    p4 = g.relu(g.conv(p4, 96, 3))
+    up = g.resize(p4, "linear", scale=2, ctm="half_pixel")                 # bilinear x2, Concat merge
+    p3 = g.relu(g.conv(g.concat([up, lat(c3, 64)]), 96, 3))
+    p2 = g.add(g.resize(p3, "nearest", scale=2), lat(c2, 96))              # nearest x2, Add merge
+    p2 = g.relu(g.conv(p2, 64, 3))                                          # /4
+    heads = {"heatmap": (3, -2.19), "wh": (2, None), "offset": (2, None)}
+    for name, (ch, b) in heads.items():
+        h = g.conv(g.relu(g.conv(p2, 64, 3)), ch, 1, pads=[0, 0, 0, 0], bias_value=b)
+        g.output(g.sigmoid(h) if name == "heatmap" else h, name)
+    return g.model()
+
+
+MODELS = {"resnet18": resnet18, "centernet": centernet}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help=f"subset of {sorted(MODELS)}")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reduce-range", action="store_true",
+                    help="7-bit weights (quantize_static reduce_range=True): keeps ORT's u8 x s8 AVX2 kernel "
+                         "(no VNNI) from saturating its int16 pair sums, see README.md")
+    args = ap.parse_args()
+    names = args.only or list(MODELS)
+    for n in names:
+        if n not in MODELS:
+            ro.fail(f"unknown model {n!r}; known: {', '.join(MODELS)}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    idx_path = os.path.join(args.out_dir, "index.json")
+    manifests = set()
+    if os.path.isfile(idx_path):
+        with open(idx_path, "r", encoding="utf-8") as f:
+            manifests = set(json.load(f).get("manifests", []))
+    for i, n in enumerate(names):
+        t0 = time.perf_counter()
+        model = MODELS[n](args.seed * 1000 + list(MODELS).index(n))
+        manifests |= set(qref.build_all(args.out_dir, n, model, args.seed * 1000 + list(MODELS).index(n),
+                                             reduce_range=args.reduce_range))
+        print(f"# {n}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    qref.write_index(args.out_dir, manifests)
+
+
+if __name__ == "__main__":
+    main()
