@@ -240,9 +240,11 @@ pub(crate) fn lut(table: &[i8; 256], input: &[i8], out: &mut [i8]) {
 /// An elementwise binary operator over broadcast operands.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum BinaryKind {
-    /// `y = ((a - za) sa + (b - zb) sb) / sy` (ONNX Runtime's x86 QLinearAdd, operation for
-    /// operation).
-    Add,
+    /// `y = (fixed + a ra) + b rb` with `ra = sa / sy`, `rb = sb / sy`, `fixed = zy - (ra za
+    /// + rb zb)`, on the raw integers (ONNX Runtime's x86 QLinearAdd, operation for
+    /// operation), then rounded half to even and saturated (the output zero point is inside
+    /// `fixed`).
+    Add { ra: f32, rb: f32, fixed: f32 },
     /// `y = ((a - za) sa * (b - zb) sb) / sy`.
     Mul,
 }
@@ -269,13 +271,17 @@ pub(crate) struct Binary {
 impl Binary {
     #[inline]
     fn one(&self, a: i8, b: i8) -> i8 {
-        let (a, b) = (i32::from(a) - self.za, i32::from(b) - self.zb);
-        let (fa, fb) = (a as f32 * self.sa, b as f32 * self.sb);
-        let v = match self.kind {
-            BinaryKind::Add => (fa + fb) / self.sy,
-            BinaryKind::Mul => (fa * fb) / self.sy,
-        };
-        requant_f32(v, self.zy, self.lo, self.hi)
+        match self.kind {
+            BinaryKind::Add { ra, rb, fixed } => {
+                let v = (fixed + f32::from(a) * ra) + f32::from(b) * rb;
+                requant_f32(v, 0, self.lo, self.hi)
+            }
+            BinaryKind::Mul => {
+                let (a, b) = (i32::from(a) - self.za, i32::from(b) - self.zb);
+                let v = (a as f32 * self.sa * (b as f32 * self.sb)) / self.sy;
+                requant_f32(v, self.zy, self.lo, self.hi)
+            }
+        }
     }
 
     /// Elements `range` of the output (flat index, physical order).

@@ -1149,7 +1149,13 @@ impl<'g> Lowerer<'g> {
             });
         }
         let op = Binary {
-            kind: if is_add { BinaryKind::Add } else { BinaryKind::Mul },
+            kind: if is_add {
+                let (ra, rb) = (aq.scale / y_q.scale, bq.scale / y_q.scale);
+                let fixed = f32::from(y_q.zero_point) - (ra * f32::from(aq.zero_point) + rb * f32::from(bq.zero_point));
+                BinaryKind::Add { ra, rb, fixed }
+            } else {
+                BinaryKind::Mul
+            },
             sa: aq.scale,
             sb: bq.scale,
             sy: y_q.scale,
@@ -1275,8 +1281,8 @@ impl<'g> Lowerer<'g> {
         for (t, c, q) in parts {
             let (shape, operand) = match (t, c) {
                 (Some(t), _) => {
+                    // Conversions first; the reads are recorded just before the concat step.
                     let t = if nhwc { self.nhwc(t, 1)? } else { self.row_major(t, 1)? };
-                    self.touch(t.buf);
                     (t.shape.clone(), super::program::Operand::Buf(t.buf))
                 }
                 (None, Some(c)) => {
@@ -1301,6 +1307,11 @@ impl<'g> Lowerer<'g> {
                 Box::new(t)
             });
             steps_parts.push((operand, inner, table));
+        }
+        for (operand, _, _) in &steps_parts {
+            if let super::program::Operand::Buf(b) = operand {
+                self.touch(*b);
+            }
         }
         let outer: usize = if nhwc { out_shape[0] * out_shape[2] * out_shape[3] } else { out_shape[..axis].iter().product() };
         let len: usize = out_shape.iter().product();
@@ -1382,9 +1393,12 @@ impl<'g> Lowerer<'g> {
         let ys = taps(oh, h, sy)?;
         let xs = taps(ow, w, sx)?;
         // Linear needs a requantization to the following Q; nearest is exact.
-        let (y_q, out_name, is_q) = if linear {
+        let (y_q, out_name, is_q) = if linear && !was_q {
             let (q, _clamp, name) = self.out_q(n, None)?;
             (q, name, true)
+        } else if linear {
+            // QOperator form: ONNX Runtime resizes the int8 tensor itself, same quantization.
+            (t.q, n.outputs[0].clone(), true)
         } else {
             (t.q, n.outputs[0].clone(), was_q)
         };

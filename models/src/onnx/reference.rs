@@ -113,6 +113,18 @@ pub fn compare(name: &str, e: ElemType, ours: &[u8], reference: &[u8]) -> Output
     OutputAgreement { name: name.to_string(), total: a.len().max(b.len()), differing, max_abs_diff: max_abs, max_steps }
 }
 
+/// The first `k` differing elements: (flat index, ours, reference).
+pub fn first_differences(e: ElemType, ours: &[u8], reference: &[u8], k: usize) -> Vec<(usize, f64, f64)> {
+    values(e, ours)
+        .into_iter()
+        .zip(values(e, reference))
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .take(k)
+        .map(|(i, (a, b))| (i, a, b))
+        .collect()
+}
+
 /// Loads `manifest` (a `<stem>.json`), runs the model on the native engine and compares.
 pub fn check_manifest(manifest: &Path, lanes: &dyn Lanes) -> Result<Agreement, EngineError> {
     let dir = manifest.parent().unwrap_or(Path::new("."));
@@ -148,6 +160,9 @@ pub fn check_manifest(manifest: &Path, lanes: &dyn Lanes) -> Result<Agreement, E
     for (j, t) in m.outputs.iter().enumerate() {
         let (e, reference) = read(t)?;
         let ours = outs.get(j).ok_or_else(|| bad(manifest, "more outputs than the model"))?;
+        if std::env::var_os("REDLINE_ONNX_DEBUG").is_some() {
+            eprintln!("{}: first differences {:?}", t.name, first_differences(e, ours, &reference, 8));
+        }
         outputs.push(compare(&t.name, e, ours, &reference));
     }
     Ok(Agreement { model, outputs })
