@@ -2,8 +2,25 @@
 use redline_models::engine::{Engine, Inline};
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let mut e = redline_models::onnx::NativeEngine::load(std::path::Path::new(&a[1])).unwrap();
     let n: usize = a.get(2).and_then(|s| s.parse().ok()).unwrap_or(20);
+    if a.get(3).map(String::as_str) == Some("ort") {
+        let threads = a.get(4).and_then(|s| s.parse().ok()).unwrap_or(1);
+        let mut e = redline_models::engine::onnxruntime::OrtEngine::load(std::path::Path::new(&a[1]), &redline_models::engine::onnxruntime::OrtOptions { threads, qdq_int8_allowed: a.get(5).is_some() }).unwrap();
+        let ins: Vec<Vec<u8>> = e.inputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
+        let mut outs: Vec<Vec<u8>> = e.outputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
+        let mut t = Vec::new();
+        for _ in 0..n {
+            let i: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
+            let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+            let s = std::time::Instant::now();
+            e.run(&i, &mut o, &Inline).unwrap();
+            t.push(s.elapsed().as_secs_f64() * 1e3);
+        }
+        t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!("ort p50 {:.2} ms", t[n / 2]);
+        return;
+    }
+    let mut e = redline_models::onnx::NativeEngine::load(std::path::Path::new(&a[1])).unwrap();
     let ins: Vec<Vec<u8>> = e.inputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
     let mut outs: Vec<Vec<u8>> = e.outputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
     let mut t = Vec::new();
