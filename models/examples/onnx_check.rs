@@ -3,10 +3,16 @@
 fn main() {
     let mut failed = false;
     for a in std::env::args().skip(1) {
-        match redline_models::onnx::reference::check_manifest(std::path::Path::new(&a), &redline_models::engine::Inline) {
+        match redline_models::onnx::reference::check_manifest(
+            std::path::Path::new(&a),
+            &redline_models::engine::Inline,
+        ) {
             Ok(r) => {
                 for o in &r.outputs {
-                    println!("{a}: {} differing {}/{} max_abs {:.6} steps {}", o.name, o.differing, o.total, o.max_abs_diff, o.max_steps);
+                    println!(
+                        "{a}: {} differing {}/{} max_abs {:.6} steps {}",
+                        o.name, o.differing, o.total, o.max_abs_diff, o.max_steps
+                    );
                 }
             }
             Err(e) => {

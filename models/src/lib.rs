@@ -5,8 +5,8 @@
 pub mod calibrate;
 pub mod conv;
 pub mod engine;
-pub mod onnx;
 pub mod export;
 pub mod network;
+pub mod onnx;
 pub mod quant;
 pub mod weights;

@@ -47,11 +47,15 @@ pub struct OrtOptions {
 
 impl Default for OrtOptions {
     fn default() -> Self {
-        OrtOptions { threads: 1, qdq_int8_allowed: false }
+        OrtOptions {
+            threads: 1,
+            qdq_int8_allowed: false,
+        }
     }
 }
 
-const INSTALL_HINT: &str = "install ONNX Runtime's Python wheel (python3 -m pip install onnxruntime) \
+const INSTALL_HINT: &str =
+    "install ONNX Runtime's Python wheel (python3 -m pip install onnxruntime) \
      or set ORT_DYLIB_PATH=/path/to/libonnxruntime.so";
 
 /// Where `libonnxruntime` is: `ORT_DYLIB_PATH`, else the installed Python package.
@@ -137,7 +141,10 @@ fn environment() -> Result<&'static ort::environment::Environment, EngineError> 
         });
         match built {
             Ok(r) => r,
-            Err(_) => Err(format!("loading {} panicked; {INSTALL_HINT}", lib.display())),
+            Err(_) => Err(format!(
+                "loading {} panicked; {INSTALL_HINT}",
+                lib.display()
+            )),
         }
     });
     r.as_ref().map_err(|e| EngineError::Backend(e.clone()))
@@ -203,7 +210,11 @@ fn specs(outlets: &[ort::value::Outlet], what: &str) -> Result<Vec<TensorSpec>, 
             }
             dims.push(v as usize);
         }
-        out.push(TensorSpec { name: o.name().to_string(), elem, shape: dims });
+        out.push(TensorSpec {
+            name: o.name().to_string(),
+            elem,
+            shape: dims,
+        });
     }
     Ok(out)
 }
@@ -232,7 +243,10 @@ impl OrtEngine {
             .map_err(|e| ort_err(e.into()))?
             .with_parallel_execution(false)
             .map_err(|e| ort_err(e.into()))?
-            .with_config_entry("session.qdqisint8allowed", if opts.qdq_int8_allowed { "1" } else { "0" })
+            .with_config_entry(
+                "session.qdqisint8allowed",
+                if opts.qdq_int8_allowed { "1" } else { "0" },
+            )
             .map_err(|e| ort_err(e.into()))?
             .commit_from_file(path)
             .map_err(ort_err)?;
@@ -251,7 +265,13 @@ impl OrtEngine {
                 }
             })
             .collect();
-        Ok(OrtEngine { session, inputs, outputs, staging, macs: 0 })
+        Ok(OrtEngine {
+            session,
+            inputs,
+            outputs,
+            staging,
+            macs: 0,
+        })
     }
 
     /// Sets the multiply-accumulates [`Engine::macs`] reports (ORT does not count them).
@@ -277,7 +297,9 @@ fn copy_out<T: ort::value::PrimitiveTensorElementType + std::fmt::Debug, const N
         .try_extract_tensor::<T>()
         .map_err(|_| EngineError::Run("ONNX Runtime returned an output of another type"))?;
     if data.len() * N != out.len() {
-        return Err(EngineError::Run("ONNX Runtime returned an output of another size"));
+        return Err(EngineError::Run(
+            "ONNX Runtime returned an output of another size",
+        ));
     }
     for (c, x) in out.chunks_exact_mut(N).zip(data) {
         c.copy_from_slice(&f(x));
@@ -322,16 +344,27 @@ impl Engine for OrtEngine {
                 Staging::I64(v) => fill(v, src, i64::from_le_bytes),
             }
         }
-        let mut values: Vec<(String, ort::session::SessionInputValue<'_>)> = Vec::with_capacity(self.inputs.len());
+        let mut values: Vec<(String, ort::session::SessionInputValue<'_>)> =
+            Vec::with_capacity(self.inputs.len());
         let bad = |_| EngineError::Run("ONNX Runtime rejected an input tensor");
         for (spec, st) in self.inputs.iter().zip(&self.staging) {
             let shape = spec.shape.clone();
             let v: ort::session::SessionInputValue<'_> = match st {
-                Staging::F32(v) => TensorRef::from_array_view((shape, v.as_slice())).map_err(bad)?.into(),
-                Staging::I8(v) => TensorRef::from_array_view((shape, v.as_slice())).map_err(bad)?.into(),
-                Staging::U8(v) => TensorRef::from_array_view((shape, v.as_slice())).map_err(bad)?.into(),
-                Staging::I32(v) => TensorRef::from_array_view((shape, v.as_slice())).map_err(bad)?.into(),
-                Staging::I64(v) => TensorRef::from_array_view((shape, v.as_slice())).map_err(bad)?.into(),
+                Staging::F32(v) => TensorRef::from_array_view((shape, v.as_slice()))
+                    .map_err(bad)?
+                    .into(),
+                Staging::I8(v) => TensorRef::from_array_view((shape, v.as_slice()))
+                    .map_err(bad)?
+                    .into(),
+                Staging::U8(v) => TensorRef::from_array_view((shape, v.as_slice()))
+                    .map_err(bad)?
+                    .into(),
+                Staging::I32(v) => TensorRef::from_array_view((shape, v.as_slice()))
+                    .map_err(bad)?
+                    .into(),
+                Staging::I64(v) => TensorRef::from_array_view((shape, v.as_slice()))
+                    .map_err(bad)?
+                    .into(),
             };
             values.push((spec.name.clone(), v));
         }
@@ -360,9 +393,16 @@ mod tests {
 
     #[test]
     fn a_missing_ort_dylib_path_is_named() {
-        let e = find_library_with(Some(PathBuf::from("/nonexistent/libonnxruntime.so")), || None).unwrap_err();
+        let e = find_library_with(
+            Some(PathBuf::from("/nonexistent/libonnxruntime.so")),
+            || None,
+        )
+        .unwrap_err();
         let m = e.to_string();
-        assert!(m.contains("ORT_DYLIB_PATH") && m.contains("/nonexistent/libonnxruntime.so"), "{m}");
+        assert!(
+            m.contains("ORT_DYLIB_PATH") && m.contains("/nonexistent/libonnxruntime.so"),
+            "{m}"
+        );
     }
 
     #[test]

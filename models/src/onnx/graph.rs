@@ -160,7 +160,10 @@ impl Node {
 
     /// Input `i` if present and non-empty.
     pub fn input(&self, i: usize) -> Option<&str> {
-        self.inputs.get(i).map(String::as_str).filter(|s| !s.is_empty())
+        self.inputs
+            .get(i)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
     }
 }
 
@@ -396,7 +399,9 @@ impl OnnxGraph {
                 if !a.ref_attr_name().is_empty() {
                     return Err(parse_err(
                         path,
-                        format!("node {name} has a reference attribute (functions are not supported)"),
+                        format!(
+                            "node {name} has a reference attribute (functions are not supported)"
+                        ),
                     ));
                 }
                 attrs.insert(

@@ -100,7 +100,12 @@ impl GeneralConv {
                             }
                         }
                     }
-                    out[o] = requant_f32(acc as f32 * self.multipliers[oc], self.y_zp, self.lo, self.hi);
+                    out[o] = requant_f32(
+                        acc as f32 * self.multipliers[oc],
+                        self.y_zp,
+                        self.lo,
+                        self.hi,
+                    );
                     o += 1;
                 }
             }
@@ -187,7 +192,8 @@ pub(crate) fn avg_pool(
                     let ix = win.ix(ox, kx);
                     if iy < 0 || iy >= win.in_h as isize || ix < 0 || ix >= win.in_w as isize {
                         // Taps past the explicit padding (ceil mode) never count.
-                        let in_pad_x = ix >= -(win.pl as isize) && ix < (win.in_w + win.pl) as isize;
+                        let in_pad_x =
+                            ix >= -(win.pl as isize) && ix < (win.in_w + win.pl) as isize;
                         if in_pad_y && in_pad_x {
                             padded += 1;
                         }
@@ -196,7 +202,12 @@ pub(crate) fn avg_pool(
                     }
                 }
             }
-            let count = if p.count_include_pad { inside + padded } else { inside }.max(1);
+            let count = if p.count_include_pad {
+                inside + padded
+            } else {
+                inside
+            }
+            .max(1);
             let scale = p.x_scale / (p.y_scale * count as f32);
             let mut c0 = 0;
             while c0 < c {
@@ -286,6 +297,22 @@ impl Binary {
 
     /// Elements `range` of the output (flat index, physical order).
     pub fn run(&self, a: &[i8], b: &[i8], out: &mut [i8], range: Range<usize>) {
+        let n: usize = self.shape.iter().product();
+        let dense = |s: &[usize]| {
+            let mut acc = 1;
+            s.iter().zip(&self.shape).rev().all(|(&st, &d)| {
+                let ok = st == acc || d == 1;
+                acc *= d;
+                ok
+            })
+        };
+        if a.len() == n && b.len() == n && dense(&self.a_strides) && dense(&self.b_strides) {
+            // Same shape, both contiguous: one flat loop the compiler vectorises.
+            for ((d, x), y) in out.iter_mut().zip(&a[range.clone()]).zip(&b[range]) {
+                *d = self.one(*x, *y);
+            }
+            return;
+        }
         let rank = self.shape.len();
         let inner = self.shape.last().copied().unwrap_or(1).max(1);
         let (sa, sb) = (
@@ -327,6 +354,30 @@ pub(crate) fn transpose<T: Copy>(
     range: Range<usize>,
 ) {
     let rank = out_shape.len();
+    if rank >= 2 {
+        // Walk the output row by row: one index decomposition per row, then a strided
+        // gather along the last output dimension.
+        let inner = out_shape[rank - 1];
+        let step = in_strides_permuted[rank - 1];
+        let mut i = range.start;
+        let mut o = 0;
+        while i < range.end {
+            let col = i % inner;
+            let mut rem = i / inner;
+            let mut off = col * step;
+            for d in (0..rank - 1).rev() {
+                off += (rem % out_shape[d]) * in_strides_permuted[d];
+                rem /= out_shape[d];
+            }
+            let n = (inner - col).min(range.end - i);
+            for k in 0..n {
+                out[o + k] = input[off + k * step];
+            }
+            i += n;
+            o += n;
+        }
+        return;
+    }
     let mut o = 0;
     for i in range {
         let mut rem = i;
@@ -368,7 +419,8 @@ pub(crate) struct Tap {
 /// Resize of NHWC images: `ys`/`xs` hold one [`Tap`] per output row / column. Nearest mode
 /// copies (exact, `linear == false`); linear mode interpolates `(x - x_zp)` in `f32`
 /// (`(1 - wx)(1 - wy) a + ...` in a fixed order) and requantizes with `ratio = x_scale /
-/// y_scale`. Rows over `batch * out_h`.
+/// y_scale`; `ratio == 0` selects ONNX Runtime's int8 form (raw values, truncation toward
+/// zero; `-0.0`: floor, for uint8 tensors stored as `x ^ 0x80`; same quantization). Rows over `batch * out_h`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn resize(
     in_h: usize,
@@ -402,6 +454,25 @@ pub(crate) fn resize(
                 let p11 = (ty.i1 * in_w + tx.i1) * c;
                 let (wy1, wx1) = (ty.w1, tx.w1);
                 let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
+                if ratio == 0.0 {
+                    // ONNX Runtime's int8 Resize (QOperator form): the raw values
+                    // interpolated in f32 and truncated toward zero, same quantization.
+                    for ch in 0..c {
+                        let v = |p: usize| f32::from(x[p + ch]);
+                        let f = v(p00) * wx0 * wy0
+                            + v(p01) * wx1 * wy0
+                            + v(p10) * wx0 * wy1
+                            + v(p11) * wx1 * wy1;
+                        let r = if ratio.is_sign_negative() {
+                            f.floor()
+                        } else {
+                            f.trunc()
+                        };
+                        out[o + ch] = r.clamp(-128.0, 127.0) as i8;
+                    }
+                    o += c;
+                    continue;
+                }
                 for ch in 0..c {
                     let v = |p: usize| (i32::from(x[p + ch]) - x_zp) as f32;
                     let top = v(p00) * wx0 + v(p01) * wx1;

@@ -17,7 +17,7 @@
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
 use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Tap, Window};
 use super::program::{Buffer, ConvImpl, OutKind, Program, Step};
-use crate::conv::{ConvShape, Conv2d};
+use crate::conv::{Conv2d, ConvShape};
 use crate::engine::{ElemType, EngineError, TensorSpec};
 use crate::quant::QParams;
 use std::collections::{HashMap, HashSet};
@@ -54,7 +54,12 @@ pub(crate) enum Val {
     C(Const),
     /// `DequantizeLinear` of an integer constant: values, scales and zero points (one per
     /// slice along `axis`, or one for all).
-    DqC { data: Const, scales: Vec<f32>, zps: Vec<i32>, axis: usize },
+    DqC {
+        data: Const,
+        scales: Vec<f32>,
+        zps: Vec<i32>,
+        axis: usize,
+    },
 }
 
 /// Lowering result, with the numbers `redline model info` prints.
@@ -123,22 +128,41 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
         }
         let bytes = shape.iter().product::<usize>() * elem.size();
         let buf = l.new_buf(bytes);
-        l.steps.push(Step::Input { index, dst: buf, flip: elem == ElemType::U8 });
-        let t = T { buf, shape: shape.clone(), layout: Layout::RowMajor, q: QParams::new(1.0, 0) };
+        l.steps.push(Step::Input {
+            index,
+            dst: buf,
+            flip: elem == ElemType::U8,
+        });
+        let t = T {
+            buf,
+            shape: shape.clone(),
+            layout: Layout::RowMajor,
+            q: QParams::new(1.0, 0),
+        };
         let v = match elem {
             ElemType::F32 => Val::F32(t),
             // A raw int8/uint8 input: quantized with unknown parameters until a
             // DequantizeLinear gives them (the i8 domain is the same either way).
             ElemType::I8 => Val::Q(t),
-            ElemType::U8 => Val::Q(T { q: QParams::new(1.0, -128), ..t }),
+            ElemType::U8 => Val::Q(T {
+                q: QParams::new(1.0, -128),
+                ..t
+            }),
             _ => {
                 return Err(EngineError::Invalid {
-                    reason: format!("graph input {} is {elem}: use float32, int8 or uint8", vi.name),
+                    reason: format!(
+                        "graph input {} is {elem}: use float32, int8 or uint8",
+                        vi.name
+                    ),
                 })
             }
         };
         l.vals.insert(vi.name.clone(), v);
-        inputs.push(TensorSpec { name: vi.name.clone(), elem, shape });
+        inputs.push(TensorSpec {
+            name: vi.name.clone(),
+            elem,
+            shape,
+        });
     }
     for i in 0..g.nodes.len() {
         if l.done.contains(&i) {
@@ -152,7 +176,14 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
         let (t, kind, elem) = match (v, vo.elem) {
             (Val::Dq(t), Some(ElemType::F32) | None) => {
                 let q = t.q;
-                (t, OutKind::Dequantize { scale: q.scale, zp: i32::from(q.zero_point) }, ElemType::F32)
+                (
+                    t,
+                    OutKind::Dequantize {
+                        scale: q.scale,
+                        zp: i32::from(q.zero_point),
+                    },
+                    ElemType::F32,
+                )
             }
             (Val::Q(t), Some(ElemType::U8)) => (t, OutKind::FlipU8, ElemType::U8),
             (Val::Q(t), Some(ElemType::I8) | None) => (t, OutKind::Copy, ElemType::I8),
@@ -172,14 +203,26 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
         let t = l.row_major(t, 1)?;
         let n = t.shape.iter().product::<usize>();
         l.touch(t.buf);
-        l.steps.push(Step::Output { index, src: t.buf, kind });
+        l.steps.push(Step::Output {
+            index,
+            src: t.buf,
+            kind,
+        });
         let _ = n;
-        outputs.push(TensorSpec { name: vo.name.clone(), elem, shape: t.shape.clone() });
+        outputs.push(TensorSpec {
+            name: vo.name.clone(),
+            elem,
+            shape: t.shape.clone(),
+        });
     }
     let mut buffers = std::mem::take(&mut l.buffers);
     let arena_bytes = super::program::plan(&mut buffers);
     Ok(Lowered {
-        program: Program { steps: std::mem::take(&mut l.steps), buffers, arena_bytes },
+        program: Program {
+            steps: std::mem::take(&mut l.steps),
+            buffers,
+            arena_bytes,
+        },
         inputs,
         outputs,
         macs: l.macs,
@@ -225,7 +268,12 @@ fn zp_i8(c: &ConstData, i: usize) -> Option<i32> {
 impl<'g> Lowerer<'g> {
     fn new_buf(&mut self, bytes: usize) -> usize {
         let step = self.steps.len();
-        self.buffers.push(Buffer { bytes, offset: 0, first: step, last: step });
+        self.buffers.push(Buffer {
+            bytes,
+            offset: 0,
+            first: step,
+            last: step,
+        });
         self.buffers.len() - 1
     }
 
@@ -266,10 +314,13 @@ impl<'g> Lowerer<'g> {
     /// Scale and zero point from inputs `si`, `zi` (per tensor, `i8` domain).
     fn qparams(&self, n: &Node, si: usize, zi: usize) -> Result<QParams, EngineError> {
         let s = self.konst(n, si)?;
-        let scale = match &s.data {
-            ConstData::F32(v) if v.len() == 1 => v[0],
-            _ => return Err(n.unsupported(format!("input {si} must be one float32 scale (per-tensor quantization of activations)"))),
-        };
+        let scale =
+            match &s.data {
+                ConstData::F32(v) if v.len() == 1 => v[0],
+                _ => return Err(n.unsupported(format!(
+                    "input {si} must be one float32 scale (per-tensor quantization of activations)"
+                ))),
+            };
         let zp = if n.input(zi).is_some() {
             let z = self.konst(n, zi)?;
             if z.len() != 1 {
@@ -308,7 +359,9 @@ impl<'g> Lowerer<'g> {
         let mut chain = Vec::new();
         let (mut lo_real, mut hi_real) = (f32::NEG_INFINITY, f32::INFINITY);
         loop {
-            let Some(c) = self.sole_consumer(&value) else { break };
+            let Some(c) = self.sole_consumer(&value) else {
+                break;
+            };
             let m = &self.g.nodes[c];
             match m.op.as_str() {
                 "Relu" => lo_real = lo_real.max(0.0),
@@ -323,8 +376,16 @@ impl<'g> Lowerer<'g> {
                         return Err(m.unsupported("per-channel quantization of an activation"));
                     }
                     chain.push(c);
-                    let lo = if lo_real.is_finite() { quant_bound(lo_real, q) } else { -128 };
-                    let hi = if hi_real.is_finite() { quant_bound(hi_real, q) } else { 127 };
+                    let lo = if lo_real.is_finite() {
+                        quant_bound(lo_real, q)
+                    } else {
+                        -128
+                    };
+                    let hi = if hi_real.is_finite() {
+                        quant_bound(hi_real, q)
+                    } else {
+                        127
+                    };
                     return Ok((q, (lo, hi), chain, m.outputs[0].clone()));
                 }
                 _ => break,
@@ -340,7 +401,10 @@ impl<'g> Lowerer<'g> {
     }
 
     fn q_axis_per_channel(&self, m: &Node) -> Result<bool, EngineError> {
-        Ok(m.input(1).and_then(|s| self.g.consts.get(s)).map(|c| c.len() > 1).unwrap_or(false))
+        Ok(m.input(1)
+            .and_then(|s| self.g.consts.get(s))
+            .map(|c| c.len() > 1)
+            .unwrap_or(false))
     }
 
     fn clip_bounds(&self, m: &Node) -> Result<(f32, f32), EngineError> {
@@ -350,7 +414,9 @@ impl<'g> Lowerer<'g> {
             if m.input(i).is_some() {
                 let c = match self.input(m, i)? {
                     Val::C(c) => c.to_f32(),
-                    Val::DqC { data, scales, zps, .. } => {
+                    Val::DqC {
+                        data, scales, zps, ..
+                    } => {
                         let v = data.to_f32();
                         vec![(v[0] - zps[0] as f32) * scales[0]]
                     }
@@ -368,8 +434,10 @@ impl<'g> Lowerer<'g> {
         match self.input(n, i)? {
             Val::Dq(t) | Val::Q(t) => Ok(t),
             v => Err(n.unsupported(format!(
-                "input {i} is {}; the native engine needs it quantized (a DequantizeLinear of \
-                 an int8/uint8 tensor)",
+                "input {i} is {}; the native engine runs INT8 models only and needs it \
+                 quantized (a DequantizeLinear of an int8/uint8 tensor): quantize the model \
+                 (e.g. onnxruntime.quantization.quantize_static) or run it with --engine \
+                 onnxruntime",
                 kind_name(&v)
             ))),
         }
@@ -378,18 +446,28 @@ impl<'g> Lowerer<'g> {
     /// Converts a tensor to NHWC memory order (rank 4), inserting a copy when needed.
     fn nhwc(&mut self, t: T, elem: usize) -> Result<T, EngineError> {
         if t.shape.len() != 4 {
-            return Err(invalid(format!("expected a 4-D activation, got shape {:?}", t.shape)));
+            return Err(invalid(format!(
+                "expected a 4-D activation, got shape {:?}",
+                t.shape
+            )));
         }
         if t.layout == Layout::Nhwc {
             return Ok(t);
         }
         let s = &t.shape;
         if s[1] == 1 || s[2] * s[3] == 1 {
-            return Ok(T { layout: Layout::Nhwc, ..t });
+            return Ok(T {
+                layout: Layout::Nhwc,
+                ..t
+            });
         }
         // Physical [N,C,H,W] -> [N,H,W,C].
         let out = self.permute_copy(&t, &[0, 2, 3, 1], elem);
-        Ok(T { buf: out, layout: Layout::Nhwc, ..t })
+        Ok(T {
+            buf: out,
+            layout: Layout::Nhwc,
+            ..t
+        })
     }
 
     /// Converts to row-major memory order, inserting a copy when needed.
@@ -399,12 +477,22 @@ impl<'g> Lowerer<'g> {
         }
         let s = &t.shape;
         if s[1] == 1 || s[2] * s[3] == 1 {
-            return Ok(T { layout: Layout::RowMajor, ..t });
+            return Ok(T {
+                layout: Layout::RowMajor,
+                ..t
+            });
         }
         // Physical [N,H,W,C] -> [N,C,H,W].
-        let phys = T { shape: vec![s[0], s[2], s[3], s[1]], ..t.clone() };
+        let phys = T {
+            shape: vec![s[0], s[2], s[3], s[1]],
+            ..t.clone()
+        };
         let out = self.permute_copy(&phys, &[0, 3, 1, 2], elem);
-        Ok(T { buf: out, layout: Layout::RowMajor, ..t })
+        Ok(T {
+            buf: out,
+            layout: Layout::RowMajor,
+            ..t
+        })
     }
 
     /// Copies the row-major tensor `t` (physical shape `t.shape`) permuted by `perm`.
@@ -419,7 +507,13 @@ impl<'g> Lowerer<'g> {
         let bytes = out_shape.iter().product::<usize>() * elem;
         self.touch(t.buf);
         let dst = self.new_buf(bytes);
-        self.steps.push(Step::Transpose { out_shape, strides, elem, src: t.buf, dst });
+        self.steps.push(Step::Transpose {
+            out_shape,
+            strides,
+            elem,
+            src: t.buf,
+            dst,
+        });
         dst
     }
 
@@ -437,11 +531,28 @@ impl<'g> Lowerer<'g> {
             "Constant" => {
                 let c = match n.attrs.get("value") {
                     Some(Attr::Tensor(c)) => c.clone(),
-                    _ => match (n.attrs.get("value_float"), n.attrs.get("value_int"), n.attrs.get("value_ints")) {
-                        (Some(Attr::Float(f)), _, _) => Const { shape: vec![], data: ConstData::F32(vec![*f]) },
-                        (_, Some(Attr::Int(v)), _) => Const { shape: vec![], data: ConstData::I64(vec![*v]) },
-                        (_, _, Some(Attr::Ints(v))) => Const { shape: vec![v.len()], data: ConstData::I64(v.clone()) },
-                        _ => return Err(n.unsupported("only tensor, float, int and ints constants are supported")),
+                    _ => match (
+                        n.attrs.get("value_float"),
+                        n.attrs.get("value_int"),
+                        n.attrs.get("value_ints"),
+                    ) {
+                        (Some(Attr::Float(f)), _, _) => Const {
+                            shape: vec![],
+                            data: ConstData::F32(vec![*f]),
+                        },
+                        (_, Some(Attr::Int(v)), _) => Const {
+                            shape: vec![],
+                            data: ConstData::I64(vec![*v]),
+                        },
+                        (_, _, Some(Attr::Ints(v))) => Const {
+                            shape: vec![v.len()],
+                            data: ConstData::I64(v.clone()),
+                        },
+                        _ => {
+                            return Err(n.unsupported(
+                                "only tensor, float, int and ints constants are supported",
+                            ))
+                        }
                     },
                 };
                 self.set(&n.outputs[0], Val::C(c));
@@ -461,8 +572,12 @@ impl<'g> Lowerer<'g> {
             "Conv" | "QLinearConv" => self.conv(n, i),
             "Gemm" | "MatMul" | "QLinearMatMul" | "QGemm" => self.matmul(n, i),
             "Add" | "Mul" | "QLinearAdd" | "QLinearMul" => self.binary(n, i),
-            "Sigmoid" | "QLinearSigmoid" | "Tanh" | "LeakyRelu" | "QLinearLeakyRelu" | "HardSigmoid" => self.unary(n, i),
-            "AveragePool" | "GlobalAveragePool" | "QLinearAveragePool" | "QLinearGlobalAveragePool" => self.avg_pool(n, i),
+            "Sigmoid" | "QLinearSigmoid" | "Tanh" | "LeakyRelu" | "QLinearLeakyRelu"
+            | "HardSigmoid" => self.unary(n, i),
+            "AveragePool"
+            | "GlobalAveragePool"
+            | "QLinearAveragePool"
+            | "QLinearGlobalAveragePool" => self.avg_pool(n, i),
             "Concat" | "QLinearConcat" => self.concat(n, i),
             "Resize" | "Upsample" => self.resize(n, i),
             _ => Err(n.unsupported(
@@ -484,7 +599,13 @@ impl<'g> Lowerer<'g> {
                 let len = t.shape.iter().product::<usize>();
                 self.touch(t.buf);
                 let dst = self.new_buf(len);
-                self.steps.push(Step::Quantize { src: t.buf, dst, n: len, scale: q.scale, zp: i32::from(q.zero_point) });
+                self.steps.push(Step::Quantize {
+                    src: t.buf,
+                    dst,
+                    n: len,
+                    scale: q.scale,
+                    zp: i32::from(q.zero_point),
+                });
                 Val::Q(T { buf: dst, q, ..t })
             }
             Val::Dq(t) => Val::Q(self.requant(t, q)),
@@ -492,7 +613,10 @@ impl<'g> Lowerer<'g> {
                 let f = c.to_f32();
                 let data: Vec<i8> = f.iter().map(|&x| crate::quant::quantize(x, q)).collect();
                 Val::DqC {
-                    data: Const { shape: c.shape.clone(), data: ConstData::I8(data) },
+                    data: Const {
+                        shape: c.shape.clone(),
+                        data: ConstData::I8(data),
+                    },
                     scales: vec![q.scale],
                     zps: vec![i32::from(q.zero_point)],
                     axis: 0,
@@ -513,7 +637,12 @@ impl<'g> Lowerer<'g> {
         let len = t.shape.iter().product::<usize>();
         self.touch(t.buf);
         let dst = self.new_buf(len);
-        self.steps.push(Step::Lut { table: Box::new(table), n: len, src: t.buf, dst });
+        self.steps.push(Step::Lut {
+            table: Box::new(table),
+            n: len,
+            src: t.buf,
+            dst,
+        });
         T { buf: dst, q, ..t }
     }
 
@@ -527,14 +656,20 @@ impl<'g> Lowerer<'g> {
         };
         let explicit_zps: Option<Vec<i32>> = if n.input(2).is_some() {
             let z = self.konst(n, 2)?;
-            Some((0..z.len()).map(|i| zp_i8(&z.data, i).unwrap_or(0)).collect())
+            Some(
+                (0..z.len())
+                    .map(|i| zp_i8(&z.data, i).unwrap_or(0))
+                    .collect(),
+            )
         } else {
             None
         };
         let out = match v {
             Val::Q(t) => {
                 if scales.len() != 1 {
-                    return Err(n.unsupported("per-channel dequantization of an activation is not supported"));
+                    return Err(n.unsupported(
+                        "per-channel dequantization of an activation is not supported",
+                    ));
                 }
                 // Without a zero point input the tensor's own type decides (uint8: -128 in
                 // the i8 domain, int8: 0): the producer's zero point says which it was.
@@ -542,7 +677,10 @@ impl<'g> Lowerer<'g> {
                     Some(z) => z.first().copied().unwrap_or(0),
                     None => i32::from(t.q.zero_point),
                 };
-                Val::Dq(T { q: QParams::new(scales[0], zp.clamp(-128, 127) as i8), ..t })
+                Val::Dq(T {
+                    q: QParams::new(scales[0], zp.clamp(-128, 127) as i8),
+                    ..t
+                })
             }
             Val::C(c) => {
                 let rank = c.shape.len() as i64;
@@ -550,11 +688,20 @@ impl<'g> Lowerer<'g> {
                 let is_u8 = matches!(c.data, ConstData::U8(_));
                 // u8 constants become i8 (x ^ 0x80 with zp - 128).
                 let data = match c.data {
-                    ConstData::U8(v) => Const { shape: c.shape.clone(), data: ConstData::I8(v.iter().map(|&x| (x ^ 0x80) as i8).collect()) },
+                    ConstData::U8(v) => Const {
+                        shape: c.shape.clone(),
+                        data: ConstData::I8(v.iter().map(|&x| (x ^ 0x80) as i8).collect()),
+                    },
                     _ => c.clone(),
                 };
-                let zps = explicit_zps.unwrap_or_else(|| vec![if is_u8 { -128 } else { 0 }; scales.len().max(1)]);
-                Val::DqC { data, scales, zps, axis: axis.max(0) as usize }
+                let zps = explicit_zps
+                    .unwrap_or_else(|| vec![if is_u8 { -128 } else { 0 }; scales.len().max(1)]);
+                Val::DqC {
+                    data,
+                    scales,
+                    zps,
+                    axis: axis.max(0) as usize,
+                }
             }
             v => return Err(n.unsupported(format!("cannot dequantize {}", kind_name(&v)))),
         };
@@ -569,7 +716,13 @@ impl<'g> Lowerer<'g> {
             Val::Dq(t) => (t, false),
             Val::C(c) => {
                 let shape = self.new_shape(n, &c.shape)?;
-                self.set(&n.outputs[0], Val::C(Const { shape, data: c.data }));
+                self.set(
+                    &n.outputs[0],
+                    Val::C(Const {
+                        shape,
+                        data: c.data,
+                    }),
+                );
                 return Ok(());
             }
             v => return Err(n.unsupported(format!("cannot reshape {}", kind_name(&v)))),
@@ -587,7 +740,10 @@ impl<'g> Lowerer<'g> {
         let norm = |a: i64, r: i64| if a < 0 { a + r } else { a };
         let out = match n.op.as_str() {
             "Reshape" => {
-                let spec = self.konst(n, 1)?.to_i64().ok_or_else(|| n.unsupported("shape must be integers"))?;
+                let spec = self
+                    .konst(n, 1)?
+                    .to_i64()
+                    .ok_or_else(|| n.unsupported("shape must be integers"))?;
                 let allowzero = n.int("allowzero", 0)? != 0;
                 let mut out = Vec::with_capacity(spec.len());
                 let mut infer = None;
@@ -597,7 +753,11 @@ impl<'g> Lowerer<'g> {
                             infer = Some(i);
                             out.push(1)
                         }
-                        0 if !allowzero => out.push(*s.get(i).ok_or_else(|| n.unsupported("0 in shape beyond the input's rank"))?),
+                        0 if !allowzero => {
+                            out.push(*s.get(i).ok_or_else(|| {
+                                n.unsupported("0 in shape beyond the input's rank")
+                            })?)
+                        }
                         d if d >= 0 => out.push(d as usize),
                         _ => return Err(n.unsupported(format!("bad shape entry {d}"))),
                     }
@@ -605,7 +765,9 @@ impl<'g> Lowerer<'g> {
                 if let Some(i) = infer {
                     let known: usize = out.iter().product();
                     if known == 0 || total % known != 0 {
-                        return Err(n.unsupported(format!("cannot infer -1 of {spec:?} for {total} elements")));
+                        return Err(n.unsupported(format!(
+                            "cannot infer -1 of {spec:?} for {total} elements"
+                        )));
                     }
                     out[i] = total / known;
                 }
@@ -622,7 +784,11 @@ impl<'g> Lowerer<'g> {
                     None => (0..rank).filter(|&a| s[a as usize] == 1).collect(),
                 };
                 let axes: Vec<usize> = axes.iter().map(|&a| norm(a, rank) as usize).collect();
-                s.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect()
+                s.iter()
+                    .enumerate()
+                    .filter(|(i, _)| !axes.contains(i))
+                    .map(|(_, &d)| d)
+                    .collect()
             }
             _ => {
                 let axes = match n.ints("axes")? {
@@ -643,7 +809,9 @@ impl<'g> Lowerer<'g> {
             }
         };
         if out.iter().product::<usize>() != total {
-            return Err(n.unsupported(format!("new shape {out:?} does not hold the {total} elements of {s:?}")));
+            return Err(n.unsupported(format!(
+                "new shape {out:?} does not hold the {total} elements of {s:?}"
+            )));
         }
         Ok(out)
     }
@@ -668,25 +836,93 @@ impl<'g> Lowerer<'g> {
         let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
         let out = if rank == 4 && perm == [0, 3, 1, 2] && t.layout == Layout::RowMajor {
             // Row-major [N,H,W,C] viewed as NCHW: its memory is already NHWC.
-            T { shape, layout: Layout::Nhwc, ..t }
+            T {
+                shape,
+                layout: Layout::Nhwc,
+                ..t
+            }
         } else if rank == 4 && perm == [0, 2, 3, 1] && t.layout == Layout::Nhwc {
-            T { shape, layout: Layout::RowMajor, ..t }
+            T {
+                shape,
+                layout: Layout::RowMajor,
+                ..t
+            }
         } else {
             let t = self.row_major(t, 1)?;
             let buf = self.permute_copy(&t, &perm, 1);
-            T { buf, shape, layout: Layout::RowMajor, ..t }
+            T {
+                buf,
+                shape,
+                layout: Layout::RowMajor,
+                ..t
+            }
         };
         self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
         Ok(())
     }
 
-    fn window(&self, n: &Node, in_h: usize, in_w: usize, kh: usize, kw: usize) -> Result<Window, EngineError> {
+    /// Whether the quantized value `name` is a `uint8` tensor in the file (from its
+    /// producer's zero point, following int8-transparent operators).
+    fn is_u8(&self, name: &str) -> bool {
+        let mut name = name.to_string();
+        for _ in 0..64 {
+            if let Some(vi) = self.g.inputs.iter().find(|v| v.name == name) {
+                return vi.elem == Some(ElemType::U8);
+            }
+            let Some(p) = self
+                .g
+                .nodes
+                .iter()
+                .find(|n| n.outputs.first() == Some(&name))
+            else {
+                return false;
+            };
+            let zp_index = match p.op.as_str() {
+                "QuantizeLinear" => Some(2),
+                "QLinearConv" | "QLinearAdd" | "QLinearMul" | "QLinearMatMul" => Some(7),
+                "QGemm" => Some(8),
+                "QLinearConcat" => Some(1),
+                "QLinearSigmoid"
+                | "QLinearLeakyRelu"
+                | "QLinearAveragePool"
+                | "QLinearGlobalAveragePool" => Some(4),
+                _ => None,
+            };
+            match zp_index {
+                Some(i) => {
+                    return match p.input(i).and_then(|z| self.g.consts.get(z)) {
+                        Some(c) => matches!(c.data, ConstData::U8(_)),
+                        None => p.op == "QuantizeLinear" && p.input(i).is_none(),
+                    }
+                }
+                None => match p.input(0) {
+                    Some(i) => name = i.to_string(),
+                    None => return false,
+                },
+            }
+        }
+        false
+    }
+
+    fn window(
+        &self,
+        n: &Node,
+        in_h: usize,
+        in_w: usize,
+        kh: usize,
+        kw: usize,
+    ) -> Result<Window, EngineError> {
         let strides = n.ints("strides")?.unwrap_or_else(|| vec![1, 1]);
         let dil = n.ints("dilations")?.unwrap_or_else(|| vec![1, 1]);
         if strides.len() != 2 || dil.len() != 2 || strides.iter().chain(&dil).any(|&v| v < 1) {
             return Err(n.unsupported("2-D strides and dilations >= 1 are required"));
         }
-        let (sh, sw, dh, dw) = (strides[0] as usize, strides[1] as usize, dil[0] as usize, dil[1] as usize);
+        let (sh, sw, dh, dw) = (
+            strides[0] as usize,
+            strides[1] as usize,
+            dil[0] as usize,
+            dil[1] as usize,
+        );
         let ceil = n.int("ceil_mode", 0)? != 0;
         let auto = n.string("auto_pad", "NOTSET")?;
         let ekh = (kh - 1) * dh + 1;
@@ -716,10 +952,16 @@ impl<'g> Lowerer<'g> {
         let span_h = in_h + pt + pb;
         let span_w = in_w + pl + pr;
         if span_h < ekh || span_w < ekw {
-            return Err(n.unsupported(format!("the {kh}x{kw} window does not fit the padded {in_h}x{in_w} input")));
+            return Err(n.unsupported(format!(
+                "the {kh}x{kw} window does not fit the padded {in_h}x{in_w} input"
+            )));
         }
         let out = |span: usize, ek: usize, s: usize, pad_begin: usize, input: usize| {
-            let mut o = if ceil { (span - ek).div_ceil(s) + 1 } else { (span - ek) / s + 1 };
+            let mut o = if ceil {
+                (span - ek).div_ceil(s) + 1
+            } else {
+                (span - ek) / s + 1
+            };
             // ceil mode: the last window must start inside the input or the left padding.
             if ceil && (o - 1) * s >= input + pad_begin {
                 o -= 1;
@@ -755,7 +997,9 @@ impl<'g> Lowerer<'g> {
         if n.int("storage_order", 0)? != 0 {
             return Err(n.unsupported("storage_order 1 is not supported"));
         }
-        let k = n.ints("kernel_shape")?.ok_or_else(|| n.unsupported("kernel_shape is required"))?;
+        let k = n
+            .ints("kernel_shape")?
+            .ok_or_else(|| n.unsupported("kernel_shape is required"))?;
         if k.len() != 2 {
             return Err(n.unsupported("only 2-D pooling is supported"));
         }
@@ -764,8 +1008,19 @@ impl<'g> Lowerer<'g> {
         let win = self.window(n, h, w, k[0] as usize, k[1] as usize)?;
         self.touch(t.buf);
         let dst = self.new_buf(b * c * win.out_h * win.out_w);
-        self.steps.push(Step::MaxPool { win, c, batch: b, src: t.buf, dst });
-        let out = T { buf: dst, shape: vec![b, c, win.out_h, win.out_w], layout: Layout::Nhwc, q: t.q };
+        self.steps.push(Step::MaxPool {
+            win,
+            c,
+            batch: b,
+            src: t.buf,
+            dst,
+        });
+        let out = T {
+            buf: dst,
+            shape: vec![b, c, win.out_h, win.out_w],
+            layout: Layout::Nhwc,
+            q: t.q,
+        };
         self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
         Ok(())
     }
@@ -775,13 +1030,31 @@ impl<'g> Lowerer<'g> {
         let (t, is_q) = match v {
             Val::Q(t) => (t, true),
             Val::Dq(t) => (t, false),
-            v => return Err(n.unsupported(format!("{} of {} (not fused into a quantized operator)", n.op, kind_name(&v)))),
+            v => {
+                return Err(n.unsupported(format!(
+                    "{} of {} (not fused into a quantized operator)",
+                    n.op,
+                    kind_name(&v)
+                )))
+            }
         };
-        let (lo, hi) = if n.op == "Relu" { (0.0, f32::INFINITY) } else { self.clip_bounds(n)? };
+        let (lo, hi) = if n.op == "Relu" {
+            (0.0, f32::INFINITY)
+        } else {
+            self.clip_bounds(n)?
+        };
         let q = t.q;
         // Exact on the quantized grid: clamp at the quantized bounds.
-        let qlo = if lo.is_finite() { quant_bound(lo, q) } else { -128 };
-        let qhi = if hi.is_finite() { quant_bound(hi, q) } else { 127 };
+        let qlo = if lo.is_finite() {
+            quant_bound(lo, q)
+        } else {
+            -128
+        };
+        let qhi = if hi.is_finite() {
+            quant_bound(hi, q)
+        } else {
+            127
+        };
         let mut table = [0i8; 256];
         for (i, e) in table.iter_mut().enumerate() {
             *e = ((i as u8) as i8).clamp(qlo, qhi);
@@ -789,7 +1062,12 @@ impl<'g> Lowerer<'g> {
         let len = t.shape.iter().product::<usize>();
         self.touch(t.buf);
         let dst = self.new_buf(len);
-        self.steps.push(Step::Lut { table: Box::new(table), n: len, src: t.buf, dst });
+        self.steps.push(Step::Lut {
+            table: Box::new(table),
+            n: len,
+            src: t.buf,
+            dst,
+        });
         let out = T { buf: dst, ..t };
         self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
         Ok(())
@@ -797,7 +1075,11 @@ impl<'g> Lowerer<'g> {
 
     /// Output quantization and clamp for a float op (QDQ: the following QuantizeLinear) or
     /// a QLinear op (its y_scale / y_zero_point inputs).
-    fn out_q(&mut self, n: &Node, qop: Option<(usize, usize)>) -> Result<(QParams, (i8, i8), String), EngineError> {
+    fn out_q(
+        &mut self,
+        n: &Node,
+        qop: Option<(usize, usize)>,
+    ) -> Result<(QParams, (i8, i8), String), EngineError> {
         match qop {
             Some((s, z)) => {
                 let q = self.qparams(n, s, z)?;
@@ -812,7 +1094,14 @@ impl<'g> Lowerer<'g> {
     }
 
     /// Weight tensor of a Conv / Gemm: `i8` values, per-output-channel scales (len `oc`).
-    fn weights(&self, n: &Node, v: Val, oc: usize, axis_expected: usize, qop: Option<(usize, usize)>) -> Result<(Vec<i8>, Vec<f32>, Vec<usize>), EngineError> {
+    fn weights(
+        &self,
+        n: &Node,
+        v: Val,
+        oc: usize,
+        axis_expected: usize,
+        qop: Option<(usize, usize)>,
+    ) -> Result<(Vec<i8>, Vec<f32>, Vec<usize>), EngineError> {
         let (data, scales, zps) = match (v, qop) {
             (Val::DqC { data, scales, zps, axis }, None) => {
                 if scales.len() > 1 && axis != axis_expected {
@@ -849,43 +1138,89 @@ impl<'g> Lowerer<'g> {
         if zps.iter().any(|&z| z != 0) {
             return Err(n.unsupported("weights have a non-zero zero point; the native engine needs symmetric weights (quantize with symmetric weights, e.g. weight_type=QInt8)"));
         }
-        let scales = if scales.len() == 1 { vec![scales[0]; oc] } else { scales };
+        let scales = if scales.len() == 1 {
+            vec![scales[0]; oc]
+        } else {
+            scales
+        };
         if scales.len() != oc {
-            return Err(n.unsupported(format!("{} weight scales for {oc} output channels", scales.len())));
+            return Err(n.unsupported(format!(
+                "{} weight scales for {oc} output channels",
+                scales.len()
+            )));
         }
         Ok((w, scales, data.shape))
     }
 
     /// Bias as `i32` with scale `x_scale * w_scale[c]` (quantized from float if needed).
-    fn bias(&self, n: &Node, idx: usize, oc: usize, x_scale: f32, w_scales: &[f32]) -> Result<Vec<i32>, EngineError> {
+    fn bias(
+        &self,
+        n: &Node,
+        idx: usize,
+        oc: usize,
+        x_scale: f32,
+        w_scales: &[f32],
+    ) -> Result<Vec<i32>, EngineError> {
         if n.input(idx).is_none() {
             return Ok(vec![0; oc]);
         }
         let v = self.input(n, idx)?;
         let b: Vec<i32> = match v {
-            Val::DqC { data: Const { data: ConstData::I32(v), .. }, .. } => v,
-            Val::C(Const { data: ConstData::I32(v), .. }) => v,
-            Val::C(c @ Const { data: ConstData::F32(_), .. }) => c
+            Val::DqC {
+                data:
+                    Const {
+                        data: ConstData::I32(v),
+                        ..
+                    },
+                ..
+            } => v,
+            Val::C(Const {
+                data: ConstData::I32(v),
+                ..
+            }) => v,
+            Val::C(
+                c @ Const {
+                    data: ConstData::F32(_),
+                    ..
+                },
+            ) => c
                 .to_f32()
                 .iter()
                 .zip(w_scales)
                 .map(|(&b, &ws)| crate::quant::quantize_bias(b, x_scale, ws))
                 .collect(),
-            Val::DqC { data, scales, zps, .. } => {
+            Val::DqC {
+                data, scales, zps, ..
+            } => {
                 let f = data.to_f32();
                 f.iter()
                     .enumerate()
                     .map(|(i, &x)| {
                         let s = scales[if scales.len() == 1 { 0 } else { i }];
-                        let z = zps[if zps.len() == 1 { 0 } else { i.min(zps.len() - 1) }];
-                        crate::quant::quantize_bias((x - z as f32) * s, x_scale, w_scales[i.min(w_scales.len() - 1)])
+                        let z = zps[if zps.len() == 1 {
+                            0
+                        } else {
+                            i.min(zps.len() - 1)
+                        }];
+                        crate::quant::quantize_bias(
+                            (x - z as f32) * s,
+                            x_scale,
+                            w_scales[i.min(w_scales.len() - 1)],
+                        )
                     })
                     .collect()
             }
-            v => return Err(n.unsupported(format!("bias is {}; it must be a constant", kind_name(&v)))),
+            v => {
+                return Err(
+                    n.unsupported(format!("bias is {}; it must be a constant", kind_name(&v)))
+                )
+            }
         };
         if b.len() != oc {
-            return Err(n.unsupported(format!("bias has {} values for {oc} output channels", b.len())));
+            return Err(n.unsupported(format!(
+                "bias has {} values for {oc} output channels",
+                b.len()
+            )));
         }
         Ok(b)
     }
@@ -908,7 +1243,9 @@ impl<'g> Lowerer<'g> {
         let x = self.nhwc(x, 1)?;
         let [b, c, h, wd] = dims4(&x.shape);
         if c != icg * groups || oc % groups != 0 {
-            return Err(n.unsupported(format!("{c} input channels, {groups} groups and weights {wshape:?} do not match")));
+            return Err(n.unsupported(format!(
+                "{c} input channels, {groups} groups and weights {wshape:?} do not match"
+            )));
         }
         let bias = self.bias(n, if qop { 8 } else { 2 }, oc, x_q.scale, &w_scales)?;
         let (y_q, (lo, hi), out_name) = self.out_q(n, if qop { Some((6, 7)) } else { None })?;
@@ -919,7 +1256,8 @@ impl<'g> Lowerer<'g> {
             for ci in 0..icg {
                 for y in 0..kh {
                     for xx in 0..kw {
-                        packed[((o * kh + y) * kw + xx) * icg + ci] = w[((o * icg + ci) * kh + y) * kw + xx];
+                        packed[((o * kh + y) * kw + xx) * icg + ci] =
+                            w[((o * icg + ci) * kh + y) * kw + xx];
                     }
                 }
             }
@@ -928,7 +1266,13 @@ impl<'g> Lowerer<'g> {
         let macs = (b * win.out_h * win.out_w * oc * kh * kw * icg) as u64;
         self.macs += macs;
         let relu = lo == y_q.zero_point;
-        let square = kh == kw && win.sh == win.sw && win.dh == 1 && win.dw == 1 && groups == 1 && win.pt == win.pl && win.pt < kh;
+        let square = kh == kw
+            && win.sh == win.sw
+            && win.dh == 1
+            && win.dw == 1
+            && groups == 1
+            && win.pt == win.pl
+            && win.pt < kh;
         let dense = if square {
             let pad = win.pt;
             // The dense kernel pads symmetrically: its output size must equal ONNX's.
@@ -936,7 +1280,13 @@ impl<'g> Lowerer<'g> {
             let ow = (wd + 2 * pad - kw) / win.sw + 1;
             if oh == win.out_h && ow == win.out_w {
                 Conv2d::new(
-                    ConvShape { in_c: c, out_c: oc, k: kh, stride: win.sh, pad },
+                    ConvShape {
+                        in_c: c,
+                        out_c: oc,
+                        k: kh,
+                        stride: win.sh,
+                        pad,
+                    },
                     packed.clone(),
                     w_scales.clone(),
                     bias.clone(),
@@ -958,7 +1308,10 @@ impl<'g> Lowerer<'g> {
                 (ConvImpl::Dense(Box::new(d)), clamp)
             }
             None => {
-                let multipliers = w_scales.iter().map(|&ws| crate::quant::requant_multiplier(x_q.scale, ws, y_q.scale)).collect();
+                let multipliers = w_scales
+                    .iter()
+                    .map(|&ws| crate::quant::requant_multiplier(x_q.scale, ws, y_q.scale))
+                    .collect();
                 (
                     ConvImpl::General(Box::new(GeneralConv {
                         win,
@@ -979,8 +1332,26 @@ impl<'g> Lowerer<'g> {
         };
         self.touch(x.buf);
         let dst = self.new_buf(b * win.out_h * win.out_w * oc);
-        self.steps.push(Step::Conv { imp, batch: b, in_h: h, in_w: wd, out_h: win.out_h, row_len: win.out_w * oc, src: x.buf, dst, clamp });
-        self.set(&out_name, Val::Q(T { buf: dst, shape: vec![b, oc, win.out_h, win.out_w], layout: Layout::Nhwc, q: y_q }));
+        self.steps.push(Step::Conv {
+            imp,
+            batch: b,
+            in_h: h,
+            in_w: wd,
+            out_h: win.out_h,
+            row_len: win.out_w * oc,
+            src: x.buf,
+            dst,
+            clamp,
+        });
+        self.set(
+            &out_name,
+            Val::Q(T {
+                buf: dst,
+                shape: vec![b, oc, win.out_h, win.out_w],
+                layout: Layout::Nhwc,
+                q: y_q,
+            }),
+        );
         Ok(())
     }
 
@@ -995,7 +1366,10 @@ impl<'g> Lowerer<'g> {
             _ => (1, 0, 0, usize::MAX, None),
         };
         if n.op.contains("Gemm") {
-            if n.int("transA", 0)? != 0 || n.float("alpha", 1.0)? != 1.0 || n.float("beta", 1.0)? != 1.0 {
+            if n.int("transA", 0)? != 0
+                || n.float("alpha", 1.0)? != 1.0
+                || n.float("beta", 1.0)? != 1.0
+            {
                 return Err(n.unsupported("only transA = 0, alpha = 1, beta = 1 are supported"));
             }
         }
@@ -1003,21 +1377,42 @@ impl<'g> Lowerer<'g> {
         let wv = self.input(n, w_idx)?;
         let wshape = match &wv {
             Val::DqC { data, .. } | Val::C(data) => data.shape.clone(),
-            v => return Err(n.unsupported(format!("the second operand is {}; only constant weights are supported", kind_name(v)))),
+            v => {
+                return Err(n.unsupported(format!(
+                    "the second operand is {}; only constant weights are supported",
+                    kind_name(v)
+                )))
+            }
         };
         if wshape.len() != 2 {
             return Err(n.unsupported("weights must be 2-D"));
         }
-        let (k, oc) = if trans_b { (wshape[1], wshape[0]) } else { (wshape[0], wshape[1]) };
-        let (w, w_scales, _) = self.weights(n, wv, oc, if trans_b { 0 } else { 1 }, if qop { Some((ws_idx, wz_idx)) } else { None })?;
+        let (k, oc) = if trans_b {
+            (wshape[1], wshape[0])
+        } else {
+            (wshape[0], wshape[1])
+        };
+        let (w, w_scales, _) = self.weights(
+            n,
+            wv,
+            oc,
+            if trans_b { 0 } else { 1 },
+            if qop { Some((ws_idx, wz_idx)) } else { None },
+        )?;
         // Rows: every leading dimension of x.
         let x = self.row_major(x, 1)?;
         let xs = x.shape.clone();
         if xs.last().copied() != Some(k) {
-            return Err(n.unsupported(format!("input shape {xs:?} does not end in the weights' {k} rows")));
+            return Err(n.unsupported(format!(
+                "input shape {xs:?} does not end in the weights' {k} rows"
+            )));
         }
         let m: usize = xs[..xs.len() - 1].iter().product();
-        let bias = if b_idx == usize::MAX { vec![0; oc] } else { self.bias(n, b_idx, oc, x_q.scale, &w_scales)? };
+        let bias = if b_idx == usize::MAX {
+            vec![0; oc]
+        } else {
+            self.bias(n, b_idx, oc, x_q.scale, &w_scales)?
+        };
         let (y_q, (lo, hi), out_name) = self.out_q(n, y_idx)?;
         let mut packed = vec![0i8; k * oc];
         for o in 0..oc {
@@ -1028,22 +1423,59 @@ impl<'g> Lowerer<'g> {
         self.weight_bytes += packed.len() + oc * 4;
         self.macs += (m * k * oc) as u64;
         let relu = lo == y_q.zero_point;
-        let layer = Conv2d::new(ConvShape { in_c: k, out_c: oc, k: 1, stride: 1, pad: 0 }, packed, w_scales, bias, x_q, y_q, relu)
-            .map_err(|e| n.unsupported(format!("{e}")))?;
+        let layer = Conv2d::new(
+            ConvShape {
+                in_c: k,
+                out_c: oc,
+                k: 1,
+                stride: 1,
+                pad: 0,
+            },
+            packed,
+            w_scales,
+            bias,
+            x_q,
+            y_q,
+            relu,
+        )
+        .map_err(|e| n.unsupported(format!("{e}")))?;
         let floor = if relu { y_q.zero_point } else { -128 };
         let clamp = (lo > floor || hi < 127).then_some((lo, hi));
         self.touch(x.buf);
         let dst = self.new_buf(m * oc);
         // One image of 1 x m pixels.
-        self.steps.push(Step::Conv { imp: ConvImpl::Dense(Box::new(layer)), batch: 1, in_h: 1, in_w: m, out_h: 1, row_len: m * oc, src: x.buf, dst, clamp });
+        self.steps.push(Step::Conv {
+            imp: ConvImpl::Dense(Box::new(layer)),
+            batch: 1,
+            in_h: 1,
+            in_w: m,
+            out_h: 1,
+            row_len: m * oc,
+            src: x.buf,
+            dst,
+            clamp,
+        });
         let mut shape = xs[..xs.len() - 1].to_vec();
         shape.push(oc);
-        self.set(&out_name, Val::Q(T { buf: dst, shape, layout: Layout::RowMajor, q: y_q }));
+        self.set(
+            &out_name,
+            Val::Q(T {
+                buf: dst,
+                shape,
+                layout: Layout::RowMajor,
+                q: y_q,
+            }),
+        );
         Ok(())
     }
 
     /// An operand of a binary op: a quantized tensor or a per-tensor quantized constant.
-    fn operand(&self, n: &Node, i: usize, qop_params: Option<(usize, usize)>) -> Result<(Option<T>, Option<Const>, QParams), EngineError> {
+    fn operand(
+        &self,
+        n: &Node,
+        i: usize,
+        qop_params: Option<(usize, usize)>,
+    ) -> Result<(Option<T>, Option<Const>, QParams), EngineError> {
         match self.input(n, i)? {
             Val::Dq(t) => Ok((Some(t.clone()), None, t.q)),
             Val::Q(t) => {
@@ -1053,35 +1485,57 @@ impl<'g> Lowerer<'g> {
                 };
                 Ok((Some(t), None, q))
             }
-            Val::DqC { data, scales, zps, .. } if scales.len() == 1 => {
-                Ok((None, Some(data), QParams::new(scales[0], zps[0].clamp(-128, 127) as i8)))
-            }
+            Val::DqC {
+                data, scales, zps, ..
+            } if scales.len() == 1 => Ok((
+                None,
+                Some(data),
+                QParams::new(scales[0], zps[0].clamp(-128, 127) as i8),
+            )),
             Val::C(c) if qop_params.is_some() => {
                 let (s, z) = qop_params.unwrap_or_default();
                 let q = self.qparams(n, s, z)?;
                 let data = match c.data {
-                    ConstData::U8(v) => Const { shape: c.shape.clone(), data: ConstData::I8(v.iter().map(|&x| (x ^ 0x80) as i8).collect()) },
+                    ConstData::U8(v) => Const {
+                        shape: c.shape.clone(),
+                        data: ConstData::I8(v.iter().map(|&x| (x ^ 0x80) as i8).collect()),
+                    },
                     _ => c,
                 };
                 Ok((None, Some(data), q))
             }
-            v => Err(n.unsupported(format!("input {i} is {}; it must be quantized per tensor", kind_name(&v)))),
+            v => Err(n.unsupported(format!(
+                "input {i} is {}; it must be quantized per tensor",
+                kind_name(&v)
+            ))),
         }
     }
 
     fn binary(&mut self, n: &Node, _i: usize) -> Result<(), EngineError> {
         let qop = n.op.starts_with("QLinear");
         let (a, ac, aq) = self.operand(n, 0, if qop { Some((1, 2)) } else { None })?;
-        let (b, bc, bq) = self.operand(n, if qop { 3 } else { 1 }, if qop { Some((4, 5)) } else { None })?;
+        let (b, bc, bq) = self.operand(
+            n,
+            if qop { 3 } else { 1 },
+            if qop { Some((4, 5)) } else { None },
+        )?;
         let (y_q, (lo, hi), out_name) = self.out_q(n, if qop { Some((6, 7)) } else { None })?;
         let is_add = n.op.ends_with("Add");
         // Work in NHWC when any tensor operand is NHWC.
-        let nhwc = [&a, &b].iter().any(|t| t.as_ref().map(|t| t.layout == Layout::Nhwc).unwrap_or(false));
+        let nhwc = [&a, &b].iter().any(|t| {
+            t.as_ref()
+                .map(|t| t.layout == Layout::Nhwc)
+                .unwrap_or(false)
+        });
         let mut ops = Vec::new();
         for (t, c) in [(a, ac), (b, bc)] {
             ops.push(match (t, c) {
                 (Some(t), _) => {
-                    let t = if nhwc && t.shape.len() == 4 { self.nhwc(t, 1)? } else { self.row_major(t, 1)? };
+                    let t = if nhwc && t.shape.len() == 4 {
+                        self.nhwc(t, 1)?
+                    } else {
+                        self.row_major(t, 1)?
+                    };
                     (t.shape.clone(), Some(t), None)
                 }
                 (None, Some(c)) => (c.shape.clone(), None, Some(c)),
@@ -1099,12 +1553,21 @@ impl<'g> Lowerer<'g> {
         for d in 0..rank {
             let (x, y) = (sa[d], sb[d]);
             if x != y && x != 1 && y != 1 {
-                return Err(n.unsupported(format!("shapes {:?} and {:?} do not broadcast", ops[0].0, ops[1].0)));
+                return Err(n.unsupported(format!(
+                    "shapes {:?} and {:?} do not broadcast",
+                    ops[0].0, ops[1].0
+                )));
             }
             out_shape.push(x.max(y));
         }
         let use_nhwc = nhwc && rank == 4;
-        let phys = |s: &[usize]| if use_nhwc { vec![s[0], s[2], s[3], s[1]] } else { s.to_vec() };
+        let phys = |s: &[usize]| {
+            if use_nhwc {
+                vec![s[0], s[2], s[3], s[1]]
+            } else {
+                s.to_vec()
+            }
+        };
         let strides = |s: &[usize]| {
             let p = phys(s);
             let mut st = vec![0usize; rank];
@@ -1134,7 +1597,8 @@ impl<'g> Lowerer<'g> {
                             for ci in 0..c0 {
                                 for y in 0..h0 {
                                     for x in 0..w0 {
-                                        out[((i0 * h0 + y) * w0 + x) * c0 + ci] = v[((i0 * c0 + ci) * h0 + y) * w0 + x];
+                                        out[((i0 * h0 + y) * w0 + x) * c0 + ci] =
+                                            v[((i0 * c0 + ci) * h0 + y) * w0 + x];
                                     }
                                 }
                             }
@@ -1151,7 +1615,8 @@ impl<'g> Lowerer<'g> {
         let op = Binary {
             kind: if is_add {
                 let (ra, rb) = (aq.scale / y_q.scale, bq.scale / y_q.scale);
-                let fixed = f32::from(y_q.zero_point) - (ra * f32::from(aq.zero_point) + rb * f32::from(bq.zero_point));
+                let fixed = f32::from(y_q.zero_point)
+                    - (ra * f32::from(aq.zero_point) + rb * f32::from(bq.zero_point));
                 BinaryKind::Add { ra, rb, fixed }
             } else {
                 BinaryKind::Mul
@@ -1171,10 +1636,31 @@ impl<'g> Lowerer<'g> {
         let len: usize = out_shape.iter().product();
         let dst = self.new_buf(len);
         let mut it = operands.into_iter();
-        let (oa, ob) = (it.next().unwrap_or(super::program::Operand::Buf(0)), it.next().unwrap_or(super::program::Operand::Buf(0)));
-        self.steps.push(Step::Binary { op: Box::new(op), a: oa, b: ob, n: len, dst });
-        let layout = if use_nhwc { Layout::Nhwc } else { Layout::RowMajor };
-        self.set(&out_name, Val::Q(T { buf: dst, shape: out_shape, layout, q: y_q }));
+        let (oa, ob) = (
+            it.next().unwrap_or(super::program::Operand::Buf(0)),
+            it.next().unwrap_or(super::program::Operand::Buf(0)),
+        );
+        self.steps.push(Step::Binary {
+            op: Box::new(op),
+            a: oa,
+            b: ob,
+            n: len,
+            dst,
+        });
+        let layout = if use_nhwc {
+            Layout::Nhwc
+        } else {
+            Layout::RowMajor
+        };
+        self.set(
+            &out_name,
+            Val::Q(T {
+                buf: dst,
+                shape: out_shape,
+                layout,
+                q: y_q,
+            }),
+        );
         Ok(())
     }
 
@@ -1183,7 +1669,14 @@ impl<'g> Lowerer<'g> {
         let t = self.act(n, 0)?;
         let x_q = if qop { self.qparams(n, 1, 2)? } else { t.q };
         let (y_q, (lo, hi), out_name) = self.out_q(n, if qop { Some((3, 4)) } else { None })?;
-        let alpha = n.float("alpha", if n.op.contains("HardSigmoid") { 0.2 } else { 0.01 })?;
+        let alpha = n.float(
+            "alpha",
+            if n.op.contains("HardSigmoid") {
+                0.2
+            } else {
+                0.01
+            },
+        )?;
         let beta = n.float("beta", 0.5)?;
         let f: Box<dyn Fn(f32) -> f32> = match n.op.as_str() {
             "Sigmoid" | "QLinearSigmoid" => Box::new(|x: f32| 1.0 / (1.0 + (-x).exp())),
@@ -1198,8 +1691,20 @@ impl<'g> Lowerer<'g> {
         let len = t.shape.iter().product::<usize>();
         self.touch(t.buf);
         let dst = self.new_buf(len);
-        self.steps.push(Step::Lut { table: Box::new(table), n: len, src: t.buf, dst });
-        self.set(&out_name, Val::Q(T { buf: dst, q: y_q, ..t }));
+        self.steps.push(Step::Lut {
+            table: Box::new(table),
+            n: len,
+            src: t.buf,
+            dst,
+        });
+        self.set(
+            &out_name,
+            Val::Q(T {
+                buf: dst,
+                q: y_q,
+                ..t
+            }),
+        );
         Ok(())
     }
 
@@ -1215,9 +1720,24 @@ impl<'g> Lowerer<'g> {
         let [b, c, h, w] = dims4(&t.shape);
         let global = n.op.contains("Global");
         let win = if global {
-            Window { in_h: h, in_w: w, out_h: 1, out_w: 1, kh: h, kw: w, sh: 1, sw: 1, dh: 1, dw: 1, pt: 0, pl: 0 }
+            Window {
+                in_h: h,
+                in_w: w,
+                out_h: 1,
+                out_w: 1,
+                kh: h,
+                kw: w,
+                sh: 1,
+                sw: 1,
+                dh: 1,
+                dw: 1,
+                pt: 0,
+                pl: 0,
+            }
         } else {
-            let k = n.ints("kernel_shape")?.ok_or_else(|| n.unsupported("kernel_shape is required"))?;
+            let k = n
+                .ints("kernel_shape")?
+                .ok_or_else(|| n.unsupported("kernel_shape is required"))?;
             if k.len() != 2 {
                 return Err(n.unsupported("only 2-D pooling is supported"));
             }
@@ -1234,24 +1754,49 @@ impl<'g> Lowerer<'g> {
         };
         self.touch(t.buf);
         let dst = self.new_buf(b * c * win.out_h * win.out_w);
-        self.steps.push(Step::AvgPool { win, c, batch: b, p, src: t.buf, dst });
-        self.set(&out_name, Val::Q(T { buf: dst, shape: vec![b, c, win.out_h, win.out_w], layout: Layout::Nhwc, q: y_q }));
+        self.steps.push(Step::AvgPool {
+            win,
+            c,
+            batch: b,
+            p,
+            src: t.buf,
+            dst,
+        });
+        self.set(
+            &out_name,
+            Val::Q(T {
+                buf: dst,
+                shape: vec![b, c, win.out_h, win.out_w],
+                layout: Layout::Nhwc,
+                q: y_q,
+            }),
+        );
         Ok(())
     }
 
     fn concat(&mut self, n: &Node, _i: usize) -> Result<(), EngineError> {
         let qop = n.op == "QLinearConcat";
         // QLinearConcat: y_scale, y_zp, then (x, x_scale, x_zp) triples.
-        let count = if qop { (n.inputs.len().saturating_sub(2)) / 3 } else { n.inputs.len() };
+        let count = if qop {
+            (n.inputs.len().saturating_sub(2)) / 3
+        } else {
+            n.inputs.len()
+        };
         let mut parts = Vec::new();
         for k in 0..count {
             let idx = if qop { 2 + 3 * k } else { k };
-            let (t, c, q) = self.operand(n, idx, if qop { Some((idx + 1, idx + 2)) } else { None })?;
+            let (t, c, q) =
+                self.operand(n, idx, if qop { Some((idx + 1, idx + 2)) } else { None })?;
             parts.push((t, c, q));
         }
         let first_shape = parts
             .first()
-            .map(|p| p.0.as_ref().map(|t| t.shape.clone()).or_else(|| p.1.as_ref().map(|c| c.shape.clone())).unwrap_or_default())
+            .map(|p| {
+                p.0.as_ref()
+                    .map(|t| t.shape.clone())
+                    .or_else(|| p.1.as_ref().map(|c| c.shape.clone()))
+                    .unwrap_or_default()
+            })
             .ok_or_else(|| n.unsupported("no inputs"))?;
         let rank = first_shape.len() as i64;
         let axis = n.int("axis", 1)?;
@@ -1274,7 +1819,13 @@ impl<'g> Lowerer<'g> {
                 Err(e) => return Err(e),
             }
         };
-        let nhwc = rank == 4 && axis == 1 && parts.iter().any(|p| p.0.as_ref().map(|t| t.layout == Layout::Nhwc).unwrap_or(false));
+        let nhwc = rank == 4
+            && axis == 1
+            && parts.iter().any(|p| {
+                p.0.as_ref()
+                    .map(|t| t.layout == Layout::Nhwc)
+                    .unwrap_or(false)
+            });
         let mut out_shape = first_shape.clone();
         out_shape[axis] = 0;
         let mut steps_parts = Vec::new();
@@ -1282,23 +1833,42 @@ impl<'g> Lowerer<'g> {
             let (shape, operand) = match (t, c) {
                 (Some(t), _) => {
                     // Conversions first; the reads are recorded just before the concat step.
-                    let t = if nhwc { self.nhwc(t, 1)? } else { self.row_major(t, 1)? };
+                    let t = if nhwc {
+                        self.nhwc(t, 1)?
+                    } else {
+                        self.row_major(t, 1)?
+                    };
                     (t.shape.clone(), super::program::Operand::Buf(t.buf))
                 }
                 (None, Some(c)) => {
                     if nhwc {
-                        return Err(n.unsupported("constant inputs of a channel concat are not supported"));
+                        return Err(
+                            n.unsupported("constant inputs of a channel concat are not supported")
+                        );
                     }
-                    let ConstData::I8(v) = c.data else { return Err(n.unsupported("constant inputs must be int8 or uint8")) };
+                    let ConstData::I8(v) = c.data else {
+                        return Err(n.unsupported("constant inputs must be int8 or uint8"));
+                    };
                     (c.shape.clone(), super::program::Operand::Const(v))
                 }
                 _ => return Err(invalid("concat operand missing".into())),
             };
-            if shape.len() != first_shape.len() || shape.iter().enumerate().any(|(d, &s)| d != axis && s != first_shape[d]) {
-                return Err(n.unsupported(format!("input shape {shape:?} does not match {first_shape:?} outside axis {axis}")));
+            if shape.len() != first_shape.len()
+                || shape
+                    .iter()
+                    .enumerate()
+                    .any(|(d, &s)| d != axis && s != first_shape[d])
+            {
+                return Err(n.unsupported(format!(
+                    "input shape {shape:?} does not match {first_shape:?} outside axis {axis}"
+                )));
             }
             out_shape[axis] += shape[axis];
-            let inner: usize = if nhwc { shape[1] } else { shape[axis..].iter().product() };
+            let inner: usize = if nhwc {
+                shape[1]
+            } else {
+                shape[axis..].iter().product()
+            };
             let table = (q != y_q || clamp != (-128, 127)).then(|| {
                 let mut t = requant_table(q, y_q, |x| x);
                 for e in t.iter_mut() {
@@ -1313,11 +1883,24 @@ impl<'g> Lowerer<'g> {
                 self.touch(*b);
             }
         }
-        let outer: usize = if nhwc { out_shape[0] * out_shape[2] * out_shape[3] } else { out_shape[..axis].iter().product() };
+        let outer: usize = if nhwc {
+            out_shape[0] * out_shape[2] * out_shape[3]
+        } else {
+            out_shape[..axis].iter().product()
+        };
         let len: usize = out_shape.iter().product();
         let dst = self.new_buf(len);
-        self.steps.push(Step::Concat { outer, parts: steps_parts, dst });
-        let t = T { buf: dst, shape: out_shape, layout: if nhwc { Layout::Nhwc } else { Layout::RowMajor }, q: y_q };
+        self.steps.push(Step::Concat {
+            outer,
+            parts: steps_parts,
+            dst,
+        });
+        let t = T {
+            buf: dst,
+            shape: out_shape,
+            layout: if nhwc { Layout::Nhwc } else { Layout::RowMajor },
+            q: y_q,
+        };
         self.set(&out_name, if q_out { Val::Q(t) } else { Val::Dq(t) });
         Ok(())
     }
@@ -1329,7 +1912,14 @@ impl<'g> Lowerer<'g> {
         };
         let was_q = matches!(self.input(n, 0)?, Val::Q(_));
         let mode = n.string("mode", "nearest")?;
-        let ctm = n.string("coordinate_transformation_mode", if n.op == "Upsample" { "asymmetric" } else { "half_pixel" })?;
+        let ctm = n.string(
+            "coordinate_transformation_mode",
+            if n.op == "Upsample" {
+                "asymmetric"
+            } else {
+                "half_pixel"
+            },
+        )?;
         let nearest_mode = n.string("nearest_mode", "round_prefer_floor")?;
         if n.int("antialias", 0)? != 0 || n.ints("axes")?.is_some() {
             return Err(n.unsupported("antialias and axes are not supported"));
@@ -1339,7 +1929,10 @@ impl<'g> Lowerer<'g> {
         // Output size from `sizes` (input 3) or `scales` (input 2; Upsample: input 1).
         let scales_idx = if n.op == "Upsample" { 1 } else { 2 };
         let (oh, ow, sy, sx) = if n.input(3).is_some() {
-            let s = self.konst(n, 3)?.to_i64().ok_or_else(|| n.unsupported("sizes must be integers"))?;
+            let s = self
+                .konst(n, 3)?
+                .to_i64()
+                .ok_or_else(|| n.unsupported("sizes must be integers"))?;
             if s.len() != 4 || s[0] as usize != b || s[1] as usize != c {
                 return Err(n.unsupported("sizes must keep batch and channels"));
             }
@@ -1350,7 +1943,12 @@ impl<'g> Lowerer<'g> {
             if s.len() != 4 || s[0] != 1.0 || s[1] != 1.0 {
                 return Err(n.unsupported("scales must be 4 values with 1 for batch and channels"));
             }
-            ((h as f32 * s[2]).floor() as usize, (w as f32 * s[3]).floor() as usize, s[2], s[3])
+            (
+                (h as f32 * s[2]).floor() as usize,
+                (w as f32 * s[3]).floor() as usize,
+                s[2],
+                s[3],
+            )
         };
         if oh == 0 || ow == 0 {
             return Err(n.unsupported("the output would be empty"));
@@ -1365,27 +1963,57 @@ impl<'g> Lowerer<'g> {
                 .map(|o| {
                     let x = match ctm.as_str() {
                         "half_pixel" => (o as f32 + 0.5) / scale - 0.5,
-                        "pytorch_half_pixel" => if out > 1 { (o as f32 + 0.5) / scale - 0.5 } else { 0.0 },
+                        "pytorch_half_pixel" => {
+                            if out > 1 {
+                                (o as f32 + 0.5) / scale - 0.5
+                            } else {
+                                0.0
+                            }
+                        }
                         "asymmetric" => o as f32 / scale,
-                        "align_corners" => if out > 1 { o as f32 * (inp - 1) as f32 / (out - 1) as f32 } else { 0.0 },
-                        m => return Err(n.unsupported(format!("coordinate_transformation_mode {m} is not supported"))),
+                        "align_corners" => {
+                            if out > 1 {
+                                o as f32 * (inp - 1) as f32 / (out - 1) as f32
+                            } else {
+                                0.0
+                            }
+                        }
+                        m => {
+                            return Err(n.unsupported(format!(
+                                "coordinate_transformation_mode {m} is not supported"
+                            )))
+                        }
                     };
                     let max = (inp - 1) as f32;
                     Ok(if linear {
                         let xc = x.clamp(0.0, max);
                         let i0 = xc.floor() as usize;
                         let i1 = (i0 + 1).min(inp - 1);
-                        Tap { i0, i1, w1: xc - i0 as f32 }
+                        Tap {
+                            i0,
+                            i1,
+                            w1: xc - i0 as f32,
+                        }
                     } else {
                         let r = match nearest_mode.as_str() {
-                            "round_prefer_floor" => if x.fract() == 0.5 { x.floor() } else { x.round() },
+                            "round_prefer_floor" => {
+                                if x.fract() == 0.5 {
+                                    x.floor()
+                                } else {
+                                    x.round()
+                                }
+                            }
                             "round_prefer_ceil" => x.round(),
                             "floor" => x.floor(),
                             "ceil" => x.ceil(),
                             _ => x.round(),
                         };
                         let i = r.clamp(0.0, max) as usize;
-                        Tap { i0: i, i1: i, w1: 0.0 }
+                        Tap {
+                            i0: i,
+                            i1: i,
+                            w1: 0.0,
+                        }
                     })
                 })
                 .collect()
@@ -1414,11 +2042,26 @@ impl<'g> Lowerer<'g> {
             linear,
             x_zp: i32::from(t.q.zero_point),
             y_zp: i32::from(y_q.zero_point),
-            ratio: t.q.scale / y_q.scale,
+            // ONNX Runtime's int8 linear Resize truncates the raw values: toward zero for
+            // int8, which for uint8 (stored here as x ^ 0x80) is a floor.
+            ratio: if linear && was_q {
+                if n.input(0).map(|i| self.is_u8(i)).unwrap_or(false) {
+                    -0.0
+                } else {
+                    0.0
+                }
+            } else {
+                t.q.scale / y_q.scale
+            },
             src: t.buf,
             dst,
         });
-        let out = T { buf: dst, shape: vec![b, c, oh, ow], layout: Layout::Nhwc, q: y_q };
+        let out = T {
+            buf: dst,
+            shape: vec![b, c, oh, ow],
+            layout: Layout::Nhwc,
+            q: y_q,
+        };
         self.set(&out_name, if is_q { Val::Q(out) } else { Val::Dq(out) });
         Ok(())
     }

@@ -55,8 +55,8 @@ mod graph;
 mod kernels;
 mod lower;
 mod program;
-pub mod reference;
 pub mod proto;
+pub mod reference;
 
 #[cfg(test)]
 mod tests;
@@ -157,7 +157,8 @@ impl Engine for NativeEngine {
         check_buffers(&self.inputs, &self.outputs, inputs, outputs)?;
         let off = self.arena.as_ptr().align_offset(program::ALIGN);
         let arena = &mut self.arena[off..];
-        self.program.run_range(arena, inputs, outputs, lanes, 0..self.program.steps.len())
+        self.program
+            .run_range(arena, inputs, outputs, lanes, 0..self.program.steps.len())
     }
 }
 
@@ -209,7 +210,10 @@ pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
         *ops.entry(n.op_label()).or_insert(0) += 1;
     }
     let vi = |v: &graph::ValueInfo| {
-        let ty = v.elem.map(|e| e.name().to_string()).unwrap_or_else(|| graph::type_name(v.raw_type).to_string());
+        let ty = v
+            .elem
+            .map(|e| e.name().to_string())
+            .unwrap_or_else(|| graph::type_name(v.raw_type).to_string());
         (v.name.clone(), ty, v.dims.clone())
     };
     let native = NativeEngine::from_graph(&g).map(|e| NativeSummary {

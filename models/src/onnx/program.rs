@@ -35,20 +35,91 @@ pub(crate) enum ConvImpl {
 #[derive(Clone, Debug)]
 pub(crate) enum Step {
     /// Copy graph input `index` into `dst`; `flip` turns `u8` into the internal `i8` form.
-    Input { index: usize, dst: usize, flip: bool },
+    Input {
+        index: usize,
+        dst: usize,
+        flip: bool,
+    },
     /// Write `src` into graph output `index`: as is, flipped to `u8`, or dequantized to f32.
-    Output { index: usize, src: usize, kind: OutKind },
-    Quantize { src: usize, dst: usize, n: usize, scale: f32, zp: i32 },
-    Conv { imp: ConvImpl, batch: usize, in_h: usize, in_w: usize, out_h: usize, row_len: usize, src: usize, dst: usize, clamp: Option<(i8, i8)> },
-    MaxPool { win: Window, c: usize, batch: usize, src: usize, dst: usize },
-    AvgPool { win: Window, c: usize, batch: usize, p: AvgParams, src: usize, dst: usize },
-    Lut { table: Box<[i8; 256]>, n: usize, src: usize, dst: usize },
-    Binary { op: Box<Binary>, a: Operand, b: Operand, n: usize, dst: usize },
-    Transpose { out_shape: Vec<usize>, strides: Vec<usize>, elem: usize, src: usize, dst: usize },
-    Resize { in_h: usize, in_w: usize, c: usize, batch: usize, ys: Vec<Tap>, xs: Vec<Tap>, linear: bool, x_zp: i32, y_zp: i32, ratio: f32, src: usize, dst: usize },
+    Output {
+        index: usize,
+        src: usize,
+        kind: OutKind,
+    },
+    Quantize {
+        src: usize,
+        dst: usize,
+        n: usize,
+        scale: f32,
+        zp: i32,
+    },
+    Conv {
+        imp: ConvImpl,
+        batch: usize,
+        in_h: usize,
+        in_w: usize,
+        out_h: usize,
+        row_len: usize,
+        src: usize,
+        dst: usize,
+        clamp: Option<(i8, i8)>,
+    },
+    MaxPool {
+        win: Window,
+        c: usize,
+        batch: usize,
+        src: usize,
+        dst: usize,
+    },
+    AvgPool {
+        win: Window,
+        c: usize,
+        batch: usize,
+        p: AvgParams,
+        src: usize,
+        dst: usize,
+    },
+    Lut {
+        table: Box<[i8; 256]>,
+        n: usize,
+        src: usize,
+        dst: usize,
+    },
+    Binary {
+        op: Box<Binary>,
+        a: Operand,
+        b: Operand,
+        n: usize,
+        dst: usize,
+    },
+    Transpose {
+        out_shape: Vec<usize>,
+        strides: Vec<usize>,
+        elem: usize,
+        src: usize,
+        dst: usize,
+    },
+    Resize {
+        in_h: usize,
+        in_w: usize,
+        c: usize,
+        batch: usize,
+        ys: Vec<Tap>,
+        xs: Vec<Tap>,
+        linear: bool,
+        x_zp: i32,
+        y_zp: i32,
+        ratio: f32,
+        src: usize,
+        dst: usize,
+    },
     /// Concatenation: `outer` blocks; input `i` contributes `inner[i]` contiguous bytes per
     /// block (mapped through its table when it has one).
-    Concat { outer: usize, parts: Vec<(Operand, usize, Option<Box<[i8; 256]>>)>, dst: usize },
+    Concat {
+        outer: usize,
+        parts: Vec<(Operand, usize, Option<Box<[i8; 256]>>)>,
+        dst: usize,
+    },
 }
 
 /// How a graph output is written.
@@ -142,7 +213,13 @@ impl Program {
                     Step::Input { .. } => ("input", 0),
                     Step::Output { .. } => ("output", 0),
                     Step::Quantize { .. } => ("quantize", 0),
-                    Step::Conv { imp, batch, in_h, in_w, .. } => match imp {
+                    Step::Conv {
+                        imp,
+                        batch,
+                        in_h,
+                        in_w,
+                        ..
+                    } => match imp {
                         ConvImpl::Dense(c) => ("conv", c.macs(*in_h, *in_w) * *batch as u64),
                         ConvImpl::General(g) => {
                             let w = &g.win;
@@ -201,7 +278,9 @@ impl Program {
                     continue;
                 }
                 Step::Input { index, dst, flip } => {
-                    let Some(src) = inputs.get(*index) else { continue };
+                    let Some(src) = inputs.get(*index) else {
+                        continue;
+                    };
                     let d = &bufs[*dst];
                     // SAFETY: `dst` is a planned buffer of `d.bytes` bytes inside the arena,
                     // written only by this step.
@@ -212,7 +291,9 @@ impl Program {
                     }
                 }
                 Step::Output { index, src, kind } => {
-                    let Some(out) = outputs.get_mut(*index) else { continue };
+                    let Some(out) = outputs.get_mut(*index) else {
+                        continue;
+                    };
                     let out = &mut **out;
                     match kind {
                         OutKind::Copy => {
@@ -233,7 +314,13 @@ impl Program {
                         }
                     }
                 }
-                Step::Quantize { src, dst, n, scale, zp } => {
+                Step::Quantize {
+                    src,
+                    dst,
+                    n,
+                    scale,
+                    zp,
+                } => {
                     let x = view_f32(*src);
                     let d = &bufs[*dst];
                     let chunks = chunks_for(*n, 4);
@@ -243,7 +330,17 @@ impl Program {
                         kernels::quantize(&x[r], *scale, *zp, out);
                     });
                 }
-                Step::Conv { imp, batch, in_h, in_w, out_h, row_len, src, dst, clamp } => {
+                Step::Conv {
+                    imp,
+                    batch,
+                    in_h,
+                    in_w,
+                    out_h,
+                    row_len,
+                    src,
+                    dst,
+                    clamp,
+                } => {
                     let x = view(*src);
                     let d = &bufs[*dst];
                     let rows = batch * out_h;
@@ -256,8 +353,9 @@ impl Program {
                     let failed = std::sync::atomic::AtomicBool::new(false);
                     lanes.for_each_chunk(rows, chunks, &|r: Range<usize>| {
                         // SAFETY: rows r of `dst` (row_len bytes each), disjoint per chunk.
-                        let out: &mut [i8] =
-                            unsafe { base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len) };
+                        let out: &mut [i8] = unsafe {
+                            base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len)
+                        };
                         match imp {
                             ConvImpl::Dense(c) => {
                                 // Split the row range at image boundaries.
@@ -268,9 +366,14 @@ impl Program {
                                     let end = ((b + 1) * out_h).min(r.end);
                                     let n = end - row;
                                     let img = &x[b * img_in..(b + 1) * img_in];
-                                    if c
-                                        .forward_rows_into(img, *in_h, *in_w, &mut out[o..o + n * row_len], oy..oy + n)
-                                        .is_err()
+                                    if c.forward_rows_into(
+                                        img,
+                                        *in_h,
+                                        *in_w,
+                                        &mut out[o..o + n * row_len],
+                                        oy..oy + n,
+                                    )
+                                    .is_err()
                                     {
                                         failed.store(true, std::sync::atomic::Ordering::Relaxed);
                                     }
@@ -288,18 +391,37 @@ impl Program {
                         return Err(EngineError::Run("convolution rejected its buffers"));
                     }
                 }
-                Step::MaxPool { win, c, batch, src, dst } => {
+                Step::MaxPool {
+                    win,
+                    c,
+                    batch,
+                    src,
+                    dst,
+                } => {
                     let x = view(*src);
                     let d = &bufs[*dst];
                     let row_len = win.out_w * c;
                     let rows = batch * win.out_h;
-                    lanes.for_each_chunk(rows, chunks_for(rows, row_len * win.kh * win.kw), &|r: Range<usize>| {
-                        // SAFETY: rows r of `dst`, disjoint per chunk.
-                        let out = unsafe { base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len) };
-                        kernels::max_pool(win, *c, x, out, r);
-                    });
+                    lanes.for_each_chunk(
+                        rows,
+                        chunks_for(rows, row_len * win.kh * win.kw),
+                        &|r: Range<usize>| {
+                            // SAFETY: rows r of `dst`, disjoint per chunk.
+                            let out = unsafe {
+                                base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len)
+                            };
+                            kernels::max_pool(win, *c, x, out, r);
+                        },
+                    );
                 }
-                Step::AvgPool { win, c, batch, p, src, dst } => {
+                Step::AvgPool {
+                    win,
+                    c,
+                    batch,
+                    p,
+                    src,
+                    dst,
+                } => {
                     let x = view(*src);
                     let d = &bufs[*dst];
                     let row_len = win.out_w * c;
@@ -307,7 +429,9 @@ impl Program {
                     let chunks = chunks_for(rows, row_len * win.kh * win.kw);
                     lanes.for_each_chunk(rows, chunks, &|r: Range<usize>| {
                         // SAFETY: rows r of `dst`, disjoint per chunk.
-                        let out = unsafe { base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len) };
+                        let out = unsafe {
+                            base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len)
+                        };
                         kernels::avg_pool(win, *c, p, x, out, r);
                     });
                 }
@@ -336,7 +460,13 @@ impl Program {
                         op.run(ra, rb, out, r);
                     });
                 }
-                Step::Transpose { out_shape, strides, elem, src, dst } => {
+                Step::Transpose {
+                    out_shape,
+                    strides,
+                    elem,
+                    src,
+                    dst,
+                } => {
                     let d = &bufs[*dst];
                     let n: usize = out_shape.iter().product();
                     let chunks = chunks_for(n, 2);
@@ -344,28 +474,51 @@ impl Program {
                         let x = view_f32(*src);
                         lanes.for_each_chunk(n, chunks, &|r: Range<usize>| {
                             // SAFETY: disjoint element ranges of the f32 `dst` buffer.
-                            let out: &mut [f32] = unsafe { base.chunk_mut(d.offset + r.start * 4, r.len()) };
+                            let out: &mut [f32] =
+                                unsafe { base.chunk_mut(d.offset + r.start * 4, r.len()) };
                             kernels::transpose(out_shape, strides, x, out, r);
                         });
                     } else {
                         let x = view(*src);
                         lanes.for_each_chunk(n, chunks, &|r: Range<usize>| {
                             // SAFETY: disjoint element ranges of `dst`.
-                            let out: &mut [i8] = unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
+                            let out: &mut [i8] =
+                                unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
                             kernels::transpose(out_shape, strides, x, out, r);
                         });
                     }
                 }
-                Step::Resize { in_h, in_w, c, batch, ys, xs, linear, x_zp, y_zp, ratio, src, dst } => {
+                Step::Resize {
+                    in_h,
+                    in_w,
+                    c,
+                    batch,
+                    ys,
+                    xs,
+                    linear,
+                    x_zp,
+                    y_zp,
+                    ratio,
+                    src,
+                    dst,
+                } => {
                     let x = view(*src);
                     let d = &bufs[*dst];
                     let row_len = xs.len() * c;
                     let rows = batch * ys.len();
-                    lanes.for_each_chunk(rows, chunks_for(rows, row_len * 4), &|r: Range<usize>| {
-                        // SAFETY: rows r of `dst`, disjoint per chunk.
-                        let out = unsafe { base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len) };
-                        kernels::resize(*in_h, *in_w, *c, ys, xs, *linear, *x_zp, *y_zp, *ratio, x, out, r);
-                    });
+                    lanes.for_each_chunk(
+                        rows,
+                        chunks_for(rows, row_len * 4),
+                        &|r: Range<usize>| {
+                            // SAFETY: rows r of `dst`, disjoint per chunk.
+                            let out = unsafe {
+                                base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len)
+                            };
+                            kernels::resize(
+                                *in_h, *in_w, *c, ys, xs, *linear, *x_zp, *y_zp, *ratio, x, out, r,
+                            );
+                        },
+                    );
                 }
                 Step::Concat { outer, parts, dst } => {
                     let d = &bufs[*dst];

@@ -58,7 +58,10 @@ impl Agreement {
 }
 
 fn bad(path: &Path, reason: impl Into<String>) -> EngineError {
-    EngineError::Parse { path: path.to_path_buf(), reason: reason.into() }
+    EngineError::Parse {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
 }
 
 fn elem(dtype: &str) -> Option<ElemType> {
@@ -74,10 +77,16 @@ fn elem(dtype: &str) -> Option<ElemType> {
 
 fn values(e: ElemType, bytes: &[u8]) -> Vec<f64> {
     match e {
-        ElemType::F32 => bytes.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        ElemType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
         ElemType::I8 => bytes.iter().map(|&b| f64::from(b as i8)).collect(),
         ElemType::U8 => bytes.iter().map(|&b| f64::from(b)).collect(),
-        ElemType::I32 => bytes.chunks_exact(4).map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        ElemType::I32 => bytes
+            .chunks_exact(4)
+            .map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
         ElemType::I64 => bytes
             .chunks_exact(8)
             .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64)
@@ -102,7 +111,10 @@ pub fn compare(name: &str, e: ElemType, ours: &[u8], reference: &[u8]) -> Output
     let mut sorted: Vec<f64> = b.clone();
     sorted.sort_by(|p, q| p.total_cmp(q));
     sorted.dedup();
-    let step = sorted.windows(2).map(|w| w[1] - w[0]).fold(f64::INFINITY, f64::min);
+    let step = sorted
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .fold(f64::INFINITY, f64::min);
     let max_steps = if max_abs == 0.0 {
         0.0
     } else if step.is_finite() && step > 0.0 {
@@ -110,11 +122,22 @@ pub fn compare(name: &str, e: ElemType, ours: &[u8], reference: &[u8]) -> Output
     } else {
         f64::NAN
     };
-    OutputAgreement { name: name.to_string(), total: a.len().max(b.len()), differing, max_abs_diff: max_abs, max_steps }
+    OutputAgreement {
+        name: name.to_string(),
+        total: a.len().max(b.len()),
+        differing,
+        max_abs_diff: max_abs,
+        max_steps,
+    }
 }
 
 /// The first `k` differing elements: (flat index, ours, reference).
-pub fn first_differences(e: ElemType, ours: &[u8], reference: &[u8], k: usize) -> Vec<(usize, f64, f64)> {
+pub fn first_differences(
+    e: ElemType,
+    ours: &[u8],
+    reference: &[u8],
+    k: usize,
+) -> Vec<(usize, f64, f64)> {
     values(e, ours)
         .into_iter()
         .zip(values(e, reference))
@@ -128,29 +151,53 @@ pub fn first_differences(e: ElemType, ours: &[u8], reference: &[u8], k: usize) -
 /// Loads `manifest` (a `<stem>.json`), runs the model on the native engine and compares.
 pub fn check_manifest(manifest: &Path, lanes: &dyn Lanes) -> Result<Agreement, EngineError> {
     let dir = manifest.parent().unwrap_or(Path::new("."));
-    let text = std::fs::read_to_string(manifest).map_err(|source| EngineError::Io { path: manifest.to_path_buf(), source })?;
-    let m: Manifest = serde_json::from_str(&text).map_err(|e| bad(manifest, format!("bad manifest: {e}")))?;
+    let text = std::fs::read_to_string(manifest).map_err(|source| EngineError::Io {
+        path: manifest.to_path_buf(),
+        source,
+    })?;
+    let m: Manifest =
+        serde_json::from_str(&text).map_err(|e| bad(manifest, format!("bad manifest: {e}")))?;
     let model = dir.join(&m.model);
     let mut engine = super::NativeEngine::load(&model)?;
     let read = |t: &TensorEntry| -> Result<(ElemType, Vec<u8>), EngineError> {
-        let e = elem(&t.dtype).ok_or_else(|| bad(manifest, format!("unknown dtype {}", t.dtype)))?;
+        let e =
+            elem(&t.dtype).ok_or_else(|| bad(manifest, format!("unknown dtype {}", t.dtype)))?;
         let p = dir.join(&t.file);
-        let bytes = std::fs::read(&p).map_err(|source| EngineError::Io { path: p.clone(), source })?;
+        let bytes = std::fs::read(&p).map_err(|source| EngineError::Io {
+            path: p.clone(),
+            source,
+        })?;
         let want = t.shape.iter().product::<usize>() * e.size();
         if bytes.len() != want {
-            return Err(bad(&p, format!("{} bytes, shape {:?} needs {want}", bytes.len(), t.shape)));
+            return Err(bad(
+                &p,
+                format!("{} bytes, shape {:?} needs {want}", bytes.len(), t.shape),
+            ));
         }
         Ok((e, bytes))
     };
     let mut ins = Vec::new();
     for (i, t) in m.inputs.iter().enumerate() {
-        let spec = engine.inputs().get(i).ok_or_else(|| bad(manifest, "more inputs than the model"))?;
+        let spec = engine
+            .inputs()
+            .get(i)
+            .ok_or_else(|| bad(manifest, "more inputs than the model"))?;
         if spec.name != t.name {
-            return Err(bad(manifest, format!("input {i} is {} in the manifest, {} in the model", t.name, spec.name)));
+            return Err(bad(
+                manifest,
+                format!(
+                    "input {i} is {} in the manifest, {} in the model",
+                    t.name, spec.name
+                ),
+            ));
         }
         ins.push(read(t)?.1);
     }
-    let mut outs: Vec<Vec<u8>> = engine.outputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
+    let mut outs: Vec<Vec<u8>> = engine
+        .outputs()
+        .iter()
+        .map(|s| vec![0u8; s.byte_len()])
+        .collect();
     {
         let in_refs: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
         let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
@@ -159,9 +206,15 @@ pub fn check_manifest(manifest: &Path, lanes: &dyn Lanes) -> Result<Agreement, E
     let mut outputs = Vec::new();
     for (j, t) in m.outputs.iter().enumerate() {
         let (e, reference) = read(t)?;
-        let ours = outs.get(j).ok_or_else(|| bad(manifest, "more outputs than the model"))?;
+        let ours = outs
+            .get(j)
+            .ok_or_else(|| bad(manifest, "more outputs than the model"))?;
         if std::env::var_os("REDLINE_ONNX_DEBUG").is_some() {
-            eprintln!("{}: first differences {:?}", t.name, first_differences(e, ours, &reference, 8));
+            eprintln!(
+                "{}: first differences {:?}",
+                t.name,
+                first_differences(e, ours, &reference, 8)
+            );
         }
         outputs.push(compare(&t.name, e, ours, &reference));
     }

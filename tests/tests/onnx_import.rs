@@ -1,0 +1,332 @@
+//! The ONNX importer against ONNX Runtime (issue 11): every model that `tools/onnx/op_models.py`
+//! (one operator per model, odd shapes, plus seeded random graphs) and `tools/onnx/zoo.py`
+//! (ResNet-18) write, in both quantized forms (QDQ, QOperator) and both activation types,
+//! is run on the native engine and compared with ONNX Runtime's outputs stored next to it.
+//!
+//! What must hold (the bound is per model and printed for every model that is not exact):
+//! - **int8 activations**: bit-exact, except models holding an operator for which ONNX
+//!   Runtime computes in another float formula (AveragePool, linear Resize, Mul): there at most
+//!   half of the elements may differ, by at most 4 quantization steps (1 at the operator,
+//!   more where a following convolution amplifies it).
+//! - **uint8 activations with 7-bit weights** (`--reduce-range`): the same bound. Plain uint8
+//!   models are compared too but not bounded on CPUs without VNNI: ONNX Runtime's AVX2
+//!   u8×s8 kernel saturates its 16-bit pair sums there (the Python scripts' README shows it
+//!   against an exact numpy reference); the counts are printed.
+//! - Rejections: a float model, a dynamic shape, an unsupported operator and a file that
+//!   is not ONNX each give an error naming what is wrong and what to do.
+//! - Lanes: the same outputs on 1 and 3 lanes; no allocation in `run` after the first.
+//!
+//! Needs python3 with `onnx` and `onnxruntime` (`.ci/run` installs them); without them the
+//! test prints a loud SKIPPED line and passes.
+
+use redline_models::engine::{Engine, EngineError, Inline, Lanes};
+use redline_models::onnx::reference::{check_manifest, Agreement};
+use redline_models::onnx::NativeEngine;
+use redline_tests::CountingAllocator;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator::new();
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn python_ok() -> bool {
+    Command::new("python3")
+        .args(["-c", "import onnx, onnxruntime"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn generate(script: &str, dir: &Path, extra: &[&str]) {
+    let out = Command::new("python3")
+        .arg(repo().join("tools/onnx").join(script))
+        .arg(dir)
+        .args(extra)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn manifests(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().map(|e| e == "json").unwrap_or(false) && !p.ends_with("index.json")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// True when the model holds an operator ONNX Runtime computes with another float formula.
+fn has_float_formula_op(manifest: &Path) -> bool {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ops = m["ops"].as_object().cloned().unwrap_or_default();
+    let name = manifest.file_name().unwrap().to_string_lossy().to_string();
+    ops.keys()
+        .any(|k| (k.contains("AveragePool") && !k.contains("Global")) || k.ends_with("Mul"))
+        || (ops.keys().any(|k| k.contains("Resize"))
+            && (name.contains("bilinear")
+                || name.starts_with("rand")
+                || name.contains("centernet")))
+}
+
+fn check_dir(dir: &Path, bounded_u8: bool) -> (usize, usize) {
+    let (mut exact, mut total) = (0, 0);
+    for m in manifests(dir) {
+        let name = m.file_name().unwrap().to_string_lossy().to_string();
+        let a: Agreement = check_manifest(&m, &Inline).unwrap_or_else(|e| panic!("{name}: {e}"));
+        total += 1;
+        if a.exact() {
+            exact += 1;
+            continue;
+        }
+        for o in &a.outputs {
+            if o.differing > 0 {
+                println!(
+                    "{name}: {} differs in {}/{} elements, max {} steps ({:.6})",
+                    o.name, o.differing, o.total, o.max_steps, o.max_abs_diff
+                );
+            }
+        }
+        let u8_unbounded = name.contains("_u8") && !bounded_u8;
+        if u8_unbounded {
+            continue;
+        }
+        assert!(
+            has_float_formula_op(&m),
+            "{name}: not bit-exact although ONNX Runtime's integer path is exact for its operators"
+        );
+        for o in &a.outputs {
+            assert!(
+                o.differing * 2 <= o.total && o.max_steps <= 4.0,
+                "{name}: {} differs beyond the bound ({}/{}, {} steps)",
+                o.name,
+                o.differing,
+                o.total,
+                o.max_steps
+            );
+        }
+    }
+    (exact, total)
+}
+
+#[test]
+fn native_engine_agrees_with_onnx_runtime() {
+    if !python_ok() {
+        eprintln!("SKIPPED: python3 with onnx and onnxruntime is missing (python3 -m pip install onnx onnxruntime); the ONNX agreement test did not run");
+        return;
+    }
+    let base = redline_tests::temp_dir("onnx-import");
+    let ops = base.join("ops");
+    let ops_rr = base.join("ops-rr");
+    let zoo = base.join("zoo");
+    generate("op_models.py", &ops, &[]);
+    generate("op_models.py", &ops_rr, &["--reduce-range"]);
+    generate("zoo.py", &zoo, &["--only", "resnet18"]);
+    let (e1, t1) = check_dir(&ops, false);
+    let (e2, t2) = check_dir(&ops_rr, true);
+    let (e3, t3) = check_dir(&zoo, false);
+    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18 variants");
+    assert!(
+        t1 > 300 && t2 > 300 && t3 == 4,
+        "generated model counts changed: {t1} {t2} {t3}"
+    );
+    // ResNet-18 with int8 activations is bit-exact in both forms.
+    for f in ["resnet18_qdq_s8.json", "resnet18_qop_s8.json"] {
+        assert!(
+            check_manifest(&zoo.join(f), &Inline).unwrap().exact(),
+            "{f} is not bit-exact"
+        );
+    }
+}
+
+/// Runs chunks on scoped threads, round-robin over `n` workers (test only).
+struct Threads(usize);
+
+impl Lanes for Threads {
+    fn for_each_chunk(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_)) {
+        let chunks = chunks.max(1);
+        std::thread::scope(|s| {
+            for w in 0..self.0 {
+                s.spawn(move || {
+                    for i in (w..chunks).step_by(self.0) {
+                        let r = redline_runtime::parallel::chunk_range(items, chunks, i);
+                        if !r.is_empty() {
+                            f(r);
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
+    if !python_ok() {
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime is missing; the lanes test did not run"
+        );
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-lanes");
+    generate(
+        "op_models.py",
+        &dir,
+        &[
+            "--only",
+            "concat_channels",
+            "conv_depthwise",
+            "conv_group2",
+            "resize_bilinear_x2",
+            "gap",
+            "--random",
+            "6",
+        ],
+    );
+    for m in manifests(&dir) {
+        let text = std::fs::read_to_string(&m).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let model = dir.join(v["model"].as_str().unwrap());
+        let mut e = NativeEngine::load(&model).unwrap();
+        let ins: Vec<Vec<u8>> = e
+            .inputs()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                (0..s.byte_len())
+                    .map(|k| ((k * 31 + i * 7) % 251) as u8 / 4)
+                    .collect()
+            })
+            .collect();
+        let run = |e: &mut NativeEngine, lanes: &dyn Lanes| {
+            let mut outs: Vec<Vec<u8>> = e
+                .outputs()
+                .iter()
+                .map(|s| vec![0u8; s.byte_len()])
+                .collect();
+            let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
+            let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+            e.run(&i, &mut o, lanes).unwrap();
+            drop(o);
+            outs
+        };
+        let one = run(&mut e, &Inline);
+        let three = run(&mut e, &Threads(3));
+        assert_eq!(
+            one,
+            three,
+            "{}: outputs differ between 1 and 3 lanes",
+            model.display()
+        );
+        // Allocation count of one run after warm-up (buffers prepared outside the count).
+        let mut outs: Vec<Vec<u8>> = e
+            .outputs()
+            .iter()
+            .map(|s| vec![0u8; s.byte_len()])
+            .collect();
+        let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
+        let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        ALLOC.start();
+        let r = e.run(&i, &mut o, &Inline);
+        let (allocs, _) = ALLOC.stop();
+        r.unwrap();
+        assert_eq!(
+            allocs,
+            0,
+            "{}: run allocated {allocs} times",
+            model.display()
+        );
+    }
+}
+
+fn bad_models(dir: &Path) {
+    let script = r#"
+import sys, onnx, numpy as np
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+d = sys.argv[1]
+def save(g, name):
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)]); m.ir_version = 8
+    onnx.save(m, f"{d}/{name}.onnx")
+x = h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8]); y = h.make_tensor_value_info("y", T.FLOAT, None)
+w = nh.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+save(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], name="float_conv", pads=[1,1,1,1])], "g", [x], [y], [w]), "float_conv")
+xd = h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 8, 8])
+save(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [xd], [y]), "dynamic")
+s = nh.from_array(np.array(0.1, np.float32), "s"); z = nh.from_array(np.array(0, np.int8), "z")
+save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]),
+                   h.make_node("Softmax", ["f"], ["y"], name="the_softmax")], "g", [x], [y], [s, z]), "softmax")
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        dir.join("not_onnx.onnx"),
+        b"this is not a protobuf \xff\xff\xff",
+    )
+    .unwrap();
+}
+
+#[test]
+fn every_rejection_says_what_and_what_to_do() {
+    if !python_ok() {
+        eprintln!("SKIPPED: python3 with onnx is missing; the rejection test did not run");
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-bad");
+    bad_models(&dir);
+    let err = |f: &str| -> String {
+        match NativeEngine::load(&dir.join(f)) {
+            Ok(_) => panic!("{f} compiled"),
+            Err(e) => {
+                let m = e.to_string();
+                println!("{f}: {m}");
+                let _: &EngineError = &e;
+                m
+            }
+        }
+    };
+    let m = err("float_conv.onnx");
+    assert!(
+        m.contains("float_conv") && m.contains("Conv") && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("dynamic.onnx");
+    assert!(
+        m.contains("dynamic dimension 0") && m.contains("static"),
+        "{m}"
+    );
+    let m = err("softmax.onnx");
+    assert!(
+        m.contains("the_softmax") && m.contains("Softmax") && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("not_onnx.onnx");
+    assert!(m.contains("not an ONNX protobuf"), "{m}");
+    let m = match NativeEngine::load(&dir.join("missing.onnx")) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a missing file compiled"),
+    };
+    assert!(m.contains("missing.onnx"), "{m}");
+}
