@@ -10,6 +10,7 @@
 
 use redline_runtime::metrics::LatencySummary;
 
+pub mod peak;
 pub mod regress;
 
 /// Formats a latency summary in microseconds: p50 / p90 / p99 / p99.9 / max.

@@ -314,13 +314,14 @@ impl<'g> Lowerer<'g> {
     /// Scale and zero point from inputs `si`, `zi` (per tensor, `i8` domain).
     fn qparams(&self, n: &Node, si: usize, zi: usize) -> Result<QParams, EngineError> {
         let s = self.konst(n, si)?;
-        let scale =
-            match &s.data {
-                ConstData::F32(v) if v.len() == 1 => v[0],
-                _ => return Err(n.unsupported(format!(
+        let scale = match &s.data {
+            ConstData::F32(v) if v.len() == 1 => v[0],
+            _ => {
+                return Err(n.unsupported(format!(
                     "input {si} must be one float32 scale (per-tensor quantization of activations)"
-                ))),
-            };
+                )))
+            }
+        };
         let zp = if n.input(zi).is_some() {
             let z = self.konst(n, zi)?;
             if z.len() != 1 {
