@@ -11,10 +11,21 @@
 
 use std::ops::Range;
 
+/// Rounds half to even for `|v| <= 2^22` with the "magic number" addition (exact under
+/// IEEE-754 round-to-nearest-even, which Rust never changes): `f32::round_ties_even` is a
+/// libm call on baseline x86-64 and would keep these loops scalar. Callers clamp first.
+#[inline(always)]
+fn round_even_small(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
+    (v + MAGIC) - MAGIC
+}
+
 /// Saturating `i8` from a rounded float plus a zero point, clamped into `[lo, hi]`.
+/// Values beyond ±1024 saturate either way, so they are clamped before rounding (NaN stays
+/// NaN and becomes 0 through the saturating cast, as before).
 #[inline]
 pub(crate) fn requant_f32(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
-    let r = v.round_ties_even() + zp as f32;
+    let r = round_even_small(v.clamp(-1024.0, 1024.0)) + zp as f32;
     r.clamp(f32::from(lo), f32::from(hi)) as i8
 }
 
