@@ -269,6 +269,27 @@ save(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [xd], [y]), "dynamic
 s = nh.from_array(np.array(0.1, np.float32), "s"); z = nh.from_array(np.array(0, np.int8), "z")
 save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]),
                    h.make_node("Softmax", ["f"], ["y"], name="the_softmax")], "g", [x], [y], [s, z]), "softmax")
+# Asymmetric uint8 weights (zero point 3): the native engine needs symmetric weights.
+wq = nh.from_array(np.full((4, 3, 3, 3), 7, np.uint8), "wq"); ws = nh.from_array(np.array(0.01, np.float32), "ws")
+wz = nh.from_array(np.array(3, np.uint8), "wz"); ys = nh.from_array(np.array(0.2, np.float32), "ys")
+save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]),
+                   h.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wf"]),
+                   h.make_node("Conv", ["f", "wf"], ["c"], name="asym_conv", pads=[1,1,1,1]),
+                   h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
+          "g", [x], [y], [s, z, wq, ws, wz, ys]), "asymmetric_weights")
+# Gemm with transA = 1.
+x2 = h.make_tensor_value_info("x", T.FLOAT, [6, 4])
+g8 = nh.from_array(np.ones((6, 5), np.int8), "g8"); gs = nh.from_array(np.array(0.01, np.float32), "gs")
+gz = nh.from_array(np.array(0, np.int8), "gz")
+save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]),
+                   h.make_node("DequantizeLinear", ["g8", "gs", "gz"], ["gf"]),
+                   h.make_node("Gemm", ["f", "gf"], ["c"], name="gemm_ta", transA=1),
+                   h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
+          "g", [x2], [y], [s, z, g8, gs, gz, ys]), "gemm_transa")
+# Weights kept in an external data file.
+m = h.make_model(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], pads=[1,1,1,1])], "g", [x], [y],
+                 [nh.from_array(np.ones((64, 3, 3, 3), np.float32), "w")]), opset_imports=[h.make_opsetid("", 17)])
+onnx.save_model(m, f"{d}/external.onnx", save_as_external_data=True, all_tensors_to_one_file=True, location="external.bin", size_threshold=0)
 "#;
     let out = Command::new("python3")
         .arg("-c")
@@ -320,6 +341,18 @@ fn every_rejection_says_what_and_what_to_do() {
     let m = err("softmax.onnx");
     assert!(
         m.contains("the_softmax") && m.contains("Softmax") && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("asymmetric_weights.onnx");
+    assert!(
+        m.contains("asym_conv") && m.contains("symmetric weights"),
+        "{m}"
+    );
+    let m = err("gemm_transa.onnx");
+    assert!(m.contains("gemm_ta") && m.contains("transA"), "{m}");
+    let m = err("external.onnx");
+    assert!(
+        m.contains("external") && m.contains("save_as_external_data=False"),
         "{m}"
     );
     let m = err("not_onnx.onnx");

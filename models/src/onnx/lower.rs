@@ -1371,7 +1371,11 @@ impl<'g> Lowerer<'g> {
                 || n.float("alpha", 1.0)? != 1.0
                 || n.float("beta", 1.0)? != 1.0
             {
-                return Err(n.unsupported("only transA = 0, alpha = 1, beta = 1 are supported"));
+                return Err(n.unsupported(
+                    "only transA = 0, alpha = 1, beta = 1 are supported: put a Transpose before it \
+                     or fold alpha and beta into the weights and bias, or run the model with \
+                     --engine onnxruntime",
+                ));
             }
         }
         let trans_b = n.op.contains("Gemm") && n.int("transB", 0)? != 0;
