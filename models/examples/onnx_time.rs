@@ -67,7 +67,7 @@ fn main() {
     for (i, name, macs, ms) in rows {
         if ms > 0.05 {
             println!(
-                "{i:3} {name:14} {:8.1} MMAC {ms:7.3} ms {:6.1} GMAC/s",
+                "{i:3} {name:28} {:8.1} MMAC {ms:7.3} ms {:6.1} GMAC/s",
                 macs as f64 / 1e6,
                 macs as f64 / 1e6 / ms
             );

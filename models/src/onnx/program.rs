@@ -219,14 +219,31 @@ impl Program {
                         in_h,
                         in_w,
                         ..
-                    } => match imp {
-                        ConvImpl::Dense(c) => ("conv", c.macs(*in_h, *in_w) * *batch as u64),
-                        ConvImpl::General(g) => {
-                            let w = &g.win;
-                            let m = w.out_h * w.out_w * g.out_c * w.kh * w.kw * (g.in_c / g.groups);
-                            ("conv(general)", (m * batch) as u64)
-                        }
-                    },
+                    } => {
+                        return match imp {
+                            ConvImpl::Dense(c) => {
+                                let (oh, ow) = c.out_hw(*in_h, *in_w);
+                                let name = format!(
+                                    "conv {k}x{k}/{s} {i}>{o} {oh}x{ow}",
+                                    k = c.k,
+                                    s = c.stride,
+                                    i = c.in_c,
+                                    o = c.out_c
+                                );
+                                (name, c.macs(*in_h, *in_w) * *batch as u64)
+                            }
+                            ConvImpl::General(g) => {
+                                let w = &g.win;
+                                let m =
+                                    w.out_h * w.out_w * g.out_c * w.kh * w.kw * (g.in_c / g.groups);
+                                let name = format!(
+                                    "conv* {}x{}/{} {}>{} g{} {}x{}",
+                                    w.kh, w.kw, w.sh, g.in_c, g.out_c, g.groups, w.out_h, w.out_w
+                                );
+                                (name, (m * batch) as u64)
+                            }
+                        };
+                    }
                     Step::MaxPool { .. } => ("maxpool", 0),
                     Step::AvgPool { .. } => ("avgpool", 0),
                     Step::Lut { .. } => ("table", 0),
