@@ -12,6 +12,7 @@ mod config;
 mod demo;
 mod generate;
 mod measure;
+mod model;
 mod progress;
 mod quantize;
 mod regress;
@@ -20,6 +21,7 @@ mod report;
 
 use demo::DemoArgs;
 use generate::SimCommand;
+use model::ModelCommand;
 use quantize::QuantizeArgs;
 use regress::{RegressArgs, WorkerArgs};
 use replay::ReplayArgs;
@@ -55,6 +57,9 @@ enum Command {
     /// baseline (--baseline) or another build (--against). Exit 0 pass, 1 regression,
     /// 2 cannot run.
     Regress(RegressArgs),
+    /// Inspect a model (.onnx) or measure an engine on it (redline's trtexec).
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// Work with measurement files.
     #[command(subcommand)]
     Report(ReportCommand),
@@ -77,6 +82,8 @@ fn main() -> ExitCode {
         Some(Command::Replay(a)) => done(replay::run(a)),
         Some(Command::Sim(SimCommand::Generate(a))) => done(generate::run(a)),
         Some(Command::Quantize(a)) => done(quantize::run(a)),
+        Some(Command::Model(ModelCommand::Info(a))) => done(model::info(a)),
+        Some(Command::Model(ModelCommand::Bench(a))) => done(model::bench(a)),
         // Regression checks: 0 pass, 1 regression, 2 cannot run (as a CI job expects).
         Some(Command::Regress(a)) => match regress::regress(a) {
             Ok(pass) => ExitCode::from(if pass { 0 } else { 1 }),
