@@ -406,8 +406,7 @@ fn real_main() -> Result<(), String> {
         models.push(("pipeline".into(), pipeline_models(&dir.join("pipeline"))?));
     }
     println!(
-        "model_race: native vs ONNX Runtime {} in-process, alternated: {blocks} blocks x {iters} runs each, same input",
-        "(CPU provider)"
+        "model_race: native vs ONNX Runtime (CPU provider) in-process, alternated: {blocks} blocks x {iters} runs each, same input"
     );
     println!(
         "{:<22} {:>3} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10} {:>14}",

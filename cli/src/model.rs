@@ -69,7 +69,10 @@ pub struct BenchArgs {
 }
 
 fn dims(d: &[Option<usize>]) -> String {
-    let v: Vec<String> = d.iter().map(|x| x.map(|v| v.to_string()).unwrap_or_else(|| "?".into())).collect();
+    let v: Vec<String> = d
+        .iter()
+        .map(|x| x.map(|v| v.to_string()).unwrap_or_else(|| "?".into()))
+        .collect();
     format!("[{}]", v.join(", "))
 }
 
@@ -81,10 +84,14 @@ pub fn info(a: InfoArgs) -> Result<()> {
     };
     if a.json {
         let io = |v: &[(String, String, Vec<Option<usize>>)]| -> Vec<serde_json::Value> {
-            v.iter().map(|(n, t, d)| serde_json::json!({"name": n, "type": t, "shape": d})).collect()
+            v.iter()
+                .map(|(n, t, d)| serde_json::json!({"name": n, "type": t, "shape": d}))
+                .collect()
         };
         let native = match &m.native {
-            Ok(s) => serde_json::json!({"ok": true, "macs": s.macs, "arena_bytes": s.arena_bytes, "weight_bytes": s.weight_bytes, "steps": s.steps}),
+            Ok(s) => {
+                serde_json::json!({"ok": true, "macs": s.macs, "arena_bytes": s.arena_bytes, "weight_bytes": s.weight_bytes, "steps": s.steps})
+            }
             Err(e) => serde_json::json!({"ok": false, "reason": e.to_string()}),
         };
         let ortj = match &ort {
@@ -101,8 +108,20 @@ pub fn info(a: InfoArgs) -> Result<()> {
         return Ok(());
     }
     println!("model      {}", a.model.display());
-    println!("producer   {}  (opset {})", if m.producer.is_empty() { "-" } else { &m.producer }, m.opset);
-    println!("nodes      {}, initializers {:.2} MB", m.nodes, m.initializer_bytes as f64 / 1e6);
+    println!(
+        "producer   {}  (opset {})",
+        if m.producer.is_empty() {
+            "-"
+        } else {
+            &m.producer
+        },
+        m.opset
+    );
+    println!(
+        "nodes      {}, initializers {:.2} MB",
+        m.nodes,
+        m.initializer_bytes as f64 / 1e6
+    );
     for (n, t, d) in &m.inputs {
         println!("input      {n}: {t} {}", dims(d));
     }
@@ -141,7 +160,13 @@ fn load(kind: EngineKind, path: &Path, threads: usize, qdq_int8: bool) -> Result
             Box::new(NativeEngine::load(path)?)
         }
         EngineKind::OnnxRuntime => {
-            let mut e = OrtEngine::load(path, &OrtOptions { threads, qdq_int8_allowed: qdq_int8 })?;
+            let mut e = OrtEngine::load(
+                path,
+                &OrtOptions {
+                    threads,
+                    qdq_int8_allowed: qdq_int8,
+                },
+            )?;
             if let Ok(m) = redline_models::onnx::count_macs(path) {
                 e.set_macs(m);
             }
@@ -165,8 +190,12 @@ fn random_input(e: ElemType, n: usize, rng: &mut SplitMix64) -> Vec<u8> {
             })
             .collect(),
         ElemType::I8 | ElemType::U8 => (0..n).map(|_| rng.next_u64() as u8).collect(),
-        ElemType::I32 => (0..n).flat_map(|_| ((rng.next_u64() % 256) as i32 - 128).to_le_bytes()).collect(),
-        ElemType::I64 => (0..n).flat_map(|_| ((rng.next_u64() % 256) as i64 - 128).to_le_bytes()).collect(),
+        ElemType::I32 => (0..n)
+            .flat_map(|_| ((rng.next_u64() % 256) as i32 - 128).to_le_bytes())
+            .collect(),
+        ElemType::I64 => (0..n)
+            .flat_map(|_| ((rng.next_u64() % 256) as i64 - 128).to_le_bytes())
+            .collect(),
     }
 }
 
@@ -200,33 +229,66 @@ impl Timed {
 
 pub fn bench(a: BenchArgs) -> Result<()> {
     let main_kind = kind(&a.engine)?;
-    let mut runs = vec![Timed { engine: load(main_kind, &a.model, a.threads, a.ort_qdq_int8)?, samples: vec![], outputs: vec![] }];
+    let mut runs = vec![Timed {
+        engine: load(main_kind, &a.model, a.threads, a.ort_qdq_int8)?,
+        samples: vec![],
+        outputs: vec![],
+    }];
     if let Some(k) = &a.against {
-        runs.push(Timed { engine: load(kind(k)?, &a.model, a.threads, a.ort_qdq_int8)?, samples: vec![], outputs: vec![] });
+        runs.push(Timed {
+            engine: load(kind(k)?, &a.model, a.threads, a.ort_qdq_int8)?,
+            samples: vec![],
+            outputs: vec![],
+        });
     }
     let specs = runs[0].engine.inputs().to_vec();
-    if runs.len() == 2 && (runs[1].engine.inputs() != specs.as_slice() || runs[1].engine.outputs() != runs[0].engine.outputs()) {
+    if runs.len() == 2
+        && (runs[1].engine.inputs() != specs.as_slice()
+            || runs[1].engine.outputs() != runs[0].engine.outputs())
+    {
         bail!("the two engines see different inputs or outputs for this model");
     }
     let inputs: Vec<Vec<u8>> = if a.input.is_empty() {
         let mut rng = SplitMix64::new(a.seed);
-        specs.iter().map(|s| random_input(s.elem, s.elements(), &mut rng)).collect()
+        specs
+            .iter()
+            .map(|s| random_input(s.elem, s.elements(), &mut rng))
+            .collect()
     } else {
         if a.input.len() != specs.len() {
-            bail!("{} --input files for {} model inputs ({})", a.input.len(), specs.len(), specs.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "));
+            bail!(
+                "{} --input files for {} model inputs ({})",
+                a.input.len(),
+                specs.len(),
+                specs
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
         let mut v = Vec::new();
         for (f, s) in a.input.iter().zip(&specs) {
             let b = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
             if b.len() != s.byte_len() {
-                bail!("{} has {} bytes but input {s} needs {}", f.display(), b.len(), s.byte_len());
+                bail!(
+                    "{} has {} bytes but input {s} needs {}",
+                    f.display(),
+                    b.len(),
+                    s.byte_len()
+                );
             }
             v.push(b);
         }
         v
     };
     for r in &mut runs {
-        r.outputs = r.engine.outputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
+        r.outputs = r
+            .engine
+            .outputs()
+            .iter()
+            .map(|s| vec![0u8; s.byte_len()])
+            .collect();
         for _ in 0..a.warmup {
             r.run(&inputs, false)?;
         }
@@ -236,7 +298,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let mut block = 0;
     while done < a.iters {
         let n = (a.iters - done).min(10);
-        let order: Vec<usize> = if block % 2 == 0 { (0..runs.len()).collect() } else { (0..runs.len()).rev().collect() };
+        let order: Vec<usize> = if block % 2 == 0 {
+            (0..runs.len()).collect()
+        } else {
+            (0..runs.len()).rev().collect()
+        };
         for &k in &order {
             for _ in 0..n {
                 runs[k].run(&inputs, true)?;
@@ -248,17 +314,30 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             eprintln!("  {done}/{} runs", a.iters);
         }
     }
-    let macs = runs[0].engine.macs().max(runs.get(1).map(|r| r.engine.macs()).unwrap_or(0));
+    let macs = runs[0]
+        .engine
+        .macs()
+        .max(runs.get(1).map(|r| r.engine.macs()).unwrap_or(0));
     let r0 = &runs[0];
     let (p50, p99, max) = (r0.pct(0.5), r0.pct(0.99), r0.pct(1.0));
-    let gmacs = if macs > 0 { macs as f64 / 1e6 / p50 } else { f64::NAN };
+    let gmacs = if macs > 0 {
+        macs as f64 / 1e6 / p50
+    } else {
+        f64::NAN
+    };
     let mut json = serde_json::json!({
         "model": a.model.display().to_string(), "engine": main_kind.name(), "threads": a.threads,
         "iters": a.iters, "p50_ms": p50, "p99_ms": p99, "max_ms": max, "macs": macs, "gmacs": gmacs,
     });
     if !a.json {
-        println!("{:<12} {:>9} {:>9} {:>9} {:>8}", "engine", "P50 ms", "P99 ms", "max ms", "GMAC/s");
-        println!("{:<12} {p50:>9.3} {p99:>9.3} {max:>9.3} {gmacs:>8.1}", main_kind.name());
+        println!(
+            "{:<12} {:>9} {:>9} {:>9} {:>8}",
+            "engine", "P50 ms", "P99 ms", "max ms", "GMAC/s"
+        );
+        println!(
+            "{:<12} {p50:>9.3} {p99:>9.3} {max:>9.3} {gmacs:>8.1}",
+            main_kind.name()
+        );
     }
     if let Some(r1) = runs.get(1) {
         let (q50, q99, qmax) = (r1.pct(0.5), r1.pct(0.99), r1.pct(1.0));
@@ -279,10 +358,25 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         obj.insert("total_elements".into(), total.into());
         obj.insert("max_abs_diff".into(), max_abs.into());
         if !a.json {
-            let g1 = if macs > 0 { macs as f64 / 1e6 / q50 } else { f64::NAN };
-            println!("{:<12} {q50:>9.3} {q99:>9.3} {qmax:>9.3} {g1:>8.1}", r1.engine.kind().name());
-            println!("ratio        P50 {:.2}x  P99 {:.2}x  ({} / {})", p50 / q50, p99 / q99, main_kind.name(), r1.engine.kind().name());
-            println!("outputs      {differing} of {total} elements differ, max |diff| {max_abs:.6}");
+            let g1 = if macs > 0 {
+                macs as f64 / 1e6 / q50
+            } else {
+                f64::NAN
+            };
+            println!(
+                "{:<12} {q50:>9.3} {q99:>9.3} {qmax:>9.3} {g1:>8.1}",
+                r1.engine.kind().name()
+            );
+            println!(
+                "ratio        P50 {:.2}x  P99 {:.2}x  ({} / {})",
+                p50 / q50,
+                p99 / q99,
+                main_kind.name(),
+                r1.engine.kind().name()
+            );
+            println!(
+                "outputs      {differing} of {total} elements differ, max |diff| {max_abs:.6}"
+            );
         }
     }
     if a.json {

@@ -389,8 +389,7 @@ pub(crate) fn transpose<T: Copy>(
         }
         return;
     }
-    let mut o = 0;
-    for i in range {
+    for (o, i) in range.enumerate() {
         let mut rem = i;
         let mut off = 0;
         for d in (0..rank).rev() {
@@ -398,7 +397,6 @@ pub(crate) fn transpose<T: Copy>(
             rem /= out_shape[d];
         }
         out[o] = input[off];
-        o += 1;
     }
 }
 

@@ -22,6 +22,15 @@ use crate::engine::{ElemType, EngineError, TensorSpec};
 use crate::quant::QParams;
 use std::collections::{HashMap, HashSet};
 
+/// What follows a float operator up to its `QuantizeLinear`: the output quantization, the
+/// clamp range (`i8` domain) of the `Relu`/`Clip` nodes on the way, those nodes and the
+/// `QuantizeLinear` (consumed by the fusion), and the name of the quantized value.
+type QuantTail = (QParams, (i8, i8), Vec<usize>, String);
+
+/// Weights of a convolution or matrix product: `i8` values, one scale per output channel,
+/// and the stored shape.
+type WeightParts = (Vec<i8>, Vec<f32>, Vec<usize>);
+
 /// Memory order of a rank-4 activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Layout {
@@ -355,14 +364,11 @@ impl<'g> Lowerer<'g> {
     /// Follows `value` through `Relu` / `Clip` nodes to a `QuantizeLinear`: returns the
     /// output quantization, the clamp range in the `i8` domain, the nodes used and the name
     /// of the quantized value.
-    fn find_q(&self, n: &Node) -> Result<(QParams, (i8, i8), Vec<usize>, String), EngineError> {
+    fn find_q(&self, n: &Node) -> Result<QuantTail, EngineError> {
         let mut value = n.outputs.first().cloned().unwrap_or_default();
         let mut chain = Vec::new();
         let (mut lo_real, mut hi_real) = (f32::NEG_INFINITY, f32::INFINITY);
-        loop {
-            let Some(c) = self.sole_consumer(&value) else {
-                break;
-            };
+        while let Some(c) = self.sole_consumer(&value) {
             let m = &self.g.nodes[c];
             match m.op.as_str() {
                 "Relu" => lo_real = lo_real.max(0.0),
@@ -765,7 +771,7 @@ impl<'g> Lowerer<'g> {
                 }
                 if let Some(i) = infer {
                     let known: usize = out.iter().product();
-                    if known == 0 || total % known != 0 {
+                    if known == 0 || !total.is_multiple_of(known) {
                         return Err(n.unsupported(format!(
                             "cannot infer -1 of {spec:?} for {total} elements"
                         )));
@@ -1102,7 +1108,7 @@ impl<'g> Lowerer<'g> {
         oc: usize,
         axis_expected: usize,
         qop: Option<(usize, usize)>,
-    ) -> Result<(Vec<i8>, Vec<f32>, Vec<usize>), EngineError> {
+    ) -> Result<WeightParts, EngineError> {
         let (data, scales, zps) = match (v, qop) {
             (Val::DqC { data, scales, zps, axis }, None) => {
                 if scales.len() > 1 && axis != axis_expected {
@@ -1366,17 +1372,16 @@ impl<'g> Lowerer<'g> {
             "Gemm" => (1, 0, 0, 2, None),
             _ => (1, 0, 0, usize::MAX, None),
         };
-        if n.op.contains("Gemm") {
-            if n.int("transA", 0)? != 0
+        if n.op.contains("Gemm")
+            && (n.int("transA", 0)? != 0
                 || n.float("alpha", 1.0)? != 1.0
-                || n.float("beta", 1.0)? != 1.0
-            {
-                return Err(n.unsupported(
-                    "only transA = 0, alpha = 1, beta = 1 are supported: put a Transpose before it \
-                     or fold alpha and beta into the weights and bias, or run the model with \
-                     --engine onnxruntime",
-                ));
-            }
+                || n.float("beta", 1.0)? != 1.0)
+        {
+            return Err(n.unsupported(
+                "only transA = 0, alpha = 1, beta = 1 are supported: put a Transpose before it \
+                 or fold alpha and beta into the weights and bias, or run the model with \
+                 --engine onnxruntime",
+            ));
         }
         let trans_b = n.op.contains("Gemm") && n.int("transB", 0)? != 0;
         let wv = self.input(n, w_idx)?;

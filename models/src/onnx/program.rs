@@ -117,10 +117,14 @@ pub(crate) enum Step {
     /// block (mapped through its table when it has one).
     Concat {
         outer: usize,
-        parts: Vec<(Operand, usize, Option<Box<[i8; 256]>>)>,
+        parts: Vec<ConcatPart>,
         dst: usize,
     },
 }
+
+/// One input of a concatenation: its data, the bytes it contributes per outer block, and
+/// the requantization table when its quantization differs from the output's.
+pub(crate) type ConcatPart = (Operand, usize, Option<Box<[i8; 256]>>);
 
 /// How a graph output is written.
 #[derive(Clone, Copy, Debug, PartialEq)]
