@@ -6,8 +6,8 @@
 //! What must hold (the bound is per model and printed for every model that is not exact):
 //! - **int8 activations**: bit-exact, except models holding an operator for which ONNX
 //!   Runtime computes in another float formula (AveragePool, linear Resize, Mul): there at most
-//!   half of the elements may differ, by at most 4 quantization steps (1 at the operator,
-//!   more where a following convolution amplifies it).
+//!   half of the elements may differ, by at most 4 quantization steps (measured: at most 27 %
+//!   of an output's elements, by 1 step).
 //! - **uint8 activations with 7-bit weights** (`--reduce-range`): the same bound. Plain uint8
 //!   models are compared too but not bounded on CPUs without VNNI: ONNX Runtime's AVX2
 //!   u8×s8 kernel saturates its 16-bit pair sums there (the Python scripts' README shows it
