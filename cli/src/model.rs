@@ -132,8 +132,17 @@ fn dims(d: &[Option<usize>]) -> String {
     format!("[{}]", v.join(", "))
 }
 
+fn fmt_macs(m: u64) -> String {
+    if m >= 1_000_000_000 {
+        format!("{:.3} GMAC", m as f64 / 1e9)
+    } else {
+        format!("{:.3} MMAC", m as f64 / 1e6)
+    }
+}
+
 fn info(a: InfoArgs) -> Result<()> {
-    let m = inspect(&a.model).with_context(|| format!("reading {}", a.model.display()))?;
+    // The error names the file; flattened so the OS error is not printed twice.
+    let m = inspect(&a.model).map_err(|e| anyhow!("{e}"))?;
     let ort = OrtEngine::load(
         &a.model,
         &OrtOptions {
@@ -202,7 +211,7 @@ fn info(a: InfoArgs) -> Result<()> {
         println!("  {op:<width$}  {n}");
     }
     match macs {
-        Some(x) => println!("MACs:     {x} ({:.3} GMAC per run)", x as f64 / 1e9),
+        Some(x) => println!("MACs:     {x} ({} per run)", fmt_macs(x)),
         None => println!("MACs:     unknown (counted by the native importer, which cannot compile this model)"),
     }
     println!("engines:");
@@ -236,7 +245,7 @@ pub fn load_engine(
     match kind {
         EngineKind::Native => {
             let e = NativeEngine::load(path)
-                .with_context(|| format!("the native engine cannot run {}", path.display()))?;
+                .map_err(|e| anyhow!("the native engine cannot run {}: {e}", path.display()))?;
             Ok(Box::new(e))
         }
         EngineKind::OnnxRuntime => {
@@ -245,7 +254,7 @@ pub fn load_engine(
                 qdq_int8_allowed: ort_qdq_int8,
             };
             let mut e = OrtEngine::load(path, &opts)
-                .with_context(|| format!("onnxruntime cannot run {}", path.display()))?;
+                .map_err(|e| anyhow!("onnxruntime cannot run {}: {e}", path.display()))?;
             // ORT does not count MACs; the native importer does (when it can compile it).
             if let Ok(m) = redline_models::onnx::count_macs(path) {
                 e.set_macs(m);
@@ -832,9 +841,9 @@ fn bench(a: BenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&v)?);
     } else {
         println!(
-            "model: {}, {:.3} GMAC per run; input {input_desc}",
+            "model: {}, {} per run; input {input_desc}",
             a.model.display(),
-            macs as f64 / 1e9
+            fmt_macs(macs)
         );
         println!(
             "{}{}; {} timed iterations after {} warm-up ({wall:.1} s)",
