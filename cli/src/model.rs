@@ -212,7 +212,9 @@ fn info(a: InfoArgs) -> Result<()> {
     }
     match macs {
         Some(x) => println!("MACs:     {x} ({} per run)", fmt_macs(x)),
-        None => println!("MACs:     unknown (counted by the native importer, which cannot compile this model)"),
+        None => println!(
+            "MACs:     unknown (counted by the native importer, which cannot compile this model)"
+        ),
     }
     println!("engines:");
     match &m.native {
@@ -460,7 +462,11 @@ impl Runner for RuntimeRunner {
         let mut bad = 0u64;
         let mut got: Vec<u64> = Vec::with_capacity(n as usize);
         let mut publisher = |p: &Published<'_>| {
-            let ns = p.outputs.get::<u64>(t).ok().and_then(|s| s.first().copied());
+            let ns = p
+                .outputs
+                .get::<u64>(t)
+                .ok()
+                .and_then(|s| s.first().copied());
             match (&p.status, ns) {
                 (FrameStatus::Complete, Some(ns)) if got.len() < got.capacity() => got.push(ns),
                 (FrameStatus::Complete, Some(_)) => {}
@@ -732,7 +738,7 @@ fn bench(a: BenchArgs) -> Result<()> {
         match other.as_mut() {
             None => main.block(n, Some(&mut s_main))?,
             Some(o) => {
-                if round % 2 == 0 {
+                if round.is_multiple_of(2) {
                     main.block(n, Some(&mut s_main))?;
                     o.block(n, Some(&mut s_other))?;
                 } else {

@@ -103,7 +103,10 @@ fn info_says_why_native_cannot_run_a_float_model() {
     let o = run(&["model", "bench", m.to_str().unwrap(), "--iters", "3"]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
-    assert!(err.contains("native engine cannot run") && err.contains("float"), "{err}");
+    assert!(
+        err.contains("native engine cannot run") && err.contains("float"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -146,7 +149,9 @@ fn bench_json(args: &[&str]) -> Result<serde_json::Value, String> {
 fn bench_json_has_the_keys() {
     for threads in ["1", "2"] {
         let v = bench_json(&["--iters", "3", "--warmup", "1", "--threads", threads]).unwrap();
-        for k in ["p50_ms", "p99_ms", "max_ms", "gmacs", "engine", "threads", "iters"] {
+        for k in [
+            "p50_ms", "p99_ms", "max_ms", "gmacs", "engine", "threads", "iters",
+        ] {
             assert!(v.get(k).is_some(), "missing {k}: {v}");
         }
         assert_eq!(v["engine"], "native");
@@ -183,7 +188,16 @@ fn bench_reads_input_files_and_checks_their_size() {
 #[test]
 fn bench_against_onnxruntime_compares_outputs() {
     let v = match bench_json(&[
-        "--iters", "4", "--warmup", "1", "--block", "2", "--threads", "2", "--against", "onnxruntime",
+        "--iters",
+        "4",
+        "--warmup",
+        "1",
+        "--block",
+        "2",
+        "--threads",
+        "2",
+        "--against",
+        "onnxruntime",
     ]) {
         Ok(v) => v,
         Err(e) if ort_missing(&e) => {
