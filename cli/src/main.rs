@@ -57,12 +57,13 @@ enum Command {
     /// baseline (--baseline) or another build (--against). Exit 0 pass, 1 regression,
     /// 2 cannot run.
     Regress(RegressArgs),
-    /// Inspect a model (.onnx) or measure an engine on it (redline's trtexec).
-    #[command(subcommand)]
-    Model(ModelCommand),
     /// Work with measurement files.
     #[command(subcommand)]
     Report(ReportCommand),
+    /// Your own ONNX model: `info` (contents, which engine can run it) and `bench`
+    /// (latency, GMAC/s, against another engine).
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// One replay for `regress --against` (internal).
     #[command(hide = true)]
     RegressWorker(WorkerArgs),
@@ -82,8 +83,7 @@ fn main() -> ExitCode {
         Some(Command::Replay(a)) => done(replay::run(a)),
         Some(Command::Sim(SimCommand::Generate(a))) => done(generate::run(a)),
         Some(Command::Quantize(a)) => done(quantize::run(a)),
-        Some(Command::Model(ModelCommand::Info(a))) => done(model::info(a)),
-        Some(Command::Model(ModelCommand::Bench(a))) => done(model::bench(a)),
+        Some(Command::Model(c)) => done(model::run(c)),
         // Regression checks: 0 pass, 1 regression, 2 cannot run (as a CI job expects).
         Some(Command::Regress(a)) => match regress::regress(a) {
             Ok(pass) => ExitCode::from(if pass { 0 } else { 1 }),
@@ -136,6 +136,9 @@ mod tests {
             "redline demo --frames 10 --stall smooth:40@100..160",
             "redline regress --baseline b.json --update-baseline",
             "redline report merge a.json b.json -o m.json",
+            "redline model info m.onnx --json",
+            "redline model bench m.onnx --threads 4 --against onnxruntime --iters 200",
+            "redline model bench m.onnx --engine ort --input a.bin --json",
         ] {
             let args = line.split_whitespace();
             if let Err(e) = <Cli as clap::Parser>::try_parse_from(args) {

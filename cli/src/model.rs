@@ -1,386 +1,869 @@
-//! `redline model`: what a model file holds and which engine can run it (`info`), and how
-//! fast each engine runs it on the same input (`bench`), redline's trtexec.
+//! `redline model`: the project's trtexec. `info` reports what an ONNX model holds and which
+//! engine can run it; `bench` times one engine (optionally against another) on seeded random
+//! or given input.
 //!
-//! `bench` runs the model on seeded random input (float32: normal(0, 1) clipped to ±3,
-//! the spread of a normalised image; int8/uint8: uniform) or on raw little-endian files,
-//! warm-up first, then `iters` timed runs; with `--against`, the two engines alternate in
-//! blocks of 10 runs on the same input and thread count, so both see the same machine
-//! state, and their outputs are compared element by element. Times are wall-clock
-//! (`Instant`) around `Engine::run` only.
+//! Contract:
+//!
+//! - **Engines**: `native` (redline's INT8 engine, `onnx::NativeEngine`) and `onnxruntime`
+//!   (ONNX Runtime's CPU provider, `engine::onnxruntime::OrtEngine`, its own thread pool).
+//!   Both are built by [`load_engine`].
+//! - **Threads**: the native engine with `--threads 1` runs on the calling thread
+//!   ([`Inline`]); with N > 1 it runs as the one stage of a redline runtime with N lanes and
+//!   one frame slot, frames released as fast as possible, the engine splitting its rows over
+//!   the lanes with `parallel_for`: what the pipeline does. ONNX Runtime gets N intra-op
+//!   threads.
+//! - **Timing**: each sample is one `Engine::run`, timed with `Instant` around the call only
+//!   (inside the stage for the runtime route: the release/publish overhead is not counted).
+//!   Warm-up iterations are not recorded. With `--against`, the two engines alternate in
+//!   blocks of `--block` iterations, the order flipping every round, on the same input and
+//!   thread count, so both see the same machine state.
+//! - **Random input** (`--seed`): `float32` inputs are normal(0, 1) clipped to [-3, 3] (the
+//!   range of a normalised image), `int8`/`uint8` uniform over the whole type, `int32`/`int64`
+//!   uniform in 0..16. `--input` files are raw little-endian tensors, one per input in the
+//!   model's order, each exactly the tensor's byte size.
+//! - **Agreement** (`--against`): after timing, each engine runs once more on the same input
+//!   and every output is compared element by element (`onnx::reference::compare`).
 
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::ValueEnum;
 use redline_models::engine::onnxruntime::{OrtEngine, OrtOptions};
-use redline_models::engine::{ElemType, Engine, EngineKind, Inline};
+use redline_models::engine::{ElemType, Engine, EngineKind, Inline, TensorSpec};
 use redline_models::onnx::{inspect, reference, NativeEngine};
 use redline_runtime::rng::SplitMix64;
+use redline_runtime::{
+    FrameInfo, FrameStatus, GraphBuilder, PlanConfig, Published, ReleaseMode, Runtime,
+    RuntimeConfig, Stage, StageError, StageIo,
+};
+use serde_json::{json, Value};
 
-#[derive(Subcommand, Debug)]
+#[derive(clap::Subcommand, Debug)]
 pub enum ModelCommand {
-    /// Inputs, outputs, operators, MACs, and which engine can run the model (and why not).
+    /// What an ONNX model holds (inputs, outputs, operators, MACs) and which engines can run it.
     Info(InfoArgs),
-    /// Latency of one engine on the model, optionally alternated with another engine.
+    /// Time an engine on a model (P50/P99/max, GMAC/s), optionally against another engine.
     Bench(BenchArgs),
 }
 
-#[derive(Args, Debug)]
+#[derive(clap::Args, Debug)]
 pub struct InfoArgs {
-    /// The model (.onnx).
+    /// The .onnx file.
     pub model: PathBuf,
-    /// Print one JSON object instead of text.
+    /// Print one JSON object instead of the text report.
     #[arg(long)]
     pub json: bool,
 }
 
-#[derive(Args, Debug)]
+/// An engine as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// redline's native INT8 engine.
+    Native,
+    /// ONNX Runtime's CPU provider.
+    #[value(alias = "ort")]
+    Onnxruntime,
+}
+
+impl From<EngineArg> for EngineKind {
+    fn from(e: EngineArg) -> EngineKind {
+        match e {
+            EngineArg::Native => EngineKind::Native,
+            EngineArg::Onnxruntime => EngineKind::OnnxRuntime,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The model (.onnx).
+    /// The .onnx file.
     pub model: PathBuf,
-    /// Engine to measure: native or onnxruntime.
-    #[arg(long, default_value = "native")]
-    pub engine: String,
-    /// Engine to alternate with and compare against.
-    #[arg(long)]
-    pub against: Option<String>,
-    /// Threads (onnxruntime: intra-op threads; native: 1, see the docs).
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
-    /// Timed runs per engine.
-    #[arg(long, default_value_t = 100)]
-    pub iters: usize,
-    /// Untimed runs per engine first.
-    #[arg(long, default_value_t = 5)]
-    pub warmup: usize,
-    /// Raw little-endian input files, one per model input (default: seeded random input).
-    #[arg(long)]
+    /// Engine to time.
+    #[arg(long, value_enum, default_value = "native")]
+    pub engine: EngineArg,
+    /// Threads (native: runtime lanes; onnxruntime: intra-op threads).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: u32,
+    /// Also time this engine (alternating blocks, same input and threads) and compare outputs.
+    #[arg(long, value_enum)]
+    pub against: Option<EngineArg>,
+    /// Timed iterations per engine.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub iters: u64,
+    /// Untimed iterations per engine before timing.
+    #[arg(long, default_value_t = 10)]
+    pub warmup: u64,
+    /// Iterations per block when alternating with --against.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub block: u64,
+    /// Raw little-endian input tensors, one per model input in order (default: seeded random).
+    #[arg(long, num_args = 1..)]
     pub input: Vec<PathBuf>,
     /// Seed of the random input.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Let ONNX Runtime fuse int8 QDQ groups on x86 (session.qdqisint8allowed = 1).
-    #[arg(long)]
+    /// onnxruntime: let ORT run int8 QDQ groups with its integer kernels on x86
+    /// (`session.qdqisint8allowed`, as the reference files do); `false` is ORT's default.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub ort_qdq_int8: bool,
-    /// Print one JSON object instead of text.
+    /// Print one JSON object instead of the text report (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
 }
 
+pub fn run(c: ModelCommand) -> Result<()> {
+    match c {
+        ModelCommand::Info(a) => info(a),
+        ModelCommand::Bench(a) => bench(a),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// info
+
 fn dims(d: &[Option<usize>]) -> String {
     let v: Vec<String> = d
         .iter()
-        .map(|x| x.map(|v| v.to_string()).unwrap_or_else(|| "?".into()))
+        .map(|x| x.map_or_else(|| "?".to_string(), |n| n.to_string()))
         .collect();
     format!("[{}]", v.join(", "))
 }
 
-pub fn info(a: InfoArgs) -> Result<()> {
-    let m = inspect(&a.model).with_context(|| format!("reading {}", a.model.display()))?;
-    let ort = match OrtEngine::load(&a.model, &OrtOptions::default()) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    };
+fn fmt_macs(m: u64) -> String {
+    if m >= 1_000_000_000 {
+        format!("{:.3} GMAC", m as f64 / 1e9)
+    } else {
+        format!("{:.3} MMAC", m as f64 / 1e6)
+    }
+}
+
+fn info(a: InfoArgs) -> Result<()> {
+    // The error names the file; flattened so the OS error is not printed twice.
+    let m = inspect(&a.model).map_err(|e| anyhow!("{e}"))?;
+    let ort = OrtEngine::load(
+        &a.model,
+        &OrtOptions {
+            threads: 1,
+            qdq_int8_allowed: true,
+        },
+    );
+    let macs = m.native.as_ref().ok().map(|s| s.macs);
     if a.json {
-        let io = |v: &[(String, String, Vec<Option<usize>>)]| -> Vec<serde_json::Value> {
+        let tensors = |v: &[(String, String, Vec<Option<usize>>)]| -> Value {
             v.iter()
-                .map(|(n, t, d)| serde_json::json!({"name": n, "type": t, "shape": d}))
+                .map(|(n, t, d)| json!({ "name": n, "type": t, "shape": d }))
                 .collect()
         };
         let native = match &m.native {
-            Ok(s) => {
-                serde_json::json!({"ok": true, "macs": s.macs, "arena_bytes": s.arena_bytes, "weight_bytes": s.weight_bytes, "steps": s.steps})
-            }
-            Err(e) => serde_json::json!({"ok": false, "reason": e.to_string()}),
+            Ok(s) => json!({
+                "ok": true, "steps": s.steps, "arena_bytes": s.arena_bytes,
+                "weight_bytes": s.weight_bytes,
+            }),
+            Err(e) => json!({ "ok": false, "error": e.to_string() }),
         };
-        let ortj = match &ort {
-            Ok(()) => serde_json::json!({"ok": true}),
-            Err(e) => serde_json::json!({"ok": false, "reason": e}),
+        let onnxruntime = match &ort {
+            Ok(_) => json!({ "ok": true }),
+            Err(e) => json!({ "ok": false, "error": e.to_string() }),
         };
-        let v = serde_json::json!({
-            "model": a.model.display().to_string(), "producer": m.producer, "opset": m.opset,
-            "nodes": m.nodes, "initializer_bytes": m.initializer_bytes,
-            "inputs": io(&m.inputs), "outputs": io(&m.outputs), "ops": m.ops,
-            "engines": {"native": native, "onnxruntime": ortj},
+        let v = json!({
+            "model": a.model.display().to_string(),
+            "producer": m.producer,
+            "opset": m.opset,
+            "nodes": m.nodes,
+            "initializer_bytes": m.initializer_bytes,
+            "inputs": tensors(&m.inputs),
+            "outputs": tensors(&m.outputs),
+            "ops": m.ops,
+            "macs": macs,
+            "engines": { "native": native, "onnxruntime": onnxruntime },
         });
-        println!("{v}");
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("model      {}", a.model.display());
+    println!("model:    {}", a.model.display());
     println!(
-        "producer   {}  (opset {})",
+        "producer: {}",
         if m.producer.is_empty() {
-            "-"
+            "(none)"
         } else {
             &m.producer
-        },
-        m.opset
+        }
     );
+    println!("opset:    {}", m.opset);
     println!(
-        "nodes      {}, initializers {:.2} MB",
-        m.nodes,
-        m.initializer_bytes as f64 / 1e6
+        "graph:    {} nodes, {} initializer bytes",
+        m.nodes, m.initializer_bytes
     );
+    println!("inputs:");
     for (n, t, d) in &m.inputs {
-        println!("input      {n}: {t} {}", dims(d));
+        println!("  {n}: {t} {}", dims(d));
     }
+    println!("outputs:");
     for (n, t, d) in &m.outputs {
-        println!("output     {n}: {t} {}", dims(d));
+        println!("  {n}: {t} {}", dims(d));
     }
-    let ops: Vec<String> = m.ops.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    println!("operators  {}", ops.join(", "));
+    println!("operators:");
+    let width = m.ops.keys().map(String::len).max().unwrap_or(0);
+    for (op, n) in &m.ops {
+        println!("  {op:<width$}  {n}");
+    }
+    match macs {
+        Some(x) => println!("MACs:     {x} ({} per run)", fmt_macs(x)),
+        None => println!(
+            "MACs:     unknown (counted by the native importer, which cannot compile this model)"
+        ),
+    }
+    println!("engines:");
     match &m.native {
         Ok(s) => println!(
-            "native     yes: {:.3} GMAC, {} steps, arena {:.2} MB, weights {:.2} MB",
-            s.macs as f64 / 1e9,
+            "  native:      yes ({} steps, {:.1} MiB arena, {:.1} MiB packed weights)",
             s.steps,
-            s.arena_bytes as f64 / 1e6,
-            s.weight_bytes as f64 / 1e6
+            s.arena_bytes as f64 / (1 << 20) as f64,
+            s.weight_bytes as f64 / (1 << 20) as f64
         ),
-        Err(e) => println!("native     no: {e}"),
+        Err(e) => println!("  native:      no: {e}"),
     }
     match &ort {
-        Ok(()) => println!("onnxruntime yes"),
-        Err(e) => println!("onnxruntime no: {e}"),
+        Ok(_) => println!("  onnxruntime: yes"),
+        Err(e) => println!("  onnxruntime: no: {e}"),
     }
     Ok(())
 }
 
-fn load(kind: EngineKind, path: &Path, threads: usize, qdq_int8: bool) -> Result<Box<dyn Engine>> {
-    Ok(match kind {
+// ---------------------------------------------------------------------------------------
+// engines
+
+/// Loads `path` on the engine `kind` with `threads` threads (ONNX Runtime's intra-op pool;
+/// the native engine's threads are the caller's lanes, so `threads` is not used for it).
+pub fn load_engine(
+    kind: EngineKind,
+    path: &Path,
+    threads: usize,
+    ort_qdq_int8: bool,
+) -> Result<Box<dyn Engine>> {
+    match kind {
         EngineKind::Native => {
-            if threads != 1 {
-                bail!(
-                    "--threads {threads} with the native engine: `redline model bench` runs the native engine on \
-                     the calling thread only (in the pipeline it splits each model over the runtime's lanes); \
-                     use --threads 1, or the benchmark `cargo bench -p redline-tests --bench model_race`"
-                );
-            }
-            Box::new(NativeEngine::load(path)?)
+            let e = NativeEngine::load(path)
+                .map_err(|e| anyhow!("the native engine cannot run {}: {e}", path.display()))?;
+            Ok(Box::new(e))
         }
         EngineKind::OnnxRuntime => {
-            let mut e = OrtEngine::load(
-                path,
-                &OrtOptions {
-                    threads,
-                    qdq_int8_allowed: qdq_int8,
-                },
-            )?;
+            let opts = OrtOptions {
+                threads,
+                qdq_int8_allowed: ort_qdq_int8,
+            };
+            let mut e = OrtEngine::load(path, &opts)
+                .map_err(|e| anyhow!("onnxruntime cannot run {}: {e}", path.display()))?;
+            // ORT does not count MACs; the native importer does (when it can compile it).
             if let Ok(m) = redline_models::onnx::count_macs(path) {
                 e.set_macs(m);
             }
-            Box::new(e)
+            Ok(Box::new(e))
         }
-    })
-}
-
-fn kind(s: &str) -> Result<EngineKind> {
-    EngineKind::parse(s).with_context(|| format!("unknown engine {s:?}: use native or onnxruntime"))
-}
-
-fn random_input(e: ElemType, n: usize, rng: &mut SplitMix64) -> Vec<u8> {
-    match e {
-        ElemType::F32 => (0..n)
-            .flat_map(|_| {
-                // Box-Muller from two uniforms, clipped to ±3.
-                let (u1, u2) = (rng.next_f64().max(1e-12), rng.next_f64());
-                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                (z.clamp(-3.0, 3.0) as f32).to_le_bytes()
-            })
-            .collect(),
-        ElemType::I8 | ElemType::U8 => (0..n).map(|_| rng.next_u64() as u8).collect(),
-        ElemType::I32 => (0..n)
-            .flat_map(|_| ((rng.next_u64() % 256) as i32 - 128).to_le_bytes())
-            .collect(),
-        ElemType::I64 => (0..n)
-            .flat_map(|_| ((rng.next_u64() % 256) as i64 - 128).to_le_bytes())
-            .collect(),
     }
 }
 
-struct Timed {
-    engine: Box<dyn Engine>,
-    samples: Vec<f64>,
-    outputs: Vec<Vec<u8>>,
+/// One engine ready to time: runs blocks of iterations, recording each run's time.
+trait Runner {
+    fn label(&self) -> String;
+    fn engine_kind(&self) -> EngineKind;
+    fn macs(&self) -> u64;
+    fn outputs_spec(&self) -> Vec<TensorSpec>;
+    /// Runs `n` iterations, pushing each one's time (ns) when `samples` is given.
+    fn block(&mut self, n: u64, samples: Option<&mut Vec<u64>>) -> Result<()>;
+    /// The outputs of one more run.
+    fn outputs(&mut self) -> Result<Vec<Vec<u8>>>;
 }
 
-impl Timed {
-    fn run(&mut self, inputs: &[Vec<u8>], timed: bool) -> Result<()> {
-        let i: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-        let mut o: Vec<&mut [u8]> = self.outputs.iter_mut().map(Vec::as_mut_slice).collect();
-        let t = Instant::now();
-        self.engine.run(&i, &mut o, &Inline)?;
-        if timed {
-            self.samples.push(t.elapsed().as_secs_f64() * 1e3);
+/// An engine run on the calling thread (native with 1 thread, or ONNX Runtime).
+struct InlineRunner {
+    engine: Box<dyn Engine>,
+    inputs: Arc<Vec<Vec<u8>>>,
+    outs: Vec<Vec<u8>>,
+    threads: usize,
+}
+
+impl InlineRunner {
+    fn run_once(&mut self) -> Result<Duration> {
+        let ins: Vec<&[u8]> = self.inputs.iter().map(Vec::as_slice).collect();
+        let mut outs: Vec<&mut [u8]> = self.outs.iter_mut().map(Vec::as_mut_slice).collect();
+        let t0 = Instant::now();
+        self.engine.run(&ins, &mut outs, &Inline)?;
+        Ok(t0.elapsed())
+    }
+}
+
+impl Runner for InlineRunner {
+    fn label(&self) -> String {
+        match self.engine.kind() {
+            EngineKind::Native => "native, 1 thread (inline, calling thread)".into(),
+            EngineKind::OnnxRuntime => format!(
+                "onnxruntime, {} intra-op thread{}",
+                self.threads,
+                if self.threads == 1 { "" } else { "s" }
+            ),
+        }
+    }
+    fn engine_kind(&self) -> EngineKind {
+        self.engine.kind()
+    }
+    fn macs(&self) -> u64 {
+        self.engine.macs()
+    }
+    fn outputs_spec(&self) -> Vec<TensorSpec> {
+        self.engine.outputs().to_vec()
+    }
+    fn block(&mut self, n: u64, mut samples: Option<&mut Vec<u64>>) -> Result<()> {
+        for _ in 0..n {
+            let d = self.run_once()?;
+            if let Some(s) = samples.as_deref_mut() {
+                s.push(d.as_nanos() as u64);
+            }
         }
         Ok(())
     }
-
-    fn pct(&self, p: f64) -> f64 {
-        let mut s = self.samples.clone();
-        s.sort_by(f64::total_cmp);
-        if s.is_empty() {
-            return f64::NAN;
-        }
-        s[((s.len() - 1) as f64 * p).round() as usize]
+    fn outputs(&mut self) -> Result<Vec<Vec<u8>>> {
+        self.run_once()?;
+        Ok(self.outs.clone())
     }
 }
 
-pub fn bench(a: BenchArgs) -> Result<()> {
-    let main_kind = kind(&a.engine)?;
-    let mut runs = vec![Timed {
-        engine: load(main_kind, &a.model, a.threads, a.ort_qdq_int8)?,
-        samples: vec![],
-        outputs: vec![],
-    }];
-    if let Some(k) = &a.against {
-        runs.push(Timed {
-            engine: load(kind(k)?, &a.model, a.threads, a.ort_qdq_int8)?,
-            samples: vec![],
-            outputs: vec![],
-        });
+/// The one stage of the bench runtime: runs the engine on its lanes, writes the model's
+/// outputs and the run's time (ns) into its published buffers.
+struct EngineStage {
+    engine: Box<dyn Engine>,
+    inputs: Arc<Vec<Vec<u8>>>,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for EngineStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineStage")
+            .field("engine", &self.engine)
+            .finish()
     }
-    let specs = runs[0].engine.inputs().to_vec();
-    if runs.len() == 2
-        && (runs[1].engine.inputs() != specs.as_slice()
-            || runs[1].engine.outputs() != runs[0].engine.outputs())
-    {
-        bail!("the two engines see different inputs or outputs for this model");
-    }
-    let inputs: Vec<Vec<u8>> = if a.input.is_empty() {
-        let mut rng = SplitMix64::new(a.seed);
-        specs
-            .iter()
-            .map(|s| random_input(s.elem, s.elements(), &mut rng))
-            .collect()
-    } else {
-        if a.input.len() != specs.len() {
-            bail!(
-                "{} --input files for {} model inputs ({})",
-                a.input.len(),
-                specs.len(),
-                specs
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+}
+
+impl Stage for EngineStage {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let n = self.engine.outputs().len();
+        let mut outs: Vec<&mut [u8]> = Vec::with_capacity(n);
+        for j in 0..n {
+            outs.push(
+                io.output::<u8>(j)
+                    .map_err(|_| StageError::new("model output port"))?,
             );
         }
-        let mut v = Vec::new();
-        for (f, s) in a.input.iter().zip(&specs) {
-            let b = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-            if b.len() != s.byte_len() {
-                bail!(
-                    "{} has {} bytes but input {s} needs {}",
-                    f.display(),
-                    b.len(),
-                    s.byte_len()
-                );
+        let time = io
+            .output::<u64>(n)
+            .map_err(|_| StageError::new("timing port"))?;
+        let ins: Vec<&[u8]> = self.inputs.iter().map(Vec::as_slice).collect();
+        let t0 = Instant::now();
+        let r = self.engine.run(&ins, &mut outs, &*io);
+        time[0] = t0.elapsed().as_nanos() as u64;
+        if let Err(e) = r {
+            if let Ok(mut slot) = self.error.lock() {
+                slot.get_or_insert_with(|| e.to_string());
             }
-            v.push(b);
+            return Err(StageError::new("model run failed"));
         }
-        v
-    };
-    for r in &mut runs {
-        r.outputs = r
-            .engine
-            .outputs()
+        Ok(())
+    }
+}
+
+/// The native engine as the one stage of a redline runtime with `lanes` lanes.
+struct RuntimeRunner {
+    rt: Runtime,
+    lanes: usize,
+    macs: u64,
+    out_specs: Vec<TensorSpec>,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl RuntimeRunner {
+    fn new(engine: Box<dyn Engine>, inputs: Arc<Vec<Vec<u8>>>, lanes: usize) -> Result<Self> {
+        let macs = engine.macs();
+        let out_specs = engine.outputs().to_vec();
+        let error = Arc::new(Mutex::new(None));
+        let mut g = GraphBuilder::new();
+        let names: Vec<String> = (0..out_specs.len()).map(|j| format!("out{j}")).collect();
+        {
+            let mut s = g.stage(
+                "model",
+                EngineStage {
+                    engine,
+                    inputs,
+                    error: error.clone(),
+                },
+            );
+            for (name, spec) in names.iter().zip(&out_specs) {
+                s = s.writes::<u8>(name, spec.byte_len());
+            }
+            let _ = s.writes::<u64>("engine_ns", 1);
+        }
+        for name in &names {
+            g.publish(name);
+        }
+        g.publish("engine_ns");
+        let plan = g
+            .build(&PlanConfig {
+                lanes,
+                frame_slots: 1,
+            })
+            .map_err(|e| anyhow!("bench graph: {e}"))?;
+        let cfg = RuntimeConfig {
+            release: ReleaseMode::AsFastAsPossible,
+            // One frame at a time, never a deadline fallback (a minute per run).
+            period_ns: 60_000_000_000,
+            ..RuntimeConfig::default()
+        };
+        let rt = Runtime::new(plan, cfg).map_err(|e| anyhow!("runtime: {e}"))?;
+        Ok(RuntimeRunner {
+            rt,
+            lanes,
+            macs,
+            out_specs,
+            error,
+        })
+    }
+
+    fn failed(&self, bad: u64) -> anyhow::Error {
+        let why = self
+            .error
+            .lock()
+            .ok()
+            .and_then(|s| s.clone())
+            .unwrap_or_else(|| "a frame did not complete".into());
+        anyhow!("{bad} native runs failed: {why}")
+    }
+}
+
+impl Runner for RuntimeRunner {
+    fn label(&self) -> String {
+        format!(
+            "native, {} threads (redline runtime, {} lanes, parallel_for)",
+            self.lanes, self.lanes
+        )
+    }
+    fn engine_kind(&self) -> EngineKind {
+        EngineKind::Native
+    }
+    fn macs(&self) -> u64 {
+        self.macs
+    }
+    fn outputs_spec(&self) -> Vec<TensorSpec> {
+        self.out_specs.clone()
+    }
+    fn block(&mut self, n: u64, samples: Option<&mut Vec<u64>>) -> Result<()> {
+        let t = self.out_specs.len();
+        let mut bad = 0u64;
+        let mut got: Vec<u64> = Vec::with_capacity(n as usize);
+        let mut publisher = |p: &Published<'_>| {
+            let ns = p
+                .outputs
+                .get::<u64>(t)
+                .ok()
+                .and_then(|s| s.first().copied());
+            match (&p.status, ns) {
+                (FrameStatus::Complete, Some(ns)) if got.len() < got.capacity() => got.push(ns),
+                (FrameStatus::Complete, Some(_)) => {}
+                _ => bad += 1,
+            }
+        };
+        self.rt.run(n, &mut publisher);
+        if bad > 0 {
+            return Err(self.failed(bad));
+        }
+        if let Some(s) = samples {
+            s.extend_from_slice(&got);
+        }
+        Ok(())
+    }
+    fn outputs(&mut self) -> Result<Vec<Vec<u8>>> {
+        let mut outs: Vec<Vec<u8>> = self
+            .out_specs
             .iter()
             .map(|s| vec![0u8; s.byte_len()])
             .collect();
-        for _ in 0..a.warmup {
-            r.run(&inputs, false)?;
-        }
-    }
-    // Alternate in blocks of 10 runs (the order flips every block).
-    let mut done = 0;
-    let mut block = 0;
-    while done < a.iters {
-        let n = (a.iters - done).min(10);
-        let order: Vec<usize> = if block % 2 == 0 {
-            (0..runs.len()).collect()
-        } else {
-            (0..runs.len()).rev().collect()
+        let mut bad = 0u64;
+        let mut publisher = |p: &Published<'_>| {
+            if !matches!(p.status, FrameStatus::Complete) {
+                bad += 1;
+                return;
+            }
+            for (j, o) in outs.iter_mut().enumerate() {
+                match p.outputs.get::<u8>(j) {
+                    Ok(s) if s.len() == o.len() => o.copy_from_slice(s),
+                    _ => bad += 1,
+                }
+            }
         };
-        for &k in &order {
+        self.rt.run(1, &mut publisher);
+        if bad > 0 {
+            return Err(self.failed(bad));
+        }
+        Ok(outs)
+    }
+}
+
+fn make_runner(
+    engine: Box<dyn Engine>,
+    threads: usize,
+    inputs: &Arc<Vec<Vec<u8>>>,
+) -> Result<Box<dyn Runner>> {
+    Ok(match (engine.kind(), threads) {
+        (EngineKind::Native, n) if n > 1 => {
+            Box::new(RuntimeRunner::new(engine, inputs.clone(), n)?) as Box<dyn Runner>
+        }
+        _ => Box::new(InlineRunner {
+            outs: engine
+                .outputs()
+                .iter()
+                .map(|s| vec![0u8; s.byte_len()])
+                .collect(),
+            engine,
+            inputs: inputs.clone(),
+            threads,
+        }),
+    })
+}
+
+fn list(s: &[TensorSpec]) -> String {
+    s.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+// ---------------------------------------------------------------------------------------
+// input
+
+/// Seeded random bytes for one tensor (see the module docs for the distributions).
+pub fn random_tensor(spec: &TensorSpec, seed: u64, index: u64) -> Vec<u8> {
+    let mut g = SplitMix64::stream(seed, index);
+    let n = spec.elements();
+    let mut out = Vec::with_capacity(spec.byte_len());
+    match spec.elem {
+        ElemType::F32 => {
             for _ in 0..n {
-                runs[k].run(&inputs, true)?;
+                // Box-Muller on two uniforms in (0, 1].
+                let u1 = 1.0 - g.next_f64();
+                let u2 = g.next_f64();
+                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                out.extend_from_slice(&(z.clamp(-3.0, 3.0) as f32).to_le_bytes());
             }
         }
-        done += n;
-        block += 1;
-        if !a.json && done % 50 == 0 && done < a.iters {
-            eprintln!("  {done}/{} runs", a.iters);
+        ElemType::I8 | ElemType::U8 => {
+            for _ in 0..n {
+                out.push(g.next_u64() as u8);
+            }
+        }
+        ElemType::I32 => {
+            for _ in 0..n {
+                out.extend_from_slice(&(g.below(16) as i32).to_le_bytes());
+            }
+        }
+        ElemType::I64 => {
+            for _ in 0..n {
+                out.extend_from_slice(&(g.below(16) as i64).to_le_bytes());
+            }
         }
     }
-    let macs = runs[0]
-        .engine
-        .macs()
-        .max(runs.get(1).map(|r| r.engine.macs()).unwrap_or(0));
-    let r0 = &runs[0];
-    let (p50, p99, max) = (r0.pct(0.5), r0.pct(0.99), r0.pct(1.0));
-    let gmacs = if macs > 0 {
-        macs as f64 / 1e6 / p50
-    } else {
-        f64::NAN
+    out
+}
+
+fn read_inputs(files: &[PathBuf], specs: &[TensorSpec], seed: u64) -> Result<Vec<Vec<u8>>> {
+    if files.is_empty() {
+        return Ok(specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| random_tensor(s, seed, i as u64))
+            .collect());
+    }
+    if files.len() != specs.len() {
+        bail!(
+            "{} --input files given but the model has {} inputs: {}",
+            files.len(),
+            specs.len(),
+            list(specs)
+        );
+    }
+    files
+        .iter()
+        .zip(specs)
+        .map(|(f, s)| {
+            let b = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+            if b.len() != s.byte_len() {
+                bail!(
+                    "{}: {} bytes, but input {} needs {} (raw little-endian, row-major)",
+                    f.display(),
+                    b.len(),
+                    s,
+                    s.byte_len()
+                );
+            }
+            Ok(b)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// bench
+
+#[derive(Debug, Clone, Copy)]
+struct Stats {
+    p50: f64,
+    p99: f64,
+    max: f64,
+    mean: f64,
+}
+
+/// Nearest-rank percentiles of `ns` samples, in ms.
+fn stats(ns: &mut [u64]) -> Stats {
+    ns.sort_unstable();
+    let n = ns.len().max(1);
+    let at = |q: f64| {
+        let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+        ns.get(rank - 1).copied().unwrap_or(0) as f64 / 1e6
     };
-    let mut json = serde_json::json!({
-        "model": a.model.display().to_string(), "engine": main_kind.name(), "threads": a.threads,
-        "iters": a.iters, "p50_ms": p50, "p99_ms": p99, "max_ms": max, "macs": macs, "gmacs": gmacs,
-    });
-    if !a.json {
-        println!(
-            "{:<12} {:>9} {:>9} {:>9} {:>8}",
-            "engine", "P50 ms", "P99 ms", "max ms", "GMAC/s"
-        );
-        println!(
-            "{:<12} {p50:>9.3} {p99:>9.3} {max:>9.3} {gmacs:>8.1}",
-            main_kind.name()
-        );
+    let mean = ns.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1e6;
+    Stats {
+        p50: at(0.50),
+        p99: at(0.99),
+        max: ns.last().copied().unwrap_or(0) as f64 / 1e6,
+        mean,
     }
-    if let Some(r1) = runs.get(1) {
-        let (q50, q99, qmax) = (r1.pct(0.5), r1.pct(0.99), r1.pct(1.0));
-        let (mut differing, mut total, mut max_abs) = (0usize, 0usize, 0f64);
-        for ((spec, x), y) in r0.engine.outputs().iter().zip(&r0.outputs).zip(&r1.outputs) {
-            let c = reference::compare(&spec.name, spec.elem, x, y);
-            differing += c.differing;
-            total += c.total;
-            max_abs = max_abs.max(c.max_abs_diff);
+}
+
+/// A progress line on stderr (only when it is a terminal, at most every 250 ms).
+struct Progress {
+    on: bool,
+    last: Instant,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            on: std::io::stderr().is_terminal(),
+            last: Instant::now(),
+            drawn: false,
         }
-        let obj = json.as_object_mut().expect("object");
-        obj.insert("against_engine".into(), r1.engine.kind().name().into());
-        obj.insert("against_p50_ms".into(), q50.into());
-        obj.insert("against_p99_ms".into(), q99.into());
-        obj.insert("ratio_p50".into(), (p50 / q50).into());
-        obj.insert("ratio_p99".into(), (p99 / q99).into());
-        obj.insert("differing_elements".into(), differing.into());
-        obj.insert("total_elements".into(), total.into());
-        obj.insert("max_abs_diff".into(), max_abs.into());
-        if !a.json {
-            let g1 = if macs > 0 {
-                macs as f64 / 1e6 / q50
-            } else {
-                f64::NAN
-            };
-            println!(
-                "{:<12} {q50:>9.3} {q99:>9.3} {qmax:>9.3} {g1:>8.1}",
-                r1.engine.kind().name()
-            );
-            println!(
-                "ratio        P50 {:.2}x  P99 {:.2}x  ({} / {})",
-                p50 / q50,
-                p99 / q99,
-                main_kind.name(),
-                r1.engine.kind().name()
-            );
-            println!(
-                "outputs      {differing} of {total} elements differ, max |diff| {max_abs:.6}"
-            );
+    }
+    fn tick(&mut self, done: u64, total: u64) {
+        if self.on && self.last.elapsed() > Duration::from_millis(250) {
+            self.last = Instant::now();
+            self.drawn = true;
+            let mut e = std::io::stderr();
+            let _ = write!(e, "\rbench: {done}/{total} timed runs   ");
+            let _ = e.flush();
         }
+    }
+    fn clear(&mut self) {
+        if self.drawn {
+            let _ = write!(std::io::stderr(), "\r{:40}\r", "");
+        }
+    }
+}
+
+fn bench(a: BenchArgs) -> Result<()> {
+    let threads = a.threads as usize;
+    let kind: EngineKind = a.engine.into();
+    let e_main = load_engine(kind, &a.model, threads, a.ort_qdq_int8)?;
+    let in_specs = e_main.inputs().to_vec();
+    let e_other = match a.against {
+        Some(k) => {
+            let e = load_engine(k.into(), &a.model, threads, a.ort_qdq_int8)?;
+            if e.inputs() != in_specs.as_slice() || e.outputs() != e_main.outputs() {
+                bail!(
+                    "the engines disagree on the model's tensors: {} -> {} vs {} -> {}",
+                    list(&in_specs),
+                    list(e_main.outputs()),
+                    list(e.inputs()),
+                    list(e.outputs())
+                );
+            }
+            Some(e)
+        }
+        None => None,
+    };
+    let inputs = Arc::new(read_inputs(&a.input, &in_specs, a.seed)?);
+    let mut main = make_runner(e_main, threads, &inputs)?;
+    let mut other = match e_other {
+        Some(e) => Some(make_runner(e, threads, &inputs)?),
+        None => None,
+    };
+    let macs = main.macs();
+    let input_desc = if a.input.is_empty() {
+        format!(
+            "seeded random (seed {}: float32 normal(0,1) clipped to [-3,3], int8/uint8 uniform)",
+            a.seed
+        )
+    } else {
+        "from --input files".to_string()
+    };
+    eprintln!(
+        "bench: {} — {}{}; {} warm-up + {} timed iterations{}",
+        a.model.display(),
+        main.label(),
+        other
+            .as_ref()
+            .map(|o| format!(" against {}", o.label()))
+            .unwrap_or_default(),
+        a.warmup,
+        a.iters,
+        if other.is_some() {
+            format!(" each, alternating blocks of {}", a.block)
+        } else {
+            String::new()
+        }
+    );
+
+    // Warm-up, then timed blocks (alternating, order flipped every round).
+    main.block(a.warmup, None)?;
+    if let Some(o) = other.as_mut() {
+        o.block(a.warmup, None)?;
+    }
+    let mut s_main = Vec::with_capacity(a.iters as usize);
+    let mut s_other = Vec::with_capacity(a.iters as usize);
+    let mut progress = Progress::new();
+    let total = a.iters * if other.is_some() { 2 } else { 1 };
+    let t0 = Instant::now();
+    let mut round = 0u64;
+    while (s_main.len() as u64) < a.iters {
+        let n = a.block.min(a.iters - s_main.len() as u64);
+        match other.as_mut() {
+            None => main.block(n, Some(&mut s_main))?,
+            Some(o) => {
+                if round.is_multiple_of(2) {
+                    main.block(n, Some(&mut s_main))?;
+                    o.block(n, Some(&mut s_other))?;
+                } else {
+                    o.block(n, Some(&mut s_other))?;
+                    main.block(n, Some(&mut s_main))?;
+                }
+            }
+        }
+        round += 1;
+        progress.tick((s_main.len() + s_other.len()) as u64, total);
+    }
+    progress.clear();
+    let wall = t0.elapsed().as_secs_f64();
+    let st = stats(&mut s_main);
+    let gmacs = if st.p50 > 0.0 {
+        macs as f64 / (st.p50 * 1e-3) / 1e9
+    } else {
+        0.0
+    };
+
+    let mut v = json!({
+        "model": a.model.display().to_string(),
+        "engine": main.engine_kind().name(),
+        "threads": threads,
+        "iters": a.iters,
+        "warmup": a.warmup,
+        "seed": if a.input.is_empty() { Some(a.seed) } else { None },
+        "macs": macs,
+        "p50_ms": st.p50,
+        "p99_ms": st.p99,
+        "max_ms": st.max,
+        "mean_ms": st.mean,
+        "gmacs": gmacs,
+        "wall_s": wall,
+    });
+    let mut text = vec![format!(
+        "{:<12} {:>10} {:>10} {:>10} {:>10}",
+        "engine", "P50 ms", "P99 ms", "max ms", "GMAC/s"
+    )];
+    text.push(format!(
+        "{:<12} {:>10.3} {:>10.3} {:>10.3} {:>10.1}",
+        main.engine_kind().name(),
+        st.p50,
+        st.p99,
+        st.max,
+        gmacs
+    ));
+    if let Some(o) = other.as_mut() {
+        let so = stats(&mut s_other);
+        let og = if so.p50 > 0.0 {
+            macs as f64 / (so.p50 * 1e-3) / 1e9
+        } else {
+            0.0
+        };
+        text.push(format!(
+            "{:<12} {:>10.3} {:>10.3} {:>10.3} {:>10.1}",
+            o.engine_kind().name(),
+            so.p50,
+            so.p99,
+            so.max,
+            og
+        ));
+        let (r50, r99) = (st.p50 / so.p50, st.p99 / so.p99);
+        text.push(format!(
+            "ratio {}/{}: P50 {r50:.3}, P99 {r99:.3}",
+            main.engine_kind().name(),
+            o.engine_kind().name()
+        ));
+        // Agreement on the same input.
+        let ours = main.outputs()?;
+        let theirs = o.outputs()?;
+        let spec = main.outputs_spec();
+        let (mut differing, mut total_el, mut max_abs) = (0usize, 0usize, 0f64);
+        let mut per = Vec::new();
+        for ((s, x), y) in spec.iter().zip(&ours).zip(&theirs) {
+            let ag = reference::compare(&s.name, s.elem, x, y);
+            differing += ag.differing;
+            total_el += ag.total;
+            max_abs = max_abs.max(ag.max_abs_diff);
+            text.push(format!(
+                "  output {} {}{:?}: {} of {} elements differ, max abs diff {}",
+                s.name, s.elem, s.shape, ag.differing, ag.total, ag.max_abs_diff
+            ));
+            per.push(json!({
+                "name": s.name, "differing": ag.differing, "total": ag.total,
+                "max_abs_diff": ag.max_abs_diff,
+            }));
+        }
+        text.push(format!(
+            "outputs: {differing} of {total_el} elements differ, max abs diff {max_abs}"
+        ));
+        let obj = v.as_object_mut().ok_or_else(|| anyhow!("json"))?;
+        obj.insert("against_engine".into(), json!(o.engine_kind().name()));
+        obj.insert("against_p50_ms".into(), json!(so.p50));
+        obj.insert("against_p99_ms".into(), json!(so.p99));
+        obj.insert("against_max_ms".into(), json!(so.max));
+        obj.insert("against_gmacs".into(), json!(og));
+        obj.insert("ratio_p50".into(), json!(r50));
+        obj.insert("ratio_p99".into(), json!(r99));
+        obj.insert("differing_elements".into(), json!(differing));
+        obj.insert("total_elements".into(), json!(total_el));
+        obj.insert("max_abs_diff".into(), json!(max_abs));
+        obj.insert("outputs".into(), Value::Array(per));
     }
     if a.json {
-        println!("{json}");
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        println!(
+            "model: {}, {} per run; input {input_desc}",
+            a.model.display(),
+            fmt_macs(macs)
+        );
+        println!(
+            "{}{}; {} timed iterations after {} warm-up ({wall:.1} s)",
+            main.label(),
+            other
+                .as_ref()
+                .map(|o| format!(" vs {}", o.label()))
+                .unwrap_or_default(),
+            a.iters,
+            a.warmup
+        );
+        for l in text {
+            println!("{l}");
+        }
     }
     Ok(())
 }

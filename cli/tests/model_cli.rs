@@ -1,0 +1,230 @@
+//! `redline model info` and `redline model bench` on the tiny committed models of
+//! `tests/fixtures/` (written by `tests/fixtures/make_fixtures.py`): the reports, the JSON
+//! keys, exit codes and messages. Plumbing only: no assertion on any time.
+//!
+//! The onnxruntime parts need ONNX Runtime (`ORT_DYLIB_PATH` or the Python wheel); without
+//! it they print a SKIPPED line instead of failing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn redline() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_redline"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn run(args: &[&str]) -> Output {
+    redline().args(args).output().expect("start redline")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn ort_missing(stderr: &str) -> bool {
+    stderr.contains("ONNX Runtime library not found")
+        || stderr.contains("ORT_DYLIB_PATH")
+        || stderr.contains("libonnxruntime")
+}
+
+#[test]
+fn info_reports_a_quantized_model() {
+    let m = fixture("tiny_qdq_s8.onnx");
+    let o = run(&["model", "info", m.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    for want in [
+        "producer: redline-fixtures 1",
+        "opset:    17",
+        "image: float32 [1, 3, 8, 8]",
+        "features: float32 [1, 4, 8, 8]",
+        "Conv",
+        "DequantizeLinear  4",
+        "MACs:     6912",
+        "native:      yes",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+
+    let o = run(&["model", "info", m.to_str().unwrap(), "--json"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("info --json is one JSON object");
+    assert_eq!(v["opset"], 17);
+    assert_eq!(v["macs"], 6912);
+    assert_eq!(v["ops"]["QuantizeLinear"], 2);
+    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([1, 3, 8, 8]));
+    assert_eq!(v["engines"]["native"]["ok"], true);
+    assert!(v["engines"]["onnxruntime"]["ok"].is_boolean());
+}
+
+#[test]
+fn info_says_why_native_cannot_run_a_float_model() {
+    let m = fixture("tiny_float_conv.onnx");
+    let o = run(&["model", "info", m.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("native:"))
+        .unwrap_or_else(|| panic!("no native line in:\n{out}"));
+    assert!(line.contains("no:"), "{line}");
+    assert!(
+        line.contains("\"conv\"") && line.contains("Conv") && line.contains("float"),
+        "the reason names the node, the op and the float input: {line}"
+    );
+    assert!(out.contains("MACs:     unknown"), "{out}");
+
+    // The dynamic batch dimension is shown as `?`, and is why neither engine compiles it.
+    let m = fixture("tiny_dynamic_batch.onnx");
+    let o = run(&["model", "info", m.to_str().unwrap(), "--json"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([null, 3, 8, 8]));
+    assert_eq!(v["engines"]["native"]["ok"], false);
+    assert!(v["engines"]["native"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("dynamic"));
+    let o = run(&["model", "info", m.to_str().unwrap()]);
+    assert!(text(&o).0.contains("image: float32 [?, 3, 8, 8]"));
+
+    // `bench` on it fails with the same reason, no panic.
+    let m = fixture("tiny_float_conv.onnx");
+    let o = run(&["model", "bench", m.to_str().unwrap(), "--iters", "3"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        err.contains("native engine cannot run") && err.contains("float"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn info_on_a_file_that_is_not_onnx_fails_cleanly() {
+    let d = std::env::temp_dir().join(format!("redline-model-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("notes.onnx");
+    std::fs::write(&f, "this is not a protobuf\n").unwrap();
+    for extra in [&[][..], &["--json"][..]] {
+        let mut args = vec!["model", "info", f.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+        assert!(err.contains("not a usable ONNX model"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(out.is_empty(), "nothing on stdout: {out}");
+    }
+    let o = run(&["model", "info", d.join("missing.onnx").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("cannot read model"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn bench_json(args: &[&str]) -> Result<serde_json::Value, String> {
+    let m = fixture("tiny_qdq_s8.onnx");
+    let mut all = vec!["model", "bench", m.to_str().unwrap(), "--json"];
+    all.extend_from_slice(args);
+    let o = run(&all);
+    let (out, err) = text(&o);
+    if !o.status.success() {
+        return Err(err);
+    }
+    assert_eq!(out.lines().count(), 1, "one JSON line on stdout:\n{out}");
+    Ok(serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")))
+}
+
+#[test]
+fn bench_json_has_the_keys() {
+    for threads in ["1", "2"] {
+        let v = bench_json(&["--iters", "3", "--warmup", "1", "--threads", threads]).unwrap();
+        for k in [
+            "p50_ms", "p99_ms", "max_ms", "gmacs", "engine", "threads", "iters",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k}: {v}");
+        }
+        assert_eq!(v["engine"], "native");
+        assert_eq!(v["threads"].to_string(), threads);
+        assert_eq!(v["iters"], 3);
+        assert_eq!(v["macs"], 6912);
+        let (p50, p99, max) = (
+            v["p50_ms"].as_f64().unwrap(),
+            v["p99_ms"].as_f64().unwrap(),
+            v["max_ms"].as_f64().unwrap(),
+        );
+        assert!(p50 > 0.0 && p50 <= p99 && p99 <= max, "{v}");
+    }
+}
+
+#[test]
+fn bench_reads_input_files_and_checks_their_size() {
+    let d = std::env::temp_dir().join(format!("redline-model-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let good = d.join("image.bin");
+    let bad = d.join("short.bin");
+    let bytes: Vec<u8> = (0..3 * 8 * 8)
+        .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
+        .collect();
+    std::fs::write(&good, &bytes).unwrap();
+    std::fs::write(&bad, &bytes[..100]).unwrap();
+    let v = bench_json(&["--iters", "2", "--input", good.to_str().unwrap()]).unwrap();
+    assert_eq!(v["seed"], serde_json::Value::Null);
+    let err = bench_json(&["--iters", "2", "--input", bad.to_str().unwrap()]).unwrap_err();
+    assert!(err.contains("100 bytes") && err.contains("768"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn bench_against_onnxruntime_compares_outputs() {
+    let v = match bench_json(&[
+        "--iters",
+        "4",
+        "--warmup",
+        "1",
+        "--block",
+        "2",
+        "--threads",
+        "2",
+        "--against",
+        "onnxruntime",
+    ]) {
+        Ok(v) => v,
+        Err(e) if ort_missing(&e) => {
+            eprintln!("SKIPPED: ONNX Runtime is not available: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    for k in [
+        "against_engine",
+        "against_p50_ms",
+        "against_p99_ms",
+        "ratio_p50",
+        "ratio_p99",
+        "differing_elements",
+        "max_abs_diff",
+        "total_elements",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k}: {v}");
+    }
+    assert_eq!(v["against_engine"], "onnxruntime");
+    assert_eq!(v["total_elements"], 256);
+    // Counted, not judged: bit-exactness with ORT is the importer's tests' business (ORT's
+    // kernels differ between CPUs).
+    assert!(v["differing_elements"].as_u64().unwrap() <= 256, "{v}");
+    assert!(v["max_abs_diff"].as_f64().unwrap() >= 0.0, "{v}");
+    let r = v["ratio_p50"].as_f64().unwrap();
+    let want = v["p50_ms"].as_f64().unwrap() / v["against_p50_ms"].as_f64().unwrap();
+    assert!((r - want).abs() < 1e-9, "{v}");
+}
