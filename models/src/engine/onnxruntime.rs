@@ -3,7 +3,7 @@
 //!
 //! # Contract
 //!
-//! - **Finding the library** ([`find_onnxruntime_library`]): `ORT_DYLIB_PATH` if set and
+//! - **Finding the library** ([`find_library`]): `ORT_DYLIB_PATH` if set and
 //!   not empty (it must name an existing file, or the error names it); otherwise the
 //!   `capi/libonnxruntime.so*` inside the installed Python `onnxruntime` package, asked from
 //!   `python3`. Nothing found is an [`EngineError::Backend`] that says how to fix it
@@ -45,8 +45,8 @@
 //! - ONNX Runtime **allocates inside every run** (the input `OrtValue` wrappers, its
 //!   intermediate tensors unless its memory pattern covers them, bookkeeping), so it breaks
 //!   the zero-allocation rule of `Stage::run`.
-//! - It **owns its own thread pool** (`threads - 1` intra-op worker threads, spinning
-//!   between runs by default): the `lanes` argument of [`Engine::run`] is ignored, and the
+//! - It **owns its own thread pool** (`threads - 1` intra-op worker threads, which spin-wait
+//!   briefly after each run, ORT's default): the `lanes` argument of [`Engine::run`] is ignored, and the
 //!   workers are neither pinned nor SCHED_FIFO like redline's lanes.
 //! - Its results are **not bit-identical across CPUs or thread counts**: ORT picks kernels
 //!   by instruction set (e.g. u8 x s8 products saturate on AVX2 but not with VNNI) and its
@@ -104,14 +104,14 @@ const ENV_VAR: &str = "ORT_DYLIB_PATH";
 
 /// Where `libonnxruntime` is: `ORT_DYLIB_PATH` if set, else the library inside the installed
 /// Python `onnxruntime` package (asks `python3`). See the module docs.
-pub fn find_onnxruntime_library() -> Result<PathBuf, EngineError> {
-    find_onnxruntime_library_with(std::env::var_os(ENV_VAR), python_package_dir)
+pub fn find_library() -> Result<PathBuf, EngineError> {
+    find_library_with(std::env::var_os(ENV_VAR), python_package_dir)
 }
 
-/// [`find_onnxruntime_library`] with the value of `ORT_DYLIB_PATH` and the Python probe given
+/// [`find_library`] with the value of `ORT_DYLIB_PATH` and the Python probe given
 /// (the probe returns the `onnxruntime` package's folder, or `None` when there is none; it is
 /// called only when the variable is unset or empty).
-pub fn find_onnxruntime_library_with(
+pub fn find_library_with(
     env: Option<OsString>,
     python_package: impl FnOnce() -> Option<PathBuf>,
 ) -> Result<PathBuf, EngineError> {
@@ -216,7 +216,7 @@ pub fn loaded_library() -> Option<&'static Path> {
 fn runtime() -> Result<&'static Runtime, EngineError> {
     RUNTIME
         .get_or_init(|| {
-            let library = find_onnxruntime_library().map_err(|e| e.to_string())?;
+            let library = find_library().map_err(|e| e.to_string())?;
             // `ort` returns load failures (dlopen, missing symbol, too old a version) as
             // errors, but asserts on a few impossible-looking states of a foreign library:
             // catch those too, so that no library problem can take the process down.
@@ -249,12 +249,7 @@ fn start_runtime(library: &Path) -> Result<Environment, String> {
         .with_telemetry(false)
         .with_logger(quiet)
         .build()
-        .map_err(|e| {
-            format!(
-                "cannot start ONNX Runtime from {}: {e}",
-                library.display()
-            )
-        })
+        .map_err(|e| format!("cannot start ONNX Runtime from {}: {e}", library.display()))
 }
 
 fn elem_of(t: TensorElementType) -> Option<ElemType> {
@@ -500,7 +495,9 @@ impl OrtEngine {
         for spec in &outputs {
             let value = output_tensor(&session, spec)?;
             scratch += spec.byte_len();
-            selector = selector.with(spec.name.clone()).preallocate(spec.name.clone(), value);
+            selector = selector
+                .with(spec.name.clone())
+                .preallocate(spec.name.clone(), value);
         }
         let run_options = RunOptions::new()
             .map_err(|e| EngineError::Backend(format!("ONNX Runtime run options: {e}")))?
@@ -651,10 +648,9 @@ mod tests {
 
     #[test]
     fn a_missing_ort_dylib_path_is_named() {
-        let e = find_onnxruntime_library_with(
-            Some("/nonexistent/libonnxruntime.so".into()),
-            || panic!("the Python probe must not run when ORT_DYLIB_PATH is set"),
-        )
+        let e = find_library_with(Some("/nonexistent/libonnxruntime.so".into()), || {
+            panic!("the Python probe must not run when ORT_DYLIB_PATH is set")
+        })
         .unwrap_err();
         assert!(matches!(e, EngineError::Backend(_)), "{e:?}");
         let m = e.to_string();
@@ -666,7 +662,7 @@ mod tests {
 
     #[test]
     fn nothing_found_says_how_to_install() {
-        let e = find_onnxruntime_library_with(None, || None).unwrap_err();
+        let e = find_library_with(None, || None).unwrap_err();
         let m = e.to_string();
         assert!(
             m.contains("python3 -m pip install onnxruntime")
@@ -674,7 +670,7 @@ mod tests {
             "{m}"
         );
         // An empty variable counts as unset.
-        let e = find_onnxruntime_library_with(Some("".into()), || None).unwrap_err();
+        let e = find_library_with(Some("".into()), || None).unwrap_err();
         assert!(e.to_string().contains("pip install onnxruntime"), "{e}");
     }
 
@@ -687,9 +683,12 @@ mod tests {
             b"x",
         )
         .unwrap();
-        let e = find_onnxruntime_library_with(None, || Some(dir.clone())).unwrap_err();
+        let e = find_library_with(None, || Some(dir.clone())).unwrap_err();
         let m = e.to_string();
-        assert!(m.contains("capi") && m.contains("pip install onnxruntime"), "{m}");
+        assert!(
+            m.contains("capi") && m.contains("pip install onnxruntime"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -705,11 +704,11 @@ mod tests {
         ] {
             std::fs::write(capi.join(f), b"x").unwrap();
         }
-        let found = find_onnxruntime_library_with(None, || Some(dir.clone())).unwrap();
+        let found = find_library_with(None, || Some(dir.clone())).unwrap();
         assert_eq!(found, capi.join("libonnxruntime.so.1.32.0"));
         // The unversioned name wins when both are there.
         std::fs::write(capi.join("libonnxruntime.so"), b"x").unwrap();
-        let found = find_onnxruntime_library_with(None, || Some(dir.clone())).unwrap();
+        let found = find_library_with(None, || Some(dir.clone())).unwrap();
         assert_eq!(found, capi.join("libonnxruntime.so"));
     }
 
@@ -718,7 +717,7 @@ mod tests {
         let dir = scratch_dir("env");
         let f = dir.join("libonnxruntime.so");
         std::fs::write(&f, b"x").unwrap();
-        let got = find_onnxruntime_library_with(Some(f.clone().into()), || {
+        let got = find_library_with(Some(f.clone().into()), || {
             panic!("the Python probe must not run when ORT_DYLIB_PATH is set")
         })
         .unwrap();
@@ -732,10 +731,8 @@ mod tests {
 
     /// A fresh folder for one test (tests run in parallel in one process).
     fn scratch_dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "redline-ort-test-{}-{name}",
-            std::process::id()
-        ));
+        let d =
+            std::env::temp_dir().join(format!("redline-ort-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
@@ -802,12 +799,16 @@ mod tests {
         assert_eq!(f32s(&y), [1.5, 0.0, 0.0, 1.0, 5.75, 0.0]);
 
         // Misaligned input buffers take the staging path and give the same result.
-        let mut a1 = vec![0u8; 25];
-        a1[1..].copy_from_slice(&a);
-        let mut b1 = vec![0u8; 25];
-        b1[1..].copy_from_slice(&b);
+        let mut a1 = [0u32; 7];
+        let mut b1 = [0u32; 7];
+        let a1: &mut [u8] = bytemuck::cast_slice_mut(&mut a1);
+        let b1: &mut [u8] = bytemuck::cast_slice_mut(&mut b1);
+        a1[1..25].copy_from_slice(&a);
+        b1[1..25].copy_from_slice(&b);
+        assert!(bytemuck::try_cast_slice::<u8, f32>(&a1[1..25]).is_err());
         let mut y2 = vec![0xffu8; 24];
-        e.run(&[&a1[1..], &b1[1..]], &mut [&mut y2], &Inline).unwrap();
+        e.run(&[&a1[1..25], &b1[1..25]], &mut [&mut y2], &Inline)
+            .unwrap();
         assert_eq!(y2, y);
 
         // Runs again on new data (the preallocated output is rewritten).
@@ -849,14 +850,26 @@ mod tests {
 
     #[test]
     fn uint8_int32_and_int64_tensors_round_trip() {
-        let Some(mut e) = load_or_skip("uint8_int32_and_int64_tensors_round_trip", "ort_types.onnx")
+        let Some(mut e) =
+            load_or_skip("uint8_int32_and_int64_tensors_round_trip", "ort_types.onnx")
         else {
             return;
         };
-        let elems: Vec<ElemType> = e.inputs().iter().chain(e.outputs()).map(|s| s.elem).collect();
-        assert_eq!(elems, [ElemType::U8, ElemType::I32, ElemType::F32, ElemType::I64]);
+        let elems: Vec<ElemType> = e
+            .inputs()
+            .iter()
+            .chain(e.outputs())
+            .map(|s| s.elem)
+            .collect();
+        assert_eq!(
+            elems,
+            [ElemType::U8, ElemType::I32, ElemType::F32, ElemType::I64]
+        );
         let u = [0u8, 1, 200, 255];
-        let i: Vec<u8> = [-7i32, 1 << 30].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let i: Vec<u8> = [-7i32, 1 << 30]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
         let mut uf = vec![0u8; 16];
         let mut il = vec![0u8; 16];
         e.run(&[&u, &i], &mut [&mut uf, &mut il], &Inline).unwrap();
@@ -881,7 +894,12 @@ mod tests {
         assert!(
             matches!(
                 err,
-                EngineError::BufferSize { what: "input", index: 1, expected: 24, got: 20 }
+                EngineError::BufferSize {
+                    what: "input",
+                    index: 1,
+                    expected: 24,
+                    got: 20
+                }
             ),
             "{err:?}"
         );
@@ -889,21 +907,35 @@ mod tests {
         assert!(
             matches!(
                 err,
-                EngineError::BufferSize { what: "output", index: 0, expected: 24, got: 28 }
+                EngineError::BufferSize {
+                    what: "output",
+                    index: 0,
+                    expected: 24,
+                    got: 28
+                }
             ),
             "{err:?}"
         );
         let err = e.run(&[&a], &mut [&mut y], &Inline).unwrap_err();
         assert!(
-            matches!(err, EngineError::BufferCount { what: "input", expected: 2, got: 1 }),
+            matches!(
+                err,
+                EngineError::BufferCount {
+                    what: "input",
+                    expected: 2,
+                    got: 1
+                }
+            ),
             "{err:?}"
         );
     }
 
     #[test]
     fn a_named_dynamic_dimension_is_fixed_to_one() {
-        let Some(mut e) = load_or_skip("a_named_dynamic_dimension_is_fixed_to_one", "ort_dynamic.onnx")
-        else {
+        let Some(mut e) = load_or_skip(
+            "a_named_dynamic_dimension_is_fixed_to_one",
+            "ort_dynamic.onnx",
+        ) else {
             return;
         };
         assert_eq!(e.inputs()[0].shape, [1, 4]);
@@ -919,8 +951,8 @@ mod tests {
         if !runtime_or_skip("an_unnamed_dynamic_dimension_is_named_in_the_error") {
             return;
         }
-        let err = OrtEngine::load(&fixture("ort_unnamed_dim.onnx"), &OrtOptions::default())
-            .unwrap_err();
+        let err =
+            OrtEngine::load(&fixture("ort_unnamed_dim.onnx"), &OrtOptions::default()).unwrap_err();
         let m = err.to_string();
         assert!(matches!(err, EngineError::Invalid { .. }), "{err:?}");
         assert!(
