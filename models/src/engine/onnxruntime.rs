@@ -543,10 +543,10 @@ fn view_or_copy<'a, T: bytemuck::Pod, const N: usize>(
 }
 
 fn tensor_view<'a, T: PrimitiveTensorElementType + fmt::Debug + Clone + 'static>(
-    shape: &[usize],
+    shape: &'a [usize],
     data: &'a [T],
 ) -> Result<SessionInputValue<'a>, EngineError> {
-    TensorRef::from_array_view((shape.to_vec(), data))
+    TensorRef::from_array_view((shape, data))
         .map(SessionInputValue::from)
         .map_err(|_| EngineError::Run("ONNX Runtime rejected an input tensor"))
 }
