@@ -1,46 +1,87 @@
 //! The `onnxruntime` backend: ONNX Runtime's CPU provider through the `ort` crate, with
-//! `libonnxruntime` loaded at run time (no build-time download, nothing linked).
+//! `libonnxruntime` loaded at run time (nothing downloaded at build time, nothing linked).
 //!
 //! # Contract
 //!
-//! - **Finding the library** ([`find_library`]): `ORT_DYLIB_PATH` if set (it must name an
-//!   existing file); otherwise the `libonnxruntime.so*` inside the installed Python
-//!   `onnxruntime` package (asked from `python3`). Nothing found is an
-//!   [`EngineError::Backend`] that says how to install it. The library is loaded once per
-//!   process; later loads reuse it.
-//! - **Sessions** ([`OrtEngine::load`]): CPU provider only, `threads` intra-op threads, one
-//!   inter-op thread, sequential execution, all graph optimisations. Symbolic dimensions
-//!   of the inputs are an error naming the input (this engine, like the native one, has
-//!   fixed shapes).
-//! - **Runs**: inputs are copied into staging buffers allocated at load, wrapped as ORT
-//!   tensors without a further copy, and the outputs are copied into the caller's slices.
+//! - **Finding the library** ([`find_library`]): `ORT_DYLIB_PATH` if set and
+//!   not empty (it must name an existing file, or the error names it); otherwise the
+//!   `capi/libonnxruntime.so*` inside the installed Python `onnxruntime` package, asked from
+//!   `python3`. Nothing found is an [`EngineError::Backend`] that says how to fix it
+//!   (`python3 -m pip install onnxruntime`, or `ORT_DYLIB_PATH=/path/to/libonnxruntime.so`).
+//!   The library must be ONNX Runtime 1.24 or newer (the `ort` API level this crate is
+//!   built with); an older one is an error naming its version.
+//! - **Loaded once per process.** The first [`OrtEngine::load`] finds and loads the library
+//!   and creates the process's one ONNX Runtime environment; every later load reuses it, even
+//!   if `ORT_DYLIB_PATH` changed in between ([`loaded_library`] says which file is in use).
+//!   A failure to load is remembered too: later loads return the same error.
+//! - **Sessions** ([`OrtEngine::load`]): CPU provider only, [`OrtOptions::threads`] intra-op
+//!   threads, one inter-op thread, sequential execution, all graph optimisations.
+//! - **Fixed shapes.** Every input and output has a fixed shape, like the native engine's.
+//!   A *named* symbolic dimension of an input (`dim_param`, e.g. a batch `N`) is fixed to 1
+//!   with ONNX Runtime's free-dimension override (the session is compiled again with
+//!   `N = 1`, so ORT plans and optimises for that shape). An *unnamed* dynamic dimension
+//!   cannot be overridden and is an [`EngineError::Invalid`] naming the input and the
+//!   dimension; so is an output whose shape stays dynamic once the inputs are fixed (a
+//!   data-dependent shape). The fix is to export the model with static shapes.
+//! - **Element types**: float32, int8, uint8, int32 and int64 inputs and outputs; any other
+//!   is an [`EngineError::Unsupported`] naming the tensor.
+//! - **Runs**: an input whose caller buffer is aligned for its element type is handed to ORT
+//!   as a view of the caller's bytes (no copy); a misaligned one is first copied into a
+//!   staging buffer allocated at load. ORT writes every output into a tensor allocated once
+//!   at load (preallocated outputs), which is then copied into the caller's slice.
+//!
+//! # Cost
+//!
+//! Loading the library: one `python3` start-up when `ORT_DYLIB_PATH` is not set (about
+//! 0.1 s) and the `dlopen`, once per process. Loading a model: ORT's session creation (graph
+//! optimisation, kernel selection, weight prepacking), twice if an input has a named
+//! symbolic dimension. A run: ORT's own inference plus one copy of each output and of each
+//! misaligned 4- or 8-byte input.
 //!
 //! # What it cannot promise
 //!
-//! ONNX Runtime allocates inside every run (its output tensors), owns its own thread pool
-//! (the `lanes` argument is ignored) and may pick other kernels on other CPUs: it is the
-//! reference and the peer of the benchmarks, not an engine for the hot path. `macs()` is
-//! what the caller set with [`OrtEngine::set_macs`] (ORT does not report it; the native
-//! importer counts it), `scratch_bytes()` only counts the staging buffers.
+//! This backend is the reference and the peer of the benchmarks, not an engine for the hot
+//! path:
+//! - ONNX Runtime **allocates inside every run** (the input `OrtValue` wrappers, its
+//!   intermediate tensors unless its memory pattern covers them, bookkeeping), so it breaks
+//!   the zero-allocation rule of `Stage::run`.
+//! - It **owns its own thread pool** (`threads - 1` intra-op worker threads, which spin-wait
+//!   briefly after each run, ORT's default): the `lanes` argument of [`Engine::run`] is ignored, and the
+//!   workers are neither pinned nor SCHED_FIFO like redline's lanes.
+//! - Its results are **not bit-identical across CPUs or thread counts**: ORT picks kernels
+//!   by instruction set (e.g. u8 x s8 products saturate on AVX2 but not with VNNI) and its
+//!   float reductions depend on the thread split.
+//! - [`Engine::macs`] is whatever the caller set with [`OrtEngine::set_macs`] (ORT cannot
+//!   report it; 0 until set). [`Engine::scratch_bytes`] counts only what this wrapper
+//!   allocates (staging and output tensors), not ORT's arena, packed weights or threads,
+//!   which ORT does not report.
 //!
 //! # Never
 //!
-//! Never panics on a missing or broken library or a bad model: every failure is an
-//! [`EngineError`].
+//! Never panics on a missing, broken or too-old library or a bad model: every failure is an
+//! [`EngineError`] (a panic inside `ort` while loading the library is caught and turned
+//! into one). Never logs: ORT's logger is replaced by one that drops every message (ORT's
+//! errors still come back, as [`EngineError`]s). Never writes outside the output slices.
 
 use super::{check_buffers, ElemType, Engine, EngineError, EngineKind, Lanes, TensorSpec};
-use ort::session::builder::GraphOptimizationLevel;
-use ort::session::Session;
-use ort::value::{TensorElementType, TensorRef, ValueType};
+use ort::environment::Environment;
+use ort::logging::LogLevel;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+use ort::session::{HasSelectedOutputs, OutputSelector, RunOptions, Session, SessionInputValue};
+use ort::value::{
+    DynValue, Outlet, PrimitiveTensorElementType, Tensor, TensorElementType, TensorRef, ValueType,
+};
+use std::ffi::OsString;
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Options of an ONNX Runtime session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrtOptions {
-    /// Intra-op threads (at least 1).
+    /// Intra-op threads, including the calling thread (at least 1; 0 is taken as 1).
     pub threads: usize,
-    /// `session.qdqisint8allowed`: let ORT fuse int8 QDQ groups into its integer kernels on
+    /// `session.qdqisint8allowed`: lets ORT fuse int8 QDQ groups into its integer kernels on
     /// x86 (its default there is off, which leaves many int8 QDQ operators in float).
     pub qdq_int8_allowed: bool,
 }
@@ -54,34 +95,40 @@ impl Default for OrtOptions {
     }
 }
 
-const INSTALL_HINT: &str =
-    "install ONNX Runtime's Python wheel (python3 -m pip install onnxruntime) \
-     or set ORT_DYLIB_PATH=/path/to/libonnxruntime.so";
+/// How to get a usable `libonnxruntime`, appended to every "not found" message.
+const INSTALL_HINT: &str = "install ONNX Runtime's Python wheel (python3 -m pip install \
+     onnxruntime) or set ORT_DYLIB_PATH=/path/to/libonnxruntime.so";
 
-/// Where `libonnxruntime` is: `ORT_DYLIB_PATH`, else the installed Python package.
+/// The environment variable naming the library (the one `ort` itself reads).
+const ENV_VAR: &str = "ORT_DYLIB_PATH";
+
+/// Where `libonnxruntime` is: `ORT_DYLIB_PATH` if set, else the library inside the installed
+/// Python `onnxruntime` package (asks `python3`). See the module docs.
 pub fn find_library() -> Result<PathBuf, EngineError> {
-    let env = std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from);
-    find_library_with(env, python_package_dir)
+    find_library_with(std::env::var_os(ENV_VAR), python_package_dir)
 }
 
-/// [`find_library`] with the environment value and the Python probe given (testable).
+/// [`find_library`] with the value of `ORT_DYLIB_PATH` and the Python probe given
+/// (the probe returns the `onnxruntime` package's folder, or `None` when there is none; it is
+/// called only when the variable is unset or empty).
 pub fn find_library_with(
-    env: Option<PathBuf>,
-    python_dir: impl Fn() -> Option<PathBuf>,
+    env: Option<OsString>,
+    python_package: impl FnOnce() -> Option<PathBuf>,
 ) -> Result<PathBuf, EngineError> {
-    if let Some(p) = env {
+    if let Some(p) = env.filter(|v| !v.is_empty()).map(PathBuf::from) {
         if p.is_file() {
             return Ok(p);
         }
         return Err(EngineError::Backend(format!(
-            "ORT_DYLIB_PATH is set to {} but there is no such file: point it at \
-             libonnxruntime.so (e.g. inside the onnxruntime Python package's capi/ folder)",
+            "{ENV_VAR} is set to {} but there is no such file: point it at libonnxruntime.so \
+             (e.g. the one in the onnxruntime Python package's capi/ folder), or unset it to \
+             use the installed Python package",
             p.display()
         )));
     }
-    let Some(dir) = python_dir() else {
+    let Some(dir) = python_package() else {
         return Err(EngineError::Backend(format!(
-            "ONNX Runtime library not found: ORT_DYLIB_PATH is not set and python3 has no \
+            "ONNX Runtime library not found: {ENV_VAR} is not set and python3 has no \
              onnxruntime package; {INSTALL_HINT}"
         )));
     };
@@ -90,30 +137,53 @@ pub fn find_library_with(
         .map(|rd| {
             rd.filter_map(Result::ok)
                 .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .map(|n| n.starts_with("libonnxruntime.so"))
-                        .unwrap_or(false)
-                })
+                .filter(|p| p.is_file() && p.file_name().is_some_and(is_library_name))
                 .collect()
         })
         .unwrap_or_default();
-    found.sort();
+    // `libonnxruntime.so` before `libonnxruntime.so.1.32.0`; then by name, so the choice
+    // never depends on directory order.
+    found.sort_by_key(|p| (p.as_os_str().len(), p.clone()));
     found.into_iter().next().ok_or_else(|| {
         EngineError::Backend(format!(
-            "the Python onnxruntime package at {} has no capi/libonnxruntime.so*; {INSTALL_HINT}",
-            dir.display()
+            "the Python onnxruntime package at {} has no {}; {INSTALL_HINT}",
+            dir.display(),
+            Path::new("capi").join(LIBRARY_PATTERN).display()
         ))
     })
 }
 
+/// What the library is called inside the wheel, for messages.
+#[cfg(target_os = "macos")]
+const LIBRARY_PATTERN: &str = "libonnxruntime*.dylib";
+#[cfg(windows)]
+const LIBRARY_PATTERN: &str = "onnxruntime.dll";
+#[cfg(not(any(target_os = "macos", windows)))]
+const LIBRARY_PATTERN: &str = "libonnxruntime.so*";
+
+/// Whether a file in the wheel's `capi/` folder is the ONNX Runtime library itself (not
+/// `libonnxruntime_providers_shared.so` or the Python extension).
+fn is_library_name(name: &std::ffi::OsStr) -> bool {
+    let Some(n) = name.to_str() else {
+        return false;
+    };
+    if cfg!(target_os = "macos") {
+        n.starts_with("libonnxruntime.") && n.ends_with(".dylib")
+    } else if cfg!(windows) {
+        n.eq_ignore_ascii_case("onnxruntime.dll")
+    } else {
+        n == "libonnxruntime.so" || n.starts_with("libonnxruntime.so.")
+    }
+}
+
+/// The installed Python `onnxruntime` package's folder, asked from `python3`.
 fn python_package_dir() -> Option<PathBuf> {
     let out = std::process::Command::new("python3")
         .args([
             "-c",
             "import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))",
         ])
+        .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output()
         .ok()?;
@@ -125,29 +195,61 @@ fn python_package_dir() -> Option<PathBuf> {
     p.is_dir().then_some(p)
 }
 
-/// The process-wide ONNX Runtime environment (library loaded once).
-fn environment() -> Result<&'static ort::environment::Environment, EngineError> {
-    static ENV: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
-    let r = ENV.get_or_init(|| {
-        let lib = find_library().map_err(|e| e.to_string())?;
-        // `ort` reports load failures as errors; a panic inside a foreign loader is caught
-        // too, so that no library problem can take the process down.
-        let built = std::panic::catch_unwind(|| {
-            ort::init_from(&lib)
-                .map_err(|e| format!("cannot load {}: {e}; {INSTALL_HINT}", lib.display()))?
-                .with_name("redline")
-                .build()
-                .map_err(|e| format!("cannot start ONNX Runtime from {}: {e}", lib.display()))
-        });
-        match built {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "loading {} panicked; {INSTALL_HINT}",
-                lib.display()
-            )),
-        }
-    });
-    r.as_ref().map_err(|e| EngineError::Backend(e.clone()))
+/// The process's ONNX Runtime: the library that was loaded and the one environment.
+struct Runtime {
+    library: PathBuf,
+    env: Environment,
+}
+
+static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+
+/// The library this process loaded ONNX Runtime from, once a model has been loaded with
+/// this backend (`None` before, or when loading it failed).
+pub fn loaded_library() -> Option<&'static Path> {
+    match RUNTIME.get() {
+        Some(Ok(rt)) => Some(&rt.library),
+        _ => None,
+    }
+}
+
+/// The process-wide ONNX Runtime (library found and loaded on first use, then reused).
+fn runtime() -> Result<&'static Runtime, EngineError> {
+    RUNTIME
+        .get_or_init(|| {
+            let library = find_library().map_err(|e| e.to_string())?;
+            // `ort` returns load failures (dlopen, missing symbol, too old a version) as
+            // errors, but asserts on a few impossible-looking states of a foreign library:
+            // catch those too, so that no library problem can take the process down.
+            let built = std::panic::catch_unwind(|| start_runtime(&library));
+            let env = match built {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(format!(
+                        "loading ONNX Runtime from {} failed (ort panicked); {INSTALL_HINT}",
+                        library.display()
+                    ))
+                }
+            };
+            Ok(Runtime { library, env })
+        })
+        .as_ref()
+        .map_err(|e| EngineError::Backend(e.clone()))
+}
+
+fn start_runtime(library: &Path) -> Result<Environment, String> {
+    let quiet: ort::logging::LoggerFunction = Arc::new(|_, _, _, _, _| {});
+    ort::init_from(library)
+        .map_err(|e| {
+            format!(
+                "cannot load ONNX Runtime from {}: {e}; {INSTALL_HINT}",
+                library.display()
+            )
+        })?
+        .with_name("redline")
+        .with_telemetry(false)
+        .with_logger(quiet)
+        .build()
+        .map_err(|e| format!("cannot start ONNX Runtime from {}: {e}", library.display()))
 }
 
 fn elem_of(t: TensorElementType) -> Option<ElemType> {
@@ -161,54 +263,124 @@ fn elem_of(t: TensorElementType) -> Option<ElemType> {
     }
 }
 
-/// Staging buffer of one input, typed for ORT.
+/// Staging buffer of one input whose caller buffer may be misaligned for its element type
+/// (none for 1-byte types, which are always aligned).
 #[derive(Debug)]
 enum Staging {
+    None,
     F32(Vec<f32>),
-    I8(Vec<i8>),
-    U8(Vec<u8>),
     I32(Vec<i32>),
     I64(Vec<i64>),
 }
 
-/// A model compiled by ONNX Runtime.
-#[derive(Debug)]
+impl Staging {
+    fn for_spec(s: &TensorSpec) -> Staging {
+        let n = s.elements();
+        match s.elem {
+            ElemType::F32 => Staging::F32(vec![0.0; n]),
+            ElemType::I32 => Staging::I32(vec![0; n]),
+            ElemType::I64 => Staging::I64(vec![0; n]),
+            ElemType::I8 | ElemType::U8 => Staging::None,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Staging::None => 0,
+            Staging::F32(v) => std::mem::size_of_val(v.as_slice()),
+            Staging::I32(v) => std::mem::size_of_val(v.as_slice()),
+            Staging::I64(v) => std::mem::size_of_val(v.as_slice()),
+        }
+    }
+}
+
+/// A model compiled by ONNX Runtime. See the module docs for what it promises.
 pub struct OrtEngine {
     session: Session,
+    run_options: RunOptions<HasSelectedOutputs>,
     inputs: Vec<TensorSpec>,
     outputs: Vec<TensorSpec>,
     staging: Vec<Staging>,
+    scratch: usize,
     macs: u64,
 }
 
-fn specs(outlets: &[ort::value::Outlet], what: &str) -> Result<Vec<TensorSpec>, EngineError> {
-    let mut out = Vec::new();
-    for o in outlets {
-        let ValueType::Tensor { ty, shape, .. } = o.dtype() else {
-            return Err(EngineError::Unsupported {
-                node: o.name().to_string(),
-                op: what.to_string(),
-                reason: "not a tensor".into(),
-            });
-        };
-        let elem = elem_of(*ty).ok_or_else(|| EngineError::Unsupported {
+impl fmt::Debug for OrtEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OrtEngine")
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .field("scratch", &self.scratch)
+            .field("macs", &self.macs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The element type and shape of a session input or output, with the names of its symbolic
+/// dimensions (`""` for an unnamed one, `-1` in the shape for any dynamic one).
+fn outlet_type(o: &Outlet, what: &str) -> Result<(ElemType, Vec<i64>, Vec<String>), EngineError> {
+    let ValueType::Tensor {
+        ty,
+        shape,
+        dimension_symbols,
+    } = o.dtype()
+    else {
+        return Err(EngineError::Unsupported {
             node: o.name().to_string(),
-            op: what.to_string(),
-            reason: format!("element type {ty:?}; supported: float32, int8, uint8, int32, int64"),
-        })?;
-        let mut dims = Vec::new();
+            op: format!("graph {what}"),
+            reason: format!(
+                "{what} {:?} is not a tensor ({}); engines take tensors only",
+                o.name(),
+                o.dtype()
+            ),
+        });
+    };
+    let elem = elem_of(*ty).ok_or_else(|| EngineError::Unsupported {
+        node: o.name().to_string(),
+        op: format!("graph {what}"),
+        reason: format!(
+            "{what} {:?} has element type {ty}; engines take float32, int8, uint8, int32 and \
+             int64",
+            o.name()
+        ),
+    })?;
+    let symbols = (0..shape.len())
+        .map(|d| dimension_symbols.get(d).cloned().unwrap_or_default())
+        .collect();
+    Ok((elem, shape.to_vec(), symbols))
+}
+
+/// The fixed specs of a session's inputs or outputs; a dynamic dimension is an error.
+fn specs(outlets: &[Outlet], what: &str) -> Result<Vec<TensorSpec>, EngineError> {
+    let mut out = Vec::with_capacity(outlets.len());
+    for o in outlets {
+        let (elem, shape, symbols) = outlet_type(o, what)?;
+        let mut dims = Vec::with_capacity(shape.len());
         for (d, &v) in shape.iter().enumerate() {
-            if v < 0 {
+            let Ok(v) = usize::try_from(v) else {
+                let sym = &symbols[d];
+                let why = if what == "output" {
+                    "stays dynamic once the inputs are fixed (a data-dependent shape?)"
+                } else if sym.is_empty() {
+                    "is dynamic and unnamed, so it cannot be fixed to 1"
+                } else {
+                    "is dynamic"
+                };
+                let named = if sym.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({sym:?})")
+                };
                 return Err(EngineError::Invalid {
                     reason: format!(
-                        "{what} {} has a dynamic dimension {d}: engines compile fixed shapes; \
-                         export the model with static shapes (or fix them with \
-                         python -m onnxruntime.tools.make_dynamic_shape_fixed)",
+                        "{what} {:?}: dimension {d}{named} of {shape:?} {why}; engines compile \
+                         fixed shapes: export the model with static shapes (or fix them with \
+                         python3 -m onnxruntime.tools.make_dynamic_shape_fixed)",
                         o.name()
                     ),
                 });
-            }
-            dims.push(v as usize);
+            };
+            dims.push(v);
         }
         out.push(TensorSpec {
             name: o.name().to_string(),
@@ -219,79 +391,170 @@ fn specs(outlets: &[ort::value::Outlet], what: &str) -> Result<Vec<TensorSpec>, 
     Ok(out)
 }
 
-impl OrtEngine {
-    /// Loads the library (once) and compiles `path` into a session.
-    pub fn load(path: &Path, opts: &OrtOptions) -> Result<OrtEngine, EngineError> {
-        if !path.is_file() {
-            return Err(EngineError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-            });
+/// The names of the inputs' named symbolic dimensions (each once, in order of appearance).
+fn free_dimensions(session: &Session) -> Result<Vec<String>, EngineError> {
+    let mut names: Vec<String> = Vec::new();
+    for o in session.inputs() {
+        let (_, shape, symbols) = outlet_type(o, "input")?;
+        for (v, sym) in shape.iter().zip(symbols) {
+            if *v < 0 && !sym.is_empty() && !names.contains(&sym) {
+                names.push(sym);
+            }
         }
-        let env = environment()?;
-        let ort_err = |e: ort::Error| EngineError::Parse {
+    }
+    Ok(names)
+}
+
+/// An ORT error while configuring a session: the library misbehaves.
+fn option_err<R>(what: &'static str) -> impl Fn(ort::Error<R>) -> EngineError {
+    move |e| EngineError::Backend(format!("ONNX Runtime rejected session option {what}: {e}"))
+}
+
+fn builder(
+    env: &Environment,
+    opts: &OrtOptions,
+    free_dims: &[String],
+) -> Result<SessionBuilder, EngineError> {
+    let mut b = Session::builder(env)
+        .map_err(|e| EngineError::Backend(format!("cannot create an ONNX Runtime session: {e}")))?
+        .with_optimization_level(GraphOptimizationLevel::All)
+        .map_err(option_err("graph optimisation level"))?
+        .with_intra_threads(opts.threads.max(1))
+        .map_err(option_err("intra-op threads"))?
+        .with_inter_threads(1)
+        .map_err(option_err("inter-op threads"))?
+        .with_parallel_execution(false)
+        .map_err(option_err("sequential execution"))?
+        .with_log_level(LogLevel::Fatal)
+        .map_err(option_err("log level"))?
+        .with_config_entry(
+            "session.qdqisint8allowed",
+            if opts.qdq_int8_allowed { "1" } else { "0" },
+        )
+        .map_err(option_err("session.qdqisint8allowed"))?;
+    for name in free_dims {
+        b = b
+            .with_dimension_override(name, 1)
+            .map_err(option_err("free dimension override"))?;
+    }
+    Ok(b)
+}
+
+/// An owned ORT tensor of `spec`'s type and shape, allocated once for ORT to write into.
+fn output_tensor(session: &Session, spec: &TensorSpec) -> Result<DynValue, EngineError> {
+    fn new<T: PrimitiveTensorElementType + fmt::Debug>(
+        session: &Session,
+        shape: &[usize],
+    ) -> ort::Result<DynValue> {
+        Ok(Tensor::<T>::new(session.allocator(), shape.to_vec())?.into_dyn())
+    }
+    let shape = spec.shape.as_slice();
+    match spec.elem {
+        ElemType::F32 => new::<f32>(session, shape),
+        ElemType::I8 => new::<i8>(session, shape),
+        ElemType::U8 => new::<u8>(session, shape),
+        ElemType::I32 => new::<i32>(session, shape),
+        ElemType::I64 => new::<i64>(session, shape),
+    }
+    .map_err(|e| {
+        EngineError::Backend(format!(
+            "ONNX Runtime cannot allocate output {}: {e}",
+            spec.name
+        ))
+    })
+}
+
+impl OrtEngine {
+    /// Loads the library (once per process) and compiles the model at `path` into an ONNX
+    /// Runtime session with `opts`. Named symbolic input dimensions are fixed to 1; see the
+    /// module docs for everything it checks.
+    pub fn load(path: &Path, opts: &OrtOptions) -> Result<OrtEngine, EngineError> {
+        // Read errors first, so a missing file is an Io error, not ORT's message about it.
+        std::fs::File::open(path).map_err(|source| EngineError::Io {
             path: path.to_path_buf(),
-            reason: format!("ONNX Runtime: {e}"),
+            source,
+        })?;
+        let env = &runtime()?.env;
+        let commit = |free_dims: &[String]| {
+            builder(env, opts, free_dims)?
+                .commit_from_file(path)
+                .map_err(|e| EngineError::Parse {
+                    path: path.to_path_buf(),
+                    reason: format!("ONNX Runtime cannot load it: {e}"),
+                })
         };
-        let session = Session::builder(env)
-            .map_err(ort_err)?
-            .with_optimization_level(GraphOptimizationLevel::All)
-            .map_err(|e| ort_err(e.into()))?
-            .with_intra_threads(opts.threads.max(1))
-            .map_err(|e| ort_err(e.into()))?
-            .with_inter_threads(1)
-            .map_err(|e| ort_err(e.into()))?
-            .with_parallel_execution(false)
-            .map_err(|e| ort_err(e.into()))?
-            .with_config_entry(
-                "session.qdqisint8allowed",
-                if opts.qdq_int8_allowed { "1" } else { "0" },
-            )
-            .map_err(|e| ort_err(e.into()))?
-            .commit_from_file(path)
-            .map_err(ort_err)?;
+        let mut session = commit(&[])?;
+        let free_dims = free_dimensions(&session)?;
+        if !free_dims.is_empty() {
+            session = commit(&free_dims)?;
+        }
         let inputs = specs(session.inputs(), "input")?;
         let outputs = specs(session.outputs(), "output")?;
-        let staging = inputs
-            .iter()
-            .map(|s| {
-                let n = s.elements();
-                match s.elem {
-                    ElemType::F32 => Staging::F32(vec![0.0; n]),
-                    ElemType::I8 => Staging::I8(vec![0; n]),
-                    ElemType::U8 => Staging::U8(vec![0; n]),
-                    ElemType::I32 => Staging::I32(vec![0; n]),
-                    ElemType::I64 => Staging::I64(vec![0; n]),
-                }
-            })
-            .collect();
+        let mut selector = OutputSelector::no_default();
+        let mut scratch = 0;
+        for spec in &outputs {
+            let value = output_tensor(&session, spec)?;
+            scratch += spec.byte_len();
+            selector = selector
+                .with(spec.name.clone())
+                .preallocate(spec.name.clone(), value);
+        }
+        let run_options = RunOptions::new()
+            .map_err(|e| EngineError::Backend(format!("ONNX Runtime run options: {e}")))?
+            .with_outputs(selector);
+        let staging: Vec<Staging> = inputs.iter().map(Staging::for_spec).collect();
+        scratch += staging.iter().map(Staging::bytes).sum::<usize>();
         Ok(OrtEngine {
             session,
+            run_options,
             inputs,
             outputs,
             staging,
+            scratch,
             macs: 0,
         })
     }
 
-    /// Sets the multiply-accumulates [`Engine::macs`] reports (ORT does not count them).
+    /// Sets the multiply-accumulates that [`Engine::macs`] reports. ORT cannot count them:
+    /// they are filled by the caller from the ONNX graph (the native importer counts them).
     pub fn set_macs(&mut self, macs: u64) {
         self.macs = macs;
     }
 }
 
-fn fill<T: Copy, const N: usize>(dst: &mut [T], src: &[u8], f: fn([u8; N]) -> T) {
-    for (d, c) in dst.iter_mut().zip(src.chunks_exact(N)) {
+/// A view of `src` as `T`s when it is aligned for `T` (and the target is little-endian, the
+/// byte order of the engine buffers); otherwise `src` decoded into `staging`.
+fn view_or_copy<'a, T: bytemuck::Pod, const N: usize>(
+    src: &'a [u8],
+    staging: &'a mut [T],
+    decode: fn([u8; N]) -> T,
+) -> &'a [T] {
+    if cfg!(target_endian = "little") {
+        if let Ok(v) = bytemuck::try_cast_slice::<u8, T>(src) {
+            return v;
+        }
+    }
+    for (d, c) in staging.iter_mut().zip(src.chunks_exact(N)) {
         let mut b = [0u8; N];
         b.copy_from_slice(c);
-        *d = f(b);
+        *d = decode(b);
     }
+    staging
 }
 
-fn copy_out<T: ort::value::PrimitiveTensorElementType + std::fmt::Debug, const N: usize>(
-    v: &ort::value::DynValue,
+fn tensor_view<'a, T: PrimitiveTensorElementType + fmt::Debug + Clone + 'static>(
+    shape: &'a [usize],
+    data: &'a [T],
+) -> Result<SessionInputValue<'a>, EngineError> {
+    TensorRef::from_array_view((shape, data))
+        .map(SessionInputValue::from)
+        .map_err(|_| EngineError::Run("ONNX Runtime rejected an input tensor"))
+}
+
+fn copy_out<T: PrimitiveTensorElementType + fmt::Debug + Copy, const N: usize>(
+    v: &DynValue,
     out: &mut [u8],
-    f: fn(&T) -> [u8; N],
+    encode: fn(T) -> [u8; N],
 ) -> Result<(), EngineError> {
     let (_, data) = v
         .try_extract_tensor::<T>()
@@ -301,8 +564,8 @@ fn copy_out<T: ort::value::PrimitiveTensorElementType + std::fmt::Debug, const N
             "ONNX Runtime returned an output of another size",
         ));
     }
-    for (c, x) in out.chunks_exact_mut(N).zip(data) {
-        c.copy_from_slice(&f(x));
+    for (c, &x) in out.chunks_exact_mut(N).zip(data) {
+        c.copy_from_slice(&encode(x));
     }
     Ok(())
 }
@@ -325,7 +588,7 @@ impl Engine for OrtEngine {
     }
 
     fn scratch_bytes(&self) -> usize {
-        self.inputs.iter().map(TensorSpec::byte_len).sum()
+        self.scratch
     }
 
     fn run(
@@ -335,52 +598,43 @@ impl Engine for OrtEngine {
         _lanes: &dyn Lanes,
     ) -> Result<(), EngineError> {
         check_buffers(&self.inputs, &self.outputs, inputs, outputs)?;
-        for (st, src) in self.staging.iter_mut().zip(inputs) {
-            match st {
-                Staging::F32(v) => fill(v, src, f32::from_le_bytes),
-                Staging::I8(v) => fill(v, src, |b: [u8; 1]| b[0] as i8),
-                Staging::U8(v) => v.copy_from_slice(src),
-                Staging::I32(v) => fill(v, src, i32::from_le_bytes),
-                Staging::I64(v) => fill(v, src, i64::from_le_bytes),
-            }
-        }
-        let mut values: Vec<(String, ort::session::SessionInputValue<'_>)> =
-            Vec::with_capacity(self.inputs.len());
-        let bad = |_| EngineError::Run("ONNX Runtime rejected an input tensor");
-        for (spec, st) in self.inputs.iter().zip(&self.staging) {
-            let shape = spec.shape.clone();
-            let v: ort::session::SessionInputValue<'_> = match st {
-                Staging::F32(v) => TensorRef::from_array_view((shape, v.as_slice()))
-                    .map_err(bad)?
-                    .into(),
-                Staging::I8(v) => TensorRef::from_array_view((shape, v.as_slice()))
-                    .map_err(bad)?
-                    .into(),
-                Staging::U8(v) => TensorRef::from_array_view((shape, v.as_slice()))
-                    .map_err(bad)?
-                    .into(),
-                Staging::I32(v) => TensorRef::from_array_view((shape, v.as_slice()))
-                    .map_err(bad)?
-                    .into(),
-                Staging::I64(v) => TensorRef::from_array_view((shape, v.as_slice()))
-                    .map_err(bad)?
-                    .into(),
+        let mut values: Vec<SessionInputValue<'_>> = Vec::with_capacity(self.inputs.len());
+        for ((spec, st), &src) in self.inputs.iter().zip(&mut self.staging).zip(inputs) {
+            let shape = spec.shape.as_slice();
+            let v = match (spec.elem, st) {
+                (ElemType::U8, _) => tensor_view::<u8>(shape, src)?,
+                (ElemType::I8, _) => tensor_view::<i8>(shape, bytemuck::cast_slice(src))?,
+                (ElemType::F32, Staging::F32(s)) => {
+                    tensor_view(shape, view_or_copy(src, s, f32::from_le_bytes))?
+                }
+                (ElemType::I32, Staging::I32(s)) => {
+                    tensor_view(shape, view_or_copy(src, s, i32::from_le_bytes))?
+                }
+                (ElemType::I64, Staging::I64(s)) => {
+                    tensor_view(shape, view_or_copy(src, s, i64::from_le_bytes))?
+                }
+                _ => return Err(EngineError::Run("staging buffer of another type")),
             };
-            values.push((spec.name.clone(), v));
+            values.push(v);
         }
         let result = self
             .session
-            .run(values)
+            .run_with_options(values.as_slice(), &self.run_options)
             .map_err(|_| EngineError::Run("ONNX Runtime failed to run the model"))?;
+        if result.len() != self.outputs.len() {
+            return Err(EngineError::Run(
+                "ONNX Runtime returned another number of outputs",
+            ));
+        }
         for (j, spec) in self.outputs.iter().enumerate() {
             let v = &result[j];
             let out = &mut *outputs[j];
             match spec.elem {
-                ElemType::F32 => copy_out::<f32, 4>(v, out, |x| x.to_le_bytes())?,
-                ElemType::I8 => copy_out::<i8, 1>(v, out, |x| [*x as u8])?,
-                ElemType::U8 => copy_out::<u8, 1>(v, out, |x| [*x])?,
-                ElemType::I32 => copy_out::<i32, 4>(v, out, |x| x.to_le_bytes())?,
-                ElemType::I64 => copy_out::<i64, 8>(v, out, |x| x.to_le_bytes())?,
+                ElemType::F32 => copy_out::<f32, 4>(v, out, f32::to_le_bytes)?,
+                ElemType::I8 => copy_out::<i8, 1>(v, out, i8::to_le_bytes)?,
+                ElemType::U8 => copy_out::<u8, 1>(v, out, |x| [x])?,
+                ElemType::I32 => copy_out::<i32, 4>(v, out, i32::to_le_bytes)?,
+                ElemType::I64 => copy_out::<i64, 8>(v, out, i64::to_le_bytes)?,
             }
         }
         Ok(())
@@ -390,14 +644,15 @@ impl Engine for OrtEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Inline;
 
     #[test]
     fn a_missing_ort_dylib_path_is_named() {
-        let e = find_library_with(
-            Some(PathBuf::from("/nonexistent/libonnxruntime.so")),
-            || None,
-        )
+        let e = find_library_with(Some("/nonexistent/libonnxruntime.so".into()), || {
+            panic!("the Python probe must not run when ORT_DYLIB_PATH is set")
+        })
         .unwrap_err();
+        assert!(matches!(e, EngineError::Backend(_)), "{e:?}");
         let m = e.to_string();
         assert!(
             m.contains("ORT_DYLIB_PATH") && m.contains("/nonexistent/libonnxruntime.so"),
@@ -408,17 +663,344 @@ mod tests {
     #[test]
     fn nothing_found_says_how_to_install() {
         let e = find_library_with(None, || None).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("python3 -m pip install onnxruntime")
+                && m.contains("ORT_DYLIB_PATH=/path/to/libonnxruntime.so"),
+            "{m}"
+        );
+        // An empty variable counts as unset.
+        let e = find_library_with(Some("".into()), || None).unwrap_err();
         assert!(e.to_string().contains("pip install onnxruntime"), "{e}");
-        let dir = std::env::temp_dir().join("redline-ort-empty-pkg");
+    }
+
+    #[test]
+    fn a_package_without_the_library_says_how_to_install() {
+        let dir = scratch_dir("empty-pkg");
         std::fs::create_dir_all(dir.join("capi")).unwrap();
+        std::fs::write(
+            dir.join("capi").join("libonnxruntime_providers_shared.so"),
+            b"x",
+        )
+        .unwrap();
         let e = find_library_with(None, || Some(dir.clone())).unwrap_err();
-        assert!(e.to_string().contains("no capi/libonnxruntime.so"), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains("capi") && m.contains("pip install onnxruntime"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    #[cfg(all(unix, not(target_os = "macos")))]
+    fn the_package_library_is_found_in_capi() {
+        let dir = scratch_dir("pkg");
+        let capi = dir.join("capi");
+        std::fs::create_dir_all(&capi).unwrap();
+        for f in [
+            "libonnxruntime_providers_shared.so",
+            "libonnxruntime.so.1.32.0",
+            "onnxruntime_pybind11_state.so",
+        ] {
+            std::fs::write(capi.join(f), b"x").unwrap();
+        }
+        let found = find_library_with(None, || Some(dir.clone())).unwrap();
+        assert_eq!(found, capi.join("libonnxruntime.so.1.32.0"));
+        // The unversioned name wins when both are there.
+        std::fs::write(capi.join("libonnxruntime.so"), b"x").unwrap();
+        let found = find_library_with(None, || Some(dir.clone())).unwrap();
+        assert_eq!(found, capi.join("libonnxruntime.so"));
     }
 
     #[test]
     fn an_existing_env_path_wins() {
-        let f = std::env::temp_dir().join("redline-ort-fake.so");
+        let dir = scratch_dir("env");
+        let f = dir.join("libonnxruntime.so");
         std::fs::write(&f, b"x").unwrap();
-        assert_eq!(find_library_with(Some(f.clone()), || None).unwrap(), f);
+        let got = find_library_with(Some(f.clone().into()), || {
+            panic!("the Python probe must not run when ORT_DYLIB_PATH is set")
+        })
+        .unwrap();
+        assert_eq!(got, f);
+    }
+
+    #[test]
+    fn options_default_to_one_thread() {
+        assert_eq!(OrtOptions::default().threads, 1);
+    }
+
+    /// A fresh folder for one test (tests run in parallel in one process).
+    fn scratch_dir(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("redline-ort-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name)
+    }
+
+    /// Loads a fixture, or prints why the test is skipped when ONNX Runtime is missing.
+    fn load_or_skip(test: &str, name: &str) -> Option<OrtEngine> {
+        if let Err(e) = runtime() {
+            eprintln!("SKIPPED: {test}: ONNX Runtime is not available: {e}");
+            return None;
+        }
+        Some(OrtEngine::load(&fixture(name), &OrtOptions::default()).unwrap())
+    }
+
+    fn runtime_or_skip(test: &str) -> bool {
+        match runtime() {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("SKIPPED: {test}: ONNX Runtime is not available: {e}");
+                false
+            }
+        }
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    fn f32s(b: &[u8]) -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_float_add_relu_runs() {
+        let Some(mut e) = load_or_skip("a_float_add_relu_runs", "ort_add_relu.onnx") else {
+            return;
+        };
+        assert_eq!(e.kind(), EngineKind::OnnxRuntime);
+        let spec = |n: &str| TensorSpec {
+            name: n.into(),
+            elem: ElemType::F32,
+            shape: vec![2, 3],
+        };
+        assert_eq!(e.inputs(), &[spec("a"), spec("b")]);
+        assert_eq!(e.outputs(), &[spec("y")]);
+        assert_eq!(e.macs(), 0);
+        e.set_macs(42);
+        assert_eq!(e.macs(), 42);
+        // Staging for the two float inputs and the output tensor.
+        assert_eq!(e.scratch_bytes(), 3 * 24);
+
+        let a = f32_bytes(&[1.0, -2.0, 3.0, -4.0, 5.5, 0.0]);
+        let b = f32_bytes(&[0.5, 1.0, -4.0, 5.0, 0.25, -1.0]);
+        let mut y = vec![0u8; 24];
+        e.run(&[&a, &b], &mut [&mut y], &Inline).unwrap();
+        assert_eq!(f32s(&y), [1.5, 0.0, 0.0, 1.0, 5.75, 0.0]);
+
+        // Misaligned input buffers take the staging path and give the same result.
+        let mut a1 = [0u32; 7];
+        let mut b1 = [0u32; 7];
+        let a1: &mut [u8] = bytemuck::cast_slice_mut(&mut a1);
+        let b1: &mut [u8] = bytemuck::cast_slice_mut(&mut b1);
+        a1[1..25].copy_from_slice(&a);
+        b1[1..25].copy_from_slice(&b);
+        assert!(bytemuck::try_cast_slice::<u8, f32>(&a1[1..25]).is_err());
+        let mut y2 = vec![0xffu8; 24];
+        e.run(&[&a1[1..25], &b1[1..25]], &mut [&mut y2], &Inline)
+            .unwrap();
+        assert_eq!(y2, y);
+
+        // Runs again on new data (the preallocated output is rewritten).
+        let a = f32_bytes(&[-1.0; 6]);
+        e.run(&[&a, &a], &mut [&mut y], &Inline).unwrap();
+        assert_eq!(f32s(&y), [0.0; 6]);
+    }
+
+    #[test]
+    fn an_int8_qlinearconv_runs() {
+        let Some(mut e) = load_or_skip("an_int8_qlinearconv_runs", "ort_qlinearconv.onnx") else {
+            return;
+        };
+        assert_eq!(e.inputs()[0].elem, ElemType::I8);
+        assert_eq!(e.inputs()[0].shape, [1, 1, 3, 3]);
+        assert_eq!(e.outputs()[0].elem, ElemType::I8);
+        assert_eq!(e.outputs()[0].shape, [1, 1, 2, 2]);
+        let x: [i8; 9] = [1, 2, 3, 4, 5, -6, 7, 8, 100];
+        let w: [i32; 4] = [1, 2, -1, 3];
+        // Scales 1, zero points 0 (x, w) and 3 (y), bias 10, saturated to int8.
+        let mut want = [0i8; 4];
+        for oy in 0..2 {
+            for ox in 0..2 {
+                let mut acc = 10;
+                for ky in 0..2 {
+                    for kx in 0..2 {
+                        acc += i32::from(x[(oy + ky) * 3 + ox + kx]) * w[ky * 2 + kx];
+                    }
+                }
+                want[oy * 2 + ox] = (acc + 3).clamp(-128, 127) as i8;
+            }
+        }
+        assert_eq!(want[3], 127, "the fixture exercises saturation");
+        let xb: Vec<u8> = x.iter().map(|&v| v as u8).collect();
+        let mut y = [0u8; 4];
+        e.run(&[&xb], &mut [&mut y], &Inline).unwrap();
+        assert_eq!(y.map(|v| v as i8), want);
+    }
+
+    #[test]
+    fn uint8_int32_and_int64_tensors_round_trip() {
+        let Some(mut e) =
+            load_or_skip("uint8_int32_and_int64_tensors_round_trip", "ort_types.onnx")
+        else {
+            return;
+        };
+        let elems: Vec<ElemType> = e
+            .inputs()
+            .iter()
+            .chain(e.outputs())
+            .map(|s| s.elem)
+            .collect();
+        assert_eq!(
+            elems,
+            [ElemType::U8, ElemType::I32, ElemType::F32, ElemType::I64]
+        );
+        let u = [0u8, 1, 200, 255];
+        let i: Vec<u8> = [-7i32, 1 << 30]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let mut uf = vec![0u8; 16];
+        let mut il = vec![0u8; 16];
+        e.run(&[&u, &i], &mut [&mut uf, &mut il], &Inline).unwrap();
+        assert_eq!(f32s(&uf), [0.0, 1.0, 200.0, 255.0]);
+        let il: Vec<i64> = il
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(il, [-7, 1 << 30]);
+    }
+
+    #[test]
+    fn wrong_buffers_are_errors() {
+        let Some(mut e) = load_or_skip("wrong_buffers_are_errors", "ort_add_relu.onnx") else {
+            return;
+        };
+        let a = vec![0u8; 24];
+        let short = vec![0u8; 20];
+        let mut y = vec![0u8; 24];
+        let mut y_long = vec![0u8; 28];
+        let err = e.run(&[&a, &short], &mut [&mut y], &Inline).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EngineError::BufferSize {
+                    what: "input",
+                    index: 1,
+                    expected: 24,
+                    got: 20
+                }
+            ),
+            "{err:?}"
+        );
+        let err = e.run(&[&a, &a], &mut [&mut y_long], &Inline).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EngineError::BufferSize {
+                    what: "output",
+                    index: 0,
+                    expected: 24,
+                    got: 28
+                }
+            ),
+            "{err:?}"
+        );
+        let err = e.run(&[&a], &mut [&mut y], &Inline).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EngineError::BufferCount {
+                    what: "input",
+                    expected: 2,
+                    got: 1
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_named_dynamic_dimension_is_fixed_to_one() {
+        let Some(mut e) = load_or_skip(
+            "a_named_dynamic_dimension_is_fixed_to_one",
+            "ort_dynamic.onnx",
+        ) else {
+            return;
+        };
+        assert_eq!(e.inputs()[0].shape, [1, 4]);
+        assert_eq!(e.outputs()[0].shape, [1, 4]);
+        let x = f32_bytes(&[-1.0, 2.0, -3.0, 4.0]);
+        let mut y = vec![0u8; 16];
+        e.run(&[&x], &mut [&mut y], &Inline).unwrap();
+        assert_eq!(f32s(&y), [0.0, 2.0, 0.0, 4.0]);
+    }
+
+    #[test]
+    fn an_unnamed_dynamic_dimension_is_named_in_the_error() {
+        if !runtime_or_skip("an_unnamed_dynamic_dimension_is_named_in_the_error") {
+            return;
+        }
+        let err =
+            OrtEngine::load(&fixture("ort_unnamed_dim.onnx"), &OrtOptions::default()).unwrap_err();
+        let m = err.to_string();
+        assert!(matches!(err, EngineError::Invalid { .. }), "{err:?}");
+        assert!(
+            m.contains("input \"x\"") && m.contains("dimension 0") && m.contains("static shapes"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn an_unsupported_element_type_names_the_tensor() {
+        if !runtime_or_skip("an_unsupported_element_type_names_the_tensor") {
+            return;
+        }
+        let err =
+            OrtEngine::load(&fixture("ort_float16.onnx"), &OrtOptions::default()).unwrap_err();
+        let EngineError::Unsupported { node, reason, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(node, "x");
+        assert!(reason.contains("float32, int8"), "{reason}");
+    }
+
+    #[test]
+    fn bad_files_are_clear_errors() {
+        if !runtime_or_skip("bad_files_are_clear_errors") {
+            return;
+        }
+        let dir = scratch_dir("bad");
+        let junk = dir.join("junk.onnx");
+        std::fs::write(&junk, b"this is not a protobuf").unwrap();
+        let err = OrtEngine::load(&junk, &OrtOptions::default()).unwrap_err();
+        assert!(matches!(err, EngineError::Parse { .. }), "{err:?}");
+        assert!(err.to_string().contains("junk.onnx"), "{err}");
+
+        let missing = dir.join("missing.onnx");
+        let err = OrtEngine::load(&missing, &OrtOptions::default()).unwrap_err();
+        assert!(matches!(err, EngineError::Io { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn the_library_is_loaded_once() {
+        if !runtime_or_skip("the_library_is_loaded_once") {
+            return;
+        }
+        let first = loaded_library().unwrap();
+        let a = runtime().unwrap() as *const Runtime;
+        let b = runtime().unwrap() as *const Runtime;
+        assert_eq!(a, b);
+        assert_eq!(loaded_library(), Some(first));
     }
 }
