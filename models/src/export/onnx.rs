@@ -354,3 +354,7 @@ fn int(name: &str, v: i64) -> pb::AttributeProto {
     a.set_i(v);
     a
 }
+
+#[cfg(test)]
+#[path = "onnx_tests.rs"]
+mod tests;
