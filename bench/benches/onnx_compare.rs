@@ -222,11 +222,16 @@ fn real_main() -> Result<(), String> {
     .writes::<i8>(buf::NET_INPUT, in_len);
     // The pipeline's stages run models: the same network written by the Rust exporter and
     // compiled by the native engine (bit-exact with the native network).
-    let models = redline_models::export::onnx::onnx_models_from(&net.backbone, &net.det, &net.seg, cams)
-        .map_err(|e| format!("write models: {e}"))?;
+    let models =
+        redline_models::export::onnx::onnx_models_from(&net.backbone, &net.det, &net.seg, cams)
+            .map_err(|e| format!("write models: {e}"))?;
     let native = |bytes: &[u8], name: &str| {
-        redline_models::engine::load_engine_bytes(bytes, name, redline_models::engine::EngineKind::Native)
-            .map_err(|e| format!("{name}: {e}"))
+        redline_models::engine::load_engine_bytes(
+            bytes,
+            name,
+            redline_models::engine::EngineKind::Native,
+        )
+        .map_err(|e| format!("{name}: {e}"))
     };
     let backbone = BackboneStage::new(native(&models.backbone, "backbone")?);
     g.stage("backbone", backbone)
@@ -240,16 +245,23 @@ fn real_main() -> Result<(), String> {
     )
     .reads::<i8>(buf::FEATURES, feat_len)
     .writes::<i8>(buf::BEV, bev_len);
-    g.stage("detection_head", DetectionStage::new(
+    g.stage(
+        "detection_head",
+        DetectionStage::new(
             native(&models.det_head, "det_head")?,
             net.det.classes(),
             true,
-        ))
-        .reads::<i8>(buf::BEV, bev_len)
-        .writes::<i8>(buf::DET_HEAD, det_len);
+        ),
+    )
+    .reads::<i8>(buf::BEV, bev_len)
+    .writes::<i8>(buf::DET_HEAD, det_len);
     g.stage(
         "segmentation_head",
-        SegmentationStage::new(native(&models.seg_head, "seg_head")?, cells, cfg.seg_classes),
+        SegmentationStage::new(
+            native(&models.seg_head, "seg_head")?,
+            cells,
+            cfg.seg_classes,
+        ),
     )
     .reads::<i8>(buf::BEV, bev_len)
     .writes::<u8>(buf::SEG, cells);

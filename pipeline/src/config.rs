@@ -431,8 +431,12 @@ impl PipelineConfig {
             )));
         }
         for (key, m) in self.models.entries() {
-            m.engine_kind()
-                .map_err(|e| ConfigError::Invalid(format!("models.{key}.{}", e.to_string().trim_start_matches("config: "))))?;
+            m.engine_kind().map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "models.{key}.{}",
+                    e.to_string().trim_start_matches("config: ")
+                ))
+            })?;
             if m.path.is_some() && self.weights.is_some() {
                 return Err(ConfigError::Invalid(format!(
                     "models.{key}.path and weights are both set: a model file carries its own \
@@ -549,18 +553,29 @@ mod tests {
             "t",
         )
         .unwrap();
-        assert_eq!(c.models.backbone.path.as_deref(), Some(Path::new("bb.onnx")));
+        assert_eq!(
+            c.models.backbone.path.as_deref(),
+            Some(Path::new("bb.onnx"))
+        );
         assert_eq!(c.models.backbone.engine_kind().unwrap(), EngineKind::Native);
-        assert_eq!(c.models.seg_head.engine_kind().unwrap(), EngineKind::OnnxRuntime);
+        assert_eq!(
+            c.models.seg_head.engine_kind().unwrap(),
+            EngineKind::OnnxRuntime
+        );
         assert!(c.models.det_head.path.is_none());
         // Round trip; the default table is left out of the text (config hashes unchanged).
         let back = PipelineConfig::parse(&toml::to_string(&c).unwrap(), "rt").unwrap();
         assert_eq!(back, c);
-        assert!(!toml::to_string(&PipelineConfig::default()).unwrap().contains("models"));
+        assert!(!toml::to_string(&PipelineConfig::default())
+            .unwrap()
+            .contains("models"));
         let e = PipelineConfig::parse("[models.det_head]\nengine = \"tensorflow\"\n", "f")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("models.det_head.engine") && e.contains("tensorflow"), "{e}");
+        assert!(
+            e.contains("models.det_head.engine") && e.contains("tensorflow"),
+            "{e}"
+        );
         let e = PipelineConfig::parse("[models.det_head]\nfile = \"x\"\n", "f")
             .unwrap_err()
             .to_string();

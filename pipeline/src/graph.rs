@@ -202,9 +202,9 @@ pub fn build_with(
         stage::BACKBONE,
         BackboneStage::new(models.backbone),
     )
-        .reads::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
-        .writes::<i8>(buf::FEATURES, cams * fh * fw * fc)
-        .budget_ns(budget(stage::BACKBONE));
+    .reads::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
+    .writes::<i8>(buf::FEATURES, cams * fh * fw * fc)
+    .budget_ns(budget(stage::BACKBONE));
     add_stage(
         &mut g,
         cfg,

@@ -75,9 +75,9 @@ pub enum ModelsError {
         name: String,
         /// The engine's name.
         engine: &'static str,
-        /// Cause.
+        /// Cause (boxed: it is large and start-up only).
         #[source]
-        source: EngineError,
+        source: Box<EngineError>,
     },
     /// A model does not meet the contract (module docs).
     #[error("{model} model {name}: {reason}")]
@@ -167,17 +167,18 @@ pub fn load_models(
                 (format!("builtin:{file}"), bytes.to_vec())
             }
         };
-        let engine = load_engine_bytes(&bytes, &name, kind).map_err(|source| ModelsError::Engine {
-            model,
-            name: name.clone(),
-            engine: kind.name(),
-            source,
-        })?;
+        let engine =
+            load_engine_bytes(&bytes, &name, kind).map_err(|source| ModelsError::Engine {
+                model,
+                name: name.clone(),
+                engine: kind.name(),
+                source: Box::new(source),
+            })?;
         let quant = io_quant(&bytes, &name).map_err(|source| ModelsError::Engine {
             model,
             name: name.clone(),
             engine: kind.name(),
-            source,
+            source: Box::new(source),
         })?;
         Ok(Loaded {
             model,
@@ -220,7 +221,10 @@ impl Loaded {
         match self.engine.inputs() {
             [t] if t.elem == ElemType::I8 && t.shape.len() == 4 => Ok(t),
             [t] => Err(self.err(format!("input {t} must be int8 {expected}"))),
-            ins => Err(self.err(format!("has {} inputs; expected one, int8 {expected}", ins.len()))),
+            ins => Err(self.err(format!(
+                "has {} inputs; expected one, int8 {expected}",
+                ins.len()
+            ))),
         }
     }
 
@@ -376,4 +380,106 @@ fn check_contract(
         det_split,
         seg_classes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelRef;
+
+    fn write(name: &str, bytes: &[u8]) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("redline-models-{}-{name}", std::process::id()));
+        std::fs::write(&p, bytes).expect("write");
+        p
+    }
+
+    #[test]
+    fn the_default_config_runs_the_committed_builtin_files() {
+        let cfg = PipelineConfig::default();
+        assert!(
+            cfg.net_config() == builtin::net_config(),
+            "the built-in files must hold the default network"
+        );
+        let bev = BevSpec::DEFAULT;
+        assert_eq!(
+            (bev.ny, bev.nx),
+            (builtin::options().bev_ny, builtin::options().bev_nx)
+        );
+        let m = load_models(&cfg, &cfg.net_config(), 6, &bev).expect("built-in models load");
+        assert_eq!(m.shapes.input_hw, (128, 256));
+        assert_eq!(m.shapes.features, (16, 32, 128));
+        assert!(m.shapes.det_split);
+        // Another rig size: the same exporter's bytes, written in memory.
+        let m = load_models(&cfg, &cfg.net_config(), 2, &bev).expect("generated models load");
+        assert_eq!(m.backbone.inputs()[0].shape, [2, 128, 256, 3]);
+    }
+
+    #[test]
+    fn a_model_that_breaks_the_contract_is_named_with_the_shape_expected() {
+        let mut cfg = PipelineConfig::default();
+        // A detection head where the backbone belongs.
+        cfg.models.backbone = ModelRef {
+            path: Some(write("det-as-backbone.onnx", builtin::DET_HEAD)),
+            ..ModelRef::default()
+        };
+        let e = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("backbone model") && msg.contains("[6, H, W, 3]") && msg.contains("input"),
+            "{msg}"
+        );
+        // Heads swapped: the segmentation head has one output of 3 channels.
+        let mut cfg = PipelineConfig::default();
+        cfg.models.det_head.path = Some(write("seg-as-det.onnx", builtin::SEG_HEAD));
+        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("det_head model") && msg.contains("heatmap + 6 box channels"),
+            "{msg}"
+        );
+        // Built-in heads after another network's backbone: quantization / channels differ.
+        let mut cfg = PipelineConfig::default();
+        let other = onnx_models(
+            &NetConfig {
+                feat_c: 64,
+                bev_c: 64,
+                ..builtin::net_config()
+            },
+            &builtin::options(),
+        )
+        .expect("write");
+        cfg.models.backbone.path = Some(write("bb64.onnx", &other.backbone));
+        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("det_head model") && msg.contains("[1, 48, 80, 64]"),
+            "{msg}"
+        );
+        // A missing file names the config key.
+        let mut cfg = PipelineConfig::default();
+        cfg.models.seg_head.path = Some(PathBuf::from("/nonexistent/seg.onnx"));
+        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("models.seg_head.path"), "{msg}");
+    }
+
+    #[test]
+    fn onnxruntime_is_accepted_by_name_and_refused_clearly_until_it_is_built_in() {
+        let cfg = PipelineConfig::parse("[models.det_head]\nengine = \"onnxruntime\"\n", "t")
+            .expect("the config accepts the engine");
+        let e = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT).unwrap_err();
+        let chain = format!(
+            "{e}: {}",
+            std::error::Error::source(&e)
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        );
+        assert!(
+            chain.contains("engine onnxruntime is not available in this build yet"),
+            "{chain}"
+        );
+    }
 }

@@ -205,7 +205,8 @@ impl DetectionStage {
     }
 }
 
-const E_DET: StageError = StageError::new("detection head model run failed (buffer size or engine)");
+const E_DET: StageError =
+    StageError::new("detection head model run failed (buffer size or engine)");
 
 impl Stage for DetectionStage {
     fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
@@ -217,7 +218,9 @@ impl Stage for DetectionStage {
             return self.engine.run(&input, &mut outs, &*io).map_err(|_| E_DET);
         }
         let mut outs = [self.heat.as_mut_slice(), self.boxes.as_mut_slice()];
-        self.engine.run(&input, &mut outs, &*io).map_err(|_| E_DET)?;
+        self.engine
+            .run(&input, &mut outs, &*io)
+            .map_err(|_| E_DET)?;
         let (k, r) = (self.classes, REG_CHANNELS);
         if k == 0 || out.len() != (self.heat.len() / k) * (k + r) {
             return Err(E_SHAPE);
@@ -267,7 +270,9 @@ impl Stage for SegmentationStage {
         let mut outs = [self.logits.as_mut_slice()];
         self.engine
             .run(&[bytemuck::cast_slice(bev)], &mut outs, &*io)
-            .map_err(|_| StageError::new("segmentation head model run failed (buffer size or engine)"))?;
+            .map_err(|_| {
+                StageError::new("segmentation head model run failed (buffer size or engine)")
+            })?;
         let c = self.classes;
         if c == 0 || self.logits.len() != out.len() * c {
             return Err(StageError::new("segmentation argmax: bad size"));

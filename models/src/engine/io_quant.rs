@@ -52,7 +52,14 @@ impl IoQuant {
 
 /// Operators that pass quantized values through unchanged in meaning (data input 0).
 const PASS: [&str; 9] = [
-    "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Relu", "Clip",
+    "Transpose",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Identity",
+    "Relu",
+    "Clip",
     "MaxPool",
 ];
 
@@ -62,7 +69,9 @@ fn y_inputs(op: &str) -> Option<(usize, usize)> {
         "QuantizeLinear" => (1, 2),
         "QLinearConv" | "QLinearMatMul" | "QLinearAdd" | "QLinearMul" => (6, 7),
         "QGemm" => (7, 8),
-        "QLinearSigmoid" | "QLinearLeakyRelu" | "QLinearAveragePool"
+        "QLinearSigmoid"
+        | "QLinearLeakyRelu"
+        | "QLinearAveragePool"
         | "QLinearGlobalAveragePool" => (3, 4),
         "QLinearConcat" => (0, 1),
         _ => return None,
@@ -72,8 +81,15 @@ fn y_inputs(op: &str) -> Option<(usize, usize)> {
 /// `(scale input, zero point input)` of a node's quantization of its input 0.
 fn x_inputs(op: &str) -> Option<(usize, usize)> {
     Some(match op {
-        "DequantizeLinear" | "QLinearConv" | "QLinearMatMul" | "QGemm" | "QLinearAdd"
-        | "QLinearMul" | "QLinearSigmoid" | "QLinearLeakyRelu" | "QLinearAveragePool"
+        "DequantizeLinear"
+        | "QLinearConv"
+        | "QLinearMatMul"
+        | "QGemm"
+        | "QLinearAdd"
+        | "QLinearMul"
+        | "QLinearSigmoid"
+        | "QLinearLeakyRelu"
+        | "QLinearAveragePool"
         | "QLinearGlobalAveragePool" => (1, 2),
         _ => return None,
     })

@@ -45,7 +45,11 @@ mod tests {
     #[test]
     fn onnxruntime_is_a_clear_error_until_its_backend_lands() {
         let e = load_engine(Path::new("x.onnx"), EngineKind::OnnxRuntime).unwrap_err();
-        assert!(e.to_string().contains("engine onnxruntime is not available in this build yet"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("engine onnxruntime is not available in this build yet"),
+            "{e}"
+        );
         let e = load_engine_bytes(b"", "x", EngineKind::OnnxRuntime).unwrap_err();
         assert!(e.to_string().contains("onnxruntime"), "{e}");
         // The native arm does try to load (and names the file).

@@ -14,11 +14,20 @@ use crate::network::NetConfig;
 /// Directory of the committed files (in the source tree).
 pub const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/builtin");
 /// `backbone.onnx`, embedded.
-pub const BACKBONE: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/builtin/backbone.onnx"));
+pub const BACKBONE: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/builtin/backbone.onnx"
+));
 /// `det_head.onnx`, embedded.
-pub const DET_HEAD: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/builtin/det_head.onnx"));
+pub const DET_HEAD: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/builtin/det_head.onnx"
+));
 /// `seg_head.onnx`, embedded.
-pub const SEG_HEAD: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/builtin/seg_head.onnx"));
+pub const SEG_HEAD: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/builtin/seg_head.onnx"
+));
 
 /// The network the built-in files hold: the pipeline's default (`net_input = [128, 256]`,
 /// `feature_channels = 128`, `weights_seed = 1`, three detection and three segmentation

@@ -145,7 +145,12 @@ pub fn onnx_models_from(
         g.finish()
     };
     let (ny, nx, _) = det.output_shape();
-    let det_bytes = head("det_head", det.layers().collect(), &["heatmap", "boxes"], (ny, nx))?;
+    let det_bytes = head(
+        "det_head",
+        det.layers().collect(),
+        &["heatmap", "boxes"],
+        (ny, nx),
+    )?;
     let (ny, nx, _) = seg.output_shape();
     let seg_bytes = head("seg_head", seg.layers().collect(), &["logits"], (ny, nx))?;
     Ok(OnnxModels {
@@ -205,7 +210,14 @@ impl GraphBuilder {
         g
     }
 
-    fn node(&mut self, op: &str, name: &str, inputs: &[&str], output: &str, attrs: Vec<pb::AttributeProto>) {
+    fn node(
+        &mut self,
+        op: &str,
+        name: &str,
+        inputs: &[&str],
+        output: &str,
+        attrs: Vec<pb::AttributeProto>,
+    ) {
         let mut n = pb::NodeProto::new();
         n.set_op_type(op.to_owned());
         n.set_name(name.to_owned());
@@ -233,8 +245,10 @@ impl GraphBuilder {
     /// reading `<src>_nchw` and writing `<dst>_nchw`; initializers named `<graph>.<layer>.*`.
     fn conv(&mut self, layer: &str, conv: &Conv2d, src: &str, dst: &str) {
         let p = format!("{}.{layer}", self.name);
-        let names = ["x_scale", "x_zp", "w", "w_scale", "w_zp", "y_scale", "y_zp", "bias"]
-            .map(|s| format!("{p}.{s}"));
+        let names = [
+            "x_scale", "x_zp", "w", "w_scale", "w_zp", "y_scale", "y_zp", "bias",
+        ]
+        .map(|s| format!("{p}.{s}"));
         self.qparams(&names[0], &names[1], conv.in_q);
         // OHWI (native) → OIHW (ONNX).
         let (oc, k, ic) = (conv.out_c, conv.k, conv.in_c);
@@ -243,7 +257,8 @@ impl GraphBuilder {
             for y in 0..k {
                 for x in 0..k {
                     for i in 0..ic {
-                        w[((o * ic + i) * k + y) * k + x] = conv.weights[((o * k + y) * k + x) * ic + i] as u8;
+                        w[((o * ic + i) * k + y) * k + x] =
+                            conv.weights[((o * k + y) * k + x) * ic + i] as u8;
                     }
                 }
             }
@@ -257,7 +272,11 @@ impl GraphBuilder {
         self.init(&names[7], INT32, &[oc], bias);
         let dst = format!("{dst}_nchw");
         let clip = conv.relu && conv.out_q.zero_point != -128;
-        let conv_out = if clip { format!("{dst}_pre_relu") } else { dst.clone() };
+        let conv_out = if clip {
+            format!("{dst}_pre_relu")
+        } else {
+            dst.clone()
+        };
         let (k, s, pad) = (conv.k as i64, conv.stride as i64, conv.pad as i64);
         let src_nchw = format!("{src}_nchw");
         let mut ins: Vec<&str> = vec![&src_nchw];
@@ -278,7 +297,13 @@ impl GraphBuilder {
         if clip {
             let min = format!("{p}.relu_min");
             self.init(&min, INT8, &[], vec![conv.out_q.zero_point as u8]);
-            self.node("Clip", &format!("{p}.relu"), &[&conv_out, &min], &dst, Vec::new());
+            self.node(
+                "Clip",
+                &format!("{p}.relu"),
+                &[&conv_out, &min],
+                &dst,
+                Vec::new(),
+            );
         }
     }
 

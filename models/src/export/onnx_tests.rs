@@ -34,7 +34,11 @@ fn bytes(v: &[i8]) -> Vec<u8> {
 
 fn run(model: &[u8], name: &str, inputs: &[&[u8]]) -> Vec<Vec<i8>> {
     let mut e = NativeEngine::from_bytes(model, name).expect("the importer compiles the model");
-    let mut outs: Vec<Vec<u8>> = e.outputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
+    let mut outs: Vec<Vec<u8>> = e
+        .outputs()
+        .iter()
+        .map(|s| vec![0u8; s.byte_len()])
+        .collect();
     let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
     e.run(inputs, &mut refs, &Inline).expect("run");
     outs.into_iter()
@@ -51,7 +55,9 @@ fn check_bit_exact(cfg: &NetConfig, opts: &ExportOptions) {
 
     let (h, w, c) = bb.input_shape();
     let mut rng = SplitMix64::stream(0xB17E, 0);
-    let images: Vec<i8> = (0..opts.cameras * h * w * c).map(|_| rng.next_i8()).collect();
+    let images: Vec<i8> = (0..opts.cameras * h * w * c)
+        .map(|_| rng.next_i8())
+        .collect();
     let (fh, fw, fc) = bb.output_shape();
     let mut want = vec![0i8; opts.cameras * fh * fw * fc];
     let mut scratch = vec![0i8; bb.scratch_len()];
@@ -63,16 +69,26 @@ fn check_bit_exact(cfg: &NetConfig, opts: &ExportOptions) {
     }
     let got = run(&m.backbone, "backbone", &[&bytes(&images)]);
     assert_eq!(got.len(), 1);
-    assert!(got[0] == want, "backbone: importer output differs from the native backbone");
+    assert!(
+        got[0] == want,
+        "backbone: importer output differs from the native backbone"
+    );
 
     let q = bb.output_q();
     let bev: Vec<i8> = (0..opts.bev_ny * opts.bev_nx * cfg.bev_c)
-        .map(|_| if rng.next_u64() & 1 == 0 { q.zero_point } else { rng.next_i8().max(q.zero_point) })
+        .map(|_| {
+            if rng.next_u64() & 1 == 0 {
+                q.zero_point
+            } else {
+                rng.next_i8().max(q.zero_point)
+            }
+        })
         .collect();
     let (ny, nx, dc) = det.output_shape();
     let mut want = vec![0i8; ny * nx * dc];
     let mut scratch = vec![0i8; det.scratch_len()];
-    det.forward(&bev, &mut scratch, &mut want).expect("native det");
+    det.forward(&bev, &mut scratch, &mut want)
+        .expect("native det");
     let got = run(&m.det_head, "det_head", &[&bytes(&bev)]);
     assert_eq!(got.len(), 2, "det head: heatmap and boxes");
     let k = det.classes();
@@ -81,14 +97,21 @@ fn check_bit_exact(cfg: &NetConfig, opts: &ExportOptions) {
         fused.extend_from_slice(hm);
         fused.extend_from_slice(bx);
     }
-    assert!(fused == want, "det head: importer output differs from the native head");
+    assert!(
+        fused == want,
+        "det head: importer output differs from the native head"
+    );
 
     let (ny, nx, sc) = seg.output_shape();
     let mut want = vec![0i8; ny * nx * sc];
     let mut scratch = vec![0i8; seg.scratch_len()];
-    seg.forward(&bev, &mut scratch, &mut want).expect("native seg");
+    seg.forward(&bev, &mut scratch, &mut want)
+        .expect("native seg");
     let got = run(&m.seg_head, "seg_head", &[&bytes(&bev)]);
-    assert!(got.len() == 1 && got[0] == want, "seg head: importer output differs");
+    assert!(
+        got.len() == 1 && got[0] == want,
+        "seg head: importer output differs"
+    );
 
     // The quantization the pipeline needs is readable from the graphs.
     let io = io_quant(&m.backbone, "backbone").expect("parse");
@@ -131,8 +154,18 @@ fn writing_is_deterministic() {
     let a = onnx_models(&small_cfg(), &small_opts()).expect("a");
     let b = onnx_models(&small_cfg(), &small_opts()).expect("b");
     assert_eq!(a, b);
-    let other = onnx_models(&NetConfig { seed: 12, ..small_cfg() }, &small_opts()).expect("c");
-    assert_ne!(a.backbone, other.backbone, "positive control: other weights, other bytes");
+    let other = onnx_models(
+        &NetConfig {
+            seed: 12,
+            ..small_cfg()
+        },
+        &small_opts(),
+    )
+    .expect("c");
+    assert_ne!(
+        a.backbone, other.backbone,
+        "positive control: other weights, other bytes"
+    );
 }
 
 #[test]
@@ -182,7 +215,14 @@ fn onnx_checker_accepts_the_written_models() {
 
 #[test]
 fn bad_options_are_errors() {
-    let e = onnx_models(&small_cfg(), &ExportOptions { cameras: 0, ..small_opts() }).unwrap_err();
+    let e = onnx_models(
+        &small_cfg(),
+        &ExportOptions {
+            cameras: 0,
+            ..small_opts()
+        },
+    )
+    .unwrap_err();
     assert!(matches!(e, ExportError::InvalidOptions { .. }), "{e}");
     let e = io_quant(b"\xff\xff\xff", "junk").unwrap_err();
     assert!(e.to_string().contains("junk"), "{e}");
