@@ -220,7 +220,20 @@ fn real_main() -> Result<(), String> {
         },
     )
     .writes::<i8>(buf::NET_INPUT, in_len);
-    let backbone = BackboneStage::new(cams, &cfg).map_err(|e| format!("backbone: {e}"))?;
+    // The pipeline's stages run models: the same network written by the Rust exporter and
+    // compiled by the native engine (bit-exact with the native network).
+    let models =
+        redline_models::export::onnx::onnx_models_from(&net.backbone, &net.det, &net.seg, cams)
+            .map_err(|e| format!("write models: {e}"))?;
+    let native = |bytes: &[u8], name: &str| {
+        redline_models::engine::load_engine_bytes(
+            bytes,
+            name,
+            redline_models::engine::EngineKind::Native,
+        )
+        .map_err(|e| format!("{name}: {e}"))
+    };
+    let backbone = BackboneStage::new(native(&models.backbone, "backbone")?);
     g.stage("backbone", backbone)
         .reads::<i8>(buf::NET_INPUT, in_len)
         .writes::<i8>(buf::FEATURES, feat_len);
@@ -232,12 +245,23 @@ fn real_main() -> Result<(), String> {
     )
     .reads::<i8>(buf::FEATURES, feat_len)
     .writes::<i8>(buf::BEV, bev_len);
-    g.stage("detection_head", DetectionStage::new(net.det.clone()))
-        .reads::<i8>(buf::BEV, bev_len)
-        .writes::<i8>(buf::DET_HEAD, det_len);
+    g.stage(
+        "detection_head",
+        DetectionStage::new(
+            native(&models.det_head, "det_head")?,
+            net.det.classes(),
+            true,
+        ),
+    )
+    .reads::<i8>(buf::BEV, bev_len)
+    .writes::<i8>(buf::DET_HEAD, det_len);
     g.stage(
         "segmentation_head",
-        SegmentationStage::new(net.seg.clone(), cells, cfg.seg_classes),
+        SegmentationStage::new(
+            native(&models.seg_head, "seg_head")?,
+            cells,
+            cfg.seg_classes,
+        ),
     )
     .reads::<i8>(buf::BEV, bev_len)
     .writes::<u8>(buf::SEG, cells);

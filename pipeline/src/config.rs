@@ -11,6 +11,11 @@
 //! bev_cache_frames = 2
 //! weights = "net.safetensors"  # calibrated INT8 weights from `redline quantize` (optional)
 //!
+//! [models]                      # ONNX models and the engine that runs each (optional; see
+//! backbone = { path = "bb.onnx", engine = "native" }   # "Bringing your own model" in the
+//! det_head = { path = "det.onnx" }                     # README); a model not named here
+//! seg_head = { path = "seg.onnx" }                     # is the built-in one
+//!
 //! [scenario]                    # (the simulator's: the built-in scenario, `sim generate`)
 //! seed = 7
 //! seconds = 30.0
@@ -59,6 +64,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use redline_models::engine::EngineKind;
 use redline_runtime::modes::{LadderConfig, ModeSpec};
 use redline_runtime::rt::RtRequest;
 use redline_runtime::ReleaseMode;
@@ -144,6 +150,85 @@ pub struct PipelineConfig {
     /// Extra busy time added to named stages, to test the regression harness (empty:
     /// nothing added).
     pub slowdown: BTreeMap<String, Slowdown>,
+    /// The `[models]` table: ONNX files for the backbone and the heads and the engine that
+    /// runs each (default: the built-in models on the native engine). Left out of the
+    /// serialized config while it is the default, so existing configs keep their hash.
+    #[serde(skip_serializing_if = "ModelsConfig::is_default")]
+    pub models: ModelsConfig,
+}
+
+/// The `[models]` table: one entry per model of the driving network.
+///
+/// ```toml
+/// [models]
+/// backbone = { path = "models/backbone.onnx", engine = "native" }
+/// det_head = { path = "models/det_head.onnx" }
+/// seg_head = { path = "models/seg_head.onnx", engine = "onnxruntime" }
+/// ```
+///
+/// A model without `path` is the built-in one (the ONNX files in `models/builtin/`,
+/// embedded in the binary, or written in memory by the same exporter when `net_input`,
+/// `feature_channels`, `weights_seed`, `weights` or the camera count differ from the
+/// built-in network). With a `path`, the model's own shapes replace `net_input` and
+/// `feature_channels`, and its quantization is read from the file; the contract each file
+/// must meet is in `redline_pipeline::models` and the README ("Bringing your own model").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelsConfig {
+    /// The shared camera backbone.
+    pub backbone: ModelRef,
+    /// The detection head.
+    pub det_head: ModelRef,
+    /// The segmentation head.
+    pub seg_head: ModelRef,
+}
+
+impl ModelsConfig {
+    /// True when nothing is configured (built-in models, native engine).
+    pub fn is_default(&self) -> bool {
+        *self == ModelsConfig::default()
+    }
+
+    /// `(config key, entry)` for the three models.
+    pub fn entries(&self) -> [(&'static str, &ModelRef); 3] {
+        [
+            ("backbone", &self.backbone),
+            ("det_head", &self.det_head),
+            ("seg_head", &self.seg_head),
+        ]
+    }
+}
+
+/// One model: its ONNX file and the engine that runs it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelRef {
+    /// The `.onnx` file (relative paths: to the working directory). `None`: built-in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// `native` (default) or `onnxruntime`.
+    pub engine: String,
+}
+
+impl Default for ModelRef {
+    fn default() -> Self {
+        ModelRef {
+            path: None,
+            engine: EngineKind::Native.name().to_string(),
+        }
+    }
+}
+
+impl ModelRef {
+    /// The engine, parsed (validated configs always parse).
+    pub fn engine_kind(&self) -> Result<EngineKind, ConfigError> {
+        EngineKind::parse(&self.engine).ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "engine = \"{}\": use \"native\" or \"onnxruntime\"",
+                self.engine
+            ))
+        })
+    }
 }
 
 /// A slowdown injected into one stage (the `[slowdown.STAGE]` table): after each `run`,
@@ -183,6 +268,7 @@ impl Default for PipelineConfig {
             ladder: default_ladder(),
             rt: None,
             slowdown: BTreeMap::new(),
+            models: ModelsConfig::default(),
         }
     }
 }
@@ -344,6 +430,20 @@ impl PipelineConfig {
                 self.feature_channels
             )));
         }
+        for (key, m) in self.models.entries() {
+            m.engine_kind().map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "models.{key}.{}",
+                    e.to_string().trim_start_matches("config: ")
+                ))
+            })?;
+            if m.path.is_some() && self.weights.is_some() {
+                return Err(ConfigError::Invalid(format!(
+                    "models.{key}.path and weights are both set: a model file carries its own \
+                     weights; remove one of them"
+                )));
+            }
+        }
         self.ladder
             .validate()
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -444,6 +544,49 @@ mod tests {
         assert_eq!(c.budget_ns(stage::BACKBONE), 20_000_000);
         assert_eq!(c.budget_ns(stage::PLANNING), 4_000_000);
         assert_eq!(c.frame_slots, 2);
+    }
+
+    #[test]
+    fn the_models_table_names_files_and_engines() {
+        let c = PipelineConfig::parse(
+            "[models]\nbackbone = { path = \"bb.onnx\" }\nseg_head = { path = \"s.onnx\", engine = \"onnxruntime\" }\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            c.models.backbone.path.as_deref(),
+            Some(Path::new("bb.onnx"))
+        );
+        assert_eq!(c.models.backbone.engine_kind().unwrap(), EngineKind::Native);
+        assert_eq!(
+            c.models.seg_head.engine_kind().unwrap(),
+            EngineKind::OnnxRuntime
+        );
+        assert!(c.models.det_head.path.is_none());
+        // Round trip; the default table is left out of the text (config hashes unchanged).
+        let back = PipelineConfig::parse(&toml::to_string(&c).unwrap(), "rt").unwrap();
+        assert_eq!(back, c);
+        assert!(!toml::to_string(&PipelineConfig::default())
+            .unwrap()
+            .contains("models"));
+        let e = PipelineConfig::parse("[models.det_head]\nengine = \"tensorflow\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("models.det_head.engine") && e.contains("tensorflow"),
+            "{e}"
+        );
+        let e = PipelineConfig::parse("[models.det_head]\nfile = \"x\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("file"), "{e}");
+        let e = PipelineConfig::parse(
+            "weights = \"w.safetensors\"\n[models.backbone]\npath = \"b.onnx\"\n",
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("models.backbone.path and weights"), "{e}");
     }
 
     #[test]

@@ -14,13 +14,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use redline_models::conv::ModelError;
-use redline_models::network::{Backbone, DetHead, SegHead};
+use redline_models::network::{NetConfig, REG_CHANNELS};
 use redline_models::weights::{QuantizedNetwork, WeightsError};
 use redline_runtime::{Criticality, GraphBuilder};
 
 use crate::camera::project_ego;
 use crate::config::{stage, Perception, PipelineConfig};
+use crate::models::{load_models, ModelsError};
 use crate::perception::{BevProjector, Decoder, PerceptionError, TemporalCache};
 use crate::sensors::{FrameSource, MAX_GT};
 use crate::slowdown::{add_stage, StageHook};
@@ -51,14 +51,12 @@ pub enum GraphError {
         #[source]
         source: Box<WeightsError>,
     },
-    /// A stage's network could not be built from the network configuration.
-    #[error("cannot build the network of the {stage} stage from the network configuration")]
-    Model {
-        /// The stage (a [`stage`] name).
-        stage: &'static str,
-        /// Cause.
+    /// The models (backbone, heads) could not be loaded or do not meet the model contract.
+    #[error("cannot load the perception models (config [models], or the built-in network)")]
+    Models {
+        /// Cause (boxed: it is large and start-up only).
         #[source]
-        source: ModelError,
+        source: Box<ModelsError>,
     },
     /// A stage's perception kernel rejected the camera rig, image or grid sizes.
     #[error("cannot build the {stage} stage for this camera rig and network")]
@@ -72,10 +70,6 @@ pub enum GraphError {
 }
 
 impl GraphError {
-    fn model(stage: &'static str) -> impl FnOnce(ModelError) -> Self {
-        move |source| GraphError::Model { stage, source }
-    }
-
     fn perception(stage: &'static str) -> impl FnOnce(PerceptionError) -> Self {
         move |source| GraphError::Perception { stage, source }
     }
@@ -144,13 +138,23 @@ pub fn build_with(
             .net_config(),
         None => cfg.net_config(),
     };
-    let backbone = BackboneStage::new(cams, &net).map_err(GraphError::model(stage::BACKBONE))?;
-    let (fh, fw, fc) = backbone.output_shape();
-    let feat_q = backbone.output_q();
-    let backbone_macs = Backbone::new(&net)
-        .map_err(GraphError::model(stage::BACKBONE))?
-        .macs()
-        * cams as u64;
+    // The backbone and the heads are model files (the `[models]` table, or the built-in
+    // ONNX files for `net`), each compiled by its engine; shapes and quantization are the
+    // models'.
+    let models = load_models(cfg, &net, cams, &bev).map_err(|source| GraphError::Models {
+        source: Box::new(source),
+    })?;
+    let shapes = models.shapes.clone();
+    let (fh, fw, fc) = shapes.features;
+    let feat_q = shapes.features_q;
+    let backbone_macs = models.backbone.macs();
+    let net = NetConfig {
+        in_h: shapes.input_hw.0,
+        in_w: shapes.input_hw.1,
+        feat_c: fc,
+        bev_c: fc,
+        ..net
+    };
     let rig = feed.cameras().to_vec();
     let project = move |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
         project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
@@ -160,11 +164,8 @@ pub fn build_with(
     let coverage = proj.coverage();
     let cache = TemporalCache::new(&bev, fc, cfg.bev_cache_frames)
         .map_err(GraphError::perception(stage::BEV))?;
-    let det_head =
-        DetHead::new(&net, bev.ny, bev.nx).map_err(GraphError::model(stage::DETECTION))?;
-    let seg_head =
-        SegHead::new(&net, bev.ny, bev.nx).map_err(GraphError::model(stage::SEGMENTATION))?;
-    let (heat_q, reg_q, det_c) = (det_head.heat_q(), det_head.reg_q(), det_head.out_channels());
+    let (heat_q, reg_q) = (shapes.heat_q, shapes.reg_q);
+    let det_c = shapes.classes + REG_CHANNELS;
     let cells = bev.nx * bev.ny;
     let budget = |name: &str| cfg.budget_ns(name);
 
@@ -194,10 +195,16 @@ pub fn build_with(
     .reads::<u8>(buf::IMAGES, cams * w * h * 3)
     .writes::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
     .budget_ns(budget(stage::PREPROCESS));
-    add_stage(&mut g, cfg, hook, stage::BACKBONE, backbone)
-        .reads::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
-        .writes::<i8>(buf::FEATURES, cams * fh * fw * fc)
-        .budget_ns(budget(stage::BACKBONE));
+    add_stage(
+        &mut g,
+        cfg,
+        hook,
+        stage::BACKBONE,
+        BackboneStage::new(models.backbone),
+    )
+    .reads::<i8>(buf::NET_INPUT, cams * net.in_w * net.in_h * 3)
+    .writes::<i8>(buf::FEATURES, cams * fh * fw * fc)
+    .budget_ns(budget(stage::BACKBONE));
     add_stage(
         &mut g,
         cfg,
@@ -214,7 +221,7 @@ pub fn build_with(
         cfg,
         hook,
         stage::DETECTION,
-        DetectionStage::new(det_head),
+        DetectionStage::new(models.det_head, shapes.classes, shapes.det_split),
     )
     .reads::<i8>(buf::BEV, cells * fc)
     .writes::<i8>(buf::DET_HEAD, cells * det_c)
@@ -224,7 +231,7 @@ pub fn build_with(
         cfg,
         hook,
         stage::SEGMENTATION,
-        SegmentationStage::new(seg_head, cells, net.seg_classes),
+        SegmentationStage::new(models.seg_head, cells, shapes.seg_classes),
     )
     .reads::<i8>(buf::BEV, cells * fc)
     .writes::<u8>(buf::SEG, cells)
@@ -232,7 +239,7 @@ pub fn build_with(
     .criticality(Criticality::BestEffort);
     match cfg.perception {
         Perception::Network => {
-            let decoder = Decoder::new(&bev, net.classes, DETECTION_THRESHOLD, NMS_IOU);
+            let decoder = Decoder::new(&bev, shapes.classes, DETECTION_THRESHOLD, NMS_IOU);
             add_stage(
                 &mut g,
                 cfg,

@@ -6,6 +6,8 @@
 //! - algorithms: [`perception`] (preprocess, BEV transform and cache, decode), [`tracking`]
 //!   ([`kalman`], [`assignment`]), [`prediction`], [`planning`], [`eval`], and the plane
 //!   [`geometry`] they share (frames, angles, oriented boxes);
+//! - models: [`models`] (the backbone and heads as ONNX files, each on its engine, checked
+//!   against the model contract);
 //! - runtime wiring: [`stages`] (one runtime stage per algorithm), [`graph`] (assembly),
 //!   [`config`] (the pipeline's part of the TOML config), [`run`] (runs the graph over a
 //!   source, records and evaluates what it published), [`slowdown`] (wrapping stages as the
@@ -22,6 +24,7 @@ pub mod eval;
 pub mod geometry;
 pub mod graph;
 pub mod kalman;
+pub mod models;
 pub mod perception;
 pub mod planning;
 pub mod prediction;

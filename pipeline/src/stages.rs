@@ -6,8 +6,8 @@
 //! Per-camera and per-row work is split with `io.parallel_for` over a static partition
 //! (cameras, or BEV rows), so outputs are identical on any number of lanes.
 
-use redline_models::conv::ModelError;
-use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
+use redline_models::engine::Engine;
+use redline_models::network::{NetConfig, REG_CHANNELS};
 use redline_models::quant::QParams;
 use redline_runtime::{Fallback, FrameInfo, Stage, StageError, StageIo};
 
@@ -113,42 +113,19 @@ impl Stage for PreprocessStage {
     }
 }
 
-/// The shared INT8 backbone, one camera per chunk.
+/// The shared backbone: one model run over all cameras (`[cameras, H, W, 3]` in,
+/// `[cameras, h, w, C]` out), on whatever engine loaded it; the engine splits its work over
+/// the lanes with a static partition.
 #[derive(Debug)]
 pub struct BackboneStage {
-    net: Backbone,
-    cams: usize,
-    in_len: usize,
-    out_len: usize,
-    scratch: Vec<i8>,
-    scratch_len: usize,
+    engine: Box<dyn Engine>,
 }
 
 impl BackboneStage {
-    /// Builds the network (weights seeded) and one scratch area per camera; fails when the
-    /// network configuration is invalid.
-    pub fn new(cams: usize, net: &NetConfig) -> Result<Self, ModelError> {
-        let bb = Backbone::new(net)?;
-        let (h, w, c) = bb.output_shape();
-        let scratch_len = bb.scratch_len();
-        Ok(BackboneStage {
-            cams,
-            in_len: net.in_w * net.in_h * 3,
-            out_len: h * w * c,
-            scratch: vec![0; scratch_len * cams],
-            scratch_len,
-            net: bb,
-        })
-    }
-
-    /// Quantisation of the features.
-    pub fn output_q(&self) -> QParams {
-        self.net.output_q()
-    }
-
-    /// (h, w, c) of one camera's features.
-    pub fn output_shape(&self) -> (usize, usize, usize) {
-        self.net.output_shape()
+    /// Runs `engine` (checked against the model contract by
+    /// [`crate::models::load_models`]).
+    pub fn new(engine: Box<dyn Engine>) -> Self {
+        BackboneStage { engine }
     }
 }
 
@@ -156,26 +133,10 @@ impl Stage for BackboneStage {
     fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
         let input = io.input::<i8>(0)?;
         let out = io.output::<i8>(0)?;
-        if input.len() != self.cams * self.in_len || out.len() != self.cams * self.out_len {
-            return Err(E_SHAPE);
-        }
-        let (net, in_len) = (&self.net, self.in_len);
-        let failed = std::sync::atomic::AtomicBool::new(false);
-        // One chunk per camera: camera c's `out_len` elements of `out` and its
-        // `scratch_len` elements of the scratch area.
-        debug_assert_eq!(self.scratch.len(), self.cams * self.scratch_len);
-        io.parallel_chunks_mut_pair(out, &mut self.scratch, self.cams, &|c, dst, scratch| {
-            if net
-                .forward(&input[c * in_len..(c + 1) * in_len], scratch, dst)
-                .is_err()
-            {
-                failed.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        });
-        if failed.into_inner() {
-            return Err(StageError::new("backbone forward failed"));
-        }
-        Ok(())
+        let mut outs = [bytemuck::cast_slice_mut::<i8, u8>(out)];
+        self.engine
+            .run(&[bytemuck::cast_slice(input)], &mut outs, &*io)
+            .map_err(|_| StageError::new("backbone model run failed (buffer size or engine)"))
     }
 }
 
@@ -215,46 +176,88 @@ impl Stage for BevStage {
     }
 }
 
-/// Detection head (runs beside the segmentation head, on another lane).
+/// Detection head (runs beside the segmentation head, on another lane). A head with two
+/// outputs (heatmap, boxes) runs into two buffers owned by the stage, which are then
+/// interleaved per cell into the `classes + 6`-channel output the decoder reads; a head
+/// with one fused output writes it directly.
 #[derive(Debug)]
 pub struct DetectionStage {
-    head: DetHead,
-    scratch: Vec<i8>,
+    engine: Box<dyn Engine>,
+    classes: usize,
+    /// Heatmap and boxes of a two-output head (empty for a fused one).
+    heat: Vec<u8>,
+    boxes: Vec<u8>,
 }
 
 impl DetectionStage {
-    /// Head for the BEV grid.
-    pub fn new(head: DetHead) -> Self {
-        let scratch = vec![0; head.scratch_len()];
-        DetectionStage { head, scratch }
+    /// Runs `engine`; `split`: it has two outputs (heatmap, then boxes).
+    pub fn new(engine: Box<dyn Engine>, classes: usize, split: bool) -> Self {
+        let (heat, boxes) = match (split, engine.outputs()) {
+            (true, [h, b]) => (vec![0; h.byte_len()], vec![0; b.byte_len()]),
+            _ => (Vec::new(), Vec::new()),
+        };
+        DetectionStage {
+            engine,
+            classes,
+            heat,
+            boxes,
+        }
     }
 }
+
+const E_DET: StageError =
+    StageError::new("detection head model run failed (buffer size or engine)");
 
 impl Stage for DetectionStage {
     fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
         let bev = io.input::<i8>(0)?;
         let out = io.output::<i8>(0)?;
-        self.head
-            .forward(bev, &mut self.scratch, out)
-            .map_err(|_| StageError::new("detection head: bad size"))
+        let input = [bytemuck::cast_slice::<i8, u8>(bev)];
+        if self.heat.is_empty() {
+            let mut outs = [bytemuck::cast_slice_mut::<i8, u8>(out)];
+            return self.engine.run(&input, &mut outs, &*io).map_err(|_| E_DET);
+        }
+        let mut outs = [self.heat.as_mut_slice(), self.boxes.as_mut_slice()];
+        self.engine
+            .run(&input, &mut outs, &*io)
+            .map_err(|_| E_DET)?;
+        let (k, r) = (self.classes, REG_CHANNELS);
+        if k == 0 || out.len() != (self.heat.len() / k) * (k + r) {
+            return Err(E_SHAPE);
+        }
+        // Copy: the two outputs interleaved per cell (heatmap channels, then box channels).
+        for ((cell, h), b) in out
+            .chunks_exact_mut(k + r)
+            .zip(self.heat.chunks_exact(k))
+            .zip(self.boxes.chunks_exact(r))
+        {
+            let (ch, cb) = cell.split_at_mut(k);
+            for (d, &s) in ch.iter_mut().zip(h) {
+                *d = s as i8;
+            }
+            for (d, &s) in cb.iter_mut().zip(b) {
+                *d = s as i8;
+            }
+        }
+        Ok(())
     }
 }
 
-/// Segmentation head and per-cell class.
+/// Segmentation head and per-cell class (the index of the largest logit; ties: the
+/// lowest index — one per-tensor scale, so the `i8` argmax is the real-valued argmax).
 #[derive(Debug)]
 pub struct SegmentationStage {
-    head: SegHead,
-    scratch: Vec<i8>,
-    logits: Vec<i8>,
+    engine: Box<dyn Engine>,
+    classes: usize,
+    logits: Vec<u8>,
 }
 
 impl SegmentationStage {
-    /// Head for the BEV grid.
-    pub fn new(head: SegHead, cells: usize, classes: usize) -> Self {
-        let scratch = vec![0; head.scratch_len()];
+    /// Runs `engine` (one output of `cells × classes` logits).
+    pub fn new(engine: Box<dyn Engine>, cells: usize, classes: usize) -> Self {
         SegmentationStage {
-            head,
-            scratch,
+            engine,
+            classes,
             logits: vec![0; cells * classes],
         }
     }
@@ -264,12 +267,26 @@ impl Stage for SegmentationStage {
     fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
         let bev = io.input::<i8>(0)?;
         let out = io.output::<u8>(0)?;
-        self.head
-            .forward(bev, &mut self.scratch, &mut self.logits)
-            .map_err(|_| StageError::new("segmentation head: bad size"))?;
-        self.head
-            .argmax(&self.logits, out)
-            .map_err(|_| StageError::new("segmentation argmax: bad size"))
+        let mut outs = [self.logits.as_mut_slice()];
+        self.engine
+            .run(&[bytemuck::cast_slice(bev)], &mut outs, &*io)
+            .map_err(|_| {
+                StageError::new("segmentation head model run failed (buffer size or engine)")
+            })?;
+        let c = self.classes;
+        if c == 0 || self.logits.len() != out.len() * c {
+            return Err(StageError::new("segmentation argmax: bad size"));
+        }
+        for (cell, o) in self.logits.chunks_exact(c).zip(out.iter_mut()) {
+            let mut best = 0usize;
+            for (i, &v) in cell.iter().enumerate().skip(1) {
+                if v as i8 > cell[best] as i8 {
+                    best = i;
+                }
+            }
+            *o = best as u8;
+        }
+        Ok(())
     }
 }
 

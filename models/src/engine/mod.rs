@@ -31,7 +31,11 @@ use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
 
+pub mod io_quant;
+pub mod load;
 pub mod onnxruntime;
+
+pub use load::{load_engine, load_engine_bytes};
 
 /// Element type of an engine's input or output tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -49,7 +49,9 @@ use redline_runtime::rng::SplitMix64;
 use safetensors::tensor::{Dtype, TensorView};
 use std::path::{Path, PathBuf};
 
+pub mod builtin;
 mod meta;
+pub mod onnx;
 
 pub use meta::{ConfigMeta, ExportMeta, GraphMeta, LayerMeta, OutputMeta, QMeta};
 
@@ -126,7 +128,7 @@ impl Default for ExportOptions {
 }
 
 impl ExportOptions {
-    fn validate(&self) -> Result<(), ExportError> {
+    pub(crate) fn validate(&self) -> Result<(), ExportError> {
         if !(1..=64).contains(&self.cameras) {
             return Err(ExportError::InvalidOptions {
                 reason: format!("cameras = {}: must be in 1..=64", self.cameras),

@@ -1,0 +1,485 @@
+//! The driving network as model files: loads the backbone and the two heads (the
+//! `[models]` table, or the built-in ONNX files), each with its configured engine, checks
+//! them against the model contract, and reads from them the quantization the stages around
+//! them need.
+//!
+//! # The model contract
+//!
+//! All tensors are `int8`, NHWC, with static shapes; quantization is per tensor and is read
+//! from the graph ([`redline_models::engine::io_quant`]: the QOperator node or
+//! `QuantizeLinear` producing an output, the QOperator node or `DequantizeLinear` reading
+//! an input).
+//!
+//! | model | input | outputs |
+//! |---|---|---|
+//! | backbone | `[cameras, H, W, 3]`, scale 1/128, zero point 0 (`pixel / 255 · 2 − 1`, RGB) | one: `[cameras, h, w, C]` features |
+//! | det_head | `[1, ny, nx, C]` BEV grid, in the backbone output's quantization | `heatmap [1, ny, nx, classes]` then `boxes [1, ny, nx, 6]`, or one `[1, ny, nx, classes + 6]` tensor |
+//! | seg_head | as det_head | `[1, ny, nx, seg_classes]` logits |
+//!
+//! `cameras` is the rig's camera count, `ny × nx` the BEV grid (`BevSpec::DEFAULT`: 48 ×
+//! 80 cells of 1 m), `classes` = 3 heatmap channels (car, pedestrian, cyclist: the class ids
+//! of detections), the 6 box channels `dx, dy, log length, log width, sin yaw, cos yaw`
+//! (the decoder's), `seg_classes` = 3 (other, drivable, lane marking). `H`, `W`, `h`, `w`
+//! and `C` are the model's own. The BEV transform carries features without rescaling, so
+//! the heads' input quantization must equal the backbone's output quantization.
+//!
+//! # Which bytes
+//!
+//! A model with a `path` is read from that file. Otherwise it is the built-in one: the
+//! committed `models/builtin/*.onnx` (embedded in the binary) when the network config is
+//! the built-in network's and the rig and grid match, else the same exporter's output for
+//! this config, written in memory. Either way the run goes through the importer.
+//!
+//! Construction time only (reads, compiles, allocates); errors name the model, the tensor
+//! and what was expected.
+
+use std::path::PathBuf;
+
+use redline_models::engine::io_quant::{io_quant, IoQuant};
+use redline_models::engine::{load_engine_bytes, ElemType, Engine, EngineError, TensorSpec};
+use redline_models::export::onnx::{onnx_models, OnnxModels};
+use redline_models::export::{builtin, ExportError, ExportOptions};
+use redline_models::network::NetConfig;
+use redline_models::network::REG_CHANNELS;
+use redline_models::quant::QParams;
+
+use crate::config::{ConfigError, PipelineConfig};
+use crate::types::BevSpec;
+
+/// Why the models could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelsError {
+    /// The `[models]` table is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A model file could not be read.
+    #[error("cannot read the {model} model {path} (config models.{model}.path): {source}")]
+    Read {
+        /// `backbone`, `det_head` or `seg_head`.
+        model: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The built-in models could not be written for this network config.
+    #[error("cannot write the built-in models for this network configuration")]
+    Export(#[source] ExportError),
+    /// An engine could not load a model.
+    #[error("cannot load the {model} model {name} with engine {engine}")]
+    Engine {
+        /// `backbone`, `det_head` or `seg_head`.
+        model: &'static str,
+        /// The file (or `builtin:<file>`).
+        name: String,
+        /// The engine's name.
+        engine: &'static str,
+        /// Cause (boxed: it is large and start-up only).
+        #[source]
+        source: Box<EngineError>,
+    },
+    /// A model does not meet the contract (module docs).
+    #[error("{model} model {name}: {reason}")]
+    Contract {
+        /// `backbone`, `det_head` or `seg_head`.
+        model: &'static str,
+        /// The file (or `builtin:<file>`).
+        name: String,
+        /// Which tensor is wrong and what was expected.
+        reason: String,
+    },
+}
+
+/// What the stages around the models need to know, read from the models.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelShapes {
+    /// Backbone input `(H, W)` per camera.
+    pub input_hw: (usize, usize),
+    /// Backbone output `(h, w, C)` per camera.
+    pub features: (usize, usize, usize),
+    /// Quantization of the features (and so of the BEV grid).
+    pub features_q: QParams,
+    /// Heatmap channels.
+    pub classes: usize,
+    /// Quantization of the heatmap channels.
+    pub heat_q: QParams,
+    /// Quantization of the box channels.
+    pub reg_q: QParams,
+    /// The detection head writes heatmap and boxes as two outputs (else one fused one).
+    pub det_split: bool,
+    /// Segmentation classes.
+    pub seg_classes: usize,
+}
+
+/// The three compiled models and their shapes.
+#[derive(Debug)]
+pub struct Models {
+    /// Backbone engine.
+    pub backbone: Box<dyn Engine>,
+    /// Detection head engine.
+    pub det_head: Box<dyn Engine>,
+    /// Segmentation head engine.
+    pub seg_head: Box<dyn Engine>,
+    /// Shapes and quantization.
+    pub shapes: ModelShapes,
+}
+
+/// Loads the models of `cfg` for `cams` cameras on the `bev` grid; `net` is the network
+/// config of the built-in models (seeded or from `weights`). See the module docs.
+pub fn load_models(
+    cfg: &PipelineConfig,
+    net: &NetConfig,
+    cams: usize,
+    bev: &BevSpec,
+) -> Result<Models, ModelsError> {
+    let opts = ExportOptions {
+        cameras: cams,
+        bev_ny: bev.ny,
+        bev_nx: bev.nx,
+        ..builtin::options()
+    };
+    let mut generated: Option<OnnxModels> = None;
+    let mut load = |model: &'static str, idx: usize| -> Result<Loaded, ModelsError> {
+        let entry = cfg.models.entries()[idx].1;
+        let kind = entry.engine_kind()?;
+        let (name, bytes) = match &entry.path {
+            Some(path) => {
+                let bytes = std::fs::read(path).map_err(|source| ModelsError::Read {
+                    model,
+                    path: path.clone(),
+                    source,
+                })?;
+                (path.display().to_string(), bytes)
+            }
+            None => {
+                let models = match &generated {
+                    Some(m) => m,
+                    None => generated.insert(
+                        if *net == builtin::net_config() && opts == builtin::options() {
+                            builtin::models()
+                        } else {
+                            onnx_models(net, &opts).map_err(ModelsError::Export)?
+                        },
+                    ),
+                };
+                let (file, bytes) = models.files()[idx];
+                (format!("builtin:{file}"), bytes.to_vec())
+            }
+        };
+        let engine =
+            load_engine_bytes(&bytes, &name, kind).map_err(|source| ModelsError::Engine {
+                model,
+                name: name.clone(),
+                engine: kind.name(),
+                source: Box::new(source),
+            })?;
+        let quant = io_quant(&bytes, &name).map_err(|source| ModelsError::Engine {
+            model,
+            name: name.clone(),
+            engine: kind.name(),
+            source: Box::new(source),
+        })?;
+        Ok(Loaded {
+            model,
+            name,
+            engine,
+            quant,
+        })
+    };
+    let backbone = load("backbone", 0)?;
+    let det = load("det_head", 1)?;
+    let seg = load("seg_head", 2)?;
+    let shapes = check_contract(&backbone, &det, &seg, cams, bev, net)?;
+    Ok(Models {
+        backbone: backbone.engine,
+        det_head: det.engine,
+        seg_head: seg.engine,
+        shapes,
+    })
+}
+
+/// A loaded model before the contract check.
+struct Loaded {
+    model: &'static str,
+    name: String,
+    engine: Box<dyn Engine>,
+    quant: IoQuant,
+}
+
+impl Loaded {
+    fn err(&self, reason: String) -> ModelsError {
+        ModelsError::Contract {
+            model: self.model,
+            name: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// The single input, `int8` rank 4.
+    fn input(&self, expected: &str) -> Result<&TensorSpec, ModelsError> {
+        match self.engine.inputs() {
+            [t] if t.elem == ElemType::I8 && t.shape.len() == 4 => Ok(t),
+            [t] => Err(self.err(format!("input {t} must be int8 {expected}"))),
+            ins => Err(self.err(format!(
+                "has {} inputs; expected one, int8 {expected}",
+                ins.len()
+            ))),
+        }
+    }
+
+    /// Output `i` must be `int8 [1, ny, nx, c]` for some `c`; returns `c`.
+    fn grid_output(&self, t: &TensorSpec, bev: &BevSpec, what: &str) -> Result<usize, ModelsError> {
+        match t.shape[..] {
+            [1, ny, nx, c] if t.elem == ElemType::I8 && ny == bev.ny && nx == bev.nx => Ok(c),
+            _ => Err(self.err(format!(
+                "output {t} must be int8 [1, {}, {}, {what}] (the BEV grid, NHWC)",
+                bev.ny, bev.nx
+            ))),
+        }
+    }
+
+    fn output_q(&self, i: usize) -> Result<QParams, ModelsError> {
+        self.quant.output(i).ok_or_else(|| {
+            self.err(format!(
+                "cannot find the quantization of output {}: it must come from a QLinear* node \
+                 or a QuantizeLinear with constant scalar scale and int8 zero point",
+                self.engine.outputs()[i].name
+            ))
+        })
+    }
+
+    fn input_q(&self) -> Result<QParams, ModelsError> {
+        self.quant.input(0).ok_or_else(|| {
+            self.err(format!(
+                "cannot find the quantization of input {}: its first reader must be a \
+                 DequantizeLinear or QLinear* node with constant scalar scale and int8 zero point",
+                self.engine.inputs()[0].name
+            ))
+        })
+    }
+}
+
+fn check_contract(
+    bb: &Loaded,
+    det: &Loaded,
+    seg: &Loaded,
+    cams: usize,
+    bev: &BevSpec,
+    net: &NetConfig,
+) -> Result<ModelShapes, ModelsError> {
+    // Backbone: [cams, H, W, 3] in → [cams, h, w, C] out.
+    let t = bb.input(&format!("[{cams}, H, W, 3] (cameras, NHWC)"))?;
+    let (in_h, in_w) = match t.shape[..] {
+        [n, h, w, 3] if n == cams && h > 0 && w > 0 => (h, w),
+        _ => {
+            return Err(bb.err(format!(
+                "input {t} must be int8 [{cams}, H, W, 3] (one image per camera of the rig, NHWC)"
+            )))
+        }
+    };
+    let want_in = QParams::new(1.0 / 128.0, 0);
+    let in_q = bb.input_q()?;
+    if in_q != want_in {
+        return Err(bb.err(format!(
+            "input {} is quantized with scale {} zero point {}; preprocessing writes scale \
+             1/128 zero point 0 (pixel / 255 * 2 - 1)",
+            t.name, in_q.scale, in_q.zero_point
+        )));
+    }
+    let features = match bb.engine.outputs() {
+        [o] => match o.shape[..] {
+            [n, h, w, c] if o.elem == ElemType::I8 && n == cams && h * w * c > 0 => (h, w, c),
+            _ => {
+                return Err(bb.err(format!(
+                    "output {o} must be int8 [{cams}, h, w, C] (features per camera, NHWC)"
+                )))
+            }
+        },
+        outs => {
+            return Err(bb.err(format!(
+                "has {} outputs; expected one, int8 [{cams}, h, w, C]",
+                outs.len()
+            )))
+        }
+    };
+    let features_q = bb.output_q(0)?;
+    let c = features.2;
+
+    // Heads: [1, ny, nx, C] in the features' quantization.
+    for head in [det, seg] {
+        let want = format!("[1, {}, {}, {c}] (the BEV grid, NHWC)", bev.ny, bev.nx);
+        let t = head.input(&want)?;
+        if t.shape[..] != [1, bev.ny, bev.nx, c] {
+            return Err(head.err(format!("input {t} must be int8 {want}")));
+        }
+        let q = head.input_q()?;
+        if q != features_q {
+            return Err(head.err(format!(
+                "input {} is quantized with scale {} zero point {}, but the backbone's features \
+                 (and so the BEV grid) use scale {} zero point {}",
+                t.name, q.scale, q.zero_point, features_q.scale, features_q.zero_point
+            )));
+        }
+    }
+    let classes = net.classes;
+    let (heat_q, reg_q, det_split) = match det.engine.outputs() {
+        [h, b] => {
+            if det.grid_output(h, bev, &classes.to_string())? != classes {
+                return Err(det.err(format!(
+                    "output {h} must have {classes} heatmap channels (one per class)"
+                )));
+            }
+            if det.grid_output(b, bev, &REG_CHANNELS.to_string())? != REG_CHANNELS {
+                return Err(det.err(format!(
+                    "output {b} must have {REG_CHANNELS} box channels (dx, dy, log l, log w, sin, cos)"
+                )));
+            }
+            (det.output_q(0)?, det.output_q(1)?, true)
+        }
+        [f] => {
+            let want = classes + REG_CHANNELS;
+            if det.grid_output(f, bev, &want.to_string())? != want {
+                return Err(det.err(format!(
+                    "output {f} must have {classes} heatmap + {REG_CHANNELS} box channels"
+                )));
+            }
+            let q = det.output_q(0)?;
+            (q, q, false)
+        }
+        outs => {
+            return Err(det.err(format!(
+                "has {} outputs; expected heatmap [1, ny, nx, {classes}] and boxes [1, ny, nx, \
+                 {REG_CHANNELS}], or one [1, ny, nx, {}]",
+                outs.len(),
+                classes + REG_CHANNELS
+            )))
+        }
+    };
+    let seg_classes = net.seg_classes;
+    match seg.engine.outputs() {
+        [o] => {
+            if seg.grid_output(o, bev, &seg_classes.to_string())? != seg_classes {
+                return Err(seg.err(format!("output {o} must have {seg_classes} class logits")));
+            }
+        }
+        outs => {
+            return Err(seg.err(format!(
+                "has {} outputs; expected one, logits [1, ny, nx, {seg_classes}]",
+                outs.len()
+            )))
+        }
+    }
+    Ok(ModelShapes {
+        input_hw: (in_h, in_w),
+        features,
+        features_q,
+        classes,
+        heat_q,
+        reg_q,
+        det_split,
+        seg_classes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelRef;
+
+    fn write(name: &str, bytes: &[u8]) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("redline-models-{}-{name}", std::process::id()));
+        std::fs::write(&p, bytes).expect("write");
+        p
+    }
+
+    #[test]
+    fn the_default_config_runs_the_committed_builtin_files() {
+        let cfg = PipelineConfig::default();
+        assert!(
+            cfg.net_config() == builtin::net_config(),
+            "the built-in files must hold the default network"
+        );
+        let bev = BevSpec::DEFAULT;
+        assert_eq!(
+            (bev.ny, bev.nx),
+            (builtin::options().bev_ny, builtin::options().bev_nx)
+        );
+        let m = load_models(&cfg, &cfg.net_config(), 6, &bev).expect("built-in models load");
+        assert_eq!(m.shapes.input_hw, (128, 256));
+        assert_eq!(m.shapes.features, (16, 32, 128));
+        assert!(m.shapes.det_split);
+        // Another rig size: the same exporter's bytes, written in memory.
+        let m = load_models(&cfg, &cfg.net_config(), 2, &bev).expect("generated models load");
+        assert_eq!(m.backbone.inputs()[0].shape, [2, 128, 256, 3]);
+    }
+
+    #[test]
+    fn a_model_that_breaks_the_contract_is_named_with_the_shape_expected() {
+        let mut cfg = PipelineConfig::default();
+        // A detection head where the backbone belongs.
+        cfg.models.backbone = ModelRef {
+            path: Some(write("det-as-backbone.onnx", builtin::DET_HEAD)),
+            ..ModelRef::default()
+        };
+        let e = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("backbone model") && msg.contains("[6, H, W, 3]") && msg.contains("input"),
+            "{msg}"
+        );
+        // Heads swapped: the segmentation head has one output of 3 channels.
+        let mut cfg = PipelineConfig::default();
+        cfg.models.det_head.path = Some(write("seg-as-det.onnx", builtin::SEG_HEAD));
+        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("det_head model") && msg.contains("heatmap + 6 box channels"),
+            "{msg}"
+        );
+        // Built-in heads after another network's backbone: quantization / channels differ.
+        let mut cfg = PipelineConfig::default();
+        let other = onnx_models(
+            &NetConfig {
+                feat_c: 64,
+                bev_c: 64,
+                ..builtin::net_config()
+            },
+            &builtin::options(),
+        )
+        .expect("write");
+        cfg.models.backbone.path = Some(write("bb64.onnx", &other.backbone));
+        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("det_head model") && msg.contains("[1, 48, 80, 64]"),
+            "{msg}"
+        );
+        // A missing file names the config key.
+        let mut cfg = PipelineConfig::default();
+        cfg.models.seg_head.path = Some(PathBuf::from("/nonexistent/seg.onnx"));
+        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("models.seg_head.path"), "{msg}");
+    }
+
+    #[test]
+    fn onnxruntime_is_accepted_by_name_and_refused_clearly_until_it_is_built_in() {
+        let cfg = PipelineConfig::parse("[models.det_head]\nengine = \"onnxruntime\"\n", "t")
+            .expect("the config accepts the engine");
+        let e = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT).unwrap_err();
+        let chain = format!(
+            "{e}: {}",
+            std::error::Error::source(&e)
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        );
+        assert!(
+            chain.contains("engine onnxruntime is not available in this build yet"),
+            "{chain}"
+        );
+    }
+}
