@@ -467,19 +467,24 @@ mod tests {
     }
 
     #[test]
-    fn onnxruntime_is_accepted_by_name_and_refused_clearly_until_it_is_built_in() {
+    fn onnxruntime_is_accepted_by_name_and_runs_the_builtin_head() {
         let cfg = PipelineConfig::parse("[models.det_head]\nengine = \"onnxruntime\"\n", "t")
             .expect("the config accepts the engine");
-        let e = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT).unwrap_err();
-        let chain = format!(
-            "{e}: {}",
-            std::error::Error::source(&e)
-                .map(|s| s.to_string())
-                .unwrap_or_default()
-        );
-        assert!(
-            chain.contains("engine onnxruntime is not available in this build yet"),
-            "{chain}"
-        );
+        match load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT) {
+            Ok(m) => assert_eq!(
+                m.det_head.kind(),
+                redline_models::engine::EngineKind::OnnxRuntime
+            ),
+            Err(e) => {
+                let chain = format!(
+                    "{e}: {}",
+                    std::error::Error::source(&e)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default()
+                );
+                assert!(chain.contains("ORT_DYLIB_PATH"), "{chain}");
+                eprintln!("SKIPPED: ONNX Runtime is not available: {chain}");
+            }
+        }
     }
 }

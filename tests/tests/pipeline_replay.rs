@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use redline_models::engine::EngineKind;
 use redline_pipeline::config::PipelineConfig;
 use redline_pipeline::run::replay;
 use redline_pipeline::run::Counters;
@@ -21,7 +22,11 @@ use redline_tests::{scenario_log, small_scenario, temp_dir};
 const PINNED_OUTPUT_HASH: &str = "8dad2ec04980a710";
 
 fn run(feed: &Arc<Feed>, lanes: usize, weights_seed: u64) -> String {
-    let cfg = PipelineConfig {
+    run_with(feed, lanes, weights_seed, EngineKind::Native)
+}
+
+fn run_with(feed: &Arc<Feed>, lanes: usize, weights_seed: u64, engine: EngineKind) -> String {
+    let mut cfg = PipelineConfig {
         lanes,
         release: ReleaseMode::Lockstep,
         weights_seed,
@@ -31,6 +36,9 @@ fn run(feed: &Arc<Feed>, lanes: usize, weights_seed: u64) -> String {
         deadline_ms: 10_000.0,
         ..PipelineConfig::default()
     };
+    cfg.models.backbone.engine = engine.name().to_string();
+    cfg.models.det_head.engine = engine.name().to_string();
+    cfg.models.seg_head.engine = engine.name().to_string();
     let (outcome, _rt) =
         replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay runs");
     assert_eq!(outcome.runtime.frames_published, feed.frames.len() as u64);
@@ -70,6 +78,17 @@ fn lockstep_replay_of_a_generated_log_is_bit_identical_across_runs_and_lanes() {
     assert_eq!(one, two, "1 and 2 lanes differ");
     assert_eq!(one, four, "1 and 4 lanes differ");
     assert_eq!(two, again, "two runs differ");
+    // The same models on ONNX Runtime (the built-in files are QLinearConv graphs, whose
+    // integer path ONNX Runtime computes exactly): the same outputs, bit for bit.
+    if redline_models::engine::onnxruntime::find_library().is_ok() {
+        let ort = run_with(&feed, 2, seed, EngineKind::OnnxRuntime);
+        assert_eq!(
+            ort, one,
+            "the built-in models on onnxruntime give other outputs"
+        );
+    } else {
+        eprintln!("SKIPPED: ONNX Runtime is not available: the onnxruntime replay did not run");
+    }
     // Negative control: the same log through weights seeded one bit apart.
     let perturbed = run(&feed, 2, seed ^ 2);
     assert_ne!(

@@ -470,14 +470,25 @@ impl OrtEngine {
     /// module docs for everything it checks.
     pub fn load(path: &Path, opts: &OrtOptions) -> Result<OrtEngine, EngineError> {
         // Read errors first, so a missing file is an Io error, not ORT's message about it.
-        std::fs::File::open(path).map_err(|source| EngineError::Io {
+        let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
             path: path.to_path_buf(),
             source,
         })?;
+        Self::from_bytes(&bytes, path, opts)
+    }
+
+    /// Compiles a model from the bytes of an `.onnx` file (`name` is used in messages), as
+    /// [`OrtEngine::load`] does. Models with external data files must be loaded by path.
+    pub fn from_bytes(
+        bytes: &[u8],
+        name: &Path,
+        opts: &OrtOptions,
+    ) -> Result<OrtEngine, EngineError> {
+        let path = name;
         let env = &runtime()?.env;
         let commit = |free_dims: &[String]| {
             builder(env, opts, free_dims)?
-                .commit_from_file(path)
+                .commit_from_memory(bytes)
                 .map_err(|e| EngineError::Parse {
                     path: path.to_path_buf(),
                     reason: format!("ONNX Runtime cannot load it: {e}"),
