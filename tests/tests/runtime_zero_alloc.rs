@@ -34,6 +34,8 @@ struct Counts {
     on: (u64, u64),
     probe_runs: u64,
     frames: u64,
+    /// Frames run with the probe on (`CONTROL_FRAMES`, more if real time dropped them all).
+    control_frames: u64,
     /// Stage panics caught (all during warm-up).
     panics: u64,
     panic_fallbacks: u64,
@@ -68,14 +70,22 @@ fn count(release: ReleaseMode, mut graph: GraphBuilder) -> Counts {
     probe.switch_on();
     ALLOC.start();
     rt.run(CONTROL_FRAMES, &mut h);
+    // Real time on an overloaded machine can abandon every frame of a block at its guard
+    // before the probe runs; give the control more blocks (counted alike) until it has run.
+    let mut control_frames = CONTROL_FRAMES;
+    while probe.allocating_runs() == 0 && control_frames < 20 * CONTROL_FRAMES {
+        rt.run(CONTROL_FRAMES, &mut h);
+        control_frames += CONTROL_FRAMES;
+    }
     let on = ALLOC.stop();
-    assert_eq!(rt.frames_published(), 100 + FRAMES + CONTROL_FRAMES);
+    assert_eq!(rt.frames_published(), 100 + FRAMES + control_frames);
     let r = rt.report();
     Counts {
         off,
         on,
         probe_runs: probe.allocating_runs(),
         frames: h.frames,
+        control_frames,
         panics: r.stages.iter().map(|s| s.counters.panics).sum(),
         panic_fallbacks: r.stages.iter().map(|s| s.counters.panic_fallbacks).sum(),
     }
@@ -86,7 +96,8 @@ fn assert_control_counted(what: &str, c: &Counts) {
     let (allocs, bytes) = c.on;
     assert!(
         c.probe_runs > 0,
-        "{what}: the probe never ran in {CONTROL_FRAMES} frames"
+        "{what}: the probe never ran in {} frames",
+        c.control_frames
     );
     assert!(
         allocs >= c.probe_runs && bytes >= c.probe_runs * 64,
@@ -107,7 +118,7 @@ fn no_allocation_per_frame_after_warm_up() {
     ] {
         let c = count(release, demo_graph(4096, &faults));
         let (allocs, bytes) = c.off;
-        assert_eq!(c.frames, 100 + FRAMES + CONTROL_FRAMES);
+        assert_eq!(c.frames, 100 + FRAMES + c.control_frames);
         assert_eq!(
             allocs, 0,
             "{release:?}: {allocs} allocations ({bytes} bytes) in {FRAMES} frames of the demo graph"
