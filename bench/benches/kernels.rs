@@ -19,55 +19,6 @@ use redline_runtime::rng::SplitMix64;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// Measured `vpdpbusd` peak of one core in GMAC/s, if the CPU has AVX-512 VNNI.
-fn measure_peak() -> Option<f64> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if !KernelPath::Avx512Vnni.is_available() {
-            return None;
-        }
-        let iters = 4_000_000u64;
-        // SAFETY: AVX-512 F/BW/VL/VNNI were detected just above.
-        unsafe { peak_loop(1000) };
-        let mut best = f64::MAX;
-        for _ in 0..5 {
-            let t = Instant::now();
-            // SAFETY: as above.
-            black_box(unsafe { peak_loop(iters) });
-            best = best.min(t.elapsed().as_secs_f64());
-        }
-        Some((iters * 12 * 64) as f64 / best / 1e9)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    None
-}
-
-/// `iters` × 12 independent `vpdpbusd` (register operands only); returns a value that
-/// depends on every accumulator so the loop cannot be removed.
-// AVX-512 intrinsics: stable since Rust 1.89.
-#[cfg(target_arch = "x86_64")]
-#[clippy::msrv = "1.89"]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn peak_loop(iters: u64) -> i32 {
-    use std::arch::x86_64::*;
-    let a = _mm512_set1_epi32(black_box(0x0102_0304));
-    let b = _mm512_set1_epi32(black_box(0x0101_0101));
-    let mut acc = [_mm512_setzero_si512(); 12];
-    for (i, v) in acc.iter_mut().enumerate() {
-        *v = _mm512_set1_epi32(i as i32);
-    }
-    for _ in 0..iters {
-        for v in acc.iter_mut() {
-            *v = _mm512_dpbusd_epi32(*v, a, b);
-        }
-    }
-    let mut s = _mm512_setzero_si512();
-    for v in acc {
-        s = _mm512_add_epi32(s, v);
-    }
-    _mm512_reduce_add_epi32(s)
-}
-
 /// Median time per call of `f`, over batches of about 20 ms (after a warm-up).
 fn time_per_call(mut f: impl FnMut()) -> Duration {
     let t = Instant::now();
@@ -159,7 +110,7 @@ fn main() {
         "kernels benchmark: one thread, default network (camera {}x{}, BEV {}x{})",
         cfg.in_h, cfg.in_w, bev.ny, bev.nx
     );
-    let peak = measure_peak();
+    let peak = redline_bench::peak::vnni_peak_gmacs();
     match peak {
         Some(p) => println!(
             "measured VNNI peak: {p:.1} GMAC/s per core (12 independent vpdpbusd zmm, 64 MAC each)"
