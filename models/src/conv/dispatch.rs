@@ -141,7 +141,13 @@ pub(super) fn run_simd_rows(
     if bias.len() != g.out_c || mult.len() != g.out_c {
         return false;
     }
-    let esize = if path == KernelPath::Avx2 { 2 } else { 1 };
+    // 7-bit weights on AVX2: the exact `vpmaddubsw` kernel on the 4-tap layout (bytes).
+    let u7 = path == KernelPath::Avx2 && packed.seven_bit && !packed.vnni.is_empty();
+    let esize = if path == KernelPath::Avx2 && !u7 {
+        2
+    } else {
+        1
+    };
     let Some(plan) = Plan::new(g, esize) else {
         return false;
     };
@@ -159,6 +165,11 @@ pub(super) fn run_simd_rows(
             // `dst` is `rows.len()·out_w·pixel_stride`, the slot fits and `rows ⊆ 0..out_h`.
             KernelPath::Avx512Vnni => unsafe {
                 super::vnni::vnni_rows(&plan, packed, g, bias, mult, input, dst, slot, rows)
+            },
+            // SAFETY: as above for `avx2_u7_rows`: AVX2 detected, the 4-tap weights packed
+            // with `seven_bit` set (`u7`), `plan` is `Plan::new(g, 1)`, the same sizes.
+            KernelPath::Avx2 if u7 => unsafe {
+                super::avx2_u7::avx2_u7_rows(&plan, packed, g, bias, mult, input, dst, slot, rows)
             },
             // SAFETY: as above for `avx2_rows`: AVX2 detected, AVX2 weights packed,
             // `plan` is `Plan::new(g, 2)`, the same buffer sizes.

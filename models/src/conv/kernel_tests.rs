@@ -45,6 +45,36 @@ macro_rules! kernel_tests {
     };
 }
 
+/// The suite again with every layer's weights in `-64..=64` (halved): the layers the AVX2
+/// path runs on its exact `vpmaddubsw` kernel.
+macro_rules! seven_bit_kernel_tests {
+    ($path:expr) => {
+        seven_bit_kernel_tests!(@each $path;
+            equals_the_exact_reference_on_random_layers,
+            row_splits_and_channel_slots_are_exact,
+            rows_outside_the_range_are_untouched,
+            padding_reads_the_input_zero_point,
+            layers_wider_than_one_stage_chunk_are_exact
+        );
+    };
+    (@each $path:expr; $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                if let Some(path) = crate::conv::kernel_tests::available($path) {
+                    crate::conv::kernel_tests::SEVEN_BIT.with(|s| s.set(true));
+                    crate::conv::kernel_tests::$name(path);
+                }
+            }
+        )*
+    };
+}
+
+thread_local! {
+    /// Set by `seven_bit_kernel_tests!`: random layers get weights in `-64..=64`.
+    pub(crate) static SEVEN_BIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// A random layer and input of one test case.
 #[derive(Debug, Clone)]
 pub(crate) struct Case {
@@ -59,7 +89,17 @@ pub(crate) struct Case {
 /// saturate.
 pub(crate) fn random_conv_with(r: &mut SplitMix64, shape: ConvShape, relu: bool) -> Conv2d {
     let n_w = shape.out_c * shape.k * shape.k * shape.in_c;
-    let weights: Vec<i8> = (0..n_w).map(|_| r.next_i8()).collect();
+    let seven = SEVEN_BIT.with(|s| s.get());
+    let weights: Vec<i8> = (0..n_w)
+        .map(|_| {
+            let w = r.next_i8();
+            if seven {
+                w / 2
+            } else {
+                w
+            }
+        })
+        .collect();
     let w_scales: Vec<f32> = (0..shape.out_c).map(|_| r.uniform(1e-3, 2e-2)).collect();
     // The accumulator's spread is about sqrt(taps) * 100 * 74; pick the output scale so
     // that it spans 20..150 output steps: most outputs in range, some saturated.

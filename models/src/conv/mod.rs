@@ -78,6 +78,8 @@ pub(crate) mod reference;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_u7;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod vnni;

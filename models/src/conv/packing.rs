@@ -6,7 +6,8 @@
 //! `vpmaddwd` consume; everything past `k·in_c` taps and past `out_c` channels is zero, so
 //! a kernel reading a whole group past a window's end multiplies by 0. VNNI also keeps
 //! `Σw` per output channel (padded to whole blocks) for its zero-point correction. Only
-//! the paths this CPU can run are packed.
+//! the paths this CPU can run are packed; the 4-tap layout is also packed for AVX2 when
+//! every weight fits 7 bits (the `avx2_u7` kernel reads it).
 //!
 //! Cost: allocates about 2.5× the weight bytes, at construction only. Never: touched by
 //! the per-frame path except to read.
@@ -22,14 +23,21 @@ pub(super) struct Packed {
     pub(super) vnni_wsum: Vec<i32>,
     /// AVX2: `[block8][ky][g2][8 oc][2 taps]` `i16`, zero-filled.
     pub(super) avx2: Vec<i16>,
+    /// Every weight lies in `-64..=64`: the AVX2 path runs the exact `vpmaddubsw` kernel
+    /// (`avx2_u7`) on the 4-tap layout above, which is then packed on AVX2-only CPUs too.
+    pub(super) seven_bit: bool,
 }
 
 impl Packed {
     /// Repacks `[out_c][k][k][in_c]` weights for the paths this CPU can run. Allocates.
     pub(super) fn new(weights: &[i8], in_c: usize, out_c: usize, k: usize) -> Packed {
         let kc = k * in_c;
-        let mut p = Packed::default();
-        if KernelPath::Avx512Vnni.is_available() {
+        let mut p = Packed {
+            seven_bit: weights.iter().all(|&w| (-64..=64).contains(&w)),
+            ..Packed::default()
+        };
+        if KernelPath::Avx512Vnni.is_available() || (p.seven_bit && KernelPath::Avx2.is_available())
+        {
             let g4 = kc.div_ceil(4);
             let blocks = out_c.div_ceil(16);
             p.vnni = vec![0i8; blocks * k * g4 * 64];
