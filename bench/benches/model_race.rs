@@ -19,7 +19,9 @@
 //!   flipping every round. P50 / P99 per engine, the ratio native / ORT, and the ratio to
 //!   ONNX Runtime's faster variant of the model (int8 or uint8 activations), which is the
 //!   issue's target (≤ 0.8). Outputs are compared once (elements that differ).
-//! - **Per layer**: every step of the ResNet-18 int8 model on one lane, GMAC/s against the
+//! - **7-bit weights**: the same networks quantized with `reduce_range` (rows `_w7`), where
+//!   ONNX Runtime's uint8 kernel is exact and redline runs its `vpmaddubsw` kernel.
+//! - **Per layer**: every step of the ResNet-18 int8 model (8-bit and 7-bit weights) on one lane, GMAC/s against the
 //!   measured peaks of this core (`redline_bench::peak`: `vpmaddwd` for the exact AVX2
 //!   kernel, `vpdpbusd` where the CPU has VNNI).
 //!
@@ -262,7 +264,7 @@ fn race(model: &Path, threads: usize, iters: u64, blocks: u64) -> Result<Race, S
     })
 }
 
-fn per_layer(model: &Path) -> Result<(), String> {
+fn per_layer(model: &Path, label: &str) -> Result<(), String> {
     let mut e = NativeEngine::load(model).map_err(|e| e.to_string())?;
     let inputs = random_inputs(&e, 3);
     let mut outs: Vec<Vec<u8>> = e
@@ -276,11 +278,7 @@ fn per_layer(model: &Path) -> Result<(), String> {
     let madd = redline_bench::peak::avx2_madd_peak_gmacs();
     let vnni = redline_bench::peak::vnni_peak_gmacs();
     println!(
-        "\nper layer, {} on one lane (peaks of this core: vpmaddwd {} GMAC/s, vpdpbusd {}):",
-        model
-            .file_name()
-            .map(|s| s.to_string_lossy().to_string())
-            .unwrap_or_default(),
+        "\nper layer, {label} on one lane (peaks of this core: vpmaddwd {} GMAC/s, vpdpbusd {}):",
         madd.map_or("-".into(), |p| format!("{p:.1}")),
         vnni.map_or("not available".into(), |p| format!("{p:.1} GMAC/s"))
     );
@@ -392,15 +390,34 @@ fn real_main() -> Result<(), String> {
     if !out.status.success() {
         return Err(format!("zoo.py: {}", String::from_utf8_lossy(&out.stderr)));
     }
+    // The same networks quantized with 7-bit weights (`reduce_range`, ONNX Runtime's advice
+    // for CPUs without VNNI): its uint8 kernel is then exact, and so is redline's
+    // `vpmaddubsw` kernel.
+    let rr = dir.join("rr");
+    let out = Command::new("python3")
+        .arg(tools.join("zoo.py"))
+        .arg(&rr)
+        .args(&zoo_args)
+        .arg("--reduce-range")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "zoo.py --reduce-range: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
     let mut models: Vec<(String, Vec<PathBuf>)> = Vec::new();
     for m in zoo_args.iter().skip(1) {
-        models.push((
-            m.to_string(),
-            vec![
-                dir.join(format!("{m}_qdq_s8.onnx")),
-                dir.join(format!("{m}_qdq_u8.onnx")),
-            ],
-        ));
+        for (family, d) in [(m.to_string(), &dir), (format!("{m} 7-bit"), &rr)] {
+            models.push((
+                family,
+                vec![
+                    d.join(format!("{m}_qdq_s8.onnx")),
+                    d.join(format!("{m}_qdq_u8.onnx")),
+                ],
+            ));
+        }
     }
     if bench_mode {
         models.push(("pipeline".into(), pipeline_models(&dir.join("pipeline"))?));
@@ -439,7 +456,10 @@ fn real_main() -> Result<(), String> {
             } else {
                 rows.iter().map(|r| r.ort.1).fold(f64::INFINITY, f64::min)
             };
-            for r in rows {
+            for mut r in rows {
+                if family.ends_with("7-bit") {
+                    r.name.push_str("_w7");
+                }
                 println!(
                     "{:<22} {:>3} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>8.2} {:>8.2} {:>10} {:>14}",
                     r.name,
@@ -462,7 +482,14 @@ fn real_main() -> Result<(), String> {
         }
     }
     println!("(x ORT best: native P50/P99 over ONNX Runtime's faster variant of the same network, s8 or u8 activations; target <= 0.8)");
-    per_layer(&dir.join("resnet18_qdq_s8.onnx"))?;
+    per_layer(
+        &dir.join("resnet18_qdq_s8.onnx"),
+        "ResNet-18 int8, 8-bit weights (vpmaddwd kernel)",
+    )?;
+    per_layer(
+        &rr.join("resnet18_qdq_s8.onnx"),
+        "ResNet-18 int8, 7-bit weights (vpmaddubsw kernel)",
+    )?;
     println!("{}", serde_json::json!({ "model_race": json }));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
