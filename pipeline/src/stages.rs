@@ -7,7 +7,7 @@
 //! (cameras, or BEV rows), so outputs are identical on any number of lanes.
 
 use redline_models::engine::Engine;
-use redline_models::network::{NetConfig, REG_CHANNELS};
+use redline_models::network::{argmax_classes, NetConfig, REG_CHANNELS};
 use redline_models::quant::QParams;
 use redline_runtime::{Fallback, FrameInfo, Stage, StageError, StageIo};
 
@@ -273,20 +273,8 @@ impl Stage for SegmentationStage {
             .map_err(|_| {
                 StageError::new("segmentation head model run failed (buffer size or engine)")
             })?;
-        let c = self.classes;
-        if c == 0 || self.logits.len() != out.len() * c {
-            return Err(StageError::new("segmentation argmax: bad size"));
-        }
-        for (cell, o) in self.logits.chunks_exact(c).zip(out.iter_mut()) {
-            let mut best = 0usize;
-            for (i, &v) in cell.iter().enumerate().skip(1) {
-                if v as i8 > cell[best] as i8 {
-                    best = i;
-                }
-            }
-            *o = best as u8;
-        }
-        Ok(())
+        argmax_classes(bytemuck::cast_slice(&self.logits), self.classes, out)
+            .map_err(|_| StageError::new("segmentation argmax: bad size"))
     }
 }
 

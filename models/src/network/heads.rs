@@ -415,27 +415,43 @@ impl Head<Seg> {
         self.outs[0].out_q
     }
 
-    /// Per-cell class: the index of the largest logit (ties: the lowest index). `logits` is
-    /// `n * seg_classes` for any `n` cells (whole grid or a row chunk), `out_class` is `n`.
-    /// One per-tensor scale, so the `i8` argmax is the real-valued argmax. No allocation.
+    /// Per-cell class: [`argmax_classes`] with this head's class count.
     pub fn argmax(&self, logits: &[i8], out_class: &mut [u8]) -> Result<(), ModelError> {
-        let c = self.out_c;
-        exact_len(
-            logits.len(),
-            out_class.len().saturating_mul(c),
-            "segmentation logits (cells * seg_classes)",
-        )?;
-        for (cell, o) in logits.chunks_exact(c).zip(out_class.iter_mut()) {
-            let mut best = 0usize;
-            for (i, &v) in cell.iter().enumerate().skip(1) {
-                if v > cell[best] {
-                    best = i;
-                }
-            }
-            *o = best as u8;
-        }
-        Ok(())
+        argmax_classes(logits, self.out_c, out_class)
     }
+}
+
+/// Per-cell class: the index of the largest of each cell's `classes` logits (ties: the
+/// lowest index). `logits` is `n * classes` for any `n` cells (whole grid or a row chunk),
+/// `out_class` is `n`. One per-tensor scale, so the `i8` argmax is the real-valued argmax.
+/// No allocation.
+pub fn argmax_classes(
+    logits: &[i8],
+    classes: usize,
+    out_class: &mut [u8],
+) -> Result<(), ModelError> {
+    if classes == 0 {
+        return Err(ModelError::BufferSize {
+            what: "segmentation classes",
+            expected: 1,
+            got: 0,
+        });
+    }
+    exact_len(
+        logits.len(),
+        out_class.len().saturating_mul(classes),
+        "segmentation logits (cells * seg_classes)",
+    )?;
+    for (cell, o) in logits.chunks_exact(classes).zip(out_class.iter_mut()) {
+        let mut best = 0usize;
+        for (i, &v) in cell.iter().enumerate().skip(1) {
+            if v > cell[best] {
+                best = i;
+            }
+        }
+        *o = best as u8;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -81,7 +81,7 @@ pub use config::{
     REG_CHANNELS, SEG_HIDDEN,
 };
 pub use float_reference::{FloatConv, FloatHead, FloatNetwork};
-pub use heads::{Det, DetHead, Head, HeadKind, Seg, SegHead};
+pub use heads::{argmax_classes, Det, DetHead, Head, HeadKind, Seg, SegHead};
 
 use crate::conv::{ConvShape, ModelError};
 
