@@ -9,7 +9,7 @@ use super::proto::onnx as pb;
 use crate::engine::{ElemType, EngineError};
 use protobuf::Message;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// ONNX `TensorProto.DataType` codes this importer reads.
 pub(crate) mod dtype {
@@ -181,8 +181,6 @@ pub(crate) struct ValueInfo {
 /// The whole model.
 #[derive(Clone, Debug)]
 pub(crate) struct OnnxGraph {
-    #[allow(dead_code)]
-    pub path: PathBuf,
     pub opset: i64,
     pub producer: String,
     pub nodes: Vec<Node>,
@@ -426,7 +424,6 @@ impl OnnxGraph {
             .collect();
         let outputs = g.output.iter().map(value_info).collect();
         Ok(OnnxGraph {
-            path: path.to_path_buf(),
             opset,
             producer: format!("{} {}", model.producer_name(), model.producer_version())
                 .trim()

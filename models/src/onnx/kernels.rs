@@ -408,14 +408,6 @@ pub(crate) fn quantize(input: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
     }
 }
 
-/// `DequantizeLinear`: `(x - zp) * scale`.
-#[allow(dead_code)]
-pub(crate) fn dequantize(input: &[i8], scale: f32, zp: i32, out: &mut [f32]) {
-    for (d, s) in out.iter_mut().zip(input) {
-        *d = (i32::from(*s) - zp) as f32 * scale;
-    }
-}
-
 /// One output coordinate of a resize along one axis: the two source indices and the weight
 /// of the second (`0` for nearest).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -58,9 +58,6 @@ mod program;
 pub mod proto;
 pub mod reference;
 
-#[cfg(test)]
-mod tests;
-
 use graph::OnnxGraph;
 use program::Program;
 

@@ -95,7 +95,6 @@ pub(crate) enum Step {
     Transpose {
         out_shape: Vec<usize>,
         strides: Vec<usize>,
-        elem: usize,
         src: usize,
         dst: usize,
     },
@@ -189,22 +188,45 @@ fn chunks_for(items: usize, per_item: usize) -> usize {
 /// A raw pointer that may cross to the lanes (each chunk writes its own disjoint range).
 #[derive(Clone, Copy)]
 struct SendPtr(*mut u8);
-// SAFETY: the pointer is only dereferenced through `chunk_mut`, whose callers hand every
-// chunk a disjoint byte range of one live buffer (see `Program::run`).
+// SAFETY: the pointer is only dereferenced through `elems_mut`, whose callers hand every
+// chunk a disjoint byte range of one live buffer (see `split_rows`).
 unsafe impl Send for SendPtr {}
 // SAFETY: as above: shared between lanes, but each lane writes only its own chunk.
 unsafe impl Sync for SendPtr {}
 
 impl SendPtr {
+    /// Elements `first..first + len` (of type `T`) of the buffer at byte `offset`.
+    ///
     /// # Safety
-    /// `start + len` must lie inside the buffer this pointer starts, and no other live
-    /// reference may cover `start..start + len`.
+    /// `offset + (first + len) · size_of::<T>()` must lie inside that buffer, `offset` must
+    /// be aligned for `T`, and no other live reference may cover those elements.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn chunk_mut<T>(&self, start: usize, len: usize) -> &mut [T] {
-        // SAFETY: guaranteed by the caller (bounds and exclusivity); T is i8, u8 or f32 and
-        // the arena and buffers are aligned to `ALIGN` bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.0.cast::<T>().add(start), len) }
+    unsafe fn elems_mut<T>(&self, offset: usize, first: usize, len: usize) -> &mut [T] {
+        // SAFETY: guaranteed by the caller (bounds, alignment, exclusivity); T is i8 or u8
+        // here and buffers start at `ALIGN`-byte offsets of the aligned arena.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset).cast::<T>().add(first), len) }
     }
+}
+
+/// Splits rows `0..rows` of `row_len` bytes each of buffer `d` into the static partition of
+/// [`chunks_for`] and runs `f(row range, those rows of d)` on each chunk over the lanes.
+fn split_rows(
+    lanes: &dyn Lanes,
+    base: SendPtr,
+    d: &Buffer,
+    rows: usize,
+    row_len: usize,
+    cost_per_row: usize,
+    f: &(dyn Fn(Range<usize>, &mut [i8]) + Sync),
+) {
+    debug_assert!(rows * row_len <= d.bytes);
+    lanes.for_each_chunk(rows, chunks_for(rows, cost_per_row), &|r: Range<usize>| {
+        // SAFETY: rows `r` of `d` lie inside it (`rows · row_len <= d.bytes`); the chunks
+        // of one call are disjoint, and `d` is the step's output, planned disjoint from
+        // every buffer live at the step.
+        let out = unsafe { base.elems_mut::<i8>(d.offset, r.start * row_len, r.len() * row_len) };
+        f(r, out);
+    });
 }
 
 impl Program {
@@ -293,11 +315,6 @@ impl Program {
         let steps = self.steps.get(range).unwrap_or(&[]);
         for step in steps {
             match step {
-                Step::Input { index, .. } | Step::Output { index, .. }
-                    if *index >= inputs.len().max(outputs.len()) =>
-                {
-                    continue;
-                }
                 Step::Input { index, dst, flip } => {
                     let Some(src) = inputs.get(*index) else {
                         continue;
@@ -305,7 +322,7 @@ impl Program {
                     let d = &bufs[*dst];
                     // SAFETY: `dst` is a planned buffer of `d.bytes` bytes inside the arena,
                     // written only by this step.
-                    let out: &mut [u8] = unsafe { base.chunk_mut(d.offset, d.bytes) };
+                    let out: &mut [u8] = unsafe { base.elems_mut(d.offset, 0, d.bytes) };
                     out.copy_from_slice(src);
                     if *flip {
                         out.iter_mut().for_each(|v| *v ^= 0x80);
@@ -343,11 +360,7 @@ impl Program {
                     zp,
                 } => {
                     let x = view_f32(*src);
-                    let d = &bufs[*dst];
-                    let chunks = chunks_for(*n, 4);
-                    lanes.for_each_chunk(*n, chunks, &|r: Range<usize>| {
-                        // SAFETY: disjoint element ranges of the planned `dst` buffer.
-                        let out: &mut [i8] = unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
+                    split_rows(lanes, base, &bufs[*dst], *n, 1, 4, &|r, out| {
                         kernels::quantize(&x[r], *scale, *zp, out);
                     });
                 }
@@ -363,51 +376,54 @@ impl Program {
                     clamp,
                 } => {
                     let x = view(*src);
-                    let d = &bufs[*dst];
-                    let rows = batch * out_h;
                     let per_row = match imp {
                         ConvImpl::Dense(c) => c.macs(*in_h, *in_w) as usize / out_h.max(&1),
                         ConvImpl::General(_) => row_len * 64,
                     };
-                    let chunks = chunks_for(rows, per_row);
                     let img_in = x.len() / batch.max(&1);
                     let failed = std::sync::atomic::AtomicBool::new(false);
-                    lanes.for_each_chunk(rows, chunks, &|r: Range<usize>| {
-                        // SAFETY: rows r of `dst` (row_len bytes each), disjoint per chunk.
-                        let out: &mut [i8] = unsafe {
-                            base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len)
-                        };
-                        match imp {
-                            ConvImpl::Dense(c) => {
-                                // Split the row range at image boundaries.
-                                let mut row = r.start;
-                                let mut o = 0;
-                                while row < r.end {
-                                    let (b, oy) = (row / out_h, row % out_h);
-                                    let end = ((b + 1) * out_h).min(r.end);
-                                    let n = end - row;
-                                    let img = &x[b * img_in..(b + 1) * img_in];
-                                    if c.forward_rows_into(
-                                        img,
-                                        *in_h,
-                                        *in_w,
-                                        &mut out[o..o + n * row_len],
-                                        oy..oy + n,
-                                    )
-                                    .is_err()
-                                    {
-                                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let d = &bufs[*dst];
+                    split_rows(
+                        lanes,
+                        base,
+                        d,
+                        batch * out_h,
+                        *row_len,
+                        per_row,
+                        &|r, out| {
+                            match imp {
+                                ConvImpl::Dense(c) => {
+                                    // Split the row range at image boundaries.
+                                    let mut row = r.start;
+                                    let mut o = 0;
+                                    while row < r.end {
+                                        let (b, oy) = (row / out_h, row % out_h);
+                                        let end = ((b + 1) * out_h).min(r.end);
+                                        let n = end - row;
+                                        let img = &x[b * img_in..(b + 1) * img_in];
+                                        let rows_out = &mut out[o..o + n * row_len];
+                                        let done = c.forward_rows_into(
+                                            img,
+                                            *in_h,
+                                            *in_w,
+                                            rows_out,
+                                            oy..oy + n,
+                                        );
+                                        if done.is_err() {
+                                            failed
+                                                .store(true, std::sync::atomic::Ordering::Relaxed);
+                                        }
+                                        o += n * row_len;
+                                        row = end;
                                     }
-                                    o += n * row_len;
-                                    row = end;
                                 }
+                                ConvImpl::General(g) => g.run(x, out, r),
                             }
-                            ConvImpl::General(g) => g.run(x, out, r),
-                        }
-                        if let Some((lo, hi)) = clamp {
-                            kernels::clamp(out, *lo, *hi);
-                        }
-                    });
+                            if let Some((lo, hi)) = clamp {
+                                kernels::clamp(out, *lo, *hi);
+                            }
+                        },
+                    );
                     if failed.into_inner() {
                         return Err(EngineError::Run("convolution rejected its buffers"));
                     }
@@ -420,17 +436,17 @@ impl Program {
                     dst,
                 } => {
                     let x = view(*src);
-                    let d = &bufs[*dst];
                     let row_len = win.out_w * c;
-                    let rows = batch * win.out_h;
-                    lanes.for_each_chunk(
-                        rows,
-                        chunks_for(rows, row_len * win.kh * win.kw),
-                        &|r: Range<usize>| {
-                            // SAFETY: rows r of `dst`, disjoint per chunk.
-                            let out = unsafe {
-                                base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len)
-                            };
+                    let cost = row_len * win.kh * win.kw;
+                    let d = &bufs[*dst];
+                    split_rows(
+                        lanes,
+                        base,
+                        d,
+                        batch * win.out_h,
+                        row_len,
+                        cost,
+                        &|r, out| {
                             kernels::max_pool(win, *c, x, out, r);
                         },
                     );
@@ -444,24 +460,24 @@ impl Program {
                     dst,
                 } => {
                     let x = view(*src);
-                    let d = &bufs[*dst];
                     let row_len = win.out_w * c;
-                    let rows = batch * win.out_h;
-                    let chunks = chunks_for(rows, row_len * win.kh * win.kw);
-                    lanes.for_each_chunk(rows, chunks, &|r: Range<usize>| {
-                        // SAFETY: rows r of `dst`, disjoint per chunk.
-                        let out = unsafe {
-                            base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len)
-                        };
-                        kernels::avg_pool(win, *c, p, x, out, r);
-                    });
+                    let cost = row_len * win.kh * win.kw;
+                    let d = &bufs[*dst];
+                    split_rows(
+                        lanes,
+                        base,
+                        d,
+                        batch * win.out_h,
+                        row_len,
+                        cost,
+                        &|r, out| {
+                            kernels::avg_pool(win, *c, p, x, out, r);
+                        },
+                    );
                 }
                 Step::Lut { table, n, src, dst } => {
                     let x = view(*src);
-                    let d = &bufs[*dst];
-                    lanes.for_each_chunk(*n, chunks_for(*n, 1), &|r: Range<usize>| {
-                        // SAFETY: disjoint element ranges of `dst`.
-                        let out = unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
+                    split_rows(lanes, base, &bufs[*dst], *n, 1, 1, &|r, out| {
                         kernels::lut(table, &x[r], out);
                     });
                 }
@@ -474,40 +490,21 @@ impl Program {
                         Operand::Buf(i) => view(*i),
                         Operand::Const(v) => v.as_slice(),
                     };
-                    let d = &bufs[*dst];
-                    lanes.for_each_chunk(*n, chunks_for(*n, 2), &|r: Range<usize>| {
-                        // SAFETY: disjoint element ranges of `dst`.
-                        let out = unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
+                    split_rows(lanes, base, &bufs[*dst], *n, 1, 2, &|r, out| {
                         op.run(ra, rb, out, r);
                     });
                 }
                 Step::Transpose {
                     out_shape,
                     strides,
-                    elem,
                     src,
                     dst,
                 } => {
-                    let d = &bufs[*dst];
+                    let x = view(*src);
                     let n: usize = out_shape.iter().product();
-                    let chunks = chunks_for(n, 2);
-                    if *elem == 4 {
-                        let x = view_f32(*src);
-                        lanes.for_each_chunk(n, chunks, &|r: Range<usize>| {
-                            // SAFETY: disjoint element ranges of the f32 `dst` buffer.
-                            let out: &mut [f32] =
-                                unsafe { base.chunk_mut(d.offset + r.start * 4, r.len()) };
-                            kernels::transpose(out_shape, strides, x, out, r);
-                        });
-                    } else {
-                        let x = view(*src);
-                        lanes.for_each_chunk(n, chunks, &|r: Range<usize>| {
-                            // SAFETY: disjoint element ranges of `dst`.
-                            let out: &mut [i8] =
-                                unsafe { base.chunk_mut(d.offset + r.start, r.len()) };
-                            kernels::transpose(out_shape, strides, x, out, r);
-                        });
-                    }
+                    split_rows(lanes, base, &bufs[*dst], n, 1, 2, &|r, out| {
+                        kernels::transpose(out_shape, strides, x, out, r);
+                    });
                 }
                 Step::Resize {
                     in_h,
@@ -524,17 +521,16 @@ impl Program {
                     dst,
                 } => {
                     let x = view(*src);
-                    let d = &bufs[*dst];
                     let row_len = xs.len() * c;
-                    let rows = batch * ys.len();
-                    lanes.for_each_chunk(
-                        rows,
-                        chunks_for(rows, row_len * 4),
-                        &|r: Range<usize>| {
-                            // SAFETY: rows r of `dst`, disjoint per chunk.
-                            let out = unsafe {
-                                base.chunk_mut(d.offset + r.start * row_len, r.len() * row_len)
-                            };
+                    let d = &bufs[*dst];
+                    split_rows(
+                        lanes,
+                        base,
+                        d,
+                        batch * ys.len(),
+                        row_len,
+                        row_len * 4,
+                        &|r, out| {
                             kernels::resize(
                                 *in_h, *in_w, *c, ys, xs, *linear, *x_zp, *y_zp, *ratio, x, out, r,
                             );
@@ -545,7 +541,7 @@ impl Program {
                     let d = &bufs[*dst];
                     let block: usize = parts.iter().map(|p| p.1).sum();
                     // SAFETY: the whole `dst` buffer, written by this step only.
-                    let out: &mut [i8] = unsafe { base.chunk_mut(d.offset, d.bytes) };
+                    let out: &mut [i8] = unsafe { base.elems_mut(d.offset, 0, d.bytes) };
                     let mut col = 0;
                     for (src, inner, table) in parts {
                         let x = match src {

@@ -1,0 +1,405 @@
+//! Convolutions and matrix products (`Conv`, `QLinearConv`, `Gemm`, `MatMul`,
+//! `QLinearMatMul`, `QGemm`): weights, bias, output quantization and the kernel choice.
+
+use super::*;
+
+impl Lowerer<'_> {
+    /// Output quantization and clamp for a float op (QDQ: the following QuantizeLinear) or
+    /// a QLinear op (its y_scale / y_zero_point inputs).
+    pub(super) fn out_q(
+        &mut self,
+        n: &Node,
+        qop: Option<(usize, usize)>,
+    ) -> Result<(QParams, (i8, i8), String), EngineError> {
+        match qop {
+            Some((s, z)) => {
+                let q = self.qparams(n, s, z)?;
+                Ok((q, (-128, 127), n.outputs[0].clone()))
+            }
+            None => {
+                let (q, clamp, chain, name) = self.find_q(n)?;
+                self.done.extend(chain);
+                Ok((q, clamp, name))
+            }
+        }
+    }
+
+    /// Weight tensor of a Conv / Gemm: `i8` values, per-output-channel scales (len `oc`).
+    pub(super) fn weights(
+        &self,
+        n: &Node,
+        v: Val,
+        oc: usize,
+        axis_expected: usize,
+        qop: Option<(usize, usize)>,
+    ) -> Result<WeightParts, EngineError> {
+        let (data, scales, zps) = match (v, qop) {
+            (Val::DqC { data, scales, zps, axis }, None) => {
+                if scales.len() > 1 && axis != axis_expected {
+                    return Err(n.unsupported(format!("weights are quantized per channel along axis {axis}; expected axis {axis_expected} (output channels)")));
+                }
+                (data, scales, zps)
+            }
+            (Val::C(c), Some((s, z))) => {
+                let sc = self.konst(n, s)?;
+                let scales = match &sc.data {
+                    ConstData::F32(v) => v.clone(),
+                    _ => return Err(n.unsupported("weight scale must be float32")),
+                };
+                let zc = if n.input(z).is_some() { Some(self.konst(n, z)?) } else { None };
+                let u8w = matches!(c.data, ConstData::U8(_));
+                let zps: Vec<i32> = match &zc {
+                    Some(zc) => (0..zc.len()).map(|i| zp_i8(&zc.data, i).unwrap_or(0)).collect(),
+                    None => vec![if u8w { -128 } else { 0 }],
+                };
+                let data = match c.data {
+                    ConstData::U8(v) => Const { shape: c.shape.clone(), data: ConstData::I8(v.iter().map(|&x| (x ^ 0x80) as i8).collect()) },
+                    _ => c,
+                };
+                (data, scales, zps)
+            }
+            (Val::C(_), None) => {
+                return Err(n.unsupported("float weights: the native engine needs INT8 weights (a DequantizeLinear of an int8 initializer); quantize the model (e.g. onnxruntime.quantization.quantize_static) or run it with --engine onnxruntime"))
+            }
+            (v, _) => return Err(n.unsupported(format!("weights are {}; they must be a constant", kind_name(&v)))),
+        };
+        let ConstData::I8(w) = data.data else {
+            return Err(n.unsupported("weights must be int8 or uint8"));
+        };
+        if zps.iter().any(|&z| z != 0) {
+            return Err(n.unsupported("weights have a non-zero zero point; the native engine needs symmetric weights (quantize with symmetric weights, e.g. weight_type=QInt8)"));
+        }
+        let scales = if scales.len() == 1 {
+            vec![scales[0]; oc]
+        } else {
+            scales
+        };
+        if scales.len() != oc {
+            return Err(n.unsupported(format!(
+                "{} weight scales for {oc} output channels",
+                scales.len()
+            )));
+        }
+        Ok((w, scales, data.shape))
+    }
+
+    /// Bias as `i32` with scale `x_scale * w_scale[c]` (quantized from float if needed).
+    pub(super) fn bias(
+        &self,
+        n: &Node,
+        idx: usize,
+        oc: usize,
+        x_scale: f32,
+        w_scales: &[f32],
+    ) -> Result<Vec<i32>, EngineError> {
+        if n.input(idx).is_none() {
+            return Ok(vec![0; oc]);
+        }
+        let v = self.input(n, idx)?;
+        let b: Vec<i32> = match v {
+            Val::DqC {
+                data:
+                    Const {
+                        data: ConstData::I32(v),
+                        ..
+                    },
+                ..
+            } => v,
+            Val::C(Const {
+                data: ConstData::I32(v),
+                ..
+            }) => v,
+            Val::C(
+                c @ Const {
+                    data: ConstData::F32(_),
+                    ..
+                },
+            ) => c
+                .to_f32()
+                .iter()
+                .zip(w_scales)
+                .map(|(&b, &ws)| crate::quant::quantize_bias(b, x_scale, ws))
+                .collect(),
+            Val::DqC {
+                data, scales, zps, ..
+            } => {
+                let f = data.to_f32();
+                f.iter()
+                    .enumerate()
+                    .map(|(i, &x)| {
+                        let s = scales[if scales.len() == 1 { 0 } else { i }];
+                        let z = zps[if zps.len() == 1 {
+                            0
+                        } else {
+                            i.min(zps.len() - 1)
+                        }];
+                        crate::quant::quantize_bias(
+                            (x - z as f32) * s,
+                            x_scale,
+                            w_scales[i.min(w_scales.len() - 1)],
+                        )
+                    })
+                    .collect()
+            }
+            v => {
+                return Err(
+                    n.unsupported(format!("bias is {}; it must be a constant", kind_name(&v)))
+                )
+            }
+        };
+        if b.len() != oc {
+            return Err(n.unsupported(format!(
+                "bias has {} values for {oc} output channels",
+                b.len()
+            )));
+        }
+        Ok(b)
+    }
+
+    pub(super) fn conv(&mut self, n: &Node) -> Result<(), EngineError> {
+        let qop = n.op == "QLinearConv";
+        let x = self.act(n, 0)?;
+        let x_q = if qop { self.qparams(n, 1, 2)? } else { x.q };
+        let wv = self.input(n, if qop { 3 } else { 1 })?;
+        let wshape = match &wv {
+            Val::DqC { data, .. } | Val::C(data) => data.shape.clone(),
+            _ => vec![],
+        };
+        if wshape.len() != 4 {
+            return Err(n.unsupported("only 2-D convolutions (4-D weights) are supported"));
+        }
+        let (oc, icg, kh, kw) = (wshape[0], wshape[1], wshape[2], wshape[3]);
+        let (w, w_scales, _) = self.weights(n, wv, oc, 0, if qop { Some((4, 5)) } else { None })?;
+        let groups = n.int("group", 1)?.max(1) as usize;
+        let x = self.nhwc(x)?;
+        let [b, c, h, wd] = dims4(&x.shape);
+        if c != icg * groups || oc % groups != 0 {
+            return Err(n.unsupported(format!(
+                "{c} input channels, {groups} groups and weights {wshape:?} do not match"
+            )));
+        }
+        let bias = self.bias(n, if qop { 8 } else { 2 }, oc, x_q.scale, &w_scales)?;
+        let (y_q, (lo, hi), out_name) = self.out_q(n, if qop { Some((6, 7)) } else { None })?;
+        let win = self.window(n, h, wd, kh, kw)?;
+        // OIHW -> O,kh,kw,I.
+        let mut packed = vec![0i8; w.len()];
+        for o in 0..oc {
+            for ci in 0..icg {
+                for y in 0..kh {
+                    for xx in 0..kw {
+                        packed[((o * kh + y) * kw + xx) * icg + ci] =
+                            w[((o * icg + ci) * kh + y) * kw + xx];
+                    }
+                }
+            }
+        }
+        self.weight_bytes += packed.len() + bias.len() * 4;
+        let macs = (b * win.out_h * win.out_w * oc * kh * kw * icg) as u64;
+        self.macs += macs;
+        let relu = lo == y_q.zero_point;
+        let square = kh == kw
+            && win.sh == win.sw
+            && win.dh == 1
+            && win.dw == 1
+            && groups == 1
+            && win.pt == win.pl
+            && win.pt < kh;
+        let dense = if square {
+            let pad = win.pt;
+            // The dense kernel pads symmetrically: its output size must equal ONNX's.
+            let oh = (h + 2 * pad - kh) / win.sh + 1;
+            let ow = (wd + 2 * pad - kw) / win.sw + 1;
+            if oh == win.out_h && ow == win.out_w {
+                Conv2d::new(
+                    ConvShape {
+                        in_c: c,
+                        out_c: oc,
+                        k: kh,
+                        stride: win.sh,
+                        pad,
+                    },
+                    packed.clone(),
+                    w_scales.clone(),
+                    bias.clone(),
+                    x_q,
+                    y_q,
+                    relu,
+                )
+                .ok()
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        let (imp, clamp) = match dense {
+            Some(d) => {
+                let floor = if relu { y_q.zero_point } else { -128 };
+                let clamp = (lo > floor || hi < 127).then_some((lo, hi));
+                (ConvImpl::Dense(Box::new(d)), clamp)
+            }
+            None => {
+                let multipliers = w_scales
+                    .iter()
+                    .map(|&ws| crate::quant::requant_multiplier(x_q.scale, ws, y_q.scale))
+                    .collect();
+                (
+                    ConvImpl::General(Box::new(GeneralConv {
+                        win,
+                        in_c: c,
+                        out_c: oc,
+                        groups,
+                        weights: packed,
+                        bias,
+                        multipliers,
+                        x_zp: i32::from(x_q.zero_point),
+                        y_zp: i32::from(y_q.zero_point),
+                        lo,
+                        hi,
+                    })),
+                    None,
+                )
+            }
+        };
+        self.touch(x.buf);
+        let dst = self.new_buf(b * win.out_h * win.out_w * oc);
+        self.steps.push(Step::Conv {
+            imp,
+            batch: b,
+            in_h: h,
+            in_w: wd,
+            out_h: win.out_h,
+            row_len: win.out_w * oc,
+            src: x.buf,
+            dst,
+            clamp,
+        });
+        self.set(
+            &out_name,
+            Val::Q(T {
+                buf: dst,
+                shape: vec![b, oc, win.out_h, win.out_w],
+                layout: Layout::Nhwc,
+                q: y_q,
+            }),
+        );
+        Ok(())
+    }
+
+    pub(super) fn matmul(&mut self, n: &Node) -> Result<(), EngineError> {
+        let qop = matches!(n.op.as_str(), "QLinearMatMul" | "QGemm");
+        let x = self.act(n, 0)?;
+        let x_q = if qop { self.qparams(n, 1, 2)? } else { x.q };
+        let (w_idx, ws_idx, wz_idx, b_idx, y_idx) = match n.op.as_str() {
+            "QLinearMatMul" => (3, 4, 5, usize::MAX, Some((6, 7))),
+            "QGemm" => (3, 4, 5, 6, Some((7, 8))),
+            "Gemm" => (1, 0, 0, 2, None),
+            _ => (1, 0, 0, usize::MAX, None),
+        };
+        if n.op.contains("Gemm")
+            && (n.int("transA", 0)? != 0
+                || n.float("alpha", 1.0)? != 1.0
+                || n.float("beta", 1.0)? != 1.0)
+        {
+            return Err(n.unsupported(
+                "only transA = 0, alpha = 1, beta = 1 are supported: put a Transpose before it \
+                 or fold alpha and beta into the weights and bias, or run the model with \
+                 --engine onnxruntime",
+            ));
+        }
+        let trans_b = n.op.contains("Gemm") && n.int("transB", 0)? != 0;
+        let wv = self.input(n, w_idx)?;
+        let wshape = match &wv {
+            Val::DqC { data, .. } | Val::C(data) => data.shape.clone(),
+            v => {
+                return Err(n.unsupported(format!(
+                    "the second operand is {}; only constant weights are supported",
+                    kind_name(v)
+                )))
+            }
+        };
+        if wshape.len() != 2 {
+            return Err(n.unsupported("weights must be 2-D"));
+        }
+        let (k, oc) = if trans_b {
+            (wshape[1], wshape[0])
+        } else {
+            (wshape[0], wshape[1])
+        };
+        let (w, w_scales, _) = self.weights(
+            n,
+            wv,
+            oc,
+            if trans_b { 0 } else { 1 },
+            if qop { Some((ws_idx, wz_idx)) } else { None },
+        )?;
+        // Rows: every leading dimension of x.
+        let x = self.row_major(x)?;
+        let xs = x.shape.clone();
+        if xs.last().copied() != Some(k) {
+            return Err(n.unsupported(format!(
+                "input shape {xs:?} does not end in the weights' {k} rows"
+            )));
+        }
+        let m: usize = xs[..xs.len() - 1].iter().product();
+        let bias = if b_idx == usize::MAX {
+            vec![0; oc]
+        } else {
+            self.bias(n, b_idx, oc, x_q.scale, &w_scales)?
+        };
+        let (y_q, (lo, hi), out_name) = self.out_q(n, y_idx)?;
+        let mut packed = vec![0i8; k * oc];
+        for o in 0..oc {
+            for i in 0..k {
+                packed[o * k + i] = if trans_b { w[o * k + i] } else { w[i * oc + o] };
+            }
+        }
+        self.weight_bytes += packed.len() + oc * 4;
+        self.macs += (m * k * oc) as u64;
+        let relu = lo == y_q.zero_point;
+        let layer = Conv2d::new(
+            ConvShape {
+                in_c: k,
+                out_c: oc,
+                k: 1,
+                stride: 1,
+                pad: 0,
+            },
+            packed,
+            w_scales,
+            bias,
+            x_q,
+            y_q,
+            relu,
+        )
+        .map_err(|e| n.unsupported(format!("{e}")))?;
+        let floor = if relu { y_q.zero_point } else { -128 };
+        let clamp = (lo > floor || hi < 127).then_some((lo, hi));
+        self.touch(x.buf);
+        let dst = self.new_buf(m * oc);
+        // One image of 1 x m pixels.
+        self.steps.push(Step::Conv {
+            imp: ConvImpl::Dense(Box::new(layer)),
+            batch: 1,
+            in_h: 1,
+            in_w: m,
+            out_h: 1,
+            row_len: m * oc,
+            src: x.buf,
+            dst,
+            clamp,
+        });
+        let mut shape = xs[..xs.len() - 1].to_vec();
+        shape.push(oc);
+        self.set(
+            &out_name,
+            Val::Q(T {
+                buf: dst,
+                shape,
+                layout: Layout::RowMajor,
+                q: y_q,
+            }),
+        );
+        Ok(())
+    }
+}

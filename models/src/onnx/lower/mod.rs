@@ -1,0 +1,625 @@
+//! Lowering: from the ONNX graph (QDQ or QOperator form) to a [`Program`] of quantized steps.
+//!
+//! Every value of the graph is tracked as one of [`Val`]: a float buffer (a graph input
+//! before its `QuantizeLinear`), a quantized `i8` buffer, the dequantized view of one
+//! (`DequantizeLinear` output: no buffer, no work), or a constant. Float operators whose
+//! inputs are dequantized views and whose output reaches a `QuantizeLinear` (through
+//! optional `Relu`/`Clip`) are fused into one quantized step with that quantization; the
+//! QOperator forms (`QLinearConv`, `com.microsoft.QLinearAdd`, ...) lower to the same steps.
+//! Operators that are exact on quantized values (`MaxPool`, nearest `Resize`, the shape
+//! operators, `Concat` of equally quantized inputs) run directly on the `i8` data.
+//!
+//! Layout: 4-D activations between window operators are kept NHWC in memory
+//! ([`Layout::Nhwc`]; their logical ONNX shape stays NCHW); a `Transpose` between NHWC and
+//! NCHW is free when it only relabels, and a real copy is inserted where an operator needs
+//! the other order.
+//!
+//! Files: this one holds the value tracking, the fusion search (`find_q`), the layout
+//! conversions and the dispatch by operator; `quant` (Quantize/DequantizeLinear), `shape`
+//! (the shape operators), `conv` (convolutions and matrix products), `elementwise` (Add,
+//! Mul, table operators, Concat) and `window` (pooling, Resize) lower one family each.
+
+use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
+use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Tap, Window};
+use super::program::{Buffer, ConvImpl, OutKind, Program, Step};
+use crate::conv::{Conv2d, ConvShape};
+use crate::engine::{ElemType, EngineError, TensorSpec};
+use crate::quant::QParams;
+use std::collections::{HashMap, HashSet};
+
+mod conv;
+mod elementwise;
+mod quant;
+mod shape;
+mod window;
+
+/// What follows a float operator up to its `QuantizeLinear`: the output quantization, the
+/// clamp range (`i8` domain) of the `Relu`/`Clip` nodes on the way, those nodes and the
+/// `QuantizeLinear` (consumed by the fusion), and the name of the quantized value.
+type QuantTail = (QParams, (i8, i8), Vec<usize>, String);
+
+/// Weights of a convolution or matrix product: `i8` values, one scale per output channel,
+/// and the stored shape.
+type WeightParts = (Vec<i8>, Vec<f32>, Vec<usize>);
+
+/// Memory order of a rank-4 activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Row-major over the logical shape.
+    RowMajor,
+    /// Logical `[N, C, H, W]` stored as `[N, H, W, C]`.
+    Nhwc,
+}
+
+/// A tensor held in a buffer.
+#[derive(Clone, Debug)]
+pub(crate) struct T {
+    pub buf: usize,
+    pub shape: Vec<usize>,
+    pub layout: Layout,
+    /// Quantization (for `i8` buffers; `QParams::new(1.0, 0)` for float buffers).
+    pub q: QParams,
+}
+
+/// What a value of the graph is.
+#[derive(Clone, Debug)]
+pub(crate) enum Val {
+    /// `f32` buffer (row-major).
+    F32(T),
+    /// `i8` buffer with its quantization.
+    Q(T),
+    /// Dequantized view of an `i8` buffer: `(x - q.zero_point) * q.scale`.
+    Dq(T),
+    /// Constant.
+    C(Const),
+    /// `DequantizeLinear` of an integer constant: values, scales and zero points (one per
+    /// slice along `axis`, or one for all).
+    DqC {
+        data: Const,
+        scales: Vec<f32>,
+        zps: Vec<i32>,
+        axis: usize,
+    },
+}
+
+/// Lowering result, with the numbers `redline model info` prints.
+#[derive(Debug)]
+pub(crate) struct Lowered {
+    pub program: Program,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    pub macs: u64,
+    pub weight_bytes: usize,
+}
+
+/// Lowers a parsed graph.
+pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
+    let mut l = Lowerer {
+        g,
+        vals: HashMap::new(),
+        steps: Vec::new(),
+        buffers: Vec::new(),
+        done: HashSet::new(),
+        consumers: HashMap::new(),
+        macs: 0,
+        weight_bytes: 0,
+        outputs: HashSet::new(),
+    };
+    for (i, n) in g.nodes.iter().enumerate() {
+        for name in n.inputs.iter().filter(|s| !s.is_empty()) {
+            l.consumers.entry(name.clone()).or_default().push(i);
+        }
+    }
+    for o in &g.outputs {
+        l.outputs.insert(o.name.clone());
+    }
+    for (name, c) in &g.consts {
+        l.vals.insert(name.clone(), Val::C(c.clone()));
+    }
+    let mut inputs = Vec::new();
+    for (index, vi) in g.inputs.iter().enumerate() {
+        let Some(elem) = vi.elem else {
+            return Err(EngineError::Invalid {
+                reason: format!(
+                    "graph input {} has type {} ({}): the native engine takes float32, int8 \
+                     or uint8 inputs",
+                    vi.name,
+                    vi.raw_type,
+                    super::graph::type_name(vi.raw_type)
+                ),
+            });
+        };
+        let mut shape = Vec::new();
+        for (d, dim) in vi.dims.iter().enumerate() {
+            match dim {
+                Some(v) => shape.push(*v),
+                None => {
+                    return Err(EngineError::Invalid {
+                        reason: format!(
+                            "graph input {} has a dynamic dimension {d}: the native engine \
+                             compiles fixed shapes; export the model with static input shapes \
+                             (e.g. torch.onnx.export without dynamic_axes) or fix it with \
+                             onnxruntime.tools.make_dynamic_shape_fixed",
+                            vi.name
+                        ),
+                    })
+                }
+            }
+        }
+        let bytes = shape.iter().product::<usize>() * elem.size();
+        let buf = l.new_buf(bytes);
+        l.steps.push(Step::Input {
+            index,
+            dst: buf,
+            flip: elem == ElemType::U8,
+        });
+        let t = T {
+            buf,
+            shape: shape.clone(),
+            layout: Layout::RowMajor,
+            q: QParams::new(1.0, 0),
+        };
+        let v = match elem {
+            ElemType::F32 => Val::F32(t),
+            // A raw int8/uint8 input: quantized with unknown parameters until a
+            // DequantizeLinear gives them (the i8 domain is the same either way).
+            ElemType::I8 => Val::Q(t),
+            ElemType::U8 => Val::Q(T {
+                q: QParams::new(1.0, -128),
+                ..t
+            }),
+            _ => {
+                return Err(EngineError::Invalid {
+                    reason: format!(
+                        "graph input {} is {elem}: use float32, int8 or uint8",
+                        vi.name
+                    ),
+                })
+            }
+        };
+        l.vals.insert(vi.name.clone(), v);
+        inputs.push(TensorSpec {
+            name: vi.name.clone(),
+            elem,
+            shape,
+        });
+    }
+    for i in 0..g.nodes.len() {
+        if l.done.contains(&i) {
+            continue;
+        }
+        l.node(i)?;
+    }
+    let mut outputs = Vec::new();
+    for (index, vo) in g.outputs.iter().enumerate() {
+        let v = l.get(&vo.name, &format!("graph output {}", vo.name))?;
+        let (t, kind, elem) = match (v, vo.elem) {
+            (Val::Dq(t), Some(ElemType::F32) | None) => {
+                let q = t.q;
+                (
+                    t,
+                    OutKind::Dequantize {
+                        scale: q.scale,
+                        zp: i32::from(q.zero_point),
+                    },
+                    ElemType::F32,
+                )
+            }
+            (Val::Q(t), Some(ElemType::U8)) => (t, OutKind::FlipU8, ElemType::U8),
+            (Val::Q(t), Some(ElemType::I8) | None) => (t, OutKind::Copy, ElemType::I8),
+            (v, e) => {
+                return Err(EngineError::Invalid {
+                    reason: format!(
+                        "graph output {} is {} ({:?}): the native engine produces outputs that \
+                         are quantized (int8/uint8) or dequantized from quantized tensors \
+                         (float32); run this model with --engine onnxruntime",
+                        vo.name,
+                        e.map(|e| e.name()).unwrap_or("untyped"),
+                        kind_name(&v)
+                    ),
+                })
+            }
+        };
+        let t = l.row_major(t)?;
+        l.touch(t.buf);
+        l.steps.push(Step::Output {
+            index,
+            src: t.buf,
+            kind,
+        });
+        outputs.push(TensorSpec {
+            name: vo.name.clone(),
+            elem,
+            shape: t.shape.clone(),
+        });
+    }
+    let mut buffers = std::mem::take(&mut l.buffers);
+    let arena_bytes = super::program::plan(&mut buffers);
+    Ok(Lowered {
+        program: Program {
+            steps: std::mem::take(&mut l.steps),
+            buffers,
+            arena_bytes,
+        },
+        inputs,
+        outputs,
+        macs: l.macs,
+        weight_bytes: l.weight_bytes,
+    })
+}
+
+fn kind_name(v: &Val) -> &'static str {
+    match v {
+        Val::F32(_) => "a float tensor computed in float",
+        Val::Q(_) => "a quantized tensor",
+        Val::Dq(_) => "a dequantized tensor",
+        Val::C(_) | Val::DqC { .. } => "a constant",
+    }
+}
+
+struct Lowerer<'g> {
+    g: &'g OnnxGraph,
+    vals: HashMap<String, Val>,
+    steps: Vec<Step>,
+    buffers: Vec<Buffer>,
+    done: HashSet<usize>,
+    consumers: HashMap<String, Vec<usize>>,
+    macs: u64,
+    weight_bytes: usize,
+    outputs: HashSet<String>,
+}
+
+fn invalid(reason: String) -> EngineError {
+    EngineError::Invalid { reason }
+}
+
+/// Converts a stored zero point to the `i8` domain.
+fn zp_i8(c: &ConstData, i: usize) -> Option<i32> {
+    match c {
+        ConstData::I8(v) => v.get(i).map(|&x| i32::from(x)),
+        ConstData::U8(v) => v.get(i).map(|&x| i32::from(x) - 128),
+        ConstData::I32(v) => v.get(i).copied(),
+        _ => None,
+    }
+}
+
+impl<'g> Lowerer<'g> {
+    fn new_buf(&mut self, bytes: usize) -> usize {
+        let step = self.steps.len();
+        self.buffers.push(Buffer {
+            bytes,
+            offset: 0,
+            first: step,
+            last: step,
+        });
+        self.buffers.len() - 1
+    }
+
+    /// Marks a buffer as read by the step about to be pushed.
+    fn touch(&mut self, buf: usize) {
+        let step = self.steps.len();
+        let b = &mut self.buffers[buf];
+        b.last = b.last.max(step);
+    }
+
+    fn get(&self, name: &str, what: &str) -> Result<Val, EngineError> {
+        self.vals.get(name).cloned().ok_or_else(|| {
+            invalid(format!(
+                "{what} reads {name:?}, which no earlier node, initializer or input defines \
+                 (the graph must be topologically sorted)"
+            ))
+        })
+    }
+
+    fn input(&self, n: &Node, i: usize) -> Result<Val, EngineError> {
+        match n.input(i) {
+            Some(name) => self.get(name, &format!("node {}", n.name)),
+            None => Err(n.unsupported(format!("input {i} is missing"))),
+        }
+    }
+
+    fn konst(&self, n: &Node, i: usize) -> Result<Const, EngineError> {
+        match self.input(n, i)? {
+            Val::C(c) => Ok(c),
+            _ => Err(n.unsupported(format!(
+                "input {i} must be a constant (initializer); computed shapes and parameters \
+                 are not supported: fold constants first (onnxsim or onnxruntime's offline \
+                 optimizer)"
+            ))),
+        }
+    }
+
+    /// Scale and zero point from inputs `si`, `zi` (per tensor, `i8` domain).
+    fn qparams(&self, n: &Node, si: usize, zi: usize) -> Result<QParams, EngineError> {
+        let s = self.konst(n, si)?;
+        let scale = match &s.data {
+            ConstData::F32(v) if v.len() == 1 => v[0],
+            _ => {
+                return Err(n.unsupported(format!(
+                    "input {si} must be one float32 scale (per-tensor quantization of activations)"
+                )))
+            }
+        };
+        let zp = if n.input(zi).is_some() {
+            let z = self.konst(n, zi)?;
+            if z.len() != 1 {
+                return Err(n.unsupported(format!("input {zi} must be one zero point")));
+            }
+            zp_i8(&z.data, 0).ok_or_else(|| n.unsupported("zero point must be int8 or uint8"))?
+        } else {
+            -128 // absent: uint8 zero point 0
+        };
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(n.unsupported(format!("scale {scale} must be finite and positive")));
+        }
+        Ok(QParams::new(scale, zp.clamp(-128, 127) as i8))
+    }
+
+    fn set(&mut self, name: &str, v: Val) {
+        self.vals.insert(name.to_string(), v);
+    }
+
+    /// The only consumer of `value`, if it has exactly one and is not a graph output.
+    fn sole_consumer(&self, value: &str) -> Option<usize> {
+        if self.outputs.contains(value) {
+            return None;
+        }
+        match self.consumers.get(value).map(Vec::as_slice) {
+            Some([one]) => Some(*one),
+            _ => None,
+        }
+    }
+
+    /// Follows `value` through `Relu` / `Clip` nodes to a `QuantizeLinear`: returns the
+    /// output quantization, the clamp range in the `i8` domain, the nodes used and the name
+    /// of the quantized value.
+    fn find_q(&self, n: &Node) -> Result<QuantTail, EngineError> {
+        let mut value = n.outputs.first().cloned().unwrap_or_default();
+        let mut chain = Vec::new();
+        let (mut lo_real, mut hi_real) = (f32::NEG_INFINITY, f32::INFINITY);
+        while let Some(c) = self.sole_consumer(&value) {
+            let m = &self.g.nodes[c];
+            match m.op.as_str() {
+                "Relu" => lo_real = lo_real.max(0.0),
+                "Clip" => {
+                    let (lo, hi) = self.clip_bounds(m)?;
+                    lo_real = lo_real.max(lo);
+                    hi_real = hi_real.min(hi);
+                }
+                "QuantizeLinear" => {
+                    let q = self.qparams(m, 1, 2)?;
+                    if self.q_axis_per_channel(m)? {
+                        return Err(m.unsupported("per-channel quantization of an activation"));
+                    }
+                    chain.push(c);
+                    let lo = if lo_real.is_finite() {
+                        quant_bound(lo_real, q)
+                    } else {
+                        -128
+                    };
+                    let hi = if hi_real.is_finite() {
+                        quant_bound(hi_real, q)
+                    } else {
+                        127
+                    };
+                    return Ok((q, (lo, hi), chain, m.outputs[0].clone()));
+                }
+                _ => break,
+            }
+            chain.push(c);
+            value = m.outputs.first().cloned().unwrap_or_default();
+        }
+        Err(n.unsupported(
+            "its float result does not go (through Relu/Clip only) to a QuantizeLinear: the \
+             native engine runs INT8 models only; quantize this operator's output (QDQ) or run \
+             the model with --engine onnxruntime",
+        ))
+    }
+
+    fn q_axis_per_channel(&self, m: &Node) -> Result<bool, EngineError> {
+        Ok(m.input(1)
+            .and_then(|s| self.g.consts.get(s))
+            .map(|c| c.len() > 1)
+            .unwrap_or(false))
+    }
+
+    fn clip_bounds(&self, m: &Node) -> Result<(f32, f32), EngineError> {
+        let mut lo = m.float("min", f32::NEG_INFINITY)?;
+        let mut hi = m.float("max", f32::INFINITY)?;
+        for (i, slot) in [(1, &mut lo), (2, &mut hi)] {
+            if m.input(i).is_some() {
+                let c = match self.input(m, i)? {
+                    Val::C(c) => c.to_f32(),
+                    Val::DqC {
+                        data, scales, zps, ..
+                    } => {
+                        let v = data.to_f32();
+                        vec![(v[0] - zps[0] as f32) * scales[0]]
+                    }
+                    _ => return Err(m.unsupported("Clip bounds must be constants")),
+                };
+                *slot = *c.first().ok_or_else(|| m.unsupported("empty Clip bound"))?;
+            }
+        }
+        Ok((lo, hi))
+    }
+
+    /// An activation input as a quantized tensor: `Dq` views and `Q` tensors (with the
+    /// given params for QOperator nodes).
+    fn act(&self, n: &Node, i: usize) -> Result<T, EngineError> {
+        match self.input(n, i)? {
+            Val::Dq(t) | Val::Q(t) => Ok(t),
+            v => Err(n.unsupported(format!(
+                "input {i} is {}; the native engine runs INT8 models only and needs it \
+                 quantized (a DequantizeLinear of an int8/uint8 tensor): quantize the model \
+                 (e.g. onnxruntime.quantization.quantize_static) or run it with --engine \
+                 onnxruntime",
+                kind_name(&v)
+            ))),
+        }
+    }
+
+    /// Converts a tensor to NHWC memory order (rank 4), inserting a copy when needed.
+    fn nhwc(&mut self, t: T) -> Result<T, EngineError> {
+        if t.shape.len() != 4 {
+            return Err(invalid(format!(
+                "expected a 4-D activation, got shape {:?}",
+                t.shape
+            )));
+        }
+        if t.layout == Layout::Nhwc {
+            return Ok(t);
+        }
+        let s = &t.shape;
+        if s[1] == 1 || s[2] * s[3] == 1 {
+            return Ok(T {
+                layout: Layout::Nhwc,
+                ..t
+            });
+        }
+        // Physical [N,C,H,W] -> [N,H,W,C].
+        let out = self.permute_copy(&t, &[0, 2, 3, 1]);
+        Ok(T {
+            buf: out,
+            layout: Layout::Nhwc,
+            ..t
+        })
+    }
+
+    /// Converts to row-major memory order, inserting a copy when needed.
+    fn row_major(&mut self, t: T) -> Result<T, EngineError> {
+        if t.layout == Layout::RowMajor {
+            return Ok(t);
+        }
+        let s = &t.shape;
+        if s[1] == 1 || s[2] * s[3] == 1 {
+            return Ok(T {
+                layout: Layout::RowMajor,
+                ..t
+            });
+        }
+        // Physical [N,H,W,C] -> [N,C,H,W].
+        let phys = T {
+            shape: vec![s[0], s[2], s[3], s[1]],
+            ..t.clone()
+        };
+        let out = self.permute_copy(&phys, &[0, 3, 1, 2]);
+        Ok(T {
+            buf: out,
+            layout: Layout::RowMajor,
+            ..t
+        })
+    }
+
+    /// Copies the row-major tensor `t` (physical shape `t.shape`) permuted by `perm`.
+    fn permute_copy(&mut self, t: &T, perm: &[usize]) -> usize {
+        let in_shape = &t.shape;
+        let mut in_strides = vec![1usize; in_shape.len()];
+        for d in (0..in_shape.len().saturating_sub(1)).rev() {
+            in_strides[d] = in_strides[d + 1] * in_shape[d + 1];
+        }
+        let out_shape: Vec<usize> = perm.iter().map(|&p| in_shape[p]).collect();
+        let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+        let bytes = out_shape.iter().product::<usize>();
+        self.touch(t.buf);
+        let dst = self.new_buf(bytes);
+        self.steps.push(Step::Transpose {
+            out_shape,
+            strides,
+            src: t.buf,
+            dst,
+        });
+        dst
+    }
+
+    fn node(&mut self, i: usize) -> Result<(), EngineError> {
+        let n = &self.g.nodes[i];
+        let op = n.op.as_str();
+        let domain_ok = n.domain.is_empty() || n.domain == "ai.onnx" || n.domain == "com.microsoft";
+        if !domain_ok {
+            return Err(n.unsupported(format!(
+                "operators of domain {:?} are not supported; run the model with --engine onnxruntime",
+                n.domain
+            )));
+        }
+        match op {
+            "Constant" => {
+                let c = match n.attrs.get("value") {
+                    Some(Attr::Tensor(c)) => c.clone(),
+                    _ => match (
+                        n.attrs.get("value_float"),
+                        n.attrs.get("value_int"),
+                        n.attrs.get("value_ints"),
+                    ) {
+                        (Some(Attr::Float(f)), _, _) => Const {
+                            shape: vec![],
+                            data: ConstData::F32(vec![*f]),
+                        },
+                        (_, Some(Attr::Int(v)), _) => Const {
+                            shape: vec![],
+                            data: ConstData::I64(vec![*v]),
+                        },
+                        (_, _, Some(Attr::Ints(v))) => Const {
+                            shape: vec![v.len()],
+                            data: ConstData::I64(v.clone()),
+                        },
+                        _ => {
+                            return Err(n.unsupported(
+                                "only tensor, float, int and ints constants are supported",
+                            ))
+                        }
+                    },
+                };
+                self.set(&n.outputs[0], Val::C(c));
+                Ok(())
+            }
+            "QuantizeLinear" => self.quantize_linear(n),
+            "DequantizeLinear" => self.dequantize_linear(n),
+            "Identity" => {
+                let v = self.input(n, 0)?;
+                self.set(&n.outputs[0], v);
+                Ok(())
+            }
+            "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => self.reshape_like(n),
+            "Transpose" => self.transpose(n),
+            "MaxPool" => self.max_pool(n),
+            "Relu" | "Clip" => self.standalone_clamp(n),
+            "Conv" | "QLinearConv" => self.conv(n),
+            "Gemm" | "MatMul" | "QLinearMatMul" | "QGemm" => self.matmul(n),
+            "Add" | "Mul" | "QLinearAdd" | "QLinearMul" => self.binary(n),
+            "Sigmoid" | "QLinearSigmoid" | "Tanh" | "LeakyRelu" | "QLinearLeakyRelu"
+            | "HardSigmoid" => self.unary(n),
+            "AveragePool"
+            | "GlobalAveragePool"
+            | "QLinearAveragePool"
+            | "QLinearGlobalAveragePool" => self.avg_pool(n),
+            "Concat" | "QLinearConcat" => self.concat(n),
+            "Resize" | "Upsample" => self.resize(n),
+            _ => Err(n.unsupported(
+                "this operator is not in the native engine's set (Conv, Gemm/MatMul, Add, Mul, \
+                 Relu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, \
+                 Reshape, Flatten, Transpose, Squeeze, Unsqueeze and their QLinear forms); run \
+                 the model with --engine onnxruntime",
+            )),
+        }
+    }
+}
+
+fn dims4(s: &[usize]) -> [usize; 4] {
+    [s[0], s[1], s[2], s[3]]
+}
+
+/// The quantized value of a real clamp bound (rounded, saturated).
+fn quant_bound(x: f32, q: QParams) -> i8 {
+    crate::quant::quantize(x, q)
+}
+
+/// `table[x as u8] = Q_out(f(DQ_in(x)))` for every `i8` x.
+fn requant_table(inq: QParams, outq: QParams, f: impl Fn(f32) -> f32) -> [i8; 256] {
+    let mut t = [0i8; 256];
+    for (i, e) in t.iter_mut().enumerate() {
+        let x = (i as u8) as i8;
+        *e = crate::quant::quantize(f(crate::quant::dequantize(x, inq)), outq);
+    }
+    t
+}

@@ -1,0 +1,169 @@
+//! `QuantizeLinear` / `DequantizeLinear`: quantized values, dequantized views and
+//! requantization tables; and which stored tensors are `uint8`.
+
+use super::*;
+
+impl Lowerer<'_> {
+    pub(super) fn quantize_linear(&mut self, n: &Node) -> Result<(), EngineError> {
+        if self.q_axis_per_channel(n)? {
+            return Err(n.unsupported("per-channel quantization of an activation is not supported"));
+        }
+        let q = self.qparams(n, 1, 2)?;
+        let v = match self.input(n, 0)? {
+            Val::F32(t) => {
+                let len = t.shape.iter().product::<usize>();
+                self.touch(t.buf);
+                let dst = self.new_buf(len);
+                self.steps.push(Step::Quantize {
+                    src: t.buf,
+                    dst,
+                    n: len,
+                    scale: q.scale,
+                    zp: i32::from(q.zero_point),
+                });
+                Val::Q(T { buf: dst, q, ..t })
+            }
+            Val::Dq(t) => Val::Q(self.requant(t, q)),
+            Val::C(c) => {
+                let f = c.to_f32();
+                let data: Vec<i8> = f.iter().map(|&x| crate::quant::quantize(x, q)).collect();
+                Val::DqC {
+                    data: Const {
+                        shape: c.shape.clone(),
+                        data: ConstData::I8(data),
+                    },
+                    scales: vec![q.scale],
+                    zps: vec![i32::from(q.zero_point)],
+                    axis: 0,
+                }
+            }
+            v => return Err(n.unsupported(format!("cannot quantize {}", kind_name(&v)))),
+        };
+        self.set(&n.outputs[0], v);
+        Ok(())
+    }
+
+    /// `t` re-expressed with quantization `q` (a table step when the parameters differ).
+    pub(super) fn requant(&mut self, t: T, q: QParams) -> T {
+        if t.q == q {
+            return T { q, ..t };
+        }
+        let table = requant_table(t.q, q, |x| x);
+        let len = t.shape.iter().product::<usize>();
+        self.touch(t.buf);
+        let dst = self.new_buf(len);
+        self.steps.push(Step::Lut {
+            table: Box::new(table),
+            n: len,
+            src: t.buf,
+            dst,
+        });
+        T { buf: dst, q, ..t }
+    }
+
+    pub(super) fn dequantize_linear(&mut self, n: &Node) -> Result<(), EngineError> {
+        let axis = n.int("axis", 1)?;
+        let v = self.input(n, 0)?;
+        let s = self.konst(n, 1)?;
+        let scales = match &s.data {
+            ConstData::F32(v) => v.clone(),
+            _ => return Err(n.unsupported("the scale must be float32")),
+        };
+        let explicit_zps: Option<Vec<i32>> = if n.input(2).is_some() {
+            let z = self.konst(n, 2)?;
+            Some(
+                (0..z.len())
+                    .map(|i| zp_i8(&z.data, i).unwrap_or(0))
+                    .collect(),
+            )
+        } else {
+            None
+        };
+        let out = match v {
+            Val::Q(t) => {
+                if scales.len() != 1 {
+                    return Err(n.unsupported(
+                        "per-channel dequantization of an activation is not supported",
+                    ));
+                }
+                // Without a zero point input the tensor's own type decides (uint8: -128 in
+                // the i8 domain, int8: 0): the producer's zero point says which it was.
+                let zp = match &explicit_zps {
+                    Some(z) => z.first().copied().unwrap_or(0),
+                    None => i32::from(t.q.zero_point),
+                };
+                Val::Dq(T {
+                    q: QParams::new(scales[0], zp.clamp(-128, 127) as i8),
+                    ..t
+                })
+            }
+            Val::C(c) => {
+                let rank = c.shape.len() as i64;
+                let axis = if axis < 0 { axis + rank } else { axis };
+                let is_u8 = matches!(c.data, ConstData::U8(_));
+                // u8 constants become i8 (x ^ 0x80 with zp - 128).
+                let data = match c.data {
+                    ConstData::U8(v) => Const {
+                        shape: c.shape.clone(),
+                        data: ConstData::I8(v.iter().map(|&x| (x ^ 0x80) as i8).collect()),
+                    },
+                    _ => c.clone(),
+                };
+                let zps = explicit_zps
+                    .unwrap_or_else(|| vec![if is_u8 { -128 } else { 0 }; scales.len().max(1)]);
+                Val::DqC {
+                    data,
+                    scales,
+                    zps,
+                    axis: axis.max(0) as usize,
+                }
+            }
+            v => return Err(n.unsupported(format!("cannot dequantize {}", kind_name(&v)))),
+        };
+        self.set(&n.outputs[0], out);
+        Ok(())
+    }
+
+    /// Whether the quantized value `name` is a `uint8` tensor in the file (from its
+    /// producer's zero point, following int8-transparent operators).
+    pub(super) fn is_u8(&self, name: &str) -> bool {
+        let mut name = name.to_string();
+        for _ in 0..64 {
+            if let Some(vi) = self.g.inputs.iter().find(|v| v.name == name) {
+                return vi.elem == Some(ElemType::U8);
+            }
+            let Some(p) = self
+                .g
+                .nodes
+                .iter()
+                .find(|n| n.outputs.first() == Some(&name))
+            else {
+                return false;
+            };
+            let zp_index = match p.op.as_str() {
+                "QuantizeLinear" => Some(2),
+                "QLinearConv" | "QLinearAdd" | "QLinearMul" | "QLinearMatMul" => Some(7),
+                "QGemm" => Some(8),
+                "QLinearConcat" => Some(1),
+                "QLinearSigmoid"
+                | "QLinearLeakyRelu"
+                | "QLinearAveragePool"
+                | "QLinearGlobalAveragePool" => Some(4),
+                _ => None,
+            };
+            match zp_index {
+                Some(i) => {
+                    return match p.input(i).and_then(|z| self.g.consts.get(z)) {
+                        Some(c) => matches!(c.data, ConstData::U8(_)),
+                        None => p.op == "QuantizeLinear" && p.input(i).is_none(),
+                    }
+                }
+                None => match p.input(0) {
+                    Some(i) => name = i.to_string(),
+                    None => return false,
+                },
+            }
+        }
+        false
+    }
+}
