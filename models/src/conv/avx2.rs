@@ -259,21 +259,43 @@ unsafe fn avx2_tile<const OB: usize, const NP: usize>(
             }
         }
     }
+    let q = Requant8 {
+        lo: t.lo,
+        hi: t.hi,
+        zp: t.zp,
+    };
     for (n, an) in acc.iter().enumerate() {
         for j in 0..OB {
-            let f = _mm256_mul_ps(_mm256_cvtepi32_ps(an[j]), t.mult[j]);
-            let f = _mm256_min_ps(_mm256_max_ps(f, t.lo), t.hi);
-            let r = _mm256_add_epi32(_mm256_cvtps_epi32(f), t.zp);
-            let mut lanes = [0i32; 8];
-            // SAFETY: `lanes` is an 8-lane `i32` array, exactly one 256-bit store.
-            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, r) };
             let o = n * ops + j * 8;
-            for (l, &v) in lanes.iter().enumerate().take(t.valid[j]) {
-                // SAFETY: `o + l` with `l < valid[j]` is inside `out` by this function's
-                // precondition (n < NP, j < OB). Values are in -128..=127 after the clamp
-                // and zero point.
-                unsafe { *out.as_mut_ptr().add(o + l) = v as i8 };
-            }
+            q.store(an[j], t.mult[j], &mut out[o..o + t.valid[j]]);
+        }
+    }
+}
+
+/// The requantization of 8 `i32` accumulator lanes shared by the AVX2 kernels: `f32`
+/// conversion, multiply, clamp to the output range, `cvtps2dq` (round half to even), `+ y_zp`.
+#[derive(Clone, Copy)]
+pub(super) struct Requant8 {
+    pub(super) lo: __m256,
+    pub(super) hi: __m256,
+    pub(super) zp: __m256i,
+}
+
+impl Requant8 {
+    /// Requantizes `acc` with the per-lane multipliers `mult` and writes the first
+    /// `out.len()` (at most 8) lanes as `i8`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn store(&self, acc: __m256i, mult: __m256, out: &mut [i8]) {
+        let f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), mult);
+        let f = _mm256_min_ps(_mm256_max_ps(f, self.lo), self.hi);
+        let r = _mm256_add_epi32(_mm256_cvtps_epi32(f), self.zp);
+        let mut lanes = [0i32; 8];
+        // SAFETY: `lanes` is an 8-lane `i32` array, exactly one 256-bit store.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, r) };
+        // Values are in -128..=127 after the clamp and the zero point.
+        for (d, &v) in out.iter_mut().zip(&lanes) {
+            *d = v as i8;
         }
     }
 }

@@ -275,21 +275,15 @@ unsafe fn u7_tile<const OB: usize, const NP: usize>(
             }
         }
     }
+    let q = super::avx2::Requant8 {
+        lo: t.lo,
+        hi: t.hi,
+        zp: t.zp,
+    };
     for (n, an) in acc.iter().enumerate() {
         for j in 0..OB {
-            let f = _mm256_mul_ps(_mm256_cvtepi32_ps(an[j]), t.mult[j]);
-            let f = _mm256_min_ps(_mm256_max_ps(f, t.lo), t.hi);
-            let r = _mm256_add_epi32(_mm256_cvtps_epi32(f), t.zp);
-            let mut lanes = [0i32; 8];
-            // SAFETY: `lanes` is an 8-lane `i32` array, exactly one 256-bit store.
-            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, r) };
             let o = n * ops + j * 8;
-            for (l, &v) in lanes.iter().enumerate().take(t.valid[j]) {
-                // SAFETY: `o + l` with `l < valid[j]` is inside `out` by this function's
-                // precondition (n < NP, j < OB). Values are in -128..=127 after the clamp
-                // and zero point.
-                unsafe { *out.as_mut_ptr().add(o + l) = v as i8 };
-            }
+            q.store(an[j], t.mult[j], &mut out[o..o + t.valid[j]]);
         }
     }
 }
