@@ -23,11 +23,10 @@
 //! string (a bad file is an [`EngineError::Parse`]).
 
 use super::EngineError;
-use crate::onnx::proto::onnx as pb;
+use crate::onnx::graph::{input_quant_inputs, output_quant_inputs, ConstData, Node, OnnxGraph};
 use crate::quant::QParams;
-use protobuf::Message;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 
 /// Quantization of each graph input and output, in file order (`None`: not found).
 #[derive(Clone, Debug, PartialEq)]
@@ -63,148 +62,72 @@ const PASS: [&str; 9] = [
     "MaxPool",
 ];
 
-/// `(scale input, zero point input)` of a node's output quantization.
-fn y_inputs(op: &str) -> Option<(usize, usize)> {
-    Some(match op {
-        "QuantizeLinear" => (1, 2),
-        "QLinearConv" | "QLinearMatMul" | "QLinearAdd" | "QLinearMul" => (6, 7),
-        "QGemm" => (7, 8),
-        "QLinearSigmoid"
-        | "QLinearLeakyRelu"
-        | "QLinearAveragePool"
-        | "QLinearGlobalAveragePool" => (3, 4),
-        "QLinearConcat" => (0, 1),
-        _ => return None,
-    })
-}
-
-/// `(scale input, zero point input)` of a node's quantization of its input 0.
-fn x_inputs(op: &str) -> Option<(usize, usize)> {
-    Some(match op {
-        "DequantizeLinear"
-        | "QLinearConv"
-        | "QLinearMatMul"
-        | "QGemm"
-        | "QLinearAdd"
-        | "QLinearMul"
-        | "QLinearSigmoid"
-        | "QLinearLeakyRelu"
-        | "QLinearAveragePool"
-        | "QLinearGlobalAveragePool" => (1, 2),
-        _ => return None,
-    })
-}
-
 /// Reads the quantization of every input and output of the ONNX model in `bytes` (`name`
 /// is used in messages).
 pub fn io_quant(bytes: &[u8], name: &str) -> Result<IoQuant, EngineError> {
-    let m = pb::ModelProto::parse_from_bytes(bytes).map_err(|e| EngineError::Parse {
-        path: PathBuf::from(name),
-        reason: format!("not an ONNX protobuf: {e}"),
-    })?;
-    let g = m.graph.as_ref().ok_or_else(|| EngineError::Parse {
-        path: PathBuf::from(name),
-        reason: "the model has no graph".into(),
-    })?;
-    // Scalar constants: initializers and Constant nodes.
-    let mut consts: HashMap<&str, &pb::TensorProto> = HashMap::new();
-    for t in &g.initializer {
-        consts.insert(t.name(), t);
-    }
-    let mut producer: HashMap<&str, &pb::NodeProto> = HashMap::new();
-    let mut consumers: HashMap<&str, Vec<&pb::NodeProto>> = HashMap::new();
-    for n in &g.node {
-        if n.op_type() == "Constant" {
-            if let (Some(out), Some(a)) = (
-                n.output.first(),
-                n.attribute.iter().find(|a| a.name() == "value"),
-            ) {
-                if let Some(t) = a.t.as_ref() {
-                    consts.insert(out.as_str(), t);
-                }
-            }
-        }
-        for o in &n.output {
+    let g = OnnxGraph::parse(bytes, Path::new(name))?;
+    let mut producer: HashMap<&str, &Node> = HashMap::new();
+    let mut consumers: HashMap<&str, Vec<&Node>> = HashMap::new();
+    for n in &g.nodes {
+        for o in &n.outputs {
             producer.insert(o.as_str(), n);
         }
-        for (k, i) in n.input.iter().enumerate() {
-            // Only data input 0 matters for the walks.
-            if k == 0 {
-                consumers.entry(i.as_str()).or_default().push(n);
-            }
+        // Only data input 0 matters for the walks.
+        if let Some(i) = n.inputs.first() {
+            consumers.entry(i.as_str()).or_default().push(n);
         }
     }
-    let q_of = |n: &pb::NodeProto, (s, z): (usize, usize)| -> Option<QParams> {
-        let scale = scalar_f32(consts.get(n.input.get(s)?.as_str())?)?;
-        let zp = match n.input.get(z).filter(|s| !s.is_empty()) {
-            Some(zn) => scalar_i8(consts.get(zn.as_str())?)?,
+    let q_of = |n: &Node, (s, z): (usize, usize)| -> Option<QParams> {
+        let scale = match &g.constant(n.input(s)?)?.data {
+            ConstData::F32(v) if v.len() == 1 => v[0],
+            _ => return None,
+        };
+        let zp = match n.input(z) {
+            Some(zn) => match &g.constant(zn)?.data {
+                ConstData::I8(v) if v.len() == 1 => v[0],
+                _ => return None,
+            },
             None => 0,
         };
         (scale.is_finite() && scale > 0.0).then(|| QParams::new(scale, zp))
     };
     let output_q = |name: &str| -> Option<QParams> {
         let mut cur = name;
-        for _ in 0..g.node.len() + 1 {
+        for _ in 0..g.nodes.len() + 1 {
             let n = producer.get(cur)?;
-            if let Some(yi) = y_inputs(n.op_type()) {
+            if let Some(yi) = output_quant_inputs(&n.op) {
                 return q_of(n, yi);
             }
-            if !PASS.contains(&n.op_type()) {
+            if !PASS.contains(&n.op.as_str()) {
                 return None;
             }
-            cur = n.input.first()?.as_str();
+            cur = n.inputs.first()?.as_str();
         }
         None
     };
     let input_q = |name: &str| -> Option<QParams> {
         let mut cur = name;
-        for _ in 0..g.node.len() + 1 {
-            let next = consumers.get(cur)?;
-            let n = next.first()?;
-            if let Some(xi) = x_inputs(n.op_type()) {
+        for _ in 0..g.nodes.len() + 1 {
+            let n = consumers.get(cur)?.first()?;
+            if let Some(xi) = input_quant_inputs(&n.op) {
                 return q_of(n, xi);
             }
-            if !PASS.contains(&n.op_type()) {
+            if !PASS.contains(&n.op.as_str()) {
                 return None;
             }
-            cur = n.output.first()?.as_str();
+            cur = n.outputs.first()?.as_str();
         }
         None
     };
     let inputs = g
-        .input
+        .inputs
         .iter()
-        .filter(|v| !consts.contains_key(v.name()))
-        .map(|v| (v.name().to_owned(), input_q(v.name())))
+        .map(|v| (v.name.clone(), input_q(&v.name)))
         .collect();
     let outputs = g
-        .output
+        .outputs
         .iter()
-        .map(|v| (v.name().to_owned(), output_q(v.name())))
+        .map(|v| (v.name.clone(), output_q(&v.name)))
         .collect();
     Ok(IoQuant { inputs, outputs })
-}
-
-fn scalar_f32(t: &pb::TensorProto) -> Option<f32> {
-    if t.data_type() != pb::tensor_proto::DataType::FLOAT as i32 {
-        return None;
-    }
-    if t.has_raw_data() {
-        let b = t.raw_data();
-        (b.len() == 4).then(|| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    } else {
-        (t.float_data.len() == 1).then(|| t.float_data[0])
-    }
-}
-
-fn scalar_i8(t: &pb::TensorProto) -> Option<i8> {
-    if t.data_type() != pb::tensor_proto::DataType::INT8 as i32 {
-        return None;
-    }
-    if t.has_raw_data() {
-        let b = t.raw_data();
-        (b.len() == 1).then(|| b[0] as i8)
-    } else {
-        (t.int32_data.len() == 1).then(|| t.int32_data[0] as i8)
-    }
 }

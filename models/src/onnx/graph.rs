@@ -346,7 +346,55 @@ fn attr_value(a: &pb::AttributeProto, node: &str) -> Result<Attr, String> {
     })
 }
 
+/// `(scale input, zero point input)` of the quantization a node gives its output:
+/// `QuantizeLinear` and the QOperator forms. `None` for other operators.
+pub(crate) fn output_quant_inputs(op: &str) -> Option<(usize, usize)> {
+    Some(match op {
+        "QuantizeLinear" => (1, 2),
+        "QLinearConv" | "QLinearMatMul" | "QLinearAdd" | "QLinearMul" => (6, 7),
+        "QGemm" => (7, 8),
+        "QLinearSigmoid"
+        | "QLinearLeakyRelu"
+        | "QLinearAveragePool"
+        | "QLinearGlobalAveragePool" => (3, 4),
+        "QLinearConcat" => (0, 1),
+        _ => return None,
+    })
+}
+
+/// `(scale input, zero point input)` of the quantization a node reads its data input 0
+/// with: `DequantizeLinear` and the QOperator forms (not `QLinearConcat`, whose inputs each
+/// carry their own). `None` for other operators.
+pub(crate) fn input_quant_inputs(op: &str) -> Option<(usize, usize)> {
+    Some(match op {
+        "DequantizeLinear"
+        | "QLinearConv"
+        | "QLinearMatMul"
+        | "QGemm"
+        | "QLinearAdd"
+        | "QLinearMul"
+        | "QLinearSigmoid"
+        | "QLinearLeakyRelu"
+        | "QLinearAveragePool"
+        | "QLinearGlobalAveragePool" => (1, 2),
+        _ => return None,
+    })
+}
+
 impl OnnxGraph {
+    /// The constant named `name`: an initializer or the `value` of a `Constant` node.
+    pub fn constant(&self, name: &str) -> Option<&Const> {
+        self.consts.get(name).or_else(|| {
+            self.nodes
+                .iter()
+                .find(|n| n.op == "Constant" && n.outputs.first().map(String::as_str) == Some(name))
+                .and_then(|n| match n.attrs.get("value") {
+                    Some(Attr::Tensor(c)) => Some(c),
+                    _ => None,
+                })
+        })
+    }
+
     /// Reads and parses a file.
     pub fn load(path: &Path) -> Result<OnnxGraph, EngineError> {
         let bytes = std::fs::read(path).map_err(|source| EngineError::Io {

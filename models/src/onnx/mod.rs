@@ -51,7 +51,7 @@ use crate::engine::{check_buffers, Engine, EngineError, EngineKind, Lanes, Tenso
 use std::collections::BTreeMap;
 use std::path::Path;
 
-mod graph;
+pub(crate) mod graph;
 mod kernels;
 mod lower;
 mod program;

@@ -140,17 +140,7 @@ impl Lowerer<'_> {
             else {
                 return false;
             };
-            let zp_index = match p.op.as_str() {
-                "QuantizeLinear" => Some(2),
-                "QLinearConv" | "QLinearAdd" | "QLinearMul" | "QLinearMatMul" => Some(7),
-                "QGemm" => Some(8),
-                "QLinearConcat" => Some(1),
-                "QLinearSigmoid"
-                | "QLinearLeakyRelu"
-                | "QLinearAveragePool"
-                | "QLinearGlobalAveragePool" => Some(4),
-                _ => None,
-            };
+            let zp_index = super::super::graph::output_quant_inputs(&p.op).map(|(_, z)| z);
             match zp_index {
                 Some(i) => {
                     return match p.input(i).and_then(|z| self.g.consts.get(z)) {
