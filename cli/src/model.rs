@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::ValueEnum;
+use redline_models::engine::load::load_engine_with;
 use redline_models::engine::onnxruntime::{OrtEngine, OrtOptions};
 use redline_models::engine::{ElemType, Engine, EngineKind, Inline, TensorSpec};
-use redline_models::onnx::{inspect, reference, NativeEngine};
+use redline_models::onnx::{inspect, reference};
 use redline_runtime::rng::SplitMix64;
 use redline_runtime::{
     FrameInfo, FrameStatus, GraphBuilder, PlanConfig, Published, ReleaseMode, Runtime,
@@ -244,26 +245,16 @@ pub fn load_engine(
     threads: usize,
     ort_qdq_int8: bool,
 ) -> Result<Box<dyn Engine>> {
-    match kind {
-        EngineKind::Native => {
-            let e = NativeEngine::load(path)
-                .map_err(|e| anyhow!("the native engine cannot run {}: {e}", path.display()))?;
-            Ok(Box::new(e))
-        }
-        EngineKind::OnnxRuntime => {
-            let opts = OrtOptions {
-                threads,
-                qdq_int8_allowed: ort_qdq_int8,
-            };
-            let mut e = OrtEngine::load(path, &opts)
-                .map_err(|e| anyhow!("onnxruntime cannot run {}: {e}", path.display()))?;
-            // ORT does not count MACs; the native importer does (when it can compile it).
-            if let Ok(m) = redline_models::onnx::count_macs(path) {
-                e.set_macs(m);
-            }
-            Ok(Box::new(e))
-        }
-    }
+    let opts = OrtOptions {
+        threads,
+        qdq_int8_allowed: ort_qdq_int8,
+    };
+    let who = match kind {
+        EngineKind::Native => "the native engine",
+        EngineKind::OnnxRuntime => "onnxruntime",
+    };
+    load_engine_with(path, kind, &opts)
+        .map_err(|e| anyhow!("{who} cannot run {}: {e}", path.display()))
 }
 
 /// One engine ready to time: runs blocks of iterations, recording each run's time.

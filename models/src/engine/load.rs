@@ -32,12 +32,23 @@ fn ort_options() -> OrtOptions {
     }
 }
 
-/// Reads and compiles the model at `path` with the backend `kind`.
+/// Reads and compiles the model at `path` with the backend `kind` (ONNX Runtime with the
+/// pipeline's options: one intra-op thread, integer QDQ fusions allowed).
 pub fn load_engine(path: &Path, kind: EngineKind) -> Result<Box<dyn Engine>, EngineError> {
+    load_engine_with(path, kind, &ort_options())
+}
+
+/// [`load_engine`] with ONNX Runtime's options given (the native engine has none: its
+/// threads are the caller's lanes).
+pub fn load_engine_with(
+    path: &Path,
+    kind: EngineKind,
+    ort_opts: &OrtOptions,
+) -> Result<Box<dyn Engine>, EngineError> {
     match kind {
         EngineKind::Native => Ok(Box::new(NativeEngine::load(path)?)),
         EngineKind::OnnxRuntime => ort(
-            OrtEngine::load(path, &ort_options()),
+            OrtEngine::load(path, ort_opts),
             crate::onnx::count_macs(path).ok(),
         ),
     }
