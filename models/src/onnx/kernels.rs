@@ -417,11 +417,22 @@ pub(crate) struct Tap {
     pub w1: f32,
 }
 
-/// Resize of NHWC images: `ys`/`xs` hold one [`Tap`] per output row / column. Nearest mode
-/// copies (exact, `linear == false`); linear mode interpolates `(x - x_zp)` in `f32`
-/// (`(1 - wx)(1 - wy) a + ...` in a fixed order) and requantizes with `ratio = x_scale /
-/// y_scale`; `ratio == 0` selects ONNX Runtime's int8 form (raw values, truncation toward
-/// zero; `-0.0`: floor, for uint8 tensors stored as `x ^ 0x80`; same quantization). Rows over `batch * out_h`.
+/// How [`resize`] computes an output value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Interp {
+    /// Copy the nearest input (exact).
+    Nearest,
+    /// Interpolate `(x - x_zp)` in `f32` (`(1 - wx)(1 - wy) a + ...` in a fixed order) and
+    /// requantize with `ratio = x_scale / y_scale` to `y_zp` (QDQ form).
+    Linear { x_zp: i32, y_zp: i32, ratio: f32 },
+    /// ONNX Runtime's int8 `Resize` (QOperator form): the raw values interpolated in `f32`,
+    /// same quantization, truncated toward zero; `floor` for `uint8` tensors (stored here
+    /// as `x ^ 0x80`, where ORT's truncation of non-negative values is a floor).
+    Raw { floor: bool },
+}
+
+/// Resize of NHWC images: `ys`/`xs` hold one [`Tap`] per output row / column; `mode` says
+/// how a value is computed. Rows over `batch * out_h`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn resize(
     in_h: usize,
@@ -429,10 +440,7 @@ pub(crate) fn resize(
     c: usize,
     ys: &[Tap],
     xs: &[Tap],
-    linear: bool,
-    x_zp: i32,
-    y_zp: i32,
-    ratio: f32,
+    mode: Interp,
     input: &[i8],
     out: &mut [i8],
     rows: Range<usize>,
@@ -445,41 +453,33 @@ pub(crate) fn resize(
         let x = &input[b * img..(b + 1) * img];
         let ty = ys[oy];
         for tx in xs {
-            if !linear {
-                let base = (ty.i0 * in_w + tx.i0) * c;
-                out[o..o + c].copy_from_slice(&x[base..base + c]);
-            } else {
-                let p00 = (ty.i0 * in_w + tx.i0) * c;
-                let p01 = (ty.i0 * in_w + tx.i1) * c;
-                let p10 = (ty.i1 * in_w + tx.i0) * c;
-                let p11 = (ty.i1 * in_w + tx.i1) * c;
-                let (wy1, wx1) = (ty.w1, tx.w1);
-                let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
-                if ratio == 0.0 {
-                    // ONNX Runtime's int8 Resize (QOperator form): the raw values
-                    // interpolated in f32 and truncated toward zero, same quantization.
-                    for ch in 0..c {
+            let dst = &mut out[o..o + c];
+            let p00 = (ty.i0 * in_w + tx.i0) * c;
+            let p01 = (ty.i0 * in_w + tx.i1) * c;
+            let p10 = (ty.i1 * in_w + tx.i0) * c;
+            let p11 = (ty.i1 * in_w + tx.i1) * c;
+            let (wy1, wx1) = (ty.w1, tx.w1);
+            let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
+            match mode {
+                Interp::Nearest => dst.copy_from_slice(&x[p00..p00 + c]),
+                Interp::Raw { floor } => {
+                    for (ch, d) in dst.iter_mut().enumerate() {
                         let v = |p: usize| f32::from(x[p + ch]);
                         let f = v(p00) * wx0 * wy0
                             + v(p01) * wx1 * wy0
                             + v(p10) * wx0 * wy1
                             + v(p11) * wx1 * wy1;
-                        let r = if ratio.is_sign_negative() {
-                            f.floor()
-                        } else {
-                            f.trunc()
-                        };
-                        out[o + ch] = r.clamp(-128.0, 127.0) as i8;
+                        let r = if floor { f.floor() } else { f.trunc() };
+                        *d = r.clamp(-128.0, 127.0) as i8;
                     }
-                    o += c;
-                    continue;
                 }
-                for ch in 0..c {
-                    let v = |p: usize| (i32::from(x[p + ch]) - x_zp) as f32;
-                    let top = v(p00) * wx0 + v(p01) * wx1;
-                    let bot = v(p10) * wx0 + v(p11) * wx1;
-                    let f = (top * wy0 + bot * wy1) * ratio;
-                    out[o + ch] = requant_f32(f, y_zp, i8::MIN, i8::MAX);
+                Interp::Linear { x_zp, y_zp, ratio } => {
+                    for (ch, d) in dst.iter_mut().enumerate() {
+                        let v = |p: usize| (i32::from(x[p + ch]) - x_zp) as f32;
+                        let top = v(p00) * wx0 + v(p01) * wx1;
+                        let bot = v(p10) * wx0 + v(p11) * wx1;
+                        *d = requant_f32((top * wy0 + bot * wy1) * ratio, y_zp, i8::MIN, i8::MAX);
+                    }
                 }
             }
             o += c;

@@ -6,7 +6,7 @@
 //! are always disjoint. A step splits its output rows into a fixed number of chunks that
 //! depends only on its shape, so the result is the same on any number of lanes.
 
-use super::kernels::{self, AvgParams, Binary, GeneralConv, Tap, Window};
+use super::kernels::{self, AvgParams, Binary, GeneralConv, Interp, Tap, Window};
 use crate::conv::Conv2d;
 use crate::engine::{EngineError, Lanes};
 use std::ops::Range;
@@ -105,10 +105,7 @@ pub(crate) enum Step {
         batch: usize,
         ys: Vec<Tap>,
         xs: Vec<Tap>,
-        linear: bool,
-        x_zp: i32,
-        y_zp: i32,
-        ratio: f32,
+        mode: Interp,
         src: usize,
         dst: usize,
     },
@@ -513,10 +510,7 @@ impl Program {
                     batch,
                     ys,
                     xs,
-                    linear,
-                    x_zp,
-                    y_zp,
-                    ratio,
+                    mode,
                     src,
                     dst,
                 } => {
@@ -531,9 +525,7 @@ impl Program {
                         row_len,
                         row_len * 4,
                         &|r, out| {
-                            kernels::resize(
-                                *in_h, *in_w, *c, ys, xs, *linear, *x_zp, *y_zp, *ratio, x, out, r,
-                            );
+                            kernels::resize(*in_h, *in_w, *c, ys, xs, *mode, x, out, r);
                         },
                     );
                 }

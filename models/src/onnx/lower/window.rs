@@ -325,19 +325,19 @@ impl Lowerer<'_> {
             batch: b,
             ys,
             xs,
-            linear,
-            x_zp: i32::from(t.q.zero_point),
-            y_zp: i32::from(y_q.zero_point),
-            // ONNX Runtime's int8 linear Resize truncates the raw values: toward zero for
-            // int8, which for uint8 (stored here as x ^ 0x80) is a floor.
-            ratio: if linear && was_q {
-                if n.input(0).map(|i| self.is_u8(i)).unwrap_or(false) {
-                    -0.0
-                } else {
-                    0.0
+            mode: if !linear {
+                Interp::Nearest
+            } else if was_q {
+                // QOperator: ONNX Runtime resizes the stored integers themselves.
+                Interp::Raw {
+                    floor: n.input(0).map(|i| self.is_u8(i)).unwrap_or(false),
                 }
             } else {
-                t.q.scale / y_q.scale
+                Interp::Linear {
+                    x_zp: i32::from(t.q.zero_point),
+                    y_zp: i32::from(y_q.zero_point),
+                    ratio: t.q.scale / y_q.scale,
+                }
             },
             src: t.buf,
             dst,
