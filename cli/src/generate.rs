@@ -15,6 +15,77 @@ use crate::progress::Progress;
 pub enum SimCommand {
     /// Render a scenario from a seed and write it as an MCAP log (ROS 2 profile).
     Generate(GenerateArgs),
+    /// Render many varied drives as a training dataset for the driving network (network
+    /// inputs as the runtime preprocesses them, ground-truth boxes and BEV segmentation,
+    /// and the runtime's BEV and temporal tables; see tools/train/README.md).
+    Dataset(DatasetArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DatasetArgs {
+    /// Output directory.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Number of drives (seeds `seed`, `seed + 1`, ...; actors, lanes and lane width vary).
+    #[arg(long, default_value_t = 32)]
+    pub drives: usize,
+    /// First seed.
+    #[arg(long, default_value_t = 1000)]
+    pub seed: u64,
+    /// Length of each drive, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Camera image width, px (the pipeline's default rig renders 256).
+    #[arg(long, default_value_t = 256)]
+    pub width: u32,
+    /// Camera image height, px.
+    #[arg(long, default_value_t = 128)]
+    pub height: u32,
+    /// Network input width, px.
+    #[arg(long, default_value_t = 128)]
+    pub net_width: usize,
+    /// Network input height, px.
+    #[arg(long, default_value_t = 64)]
+    pub net_height: usize,
+    /// Backbone feature strides to export BEV view-transform tables for.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![4, 8])]
+    pub strides: Vec<usize>,
+    /// Temporal history length (the pipeline's `bev_cache_frames`).
+    #[arg(long, default_value_t = 2)]
+    pub history: usize,
+}
+
+pub fn dataset(a: DatasetArgs) -> Result<()> {
+    let spec = redline_sim::dataset::DatasetSpec {
+        drives: redline_sim::dataset::varied_drives(a.drives, a.seed, a.seconds, a.width, a.height),
+        net_w: a.net_width,
+        net_h: a.net_height,
+        strides: a.strides.clone(),
+        history: a.history,
+    };
+    let counters = Arc::new(Counters::default());
+    let total: usize = spec
+        .drives
+        .iter()
+        .map(|d| (d.seconds * d.fps).round() as usize)
+        .sum();
+    let progress = Progress::start("redline sim dataset", total as u64, counters.clone());
+    let n = redline_sim::dataset::write_dataset(&a.output, &spec, &mut |done, _| {
+        counters
+            .published
+            .store(done as u64, std::sync::atomic::Ordering::Relaxed);
+    })
+    .with_context(|| format!("writing the dataset to {}", a.output.display()))?;
+    progress.finish();
+    println!(
+        "wrote {}: {} drives, {} frames, network input {}x{}",
+        a.output.display(),
+        a.drives,
+        n,
+        a.net_width,
+        a.net_height
+    );
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]

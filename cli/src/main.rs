@@ -82,6 +82,7 @@ fn main() -> ExitCode {
         Some(Command::Demo(a)) => done(demo::run(a)),
         Some(Command::Replay(a)) => done(replay::run(a)),
         Some(Command::Sim(SimCommand::Generate(a))) => done(generate::run(a)),
+        Some(Command::Sim(SimCommand::Dataset(a))) => done(generate::dataset(a)),
         Some(Command::Quantize(a)) => done(quantize::run(a)),
         Some(Command::Model(c)) => done(model::run(c)),
         // Regression checks: 0 pass, 1 regression, 2 cannot run (as a CI job expects).

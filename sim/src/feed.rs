@@ -82,7 +82,7 @@ pub enum FeedError {
     },
 }
 
-fn ego_pose(e: &EgoState) -> EgoPose {
+pub(crate) fn ego_pose(e: &EgoState) -> EgoPose {
     EgoPose {
         stamp_ns: e.stamp_ns,
         x: e.x,
@@ -93,7 +93,7 @@ fn ego_pose(e: &EgoState) -> EgoPose {
     }
 }
 
-fn gt_boxes(gt: &GroundTruth) -> Vec<GtBox> {
+pub(crate) fn gt_boxes(gt: &GroundTruth) -> Vec<GtBox> {
     gt.objects
         .iter()
         .take(MAX_GT)

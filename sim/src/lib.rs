@@ -7,6 +7,7 @@
 
 pub mod camera;
 pub mod cdr;
+pub mod dataset;
 pub mod faults;
 pub mod feed;
 pub mod fuzzing;

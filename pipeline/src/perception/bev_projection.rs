@@ -160,6 +160,19 @@ impl BevProjector {
         })
     }
 
+    /// The table as feature-map pixel indices, `(cam · feat_h + row) · feat_w + col`, of
+    /// the (up to) two sources of every BEV cell in row-major order, `-1` where a source is
+    /// absent. [`project`](Self::project) averages the two (or copies the one, or writes the
+    /// zero point for none). For exporting the view transform to training code, so that
+    /// it uses this table rather than a re-implementation; allocates (not for frames).
+    pub fn source_pixels(&self) -> Vec<[i32; 2]> {
+        let c = self.channels as u32;
+        self.table
+            .iter()
+            .map(|e| e.map(|o| if o == NO_SOURCE { -1 } else { (o / c) as i32 }))
+            .collect()
+    }
+
     /// Fraction of BEV cells seen by at least one camera.
     pub fn coverage(&self) -> f32 {
         self.coverage

@@ -131,6 +131,25 @@ impl TemporalCache {
         })
     }
 
+    /// For every cell of the grid taken at `cur` (row-major), the cell of the grid taken at
+    /// `prev` that [`fuse`](Self::fuse) reads when it warps that cached map, or `-1` when
+    /// it falls outside (the zero point is used). The warp geometry of `fuse`, exported
+    /// for training code; allocates (not for frames).
+    pub fn warp_sources(bev: &BevSpec, prev: &EgoPose, cur: &EgoPose) -> Vec<i32> {
+        let xf = Xform::between(prev, cur);
+        let mut out = Vec::with_capacity(bev.nx * bev.ny);
+        for iy in 0..bev.ny {
+            for ix in 0..bev.nx {
+                let (x, y) = bev.centre(ix, iy);
+                out.push(
+                    xf.source_cell(bev, x as f64, y as f64)
+                        .map_or(-1, |c| c as i32),
+                );
+            }
+        }
+        out
+    }
+
     /// Elements of one BEV map: `ny · nx · channels`.
     pub fn map_len(&self) -> usize {
         self.map_len

@@ -1,0 +1,561 @@
+//! Training data for the driving network, written by the simulator: every frame of a set of
+//! drives as the network sees it, with ground truth, plus the view-transform and temporal
+//! tables the runtime uses, so that training code computes exactly what redline computes.
+//!
+//! # What is written (`DIR/`)
+//!
+//! - `meta.json`: the layout below (camera count, network input size, BEV grid, classes,
+//!   temporal history length K, the drives and their scenario configs).
+//! - `bev_sources_s{S}.npy`, `int32 [cells, 2]`, for each feature stride `S` asked for: the
+//!   runtime's BEV view transform ([`BevProjector::source_pixels`]) for a backbone whose
+//!   feature map is the network input divided by `S`: per BEV cell (row-major, `iy · nx +
+//!   ix`), the stacked feature-map pixel `(cam · fh + row) · fw + col` of up to two sources,
+//!   `-1` when absent. The runtime averages the two sources (one: copies it; none: zero).
+//! - `drive_NNN/input.npy`, `int8 [frames, cams, H, W, 3]`: the preprocessed, quantized
+//!   network input of every frame, computed by the runtime's own [`Preprocess`] from the
+//!   rendered images (`q = pixel − 128`, scale 1/128).
+//! - `drive_NNN/ego.npy`, `float64 [frames, 4]`: x, y, yaw (world) and stamp (s).
+//! - `drive_NNN/boxes.npy`, `float32 [frames, MAX_BOXES, 8]`: the ground-truth boxes inside
+//!   the perception range ([`in_perception_range`]) in the **ego** frame: valid (1/0), class
+//!   (0 car, 1 pedestrian, 2 cyclist), x, y, length, width, yaw, actor id.
+//! - `drive_NNN/seg.npy`, `uint8 [frames, ny, nx]`: the BEV segmentation ground truth
+//!   (0 other, 1 drivable, 2 lane marking) from the road geometry (see [`seg_class`]).
+//! - `drive_NNN/warp.npy`, `int32 [frames, K, cells]`: the temporal cache's warp
+//!   ([`TemporalCache::warp_sources`]): for history map `j` (the frame `t − 1 − j`), the
+//!   cell of that frame's grid each current cell reads, `-1` outside the grid or before the
+//!   first frame. The runtime fuses `(2 · current + Σ_j warped_j) / (2 + m)` with `m =
+//!   min(t, K)` maps cached (outside cells contribute zero, but count).
+//!
+//! Deterministic: the same arguments give the same bytes. Cost: rendering and
+//! preprocessing each frame (≈ 5 ms for six 256×128 cameras, split over the machine's
+//! cores), `frames · cams · H · W · 3` bytes of input per drive; allocates freely (tooling,
+//! not the frame path).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use redline_pipeline::camera::project_ego;
+use redline_pipeline::geometry::world_to_ego;
+use redline_pipeline::perception::{BevProjector, Preprocess, TemporalCache};
+use redline_pipeline::sensors::in_perception_range;
+use redline_pipeline::types::{BevSpec, EgoPose};
+use serde::Serialize;
+
+use crate::feed::{ego_pose, gt_boxes};
+use crate::scenario::{Road, Scenario, ScenarioConfig, ScenarioError};
+use crate::types::RgbImage;
+
+/// Most ground-truth boxes stored per frame (the rest are dropped and counted).
+pub const MAX_BOXES: usize = 64;
+/// Half width of the band around a lane boundary line that counts as lane marking, m.
+/// The painted lines are 15 cm wide; a 1 m BEV cell is labelled by its centre, so the
+/// band is widened to half a cell: every cell the line crosses near its centre is marking.
+pub const MARKING_HALF_WIDTH: f64 = 0.5;
+/// Height at which BEV cells sample camera features (the runtime's, `graph.rs`), m.
+pub const BEV_LIFT_M: f32 = 0.5;
+
+/// What to write.
+#[derive(Clone, Debug)]
+pub struct DatasetSpec {
+    /// One scenario per drive.
+    pub drives: Vec<ScenarioConfig>,
+    /// Network input width and height, px.
+    pub net_w: usize,
+    /// Network input height, px.
+    pub net_h: usize,
+    /// Feature strides to export view-transform tables for.
+    pub strides: Vec<usize>,
+    /// Temporal history length K (the runtime's `bev_cache_frames`).
+    pub history: usize,
+}
+
+/// Why a dataset could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    /// A scenario config is invalid.
+    #[error("drive {drive}: {source}")]
+    Scenario {
+        /// Index of the drive.
+        drive: usize,
+        /// Why.
+        source: ScenarioError,
+    },
+    /// Writing failed.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A size or table could not be built.
+    #[error("{0}")]
+    Config(String),
+}
+
+#[derive(Serialize)]
+struct Meta<'a> {
+    format: u32,
+    cams: usize,
+    net_w: usize,
+    net_h: usize,
+    image_w: u32,
+    image_h: u32,
+    bev: BevMeta,
+    classes: [&'static str; 3],
+    seg_classes: [&'static str; 3],
+    history: usize,
+    lift_m: f32,
+    strides: &'a [usize],
+    max_boxes: usize,
+    box_fields: [&'static str; 8],
+    input_scale: f32,
+    drives: Vec<DriveMeta>,
+}
+
+#[derive(Serialize)]
+struct BevMeta {
+    nx: usize,
+    ny: usize,
+    res: f32,
+    x0: f32,
+    y0: f32,
+}
+
+#[derive(Serialize)]
+struct DriveMeta {
+    dir: String,
+    frames: usize,
+    dropped_boxes: usize,
+    scenario: ScenarioConfig,
+}
+
+/// The segmentation class of the ground at world point `(x, y)`: 2 (lane marking) within
+/// [`MARKING_HALF_WIDTH`] of a lane boundary line (both road edges and every divider, the
+/// dividers' gaps included: a 1 m grid cannot resolve 3 m dashes with 6 m gaps reliably),
+/// else 1 (drivable) on the paved road `|d| ≤ lanes · lane_width / 2`, else 0 (other).
+pub fn seg_class(road: &Road, x: f64, y: f64) -> u8 {
+    let (s, d) = road.project(x, y);
+    if s < 0.0 || s > road.length() {
+        return 0;
+    }
+    let half = road.half_width();
+    if d.abs() > half + MARKING_HALF_WIDTH {
+        return 0;
+    }
+    let lanes = f64::from(road.lanes);
+    let lw = road.lane_width;
+    let j = (d / lw + 0.5 * lanes).round().clamp(0.0, lanes);
+    let dj = (j - 0.5 * lanes) * lw;
+    if (d - dj).abs() <= MARKING_HALF_WIDTH {
+        2
+    } else if d.abs() <= half {
+        1
+    } else {
+        0
+    }
+}
+
+/// Writes the dataset described by `spec` into `dir` (created). `progress(done, total)`
+/// is called as frames are written. Returns the total frame count.
+pub fn write_dataset(
+    dir: &Path,
+    spec: &DatasetSpec,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<usize, DatasetError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| DatasetError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let bev = BevSpec::DEFAULT;
+    let cells = bev.nx * bev.ny;
+    if !(1..=redline_pipeline::perception::MAX_TEMPORAL_K).contains(&spec.history) {
+        return Err(DatasetError::Config(format!(
+            "history {} must be 1..={}",
+            spec.history,
+            redline_pipeline::perception::MAX_TEMPORAL_K
+        )));
+    }
+    let first = spec
+        .drives
+        .first()
+        .ok_or_else(|| DatasetError::Config("no drives to write".into()))?;
+    let (img_w, img_h) = (first.image_width, first.image_height);
+    if spec
+        .drives
+        .iter()
+        .any(|d| (d.image_width, d.image_height) != (img_w, img_h))
+    {
+        return Err(DatasetError::Config(
+            "every drive must use the same camera image size".into(),
+        ));
+    }
+    let scenarios: Vec<Scenario> = spec
+        .drives
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            Scenario::generate(c.clone())
+                .map_err(|source| DatasetError::Scenario { drive: i, source })
+        })
+        .collect::<Result<_, _>>()?;
+    let rig = scenarios[0].cameras.clone();
+    let cams = rig.len();
+    for &s in &spec.strides {
+        if s == 0 || spec.net_w % s != 0 || spec.net_h % s != 0 {
+            return Err(DatasetError::Config(format!(
+                "stride {s} must divide the network input {}x{}",
+                spec.net_w, spec.net_h
+            )));
+        }
+        let project = |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
+            project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
+        };
+        let proj = BevProjector::new(
+            &bev,
+            cams,
+            img_w as usize,
+            img_h as usize,
+            spec.net_w / s,
+            spec.net_h / s,
+            1,
+            BEV_LIFT_M,
+            &project,
+        )
+        .map_err(|e| DatasetError::Config(e.to_string()))?;
+        let flat: Vec<i32> = proj.source_pixels().into_iter().flatten().collect();
+        let path = dir.join(format!("bev_sources_s{s}.npy"));
+        write_npy(
+            &path,
+            "<i4",
+            &[cells, 2],
+            &le_bytes(&flat, i32::to_le_bytes),
+        )
+        .map_err(io(&path))?;
+    }
+    let pre = Preprocess::new(img_w as usize, img_h as usize, spec.net_w, spec.net_h)
+        .map_err(|e| DatasetError::Config(e.to_string()))?;
+    let total: usize = scenarios.iter().map(|s| s.frame_count()).sum();
+    let mut done = 0usize;
+    let mut drives = Vec::new();
+    for (d, sc) in scenarios.iter().enumerate() {
+        let name = format!("drive_{d:03}");
+        let ddir = dir.join(&name);
+        std::fs::create_dir_all(&ddir).map_err(io(&ddir))?;
+        let frames = sc.frame_count();
+        let in_len = cams * spec.net_w * spec.net_h * 3;
+        let mut input = vec![0i8; frames * in_len];
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per = frames.div_ceil(threads).max(1);
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for (i, chunk) in input.chunks_mut(per * in_len).enumerate() {
+                let (pre, failed) = (&pre, &failed);
+                scope.spawn(move || {
+                    let mut img = RgbImage::default();
+                    let cam_len = spec.net_w * spec.net_h * 3;
+                    for (k, frame) in chunk.chunks_mut(in_len).enumerate() {
+                        let f = i * per + k;
+                        for (c, out) in frame.chunks_mut(cam_len).enumerate() {
+                            sc.render(f, c, &mut img);
+                            if pre.run(&img.data, out).is_err() {
+                                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        if failed.into_inner() {
+            return Err(DatasetError::Config(format!(
+                "drive {d}: a rendered image did not match the preprocess size"
+            )));
+        }
+        let path = ddir.join("input.npy");
+        write_npy(
+            &path,
+            "|i1",
+            &[frames, cams, spec.net_h, spec.net_w, 3],
+            &le_bytes(&input, i8::to_le_bytes),
+        )
+        .map_err(io(&path))?;
+        drop(input);
+
+        let egos: Vec<EgoPose> = (0..frames).map(|f| ego_pose(&sc.ego(f))).collect();
+        let mut ego = Vec::with_capacity(frames * 4);
+        let mut boxes = vec![0f32; frames * MAX_BOXES * 8];
+        let mut seg = vec![0u8; frames * cells];
+        let mut warp = vec![-1i32; frames * spec.history * cells];
+        let mut dropped = 0usize;
+        for f in 0..frames {
+            let e = egos[f];
+            ego.extend_from_slice(&[e.x, e.y, e.yaw, e.stamp_ns as f64 * 1e-9]);
+            let gts = gt_boxes(&sc.ground_truth(f));
+            let mut n = 0;
+            for g in gts.iter().filter(|g| in_perception_range(&e, g)) {
+                if n == MAX_BOXES {
+                    dropped += 1;
+                    continue;
+                }
+                let (x, y) = world_to_ego(&e, g.x, g.y);
+                let yaw = wrap_angle(g.yaw - e.yaw);
+                let o = (f * MAX_BOXES + n) * 8;
+                boxes[o..o + 8].copy_from_slice(&[
+                    1.0,
+                    g.class as f32,
+                    x as f32,
+                    y as f32,
+                    g.length,
+                    g.width,
+                    yaw as f32,
+                    g.id as f32,
+                ]);
+                n += 1;
+            }
+            let (s, c) = (e.yaw.sin(), e.yaw.cos());
+            for iy in 0..bev.ny {
+                for ix in 0..bev.nx {
+                    let (x, y) = bev.centre(ix, iy);
+                    let (x, y) = (x as f64, y as f64);
+                    let (wx, wy) = (e.x + c * x - s * y, e.y + s * x + c * y);
+                    seg[f * cells + iy * bev.nx + ix] = seg_class(&sc.road, wx, wy);
+                }
+            }
+            for j in 0..spec.history {
+                if f > j {
+                    let w = TemporalCache::warp_sources(&bev, &egos[f - 1 - j], &e);
+                    let o = (f * spec.history + j) * cells;
+                    warp[o..o + cells].copy_from_slice(&w);
+                }
+            }
+            done += 1;
+            progress(done, total);
+        }
+        let path = ddir.join("ego.npy");
+        write_npy(
+            &path,
+            "<f8",
+            &[frames, 4],
+            &le_bytes(&ego, f64::to_le_bytes),
+        )
+        .map_err(io(&path))?;
+        let path = ddir.join("boxes.npy");
+        write_npy(
+            &path,
+            "<f4",
+            &[frames, MAX_BOXES, 8],
+            &le_bytes(&boxes, f32::to_le_bytes),
+        )
+        .map_err(io(&path))?;
+        let path = ddir.join("seg.npy");
+        write_npy(&path, "|u1", &[frames, bev.ny, bev.nx], &seg).map_err(io(&path))?;
+        let path = ddir.join("warp.npy");
+        write_npy(
+            &path,
+            "<i4",
+            &[frames, spec.history, cells],
+            &le_bytes(&warp, i32::to_le_bytes),
+        )
+        .map_err(io(&path))?;
+        drives.push(DriveMeta {
+            dir: name,
+            frames,
+            dropped_boxes: dropped,
+            scenario: sc.config.clone(),
+        });
+    }
+    let meta = Meta {
+        format: 1,
+        cams,
+        net_w: spec.net_w,
+        net_h: spec.net_h,
+        image_w: img_w,
+        image_h: img_h,
+        bev: BevMeta {
+            nx: bev.nx,
+            ny: bev.ny,
+            res: bev.res,
+            x0: bev.x0,
+            y0: bev.y0,
+        },
+        classes: ["car", "pedestrian", "cyclist"],
+        seg_classes: ["other", "drivable", "lane_marking"],
+        history: spec.history,
+        lift_m: BEV_LIFT_M,
+        strides: &spec.strides,
+        max_boxes: MAX_BOXES,
+        box_fields: ["valid", "class", "x", "y", "length", "width", "yaw", "id"],
+        input_scale: 1.0 / 128.0,
+        drives,
+    };
+    let path = dir.join("meta.json");
+    let json =
+        serde_json::to_string_pretty(&meta).map_err(|e| DatasetError::Config(e.to_string()))?;
+    std::fs::write(&path, json).map_err(io(&path))?;
+    Ok(total)
+}
+
+fn wrap_angle(a: f64) -> f64 {
+    let t = std::f64::consts::TAU;
+    let r = a - t * (a / t).round();
+    if r <= -std::f64::consts::PI {
+        r + t
+    } else {
+        r
+    }
+}
+
+/// Writes a NumPy `.npy` file (format 1.0, C order) holding `data` (little-endian bytes
+/// of `descr` elements in `shape`).
+pub fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) -> std::io::Result<()> {
+    let dims = match shape {
+        [n] => format!("({n},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
+    // Magic (6) + version (2) + length (2) + header + '\n', padded to 64 bytes.
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    f.write_all(b"\x93NUMPY\x01\x00")?;
+    f.write_all(&(header.len() as u16).to_le_bytes())?;
+    f.write_all(header.as_bytes())?;
+    f.write_all(data)?;
+    f.flush()
+}
+
+fn le_bytes<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    v.iter().flat_map(|&x| f(x)).collect()
+}
+
+/// `n` drives whose settings vary with a seeded stream: seeds `seed, seed + 1, ...` (road
+/// shape and curvature, actor placement, image noise), 8–48 actors, 2–4 lanes of 3.0–4.0 m,
+/// `seconds` long, at the given image size. Deterministic in its arguments.
+pub fn varied_drives(
+    n: usize,
+    seed: u64,
+    seconds: f64,
+    width: u32,
+    height: u32,
+) -> Vec<ScenarioConfig> {
+    let mut rng = redline_runtime::rng::SplitMix64::stream(seed, 0x7261_696e_6461_7461);
+    (0..n)
+        .map(|i| {
+            let mut pick = |lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo + 1);
+            let actors = pick(8, 48) as usize;
+            let lanes = pick(2, 4) as u32;
+            let lane_width = 3.0 + pick(0, 10) as f64 * 0.1;
+            ScenarioConfig {
+                seed: seed.wrapping_add(i as u64),
+                seconds,
+                actors,
+                lanes,
+                lane_width,
+                image_width: width,
+                image_height: height,
+                ..ScenarioConfig::default()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_npy(path: &Path) -> (String, Vec<u8>) {
+        let b = std::fs::read(path).unwrap();
+        assert_eq!(&b[..8], b"\x93NUMPY\x01\x00");
+        let hl = u16::from_le_bytes([b[8], b[9]]) as usize;
+        assert_eq!((10 + hl) % 64, 0, "header padded to 64 bytes");
+        (
+            String::from_utf8(b[10..10 + hl].to_vec()).unwrap(),
+            b[10 + hl..].to_vec(),
+        )
+    }
+
+    #[test]
+    fn writes_a_small_dataset_the_runtime_would_compute() {
+        let dir = std::env::temp_dir().join(format!("redline-dataset-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let drives = varied_drives(1, 11, 0.2, 64, 32);
+        let spec = DatasetSpec {
+            drives,
+            net_w: 32,
+            net_h: 16,
+            strides: vec![4],
+            history: 2,
+        };
+        let mut calls = 0;
+        let n = write_dataset(&dir, &spec, &mut |_, _| calls += 1).unwrap();
+        assert_eq!(n, 6);
+        assert_eq!(calls, 6);
+        let (h, input) = read_npy(&dir.join("drive_000/input.npy"));
+        assert!(h.contains("'shape': (6, 6, 16, 32, 3)"), "{h}");
+        assert_eq!(input.len(), 6 * 6 * 16 * 32 * 3);
+        // Frame 3, camera 2: the runtime's preprocessing of the rendered image.
+        let sc = Scenario::generate(spec.drives[0].clone()).unwrap();
+        let mut img = RgbImage::default();
+        sc.render(3, 2, &mut img);
+        let mut want = vec![0i8; 16 * 32 * 3];
+        Preprocess::new(64, 32, 32, 16)
+            .unwrap()
+            .run(&img.data, &mut want)
+            .unwrap();
+        let cam = 16 * 32 * 3;
+        let o = (3 * 6 + 2) * cam;
+        assert!(input[o..o + cam]
+            .iter()
+            .zip(&want)
+            .all(|(&a, &b)| a as i8 == b));
+        let (h, warp) = read_npy(&dir.join("drive_000/warp.npy"));
+        assert!(h.contains("'shape': (6, 2, 3840)"), "{h}");
+        let w: Vec<i32> = warp
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        // Frame 0 has no history; frame 2 has two maps, mostly inside the grid.
+        assert!(w[..2 * 3840].iter().all(|&v| v == -1));
+        assert!(
+            w[(2 * 2 + 1) * 3840..(2 * 2 + 2) * 3840]
+                .iter()
+                .filter(|&&v| v >= 0)
+                .count()
+                > 3000
+        );
+        let (h, seg) = read_npy(&dir.join("drive_000/seg.npy"));
+        assert!(h.contains("'shape': (6, 48, 80)"), "{h}");
+        for class in 0..3u8 {
+            assert!(seg.contains(&class), "class {class} appears");
+        }
+        let (h, _) = read_npy(&dir.join("bev_sources_s4.npy"));
+        assert!(h.contains("'shape': (3840, 2)"), "{h}");
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+        assert_eq!(meta["cams"], 6);
+        assert_eq!(meta["drives"][0]["frames"], 6);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn seg_class_on_a_straight_road() {
+        let sc = Scenario::generate(varied_drives(1, 3, 0.1, 32, 16).remove(0)).unwrap();
+        let road = &sc.road;
+        let (x, y, h) = road.pose_at(50.0);
+        let at = |d: f64| seg_class(road, x - d * h.sin(), y + d * h.cos());
+        let half = road.half_width();
+        assert_eq!(at(half), 2, "the left edge line");
+        assert_eq!(at(-half), 2, "the right edge line");
+        assert_eq!(at(half + 3.0), 0, "beyond the road");
+        assert_eq!(at(road.lane_offset(0)), 1, "a lane centre");
+    }
+}
