@@ -8,6 +8,7 @@
 //! frame_slots = 2
 //! release = "realtime"          # realtime | as_fast_as_possible | lockstep
 //! perception = "network"        # network | oracle
+//! network = "trained"           # trained (the shipped models) | seeded (untrained, any shape)
 //! bev_cache_frames = 2
 //! weights = "net.safetensors"  # calibrated INT8 weights from `redline quantize` (optional)
 //!
@@ -110,6 +111,21 @@ pub enum Perception {
     Oracle,
 }
 
+/// Which built-in models a `[models]` entry without `path` means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// The trained network shipped in `models/trained/` (tools/train; the README's model
+    /// card): fixed shapes (six cameras, its own input size), so `net_input`,
+    /// `feature_channels` and `weights_seed` do not apply to it.
+    #[default]
+    Trained,
+    /// The seeded, untrained reference network written by the Rust exporter for
+    /// `net_input`, `feature_channels` and `weights_seed` (or `weights`): timing studies at
+    /// any size; its detections are noise.
+    Seeded,
+}
+
 /// Everything `redline replay` can be configured with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -122,6 +138,8 @@ pub struct PipelineConfig {
     pub release: ReleaseMode,
     /// Detections from the network or the ground truth.
     pub perception: Perception,
+    /// The built-in models: trained (default) or seeded.
+    pub network: Network,
     /// Previous BEV maps fused by the temporal cache (1..=4).
     pub bev_cache_frames: usize,
     /// Seed of the network's weights (until trained weights exist).
@@ -257,6 +275,7 @@ impl Default for PipelineConfig {
             frame_slots: 2,
             release: ReleaseMode::RealTime,
             perception: Perception::Network,
+            network: Network::Trained,
             bev_cache_frames: 2,
             weights_seed: 1,
             net_input: [128, 256],

@@ -25,10 +25,15 @@
 //!
 //! # Which bytes
 //!
-//! A model with a `path` is read from that file. Otherwise it is the built-in one: the
-//! committed `models/builtin/*.onnx` (embedded in the binary) when the network config is
-//! the built-in network's and the rig and grid match, else the same exporter's output for
-//! this config, written in memory. Either way the run goes through the importer.
+//! A model with a `path` is read from that file. Otherwise it is a built-in one:
+//! - `network = "trained"` (the default, and no `weights` file): the shipped trained
+//!   models, `models/trained/*.onnx` (embedded; six cameras and the default grid, else a
+//!   [`ModelsError::TrainedRig`] that says what to do);
+//! - `network = "seeded"` (or a `weights` file): the committed `models/builtin/*.onnx`
+//!   (embedded) when the network config is the built-in seeded network's and the rig and
+//!   grid match, else the same exporter's output for this config, written in memory.
+//!
+//! Either way the run goes through the importer.
 //!
 //! Construction time only (reads, compiles, allocates); errors name the model, the tensor
 //! and what was expected.
@@ -38,12 +43,12 @@ use std::path::PathBuf;
 use redline_models::engine::io_quant::{io_quant, IoQuant};
 use redline_models::engine::{load_engine_bytes, ElemType, Engine, EngineError, TensorSpec};
 use redline_models::export::onnx::{onnx_models, OnnxModels};
-use redline_models::export::{builtin, ExportError, ExportOptions};
+use redline_models::export::{builtin, trained, ExportError, ExportOptions};
 use redline_models::network::NetConfig;
 use redline_models::network::REG_CHANNELS;
 use redline_models::quant::QParams;
 
-use crate::config::{ConfigError, PipelineConfig};
+use crate::config::{ConfigError, Network, PipelineConfig};
 use crate::types::BevSpec;
 
 /// Why the models could not be loaded.
@@ -66,6 +71,20 @@ pub enum ModelsError {
     /// The built-in models could not be written for this network config.
     #[error("cannot write the built-in models for this network configuration")]
     Export(#[source] ExportError),
+    /// The shipped trained models do not fit this rig or grid.
+    #[error(
+        "the shipped trained network takes {want} cameras and the default 48 x 80 BEV grid, \
+         but this log has {cams} cameras{grid}: set network = \"seeded\" in the config (an \
+         untrained network of any shape), or give your own models in the [models] table"
+    )]
+    TrainedRig {
+        /// Cameras of the log.
+        cams: usize,
+        /// Cameras the trained backbone takes.
+        want: usize,
+        /// ", and another grid" when the grid differs.
+        grid: &'static str,
+    },
     /// An engine could not load a model.
     #[error("cannot load the {model} model {name} with engine {engine}")]
     Engine {
@@ -156,7 +175,17 @@ pub fn load_models(
                 let models = match &generated {
                     Some(m) => m,
                     None => generated.insert(
-                        if *net == builtin::net_config() && opts == builtin::options() {
+                        if cfg.network == Network::Trained && cfg.weights.is_none() {
+                            let grid_ok = (bev.ny, bev.nx) == (48, 80);
+                            if cams != trained::CAMERAS || !grid_ok {
+                                return Err(ModelsError::TrainedRig {
+                                    cams,
+                                    want: trained::CAMERAS,
+                                    grid: if grid_ok { "" } else { ", and another grid" },
+                                });
+                            }
+                            trained::models()
+                        } else if *net == builtin::net_config() && opts == builtin::options() {
                             builtin::models()
                         } else {
                             onnx_models(net, &opts).map_err(ModelsError::Export)?

@@ -52,6 +52,7 @@ use std::path::{Path, PathBuf};
 pub mod builtin;
 mod meta;
 pub mod onnx;
+pub mod trained;
 
 pub use meta::{ConfigMeta, ExportMeta, GraphMeta, LayerMeta, OutputMeta, QMeta};
 

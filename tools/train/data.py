@@ -1,0 +1,88 @@
+"""Reads a dataset written by `redline sim dataset` and builds CenterNet-style targets.
+
+Targets (on the BEV grid, row-major iy * nx + ix, as redline's decoder reads the head):
+- heatmap, per class: a Gaussian around each box's centre cell (peak 1 at the cell that
+  holds the centre, sigma = max(0.5, sqrt(length * width) / 4) cells), max over boxes;
+- box regression at each centre cell: dx, dy (centre minus cell centre, in cells), log
+  length, log width (m), sin yaw, cos yaw (ego frame); a mask marks those cells;
+- segmentation: the dataset's per-cell class.
+"""
+
+import json
+import os
+
+import numpy as np
+import torch
+
+
+class Dataset:
+    def __init__(self, root, stride, max_drives=None):
+        self.root = root
+        self.meta = json.load(open(os.path.join(root, "meta.json")))
+        m = self.meta
+        if stride not in m["strides"]:
+            raise SystemExit(f"{root} has no BEV table for stride {stride}: rerun redline sim dataset --strides {stride}")
+        self.bev = m["bev"]
+        self.k = m["history"]
+        self.sources = np.load(os.path.join(root, f"bev_sources_s{stride}.npy"))
+        drives = m["drives"][:max_drives] if max_drives else m["drives"]
+        self.inputs, self.warps, self.heat, self.reg, self.mask, self.seg, self.boxes = [], [], [], [], [], [], []
+        for d in drives:
+            p = os.path.join(root, d["dir"])
+            self.inputs.append(torch.from_numpy(np.load(os.path.join(p, "input.npy"))))
+            self.warps.append(torch.from_numpy(np.load(os.path.join(p, "warp.npy"))))
+            self.seg.append(torch.from_numpy(np.load(os.path.join(p, "seg.npy")).astype(np.int64)))
+            boxes = np.load(os.path.join(p, "boxes.npy"))
+            self.boxes.append(boxes)
+            h, r, mk = targets(boxes, self.bev)
+            self.heat.append(torch.from_numpy(h))
+            self.reg.append(torch.from_numpy(r))
+            self.mask.append(torch.from_numpy(mk))
+        self.index = [(d, t) for d in range(len(drives)) for t in range(drives[d]["frames"])]
+
+    def batch(self, items):
+        """items: list of (drive, frame) -> dict of batched tensors."""
+        frames, warp, m, heat, reg, mask, seg = [], [], [], [], [], [], []
+        for d, t in items:
+            idx = [t] + [max(t - 1 - j, 0) for j in range(self.k)]
+            frames.append(self.inputs[d][idx])
+            warp.append(self.warps[d][t].long())
+            m.append(min(t, self.k))
+            heat.append(self.heat[d][t].float())
+            reg.append(self.reg[d][t].float())
+            mask.append(self.mask[d][t])
+            seg.append(self.seg[d][t])
+        return {
+            "frames": torch.stack(frames),
+            "warp": torch.stack(warp),
+            "m": torch.tensor(m),
+            "heat": torch.stack(heat),
+            "reg": torch.stack(reg),
+            "mask": torch.stack(mask),
+            "seg": torch.stack(seg),
+        }
+
+
+def targets(boxes, bev, classes=3):
+    f = boxes.shape[0]
+    ny, nx, res, x0, y0 = bev["ny"], bev["nx"], bev["res"], bev["x0"], bev["y0"]
+    heat = np.zeros((f, classes, ny, nx), np.float16)
+    reg = np.zeros((f, 6, ny, nx), np.float16)
+    mask = np.zeros((f, ny, nx), np.bool_)
+    gy, gx = np.mgrid[0:ny, 0:nx]
+    for t in range(f):
+        for b in boxes[t]:
+            valid, cls, x, y, length, width, yaw, _ = b
+            if valid < 0.5 or int(cls) >= classes:
+                continue
+            ix, iy = int(np.floor((x - x0) / res)), int(np.floor((y - y0) / res))
+            if not (0 <= ix < nx and 0 <= iy < ny):
+                continue
+            sigma = max(0.5, np.sqrt(length * width) / 4.0 / res)
+            g = np.exp(-((gx - ix) ** 2 + (gy - iy) ** 2) / (2 * sigma * sigma))
+            c = int(cls)
+            heat[t, c] = np.maximum(heat[t, c], g.astype(np.float16))
+            cx, cy = x0 + (ix + 0.5) * res, y0 + (iy + 0.5) * res
+            reg[t, :, iy, ix] = [(x - cx) / res, (y - cy) / res, np.log(length), np.log(width), np.sin(yaw), np.cos(yaw)]
+            mask[t, iy, ix] = True
+    return heat, reg, mask

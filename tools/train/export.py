@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Quantizes a trained checkpoint and writes the models redline loads.
+
+Usage: python3 tools/train/export.py CKPT DATA -o OUT [--calib-frames N] [--fixtures DIR]
+
+1. Calibration: the float network runs on N frames of DATA (every drive, evenly spaced);
+   each activation's range is recorded. ReLU outputs use [0, p99.99] with zero point -128;
+   head outputs use [p0.01, p99.99] (asymmetric). The BEV grid keeps the backbone output's
+   quantization (redline's view transform and fusion carry features without rescaling).
+2. Weights: symmetric per output channel INT8 (zero point 0), biases int32 with scale
+   x_scale * w_scale[c].
+3. OUT/backbone.onnx, det_head.onnx, seg_head.onnx: QDQ models (opset 17): int8 NHWC input
+   -> Transpose -> DequantizeLinear -> [Conv (DequantizeLinear'd weights and bias) -> Relu
+   -> QuantizeLinear -> DequantizeLinear]... -> QuantizeLinear -> Transpose -> int8 NHWC
+   output, as redline's model contract (pipeline/src/models.rs) asks. The detection head has
+   two outputs, `heatmap` then `boxes`, each with its own quantization.
+4. OUT/float/*.onnx: the same graphs without the inner QuantizeLinear/DequantizeLinear
+   pairs: float computation between the same int8 boundaries (camera input, features, BEV
+   grid, head outputs), for the INT8-vs-float comparison run through redline's onnxruntime
+   engine.
+5. OUT/quantization.json: the scales and zero points, and per-layer SQNR of the INT8
+   network (integer emulation, int8.py) against the float network on the calibration
+   frames.
+6. --fixtures DIR: one frame's int8 inputs and the integer emulation's outputs for each
+   model, for redline's CI test (tests/tests/trained_model.rs) that runs without PyTorch.
+
+Deterministic: the same checkpoint and data give byte-identical files.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data as D  # noqa: E402
+import int8  # noqa: E402
+import net as N  # noqa: E402
+
+OPSET = 17
+
+
+def act_q(t, relu):
+    v = t.detach().flatten().double()
+    if v.numel() > 4_000_000:
+        g = torch.Generator().manual_seed(0)
+        v = v[torch.randint(v.numel(), (4_000_000,), generator=g)]
+    if relu:
+        hi = float(torch.quantile(v, 0.9999))
+        hi = max(hi, 1e-3)
+        return hi / 255.0, -128
+    lo, hi = float(torch.quantile(v, 0.0001)), float(torch.quantile(v, 0.9999))
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    s = max(hi - lo, 1e-3) / 255.0
+    zp = int(np.clip(np.round(-128 - lo / s), -128, 127))
+    return s, zp
+
+
+def calibrate(model, ds, frames):
+    """Runs the float network on `frames` (drive, t) items; returns {tap: (scale, zp)}."""
+    taps = {}
+    acc = {}
+    with torch.no_grad():
+        for i in range(0, len(frames), 8):
+            b = ds.batch(frames[i : i + 8])
+            t = {}
+            f = model.features(b["frames"][:, 0])
+            # Backbone taps, per camera image.
+            imgs = b["frames"][:, 0]
+            x = imgs.reshape(-1, *imgs.shape[2:]).permute(0, 3, 1, 2).float() / 128.0
+            model.backbone(x, t)
+            cur = model.bev.project(f)
+            hist = [model.bev.project(model.features(b["frames"][:, 1 + j])) for j in range(ds.k)]
+            fused = model.bev.fuse(cur, hist, b["warp"], b["m"])
+            model.det(fused, t)
+            model.seg(fused, t)
+            for k, v in t.items():
+                acc.setdefault(k, []).append(v.flatten()[:: max(1, v.numel() // 500_000)])
+    for k, vs in acc.items():
+        relu = not (k.endswith("heat") or k.endswith("box") or k.endswith("out"))
+        taps[k] = act_q(torch.cat(vs), relu)
+    return taps
+
+
+def quant_weights(conv):
+    w = conv.weight.detach().double().numpy()
+    amax = np.abs(w).reshape(w.shape[0], -1).max(1)
+    ws = np.where(amax > 0, amax / 127.0, 1.0)
+    wq = np.clip(np.round(w / ws[:, None, None, None]), -127, 127).astype(np.int8)
+    return wq, ws.astype(np.float32)
+
+
+def quant_bias(conv, x_scale, ws):
+    b = conv.bias.detach().double().numpy()
+    bs = (np.float32(x_scale) * ws).astype(np.float32)
+    bq = np.clip(np.round(b / bs.astype(np.float64)), -(2**31), 2**31 - 1).astype(np.int32)
+    return bq, bs
+
+
+class Builder:
+    def __init__(self, name, qdq):
+        self.name, self.qdq = name, qdq
+        self.nodes, self.inits, self.n = [], [], 0
+
+    def fresh(self, base):
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def const(self, arr, base):
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def node(self, op, ins, base, **attrs):
+        out = self.fresh(base)
+        self.nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    def q(self, x, s, zp):
+        return self.node("QuantizeLinear", [x, self.const(np.float32(s), "s"), self.const(np.int8(zp), "zp")], "q")
+
+    def dq(self, x, s, zp):
+        return self.node("DequantizeLinear", [x, self.const(np.float32(s), "s"), self.const(np.int8(zp), "zp")], "dq")
+
+    def conv(self, x, conv, x_scale, relu, out_q, last=False):
+        """Float-domain x -> conv (+relu) -> float-domain output (QDQ'd unless `last` or
+        a float model)."""
+        wq, ws = quant_weights(conv)
+        bq, bs = quant_bias(conv, x_scale, ws)
+        if self.qdq:
+            w = self.node(
+                "DequantizeLinear",
+                [self.const(wq, "w"), self.const(ws, "ws"), self.const(np.zeros(len(ws), np.int8), "wzp")],
+                "wdq",
+                axis=0,
+            )
+            b = self.node(
+                "DequantizeLinear",
+                [self.const(bq, "b"), self.const(bs, "bs"), self.const(np.zeros(len(bs), np.int32), "bzp")],
+                "bdq",
+                axis=0,
+            )
+        else:
+            w = self.const(conv.weight.detach().numpy().astype(np.float32), "w")
+            b = self.const(conv.bias.detach().numpy().astype(np.float32), "b")
+        k = conv.kernel_size[0]
+        d = conv.dilation[0]
+        p = conv.padding[0]
+        y = self.node(
+            "Conv", [x, w, b], "conv", kernel_shape=[k, k], strides=list(conv.stride), pads=[p, p, p, p], dilations=[d, d]
+        )
+        if relu:
+            y = self.node("Relu", [y], "relu")
+        if self.qdq and not last:
+            y = self.dq(self.q(y, *out_q), *out_q)
+        return y
+
+    def model(self, inputs, outputs, role):
+        g = helper.make_graph(self.nodes, self.name, inputs, outputs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="redline-train")
+        m.ir_version = 8
+        m.metadata_props.append(onnx.StringStringEntryProto(key="redline.role", value=role))
+        onnx.checker.check_model(m, full_check=True)
+        return m
+
+
+def nhwc_in(b, name, shape, s, zp):
+    x = b.node("Transpose", [name], "to_nchw", perm=[0, 3, 1, 2])
+    return b.dq(x, s, zp), [helper.make_tensor_value_info(name, TensorProto.INT8, shape)]
+
+
+def nhwc_out(b, y, name, shape, q):
+    yq = b.q(y, *q)
+    b.nodes.append(helper.make_node("Transpose", [yq], [name], name=f"{name}_to_nhwc", perm=[0, 2, 3, 1]))
+    return helper.make_tensor_value_info(name, TensorProto.INT8, shape)
+
+
+def build_models(model, qp, cams, h, w, ny, nx, qdq):
+    in_q = (1.0 / 128.0, 0)
+    feat_q = qp[f"backbone.{len(N.BACKBONE) - 1}"]
+    fh, fw = h // N.STRIDE, w // N.STRIDE
+    out = {}
+    # Backbone.
+    b = Builder("backbone", qdq)
+    x, ins = nhwc_in(b, "input", [cams, h, w, 3], *in_q)
+    s = in_q[0]
+    layers = model.backbone.layers
+    for i, l in enumerate(layers):
+        q = qp[f"backbone.{i}"]
+        x = b.conv(x, l, s, True, q, last=i == len(layers) - 1)
+        s = q[0]
+    outs = [nhwc_out(b, x, "features", [cams, fh, fw, N.FEAT_C], feat_q)]
+    out["backbone"] = b.model(ins, outs, "backbone")
+    # Detection head.
+    b = Builder("det_head", qdq)
+    x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C], *feat_q)
+    s = feat_q[0]
+    for i, l in enumerate(model.det.hidden):
+        q = qp[f"det.{i}"]
+        x = b.conv(x, l, s, True, q)
+        s = q[0]
+    heat = b.conv(x, model.det.heat, s, False, qp["det.heat"], last=True)
+    box = b.conv(x, model.det.box, s, False, qp["det.box"], last=True)
+    outs = [
+        nhwc_out(b, heat, "heatmap", [1, ny, nx, N.CLASSES], qp["det.heat"]),
+        nhwc_out(b, box, "boxes", [1, ny, nx, N.REG], qp["det.box"]),
+    ]
+    out["det_head"] = b.model(ins, outs, "det_head")
+    # Segmentation head.
+    b = Builder("seg_head", qdq)
+    x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C], *feat_q)
+    s = feat_q[0]
+    for i, l in enumerate(model.seg.hidden):
+        q = qp[f"seg.{i}"]
+        x = b.conv(x, l, s, True, q)
+        s = q[0]
+    y = b.conv(x, model.seg.out, s, False, qp["seg.out"], last=True)
+    outs = [nhwc_out(b, y, "logits", [1, ny, nx, N.SEG_CLASSES], qp["seg.out"])]
+    out["seg_head"] = b.model(ins, outs, "seg_head")
+    return out
+
+
+def save(m, path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString(deterministic=True))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ckpt")
+    ap.add_argument("data")
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--calib-frames", type=int, default=256)
+    ap.add_argument("--fixtures", default=None)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(os.cpu_count() or 1)
+    ds = D.Dataset(a.data, N.STRIDE)
+    model = N.DrivingNet(ds.sources, ds.bev["ny"], ds.bev["nx"])
+    model.load_state_dict(torch.load(a.ckpt)["state"])
+    model.eval()
+    step = max(1, len(ds.index) // a.calib_frames)
+    frames = ds.index[::step][: a.calib_frames]
+    qp = calibrate(model, ds, frames)
+    m = ds.meta
+    cams, h, w = m["cams"], m["net_h"], m["net_w"]
+    ny, nx = ds.bev["ny"], ds.bev["nx"]
+    for qdq, sub in ((True, ""), (False, "float")):
+        for name, mod in build_models(model, qp, cams, h, w, ny, nx, qdq).items():
+            save(mod, os.path.join(a.output, sub, f"{name}.onnx"))
+    # Per-layer SQNR of the integer network against the float one.
+    qnet = int8.QuantNet(model, qp, ds)
+    sq = qnet.sqnr(ds, frames[:32])
+    report = {
+        "activations": {k: {"scale": v[0], "zero_point": v[1]} for k, v in sorted(qp.items())},
+        "sqnr_db": sq,
+        "calibration_frames": len(frames),
+    }
+    with open(os.path.join(a.output, "quantization.json"), "w") as f:
+        json.dump(report, f, indent=1, sort_keys=True)
+    for k, v in sq.items():
+        print(f"SQNR {k:14s} {v:6.1f} dB")
+    if a.fixtures:
+        qnet.write_fixtures(ds, frames[len(frames) // 2], a.fixtures)
+    print(f"wrote {a.output}")
+
+
+if __name__ == "__main__":
+    main()

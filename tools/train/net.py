@@ -1,0 +1,160 @@
+"""The driving network in PyTorch, computing what redline computes.
+
+Layout (all activations float here; the INT8 model is these layers with per-channel INT8
+weights and per-tensor INT8 activations, see export.py):
+
+- backbone, shared over cameras, on the preprocessed input `q / 128` (q = pixel - 128):
+  `BACKBONE` convolutions with ReLU, feature stride `STRIDE` (4): 64x128 -> 16x32xC.
+- BEV view transform: redline's table (`bev_sources_s{STRIDE}.npy`, exported by
+  `redline sim dataset`): each BEV cell averages its (up to) two feature pixels; none -> 0.
+- temporal fusion: redline's warp tables (`warp.npy`): fused = (2 * cur + sum_j warped_j)
+  / (2 + m), m = history maps available, a warped cell outside the old grid contributes 0.
+- detection head on the fused BEV grid: 3x3 convs, then 1x1 -> `classes` heatmap logits and
+  1x1 -> 6 box channels (dx, dy in cells from the cell centre, log length, log width,
+  sin yaw, cos yaw); segmentation head: 3x3 conv, 1x1 -> 3 logits.
+
+Tensors are NCHW inside PyTorch; the ONNX models are NHWC at their boundaries, as redline's
+model contract says (export.py).
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+STRIDE = 4
+FEAT_C = 32
+# (in, out, kernel, stride, dilation) of the backbone convolutions, each followed by ReLU.
+BACKBONE = [
+    (3, 16, 3, 2, 1),
+    (16, 24, 3, 1, 1),
+    (24, 32, 3, 2, 1),
+    (32, 32, 3, 1, 1),
+    (32, 32, 3, 1, 2),
+    (32, FEAT_C, 3, 1, 1),
+]
+DET_HIDDEN = [(FEAT_C, 48, 3), (48, 48, 3)]
+SEG_HIDDEN = [(FEAT_C, 24, 3)]
+CLASSES = 3
+SEG_CLASSES = 3
+REG = 6
+
+
+def conv(i, o, k, s=1, d=1):
+    return nn.Conv2d(i, o, k, stride=s, padding=d * (k // 2), dilation=d)
+
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([conv(i, o, k, s, d) for (i, o, k, s, d) in BACKBONE])
+
+    def forward(self, x, taps=None):
+        for i, l in enumerate(self.layers):
+            x = F.relu(l(x))
+            if taps is not None:
+                taps[f"backbone.{i}"] = x
+        return x
+
+
+class DetHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.ModuleList([conv(i, o, k) for (i, o, k) in DET_HIDDEN])
+        h = DET_HIDDEN[-1][1]
+        self.heat = nn.Conv2d(h, CLASSES, 1)
+        self.box = nn.Conv2d(h, REG, 1)
+        nn.init.constant_(self.heat.bias, -4.0)
+
+    def forward(self, x, taps=None):
+        for i, l in enumerate(self.hidden):
+            x = F.relu(l(x))
+            if taps is not None:
+                taps[f"det.{i}"] = x
+        h, b = self.heat(x), self.box(x)
+        if taps is not None:
+            taps["det.heat"], taps["det.box"] = h, b
+        return h, b
+
+
+class SegHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.ModuleList([conv(i, o, k) for (i, o, k) in SEG_HIDDEN])
+        self.out = nn.Conv2d(SEG_HIDDEN[-1][1], SEG_CLASSES, 1)
+
+    def forward(self, x, taps=None):
+        for i, l in enumerate(self.hidden):
+            x = F.relu(l(x))
+            if taps is not None:
+                taps[f"seg.{i}"] = x
+        y = self.out(x)
+        if taps is not None:
+            taps["seg.out"] = y
+        return y
+
+
+class BevTransform(nn.Module):
+    """redline's view transform and temporal fusion, from its exported tables."""
+
+    def __init__(self, sources, ny, nx):
+        super().__init__()
+        src = torch.as_tensor(sources, dtype=torch.long)  # [cells, 2], -1 = none
+        self.ny, self.nx = ny, nx
+        self.register_buffer("src", src, persistent=False)
+        count = (src >= 0).sum(1).clamp(min=1).float()
+        self.register_buffer("inv_count", 1.0 / count, persistent=False)
+
+    def project(self, feats):
+        """feats [B, cams, C, fh, fw] -> BEV [B, C, ny, nx]."""
+        b, cams, c, fh, fw = feats.shape
+        flat = feats.permute(0, 1, 3, 4, 2).reshape(b, cams * fh * fw, c)
+        flat = torch.cat([flat, flat.new_zeros(b, 1, c)], 1)  # index N = "none" -> 0
+        n = cams * fh * fw
+        idx = torch.where(self.src >= 0, self.src, torch.full_like(self.src, n))
+        g = flat[:, idx[:, 0]] + flat[:, idx[:, 1]]  # [B, cells, C]
+        g = g * self.inv_count[None, :, None]
+        return g.permute(0, 2, 1).reshape(b, c, self.ny, self.nx)
+
+    def fuse(self, cur, hist, warp, m):
+        """cur [B, C, ny, nx]; hist list of K maps (oldest last: hist[j] = frame t-1-j);
+        warp [B, K, cells] (-1 outside); m [B] maps available."""
+        b, c = cur.shape[:2]
+        cells = self.ny * self.nx
+        acc = 2.0 * cur.reshape(b, c, cells)
+        for j, h in enumerate(hist):
+            w = warp[:, j]  # [B, cells]
+            hf = torch.cat([h.reshape(b, c, cells), h.new_zeros(b, c, 1)], 2)
+            wi = torch.where(w >= 0, w, torch.full_like(w, cells))
+            acc = acc + torch.gather(hf, 2, wi[:, None, :].expand(b, c, cells))
+        fused = acc / (2.0 + m.float())[:, None, None]
+        return fused.reshape(b, c, self.ny, self.nx)
+
+
+class DrivingNet(nn.Module):
+    def __init__(self, sources, ny=48, nx=80):
+        super().__init__()
+        self.backbone = Backbone()
+        self.bev = BevTransform(sources, ny, nx)
+        self.det = DetHead()
+        self.seg = SegHead()
+
+    def features(self, images):
+        """images int8-valued [B, cams, H, W, 3] -> [B, cams, C, fh, fw]."""
+        b, cams, h, w, _ = images.shape
+        x = images.reshape(b * cams, h, w, 3).permute(0, 3, 1, 2).float() / 128.0
+        f = self.backbone(x)
+        return f.reshape(b, cams, *f.shape[1:])
+
+    def forward(self, frames, warp, m):
+        """frames [B, 1 + K, cams, H, W, 3] (current first, then t-1, t-2 ...)."""
+        k = frames.shape[1] - 1
+        cur = self.bev.project(self.features(frames[:, 0]))
+        hist = []
+        if k > 0:
+            with torch.no_grad():
+                for j in range(k):
+                    hist.append(self.bev.project(self.features(frames[:, 1 + j])))
+        fused = self.bev.fuse(cur, hist, warp, m)
+        heat, box = self.det(fused)
+        seg = self.seg(fused)
+        return heat, box, seg

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Trains the driving network (net.py) on a dataset written by `redline sim dataset`.
+
+Usage: python3 tools/train/train.py DATA -o CKPT [--epochs N] [--batch B] [--seed S]
+
+Fixed seeds (torch, sampling order); single process, `torch.set_num_threads` = the
+machine's cores. Prints the losses as it goes; writes the float checkpoint (state dict and
+the settings) to CKPT.
+"""
+
+import argparse
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data as D  # noqa: E402
+import net as N  # noqa: E402
+
+
+def focal_loss(logits, target):
+    """CenterNet's penalty-reduced focal loss, normalised by the number of peaks."""
+    p = torch.sigmoid(logits).clamp(1e-4, 1 - 1e-4)
+    pos = target >= 0.999
+    neg = ~pos
+    pos_loss = -((1 - p) ** 2 * torch.log(p))[pos].sum()
+    neg_loss = -(((1 - target) ** 4) * p**2 * torch.log(1 - p))[neg].sum()
+    return (pos_loss + neg_loss) / pos.sum().clamp(min=1)
+
+
+def losses(model, b, seg_weight):
+    heat, box, seg = model(b["frames"], b["warp"], b["m"])
+    l_heat = focal_loss(heat, b["heat"])
+    mask = b["mask"][:, None].expand_as(box)
+    l_box = F.l1_loss(box[mask], b["reg"][mask], reduction="sum") / b["mask"].sum().clamp(min=1)
+    l_seg = F.cross_entropy(seg, b["seg"], weight=seg_weight)
+    return l_heat, l_box, l_seg
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data")
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--epochs", type=float, default=6)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--frame-step", type=int, default=2, help="use every Nth frame per epoch")
+    ap.add_argument("--max-drives", type=int, default=None)
+    ap.add_argument("--init", default=None, help="start from this checkpoint")
+    a = ap.parse_args()
+
+    torch.manual_seed(a.seed)
+    random.seed(a.seed)
+    torch.set_num_threads(os.cpu_count() or 1)
+    t0 = time.time()
+    ds = D.Dataset(a.data, N.STRIDE, a.max_drives)
+    print(f"loaded {len(ds.index)} frames from {len(ds.inputs)} drives in {time.time() - t0:.0f} s", flush=True)
+    model = N.DrivingNet(ds.sources, ds.bev["ny"], ds.bev["nx"])
+    if a.init:
+        model.load_state_dict(torch.load(a.init)["state"])
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=1e-4)
+    seg_weight = torch.tensor([1.0, 1.0, 2.0])
+    rng = random.Random(a.seed)
+    per_epoch = len(ds.index) // a.frame_step
+    steps = int(a.epochs * per_epoch / a.batch)
+    print(f"{steps} steps of {a.batch} frames ({a.epochs} epochs of {per_epoch} frames)", flush=True)
+    order = []
+    t0 = time.time()
+    run = [0.0, 0.0, 0.0]
+    for step in range(steps):
+        if len(order) < a.batch:
+            order = rng.sample(ds.index, len(ds.index))[:per_epoch]
+        items, order = order[: a.batch], order[a.batch :]
+        lr = a.lr * 0.5 * (1 + math.cos(math.pi * step / steps)) if step > 50 else a.lr * (step + 1) / 51
+        for g in opt.param_groups:
+            g["lr"] = lr
+        model.train()
+        lh, lb, ls = losses(model, ds.batch(items), seg_weight)
+        loss = lh + lb + ls
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        opt.step()
+        run = [0.98 * r + 0.02 * v.item() for r, v in zip(run, (lh, lb, ls))] if step else [lh.item(), lb.item(), ls.item()]
+        if step % 50 == 0 or step == steps - 1:
+            el = time.time() - t0
+            print(
+                f"step {step}/{steps}  heat {run[0]:.3f}  box {run[1]:.3f}  seg {run[2]:.3f}  lr {lr:.2e}  "
+                f"{el:.0f} s (eta {el / (step + 1) * (steps - step - 1):.0f} s)",
+                flush=True,
+            )
+        if step % 500 == 499:
+            torch.save({"state": model.state_dict(), "stride": N.STRIDE}, a.output)
+    torch.save({"state": model.state_dict(), "stride": N.STRIDE}, a.output)
+    print(f"wrote {a.output} after {time.time() - t0:.0f} s of training", flush=True)
+
+
+if __name__ == "__main__":
+    main()
