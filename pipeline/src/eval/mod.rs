@@ -14,8 +14,14 @@
 //! - Entries with `valid == 0` are ignored on both sides. Deterministic (ordered maps only).
 //! - This runs after publishing, off the hot path: it may allocate.
 //!
+//! [`seg_truth`] rasterises the ground-truth BEV segmentation from the road map.
+//!
 //! [`first_collision`] checks a planned trajectory with the ego box exactly as the planner
 //! places it ([`crate::geometry::ego_box`], no inflation) against ground-truth boxes.
+
+pub mod seg_truth;
+
+pub use seg_truth::{seg_ground_truth, SegTruthError, MARKING_HALF_WIDTH_M};
 
 use std::collections::BTreeMap;
 
