@@ -20,11 +20,13 @@
 //! places it ([`crate::geometry::ego_box`], no inflation) against ground-truth boxes.
 
 pub mod detection;
+pub mod quality;
 pub mod seg_truth;
 pub mod segmentation;
 pub mod tracking;
 
 pub use detection::{DetectionEval, DetectionSummary, EvalDet, EvalGt};
+pub use quality::{Quality, QualityEval};
 pub use seg_truth::{seg_ground_truth, SegTruthError, MARKING_HALF_WIDTH_M};
 pub use segmentation::{SegEval, SegSummary};
 pub use tracking::{track_confidence, TrackingEval, TrackingSummary};
