@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod common;
 mod config;
 mod demo;
+mod eval;
 mod generate;
 mod measure;
 mod model;
@@ -20,6 +21,7 @@ mod replay;
 mod report;
 
 use demo::DemoArgs;
+use eval::EvalArgs;
 use generate::SimCommand;
 use model::ModelCommand;
 use quantize::QuantizeArgs;
@@ -46,6 +48,9 @@ struct Cli {
 enum Command {
     /// Replay a sensor log (or the built-in scenario) through the driving graph.
     Replay(ReplayArgs),
+    /// Quality against ground truth (detection AP/mAP, segmentation IoU, MOTA/AMOTA,
+    /// planner): replay logs in lockstep, print per log and pooled, optionally as JSON.
+    Eval(EvalArgs),
     /// Generate synthetic sensor logs.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -81,6 +86,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Demo(a)) => done(demo::run(a)),
         Some(Command::Replay(a)) => done(replay::run(a)),
+        Some(Command::Eval(a)) => done(eval::run(a)),
         Some(Command::Sim(SimCommand::Generate(a))) => done(generate::run(a)),
         Some(Command::Sim(SimCommand::Dataset(a))) => done(generate::dataset(a)),
         Some(Command::Quantize(a)) => done(quantize::run(a)),
@@ -136,6 +142,8 @@ mod tests {
             "redline quantize -o w.safetensors --method percentile:99.9 --frames 10",
             "redline demo --frames 10 --stall smooth:40@100..160",
             "redline regress --baseline b.json --update-baseline",
+            "redline eval a.mcap b.mcap --perception oracle --json q.json",
+            "redline eval drive.mcap --config c.toml --frames 300",
             "redline report merge a.json b.json -o m.json",
             "redline model info m.onnx --json",
             "redline model bench m.onnx --threads 4 --against onnxruntime --iters 200",

@@ -13,7 +13,8 @@ use redline_bench::regress::measure::{measure_runtime, SetupFacts};
 use redline_bench::regress::measurement::TimelineFrame;
 use redline_bench::regress::Measurement;
 use redline_pipeline::run::{
-    start_runtime, Counters, FrameRecord, RecordingPublisher, ReplayError,
+    evaluate, evaluate_quality, start_runtime, Counters, FrameRecord, RecordingPublisher,
+    ReplayError,
 };
 use redline_pipeline::sensors::FrameSource;
 
@@ -49,7 +50,10 @@ pub fn timeline_of(records: &[FrameRecord]) -> Vec<TimelineFrame> {
         .collect()
 }
 
-/// One replay of `feed` (`frames` at most, warm-up included), measured.
+/// One replay of `feed` (`frames` at most, warm-up included), measured, with its quality
+/// figures against the ground truth ([`redline_pipeline::eval::Quality::headline`], over
+/// every frame replayed, warm-up included: quality does not warm up) in each repetition.
+/// A log without ground truth records none.
 pub fn measure_replay(
     file: &RedlineConfig,
     feed: &Arc<dyn FrameSource>,
@@ -61,14 +65,22 @@ pub fn measure_replay(
         .unwrap_or(feed.frame_count() as u64)
         .min(feed.frame_count() as u64);
     let mut publisher = RecordingPublisher::new(n as usize, Arc::new(Counters::default()));
-    Ok(measure_runtime(
+    let mut m = measure_runtime(
         &mut rt,
         &setup_facts(file, feed.describe()),
         n,
         file.regress.warmup_frames,
         label,
         &mut publisher,
-    ))
+    );
+    let ev = evaluate(feed.as_ref(), &publisher.records);
+    let quality = evaluate_quality(feed.as_ref(), &publisher.records, &ev)
+        .summary()
+        .headline();
+    for r in &mut m.reps {
+        r.quality = quality.clone();
+    }
+    Ok(m)
 }
 
 /// `reps` replays in this process; `on_rep(i, m)` after each (progress).

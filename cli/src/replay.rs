@@ -108,6 +108,10 @@ pub fn run(a: ReplayArgs) -> Result<()> {
                 wall_ms: outcome.wall_ms,
             },
         );
+        let mut m = m;
+        for r in &mut m.reps {
+            r.quality = outcome.quality.headline();
+        }
         m.save(&dir.join("measurement.json"))?;
         println!(
             "wrote {0}/report.json, {0}/measurement.json (`redline report merge`) and {0}/trace.json (open the trace in ui.perfetto.dev)",

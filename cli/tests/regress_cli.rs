@@ -338,6 +338,7 @@ fn stored(label: &str, e2e: &[u64], stage: &[u64], lanes: usize) -> Measurement 
             late_publishes: 0,
             degraded_frames: 0,
             mode_frames: [("nominal".to_string(), e2e.len() as u64)].into(),
+            quality: Default::default(),
         }],
         histograms: vec![
             EncodedHistogram::encode(END_TO_END, &e),

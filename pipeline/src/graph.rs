@@ -285,6 +285,9 @@ pub fn build_with(
         buf::PREDICTIONS,
         buf::TRAJECTORY,
         buf::PLAN,
+        // Last, so the indices above stay; published for evaluation (the replay's output
+        // hash leaves it out: see `run::RecordingPublisher`).
+        buf::SEG,
     ] {
         g.publish(b);
     }

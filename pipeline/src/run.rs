@@ -1,10 +1,14 @@
 //! Runs the driving graph over a [`FrameSource`] (`redline replay` feeds it a recorded log
 //! or the built-in scenario), records what every frame published, then evaluates it against the
 //! ground truth: tracking quality (MOTA, ID switches) and whether each planned trajectory
-//! stays clear of the actors' true futures.
+//! stays clear of the actors' true futures ([`Evaluation`]), and the [`Quality`] figures
+//! (detection AP/mAP, segmentation IoU, AMOTA, ...: see [`evaluate_quality`]).
 //!
-//! The publisher only copies each frame's small outputs into records preallocated for the
-//! whole run (no allocation, no I/O); evaluation and reports happen after the run.
+//! The publisher only copies each frame's outputs (detections, tracks, trajectory, plan,
+//! segmentation) into records preallocated for the whole run (no allocation, no I/O);
+//! evaluation and reports happen after the run. The output hash covers every published
+//! buffer except the segmentation, which is published for evaluation only (the hash
+//! predates it, and the determinism tests pin it).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,13 +20,24 @@ use redline_runtime::{
 use serde::Serialize;
 
 use crate::config::{Perception, PipelineConfig};
-use crate::eval::{first_collision, MotEval, MotSummary};
+use crate::eval::quality::{Quality, QualityEval};
+use crate::eval::{first_collision, seg_ground_truth, EvalDet, EvalGt, MotEval, MotSummary};
+use crate::geometry::ego_to_world;
 use crate::graph::{self, GraphInfo};
 use crate::sensors::{in_perception_range, FrameSource};
 use crate::slowdown::StageHook;
+use crate::stages::buf;
 use crate::types::{
-    Detection, EgoPose, GtBox, PlanSummary, TrackState, TrajPoint, MAX_TRACKS, PLAN_STEPS, PRED_DT,
+    class, BevSpec, Detection, EgoPose, GtBox, PlanSummary, TrackState, TrajPoint, MAX_DETECTIONS,
+    MAX_TRACKS, PLAN_STEPS, PRED_DT,
 };
+
+/// Cells of the BEV grid the driving graph uses ([`BevSpec::DEFAULT`]): the size of a
+/// record's segmentation.
+pub const SEG_CELLS: usize = BevSpec::DEFAULT.nx * BevSpec::DEFAULT.ny;
+
+/// Index of the published segmentation among the graph's outputs (published last).
+const OUT_SEG: usize = 6;
 
 /// Shared counters the publisher bumps.
 #[derive(Debug, Default)]
@@ -44,6 +59,12 @@ pub struct FrameRecord {
     pub ego: EgoPose,
     /// Valid detections.
     pub detections: u32,
+    /// The published detections (ego frame of `ego`), `valid == 0` entries included.
+    pub detection_list: [Detection; MAX_DETECTIONS],
+    /// The published segmentation, one class per BEV cell ([`SEG_CELLS`], row-major by iy).
+    pub segmentation: [u8; SEG_CELLS],
+    /// Whether `segmentation` was published with the expected size.
+    pub has_segmentation: bool,
     /// Tracks (world frame).
     pub tracks: [TrackState; MAX_TRACKS],
     /// Planned trajectory (world frame).
@@ -77,7 +98,7 @@ impl RecordingPublisher {
 
 impl Publisher for RecordingPublisher {
     fn publish(&mut self, p: &Published<'_>) {
-        self.hash.publish(p);
+        self.hash.publish_filtered(p, |name| name != buf::SEG);
         self.counters.published.fetch_add(1, Ordering::Relaxed);
         if matches!(p.status, FrameStatus::Fallback(_)) {
             self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -91,6 +112,9 @@ impl Publisher for RecordingPublisher {
             status: p.status.label(),
             ego: EgoPose::default(),
             detections: 0,
+            detection_list: [Detection::default(); MAX_DETECTIONS],
+            segmentation: [0; SEG_CELLS],
+            has_segmentation: false,
             tracks: [TrackState::default(); MAX_TRACKS],
             trajectory: [TrajPoint::default(); PLAN_STEPS],
             plan: PlanSummary::default(),
@@ -101,6 +125,8 @@ impl Publisher for RecordingPublisher {
         }
         if let Ok(d) = o.get::<Detection>(1) {
             r.detections = d.iter().filter(|d| d.valid == 1).count() as u32;
+            let n = d.len().min(MAX_DETECTIONS);
+            r.detection_list[..n].copy_from_slice(&d[..n]);
         }
         if let Ok(t) = o.get::<TrackState>(2) {
             r.tracks.copy_from_slice(&t[..MAX_TRACKS]);
@@ -110,6 +136,12 @@ impl Publisher for RecordingPublisher {
         }
         if let Ok(s) = o.get::<PlanSummary>(5) {
             r.plan = s[0];
+        }
+        if let Ok(s) = o.get::<u8>(OUT_SEG) {
+            if s.len() == SEG_CELLS && o.name(OUT_SEG) == Some(buf::SEG) {
+                r.segmentation.copy_from_slice(s);
+                r.has_segmentation = true;
+            }
         }
         self.records.push(r);
     }
@@ -147,6 +179,9 @@ pub struct ReplayOutcome {
     pub runtime: Report,
     /// Against ground truth.
     pub evaluation: Evaluation,
+    /// Quality figures against ground truth (detection AP, segmentation IoU, tracking,
+    /// planner): see [`evaluate_quality`].
+    pub quality: Quality,
     /// Input problems (frame, what), first 200.
     pub input_issues: Vec<(u64, String)>,
     /// Input problems in all.
@@ -160,6 +195,9 @@ pub struct ReplayOutcome {
     /// What every frame published (for measurements; not in the JSON report).
     #[serde(skip)]
     pub records: Vec<FrameRecord>,
+    /// The accumulated quality evaluation (for pooling logs; not in the JSON report).
+    #[serde(skip)]
+    pub quality_eval: QualityEval,
 }
 
 /// Why a replay could not run.
@@ -254,18 +292,21 @@ pub fn replay_with(
     rt.run(n, &mut publisher);
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
     let evaluation = evaluate(feed.as_ref(), &publisher.records);
+    let quality_eval = evaluate_quality(feed.as_ref(), &publisher.records, &evaluation);
     let outcome = ReplayOutcome {
         source: feed.describe().to_string(),
         perception: cfg.perception,
         graph: info,
         runtime: rt.report(),
         evaluation,
+        quality: quality_eval.summary(),
         input_issues: feed.issues().iter().take(200).cloned().collect(),
         input_issue_count: feed.issues().len(),
         output_hash: format!("{:016x}", publisher.hash.hash),
         started_unix_ms,
         wall_ms,
         records: publisher.records,
+        quality_eval,
     };
     Ok((outcome, rt))
 }
@@ -336,6 +377,85 @@ pub fn evaluate(feed: &dyn FrameSource, records: &[FrameRecord]) -> Evaluation {
     }
 }
 
+/// Whether an ego-frame point lies in the evaluated region (the BEV grid less a 1 m
+/// margin: the rule of [`in_perception_range`]).
+fn in_eval_region(x: f32, y: f32) -> bool {
+    let b = BevSpec::DEFAULT;
+    let m = 1.0;
+    x >= b.x0 + m
+        && x < b.x0 + b.nx as f32 * b.res - m
+        && y >= b.y0 + m
+        && y < b.y0 + b.ny as f32 * b.res - m
+}
+
+/// The quality evaluation of recorded frames against the feed's ground truth.
+///
+/// - Detection AP: ground truth = the frame's boxes [`in_perception_range`]; detections =
+///   the published valid ones of a known class inside the same region (ego frame), turned
+///   into the world frame with the pose the outputs were computed for (the record's
+///   `ego`, so that oracle detections map back onto their boxes exactly).
+/// - Segmentation IoU: only frames whose status is `complete` (every stage ran, so the
+///   segmentation head did: a shed or failed head publishes its zero fallback and a
+///   fallback frame re-publishes an older frame's) against [`seg_ground_truth`] of the
+///   feed's map around the record's `ego`.
+/// - Tracking (MOTA, AMOTA): as [`evaluate`], over the same ground truth.
+/// - Planner figures: copied from `evaluation`.
+pub fn evaluate_quality(
+    feed: &dyn FrameSource,
+    records: &[FrameRecord],
+    evaluation: &Evaluation,
+) -> QualityEval {
+    let mut q = QualityEval::new();
+    let bev = BevSpec::DEFAULT;
+    let mut truth = vec![0u8; SEG_CELLS];
+    for r in records {
+        let Some(f) = feed.frame(r.frame as usize) else {
+            continue;
+        };
+        q.frames += 1;
+        let gt: Vec<GtBox> =
+            f.gt.iter()
+                .copied()
+                .filter(|g| in_perception_range(&f.ego, g))
+                .collect();
+        let egt: Vec<EvalGt> = gt
+            .iter()
+            .map(|g| EvalGt {
+                x: g.x,
+                y: g.y,
+                class: g.class,
+            })
+            .collect();
+        let dets: Vec<EvalDet> = r
+            .detection_list
+            .iter()
+            .filter(|d| d.valid == 1 && d.class < class::COUNT as u32 && in_eval_region(d.x, d.y))
+            .map(|d| {
+                let (x, y) = ego_to_world(&r.ego, f64::from(d.x), f64::from(d.y));
+                EvalDet {
+                    x,
+                    y,
+                    class: d.class,
+                    score: d.score,
+                }
+            })
+            .collect();
+        q.detection.frame(&egt, &dets);
+        q.tracking.frame(&gt, &r.tracks);
+        if r.status == "complete"
+            && r.has_segmentation
+            && seg_ground_truth(feed.map(), &r.ego, &bev, &mut truth).is_ok()
+        {
+            q.segmentation.frame(&r.segmentation, &truth);
+        }
+    }
+    q.tracking.end_sequence();
+    q.planner_checked = evaluation.planner_frames_checked;
+    q.planner_collision_free = evaluation.planner_collision_free;
+    q.min_risk_frames = evaluation.minimum_risk_frames;
+    q
+}
+
 /// Writes `report` as `report.json` and the runtime's spans as `trace.json` (Chrome
 /// trace-event format) into `dir`, creating it.
 pub fn write_report_files<T: Serialize>(
@@ -376,6 +496,9 @@ pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
             "tracking vs ground truth: MOTA {:.3}, {} ID switches, {} misses, {} false positives over {} objects; {:.1} detections/frame",
             t.mota, t.id_switches, t.misses, t.false_positives, t.gt_objects, e.mean_detections
         ),
+        o.quality.tracking_line(),
+        o.quality.detection_line(),
+        o.quality.segmentation_line(),
         format!(
             "planner: {}/{} trajectories collision-free against the true futures ({:.2}%), {} minimum-risk frames",
             e.planner_collision_free,

@@ -40,6 +40,23 @@ pub mod class {
     pub const CYCLIST: u32 = 2;
     /// Number of classes.
     pub const COUNT: usize = 3;
+    /// Class names, indexed by class id (as `redline_sim::types::ActorClass` names them).
+    pub const NAMES: [&str; COUNT] = ["car", "pedestrian", "cyclist"];
+}
+
+/// Segmentation classes per BEV cell (the segmentation head's argmax, and the ground truth
+/// of [`crate::eval::seg_truth`]).
+pub mod seg_class {
+    /// Neither road surface nor marking (grass, kerb, off the map).
+    pub const OTHER: u8 = 0;
+    /// Road surface between the edge lines.
+    pub const DRIVABLE: u8 = 1;
+    /// A lane boundary line (road edges and lane dividers).
+    pub const LANE_MARKING: u8 = 2;
+    /// Number of classes.
+    pub const COUNT: usize = 3;
+    /// Class names, indexed by class id.
+    pub const NAMES: [&str; COUNT] = ["other", "drivable", "lane_marking"];
 }
 
 /// The ego vehicle's pose and motion for a frame, world frame.

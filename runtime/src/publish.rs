@@ -192,6 +192,29 @@ impl HashPublisher {
     }
 }
 
+impl HashPublisher {
+    /// [`Publisher::publish`] over only the outputs whose buffer name `include` accepts
+    /// (frame, status and held-from are always hashed). A graph that publishes an extra
+    /// buffer for evaluation keeps the hash of its other outputs this way. No allocation.
+    pub fn publish_filtered(&mut self, p: &Published<'_>, include: impl Fn(&str) -> bool) {
+        self.frames += 1;
+        if matches!(p.status, FrameStatus::Fallback(_)) {
+            self.fallbacks += 1;
+        }
+        self.eat(&p.info.frame.to_le_bytes());
+        self.eat(p.status.label().as_bytes());
+        self.eat(&p.held_from.unwrap_or(u64::MAX).to_le_bytes());
+        for i in 0..p.outputs.len() {
+            if !p.outputs.name(i).is_some_and(&include) {
+                continue;
+            }
+            if let Some(b) = p.outputs.bytes(i) {
+                self.eat(b);
+            }
+        }
+    }
+}
+
 impl Publisher for HashPublisher {
     fn publish(&mut self, p: &Published<'_>) {
         self.frames += 1;

@@ -59,6 +59,11 @@ pub struct RegressConfig {
     pub late_publishes: f64,
     /// Extra frames outside the first mode per replay (median) allowed.
     pub degraded_frames: f64,
+    /// Largest drop of a quality figure (mAP, AP, IoU, MOTA, AMOTA, collision-free share:
+    /// all in [0, 1] or below, higher is better) allowed, absolute. 0.02 by default:
+    /// lockstep replays are bit-identical, so their figures do not move at all unless the
+    /// outputs changed; real-time replays differ only in the few frames that fell back.
+    pub quality_drop: f64,
 }
 
 impl Default for RegressConfig {
@@ -85,6 +90,7 @@ impl Default for RegressConfig {
             deadline_misses: 0.0,
             late_publishes: 0.0,
             degraded_frames: 0.0,
+            quality_drop: 0.02,
         }
     }
 }
@@ -118,6 +124,7 @@ impl RegressConfig {
             ("deadline_misses", self.deadline_misses),
             ("late_publishes", self.late_publishes),
             ("degraded_frames", self.degraded_frames),
+            ("quality_drop", self.quality_drop),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(RegressConfigError::Count { name, value: v });

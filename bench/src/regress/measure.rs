@@ -169,6 +169,7 @@ pub fn measurement_of(rt: &Runtime, f: &RunFacts<'_>) -> Measurement {
         late_publishes: report.late_publishes,
         degraded_frames,
         mode_frames,
+        quality: BTreeMap::new(),
     };
     let timeline = Timeline {
         deadline_ns: report.deadline_ns,

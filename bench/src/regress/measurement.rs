@@ -88,6 +88,11 @@ pub struct RepFigures {
     pub degraded_frames: u64,
     /// Frames per mode.
     pub mode_frames: BTreeMap<String, u64>,
+    /// Quality figures of the replay against ground truth, by name, each "higher is
+    /// better" (e.g. `map`, `mota`, `seg_iou.drivable`; what the caller measured). Empty
+    /// when none were measured, and in measurements written before quality was recorded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub quality: BTreeMap<String, f64>,
 }
 
 /// One frame of a timeline.
@@ -363,6 +368,7 @@ mod tests {
             late_publishes: 0,
             degraded_frames: 0,
             mode_frames: BTreeMap::from([("nominal".to_string(), values.len() as u64)]),
+            quality: BTreeMap::new(),
         };
         Measurement {
             format: FORMAT.into(),

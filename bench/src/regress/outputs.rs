@@ -223,6 +223,7 @@ mod tests {
                 late_publishes: 0,
                 degraded_frames: 0,
                 mode_frames: BTreeMap::new(),
+                quality: BTreeMap::new(),
             }],
             histograms: vec![
                 EncodedHistogram::encode(END_TO_END, &h),

@@ -3,7 +3,10 @@
 //!
 //! Figures: end to end and every stage, each at P50, P99, P99.9 and max (ns), then the
 //! counts: deadline misses, late publishes and frames outside the first mode (all per
-//! replay). See the [module docs](super) for the two methods (medians over repetitions
+//! replay), then the quality figures ([`RepFigures::quality`]: mAP, MOTA, IoU, ...; higher
+//! is better), each failing when it drops by more than `quality_drop` (absolute). A
+//! quality figure on one side only is not judged (a warning names it); a reference without
+//! any (recorded before quality was measured) skips the quality check with a warning. See the [module docs](super) for the two methods (medians over repetitions
 //! against a baseline; medians of paired ratios in A/B mode) and the threshold rule.
 //!
 //! A stage present on one side only is not judged and is named in the warnings, as is any
@@ -22,6 +25,8 @@ pub enum Unit {
     Nanoseconds,
     /// Frames per replay.
     Count,
+    /// A quality score (higher is better): the threshold is the lowest passing value.
+    Score,
 }
 
 /// One judged figure.
@@ -40,7 +45,8 @@ pub struct Row {
     /// now / reference (baseline mode) or the median paired ratio (A/B mode); None when
     /// the reference is 0.
     pub ratio: Option<f64>,
-    /// The largest passing value (in A/B mode, shown for the reference median).
+    /// The largest passing value (the lowest for a [`Unit::Score`]; in A/B mode, shown
+    /// for the reference median).
     pub threshold: f64,
     /// Within tolerance.
     pub pass: bool,
@@ -73,6 +79,8 @@ type FigureSpec = (String, Option<String>, Rule, Getter);
 enum Rule {
     Latency(Tolerance),
     Count(f64),
+    /// Allowed drop of a higher-is-better figure.
+    Quality(f64),
 }
 
 fn figures_of(rep: &RepFigures, stage: &str) -> Option<Figures> {
@@ -88,6 +96,7 @@ fn figures_of(rep: &RepFigures, stage: &str) -> Option<Figures> {
 /// Every figure to judge: (name, stage, rule, getter).
 fn figure_list(
     stages: &[String],
+    quality: &[String],
     tol: &RegressConfig,
 ) -> Vec<(String, Option<String>, Rule, Getter)> {
     let mut v: Vec<FigureSpec> = Vec::new();
@@ -132,7 +141,47 @@ fn figure_list(
         Rule::Count(tol.degraded_frames),
         Box::new(|r: &RepFigures| Some(r.degraded_frames as f64)),
     ));
+    for name in quality {
+        let key = name.clone();
+        v.push((
+            format!("quality {name}"),
+            None,
+            Rule::Quality(tol.quality_drop),
+            Box::new(move |r: &RepFigures| r.quality.get(&key).copied().filter(|x| x.is_finite())),
+        ));
+    }
     v
+}
+
+/// Quality figure names of both sides, and warnings for one-sided ones (or a reference
+/// without quality figures at all).
+fn quality_and_warnings(reference: &Measurement, now: &Measurement) -> (Vec<String>, Vec<String>) {
+    let names = |m: &Measurement| -> std::collections::BTreeSet<String> {
+        m.reps
+            .iter()
+            .flat_map(|r| r.quality.keys().cloned())
+            .collect()
+    };
+    let (rn, nn) = (names(reference), names(now));
+    let mut warnings = Vec::new();
+    if rn.is_empty() && !nn.is_empty() {
+        warnings.push(
+            "the reference has no quality figures (recorded before quality was measured): quality not judged; re-record it (--update-baseline) to judge mAP, MOTA, IoU too"
+                .to_string(),
+        );
+        return (Vec::new(), warnings);
+    }
+    for n in rn.symmetric_difference(&nn) {
+        let side = if rn.contains(n) {
+            "reference"
+        } else {
+            "this run"
+        };
+        warnings.push(format!(
+            "quality figure '{n}' only in the {side}: not judged"
+        ));
+    }
+    (rn.intersection(&nn).cloned().collect(), warnings)
 }
 
 /// Median of `v` (mean of the middle two for an even count); 0 for none.
@@ -208,8 +257,10 @@ impl Verdict {
         now: &Measurement,
         tol: &RegressConfig,
     ) -> Verdict {
-        let (stages, warnings) = stages_and_warnings(baseline, now);
-        let rows = figure_list(&stages, tol)
+        let (stages, mut warnings) = stages_and_warnings(baseline, now);
+        let (quality, qw) = quality_and_warnings(baseline, now);
+        warnings.extend(qw);
+        let rows = figure_list(&stages, &quality, tol)
             .into_iter()
             .filter_map(|(figure, stage, rule, get)| {
                 let r: Vec<f64> = baseline.reps.iter().filter_map(&get).collect();
@@ -221,6 +272,11 @@ impl Verdict {
                 let (unit, threshold) = match rule {
                     Rule::Latency(t) => (Unit::Nanoseconds, t.threshold(reference)),
                     Rule::Count(extra) => (Unit::Count, reference + extra),
+                    Rule::Quality(drop) => (Unit::Score, reference - drop),
+                };
+                let pass = match unit {
+                    Unit::Score => now >= threshold,
+                    _ => now <= threshold,
                 };
                 Some(Row {
                     figure,
@@ -230,7 +286,7 @@ impl Verdict {
                     now,
                     ratio: ratio(now, reference),
                     threshold,
-                    pass: now <= threshold,
+                    pass,
                 })
             })
             .collect();
@@ -253,6 +309,8 @@ impl Verdict {
         tol: &RegressConfig,
     ) -> Verdict {
         let (stages, mut warnings) = stages_and_warnings(reference, candidate);
+        let (quality, qw) = quality_and_warnings(reference, candidate);
+        warnings.extend(qw);
         let pairs = reference.reps.len().min(candidate.reps.len());
         if reference.reps.len() != candidate.reps.len() {
             warnings.push(format!(
@@ -261,7 +319,7 @@ impl Verdict {
                 candidate.reps.len()
             ));
         }
-        let rows = figure_list(&stages, tol)
+        let rows = figure_list(&stages, &quality, tol)
             .into_iter()
             .filter_map(|(figure, stage, rule, get)| {
                 let mut r = Vec::new();
@@ -294,6 +352,7 @@ impl Verdict {
                         !(mr > 1.0 + t.relative && md > t.floor_us * 1e3),
                     ),
                     Rule::Count(extra) => (Unit::Count, reference + extra, md <= extra),
+                    Rule::Quality(drop) => (Unit::Score, reference - drop, md >= -drop),
                 };
                 Some(Row {
                     figure,
@@ -341,6 +400,7 @@ impl Verdict {
             let v = |x: f64| match r.unit {
                 Unit::Nanoseconds => format!("{:.3} ms", x / 1e6),
                 Unit::Count => format!("{x:.1}"),
+                Unit::Score => format!("{x:.4}"),
             };
             out.push_str(&format!(
                 "{:<30} {:>12} {:>12} {:>8} {:>12}  {}\n",
@@ -399,6 +459,10 @@ impl Verdict {
                         "{:.1} -> {:.1} per replay (allowed up to {:.1})",
                         r.reference, r.now, r.threshold
                     ),
+                    Unit::Score => format!(
+                        "{:.4} -> {:.4} (allowed down to {:.4})",
+                        r.reference, r.now, r.threshold
+                    ),
                 };
                 v.push(format!("  {}: {what}", r.figure));
             }
@@ -451,6 +515,7 @@ mod tests {
                     late_publishes: 0,
                     degraded_frames: 0,
                     mode_frames: BTreeMap::new(),
+                    quality: BTreeMap::new(),
                 }
             })
             .collect();
@@ -560,6 +625,68 @@ mod tests {
             "{w}"
         );
         assert!(v.rows.iter().all(|r| r.stage.as_deref() != Some("oracle")));
+    }
+
+    fn with_quality(mut m: Measurement, q: &[(&str, f64)]) -> Measurement {
+        for r in &mut m.reps {
+            r.quality = q.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+        }
+        m
+    }
+
+    #[test]
+    fn a_quality_drop_fails_like_a_latency_regression() {
+        let tol = RegressConfig::default();
+        let base = with_quality(meas(850_000, &NOISE, 0), &[("map", 0.60), ("mota", 0.90)]);
+        // Within the drop (0.02): pass; a rise always passes.
+        let ok = with_quality(meas(850_000, &NOISE, 0), &[("map", 0.585), ("mota", 0.95)]);
+        let v = Verdict::against_baseline(&base, &ok, &tol);
+        assert!(v.passed(), "{}", v.table());
+        assert_eq!(v.rows.len(), 3 * 4 + 3 + 2);
+        // MOTA 0.90 -> 0.85: fails by name, in both methods.
+        let bad = with_quality(meas(850_000, &NOISE, 0), &[("map", 0.60), ("mota", 0.85)]);
+        for v in [
+            Verdict::against_baseline(&base, &bad, &tol),
+            Verdict::paired(&base, &bad, &tol),
+        ] {
+            let fails: Vec<&str> = v.failures().map(|r| r.figure.as_str()).collect();
+            assert_eq!(fails, ["quality mota"], "{}", v.table());
+            let row = v.failures().next().unwrap();
+            assert_eq!(row.unit, Unit::Score);
+            assert!((row.threshold - 0.88).abs() < 1e-12);
+            let lines = v.summary_lines().join("\n");
+            assert!(lines.contains("REGRESSION") && lines.contains("allowed down to 0.8800"));
+        }
+    }
+
+    #[test]
+    fn an_old_reference_without_quality_skips_the_check_with_a_note() {
+        let tol = RegressConfig::default();
+        let old = meas(850_000, &NOISE, 0);
+        let now = with_quality(meas(850_000, &NOISE, 0), &[("map", 0.0)]);
+        let v = Verdict::against_baseline(&old, &now, &tol);
+        assert!(v.passed());
+        assert_eq!(v.rows.len(), 3 * 4 + 3);
+        assert!(
+            v.warnings.iter().any(|w| w.contains("no quality figures")),
+            "{:?}",
+            v.warnings
+        );
+        // An old measurement file (no "quality" key) still loads.
+        let mut json = serde_json::to_value(&old).unwrap();
+        assert!(json["reps"][0].get("quality").is_none());
+        json["reps"][0].as_object_mut().unwrap().remove("quality");
+        let back: Measurement = serde_json::from_value(json).unwrap();
+        assert!(back.reps[0].quality.is_empty());
+        // One-sided figures are named, not judged.
+        let a = with_quality(meas(850_000, &NOISE, 0), &[("map", 0.5), ("ap.car", 0.4)]);
+        let b = with_quality(meas(850_000, &NOISE, 0), &[("map", 0.5)]);
+        let v = Verdict::against_baseline(&a, &b, &tol);
+        assert!(v.passed());
+        assert!(v
+            .warnings
+            .iter()
+            .any(|w| w.contains("'ap.car' only in the reference")));
     }
 
     #[test]

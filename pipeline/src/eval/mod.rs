@@ -14,8 +14,22 @@
 //! - Entries with `valid == 0` are ignored on both sides. Deterministic (ordered maps only).
 //! - This runs after publishing, off the hot path: it may allocate.
 //!
+//! [`seg_truth`] rasterises the ground-truth BEV segmentation from the road map.
+//!
 //! [`first_collision`] checks a planned trajectory with the ego box exactly as the planner
 //! places it ([`crate::geometry::ego_box`], no inflation) against ground-truth boxes.
+
+pub mod detection;
+pub mod quality;
+pub mod seg_truth;
+pub mod segmentation;
+pub mod tracking;
+
+pub use detection::{DetectionEval, DetectionSummary, EvalDet, EvalGt};
+pub use quality::{Quality, QualityEval};
+pub use seg_truth::{seg_ground_truth, SegTruthError, MARKING_HALF_WIDTH_M};
+pub use segmentation::{SegEval, SegSummary};
+pub use tracking::{track_confidence, TrackingEval, TrackingSummary};
 
 use std::collections::BTreeMap;
 
@@ -74,8 +88,9 @@ impl MotEval {
     /// One frame: ground-truth boxes (world) within the evaluation region, and the
     /// published tracks (world). CLEAR-MOT: keep last frame's gt→track correspondences if
     /// still within distance, then Hungarian on remaining pairs by distance; counts
-    /// matches, misses (FN), false positives, ID switches.
-    pub fn frame(&mut self, gt: &[GtBox], tracks: &[TrackState]) {
+    /// matches, misses (FN), false positives, ID switches. Returns the ids of the matched
+    /// tracks.
+    pub fn frame(&mut self, gt: &[GtBox], tracks: &[TrackState]) -> Vec<u32> {
         let gts: Vec<&GtBox> = gt.iter().filter(|g| g.valid != 0).collect();
         let trs: Vec<&TrackState> = tracks.iter().filter(|t| t.valid != 0).collect();
         let thr = f64::from(self.match_dist_m);
@@ -129,6 +144,7 @@ impl MotEval {
         }
         // 3. Count.
         self.prev.clear();
+        let mut matched = Vec::with_capacity(gts.len());
         for (gi, g) in gts.iter().enumerate() {
             match gt_match[gi] {
                 Some(ti) => {
@@ -142,6 +158,7 @@ impl MotEval {
                     }
                     self.last.insert(g.id, t.id);
                     self.prev.insert(g.id, t.id);
+                    matched.push(t.id);
                 }
                 None => self.sum.misses += 1,
             }
@@ -149,6 +166,14 @@ impl MotEval {
         self.sum.false_positives += tr_used.iter().filter(|u| !**u).count() as u64;
         self.sum.gt_objects += gts.len() as u64;
         self.sum.frames += 1;
+        matched
+    }
+
+    /// Ends a sequence (a log): the next frame starts without correspondences or match
+    /// history, so ids of different logs never meet. The counts carry on.
+    pub fn end_sequence(&mut self) {
+        self.prev.clear();
+        self.last.clear();
     }
 
     /// The figures so far.
