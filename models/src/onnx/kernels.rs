@@ -77,9 +77,73 @@ pub(crate) struct GeneralConv {
     pub hi: i8,
 }
 
+/// Largest ungrouped patch (`kh · kw · in_c`) [`GeneralConv::run`] gathers on the stack.
+const PATCH_MAX: usize = 4608;
+
 impl GeneralConv {
     /// Output rows `rows` (over `batch * out_h`) of NHWC `input` into `out` (those rows only).
+    ///
+    /// Ungrouped convolutions whose patch fits [`PATCH_MAX`] (dilated ones, rectangular
+    /// kernels, asymmetric pads) gather each output pixel's zero-point-relative patch once
+    /// (padding taps are 0) into a stack buffer and take one dot product per output
+    /// channel over it, which the compiler vectorizes; the sums are the same integers as
+    /// the tap-by-tap loop below, so the results are identical.
     pub fn run(&self, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let taps = self.win.kh * self.win.kw * self.in_c;
+        if self.groups == 1 && taps <= PATCH_MAX {
+            self.run_patches(input, out, rows);
+        } else {
+            self.run_taps(input, out, rows);
+        }
+    }
+
+    fn run_patches(&self, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let w = &self.win;
+        let c = self.in_c;
+        let taps = w.kh * w.kw * c;
+        let img = w.in_h * w.in_w * c;
+        let mut patch = [0i16; PATCH_MAX];
+        let patch = &mut patch[..taps];
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / w.out_h, r % w.out_h);
+            let x = &input[b * img..(b + 1) * img];
+            for ox in 0..w.out_w {
+                for ky in 0..w.kh {
+                    let iy = w.iy(oy, ky);
+                    for kx in 0..w.kw {
+                        let ix = w.ix(ox, kx);
+                        let dst = &mut patch[(ky * w.kw + kx) * c..(ky * w.kw + kx + 1) * c];
+                        if iy < 0 || iy >= w.in_h as isize || ix < 0 || ix >= w.in_w as isize {
+                            dst.fill(0);
+                        } else {
+                            let base = (iy as usize * w.in_w + ix as usize) * c;
+                            for (d, &v) in dst.iter_mut().zip(&x[base..base + c]) {
+                                *d = (i32::from(v) - self.x_zp) as i16;
+                            }
+                        }
+                    }
+                }
+                for oc in 0..self.out_c {
+                    let wt = &self.weights[oc * taps..(oc + 1) * taps];
+                    let dot: i32 = patch
+                        .iter()
+                        .zip(wt)
+                        .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                        .sum();
+                    out[o] = requant_f32(
+                        (self.bias[oc] + dot) as f32 * self.multipliers[oc],
+                        self.y_zp,
+                        self.lo,
+                        self.hi,
+                    );
+                    o += 1;
+                }
+            }
+        }
+    }
+
+    fn run_taps(&self, input: &[i8], out: &mut [i8], rows: Range<usize>) {
         let w = &self.win;
         let icg = self.in_c / self.groups;
         let ocg = self.out_c / self.groups;
