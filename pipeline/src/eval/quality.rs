@@ -61,6 +61,8 @@ pub struct Quality {
     pub seg_iou: BTreeMap<String, Option<f64>>,
     /// Mean IoU over the classes that have one.
     pub seg_miou: Option<f64>,
+    /// IoU of the road surface (drivable or lane marking as one region).
+    pub drivable_area_iou: Option<f64>,
     /// Frames whose segmentation was evaluated (those where the head ran).
     pub seg_frames: u64,
     /// CLEAR-MOT accuracy.
@@ -111,6 +113,7 @@ impl QualityEval {
             ap: d.ap.clone(),
             seg_iou: s.iou,
             seg_miou: s.miou,
+            drivable_area_iou: s.drivable_area,
             seg_frames: s.frames,
             mota: t.mot.mota,
             motp: t.mot.motp_m,
@@ -133,7 +136,7 @@ impl Quality {
     }
 
     /// The headline figures by name, all "higher is better", for regression checks:
-    /// `map`, `ap.<class>`, `seg_miou`, `seg_iou.<class>`, `mota`, `amota`,
+    /// `map`, `ap.<class>`, `seg_miou`, `seg_iou.<class>`, `drivable_area_iou`, `mota`, `amota`,
     /// `collision_free` (figures that are undefined for this run are left out; none at all
     /// without ground truth).
     pub fn headline(&self) -> BTreeMap<String, f64> {
@@ -156,6 +159,9 @@ impl Quality {
             if let Some(v) = v {
                 m.insert(format!("seg_iou.{k}"), *v);
             }
+        }
+        if let Some(v) = self.drivable_area_iou {
+            m.insert("drivable_area_iou".to_string(), v);
         }
         m.insert("mota".to_string(), self.mota);
         m.insert("amota".to_string(), self.amota);
@@ -188,7 +194,8 @@ impl Quality {
             .map(|(k, v)| format!("{k} {}", fmt_opt(*v)))
             .collect();
         format!(
-            "segmentation vs ground truth: mIoU {} (IoU {}) over {} frames where the head ran",
+            "segmentation vs ground truth: drivable area IoU {}, mIoU {} (IoU {}) over {} frames where the head ran",
+            fmt_opt(self.drivable_area_iou),
             fmt_opt(self.seg_miou),
             per.join(", "),
             self.seg_frames

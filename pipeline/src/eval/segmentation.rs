@@ -8,6 +8,12 @@
 //! is out of range count for no class. Which frames to add is the caller's choice (the
 //! replay adds only frames where the segmentation head ran). Deterministic; off the hot
 //! path.
+//!
+//! The **drivable area** IoU ([`SegSummary::drivable_area`]) scores the road surface as
+//! one region: a cell is drivable area when its class is drivable or lane marking (the
+//! markings are painted on the road; nuScenes' drivable-area class includes them). It is
+//! the figure the project's segmentation target refers to; the per-class IoUs also score
+//! the 1 m marking bands, which a 1 m grid resolves only roughly.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +27,8 @@ pub struct SegEval {
     frames: u64,
     inter: [u64; seg_class::COUNT],
     union: [u64; seg_class::COUNT],
+    /// Road surface (drivable or lane marking): intersection, union.
+    area: [u64; 2],
 }
 
 /// Segmentation figures.
@@ -32,6 +40,8 @@ pub struct SegSummary {
     pub iou: BTreeMap<String, Option<f64>>,
     /// Mean IoU over the classes that have one.
     pub miou: Option<f64>,
+    /// IoU of the road surface (drivable or lane marking, as one region).
+    pub drivable_area: Option<f64>,
 }
 
 impl SegEval {
@@ -44,8 +54,13 @@ impl SegEval {
     /// longer one are ignored).
     pub fn frame(&mut self, pred: &[u8], truth: &[u8]) {
         self.frames += 1;
+        let road =
+            |c: usize| c == seg_class::DRIVABLE as usize || c == seg_class::LANE_MARKING as usize;
         for (&p, &t) in pred.iter().zip(truth) {
             let (p, t) = (usize::from(p), usize::from(t));
+            let (pr, tr) = (road(p), road(t));
+            self.area[0] += u64::from(pr && tr);
+            self.area[1] += u64::from(pr || tr);
             if p == t {
                 if p < seg_class::COUNT {
                     self.inter[p] += 1;
@@ -69,6 +84,8 @@ impl SegEval {
             self.inter[c] += other.inter[c];
             self.union[c] += other.union[c];
         }
+        self.area[0] += other.area[0];
+        self.area[1] += other.area[1];
     }
 
     /// The figures so far.
@@ -84,6 +101,7 @@ impl SegEval {
             s.iou.insert(name.to_string(), iou);
         }
         s.miou = (!have.is_empty()).then(|| have.iter().sum::<f64>() / have.len() as f64);
+        s.drivable_area = (self.area[1] > 0).then(|| self.area[0] as f64 / self.area[1] as f64);
         s
     }
 }
@@ -105,6 +123,8 @@ mod tests {
         assert_eq!(s.iou["drivable"], Some(0.5));
         assert_eq!(s.iou["lane_marking"], Some(0.5));
         assert!((s.miou.unwrap() - 1.4 / 3.0).abs() < 1e-12);
+        // Road surface (1 or 2): truth {2, 3, 4, 5, 6}, prediction {1, 2, 3, 5}: I 3, U 6.
+        assert_eq!(s.drivable_area, Some(0.5));
         assert_eq!(s.frames, 1);
     }
 
