@@ -10,6 +10,8 @@
 //! perception = "network"        # network | oracle
 //! network = "trained"           # trained (the shipped models) | seeded (untrained, any shape)
 //! bev_cache_frames = 2
+//! detection_threshold = 0.3     # decoder: heatmap peaks kept at sigmoid >= this
+//! track_min_score = 0.4         # tracking: detections below this score are ignored
 //! weights = "net.safetensors"  # calibrated INT8 weights from `redline quantize` (optional)
 //!
 //! [models]                      # ONNX models and the engine that runs each (optional; see
@@ -142,6 +144,15 @@ pub struct PipelineConfig {
     pub network: Network,
     /// Previous BEV maps fused by the temporal cache (1..=4).
     pub bev_cache_frames: usize,
+    /// Heatmap score (sigmoid of the logit) at which the decoder keeps a peak, in (0, 1).
+    /// Lower finds more objects (recall, AP) at the price of more false detections, which
+    /// tracking's confirmation filters. Default 0.3 (chosen on the trained network: see the
+    /// README's model card).
+    pub detection_threshold: f32,
+    /// Detection score below which tracking ignores a detection, in [0, 1]. Above
+    /// `detection_threshold` it lets tracking see only the surer detections while the
+    /// published detections (and detection AP) keep the rest. Default 0.4 (README model card).
+    pub track_min_score: f32,
     /// Seed of the network's weights (until trained weights exist).
     pub weights_seed: u64,
     /// Network input per camera, [height, width] px (multiples of 8).
@@ -277,6 +288,8 @@ impl Default for PipelineConfig {
             perception: Perception::Network,
             network: Network::Trained,
             bev_cache_frames: 2,
+            detection_threshold: 0.3,
+            track_min_score: 0.4,
             weights_seed: 1,
             net_input: [128, 256],
             feature_channels: 128,
@@ -398,6 +411,18 @@ impl PipelineConfig {
             return Err(ConfigError::Invalid(format!(
                 "frame_slots = {}: use 1 to 16",
                 self.frame_slots
+            )));
+        }
+        if !(self.detection_threshold > 0.0 && self.detection_threshold < 1.0) {
+            return Err(ConfigError::Invalid(format!(
+                "detection_threshold = {}: use a score in (0, 1), e.g. 0.3",
+                self.detection_threshold
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.track_min_score) {
+            return Err(ConfigError::Invalid(format!(
+                "track_min_score = {}: use a score in [0, 1], e.g. 0.3",
+                self.track_min_score
             )));
         }
         if !(1..=4).contains(&self.bev_cache_frames) {

@@ -30,8 +30,6 @@ use crate::types::{
     MAX_DETECTIONS, MAX_TRACKS, PLAN_STEPS,
 };
 
-/// Detection score threshold of the decoder.
-pub const DETECTION_THRESHOLD: f32 = 0.5;
 /// NMS IoU threshold.
 pub const NMS_IOU: f32 = 0.3;
 
@@ -239,7 +237,7 @@ pub fn build_with(
     .criticality(Criticality::BestEffort);
     match cfg.perception {
         Perception::Network => {
-            let decoder = Decoder::new(&bev, shapes.classes, DETECTION_THRESHOLD, NMS_IOU);
+            let decoder = Decoder::new(&bev, shapes.classes, cfg.detection_threshold, NMS_IOU);
             add_stage(
                 &mut g,
                 cfg,
@@ -259,11 +257,20 @@ pub fn build_with(
                 .budget_ns(budget(stage::ORACLE));
         }
     }
-    add_stage(&mut g, cfg, hook, stage::TRACKING, TrackingStage::new())
-        .reads::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
-        .reads::<EgoPose>(buf::EGO, 1)
-        .writes::<TrackState>(buf::TRACKS, MAX_TRACKS)
-        .budget_ns(budget(stage::TRACKING));
+    add_stage(
+        &mut g,
+        cfg,
+        hook,
+        stage::TRACKING,
+        TrackingStage::with_params(crate::tracking::TrackerParams {
+            min_score: cfg.track_min_score,
+            ..Default::default()
+        }),
+    )
+    .reads::<Detection>(buf::DETECTIONS, MAX_DETECTIONS)
+    .reads::<EgoPose>(buf::EGO, 1)
+    .writes::<TrackState>(buf::TRACKS, MAX_TRACKS)
+    .budget_ns(budget(stage::TRACKING));
     add_stage(&mut g, cfg, hook, stage::PREDICTION, PredictionStage::new())
         .reads::<TrackState>(buf::TRACKS, MAX_TRACKS)
         .reads::<RoadMap>(buf::MAP, 1)

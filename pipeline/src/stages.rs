@@ -357,8 +357,13 @@ pub struct TrackingStage {
 impl TrackingStage {
     /// With default parameters.
     pub fn new() -> Self {
+        Self::with_params(TrackerParams::default())
+    }
+
+    /// With the given parameters.
+    pub fn with_params(p: TrackerParams) -> Self {
         TrackingStage {
-            tracker: Tracker::new(TrackerParams::default()),
+            tracker: Tracker::new(p),
         }
     }
 }
