@@ -423,8 +423,30 @@ mod tests {
     }
 
     #[test]
-    fn the_default_config_runs_the_committed_builtin_files() {
+    fn the_default_config_runs_the_shipped_trained_models() {
         let cfg = PipelineConfig::default();
+        assert_eq!(cfg.network, Network::Trained);
+        let bev = BevSpec::DEFAULT;
+        let m = load_models(&cfg, &cfg.net_config(), 6, &bev).expect("trained models load");
+        assert_eq!(m.backbone.inputs()[0].shape[0], trained::CAMERAS);
+        assert!(m.shapes.det_split);
+        assert_eq!((m.shapes.classes, m.shapes.seg_classes), (3, 3));
+        // Another rig: the trained backbone takes six cameras; the error says what to do.
+        let msg = load_models(&cfg, &cfg.net_config(), 2, &bev)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("takes 6 cameras") && msg.contains("network = \"seeded\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_seeded_network_runs_the_committed_builtin_files() {
+        let cfg = PipelineConfig {
+            network: Network::Seeded,
+            ..PipelineConfig::default()
+        };
         assert!(
             cfg.net_config() == builtin::net_config(),
             "the built-in files must hold the default network"
@@ -445,7 +467,10 @@ mod tests {
 
     #[test]
     fn a_model_that_breaks_the_contract_is_named_with_the_shape_expected() {
-        let mut cfg = PipelineConfig::default();
+        let mut cfg = PipelineConfig {
+            network: Network::Seeded,
+            ..PipelineConfig::default()
+        };
         // A detection head where the backbone belongs.
         cfg.models.backbone = ModelRef {
             path: Some(write("det-as-backbone.onnx", builtin::DET_HEAD)),
@@ -458,7 +483,10 @@ mod tests {
             "{msg}"
         );
         // Heads swapped: the segmentation head has one output of 3 channels.
-        let mut cfg = PipelineConfig::default();
+        let mut cfg = PipelineConfig {
+            network: Network::Seeded,
+            ..PipelineConfig::default()
+        };
         cfg.models.det_head.path = Some(write("seg-as-det.onnx", builtin::SEG_HEAD));
         let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
             .unwrap_err()
@@ -468,7 +496,10 @@ mod tests {
             "{msg}"
         );
         // Built-in heads after another network's backbone: quantization / channels differ.
-        let mut cfg = PipelineConfig::default();
+        let mut cfg = PipelineConfig {
+            network: Network::Seeded,
+            ..PipelineConfig::default()
+        };
         let other = onnx_models(
             &NetConfig {
                 feat_c: 64,
@@ -487,7 +518,10 @@ mod tests {
             "{msg}"
         );
         // A missing file names the config key.
-        let mut cfg = PipelineConfig::default();
+        let mut cfg = PipelineConfig {
+            network: Network::Seeded,
+            ..PipelineConfig::default()
+        };
         cfg.models.seg_head.path = Some(PathBuf::from("/nonexistent/seg.onnx"));
         let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
             .unwrap_err()

@@ -203,7 +203,7 @@ pub fn write_dataset(
     let rig = scenarios[0].cameras.clone();
     let cams = rig.len();
     for &s in &spec.strides {
-        if s == 0 || spec.net_w % s != 0 || spec.net_h % s != 0 {
+        if s == 0 || !spec.net_w.is_multiple_of(s) || !spec.net_h.is_multiple_of(s) {
             return Err(DatasetError::Config(format!(
                 "stride {s} must divide the network input {}x{}",
                 spec.net_w, spec.net_h

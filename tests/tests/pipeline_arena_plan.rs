@@ -27,7 +27,7 @@ use redline_tests::small_scenario;
 /// every platform. If a deliberate change to the graph's buffers or to the planner changes
 /// it, the failure message prints the new value and the buffer table: check the table,
 /// paste the value here and say in the commit why the arena changed.
-const PINNED_PEAK_BYTES: usize = 991_344;
+const PINNED_PEAK_BYTES: usize = 401_520;
 
 fn feed() -> Arc<dyn FrameSource> {
     Arc::new(Feed::from_scenario(&small_scenario(1, 0.5), None, &mut |_, _| {}).expect("feed"))

@@ -1,12 +1,12 @@
 //! End-to-end lockstep replay of a generated MCAP log: bit-identical outputs across runs and
 //! for 1, 2 and 4 lanes, equal to a pinned output hash (so a change to any output fails the
 //! test even when all runs agree), every frame published, the log's frames all replayed.
-//! Negative control: weights one bit apart give a different hash on the same log.
+//! Negative controls: the seeded network, and its weights one bit apart, give other hashes.
 
 use std::sync::Arc;
 
 use redline_models::engine::EngineKind;
-use redline_pipeline::config::PipelineConfig;
+use redline_pipeline::config::{Network, PipelineConfig};
 use redline_pipeline::run::replay;
 use redline_pipeline::run::Counters;
 use redline_runtime::ReleaseMode;
@@ -19,15 +19,28 @@ use redline_tests::{scenario_log, small_scenario, temp_dir};
 /// Determinism). If a deliberate change to the scenario, the network or any stage changes
 /// it, the failure message prints the new value: paste it here and say in the commit why
 /// the outputs changed.
-const PINNED_OUTPUT_HASH: &str = "8dad2ec04980a710";
+const PINNED_OUTPUT_HASH: &str = "d5ae709015a04c7a";
 
 fn run(feed: &Arc<Feed>, lanes: usize, weights_seed: u64) -> String {
-    run_with(feed, lanes, weights_seed, EngineKind::Native)
+    run_with(
+        feed,
+        lanes,
+        weights_seed,
+        EngineKind::Native,
+        Network::Trained,
+    )
 }
 
-fn run_with(feed: &Arc<Feed>, lanes: usize, weights_seed: u64, engine: EngineKind) -> String {
+fn run_with(
+    feed: &Arc<Feed>,
+    lanes: usize,
+    weights_seed: u64,
+    engine: EngineKind,
+    network: Network,
+) -> String {
     let mut cfg = PipelineConfig {
         lanes,
+        network,
         release: ReleaseMode::Lockstep,
         weights_seed,
         // Lockstep has no frame guard, so the deadline only sets when the watchdog writes a
@@ -81,7 +94,7 @@ fn lockstep_replay_of_a_generated_log_is_bit_identical_across_runs_and_lanes() {
     // The same models on ONNX Runtime (the built-in files are QLinearConv graphs, whose
     // integer path ONNX Runtime computes exactly): the same outputs, bit for bit.
     if redline_models::engine::onnxruntime::find_library().is_ok() {
-        let ort = run_with(&feed, 2, seed, EngineKind::OnnxRuntime);
+        let ort = run_with(&feed, 2, seed, EngineKind::OnnxRuntime, Network::Trained);
         assert_eq!(
             ort, one,
             "the built-in models on onnxruntime give other outputs"
@@ -89,11 +102,17 @@ fn lockstep_replay_of_a_generated_log_is_bit_identical_across_runs_and_lanes() {
     } else {
         eprintln!("SKIPPED: ONNX Runtime is not available: the onnxruntime replay did not run");
     }
-    // Negative control: the same log through weights seeded one bit apart.
-    let perturbed = run(&feed, 2, seed ^ 2);
+    // Negative controls: the seeded network instead of the trained one; and the seeded
+    // network with weights seeded one bit apart.
+    let seeded = run_with(&feed, 2, seed, EngineKind::Native, Network::Seeded);
+    assert_ne!(
+        seeded, one,
+        "the trained and the seeded network give the same hash"
+    );
+    let perturbed = run_with(&feed, 2, seed ^ 2, EngineKind::Native, Network::Seeded);
     assert_ne!(
         perturbed,
-        one,
+        seeded,
         "weights_seed {seed} and {}: same output hash, so the hash ignores the outputs",
         seed ^ 2
     );

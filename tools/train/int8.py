@@ -188,6 +188,22 @@ class QuantNet:
             "det_head.boxes.bin": nhwc(box),
             "seg_head.logits.bin": nhwc(logits),
         }
+        # The float network on the same int8 inputs (what the float ONNX models compute
+        # before their int8 output quantization), float32: camera 0's features, the heads.
+        with torch.no_grad():
+            m = self.model
+            img = b["frames"][0, 0, :1].permute(0, 3, 1, 2).float() / 128.0
+            ffeat = m.backbone(img)
+            bev = dequant(fused, self.feat_q).float()[None]
+            fheat, fbox = m.det(bev)
+            flog = m.seg(bev)
+        for name, t in {
+            "float.backbone.features.f32": nhwc(ffeat),
+            "float.det_head.heatmap.f32": nhwc(fheat),
+            "float.det_head.boxes.f32": nhwc(fbox),
+            "float.seg_head.logits.f32": nhwc(flog),
+        }.items():
+            t.contiguous().numpy().astype("<f4").tofile(os.path.join(out, name))
         manifest = {}
         for name, t in files.items():
             arr = t.contiguous().numpy().astype(np.int8)

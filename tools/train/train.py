@@ -46,15 +46,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
     ap.add_argument("-o", "--output", required=True)
-    ap.add_argument("--epochs", type=float, default=6)
+    ap.add_argument("--epochs", type=float, default=6.5)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--frame-step", type=int, default=2, help="use every Nth frame per epoch")
     ap.add_argument("--max-drives", type=int, default=None)
     ap.add_argument("--init", default=None, help="start from this checkpoint")
+    ap.add_argument("--arch", default="small", choices=sorted(N.ARCHS))
+    ap.add_argument("--stop-at", type=int, default=None, help="stop after this many steps (the schedule is still that of --epochs)")
     a = ap.parse_args()
 
+    N.set_arch(a.arch)
     torch.manual_seed(a.seed)
     random.seed(a.seed)
     torch.set_num_threads(os.cpu_count() or 1)
@@ -73,7 +76,7 @@ def main():
     order = []
     t0 = time.time()
     run = [0.0, 0.0, 0.0]
-    for step in range(steps):
+    for step in range(min(steps, a.stop_at or steps)):
         if len(order) < a.batch:
             order = rng.sample(ds.index, len(ds.index))[:per_epoch]
         items, order = order[: a.batch], order[a.batch :]
@@ -96,8 +99,8 @@ def main():
                 flush=True,
             )
         if step % 500 == 499:
-            torch.save({"state": model.state_dict(), "stride": N.STRIDE}, a.output)
-    torch.save({"state": model.state_dict(), "stride": N.STRIDE}, a.output)
+            torch.save({"state": model.state_dict(), "stride": N.STRIDE, "arch": a.arch}, a.output)
+    torch.save({"state": model.state_dict(), "stride": N.STRIDE, "arch": a.arch}, a.output)
     print(f"wrote {a.output} after {time.time() - t0:.0f} s of training", flush=True)
 
 
