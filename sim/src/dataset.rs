@@ -19,7 +19,8 @@
 //!   the perception range ([`in_perception_range`]) in the **ego** frame: valid (1/0), class
 //!   (0 car, 1 pedestrian, 2 cyclist), x, y, length, width, yaw, actor id.
 //! - `drive_NNN/seg.npy`, `uint8 [frames, ny, nx]`: the BEV segmentation ground truth
-//!   (0 other, 1 drivable, 2 lane marking) from the road geometry (see [`seg_class`]).
+//!   (0 other, 1 drivable, 2 lane marking): the evaluation's own
+//!   [`seg_ground_truth`] of the road map the drive's log carries.
 //! - `drive_NNN/warp.npy`, `int32 [frames, K, cells]`: the temporal cache's warp
 //!   ([`TemporalCache::warp_sources`]): for history map `j` (the frame `t − 1 − j`), the
 //!   cell of that frame's grid each current cell reads, `-1` outside the grid or before the
@@ -35,22 +36,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use redline_pipeline::camera::project_ego;
-use redline_pipeline::geometry::world_to_ego;
+use redline_pipeline::eval::seg_ground_truth;
+use redline_pipeline::geometry::{world_to_ego, wrap_angle};
 use redline_pipeline::perception::{BevProjector, Preprocess, TemporalCache};
 use redline_pipeline::sensors::in_perception_range;
 use redline_pipeline::types::{BevSpec, EgoPose};
 use serde::Serialize;
 
-use crate::feed::{ego_pose, gt_boxes};
-use crate::scenario::{Road, Scenario, ScenarioConfig, ScenarioError};
+use crate::feed::{ego_pose, gt_boxes, scenario_map};
+use crate::scenario::{Scenario, ScenarioConfig, ScenarioError};
 use crate::types::RgbImage;
 
 /// Most ground-truth boxes stored per frame (the rest are dropped and counted).
 pub const MAX_BOXES: usize = 64;
-/// Half width of the band around a lane boundary line that counts as lane marking, m.
-/// The painted lines are 15 cm wide; a 1 m BEV cell is labelled by its centre, so the
-/// band is widened to half a cell: every cell the line crosses near its centre is marking.
-pub const MARKING_HALF_WIDTH: f64 = 0.5;
 /// Height at which BEV cells sample camera features (the runtime's, `graph.rs`), m.
 pub const BEV_LIFT_M: f32 = 0.5;
 
@@ -128,32 +126,6 @@ struct DriveMeta {
     frames: usize,
     dropped_boxes: usize,
     scenario: ScenarioConfig,
-}
-
-/// The segmentation class of the ground at world point `(x, y)`: 2 (lane marking) within
-/// [`MARKING_HALF_WIDTH`] of a lane boundary line (both road edges and every divider, the
-/// dividers' gaps included: a 1 m grid cannot resolve 3 m dashes with 6 m gaps reliably),
-/// else 1 (drivable) on the paved road `|d| ≤ lanes · lane_width / 2`, else 0 (other).
-pub fn seg_class(road: &Road, x: f64, y: f64) -> u8 {
-    let (s, d) = road.project(x, y);
-    if s < 0.0 || s > road.length() {
-        return 0;
-    }
-    let half = road.half_width();
-    if d.abs() > half + MARKING_HALF_WIDTH {
-        return 0;
-    }
-    let lanes = f64::from(road.lanes);
-    let lw = road.lane_width;
-    let j = (d / lw + 0.5 * lanes).round().clamp(0.0, lanes);
-    let dj = (j - 0.5 * lanes) * lw;
-    if (d - dj).abs() <= MARKING_HALF_WIDTH {
-        2
-    } else if d.abs() <= half {
-        1
-    } else {
-        0
-    }
 }
 
 /// Writes the dataset described by `spec` into `dir` (created). `progress(done, total)`
@@ -282,6 +254,7 @@ pub fn write_dataset(
         .map_err(io(&path))?;
         drop(input);
 
+        let map = scenario_map(sc);
         let egos: Vec<EgoPose> = (0..frames).map(|f| ego_pose(&sc.ego(f))).collect();
         let mut ego = Vec::with_capacity(frames * 4);
         let mut boxes = vec![0f32; frames * MAX_BOXES * 8];
@@ -313,15 +286,8 @@ pub fn write_dataset(
                 ]);
                 n += 1;
             }
-            let (s, c) = (e.yaw.sin(), e.yaw.cos());
-            for iy in 0..bev.ny {
-                for ix in 0..bev.nx {
-                    let (x, y) = bev.centre(ix, iy);
-                    let (x, y) = (x as f64, y as f64);
-                    let (wx, wy) = (e.x + c * x - s * y, e.y + s * x + c * y);
-                    seg[f * cells + iy * bev.nx + ix] = seg_class(&sc.road, wx, wy);
-                }
-            }
+            seg_ground_truth(&map, &e, &bev, &mut seg[f * cells..(f + 1) * cells])
+                .map_err(|e| DatasetError::Config(e.to_string()))?;
             for j in 0..spec.history {
                 if f > j {
                     let w = TemporalCache::warp_sources(&bev, &egos[f - 1 - j], &e);
@@ -394,16 +360,6 @@ pub fn write_dataset(
         serde_json::to_string_pretty(&meta).map_err(|e| DatasetError::Config(e.to_string()))?;
     std::fs::write(&path, json).map_err(io(&path))?;
     Ok(total)
-}
-
-fn wrap_angle(a: f64) -> f64 {
-    let t = std::f64::consts::TAU;
-    let r = a - t * (a / t).round();
-    if r <= -std::f64::consts::PI {
-        r + t
-    } else {
-        r
-    }
 }
 
 /// Writes a NumPy `.npy` file (format 1.0, C order) holding `data` (little-endian bytes
@@ -544,18 +500,5 @@ mod tests {
         assert_eq!(meta["cams"], 6);
         assert_eq!(meta["drives"][0]["frames"], 6);
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn seg_class_on_a_straight_road() {
-        let sc = Scenario::generate(varied_drives(1, 3, 0.1, 32, 16).remove(0)).unwrap();
-        let road = &sc.road;
-        let (x, y, h) = road.pose_at(50.0);
-        let at = |d: f64| seg_class(road, x - d * h.sin(), y + d * h.cos());
-        let half = road.half_width();
-        assert_eq!(at(half), 2, "the left edge line");
-        assert_eq!(at(-half), 2, "the right edge line");
-        assert_eq!(at(half + 3.0), 0, "beyond the road");
-        assert_eq!(at(road.lane_offset(0)), 1, "a lane centre");
     }
 }

@@ -113,6 +113,13 @@ pub(crate) fn gt_boxes(gt: &GroundTruth) -> Vec<GtBox> {
         .collect()
 }
 
+/// The road map a log of `scenario` carries (its centre line sampled every
+/// [`MAP_SPACING`] m, lanes, lane width): what replays and training labels read.
+pub(crate) fn scenario_map(scenario: &Scenario) -> Box<RoadMap> {
+    let centre = scenario.road.sample_centre(MAP_SPACING as f64, MAP_POINTS);
+    road_map(scenario.road.lanes, scenario.road.lane_width, &centre)
+}
+
 fn road_map(lanes: u32, lane_width: f64, centre: &[(f64, f64)]) -> Box<RoadMap> {
     let mut m: Box<RoadMap> = Box::default();
     m.lanes = lanes;
@@ -156,13 +163,12 @@ impl Feed {
             });
             progress(k + 1, n);
         }
-        let centre = scenario.road.sample_centre(MAP_SPACING as f64, MAP_POINTS);
         Ok(Feed {
             cameras: scenario.cameras.clone(),
             width: w,
             height: h,
             period_ns: scenario.period_ns(),
-            map: road_map(scenario.road.lanes, scenario.road.lane_width, &centre),
+            map: scenario_map(&scenario),
             frames: out,
             issues: Vec::new(),
             source: format!("built-in scenario (seed {})", cfg.seed),
