@@ -176,7 +176,8 @@ pub fn load_models(
                     Some(m) => m,
                     None => generated.insert(
                         if cfg.network == Network::Trained && cfg.weights.is_none() {
-                            let grid_ok = (bev.ny, bev.nx) == (48, 80);
+                            // The trained models were trained on this grid's view transform.
+                            let grid_ok = *bev == BevSpec::DEFAULT;
                             if cams != trained::CAMERAS || !grid_ok {
                                 return Err(ModelsError::TrainedRig {
                                     cams,

@@ -27,6 +27,17 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
 }
 
+/// Runs `model` (bytes) on `kind` over `input`; its outputs.
+fn run_model(model: &[u8], name: &str, kind: EngineKind, input: &[u8]) -> Vec<Vec<u8>> {
+    let mut e = load_engine_bytes(model, name, kind).expect("the shipped model loads");
+    let mut outs: Vec<Vec<u8>> = e.outputs().iter().map(|o| vec![0; o.byte_len()]).collect();
+    {
+        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        e.run(&[input], &mut refs, &Inline).expect("runs");
+    }
+    outs
+}
+
 /// Runs `model` on `input` and returns (elements differing from `want`, largest difference).
 fn run_and_compare(
     model: &[u8],
@@ -35,13 +46,8 @@ fn run_and_compare(
     input: &[u8],
     want: &[&[u8]],
 ) -> Vec<(usize, i32)> {
-    let mut e = load_engine_bytes(model, name, kind).expect("the shipped model loads");
-    let mut outs: Vec<Vec<u8>> = e.outputs().iter().map(|o| vec![0; o.byte_len()]).collect();
-    {
-        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-        e.run(&[input], &mut refs, &Inline).expect("runs");
-    }
-    outs.iter()
+    run_model(model, name, kind, input)
+        .iter()
         .zip(want)
         .map(|(got, want)| {
             assert_eq!(got.len(), want.len(), "{name}: output size");
@@ -145,12 +151,7 @@ fn the_float_models_compute_what_pytorch_computes() {
         let path = dir.join(format!("{name}.onnx"));
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let quant = redline_models::engine::io_quant::io_quant(&bytes, name).expect("quantization");
-        let mut e = load_engine_bytes(&bytes, name, EngineKind::OnnxRuntime).expect("loads");
-        let mut outs: Vec<Vec<u8>> = e.outputs().iter().map(|o| vec![0; o.byte_len()]).collect();
-        {
-            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-            e.run(&[&fixture(input)], &mut refs, &Inline).expect("runs");
-        }
+        let outs = run_model(&bytes, name, EngineKind::OnnxRuntime, &fixture(input));
         for (i, (got, out)) in outs.iter().zip(outputs).enumerate() {
             let want: Vec<f32> = fixture(out)
                 .chunks_exact(4)
