@@ -69,16 +69,7 @@ def calibrate(model, ds, frames):
         for i in range(0, len(frames), 8):
             b = ds.batch(frames[i : i + 8])
             t = {}
-            f = model.features(b["frames"][:, 0])
-            # Backbone taps, per camera image.
-            imgs = b["frames"][:, 0]
-            x = imgs.reshape(-1, *imgs.shape[2:]).permute(0, 3, 1, 2).float() / 128.0
-            model.backbone(x, t)
-            cur = model.bev.project(f)
-            hist = [model.bev.project(model.features(b["frames"][:, 1 + j])) for j in range(ds.k)]
-            fused = model.bev.fuse(cur, hist, b["warp"], b["m"])
-            model.det(fused, t)
-            model.seg(fused, t)
+            model(b["frames"], b["warp"], b["m"], t)
             for k, v in t.items():
                 acc.setdefault(k, []).append(v.flatten()[:: max(1, v.numel() // 500_000)])
     for k, vs in acc.items():
@@ -180,6 +171,15 @@ def nhwc_out(b, y, name, shape, q):
     return helper.make_tensor_value_info(name, TensorProto.INT8, shape)
 
 
+def hidden_layers(b, x, s, layers, prefix, qp):
+    """The ReLU convolutions `layers` (taps `prefix.i`) from input scale `s`: (x, scale)."""
+    for i, l in enumerate(layers):
+        q = qp[f"{prefix}.{i}"]
+        x = b.conv(x, l, s, True, q)
+        s = q[0]
+    return x, s
+
+
 def build_models(model, qp, cams, h, w, ny, nx, qdq):
     in_q = (1.0 / 128.0, 0)
     feat_q = qp[f"backbone.{len(N.BACKBONE) - 1}"]
@@ -199,11 +199,7 @@ def build_models(model, qp, cams, h, w, ny, nx, qdq):
     # Detection head.
     b = Builder("det_head", qdq)
     x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C], *feat_q)
-    s = feat_q[0]
-    for i, l in enumerate(model.det.hidden):
-        q = qp[f"det.{i}"]
-        x = b.conv(x, l, s, True, q)
-        s = q[0]
+    x, s = hidden_layers(b, x, feat_q[0], model.det.hidden, "det", qp)
     heat = b.conv(x, model.det.heat, s, False, qp["det.heat"], last=True)
     box = b.conv(x, model.det.box, s, False, qp["det.box"], last=True)
     outs = [
@@ -214,11 +210,7 @@ def build_models(model, qp, cams, h, w, ny, nx, qdq):
     # Segmentation head.
     b = Builder("seg_head", qdq)
     x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C], *feat_q)
-    s = feat_q[0]
-    for i, l in enumerate(model.seg.hidden):
-        q = qp[f"seg.{i}"]
-        x = b.conv(x, l, s, True, q)
-        s = q[0]
+    x, s = hidden_layers(b, x, feat_q[0], model.seg.hidden, "seg", qp)
     y = b.conv(x, model.seg.out, s, False, qp["seg.out"], last=True)
     outs = [nhwc_out(b, y, "logits", [1, ny, nx, N.SEG_CLASSES], qp["seg.out"])]
     out["seg_head"] = b.model(ins, outs, "seg_head")

@@ -53,36 +53,23 @@ def dequant(x, q):
     return (x - q[1]) * q[0]
 
 
-def sqnr(ref, test):
-    ref, test = ref.double(), test.double()
-    noise = ((ref - test) ** 2).sum().item()
-    return float("inf") if noise == 0 else 10 * np.log10((ref**2).sum().item() / noise)
-
-
 class QuantNet:
     def __init__(self, model, qp, ds):
         self.model, self.qp = model, qp
-        in_q = (1.0 / 128.0, 0)
-        s = in_q
-        self.backbone = []
-        for i, l in enumerate(model.backbone.layers):
-            q = qp[f"backbone.{i}"]
-            self.backbone.append((f"backbone.{i}", QConv(l, s, q)))
-            s = q
-        self.feat_q = s
-        self.det = []
-        for i, l in enumerate(model.det.hidden):
-            q = qp[f"det.{i}"]
-            self.det.append((f"det.{i}", QConv(l, s, q)))
-            s = q
+        def chain(layers, prefix, s):
+            """ReLU convolutions with taps `prefix.i` from input quantization `s`."""
+            convs = []
+            for i, l in enumerate(layers):
+                q = qp[f"{prefix}.{i}"]
+                convs.append((f"{prefix}.{i}", QConv(l, s, q)))
+                s = q
+            return convs, s
+
+        self.backbone, self.feat_q = chain(model.backbone.layers, "backbone", (1.0 / 128.0, 0))
+        self.det, s = chain(model.det.hidden, "det", self.feat_q)
         self.det_heat = QConv(model.det.heat, s, qp["det.heat"])
         self.det_box = QConv(model.det.box, s, qp["det.box"])
-        s = self.feat_q
-        self.seg = []
-        for i, l in enumerate(model.seg.hidden):
-            q = qp[f"seg.{i}"]
-            self.seg.append((f"seg.{i}", QConv(l, s, q)))
-            s = q
+        self.seg, s = chain(model.seg.hidden, "seg", self.feat_q)
         self.seg_out = QConv(model.seg.out, s, qp["seg.out"])
         src = torch.as_tensor(ds.sources, dtype=torch.long)
         self.src = src
@@ -159,14 +146,7 @@ class QuantNet:
                 b = ds.batch([(d, t)])
                 qt, ft = {}, {}
                 self.frame(b, 0, qt)
-                imgs = b["frames"][0, 0].permute(0, 3, 1, 2).float() / 128.0
-                model.backbone(imgs, ft)
-                f = model.features(b["frames"][:, 0])
-                cur = model.bev.project(f)
-                hist = [model.bev.project(model.features(b["frames"][:, 1 + j])) for j in range(ds.k)]
-                fused = model.bev.fuse(cur, hist, b["warp"], b["m"])
-                model.det(fused, ft)
-                model.seg(fused, ft)
+                model(b["frames"], b["warp"], b["m"], ft)
                 for k in qt:
                     r, q = ft[k].double().reshape(qt[k].shape), qt[k]
                     num[k] = num.get(k, 0.0) + (r**2).sum().item()

@@ -175,23 +175,24 @@ class DrivingNet(nn.Module):
         self.det = DetHead()
         self.seg = SegHead()
 
-    def features(self, images):
+    def features(self, images, taps=None):
         """images int8-valued [B, cams, H, W, 3] -> [B, cams, C, fh, fw]."""
         b, cams, h, w, _ = images.shape
         x = images.reshape(b * cams, h, w, 3).permute(0, 3, 1, 2).float() / 128.0
-        f = self.backbone(x)
+        f = self.backbone(x, taps)
         return f.reshape(b, cams, *f.shape[1:])
 
-    def forward(self, frames, warp, m):
-        """frames [B, 1 + K, cams, H, W, 3] (current first, then t-1, t-2 ...)."""
+    def forward(self, frames, warp, m, taps=None):
+        """frames [B, 1 + K, cams, H, W, 3] (current first, then t-1, t-2 ...). `taps`, a
+        dict, receives every layer's output for the current frame (calibration, SQNR)."""
         k = frames.shape[1] - 1
-        cur = self.bev.project(self.features(frames[:, 0]))
+        cur = self.bev.project(self.features(frames[:, 0], taps))
         hist = []
         if k > 0:
             with torch.no_grad():
                 for j in range(k):
                     hist.append(self.bev.project(self.features(frames[:, 1 + j])))
         fused = self.bev.fuse(cur, hist, warp, m)
-        heat, box = self.det(fused)
-        seg = self.seg(fused)
+        heat, box = self.det(fused, taps)
+        seg = self.seg(fused, taps)
         return heat, box, seg
