@@ -197,6 +197,12 @@ impl HashPublisher {
     /// (frame, status and held-from are always hashed). A graph that publishes an extra
     /// buffer for evaluation keeps the hash of its other outputs this way. No allocation.
     pub fn publish_filtered(&mut self, p: &Published<'_>, include: impl Fn(&str) -> bool) {
+        self.publish_where(p, |name| name.is_some_and(&include));
+    }
+
+    /// Hashes the frame, its status, held-from and the outputs whose (optional) name
+    /// `include` accepts.
+    fn publish_where(&mut self, p: &Published<'_>, include: impl Fn(Option<&str>) -> bool) {
         self.frames += 1;
         if matches!(p.status, FrameStatus::Fallback(_)) {
             self.fallbacks += 1;
@@ -205,7 +211,7 @@ impl HashPublisher {
         self.eat(p.status.label().as_bytes());
         self.eat(&p.held_from.unwrap_or(u64::MAX).to_le_bytes());
         for i in 0..p.outputs.len() {
-            if !p.outputs.name(i).is_some_and(&include) {
+            if !include(p.outputs.name(i)) {
                 continue;
             }
             if let Some(b) = p.outputs.bytes(i) {
@@ -217,17 +223,6 @@ impl HashPublisher {
 
 impl Publisher for HashPublisher {
     fn publish(&mut self, p: &Published<'_>) {
-        self.frames += 1;
-        if matches!(p.status, FrameStatus::Fallback(_)) {
-            self.fallbacks += 1;
-        }
-        self.eat(&p.info.frame.to_le_bytes());
-        self.eat(p.status.label().as_bytes());
-        self.eat(&p.held_from.unwrap_or(u64::MAX).to_le_bytes());
-        for i in 0..p.outputs.len() {
-            if let Some(b) = p.outputs.bytes(i) {
-                self.eat(b);
-            }
-        }
+        self.publish_where(p, |_| true);
     }
 }
