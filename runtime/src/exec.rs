@@ -319,6 +319,13 @@ pub(crate) fn unpack_running(v: u64) -> (u8, u64, u8) {
 }
 
 impl Shared {
+    /// Whether `node`'s `run` panicked in some frame (its fallback stands in for good).
+    /// Read by the scheduler to notice a lost critical stage even when the frame it
+    /// panicked in was already published on the deadline guard's fallback.
+    pub(crate) fn poisoned(&self, node: usize) -> bool {
+        self.nodes[node].exec.load(Ordering::Acquire) & STATE_MASK == POISONED
+    }
+
     /// Builds the shared state (start-up only).
     pub fn new(
         statics: Vec<NodeStatic>,

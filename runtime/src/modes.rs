@@ -183,7 +183,8 @@ pub enum TransitionReason {
         /// Good frames counted.
         good: u32,
     },
-    /// A critical stage was lost (hung).
+    /// A critical stage was lost (hung or panicked). The ladder goes to its last mode and
+    /// stays there; logged even when the ladder was already there (`from == to`).
     CriticalLost,
     /// `misses` deadline misses within the last `window` frames with every sheddable stage
     /// already shed (in the last-but-one rung): the critical chain cannot meet the deadline.
@@ -220,7 +221,11 @@ impl std::fmt::Display for TransitionReason {
             TransitionReason::Recovered { good } => {
                 write!(f, "{good} consecutive frames on time with slack")
             }
-            TransitionReason::CriticalLost => write!(f, "a critical stage was lost (hung)"),
+            TransitionReason::CriticalLost => write!(
+                f,
+                "a critical stage was lost (hung or panicked): its fallback stands in and the \
+                 ladder stays in its last mode"
+            ),
             TransitionReason::CriticalChainMisses { misses, window } => write!(
                 f,
                 "{misses} deadline misses within the last {window} with every sheddable stage \
@@ -265,6 +270,8 @@ pub struct Ladder {
     /// Per plan stage: frames in the window in which it overran (sheddable stages only).
     overrun_bits: Vec<u128>,
     good_run: u32,
+    /// A critical stage was lost: the ladder stays in its last mode for good.
+    pinned: bool,
     transitions: Vec<ModeTransition>,
     transitions_dropped: u64,
     residency: Vec<u64>,
@@ -402,6 +409,7 @@ impl Ladder {
             risk_bits: 0,
             miss_bits: 0,
             good_run: 0,
+            pinned: false,
             transitions: Vec::with_capacity(TRANSITION_LOG),
             transitions_dropped: 0,
             residency: vec![0; n],
@@ -482,9 +490,17 @@ impl Ladder {
     pub fn observe(&mut self, o: &FrameOutcome) -> bool {
         self.residency[self.mode] += 1;
         let last = self.cfg.modes.len() - 1;
-        if o.critical_lost && self.mode != last {
+        // A lost critical stage never comes back (its fallback stands in for the rest of
+        // the run): the ladder goes to its last mode and stays there. The loss is logged
+        // even when an earlier transition already reached the last mode.
+        if o.critical_lost {
+            let changed = self.mode != last;
+            self.pinned = true;
             self.transition(last, o.frame, TransitionReason::CriticalLost);
-            return true;
+            return changed;
+        }
+        if self.pinned {
+            return false;
         }
         let window = self.cfg.window;
         let deadline = o.deadline_len_ns as f64;

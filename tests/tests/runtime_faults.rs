@@ -578,7 +578,9 @@ fn a_panicking_stage_is_contained_and_its_fallback_stands_in_from_then_on() {
 }
 
 /// A critical stage that panics is lost for good, like one that hangs: the ladder goes to
-/// its last mode at once; frames are still published.
+/// its last mode at once and stays there; frames are still published. The loss is noticed
+/// even when the panic hook (a backtrace under `RUST_BACKTRACE=1`, as in CI) holds the
+/// frame past its deadline and the frame is published on the deadline guard first.
 #[test]
 fn a_panicking_critical_stage_sends_the_ladder_to_its_last_mode() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -597,6 +599,13 @@ fn a_panicking_critical_stage_sends_the_ladder_to_its_last_mode() {
         .find(|t| t.raw.reason == TransitionReason::CriticalLost)
         .unwrap_or_else(|| panic!("no critical loss: {:#?}", r.transitions));
     assert!(t.after_frame >= 15 && t.to == "minimal", "{t:?}");
+    // Lost for good: nothing after it, whatever the frames that follow look like.
+    assert_eq!(
+        r.transitions.last().map(|l| l.raw),
+        Some(t.raw),
+        "{:#?}",
+        r.transitions
+    );
 }
 
 /// What a test learns from a run that was expected to panic.

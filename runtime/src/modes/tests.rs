@@ -139,6 +139,32 @@ fn one_burst_moves_one_rung_and_critical_loss_jumps_to_the_last() {
 }
 
 #[test]
+fn a_critical_loss_pins_the_last_mode_even_when_the_ladder_is_already_there() {
+    let mut l = Ladder::new(cfg(), &plan()).unwrap();
+    // Misses take the ladder to the last rung first (as when a panicking stage holds its
+    // frame past the deadline before the loss is known).
+    for f in 0..20 {
+        l.observe(&frame(f, true, 0));
+    }
+    assert_eq!(l.mode(), 2);
+    let before = l.transitions().len();
+    let mut lost = frame(20, false, 50);
+    lost.critical_lost = true;
+    assert!(!l.observe(&lost), "already in the last mode");
+    assert_eq!(l.transitions().len(), before + 1, "the loss is logged");
+    let t = *l.transitions().last().unwrap();
+    assert_eq!(
+        (t.from, t.to, t.reason),
+        (2, 2, TransitionReason::CriticalLost)
+    );
+    // No number of good frames brings a lost critical stage back.
+    for f in 21..200 {
+        assert!(!l.observe(&frame(f, false, 90)));
+    }
+    assert_eq!(l.mode(), 2);
+}
+
+#[test]
 fn overruns_alone_never_reach_safe_stop() {
     // Every stage, critical ones included, overruns in every frame, but every frame is
     // published with slack: the only move allowed is shedding a non-critical stage.

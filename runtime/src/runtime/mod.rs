@@ -123,6 +123,10 @@ pub struct Runtime {
     published_through: u64,
     fed_through: u64,
     critical_lost_pending: bool,
+    /// Critical stages whose panic the ladder has been told of (bit per node): in real
+    /// time a frame can be published on the deadline guard before its panicking stage
+    /// returns, so the loss is noticed from the node's state, once.
+    critical_poison_seen: u64,
     // Metrics.
     e2e: LatencyHistogram,
     exec_hist: Vec<LatencyHistogram>,
@@ -285,6 +289,7 @@ impl Runtime {
             published_through: 0,
             fed_through: 0,
             critical_lost_pending: false,
+            critical_poison_seen: 0,
             e2e: LatencyHistogram::new(),
             exec_hist: (0..n).map(|_| LatencyHistogram::new()).collect(),
             queue_hist: (0..n).map(|_| LatencyHistogram::new()).collect(),

@@ -73,8 +73,13 @@ impl Runtime {
                     let wall_release = s.wall_release_ns.load(Ordering::Relaxed);
                     let overrun_mask = s.overrun_mask.load(Ordering::Acquire);
                     // A critical stage that panicked in this frame is lost for good, as
-                    // one that hung (its fallback stands in from now on).
-                    if self.critical_panicked(slot as usize) {
+                    // one that hung (its fallback stands in from now on). In lockstep the
+                    // frame's outcome says so deterministically; otherwise see
+                    // `note_poisoned_critical` (the frame may be published before the
+                    // panicking stage returns).
+                    if self.cfg.release == ReleaseMode::Lockstep
+                        && self.critical_panicked(slot as usize)
+                    {
                         self.critical_lost_pending = true;
                     }
                     if phase == ABANDONED {
@@ -134,6 +139,23 @@ impl Runtime {
         self.stages.iter().enumerate().any(|(i, st)| {
             st.criticality == Criticality::Critical && s.timing[i].outcome() == Outcome::Panicked
         })
+    }
+
+    /// Real time and as fast as possible: a critical stage whose `run` panicked since the
+    /// last publication is lost (each node reported once). Read from the node's state, not
+    /// the frame's, because the deadline guard may have published the frame the stage
+    /// panicked in (e.g. while the panic hook printed a backtrace) before the stage returned.
+    fn note_poisoned_critical(&mut self) {
+        for (i, st) in self.stages.iter().enumerate() {
+            let bit = 1u64 << i;
+            if st.criticality == Criticality::Critical
+                && self.critical_poison_seen & bit == 0
+                && self.shared.poisoned(i)
+            {
+                self.critical_poison_seen |= bit;
+                self.critical_lost_pending = true;
+            }
+        }
     }
 
     fn counted_mask(&self, mask: u64) -> u64 {
@@ -365,6 +387,9 @@ impl Runtime {
     ) {
         self.e2e.record(latency);
         self.frames_published += 1;
+        if self.cfg.release != ReleaseMode::Lockstep {
+            self.note_poisoned_critical();
+        }
         let o = FrameOutcome {
             frame,
             deadline_miss: miss,
