@@ -117,7 +117,7 @@ pub fn load_feed(cfg: &RedlineConfig, log: Option<&Path>, frames: Option<usize>)
     match log {
         Some(path) => {
             eprintln!("reading {} ...", path.display());
-            Feed::from_log_with(path, frames, cfg.log)
+            Feed::from_log_mapped(path, frames, cfg.log, &cfg.sensors)
                 .with_context(|| format!("replaying {}", path.display()))
         }
         None => {

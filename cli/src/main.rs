@@ -12,6 +12,7 @@ mod config;
 mod demo;
 mod eval;
 mod generate;
+mod log_info;
 mod measure;
 mod model;
 mod progress;
@@ -23,6 +24,7 @@ mod report;
 use demo::DemoArgs;
 use eval::EvalArgs;
 use generate::SimCommand;
+use log_info::LogCommand;
 use model::ModelCommand;
 use quantize::QuantizeArgs;
 use regress::{RegressArgs, WorkerArgs};
@@ -51,6 +53,9 @@ enum Command {
     /// Quality against ground truth (detection AP/mAP, segmentation IoU, MOTA/AMOTA,
     /// planner): replay logs in lockstep, print per log and pooled, optionally as JSON.
     Eval(EvalArgs),
+    /// Inspect a recorded log: `info` (topics, types, counts, rates, a [sensors] table).
+    #[command(subcommand)]
+    Log(LogCommand),
     /// Generate synthetic sensor logs.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -91,6 +96,7 @@ fn main() -> ExitCode {
         Some(Command::Sim(SimCommand::Dataset(a))) => done(generate::dataset(a)),
         Some(Command::Quantize(a)) => done(quantize::run(a)),
         Some(Command::Model(c)) => done(model::run(c)),
+        Some(Command::Log(c)) => done(log_info::run(c)),
         // Regression checks: 0 pass, 1 regression, 2 cannot run (as a CI job expects).
         Some(Command::Regress(a)) => match regress::regress(a) {
             Ok(pass) => ExitCode::from(if pass { 0 } else { 1 }),
@@ -146,6 +152,8 @@ mod tests {
             "redline eval drive.mcap --config c.toml --frames 300",
             "redline report merge a.json b.json -o m.json",
             "redline model info m.onnx --json",
+            "redline log info bag.mcap",
+            "redline log info bag.mcap --json",
             "redline model bench m.onnx --threads 4 --against onnxruntime --iters 200",
             "redline model bench m.onnx --engine ort --input a.bin --json",
         ] {

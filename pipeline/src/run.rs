@@ -483,31 +483,39 @@ pub fn write_report(dir: &Path, outcome: &ReplayOutcome, rt: &Runtime) -> Result
 pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
     let e = &o.evaluation;
     let t = &e.tracking;
-    let mut v = vec![
-        format!(
-            "input: {} ({} issues); perception: {:?}; backbone {:.1} MMAC/frame; BEV coverage {:.0}%",
-            o.source,
-            o.input_issue_count,
-            o.perception,
-            o.graph.backbone_macs as f64 / 1e6,
-            o.graph.bev_coverage * 100.0
-        ),
-        format!(
-            "tracking vs ground truth: MOTA {:.3}, {} ID switches, {} misses, {} false positives over {} objects; {:.1} detections/frame",
-            t.mota, t.id_switches, t.misses, t.false_positives, t.gt_objects, e.mean_detections
-        ),
-        o.quality.tracking_line(),
-        o.quality.detection_line(),
-        o.quality.segmentation_line(),
-        format!(
-            "planner: {}/{} trajectories collision-free against the true futures ({:.2}%), {} minimum-risk frames",
-            e.planner_collision_free,
-            e.planner_frames_checked,
-            e.planner_collision_free_rate * 100.0,
-            e.minimum_risk_frames
-        ),
-        format!("output hash {}", o.output_hash),
-    ];
+    let mut v = vec![format!(
+        "input: {} ({} issues); perception: {:?}; backbone {:.1} MMAC/frame; BEV coverage {:.0}%",
+        o.source,
+        o.input_issue_count,
+        o.perception,
+        o.graph.backbone_macs as f64 / 1e6,
+        o.graph.bev_coverage * 100.0
+    )];
+    if o.quality.has_ground_truth() {
+        v.extend([
+            format!(
+                "tracking vs ground truth: MOTA {:.3}, {} ID switches, {} misses, {} false positives over {} objects; {:.1} detections/frame",
+                t.mota, t.id_switches, t.misses, t.false_positives, t.gt_objects, e.mean_detections
+            ),
+            o.quality.tracking_line(),
+            o.quality.detection_line(),
+            o.quality.segmentation_line(),
+            format!(
+                "planner: {}/{} trajectories collision-free against the true futures ({:.2}%), {} minimum-risk frames",
+                e.planner_collision_free,
+                e.planner_frames_checked,
+                e.planner_collision_free_rate * 100.0,
+                e.minimum_risk_frames
+            ),
+        ]);
+    } else {
+        // A recorded drive without ground truth: what the graph did, no quality figures.
+        v.push(format!(
+            "no ground truth in the input: no quality figures ({:.1} detections/frame, {} minimum-risk frames)",
+            e.mean_detections, e.minimum_risk_frames
+        ));
+    }
+    v.push(format!("output hash {}", o.output_hash));
     for (frame, what) in o.input_issues.iter().take(5) {
         v.push(format!("input issue: frame {frame}: {what}"));
     }

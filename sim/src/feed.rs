@@ -19,7 +19,7 @@ use redline_pipeline::camera::CameraSpec;
 use redline_pipeline::sensors::{FrameSource, SensorFrame, MAX_GT};
 use redline_pipeline::types::{EgoPose, GtBox, RoadMap, MAP_POINTS, MAP_SPACING};
 
-use crate::log::{LogReader, ReadLimits};
+use crate::log::{LogReader, ReadLimits, SensorMap};
 use crate::replay::{read_frames, FrameIssue};
 use crate::scenario::{Scenario, ScenarioConfig};
 use crate::types::{EgoState, GroundTruth, RgbImage};
@@ -189,8 +189,19 @@ impl Feed {
         frames: Option<usize>,
         limits: ReadLimits,
     ) -> Result<Feed, FeedError> {
+        Self::from_log_mapped(path, frames, limits, &SensorMap::default())
+    }
+
+    /// [`Feed::from_log_with`] for a log whose sensors are named by a `[sensors]` table
+    /// ([`SensorMap`]): other topics, compressed images, calibration from a file.
+    pub fn from_log_mapped(
+        path: &Path,
+        frames: Option<usize>,
+        limits: ReadLimits,
+        sensors: &SensorMap,
+    ) -> Result<Feed, FeedError> {
         let name = path.display().to_string();
-        let mut reader = LogReader::open_with(path, limits)?;
+        let mut reader = LogReader::open_mapped(path, limits, sensors)?;
         let cameras = reader.cameras().to_vec();
         let (w, h) = match cameras.first() {
             Some(c) => (c.width as usize, c.height as usize),

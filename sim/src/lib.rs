@@ -12,6 +12,7 @@ pub mod faults;
 pub mod feed;
 pub mod fuzzing;
 pub mod generate;
+pub mod image_decode;
 pub mod log;
 pub mod msgs;
 pub mod render;

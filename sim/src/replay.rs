@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 
-use crate::log::{LogError, LogMessage, LogReader, Payload, TOPIC_ODOM};
+use crate::log::{LogError, LogMessage, LogReader, Payload};
 use crate::types::{EgoState, GroundTruth, RgbImage};
 
 /// Jumps in frame index larger than this are skipped instead of emitting empty frames.
@@ -310,21 +310,16 @@ pub fn read_frames(
     let period = match period_ns {
         Some(p) => p,
         None => {
+            let odom = reader.odometry_topic().to_string();
             let mut s: Vec<u64> = reader
-                .messages(&[TOPIC_ODOM], 0, u64::MAX)
+                .messages(&[odom.as_str()], 0, u64::MAX)
                 .take(64)
                 .map(|m| m.stamp_ns)
                 .collect();
             match infer_period(&mut s) {
                 Some(p) => p,
                 None => {
-                    let topic = crate::log::image_topic(
-                        reader
-                            .cameras()
-                            .first()
-                            .map(|c| c.name.as_str())
-                            .unwrap_or(""),
-                    );
+                    let topic = reader.image_topic_of(0).unwrap_or_default().to_string();
                     let mut s: Vec<u64> = reader
                         .messages(&[topic.as_str()], 0, u64::MAX)
                         .take(64)
@@ -357,7 +352,7 @@ pub fn read_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::ImageIssue;
+    use crate::log::{ImageIssue, TOPIC_ODOM};
 
     const P: u64 = 100;
 
