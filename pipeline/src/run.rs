@@ -192,12 +192,32 @@ pub struct ReplayOutcome {
     pub started_unix_ms: u64,
     /// Wall time of the run, ms.
     pub wall_ms: f64,
+    /// A streamed input: how often the graph waited for the reader (None: held in memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_wait: Option<InputWait>,
     /// What every frame published (for measurements; not in the JSON report).
     #[serde(skip)]
     pub records: Vec<FrameRecord>,
     /// The accumulated quality evaluation (for pooling logs; not in the JSON report).
     #[serde(skip)]
     pub quality_eval: QualityEval,
+}
+
+/// How a streamed replay waited for its input between windows. In real time a wait is a
+/// pause the graph did not cause: every frame of a window that had to be waited for
+/// started late because of the reader, and is counted here, never in stage times.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct InputWait {
+    /// Windows the graph ran.
+    pub windows: u64,
+    /// Windows that were not read yet when the graph wanted them (waits over 1 ms).
+    pub waited_windows: u64,
+    /// Frames in those windows (delayed by input).
+    pub frames_delayed_by_input: u64,
+    /// Longest wait, ms.
+    pub max_wait_ms: f64,
+    /// All waits, ms.
+    pub total_wait_ms: f64,
 }
 
 /// Why a replay could not run.
@@ -289,7 +309,35 @@ pub fn replay_with(
     let mut publisher = RecordingPublisher::new(n as usize, counters);
     let started_unix_ms = unix_now_ms();
     let t0 = std::time::Instant::now();
-    rt.run(n, &mut publisher);
+    let mut input_wait = None;
+    if feed.streaming() {
+        // One run per window the source reads ahead; the runtime keeps its state (tracks,
+        // temporal cache, ladder, histograms) across runs, and no frame is in flight while
+        // the source moves to the next window.
+        let mut w = InputWait::default();
+        let mut done = 0u64;
+        while done < n {
+            let asked = std::time::Instant::now();
+            let Some(window) = feed.advance() else {
+                break;
+            };
+            let waited_ms = asked.elapsed().as_secs_f64() * 1e3;
+            let len = (window.len() as u64).min(n - done);
+            w.windows += 1;
+            // The first window is read before the run starts, as a log opens.
+            if w.windows > 1 && waited_ms > 1.0 {
+                w.waited_windows += 1;
+                w.frames_delayed_by_input += len;
+                w.total_wait_ms += waited_ms;
+                w.max_wait_ms = w.max_wait_ms.max(waited_ms);
+            }
+            rt.run(len, &mut publisher);
+            done += len;
+        }
+        input_wait = Some(w);
+    } else {
+        rt.run(n, &mut publisher);
+    }
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
     let evaluation = evaluate(feed.as_ref(), &publisher.records);
     let quality_eval = evaluate_quality(feed.as_ref(), &publisher.records, &evaluation);
@@ -305,6 +353,7 @@ pub fn replay_with(
         output_hash: format!("{:016x}", publisher.hash.hash),
         started_unix_ms,
         wall_ms,
+        input_wait,
         records: publisher.records,
         quality_eval,
     };
@@ -316,7 +365,7 @@ pub fn evaluate(feed: &dyn FrameSource, records: &[FrameRecord]) -> Evaluation {
     let mut mot = MotEval::new(2.0);
     let mut dets = 0u64;
     for r in records {
-        let Some(f) = feed.frame(r.frame as usize) else {
+        let Some(f) = feed.truth(r.frame as usize) else {
             continue;
         };
         let gt: Vec<GtBox> =
@@ -338,15 +387,13 @@ pub fn evaluate(feed: &dyn FrameSource, records: &[FrameRecord]) -> Evaluation {
         }
         let k = r.frame as usize;
         let n = feed.frame_count();
-        if k + horizon_frames >= n || feed.frame(k).is_none_or(|f| f.gt.is_empty()) {
+        if k + horizon_frames >= n || feed.truth(k).is_none_or(|f| f.gt.is_empty()) {
             continue;
         }
         let future = |j: usize| -> Vec<GtBox> {
             let dt = (j + 1) as f64 * PRED_DT as f64;
             let idx = k + (dt / period_s).round() as usize;
-            feed.frame(idx.min(n - 1))
-                .map(|f| f.gt.clone())
-                .unwrap_or_default()
+            feed.truth(idx.min(n - 1)).map(|f| f.gt).unwrap_or_default()
         };
         checked += 1;
         match first_collision(&r.trajectory, &future) {
@@ -409,7 +456,7 @@ pub fn evaluate_quality(
     let bev = BevSpec::DEFAULT;
     let mut truth = vec![0u8; SEG_CELLS];
     for r in records {
-        let Some(f) = feed.frame(r.frame as usize) else {
+        let Some(f) = feed.truth(r.frame as usize) else {
             continue;
         };
         q.frames += 1;
@@ -513,6 +560,12 @@ pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
         v.push(format!(
             "no ground truth in the input: no quality figures ({:.1} detections/frame, {} minimum-risk frames)",
             e.mean_detections, e.minimum_risk_frames
+        ));
+    }
+    if let Some(w) = &o.input_wait {
+        v.push(format!(
+            "input: streamed in {} windows; the graph waited for the reader before {} of them ({} frames delayed by input, longest wait {:.1} ms)",
+            w.windows, w.waited_windows, w.frames_delayed_by_input, w.max_wait_ms
         ));
     }
     v.push(format!("output hash {}", o.output_hash));

@@ -62,6 +62,9 @@ pub enum FeedError {
         "{0}: cameras have different image sizes ({1}): redline expects one size for all cameras"
     )]
     MixedSizes(String, String),
+    /// Logs that cannot be played together, or a reader that cannot start.
+    #[error("{0}")]
+    Mismatch(String),
     /// The log holds more than the limits allow the feed to keep in memory.
     #[error(
         "{log}: frame {frames} would make the replay feed hold {bytes} bytes of images \
@@ -201,26 +204,13 @@ impl Feed {
         sensors: &SensorMap,
     ) -> Result<Feed, FeedError> {
         let name = path.display().to_string();
-        let mut reader = LogReader::open_mapped(path, limits, sensors)?;
-        let cameras = reader.cameras().to_vec();
-        let (w, h) = match cameras.first() {
-            Some(c) => (c.width as usize, c.height as usize),
-            None => return Err(FeedError::Empty(name)),
-        };
-        if cameras
-            .iter()
-            .any(|c| c.width as usize != w || c.height as usize != h)
-        {
-            let sizes: Vec<String> = cameras
-                .iter()
-                .map(|c| format!("{} {}x{}", c.name, c.width, c.height))
-                .collect();
-            return Err(FeedError::MixedSizes(name, sizes.join(", ")));
-        }
-        let map = match reader.map() {
-            Some(m) => road_map(m.lanes, m.lane_width, &m.centre),
-            None => Box::default(),
-        };
+        let LogRig {
+            mut reader,
+            cameras,
+            width: w,
+            height: h,
+            map,
+        } = LogRig::open(path, limits, sensors)?;
         let sensor_frames = read_frames(&mut reader, None)?;
         // After reading: the reader records what it met on the way (unknown schemas,
         // corrupt chunks), not only what it saw when opening.
@@ -247,55 +237,14 @@ impl Feed {
                     max_bytes: limits.max_feed_bytes,
                 });
             }
-            let mut images = vec![0u8; cams * w * h * 3];
-            let mut present = 0u32;
-            for (c, img) in sf.images.iter().enumerate().take(cams) {
-                if let Some(img) = img {
-                    if img.data.len() == w * h * 3 {
-                        images[c * w * h * 3..(c + 1) * w * h * 3].copy_from_slice(&img.data);
-                        present |= 1 << c;
-                    }
-                }
-            }
-            for issue in &sf.issues {
-                let what = match issue {
-                    FrameIssue::MissingCamera { cam } => format!("camera {cam} missing"),
-                    FrameIssue::LateCamera { cam, late_by_ns } => {
-                        format!("camera {cam} late by {:.1} ms (not used)", *late_by_ns as f64 / 1e6)
-                    }
-                    FrameIssue::BadImage { cam, why } => format!("camera {cam}: {why}"),
-                    FrameIssue::MissingOdometry => {
-                        "odometry missing (the last pose is extrapolated)".to_string()
-                    }
-                    FrameIssue::Stale {
-                        topic,
-                        frame,
-                        late_by_ns,
-                    } => format!(
-                        "{topic} for frame {frame} arrived {:.1} ms late, after that frame ran: dropped",
-                        *late_by_ns as f64 / 1e6
-                    ),
-                    FrameIssue::Gap { frames_skipped } => {
-                        format!("the log skips {frames_skipped} frame periods before this frame")
-                    }
-                };
-                issues.push((k, what));
-            }
+            let frame = log_frame(&sf, cams, w * h * 3, k, &mut issues);
             if let Some(prev) = last_stamp {
                 if sf.stamp_ns > prev && k == 1 {
                     period_ns = sf.stamp_ns - prev;
                 }
             }
             last_stamp = Some(sf.stamp_ns);
-            out.push(SensorFrame {
-                stamp_ns: sf.stamp_ns,
-                images,
-                present,
-                camera_stamps_ns: vec![sf.stamp_ns; cams],
-                ego: sf.ego.as_ref().map(ego_pose).unwrap_or_default(),
-                ego_present: sf.ego.is_some(),
-                gt: sf.gt.as_ref().map(gt_boxes).unwrap_or_default(),
-            });
+            out.push(frame);
         }
         if out.is_empty() {
             return Err(FeedError::Empty(name));
@@ -310,6 +259,110 @@ impl Feed {
             issues,
             source: name,
         })
+    }
+}
+
+/// A log opened for replay: its reader and rig (every camera the same size) and map.
+pub(crate) struct LogRig {
+    pub reader: LogReader,
+    pub cameras: Vec<CameraSpec>,
+    pub width: usize,
+    pub height: usize,
+    pub map: Box<RoadMap>,
+}
+
+impl LogRig {
+    pub(crate) fn open(
+        path: &Path,
+        limits: ReadLimits,
+        sensors: &SensorMap,
+    ) -> Result<LogRig, FeedError> {
+        let name = path.display().to_string();
+        let reader = LogReader::open_mapped(path, limits, sensors)?;
+        let cameras = reader.cameras().to_vec();
+        let (w, h) = match cameras.first() {
+            Some(c) => (c.width as usize, c.height as usize),
+            None => return Err(FeedError::Empty(name)),
+        };
+        if cameras
+            .iter()
+            .any(|c| c.width as usize != w || c.height as usize != h)
+        {
+            let sizes: Vec<String> = cameras
+                .iter()
+                .map(|c| format!("{} {}x{}", c.name, c.width, c.height))
+                .collect();
+            return Err(FeedError::MixedSizes(name, sizes.join(", ")));
+        }
+        let map = match reader.map() {
+            Some(m) => road_map(m.lanes, m.lane_width, &m.centre),
+            None => Box::default(),
+        };
+        Ok(LogRig {
+            reader,
+            cameras,
+            width: w,
+            height: h,
+            map,
+        })
+    }
+}
+
+/// One grouped frame of a log (`sf`, frame number `k`) as the pipeline's frame: `cams`
+/// images of `image_len` bytes (a missing or unusable camera is black with its bit clear);
+/// what was wrong is appended to `issues` as issues of frame `k`.
+pub(crate) fn log_frame(
+    sf: &crate::replay::SensorFrame,
+    cams: usize,
+    image_len: usize,
+    k: u64,
+    issues: &mut Vec<(u64, String)>,
+) -> SensorFrame {
+    let mut images = vec![0u8; cams * image_len];
+    let mut present = 0u32;
+    for (c, img) in sf.images.iter().enumerate().take(cams) {
+        if let Some(img) = img {
+            if img.data.len() == image_len {
+                images[c * image_len..(c + 1) * image_len].copy_from_slice(&img.data);
+                present |= 1 << c;
+            }
+        }
+    }
+    for issue in &sf.issues {
+        let what = match issue {
+            FrameIssue::MissingCamera { cam } => format!("camera {cam} missing"),
+            FrameIssue::LateCamera { cam, late_by_ns } => {
+                format!(
+                    "camera {cam} late by {:.1} ms (not used)",
+                    *late_by_ns as f64 / 1e6
+                )
+            }
+            FrameIssue::BadImage { cam, why } => format!("camera {cam}: {why}"),
+            FrameIssue::MissingOdometry => {
+                "odometry missing (the last pose is extrapolated)".to_string()
+            }
+            FrameIssue::Stale {
+                topic,
+                frame,
+                late_by_ns,
+            } => format!(
+                "{topic} for frame {frame} arrived {:.1} ms late, after that frame ran: dropped",
+                *late_by_ns as f64 / 1e6
+            ),
+            FrameIssue::Gap { frames_skipped } => {
+                format!("the log skips {frames_skipped} frame periods before this frame")
+            }
+        };
+        issues.push((k, what));
+    }
+    SensorFrame {
+        stamp_ns: sf.stamp_ns,
+        images,
+        present,
+        camera_stamps_ns: vec![sf.stamp_ns; cams],
+        ego: sf.ego.as_ref().map(ego_pose).unwrap_or_default(),
+        ego_present: sf.ego.is_some(),
+        gt: sf.gt.as_ref().map(gt_boxes).unwrap_or_default(),
     }
 }
 

@@ -18,4 +18,5 @@ pub mod msgs;
 pub mod render;
 pub mod replay;
 pub mod scenario;
+pub mod stream;
 pub mod types;

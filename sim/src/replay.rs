@@ -300,6 +300,31 @@ fn infer_period(stamps: &mut [u64]) -> Option<u64> {
     Some(d[d.len() / 2])
 }
 
+/// The frame period of a log: the median spacing of its first odometry stamps, or of the
+/// first camera's image stamps when it has no odometry.
+pub fn log_period(reader: &mut LogReader) -> Result<u64, LogError> {
+    let odom = reader.odometry_topic().to_string();
+    let mut s: Vec<u64> = reader
+        .messages(&[odom.as_str()], 0, u64::MAX)
+        .take(64)
+        .map(|m| m.stamp_ns)
+        .collect();
+    match infer_period(&mut s) {
+        Some(p) => Ok(p),
+        None => {
+            let topic = reader.image_topic_of(0).unwrap_or_default().to_string();
+            let mut s: Vec<u64> = reader
+                .messages(&[topic.as_str()], 0, u64::MAX)
+                .take(64)
+                .map(|m| m.stamp_ns)
+                .collect();
+            infer_period(&mut s).ok_or_else(|| LogError::UnknownPeriod {
+                path: reader.path().to_path_buf(),
+            })
+        }
+    }
+}
+
 /// Reads a whole log into frames. The frame period is `period_ns`, or else inferred as the
 /// median spacing of the first odometry stamps (or of the first camera's image stamps when
 /// the log has no odometry). Damage becomes frame issues and [`LogReader::issues`].
@@ -309,28 +334,7 @@ pub fn read_frames(
 ) -> Result<Vec<SensorFrame>, LogError> {
     let period = match period_ns {
         Some(p) => p,
-        None => {
-            let odom = reader.odometry_topic().to_string();
-            let mut s: Vec<u64> = reader
-                .messages(&[odom.as_str()], 0, u64::MAX)
-                .take(64)
-                .map(|m| m.stamp_ns)
-                .collect();
-            match infer_period(&mut s) {
-                Some(p) => p,
-                None => {
-                    let topic = reader.image_topic_of(0).unwrap_or_default().to_string();
-                    let mut s: Vec<u64> = reader
-                        .messages(&[topic.as_str()], 0, u64::MAX)
-                        .take(64)
-                        .map(|m| m.stamp_ns)
-                        .collect();
-                    infer_period(&mut s).ok_or_else(|| LogError::UnknownPeriod {
-                        path: reader.path().to_path_buf(),
-                    })?
-                }
-            }
-        }
+        None => log_period(reader)?,
     };
     let names = reader.cameras().iter().map(|c| c.name.clone()).collect();
     let mut g = FrameGrouper::with_names(names, period);
