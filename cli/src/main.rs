@@ -48,7 +48,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Replay a sensor log (or the built-in scenario) through the driving graph.
+    /// Replay sensor logs (or the built-in scenario) through the driving graph.
     Replay(ReplayArgs),
     /// Quality against ground truth (detection AP/mAP, segmentation IoU, MOTA/AMOTA,
     /// planner): replay logs in lockstep, print per log and pooled, optionally as JSON.
@@ -153,6 +153,9 @@ mod tests {
             "redline report merge a.json b.json -o m.json",
             "redline model info m.onnx --json",
             "redline log info bag.mcap",
+            "redline replay bag.mcap --config bag.toml --mode lockstep",
+            "redline replay a.mcap b.mcap --start 10 --duration 30 --loop 3",
+            "redline replay drive.mcap --read-ahead 8 --in-memory",
             "redline log info bag.mcap --json",
             "redline model bench m.onnx --threads 4 --against onnxruntime --iters 200",
             "redline model bench m.onnx --engine ort --input a.bin --json",

@@ -154,7 +154,7 @@ pub fn run(a: ReplayArgs) -> Result<()> {
             &rt,
             &RunFacts {
                 setup: &setup_facts(&file, feed.describe()),
-                timeline: &timeline_of(&outcome.records),
+                timeline: &timeline_of(&outcome.timing),
                 frames: outcome.runtime.frames_released,
                 warmup: 0,
                 residency_before: &[],

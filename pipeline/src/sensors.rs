@@ -103,6 +103,10 @@ pub trait FrameSource: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The driver will not ask for the truth of frames before `frame` again: a streaming
+    /// source may forget it (so what it keeps per frame does not grow with the input).
+    fn forget_truth_before(&self, _frame: usize) {}
+
     /// Frame `k`'s ego pose and ground truth, for evaluation after a run (a streaming
     /// source keeps them for every frame it read; images it does not keep). Allocates.
     fn truth(&self, k: usize) -> Option<FrameTruth> {
@@ -157,6 +161,9 @@ impl<T: FrameSource + ?Sized> FrameSource for std::sync::Arc<T> {
     }
     fn truth(&self, k: usize) -> Option<FrameTruth> {
         (**self).truth(k)
+    }
+    fn forget_truth_before(&self, frame: usize) {
+        (**self).forget_truth_before(frame)
     }
 }
 

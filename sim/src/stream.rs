@@ -8,8 +8,9 @@
 //!   windows of `window` frames through a channel of depth one. At most four windows of
 //!   images exist at once (the one the graph reads, one retired a window ago, one in the
 //!   channel, one being filled): resident memory does not grow with the log's length
-//!   (what does grow: each frame's ego pose and ground truth, kept for evaluation — tens of
-//!   bytes per frame without ground truth — and the replay's per-frame records).
+//!   (what grows: the ego pose and ground truth of frames the evaluation still needs — the
+//!   driver lets the source forget the rest, [`FrameSource::forget_truth_before`] — and a
+//!   few bytes of timing per published frame).
 //! - [`FrameSource::advance`] (called by the driver between runs, no frame in flight) makes
 //!   the next window current; [`FrameSource::frame`] then serves its frames on the hot path
 //!   with two atomic loads and a bounds check. The driver times `advance`: a window that was
@@ -24,6 +25,7 @@
 //! - Errors at open (a log that cannot be read, a rig that differs between logs) are
 //!   [`FeedError`]s; damage met while reading becomes input issues, as in [`Feed`].
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -104,7 +106,8 @@ pub struct StreamFeed {
     /// The previous window, freed one `advance` later (slack for a reader of the old one).
     retired: Mutex<Option<Box<Window>>>,
     rx: Mutex<Receiver<Message>>,
-    truth: Mutex<Vec<FrameTruth>>,
+    /// Truth of frames `truth_base..`, for evaluation (older frames forgotten on request).
+    truth: Mutex<(usize, VecDeque<FrameTruth>)>,
     issues: Mutex<Vec<(u64, String)>>,
     final_issues: OnceLock<Vec<(u64, String)>>,
     /// Windows handed over so far.
@@ -223,7 +226,7 @@ impl StreamFeed {
             current: AtomicPtr::new(std::ptr::null_mut()),
             retired: Mutex::new(None),
             rx: Mutex::new(rx),
-            truth: Mutex::new(Vec::new()),
+            truth: Mutex::new((0, VecDeque::new())),
             issues: Mutex::new(Vec::new()),
             final_issues: OnceLock::new(),
             windows: AtomicU64::new(0),
@@ -262,7 +265,7 @@ impl StreamFeed {
         if let Ok(mut v) = self.issues.lock() {
             all.append(&mut v);
         }
-        let n = self.truth.lock().map_or(0, |t| t.len());
+        let n = self.truth.lock().map_or(0, |t| t.0 + t.1.len());
         self.count.store(n, Ordering::Release);
         let _ = self.final_issues.set(all);
     }
@@ -314,7 +317,7 @@ impl FrameSource for StreamFeed {
             Ok(Message::Window(mut w)) => {
                 let range = w.base..w.base + w.frames.len();
                 if let Ok(mut t) = self.truth.lock() {
-                    t.append(&mut w.truth);
+                    t.1.extend(w.truth.drain(..));
                 }
                 if let Ok(mut i) = self.issues.lock() {
                     i.append(&mut w.issues);
@@ -342,7 +345,15 @@ impl FrameSource for StreamFeed {
         }
     }
     fn truth(&self, k: usize) -> Option<FrameTruth> {
-        self.truth.lock().ok()?.get(k).cloned()
+        let t = self.truth.lock().ok()?;
+        t.1.get(k.checked_sub(t.0)?).cloned()
+    }
+    fn forget_truth_before(&self, frame: usize) {
+        if let Ok(mut t) = self.truth.lock() {
+            while t.0 < frame && t.1.pop_front().is_some() {
+                t.0 += 1;
+            }
+        }
     }
 }
 

@@ -403,6 +403,9 @@ impl<F: FrameSource> FrameSource for FaultyFeed<F> {
     fn advance(&self) -> Option<std::ops::Range<usize>> {
         self.inner.advance()
     }
+    fn forget_truth_before(&self, frame: usize) {
+        self.inner.forget_truth_before(frame)
+    }
     fn truth(&self, k: usize) -> Option<FrameTruth> {
         match self.changed.binary_search_by_key(&k, |(j, _)| *j) {
             Ok(i) => {
