@@ -20,6 +20,7 @@ mod quantize;
 mod regress;
 mod replay;
 mod report;
+mod shard;
 
 use demo::DemoArgs;
 use eval::EvalArgs;
@@ -156,6 +157,8 @@ mod tests {
             "redline replay bag.mcap --config bag.toml --mode lockstep",
             "redline replay a.mcap b.mcap --start 10 --duration 30 --loop 3",
             "redline replay drive.mcap --read-ahead 8 --in-memory",
+            "redline replay a.mcap b.mcap c.mcap --shard 1/3 --report out",
+            "redline replay a.mcap b.mcap --shard auto --mode lockstep",
             "redline log info bag.mcap --json",
             "redline model bench m.onnx --threads 4 --against onnxruntime --iters 200",
             "redline model bench m.onnx --engine ort --input a.bin --json",

@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::common::{load_config, load_feed, RunArgs};
 use crate::measure::{setup_facts, timeline_of};
 use crate::progress::Progress;
+use crate::shard::Shard;
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
@@ -41,6 +42,11 @@ pub struct ReplayArgs {
     /// grows with the log; sensor faults always do this).
     #[arg(long)]
     pub in_memory: bool,
+    /// Replay only this shard of the logs: INDEX/COUNT (0-based; log j goes to shard
+    /// j mod COUNT), or `auto` for the index a Kubernetes Indexed Job, a Slurm array or Bazel
+    /// puts in the environment. With --report, files go to REPORT/shard-INDEX-of-COUNT/.
+    #[arg(long, value_name = "INDEX/COUNT|auto", requires = "logs")]
+    pub shard: Option<String>,
     /// Write report.json and trace.json (Chrome trace, opens in Perfetto) here.
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -55,7 +61,28 @@ struct ReplayReport<'a> {
     faults: Option<&'a FaultReport>,
 }
 
-pub fn run(a: ReplayArgs) -> Result<()> {
+pub fn run(mut a: ReplayArgs) -> Result<()> {
+    if let Some(spec) = &a.shard {
+        let shard = Shard::parse(spec, &|k| std::env::var(k).ok())?;
+        let given = a.logs.len();
+        a.logs = shard.select(&a.logs);
+        if a.logs.is_empty() {
+            eprintln!(
+                "shard {}/{}: none of the {given} logs falls to this shard; nothing to replay",
+                shard.index, shard.count
+            );
+            return Ok(());
+        }
+        eprintln!(
+            "shard {}/{}: {} of {given} logs",
+            shard.index,
+            shard.count,
+            a.logs.len()
+        );
+        if let Some(dir) = &mut a.report {
+            *dir = dir.join(format!("shard-{}-of-{}", shard.index, shard.count));
+        }
+    }
     let file = load_config(&a.run)?;
     let cfg = &file.pipeline;
     let frames = a.run.frames.map(|f| f as usize);
