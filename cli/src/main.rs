@@ -155,7 +155,7 @@ mod tests {
             "redline model info m.onnx --json",
             "redline log info bag.mcap",
             "redline replay bag.mcap --config bag.toml --mode lockstep",
-            "redline replay a.mcap b.mcap --start 10 --duration 30 --loop 3",
+            "redline replay a.mcap b.mcap --start 10 --duration 30 --loop 3 --rate 2",
             "redline replay drive.mcap --read-ahead 8 --in-memory",
             "redline replay a.mcap b.mcap c.mcap --shard 1/3 --report out",
             "redline replay a.mcap b.mcap --shard auto --mode lockstep",

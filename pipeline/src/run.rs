@@ -292,7 +292,8 @@ pub fn start_runtime_with(
         frame_slots: cfg.frame_slots,
     })?;
     let rcfg = RuntimeConfig {
-        period_ns: feed.period_ns(),
+        // The release period; the input's stamps keep the recorded period.
+        period_ns: ((feed.period_ns() as f64 / cfg.rate).round() as u64).max(1),
         deadline_ns: (cfg.deadline_ms * 1e6) as u64,
         publish_margin_ns: (cfg.publish_margin_ms * 1e6) as u64,
         release: cfg.release,
