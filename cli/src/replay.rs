@@ -104,6 +104,7 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
         duration_ns: seconds(a.duration, "duration")?,
         loops: a.loops.max(1),
         max_frames: frames,
+        jpeg_in_graph: false,
     };
     if a.logs.is_empty() && (a.start.is_some() || a.duration.is_some() || a.loops > 1) {
         anyhow::bail!("--start, --duration and --loop apply to logs: give the logs to replay (the built-in scenario is set in the config's [scenario] table)");
@@ -120,6 +121,10 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
             load_feed(&file, None, frames)?
         } else {
             eprintln!("reading {} into memory ...", a.logs[0].display());
+            let opts = StreamOptions {
+                jpeg_in_graph: false,
+                ..opts
+            };
             StreamFeed::open(&a.logs, file.log, &file.sensors, opts)
                 .and_then(StreamFeed::into_feed)
                 .with_context(|| format!("replaying {}", a.logs[0].display()))?

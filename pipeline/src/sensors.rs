@@ -59,6 +59,13 @@ pub struct SensorFrame {
     pub ego_present: bool,
     /// Ground truth, world frame (empty when the source has none), at most [`MAX_GT`].
     pub gt: Vec<GtBox>,
+    /// A source whose cameras deliver JPEG ([`FrameSource::jpeg_capacity`] > 0): every
+    /// camera's JPEG stream, rig order, back to back (`images` is then unused). Empty
+    /// otherwise.
+    pub jpeg: Vec<u8>,
+    /// Bytes of each camera's stream in `jpeg` (0: none this frame). Empty when the source
+    /// delivers decoded images.
+    pub jpeg_len: Vec<u32>,
 }
 
 /// Anything that delivers sensor frames to the driving graph.
@@ -86,6 +93,13 @@ pub trait FrameSource: Send + Sync + std::fmt::Debug {
     fn image_len(&self) -> usize {
         let (w, h) = self.image_size();
         w * h * 3
+    }
+
+    /// Largest JPEG stream per camera, bytes, when this source's frames carry their cameras
+    /// as JPEG for the graph to decode (the `decode` stage: decoding is then part of the
+    /// measured frame); 0 (the default) when frames carry decoded RGB images.
+    fn jpeg_capacity(&self) -> usize {
+        0
     }
 
     /// Whether frames come in windows read while the graph runs (bounded memory) rather than
@@ -155,6 +169,9 @@ impl<T: FrameSource + ?Sized> FrameSource for std::sync::Arc<T> {
     }
     fn streaming(&self) -> bool {
         (**self).streaming()
+    }
+    fn jpeg_capacity(&self) -> usize {
+        (**self).jpeg_capacity()
     }
     fn advance(&self) -> Option<std::ops::Range<usize>> {
         (**self).advance()

@@ -163,6 +163,8 @@ impl Feed {
                 ego: ego_pose(&scenario.ego(k)),
                 ego_present: true,
                 gt: gt_boxes(&scenario.ground_truth(k)),
+                jpeg: Vec::new(),
+                jpeg_len: Vec::new(),
             });
             progress(k + 1, n);
         }
@@ -237,7 +239,7 @@ impl Feed {
                     max_bytes: limits.max_feed_bytes,
                 });
             }
-            let frame = log_frame(&sf, cams, w * h * 3, k, &mut issues);
+            let frame = log_frame(&sf, cams, w * h * 3, 0, k, &mut issues);
             if let Some(prev) = last_stamp {
                 if sf.stamp_ns > prev && k == 1 {
                     period_ns = sf.stamp_ns - prev;
@@ -309,22 +311,49 @@ impl LogRig {
 }
 
 /// One grouped frame of a log (`sf`, frame number `k`) as the pipeline's frame: `cams`
-/// images of `image_len` bytes (a missing or unusable camera is black with its bit clear);
-/// what was wrong is appended to `issues` as issues of frame `k`.
+/// images of `image_len` bytes (a missing or unusable camera is black with its bit clear),
+/// or, with `jpeg_capacity` > 0, the cameras' JPEG streams (a stream over the capacity is
+/// an issue and the camera is missing); what was wrong is appended to `issues` as issues
+/// of frame `k`.
 pub(crate) fn log_frame(
     sf: &crate::replay::SensorFrame,
     cams: usize,
     image_len: usize,
+    jpeg_capacity: usize,
     k: u64,
     issues: &mut Vec<(u64, String)>,
 ) -> SensorFrame {
-    let mut images = vec![0u8; cams * image_len];
     let mut present = 0u32;
-    for (c, img) in sf.images.iter().enumerate().take(cams) {
-        if let Some(img) = img {
-            if img.data.len() == image_len {
-                images[c * image_len..(c + 1) * image_len].copy_from_slice(&img.data);
-                present |= 1 << c;
+    let mut images = Vec::new();
+    let mut jpeg = Vec::new();
+    let mut jpeg_len = Vec::new();
+    if jpeg_capacity > 0 {
+        jpeg_len = vec![0u32; cams];
+        for (c, data) in sf.jpegs.iter().enumerate().take(cams) {
+            match data {
+                Some(d) if d.len() <= jpeg_capacity => {
+                    jpeg.extend_from_slice(d);
+                    jpeg_len[c] = d.len() as u32;
+                    present |= 1 << c;
+                }
+                Some(d) => issues.push((
+                    k,
+                    format!(
+                        "camera {c}: JPEG of {} bytes is over the {jpeg_capacity} bytes a camera may send (width x height x 3); not used",
+                        d.len()
+                    ),
+                )),
+                None => {}
+            }
+        }
+    } else {
+        images = vec![0u8; cams * image_len];
+        for (c, img) in sf.images.iter().enumerate().take(cams) {
+            if let Some(img) = img {
+                if img.data.len() == image_len {
+                    images[c * image_len..(c + 1) * image_len].copy_from_slice(&img.data);
+                    present |= 1 << c;
+                }
             }
         }
     }
@@ -363,6 +392,8 @@ pub(crate) fn log_frame(
         ego: sf.ego.as_ref().map(ego_pose).unwrap_or_default(),
         ego_present: sf.ego.is_some(),
         gt: sf.gt.as_ref().map(gt_boxes).unwrap_or_default(),
+        jpeg,
+        jpeg_len,
     }
 }
 

@@ -73,6 +73,16 @@ fn check_side(format: &str, w: usize, h: usize, max_side: u32) -> Result<(), Ima
     Ok(())
 }
 
+/// The (width, height) in a JPEG stream's frame header, without decoding it.
+pub fn jpeg_size(data: &[u8]) -> Result<(u32, u32), ImageIssue> {
+    let mut dec = zune_jpeg::JpegDecoder::new(data);
+    dec.decode_headers().map_err(|e| undecodable("jpeg", e))?;
+    let (w, h) = dec
+        .dimensions()
+        .ok_or_else(|| undecodable("jpeg", "no frame header"))?;
+    Ok((w as u32, h as u32))
+}
+
 /// Decodes a JPEG stream to RGB8.
 pub fn decode_jpeg(data: &[u8], max_side: u32) -> Result<RgbImage, ImageIssue> {
     use zune_jpeg::zune_core::colorspace::ColorSpace;

@@ -78,6 +78,9 @@ pub struct SensorFrame {
     pub stamp_ns: u64,
     /// One slot per camera, rig order.
     pub images: Vec<Option<RgbImage>>,
+    /// Per camera, a JPEG stream kept compressed (a reader set to keep JPEG); a camera has
+    /// an image or a stream, not both.
+    pub jpegs: Vec<Option<Vec<u8>>>,
     /// Ego odometry.
     pub ego: Option<EgoState>,
     /// Ground truth.
@@ -142,6 +145,7 @@ impl FrameGrouper {
                 index,
                 stamp_ns: self.tick(index),
                 images: vec![None; self.names.len()],
+                jpegs: vec![None; self.names.len()],
                 ego: None,
                 gt: None,
                 issues: Vec::new(),
@@ -176,7 +180,10 @@ impl FrameGrouper {
     pub fn push(&mut self, msg: LogMessage) -> Option<SensorFrame> {
         let participates = matches!(
             msg.payload,
-            Payload::Image { .. } | Payload::Odometry(_) | Payload::GroundTruth(_)
+            Payload::Image { .. }
+                | Payload::Jpeg { .. }
+                | Payload::Odometry(_)
+                | Payload::GroundTruth(_)
         );
         if participates {
             self.place(
@@ -261,6 +268,26 @@ impl FrameGrouper {
                             why: e.to_string(),
                         });
                     }
+                }
+            }
+            Payload::Jpeg { cam, data } => {
+                let Some(name) = names.get(cam) else {
+                    return;
+                };
+                if late_by > half {
+                    p.seen[cam] = true;
+                    p.frame.issues.push(FrameIssue::LateCamera {
+                        cam: name.clone(),
+                        late_by_ns: late_by,
+                    });
+                } else if p.frame.images[cam].is_none() && p.frame.jpegs[cam].is_none() {
+                    p.seen[cam] = true;
+                    p.frame.jpegs[cam] = Some(data);
+                } else {
+                    p.frame.issues.push(FrameIssue::BadImage {
+                        cam: name.clone(),
+                        why: "a second image for this frame; the first is kept".to_string(),
+                    });
                 }
             }
             // A second odometry or ground truth for one frame: the first is kept.

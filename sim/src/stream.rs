@@ -53,6 +53,10 @@ pub struct StreamOptions {
     pub loops: u32,
     /// Stop after this many frames in all (None: all).
     pub max_frames: Option<usize>,
+    /// When every camera of the rig sends `CompressedImage`, pass JPEG streams to the graph
+    /// to decode (its `decode` stage: decoding is measured as part of the frame) instead of
+    /// decoding them while reading. Default false.
+    pub jpeg_in_graph: bool,
 }
 
 impl Default for StreamOptions {
@@ -63,6 +67,7 @@ impl Default for StreamOptions {
             duration_ns: None,
             loops: 1,
             max_frames: None,
+            jpeg_in_graph: false,
         }
     }
 }
@@ -99,6 +104,8 @@ pub struct StreamFeed {
     period_ns: u64,
     map: Box<RoadMap>,
     source: String,
+    /// Bytes a camera's JPEG stream may have (0: frames carry decoded images).
+    jpeg_capacity: usize,
     /// Upper bound on the frames until the end is read, then the exact count.
     count: AtomicUsize,
     /// The window the graph reads (null before the first `advance`).
@@ -140,6 +147,7 @@ impl StreamFeed {
         let mut readers = Vec::new();
         let mut head: Option<Head> = None;
         let mut estimate = 0usize;
+        let mut all_compressed = true;
         for path in logs {
             let LogRig {
                 mut reader,
@@ -149,6 +157,7 @@ impl StreamFeed {
                 map,
             } = LogRig::open(path, limits, sensors)?;
             let period = log_period(&mut reader)?;
+            all_compressed &= reader.cameras_compressed();
             if let Some(h0) = &head {
                 let same = cameras.len() == h0.cameras.len()
                     && cameras
@@ -202,11 +211,20 @@ impl StreamFeed {
         } else {
             source
         };
+        let jpeg_capacity = if opts.jpeg_in_graph && all_compressed {
+            width * height * 3
+        } else {
+            0
+        };
+        for r in &mut readers {
+            r.set_keep_jpeg(jpeg_capacity > 0);
+        }
         let (tx, rx) = sync_channel(1);
         let job = ReadJob {
             readers,
             cams: cameras.len(),
             image_len: width * height * 3,
+            jpeg_capacity,
             period_ns,
             opts,
             tx,
@@ -222,6 +240,7 @@ impl StreamFeed {
             period_ns,
             map,
             source,
+            jpeg_capacity,
             count: AtomicUsize::new(estimate),
             current: AtomicPtr::new(std::ptr::null_mut()),
             retired: Mutex::new(None),
@@ -237,6 +256,11 @@ impl StreamFeed {
     /// Reads the whole input into an in-memory [`Feed`] (for what needs every frame at
     /// once, such as sensor fault injection); memory grows with the input.
     pub fn into_feed(self) -> Result<Feed, FeedError> {
+        if self.jpeg_capacity > 0 {
+            return Err(FeedError::Mismatch(
+                "a stream that passes JPEG to the graph cannot be held in memory: open it with jpeg_in_graph false".into(),
+            ));
+        }
         let mut frames = Vec::new();
         while let Some(range) = self.advance() {
             for k in range {
@@ -307,6 +331,9 @@ impl FrameSource for StreamFeed {
     }
     fn streaming(&self) -> bool {
         true
+    }
+    fn jpeg_capacity(&self) -> usize {
+        self.jpeg_capacity
     }
     fn advance(&self) -> Option<std::ops::Range<usize>> {
         if self.final_issues.get().is_some() {
@@ -384,6 +411,7 @@ struct ReadJob {
     readers: Vec<LogReader>,
     cams: usize,
     image_len: usize,
+    jpeg_capacity: usize,
     period_ns: u64,
     opts: StreamOptions,
     tx: SyncSender<Message>,
@@ -394,6 +422,7 @@ struct Producer<'a> {
     tx: &'a SyncSender<Message>,
     cams: usize,
     image_len: usize,
+    jpeg_capacity: usize,
     period_ns: u64,
     window: usize,
     limit: usize,
@@ -429,6 +458,7 @@ impl Producer<'_> {
             sf,
             self.cams,
             self.image_len,
+            self.jpeg_capacity,
             self.next as u64,
             &mut self.cur.issues,
         );
@@ -474,6 +504,7 @@ impl ReadJob {
             tx: &self.tx,
             cams: self.cams,
             image_len: self.image_len,
+            jpeg_capacity: self.jpeg_capacity,
             period_ns: self.period_ns,
             window,
             limit: self.opts.max_frames.unwrap_or(usize::MAX),

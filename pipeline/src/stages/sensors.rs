@@ -233,6 +233,8 @@ mod tests {
             ego: pose(k),
             ego_present: true,
             gt: vec![],
+            jpeg: Vec::new(),
+            jpeg_len: Vec::new(),
         }
     }
 

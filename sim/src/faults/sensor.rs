@@ -464,6 +464,8 @@ mod tests {
                     },
                     ego_present: true,
                     gt: vec![],
+                    jpeg: Vec::new(),
+                    jpeg_len: Vec::new(),
                 }
             })
             .collect();

@@ -8,7 +8,7 @@
 
 use super::reader::{LogReader, RawMsg};
 use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData};
-use crate::image_decode::decode_compressed;
+use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
     CameraInfo, CompressedImage, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage,
 };
@@ -82,6 +82,21 @@ impl LogReader {
                 } else {
                     let msg = CompressedImage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                     let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+                    if self.keep_jpeg && Compression::sniff(&msg.data) == Some(Compression::Jpeg) {
+                        // Passed on compressed: only the header is read here.
+                        let payload = match jpeg_size(&msg.data) {
+                            Ok(size) if size == want => Payload::Jpeg {
+                                cam,
+                                data: msg.data,
+                            },
+                            Ok(got) => Payload::Image {
+                                cam,
+                                image: Err(ImageIssue::WrongSize { got, want }),
+                            },
+                            Err(e) => Payload::Image { cam, image: Err(e) },
+                        };
+                        return Ok((stamp, payload));
+                    }
                     let image =
                         decode_compressed(&msg, self.limits.max_image_side).and_then(|img| {
                             if (img.width, img.height) == want {

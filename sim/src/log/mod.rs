@@ -271,6 +271,14 @@ pub enum Payload {
     CameraInfo,
     /// Transforms (already folded into [`LogReader::cameras`]).
     Tf,
+    /// A camera's JPEG stream, kept compressed for the graph's `decode` stage (a reader set
+    /// to [`LogReader::set_keep_jpeg`]); its size was checked against the camera's.
+    Jpeg {
+        /// Camera index (rig order).
+        cam: usize,
+        /// The JPEG bytes.
+        data: Vec<u8>,
+    },
     /// A message of a type redline reads on a topic the rig does not use (e.g. odometry
     /// from a second localiser); it only advances time.
     Unused,

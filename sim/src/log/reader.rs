@@ -112,6 +112,8 @@ pub struct LogReader {
     pub(super) image_cams: BTreeMap<u16, usize>,
     /// Which topics are the rig (the config's `[sensors]` table).
     pub(super) sensors: SensorMap,
+    /// JPEG camera images are passed on compressed ([`super::Payload::Jpeg`]).
+    pub(super) keep_jpeg: bool,
     pub(super) map: Option<RoadMapData>,
     pub(super) range: (u64, u64),
     pub(super) issues: Vec<LogIssue>,
@@ -232,6 +234,7 @@ impl LogReader {
             cameras: Vec::new(),
             image_cams: BTreeMap::new(),
             sensors: sensors.cloned().unwrap_or_default(),
+            keep_jpeg: false,
             map: None,
             range: (0, 0),
             issues: Vec::new(),

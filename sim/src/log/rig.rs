@@ -77,6 +77,27 @@ impl LogReader {
             .collect()
     }
 
+    /// Whether every camera's images come as `CompressedImage` (the graph can then decode
+    /// JPEG itself: [`LogReader::set_keep_jpeg`]).
+    pub fn cameras_compressed(&self) -> bool {
+        !self.cameras.is_empty()
+            && (0..self.cameras.len()).all(|cam| {
+                let mut chans = self.image_cams.iter().filter(|(_, &c)| c == cam).peekable();
+                chans.peek().is_some()
+                    && chans.all(|(id, _)| {
+                        self.channels
+                            .get(id)
+                            .is_some_and(|c| kind_of(&c.schema) == Some(Kind::CompressedImage))
+                    })
+            })
+    }
+
+    /// Pass JPEG camera images on compressed ([`super::Payload::Jpeg`], after checking their
+    /// size from the JPEG header) instead of decoding them; PNG is still decoded.
+    pub fn set_keep_jpeg(&mut self, on: bool) {
+        self.keep_jpeg = on;
+    }
+
     /// The odometry topic this reader uses.
     pub fn odometry_topic(&self) -> &str {
         self.sensors.odometry_topic()
