@@ -19,7 +19,7 @@ use serde_json::json;
 #[derive(clap::Subcommand, Debug)]
 pub enum LogCommand {
     /// Topics, types, message counts, rates and time range of a log, and a suggested
-    /// [sensors] table for replaying it.
+    /// `[sensors]` table for replaying it.
     Info(LogInfoArgs),
 }
 

@@ -54,7 +54,7 @@ enum Command {
     /// Quality against ground truth (detection AP/mAP, segmentation IoU, MOTA/AMOTA,
     /// planner): replay logs in lockstep, print per log and pooled, optionally as JSON.
     Eval(EvalArgs),
-    /// Inspect a recorded log: `info` (topics, types, counts, rates, a [sensors] table).
+    /// Inspect a recorded log: `info` (topics, types, counts, rates, a `[sensors]` table).
     #[command(subcommand)]
     Log(LogCommand),
     /// Generate synthetic sensor logs.
