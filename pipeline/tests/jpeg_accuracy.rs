@@ -1,0 +1,188 @@
+//! The hot-path JPEG decoder against zune-jpeg on the same files: every chroma mode, grey,
+//! restart intervals, sizes that are not multiples of the MCU, qualities 75 to 95. The
+//! outputs differ only by rounding (integer IDCT, upsampling and colour conversion), so
+//! the bound is PSNR above 40 dB and a small largest difference away from the last two
+//! columns (where zune-jpeg's horizontal upsampling weighs the wrong sample: see
+//! `compare_interior`); and both decoders are equally close to the original picture.
+//! `cargo test -p redline-pipeline --test jpeg_accuracy -- --nocapture` prints the table.
+
+mod jpeg_common;
+
+use jpeg_common::{compare, compare_interior, encode, natural_grey, natural_rgb, zune_rgb, MODES};
+use jpeg_encoder::SamplingFactor;
+use redline_pipeline::jpeg::{JpegDecoder, JpegError, JpegInfo};
+
+const SIZES: [(usize, usize); 5] = [(640, 480), (333, 217), (17, 9), (1, 1), (64, 8)];
+
+fn ours(dec: &mut JpegDecoder, data: &[u8]) -> (JpegInfo, Vec<u8>) {
+    let info = JpegDecoder::peek_info(data).expect("peek_info");
+    let mut out = vec![0u8; info.rgb_len()];
+    let got = dec.decode_into(data, &mut out).expect("decode_into");
+    assert_eq!(got, info);
+    (info, out)
+}
+
+#[test]
+fn matches_zune_jpeg_in_every_mode() {
+    let mut dec = JpegDecoder::new(1920, 1080);
+    let mut modes: Vec<(&str, bool, SamplingFactor)> =
+        MODES.iter().map(|&(n, s)| (n, false, s)).collect();
+    modes.push(("grey", true, SamplingFactor::R_4_4_4));
+    println!(
+        "mode   quality restart  size       max|diff| (interior)  PSNR dB   PSNR vs original: ours zune"
+    );
+    for (name, grey, sampling) in modes {
+        let mut worst_psnr = f64::INFINITY;
+        let mut worst_max = 0;
+        for (si, &(w, h)) in SIZES.iter().enumerate() {
+            for quality in [75u8, 90, 95] {
+                for restart in [0u16, 7] {
+                    let data = encode(w, h, si as u64 + 1, grey, sampling, quality, restart);
+                    let (info, got) = ours(&mut dec, &data);
+                    assert_eq!((info.width, info.height), (w, h));
+                    assert_eq!(info.components, if grey { 1 } else { 3 });
+                    let want = zune_rgb(&data);
+                    let (max, psnr) = compare(&got, &want);
+                    let (max_in, _) = compare_interior(&got, &want, w);
+                    let original = if grey {
+                        natural_grey(w, h, si as u64 + 1)
+                            .iter()
+                            .flat_map(|&l| [l, l, l])
+                            .collect()
+                    } else {
+                        natural_rgb(w, h, si as u64 + 1)
+                    };
+                    let (_, ours_psnr) = compare(&got, &original);
+                    let (_, zune_psnr) = compare(&want, &original);
+                    if w >= 333 {
+                        println!(
+                            "{name:6} {quality:7} {restart:7}  {w:4}x{h:<4}  {max:9} ({max_in:3})     \
+                             {psnr:7.1}   {ours_psnr:7.2} {zune_psnr:7.2}"
+                        );
+                    }
+                    assert!(
+                        psnr > 40.0 && max_in <= 12,
+                        "{name} q{quality} rst{restart} {w}x{h}: max {max_in} (interior), \
+                         PSNR {psnr:.1} dB"
+                    );
+                    assert!(
+                        ours_psnr == zune_psnr || (ours_psnr - zune_psnr).abs() < 0.1,
+                        "{name} q{quality} rst{restart} {w}x{h}: PSNR against the original \
+                         {ours_psnr:.2} dB (ours) vs {zune_psnr:.2} dB (zune-jpeg)"
+                    );
+                    worst_psnr = worst_psnr.min(psnr);
+                    worst_max = worst_max.max(max);
+                }
+            }
+        }
+        println!("{name:6} worst over all sizes: max|diff| {worst_max}, PSNR {worst_psnr:.1} dB");
+    }
+}
+
+#[test]
+fn full_hd_420_matches_zune_jpeg() {
+    let mut dec = JpegDecoder::new(1920, 1080);
+    let data = encode(1920, 1080, 7, false, SamplingFactor::R_4_2_0, 90, 0);
+    let (_, got) = ours(&mut dec, &data);
+    let want = zune_rgb(&data);
+    let (max, psnr) = compare(&got, &want);
+    let (max_in, _) = compare_interior(&got, &want, 1920);
+    println!("1920x1080 4:2:0 q90: max|diff| {max} (interior {max_in}), PSNR {psnr:.1} dB");
+    assert!(psnr > 40.0 && max_in <= 12, "max {max_in}, PSNR {psnr:.1}");
+    // Decoding again with the same decoder gives the same bits (no state leaks).
+    let small = encode(640, 480, 3, true, SamplingFactor::R_4_4_4, 80, 3);
+    ours(&mut dec, &small);
+    let (_, again) = ours(&mut dec, &data);
+    assert_eq!(got, again);
+}
+
+#[test]
+fn too_large_and_short_output_are_errors_naming_sizes() {
+    let data = encode(640, 480, 1, false, SamplingFactor::R_4_2_0, 90, 0);
+    let mut small = JpegDecoder::new(320, 480);
+    let mut out = vec![0u8; 640 * 480 * 3];
+    let e = small.decode_into(&data, &mut out).unwrap_err();
+    assert_eq!(
+        e,
+        JpegError::TooLarge {
+            width: 640,
+            height: 480,
+            max_width: 320,
+            max_height: 480
+        }
+    );
+    assert!(e.to_string().contains("640x480") && e.to_string().contains("320x480"));
+    let mut dec = JpegDecoder::new(640, 480);
+    let e = dec.decode_into(&data, &mut out[..100]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            JpegError::OutputTooSmall {
+                needed: 921600,
+                got: 100,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        dec.decode_into(b"\x89PNG....", &mut out),
+        Err(JpegError::NotJpeg)
+    );
+}
+
+fn unsupported(data: &[u8]) -> &'static str {
+    let mut dec = JpegDecoder::new(640, 480);
+    let mut out = vec![0u8; 640 * 480 * 3];
+    match dec.decode_into(data, &mut out) {
+        Err(JpegError::Unsupported { what }) => what,
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+/// Position of the first `FF m` marker.
+fn marker_at(data: &[u8], m: u8) -> usize {
+    data.windows(2)
+        .position(|p| p == [0xff, m])
+        .expect("marker present")
+}
+
+#[test]
+fn unsupported_features_are_named() {
+    let mut prog = Vec::new();
+    let mut enc = jpeg_encoder::Encoder::new(&mut prog, 90);
+    enc.set_progressive(true);
+    enc.encode(
+        &jpeg_common::natural_rgb(64, 48, 1),
+        64,
+        48,
+        jpeg_encoder::ColorType::Rgb,
+    )
+    .unwrap();
+    assert!(unsupported(&prog).contains("progressive"));
+    assert!(JpegDecoder::peek_info(&prog).is_err());
+
+    let mut cmyk = Vec::new();
+    jpeg_encoder::Encoder::new(&mut cmyk, 90)
+        .encode(&[128u8; 64 * 48 * 4], 64, 48, jpeg_encoder::ColorType::Cmyk)
+        .unwrap();
+    assert!(unsupported(&cmyk).contains("CMYK"));
+
+    let base = encode(64, 48, 1, false, SamplingFactor::R_4_2_0, 90, 0);
+    let sof = marker_at(&base, 0xc0);
+    let mut twelve = base.clone();
+    twelve[sof + 4] = 12;
+    assert!(unsupported(&twelve).contains("12-bit"));
+    let mut arith = base.clone();
+    arith[sof + 1] = 0xc9;
+    assert!(unsupported(&arith).contains("arithmetic"));
+    let mut lossless = base.clone();
+    lossless[sof + 1] = 0xc3;
+    assert!(unsupported(&lossless).contains("lossless"));
+    // SOF1 (extended sequential, 8-bit) decodes like SOF0.
+    let mut sof1 = base.clone();
+    sof1[sof + 1] = 0xc1;
+    let mut dec = JpegDecoder::new(64, 48);
+    let (a, b) = (ours(&mut dec, &base).1, ours(&mut dec, &sof1).1);
+    assert_eq!(a, b);
+}
