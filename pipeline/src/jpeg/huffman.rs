@@ -25,6 +25,9 @@ pub(crate) struct HuffTable {
     valoffset: [i32; 17],
     /// Symbols in code order.
     values: [u8; 256],
+    /// AC tables only, indexed like `lookup`: when the code *and* its value bits fit in
+    /// `LOOKUP_BITS`, `(value << 16) | (run << 8) | bits used`; 0 otherwise.
+    ac_fast: [i32; 1 << LOOKUP_BITS],
     /// Whether a DHT has defined this table.
     pub(crate) defined: bool,
 }
@@ -35,6 +38,7 @@ impl HuffTable {
         maxcode: [-1; 18],
         valoffset: [0; 17],
         values: [0; 256],
+        ac_fast: [0; 1 << LOOKUP_BITS],
         defined: false,
     };
 
@@ -95,8 +99,41 @@ impl HuffTable {
             code <<= 1;
         }
         self.maxcode[17] = i32::MAX;
+        self.ac_fast = [0; 1 << LOOKUP_BITS];
+        if !is_dc {
+            self.build_ac_fast();
+        }
         self.defined = true;
         Ok(())
+    }
+}
+
+impl HuffTable {
+    fn build_ac_fast(&mut self) {
+        for (look, fast) in self.ac_fast.iter_mut().enumerate() {
+            let entry = self.lookup[look];
+            if entry == 0 {
+                continue;
+            }
+            let (len, rs) = ((entry >> 8) as u32, entry as u8);
+            let (run, size) = ((rs >> 4) as i32, (rs & 15) as u32);
+            if size == 0 || len + size > LOOKUP_BITS {
+                continue; // EOB, ZRL, or value bits beyond the lookahead
+            }
+            let bits = ((look as u32) >> (LOOKUP_BITS - len - size)) & ((1 << size) - 1);
+            let v = extend(bits as i32, size);
+            *fast = (v << 16) | (run << 8) | (len + size) as i32;
+        }
+    }
+}
+
+/// JPEG's EXTEND: `s` raw bits as a signed value (top bit 0 means negative).
+#[inline(always)]
+fn extend(v: i32, s: u32) -> i32 {
+    if v < (1 << (s - 1)) {
+        v - (1 << s) + 1
+    } else {
+        v
     }
 }
 
@@ -249,12 +286,20 @@ impl<'a> BitReader<'a> {
         }
         let v = (self.bits >> (64 - s)) as i32;
         self.consume(s);
-        // Values whose top bit is 0 are negative: v - (2^s - 1).
-        if v < (1 << (s - 1)) {
-            v - (1 << s) + 1
-        } else {
-            v
+        extend(v, s)
+    }
+
+    /// An AC coefficient decoded in one lookup, when its code and value fit in
+    /// `LOOKUP_BITS`: `Some((run, value))`. Call [`Self::ensure32`] first.
+    #[inline(always)]
+    pub(crate) fn decode_ac_fast(&mut self, t: &HuffTable) -> Option<(usize, i32)> {
+        let look = (self.bits >> (64 - LOOKUP_BITS)) as usize;
+        let fast = t.ac_fast[look];
+        if fast == 0 {
+            return None;
         }
+        self.consume((fast & 0xff) as u32);
+        Some((((fast >> 8) & 0xff) as usize, fast >> 16))
     }
 
     /// Drops the buffered bits and returns the position of the marker that ends this

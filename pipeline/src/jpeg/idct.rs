@@ -5,52 +5,111 @@
 //! coefficients cannot overflow-panic (they give garbage pixels, as they should).
 //!
 //! Rounding is defined: `descale(x, n) = (x + 2^(n-1)) >> n` (arithmetic shift), then +128
-//! and a clamp to 0..=255.
+//! and a clamp to 0..=255. The passes run on 8 lanes at once (`V8`), element by element,
+//! so the compiler vectorises them on any target without changing a bit of the result.
 
-use std::num::Wrapping;
+use std::ops::{Add, Neg, Sub};
 
-type W = Wrapping<i32>;
+const CONST_BITS: u32 = 13;
+const PASS1_BITS: u32 = 2;
 
-const CONST_BITS: usize = 13;
-const PASS1_BITS: usize = 2;
-
-const fn fix(x: i32) -> W {
-    Wrapping(x)
-}
 // round(c * 2^13) for the rotation constants.
-const F0_298631336: W = fix(2446);
-const F0_390180644: W = fix(3196);
-const F0_541196100: W = fix(4433);
-const F0_765366865: W = fix(6270);
-const F0_899976223: W = fix(7373);
-const F1_175875602: W = fix(9633);
-const F1_501321110: W = fix(12299);
-const F1_847759065: W = fix(15137);
-const F1_961570560: W = fix(16069);
-const F2_053119869: W = fix(16819);
-const F2_562915447: W = fix(20995);
-const F3_072711026: W = fix(25172);
+const F0_298631336: i32 = 2446;
+const F0_390180644: i32 = 3196;
+const F0_541196100: i32 = 4433;
+const F0_765366865: i32 = 6270;
+const F0_899976223: i32 = 7373;
+const F1_175875602: i32 = 9633;
+const F1_501321110: i32 = 12299;
+const F1_847759065: i32 = 15137;
+const F1_961570560: i32 = 16069;
+const F2_053119869: i32 = 16819;
+const F2_562915447: i32 = 20995;
+const F3_072711026: i32 = 25172;
 
-#[inline(always)]
-fn descale(x: W, n: usize) -> W {
-    (x + Wrapping(1 << (n - 1))) >> n
+/// Eight lanes of wrapping `i32`: the 1-D transform runs on 8 columns (or rows) at once,
+/// element by element, which the compiler turns into SIMD on any target. Every lane does
+/// exactly the scalar arithmetic, so the result does not depend on the vector width.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct V8([i32; 8]);
+
+impl V8 {
+    #[inline(always)]
+    fn map(self, f: impl Fn(i32) -> i32) -> V8 {
+        let mut o = [0; 8];
+        for (o, a) in o.iter_mut().zip(self.0) {
+            *o = f(a);
+        }
+        V8(o)
+    }
+    #[inline(always)]
+    fn zip(self, b: V8, f: impl Fn(i32, i32) -> i32) -> V8 {
+        let mut o = [0; 8];
+        for ((o, a), b) in o.iter_mut().zip(self.0).zip(b.0) {
+            *o = f(a, b);
+        }
+        V8(o)
+    }
+    #[inline(always)]
+    fn mulc(self, c: i32) -> V8 {
+        self.map(|a| a.wrapping_mul(c))
+    }
+    #[inline(always)]
+    fn shl(self, n: u32) -> V8 {
+        self.map(|a| a.wrapping_shl(n))
+    }
+    /// `(x + 2^(n-1)) >> n`, arithmetic shift.
+    #[inline(always)]
+    fn descale(self, n: u32) -> V8 {
+        self.map(|a| a.wrapping_add(1 << (n - 1)) >> n)
+    }
+}
+
+impl Add for V8 {
+    type Output = V8;
+    #[inline(always)]
+    fn add(self, b: V8) -> V8 {
+        self.zip(b, i32::wrapping_add)
+    }
+}
+
+impl Sub for V8 {
+    type Output = V8;
+    #[inline(always)]
+    fn sub(self, b: V8) -> V8 {
+        self.zip(b, i32::wrapping_sub)
+    }
+}
+
+impl Neg for V8 {
+    type Output = V8;
+    #[inline(always)]
+    fn neg(self) -> V8 {
+        self.map(i32::wrapping_neg)
+    }
 }
 
 #[inline(always)]
-fn clamp_u8(v: W) -> u8 {
-    (v.0.wrapping_add(128)).clamp(0, 255) as u8
+fn transpose(m: &[V8; 8]) -> [V8; 8] {
+    let mut t = [V8::default(); 8];
+    for (i, row) in m.iter().enumerate() {
+        for (j, &x) in row.0.iter().enumerate() {
+            t[j].0[i] = x;
+        }
+    }
+    t
 }
 
-/// One 1-D 8-point inverse DCT on `v` (indices 0..8), returning the 8 outputs scaled by
-/// 2^CONST_BITS (not yet descaled).
+/// One 1-D 8-point inverse DCT of the inputs `v[0..8]` (each a vector of 8 independent
+/// lanes), returning the 8 outputs scaled by 2^CONST_BITS (not yet descaled).
 #[inline(always)]
-fn idct_1d(v: [W; 8]) -> [W; 8] {
+fn idct_1d(v: &[V8; 8]) -> [V8; 8] {
     // Even part.
-    let z1 = (v[2] + v[6]) * F0_541196100;
-    let tmp2 = z1 - v[6] * F1_847759065;
-    let tmp3 = z1 + v[2] * F0_765366865;
-    let tmp0 = (v[0] + v[4]) << CONST_BITS;
-    let tmp1 = (v[0] - v[4]) << CONST_BITS;
+    let z1 = (v[2] + v[6]).mulc(F0_541196100);
+    let tmp2 = z1 - v[6].mulc(F1_847759065);
+    let tmp3 = z1 + v[2].mulc(F0_765366865);
+    let tmp0 = (v[0] + v[4]).shl(CONST_BITS);
+    let tmp1 = (v[0] - v[4]).shl(CONST_BITS);
     let t10 = tmp0 + tmp3;
     let t13 = tmp0 - tmp3;
     let t11 = tmp1 + tmp2;
@@ -61,15 +120,15 @@ fn idct_1d(v: [W; 8]) -> [W; 8] {
     let z2 = o1 + o2;
     let z3 = o0 + o2;
     let z4 = o1 + o3;
-    let z5 = (z3 + z4) * F1_175875602;
-    let z1 = -(z1 * F0_899976223);
-    let z2 = -(z2 * F2_562915447);
-    let z3 = z5 - z3 * F1_961570560;
-    let z4 = z5 - z4 * F0_390180644;
-    let o0 = o0 * F0_298631336 + z1 + z3;
-    let o1 = o1 * F2_053119869 + z2 + z4;
-    let o2 = o2 * F3_072711026 + z2 + z3;
-    let o3 = o3 * F1_501321110 + z1 + z4;
+    let z5 = (z3 + z4).mulc(F1_175875602);
+    let z1 = -z1.mulc(F0_899976223);
+    let z2 = -z2.mulc(F2_562915447);
+    let z3 = z5 - z3.mulc(F1_961570560);
+    let z4 = z5 - z4.mulc(F0_390180644);
+    let o0 = o0.mulc(F0_298631336) + z1 + z3;
+    let o1 = o1.mulc(F2_053119869) + z2 + z4;
+    let o2 = o2.mulc(F3_072711026) + z2 + z3;
+    let o3 = o3.mulc(F1_501321110) + z1 + z4;
     [
         t10 + o3,
         t11 + o2,
@@ -82,49 +141,42 @@ fn idct_1d(v: [W; 8]) -> [W; 8] {
     ]
 }
 
+#[inline(always)]
+fn to_pixel(x: i32) -> u8 {
+    x.wrapping_add(128).clamp(0, 255) as u8
+}
+
 /// The pixel value of a block whose only non-zero coefficient is the (dequantized) DC:
 /// exactly what [`idct_8x8`] computes for such a block.
 #[inline]
 pub(crate) fn dc_only_value(dc: i32) -> u8 {
-    let w = Wrapping(dc) << PASS1_BITS;
-    clamp_u8(descale(w, PASS1_BITS + 3))
+    let w = dc.wrapping_shl(PASS1_BITS);
+    to_pixel(w.wrapping_add(1 << (PASS1_BITS + 2)) >> (PASS1_BITS + 3))
 }
 
 /// Inverse DCT of the dequantized coefficients `coef` (natural order, row-major), written
 /// as 8 rows of 8 pixels at `out[0..]` with `stride` bytes between rows.
 /// `out` must hold `7 * stride + 8` bytes.
 pub(crate) fn idct_8x8(coef: &[i32; 64], out: &mut [u8], stride: usize) {
-    let mut ws = [Wrapping(0i32); 64];
-    for c in 0..8 {
-        let col = |r: usize| Wrapping(coef[r * 8 + c]);
-        if (1..8).all(|r| coef[r * 8 + c] == 0) {
-            let dc = col(0) << PASS1_BITS;
-            for r in 0..8 {
-                ws[r * 8 + c] = dc;
-            }
-            continue;
-        }
-        let o = idct_1d([
-            col(0),
-            col(1),
-            col(2),
-            col(3),
-            col(4),
-            col(5),
-            col(6),
-            col(7),
-        ]);
-        for r in 0..8 {
-            ws[r * 8 + c] = descale(o[r], CONST_BITS - PASS1_BITS);
-        }
+    let mut rows = [V8::default(); 8];
+    for (r, c) in rows.iter_mut().zip(coef.chunks_exact(8)) {
+        r.0.copy_from_slice(c);
     }
-    for (r, row) in ws.chunks_exact(8).enumerate() {
+    // Pass 1: the vertical transform of all 8 columns at once. A block whose rows 1..8 are
+    // zero (no vertical detail) gives row 0 scaled in every row: exactly what the full
+    // transform computes for it.
+    let ws = if rows[1..].iter().all(|r| r.0 == [0; 8]) {
+        [rows[0].shl(PASS1_BITS); 8]
+    } else {
+        idct_1d(&rows).map(|o| o.descale(CONST_BITS - PASS1_BITS))
+    };
+    // Pass 2: the horizontal transform of all 8 rows at once (on the transpose).
+    let cols = idct_1d(&transpose(&ws)).map(|o| o.descale(CONST_BITS + PASS1_BITS + 3));
+    let pixels = transpose(&cols);
+    for (r, p) in pixels.iter().enumerate() {
         let dst = &mut out[r * stride..r * stride + 8];
-        let mut v = [Wrapping(0i32); 8];
-        v.copy_from_slice(row);
-        let o = idct_1d(v);
-        for (d, x) in dst.iter_mut().zip(o) {
-            *d = clamp_u8(descale(x, CONST_BITS + PASS1_BITS + 3));
+        for (d, &x) in dst.iter_mut().zip(p.0.iter()) {
+            *d = to_pixel(x);
         }
     }
 }

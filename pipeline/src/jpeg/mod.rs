@@ -23,8 +23,8 @@
 //!   entropy-coded data, each 8×8 block transformed straight into its component plane, and
 //!   each output row colour-converted as soon as the rows it needs are decoded (while they
 //!   are in cache). Measured by `cargo bench -p redline-bench --bench jpeg`.
-//! - Deterministic: integer arithmetic only (the islow inverse DCT in [`idct`], integer
-//!   upsampling and colour conversion in [`color`]); the same bytes give the same pixels on
+//! - Deterministic: integer arithmetic only (the islow inverse DCT in `idct.rs`, integer
+//!   upsampling and colour conversion in `color.rs`); the same bytes give the same pixels on
 //!   every ISA. Not bit-identical to libjpeg-turbo or zune-jpeg (different rounding in
 //!   places), within a few levels of them (see `tests/jpeg_accuracy.rs`).
 //! - Concurrency: a decoder is `Send` and holds per-image state, so one decoder per camera;

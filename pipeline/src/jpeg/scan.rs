@@ -50,6 +50,18 @@ fn decode_block(
     let mut any_ac = false;
     while k < 64 {
         r.ensure32();
+        if let Some((run, v)) = r.decode_ac_fast(ac) {
+            k += run;
+            if k > 63 {
+                return Err(JpegError::Corrupt {
+                    what: "AC coefficient run past the end of its block",
+                });
+            }
+            coef[ZIGZAG[k]] = v.wrapping_mul(q[k] as i32);
+            any_ac = true;
+            k += 1;
+            continue;
+        }
         let rs = r.decode(ac)?;
         let (run, size) = ((rs >> 4) as usize, (rs & 15) as u32);
         if size == 0 {
