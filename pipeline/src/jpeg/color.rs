@@ -54,7 +54,39 @@ pub(crate) fn rows_ready(frame: &Frame) -> usize {
 
 /// Converts output rows `y0..y1` into `out` (packed RGB8, `frame.width * 3` bytes a row).
 /// The caller checked that `out` holds the whole image and the planes hold every component.
+/// Compiled a second time with AVX2 on x86-64 and chosen at run time (same bits).
 pub(crate) fn convert_rows(
+    frame: &Frame,
+    planes: &[u8],
+    y0: usize,
+    y1: usize,
+    out: &mut [u8],
+    scratch: &mut RowScratch,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: `convert_rows_avx2` only requires the CPU to support AVX2, checked above.
+        unsafe { convert_rows_avx2(frame, planes, y0, y1, out, scratch) };
+        return;
+    }
+    convert_rows_any(frame, planes, y0, y1, out, scratch);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn convert_rows_avx2(
+    frame: &Frame,
+    planes: &[u8],
+    y0: usize,
+    y1: usize,
+    out: &mut [u8],
+    scratch: &mut RowScratch,
+) {
+    convert_rows_any(frame, planes, y0, y1, out, scratch);
+}
+
+#[inline(always)]
+fn convert_rows_any(
     frame: &Frame,
     planes: &[u8],
     y0: usize,
@@ -86,6 +118,7 @@ pub(crate) fn convert_rows(
     }
 }
 
+#[inline(always)]
 /// Component `c`'s samples for output row `y`, upsampled to `w` columns (a view of the
 /// plane when the component is not subsampled).
 fn sample_row<'a>(
@@ -135,6 +168,7 @@ fn sample_row<'a>(
 /// Horizontal 2:1 triangle filter on column sums (each 4× a sample): output `2i` is
 /// `(3·cs[i] + cs[i−1] + even_bias) >> 4`, output `2i+1` is
 /// `(3·cs[i] + cs[i+1] + odd_bias) >> 4`, indices clamped to the row.
+#[inline(always)]
 fn triangle_h(cs: &[u16], out: &mut [u8], even_bias: u16, odd_bias: u16) {
     let n = cs.len();
     let w = out.len();
@@ -166,11 +200,13 @@ fn triangle_h(cs: &[u16], out: &mut [u8], even_bias: u16, odd_bias: u16) {
     }
 }
 
+#[inline(always)]
 fn clamp(v: i32) -> u8 {
     v.clamp(0, 255) as u8
 }
 
 /// JFIF YCbCr → RGB for one row (see the module docs for the arithmetic).
+#[inline(always)]
 fn ycc_to_rgb(luma: &[u8], cb: &[u8], cr: &[u8], out: &mut [u8]) {
     for (((px, &y), &cb), &cr) in out.chunks_exact_mut(3).zip(luma).zip(cb).zip(cr) {
         let (y, cb, cr) = (y as i32, cb as i32 - 128, cr as i32 - 128);

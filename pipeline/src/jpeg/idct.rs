@@ -157,7 +157,29 @@ pub(crate) fn dc_only_value(dc: i32) -> u8 {
 /// Inverse DCT of the dequantized coefficients `coef` (natural order, row-major), written
 /// as 8 rows of 8 pixels at `out[0..]` with `stride` bytes between rows.
 /// `out` must hold `7 * stride + 8` bytes.
+///
+/// On x86-64 CPUs with AVX2 the same code is compiled a second time with AVX2 enabled
+/// (8 × i32 multiplies in one instruction; SSE2, the baseline, has none) and chosen at run
+/// time; integer arithmetic, so both give the same bits.
+#[inline]
 pub(crate) fn idct_8x8(coef: &[i32; 64], out: &mut [u8], stride: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: `idct_8x8_avx2` only requires the CPU to support AVX2, checked just above.
+        unsafe { idct_8x8_avx2(coef, out, stride) };
+        return;
+    }
+    idct_8x8_any(coef, out, stride);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn idct_8x8_avx2(coef: &[i32; 64], out: &mut [u8], stride: usize) {
+    idct_8x8_any(coef, out, stride);
+}
+
+#[inline(always)]
+fn idct_8x8_any(coef: &[i32; 64], out: &mut [u8], stride: usize) {
     let mut rows = [V8::default(); 8];
     for (r, c) in rows.iter_mut().zip(coef.chunks_exact(8)) {
         r.0.copy_from_slice(c);
@@ -165,13 +187,19 @@ pub(crate) fn idct_8x8(coef: &[i32; 64], out: &mut [u8], stride: usize) {
     // Pass 1: the vertical transform of all 8 columns at once. A block whose rows 1..8 are
     // zero (no vertical detail) gives row 0 scaled in every row: exactly what the full
     // transform computes for it.
-    let ws = if rows[1..].iter().all(|r| r.0 == [0; 8]) {
-        [rows[0].shl(PASS1_BITS); 8]
-    } else {
-        idct_1d(&rows).map(|o| o.descale(CONST_BITS - PASS1_BITS))
-    };
+    let mut ws = [rows[0].shl(PASS1_BITS); 8];
+    if rows[1..].iter().any(|r| r.0 != [0; 8]) {
+        let o = idct_1d(&rows);
+        for (w, o) in ws.iter_mut().zip(o) {
+            *w = o.descale(CONST_BITS - PASS1_BITS);
+        }
+    }
     // Pass 2: the horizontal transform of all 8 rows at once (on the transpose).
-    let cols = idct_1d(&transpose(&ws)).map(|o| o.descale(CONST_BITS + PASS1_BITS + 3));
+    let o = idct_1d(&transpose(&ws));
+    let mut cols = [V8::default(); 8];
+    for (c, o) in cols.iter_mut().zip(o) {
+        *c = o.descale(CONST_BITS + PASS1_BITS + 3);
+    }
     let pixels = transpose(&cols);
     for (r, p) in pixels.iter().enumerate() {
         let dst = &mut out[r * stride..r * stride + 8];

@@ -287,6 +287,13 @@ impl JpegDecoder {
     }
 }
 
+/// Whether this x86-64 CPU has AVX2 (std caches the answer in an atomic; no allocation).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+}
+
 fn info(f: &Frame) -> JpegInfo {
     JpegInfo {
         width: f.width,
