@@ -1,6 +1,8 @@
 //! Integer 8×8 inverse DCT: the Loeffler–Ligtenberg–Moschytz factorisation in 13-bit fixed
 //! point with 2 extra bits kept between the passes (the scheme of libjpeg's "islow" method,
-//! written here from the published algorithm). Columns first, then rows; every product and
+//! written here from the published algorithm). Rows (horizontal) first, then columns, so
+//! that one transpose suffices (libjpeg goes columns first: results can differ from it by
+//! one level in rare pixels, never from the float definition by more than one); every product and
 //! sum is a wrapping `i32` operation, so the result is the same on every ISA and corrupt
 //! coefficients cannot overflow-panic (they give garbage pixels, as they should).
 //!
@@ -154,7 +156,8 @@ pub(crate) fn dc_only_value(dc: i32) -> u8 {
     to_pixel(w.wrapping_add(1 << (PASS1_BITS + 2)) >> (PASS1_BITS + 3))
 }
 
-/// Inverse DCT of the dequantized coefficients `coef` (natural order, row-major), written
+/// Inverse DCT of the dequantized coefficients `coef`, stored **transposed**
+/// (`coef[u * 8 + v]` is horizontal frequency `u`, vertical frequency `v`), written
 /// as 8 rows of 8 pixels at `out[0..]` with `stride` bytes between rows.
 /// `out` must hold `7 * stride + 8` bytes.
 ///
@@ -180,28 +183,26 @@ fn idct_8x8_avx2(coef: &[i32; 64], out: &mut [u8], stride: usize) {
 
 #[inline(always)]
 fn idct_8x8_any(coef: &[i32; 64], out: &mut [u8], stride: usize) {
-    let mut rows = [V8::default(); 8];
-    for (r, c) in rows.iter_mut().zip(coef.chunks_exact(8)) {
+    // `coef` is transposed, so row `u` holds horizontal frequency `u` of every vertical
+    // frequency: the horizontal transform runs on all 8 coefficient rows at once.
+    let mut freq = [V8::default(); 8];
+    for (r, c) in freq.iter_mut().zip(coef.chunks_exact(8)) {
         r.0.copy_from_slice(c);
     }
-    // Pass 1: the vertical transform of all 8 columns at once. A block whose rows 1..8 are
-    // zero (no vertical detail) gives row 0 scaled in every row: exactly what the full
-    // transform computes for it.
-    let mut ws = [rows[0].shl(PASS1_BITS); 8];
-    if rows[1..].iter().any(|r| r.0 != [0; 8]) {
-        let o = idct_1d(&rows);
+    // Pass 1 (horizontal). A block with no horizontal detail (rows 1..8 of the transposed
+    // coefficients zero) gives row 0 scaled everywhere: exactly what the full pass computes.
+    let mut ws = [freq[0].shl(PASS1_BITS); 8];
+    if freq[1..].iter().any(|r| r.0 != [0; 8]) {
+        let o = idct_1d(&freq);
         for (w, o) in ws.iter_mut().zip(o) {
             *w = o.descale(CONST_BITS - PASS1_BITS);
         }
     }
-    // Pass 2: the horizontal transform of all 8 rows at once (on the transpose).
-    let o = idct_1d(&transpose(&ws));
-    let mut cols = [V8::default(); 8];
-    for (c, o) in cols.iter_mut().zip(o) {
-        *c = o.descale(CONST_BITS + PASS1_BITS + 3);
-    }
-    let pixels = transpose(&cols);
-    for (r, p) in pixels.iter().enumerate() {
+    // `ws[x]` holds column x for every vertical frequency; transposed, row `v` holds
+    // vertical frequency `v` of every column, and pass 2 (vertical) yields pixel rows.
+    let rows = idct_1d(&transpose(&ws));
+    for (r, o) in rows.iter().enumerate() {
+        let p = o.descale(CONST_BITS + PASS1_BITS + 3);
         let dst = &mut out[r * stride..r * stride + 8];
         for (d, &x) in dst.iter_mut().zip(p.0.iter()) {
             *d = to_pixel(x);
@@ -240,6 +241,16 @@ mod tests {
         out
     }
 
+    fn transposed(c: &[i32; 64]) -> [i32; 64] {
+        let mut t = [0; 64];
+        for v in 0..8 {
+            for u in 0..8 {
+                t[u * 8 + v] = c[v * 8 + u];
+            }
+        }
+        t
+    }
+
     #[test]
     fn matches_the_float_definition_within_one() {
         let mut seed = 0x1234_5678_u64;
@@ -258,7 +269,7 @@ mod tests {
                 coef[i] = (next() % (2 * scale as u64)) as i32 - scale;
             }
             let mut out = [0u8; 64];
-            idct_8x8(&coef, &mut out, 8);
+            idct_8x8(&transposed(&coef), &mut out, 8);
             let want = reference(&coef);
             for i in 0..64 {
                 let d = (out[i] as f64 - want[i]).abs();

@@ -10,8 +10,22 @@ use super::idct;
 use super::markers::{Frame, Scan};
 use super::JpegError;
 
+/// Where each zigzag position goes in the (transposed) block the IDCT takes: column-major,
+/// `u * 8 + v` for horizontal frequency `u`, vertical frequency `v`.
+const ZIGZAG: [usize; 64] = transpose_indices(ZIGZAG_NATURAL);
+
+const fn transpose_indices(natural: [usize; 64]) -> [usize; 64] {
+    let mut t = [0; 64];
+    let mut k = 0;
+    while k < 64 {
+        t[k] = (natural[k] % 8) * 8 + natural[k] / 8;
+        k += 1;
+    }
+    t
+}
+
 /// Natural (row-major) index of each zigzag position.
-const ZIGZAG: [usize; 64] = [
+const ZIGZAG_NATURAL: [usize; 64] = [
     0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27, 20,
     13, 6, 7, 14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59,
     52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
