@@ -8,7 +8,7 @@
 //! Images: the synthetic road picture of `pipeline/tests/jpeg_common` encoded by
 //! jpeg-encoder at quality 90, 1920×1080 and 640×480, 4:2:0 (what cameras and
 //! `image_transport` send), plus 4:4:4, 4:2:2 and grey rows. Each decoder decodes each file
-//! `RUNS` times after a warm-up; P50 and P99 of the single-decode times, the ratio of the
+//! `RUNS` times after a warm-up, the two alternating; P50 and P99 of the single-decode times, the ratio of the
 //! P50s (ours / zune-jpeg; below 1 is faster), and output megabytes (RGB8) per second at
 //! our P50. Both decode into a preallocated RGB8 buffer; outputs are checked to agree
 //! (PSNR > 40 dB) before timing. Allocates freely (it is a benchmark, not a hot path).
@@ -33,18 +33,23 @@ fn percentiles(mut t: Vec<Duration>) -> (f64, f64) {
     (at(0.50), at(0.99))
 }
 
-fn time(mut f: impl FnMut()) -> (f64, f64) {
+/// P50/P99 (ms) of `ours` and of `theirs`, run alternately so that both see the same
+/// machine (this one is shared: load changes during a run).
+fn time_pair(mut ours: impl FnMut(), mut theirs: impl FnMut()) -> ((f64, f64), (f64, f64)) {
     for _ in 0..WARM_UP {
-        f();
+        ours();
+        theirs();
     }
-    let samples = (0..RUNS)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
-    percentiles(samples)
+    let (mut a, mut b) = (Vec::with_capacity(RUNS), Vec::with_capacity(RUNS));
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        ours();
+        a.push(t.elapsed());
+        let t = Instant::now();
+        theirs();
+        b.push(t.elapsed());
+    }
+    (percentiles(a), percentiles(b))
 }
 
 fn zune_decode(data: &[u8], out: &mut [u8]) {
@@ -85,17 +90,21 @@ fn main() {
             psnr > 40.0,
             "{w}x{h} {mode}: outputs disagree ({psnr:.1} dB)"
         );
-        let (o50, o99) = time(|| {
-            dec.decode_into(black_box(&data), &mut ours)
-                .expect("decodes");
-        });
-        let (z50, z99) = if grey {
-            // zune-jpeg gives grey as one channel (we write RGB8): time its decode of that.
-            let mut luma = vec![0u8; w * h];
-            time(|| zune_decode(black_box(&data), &mut luma))
-        } else {
-            time(|| zune_decode(black_box(&data), &mut theirs))
-        };
+        let mut luma = vec![0u8; w * h];
+        let ((o50, o99), (z50, z99)) = time_pair(
+            || {
+                dec.decode_into(black_box(&data), &mut ours)
+                    .expect("decodes");
+            },
+            || {
+                if grey {
+                    // zune-jpeg gives grey as one channel (we write RGB8): time that.
+                    zune_decode(black_box(&data), &mut luma)
+                } else {
+                    zune_decode(black_box(&data), &mut theirs)
+                }
+            },
+        );
         let mbs = (w * h * 3) as f64 / 1e6 / (o50 / 1e3);
         println!(
             "{:<16} {:>7.0} | {:>8.3} {:>8.3} | {:>8.3} {:>8.3} | {:>6.2} | {:>7.0}",

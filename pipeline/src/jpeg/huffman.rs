@@ -13,6 +13,9 @@ use super::JpegError;
 /// Bits looked up at once; longer codes take the slow path.
 pub(crate) const LOOKUP_BITS: u32 = 9;
 
+/// The run an `ac_fast` entry gives for end of block.
+const EOB_RUN: i32 = 0xff;
+
 /// One Huffman table, ready for decoding. Fixed size: no allocation when a DHT is loaded.
 #[derive(Clone, Debug)]
 pub(crate) struct HuffTable {
@@ -26,7 +29,8 @@ pub(crate) struct HuffTable {
     /// Symbols in code order.
     values: [u8; 256],
     /// AC tables only, indexed like `lookup`: when the code *and* its value bits fit in
-    /// `LOOKUP_BITS`, `(value << 16) | (run << 8) | bits used`; 0 otherwise.
+    /// `LOOKUP_BITS`, `(value << 16) | (run << 8) | bits used` (run `EOB_RUN` for end of
+    /// block, value 0 for ZRL); 0 otherwise.
     ac_fast: [i32; 1 << LOOKUP_BITS],
     /// Whether a DHT has defined this table.
     pub(crate) defined: bool,
@@ -117,8 +121,16 @@ impl HuffTable {
             }
             let (len, rs) = ((entry >> 8) as u32, entry as u8);
             let (run, size) = ((rs >> 4) as i32, (rs & 15) as u32);
-            if size == 0 || len + size > LOOKUP_BITS {
-                continue; // EOB, ZRL, or value bits beyond the lookahead
+            if size == 0 {
+                *fast = match run {
+                    0 => (EOB_RUN << 8) | len as i32,
+                    15 => (15 << 8) | len as i32, // ZRL: 15 zeros and a zero
+                    _ => 0,
+                };
+                continue;
+            }
+            if len + size > LOOKUP_BITS {
+                continue; // value bits beyond the lookahead
             }
             let bits = ((look as u32) >> (LOOKUP_BITS - len - size)) & ((1 << size) - 1);
             let v = extend(bits as i32, size);
@@ -289,17 +301,62 @@ impl<'a> BitReader<'a> {
         extend(v, s)
     }
 
-    /// An AC coefficient decoded in one lookup, when its code and value fit in
-    /// `LOOKUP_BITS`: `Some((run, value))`. Call [`Self::ensure32`] first.
+    /// Decodes the AC coefficients of one block (zigzag positions 1..64) into
+    /// `coef[zigzag[k]]`, dequantized by `q[k]`; returns whether any is non-zero.
+    ///
+    /// The bit buffer lives in locals inside the loop (written back only around refills and
+    /// slow decodes), so the compiler keeps it in registers.
     #[inline(always)]
-    pub(crate) fn decode_ac_fast(&mut self, t: &HuffTable) -> Option<(usize, i32)> {
-        let look = (self.bits >> (64 - LOOKUP_BITS)) as usize;
-        let fast = t.ac_fast[look];
-        if fast == 0 {
-            return None;
+    pub(crate) fn decode_ac(
+        &mut self,
+        ac: &HuffTable,
+        q: &[u16; 64],
+        zigzag: &[usize; 64],
+        coef: &mut [i32; 64],
+    ) -> Result<bool, JpegError> {
+        let (mut bits, mut nbits) = (self.bits, self.nbits);
+        let mut k = 1usize;
+        let mut any = false;
+        while k < 64 {
+            if nbits < 32 {
+                (self.bits, self.nbits) = (bits, nbits);
+                self.refill();
+                (bits, nbits) = (self.bits, self.nbits);
+            }
+            let fast = ac.ac_fast[(bits >> (64 - LOOKUP_BITS)) as usize];
+            let (run, v) = if fast != 0 {
+                let used = (fast & 0xff) as u32;
+                bits <<= used;
+                nbits -= used;
+                let run = (fast >> 8) & 0xff;
+                if run == EOB_RUN {
+                    break;
+                }
+                (run as usize, fast >> 16)
+            } else {
+                (self.bits, self.nbits) = (bits, nbits);
+                let rs = self.decode(ac)?;
+                let (run, size) = ((rs >> 4) as usize, (rs & 15) as u32);
+                let v = self.receive_extend(size);
+                (bits, nbits) = (self.bits, self.nbits);
+                if size == 0 && run != 15 {
+                    break; // EOB (other runs with size 0 are treated as EOB, as libjpeg does)
+                }
+                (run, v)
+            };
+            k += run;
+            if k > 63 {
+                (self.bits, self.nbits) = (bits, nbits);
+                return Err(JpegError::Corrupt {
+                    what: "AC coefficient run past the end of its block",
+                });
+            }
+            coef[zigzag[k]] = v.wrapping_mul(q[k] as i32);
+            any |= v != 0;
+            k += 1;
         }
-        self.consume((fast & 0xff) as u32);
-        Some((((fast >> 8) & 0xff) as usize, fast >> 16))
+        (self.bits, self.nbits) = (bits, nbits);
+        Ok(any)
     }
 
     /// Drops the buffered bits and returns the position of the marker that ends this

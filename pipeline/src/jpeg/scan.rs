@@ -60,42 +60,7 @@ fn decode_block(
     *pred = pred.wrapping_add(diff);
     let mut coef = [0i32; 64];
     coef[0] = pred.wrapping_mul(q[0] as i32);
-    let mut k = 1usize;
-    let mut any_ac = false;
-    while k < 64 {
-        r.ensure32();
-        if let Some((run, v)) = r.decode_ac_fast(ac) {
-            k += run;
-            if k > 63 {
-                return Err(JpegError::Corrupt {
-                    what: "AC coefficient run past the end of its block",
-                });
-            }
-            coef[ZIGZAG[k]] = v.wrapping_mul(q[k] as i32);
-            any_ac = true;
-            k += 1;
-            continue;
-        }
-        let rs = r.decode(ac)?;
-        let (run, size) = ((rs >> 4) as usize, (rs & 15) as u32);
-        if size == 0 {
-            if run == 15 {
-                k += 16;
-                continue;
-            }
-            break;
-        }
-        k += run;
-        if k > 63 {
-            return Err(JpegError::Corrupt {
-                what: "AC coefficient run past the end of its block",
-            });
-        }
-        let v = r.receive_extend(size);
-        coef[ZIGZAG[k]] = v.wrapping_mul(q[k] as i32);
-        any_ac = true;
-        k += 1;
-    }
+    let any_ac = r.decode_ac(ac, q, &ZIGZAG, &mut coef)?;
     if any_ac {
         idct::idct_8x8(&coef, block, stride);
     } else {
