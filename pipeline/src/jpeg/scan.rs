@@ -31,6 +31,11 @@ const ZIGZAG_NATURAL: [usize; 64] = [
     52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
 ];
 
+/// One block of coefficients, aligned for the IDCT's vector loads; all zero between blocks.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub(crate) struct Coefs(pub(crate) [i32; 64]);
+
 /// Tables and buffers a scan reads and writes (all owned by the decoder, sized at `new`).
 pub(crate) struct ScanContext<'a> {
     pub(crate) huff: &'a [HuffTable; 8],
@@ -45,12 +50,14 @@ pub(crate) struct ScanContext<'a> {
 
 /// Decodes one block into `block` (8 rows of 8 pixels, `stride` apart).
 #[inline]
+#[allow(clippy::too_many_arguments)] // the hot loop passes what it holds
 fn decode_block(
     r: &mut BitReader<'_>,
     dc: &HuffTable,
     ac: &HuffTable,
     q: &[u16; 64],
     pred: &mut i32,
+    coef: &mut Coefs,
     block: &mut [u8],
     stride: usize,
 ) -> Result<(), JpegError> {
@@ -58,11 +65,20 @@ fn decode_block(
     let s = r.decode(dc)? as u32;
     let diff = r.receive_extend(s);
     *pred = pred.wrapping_add(diff);
-    let mut coef = [0i32; 64];
+    let coef = &mut coef.0;
     coef[0] = pred.wrapping_mul(q[0] as i32);
-    let any_ac = r.decode_ac(ac, q, &ZIGZAG, &mut coef)?;
+    let any_ac = r.decode_ac(ac, q, &ZIGZAG, coef);
+    let any_ac = match any_ac {
+        Ok(any) => any,
+        Err(e) => {
+            *coef = [0; 64];
+            return Err(e);
+        }
+    };
     if any_ac {
-        idct::idct_8x8(&coef, block, stride);
+        idct::idct_8x8(coef, block, stride);
+        // Back to all zeros for the next block (only blocks with AC coefficients dirty it).
+        *coef = [0; 64];
     } else {
         let value = idct::dc_only_value(coef[0]);
         for row in 0..8 {
@@ -94,6 +110,7 @@ pub(crate) fn decode_scan(
         .enumerate()
         .all(|(i, c)| c.scanned || scan.comps[..scan.ncomp].contains(&i));
     let mut preds = [0i32; 3];
+    let mut coef = Coefs([0; 64]);
     let mut reader = BitReader::new(data, pos);
     let mut mcus_left = ctx.restart_interval;
     let mut next_rst = 0u8;
@@ -128,7 +145,16 @@ pub(crate) fn decode_scan(
                                 what: "block outside its component plane",
                             },
                         )?;
-                        decode_block(&mut reader, dc, ac, q, &mut preds[si], block, comp.stride)?;
+                        decode_block(
+                            &mut reader,
+                            dc,
+                            ac,
+                            q,
+                            &mut preds[si],
+                            &mut coef,
+                            block,
+                            comp.stride,
+                        )?;
                     }
                 }
             }
