@@ -144,7 +144,7 @@ fn sample_row<'a>(
         }
         (rh, _) => {
             let near = y / 2;
-            let far = if y % 2 == 0 {
+            let far = if y.is_multiple_of(2) {
                 near.saturating_sub(1)
             } else {
                 (near + 1).min(c.height - 1)
