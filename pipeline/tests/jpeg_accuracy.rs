@@ -195,3 +195,36 @@ fn unsupported_features_are_named() {
     let (a, b) = (ours(&mut dec, &base).1, ours(&mut dec, &sof1).1);
     assert_eq!(a, b);
 }
+
+#[test]
+fn fill_bytes_comments_and_app_segments_change_nothing() {
+    let data = encode(96, 64, 4, false, SamplingFactor::R_4_2_0, 90, 2);
+    let mut dec = JpegDecoder::new(96, 64);
+    let want = ours(&mut dec, &data).1;
+    let mut padded = vec![0xff, 0xd8];
+    // A comment, an unknown APP segment, and fill bytes before the next marker.
+    padded.extend_from_slice(&[0xff, 0xfe, 0x00, 0x05, b'h', b'i', b'!']);
+    padded.extend_from_slice(&[0xff, 0xe7, 0x00, 0x04, 0xff, 0xd9, 0xff, 0xff]);
+    let mut rst = 0;
+    let mut i = 2;
+    while i < data.len() {
+        // An extra fill byte before every restart marker.
+        if data[i] == 0xff && (0xd0..=0xd7).contains(&data.get(i + 1).copied().unwrap_or(0)) {
+            padded.push(0xff);
+            rst += 1;
+        }
+        padded.push(data[i]);
+        i += 1;
+    }
+    assert!(rst > 10, "{rst} restart markers");
+    assert_eq!(ours(&mut dec, &padded).1, want);
+    // A restart marker out of order is an error, not a wrong image.
+    let at = data.windows(2).position(|p| p == [0xff, 0xd3]).unwrap();
+    let mut swapped = data.clone();
+    swapped[at + 1] = 0xd5;
+    let mut out = vec![0u8; 96 * 64 * 3];
+    assert!(matches!(
+        dec.decode_into(&swapped, &mut out),
+        Err(JpegError::Corrupt { what }) if what.contains("restart")
+    ));
+}

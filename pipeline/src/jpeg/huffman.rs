@@ -363,17 +363,17 @@ impl<'a> BitReader<'a> {
     /// segment (or the end of the data). Bytes before `pos` were consumed; bytes between
     /// `pos` and the marker are skipped.
     pub(crate) fn finish_segment(&mut self) -> usize {
-        let mut p = self.pos;
-        while p + 1 < self.data.len() {
-            if self.data[p] == 0xff && self.data[p + 1] != 0x00 {
-                break;
-            }
-            p += 1;
-        }
         self.bits = 0;
         self.nbits = 0;
         self.padding = 0;
-        p
+        let mut p = self.pos;
+        loop {
+            match self.data.get(p..p + 2) {
+                Some(&[0xff, m]) if m != 0x00 => return p,
+                Some(_) => p += 1,
+                None => return self.data.len(),
+            }
+        }
     }
 }
 

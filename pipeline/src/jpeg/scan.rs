@@ -202,7 +202,11 @@ fn restart<'a>(
             what: "restart interval's data ends early",
         });
     }
-    let at = reader.finish_segment();
+    let mut at = reader.finish_segment();
+    // Fill bytes (FF FF ...) may precede a marker.
+    while data.get(at..at + 2) == Some(&[0xff, 0xff]) {
+        at += 1;
+    }
     match data.get(at..at + 2) {
         Some(&[0xff, m]) if m == 0xd0 + expected => Ok(BitReader::new(data, at + 2)),
         Some(_) => Err(JpegError::Corrupt {
