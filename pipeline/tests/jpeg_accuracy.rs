@@ -228,3 +228,55 @@ fn fill_bytes_comments_and_app_segments_change_nothing() {
         Err(JpegError::Corrupt { what }) if what.contains("restart")
     ));
 }
+
+/// `data` without its DHT segments (as motion-JPEG cameras send frames).
+fn without_dht(data: &[u8]) -> Vec<u8> {
+    let mut out = data[..2].to_vec();
+    let mut i = 2;
+    loop {
+        let (m, len) = (
+            data[i + 1],
+            ((data[i + 2] as usize) << 8) | data[i + 3] as usize,
+        );
+        if m == 0xda {
+            out.extend_from_slice(&data[i..]);
+            return out;
+        }
+        if m != 0xc4 {
+            out.extend_from_slice(&data[i..i + 2 + len]);
+        }
+        i += 2 + len;
+    }
+}
+
+#[test]
+fn streams_without_huffman_tables_use_the_standard_ones() {
+    for (grey, sampling) in [
+        (false, SamplingFactor::R_4_2_0),
+        (true, SamplingFactor::R_4_4_4),
+    ] {
+        let data = encode(80, 48, 5, grey, sampling, 85, 0);
+        let stripped = without_dht(&data);
+        assert!(stripped.len() < data.len() && !stripped.windows(2).any(|p| p == [0xff, 0xc4]));
+        let mut dec = JpegDecoder::new(80, 48);
+        assert_eq!(ours(&mut dec, &stripped).1, ours(&mut dec, &data).1);
+    }
+    // With optimised tables the stream is only right with its own DHT; without it, the
+    // standard tables misread it: an error or a different image, never a panic.
+    let mut opt = Vec::new();
+    let mut enc = jpeg_encoder::Encoder::new(&mut opt, 85);
+    enc.set_optimized_huffman_tables(true);
+    enc.encode(
+        &jpeg_common::natural_rgb(80, 48, 5),
+        80,
+        48,
+        jpeg_encoder::ColorType::Rgb,
+    )
+    .unwrap();
+    let mut dec = JpegDecoder::new(80, 48);
+    let want = ours(&mut dec, &opt).1;
+    let mut out = vec![0u8; 80 * 48 * 3];
+    if dec.decode_into(&without_dht(&opt), &mut out).is_ok() {
+        assert_ne!(out, want);
+    }
+}

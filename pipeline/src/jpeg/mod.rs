@@ -50,8 +50,8 @@
 //! Progressive (SOF2), lossless (SOF3), hierarchical, arithmetic coding, 12-bit samples,
 //! 4 components (CMYK/YCCK), Adobe "no transform" RGB, DNL-defined heights, subsampling
 //! ratios other than 1:1 and 2:1 (e.g. 4:1:1). The caller reports the camera image as
-//! unusable. Abbreviated streams without their own DHT (some motion-JPEG) are rejected as
-//! corrupt (no default Huffman tables are assumed).
+//! unusable. Streams without their own DHT (motion-JPEG from many UVC cameras) decode with
+//! the standard Huffman tables of JPEG Annex K, as libjpeg does.
 
 mod color;
 mod huffman;
@@ -144,6 +144,8 @@ pub struct JpegDecoder {
     planes: Vec<u8>,
     scratch: color::RowScratch,
     huff: Box<[HuffTable; 8]>,
+    /// The Annex K tables, built once: the starting state of `huff` for every image.
+    standard_huff: Box<[HuffTable; 8]>,
     qt: [[u16; 64]; 4],
 }
 
@@ -156,6 +158,13 @@ impl JpegDecoder {
             planes: vec![0; markers::planes_capacity(max_width, max_height)],
             scratch: color::RowScratch::new(max_width),
             huff: Box::new([HuffTable::EMPTY; 8]),
+            standard_huff: {
+                let mut t = Box::new([HuffTable::EMPTY; 8]);
+                // The constant is a valid DHT body (tested); an error would leave the
+                // slots undefined, which only makes abbreviated streams an error.
+                let _ = markers::parse_dht(&markers::STANDARD_DHT, &mut t);
+                t
+            },
             qt: [[0; 64]; 4],
         }
     }
@@ -190,9 +199,8 @@ impl JpegDecoder {
     /// docs for what is supported; never allocates.
     pub fn decode_into(&mut self, data: &[u8], out: &mut [u8]) -> Result<JpegInfo, JpegError> {
         let mut c = start(data)?;
-        for t in self.huff.iter_mut() {
-            t.defined = false;
-        }
+        // Abbreviated (motion-JPEG) streams without a DHT mean the standard tables.
+        self.huff.clone_from(&self.standard_huff);
         let mut qt_defined = [false; 4];
         let mut frame: Option<Frame> = None;
         let mut restart_interval = 0usize;
