@@ -280,3 +280,149 @@ fn streams_without_huffman_tables_use_the_standard_ones() {
         assert_ne!(out, want);
     }
 }
+
+/// A minimal baseline encoder for flat 8×8 blocks (DC only, quantizer 1, the Annex K
+/// luminance tables): lets the test write layouts jpeg-encoder does not, here one scan per
+/// component (non-interleaved).
+mod flat_blocks {
+    struct Bits {
+        out: Vec<u8>,
+        acc: u32,
+        n: u32,
+    }
+
+    impl Bits {
+        fn put(&mut self, code: u32, len: u32) {
+            for i in (0..len).rev() {
+                self.acc = (self.acc << 1) | ((code >> i) & 1);
+                self.n += 1;
+                if self.n == 8 {
+                    self.out.push(self.acc as u8);
+                    if self.acc == 0xff {
+                        self.out.push(0);
+                    }
+                    (self.acc, self.n) = (0, 0);
+                }
+            }
+        }
+        fn flush(mut self) -> Vec<u8> {
+            while self.n != 0 {
+                self.put(1, 1);
+            }
+            self.out
+        }
+    }
+
+    const DHT_HEX: &str = concat!(
+        "0000010501010101010100000000000000000102030405060708090a0b",
+        "100002010303020403050504040000017d01020300041105122131410613516107227114328191a1082342b1c11552d1f02433627282090a161718191a25262728292a3435363738393a434445464748494a535455565758595a636465666768696a737475767778797a838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae1e2e3e4e5e6e7e8e9eaf1f2f3f4f5f6f7f8f9fa"
+    );
+
+    /// Annex K luminance DC codes by category (lengths 2, 3 x5, 4..9).
+    const DC: [(u32, u32); 12] = [
+        (0b00, 2),
+        (0b010, 3),
+        (0b011, 3),
+        (0b100, 3),
+        (0b101, 3),
+        (0b110, 3),
+        (0b1110, 4),
+        (0b11110, 5),
+        (0b111110, 6),
+        (0b1111110, 7),
+        (0b11111110, 8),
+        (0b111111110, 9),
+    ];
+
+    /// Entropy-codes blocks (DC values) of the given components, interleaved per MCU.
+    fn scan(blocks: &[&[i32]]) -> Vec<u8> {
+        let mut b = Bits {
+            out: Vec::new(),
+            acc: 0,
+            n: 0,
+        };
+        let mut preds = vec![0i32; blocks.len()];
+        for i in 0..blocks[0].len() {
+            for (c, comp) in blocks.iter().enumerate() {
+                let diff = comp[i] - preds[c];
+                preds[c] = comp[i];
+                let cat = 32 - diff.unsigned_abs().leading_zeros();
+                b.put(DC[cat as usize].0, DC[cat as usize].1);
+                let bits = if diff < 0 { diff - 1 } else { diff } as u32;
+                b.put(bits & ((1 << cat) - 1), cat);
+                b.put(0b1010, 4); // AC EOB
+            }
+        }
+        b.flush()
+    }
+
+    /// A 3-component 4:4:4 image of flat blocks (`y`, `cb`, `cr`: one sample per block,
+    /// `bw`×`bh` blocks), as one interleaved scan or one scan per component.
+    pub fn encode(bw: usize, bh: usize, ycc: [&[u8]; 3], interleaved: bool) -> Vec<u8> {
+        let (w, h) = (bw * 8, bh * 8);
+        let mut out = vec![0xff, 0xd8, 0xff, 0xdb, 0, 67, 0];
+        out.extend_from_slice(&[1u8; 64]);
+        // DHT: Annex K luminance DC (class 0) and AC (class 1) tables, slot 0.
+        let dht: Vec<u8> = (0..DHT_HEX.len() / 2)
+            .map(|i| u8::from_str_radix(&DHT_HEX[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        out.extend_from_slice(&[0xff, 0xc4, 0, 2 + dht.len() as u8]);
+        out.extend_from_slice(&dht);
+        out.extend_from_slice(&[0xff, 0xc0, 0, 17, 8]);
+        out.extend_from_slice(&[(h >> 8) as u8, h as u8, (w >> 8) as u8, w as u8, 3]);
+        for id in 1..=3 {
+            out.extend_from_slice(&[id, 0x11, 0]);
+        }
+        let dc: Vec<Vec<i32>> = ycc
+            .iter()
+            .map(|p| p.iter().map(|&v| 8 * (v as i32 - 128)).collect())
+            .collect();
+        let sos = |out: &mut Vec<u8>, ids: &[u8]| {
+            out.extend_from_slice(&[0xff, 0xda, 0, 6 + 2 * ids.len() as u8, ids.len() as u8]);
+            for &id in ids {
+                out.extend_from_slice(&[id, 0x00]);
+            }
+            out.extend_from_slice(&[0, 63, 0]);
+        };
+        if interleaved {
+            sos(&mut out, &[1, 2, 3]);
+            out.extend(scan(&[&dc[0], &dc[1], &dc[2]]));
+        } else {
+            for c in 0..3 {
+                sos(&mut out, &[c as u8 + 1]);
+                out.extend(scan(&[&dc[c]]));
+            }
+        }
+        out.extend_from_slice(&[0xff, 0xd9]);
+        out
+    }
+}
+
+#[test]
+fn non_interleaved_scans_decode_like_interleaved_ones() {
+    let (bw, bh) = (7, 5);
+    let plane = |seed: u32| -> Vec<u8> {
+        (0..bw * bh)
+            .map(|i| ((i as u32 * 37 + seed * 101) % 256) as u8)
+            .collect()
+    };
+    let (y, cb, cr) = (plane(1), plane(2), plane(3));
+    let one = flat_blocks::encode(bw, bh, [&y, &cb, &cr], true);
+    let three = flat_blocks::encode(bw, bh, [&y, &cb, &cr], false);
+    let mut dec = JpegDecoder::new(64, 64);
+    let a = ours(&mut dec, &one).1;
+    let b = ours(&mut dec, &three).1;
+    assert_eq!(a, b);
+    // Flat blocks decode exactly to their samples, converted to RGB as zune-jpeg does.
+    let (max, _) = compare(&a, &zune_rgb(&one));
+    assert!(max <= 1, "max {max}");
+    // The last scan missing: an error, not an image with a blank component.
+    let cut = three.windows(2).rposition(|p| p == [0xff, 0xda]).unwrap();
+    let mut partial = three[..cut].to_vec();
+    partial.extend_from_slice(&[0xff, 0xd9]);
+    let mut out = vec![0u8; 56 * 40 * 3];
+    assert!(matches!(
+        dec.decode_into(&partial, &mut out),
+        Err(JpegError::Corrupt { what }) if what.contains("no scan")
+    ));
+}

@@ -190,6 +190,10 @@ impl JpegDecoder {
                         what: "no frame header (SOF) before the scan",
                     })
                 }
+                // Tables and the restart interval: read by `decode_into`, skipped here.
+                0xc4 | 0xdb | 0xdd => {
+                    c.segment()?;
+                }
                 _ => skip_or_reject(m, &mut c)?,
             }
         }
