@@ -388,9 +388,9 @@ mod flat_blocks {
             sos(&mut out, &[1, 2, 3]);
             out.extend(scan(&[&dc[0], &dc[1], &dc[2]]));
         } else {
-            for c in 0..3 {
-                sos(&mut out, &[c as u8 + 1]);
-                out.extend(scan(&[&dc[c]]));
+            for (id, plane) in (1u8..).zip(&dc) {
+                sos(&mut out, &[id]);
+                out.extend(scan(&[plane]));
             }
         }
         out.extend_from_slice(&[0xff, 0xd9]);
