@@ -36,6 +36,27 @@
 //! - Concurrency: a decoder is `Send` and holds per-image state, so one decoder per camera;
 //!   cameras decode in parallel on separate lanes with no shared state.
 //!
+//! # Use
+//!
+//! A camera stage builds its decoder in `init`, sized for the camera, and decodes each
+//! frame's stream into its RGB8 buffer (an arena slice) in `run`:
+//!
+//! ```
+//! use redline_pipeline::jpeg::{JpegDecoder, JpegError};
+//! # let mut stream = Vec::new();
+//! # jpeg_encoder::Encoder::new(&mut stream, 90)
+//! #     .encode(&[128u8; 64 * 48 * 3], 64, 48, jpeg_encoder::ColorType::Rgb)
+//! #     .unwrap();
+//! let mut decoder = JpegDecoder::new(1920, 1080); // init: allocates ~6.5 MB, once
+//! let mut rgb = vec![0u8; 1920 * 1080 * 3]; // in the graph: the stage's output buffer
+//! let info = JpegDecoder::peek_info(&stream)?; // size from the header, no decoding
+//! let decoded = decoder.decode_into(&stream, &mut rgb)?; // run: no allocation
+//! assert_eq!((decoded.width, decoded.height), (info.width, info.height));
+//! let image = &rgb[..decoded.rgb_len()]; // packed RGB8, rows top to bottom
+//! # assert_eq!(image.len(), 64 * 48 * 3);
+//! # Ok::<(), JpegError>(())
+//! ```
+//!
 //! # Supported
 //!
 //! Baseline sequential DCT (SOF0) and extended sequential with 8-bit samples (SOF1);
