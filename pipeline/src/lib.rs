@@ -23,6 +23,7 @@ pub mod config;
 pub mod eval;
 pub mod geometry;
 pub mod graph;
+pub mod jpeg;
 pub mod kalman;
 pub mod models;
 pub mod perception;
