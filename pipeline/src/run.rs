@@ -282,6 +282,23 @@ pub fn replay_with(
     counters: Arc<Counters>,
     hook: Option<&dyn StageHook>,
 ) -> Result<(ReplayOutcome, Runtime), ReplayError> {
+    replay_tapped(cfg, feed, frames, counters, hook, &mut |_: &Published<
+        '_,
+    >| {})
+}
+
+/// [`replay_with`], with every published frame also handed to `tap`, after the replay's
+/// own recording publisher and on the same (hot-path) thread: an output recorder, for
+/// example. `tap` sees the frames exactly as published and cannot change them or the
+/// output hash; it must follow the [`Publisher`] rules (no blocking, no allocation).
+pub fn replay_tapped(
+    cfg: &PipelineConfig,
+    feed: Arc<dyn FrameSource>,
+    frames: Option<u64>,
+    counters: Arc<Counters>,
+    hook: Option<&dyn StageHook>,
+    tap: &mut (dyn Publisher + Send),
+) -> Result<(ReplayOutcome, Runtime), ReplayError> {
     let (mut rt, info) = start_runtime_with(cfg, &feed, hook)?;
     let n = frames
         .unwrap_or(feed.frame_count() as u64)
@@ -289,7 +306,11 @@ pub fn replay_with(
     let mut publisher = RecordingPublisher::new(n as usize, counters);
     let started_unix_ms = unix_now_ms();
     let t0 = std::time::Instant::now();
-    rt.run(n, &mut publisher);
+    let mut both = |p: &Published<'_>| {
+        publisher.publish(p);
+        tap.publish(p);
+    };
+    rt.run(n, &mut both);
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
     let evaluation = evaluate(feed.as_ref(), &publisher.records);
     let quality_eval = evaluate_quality(feed.as_ref(), &publisher.records, &evaluation);

@@ -1,0 +1,73 @@
+//! `redline replay --record out.mcap`: the output recording around a replay. Wraps
+//! `redline_record` for the CLI: starts the recorder before the run (file, channels, ring,
+//! writer thread), is the replay's extra publisher during it (a copy into the ring per
+//! frame, nothing else), and finishes the file after it.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use redline_pipeline::config::PipelineConfig;
+use redline_record::{RecordPublisher, RecordSummary, Recorder, RecorderConfig};
+use redline_runtime::{Published, Publisher};
+
+/// A recording in progress, or none (no `--record`).
+#[derive(Debug, Default)]
+pub struct OutputRecording {
+    recorder: Option<Recorder>,
+    publisher: Option<RecordPublisher>,
+}
+
+impl OutputRecording {
+    /// Starts recording to `path` when given.
+    pub fn start(path: Option<&Path>, cfg: &PipelineConfig) -> Result<Self> {
+        let Some(path) = path else {
+            return Ok(Self::default());
+        };
+        let mut modes: Vec<String> = cfg.ladder.modes.iter().map(|m| m.name.clone()).collect();
+        if modes.is_empty() {
+            modes.push("nominal".into());
+        }
+        let (recorder, publisher) = Recorder::start(RecorderConfig::new(path, modes))
+            .with_context(|| format!("--record {}", path.display()))?;
+        Ok(OutputRecording {
+            recorder: Some(recorder),
+            publisher: Some(publisher),
+        })
+    }
+
+    /// Writes what is left, closes the file and returns the counts (None: not recording).
+    pub fn finish(self) -> Result<Option<RecordSummary>> {
+        let OutputRecording {
+            recorder,
+            publisher,
+        } = self;
+        drop(publisher);
+        recorder
+            .map(|r| {
+                let path = r.path().display().to_string();
+                r.finish().with_context(|| format!("--record {path}"))
+            })
+            .transpose()
+    }
+}
+
+impl Publisher for OutputRecording {
+    fn publish(&mut self, p: &Published<'_>) {
+        if let Some(r) = self.publisher.as_mut() {
+            r.publish(p);
+        }
+    }
+}
+
+/// The terminal line about a finished recording.
+pub fn summary_line(s: &RecordSummary) -> String {
+    format!(
+        "recorded {} frames to {} ({:.1} MiB, {} topics; open it in Foxglove or Lichtblick), {} dropped (ring of {} frames full)",
+        s.frames_written,
+        s.path,
+        s.bytes as f64 / (1024.0 * 1024.0),
+        s.topics.len(),
+        s.frames_dropped,
+        s.ring_slots
+    )
+}
