@@ -159,14 +159,65 @@ impl std::fmt::Debug for RecordPublisher {
     }
 }
 
-impl RecordPublisher {
-    pub(crate) fn new(ring: Arc<SlotRing<OutputRecord>>, counters: Arc<RecordCounters>) -> Self {
-        RecordPublisher { ring, counters }
+/// The consumer end of the ring: takes recorded frames in publish order. The recorder's
+/// writer thread holds it; tests hold it to drain without encoding.
+pub struct RecordReader {
+    ring: Arc<SlotRing<OutputRecord>>,
+    counters: Arc<RecordCounters>,
+}
+
+impl std::fmt::Debug for RecordReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordReader")
+            .field("ring", &self.ring)
+            .finish()
+    }
+}
+
+impl RecordReader {
+    /// Calls `f` with the oldest recorded frame not yet read, then frees its slot; false when
+    /// there is none. Does not count it as written (the caller decides).
+    pub fn next(&mut self, f: impl FnOnce(&OutputRecord)) -> bool {
+        let Some(t) = self.ring.take() else {
+            return false;
+        };
+        f(self.ring.read(&t));
+        self.ring.release(t);
+        true
     }
 
+    /// The counts shared with the publisher.
+    pub fn counters(&self) -> &RecordCounters {
+        &self.counters
+    }
+
+    /// Ring slots.
+    pub fn capacity(&self) -> usize {
+        self.ring.capacity()
+    }
+}
+
+/// A ring of `slots` records (allocated here, at start-up) and its two ends.
+pub fn record_ring(slots: usize) -> (RecordPublisher, RecordReader) {
+    let ring = Arc::new(SlotRing::new(slots, OutputRecord::empty));
+    let counters = Arc::new(RecordCounters::default());
+    (
+        RecordPublisher {
+            ring: ring.clone(),
+            counters: counters.clone(),
+        },
+        RecordReader { ring, counters },
+    )
+}
+
+impl RecordPublisher {
     /// The counts so far.
     pub fn counters(&self) -> &RecordCounters {
         &self.counters
+    }
+
+    pub(crate) fn shared_counters(&self) -> Arc<RecordCounters> {
+        self.counters.clone()
     }
 }
 

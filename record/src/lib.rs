@@ -27,7 +27,7 @@ pub mod frame;
 pub mod ring;
 pub mod writer;
 
-pub use frame::{OutputRecord, RecordCounters, RecordPublisher};
+pub use frame::{record_ring, OutputRecord, RecordCounters, RecordPublisher, RecordReader};
 pub use writer::{RecordSummary, Recorder, RecorderConfig, DEFAULT_SLOTS};
 
 use std::path::PathBuf;

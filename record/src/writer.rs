@@ -35,8 +35,7 @@ use redline_pipeline::types::BevSpec;
 use serde::Serialize;
 
 use crate::encode::{self, topic, FRAME_STATS_SCHEMA};
-use crate::frame::{OutputRecord, RecordCounters, RecordPublisher};
-use crate::ring::SlotRing;
+use crate::frame::{record_ring, OutputRecord, RecordCounters, RecordPublisher, RecordReader};
 use crate::RecordError;
 
 /// Ring slots by default: 64 frames (about 2 s at 30 Hz; ~1.8 MiB).
@@ -126,11 +125,15 @@ impl Channels {
 }
 
 struct Writer {
-    ring: Arc<SlotRing<OutputRecord>>,
+    reader: RecordReader,
     stop: Arc<AtomicBool>,
-    counters: Arc<RecordCounters>,
-    channels: Channels,
     handle: McapWriterHandle<BufWriter<File>>,
+    out: Output,
+}
+
+/// Encodes records onto the channels.
+struct Output {
+    channels: Channels,
     mode_names: Vec<String>,
     bev: BevSpec,
     clock_offset: Option<i128>,
@@ -145,10 +148,9 @@ impl Writer {
             // visible to the drain below.
             let stopping = self.stop.load(Ordering::Acquire);
             let mut any = false;
-            while let Some(t) = self.ring.take() {
-                let ring = self.ring.clone();
-                self.write(ring.read(&t));
-                ring.release(t);
+            while self.reader.next(|r| self.out.write(r)) {
+                let c = self.reader.counters();
+                c.written.fetch_add(1, Ordering::Relaxed);
                 any = true;
             }
             if stopping {
@@ -164,7 +166,9 @@ impl Writer {
         })?;
         Ok(())
     }
+}
 
+impl Output {
     fn log_time(&mut self, r: &OutputRecord) -> u64 {
         if self.clock_offset.is_none() && r.held_from == Some(r.frame) {
             if let Some(e) = r.ego {
@@ -196,7 +200,6 @@ impl Writer {
             c.frame
                 .log_with_meta(&json, PartialMetadata { log_time: Some(ns) });
         }
-        self.counters.written.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -235,29 +238,30 @@ impl Recorder {
                 source: Box::new(e),
             })?;
         let channels = Channels::new(&ctx)?;
-        let ring = Arc::new(SlotRing::new(cfg.slots, OutputRecord::empty));
-        let counters = Arc::new(RecordCounters::default());
+        let (publisher, reader) = record_ring(cfg.slots);
+        let counters = publisher.shared_counters();
+        let slots = reader.capacity();
         let stop = Arc::new(AtomicBool::new(false));
         let writer = Writer {
-            ring: ring.clone(),
+            reader,
             stop: stop.clone(),
-            counters: counters.clone(),
-            channels,
             handle,
-            mode_names: cfg.mode_names,
-            bev: cfg.bev,
-            clock_offset: None,
-            _context: ctx,
+            out: Output {
+                channels,
+                mode_names: cfg.mode_names,
+                bev: cfg.bev,
+                clock_offset: None,
+                _context: ctx,
+            },
         };
         let thread = std::thread::Builder::new()
             .name("redline-record".into())
             .spawn(move || writer.run())
             .map_err(|source| RecordError::Thread { source })?;
-        let publisher = RecordPublisher::new(ring.clone(), counters.clone());
         Ok((
             Recorder {
                 path: cfg.path,
-                slots: ring.capacity(),
+                slots,
                 stop,
                 counters,
                 thread: Some(thread),
