@@ -27,6 +27,8 @@ pub mod frame;
 pub mod ring;
 pub mod writer;
 
+/// The Foxglove SDK this crate writes with (its message types decode a recording).
+pub use foxglove;
 pub use frame::{record_ring, OutputRecord, RecordCounters, RecordPublisher, RecordReader};
 pub use writer::{RecordSummary, Recorder, RecorderConfig, DEFAULT_SLOTS};
 
