@@ -38,7 +38,7 @@ use crate::encode::{self, topic, FRAME_STATS_SCHEMA};
 use crate::frame::{record_ring, OutputRecord, RecordCounters, RecordPublisher, RecordReader};
 use crate::RecordError;
 
-/// Ring slots by default: 64 frames (about 2 s at 30 Hz; ~1.8 MiB).
+/// Ring slots by default: 64 frames (about 2 s at 30 Hz; ~1.7 MiB).
 pub const DEFAULT_SLOTS: usize = 64;
 
 /// How to record.
