@@ -2,10 +2,9 @@
 //! Foxglove (and its open-source fork Lichtblick) draws (`redline replay --record`).
 //!
 //! What it promises:
-//! - Written off the hot path. The runtime's publishing thread only runs
-//!   [`RecordPublisher::publish`]: it copies the frame's outputs into a slot of a ring
-//!   preallocated at start ([`ring::SlotRing`]) — no allocation, no lock, no I/O, no
-//!   waiting. A full ring drops the record and counts it; it never blocks a lane. A writer
+//! - Written off the hot path. The runtime's publishing thread only runs the
+//!   [`RecordPublisher`]: it copies the frame's outputs into a slot of a ring preallocated
+//!   at start ([`ring::SlotRing`]) — no allocation, no lock, no I/O, no waiting. A full ring drops the record and counts it; it never blocks a lane. A writer
 //!   thread of its own ([`Recorder`]) encodes and writes.
 //! - Channels and schemas ([`encode::topic`]): `/tf` (`foxglove.FrameTransform`,
 //!   map → base_link), `/redline/detections`, `/redline/tracks`, `/redline/predictions`,

@@ -47,7 +47,7 @@ unsafe impl<T: Send> Sync for SlotRing<T> {}
 // SAFETY: as above; the ring owns its `T`s.
 unsafe impl<T: Send> Send for SlotRing<T> {}
 
-/// A slot the producer holds: fill it through [`Claim::slot`], then [`SlotRing::commit`].
+/// A slot the producer holds: fill it through [`SlotRing::slot`], then [`SlotRing::commit`].
 #[derive(Debug)]
 pub struct Claim {
     index: u32,
