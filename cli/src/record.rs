@@ -4,10 +4,12 @@
 //! frame, nothing else), and finishes the file after it.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use redline_pipeline::config::PipelineConfig;
-use redline_record::{RecordPublisher, RecordSummary, Recorder, RecorderConfig};
+use redline_pipeline::sensors::FrameSource;
+use redline_record::{FeedImages, RecordPublisher, RecordSummary, Recorder, RecorderConfig};
 use redline_runtime::{Published, Publisher};
 
 /// A recording in progress, or none (no `--record`).
@@ -18,8 +20,14 @@ pub struct OutputRecording {
 }
 
 impl OutputRecording {
-    /// Starts recording to `path` when given.
-    pub fn start(path: Option<&Path>, cfg: &PipelineConfig) -> Result<Self> {
+    /// Starts recording to `path` when given; with `images`, the camera images of `feed`
+    /// too.
+    pub fn start(
+        path: Option<&Path>,
+        images: bool,
+        cfg: &PipelineConfig,
+        feed: &Arc<dyn FrameSource>,
+    ) -> Result<Self> {
         let Some(path) = path else {
             return Ok(Self::default());
         };
@@ -27,8 +35,12 @@ impl OutputRecording {
         if modes.is_empty() {
             modes.push("nominal".into());
         }
-        let (recorder, publisher) = Recorder::start(RecorderConfig::new(path, modes))
-            .with_context(|| format!("--record {}", path.display()))?;
+        let mut rc = RecorderConfig::new(path, modes);
+        if images {
+            rc.images = Some(Box::new(FeedImages(feed.clone())));
+        }
+        let (recorder, publisher) =
+            Recorder::start(rc).with_context(|| format!("--record {}", path.display()))?;
         Ok(OutputRecording {
             recorder: Some(recorder),
             publisher: Some(publisher),
@@ -61,8 +73,17 @@ impl Publisher for OutputRecording {
 
 /// The terminal line about a finished recording.
 pub fn summary_line(s: &RecordSummary) -> String {
+    let images = s
+        .images
+        .map(|i| {
+            format!(
+                ", {} camera images ({} frames no longer held, {} not encodable)",
+                i.images_written, i.frames_missing, i.encode_failures
+            )
+        })
+        .unwrap_or_default();
     format!(
-        "recorded {} frames to {} ({:.1} MiB, {} topics; open it in Foxglove or Lichtblick), {} dropped (ring of {} frames full)",
+        "recorded {} frames to {} ({:.1} MiB, {} topics{images}; open it in Foxglove or Lichtblick), {} dropped (ring of {} frames full)",
         s.frames_written,
         s.path,
         s.bytes as f64 / (1024.0 * 1024.0),

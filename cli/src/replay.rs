@@ -32,6 +32,10 @@ pub struct ReplayArgs {
     /// Lichtblick: boxes, tracks, predictions, plan, BEV grid, latency and mode).
     #[arg(long, value_name = "OUT.mcap")]
     pub record: Option<PathBuf>,
+    /// With --record: the camera images too, JPEG-compressed (larger files; encoded on the
+    /// recorder's own thread).
+    #[arg(long, requires = "record")]
+    pub record_images: bool,
 }
 
 /// `report.json`: the replay's outcome and, when faults were injected, what they were.
@@ -73,7 +77,7 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     let total = frames.unwrap_or(feed.frame_count()).min(feed.frame_count()) as u64;
     let progress = Progress::start("redline replay", total, counters.clone());
     let hook = (!stage_faults.is_empty()).then_some(&stage_faults as _);
-    let mut recording = OutputRecording::start(a.record.as_deref(), cfg)?;
+    let mut recording = OutputRecording::start(a.record.as_deref(), a.record_images, cfg, &feed)?;
     let (outcome, rt) = replay_tapped(
         cfg,
         feed.clone(),

@@ -117,7 +117,7 @@ fn recording_is_read_back_by_python_and_leaves_the_output_hash_alone() {
 
 /// A critical stage (planning) panics: its fallback stands in from then on (degraded frames)
 /// and the ladder goes to safe_stop; the per-frame status and mode in the file still add up
-/// to the report's.
+/// to the report's. With `--record-images`: every camera's image of every frame, as JPEG.
 #[test]
 fn a_degraded_replay_is_recorded_as_the_report_tells_it() {
     let d = dir("faults");
@@ -135,8 +135,15 @@ fn a_degraded_replay_is_recorded_as_the_report_tells_it() {
         rep.as_os_str(),
         "--record".as_ref(),
         mcap.as_os_str(),
+        "--record-images".as_ref(),
     ]);
     let r = report(&rep);
+    let images = &r["record"]["images"];
+    assert_eq!(
+        images["images_written"].as_u64(),
+        Some(45 * r["graph"]["cameras"].as_u64().unwrap()),
+        "{images}"
+    );
     let safe_stop = r["runtime"]["mode_residency"]
         .as_array()
         .and_then(|m| m.iter().find(|m| m["mode"] == "safe_stop"))

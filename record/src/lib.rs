@@ -12,6 +12,8 @@
 //!   (`foxglove.Grid`), and `/redline/frame` (JSON `redline.FrameStats`: `latency_ms`,
 //!   `mode`, `mode_name`, `deadline_miss`, ... for the Plot panel). Protobuf schemas are the
 //!   `foxglove` crate's own, so any Foxglove schema decoder reads them.
+//! - Optionally the camera images ([`images`]): the frame's input images, read from the
+//!   frame source and JPEG-encoded by the writer thread (`foxglove.CompressedImage`).
 //! - Recording observes only: it does not change what the graph computes or publishes (the
 //!   replay's output hash is the same with and without it).
 //!
@@ -24,12 +26,14 @@
 
 pub mod encode;
 pub mod frame;
+pub mod images;
 pub mod ring;
 pub mod writer;
 
 /// The Foxglove SDK this crate writes with (its message types decode a recording).
 pub use foxglove;
 pub use frame::{record_ring, OutputRecord, RecordCounters, RecordPublisher, RecordReader};
+pub use images::{FeedImages, ImageSource, ImageStats};
 pub use writer::{RecordSummary, Recorder, RecorderConfig, DEFAULT_SLOTS};
 
 use std::path::PathBuf;

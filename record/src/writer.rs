@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use foxglove::messages::{FrameTransform, Grid, SceneUpdate};
+use foxglove::messages::{CompressedImage, FrameTransform, Grid, SceneUpdate};
 use foxglove::{
     Channel, ChannelBuilder, Context, McapWriter, McapWriterHandle, PartialMetadata, RawChannel,
     Schema,
@@ -36,13 +36,14 @@ use serde::Serialize;
 
 use crate::encode::{self, topic, FRAME_STATS_SCHEMA};
 use crate::frame::{record_ring, OutputRecord, RecordCounters, RecordPublisher, RecordReader};
+use crate::images::{self, ImageSource, ImageStats};
 use crate::RecordError;
 
 /// Ring slots by default: 64 frames (about 2 s at 30 Hz; ~1.7 MiB).
 pub const DEFAULT_SLOTS: usize = 64;
 
 /// How to record.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RecorderConfig {
     /// The MCAP file to write (created or truncated).
     pub path: PathBuf,
@@ -52,6 +53,8 @@ pub struct RecorderConfig {
     pub mode_names: Vec<String>,
     /// Geometry of the published segmentation grid.
     pub bev: BevSpec,
+    /// Camera images to record with the outputs (see [`crate::images`]); None: no images.
+    pub images: Option<Box<dyn ImageSource>>,
 }
 
 impl RecorderConfig {
@@ -62,6 +65,7 @@ impl RecorderConfig {
             slots: DEFAULT_SLOTS,
             mode_names,
             bev: BevSpec::DEFAULT,
+            images: None,
         }
     }
 }
@@ -83,6 +87,9 @@ pub struct RecordSummary {
     pub bytes: u64,
     /// Topics written.
     pub topics: Vec<String>,
+    /// Camera images, when recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageStats>,
 }
 
 struct Channels {
@@ -139,10 +146,67 @@ struct Output {
     clock_offset: Option<i128>,
     /// Channels and the sink hold the context weakly: it must outlive the writing.
     _context: Arc<Context>,
+    images: Option<Images>,
+}
+
+/// The image source, one channel per camera, and a reused encoding buffer.
+struct Images {
+    source: Box<dyn ImageSource>,
+    channels: Vec<Channel<CompressedImage>>,
+    frame_ids: Vec<String>,
+    jpeg: Vec<u8>,
+    stats: ImageStats,
+}
+
+impl Images {
+    fn new(source: Box<dyn ImageSource>, ctx: &Arc<Context>) -> Self {
+        let names = source.cameras();
+        Images {
+            channels: names
+                .iter()
+                .map(|n| ChannelBuilder::new(images::topic(n)).context(ctx).build())
+                .collect(),
+            frame_ids: names.iter().map(|n| format!("cam_{n}")).collect(),
+            source,
+            jpeg: Vec::new(),
+            stats: ImageStats::default(),
+        }
+    }
+
+    fn write(&mut self, frame: u64, t: foxglove::messages::Timestamp, ns: u64) {
+        let (w, h) = self.source.size();
+        let Images {
+            source,
+            channels,
+            frame_ids,
+            jpeg,
+            stats,
+        } = self;
+        let found = source.images(frame, &mut |c, rgb| {
+            let Some(ch) = channels.get(c) else {
+                return;
+            };
+            if images::encode_jpeg(rgb, w, h, jpeg).is_err() {
+                stats.encode_failures += 1;
+                return;
+            }
+            let msg = CompressedImage {
+                timestamp: Some(t),
+                frame_id: frame_ids[c].clone(),
+                data: jpeg.clone().into(),
+                format: "jpeg".to_string(),
+            };
+            ch.log_with_time(&msg, ns);
+            stats.images_written += 1;
+        });
+        if !found {
+            stats.frames_missing += 1;
+        }
+    }
 }
 
 impl Writer {
-    fn run(mut self) -> Result<(), RecordError> {
+    fn run(mut self) -> Result<Option<ImageStats>, RecordError> {
         loop {
             // Read before draining: every commit made before `finish` set the flag is then
             // visible to the drain below.
@@ -164,7 +228,7 @@ impl Writer {
             what: "finish the MCAP file",
             source: Box::new(e),
         })?;
-        Ok(())
+        Ok(self.out.images.map(|i| i.stats))
     }
 }
 
@@ -200,6 +264,9 @@ impl Output {
             c.frame
                 .log_with_meta(&json, PartialMetadata { log_time: Some(ns) });
         }
+        if let Some(images) = self.images.as_mut() {
+            images.write(r.frame, t, ns);
+        }
     }
 }
 
@@ -207,9 +274,10 @@ impl Output {
 pub struct Recorder {
     path: PathBuf,
     slots: usize,
+    topics: Vec<String>,
     stop: Arc<AtomicBool>,
     counters: Arc<RecordCounters>,
-    thread: Option<JoinHandle<Result<(), RecordError>>>,
+    thread: Option<JoinHandle<Result<Option<ImageStats>, RecordError>>>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -238,6 +306,11 @@ impl Recorder {
                 source: Box::new(e),
             })?;
         let channels = Channels::new(&ctx)?;
+        let images = cfg.images.map(|source| Images::new(source, &ctx));
+        let mut topics: Vec<String> = topic::ALL.iter().map(|t| t.to_string()).collect();
+        if let Some(i) = &images {
+            topics.extend(i.channels.iter().map(|c| c.topic().to_string()));
+        }
         let (publisher, reader) = record_ring(cfg.slots);
         let counters = publisher.shared_counters();
         let slots = reader.capacity();
@@ -252,6 +325,7 @@ impl Recorder {
                 bev: cfg.bev,
                 clock_offset: None,
                 _context: ctx,
+                images,
             },
         };
         let thread = std::thread::Builder::new()
@@ -262,6 +336,7 @@ impl Recorder {
             Recorder {
                 path: cfg.path,
                 slots,
+                topics,
                 stop,
                 counters,
                 thread: Some(thread),
@@ -280,11 +355,11 @@ impl Recorder {
     pub fn finish(mut self) -> Result<RecordSummary, RecordError> {
         self.stop.store(true, Ordering::Release);
         let joined = self.thread.take().map(JoinHandle::join);
-        match joined {
+        let images = match joined {
             Some(Ok(result)) => result?,
             Some(Err(_)) => return Err(RecordError::WriterPanicked),
-            None => {}
-        }
+            None => None,
+        };
         let bytes = std::fs::metadata(&self.path)
             .map(|m| m.len())
             .map_err(|source| RecordError::Create {
@@ -299,7 +374,8 @@ impl Recorder {
             frames_dropped: c.dropped.load(Ordering::Relaxed),
             ring_slots: self.slots,
             bytes,
-            topics: topic::ALL.iter().map(|t| t.to_string()).collect(),
+            topics: self.topics.clone(),
+            images,
         })
     }
 }

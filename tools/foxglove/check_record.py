@@ -20,6 +20,7 @@ import sys
 from mcap.decoder import DecoderFactory as McapDecoderFactory
 from mcap.reader import make_reader
 from mcap_protobuf.decoder import DecoderFactory
+from foxglove_schemas_protobuf.CompressedImage_pb2 import CompressedImage
 from foxglove_schemas_protobuf.FrameTransform_pb2 import FrameTransform
 from foxglove_schemas_protobuf.Grid_pb2 import Grid
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
@@ -33,6 +34,27 @@ EXPECTED = {
     "/redline/bev_segmentation": ("foxglove.Grid", "protobuf", Grid),
     "/redline/frame": ("redline.FrameStats", "json", None),
 }
+
+
+def jpeg_size(data):
+    """(width, height) from a baseline JPEG's SOF0 segment, or None."""
+    if data[:2] != b"\xff\xd8" or data[-2:] != b"\xff\xd9":
+        return None
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            return None
+        marker, length = data[i + 1], int.from_bytes(data[i + 2 : i + 4], "big")
+        if marker in (0xC0, 0xC1, 0xC2):
+            return int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big")
+        i += 2 + length
+    return None
+
+
+def expected(topic):
+    if topic.startswith("/camera/") and topic.endswith("/image/compressed"):
+        return ("foxglove.CompressedImage", "protobuf", CompressedImage)
+    return EXPECTED.get(topic, (None, None, None))
 
 
 class JsonDecoderFactory(McapDecoderFactory):
@@ -67,7 +89,7 @@ def main(mcap_path, report_path):
                     f"{topic}: schema {s.name} ({c.message_encoding})",
                 )
         for schema, channel, message, decoded in reader.iter_decoded_messages():
-            cls = EXPECTED.get(channel.topic, (None, None, None))[2]
+            cls = expected(channel.topic)[2]
             if cls is None:
                 official = decoded
             else:
@@ -170,6 +192,33 @@ def main(mcap_path, report_path):
     )
     plans = sum(any(e.id == "plan" and len(e.lines[0].points) > 1 for e in u.entities) for _, u in msgs["/redline/plan"])
     check(plans > 0, f"{plans} frames with a planned path")
+
+    cams = sorted(t for t in topics if expected(t)[2] is CompressedImage)
+    stats = rec.get("images")
+    if stats is None:
+        check(not cams, "no camera topics without --record-images")
+    else:
+        for t in cams:
+            s = summary.schemas[topics[t].schema_id]
+            check(s.name == "foxglove.CompressedImage", f"{t}: schema {s.name}")
+        count = sum(len(msgs[t]) for t in cams)
+        check(
+            count == stats["images_written"] and count > 0,
+            f"{count} camera images on {len(cams)} topics = report record.images.images_written",
+        )
+        w, h = report["graph"]["image"]
+        sizes = collections.Counter(
+            jpeg_size(m.data) if m.format == "jpeg" else None for t in cams for _, m in msgs[t]
+        )
+        check(
+            set(sizes) == {(w, h)},
+            f"every image a {w}x{h} JPEG (SOI..EOI, SOF size): {dict(sizes)}",
+        )
+        ids = {m.frame_id for t in cams for _, m in msgs[t]}
+        check(
+            all(f"cam_{t.split('/')[2]}" in ids for t in cams),
+            "frame ids cam_<name> match the topics",
+        )
 
     for line in notes + fails:
         print(line)
