@@ -8,7 +8,7 @@
 //! frame id `cam_<name>`. A camera absent from the frame writes nothing; a frame the source
 //! no longer holds writes no images (counted in [`ImageStats::frames_missing`]).
 //!
-//! Cost: encoding is the writer thread's largest job (six 320 × 192 cameras: a few ms per
+//! Cost: encoding is the writer thread's largest job (six 256 × 128 cameras: a few ms per
 //! frame); when it falls behind, the ring fills and frames are dropped from the recording
 //! (counted), never waited for.
 

@@ -20,7 +20,7 @@
 //! What it costs: one copy of about 27 KiB per frame on the publishing thread (an
 //! [`OutputRecord`]; the predictions are most of it); the ring's memory (`slots` × that,
 //! 1.7 MiB by default); a writer thread that polls every millisecond while idle; about
-//! 7 KiB of file per frame on the built-in drive (uncompressed; grows with the objects).
+//! 8 KiB of file per frame on the built-in drive (uncompressed; grows with the objects).
 //!
 //! What it must never do: block or allocate in `publish`, or make a frame late.
 
