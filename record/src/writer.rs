@@ -11,11 +11,10 @@
 //!   is still in the ring, closes the file (summary and index included) and returns the
 //!   counts. Every offered frame is either written or counted as dropped.
 //! - Log times: a message's log time (and the timestamps inside it) is the frame's release
-//!   time moved onto the sensor clock: `release_ns + (ego.stamp_ns − release_ns)` with the
-//!   offset taken from the first frame that published its own outputs. Frames recorded
-//!   before that (fallbacks of a graph that has not yet finished a frame) keep the raw
-//!   release time. So the timeline follows the log's time and never goes backwards within
-//!   a run.
+//!   time moved onto the sensor clock by one offset for the whole run, fixed by the first
+//!   recorded frame: `ego.stamp_ns − release_ns` when that frame published its own outputs
+//!   (the usual case: the timeline then runs with the log's time), else `−release_ns` (the
+//!   timeline starts at 0). So log times never go backwards within a run.
 //! - Written uncompressed (the `foxglove` crate without its zstd/lz4 features).
 
 use std::fs::File;
@@ -234,13 +233,15 @@ impl Writer {
 
 impl Output {
     fn log_time(&mut self, r: &OutputRecord) -> u64 {
-        if self.clock_offset.is_none() && r.held_from == Some(r.frame) {
-            if let Some(e) = r.ego {
-                self.clock_offset = Some(i128::from(e.stamp_ns) - i128::from(r.release_ns));
+        // One offset for the whole run, fixed by the first record: times never go back.
+        let offset = *self.clock_offset.get_or_insert_with(|| {
+            let release = i128::from(r.release_ns);
+            match r.ego {
+                Some(e) if r.held_from == Some(r.frame) => i128::from(e.stamp_ns) - release,
+                _ => -release,
             }
-        }
-        let t = i128::from(r.release_ns) + self.clock_offset.unwrap_or(0);
-        t.clamp(0, i128::from(u64::MAX)) as u64
+        });
+        (i128::from(r.release_ns) + offset).clamp(0, i128::from(u64::MAX)) as u64
     }
 
     fn write(&mut self, r: &OutputRecord) {
