@@ -411,3 +411,128 @@ pub fn frame_stats(r: &OutputRecord, mode_names: &[String]) -> FrameStats {
         plan_kind: r.plan.kind,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redline_pipeline::types::{Detection, EgoPose, TrackState};
+
+    fn record() -> OutputRecord {
+        let mut r = OutputRecord::empty();
+        r.ego = Some(EgoPose {
+            stamp_ns: 5_000_000_000,
+            x: 10.0,
+            y: -2.0,
+            yaw: std::f64::consts::FRAC_PI_2,
+            ..EgoPose::default()
+        });
+        r.detections[3] = Detection {
+            x: 8.0,
+            y: 1.0,
+            length: 4.0,
+            width: 2.0,
+            score: 0.75,
+            class: class::CAR,
+            valid: 1,
+            ..Detection::default()
+        };
+        r.tracks[7] = TrackState {
+            id: 42,
+            class: class::PEDESTRIAN,
+            x: 3.0,
+            y: 4.0,
+            yaw: std::f32::consts::PI,
+            length: 0.6,
+            width: 0.6,
+            valid: 1,
+            ..TrackState::default()
+        };
+        r
+    }
+
+    #[test]
+    fn boxes_carry_frame_pose_and_labels() {
+        let r = record();
+        let t = timestamp(5_000_000_001);
+        assert_eq!((t.sec(), t.nsec()), (5, 1));
+        let d = detections(&r, t);
+        assert_eq!(d.entities.len(), 1, "only valid entries");
+        let e = &d.entities[0];
+        assert_eq!((e.frame_id.as_str(), e.id.as_str()), (EGO_FRAME, "det/3"));
+        assert_eq!(e.texts[0].text, "car 0.75");
+        let k = tracks(&r, t);
+        let e = &k.entities[0];
+        assert_eq!(
+            (e.frame_id.as_str(), e.id.as_str()),
+            (MAP_FRAME, "track/42")
+        );
+        assert_eq!(e.texts[0].text, "pedestrian #42");
+        let q = e.cubes[0]
+            .pose
+            .as_ref()
+            .unwrap()
+            .orientation
+            .as_ref()
+            .unwrap();
+        assert!(
+            (q.z - 1.0).abs() < 1e-6 && q.w.abs() < 1e-6,
+            "yaw pi about z: {q:?}"
+        );
+        assert_eq!(
+            k.deletions[0].r#type,
+            scene_entity_deletion::Type::All as i32,
+            "vanished tracks are cleared"
+        );
+    }
+
+    #[test]
+    fn the_transform_places_base_link_at_the_ego_pose() {
+        let tf = transform(&record(), timestamp(0)).unwrap();
+        assert_eq!(
+            (tf.parent_frame_id.as_str(), tf.child_frame_id.as_str()),
+            ("map", "base_link")
+        );
+        let p = tf.translation.unwrap();
+        assert_eq!((p.x, p.y), (10.0, -2.0));
+        assert!(transform(&OutputRecord::empty(), timestamp(0)).is_none());
+    }
+
+    #[test]
+    fn grid_cells_are_where_the_bev_spec_puts_them() {
+        let bev = BevSpec::DEFAULT;
+        let mut r = record();
+        r.has_segmentation = true;
+        let (ix, iy) = bev.cell(20.3, -5.2).unwrap();
+        r.segmentation[iy * bev.nx + ix] = 2;
+        let g = segmentation(&r, timestamp(0), &bev).unwrap();
+        let o = g.pose.as_ref().unwrap().position.as_ref().unwrap();
+        let cell = g.cell_size.as_ref().unwrap();
+        // Foxglove: cell (column c, row r) covers origin + (c, r) × cell size.
+        let (c, row) = (
+            ((20.3 - o.x) / cell.x).floor() as usize,
+            ((-5.2 - o.y) / cell.y).floor() as usize,
+        );
+        assert_eq!(
+            g.data[row * g.row_stride as usize + c * g.cell_stride as usize],
+            2
+        );
+        assert_eq!(
+            g.column_count as usize * (g.data.len() / g.row_stride as usize),
+            bev.nx * bev.ny
+        );
+        r.has_segmentation = false;
+        assert!(segmentation(&r, timestamp(0), &bev).is_none());
+    }
+
+    #[test]
+    fn frame_stats_name_the_mode_and_count_outputs() {
+        let mut r = record();
+        r.mode = 1;
+        r.latency_ns = 12_500_000;
+        let s = frame_stats(&r, &["nominal".into(), "reduced".into()]);
+        assert_eq!((s.mode, s.mode_name.as_str()), (1, "reduced"));
+        assert_eq!((s.latency_ms, s.detections, s.tracks), (12.5, 1, 1));
+        r.mode = 9;
+        assert_eq!(frame_stats(&r, &[]).mode_name, "mode 9");
+    }
+}
