@@ -36,6 +36,9 @@ pub struct RunArgs {
     /// Frames to replay (default: all).
     #[arg(long)]
     pub frames: Option<u64>,
+    /// Real-time replay speed (2: twice as fast as recorded; overrides the config's `rate`).
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Where detections come from (default: the config's, network).
     #[arg(long, value_enum)]
     pub perception: Option<PerceptionArg>,
@@ -79,6 +82,9 @@ pub fn load_config(a: &RunArgs) -> Result<RedlineConfig> {
     if let Some(l) = a.lanes {
         cfg.lanes = l;
     }
+    if let Some(r) = a.rate {
+        cfg.rate = r;
+    }
     if a.no_rt {
         cfg.rt = Some(RtRequest::default());
     }
@@ -117,7 +123,7 @@ pub fn load_feed(cfg: &RedlineConfig, log: Option<&Path>, frames: Option<usize>)
     match log {
         Some(path) => {
             eprintln!("reading {} ...", path.display());
-            Feed::from_log_with(path, frames, cfg.log)
+            Feed::from_log_mapped(path, frames, cfg.log, &cfg.sensors)
                 .with_context(|| format!("replaying {}", path.display()))
         }
         None => {

@@ -15,7 +15,7 @@ use redline_bench::regress::setup::fnv1a_hex;
 use redline_bench::regress::RegressConfig;
 use redline_pipeline::config::{ConfigError, PipelineConfig};
 use redline_sim::faults::FaultConfig;
-use redline_sim::log::ReadLimits;
+use redline_sim::log::{ReadLimits, SensorMap};
 use redline_sim::scenario::ScenarioConfig;
 use serde::de::DeserializeOwned;
 
@@ -32,6 +32,10 @@ pub struct RedlineConfig {
     /// The `[log]` table: how much a recorded log may make the reader and the replay feed
     /// allocate (see `redline_sim::log::ReadLimits`; every key optional).
     pub log: ReadLimits,
+    /// The `[sensors]` table: which topics of a recorded log are the cameras, odometry and
+    /// transforms, and a calibration file for what the log lacks (see
+    /// `redline_sim::log::sensor_map`; empty: redline's own topic layout).
+    pub sensors: SensorMap,
     /// The `[regress]` table: `redline regress`'s repetitions, warm-up and tolerances. Not
     /// part of what a run measures: left out of [`RedlineConfig::config_hash`].
     pub regress: RegressConfig,
@@ -44,6 +48,7 @@ impl Default for RedlineConfig {
             scenario: ScenarioConfig::default_drive(),
             faults: FaultConfig::default(),
             log: ReadLimits::default(),
+            sensors: SensorMap::default(),
             regress: RegressConfig::default(),
         }
     }
@@ -56,7 +61,14 @@ impl RedlineConfig {
             path: path.display().to_string(),
             source,
         })?;
-        Self::parse(&text, &path.display().to_string())
+        let mut cfg = Self::parse(&text, &path.display().to_string())?;
+        // A relative calibration file is next to the config file, wherever redline runs.
+        if let (Some(cal), Some(dir)) = (&mut cfg.sensors.calibration, path.parent()) {
+            if cal.is_relative() {
+                *cal = dir.join(&*cal);
+            }
+        }
+        Ok(cfg)
     }
 
     /// The file at `path`, or the defaults when no file is given.
@@ -77,6 +89,7 @@ impl RedlineConfig {
         let scenario = take_section(&mut table, "scenario", origin)?.unwrap_or(defaults.scenario);
         let faults = take_section(&mut table, "faults", origin)?.unwrap_or(defaults.faults);
         let log = take_section(&mut table, "log", origin)?.unwrap_or(defaults.log);
+        let sensors = take_section(&mut table, "sensors", origin)?.unwrap_or(defaults.sensors);
         let regress = take_section(&mut table, "regress", origin)?.unwrap_or(defaults.regress);
         let pipeline = parse_section(toml::Value::Table(table)).map_err(parse_error)?;
 
@@ -85,6 +98,7 @@ impl RedlineConfig {
             scenario,
             faults,
             log,
+            sensors,
             regress,
         };
         cfg.validate()?;
@@ -97,6 +111,7 @@ impl RedlineConfig {
         self.faults
             .validate()
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.sensors.validate().map_err(ConfigError::Invalid)?;
         self.regress
             .validate()
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -124,6 +139,9 @@ impl RedlineConfig {
         // Only when changed, for the same reason.
         if self.log != ReadLimits::default() {
             table.insert("log".to_string(), toml::Value::try_from(self.log)?);
+        }
+        if self.sensors != SensorMap::default() {
+            table.insert("sensors".to_string(), toml::Value::try_from(&self.sensors)?);
         }
         table.insert("regress".to_string(), toml::Value::try_from(&self.regress)?);
         toml::to_string(&table)
@@ -175,6 +193,36 @@ mod tests {
         d.validate().unwrap();
         let back = RedlineConfig::parse(&d.to_toml().unwrap(), "round-trip").unwrap();
         assert_eq!(back, d);
+    }
+
+    #[test]
+    fn a_sensors_table_parses_round_trips_and_is_checked() {
+        let text = "[sensors]\nodometry = \"/localization/kinematic_state\"\ncalibration = \"rig.toml\"\n[[sensors.cameras]]\nname = \"front\"\nimage = \"/sensing/camera/front/image_raw/compressed\"\ncamera_info = \"/sensing/camera/front/camera_info\"\n";
+        let c = RedlineConfig::parse(text, "t").unwrap();
+        assert_eq!(c.sensors.odometry_topic(), "/localization/kinematic_state");
+        assert_eq!(c.sensors.cameras[0].name, "front");
+        let back = RedlineConfig::parse(&c.to_toml().unwrap(), "round-trip").unwrap();
+        assert_eq!(back, c);
+        assert_ne!(c.config_hash(), RedlineConfig::default().config_hash());
+        let e = RedlineConfig::parse("[sensors]\nodom = \"/x\"\n", "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[sensors]") && e.contains("odom"), "{e}");
+        let e = RedlineConfig::parse(
+            "[[sensors.cameras]]\nname = \"a\"\nimage = \"/i\"\n[[sensors.cameras]]\nname = \"a\"\nimage = \"/j\"\n",
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("twice"), "{e}");
+        // a relative calibration file is taken next to the config file
+        let dir = std::env::temp_dir().join(format!("redline-sensors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("redline.toml");
+        std::fs::write(&file, text).unwrap();
+        let c = RedlineConfig::load(&file).unwrap();
+        assert_eq!(c.sensors.calibration, Some(dir.join("rig.toml")));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

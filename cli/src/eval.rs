@@ -94,6 +94,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
         config: a.config.clone(),
         mode: Some(crate::common::Mode::Lockstep),
         frames: a.frames,
+        rate: None,
         perception: a.perception,
         lanes: a.lanes,
         fifo: None,

@@ -12,6 +12,7 @@ mod config;
 mod demo;
 mod eval;
 mod generate;
+mod log_info;
 mod measure;
 mod model;
 mod progress;
@@ -20,10 +21,12 @@ mod record;
 mod regress;
 mod replay;
 mod report;
+mod shard;
 
 use demo::DemoArgs;
 use eval::EvalArgs;
 use generate::SimCommand;
+use log_info::LogCommand;
 use model::ModelCommand;
 use quantize::QuantizeArgs;
 use regress::{RegressArgs, WorkerArgs};
@@ -47,11 +50,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Replay a sensor log (or the built-in scenario) through the driving graph.
+    /// Replay sensor logs (or the built-in scenario) through the driving graph.
     Replay(ReplayArgs),
     /// Quality against ground truth (detection AP/mAP, segmentation IoU, MOTA/AMOTA,
     /// planner): replay logs in lockstep, print per log and pooled, optionally as JSON.
     Eval(EvalArgs),
+    /// Inspect a recorded log: `info` (topics, types, counts, rates, a [sensors] table).
+    #[command(subcommand)]
+    Log(LogCommand),
     /// Generate synthetic sensor logs.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
         Some(Command::Sim(SimCommand::Dataset(a))) => done(generate::dataset(a)),
         Some(Command::Quantize(a)) => done(quantize::run(a)),
         Some(Command::Model(c)) => done(model::run(c)),
+        Some(Command::Log(c)) => done(log_info::run(c)),
         // Regression checks: 0 pass, 1 regression, 2 cannot run (as a CI job expects).
         Some(Command::Regress(a)) => match regress::regress(a) {
             Ok(pass) => ExitCode::from(if pass { 0 } else { 1 }),
@@ -147,6 +154,13 @@ mod tests {
             "redline eval drive.mcap --config c.toml --frames 300",
             "redline report merge a.json b.json -o m.json",
             "redline model info m.onnx --json",
+            "redline log info bag.mcap",
+            "redline replay bag.mcap --config bag.toml --mode lockstep",
+            "redline replay a.mcap b.mcap --start 10 --duration 30 --loop 3 --rate 2",
+            "redline replay drive.mcap --read-ahead 8 --in-memory",
+            "redline replay a.mcap b.mcap c.mcap --shard 1/3 --report out",
+            "redline replay a.mcap b.mcap --shard auto --mode lockstep",
+            "redline log info bag.mcap --json",
             "redline model bench m.onnx --threads 4 --against onnxruntime --iters 200",
             "redline model bench m.onnx --engine ort --input a.bin --json",
         ] {

@@ -13,7 +13,7 @@ use redline_bench::regress::measure::{measure_runtime, SetupFacts};
 use redline_bench::regress::measurement::TimelineFrame;
 use redline_bench::regress::Measurement;
 use redline_pipeline::run::{
-    evaluate, evaluate_quality, start_runtime, Counters, FrameRecord, RecordingPublisher,
+    evaluate, evaluate_quality, start_runtime, Counters, FrameTiming, RecordingPublisher,
     ReplayError,
 };
 use redline_pipeline::sensors::FrameSource;
@@ -39,13 +39,13 @@ pub fn setup_facts(file: &RedlineConfig, source: &str) -> SetupFacts {
 }
 
 /// Each published frame's number, latency and whether it was a fallback.
-pub fn timeline_of(records: &[FrameRecord]) -> Vec<TimelineFrame> {
-    records
+pub fn timeline_of(timing: &[FrameTiming]) -> Vec<TimelineFrame> {
+    timing
         .iter()
-        .map(|r| TimelineFrame {
-            frame: r.frame,
-            latency_ns: r.latency_ns,
-            fallback: r.status.starts_with("fallback"),
+        .map(|t| TimelineFrame {
+            frame: t.frame,
+            latency_ns: t.latency_ns,
+            fallback: t.fallback,
         })
         .collect()
 }

@@ -36,6 +36,14 @@ impl OutputRecording {
             modes.push("nominal".into());
         }
         let mut rc = RecorderConfig::new(path, modes);
+        if images && feed.streaming() {
+            // The writer thread reads a frame's images after the frame ran; a streamed
+            // source frees its windows as the replay moves on.
+            anyhow::bail!(
+                "--record-images needs the frames in memory: add --in-memory (a streamed log's \
+                 frames are freed as the replay moves on, before the recorder could read them)"
+            );
+        }
         if images {
             rc.images = Some(Box::new(FeedImages(feed.clone())));
         }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use redline_bench::regress::measure::{measurement_of, RunFacts};
 use redline_pipeline::graph::stage_names;
 use redline_pipeline::run::ReplayOutcome;
@@ -12,19 +12,43 @@ use redline_pipeline::run::{replay_tapped, summary_lines, write_report_files, Co
 use redline_pipeline::sensors::FrameSource;
 use redline_record::RecordSummary;
 use redline_sim::faults::{FaultReport, FaultyFeed, StageFaults};
+use redline_sim::stream::{StreamFeed, StreamOptions};
 use serde::Serialize;
 
 use crate::common::{load_config, load_feed, RunArgs};
 use crate::measure::{setup_facts, timeline_of};
 use crate::progress::Progress;
 use crate::record::OutputRecording;
+use crate::shard::Shard;
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
-    /// MCAP log to replay (default: the built-in scenario, generated in memory).
-    pub log: Option<PathBuf>,
+    /// MCAP logs to replay, one after another (default: the built-in scenario, generated
+    /// in memory). Logs are streamed: read and decoded a window ahead, in bounded memory.
+    pub logs: Vec<PathBuf>,
     #[command(flatten)]
     pub run: RunArgs,
+    /// Start this many seconds into each log (log time from its first message).
+    #[arg(long, value_name = "SECONDS")]
+    pub start: Option<f64>,
+    /// Play at most this many seconds of each log.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Play the logs this many times (stamps keep increasing; the ego jumps back).
+    #[arg(long = "loop", value_name = "N", default_value_t = 1)]
+    pub loops: u32,
+    /// Frames read ahead of the graph (the streaming window).
+    #[arg(long, value_name = "FRAMES", default_value_t = 32)]
+    pub read_ahead: usize,
+    /// Read the whole input into memory before the run instead of streaming it (memory
+    /// grows with the log; sensor faults always do this).
+    #[arg(long)]
+    pub in_memory: bool,
+    /// Replay only this shard of the logs: INDEX/COUNT (0-based; log j goes to shard
+    /// j mod COUNT), or `auto` for the index a Kubernetes Indexed Job, a Slurm array or Bazel
+    /// puts in the environment. With --report, files go to REPORT/shard-INDEX-of-COUNT/.
+    #[arg(long, value_name = "INDEX/COUNT|auto", requires = "logs")]
+    pub shard: Option<String>,
     /// Write report.json and trace.json (Chrome trace, opens in Perfetto) here.
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -49,20 +73,81 @@ struct ReplayReport<'a> {
     record: Option<&'a RecordSummary>,
 }
 
-pub fn run(a: ReplayArgs) -> Result<()> {
+pub fn run(mut a: ReplayArgs) -> Result<()> {
+    if let Some(spec) = &a.shard {
+        let shard = Shard::parse(spec, &|k| std::env::var(k).ok())?;
+        let given = a.logs.len();
+        a.logs = shard.select(&a.logs);
+        if a.logs.is_empty() {
+            eprintln!(
+                "shard {}/{}: none of the {given} logs falls to this shard; nothing to replay",
+                shard.index, shard.count
+            );
+            return Ok(());
+        }
+        eprintln!(
+            "shard {}/{}: {} of {given} logs",
+            shard.index,
+            shard.count,
+            a.logs.len()
+        );
+        if let Some(dir) = &mut a.report {
+            *dir = dir.join(format!("shard-{}-of-{}", shard.index, shard.count));
+        }
+    }
     let file = load_config(&a.run)?;
     let cfg = &file.pipeline;
     let frames = a.run.frames.map(|f| f as usize);
     let faults = &file.faults;
     // Stage names are checked before the (slow) feed is built; camera names need the rig.
     let stage_faults = StageFaults::new(faults, &stage_names(cfg.perception))?;
-    let faulty = Arc::new(FaultyFeed::new(
-        load_feed(&file, a.log.as_deref(), frames)?,
-        faults,
-    )?);
-    let feed: Arc<dyn FrameSource> = faulty.clone();
+    let seconds = |s: Option<f64>, what: &str| -> Result<Option<u64>> {
+        match s {
+            Some(v) if !(v.is_finite() && v >= 0.0) => {
+                anyhow::bail!("--{what} {v}: give a number of seconds >= 0")
+            }
+            Some(v) => Ok(Some((v * 1e9) as u64)),
+            None => Ok(None),
+        }
+    };
+    let opts = StreamOptions {
+        window: a.read_ahead.max(1),
+        start_ns: seconds(a.start, "start")?.unwrap_or(0),
+        duration_ns: seconds(a.duration, "duration")?,
+        loops: a.loops.max(1),
+        max_frames: frames,
+        jpeg_in_graph: false,
+    };
+    if a.logs.is_empty() && (a.start.is_some() || a.duration.is_some() || a.loops > 1) {
+        anyhow::bail!("--start, --duration and --loop apply to logs: give the logs to replay (the built-in scenario is set in the config's [scenario] table)");
+    }
+    let streaming = !a.logs.is_empty() && faults.sensor.is_empty() && !a.in_memory;
+    let mut faulty = None;
+    let feed: Arc<dyn FrameSource> = if streaming {
+        eprintln!("streaming {} ...", a.logs[0].display());
+        let sf = StreamFeed::open(&a.logs, file.log, &file.sensors, opts)
+            .with_context(|| format!("replaying {}", a.logs[0].display()))?;
+        Arc::new(sf)
+    } else {
+        let inner = if a.logs.is_empty() {
+            load_feed(&file, None, frames)?
+        } else {
+            eprintln!("reading {} into memory ...", a.logs[0].display());
+            let opts = StreamOptions {
+                jpeg_in_graph: false,
+                ..opts
+            };
+            StreamFeed::open(&a.logs, file.log, &file.sensors, opts)
+                .and_then(StreamFeed::into_feed)
+                .with_context(|| format!("replaying {}", a.logs[0].display()))?
+        };
+        let f = Arc::new(FaultyFeed::new(inner, faults)?);
+        faulty = Some(f.clone());
+        f
+    };
     eprintln!(
-        "replaying {} frames from {}: {} cameras {}x{}, {:?}, {} lanes, {} slots, perception {:?}",
+        "replaying {}{} frames from {}: {} cameras {}x{}, {:?}, {} lanes, {} slots, perception {:?}",
+        if streaming { "up to " } else { "" },
         frames.unwrap_or(feed.frame_count()).min(feed.frame_count()),
         feed.describe(),
         feed.cameras().len(),
@@ -91,7 +176,9 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     let fault_report = (!faults.is_empty()).then(|| {
         FaultReport::new(
             faults.seed,
-            faulty.records().to_vec(),
+            faulty
+                .as_ref()
+                .map_or_else(Vec::new, |f| f.records().to_vec()),
             stage_faults.records(&outcome.runtime),
         )
     });
@@ -124,7 +211,7 @@ pub fn run(a: ReplayArgs) -> Result<()> {
             &rt,
             &RunFacts {
                 setup: &setup_facts(&file, feed.describe()),
-                timeline: &timeline_of(&outcome.records),
+                timeline: &timeline_of(&outcome.timing),
                 frames: outcome.runtime.frames_released,
                 warmup: 0,
                 residency_before: &[],

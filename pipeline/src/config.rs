@@ -128,6 +128,10 @@ pub enum Network {
     Seeded,
 }
 
+fn is_one(v: &f64) -> bool {
+    *v == 1.0
+}
+
 /// Everything `redline replay` can be configured with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -138,6 +142,11 @@ pub struct PipelineConfig {
     pub frame_slots: usize,
     /// How frames are released.
     pub release: ReleaseMode,
+    /// Real-time replay speed: frames are released every input period / `rate` (2: twice as
+    /// fast as recorded). The input's own stamps (staleness, motion) are not changed. 1 in
+    /// the vehicle; written to a config file only when not 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub rate: f64,
     /// Detections from the network or the ground truth.
     pub perception: Perception,
     /// The built-in models: trained (default) or seeded.
@@ -285,6 +294,7 @@ impl Default for PipelineConfig {
             lanes: 2,
             frame_slots: 2,
             release: ReleaseMode::RealTime,
+            rate: 1.0,
             perception: Perception::Network,
             network: Network::Trained,
             bev_cache_frames: 2,
@@ -401,6 +411,12 @@ impl PipelineConfig {
 
     /// Range checks that serde cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.rate.is_finite() && (0.01..=100.0).contains(&self.rate)) {
+            return Err(ConfigError::Invalid(format!(
+                "rate = {}: use a replay speed from 0.01 to 100 (1 = as recorded)",
+                self.rate
+            )));
+        }
         if !(1..=64).contains(&self.lanes) {
             return Err(ConfigError::Invalid(format!(
                 "lanes = {}: use 1 to 64",

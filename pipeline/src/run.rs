@@ -21,16 +21,18 @@ use serde::Serialize;
 
 use crate::config::{Perception, PipelineConfig};
 use crate::eval::quality::{Quality, QualityEval};
-use crate::eval::{first_collision, seg_ground_truth, EvalDet, EvalGt, MotEval, MotSummary};
-use crate::geometry::ego_to_world;
+use crate::eval::MotSummary;
 use crate::graph::{self, GraphInfo};
-use crate::sensors::{in_perception_range, FrameSource};
+use crate::sensors::FrameSource;
 use crate::slowdown::StageHook;
 use crate::stages::buf;
 use crate::types::{
-    class, BevSpec, Detection, EgoPose, GtBox, PlanSummary, TrackState, TrajPoint, MAX_DETECTIONS,
-    MAX_TRACKS, PLAN_STEPS, PRED_DT,
+    BevSpec, Detection, EgoPose, PlanSummary, TrackState, TrajPoint, MAX_DETECTIONS, MAX_TRACKS,
+    PLAN_STEPS,
 };
+
+mod scoring;
+pub use scoring::{evaluate, evaluate_quality, Scorer};
 
 /// Cells of the BEV grid the driving graph uses ([`BevSpec::DEFAULT`]): the size of a
 /// record's segmentation.
@@ -192,12 +194,58 @@ pub struct ReplayOutcome {
     pub started_unix_ms: u64,
     /// Wall time of the run, ms.
     pub wall_ms: f64,
-    /// What every frame published (for measurements; not in the JSON report).
+    /// A streamed input: how often the graph waited for the reader (None: held in memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_wait: Option<InputWait>,
+    /// What every frame published (for measurements; not in the JSON report). Empty for a
+    /// streamed input, whose records are scored window by window (see `timing`).
     #[serde(skip)]
     pub records: Vec<FrameRecord>,
+    /// Latency and fallback of every published frame, in order (not in the JSON report).
+    #[serde(skip)]
+    pub timing: Vec<FrameTiming>,
     /// The accumulated quality evaluation (for pooling logs; not in the JSON report).
     #[serde(skip)]
     pub quality_eval: QualityEval,
+}
+
+/// When one frame was published, and whether on its fallback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameTiming {
+    /// Frame number.
+    pub frame: u64,
+    /// Release → publish, ns.
+    pub latency_ns: u64,
+    /// Published on a fallback.
+    pub fallback: bool,
+}
+
+impl FrameTiming {
+    /// The timing of a record.
+    pub fn of(r: &FrameRecord) -> FrameTiming {
+        FrameTiming {
+            frame: r.frame,
+            latency_ns: r.latency_ns,
+            fallback: r.status.starts_with("fallback"),
+        }
+    }
+}
+
+/// How a streamed replay waited for its input between windows. In real time a wait is a
+/// pause the graph did not cause: every frame of a window that had to be waited for
+/// started late because of the reader, and is counted here, never in stage times.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct InputWait {
+    /// Windows the graph ran.
+    pub windows: u64,
+    /// Windows that were not read yet when the graph wanted them (waits over 1 ms).
+    pub waited_windows: u64,
+    /// Frames in those windows (delayed by input).
+    pub frames_delayed_by_input: u64,
+    /// Longest wait, ms.
+    pub max_wait_ms: f64,
+    /// All waits, ms.
+    pub total_wait_ms: f64,
 }
 
 /// Why a replay could not run.
@@ -244,7 +292,8 @@ pub fn start_runtime_with(
         frame_slots: cfg.frame_slots,
     })?;
     let rcfg = RuntimeConfig {
-        period_ns: feed.period_ns(),
+        // The release period; the input's stamps keep the recorded period.
+        period_ns: ((feed.period_ns() as f64 / cfg.rate).round() as u64).max(1),
         deadline_ns: (cfg.deadline_ms * 1e6) as u64,
         publish_margin_ns: (cfg.publish_margin_ms * 1e6) as u64,
         release: cfg.release,
@@ -282,9 +331,18 @@ pub fn replay_with(
     counters: Arc<Counters>,
     hook: Option<&dyn StageHook>,
 ) -> Result<(ReplayOutcome, Runtime), ReplayError> {
-    replay_tapped(cfg, feed, frames, counters, hook, &mut |_: &Published<
-        '_,
-    >| {})
+    let mut no_tap = |_: &Published<'_>| {};
+    replay_tapped(cfg, feed, frames, counters, hook, &mut no_tap)
+}
+
+/// Hands each frame to the replay's own publisher, then to a tap.
+struct Tee<'a>(&'a mut RecordingPublisher, &'a mut (dyn Publisher + Send));
+
+impl Publisher for Tee<'_> {
+    fn publish(&mut self, p: &Published<'_>) {
+        self.0.publish(p);
+        self.1.publish(p);
+    }
 }
 
 /// [`replay_with`], with every published frame also handed to `tap`, after the replay's
@@ -303,17 +361,58 @@ pub fn replay_tapped(
     let n = frames
         .unwrap_or(feed.frame_count() as u64)
         .min(feed.frame_count() as u64);
-    let mut publisher = RecordingPublisher::new(n as usize, counters);
+    let streaming = feed.streaming();
+    // A streamed input keeps one window of records (scored and cleared after each window);
+    // one held in memory keeps them all.
+    let capacity = if streaming { 0 } else { n as usize };
+    let mut publisher = RecordingPublisher::new(capacity, counters);
+    let mut scorer = Scorer::new(feed.as_ref());
+    let mut timing = Vec::new();
     let started_unix_ms = unix_now_ms();
     let t0 = std::time::Instant::now();
-    let mut both = |p: &Published<'_>| {
-        publisher.publish(p);
-        tap.publish(p);
-    };
-    rt.run(n, &mut both);
+    let mut input_wait = None;
+    if streaming {
+        // One run per window the source reads ahead; the runtime keeps its state (tracks,
+        // temporal cache, ladder, histograms) across runs, and no frame is in flight while
+        // the source moves to the next window.
+        let mut w = InputWait::default();
+        let mut done = 0u64;
+        while done < n {
+            let asked = std::time::Instant::now();
+            let Some(window) = feed.advance() else {
+                break;
+            };
+            let waited_ms = asked.elapsed().as_secs_f64() * 1e3;
+            let len = (window.len() as u64).min(n - done);
+            w.windows += 1;
+            // The first window is read before the run starts, as a log opens.
+            if w.windows > 1 && waited_ms > 1.0 {
+                w.waited_windows += 1;
+                w.frames_delayed_by_input += len;
+                w.total_wait_ms += waited_ms;
+                w.max_wait_ms = w.max_wait_ms.max(waited_ms);
+            }
+            // Room for this window's records, allocated now, not while frames run.
+            publisher.records.reserve(len as usize);
+            rt.run(len, &mut Tee(&mut publisher, &mut *tap));
+            done += len;
+            for r in &publisher.records {
+                scorer.add(feed.as_ref(), r);
+                timing.push(FrameTiming::of(r));
+            }
+            publisher.records.clear();
+            feed.forget_truth_before(scorer.needs_truth_from(done as usize));
+        }
+        input_wait = Some(w);
+    } else {
+        rt.run(n, &mut Tee(&mut publisher, &mut *tap));
+        for r in &publisher.records {
+            scorer.add(feed.as_ref(), r);
+            timing.push(FrameTiming::of(r));
+        }
+    }
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let evaluation = evaluate(feed.as_ref(), &publisher.records);
-    let quality_eval = evaluate_quality(feed.as_ref(), &publisher.records, &evaluation);
+    let (evaluation, quality_eval) = scorer.finish(feed.as_ref());
     let outcome = ReplayOutcome {
         source: feed.describe().to_string(),
         perception: cfg.perception,
@@ -326,155 +425,12 @@ pub fn replay_tapped(
         output_hash: format!("{:016x}", publisher.hash.hash),
         started_unix_ms,
         wall_ms,
+        input_wait,
         records: publisher.records,
+        timing,
         quality_eval,
     };
     Ok((outcome, rt))
-}
-
-/// Scores recorded frames against the feed's ground truth.
-pub fn evaluate(feed: &dyn FrameSource, records: &[FrameRecord]) -> Evaluation {
-    let mut mot = MotEval::new(2.0);
-    let mut dets = 0u64;
-    for r in records {
-        let Some(f) = feed.frame(r.frame as usize) else {
-            continue;
-        };
-        let gt: Vec<GtBox> =
-            f.gt.iter()
-                .copied()
-                .filter(|g| in_perception_range(&f.ego, g))
-                .collect();
-        let tracks: Vec<TrackState> = r.tracks.iter().copied().filter(|t| t.valid == 1).collect();
-        mot.frame(&gt, &tracks);
-        dets += u64::from(r.detections);
-    }
-    let period_s = feed.period_ns() as f64 / 1e9;
-    let horizon_frames = ((PLAN_STEPS as f64 * PRED_DT as f64) / period_s).round() as usize;
-    let (mut checked, mut free, mut min_risk) = (0u64, 0u64, 0u64);
-    let mut collisions = Vec::new();
-    for r in records {
-        if r.plan.kind == 1 {
-            min_risk += 1;
-        }
-        let k = r.frame as usize;
-        let n = feed.frame_count();
-        if k + horizon_frames >= n || feed.frame(k).is_none_or(|f| f.gt.is_empty()) {
-            continue;
-        }
-        let future = |j: usize| -> Vec<GtBox> {
-            let dt = (j + 1) as f64 * PRED_DT as f64;
-            let idx = k + (dt / period_s).round() as usize;
-            feed.frame(idx.min(n - 1))
-                .map(|f| f.gt.clone())
-                .unwrap_or_default()
-        };
-        checked += 1;
-        match first_collision(&r.trajectory, &future) {
-            None => free += 1,
-            Some(step) => {
-                if collisions.len() < 20 {
-                    collisions.push((r.frame, step));
-                }
-            }
-        }
-    }
-    Evaluation {
-        tracking: mot.summary(),
-        planner_frames_checked: checked,
-        planner_collision_free: free,
-        planner_collision_free_rate: if checked == 0 {
-            0.0
-        } else {
-            free as f64 / checked as f64
-        },
-        minimum_risk_frames: min_risk,
-        collisions,
-        mean_detections: if records.is_empty() {
-            0.0
-        } else {
-            dets as f64 / records.len() as f64
-        },
-    }
-}
-
-/// Whether an ego-frame point lies in the evaluated region (the BEV grid less a 1 m
-/// margin: the rule of [`in_perception_range`]).
-fn in_eval_region(x: f32, y: f32) -> bool {
-    let b = BevSpec::DEFAULT;
-    let m = 1.0;
-    x >= b.x0 + m
-        && x < b.x0 + b.nx as f32 * b.res - m
-        && y >= b.y0 + m
-        && y < b.y0 + b.ny as f32 * b.res - m
-}
-
-/// The quality evaluation of recorded frames against the feed's ground truth.
-///
-/// - Detection AP: ground truth = the frame's boxes [`in_perception_range`]; detections =
-///   the published valid ones of a known class inside the same region (ego frame), turned
-///   into the world frame with the pose the outputs were computed for (the record's
-///   `ego`, so that oracle detections map back onto their boxes exactly).
-/// - Segmentation IoU: only frames whose status is `complete` (every stage ran, so the
-///   segmentation head did: a shed or failed head publishes its zero fallback and a
-///   fallback frame re-publishes an older frame's) against [`seg_ground_truth`] of the
-///   feed's map around the record's `ego`.
-/// - Tracking (MOTA, AMOTA): as [`evaluate`], over the same ground truth.
-/// - Planner figures: copied from `evaluation`.
-pub fn evaluate_quality(
-    feed: &dyn FrameSource,
-    records: &[FrameRecord],
-    evaluation: &Evaluation,
-) -> QualityEval {
-    let mut q = QualityEval::new();
-    let bev = BevSpec::DEFAULT;
-    let mut truth = vec![0u8; SEG_CELLS];
-    for r in records {
-        let Some(f) = feed.frame(r.frame as usize) else {
-            continue;
-        };
-        q.frames += 1;
-        let gt: Vec<GtBox> =
-            f.gt.iter()
-                .copied()
-                .filter(|g| in_perception_range(&f.ego, g))
-                .collect();
-        let egt: Vec<EvalGt> = gt
-            .iter()
-            .map(|g| EvalGt {
-                x: g.x,
-                y: g.y,
-                class: g.class,
-            })
-            .collect();
-        let dets: Vec<EvalDet> = r
-            .detection_list
-            .iter()
-            .filter(|d| d.valid == 1 && d.class < class::COUNT as u32 && in_eval_region(d.x, d.y))
-            .map(|d| {
-                let (x, y) = ego_to_world(&r.ego, f64::from(d.x), f64::from(d.y));
-                EvalDet {
-                    x,
-                    y,
-                    class: d.class,
-                    score: d.score,
-                }
-            })
-            .collect();
-        q.detection.frame(&egt, &dets);
-        q.tracking.frame(&gt, &r.tracks);
-        if r.status == "complete"
-            && r.has_segmentation
-            && seg_ground_truth(feed.map(), &r.ego, &bev, &mut truth).is_ok()
-        {
-            q.segmentation.frame(&r.segmentation, &truth);
-        }
-    }
-    q.tracking.end_sequence();
-    q.planner_checked = evaluation.planner_frames_checked;
-    q.planner_collision_free = evaluation.planner_collision_free;
-    q.min_risk_frames = evaluation.minimum_risk_frames;
-    q
 }
 
 /// Writes `report` as `report.json` and the runtime's spans as `trace.json` (Chrome
@@ -504,31 +460,45 @@ pub fn write_report(dir: &Path, outcome: &ReplayOutcome, rt: &Runtime) -> Result
 pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
     let e = &o.evaluation;
     let t = &e.tracking;
-    let mut v = vec![
-        format!(
-            "input: {} ({} issues); perception: {:?}; backbone {:.1} MMAC/frame; BEV coverage {:.0}%",
-            o.source,
-            o.input_issue_count,
-            o.perception,
-            o.graph.backbone_macs as f64 / 1e6,
-            o.graph.bev_coverage * 100.0
-        ),
-        format!(
-            "tracking vs ground truth: MOTA {:.3}, {} ID switches, {} misses, {} false positives over {} objects; {:.1} detections/frame",
-            t.mota, t.id_switches, t.misses, t.false_positives, t.gt_objects, e.mean_detections
-        ),
-        o.quality.tracking_line(),
-        o.quality.detection_line(),
-        o.quality.segmentation_line(),
-        format!(
-            "planner: {}/{} trajectories collision-free against the true futures ({:.2}%), {} minimum-risk frames",
-            e.planner_collision_free,
-            e.planner_frames_checked,
-            e.planner_collision_free_rate * 100.0,
-            e.minimum_risk_frames
-        ),
-        format!("output hash {}", o.output_hash),
-    ];
+    let mut v = vec![format!(
+        "input: {} ({} issues); perception: {:?}; backbone {:.1} MMAC/frame; BEV coverage {:.0}%",
+        o.source,
+        o.input_issue_count,
+        o.perception,
+        o.graph.backbone_macs as f64 / 1e6,
+        o.graph.bev_coverage * 100.0
+    )];
+    if o.quality.has_ground_truth() {
+        v.extend([
+            format!(
+                "tracking vs ground truth: MOTA {:.3}, {} ID switches, {} misses, {} false positives over {} objects; {:.1} detections/frame",
+                t.mota, t.id_switches, t.misses, t.false_positives, t.gt_objects, e.mean_detections
+            ),
+            o.quality.tracking_line(),
+            o.quality.detection_line(),
+            o.quality.segmentation_line(),
+            format!(
+                "planner: {}/{} trajectories collision-free against the true futures ({:.2}%), {} minimum-risk frames",
+                e.planner_collision_free,
+                e.planner_frames_checked,
+                e.planner_collision_free_rate * 100.0,
+                e.minimum_risk_frames
+            ),
+        ]);
+    } else {
+        // A recorded drive without ground truth: what the graph did, no quality figures.
+        v.push(format!(
+            "no ground truth in the input: no quality figures ({:.1} detections/frame, {} minimum-risk frames)",
+            e.mean_detections, e.minimum_risk_frames
+        ));
+    }
+    if let Some(w) = &o.input_wait {
+        v.push(format!(
+            "input: streamed in {} windows; the graph waited for the reader before {} of them ({} frames delayed by input, longest wait {:.1} ms)",
+            w.windows, w.waited_windows, w.frames_delayed_by_input, w.max_wait_ms
+        ));
+    }
+    v.push(format!("output hash {}", o.output_hash));
     for (frame, what) in o.input_issues.iter().take(5) {
         v.push(format!("input issue: frame {frame}: {what}"));
     }

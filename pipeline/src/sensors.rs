@@ -59,6 +59,13 @@ pub struct SensorFrame {
     pub ego_present: bool,
     /// Ground truth, world frame (empty when the source has none), at most [`MAX_GT`].
     pub gt: Vec<GtBox>,
+    /// A source whose cameras deliver JPEG ([`FrameSource::jpeg_capacity`] > 0): every
+    /// camera's JPEG stream, rig order, back to back (`images` is then unused). Empty
+    /// otherwise.
+    pub jpeg: Vec<u8>,
+    /// Bytes of each camera's stream in `jpeg` (0: none this frame). Empty when the source
+    /// delivers decoded images.
+    pub jpeg_len: Vec<u32>,
 }
 
 /// Anything that delivers sensor frames to the driving graph.
@@ -71,9 +78,11 @@ pub trait FrameSource: Send + Sync + std::fmt::Debug {
     fn period_ns(&self) -> u64;
     /// The road map (zeroed when the source has none).
     fn map(&self) -> &RoadMap;
-    /// Frames available.
+    /// Frames available (a streaming source: at most this many, exact once it has been read
+    /// to the end).
     fn frame_count(&self) -> usize;
-    /// Frame `k` (None past the end). Hot path: no allocation, no I/O.
+    /// Frame `k` (None past the end, and for a streaming source outside the window
+    /// [`FrameSource::advance`] made available). Hot path: no allocation, no I/O.
     fn frame(&self, k: usize) -> Option<&SensorFrame>;
     /// (frame, what) for everything that was wrong with the input.
     fn issues(&self) -> &[(u64, String)];
@@ -85,6 +94,50 @@ pub trait FrameSource: Send + Sync + std::fmt::Debug {
         let (w, h) = self.image_size();
         w * h * 3
     }
+
+    /// Largest JPEG stream per camera, bytes, when this source's frames carry their cameras
+    /// as JPEG for the graph to decode (the `decode` stage: decoding is then part of the
+    /// measured frame); 0 (the default) when frames carry decoded RGB images.
+    fn jpeg_capacity(&self) -> usize {
+        0
+    }
+
+    /// Whether frames come in windows read while the graph runs (bounded memory) rather than
+    /// all at once: the driver then runs the graph one window at a time, calling
+    /// [`FrameSource::advance`] between runs.
+    fn streaming(&self) -> bool {
+        false
+    }
+
+    /// A streaming source: makes the next window of frames available and returns their
+    /// numbers (blocking until it is read); `None` at the end of the input. Call it only
+    /// between runs, when no frame is in flight: references from [`FrameSource::frame`] into
+    /// the previous window must no longer be in use. A source held in memory returns `None`.
+    fn advance(&self) -> Option<std::ops::Range<usize>> {
+        None
+    }
+
+    /// The driver will not ask for the truth of frames before `frame` again: a streaming
+    /// source may forget it (so what it keeps per frame does not grow with the input).
+    fn forget_truth_before(&self, _frame: usize) {}
+
+    /// Frame `k`'s ego pose and ground truth, for evaluation after a run (a streaming
+    /// source keeps them for every frame it read; images it does not keep). Allocates.
+    fn truth(&self, k: usize) -> Option<FrameTruth> {
+        self.frame(k).map(|f| FrameTruth {
+            ego: f.ego,
+            gt: f.gt.clone(),
+        })
+    }
+}
+
+/// What evaluation needs of a frame once its images are gone.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FrameTruth {
+    /// The frame's ego pose (from odometry).
+    pub ego: EgoPose,
+    /// Ground truth, world frame (empty when the source has none).
+    pub gt: Vec<GtBox>,
 }
 
 /// A shared source is a source (so wrappers such as the simulator's fault injection can
@@ -113,6 +166,21 @@ impl<T: FrameSource + ?Sized> FrameSource for std::sync::Arc<T> {
     }
     fn describe(&self) -> &str {
         (**self).describe()
+    }
+    fn streaming(&self) -> bool {
+        (**self).streaming()
+    }
+    fn jpeg_capacity(&self) -> usize {
+        (**self).jpeg_capacity()
+    }
+    fn advance(&self) -> Option<std::ops::Range<usize>> {
+        (**self).advance()
+    }
+    fn truth(&self, k: usize) -> Option<FrameTruth> {
+        (**self).truth(k)
+    }
+    fn forget_truth_before(&self, frame: usize) {
+        (**self).forget_truth_before(frame)
     }
 }
 

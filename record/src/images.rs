@@ -30,7 +30,9 @@ pub trait ImageSource: Send + std::fmt::Debug {
     fn images(&self, frame: u64, f: &mut dyn FnMut(usize, &[u8])) -> bool;
 }
 
-/// The replay's frame source as an [`ImageSource`].
+/// The replay's frame source as an [`ImageSource`]. Only a source held in memory: a
+/// streaming one ([`FrameSource::streaming`]) frees its windows while the graph runs, so it
+/// is never read from the writer thread (every frame then counts as missing).
 #[derive(Debug)]
 pub struct FeedImages(pub Arc<dyn FrameSource>);
 
@@ -44,6 +46,9 @@ impl ImageSource for FeedImages {
     }
 
     fn images(&self, frame: u64, f: &mut dyn FnMut(usize, &[u8])) -> bool {
+        if self.0.streaming() {
+            return false;
+        }
         let Some(fr) = usize::try_from(frame).ok().and_then(|k| self.0.frame(k)) else {
             return false;
         };

@@ -19,7 +19,7 @@ use redline_pipeline::camera::CameraSpec;
 use redline_pipeline::sensors::{FrameSource, SensorFrame, MAX_GT};
 use redline_pipeline::types::{EgoPose, GtBox, RoadMap, MAP_POINTS, MAP_SPACING};
 
-use crate::log::{LogReader, ReadLimits};
+use crate::log::{LogReader, ReadLimits, SensorMap};
 use crate::replay::{read_frames, FrameIssue};
 use crate::scenario::{Scenario, ScenarioConfig};
 use crate::types::{EgoState, GroundTruth, RgbImage};
@@ -62,6 +62,9 @@ pub enum FeedError {
         "{0}: cameras have different image sizes ({1}): redline expects one size for all cameras"
     )]
     MixedSizes(String, String),
+    /// Logs that cannot be played together, or a reader that cannot start.
+    #[error("{0}")]
+    Mismatch(String),
     /// The log holds more than the limits allow the feed to keep in memory.
     #[error(
         "{log}: frame {frames} would make the replay feed hold {bytes} bytes of images \
@@ -160,6 +163,8 @@ impl Feed {
                 ego: ego_pose(&scenario.ego(k)),
                 ego_present: true,
                 gt: gt_boxes(&scenario.ground_truth(k)),
+                jpeg: Vec::new(),
+                jpeg_len: Vec::new(),
             });
             progress(k + 1, n);
         }
@@ -189,27 +194,25 @@ impl Feed {
         frames: Option<usize>,
         limits: ReadLimits,
     ) -> Result<Feed, FeedError> {
+        Self::from_log_mapped(path, frames, limits, &SensorMap::default())
+    }
+
+    /// [`Feed::from_log_with`] for a log whose sensors are named by a `[sensors]` table
+    /// ([`SensorMap`]): other topics, compressed images, calibration from a file.
+    pub fn from_log_mapped(
+        path: &Path,
+        frames: Option<usize>,
+        limits: ReadLimits,
+        sensors: &SensorMap,
+    ) -> Result<Feed, FeedError> {
         let name = path.display().to_string();
-        let mut reader = LogReader::open_with(path, limits)?;
-        let cameras = reader.cameras().to_vec();
-        let (w, h) = match cameras.first() {
-            Some(c) => (c.width as usize, c.height as usize),
-            None => return Err(FeedError::Empty(name)),
-        };
-        if cameras
-            .iter()
-            .any(|c| c.width as usize != w || c.height as usize != h)
-        {
-            let sizes: Vec<String> = cameras
-                .iter()
-                .map(|c| format!("{} {}x{}", c.name, c.width, c.height))
-                .collect();
-            return Err(FeedError::MixedSizes(name, sizes.join(", ")));
-        }
-        let map = match reader.map() {
-            Some(m) => road_map(m.lanes, m.lane_width, &m.centre),
-            None => Box::default(),
-        };
+        let LogRig {
+            mut reader,
+            cameras,
+            width: w,
+            height: h,
+            map,
+        } = LogRig::open(path, limits, sensors)?;
         let sensor_frames = read_frames(&mut reader, None)?;
         // After reading: the reader records what it met on the way (unknown schemas,
         // corrupt chunks), not only what it saw when opening.
@@ -236,55 +239,14 @@ impl Feed {
                     max_bytes: limits.max_feed_bytes,
                 });
             }
-            let mut images = vec![0u8; cams * w * h * 3];
-            let mut present = 0u32;
-            for (c, img) in sf.images.iter().enumerate().take(cams) {
-                if let Some(img) = img {
-                    if img.data.len() == w * h * 3 {
-                        images[c * w * h * 3..(c + 1) * w * h * 3].copy_from_slice(&img.data);
-                        present |= 1 << c;
-                    }
-                }
-            }
-            for issue in &sf.issues {
-                let what = match issue {
-                    FrameIssue::MissingCamera { cam } => format!("camera {cam} missing"),
-                    FrameIssue::LateCamera { cam, late_by_ns } => {
-                        format!("camera {cam} late by {:.1} ms (not used)", *late_by_ns as f64 / 1e6)
-                    }
-                    FrameIssue::BadImage { cam, why } => format!("camera {cam}: {why}"),
-                    FrameIssue::MissingOdometry => {
-                        "odometry missing (the last pose is extrapolated)".to_string()
-                    }
-                    FrameIssue::Stale {
-                        topic,
-                        frame,
-                        late_by_ns,
-                    } => format!(
-                        "{topic} for frame {frame} arrived {:.1} ms late, after that frame ran: dropped",
-                        *late_by_ns as f64 / 1e6
-                    ),
-                    FrameIssue::Gap { frames_skipped } => {
-                        format!("the log skips {frames_skipped} frame periods before this frame")
-                    }
-                };
-                issues.push((k, what));
-            }
+            let frame = log_frame(&sf, cams, w * h * 3, 0, k, &mut issues);
             if let Some(prev) = last_stamp {
                 if sf.stamp_ns > prev && k == 1 {
                     period_ns = sf.stamp_ns - prev;
                 }
             }
             last_stamp = Some(sf.stamp_ns);
-            out.push(SensorFrame {
-                stamp_ns: sf.stamp_ns,
-                images,
-                present,
-                camera_stamps_ns: vec![sf.stamp_ns; cams],
-                ego: sf.ego.as_ref().map(ego_pose).unwrap_or_default(),
-                ego_present: sf.ego.is_some(),
-                gt: sf.gt.as_ref().map(gt_boxes).unwrap_or_default(),
-            });
+            out.push(frame);
         }
         if out.is_empty() {
             return Err(FeedError::Empty(name));
@@ -299,6 +261,139 @@ impl Feed {
             issues,
             source: name,
         })
+    }
+}
+
+/// A log opened for replay: its reader and rig (every camera the same size) and map.
+pub(crate) struct LogRig {
+    pub reader: LogReader,
+    pub cameras: Vec<CameraSpec>,
+    pub width: usize,
+    pub height: usize,
+    pub map: Box<RoadMap>,
+}
+
+impl LogRig {
+    pub(crate) fn open(
+        path: &Path,
+        limits: ReadLimits,
+        sensors: &SensorMap,
+    ) -> Result<LogRig, FeedError> {
+        let name = path.display().to_string();
+        let reader = LogReader::open_mapped(path, limits, sensors)?;
+        let cameras = reader.cameras().to_vec();
+        let (w, h) = match cameras.first() {
+            Some(c) => (c.width as usize, c.height as usize),
+            None => return Err(FeedError::Empty(name)),
+        };
+        if cameras
+            .iter()
+            .any(|c| c.width as usize != w || c.height as usize != h)
+        {
+            let sizes: Vec<String> = cameras
+                .iter()
+                .map(|c| format!("{} {}x{}", c.name, c.width, c.height))
+                .collect();
+            return Err(FeedError::MixedSizes(name, sizes.join(", ")));
+        }
+        let map = match reader.map() {
+            Some(m) => road_map(m.lanes, m.lane_width, &m.centre),
+            None => Box::default(),
+        };
+        Ok(LogRig {
+            reader,
+            cameras,
+            width: w,
+            height: h,
+            map,
+        })
+    }
+}
+
+/// One grouped frame of a log (`sf`, frame number `k`) as the pipeline's frame: `cams`
+/// images of `image_len` bytes (a missing or unusable camera is black with its bit clear),
+/// or, with `jpeg_capacity` > 0, the cameras' JPEG streams (a stream over the capacity is
+/// an issue and the camera is missing); what was wrong is appended to `issues` as issues
+/// of frame `k`.
+pub(crate) fn log_frame(
+    sf: &crate::replay::SensorFrame,
+    cams: usize,
+    image_len: usize,
+    jpeg_capacity: usize,
+    k: u64,
+    issues: &mut Vec<(u64, String)>,
+) -> SensorFrame {
+    let mut present = 0u32;
+    let mut images = Vec::new();
+    let mut jpeg = Vec::new();
+    let mut jpeg_len = Vec::new();
+    if jpeg_capacity > 0 {
+        jpeg_len = vec![0u32; cams];
+        for (c, data) in sf.jpegs.iter().enumerate().take(cams) {
+            match data {
+                Some(d) if d.len() <= jpeg_capacity => {
+                    jpeg.extend_from_slice(d);
+                    jpeg_len[c] = d.len() as u32;
+                    present |= 1 << c;
+                }
+                Some(d) => issues.push((
+                    k,
+                    format!(
+                        "camera {c}: JPEG of {} bytes is over the {jpeg_capacity} bytes a camera may send (width x height x 3); not used",
+                        d.len()
+                    ),
+                )),
+                None => {}
+            }
+        }
+    } else {
+        images = vec![0u8; cams * image_len];
+        for (c, img) in sf.images.iter().enumerate().take(cams) {
+            if let Some(img) = img {
+                if img.data.len() == image_len {
+                    images[c * image_len..(c + 1) * image_len].copy_from_slice(&img.data);
+                    present |= 1 << c;
+                }
+            }
+        }
+    }
+    for issue in &sf.issues {
+        let what = match issue {
+            FrameIssue::MissingCamera { cam } => format!("camera {cam} missing"),
+            FrameIssue::LateCamera { cam, late_by_ns } => {
+                format!(
+                    "camera {cam} late by {:.1} ms (not used)",
+                    *late_by_ns as f64 / 1e6
+                )
+            }
+            FrameIssue::BadImage { cam, why } => format!("camera {cam}: {why}"),
+            FrameIssue::MissingOdometry => {
+                "odometry missing (the last pose is extrapolated)".to_string()
+            }
+            FrameIssue::Stale {
+                topic,
+                frame,
+                late_by_ns,
+            } => format!(
+                "{topic} for frame {frame} arrived {:.1} ms late, after that frame ran: dropped",
+                *late_by_ns as f64 / 1e6
+            ),
+            FrameIssue::Gap { frames_skipped } => {
+                format!("the log skips {frames_skipped} frame periods before this frame")
+            }
+        };
+        issues.push((k, what));
+    }
+    SensorFrame {
+        stamp_ns: sf.stamp_ns,
+        images,
+        present,
+        camera_stamps_ns: vec![sf.stamp_ns; cams],
+        ego: sf.ego.as_ref().map(ego_pose).unwrap_or_default(),
+        ego_present: sf.ego.is_some(),
+        gt: sf.gt.as_ref().map(gt_boxes).unwrap_or_default(),
+        jpeg,
+        jpeg_len,
     }
 }
 

@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 
-use crate::log::{LogError, LogMessage, LogReader, Payload, TOPIC_ODOM};
+use crate::log::{LogError, LogMessage, LogReader, Payload};
 use crate::types::{EgoState, GroundTruth, RgbImage};
 
 /// Jumps in frame index larger than this are skipped instead of emitting empty frames.
@@ -78,6 +78,9 @@ pub struct SensorFrame {
     pub stamp_ns: u64,
     /// One slot per camera, rig order.
     pub images: Vec<Option<RgbImage>>,
+    /// Per camera, a JPEG stream kept compressed (a reader set to keep JPEG); a camera has
+    /// an image or a stream, not both.
+    pub jpegs: Vec<Option<Vec<u8>>>,
     /// Ego odometry.
     pub ego: Option<EgoState>,
     /// Ground truth.
@@ -142,6 +145,7 @@ impl FrameGrouper {
                 index,
                 stamp_ns: self.tick(index),
                 images: vec![None; self.names.len()],
+                jpegs: vec![None; self.names.len()],
                 ego: None,
                 gt: None,
                 issues: Vec::new(),
@@ -176,7 +180,10 @@ impl FrameGrouper {
     pub fn push(&mut self, msg: LogMessage) -> Option<SensorFrame> {
         let participates = matches!(
             msg.payload,
-            Payload::Image { .. } | Payload::Odometry(_) | Payload::GroundTruth(_)
+            Payload::Image { .. }
+                | Payload::Jpeg { .. }
+                | Payload::Odometry(_)
+                | Payload::GroundTruth(_)
         );
         if participates {
             self.place(
@@ -263,6 +270,26 @@ impl FrameGrouper {
                     }
                 }
             }
+            Payload::Jpeg { cam, data } => {
+                let Some(name) = names.get(cam) else {
+                    return;
+                };
+                if late_by > half {
+                    p.seen[cam] = true;
+                    p.frame.issues.push(FrameIssue::LateCamera {
+                        cam: name.clone(),
+                        late_by_ns: late_by,
+                    });
+                } else if p.frame.images[cam].is_none() && p.frame.jpegs[cam].is_none() {
+                    p.seen[cam] = true;
+                    p.frame.jpegs[cam] = Some(data);
+                } else {
+                    p.frame.issues.push(FrameIssue::BadImage {
+                        cam: name.clone(),
+                        why: "a second image for this frame; the first is kept".to_string(),
+                    });
+                }
+            }
             // A second odometry or ground truth for one frame: the first is kept.
             Payload::Odometry(ego) if p.frame.ego.is_none() => p.frame.ego = Some(ego),
             Payload::GroundTruth(gt) if p.frame.gt.is_none() => p.frame.gt = Some(gt),
@@ -300,6 +327,31 @@ fn infer_period(stamps: &mut [u64]) -> Option<u64> {
     Some(d[d.len() / 2])
 }
 
+/// The frame period of a log: the median spacing of its first odometry stamps, or of the
+/// first camera's image stamps when it has no odometry.
+pub fn log_period(reader: &mut LogReader) -> Result<u64, LogError> {
+    let odom = reader.odometry_topic().to_string();
+    let mut s: Vec<u64> = reader
+        .messages(&[odom.as_str()], 0, u64::MAX)
+        .take(64)
+        .map(|m| m.stamp_ns)
+        .collect();
+    match infer_period(&mut s) {
+        Some(p) => Ok(p),
+        None => {
+            let topic = reader.image_topic_of(0).unwrap_or_default().to_string();
+            let mut s: Vec<u64> = reader
+                .messages(&[topic.as_str()], 0, u64::MAX)
+                .take(64)
+                .map(|m| m.stamp_ns)
+                .collect();
+            infer_period(&mut s).ok_or_else(|| LogError::UnknownPeriod {
+                path: reader.path().to_path_buf(),
+            })
+        }
+    }
+}
+
 /// Reads a whole log into frames. The frame period is `period_ns`, or else inferred as the
 /// median spacing of the first odometry stamps (or of the first camera's image stamps when
 /// the log has no odometry). Damage becomes frame issues and [`LogReader::issues`].
@@ -309,33 +361,7 @@ pub fn read_frames(
 ) -> Result<Vec<SensorFrame>, LogError> {
     let period = match period_ns {
         Some(p) => p,
-        None => {
-            let mut s: Vec<u64> = reader
-                .messages(&[TOPIC_ODOM], 0, u64::MAX)
-                .take(64)
-                .map(|m| m.stamp_ns)
-                .collect();
-            match infer_period(&mut s) {
-                Some(p) => p,
-                None => {
-                    let topic = crate::log::image_topic(
-                        reader
-                            .cameras()
-                            .first()
-                            .map(|c| c.name.as_str())
-                            .unwrap_or(""),
-                    );
-                    let mut s: Vec<u64> = reader
-                        .messages(&[topic.as_str()], 0, u64::MAX)
-                        .take(64)
-                        .map(|m| m.stamp_ns)
-                        .collect();
-                    infer_period(&mut s).ok_or_else(|| LogError::UnknownPeriod {
-                        path: reader.path().to_path_buf(),
-                    })?
-                }
-            }
-        }
+        None => log_period(reader)?,
     };
     let names = reader.cameras().iter().map(|c| c.name.clone()).collect();
     let mut g = FrameGrouper::with_names(names, period);
@@ -357,7 +383,7 @@ pub fn read_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::ImageIssue;
+    use crate::log::{ImageIssue, TOPIC_ODOM};
 
     const P: u64 = 100;
 

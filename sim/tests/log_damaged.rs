@@ -201,7 +201,7 @@ fn bad_images_late_and_missing_cameras_become_issues() {
                 (2, 1) => w.write_image(c, t, &pattern(c, k, W / 2, H)).unwrap(),
                 (3, 0) => {
                     let mut m = Image::from_rgb(&pattern(c, k, W, H), t, "cam_front");
-                    m.encoding = "bgr8".into();
+                    m.encoding = "16UC1".into(); // a depth image: not a camera redline reads
                     w.write_raw_image(c, t, &m).unwrap();
                 }
                 (4, 1) => {}
@@ -254,7 +254,7 @@ fn bad_images_late_and_missing_cameras_become_issues() {
         .find(|m| m.stamp_ns == 3 * P && m.topic.contains("front"));
     assert!(matches!(
         wrong_enc.map(|m| &m.payload),
-        Some(Payload::Image { cam: 0, image: Err(ImageIssue::WrongEncoding { got }) }) if got == "bgr8"
+        Some(Payload::Image { cam: 0, image: Err(ImageIssue::WrongEncoding { got }) }) if got == "16UC1"
     ));
 
     let frames = read_frames(&mut r, None).unwrap();
@@ -267,7 +267,7 @@ fn bad_images_late_and_missing_cameras_become_issues() {
     assert!(frames[2].images[0].is_some() && frames[2].images[1].is_none());
     assert!(frames[2].ego.is_some() && frames[2].gt.is_some());
     assert!(
-        matches!(&only(3)[..], [FrameIssue::BadImage { cam, why }] if cam == "front" && why.contains("bgr8"))
+        matches!(&only(3)[..], [FrameIssue::BadImage { cam, why }] if cam == "front" && why.contains("16UC1"))
     );
     assert!(frames[3].images[1].is_some());
     assert_eq!(

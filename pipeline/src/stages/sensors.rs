@@ -41,6 +41,8 @@ pub struct SensorsStage {
     half_period_ns: u64,
     /// The pose published for the last frame this stage ran (stamped with that frame).
     last_pose: Option<EgoPose>,
+    /// Bytes per camera of the source's JPEG streams (0: the source delivers images).
+    jpeg_capacity: usize,
 }
 
 impl SensorsStage {
@@ -50,6 +52,7 @@ impl SensorsStage {
         SensorsStage {
             max_image_age_ns: (period as f64 * MAX_IMAGE_AGE_PERIODS) as u64,
             half_period_ns: period / 2,
+            jpeg_capacity: feed.jpeg_capacity(),
             feed,
             last_pose: None,
         }
@@ -120,15 +123,71 @@ impl Stage for SensorsStage {
         let ego = io.output::<EgoPose>(2)?;
         let gt = io.output::<GtBox>(3)?;
         let map = io.output::<RoadMap>(4)?;
+        if self.jpeg_capacity > 0 {
+            // JPEG source: outputs 0 and 1 are the streams and their lengths, for `decode`.
+            self.copy_streams(frame, images, present)?;
+        } else {
+            self.copy_images(frame, images, present)?;
+        }
+        let pose = self.pose(frame);
+        self.last_pose = Some(pose);
+        ego[0] = pose;
+        let n = frame.gt.len().min(MAX_GT);
+        gt[..n].copy_from_slice(&frame.gt[..n]);
+        gt[n..].fill(GtBox::default());
+        map[0] = *self.feed.map();
+        Ok(())
+    }
+}
+
+impl SensorsStage {
+    /// Whether camera `c`'s data is recent enough to use.
+    fn fresh(&self, frame: &SensorFrame, c: usize) -> bool {
+        let stamp = frame.camera_stamps_ns.get(c).copied().unwrap_or(0);
+        frame.stamp_ns.saturating_sub(stamp) <= self.max_image_age_ns
+    }
+
+    /// Each camera's JPEG stream into its `jpeg_capacity` bytes of `out`, and its length (0
+    /// for a camera absent or stale) into `lens`.
+    fn copy_streams(
+        &self,
+        frame: &SensorFrame,
+        out: &mut [u8],
+        lens: &mut [u32],
+    ) -> Result<(), StageError> {
+        let cap = self.jpeg_capacity;
+        if out.len() != lens.len() * cap || frame.jpeg_len.len() != lens.len() {
+            return Err(E_SHAPE);
+        }
+        let mut at = 0usize;
+        for (c, l) in lens.iter_mut().enumerate() {
+            let n = frame.jpeg_len[c] as usize;
+            let src = frame.jpeg.get(at..at + n).ok_or(E_SHAPE)?;
+            at += n;
+            let usable = (frame.present >> c) & 1 == 1 && self.fresh(frame, c) && n <= cap;
+            *l = if usable { n as u32 } else { 0 };
+            if usable {
+                out[c * cap..c * cap + n].copy_from_slice(src); // the one copy of the stream
+            }
+        }
+        Ok(())
+    }
+
+    /// Each camera's image into `images` (black for a camera absent or stale), its
+    /// presence into `present`.
+    fn copy_images(
+        &self,
+        frame: &SensorFrame,
+        images: &mut [u8],
+        present: &mut [u32],
+    ) -> Result<(), StageError> {
         let cams = present.len();
-        if images.len() != frame.images.len() || cams == 0 || images.len() % cams != 0 {
+        if images.len() != frame.images.len() || cams == 0 || !images.len().is_multiple_of(cams) {
             return Err(E_SHAPE);
         }
         let len = images.len() / cams;
         for (c, p) in present.iter_mut().enumerate() {
-            let stamp = frame.camera_stamps_ns.get(c).copied().unwrap_or(0);
-            let fresh = frame.stamp_ns.saturating_sub(stamp) <= self.max_image_age_ns;
-            *p = ((frame.present >> c) & 1) * u32::from(fresh);
+            *p = ((frame.present >> c) & 1) * u32::from(self.fresh(frame, c));
             let (src, dst) = (
                 &frame.images[c * len..(c + 1) * len],
                 &mut images[c * len..(c + 1) * len],
@@ -139,13 +198,6 @@ impl Stage for SensorsStage {
                 dst.fill(0);
             }
         }
-        let pose = self.pose(frame);
-        self.last_pose = Some(pose);
-        ego[0] = pose;
-        let n = frame.gt.len().min(MAX_GT);
-        gt[..n].copy_from_slice(&frame.gt[..n]);
-        gt[n..].fill(GtBox::default());
-        map[0] = *self.feed.map();
         Ok(())
     }
 }
@@ -233,6 +285,8 @@ mod tests {
             ego: pose(k),
             ego_present: true,
             gt: vec![],
+            jpeg: Vec::new(),
+            jpeg_len: Vec::new(),
         }
     }
 

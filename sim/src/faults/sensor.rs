@@ -5,7 +5,7 @@
 //! frame or the changed copy, found by binary search: no allocation, no I/O.
 
 use redline_pipeline::camera::CameraSpec;
-use redline_pipeline::sensors::{FrameSource, SensorFrame};
+use redline_pipeline::sensors::{FrameSource, FrameTruth, SensorFrame};
 use redline_pipeline::types::{EgoPose, RoadMap};
 use redline_runtime::rng::SplitMix64;
 
@@ -397,6 +397,27 @@ impl<F: FrameSource> FrameSource for FaultyFeed<F> {
     fn describe(&self) -> &str {
         &self.source
     }
+    fn streaming(&self) -> bool {
+        self.inner.streaming()
+    }
+    fn advance(&self) -> Option<std::ops::Range<usize>> {
+        self.inner.advance()
+    }
+    fn forget_truth_before(&self, frame: usize) {
+        self.inner.forget_truth_before(frame)
+    }
+    fn truth(&self, k: usize) -> Option<FrameTruth> {
+        match self.changed.binary_search_by_key(&k, |(j, _)| *j) {
+            Ok(i) => {
+                let f = &self.changed[i].1;
+                Some(FrameTruth {
+                    ego: f.ego,
+                    gt: f.gt.clone(),
+                })
+            }
+            Err(_) => self.inner.truth(k),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -443,6 +464,8 @@ mod tests {
                     },
                     ego_present: true,
                     gt: vec![],
+                    jpeg: Vec::new(),
+                    jpeg_len: Vec::new(),
                 }
             })
             .collect();

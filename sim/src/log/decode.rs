@@ -8,12 +8,16 @@
 
 use super::reader::{LogReader, RawMsg};
 use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData};
-use crate::msgs::{CameraInfo, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage};
+use crate::image_decode::{decode_compressed, jpeg_size, Compression};
+use crate::msgs::{
+    CameraInfo, CompressedImage, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage,
+};
 
 /// The message types redline reads, by schema name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
     Image,
+    CompressedImage,
     CameraInfo,
     Odometry,
     Tf,
@@ -51,27 +55,65 @@ impl LogReader {
             return None;
         };
         let res: Result<(u64, Payload), (LogIssueKind, String)> = (|| match kind {
-            Kind::Image => {
+            Kind::Image | Kind::CompressedImage => {
                 let cam = *self.image_cams.get(&raw.channel).ok_or_else(|| {
                     (
                         LogIssueKind::UnknownSchema,
-                        format!("image topic {} belongs to no camera with a camera_info; its messages are skipped", ch.topic),
+                        format!("image topic {} belongs to no camera of the rig (no camera_info for it and no [sensors] entry); its messages are skipped", ch.topic),
                     )
                 })?;
-                let msg = Image::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
-                let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
                 let spec = &self.cameras[cam];
                 let want = (spec.width, spec.height);
-                let image = if (msg.width, msg.height) != want && msg.encoding == "rgb8" {
-                    Err(ImageIssue::WrongSize {
-                        got: (msg.width, msg.height),
-                        want,
-                    })
+                let (stamp, image) = if kind == Kind::Image {
+                    let msg = Image::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                    let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+                    // The size is checked before converting (no copy of a wrong image).
+                    let image = if (msg.width, msg.height) != want
+                        && Image::bytes_per_pixel(&msg.encoding).is_some()
+                    {
+                        Err(ImageIssue::WrongSize {
+                            got: (msg.width, msg.height),
+                            want,
+                        })
+                    } else {
+                        msg.into_rgb()
+                    };
+                    (stamp, image)
                 } else {
-                    msg.into_rgb()
+                    let msg = CompressedImage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                    let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+                    if self.keep_jpeg && Compression::sniff(&msg.data) == Some(Compression::Jpeg) {
+                        // Passed on compressed: only the header is read here.
+                        let payload = match jpeg_size(&msg.data) {
+                            Ok(size) if size == want => Payload::Jpeg {
+                                cam,
+                                data: msg.data,
+                            },
+                            Ok(got) => Payload::Image {
+                                cam,
+                                image: Err(ImageIssue::WrongSize { got, want }),
+                            },
+                            Err(e) => Payload::Image { cam, image: Err(e) },
+                        };
+                        return Ok((stamp, payload));
+                    }
+                    let image =
+                        decode_compressed(&msg, self.limits.max_image_side).and_then(|img| {
+                            if (img.width, img.height) == want {
+                                Ok(img)
+                            } else {
+                                Err(ImageIssue::WrongSize {
+                                    got: (img.width, img.height),
+                                    want,
+                                })
+                            }
+                        });
+                    (stamp, image)
                 };
                 Ok((stamp, Payload::Image { cam, image }))
             }
+            // Another odometry source than the rig's (e.g. a second localiser): read, unused.
+            Kind::Odometry if ch.topic != self.sensors.odometry_topic() => Ok((0, Payload::Unused)),
             Kind::Odometry => {
                 let m = Odometry::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                 let ego = m.to_ego().map_err(|e| undecodable(&e))?;
@@ -120,6 +162,7 @@ impl LogReader {
 pub(super) fn kind_of(schema: &str) -> Option<Kind> {
     match schema {
         n if n == Image::SCHEMA_NAME => Some(Kind::Image),
+        n if n == CompressedImage::SCHEMA_NAME => Some(Kind::CompressedImage),
         n if n == CameraInfo::SCHEMA_NAME => Some(Kind::CameraInfo),
         n if n == Odometry::SCHEMA_NAME => Some(Kind::Odometry),
         n if n == TfMessage::SCHEMA_NAME => Some(Kind::Tf),

@@ -41,12 +41,16 @@ mod limits;
 mod reader;
 mod records;
 mod recovery;
+mod rig;
+pub mod sensor_map;
 mod summary;
 mod writer;
 
 pub use limits::ReadLimits;
 pub use reader::LogReader;
 pub use records::{Place, RecordError};
+pub use rig::ChannelStats;
+pub use sensor_map::{CameraTopics, Rig, RigError, SensorMap};
 pub use writer::LogWriter;
 
 use std::path::{Path, PathBuf};
@@ -108,12 +112,27 @@ pub enum LogError {
         /// The file.
         path: PathBuf,
     },
-    /// No `camera_info` message could be read.
-    #[error("log {path} has no readable /cam/<name>/camera_info message, so its cameras are unknown; the log is not a redline sensor log or its first chunk is lost")]
+    /// No camera could be found the default way (`/cam/<name>/camera_info`).
+    #[error("log {path} has no readable /cam/<name>/camera_info message, so its cameras are unknown (image topics in the log: {found}); name them in a [sensors] table of the config: `redline log info {path}` prints one to start from")]
     NoCameras {
         /// The file.
         path: PathBuf,
+        /// The log's image-like topics.
+        found: String,
     },
+    /// The log does not match the config's `[sensors]` table.
+    #[error("log {path} does not match the [sensors] table: {what} (image topics in the log: {found}); `redline log info {path}` lists its topics and suggests a [sensors] table")]
+    SensorMismatch {
+        /// The file.
+        path: PathBuf,
+        /// What does not match.
+        what: String,
+        /// The log's image-like topics.
+        found: String,
+    },
+    /// The `[sensors]` calibration file cannot be used.
+    #[error(transparent)]
+    Rig(#[from] RigError),
     /// The MCAP library reported an error.
     #[error("MCAP error on log {path}: {what}")]
     Mcap {
@@ -252,6 +271,17 @@ pub enum Payload {
     CameraInfo,
     /// Transforms (already folded into [`LogReader::cameras`]).
     Tf,
+    /// A camera's JPEG stream, kept compressed for the graph's `decode` stage (a reader set
+    /// to [`LogReader::set_keep_jpeg`]); its size was checked against the camera's.
+    Jpeg {
+        /// Camera index (rig order).
+        cam: usize,
+        /// The JPEG bytes.
+        data: Vec<u8>,
+    },
+    /// A message of a type redline reads on a topic the rig does not use (e.g. odometry
+    /// from a second localiser); it only advances time.
+    Unused,
 }
 
 /// One message read from a log.

@@ -12,15 +12,12 @@ use std::fs::File;
 use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::decode::{kind_of, map_data, Kind};
 use super::limits::ReadLimits;
 use super::records::{self, Place, RecordError};
 use super::recovery::{read_chunk, ChunkItem};
-use super::{
-    camera_of_topic, LogError, LogIssue, LogIssueKind, LogMessage, RoadMapData, MAX_ISSUES,
-    MCAP_MAGIC,
-};
-use crate::msgs::{CameraInfo, RoadMap, RosMessage, TfMessage};
+use super::sensor_map::SensorMap;
+use super::{LogError, LogIssue, LogIssueKind, LogMessage, RoadMapData, MAX_ISSUES, MCAP_MAGIC};
+use crate::msgs::CameraInfo;
 use redline_pipeline::camera::CameraSpec;
 
 #[derive(Clone, Debug)]
@@ -113,6 +110,10 @@ pub struct LogReader {
     pub(super) cameras: Vec<CameraSpec>,
     /// image channel id → camera index
     pub(super) image_cams: BTreeMap<u16, usize>,
+    /// Which topics are the rig (the config's `[sensors]` table).
+    pub(super) sensors: SensorMap,
+    /// JPEG camera images are passed on compressed ([`super::Payload::Jpeg`]).
+    pub(super) keep_jpeg: bool,
     pub(super) map: Option<RoadMapData>,
     pub(super) range: (u64, u64),
     pub(super) issues: Vec<LogIssue>,
@@ -146,13 +147,46 @@ impl LogReader {
     /// [`LogReader::open`] with explicit limits on what the file may make the reader allocate:
     /// a length over a limit is reported as an issue and its chunk or record skipped.
     pub fn open_with(path: &Path, limits: ReadLimits) -> Result<LogReader, LogError> {
+        Self::open_mapped(path, limits, &SensorMap::default())
+    }
+
+    /// [`LogReader::open_with`] for a log whose sensors sit on other topics, named by the
+    /// config's `[sensors]` table (see [`SensorMap`]): its cameras, their calibration (from
+    /// the log or the map's calibration file), odometry and static transforms. A log that
+    /// does not match the map is an error listing what the log has.
+    pub fn open_mapped(
+        path: &Path,
+        limits: ReadLimits,
+        sensors: &SensorMap,
+    ) -> Result<LogReader, LogError> {
+        Self::open_file(path, limits, Some(sensors))
+    }
+
+    /// Opens any MCAP file without looking for a camera rig: for listing what a log holds
+    /// ([`LogReader::channel_stats`], `redline log info`). [`LogReader::messages`] of such a
+    /// reader decodes no images.
+    pub fn open_any(path: &Path, limits: ReadLimits) -> Result<LogReader, LogError> {
+        Self::open_file(path, limits, None)
+    }
+
+    fn open_file(
+        path: &Path,
+        limits: ReadLimits,
+        sensors: Option<&SensorMap>,
+    ) -> Result<LogReader, LogError> {
         let io = |source| LogError::Io {
             path: path.to_path_buf(),
             source,
         };
         let file = File::open(path).map_err(io)?;
         let file_len = file.metadata().map_err(io)?.len();
-        Self::open_source(path.to_path_buf(), Source::File(file), file_len, limits)
+        Self::open_source(
+            path.to_path_buf(),
+            Source::File(file),
+            file_len,
+            limits,
+            sensors,
+        )
     }
 
     /// Reads a log held in memory (`name` stands for its path in messages and issues). Same
@@ -163,7 +197,14 @@ impl LogReader {
         limits: ReadLimits,
     ) -> Result<LogReader, LogError> {
         let len = bytes.len() as u64;
-        Self::open_source(name.into(), Source::Memory(Cursor::new(bytes)), len, limits)
+        let rig = SensorMap::default();
+        Self::open_source(
+            name.into(),
+            Source::Memory(Cursor::new(bytes)),
+            len,
+            limits,
+            Some(&rig),
+        )
     }
 
     fn open_source(
@@ -171,6 +212,7 @@ impl LogReader {
         mut file: Source,
         file_len: u64,
         limits: ReadLimits,
+        sensors: Option<&SensorMap>,
     ) -> Result<LogReader, LogError> {
         let io = |source| LogError::Io {
             path: path.clone(),
@@ -191,6 +233,8 @@ impl LogReader {
             blocks: Vec::new(),
             cameras: Vec::new(),
             image_cams: BTreeMap::new(),
+            sensors: sensors.cloned().unwrap_or_default(),
+            keep_jpeg: false,
             map: None,
             range: (0, 0),
             issues: Vec::new(),
@@ -221,7 +265,9 @@ impl LogReader {
             }
         }
         r.blocks.sort_by_key(|b| (b.start_ns, b.offset));
-        r.load_rig()?;
+        if sensors.is_some() {
+            r.load_rig()?;
+        }
         Ok(r)
     }
 
@@ -417,137 +463,6 @@ impl LogReader {
         true
     }
 
-    /// Reads camera_info, tf_static and the map, and builds the camera rig.
-    fn load_rig(&mut self) -> Result<(), LogError> {
-        let kinds: BTreeMap<u16, Kind> = self
-            .channels
-            .iter()
-            .filter_map(|(id, c)| kind_of(&c.schema).map(|k| (*id, k)))
-            .collect();
-        let wanted: BTreeSet<u16> = kinds
-            .iter()
-            .filter(|(_, k)| matches!(k, Kind::CameraInfo | Kind::Tf | Kind::Map))
-            .map(|(id, _)| *id)
-            .collect();
-        let mut infos: Vec<(String, CameraInfo)> = Vec::new();
-        let mut tfs: Vec<TfMessage> = Vec::new();
-        let mut map = None;
-        let mut raws = RawIter::new(self, wanted, 0, u64::MAX);
-        while let Some(raw) = raws.next_raw() {
-            let reader = &mut *raws.reader;
-            let Some(ch) = reader.channels.get(&raw.channel).cloned() else {
-                continue;
-            };
-            match kinds.get(&raw.channel) {
-                Some(Kind::CameraInfo) => match CameraInfo::from_cdr(&raw.data) {
-                    Ok(ci) => {
-                        if let Some(name) = camera_of_topic(&ch.topic, "camera_info") {
-                            if infos.iter().any(|(n, _)| n == name) {
-                                // the first calibration of a camera is kept
-                            } else if let Err(why) = check_calibration(&ci, &reader.limits) {
-                                reader.issue(
-                                    LogIssueKind::UndecodableMessage,
-                                    format!(
-                                        "{} at {} ns: {why}; camera {name} is ignored",
-                                        ch.topic, raw.key.0
-                                    ),
-                                );
-                            } else if infos.len() >= reader.limits.max_cameras {
-                                reader.issue(LogIssueKind::OverLimit, format!("{} declares camera {name}, one more than the {} cameras allowed (ReadLimits::max_cameras, `max_cameras` in the config's [log] table); it is ignored", ch.topic, reader.limits.max_cameras));
-                            } else {
-                                infos.push((name.to_string(), ci));
-                            }
-                        } else {
-                            reader.issue(LogIssueKind::UnknownSchema, format!("camera_info on topic {} is not /cam/<name>/camera_info; ignored", ch.topic));
-                        }
-                    }
-                    Err(e) => reader.issue(
-                        LogIssueKind::UndecodableMessage,
-                        format!("{} at {} ns: {e}", ch.topic, raw.key.0),
-                    ),
-                },
-                Some(Kind::Tf) => match TfMessage::from_cdr(&raw.data) {
-                    Ok(tf) => tfs.push(tf),
-                    Err(e) => reader.issue(
-                        LogIssueKind::UndecodableMessage,
-                        format!("{} at {} ns: {e}", ch.topic, raw.key.0),
-                    ),
-                },
-                Some(Kind::Map) if map.is_none() => match RoadMap::from_cdr(&raw.data)
-                    .map_err(|e| e.to_string())
-                    .and_then(map_data)
-                {
-                    Ok(m) => map = Some(m),
-                    Err(e) => reader.issue(
-                        LogIssueKind::UndecodableMessage,
-                        format!("{} at {} ns: {e}", ch.topic, raw.key.0),
-                    ),
-                },
-                _ => {}
-            }
-        }
-        if infos.is_empty() {
-            return Err(LogError::NoCameras {
-                path: self.path.clone(),
-            });
-        }
-        for (name, ci) in infos {
-            let k = ci.to_intrinsics();
-            let child = format!("cam_{name}");
-            let mount = tfs
-                .iter()
-                .flat_map(|t| t.transforms.iter())
-                .find(|t| t.child_frame_id == child && t.header.frame_id == "base_link");
-            let mut spec = CameraSpec {
-                name: name.clone(),
-                width: k.width,
-                height: k.height,
-                fx: k.fx,
-                fy: k.fy,
-                cx: k.cx,
-                cy: k.cy,
-                x: 0.0,
-                y: 0.0,
-                z: 0.0,
-                yaw: 0.0,
-                pitch: 0.0,
-            };
-            // A mount that is not finite (a corrupt transform) counts as missing.
-            let mount = mount
-                .map(|t| {
-                    let (yaw, pitch) = t.transform.rotation.camera_mount_angles();
-                    let v = &t.transform.translation;
-                    (v.x, v.y, v.z, yaw, pitch)
-                })
-                .filter(|m| [m.0, m.1, m.2, m.3, m.4].iter().all(|x| x.is_finite()));
-            match mount {
-                Some((x, y, z, yaw, pitch)) => {
-                    spec.x = x;
-                    spec.y = y;
-                    spec.z = z;
-                    spec.yaw = yaw;
-                    spec.pitch = pitch;
-                }
-                None => self.issue(
-                    LogIssueKind::MissingTransform,
-                    format!("no base_link -> {child} transform on /tf_static; camera {name} is assumed at the origin looking forward"),
-                ),
-            }
-            self.cameras.push(spec);
-        }
-        for (id, c) in &self.channels {
-            if kinds.get(id) == Some(&Kind::Image) {
-                if let Some(name) = camera_of_topic(&c.topic, "image_raw") {
-                    if let Some(i) = self.cameras.iter().position(|s| s.name == name) {
-                        self.image_cams.insert(*id, i);
-                    }
-                }
-            }
-        }
-        self.map = map;
-        Ok(())
-    }
-
     /// The camera rig, in the order of the log's `camera_info` messages (the writer's order).
     /// Mount yaw/pitch come back through a quaternion (equal to ~1e-15 rad).
     pub fn cameras(&self) -> &[CameraSpec] {
@@ -729,7 +644,7 @@ impl LogReader {
 
 /// A calibration redline can use: image sides within `1..=max_image_side`, finite focal
 /// lengths above zero and a finite principal point.
-fn check_calibration(ci: &CameraInfo, limits: &ReadLimits) -> Result<(), String> {
+pub(super) fn check_calibration(ci: &CameraInfo, limits: &ReadLimits) -> Result<(), String> {
     let k = ci.to_intrinsics();
     let side = 1..=limits.max_image_side;
     if !side.contains(&k.width) || !side.contains(&k.height) {
@@ -760,8 +675,8 @@ fn read_up_to(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Merges raw messages of the selected blocks in log-time order.
-struct RawIter<'r> {
-    reader: &'r mut LogReader,
+pub(super) struct RawIter<'r> {
+    pub(super) reader: &'r mut LogReader,
     wanted: BTreeSet<u16>,
     start: u64,
     end: u64,
@@ -774,7 +689,12 @@ struct RawIter<'r> {
 }
 
 impl<'r> RawIter<'r> {
-    fn new(reader: &'r mut LogReader, wanted: BTreeSet<u16>, start: u64, end: u64) -> Self {
+    pub(super) fn new(
+        reader: &'r mut LogReader,
+        wanted: BTreeSet<u16>,
+        start: u64,
+        end: u64,
+    ) -> Self {
         let order = reader
             .blocks
             .iter()
@@ -802,7 +722,7 @@ impl<'r> RawIter<'r> {
         }
     }
 
-    fn next_raw(&mut self) -> Option<RawMsg> {
+    pub(super) fn next_raw(&mut self) -> Option<RawMsg> {
         loop {
             while self.next < self.order.len() {
                 let bi = self.order[self.next];

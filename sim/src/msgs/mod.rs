@@ -92,7 +92,7 @@ pub use geometry_msgs::{
 };
 pub use nav_msgs::Odometry;
 pub use redline_msgs::{GroundTruthMsg, ObjectState, RoadMap};
-pub use sensor_msgs::{CameraInfo, CameraIntrinsics, Image, RegionOfInterest};
+pub use sensor_msgs::{CameraInfo, CameraIntrinsics, CompressedImage, Image, RegionOfInterest};
 pub use std_msgs::{Header, Time};
 pub use tf2_msgs::TfMessage;
 
@@ -126,8 +126,8 @@ pub enum MsgError {
 /// Why an `Image` message cannot be used as an [`RgbImage`](crate::types::RgbImage).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImageIssue {
-    /// The encoding is not `rgb8`.
-    #[error("image encoding is {got:?}, redline reads only \"rgb8\"; convert the log's images")]
+    /// The encoding is not one redline reads.
+    #[error("image encoding is {got:?}; redline reads raw rgb8, bgr8, rgba8, bgra8 and mono8 images and JPEG or PNG CompressedImage: convert the log's images")]
     WrongEncoding {
         /// The encoding in the message.
         got: String,
@@ -143,10 +143,18 @@ pub enum ImageIssue {
         /// (width, height) the camera promises.
         want: (u32, u32),
     },
+    /// A compressed image that cannot be decoded.
+    #[error("compressed image ({format}) cannot be decoded: {why}")]
+    Undecodable {
+        /// What the data looked like (`jpeg`, `png` or the message's format string).
+        format: String,
+        /// The decoder's message.
+        why: String,
+    },
     /// `step`, `is_bigendian` or the data length are inconsistent with width and height.
     #[error(
         "image layout is inconsistent: width {width}, height {height}, step {step}, {len} data \
-         bytes (need step >= width*3 and step*height bytes); the message is corrupt"
+         bytes (need step >= width*bytes per pixel and step*height bytes); the message is corrupt"
     )]
     BadLayout {
         /// Width, px.

@@ -71,20 +71,40 @@ impl Image {
         w.bytes(&img.data);
     }
 
-    /// Converts an `rgb8` message to an [`RgbImage`] (rows with padding are compacted).
+    /// Bytes per pixel of the 8-bit encodings redline converts (`rgb8`, `bgr8`, `rgba8`,
+    /// `bgra8`, `mono8`); `None` for any other.
+    pub fn bytes_per_pixel(encoding: &str) -> Option<usize> {
+        match encoding {
+            "rgb8" | "bgr8" => Some(3),
+            "rgba8" | "bgra8" => Some(4),
+            "mono8" | "8UC1" => Some(1),
+            _ => None,
+        }
+    }
+
+    /// Converts an 8-bit message (`rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8`) to an
+    /// [`RgbImage`]: rows with padding are compacted, channels reordered, alpha dropped, grey
+    /// replicated.
     pub fn to_rgb(&self) -> Result<RgbImage, ImageIssue> {
-        self.check_rgb()?;
-        let row = self.width as usize * 3;
-        let data = if self.step as usize == row {
-            self.data[..row * self.height as usize].to_vec()
-        } else {
-            let mut d = Vec::with_capacity(row * self.height as usize);
-            for y in 0..self.height as usize {
-                let start = y * self.step as usize;
-                d.extend_from_slice(&self.data[start..start + row]);
+        let bpp = self.check_layout()?;
+        let (w, h) = (self.width as usize, self.height as usize);
+        let mut data = Vec::with_capacity(w * h * 3);
+        for y in 0..h {
+            let row = &self.data[y * self.step as usize..][..w * bpp];
+            match self.encoding.as_str() {
+                "rgb8" => data.extend_from_slice(row),
+                "bgr8" => row
+                    .chunks_exact(3)
+                    .for_each(|p| data.extend_from_slice(&[p[2], p[1], p[0]])),
+                "rgba8" => row
+                    .chunks_exact(4)
+                    .for_each(|p| data.extend_from_slice(&p[..3])),
+                "bgra8" => row
+                    .chunks_exact(4)
+                    .for_each(|p| data.extend_from_slice(&[p[2], p[1], p[0]])),
+                _ => row.iter().for_each(|&g| data.extend_from_slice(&[g, g, g])),
             }
-            d
-        };
+        }
         Ok(RgbImage {
             width: self.width,
             height: self.height,
@@ -92,10 +112,11 @@ impl Image {
         })
     }
 
-    /// Like [`Image::to_rgb`], consuming the message so that unpadded data is moved, not copied.
+    /// Like [`Image::to_rgb`], consuming the message so that unpadded `rgb8` data is moved,
+    /// not copied.
     pub fn into_rgb(self) -> Result<RgbImage, ImageIssue> {
-        self.check_rgb()?;
-        if self.step == self.width * 3 {
+        self.check_layout()?;
+        if self.encoding == "rgb8" && self.step == self.width * 3 {
             let mut data = self.data;
             data.truncate(self.width as usize * 3 * self.height as usize);
             Ok(RgbImage {
@@ -108,24 +129,25 @@ impl Image {
         }
     }
 
-    fn check_rgb(&self) -> Result<(), ImageIssue> {
-        if self.encoding != "rgb8" {
+    /// Checks the encoding and that `step` and the data cover every row; bytes per pixel.
+    fn check_layout(&self) -> Result<usize, ImageIssue> {
+        let Some(bpp) = Self::bytes_per_pixel(&self.encoding) else {
             return Err(ImageIssue::WrongEncoding {
                 got: self.encoding.clone(),
             });
-        }
+        };
         let bad = ImageIssue::BadLayout {
             width: self.width,
             height: self.height,
             step: self.step,
             len: self.data.len(),
         };
-        let row = (self.width as u64) * 3;
+        let row = (self.width as u64) * bpp as u64;
         let need = (self.step as u64) * (self.height as u64);
         if (self.step as u64) < row || (self.data.len() as u64) < need {
             return Err(bad);
         }
-        Ok(())
+        Ok(bpp)
     }
 
     /// Appends the message to `w`.
@@ -149,6 +171,46 @@ impl Image {
             is_bigendian: r.u8()?,
             step: r.u32()?,
             data: r.byte_seq("image data")?.to_vec(),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// sensor_msgs/msg/CompressedImage
+
+/// `sensor_msgs/msg/CompressedImage`: a JPEG or PNG stream (decoded by
+/// [`crate::image_decode`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompressedImage {
+    /// Stamp and camera frame.
+    pub header: Header,
+    /// Format as the publisher wrote it, e.g. `jpeg` or `bgr8; jpeg compressed bgr8`.
+    pub format: String,
+    /// The compressed bytes.
+    pub data: Vec<u8>,
+}
+
+ros_message!(
+    CompressedImage,
+    "sensor_msgs/msg/CompressedImage",
+    "std_msgs/Header header\nstring format\nuint8[] data\n",
+    [HEADER_DEF, TIME_DEF]
+);
+
+impl CompressedImage {
+    /// Appends the message to `w`.
+    pub fn encode(&self, w: &mut CdrWriter) {
+        self.header.encode(w);
+        w.string(&self.format);
+        w.bytes(&self.data);
+    }
+
+    /// Reads the message.
+    pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(CompressedImage {
+            header: Header::decode(r)?,
+            format: r.string()?.to_string(),
+            data: r.byte_seq("compressed image data")?.to_vec(),
         })
     }
 }
@@ -346,10 +408,44 @@ mod tests {
             ..msg.clone()
         };
         assert_eq!(padded.clone().into_rgb().unwrap(), img);
-        msg.encoding = "bgr8".into();
+        // other 8-bit encodings convert to the same RGB
+        let bgr = Image {
+            encoding: "bgr8".into(),
+            data: img
+                .data
+                .chunks(3)
+                .flat_map(|p| [p[2], p[1], p[0]])
+                .collect(),
+            ..msg.clone()
+        };
+        assert_eq!(bgr.into_rgb().unwrap(), img);
+        let bgra = Image {
+            encoding: "bgra8".into(),
+            step: 8,
+            data: img
+                .data
+                .chunks(3)
+                .flat_map(|p| [p[2], p[1], p[0], 255])
+                .collect(),
+            ..msg.clone()
+        };
+        assert_eq!(bgra.to_rgb().unwrap(), img);
+        let mono = Image {
+            encoding: "mono8".into(),
+            step: 2,
+            data: vec![1, 2, 3, 4],
+            ..msg.clone()
+        };
+        assert_eq!(
+            mono.to_rgb().unwrap().data,
+            vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+        );
+        msg.encoding = "16UC1".into();
         assert_eq!(
             msg.to_rgb(),
-            Err(ImageIssue::WrongEncoding { got: "bgr8".into() })
+            Err(ImageIssue::WrongEncoding {
+                got: "16UC1".into()
+            })
         );
         msg.encoding = "rgb8".into();
         msg.data.truncate(5);

@@ -1,0 +1,304 @@
+//! `redline log info LOG`: what a recorded log holds (topics, types, counts, rates, time
+//! range, damage), as `ros2 bag info` prints it, and a `[sensors]` table to start from.
+//!
+//! The suggestion is a guess from topic names and types: every image topic
+//! (`sensor_msgs/msg/Image` or `CompressedImage`) becomes a camera named after its topic
+//! (`/sensing/camera/front/image_raw/compressed` → `front`; a camera with both a raw and a
+//! compressed topic gets the compressed one), paired with the `camera_info` topic beside it;
+//! the odometry topic is the first `nav_msgs/msg/Odometry` one (a name with
+//! `kinematic_state` or `odom` first). Cameras without `camera_info` get a comment asking
+//! for a calibration file. Reads the whole log once (counts come from the messages).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use redline_sim::log::{ChannelStats, LogReader, ReadLimits};
+use serde_json::json;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum LogCommand {
+    /// Topics, types, message counts, rates and time range of a log, and a suggested
+    /// [sensors] table for replaying it.
+    Info(LogInfoArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LogInfoArgs {
+    /// The MCAP log (a ROS 2 bag or one redline wrote).
+    pub log: PathBuf,
+    /// Print one JSON object instead of the text report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const IMAGE: &str = "sensor_msgs/msg/Image";
+const COMPRESSED: &str = "sensor_msgs/msg/CompressedImage";
+const CAMERA_INFO: &str = "sensor_msgs/msg/CameraInfo";
+const ODOMETRY: &str = "nav_msgs/msg/Odometry";
+const TF: &str = "tf2_msgs/msg/TFMessage";
+
+pub fn run(cmd: LogCommand) -> Result<()> {
+    match cmd {
+        LogCommand::Info(a) => info(a),
+    }
+}
+
+fn info(a: LogInfoArgs) -> Result<()> {
+    let mut reader = LogReader::open_any(&a.log, ReadLimits::default())
+        .with_context(|| format!("reading {}", a.log.display()))?;
+    let stats = reader.channel_stats();
+    let bytes = std::fs::metadata(&a.log).map(|m| m.len()).unwrap_or(0);
+    let messages: u64 = stats.iter().map(|c| c.count).sum();
+    let first = stats
+        .iter()
+        .filter(|c| c.count > 0)
+        .map(|c| c.first_ns)
+        .min()
+        .unwrap_or(0);
+    let last = stats.iter().map(|c| c.last_ns).max().unwrap_or(0);
+    let issues: Vec<String> = reader
+        .issues()
+        .iter()
+        .map(|i| format!("{:?}: {}", i.kind, i.detail))
+        .collect();
+    let suggestion = suggest_sensors(&stats);
+    if a.json {
+        let topics: Vec<_> = stats
+            .iter()
+            .map(|c| {
+                json!({"topic": c.topic, "type": c.schema, "encoding": c.encoding,
+                       "count": c.count, "hz": rate(c)})
+            })
+            .collect();
+        let v = json!({
+            "log": a.log.display().to_string(), "bytes": bytes, "indexed": reader.is_indexed(),
+            "messages": messages, "start_ns": first, "end_ns": last,
+            "duration_s": last.saturating_sub(first) as f64 / 1e9,
+            "topics": topics, "issues": issues, "suggested_sensors": suggestion,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("log:       {}", a.log.display());
+    println!(
+        "size:      {:.1} MiB ({})",
+        bytes as f64 / (1 << 20) as f64,
+        if reader.is_indexed() {
+            "indexed"
+        } else {
+            "no usable index: read by a linear scan"
+        }
+    );
+    println!(
+        "duration:  {:.3} s (log time {first} .. {last} ns)",
+        last.saturating_sub(first) as f64 / 1e9
+    );
+    println!("messages:  {messages}");
+    let w = stats
+        .iter()
+        .map(|c| c.topic.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let tw = stats
+        .iter()
+        .map(|c| c.schema.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<w$}  {:<tw$}  {:>8}  {:>7}",
+        "topic", "type", "count", "Hz"
+    );
+    for c in &stats {
+        println!(
+            "{:<w$}  {:<tw$}  {:>8}  {:>7.2}",
+            c.topic,
+            c.schema,
+            c.count,
+            rate(c)
+        );
+    }
+    for i in &issues {
+        println!("issue: {i}");
+    }
+    println!(
+        "\nsuggested config table (check it, then put it in the file you pass with --config):\n"
+    );
+    print!("{suggestion}");
+    Ok(())
+}
+
+/// Messages per second over the channel's own time range.
+fn rate(c: &ChannelStats) -> f64 {
+    let span = c.last_ns.saturating_sub(c.first_ns);
+    if c.count < 2 || span == 0 {
+        0.0
+    } else {
+        (c.count - 1) as f64 / (span as f64 / 1e9)
+    }
+}
+
+/// A camera's name from its image topic.
+fn camera_name(topic: &str) -> String {
+    let mut t = topic.trim_end_matches('/');
+    for suffix in [
+        "/compressed",
+        "/image_raw",
+        "/image_rect_color",
+        "/image_rect",
+        "/image_color",
+        "/image",
+    ] {
+        t = t.strip_suffix(suffix).unwrap_or(t);
+    }
+    let last = t.rsplit('/').find(|s| !s.is_empty()).unwrap_or("camera");
+    last.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// The folder of a topic (`/a/b/c` → `/a/b`).
+fn parent(topic: &str) -> &str {
+    topic.rsplit_once('/').map_or("", |(p, _)| p)
+}
+
+/// A `[sensors]` table for these channels (TOML text; see the module docs).
+fn suggest_sensors(stats: &[ChannelStats]) -> String {
+    let of = |schema: &str| -> Vec<&ChannelStats> {
+        stats
+            .iter()
+            .filter(|c| c.schema == schema && c.count > 0)
+            .collect()
+    };
+    let infos = of(CAMERA_INFO);
+    // name -> (image topic, compressed?)
+    let mut cams: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for c in stats
+        .iter()
+        .filter(|c| (c.schema == IMAGE || c.schema == COMPRESSED) && c.count > 0)
+    {
+        let compressed = c.schema == COMPRESSED;
+        let name = camera_name(&c.topic);
+        match cams.get(&name) {
+            Some((_, true)) => continue,
+            Some((_, false)) if !compressed => continue,
+            Some(_) => {}
+            None => order.push(name.clone()),
+        }
+        cams.insert(name, (c.topic.clone(), compressed));
+    }
+    let mut odoms = of(ODOMETRY);
+    odoms.sort_by_key(|c| {
+        (
+            !(c.topic.contains("kinematic_state") || c.topic.contains("odom")),
+            c.topic.clone(),
+        )
+    });
+    let mut s = String::from("[sensors]\n");
+    match odoms.first() {
+        Some(o) => s.push_str(&format!("odometry = {:?}\n", o.topic)),
+        None => s.push_str(
+            "# no nav_msgs/msg/Odometry topic in this log: the ego pose will be missing\n",
+        ),
+    }
+    match of(TF).iter().find(|c| c.topic.ends_with("tf_static")) {
+        Some(t) => s.push_str(&format!("tf_static = {:?}\n", t.topic)),
+        None => s.push_str(
+            "# no /tf_static in this log: camera mounts come from the calibration file\n",
+        ),
+    }
+    let mut needs_file = false;
+    let mut body = String::new();
+    for name in &order {
+        let (image, _) = &cams[name];
+        body.push_str(&format!(
+            "[[sensors.cameras]]\nname = {name:?}\nimage = {image:?}\n"
+        ));
+        // The camera_info beside the image topic (same folder, or one level up).
+        let dir = parent(image);
+        let info = infos.iter().find(|i| {
+            let p = parent(&i.topic);
+            !p.is_empty() && (p == dir || p == parent(dir))
+        });
+        match info {
+            Some(i) => body.push_str(&format!("camera_info = {:?}\n", i.topic)),
+            None => {
+                needs_file = true;
+                body.push_str(
+                    "# no camera_info found for it: give its intrinsics in the calibration file\n",
+                );
+            }
+        }
+    }
+    if order.is_empty() {
+        body.push_str(
+            "# no sensor_msgs/msg/Image or CompressedImage topic in this log: nothing to replay\n",
+        );
+    }
+    if needs_file {
+        s.push_str("calibration = \"rig.toml\"   # [[camera]] name, width, height, fx, fy, cx, cy, x, y, z, yaw_deg, pitch_deg\n");
+    }
+    s.push_str(&body);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ch(topic: &str, schema: &str) -> ChannelStats {
+        ChannelStats {
+            topic: topic.into(),
+            schema: schema.into(),
+            encoding: "cdr".into(),
+            count: 10,
+            first_ns: 0,
+            last_ns: 9_000_000_000,
+        }
+    }
+
+    #[test]
+    fn names_come_from_topics() {
+        assert_eq!(
+            camera_name("/sensing/camera/front/image_raw/compressed"),
+            "front"
+        );
+        assert_eq!(camera_name("/cam/rear_left/image_raw"), "rear_left");
+        assert_eq!(camera_name("/camera0/image"), "camera0");
+        assert_eq!(camera_name("/"), "camera");
+    }
+
+    #[test]
+    fn an_autoware_style_log_gets_a_sensors_table_that_parses() {
+        let stats = vec![
+            ch("/sensing/camera/front/image_raw", IMAGE),
+            ch("/sensing/camera/front/image_raw/compressed", COMPRESSED),
+            ch("/sensing/camera/front/camera_info", CAMERA_INFO),
+            ch("/sensing/camera/rear/image_raw/compressed", COMPRESSED),
+            ch("/localization/twist", ODOMETRY),
+            ch("/localization/kinematic_state", ODOMETRY),
+            ch("/tf_static", TF),
+        ];
+        let s = suggest_sensors(&stats);
+        let c = crate::config::RedlineConfig::parse(&s, "suggestion").unwrap();
+        let m = c.sensors;
+        assert_eq!(m.odometry_topic(), "/localization/kinematic_state");
+        assert_eq!(m.tf_static_topic(), "/tf_static");
+        assert_eq!(m.cameras.len(), 2);
+        assert_eq!(m.cameras[0].name, "front");
+        assert_eq!(
+            m.cameras[0].image,
+            "/sensing/camera/front/image_raw/compressed"
+        );
+        assert_eq!(
+            m.cameras[0].camera_info.as_deref(),
+            Some("/sensing/camera/front/camera_info")
+        );
+        assert_eq!(m.cameras[1].camera_info, None);
+        assert!(m.calibration.is_some(), "{s}");
+        assert!((rate(&stats[0]) - 1.0).abs() < 1e-12);
+    }
+}

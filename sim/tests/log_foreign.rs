@@ -1,0 +1,97 @@
+//! A ROS 2 bag written by an independent writer (the PyPI `mcap-ros2-support` package, JPEG
+//! by Pillow) with Autoware-style topics, JPEG `CompressedImage` cameras, odometry on another
+//! topic, a chain of static transforms for one camera and a calibration file for the other,
+//! replays through a `[sensors]` map. Skips loudly when python3 or the packages are missing
+//! (`.ci/run` installs them).
+
+use std::f64::consts::PI;
+use std::path::Path;
+
+use redline_sim::feed::Feed;
+use redline_sim::log::{LogReader, ReadLimits, SensorMap};
+
+#[test]
+fn an_autoware_style_bag_with_jpeg_cameras_replays_through_a_sensors_table() {
+    let dir = std::env::temp_dir().join(format!("redline-foreign-{}", std::process::id()));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/write_foreign_bag.py");
+    let skip = |why: String| {
+        eprintln!("\n==== SKIPPED: an_autoware_style_bag_with_jpeg_cameras_replays_through_a_sensors_table: {why} (pip install mcap mcap-ros2-support pillow) ====\n");
+    };
+    let out = match std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&dir)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => return skip(format!("cannot run python3 ({e})")),
+    };
+    if out.status.code() == Some(3) {
+        return skip(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    assert!(
+        out.status.success(),
+        "write_foreign_bag.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bag = dir.join("bag.mcap");
+
+    // redline's default layout does not fit: the error names the image topics and the way out.
+    let e = Feed::from_log(&bag, None).unwrap_err().to_string();
+    assert!(
+        e.contains("/sensing/camera/front/image_raw/compressed") && e.contains("redline log info"),
+        "{e}"
+    );
+
+    let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let mut sensors: SensorMap = table["sensors"].clone().try_into().unwrap();
+    sensors.calibration = Some(dir.join("rig.toml"));
+    let feed = Feed::from_log_mapped(&bag, None, ReadLimits::default(), &sensors).unwrap();
+    assert!(feed.issues.is_empty(), "{:?}", feed.issues);
+    assert_eq!(feed.frames.len(), 20);
+    assert_eq!((feed.width, feed.height), (160, 96));
+    assert_eq!(feed.period_ns, 100_000_000);
+
+    // front: intrinsics from its camera_info, mount from base_link -> sensor_kit -> optical
+    let front = &feed.cameras[0];
+    assert_eq!(front.name, "front");
+    assert_eq!((front.fx, front.cx, front.cy), (120.0, 80.0, 48.0));
+    assert!(
+        (front.x - 1.5).abs() < 1e-9 && (front.z - 1.6).abs() < 1e-9,
+        "{front:?}"
+    );
+    assert!(front.yaw.abs() < 1e-9 && (front.pitch - 5f64.to_radians()).abs() < 1e-9);
+    // rear: everything from the calibration file
+    let rear = &feed.cameras[1];
+    assert_eq!(rear.name, "rear");
+    assert!(
+        (rear.x + 1.0).abs() < 1e-12 && (rear.yaw.abs() - PI).abs() < 1e-12,
+        "{rear:?}"
+    );
+
+    for (k, f) in feed.frames.iter().enumerate() {
+        assert_eq!(f.present, 0b11, "frame {k}: both cameras decoded");
+        assert!(
+            f.ego_present,
+            "frame {k}: odometry from /localization/kinematic_state"
+        );
+        assert!(
+            (f.ego.x - k as f64).abs() < 1e-9,
+            "frame {k}: ego x {}",
+            f.ego.x
+        );
+        // the red square (JPEG keeps it red) at rows 50..70, columns 20+4k..40+4k
+        let (w, x, y) = (160, 30 + 4 * k, 60);
+        let px = &f.images[(y * w + x) * 3..][..3];
+        assert!(px[0] > 150 && px[1] < 80 && px[2] < 80, "frame {k}: {px:?}");
+    }
+
+    // what `redline log info` reads
+    let mut r = LogReader::open_any(&bag, ReadLimits::default()).unwrap();
+    let stats = r.channel_stats();
+    let count = |t: &str| stats.iter().find(|c| c.topic == t).map(|c| c.count);
+    assert_eq!(count("/localization/kinematic_state"), Some(20));
+    assert_eq!(count("/sensing/camera/rear/image_raw/compressed"), Some(20));
+    assert_eq!(count("/tf_static"), Some(1));
+    std::fs::remove_dir_all(&dir).ok();
+}
