@@ -17,6 +17,7 @@ mod measure;
 mod model;
 mod progress;
 mod quantize;
+mod record;
 mod regress;
 mod replay;
 mod report;

@@ -8,8 +8,9 @@ use anyhow::{Context, Result};
 use redline_bench::regress::measure::{measurement_of, RunFacts};
 use redline_pipeline::graph::stage_names;
 use redline_pipeline::run::ReplayOutcome;
-use redline_pipeline::run::{replay_with, summary_lines, write_report_files, Counters};
+use redline_pipeline::run::{replay_tapped, summary_lines, write_report_files, Counters};
 use redline_pipeline::sensors::FrameSource;
+use redline_record::RecordSummary;
 use redline_sim::faults::{FaultReport, FaultyFeed, StageFaults};
 use redline_sim::stream::{StreamFeed, StreamOptions};
 use serde::Serialize;
@@ -17,6 +18,7 @@ use serde::Serialize;
 use crate::common::{load_config, load_feed, RunArgs};
 use crate::measure::{setup_facts, timeline_of};
 use crate::progress::Progress;
+use crate::record::OutputRecording;
 use crate::shard::Shard;
 
 #[derive(clap::Args, Debug)]
@@ -50,6 +52,14 @@ pub struct ReplayArgs {
     /// Write report.json and trace.json (Chrome trace, opens in Perfetto) here.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Record what the graph published, per frame, to this MCAP file (opens in Foxglove or
+    /// Lichtblick: boxes, tracks, predictions, plan, BEV grid, latency and mode).
+    #[arg(long, value_name = "OUT.mcap")]
+    pub record: Option<PathBuf>,
+    /// With --record: the camera images too, JPEG-compressed (larger files; encoded on the
+    /// recorder's own thread).
+    #[arg(long, requires = "record")]
+    pub record_images: bool,
 }
 
 /// `report.json`: the replay's outcome and, when faults were injected, what they were.
@@ -59,6 +69,8 @@ struct ReplayReport<'a> {
     outcome: &'a ReplayOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     faults: Option<&'a FaultReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<&'a RecordSummary>,
 }
 
 pub fn run(mut a: ReplayArgs) -> Result<()> {
@@ -150,8 +162,17 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
     let total = frames.unwrap_or(feed.frame_count()).min(feed.frame_count()) as u64;
     let progress = Progress::start("redline replay", total, counters.clone());
     let hook = (!stage_faults.is_empty()).then_some(&stage_faults as _);
-    let (outcome, rt) = replay_with(cfg, feed.clone(), a.run.frames, counters, hook)?;
+    let mut recording = OutputRecording::start(a.record.as_deref(), a.record_images, cfg, &feed)?;
+    let (outcome, rt) = replay_tapped(
+        cfg,
+        feed.clone(),
+        a.run.frames,
+        counters,
+        hook,
+        &mut recording,
+    )?;
     progress.finish();
+    let record = recording.finish()?;
     let fault_report = (!faults.is_empty()).then(|| {
         FaultReport::new(
             faults.seed,
@@ -174,10 +195,14 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
     for line in fault_report.iter().flat_map(FaultReport::summary_lines) {
         println!("{line}");
     }
+    if let Some(s) = &record {
+        println!("{}", crate::record::summary_line(s));
+    }
     if let Some(dir) = &a.report {
         let report = ReplayReport {
             outcome: &outcome,
             faults: fault_report.as_ref(),
+            record: record.as_ref(),
         };
         write_report_files(dir, &report, &rt)
             .map_err(|(path, e)| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

@@ -331,6 +331,32 @@ pub fn replay_with(
     counters: Arc<Counters>,
     hook: Option<&dyn StageHook>,
 ) -> Result<(ReplayOutcome, Runtime), ReplayError> {
+    let mut no_tap = |_: &Published<'_>| {};
+    replay_tapped(cfg, feed, frames, counters, hook, &mut no_tap)
+}
+
+/// Hands each frame to the replay's own publisher, then to a tap.
+struct Tee<'a>(&'a mut RecordingPublisher, &'a mut (dyn Publisher + Send));
+
+impl Publisher for Tee<'_> {
+    fn publish(&mut self, p: &Published<'_>) {
+        self.0.publish(p);
+        self.1.publish(p);
+    }
+}
+
+/// [`replay_with`], with every published frame also handed to `tap`, after the replay's
+/// own recording publisher and on the same (hot-path) thread: an output recorder, for
+/// example. `tap` sees the frames exactly as published and cannot change them or the
+/// output hash; it must follow the [`Publisher`] rules (no blocking, no allocation).
+pub fn replay_tapped(
+    cfg: &PipelineConfig,
+    feed: Arc<dyn FrameSource>,
+    frames: Option<u64>,
+    counters: Arc<Counters>,
+    hook: Option<&dyn StageHook>,
+    tap: &mut (dyn Publisher + Send),
+) -> Result<(ReplayOutcome, Runtime), ReplayError> {
     let (mut rt, info) = start_runtime_with(cfg, &feed, hook)?;
     let n = frames
         .unwrap_or(feed.frame_count() as u64)
@@ -368,7 +394,7 @@ pub fn replay_with(
             }
             // Room for this window's records, allocated now, not while frames run.
             publisher.records.reserve(len as usize);
-            rt.run(len, &mut publisher);
+            rt.run(len, &mut Tee(&mut publisher, &mut *tap));
             done += len;
             for r in &publisher.records {
                 scorer.add(feed.as_ref(), r);
@@ -379,7 +405,7 @@ pub fn replay_with(
         }
         input_wait = Some(w);
     } else {
-        rt.run(n, &mut publisher);
+        rt.run(n, &mut Tee(&mut publisher, &mut *tap));
         for r in &publisher.records {
             scorer.add(feed.as_ref(), r);
             timing.push(FrameTiming::of(r));
