@@ -24,7 +24,7 @@ use redline_sim::types::RgbImage;
 use redline_tests::{small_scenario, temp_dir};
 
 /// Writes the scenario with faults: frame 5 lacks camera 2, frame 7's camera 1 is 64x32
-/// instead of 128x64, frame 9's camera 3 is "mono8".
+/// instead of 128x64, frame 9's camera 3 is "16UC1" (a depth encoding redline does not read).
 fn faulty_log(scenario: &Scenario, path: &Path) {
     let mut w = LogWriter::create(path, &scenario.cameras).unwrap();
     let centre = scenario.road.sample_centre(2.0, 1024);
@@ -55,7 +55,7 @@ fn faulty_log(scenario: &Scenario, path: &Path) {
                         },
                         height: 64,
                         width: 128,
-                        encoding: "mono8".into(),
+                        encoding: "16UC1".into(),
                         is_bigendian: 0,
                         step: 128,
                         data: vec![50; 128 * 64],
@@ -139,7 +139,7 @@ fn faulty_logs_are_replayed_with_recorded_issues_and_no_panic() {
         has(7, "size") || has(7, "64x32") || has(7, "Size"),
         "{issues:#?}"
     );
-    assert!(has(9, "mono8") || has(9, "ncoding"), "{issues:#?}");
+    assert!(has(9, "16UC1") || has(9, "ncoding"), "{issues:#?}");
     assert!(
         issues
             .iter()
