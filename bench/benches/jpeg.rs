@@ -4,6 +4,8 @@
 //! files in the same run.
 //!
 //! Run: `cargo bench -p redline-bench --bench jpeg` (one thread; prints a table).
+//! `cargo bench -p redline-bench --bench jpeg -- FILE.jpg ...` also times your own camera
+//! images (a row per file; a file either decoder refuses is reported and skipped).
 //!
 //! Images: the synthetic road picture of `pipeline/tests/jpeg_common` encoded by
 //! jpeg-encoder at quality 90, 1920×1080 and 640×480, 4:2:0 (what cameras and
@@ -80,42 +82,58 @@ fn main() {
     );
     for (w, h, mode, grey, sampling) in cases {
         let data = encode(w, h, 1, grey, sampling, 90, 0);
-        let mut dec = JpegDecoder::new(w, h);
-        let mut ours = vec![0u8; w * h * 3];
-        let mut theirs = vec![0u8; w * h * 3];
-        dec.decode_into(&data, &mut ours).expect("decodes");
-        theirs.copy_from_slice(&jpeg_common::zune_rgb(&data));
-        let (_, psnr) = compare(&ours, &theirs);
-        assert!(
-            psnr > 40.0,
-            "{w}x{h} {mode}: outputs disagree ({psnr:.1} dB)"
-        );
-        let mut luma = vec![0u8; w * h];
-        let ((o50, o99), (z50, z99)) = time_pair(
-            || {
-                dec.decode_into(black_box(&data), &mut ours)
-                    .expect("decodes");
-            },
-            || {
-                if grey {
-                    // zune-jpeg gives grey as one channel (we write RGB8): time that.
-                    zune_decode(black_box(&data), &mut luma)
-                } else {
-                    zune_decode(black_box(&data), &mut theirs)
-                }
-            },
-        );
-        let mbs = (w * h * 3) as f64 / 1e6 / (o50 / 1e3);
-        println!(
-            "{:<16} {:>7.0} | {:>8.3} {:>8.3} | {:>8.3} {:>8.3} | {:>6.2} | {:>7.0}",
-            format!("{w}x{h} {mode}"),
-            data.len() as f64 / 1024.0,
-            o50,
-            o99,
-            z50,
-            z99,
-            o50 / z50,
-            mbs
-        );
+        time_file(&format!("{w}x{h} {mode}"), &data);
     }
+    // Arguments that are files (cargo bench passes `--bench` too): the user's own images.
+    for path in std::env::args().skip(1).filter(|a| !a.starts_with("--")) {
+        match std::fs::read(&path) {
+            Ok(data) => time_file(&path, &data),
+            Err(e) => println!("{path}: cannot read ({e})"),
+        }
+    }
+}
+
+/// Times both decoders on one JPEG file and prints its row.
+fn time_file(name: &str, data: &[u8]) {
+    let info = match JpegDecoder::peek_info(data) {
+        Ok(i) => i,
+        Err(e) => return println!("{name}: skipped, redline's decoder refuses it: {e}"),
+    };
+    let (w, h, grey) = (info.width, info.height, info.components == 1);
+    let mut dec = JpegDecoder::new(w, h);
+    let mut ours = vec![0u8; w * h * 3];
+    let mut theirs = vec![0u8; w * h * 3];
+    if let Err(e) = dec.decode_into(data, &mut ours) {
+        return println!("{name}: skipped, redline's decoder refuses it: {e}");
+    }
+    theirs.copy_from_slice(&jpeg_common::zune_rgb(data));
+    let (_, psnr) = compare(&ours, &theirs);
+    assert!(psnr > 40.0, "{name}: outputs disagree ({psnr:.1} dB)");
+    let mut luma = vec![0u8; w * h];
+    let ((o50, o99), (z50, z99)) = time_pair(
+        || {
+            dec.decode_into(black_box(data), &mut ours)
+                .expect("decodes");
+        },
+        || {
+            if grey {
+                // zune-jpeg gives grey as one channel (we write RGB8): time that.
+                zune_decode(black_box(data), &mut luma)
+            } else {
+                zune_decode(black_box(data), &mut theirs)
+            }
+        },
+    );
+    let mbs = (w * h * 3) as f64 / 1e6 / (o50 / 1e3);
+    println!(
+        "{:<16} {:>7.0} | {:>8.3} {:>8.3} | {:>8.3} {:>8.3} | {:>6.2} | {:>7.0}",
+        name,
+        data.len() as f64 / 1024.0,
+        o50,
+        o99,
+        z50,
+        z99,
+        o50 / z50,
+        mbs
+    );
 }

@@ -116,7 +116,9 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
         duration_ns: seconds(a.duration, "duration")?,
         loops: a.loops.max(1),
         max_frames: frames,
-        jpeg_in_graph: false,
+        // A streamed log whose cameras are all JPEG is decoded in the frame (the
+        // `jpeg_decode` stage, measured); in memory, images are decoded when read.
+        jpeg_in_graph: true,
     };
     if a.logs.is_empty() && (a.start.is_some() || a.duration.is_some() || a.loops > 1) {
         anyhow::bail!("--start, --duration and --loop apply to logs: give the logs to replay (the built-in scenario is set in the config's [scenario] table)");
@@ -182,7 +184,7 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
             stage_faults.records(&outcome.runtime),
         )
     });
-    print!("{}", outcome.runtime.table());
+    print!("{}", redline_pipeline::run::latency_table(&outcome));
     for t in &outcome.runtime.transitions {
         println!(
             "mode: after frame {} {} -> {}: {}",

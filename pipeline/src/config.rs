@@ -89,6 +89,8 @@ pub mod stage {
     pub const SEGMENTATION: &str = "segmentation_head";
     /// Heatmap peaks, boxes, NMS.
     pub const DECODE: &str = "decode";
+    /// JPEG camera streams to RGB images (only for a source that passes JPEG on).
+    pub const JPEG_DECODE: &str = "jpeg_decode";
     /// Ground truth in place of decoded detections (`--perception oracle`).
     pub const ORACLE: &str = "oracle";
     /// Kalman filter + assignment.
@@ -100,7 +102,7 @@ pub mod stage {
 }
 
 /// Every stage name, for messages.
-const STAGE_LIST: &str = "sensors, preprocess, backbone, bev, detection_head, segmentation_head, decode, oracle, tracking, prediction, planning";
+const STAGE_LIST: &str = "sensors, jpeg_decode, preprocess, backbone, bev, detection_head, segmentation_head, decode, oracle, tracking, prediction, planning";
 
 /// Where tracking's detections come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -320,6 +322,7 @@ impl Default for PipelineConfig {
 pub fn default_budget_ms(stage_name: &str) -> f64 {
     match stage_name {
         stage::SENSORS => 1.5,
+        stage::JPEG_DECODE => 8.0,
         stage::PREPROCESS => 2.0,
         stage::BACKBONE => 8.0,
         stage::BEV => 3.0,

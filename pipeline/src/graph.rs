@@ -86,6 +86,9 @@ pub struct GraphInfo {
     pub backbone_macs: u64,
     /// BEV cells seen by some camera.
     pub bev_coverage: f32,
+    /// Per-camera JPEG decode times, when the graph decodes JPEG (`jpeg_decode` stage).
+    #[serde(skip)]
+    pub jpeg_times: Option<Arc<JpegDecodeTimes>>,
 }
 
 /// The names of the stages [`build`] adds for `perception`, in the order it adds them.
@@ -168,6 +171,14 @@ pub fn build_with(
     let budget = |name: &str| cfg.budget_ns(name);
 
     let mut g = GraphBuilder::new();
+    // A source that passes JPEG on: `sensors` copies the streams, `jpeg_decode` makes the
+    // images (decoding is then part of the measured frame).
+    let jpeg_cap = feed.jpeg_capacity();
+    let (first, first_len, second) = if jpeg_cap > 0 {
+        (buf::JPEG, cams * jpeg_cap, buf::JPEG_LEN)
+    } else {
+        (buf::IMAGES, cams * w * h * 3, buf::PRESENT)
+    };
     add_stage(
         &mut g,
         cfg,
@@ -175,13 +186,32 @@ pub fn build_with(
         stage::SENSORS,
         SensorsStage::new(feed.clone()),
     )
-    .writes::<u8>(buf::IMAGES, cams * w * h * 3)
-    .writes::<u32>(buf::PRESENT, cams)
+    .writes::<u8>(first, first_len)
+    .writes::<u32>(second, cams)
     .writes::<EgoPose>(buf::EGO, 1)
     .writes::<GtBox>(buf::GT, MAX_GT)
     .writes::<RoadMap>(buf::MAP, 1)
     .budget_ns(budget(stage::SENSORS))
     .criticality(Criticality::Critical);
+    let jpeg_times = (jpeg_cap > 0).then(|| {
+        let names = feed.cameras().iter().map(|c| c.name.clone()).collect();
+        Arc::new(JpegDecodeTimes::new(names))
+    });
+    if let Some(times) = &jpeg_times {
+        add_stage(
+            &mut g,
+            cfg,
+            hook,
+            stage::JPEG_DECODE,
+            JpegDecodeStage::new(cams, w, h, jpeg_cap, times.clone()),
+        )
+        .reads::<u8>(buf::JPEG, cams * jpeg_cap)
+        .reads::<u32>(buf::JPEG_LEN, cams)
+        .writes::<u8>(buf::IMAGES, cams * w * h * 3)
+        .writes::<u32>(buf::PRESENT, cams)
+        .budget_ns(budget(stage::JPEG_DECODE))
+        .criticality(Criticality::Critical);
+    }
     add_stage(
         &mut g,
         cfg,
@@ -304,6 +334,7 @@ pub fn build_with(
         net_input: (net.in_w, net.in_h),
         backbone_macs,
         bev_coverage: coverage,
+        jpeg_times,
     };
     Ok((g, info))
 }

@@ -25,7 +25,7 @@ use crate::eval::MotSummary;
 use crate::graph::{self, GraphInfo};
 use crate::sensors::FrameSource;
 use crate::slowdown::StageHook;
-use crate::stages::buf;
+use crate::stages::{buf, CameraDecodeCost};
 use crate::types::{
     BevSpec, Detection, EgoPose, PlanSummary, TrackState, TrajPoint, MAX_DETECTIONS, MAX_TRACKS,
     PLAN_STEPS,
@@ -197,6 +197,9 @@ pub struct ReplayOutcome {
     /// A streamed input: how often the graph waited for the reader (None: held in memory).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_wait: Option<InputWait>,
+    /// Each camera's JPEG decode cost, when the graph decoded JPEG (`jpeg_decode` stage).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub jpeg_decode: Vec<CameraDecodeCost>,
     /// What every frame published (for measurements; not in the JSON report). Empty for a
     /// streamed input, whose records are scored window by window (see `timing`).
     #[serde(skip)]
@@ -413,9 +416,11 @@ pub fn replay_tapped(
     }
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
     let (evaluation, quality_eval) = scorer.finish(feed.as_ref());
+    let jpeg_decode = info.jpeg_times.as_ref().map_or(Vec::new(), |t| t.summary());
     let outcome = ReplayOutcome {
         source: feed.describe().to_string(),
         perception: cfg.perception,
+        jpeg_decode,
         graph: info,
         runtime: rt.report(),
         evaluation,
@@ -456,6 +461,36 @@ pub fn write_report(dir: &Path, outcome: &ReplayOutcome, rt: &Runtime) -> Result
     write_report_files(dir, outcome, rt).map_err(|(path, error)| ReplayError::Write { path, error })
 }
 
+/// The runtime's latency table with, under the `jpeg_decode` row (the slowest lane's share
+/// of the cameras), one row per camera: what decoding one of its images costs.
+pub fn latency_table(o: &ReplayOutcome) -> String {
+    let table = o.runtime.table();
+    if o.jpeg_decode.is_empty() {
+        return table;
+    }
+    let ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6);
+    let mut out = String::with_capacity(table.len() + 80 * o.jpeg_decode.len());
+    for line in table.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if line.split_whitespace().next() == Some(crate::config::stage::JPEG_DECODE) {
+            for c in &o.jpeg_decode {
+                out.push_str(&format!(
+                    "{:<22} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+                    format!("  per image: {}", c.camera),
+                    "",
+                    "",
+                    ms(c.time.p50_ns),
+                    ms(c.time.p99_ns),
+                    ms(c.time.p999_ns),
+                    ms(c.time.max_ns)
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// The terminal summary below the latency table.
 pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
     let e = &o.evaluation;
@@ -490,6 +525,22 @@ pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
         v.push(format!(
             "no ground truth in the input: no quality figures ({:.1} detections/frame, {} minimum-risk frames)",
             e.mean_detections, e.minimum_risk_frames
+        ));
+    }
+    if !o.jpeg_decode.is_empty() {
+        let (w, h) = o.graph.image;
+        let failed: u64 = o.jpeg_decode.iter().map(|c| c.failed).sum();
+        let images: u64 = o.jpeg_decode.iter().map(|c| c.time.count).sum();
+        let mean = o
+            .jpeg_decode
+            .iter()
+            .map(|c| c.time.mean_ns * c.time.count as f64)
+            .sum::<f64>()
+            / images.max(1) as f64;
+        v.push(format!(
+            "jpeg decode: {} cameras of {w}x{h} decoded in the frame, {:.3} ms per image on average; {failed} of {images} images unusable (camera counted missing that frame)",
+            o.jpeg_decode.len(),
+            mean / 1e6
         ));
     }
     if let Some(w) = &o.input_wait {

@@ -96,7 +96,7 @@ pub trait FrameSource: Send + Sync + std::fmt::Debug {
     }
 
     /// Largest JPEG stream per camera, bytes, when this source's frames carry their cameras
-    /// as JPEG for the graph to decode (the `decode` stage: decoding is then part of the
+    /// as JPEG for the graph to decode (the `jpeg_decode` stage: decoding is then part of the
     /// measured frame); 0 (the default) when frames carry decoded RGB images.
     fn jpeg_capacity(&self) -> usize {
         0

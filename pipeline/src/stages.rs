@@ -26,6 +26,10 @@ use crate::types::{
 pub mod buf {
     /// All camera images, u8.
     pub const IMAGES: &str = "images";
+    /// Each camera's JPEG stream (`jpeg_capacity` bytes per camera), for `jpeg_decode`.
+    pub const JPEG: &str = "camera_jpeg";
+    /// Bytes of each camera's JPEG stream (0: none).
+    pub const JPEG_LEN: &str = "camera_jpeg_len";
     /// Per camera: 1 if its image is present, u32.
     pub const PRESENT: &str = "camera_present";
     /// `EgoPose[1]`.
@@ -56,7 +60,9 @@ pub mod buf {
     pub const PLAN: &str = "plan";
 }
 
+mod jpeg_decode;
 mod sensors;
+pub use jpeg_decode::{CameraDecodeCost, JpegDecodeStage, JpegDecodeTimes};
 pub use sensors::SensorsStage;
 
 const E_SHAPE: StageError = StageError::new("buffer size does not match the model");

@@ -9,10 +9,16 @@
 //! - An image larger than `max_side` on either side is refused from its header, before any
 //!   pixel buffer is allocated; a corrupt stream is an [`ImageIssue::Undecodable`], never a
 //!   panic.
-//! - Decoders: zune-jpeg and png, both pure Rust (no system library, nothing downloaded).
+//! - Decoders: JPEG with redline's own integer decoder (`redline_pipeline::jpeg`, the one the
+//!   graph's `jpeg_decode` stage runs, so pixels do not depend on where a log is decoded),
+//!   falling back to zune-jpeg for what it does not support (progressive, arithmetic coding,
+//!   12-bit, CMYK); PNG with the png crate. All pure Rust (no system library, nothing
+//!   downloaded).
 //!
-//! Cost: one output allocation per image plus the decoders' own scratch; this runs where
-//! the replay feed decodes a log, not in a real-time stage.
+//! Cost: one output allocation per image plus the decoder's buffers (about 3 bytes a pixel);
+//! this runs where the replay feed decodes a log, not in a real-time stage.
+
+use redline_pipeline::jpeg::{JpegDecoder, JpegError};
 
 use crate::msgs::{CompressedImage, ImageIssue};
 use crate::types::RgbImage;
@@ -73,18 +79,43 @@ fn check_side(format: &str, w: usize, h: usize, max_side: u32) -> Result<(), Ima
     Ok(())
 }
 
-/// The (width, height) in a JPEG stream's frame header, without decoding it.
+/// The (width, height) in a JPEG stream's frame header, without decoding it. A stream the
+/// graph's decoder ([`JpegDecoder`]) cannot decode (progressive, arithmetic-coded, 12-bit,
+/// CMYK) is an issue here, at read time, naming the feature.
 pub fn jpeg_size(data: &[u8]) -> Result<(u32, u32), ImageIssue> {
-    let mut dec = zune_jpeg::JpegDecoder::new(data);
-    dec.decode_headers().map_err(|e| undecodable("jpeg", e))?;
-    let (w, h) = dec
-        .dimensions()
-        .ok_or_else(|| undecodable("jpeg", "no frame header"))?;
-    Ok((w as u32, h as u32))
+    let info = JpegDecoder::peek_info(data).map_err(|e| undecodable("jpeg", e))?;
+    Ok((info.width as u32, info.height as u32))
 }
 
-/// Decodes a JPEG stream to RGB8.
+/// Decodes a JPEG stream to RGB8 with the graph's own decoder ([`JpegDecoder`]: integer
+/// arithmetic, so a log read here gives the same pixels as the same log decoded inside the
+/// graph by the `jpeg_decode` stage). A stream that decoder does not support (progressive,
+/// arithmetic coding, 12-bit, CMYK: see `redline_pipeline::jpeg`) is decoded by zune-jpeg
+/// instead; its pixels may differ from libjpeg's by a level or two, and such a log cannot be
+/// decoded in the graph.
 pub fn decode_jpeg(data: &[u8], max_side: u32) -> Result<RgbImage, ImageIssue> {
+    let info = match JpegDecoder::peek_info(data) {
+        Ok(info) => info,
+        Err(JpegError::Unsupported { .. }) => return decode_jpeg_other(data, max_side),
+        Err(e) => return Err(undecodable("jpeg", e)),
+    };
+    check_side("jpeg", info.width, info.height, max_side)?;
+    let mut decoder = JpegDecoder::new(info.width, info.height);
+    let mut out = vec![0u8; info.rgb_len()];
+    match decoder.decode_into(data, &mut out) {
+        Ok(_) => Ok(RgbImage {
+            width: info.width as u32,
+            height: info.height as u32,
+            data: out,
+        }),
+        // A feature seen past the frame header (e.g. Adobe RGB without transform).
+        Err(JpegError::Unsupported { .. }) => decode_jpeg_other(data, max_side),
+        Err(e) => Err(undecodable("jpeg", e)),
+    }
+}
+
+/// zune-jpeg, for the JPEG features redline's decoder does not have.
+fn decode_jpeg_other(data: &[u8], max_side: u32) -> Result<RgbImage, ImageIssue> {
     use zune_jpeg::zune_core::colorspace::ColorSpace;
     use zune_jpeg::zune_core::options::DecoderOptions;
     let options = DecoderOptions::default()
@@ -190,6 +221,33 @@ mod tests {
         // too large for the limit: refused from the header
         let e = decode_compressed(&msg, 40).unwrap_err().to_string();
         assert!(e.contains("48x32") && e.contains("max_image_side"), "{e}");
+    }
+
+    #[test]
+    fn baseline_jpeg_gives_the_graph_decoders_pixels_and_progressive_still_decodes() {
+        let src = picture(48, 32);
+        let baseline = jpeg(48, 32, &src);
+        let img = decode_jpeg(&baseline, 8192).unwrap();
+        // Exactly what the jpeg_decode stage's decoder writes for the same bytes.
+        let mut graph = vec![0u8; 48 * 32 * 3];
+        JpegDecoder::new(48, 32)
+            .decode_into(&baseline, &mut graph)
+            .unwrap();
+        assert_eq!(img.data, graph);
+        assert_eq!(jpeg_size(&baseline).unwrap(), (48, 32));
+
+        let mut progressive = Vec::new();
+        let mut enc = jpeg_encoder::Encoder::new(&mut progressive, 95);
+        enc.set_progressive(true);
+        enc.encode(&src, 48, 32, jpeg_encoder::ColorType::Rgb)
+            .unwrap();
+        // The graph's decoder refuses it by name (so a streamed replay reports it) ...
+        let e = jpeg_size(&progressive).unwrap_err().to_string();
+        assert!(e.to_lowercase().contains("progressive"), "{e}");
+        // ... and reading it into memory still decodes it (zune-jpeg).
+        let img = decode_jpeg(&progressive, 8192).unwrap();
+        let worst = img.data.iter().zip(&src).map(|(a, b)| a.abs_diff(*b)).max();
+        assert!(worst.unwrap() <= 12, "worst channel error {worst:?}");
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub struct StreamOptions {
     /// Stop after this many frames in all (None: all).
     pub max_frames: Option<usize>,
     /// When every camera of the rig sends `CompressedImage`, pass JPEG streams to the graph
-    /// to decode (its `decode` stage: decoding is measured as part of the frame) instead of
+    /// to decode (its `jpeg_decode` stage: decoding is measured as part of the frame) instead of
     /// decoding them while reading. Default false.
     pub jpeg_in_graph: bool,
 }

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Writes a ROS 2 bag the way a vehicle's recorder does, with no redline code involved.
 
-Usage: python3 tests/python/write_foreign_bag.py OUT_DIR
+Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames N] [--texture]
+
+  --size WxH   camera image size (default 160x96)
+  --frames N   frames at 10 Hz (default 20)
+  --texture    camera-like noise in the images (JPEG streams of realistic size, for timing)
+  --corrupt K  frame K's rear image is cut off halfway (a damaged stream, headers intact)
 
 Written with the reference Python stack (`mcap`, `mcap-ros2-support`, JPEG by Pillow):
   OUT_DIR/bag.mcap   Autoware-style topics:
@@ -28,6 +33,8 @@ import sys
 
 W, H = 160, 96
 FRAMES = 20
+TEXTURE = False
+CORRUPT = -1
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -99,22 +106,30 @@ OPTICAL_TO_BODY = (-0.5, 0.5, -0.5, 0.5)
 
 
 def picture(k, cam):
-    """A deterministic RGB picture: a road-like gradient with a moving square."""
-    from PIL import Image
+    """A deterministic RGB picture: a road-like gradient with a moving square; with
+    --texture, camera-like noise on top (JPEG streams the size of real camera images)."""
+    from PIL import Image, ImageDraw
 
-    img = Image.new("RGB", (W, H))
-    px = img.load()
-    for y in range(H):
-        for x in range(W):
-            sky = y < H // 2
-            px[x, y] = (90, 140, 200) if sky else (70 + (x + cam * 20) % 40, 70, 75)
-    for y in range(50, 70):
-        for x in range(20 + 4 * k, 40 + 4 * k):
-            if 0 <= x < W:
-                px[x, y] = (200, 30, 30)
+    sky = bytes((90, 140, 200)) * W
+    road = b"".join(bytes((70 + (x + cam * 20) % 40, 70, 75)) for x in range(W))
+    img = Image.frombytes("RGB", (W, H), sky * (H // 2) + road * (H - H // 2))
+    if 20 + 4 * k < W:
+        ImageDraw.Draw(img).rectangle((20 + 4 * k, 50, min(39 + 4 * k, W - 1), 69), fill=(200, 30, 30))
+    if TEXTURE:
+        # Uniform noise seeded by frame and camera, blended in at 6 %: q90 streams of about
+        # 340 KB at 1920x1080 and 50 KB at 640x480, the sizes camera drivers write.
+        import random
+
+        noise = random.Random(k * 16 + cam).randbytes(W * H * 3)
+        img = Image.blend(img, Image.frombytes("RGB", (W, H), noise), 0.06)
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=90)
     return buf.getvalue()
+
+
+def damaged(jpeg):
+    """The stream cut off in the middle of its entropy-coded data (headers intact)."""
+    return jpeg[: len(jpeg) // 2]
 
 
 def tf(parent, child, t, q, ns):
@@ -129,7 +144,23 @@ def tf(parent, child, t, q, ns):
 
 
 def main():
-    if len(sys.argv) != 2:
+    global W, H, FRAMES, TEXTURE, CORRUPT
+    args = sys.argv[1:]
+    try:
+        out = args.pop(0)
+        while args:
+            flag, value = args.pop(0), args.pop(0) if args and not args[0].startswith("--") else None
+            if flag == "--size":
+                W, H = (int(v) for v in value.split("x"))
+            elif flag == "--frames":
+                FRAMES = int(value)
+            elif flag == "--corrupt":
+                CORRUPT = int(value)
+            elif flag == "--texture" and value is None:
+                TEXTURE = True
+            else:
+                raise ValueError(flag)
+    except (IndexError, ValueError, AttributeError):
         print(__doc__, file=sys.stderr)
         return 2
     try:
@@ -138,7 +169,6 @@ def main():
     except ImportError as e:
         print(f"missing Python package ({e}): pip install mcap mcap-ros2-support pillow", file=sys.stderr)
         return 3
-    out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     fx = fy = 120.0
     with open(os.path.join(out, "bag.mcap"), "wb") as f:
@@ -217,7 +247,7 @@ def main():
                     {
                         "header": {"stamp": stamp(t), "frame_id": f"camera/{name}/camera_optical_link"},
                         "format": "rgb8; jpeg compressed bgr8",
-                        "data": picture(k, cam),
+                        "data": damaged(picture(k, cam)) if (k, cam) == (CORRUPT, 1) else picture(k, cam),
                     },
                     log_time=arrival,
                     publish_time=arrival,

@@ -1,5 +1,6 @@
 //! Zero heap allocations per frame after warm-up for the whole driving graph (network and
-//! oracle perception, and with the `[slowdown]` knob wrapping stages), 2 lanes, 2 frames in
+//! oracle perception, with the `[slowdown]` knob wrapping stages, and with JPEG cameras
+//! decoded in the graph by `jpeg_decode`, damaged streams included), 2 lanes, 2 frames in
 //! flight, counted on every thread.
 //!
 //! Positive control: the graph carries one extra stage ([`AllocProbe`]) that allocates in
@@ -9,11 +10,13 @@
 
 use std::sync::Arc;
 
+use redline_pipeline::camera::CameraSpec;
 use redline_pipeline::config::{Perception, PipelineConfig, Slowdown};
 use redline_pipeline::graph;
 use redline_pipeline::run::Counters;
 use redline_pipeline::run::RecordingPublisher;
-use redline_pipeline::sensors::FrameSource;
+use redline_pipeline::sensors::{FrameSource, SensorFrame};
+use redline_pipeline::types::RoadMap;
 use redline_runtime::{PlanConfig, ReleaseMode, Runtime, RuntimeConfig};
 use redline_sim::feed::Feed;
 use redline_tests::{small_scenario, AllocProbe, CountingAllocator};
@@ -31,11 +34,14 @@ fn driving_graph_allocates_nothing_per_frame() {
         Arc::new(Feed::from_scenario(&small_scenario(5, 3.0), None, &mut |_, _| {}).unwrap());
     let frames = feed.frame_count() as u64;
     assert!(frames > WARM_UP + CONTROL_FRAMES + 20, "{frames} frames");
+    let jpeg: Arc<dyn FrameSource> = Arc::new(JpegFeed::new(feed.clone()));
     let slowed = |percent: f64, busy_ms: f64| Slowdown { percent, busy_ms };
-    for (perception, slowdown) in [
-        (Perception::Network, vec![]),
-        (Perception::Oracle, vec![]),
+    for (feed, perception, slowdown) in [
+        (&feed, Perception::Network, vec![]),
+        (&feed, Perception::Oracle, vec![]),
+        (&jpeg, Perception::Network, vec![]),
         (
+            &feed,
             Perception::Network,
             vec![
                 ("backbone", slowed(20.0, 0.0)),
@@ -50,7 +56,7 @@ fn driving_graph_allocates_nothing_per_frame() {
         for (stage, sd) in slowdown {
             cfg.slowdown.insert(stage.to_string(), sd);
         }
-        let (mut g, _) = graph::build(&cfg, &feed).unwrap();
+        let (mut g, info) = graph::build(&cfg, feed).unwrap();
         let probe = AllocProbe::add_to(&mut g);
         let plan = g
             .build(&PlanConfig {
@@ -82,10 +88,19 @@ fn driving_graph_allocates_nothing_per_frame() {
         let (control_allocs, control_bytes) = ALLOC.stop();
         assert_eq!(publisher.records.len(), feed.frame_count());
         assert_eq!(
-            allocs, 0,
-            "{perception:?}, slowdown {:?}: {allocs} allocations ({bytes} bytes) after warm-up",
-            cfg.slowdown
+            allocs,
+            0,
+            "{perception:?}, slowdown {:?}, jpeg {}: {allocs} allocations ({bytes} bytes) after \
+             warm-up",
+            cfg.slowdown,
+            feed.jpeg_capacity()
         );
+        if let Some(times) = &info.jpeg_times {
+            // the decoder really ran, on good and on damaged streams
+            let cams = times.summary();
+            assert!(cams.iter().all(|c| c.decoded > 0), "{cams:?}");
+            assert!(cams[1].failed > 0, "{cams:?}");
+        }
         let probe_runs = probe.allocating_runs();
         assert!(
             probe_runs > 0,
@@ -99,5 +114,78 @@ fn driving_graph_allocates_nothing_per_frame() {
              proves nothing",
             cfg.slowdown
         );
+    }
+}
+
+/// A frame source whose cameras deliver JPEG (the scenario's images encoded at quality 90;
+/// every fifth frame's camera 1 cut off halfway, a damaged stream): the graph gets a
+/// `jpeg_decode` stage.
+#[derive(Debug)]
+struct JpegFeed {
+    inner: Arc<dyn FrameSource>,
+    frames: Vec<SensorFrame>,
+}
+
+impl JpegFeed {
+    fn new(inner: Arc<dyn FrameSource>) -> Self {
+        let (w, h) = inner.image_size();
+        let (len, cams) = (inner.image_len(), inner.cameras().len());
+        let frames = (0..inner.frame_count())
+            .map(|k| {
+                let mut f = inner.frame(k).unwrap().clone();
+                // the streams one after another, as the log feed packs them
+                f.jpeg = Vec::new();
+                f.jpeg_len = vec![0; cams];
+                for c in 0..cams {
+                    let mut stream = Vec::new();
+                    jpeg_encoder::Encoder::new(&mut stream, 90)
+                        .encode(
+                            &f.images[c * len..][..len],
+                            w as u16,
+                            h as u16,
+                            jpeg_encoder::ColorType::Rgb,
+                        )
+                        .unwrap();
+                    if k % 5 == 0 && c == 1 {
+                        stream.truncate(stream.len() / 2);
+                    }
+                    f.jpeg_len[c] = stream.len() as u32;
+                    f.jpeg.extend_from_slice(&stream);
+                }
+                f.images.clear();
+                f
+            })
+            .collect();
+        JpegFeed { inner, frames }
+    }
+}
+
+impl FrameSource for JpegFeed {
+    fn cameras(&self) -> &[CameraSpec] {
+        self.inner.cameras()
+    }
+    fn image_size(&self) -> (usize, usize) {
+        self.inner.image_size()
+    }
+    fn period_ns(&self) -> u64 {
+        self.inner.period_ns()
+    }
+    fn map(&self) -> &RoadMap {
+        self.inner.map()
+    }
+    fn frame_count(&self) -> usize {
+        self.frames.len()
+    }
+    fn frame(&self, k: usize) -> Option<&SensorFrame> {
+        self.frames.get(k)
+    }
+    fn issues(&self) -> &[(u64, String)] {
+        self.inner.issues()
+    }
+    fn describe(&self) -> &str {
+        "scenario as JPEG"
+    }
+    fn jpeg_capacity(&self) -> usize {
+        self.inner.image_len()
     }
 }

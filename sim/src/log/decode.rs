@@ -93,7 +93,10 @@ impl LogReader {
                                 cam,
                                 image: Err(ImageIssue::WrongSize { got, want }),
                             },
-                            Err(e) => Payload::Image { cam, image: Err(e) },
+                            Err(e) => Payload::Image {
+                                cam,
+                                image: Err(graph_undecodable(&msg.data, e)),
+                            },
                         };
                         return Ok((stamp, payload));
                     }
@@ -185,4 +188,22 @@ pub(super) fn map_data(m: RoadMap) -> Result<RoadMapData, String> {
         lane_width: m.lane_width,
         centre: m.centre_x.into_iter().zip(m.centre_y).collect(),
     })
+}
+
+/// Why a JPEG stream kept for the graph's decoder is unusable; for a feature that decoder
+/// lacks (progressive, ...), also how to replay the log anyway.
+fn graph_undecodable(data: &[u8], issue: ImageIssue) -> ImageIssue {
+    use redline_pipeline::jpeg::{JpegDecoder, JpegError};
+    match (JpegDecoder::peek_info(data), issue) {
+        (Err(JpegError::Unsupported { .. }), ImageIssue::Undecodable { format, why }) => {
+            ImageIssue::Undecodable {
+                format,
+                why: format!(
+                    "{why}; or read the log into memory (`redline replay --in-memory`), which \
+                     decodes such images when reading"
+                ),
+            }
+        }
+        (_, issue) => issue,
+    }
 }

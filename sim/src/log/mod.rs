@@ -271,7 +271,7 @@ pub enum Payload {
     CameraInfo,
     /// Transforms (already folded into [`LogReader::cameras`]).
     Tf,
-    /// A camera's JPEG stream, kept compressed for the graph's `decode` stage (a reader set
+    /// A camera's JPEG stream, kept compressed for the graph's `jpeg_decode` stage (a reader set
     /// to [`LogReader::set_keep_jpeg`]); its size was checked against the camera's.
     Jpeg {
         /// Camera index (rig order).
