@@ -39,8 +39,9 @@ struct Camera {
 
 /// Sub-buckets per power of two in [`CameraTimes`] (precision 1/32).
 const SUB: u64 = 32;
-/// Buckets: exact below 32 ns, then 32 per power of two up to 2^40 ns (about 18 min).
-const BUCKETS: usize = (SUB as usize) * 37;
+/// Buckets: exact below 32 ns, then 32 per power of two up to 2^40 ns (about 18 min;
+/// longer is counted in the last bucket).
+const BUCKETS: usize = (SUB as usize) * 36;
 
 fn bucket_of(ns: u64) -> usize {
     if ns < SUB {
