@@ -16,11 +16,22 @@ use redline_pipeline::sensors::FrameSource;
 use crate::common::{load_config, load_feed, RunArgs};
 use crate::config::RedlineConfig;
 use crate::measure::{measure_in_process, measure_replay};
+use crate::shard;
 
 #[derive(clap::Args, Debug)]
 pub struct RegressArgs {
-    /// MCAP log to replay (default: the built-in scenario, generated in memory).
-    pub log: Option<PathBuf>,
+    /// MCAP logs to replay, each `--reps` times (default: the built-in scenario, generated
+    /// in memory). The measurement pools them (histograms added).
+    pub logs: Vec<PathBuf>,
+    /// Measure only this shard of the logs: INDEX/COUNT (log j goes to shard j mod COUNT),
+    /// or `auto` for the index Bazel, a Slurm array or a Kubernetes Indexed Job puts in the
+    /// environment. Output goes to OUT/shard-INDEX-of-COUNT/; merge the shards'
+    /// measurement.json with `redline report merge` and judge the result with --judge.
+    #[arg(long, value_name = "INDEX/COUNT|auto")]
+    pub shard: Option<String>,
+    /// Judge this measurement file (e.g. merged shards) against --baseline, without replaying.
+    #[arg(long, value_name = "MEASUREMENT", requires = "baseline", conflicts_with_all = ["logs", "shard", "update_baseline", "against"])]
+    pub judge: Option<PathBuf>,
     /// Baseline to compare with (JSON written by --update-baseline).
     #[arg(long)]
     pub baseline: Option<PathBuf>,
@@ -141,20 +152,33 @@ fn refuse_faults(file: &RedlineConfig) -> Result<()> {
 }
 
 /// `redline regress`: Ok(true) pass, Ok(false) regression, Err cannot run.
-pub fn regress(a: RegressArgs) -> Result<bool> {
+pub fn regress(mut a: RegressArgs) -> Result<bool> {
     let mut file = load_config(&a.run)?;
     refuse_faults(&file)?;
     if let Some(r) = a.reps {
         file.regress.reps = r;
         file.validate()?;
     }
-    if let Some(log) = &a.log {
+    if let (Some(measured), Some(baseline)) = (&a.judge, &a.baseline) {
+        return judge(&a, &file, measured, baseline);
+    }
+    for log in &a.logs {
         if !log.exists() {
             bail!(
-                "log {} does not exist: give the MCAP log to replay (e.g. one written by `redline sim generate -o drive.mcap`), or no log for the built-in scenario",
+                "log {} does not exist: give the MCAP logs to replay (e.g. one written by `redline sim generate -o drive.mcap`), or no log for the built-in scenario",
                 log.display()
             );
         }
+    }
+    if let Some(spec) = &a.shard {
+        if a.logs.is_empty() {
+            bail!("--shard splits a list of logs: give the logs (every shard the same list, in the same order)");
+        }
+        let Some((logs, dir)) = shard::take(spec, &a.logs)? else {
+            return Ok(true);
+        };
+        a.logs = logs;
+        a.out = a.out.join(dir);
     }
     let cfg = &file.pipeline;
     let reps = file.regress.reps;
@@ -165,28 +189,45 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
         _ => None,
     };
     if let Some(other) = &a.against {
+        if a.logs.len() > 1 {
+            bail!(
+                "--against compares two builds on one log ({} given): run one A/B check per log",
+                a.logs.len()
+            );
+        }
         return ab(&a, &file, other);
     }
-    let feed: Arc<dyn FrameSource> = Arc::new(load_feed(
-        &file,
-        a.log.as_deref(),
-        frames.map(|f| f as usize),
-    )?);
     let label = if a.update_baseline { "baseline" } else { "now" };
-    eprintln!(
-        "redline regress: {reps} replays of {} ({} frames, {} warm-up each), {:?}, {} lanes",
-        feed.describe(),
-        frames
-            .unwrap_or(feed.frame_count() as u64)
-            .min(feed.frame_count() as u64),
-        file.regress.warmup_frames,
-        cfg.release,
-        cfg.lanes
-    );
-    let now_reps = measure_in_process(&file, &feed, frames, reps, label, &mut |i, m| {
-        eprintln!("{}", rep_line(&format!("replay {}/{reps}", i + 1), m));
-    })?;
-    ensure_frames(&now_reps)?;
+    let sources: Vec<Option<&Path>> = if a.logs.is_empty() {
+        vec![None]
+    } else {
+        a.logs.iter().map(|l| Some(l.as_path())).collect()
+    };
+    let mut now_reps = Vec::new();
+    for (k, log) in sources.iter().enumerate() {
+        let feed: Arc<dyn FrameSource> =
+            Arc::new(load_feed(&file, *log, frames.map(|f| f as usize))?);
+        let of = if sources.len() > 1 {
+            format!(" (log {}/{})", k + 1, sources.len())
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "redline regress: {reps} replays of {}{of} ({} frames, {} warm-up each), {:?}, {} lanes",
+            feed.describe(),
+            frames
+                .unwrap_or(feed.frame_count() as u64)
+                .min(feed.frame_count() as u64),
+            file.regress.warmup_frames,
+            cfg.release,
+            cfg.lanes
+        );
+        let reps_of_log = measure_in_process(&file, &feed, frames, reps, label, &mut |i, m| {
+            eprintln!("{}", rep_line(&format!("replay {}/{reps}{of}", i + 1), m));
+        })?;
+        ensure_frames(&reps_of_log)?;
+        now_reps.extend(reps_of_log);
+    }
     let now_merged = Measurement::merge(&now_reps)?;
     let verdict = baseline
         .as_ref()
@@ -231,6 +272,34 @@ pub fn regress(a: RegressArgs) -> Result<bool> {
             Ok(true)
         }
     }
+}
+
+/// `--judge`: a measurement made elsewhere (merged shards) against the baseline.
+fn judge(a: &RegressArgs, file: &RedlineConfig, measured: &Path, baseline: &Path) -> Result<bool> {
+    let now = Measurement::load(measured)?;
+    let base = Measurement::load(baseline)?;
+    let verdict = Verdict::against_baseline(&base, &now, &file.regress);
+    let written = write_outputs(&Outputs {
+        dir: &a.out,
+        now_label: "now",
+        now_reps: &[],
+        now: &now,
+        reference: Some(("baseline", &[][..], &base)),
+        verdict: Some(&verdict),
+    })?;
+    println!(
+        "judged {} ({} replays) against {}; wrote {} files into {}",
+        measured.display(),
+        now.reps.len(),
+        baseline.display(),
+        written.len(),
+        a.out.display()
+    );
+    print!("{}", verdict.table());
+    for line in verdict.summary_lines() {
+        println!("{line}");
+    }
+    Ok(verdict.passed())
 }
 
 /// A/B mode.
@@ -278,7 +347,7 @@ fn ab(a: &RegressArgs, file: &RedlineConfig, other: &Path) -> Result<bool> {
     let (refs, cands) = run_ab(
         &reference,
         &candidate,
-        a.log.as_deref(),
+        a.logs.first().map(PathBuf::as_path),
         a.run.frames,
         reps,
         &work,

@@ -19,7 +19,7 @@ use crate::common::{load_config, load_feed, RunArgs};
 use crate::measure::{setup_facts, timeline_of};
 use crate::progress::Progress;
 use crate::record::OutputRecording;
-use crate::shard::Shard;
+use crate::shard;
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
@@ -75,24 +75,12 @@ struct ReplayReport<'a> {
 
 pub fn run(mut a: ReplayArgs) -> Result<()> {
     if let Some(spec) = &a.shard {
-        let shard = Shard::parse(spec, &|k| std::env::var(k).ok())?;
-        let given = a.logs.len();
-        a.logs = shard.select(&a.logs);
-        if a.logs.is_empty() {
-            eprintln!(
-                "shard {}/{}: none of the {given} logs falls to this shard; nothing to replay",
-                shard.index, shard.count
-            );
+        let Some((logs, dir)) = shard::take(spec, &a.logs)? else {
             return Ok(());
-        }
-        eprintln!(
-            "shard {}/{}: {} of {given} logs",
-            shard.index,
-            shard.count,
-            a.logs.len()
-        );
-        if let Some(dir) = &mut a.report {
-            *dir = dir.join(format!("shard-{}-of-{}", shard.index, shard.count));
+        };
+        a.logs = logs;
+        if let Some(report) = &mut a.report {
+            *report = report.join(dir);
         }
     }
     let file = load_config(&a.run)?;

@@ -13,6 +13,8 @@
 //! | Slurm array (`--array=0-9`) | `SLURM_ARRAY_TASK_ID` − `SLURM_ARRAY_TASK_MIN` | `SLURM_ARRAY_TASK_COUNT` |
 //! | Kubernetes Indexed Job | `JOB_COMPLETION_INDEX` | `REDLINE_SHARD_COUNT` (set it to the Job's `completions`: Kubernetes does not export it) |
 
+use std::path::PathBuf;
+
 use anyhow::{bail, Context, Result};
 
 /// One shard of a list.
@@ -66,6 +68,35 @@ impl Shard {
             .map(|(_, t)| t.clone())
             .collect()
     }
+}
+
+/// `--shard SPEC` applied to `logs` (the environment read for `auto`): this shard's logs
+/// and the name of its report directory (`shard-INDEX-of-COUNT`), or None, said on stderr,
+/// when no log falls to this shard (nothing to do: not an error, a fleet may have more
+/// shards than logs).
+pub fn take(spec: &str, logs: &[PathBuf]) -> Result<Option<(Vec<PathBuf>, String)>> {
+    let shard = Shard::parse(spec, &|k| std::env::var(k).ok())?;
+    let mine = shard.select(logs);
+    if mine.is_empty() {
+        eprintln!(
+            "shard {}/{}: none of the {} logs falls to this shard; nothing to do",
+            shard.index,
+            shard.count,
+            logs.len()
+        );
+        return Ok(None);
+    }
+    eprintln!(
+        "shard {}/{}: {} of {} logs",
+        shard.index,
+        shard.count,
+        mine.len(),
+        logs.len()
+    );
+    Ok(Some((
+        mine,
+        format!("shard-{}-of-{}", shard.index, shard.count),
+    )))
 }
 
 fn num(env: &dyn Fn(&str) -> Option<String>, var: &str) -> Result<Option<usize>> {

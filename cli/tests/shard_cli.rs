@@ -137,6 +137,66 @@ fn shards_replay_every_log_once_and_merge_without_loss() {
             .output()
             .unwrap(),
     );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to replay"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to do"));
+
+    // `redline regress` takes the same shards; the merged shards are judged with --judge.
+    let cfg = d.join("regress.toml");
+    std::fs::write(&cfg, "[regress]\nreps = 1\nwarmup_frames = 5\n").unwrap();
+    let regress = |extra: &[&str], logs: &[PathBuf]| {
+        let mut c = redline();
+        c.arg("regress")
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--mode", "lockstep", "--perception", "oracle", "--out"])
+            .arg(d.join("regress"))
+            .args(extra)
+            .args(logs);
+        c.output().unwrap()
+    };
+    check(regress(&["--shard", "0/2"], &logs));
+    check(regress(&["--shard", "1/2"], &logs));
+    let files: Vec<PathBuf> = ["shard-0-of-2", "shard-1-of-2"]
+        .iter()
+        .map(|s| d.join("regress").join(s).join("measurement.json"))
+        .collect();
+    let parts: Vec<Measurement> = files
+        .iter()
+        .map(|f| Measurement::load(f).unwrap())
+        .collect();
+    // each log's frames after 5 warm-up frames: log0 + log2, and log1
+    assert_eq!(frames_of(&parts[0]), 25 + 55);
+    assert_eq!(frames_of(&parts[1]), 40);
+    check(
+        redline()
+            .args(["report", "merge"])
+            .args(&files)
+            .arg("-o")
+            .arg(&merged_path)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(frames_of(&Measurement::load(&merged_path).unwrap()), 120);
+    // One process measuring all three logs is a baseline the merged shards compare with
+    // setup by setup (one per log): no setup warning.
+    let baseline = d.join("baseline.json");
+    let b = baseline.to_str().unwrap();
+    check(regress(&["--baseline", b, "--update-baseline"], &logs));
+    assert_eq!(frames_of(&Measurement::load(&baseline).unwrap()), 120);
+    let judged = regress(
+        &[
+            "--judge",
+            merged_path.to_str().unwrap(),
+            "--baseline",
+            b,
+        ],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&judged.stdout);
+    assert!(
+        matches!(judged.status.code(), Some(0 | 1)) && text.contains("judged"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&judged.stderr)
+    );
+    assert!(!text.contains("DIFFERENT SETUP"), "{text}");
     std::fs::remove_dir_all(&d).ok();
 }

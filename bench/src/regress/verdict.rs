@@ -232,15 +232,32 @@ fn stages_and_warnings(reference: &Measurement, now: &Measurement) -> (Vec<Strin
             }
         }
     }
+    // Setups are matched as sets (a measurement pooling several logs has one per log): a
+    // setup of this run with no identical one in the reference is compared with the
+    // reference's setup of the same source (else its first); a source only the reference
+    // measured is named.
+    for nsu in &now.setups {
+        if reference.setups.iter().any(|r| r.differences(nsu).is_empty()) {
+            continue;
+        }
+        let closest = reference
+            .setups
+            .iter()
+            .find(|r| r.source == nsu.source)
+            .or(reference.setups.first());
+        if let Some(rsu) = closest {
+            warnings.push(format!(
+                "DIFFERENT SETUP: the reference and this run differ in {}",
+                rsu.differences(nsu).join("; ")
+            ));
+        }
+    }
     for rsu in &reference.setups {
-        for nsu in &now.setups {
-            let d = rsu.differences(nsu);
-            if !d.is_empty() {
-                warnings.push(format!(
-                    "DIFFERENT SETUP: the reference and this run differ in {}",
-                    d.join("; ")
-                ));
-            }
+        if !now.setups.iter().any(|n| n.source == rsu.source) {
+            warnings.push(format!(
+                "DIFFERENT SETUP: the reference measured {}, this run did not",
+                rsu.source
+            ));
         }
     }
     (both, warnings)

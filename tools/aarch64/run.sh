@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Cross-builds redline for aarch64 (Orin's CPU) and runs the tests that matter for the
+# architecture under qemu user-mode emulation, then checks that a lockstep replay gives the
+# same output hash as on this x86-64 machine (every kernel path on both sides).
+#
+# Usage: tools/aarch64/run.sh [FRAMES]     (FRAMES of the built-in drive to replay; default 150)
+#
+# Needs (installed here from Debian when missing, as root): rustc-web / cargo-web 1.96 with
+# the multiarch arm64 standard library (libstd-rust-web-dev:arm64), gcc-aarch64-linux-gnu,
+# libc6-dev-arm64-cross and qemu-user (+ qemu-user-binfmt: tests that start the `redline`
+# binary need qemu registered with binfmt_misc, which this script does when it can). The
+# rustup toolchain cannot use Debian's arm64 std, so Debian's cargo and rustc build here.
+#
+# Emulated: correctness only. Nothing timed under qemu means anything about an Orin.
+# qemu 7.2 has no Cortex-A78 model; -cpu cortex-a76 (Armv8.2-A with dotprod, no SVE, no
+# i8mm) is the closest, and is what QEMU_CPU selects below.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+frames=${1:-150}
+
+step_start=$SECONDS
+step() {
+    if [ -n "${step_name:-}" ]; then
+        echo "   ($step_name: $((SECONDS - step_start)) s)"
+    fi
+    step_name=$1
+    step_start=$SECONDS
+    echo "== aarch64: $1"
+}
+
+step "Debian toolchain, cross linker and qemu"
+need=()
+[ -x /usr/bin/cargo ] && /usr/bin/cargo --version 2>/dev/null | grep -q '^cargo 1\.' || need+=(cargo-web rustc-web)
+dpkg -s libstd-rust-web-dev:arm64 >/dev/null 2>&1 || need+=(libstd-rust-web-dev:arm64)
+command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+command -v qemu-aarch64 >/dev/null || need+=(qemu-user qemu-user-binfmt)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "missing Debian packages: ${need[*]}; install them as root (dpkg --add-architecture arm64; apt-get install ...) and run again" >&2
+        exit 2
+    fi
+    dpkg --add-architecture arm64
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# binfmt_misc: lets tests run the aarch64 `redline` binary as a child process.
+if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] && [ "$(id -u)" = 0 ]; then
+    [ -e /proc/sys/fs/binfmt_misc/register ] ||
+        mount binfmt_misc -t binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+    if [ -w /proc/sys/fs/binfmt_misc/register ] && [ -f /usr/lib/binfmt.d/qemu-aarch64.conf ]; then
+        cat /usr/lib/binfmt.d/qemu-aarch64.conf >/proc/sys/fs/binfmt_misc/register || true
+    fi
+fi
+if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    echo "   qemu-aarch64 registered with binfmt_misc"
+else
+    echo "   WARNING: qemu-aarch64 is not registered with binfmt_misc: tests that start the redline binary would fail, so only in-process tests run"
+fi
+
+target=aarch64-unknown-linux-gnu
+export QEMU_CPU=cortex-a76
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+# No -L: the multiarch loader is found without it (with it, threads hang).
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
+debian_cargo() {
+    PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo "$@"
+}
+arm_tests=(-p redline-models --lib -p redline-runtime --lib -p redline-pipeline --lib
+    -p redline-tests --test runtime_determinism)
+
+step "cross-build (the test binaries and redline, dev profile)"
+debian_cargo build --target $target -p redline-cli --bin redline
+debian_cargo test --target $target --no-run "${arm_tests[@]}"
+
+step "tests under qemu (INT8 kernels, runtime and pipeline units, runtime determinism)"
+# Timing tests do not belong under emulation: they are named *timing* / *latency* and skipped.
+debian_cargo test --target $target "${arm_tests[@]}" -- --skip timing --skip latency
+
+step "lockstep replay: the same output hash on both ISAs, every kernel path"
+x86=$CARGO_TARGET_DIR/release/redline
+[ -x "$x86" ] || cargo build --release -p redline-cli --bin redline
+arm=$CARGO_TARGET_DIR/$target/debug/redline
+hash_of() { "$@" replay --mode lockstep --frames "$frames" 2>/dev/null | sed -n 's/^output hash //p'; }
+declare -A hashes
+for k in vnni avx2 scalar; do
+    hashes["x86-64 $k"]=$(REDLINE_KERNEL=$k hash_of "$x86")
+done
+for k in neon scalar; do
+    hashes["aarch64 $k"]=$(REDLINE_KERNEL=$k hash_of qemu-aarch64 "$arm")
+done
+ref=${hashes["x86-64 vnni"]}
+fail=0
+for key in "x86-64 vnni" "x86-64 avx2" "x86-64 scalar" "aarch64 neon" "aarch64 scalar"; do
+    h=${hashes[$key]}
+    mark=same
+    if [ -z "$h" ] || [ "$h" != "$ref" ]; then mark=DIFFERENT; fail=1; fi
+    printf '   %-16s %s  %s\n' "$key" "${h:-(no hash: the replay failed)}" "$mark"
+done
+step done
+if [ $fail != 0 ]; then
+    echo "aarch64: the lockstep replay of $frames frames differs between ISAs or kernel paths" >&2
+    exit 1
+fi
+echo "aarch64: tests passed; $frames lockstep frames give output hash $ref on every ISA and kernel path"
