@@ -183,12 +183,7 @@ fn shards_replay_every_log_once_and_merge_without_loss() {
     check(regress(&["--baseline", b, "--update-baseline"], &logs));
     assert_eq!(frames_of(&Measurement::load(&baseline).unwrap()), 120);
     let judged = regress(
-        &[
-            "--judge",
-            merged_path.to_str().unwrap(),
-            "--baseline",
-            b,
-        ],
+        &["--judge", merged_path.to_str().unwrap(), "--baseline", b],
         &[],
     );
     let text = String::from_utf8_lossy(&judged.stdout);

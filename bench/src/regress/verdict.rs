@@ -237,7 +237,11 @@ fn stages_and_warnings(reference: &Measurement, now: &Measurement) -> (Vec<Strin
     // reference's setup of the same source (else its first); a source only the reference
     // measured is named.
     for nsu in &now.setups {
-        if reference.setups.iter().any(|r| r.differences(nsu).is_empty()) {
+        if reference
+            .setups
+            .iter()
+            .any(|r| r.differences(nsu).is_empty())
+        {
             continue;
         }
         let closest = reference
