@@ -1,12 +1,14 @@
-//! Convolution kernel throughput against this machine's INT8 VNNI peak.
+//! Convolution kernel throughput against this machine's INT8 dot-product peak.
 //!
 //! Run: `cargo bench -p redline-bench --bench kernels` (one thread; prints a table).
 //!
-//! 1. **Peak**: a tight loop of independent `vpdpbusd zmm` (12 accumulators, no memory
-//!    operands) on one core, measured in this run: GMAC/s with 1 MAC = one `u8 × i8`
-//!    product (one `vpdpbusd` on zmm = 64 MAC).
+//! 1. **Peak**: a tight loop of independent `vpdpbusd zmm` (x86-64 with VNNI) or `sdot
+//!    v.4s` (aarch64 with dotprod), 12 accumulators, no memory operands, on one core,
+//!    measured in this run: GMAC/s with 1 MAC = one 8-bit product (one `vpdpbusd` on zmm =
+//!    64 MAC, one `sdot` = 16).
 //! 2. **Layers**: every backbone and head layer of the default network, and the per-camera
-//!    backbone as a whole, on the scalar, AVX2 and VNNI paths: time per call (median of
+//!    backbone as a whole, on every kernel path this CPU has (scalar, AVX2 and VNNI on
+//!    x86-64; scalar and NEON on aarch64): time per call (median of
 //!    batches), GMAC/s (useful MACs, [`Conv2d::macs`]) and the share of the measured peak.
 //!    Every path's output is checked equal to the scalar one before timing.
 //!
@@ -58,9 +60,17 @@ struct Row {
     times: Vec<(KernelPath, Duration)>,
 }
 
+/// The kernel paths this CPU runs, the portable one first: the table's columns.
+fn paths() -> Vec<KernelPath> {
+    KernelPath::ALL
+        .into_iter()
+        .filter(|p| p.is_available())
+        .collect()
+}
+
 fn print_row(row: &Row, peak: Option<f64>) {
     let mut line = format!("{:<28} {:>9.3}", row.name, row.macs as f64 / 1e6);
-    for path in KernelPath::ALL {
+    for path in paths() {
         match row.times.iter().find(|(p, _)| *p == path) {
             Some((_, t)) => {
                 let gmacs = row.macs as f64 / t.as_secs_f64() / 1e9;
@@ -85,7 +95,7 @@ fn bench_layer(name: String, conv: &Conv2d, h: usize, w: usize, seed: u64) -> Ro
         .forward(&input, h, w, &mut reference)
         .expect("scalar forward");
     let mut times = Vec::new();
-    for path in KernelPath::ALL.into_iter().filter(|p| p.is_available()) {
+    for path in paths() {
         let c = with_path(conv, path);
         let mut out = vec![0i8; reference.len()];
         c.forward(&input, h, w, &mut out).expect("forward");
@@ -110,27 +120,22 @@ fn main() {
         "kernels benchmark: one thread, default network (camera {}x{}, BEV {}x{})",
         cfg.in_h, cfg.in_w, bev.ny, bev.nx
     );
-    let peak = redline_bench::peak::vnni_peak_gmacs();
+    let peak = redline_bench::peak::int8_peak();
     match peak {
-        Some(p) => println!(
-            "measured VNNI peak: {p:.1} GMAC/s per core (12 independent vpdpbusd zmm, 64 MAC each)"
-        ),
-        None => println!("measured VNNI peak: n/a (this CPU has no AVX-512 VNNI)"),
+        Some((p, what)) => println!("measured {what}: {p:.1} GMAC/s per core"),
+        None => println!("measured INT8 peak: n/a (this CPU has neither AVX-512 VNNI nor sdot)"),
     }
-    println!(
-        "{:<28} {:>9} | {:>9} {:>7} {:>5} | {:>9} {:>7} {:>5} | {:>9} {:>7} {:>5}",
-        "layer",
-        "MMAC",
-        "scalar us",
-        "GMAC/s",
-        "peak",
-        "avx2 us",
-        "GMAC/s",
-        "peak",
-        "vnni us",
-        "GMAC/s",
-        "peak"
-    );
+    let peak = peak.map(|(p, _)| p);
+    let mut header = format!("{:<28} {:>9}", "layer", "MMAC");
+    for path in paths() {
+        header += &format!(
+            " | {:>9} {:>7} {:>5}",
+            format!("{} us", path.name()),
+            "GMAC/s",
+            "peak"
+        );
+    }
+    println!("{header}");
     let backbone = Backbone::new(&cfg).expect("default backbone");
     let (mut h, mut w) = (cfg.in_h, cfg.in_w);
     let mut shapes = Vec::new();
@@ -153,7 +158,7 @@ fn main() {
         .map(|(l, &(h, w))| vec![0i8; l.output_len(h, w).expect("size")])
         .collect();
     let mut reference = None;
-    for path in KernelPath::ALL.into_iter().filter(|p| p.is_available()) {
+    for path in paths() {
         let layers: Vec<Conv2d> = backbone
             .layers()
             .iter()

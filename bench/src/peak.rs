@@ -6,6 +6,9 @@
 //! - [`avx2_madd_peak_gmacs`]: `vpmaddwd` (AVX2, 16 i16×i16 MACs per instruction into
 //!   `i32`, exact): the ceiling of the exact AVX2 kernel on CPUs without VNNI (which also
 //!   spends an add per `vpmaddwd`, so about 80 % of it is the practical limit).
+//! - [`sdot_peak_gmacs`]: `sdot` (aarch64 with the dot-product extension, 128-bit: 16
+//!   s8×s8 MACs per instruction into `i32`, exact), the ceiling of the NEON kernel.
+//! - [`int8_peak`]: whichever of VNNI and `sdot` this CPU has, with its description.
 //!
 //! Each runs 12 independent accumulator chains of register-only instructions for a few
 //! tens of milliseconds, five times, and keeps the best. Never call them on a hot path.
@@ -13,6 +16,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 fn best_of_five(macs_per_iter: u64, iters: u64, f: impl Fn(u64) -> i32) -> f64 {
     black_box(f(1000));
     let mut best = f64::MAX;
@@ -58,6 +65,65 @@ pub fn avx2_madd_peak_gmacs() -> Option<f64> {
     }
     #[cfg(not(target_arch = "x86_64"))]
     None
+}
+
+/// Measured `sdot` (128-bit vector form) peak of one core in GMAC/s, if the CPU has the
+/// Armv8.2-A dot-product extension.
+pub fn sdot_peak_gmacs() -> Option<f64> {
+    #[cfg(target_arch = "aarch64")]
+    {
+        if !std::arch::is_aarch64_feature_detected!("dotprod") {
+            return None;
+        }
+        // SAFETY: NEON (baseline on aarch64) and dotprod were detected just above.
+        Some(best_of_five(12 * 16, 4_000_000, |n| unsafe {
+            sdot_loop(n)
+        }))
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    None
+}
+
+/// The INT8 dot-product peak of this CPU (VNNI on x86-64, `sdot` on aarch64) with a line
+/// saying what was measured, or `None` when it has neither.
+pub fn int8_peak() -> Option<(f64, &'static str)> {
+    if let Some(p) = vnni_peak_gmacs() {
+        return Some((p, "VNNI peak (12 independent vpdpbusd zmm, 64 MAC each)"));
+    }
+    sdot_peak_gmacs().map(|p| (p, "sdot peak (12 independent sdot v.4s, 16 MAC each)"))
+}
+
+/// `iters` × 12 independent `sdot`; returns a value that depends on every accumulator.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn sdot_loop(iters: u64) -> i32 {
+    use std::arch::aarch64::*;
+    let a = vreinterpretq_s8_s32(vdupq_n_s32(black_box(0x0102_0304)));
+    let b = vdupq_n_s8(black_box(1));
+    let mut acc = [vdupq_n_s32(0); 12];
+    for (i, v) in acc.iter_mut().enumerate() {
+        *v = vdupq_n_s32(i as i32);
+    }
+    for _ in 0..iters {
+        for v in acc.iter_mut() {
+            // SAFETY: a register-only instruction; dotprod is enabled for this function and
+            // detected by its caller.
+            unsafe {
+                std::arch::asm!(
+                    "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+                    acc = inout(vreg) *v,
+                    a = in(vreg) a,
+                    b = in(vreg) b,
+                    options(pure, nomem, nostack, preserves_flags)
+                );
+            }
+        }
+    }
+    let mut s = vdupq_n_s32(0);
+    for v in acc {
+        s = vaddq_s32(s, v);
+    }
+    vaddvq_s32(s)
 }
 
 /// `iters` × 12 independent `vpdpbusd`; returns a value that depends on every accumulator.

@@ -66,8 +66,8 @@ pub(super) unsafe fn avx2_u7_rows(
     let blocks = g.out_c.div_ceil(8);
     let block16_stride = g.k * g4 * 64; // bytes per block of 16 channels
     debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
-    debug_assert_eq!(packed.vnni.len(), g.out_c.div_ceil(16) * block16_stride);
-    debug_assert_eq!(packed.vnni_wsum.len(), g.out_c.div_ceil(16) * 16);
+    debug_assert_eq!(packed.taps4.len(), g.out_c.div_ceil(16) * block16_stride);
+    debug_assert_eq!(packed.wsum.len(), g.out_c.div_ceil(16) * 16);
     debug_assert!(packed.seven_bit);
     debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_c);
     debug_assert!(slot.channel_offset + g.out_c <= slot.pixel_stride);
@@ -106,7 +106,7 @@ pub(super) unsafe fn avx2_u7_rows(
                     let mut bb = [0i32; 8];
                     let mut mm = [0f32; 8];
                     for l in 0..n {
-                        bb[l] = bias[oc0 + l] - corr * packed.vnni_wsum[oc0 + l];
+                        bb[l] = bias[oc0 + l] - corr * packed.wsum[oc0 + l];
                     }
                     mm[..n].copy_from_slice(&mult[oc0..oc0 + n]);
                     // SAFETY: `bb` and `mm` are 8-lane arrays, exactly one 256-bit load each.
@@ -121,7 +121,7 @@ pub(super) unsafe fn avx2_u7_rows(
                     px_stride,
                     g4,
                     k: g.k,
-                    w: &packed.vnni,
+                    w: &packed.taps4,
                     wofs: [wofs(b), wofs(b + ob - 1)],
                     init: &init,
                     mult: &mv,
@@ -135,7 +135,7 @@ pub(super) unsafe fn avx2_u7_rows(
                 // windows of this chunk, `k` staged rows from `srow`, lie in the stage with
                 // its zeroed slack (`Plan`/`Blocks` sizing, asserted above); the blocks'
                 // weight offsets `wofs` plus `(k − 1)·g4·64 + (g4 − 1)·64 + 32` lie inside
-                // `packed.vnni` (blocks `< out_c.div_ceil(8)`, the packed size asserted
+                // `packed.taps4` (blocks `< out_c.div_ceil(8)`, the packed size asserted
                 // above); pixel `x`'s channels `b·8..out_c` of the slot start at
                 // `obase[x · pixel_stride]` inside `orow`.
                 unsafe {
@@ -300,7 +300,7 @@ mod tests {
         assert!(p.seven_bit);
         if crate::conv::KernelPath::Avx2.is_available() {
             assert!(
-                !p.vnni.is_empty(),
+                !p.taps4.is_empty(),
                 "7-bit layers get the 4-tap layout on AVX2"
             );
         }

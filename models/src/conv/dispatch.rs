@@ -3,7 +3,7 @@
 //! SIMD kernels.
 //!
 //! Contract: a path is only ever run on a CPU that reports its features at run time
-//! (`is_x86_feature_detected!`); [`run_simd_rows`] returns `false`, writing nothing, when
+//! (`is_x86_feature_detected!`, `is_aarch64_feature_detected!`); [`run_simd_rows`] returns `false`, writing nothing, when
 //! the SIMD path cannot take the call, and the caller then runs the scalar kernel (same
 //! results). Cost: feature detection is cached by `std`; no allocation on the per-frame
 //! path. Never: reads the environment after construction, or depends on which path runs.
@@ -22,30 +22,50 @@ pub enum KernelPath {
     Avx2,
     /// AVX-512 VNNI: `vpdpbusd`, 16 output channels × 4 taps per instruction.
     Avx512Vnni,
+    /// Armv8.2-A NEON with the dot-product extension (aarch64): `sdot` by element, 4 output
+    /// channels × 4 taps per instruction.
+    NeonDot,
+    /// Armv8.6-A NEON with the int8 matrix-multiply extension (aarch64: Neoverse V1/V2,
+    /// Graviton 3+, Grace, Thor's cores; not Orin's A78AE): `smmla`, 2 pixels × 2 output
+    /// channels × 8 taps per instruction.
+    NeonI8mm,
 }
 
 impl KernelPath {
-    /// All paths, slowest first.
-    pub const ALL: [KernelPath; 3] = [KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512Vnni];
+    /// All paths, the portable one first (a CPU runs at most one of each ISA's).
+    pub const ALL: [KernelPath; 5] = [
+        KernelPath::Scalar,
+        KernelPath::Avx2,
+        KernelPath::Avx512Vnni,
+        KernelPath::NeonDot,
+        KernelPath::NeonI8mm,
+    ];
 
-    /// Short name, as accepted by `REDLINE_KERNEL`: `scalar`, `avx2`, `vnni`.
+    /// Short name, as accepted by `REDLINE_KERNEL`: `scalar`, `avx2`, `vnni`, `neon`,
+    /// `i8mm`.
     pub fn name(self) -> &'static str {
         match self {
             KernelPath::Scalar => "scalar",
             KernelPath::Avx2 => "avx2",
             KernelPath::Avx512Vnni => "vnni",
+            KernelPath::NeonDot => "neon",
+            KernelPath::NeonI8mm => "i8mm",
         }
     }
 
-    /// Parses a `REDLINE_KERNEL` value (`scalar`, `avx2`, `vnni`; case-insensitive).
+    /// Parses a `REDLINE_KERNEL` value (`scalar`, `avx2`, `vnni`, `neon`, `i8mm`;
+    /// case-insensitive).
     pub fn parse(s: &str) -> Result<KernelPath, ModelError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "scalar" => Ok(KernelPath::Scalar),
             "avx2" => Ok(KernelPath::Avx2),
             "vnni" | "avx512vnni" | "avx512" => Ok(KernelPath::Avx512Vnni),
+            "neon" | "dotprod" | "sdot" => Ok(KernelPath::NeonDot),
+            "i8mm" | "smmla" => Ok(KernelPath::NeonI8mm),
             other => Err(ModelError::InvalidConfig {
                 reason: format!(
-                    "REDLINE_KERNEL = {other:?} is not a kernel path: use scalar, avx2 or vnni \
+                    "REDLINE_KERNEL = {other:?} is not a kernel path: use scalar, avx2, vnni \
+                     (x86-64), neon or i8mm (aarch64) \
                      (or unset it to pick the fastest this CPU supports)"
                 ),
             }),
@@ -65,17 +85,26 @@ impl KernelPath {
                     && std::arch::is_x86_feature_detected!("avx512vl")
                     && std::arch::is_x86_feature_detected!("avx512vnni")
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            KernelPath::NeonDot => std::arch::is_aarch64_feature_detected!("dotprod"),
+            #[cfg(target_arch = "aarch64")]
+            KernelPath::NeonI8mm => std::arch::is_aarch64_feature_detected!("i8mm"),
+            #[allow(unreachable_patterns)]
             _ => false,
         }
     }
 
     /// The fastest available path.
     pub fn best() -> KernelPath {
-        [KernelPath::Avx512Vnni, KernelPath::Avx2]
-            .into_iter()
-            .find(|p| p.is_available())
-            .unwrap_or(KernelPath::Scalar)
+        [
+            KernelPath::Avx512Vnni,
+            KernelPath::Avx2,
+            KernelPath::NeonI8mm,
+            KernelPath::NeonDot,
+        ]
+        .into_iter()
+        .find(|p| p.is_available())
+        .unwrap_or(KernelPath::Scalar)
     }
 
     /// Errors with a clear message if the path cannot run on this CPU.
@@ -142,7 +171,7 @@ pub(super) fn run_simd_rows(
         return false;
     }
     // 7-bit weights on AVX2: the exact `vpmaddubsw` kernel on the 4-tap layout (bytes).
-    let u7 = path == KernelPath::Avx2 && packed.seven_bit && !packed.vnni.is_empty();
+    let u7 = path == KernelPath::Avx2 && packed.seven_bit && !packed.taps4.is_empty();
     let esize = if path == KernelPath::Avx2 && !u7 {
         2
     } else {
@@ -176,11 +205,33 @@ pub(super) fn run_simd_rows(
             KernelPath::Avx2 => unsafe {
                 super::avx2::avx2_rows(&plan, packed, g, bias, mult, input, dst, slot, rows)
             },
-            KernelPath::Scalar => return false,
+            KernelPath::Scalar | KernelPath::NeonDot | KernelPath::NeonI8mm => return false,
         }
         true
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        match path {
+            // SAFETY: `neon_dot_rows`' preconditions hold: the CPU has NEON and dotprod
+            // (`is_available` above), `packed` holds the 4-tap weights (`has` above) built
+            // for this layer, `bias` and `mult` have `out_c` entries (checked above), `plan`
+            // is `Plan::new(g, 1)` (`esize` is 1 for every path but AVX2), and the caller
+            // (`Conv2d::run_rows`, after `forward_rows_into_slot`'s checks) guarantees
+            // `input` is `in_h·in_w·in_c`, `dst` is `rows.len()·out_w·pixel_stride`, the
+            // slot fits and `rows ⊆ 0..out_h`.
+            KernelPath::NeonDot => unsafe {
+                super::neon::neon_dot_rows(&plan, packed, g, bias, mult, input, dst, slot, rows)
+            },
+            // SAFETY: as above for `neon_i8mm_rows`: NEON and i8mm detected, the 8-tap
+            // weights packed (`has`), `plan` is `Plan::new(g, 1)`, the same sizes.
+            KernelPath::NeonI8mm => unsafe {
+                super::neon::neon_i8mm_rows(&plan, packed, g, bias, mult, input, dst, slot, rows)
+            },
+            _ => return false,
+        }
+        true
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let _ = (plan, bias, mult, input, dst, slot, rows);
         false
@@ -222,7 +273,12 @@ mod tests {
         assert_eq!(KernelPath::parse("avx2").unwrap(), KernelPath::Avx2);
         assert_eq!(KernelPath::parse("scalar").unwrap(), KernelPath::Scalar);
         let err = KernelPath::parse("sse9").unwrap_err().to_string();
-        assert!(err.contains("scalar, avx2 or vnni"), "{err}");
+        assert!(
+            err.contains("scalar, avx2, vnni (x86-64), neon or i8mm (aarch64)"),
+            "{err}"
+        );
+        assert_eq!(KernelPath::parse("I8MM").unwrap(), KernelPath::NeonI8mm);
+        assert_eq!(KernelPath::parse("neon").unwrap(), KernelPath::NeonDot);
         assert!(KernelPath::best().is_available());
     }
 

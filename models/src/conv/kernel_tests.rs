@@ -47,6 +47,7 @@ macro_rules! kernel_tests {
 
 /// The suite again with every layer's weights in `-64..=64` (halved): the layers the AVX2
 /// path runs on its exact `vpmaddubsw` kernel.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_macros))]
 macro_rules! seven_bit_kernel_tests {
     ($path:expr) => {
         seven_bit_kernel_tests!(@each $path;

@@ -1,13 +1,15 @@
 //! The weights repacked for the SIMD kernels, once, at layer construction.
 //!
-//! Contract: for each block of output channels (16 for VNNI, 8 for AVX2) and each kernel
-//! row, the `k·in_c` taps of that row are stored in groups of 4 (VNNI, `i8`) or 2 (AVX2,
-//! widened to `i16`) taps × the block's output channels, the layout `vpdpbusd` /
-//! `vpmaddwd` consume; everything past `k·in_c` taps and past `out_c` channels is zero, so
-//! a kernel reading a whole group past a window's end multiplies by 0. VNNI also keeps
-//! `Σw` per output channel (padded to whole blocks) for its zero-point correction. Only
-//! the paths this CPU can run are packed; the 4-tap layout is also packed for AVX2 when
-//! every weight fits 7 bits (the `avx2_u7` kernel reads it).
+//! Contract: for each block of output channels (16 for the 4- and 8-tap layouts, 8 for
+//! AVX2) and each kernel row, the `k·in_c` taps of that row are stored in groups of 8
+//! (`i8`), 4 (`i8`) or 2 (AVX2, widened to `i16`) taps × the block's output channels, the
+//! layouts `smmla` (NEON i8mm), `vpdpbusd` (VNNI), `sdot` (NEON dot product) and `vpmaddwd`
+//! (AVX2) consume; everything past `k·in_c` taps and
+//! past `out_c` channels is zero, so a kernel reading a whole group past a window's end
+//! multiplies by 0. With the 4- or 8-tap layout comes `Σw` per output channel (padded to
+//! whole blocks) for the zero-point correction. Only the paths this CPU can run are packed; the
+//! 4-tap layout is packed for VNNI, for NEON dot product, and for AVX2 when every weight
+//! fits 7 bits (the `avx2_u7` kernel reads it).
 //!
 //! Cost: allocates about 2.5× the weight bytes, at construction only. Never: touched by
 //! the per-frame path except to read.
@@ -17,10 +19,15 @@ use super::KernelPath;
 /// Weights repacked for the SIMD kernels, built once at construction.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Packed {
-    /// VNNI: `[block16][ky][g4][16 oc][4 taps]` `i8` (as bytes), zero-filled.
-    pub(super) vnni: Vec<i8>,
-    /// VNNI: `Σw` per output channel, padded to a multiple of 16 with zeros.
-    pub(super) vnni_wsum: Vec<i32>,
+    /// VNNI, NEON dot product and AVX2 with 7-bit weights: `[block16][ky][g4][16 oc][4
+    /// taps]` `i8`, zero-filled.
+    pub(super) taps4: Vec<i8>,
+    /// NEON with i8mm (`smmla`): `[block16][ky][g8][16 oc][8 taps]` `i8`, zero-filled:
+    /// each 16 bytes are one channel pair's 8 taps, the 2×8 matrix `smmla` reads.
+    pub(super) taps8: Vec<i8>,
+    /// With `taps4` or `taps8`: `Σw` per output channel, padded to a multiple of 16 with
+    /// zeros (the zero-point correction).
+    pub(super) wsum: Vec<i32>,
     /// AVX2: `[block8][ky][g2][8 oc][2 taps]` `i16`, zero-filled.
     pub(super) avx2: Vec<i16>,
     /// Every weight lies in `-64..=64`: the AVX2 path runs the exact `vpmaddubsw` kernel
@@ -36,20 +43,42 @@ impl Packed {
             seven_bit: weights.iter().all(|&w| (-64..=64).contains(&w)),
             ..Packed::default()
         };
-        if KernelPath::Avx512Vnni.is_available() || (p.seven_bit && KernelPath::Avx2.is_available())
-        {
+        let blocks16 = out_c.div_ceil(16);
+        let pack4 = KernelPath::Avx512Vnni.is_available()
+            || KernelPath::NeonDot.is_available()
+            || (p.seven_bit && KernelPath::Avx2.is_available());
+        let pack8 = KernelPath::NeonI8mm.is_available();
+        if pack4 || pack8 {
+            p.wsum = vec![0i32; blocks16 * 16];
+            for (oc, s) in p.wsum.iter_mut().take(out_c).enumerate() {
+                *s = weights[oc * k * kc..(oc + 1) * k * kc]
+                    .iter()
+                    .map(|&w| i32::from(w))
+                    .sum();
+            }
+        }
+        if pack4 {
             let g4 = kc.div_ceil(4);
-            let blocks = out_c.div_ceil(16);
-            p.vnni = vec![0i8; blocks * k * g4 * 64];
-            p.vnni_wsum = vec![0i32; blocks * 16];
+            p.taps4 = vec![0i8; blocks16 * k * g4 * 64];
             for oc in 0..out_c {
                 let (b, lane) = (oc / 16, oc % 16);
                 for ky in 0..k {
                     for t in 0..kc {
-                        let w = weights[(oc * k + ky) * kc + t];
                         let idx = ((b * k + ky) * g4 + t / 4) * 64 + lane * 4 + t % 4;
-                        p.vnni[idx] = w;
-                        p.vnni_wsum[oc] += i32::from(w);
+                        p.taps4[idx] = weights[(oc * k + ky) * kc + t];
+                    }
+                }
+            }
+        }
+        if pack8 {
+            let g8 = kc.div_ceil(8);
+            p.taps8 = vec![0i8; blocks16 * k * g8 * 128];
+            for oc in 0..out_c {
+                let (b, lane) = (oc / 16, oc % 16);
+                for ky in 0..k {
+                    for t in 0..kc {
+                        let idx = ((b * k + ky) * g8 + t / 8) * 128 + lane * 8 + t % 8;
+                        p.taps8[idx] = weights[(oc * k + ky) * kc + t];
                     }
                 }
             }
@@ -76,7 +105,8 @@ impl Packed {
         match path {
             KernelPath::Scalar => true,
             KernelPath::Avx2 => !self.avx2.is_empty(),
-            KernelPath::Avx512Vnni => !self.vnni.is_empty(),
+            KernelPath::Avx512Vnni | KernelPath::NeonDot => !self.taps4.is_empty(),
+            KernelPath::NeonI8mm => !self.taps8.is_empty(),
         }
     }
 }
@@ -98,8 +128,8 @@ mod tests {
         assert!(p.has(KernelPath::Scalar));
         if p.has(KernelPath::Avx512Vnni) {
             let g4 = kc.div_ceil(4);
-            assert_eq!(p.vnni.len(), out_c.div_ceil(16) * k * g4 * 64);
-            let sum: i64 = p.vnni.iter().map(|&w| i64::from(w)).sum();
+            assert_eq!(p.taps4.len(), out_c.div_ceil(16) * k * g4 * 64);
+            let sum: i64 = p.taps4.iter().map(|&w| i64::from(w)).sum();
             assert_eq!(sum, weights.iter().map(|&w| i64::from(w)).sum::<i64>());
             for oc in 0..out_c.div_ceil(16) * 16 {
                 let want: i32 = if oc < out_c {
@@ -110,13 +140,23 @@ mod tests {
                 } else {
                     0
                 };
-                assert_eq!(p.vnni_wsum[oc], want, "channel {oc}");
+                assert_eq!(p.wsum[oc], want, "channel {oc}");
             }
             // The last tap of output channel 18, kernel row 2.
             let (oc, ky, t) = (18, 2, kc - 1);
             let idx = ((oc / 16 * k + ky) * g4 + t / 4) * 64 + oc % 16 * 4 + t % 4;
-            assert_eq!(p.vnni[idx], weights[(oc * k + ky) * kc + t]);
-            assert_eq!(p.vnni[idx + 1], 0, "the group's tail past k*in_c is zero");
+            assert_eq!(p.taps4[idx], weights[(oc * k + ky) * kc + t]);
+            assert_eq!(p.taps4[idx + 1], 0, "the group's tail past k*in_c is zero");
+        }
+        if p.has(KernelPath::NeonI8mm) {
+            let g8 = kc.div_ceil(8);
+            assert_eq!(p.taps8.len(), out_c.div_ceil(16) * k * g8 * 128);
+            let sum: i64 = p.taps8.iter().map(|&w| i64::from(w)).sum();
+            assert_eq!(sum, weights.iter().map(|&w| i64::from(w)).sum::<i64>());
+            let (oc, ky, t) = (18, 2, kc - 1);
+            let idx = ((oc / 16 * k + ky) * g8 + t / 8) * 128 + oc % 16 * 8 + t % 8;
+            assert_eq!(p.taps8[idx], weights[(oc * k + ky) * kc + t]);
+            assert_eq!(p.taps8[idx + 1], 0, "the group's tail past k*in_c is zero");
         }
         if p.has(KernelPath::Avx2) {
             let g2 = kc.div_ceil(2);

@@ -13,7 +13,7 @@
 //! `input` or writes outside the stage buffer it is given.
 
 use super::dispatch::Geom;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use std::ops::Range;
 
 /// Bytes of stack each SIMD `forward_rows` call uses to stage input rows.
@@ -25,7 +25,10 @@ pub(super) const SLACK: usize = 64;
 
 /// How a call is cut into staged blocks.
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 pub(super) struct Plan {
     /// Output columns per column chunk.
     pub(super) cols: usize,
@@ -50,7 +53,7 @@ impl Plan {
 
 /// One staged block: input columns for output columns `c0..c1`, input rows for output
 /// rows `b0..b1`.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(super) struct Block {
     pub(super) c0: usize,
     pub(super) c1: usize,
@@ -61,7 +64,7 @@ pub(super) struct Block {
 }
 
 /// The staged blocks of a call, in a fixed order (column chunks, then row blocks).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(super) struct Blocks<'a> {
     plan: &'a Plan,
     g: &'a Geom,
@@ -70,7 +73,7 @@ pub(super) struct Blocks<'a> {
     b0: usize,
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(super) fn staged_blocks<'a>(plan: &'a Plan, g: &'a Geom, rows: &Range<usize>) -> Blocks<'a> {
     Blocks {
         plan,
@@ -81,7 +84,7 @@ pub(super) fn staged_blocks<'a>(plan: &'a Plan, g: &'a Geom, rows: &Range<usize>
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 impl Iterator for Blocks<'_> {
     type Item = Block;
 
@@ -117,7 +120,7 @@ impl Iterator for Blocks<'_> {
 /// Writes the staged rows of `blk` into `stage` with `conv(x)` for inside values and
 /// `pad` for padded ones, then zeroes `SLACK` elements after them. Returns nothing; all
 /// indices stay inside `stage` (sized by the plan).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline(always)]
 pub(super) fn stage_block<T: Copy + Default>(
     g: &Geom,

@@ -73,8 +73,8 @@ pub(super) unsafe fn vnni_rows(
     let blocks = g.out_c.div_ceil(16);
     let block_stride = g.k * g4 * 64;
     debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
-    debug_assert_eq!(packed.vnni.len(), blocks * block_stride);
-    debug_assert_eq!(packed.vnni_wsum.len(), blocks * 16);
+    debug_assert_eq!(packed.taps4.len(), blocks * block_stride);
+    debug_assert_eq!(packed.wsum.len(), blocks * 16);
     debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_c);
     debug_assert!(slot.channel_offset + g.out_c <= slot.pixel_stride);
     debug_assert_eq!(dst.len(), rows.len() * g.out_w * slot.pixel_stride);
@@ -113,14 +113,14 @@ pub(super) unsafe fn vnni_rows(
                     let n = (g.out_c - oc0).min(16);
                     let m: u16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
                     masks[j] = m;
-                    debug_assert!(oc0 + n <= bias.len() && oc0 + 16 <= packed.vnni_wsum.len());
+                    debug_assert!(oc0 + n <= bias.len() && oc0 + 16 <= packed.wsum.len());
                     // SAFETY: the mask `m` enables lanes `0..n` only, and `oc0 + n <=
-                    // out_c == bias.len()`; `vnni_wsum` holds `blocks · 16` values and
+                    // out_c == bias.len()`; `wsum` holds `blocks · 16` values and
                     // `oc0 + 16 <= blocks · 16`.
                     let (bv, ws) = unsafe {
                         (
                             _mm512_maskz_loadu_epi32(m, bias.as_ptr().add(oc0)),
-                            _mm512_loadu_si512(packed.vnni_wsum.as_ptr().add(oc0) as *const __m512i),
+                            _mm512_loadu_si512(packed.wsum.as_ptr().add(oc0) as *const __m512i),
                         )
                     };
                     init[j] = _mm512_sub_epi32(bv, _mm512_mullo_epi32(ws, _mm512_set1_epi32(corr)));
@@ -133,7 +133,7 @@ pub(super) unsafe fn vnni_rows(
                     px_stride,
                     g4,
                     k: g.k,
-                    w: &packed.vnni[b * block_stride..],
+                    w: &packed.taps4[b * block_stride..],
                     block_stride,
                     init: &init,
                     mult: &mv,
