@@ -12,6 +12,14 @@
 //!    batches), GMAC/s (useful MACs, [`Conv2d::macs`]) and the share of the measured peak.
 //!    Every path's output is checked equal to the scalar one before timing.
 //!
+//! 3. **aarch64 estimate**: for the same layers, how many `sdot` (NEON dot product) and
+//!    `smmla` (i8mm) instructions the aarch64 kernels issue, counted from their loop
+//!    structure (`models/src/conv/neon.rs`), the share of each instruction's
+//!    multiply-adds that are useful, and the time that count takes at Orin's Cortex-A78AE
+//!    issue rate (2 × 128-bit `sdot` per cycle at 2.2 GHz): an estimate, printed on every
+//!    machine, because no aarch64 hardware measures it here and nothing timed under qemu
+//!    means anything.
+//!
 //! Costs seconds; allocates freely (it is a benchmark, not a hot path).
 
 use redline_models::conv::{Conv2d, KernelPath};
@@ -88,6 +96,78 @@ fn print_row(row: &Row, peak: Option<f64>) {
     println!("{line}");
 }
 
+/// One layer's shape for the aarch64 estimate.
+struct Shape {
+    name: String,
+    in_c: usize,
+    out_c: usize,
+    k: usize,
+    out_h: usize,
+    out_w: usize,
+    macs: u64,
+}
+
+impl Shape {
+    fn of(name: &str, conv: &Conv2d, h: usize, w: usize) -> Shape {
+        let (out_h, out_w) = conv.out_hw(h, w);
+        Shape {
+            name: name.to_string(),
+            in_c: conv.in_c,
+            out_c: conv.out_c,
+            k: conv.k,
+            out_h,
+            out_w,
+            macs: conv.macs(h, w),
+        }
+    }
+
+    /// `sdot` per call: per pixel and 16-channel block, `k` kernel rows × `⌈k·in_c/4⌉` tap
+    /// groups × 4 registers of 4 channels.
+    fn sdot(&self) -> u64 {
+        let g4 = (self.k * self.in_c).div_ceil(4);
+        (self.out_h * self.out_w * self.out_c.div_ceil(16) * self.k * g4 * 4) as u64
+    }
+
+    /// `smmla` per call: per pixel pair (an odd last pixel pairs with itself) and block,
+    /// `k` × `⌈k·in_c/8⌉` × 8 channel pairs.
+    fn smmla(&self) -> u64 {
+        let g8 = (self.k * self.in_c).div_ceil(8);
+        (self.out_h * self.out_w.div_ceil(2) * self.out_c.div_ceil(16) * self.k * g8 * 8) as u64
+    }
+}
+
+/// Orin's Cortex-A78AE: two 128-bit NEON pipes that each issue one `sdot` per cycle.
+const A78_SDOT_PER_NS: f64 = 2.0 * 2.2;
+
+fn print_aarch64_estimate(shapes: &[Shape]) {
+    println!();
+    println!(
+        "aarch64 kernels, estimated from their loop structure (not measured: no aarch64 \
+         hardware here; qemu timings mean nothing)"
+    );
+    println!(
+        "{:<28} {:>9} | {:>10} {:>7} {:>12} | {:>10} {:>7}",
+        "layer", "MMAC", "sdot (M)", "useful", "A78AE us", "smmla (M)", "useful"
+    );
+    for s in shapes {
+        let (sdot, smmla) = (s.sdot(), s.smmla());
+        println!(
+            "{:<28} {:>9.3} | {:>10.3} {:>6.0}% {:>12.1} | {:>10.3} {:>6.0}%",
+            s.name,
+            s.macs as f64 / 1e6,
+            sdot as f64 / 1e6,
+            100.0 * s.macs as f64 / (sdot * 16) as f64,
+            sdot as f64 / A78_SDOT_PER_NS / 1e3,
+            smmla as f64 / 1e6,
+            100.0 * s.macs as f64 / (smmla * 32) as f64,
+        );
+    }
+    println!(
+        "(A78AE us: the sdot count alone at 2 per cycle and 2.2 GHz, a lower bound: loads, \
+         requantization and staging come on top.)"
+    );
+}
+
 fn bench_layer(name: String, conv: &Conv2d, h: usize, w: usize, seed: u64) -> Row {
     let input = random_i8(conv.input_len(h, w).expect("size"), seed);
     let mut reference = vec![0i8; conv.output_len(h, w).expect("size")];
@@ -139,12 +219,14 @@ fn main() {
     let backbone = Backbone::new(&cfg).expect("default backbone");
     let (mut h, mut w) = (cfg.in_h, cfg.in_w);
     let mut shapes = Vec::new();
+    let mut estimate = Vec::new();
     for (i, l) in backbone.layers().iter().enumerate() {
         let name = format!(
             "backbone.{i} {}->{} k{} s{} {}x{}",
             l.in_c, l.out_c, l.k, l.stride, h, w
         );
-        print_row(&bench_layer(name, l, h, w, 10 + i as u64), peak);
+        print_row(&bench_layer(name.clone(), l, h, w, 10 + i as u64), peak);
+        estimate.push(Shape::of(&name, l, h, w));
         shapes.push((h, w));
         (h, w) = l.out_hw(h, w);
     }
@@ -198,7 +280,8 @@ fn main() {
                 "{head}.{i} {}->{} k{} {}x{}",
                 l.in_c, l.out_c, l.k, bev.ny, bev.nx
             );
-            print_row(&bench_layer(name, l, bev.ny, bev.nx, 40 + i as u64), peak);
+            print_row(&bench_layer(name.clone(), l, bev.ny, bev.nx, 40 + i as u64), peak);
+            estimate.push(Shape::of(&name, l, bev.ny, bev.nx));
         }
     }
     println!(
@@ -207,4 +290,5 @@ fn main() {
          vpdpbusd is useful, and with 16 output channels (one zmm block) every vpdpbusd needs \
          its own activation broadcast (load-bound: 13 loads per 12 vpdpbusd)."
     );
+    print_aarch64_estimate(&estimate);
 }

@@ -24,6 +24,7 @@
 //! - **Agreement** (`--against`): after timing, each engine runs once more on the same input
 //!   and every output is compared element by element (`onnx::reference::compare`).
 
+use redline_runtime::det_math as dm;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -543,7 +544,7 @@ pub fn random_tensor(spec: &TensorSpec, seed: u64, index: u64) -> Vec<u8> {
                 // Box-Muller on two uniforms in (0, 1].
                 let u1 = 1.0 - g.next_f64();
                 let u2 = g.next_f64();
-                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                let z = (-2.0 * dm::ln(u1)).sqrt() * dm::cos(std::f64::consts::TAU * u2);
                 out.extend_from_slice(&(z.clamp(-3.0, 3.0) as f32).to_le_bytes());
             }
         }

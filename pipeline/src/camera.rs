@@ -262,6 +262,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // compares with std on purpose
     fn det_trig_matches_std() {
         let mut x: f64 = -20.0;
         while x < 20.0 {

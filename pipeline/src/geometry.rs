@@ -17,6 +17,7 @@
 //! Cost: O(1) each; [`bev_iou`] clips two quadrilaterals (at most 4 × 8 edge tests).
 
 use crate::types::{Detection, EgoPose, EGO_LENGTH, EGO_REAR_TO_CENTRE, EGO_WIDTH};
+use redline_runtime::det_math as dm;
 
 // ---------------------------------------------------------------------------------------
 // Frames
@@ -24,13 +25,13 @@ use crate::types::{Detection, EgoPose, EGO_LENGTH, EGO_REAR_TO_CENTRE, EGO_WIDTH
 
 /// Ego-frame point → world frame (f64).
 pub fn ego_to_world(ego: &EgoPose, x: f64, y: f64) -> (f64, f64) {
-    let (s, c) = ego.yaw.sin_cos();
+    let (s, c) = dm::sin_cos(ego.yaw);
     (ego.x + c * x - s * y, ego.y + s * x + c * y)
 }
 
 /// World point → ego frame (f64); the inverse of [`ego_to_world`].
 pub fn world_to_ego(ego: &EgoPose, x: f64, y: f64) -> (f64, f64) {
-    let (s, c) = ego.yaw.sin_cos();
+    let (s, c) = dm::sin_cos(ego.yaw);
     let (dx, dy) = (x - ego.x, y - ego.y);
     (c * dx + s * dy, -s * dx + c * dy)
 }
@@ -71,7 +72,7 @@ pub type OrientedBox = (f32, f32, f32, f32, f32);
 /// The ego box for a trajectory point (rear-axle position and heading), inflated by
 /// `margin` on every side.
 pub fn ego_box(x: f32, y: f32, yaw: f32, margin: f32) -> OrientedBox {
-    let (s, c) = yaw.sin_cos();
+    let (s, c) = dm::sin_cos(yaw);
     (
         x + EGO_REAR_TO_CENTRE * c,
         y + EGO_REAR_TO_CENTRE * s,
@@ -85,8 +86,8 @@ pub fn ego_box(x: f32, y: f32, yaw: f32, margin: f32) -> OrientedBox {
 /// with a NaN field overlaps everything (conservative).
 pub fn boxes_overlap(a: OrientedBox, b: OrientedBox) -> bool {
     let (dx, dy) = (b.0 - a.0, b.1 - a.1);
-    let (sa, ca) = a.2.sin_cos();
-    let (sb, cb) = b.2.sin_cos();
+    let (sa, ca) = dm::sin_cos(a.2);
+    let (sb, cb) = dm::sin_cos(b.2);
     let (ha, wa) = (0.5 * a.3.abs(), 0.5 * a.4.abs());
     let (hb, wb) = (0.5 * b.3.abs(), 0.5 * b.4.abs());
     // Axes: a's length and width directions, b's length and width directions.
@@ -104,7 +105,7 @@ pub fn boxes_overlap(a: OrientedBox, b: OrientedBox) -> bool {
 
 /// Corners of a box, counter-clockwise.
 fn corners(d: &Detection) -> [[f64; 2]; 4] {
-    let (s, c) = (d.yaw as f64).sin_cos();
+    let (s, c) = dm::sin_cos(d.yaw as f64);
     let (hl, hw) = (d.length as f64 / 2.0, d.width as f64 / 2.0);
     let (x, y) = (d.x as f64, d.y as f64);
     let (ux, uy) = (c * hl, s * hl);
@@ -140,11 +141,11 @@ pub fn bev_iou(a: &Detection, b: &Detection) -> f32 {
     }
     // Quick reject by circumscribed circles.
     let (ra, rb) = (
-        (a.length as f64).hypot(a.width as f64) / 2.0,
-        (b.length as f64).hypot(b.width as f64) / 2.0,
+        dm::hypot(a.length as f64, a.width as f64) / 2.0,
+        dm::hypot(b.length as f64, b.width as f64) / 2.0,
     );
     let (dx, dy) = (a.x as f64 - b.x as f64, a.y as f64 - b.y as f64);
-    if dx.hypot(dy) >= ra + rb {
+    if dm::hypot(dx, dy) >= ra + rb {
         return 0.0;
     }
     let pa = corners(a);

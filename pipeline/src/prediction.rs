@@ -26,6 +26,7 @@
 
 use crate::geometry::wrap_angle_f32;
 use crate::types::{class, PredictedPath, RoadMap, TrackState, MAP_POINTS, MAP_SPACING, PRED_DT};
+use redline_runtime::det_math as dm;
 
 /// Cars slower than this (m/s) are predicted at constant velocity (they are as good as
 /// stopped, and their heading from velocity is unreliable).
@@ -124,7 +125,7 @@ fn map_project_near(
 fn seg_heading(map: &RoadMap, i: usize) -> f32 {
     let a = map.centre[i];
     let b = map.centre[i + 1];
-    (b[1] - a[1]).atan2(b[0] - a[0])
+    dm::atan2(b[1] - a[1], b[0] - a[0])
 }
 
 /// Angle `a + w·(b − a)` along the shorter way round.
@@ -161,7 +162,7 @@ pub fn map_pose(map: &RoadMap, s: f32) -> (f32, f32, f32) {
 /// The world point at arc length `s` and lateral offset `d` (left +), with the heading there.
 pub fn frenet_to_world(map: &RoadMap, s: f32, d: f32) -> (f32, f32, f32) {
     let (x, y, h) = map_pose(map, s);
-    let (sn, cs) = h.sin_cos();
+    let (sn, cs) = dm::sin_cos(h);
     (x - d * sn, y + d * cs, h)
 }
 
@@ -218,7 +219,7 @@ impl Predictor {
                 if s0 >= 0.0 && s0 <= len && d0.abs() <= half_w {
                     let (_, _, h) = map_pose(map, s0);
                     // Not against the road direction.
-                    if vx * h.cos() + vy * h.sin() > 0.0 {
+                    if vx * dm::cos(h) + vy * dm::sin(h) > 0.0 {
                         lane = Some((s0, d0));
                     }
                 }
@@ -279,7 +280,7 @@ pub(crate) mod tests {
         };
         for i in 0..300 {
             let a = i as f32 * MAP_SPACING / r;
-            m.centre[i] = [r * a.sin(), r - r * a.cos()];
+            m.centre[i] = [r * dm::sin(a), r - r * dm::cos(a)];
         }
         m
     }
@@ -345,7 +346,7 @@ pub(crate) mod tests {
         let (s0, d0) = (40.0f32, lane_centre(&m, 0));
         let (x, y, h) = frenet_to_world(&m, s0, d0);
         let v = 15.0;
-        let tr = [track(5, class::CAR, x, y, v * h.cos(), v * h.sin())];
+        let tr = [track(5, class::CAR, x, y, v * dm::cos(h), v * dm::sin(h))];
         let mut out = [PredictedPath::default(); 3];
         let mut p = Predictor::new();
         p.predict(&tr, &m, &mut out);
@@ -363,7 +364,7 @@ pub(crate) mod tests {
         }
         // Constant velocity would have left the lane by ~10 m at 3 s.
         let last = out[0].xy[PRED_STEPS - 1];
-        let cv = [x + v * h.cos() * 3.0, y + v * h.sin() * 3.0];
+        let cv = [x + v * dm::cos(h) * 3.0, y + v * dm::sin(h) * 3.0];
         assert!(((last[0] - cv[0]).powi(2) + (last[1] - cv[1]).powi(2)).sqrt() > 5.0);
     }
 

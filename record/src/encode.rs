@@ -15,6 +15,7 @@ use foxglove::messages::{
     Vector3,
 };
 use redline_pipeline::types::{class, BevSpec, EGO_LENGTH, EGO_REAR_TO_CENTRE, EGO_WIDTH, PRED_DT};
+use redline_runtime::det_math as dm;
 use serde::Serialize;
 
 use crate::frame::OutputRecord;
@@ -107,8 +108,8 @@ fn yaw_pose(x: f64, y: f64, z: f64, yaw: f64) -> Pose {
         orientation: Some(Quaternion {
             x: 0.0,
             y: 0.0,
-            z: (yaw / 2.0).sin(),
-            w: (yaw / 2.0).cos(),
+            z: dm::sin(yaw / 2.0),
+            w: dm::cos(yaw / 2.0),
         }),
     }
 }
@@ -263,7 +264,7 @@ pub fn tracks(r: &OutputRecord, t: Timestamp) -> SceneUpdate {
                     kv("track_id", k.id.to_string()),
                     kv("class", class_name(k.class).to_string()),
                     kv("age", k.age.to_string()),
-                    kv("speed", format!("{:.2}", f64::from(k.vx.hypot(k.vy)))),
+                    kv("speed", format!("{:.2}", f64::from(dm::hypot(k.vx, k.vy)))),
                 ],
             )
         })

@@ -52,6 +52,7 @@
 pub mod arena;
 pub mod containment;
 pub mod demo;
+pub mod det_math;
 pub(crate) mod exec;
 pub mod graph;
 pub(crate) mod lanes;

@@ -2,6 +2,7 @@
 //! where, image sizes, and (ignored) rendering time.
 
 use redline_pipeline::camera::{pixel_ray_ego, project_ego};
+use redline_runtime::det_math as dm;
 use redline_sim::camera::{project_world, surround_rig};
 use redline_sim::render::{render_scene, Renderer};
 use redline_sim::scenario::{Road, Scenario, ScenarioConfig};
@@ -11,8 +12,8 @@ use std::f64::consts::PI;
 #[test]
 fn optical_axis_projects_to_principal_point_and_rays_point_back() {
     for cam in surround_rig(320, 192) {
-        let (sy, cy) = cam.yaw.sin_cos();
-        let (sp, cp) = cam.pitch.sin_cos();
+        let (sy, cy) = dm::sin_cos(cam.yaw);
+        let (sp, cp) = dm::sin_cos(cam.pitch);
         let dist = 17.0;
         let p = [
             cam.x + dist * cp * cy,
@@ -83,7 +84,7 @@ fn rig_covers_360_degrees() {
     for deg in 0..720 {
         let a = deg as f64 * PI / 360.0;
         // A point 30 m away at 1 m height, in every horizontal direction.
-        let (x, y) = (1.2 + 30.0 * a.cos(), 30.0 * a.sin());
+        let (x, y) = (1.2 + 30.0 * dm::cos(a), 30.0 * dm::sin(a));
         let seen = rig.iter().any(|c| {
             project_ego(c, x, y, 1.0).is_some_and(|(u, v, _)| {
                 u >= 0.0 && u < f64::from(c.width) && v >= 0.0 && v < f64::from(c.height)

@@ -2,6 +2,7 @@
 //! and projection beyond the ends.
 
 use proptest::prelude::*;
+use redline_runtime::det_math as dm;
 use redline_sim::scenario::{Road, Scenario, ScenarioConfig, ScenarioError};
 
 fn short(seed: u64, seconds: f64) -> ScenarioConfig {
@@ -43,7 +44,7 @@ fn road_has_curves_and_samples() {
     );
     assert_eq!(pts[0], (0.0, 0.0));
     for w in pts.windows(2) {
-        let step = (w[1].0 - w[0].0).hypot(w[1].1 - w[0].1);
+        let step = dm::hypot(w[1].0 - w[0].0, w[1].1 - w[0].1);
         assert!((step - 2.0).abs() < 1e-3, "chord {step}");
     }
     assert_eq!(road.sample_centre(2.0, 5).len(), 5);
@@ -66,7 +67,7 @@ proptest! {
             .expect("valid").road;
         let s = frac * road.length();
         let (x, y, h) = road.pose_at(s);
-        let (px, py) = (x - d * h.sin(), y + d * h.cos());
+        let (px, py) = (x - d * dm::sin(h), y + d * dm::cos(h));
         let (s2, d2) = road.project(px, py);
         prop_assert!((s2 - s).abs() < 1e-6, "s {} -> {}", s, s2);
         prop_assert!((d2 - d).abs() < 1e-6, "d {} -> {}", d, d2);
@@ -85,7 +86,7 @@ fn road_pieces_and_projection_beyond_the_ends() {
     let (s, d) = road.project(-10.0, 1.0);
     assert!((s + 10.0).abs() < 1e-9 && (d - 1.0).abs() < 1e-9);
     let (x, y, h) = road.pose_at(200.0);
-    let (s, d) = road.project(x + 5.0 * h.cos(), y + 5.0 * h.sin());
+    let (s, d) = road.project(x + 5.0 * dm::cos(h), y + 5.0 * dm::sin(h));
     assert!((s - 205.0).abs() < 1e-9 && d.abs() < 1e-9);
     // Arc end heading = 100 m / 200 m = 0.5 rad.
     assert!((road.pose_at(150.0).2 - 0.5).abs() < 1e-12);

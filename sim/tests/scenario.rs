@@ -2,6 +2,7 @@
 //! dense configs, pedestrians crossing), invalid configs. Road geometry is tested in
 //! `road.rs`, the camera rig and the rasterizer in `render.rs`.
 
+use redline_runtime::det_math as dm;
 use redline_sim::scenario::{
     Road, Scenario, ScenarioConfig, EGO_LENGTH, EGO_REAR_TO_CENTRE, EGO_WIDTH,
 };
@@ -38,15 +39,15 @@ impl Obb {
     }
     fn of_ego(e: &EgoState) -> Obb {
         Obb {
-            cx: e.x + EGO_REAR_TO_CENTRE * e.yaw.cos(),
-            cy: e.y + EGO_REAR_TO_CENTRE * e.yaw.sin(),
+            cx: e.x + EGO_REAR_TO_CENTRE * dm::cos(e.yaw),
+            cy: e.y + EGO_REAR_TO_CENTRE * dm::sin(e.yaw),
             hl: 0.5 * EGO_LENGTH,
             hw: 0.5 * EGO_WIDTH,
             yaw: e.yaw,
         }
     }
     fn axes(&self) -> [[f64; 2]; 2] {
-        let (s, c) = self.yaw.sin_cos();
+        let (s, c) = dm::sin_cos(self.yaw);
         [[c, s], [-s, c]]
     }
     /// Half projection of the box on unit axis `n`.
@@ -57,7 +58,7 @@ impl Obb {
     /// Separating-axis test (touching counts as not overlapping).
     fn overlaps(&self, o: &Obb) -> bool {
         let d = [o.cx - self.cx, o.cy - self.cy];
-        let reach = self.hl.hypot(self.hw) + o.hl.hypot(o.hw);
+        let reach = dm::hypot(self.hl, self.hw) + dm::hypot(o.hl, o.hw);
         if d[0] * d[0] + d[1] * d[1] > reach * reach {
             return false;
         }
@@ -218,7 +219,7 @@ fn no_overlaps_and_ego_collision_free_for_seeds_1_to_5() {
                     objs[i],
                     ego
                 );
-                let g = (a.cx - eb.cx).hypot(a.cy - eb.cy);
+                let g = dm::hypot(a.cx - eb.cx, a.cy - eb.cy);
                 min_ego_gap = min_ego_gap.min(g);
                 for (j, b) in boxes.iter().enumerate().skip(i + 1) {
                     assert!(
@@ -254,11 +255,11 @@ fn ego_drives_its_lane_and_velocities_match_positions() {
         let (_, d) = sc.road.project(c.cx, c.cy);
         assert!((d - lane).abs() < 0.05, "frame {f}: ego off its lane ({d})");
         // Speed consistent with positions.
-        let v_fd = (next.x - prev.x).hypot(next.y - prev.y) / (2.0 * dt);
+        let v_fd = dm::hypot(next.x - prev.x, next.y - prev.y) / (2.0 * dt);
         assert!((v_fd - e.v).abs() < 0.25, "frame {f}: v {} vs {v_fd}", e.v);
         let yr_fd = (next.yaw - prev.yaw) / (2.0 * dt);
         assert!((yr_fd - e.yaw_rate).abs() < 1e-9);
-        moved += (e.x - prev.x).hypot(e.y - prev.y);
+        moved += dm::hypot(e.x - prev.x, e.y - prev.y);
         // Actor velocities consistent with a forward difference.
         for (o, o1) in sc.objects(f).iter().zip(sc.objects(f + 1)) {
             let (vx, vy) = ((o1.x - o.x) / dt, (o1.y - o.y) / dt);

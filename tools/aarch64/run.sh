@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Cross-builds redline for aarch64 (Orin's CPU) and runs the tests that matter for the
 # architecture under qemu user-mode emulation, then checks that a lockstep replay gives the
-# same output hash as on this x86-64 machine (every kernel path on both sides).
+# same output hash as on this x86-64 machine (every kernel path on both sides), and that a
+# real-time replay asks the OS for the same things (SCHED_FIFO, pinning, mlock) and reports
+# what it got.
 #
-# Usage: tools/aarch64/run.sh [FRAMES]     (FRAMES of the built-in drive to replay; default 150)
+# Usage: tools/aarch64/run.sh [FRAMES]     (FRAMES of the built-in drive to replay; default 150;
+#                                           `all` replays the whole 900-frame drive)
 #
 # Needs (installed here from Debian when missing, as root): rustc-web / cargo-web 1.96 with
 # the multiarch arm64 standard library (libstd-rust-web-dev:arm64), gcc-aarch64-linux-gnu,
@@ -13,10 +16,13 @@
 #
 # Emulated: correctness only. Nothing timed under qemu means anything about an Orin.
 # qemu 7.2 has no Cortex-A78 model; -cpu cortex-a76 (Armv8.2-A with dotprod, no SVE, no
-# i8mm) is the closest, and is what QEMU_CPU selects below.
+# i8mm) is the closest, and is what QEMU_CPU selects below; -cpu max (with i8mm) runs the
+# i8mm kernel's tests and replay.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 frames=${1:-150}
+frames_arg=(--frames "$frames")
+[ "$frames" = all ] && frames_arg=()
 
 step_start=$SECONDS
 step() {
@@ -69,37 +75,51 @@ debian_cargo() {
 arm_tests=(-p redline-models --lib -p redline-runtime --lib -p redline-pipeline --lib
     -p redline-tests --test runtime_determinism)
 
-step "cross-build (the test binaries and redline, dev profile)"
+step "cross-build (the test binaries and redline, dev profile: optimized, with debug info)"
 debian_cargo build --target $target -p redline-cli --bin redline
 debian_cargo test --target $target --no-run "${arm_tests[@]}"
 
-step "tests under qemu (INT8 kernels, runtime and pipeline units, runtime determinism)"
+step "tests under qemu -cpu cortex-a76 (INT8 kernels, runtime incl. real-time, pipeline units, determinism)"
 # Timing tests do not belong under emulation: they are named *timing* / *latency* and skipped.
 debian_cargo test --target $target "${arm_tests[@]}" -- --skip timing --skip latency
 
+step "INT8 kernel tests under qemu -cpu max (the i8mm kernel: cortex-a76 has no i8mm and skips it)"
+QEMU_CPU=max debian_cargo test --target $target -p redline-models --lib -- conv::
+
 step "lockstep replay: the same output hash on both ISAs, every kernel path"
-x86=$CARGO_TARGET_DIR/release/redline
-[ -x "$x86" ] || cargo build --release -p redline-cli --bin redline
+# This machine's redline in the dev profile (what `cargo test` builds; optimized, like the
+# aarch64 one): lockstep outputs do not depend on the profile.
+cargo build -p redline-cli --bin redline
+x86=$CARGO_TARGET_DIR/debug/redline
 arm=$CARGO_TARGET_DIR/$target/debug/redline
-hash_of() { "$@" replay --mode lockstep --frames "$frames" 2>/dev/null | sed -n 's/^output hash //p'; }
+hash_of() { "$@" replay --mode lockstep "${frames_arg[@]}" 2>/dev/null | sed -n 's/^output hash //p'; }
 declare -A hashes
+keys=()
 for k in vnni avx2 scalar; do
+    keys+=("x86-64 $k")
     hashes["x86-64 $k"]=$(REDLINE_KERNEL=$k hash_of "$x86")
 done
-for k in neon scalar; do
-    hashes["aarch64 $k"]=$(REDLINE_KERNEL=$k hash_of qemu-aarch64 "$arm")
+for run in "cortex-a76 neon" "max i8mm" "cortex-a76 scalar"; do
+    read -r cpu kernel <<<"$run"
+    keys+=("aarch64 $kernel ($cpu)")
+    hashes["aarch64 $kernel ($cpu)"]=$(QEMU_CPU=$cpu REDLINE_KERNEL=$kernel hash_of qemu-aarch64 "$arm")
 done
 ref=${hashes["x86-64 vnni"]}
 fail=0
-for key in "x86-64 vnni" "x86-64 avx2" "x86-64 scalar" "aarch64 neon" "aarch64 scalar"; do
+for key in "${keys[@]}"; do
     h=${hashes[$key]}
     mark=same
     if [ -z "$h" ] || [ "$h" != "$ref" ]; then mark=DIFFERENT; fail=1; fi
-    printf '   %-16s %s  %s\n' "$key" "${h:-(no hash: the replay failed)}" "$mark"
+    printf '   %-28s %s  %s\n' "$key" "${h:-(no hash: the replay failed)}" "$mark"
 done
+
+step "real-time replay under qemu: what the OS granted (SCHED_FIFO, pinning, mlock)"
+# Emulation cannot keep the deadlines; this checks the requests and the report, not timing.
+qemu-aarch64 "$arm" replay --frames 30 2>/dev/null | grep '^os:' | sed 's/^/   aarch64 /' || true
+"$x86" replay --frames 30 2>/dev/null | grep '^os:' | sed 's/^/   x86-64  /' || true
 step done
 if [ $fail != 0 ]; then
-    echo "aarch64: the lockstep replay of $frames frames differs between ISAs or kernel paths" >&2
+    echo "aarch64: the lockstep replay (${frames} frames) differs between ISAs or kernel paths" >&2
     exit 1
 fi
-echo "aarch64: tests passed; $frames lockstep frames give output hash $ref on every ISA and kernel path"
+echo "aarch64: tests passed; lockstep replay (${frames} frames) gives output hash $ref on every ISA and kernel path"

@@ -346,7 +346,7 @@ mod tests {
                     .map(|i| {
                         let (y, x) = (i / (64 * 3), (i / 3) % 64);
                         let v = (y as f32 / 32.0 - 0.5) * (k as f32 * 0.3 + 0.5)
-                            + (x as f32 / 9.0).sin() * 0.3
+                            + redline_runtime::det_math::sin(x as f32 / 9.0) * 0.3
                             + r.uniform(-0.1, 0.1);
                         quantize(v, q_in)
                     })

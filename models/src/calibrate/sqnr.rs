@@ -12,6 +12,7 @@ use super::{channel_group, channel_group_i8, Tensor};
 use crate::conv::{exact_len, ModelError};
 use crate::network::{Backbone, DetHead, FloatNetwork, SegHead};
 use crate::quant::{dequantize, QParams};
+use redline_runtime::det_math as dm;
 
 /// Signal and noise energies of one tensor: SQNR in dB (module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -60,7 +61,7 @@ fn sqnr_db(signal: f64, noise: f64) -> f64 {
     } else if signal <= 0.0 {
         f64::NEG_INFINITY
     } else {
-        10.0 * (signal / noise).log10()
+        10.0 * dm::log10(signal / noise)
     }
 }
 

@@ -152,7 +152,7 @@ pub(crate) mod tests {
                 let rgb = [
                     fy * 1.6 - 0.8 + blob,
                     fx - 0.5,
-                    (fx * 9.0).sin() * 0.5 - blob,
+                    redline_runtime::det_math::sin(fx * 9.0) * 0.5 - blob,
                 ];
                 img.extend(rgb.iter().map(|&v| crate::quant::quantize(v, q)));
             }

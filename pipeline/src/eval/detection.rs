@@ -25,6 +25,7 @@
 //!   are ignored; a non-finite position never matches. Deterministic (ordered data only).
 //!   Off the hot path: allocates.
 
+use redline_runtime::det_math as dm;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -129,7 +130,7 @@ impl DetectionEval {
                         if taken[gi] {
                             continue;
                         }
-                        let dist = (gx - det.x).hypot(gy - det.y);
+                        let dist = dm::hypot(gx - det.x, gy - det.y);
                         if dist.is_finite() && best.is_none_or(|(bd, _)| dist < bd) {
                             best = Some((dist, gi));
                         }

@@ -34,6 +34,7 @@
 
 use crate::geometry::ego_to_world;
 use crate::types::{seg_class, BevSpec, EgoPose, RoadMap, MAP_POINTS};
+use redline_runtime::det_math as dm;
 
 /// Half width of a lane-marking line in the ground truth, m (see the module docs).
 pub const MARKING_HALF_WIDTH_M: f64 = 0.5;
@@ -92,7 +93,7 @@ pub fn seg_ground_truth(
     ];
     let reach = corners
         .iter()
-        .map(|&(x, y)| f64::from(x).hypot(f64::from(y)))
+        .map(|&(x, y)| dm::hypot(f64::from(x), f64::from(y)))
         .fold(0.0, f64::max)
         + half
         + 2.0 * MARKING_HALF_WIDTH_M;
@@ -163,7 +164,7 @@ fn segment_distance(p: (f64, f64), a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
     };
     let tc = t.clamp(0.0, 1.0);
     let (fx, fy) = (a.0 + tc * ux, a.1 + tc * uy);
-    ((p.0 - fx).hypot(p.1 - fy), t)
+    (dm::hypot(p.0 - fx, p.1 - fy), t)
 }
 
 #[cfg(test)]
@@ -323,7 +324,10 @@ mod tests {
         m.points = 100;
         for (i, p) in m.centre.iter_mut().take(100).enumerate() {
             let a = (i as f64 * 2.0 - 60.0) / 100.0; // arc angle, rad
-            *p = [(100.0 * a.sin()) as f32, (100.0 - 100.0 * a.cos()) as f32];
+            *p = [
+                (100.0 * dm::sin(a)) as f32,
+                (100.0 - 100.0 * dm::cos(a)) as f32,
+            ];
         }
         let bev = BevSpec::DEFAULT;
         let mut out = vec![0u8; bev.nx * bev.ny];
@@ -331,7 +335,7 @@ mod tests {
         for iy in 0..bev.ny {
             for ix in 0..bev.nx {
                 let (x, y) = bev.centre(ix, iy);
-                let d = 100.0 - (f64::from(x)).hypot(100.0 - f64::from(y));
+                let d = 100.0 - dm::hypot(f64::from(x), 100.0 - f64::from(y));
                 // Away from class borders (the 2 m chords sag 5 mm), the class follows d.
                 let near_border = [-3.5f64, 0.0, 3.5]
                     .iter()

@@ -290,8 +290,12 @@ mod tests {
                         s += c(u)
                             * c(v)
                             * coef[v * 8 + u] as f64
-                            * (((2 * x + 1) as f64 * u as f64 * std::f64::consts::PI) / 16.0).cos()
-                            * (((2 * y + 1) as f64 * v as f64 * std::f64::consts::PI) / 16.0).cos();
+                            * redline_runtime::det_math::cos(
+                                ((2 * x + 1) as f64 * u as f64 * std::f64::consts::PI) / 16.0,
+                            )
+                            * redline_runtime::det_math::cos(
+                                ((2 * y + 1) as f64 * v as f64 * std::f64::consts::PI) / 16.0,
+                            );
                     }
                 }
                 out[y * 8 + x] = (s / 4.0 + 128.0).clamp(0.0, 255.0);

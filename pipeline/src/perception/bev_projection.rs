@@ -288,7 +288,7 @@ mod tests {
     /// `yaws[cam]` (left positive), 90° horizontal field of view.
     fn pinhole(yaws: &[f64]) -> impl Fn(usize, f64, f64, f64) -> Option<(f64, f64)> + '_ {
         move |cam, x, y, z| {
-            let (s, c) = yaws[cam].sin_cos();
+            let (s, c) = redline_runtime::det_math::sin_cos(yaws[cam]);
             let xc = c * x + s * y;
             let yc = -s * x + c * y;
             let zc = z - CAM_HEIGHT;

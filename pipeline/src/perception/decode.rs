@@ -11,6 +11,7 @@
 //! with a noisy head (64 peaks kept).
 
 use redline_models::network::REG_CHANNELS;
+use redline_runtime::det_math as dm;
 
 use super::nms::nms;
 use super::{check_scale, check_size, PerceptionError};
@@ -116,7 +117,7 @@ impl Decoder {
         for (i, s) in self.score_lut.iter_mut().enumerate() {
             let q = i as i32 - 128;
             let logit = heat_scale as f64 * (q - heat_zp as i32) as f64;
-            *s = (1.0 / (1.0 + (-logit).exp())) as f32;
+            *s = (1.0 / (1.0 + dm::exp(-logit))) as f32;
         }
         let (nx, ny, k) = (self.bev.nx, self.bev.ny, self.classes);
         let stride = k + REG_CHANNELS;
@@ -166,9 +167,9 @@ impl Decoder {
             *d = Detection {
                 x: cx + reg(r[0]) * res,
                 y: cy + reg(r[1]) * res,
-                yaw: reg(r[4]).atan2(reg(r[5])),
-                length: reg(r[2]).clamp(-MAX_LOG_SIZE, MAX_LOG_SIZE).exp(),
-                width: reg(r[3]).clamp(-MAX_LOG_SIZE, MAX_LOG_SIZE).exp(),
+                yaw: dm::atan2(reg(r[4]), reg(r[5])),
+                length: dm::exp(reg(r[2]).clamp(-MAX_LOG_SIZE, MAX_LOG_SIZE)),
+                width: dm::exp(reg(r[3]).clamp(-MAX_LOG_SIZE, MAX_LOG_SIZE)),
                 score: self.score_lut[(c.q as i32 + 128) as usize],
                 class: cls as u32,
                 valid: 1,
@@ -259,7 +260,7 @@ mod tests {
         for g in &gt {
             let d = out[..n]
                 .iter()
-                .find(|d| d.class == g.class && (d.x - g.x).hypot(d.y - g.y) < 0.1)
+                .find(|d| d.class == g.class && dm::hypot(d.x - g.x, d.y - g.y) < 0.1)
                 .unwrap_or_else(|| panic!("{g:?} not recovered in {:?}", &out[..n]));
             assert!((d.length / g.length - 1.0).abs() < 0.05, "{d:?} {g:?}");
             assert!((d.width / g.width - 1.0).abs() < 0.05, "{d:?} {g:?}");
@@ -319,7 +320,7 @@ mod tests {
         for i in 0..120usize {
             let (ix, iy) = ((i % 40) * 2, (i / 40) * 2 * 7);
             let logit = -3.0 + (i as f32 * 37.0 % 120.0) * HS; // permuted, distinct
-            let score = 1.0 / (1.0 + (-logit).exp());
+            let score = 1.0 / (1.0 + dm::exp(-logit));
             let (x, y) = BevSpec::DEFAULT.centre(ix, iy);
             gt.push(det(x, y, 0.0, 1.0, 1.0, score, (i % K) as u32));
         }

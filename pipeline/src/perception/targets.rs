@@ -9,6 +9,7 @@
 //! Cost: O(cells · (classes + 6)) to clear the tensor plus O(boxes).
 
 use redline_models::network::REG_CHANNELS;
+use redline_runtime::det_math as dm;
 
 use super::{check_scale, check_size, sat_i8, PerceptionError};
 use crate::types::{BevSpec, Detection};
@@ -91,7 +92,7 @@ pub(crate) fn encode_targets(
             1.0
         };
         let s = (score as f64).clamp(1e-6, 1.0 - 1e-6);
-        let logit = (s / (1.0 - s)).ln() as f32;
+        let logit = dm::ln(s / (1.0 - s)) as f32;
         let q = quantize(logit, heat_scale, heat_zp);
         let base = (iy * bev.nx + ix) * stride;
         let cell = &mut out[base..base + stride];
@@ -105,10 +106,10 @@ pub(crate) fn encode_targets(
             let vals = [
                 (b.x - cx) / bev.res,
                 (b.y - cy) / bev.res,
-                b.length.ln(),
-                b.width.ln(),
-                b.yaw.sin(),
-                b.yaw.cos(),
+                dm::ln(b.length),
+                dm::ln(b.width),
+                dm::sin(b.yaw),
+                dm::cos(b.yaw),
             ];
             for (d, v) in cell[classes..].iter_mut().zip(vals) {
                 *d = quantize(v, reg_scale, reg_zp);

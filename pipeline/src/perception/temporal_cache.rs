@@ -12,6 +12,7 @@
 
 use super::{check_bev, check_size, sat_i8, PerceptionError};
 use crate::types::{BevSpec, EgoPose};
+use redline_runtime::det_math as dm;
 
 /// Integer division rounding half away from zero; `d > 0`.
 #[inline]
@@ -44,11 +45,11 @@ impl Xform {
     fn between(prev: &EgoPose, cur: &EgoPose) -> Self {
         // world = P_cur + R(yaw_cur)·p_cur ;  p_prev = R(-yaw_prev)·(world - P_prev)
         let dyaw = cur.yaw - prev.yaw;
-        let (sp, cp) = prev.yaw.sin_cos();
+        let (sp, cp) = dm::sin_cos(prev.yaw);
         let (dx, dy) = (cur.x - prev.x, cur.y - prev.y);
         Self {
-            c: dyaw.cos(),
-            s: dyaw.sin(),
+            c: dm::cos(dyaw),
+            s: dm::sin(dyaw),
             tx: cp * dx + sp * dy,
             ty: -sp * dx + cp * dy,
         }
@@ -359,7 +360,7 @@ mod tests {
         // Same motion somewhere else in the world with a heading: still 3 cells.
         let h = 0.7;
         let q0 = pose(0, 100.0, -50.0, h);
-        let q1 = pose(100, 100.0 + 3.0 * h.cos(), -50.0 + 3.0 * h.sin(), h);
+        let q1 = pose(100, 100.0 + 3.0 * dm::cos(h), -50.0 + 3.0 * dm::sin(h), h);
         TemporalCache::warp(&bev, ch, &prev, &q0, &q1, -3, &mut out);
         assert_eq!(
             cells_with(&bev, ch, &out, 99),

@@ -10,6 +10,7 @@ use super::candidates::SpeedProfile;
 use super::{positive_or, PlannerParams};
 use crate::prediction::{frenet_to_world, map_project, map_valid};
 use crate::types::{EgoPose, RoadMap, TrajPoint, PLAN_STEPS, PRED_DT};
+use redline_runtime::det_math as dm;
 
 /// The minimum-risk trajectory alone (also the planning stage's fallback): brake in lane to
 /// a stop at `decel`. Follows the road at the ego's current lateral offset when the map is
@@ -43,7 +44,7 @@ pub fn min_risk(ego: &EgoPose, map: &RoadMap, decel: f32, out: &mut [TrajPoint])
         let (x, y, yaw) = if in_lane {
             frenet_to_world(map, s0 + ds, d0)
         } else {
-            let (sn, cs) = yaw0.sin_cos();
+            let (sn, cs) = dm::sin_cos(yaw0);
             (x0 + ds * cs, y0 + ds * sn, yaw0)
         };
         *o = TrajPoint {
@@ -96,7 +97,7 @@ mod tests {
             &mut b,
         );
         assert_eq!(a, b);
-        assert!(((a[0].y - 4.0) / (a[0].x - 3.0) - 0.3f32.tan()).abs() < 1e-3);
+        assert!(((a[0].y - 4.0) / (a[0].x - 3.0) - dm::tan(0.3f32)).abs() < 1e-3);
         assert!(a.iter().all(|p| p.yaw == 0.3));
         // A short buffer and NaN speed: no panic.
         min_risk(

@@ -37,6 +37,7 @@
 //! quintics); `scoring` the obstacle table and the cost of one candidate; [`min_risk`] the
 //! fallback trajectory.
 
+use redline_runtime::det_math as dm;
 mod candidates;
 mod min_risk;
 mod scoring;
@@ -213,7 +214,7 @@ impl Planner {
             ego: *ego,
             s0,
             d0,
-            slope0: rel0.tan(),
+            slope0: dm::tan(rel0),
             v0,
             h0,
         };
@@ -419,7 +420,7 @@ pub(crate) mod tests {
         let limit = road_half_width(map) + 0.2 + 1e-3;
         for (k, p) in traj.iter().enumerate() {
             let b = ego_box(p.x, p.y, p.yaw, 0.0);
-            let (sn, cs) = b.2.sin_cos();
+            let (sn, cs) = dm::sin_cos(b.2);
             for (fx, fy) in [(1.0, 1.0), (1.0, -1.0), (-1.0, 1.0), (-1.0, -1.0)] {
                 let cx = b.0 + fx * 0.5 * b.3 * cs - fy * 0.5 * b.4 * sn;
                 let cy = b.1 + fx * 0.5 * b.3 * sn + fy * 0.5 * b.4 * cs;
@@ -577,7 +578,7 @@ pub(crate) mod tests {
         );
         assert_eq!(sum.kind, 1);
         // Straight braking along the heading.
-        assert!((out[0].y / out[0].x - 0.3f32.tan()).abs() < 1e-3);
+        assert!((out[0].y / out[0].x - dm::tan(0.3f32)).abs() < 1e-3);
         let mut bad = stopped_car(1, f32::NAN, 0.0);
         bad.length = f32::INFINITY;
         planner.plan(

@@ -19,6 +19,7 @@ use crate::types::{
     BevSpec, PredictedPath, RoadMap, TrajPoint, EGO_LENGTH, EGO_REAR_TO_CENTRE, EGO_WIDTH,
     MAX_TRACKS, PLAN_STEPS, PRED_DT, PRED_STEPS,
 };
+use redline_runtime::det_math as dm;
 
 /// One predicted box at one step: centre, heading, length, width, bounding radius.
 #[derive(Debug, Clone, Copy, Default)]
@@ -60,7 +61,7 @@ impl Planner {
             let first = pred.xy[0];
             let last = pred.xy[PRED_STEPS - 1];
             let moving = ((last[0] - first[0]).powi(2) + (last[1] - first[1]).powi(2)) > 0.25;
-            let overall = (last[1] - first[1]).atan2(last[0] - first[0]);
+            let overall = dm::atan2(last[1] - first[1], last[0] - first[0]);
             let mut still_yaw = None;
             if !moving {
                 let (s, d) = if map_ok {
@@ -90,7 +91,7 @@ impl Planner {
                         };
                         let (dx, dy) = (b[0] - a[0], b[1] - a[1]);
                         if dx * dx + dy * dy > 1e-4 {
-                            dy.atan2(dx)
+                            dm::atan2(dy, dx)
                         } else {
                             overall
                         }
@@ -130,8 +131,8 @@ impl Planner {
         };
         let half_w = road_half_width(map);
         let (hl, hw) = (0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH);
-        let rel0 = st.slope0.atan();
-        let (sr0, cr0) = rel0.sin_cos();
+        let rel0 = dm::atan(st.slope0);
+        let (sr0, cr0) = dm::sin_cos(rel0);
         let now_out = (st.d0 + EGO_REAR_TO_CENTRE * sr0).abs() + hl * sr0.abs() + hw * cr0.abs();
         let edge_limit = (half_w + tol).max(now_out) + 1e-4;
         let ego_radius =
@@ -149,7 +150,7 @@ impl Planner {
             let t = (k + 1) as f32 * PRED_DT;
             let (ds, v) = prof.at(t);
             let (d, slope) = lat.at(st.s0 + ds);
-            let rel = slope.atan();
+            let rel = dm::atan(slope);
             let (x, y, h) = frenet_to_world(map, st.s0 + ds, d);
             let yaw = wrap_angle_f32(h + rel);
             self.cand[k] = TrajPoint {
@@ -170,7 +171,7 @@ impl Planner {
             prev_yaw = yaw;
 
             // Road edges (box in the Frenet frame, relative heading `rel`).
-            let (sr, cr) = rel.sin_cos();
+            let (sr, cr) = dm::sin_cos(rel);
             let dc = d + EGO_REAR_TO_CENTRE * sr;
             if dc.abs() + hl * sr.abs() + hw * cr.abs() > edge_limit {
                 off_road = true;
@@ -257,7 +258,7 @@ mod tests {
         let still = planner.obs[0];
         assert_eq!((still.yaw, still.length, still.width), (0.0, 4.6, 1.9));
         let m = planner.obs[PRED_STEPS];
-        assert!((m.yaw - 0.5f32.atan2(1.0)).abs() < 1e-6, "{m:?}");
+        assert!((m.yaw - dm::atan2(0.5f32, 1.0)).abs() < 1e-6, "{m:?}");
         // Off the road and still: heading unknown, a square of the longer side.
         let sq = planner.obs[2 * PRED_STEPS];
         assert_eq!((sq.length, sq.width), (4.6, 4.6));

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
+use redline_runtime::det_math as dm;
 
 /// Chroma subsampling modes the tests cover.
 pub const MODES: [(&str, SamplingFactor); 4] = [
@@ -44,7 +45,7 @@ pub fn natural_rgb(w: usize, h: usize, seed: u64) -> Vec<u8> {
             let mut c = if fy < 0.45 {
                 [90.0 + 80.0 * fy, 140.0 + 60.0 * fy, 230.0 - 40.0 * fx]
             } else {
-                let t = 100.0 + 25.0 * ((x as f32 * 0.31).sin() * (y as f32 * 0.17).cos());
+                let t = 100.0 + 25.0 * (dm::sin(x as f32 * 0.31) * dm::cos(y as f32 * 0.17));
                 [t, t * 0.97, t * 0.9]
             };
             for &(cx, cy, r, col, square) in &shapes {
@@ -135,7 +136,7 @@ pub fn compare(a: &[u8], b: &[u8]) -> (u8, f64) {
     let psnr = if mse == 0.0 {
         f64::INFINITY
     } else {
-        10.0 * (255.0 * 255.0 / mse).log10()
+        10.0 * dm::log10(255.0 * 255.0 / mse)
     };
     (max, psnr)
 }

@@ -8,6 +8,7 @@
 
 use super::std_msgs::Header;
 use crate::cdr::{CdrError, CdrReader, CdrWriter};
+use redline_runtime::det_math as dm;
 
 pub(super) const POINT_DEF: (&str, &str) =
     ("geometry_msgs/Point", "float64 x\nfloat64 y\nfloat64 z\n");
@@ -120,7 +121,7 @@ impl Quaternion {
 
     /// Rotation by `yaw` about z.
     pub fn from_yaw(yaw: f64) -> Quaternion {
-        let (s, c) = (yaw * 0.5).sin_cos();
+        let (s, c) = dm::sin_cos(yaw * 0.5);
         Quaternion {
             x: 0.0,
             y: 0.0,
@@ -131,7 +132,7 @@ impl Quaternion {
 
     /// Rotation by `yaw` about z, then `pitch` about the new y (positive pitch turns x down).
     pub fn from_yaw_pitch(yaw: f64, pitch: f64) -> Quaternion {
-        let (s, c) = (pitch * 0.5).sin_cos();
+        let (s, c) = dm::sin_cos(pitch * 0.5);
         Quaternion::from_yaw(yaw)
             * (Quaternion {
                 x: 0.0,
@@ -164,14 +165,14 @@ impl Quaternion {
     /// Heading (rotation about z) of this rotation's x axis.
     pub fn yaw(self) -> f64 {
         let (ax, ay, _) = self.x_axis();
-        ay.atan2(ax)
+        dm::atan2(ay, ax)
     }
 
     /// Yaw and pitch (positive looks down) of this rotation's x axis; the inverse of
     /// [`Quaternion::from_yaw_pitch`] for rotations without roll.
     pub fn yaw_pitch(self) -> (f64, f64) {
         let (ax, ay, az) = self.x_axis();
-        (ay.atan2(ax), (-az).atan2(ax.hypot(ay)))
+        (dm::atan2(ay, ax), dm::atan2(-az, dm::hypot(ax, ay)))
     }
 
     /// The rotation of a camera's optical frame in `base_link` for a mount yaw and pitch.

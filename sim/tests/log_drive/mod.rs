@@ -2,6 +2,7 @@
 //! 2-camera rig, a known image pattern per camera and frame, ego and ground-truth sequences,
 //! the writer of the 10-frame log, and checks that a message read back is the one written.
 
+use redline_runtime::det_math as dm;
 use std::path::{Path, PathBuf};
 
 use redline_pipeline::camera::CameraSpec;
@@ -99,7 +100,7 @@ pub fn gt(k: u64) -> GroundTruth {
 
 pub fn centre() -> Vec<(f64, f64)> {
     (0..50)
-        .map(|i| (i as f64 * 2.0, (i as f64 * 0.1).sin()))
+        .map(|i| (i as f64 * 2.0, dm::sin(i as f64 * 0.1)))
         .collect()
 }
 

@@ -18,6 +18,7 @@
 //! point, on the right edge, is the maximum (p = 100 % has no finite position, so everything past
 //! 99.999 % is folded onto the edge). Values are hdrhistogram's bucket values (within 0.1 %).
 
+use redline_runtime::det_math as dm;
 use std::fmt::Write as _;
 
 use redline_runtime::metrics::LatencyHistogram;
@@ -85,7 +86,7 @@ pub fn percentile_svg(title: &str, series: &[Series<'_>], limit_ns: Option<(&str
             let q = if k == samples {
                 1.0
             } else {
-                1.0 - 10f64.powf(-decade)
+                1.0 - dm::powf(10f64, -decade)
             };
             pts.push((decade_px(decade), y.px(ns_to_ms(hdr.value_at_quantile(q)))));
         }

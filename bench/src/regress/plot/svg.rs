@@ -14,6 +14,7 @@
 //!   U+FFFD. Coordinates are printed with at most 2 decimals ([`N`]) to keep files small.
 //! - Off the hot path: everything here appends to a growing `String`.
 
+use redline_runtime::det_math as dm;
 use std::fmt::{self, Write as _};
 
 pub(super) const WIDTH: f64 = 900.0;
@@ -212,7 +213,7 @@ impl XAxis {
 /// `max_intervals` intervals.
 pub(super) fn nice_step(span: f64, max_intervals: f64) -> f64 {
     let raw = (span / max_intervals).max(1e-12);
-    let base = 10f64.powf(raw.log10().floor());
+    let base = dm::powf(10f64, dm::log10(raw).floor());
     [1.0, 2.0, 5.0, 10.0]
         .into_iter()
         .map(|m| m * base)
@@ -222,7 +223,7 @@ pub(super) fn nice_step(span: f64, max_intervals: f64) -> f64 {
 
 /// Decimals needed to print multiples of `step` exactly (step = 1, 2 or 5 × 10^k).
 pub(super) fn step_decimals(step: f64) -> usize {
-    (-step.log10() - 1e-9).ceil().max(0.0) as usize
+    (-dm::log10(step) - 1e-9).ceil().max(0.0) as usize
 }
 
 /// Nanoseconds as milliseconds.
@@ -237,7 +238,7 @@ pub(super) fn fmt_ms(ns: u64) -> String {
     let decimals = if ms == 0.0 || ms >= 0.1 {
         3
     } else {
-        (2.0 - ms.log10().floor()).clamp(3.0, 6.0) as usize
+        (2.0 - dm::log10(ms).floor()).clamp(3.0, 6.0) as usize
     };
     format!("{ms:.decimals$}")
 }
@@ -372,7 +373,11 @@ pub(super) mod read_back {
         for w in values.windows(2) {
             assert!((w[1] - w[0] - step).abs() < step * 1e-6, "{values:?}");
         }
-        let m = step / 10f64.powf(step.log10().floor());
+        let m = step
+            / redline_runtime::det_math::powf(
+                10f64,
+                redline_runtime::det_math::log10(step).floor(),
+            );
         assert!(
             [1.0, 2.0, 5.0, 10.0].iter().any(|n| (m - n).abs() < 1e-6),
             "step {step} of {values:?} is not 1/2/5 x 10^k"

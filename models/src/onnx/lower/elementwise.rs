@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::onnx::program::Operand;
+use redline_runtime::det_math as dm;
 
 impl Lowerer<'_> {
     pub(super) fn standalone_clamp(&mut self, n: &Node) -> Result<(), EngineError> {
@@ -263,8 +264,8 @@ impl Lowerer<'_> {
         )?;
         let beta = n.float("beta", 0.5)?;
         let f: Box<dyn Fn(f32) -> f32> = match n.op.as_str() {
-            "Sigmoid" | "QLinearSigmoid" => Box::new(|x: f32| 1.0 / (1.0 + (-x).exp())),
-            "Tanh" => Box::new(|x: f32| x.tanh()),
+            "Sigmoid" | "QLinearSigmoid" => Box::new(|x: f32| 1.0 / (1.0 + dm::exp(-x))),
+            "Tanh" => Box::new(|x: f32| dm::tanh(x)),
             "HardSigmoid" => Box::new(move |x: f32| (alpha * x + beta).clamp(0.0, 1.0)),
             _ => Box::new(move |x: f32| if x >= 0.0 { x } else { alpha * x }),
         };
