@@ -280,7 +280,10 @@ fn main() {
                 "{head}.{i} {}->{} k{} {}x{}",
                 l.in_c, l.out_c, l.k, bev.ny, bev.nx
             );
-            print_row(&bench_layer(name.clone(), l, bev.ny, bev.nx, 40 + i as u64), peak);
+            print_row(
+                &bench_layer(name.clone(), l, bev.ny, bev.nx, 40 + i as u64),
+                peak,
+            );
             estimate.push(Shape::of(&name, l, bev.ny, bev.nx));
         }
     }

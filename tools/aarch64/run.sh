@@ -69,19 +69,24 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 # No -L: the multiarch loader is found without it (with it, threads hang).
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
+# No debug info in the emulated build: nothing here is debugged, and it shortens the
+# cross-build.
 debian_cargo() {
-    PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo "$@"
+    PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc CARGO_PROFILE_DEV_DEBUG=false \
+        /usr/bin/cargo "$@"
 }
-arm_tests=(-p redline-models --lib -p redline-runtime --lib -p redline-pipeline --lib
-    -p redline-tests --test runtime_determinism)
+unit_tests=(-p redline-models -p redline-runtime -p redline-pipeline --lib)
+determinism_tests=(-p redline-tests --test runtime_determinism)
 
-step "cross-build (the test binaries and redline, dev profile: optimized, with debug info)"
+step "cross-build (the test binaries and redline, dev profile: optimized, no debug info)"
 debian_cargo build --target $target -p redline-cli --bin redline
-debian_cargo test --target $target --no-run "${arm_tests[@]}"
+debian_cargo test --target $target --no-run "${unit_tests[@]}"
+debian_cargo test --target $target --no-run "${determinism_tests[@]}"
 
 step "tests under qemu -cpu cortex-a76 (INT8 kernels, runtime incl. real-time, pipeline units, determinism)"
 # Timing tests do not belong under emulation: they are named *timing* / *latency* and skipped.
-debian_cargo test --target $target "${arm_tests[@]}" -- --skip timing --skip latency
+debian_cargo test --target $target "${unit_tests[@]}" -- --skip timing --skip latency
+debian_cargo test --target $target "${determinism_tests[@]}" -- --skip timing --skip latency
 
 step "INT8 kernel tests under qemu -cpu max (the i8mm kernel: cortex-a76 has no i8mm and skips it)"
 QEMU_CPU=max debian_cargo test --target $target -p redline-models --lib -- conv::
