@@ -9,7 +9,8 @@
 #                                           `all` replays the whole 900-frame drive)
 #
 # Needs (installed here from Debian when missing, as root): rustc-web / cargo-web 1.96 with
-# the multiarch arm64 standard library (libstd-rust-web-dev:arm64), gcc-aarch64-linux-gnu,
+# the multiarch arm64 standard library (libstd-rust-web-dev:arm64), rust-web-clippy,
+# gcc-aarch64-linux-gnu,
 # libc6-dev-arm64-cross and qemu-user (+ qemu-user-binfmt: tests that start the `redline`
 # binary need qemu registered with binfmt_misc, which this script does when it can). The
 # rustup toolchain cannot use Debian's arm64 std, so Debian's cargo and rustc build here.
@@ -37,6 +38,7 @@ step() {
 step "Debian toolchain, cross linker and qemu"
 need=()
 [ -x /usr/bin/cargo ] && /usr/bin/cargo --version 2>/dev/null | grep -q '^cargo 1\.' || need+=(cargo-web rustc-web)
+[ -x /usr/bin/cargo-clippy ] || need+=(rust-web-clippy)
 dpkg -s libstd-rust-web-dev:arm64 >/dev/null 2>&1 || need+=(libstd-rust-web-dev:arm64)
 command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 command -v qemu-aarch64 >/dev/null || need+=(qemu-user qemu-user-binfmt)
@@ -82,6 +84,9 @@ step "cross-build (the test binaries and redline, dev profile: optimized, no deb
 debian_cargo build --target $target -p redline-cli --bin redline
 debian_cargo test --target $target --no-run "${unit_tests[@]}"
 debian_cargo test --target $target --no-run "${determinism_tests[@]}"
+
+step "clippy for aarch64 (the crates with aarch64-only code: kernels, peaks, real time; warnings are errors)"
+debian_cargo clippy --target $target -p redline-models -p redline-runtime -p redline-bench --all-targets -- -D warnings
 
 step "tests under qemu -cpu cortex-a76 (INT8 kernels, runtime incl. real-time, pipeline units, determinism)"
 # Timing tests do not belong under emulation: they are named *timing* / *latency* and skipped.

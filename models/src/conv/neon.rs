@@ -242,7 +242,7 @@ unsafe fn rows_on(
                     out: &out,
                 };
                 let obase = &mut orow[blk.c0 * slot.pixel_stride + slot.channel_offset + oc0..];
-                // SAFETY (both arms): the pixel loops' preconditions: this CPU has NEON and
+                // SAFETY: (both arms) the pixel loops' preconditions: this CPU has NEON and
                 // the extension (ours); the `npx` windows of this chunk, `k` staged rows
                 // from `srow`, lie in the stage (`Plan`/`Blocks` sizing: the staged rows
                 // plus `SLACK` fit `STAGE_BYTES`, and a window's last load ends at most 15
@@ -485,7 +485,7 @@ unsafe fn dot_tile<const P: usize>(
                 })
             };
             let left = t.g4 - q4;
-            // SAFETY (each call): group `q4 + L < g4` of kernel row `ky < k`, so its 64
+            // SAFETY: (each call) group `q4 + L < g4` of kernel row `ky < k`, so its 64
             // bytes end at most at `k · g4 · 64 == w.len()`.
             unsafe {
                 dot_group::<0, P>(w, &mut acc, &a, wrow, q4);
