@@ -8,10 +8,9 @@
 //!    64 MAC, one `sdot` = 16).
 //! 2. **Layers**: every backbone and head layer of the default network, and the per-camera
 //!    backbone as a whole, on every kernel path this CPU has (scalar, AVX2 and VNNI on
-//!    x86-64; scalar and NEON on aarch64): time per call (median of
-//!    batches), GMAC/s (useful MACs, [`Conv2d::macs`]) and the share of the measured peak.
-//!    Every path's output is checked equal to the scalar one before timing.
-//!
+//!    x86-64; scalar, NEON and i8mm on aarch64): time per call (median of batches), GMAC/s
+//!    (useful MACs, [`Conv2d::macs`]) and the share of the measured peak. Every path's
+//!    output is checked equal to the scalar one before timing.
 //! 3. **aarch64 estimate**: for the same layers, how many `sdot` (NEON dot product) and
 //!    `smmla` (i8mm) instructions the aarch64 kernels issue, counted from their loop
 //!    structure (`models/src/conv/neon.rs`), the share of each instruction's

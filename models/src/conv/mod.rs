@@ -23,13 +23,15 @@
 //!   computed in the same call: any static split of `0..out_h` over [`Conv2d::forward_rows`]
 //!   calls (in any order, on any thread) gives a bit-identical tensor.
 //! - **Kernel paths** ([`KernelPath`]): the scalar kernel (`scalar`), the x86-64 AVX2
-//!   (`avx2`) and AVX-512 VNNI (`vnni`) kernels and the aarch64 NEON dot-product kernel
-//!   (`neon`), bit-exact with it for every input (the exact `i64` reference of `reference`
-//!   is the oracle for all of them, and one test suite, `kernel_tests!`, runs on every
-//!   path; the aarch64 one under qemu, `tools/aarch64/run.sh`). The path is
-//!   chosen once in [`Conv2d::new`]: `REDLINE_KERNEL=scalar|avx2|vnni|neon` if set (an
-//!   unknown or unsupported value is a construction error), else the fastest one the CPU
-//!   supports (`is_x86_feature_detected!`, `is_aarch64_feature_detected!`); [`Conv2d::set_path`] forces one and errors if the CPU
+//!   (`avx2`) and AVX-512 VNNI (`vnni`) kernels and the aarch64 NEON dot-product (`neon`)
+//!   and int8 matrix-multiply (`i8mm`) kernels, bit-exact with it for every input (the
+//!   exact `i64` reference of `reference` is the oracle for all of them, and one test
+//!   suite, `kernel_tests!`, runs on every path; the aarch64 ones under qemu,
+//!   `tools/aarch64/run.sh`). The path is chosen once in [`Conv2d::new`]:
+//!   `REDLINE_KERNEL=scalar|avx2|vnni|neon|i8mm` if set (an unknown or unsupported value is
+//!   a construction error), else the fastest one the CPU supports
+//!   (`is_x86_feature_detected!`, `is_aarch64_feature_detected!`);
+//!   [`Conv2d::set_path`] forces one and errors if the CPU
 //!   lacks it. The weights are repacked for the SIMD paths at construction; after changing
 //!   a public field, rebuild the layer. A SIMD path falls back to the scalar kernel only for
 //!   layers whose kernel window does not fit its stage buffer (same results either way).
@@ -54,7 +56,7 @@
 //! - `dispatch`: [`KernelPath`] (`REDLINE_KERNEL`, run-time CPU detection) and the entry
 //!   to the SIMD kernels;
 //! - `scalar`: the portable kernel; `avx2`, `avx2_u7`, `vnni`: the x86-64 SIMD kernels;
-//!   `neon`: the aarch64 one;
+//!   `neon`: the aarch64 ones (`sdot` and `smmla`);
 //! - `packing`: the weights repacked for the SIMD kernels; `staging`: how a SIMD call
 //!   stages its input rows ([`STAGE_BYTES`] of stack);
 //! - `reference` (tests only): the exact `i64` and the float references;
@@ -319,7 +321,7 @@ impl Conv2d {
     }
 
     /// The kernel path `forward*` uses. Chosen at construction: `REDLINE_KERNEL`
-    /// (`scalar`, `avx2`, `vnni`, `neon`) if set, else the fastest path this CPU supports.
+    /// (`scalar`, `avx2`, `vnni`, `neon`, `i8mm`) if set, else the fastest path this CPU supports.
     pub fn path(&self) -> KernelPath {
         self.path
     }

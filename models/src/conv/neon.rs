@@ -69,111 +69,31 @@ use std::ops::Range;
 /// Pixels per full tile.
 const NP: usize = 4;
 
-/// Runs output rows `rows` of one layer on the NEON dot-product (`sdot`) path into `dst`.
+/// Which instruction a call multiplies with (one per [`super::KernelPath`] on aarch64).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// `sdot` (the `dotprod` extension) on the 4-tap weights: the `neon` path.
+    Dot,
+    /// `smmla` (the `i8mm` extension) on the 8-tap weights: the `i8mm` path.
+    I8mm,
+}
+
+/// Runs output rows `rows` of one layer on the NEON path `kind` into `dst`: the staging and
+/// block loop both kernels share; the pixel loops carry each extension's target feature.
 ///
 /// # Safety
 ///
-/// - The CPU supports NEON and the dot-product extension (`dotprod`).
+/// - The CPU supports NEON and the extension `kind` needs (`dotprod` for [`Kind::Dot`],
+///   `i8mm` for [`Kind::I8mm`]).
 /// - `packed` was built by `Packed::new` for this layer (`in_c`, `out_c`, `k` of `g`) with
-///   its 4-tap weights present, and `plan` is `Plan::new(g, 1)`.
+///   the weights `kind` reads (`taps4`, `taps8`) and `wsum`, and `plan` is
+///   `Plan::new(g, 1)`.
 /// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_c`;
 ///   `rows ⊆ 0..out_h`; `slot.channel_offset + out_c <= slot.pixel_stride`; and
 ///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn neon_dot_rows(
-    plan: &Plan,
-    packed: &Packed,
-    g: &Geom,
-    bias: &[i32],
-    mult: &[f32],
-    input: &[i8],
-    dst: &mut [i8],
-    slot: ChannelSlot,
-    rows: Range<usize>,
-) {
-    debug_assert_eq!(
-        packed.taps4.len(),
-        g.out_c.div_ceil(16) * g.k * (g.k * g.in_c).div_ceil(4) * 64
-    );
-    // SAFETY: this function's preconditions are `rows_on`'s, with `Kind::Dot`.
-    unsafe {
-        rows_on(
-            Kind::Dot,
-            plan,
-            packed,
-            g,
-            bias,
-            mult,
-            input,
-            dst,
-            slot,
-            rows,
-        )
-    }
-}
-
-/// Runs output rows `rows` of one layer on the NEON int8 matrix-multiply (`smmla`) path
-/// into `dst`.
-///
-/// # Safety
-///
-/// As [`neon_dot_rows`], with the `i8mm` extension instead of `dotprod` and the 8-tap
-/// weights present instead of the 4-tap ones.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "neon,i8mm")]
-pub(super) unsafe fn neon_i8mm_rows(
-    plan: &Plan,
-    packed: &Packed,
-    g: &Geom,
-    bias: &[i32],
-    mult: &[f32],
-    input: &[i8],
-    dst: &mut [i8],
-    slot: ChannelSlot,
-    rows: Range<usize>,
-) {
-    debug_assert_eq!(
-        packed.taps8.len(),
-        g.out_c.div_ceil(16) * g.k * (g.k * g.in_c).div_ceil(8) * 128
-    );
-    // SAFETY: this function's preconditions are `rows_on`'s, with `Kind::I8mm`.
-    unsafe {
-        rows_on(
-            Kind::I8mm,
-            plan,
-            packed,
-            g,
-            bias,
-            mult,
-            input,
-            dst,
-            slot,
-            rows,
-        )
-    }
-}
-
-/// Which instruction a call multiplies with.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// `sdot` on the 4-tap weights.
-    Dot,
-    /// `smmla` on the 8-tap weights.
-    I8mm,
-}
-
-/// The staging and block loop both kernels share.
-///
-/// # Safety
-///
-/// The CPU has NEON and the extension `kind` needs (`dotprod`, `i8mm`); `packed` holds
-/// the weights `kind` reads (`taps4`, `taps8`) and `wsum`, built for this layer; the rest
-/// as [`neon_dot_rows`].
-#[allow(clippy::too_many_arguments)]
-#[inline]
 #[target_feature(enable = "neon")]
-unsafe fn rows_on(
+pub(super) unsafe fn neon_rows(
     kind: Kind,
     plan: &Plan,
     packed: &Packed,
@@ -192,6 +112,13 @@ unsafe fn rows_on(
         Kind::Dot => g.k * g4 * 64,
         Kind::I8mm => g.k * g8 * 128,
     };
+    debug_assert_eq!(
+        match kind {
+            Kind::Dot => packed.taps4.len(),
+            Kind::I8mm => packed.taps8.len(),
+        },
+        blocks * block_stride
+    );
     debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
     debug_assert_eq!(packed.wsum.len(), blocks * 16);
     debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_c);

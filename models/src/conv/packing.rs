@@ -3,13 +3,13 @@
 //! Contract: for each block of output channels (16 for the 4- and 8-tap layouts, 8 for
 //! AVX2) and each kernel row, the `k·in_c` taps of that row are stored in groups of 8
 //! (`i8`), 4 (`i8`) or 2 (AVX2, widened to `i16`) taps × the block's output channels, the
-//! layouts `smmla` (NEON i8mm), `vpdpbusd` (VNNI), `sdot` (NEON dot product) and `vpmaddwd`
-//! (AVX2) consume; everything past `k·in_c` taps and
-//! past `out_c` channels is zero, so a kernel reading a whole group past a window's end
-//! multiplies by 0. With the 4- or 8-tap layout comes `Σw` per output channel (padded to
-//! whole blocks) for the zero-point correction. Only the paths this CPU can run are packed; the
-//! 4-tap layout is packed for VNNI, for NEON dot product, and for AVX2 when every weight
-//! fits 7 bits (the `avx2_u7` kernel reads it).
+//! layouts `smmla` (NEON i8mm), `vpdpbusd` (VNNI), `sdot` (NEON dot product) and
+//! `vpmaddwd` (AVX2) consume; everything past `k·in_c` taps and past `out_c` channels is
+//! zero, so a kernel reading a whole group past a window's end multiplies by 0. With the 4-
+//! or 8-tap layout comes `Σw` per output channel (padded to whole blocks) for the
+//! zero-point correction. Only the paths this CPU can run are packed; the 4-tap layout is
+//! packed for VNNI, for NEON dot product, and for AVX2 when every weight fits 7 bits (the
+//! `avx2_u7` kernel reads it).
 //!
 //! Cost: allocates about 2.5× the weight bytes, at construction only. Never: touched by
 //! the per-frame path except to read.
@@ -35,6 +35,33 @@ pub(super) struct Packed {
     pub(super) seven_bit: bool,
 }
 
+/// `[out_c][k][kc]` weights as `[⌈out_c/block⌉][k][⌈kc/taps⌉][block oc][taps]`, each
+/// weight through `conv`, zero past `kc` taps and past `out_c` channels: the layout of
+/// every SIMD path (`block` output channels per register block, `taps` per group).
+fn interleave<T: Copy + Default>(
+    weights: &[i8],
+    out_c: usize,
+    k: usize,
+    kc: usize,
+    block: usize,
+    taps: usize,
+    conv: impl Fn(i8) -> T,
+) -> Vec<T> {
+    let groups = kc.div_ceil(taps);
+    let mut out = vec![T::default(); out_c.div_ceil(block) * k * groups * block * taps];
+    for oc in 0..out_c {
+        let (b, lane) = (oc / block, oc % block);
+        for ky in 0..k {
+            for t in 0..kc {
+                let idx =
+                    ((b * k + ky) * groups + t / taps) * block * taps + lane * taps + t % taps;
+                out[idx] = conv(weights[(oc * k + ky) * kc + t]);
+            }
+        }
+    }
+    out
+}
+
 impl Packed {
     /// Repacks `[out_c][k][k][in_c]` weights for the paths this CPU can run. Allocates.
     pub(super) fn new(weights: &[i8], in_c: usize, out_c: usize, k: usize) -> Packed {
@@ -58,44 +85,13 @@ impl Packed {
             }
         }
         if pack4 {
-            let g4 = kc.div_ceil(4);
-            p.taps4 = vec![0i8; blocks16 * k * g4 * 64];
-            for oc in 0..out_c {
-                let (b, lane) = (oc / 16, oc % 16);
-                for ky in 0..k {
-                    for t in 0..kc {
-                        let idx = ((b * k + ky) * g4 + t / 4) * 64 + lane * 4 + t % 4;
-                        p.taps4[idx] = weights[(oc * k + ky) * kc + t];
-                    }
-                }
-            }
+            p.taps4 = interleave(weights, out_c, k, kc, 16, 4, |w| w);
         }
         if pack8 {
-            let g8 = kc.div_ceil(8);
-            p.taps8 = vec![0i8; blocks16 * k * g8 * 128];
-            for oc in 0..out_c {
-                let (b, lane) = (oc / 16, oc % 16);
-                for ky in 0..k {
-                    for t in 0..kc {
-                        let idx = ((b * k + ky) * g8 + t / 8) * 128 + lane * 8 + t % 8;
-                        p.taps8[idx] = weights[(oc * k + ky) * kc + t];
-                    }
-                }
-            }
+            p.taps8 = interleave(weights, out_c, k, kc, 16, 8, |w| w);
         }
         if KernelPath::Avx2.is_available() {
-            let g2 = kc.div_ceil(2);
-            let blocks = out_c.div_ceil(8);
-            p.avx2 = vec![0i16; blocks * k * g2 * 16];
-            for oc in 0..out_c {
-                let (b, lane) = (oc / 8, oc % 8);
-                for ky in 0..k {
-                    for t in 0..kc {
-                        let idx = ((b * k + ky) * g2 + t / 2) * 16 + lane * 2 + t % 2;
-                        p.avx2[idx] = i16::from(weights[(oc * k + ky) * kc + t]);
-                    }
-                }
-            }
+            p.avx2 = interleave(weights, out_c, k, kc, 8, 2, i16::from);
         }
         p
     }
