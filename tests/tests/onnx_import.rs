@@ -191,6 +191,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "concat_channels",
             "conv_depthwise",
             "conv_group2",
+            "conv_dil2",
             "resize_bilinear_x2",
             "gap",
             "--random",

@@ -61,6 +61,13 @@ conv_case("conv_pads_asym", k=3, pads=[0, 1, 2, 0])
 conv_case("conv_same_upper_s2", k=3, stride=2, auto_pad="SAME_UPPER")
 conv_case("conv_same_upper_k4", k=4, auto_pad="SAME_UPPER")
 conv_case("conv_dil2", k=3, dilation=2)
+# Dilated "same" convolutions run as dilation phases on the dense kernels (13x11: phases of
+# unequal size); other dilated ones on the general kernel.
+conv_case("conv_dil3", k=3, dilation=3)
+conv_case("conv_dil2_k5", k=5, dilation=2)
+conv_case("conv_dil4_k1", k=1, dilation=4, cout=9)
+conv_case("conv_dil2_pads_asym", k=3, dilation=2, pads=[0, 2, 2, 1])
+conv_case("conv_dil2_s2", k=3, dilation=2, stride=2)
 conv_case("conv_nobias", k=3, bias=False)
 conv_case("conv_k1_nopad_13ch", k=1, cout=13, pads=P0)
 

@@ -550,3 +550,217 @@ pub(crate) fn resize(
         }
     }
 }
+
+/// The dilation phases of an `h × w` image for dilation `d`: phase `(a, b)` is the
+/// sub-image of pixels `(a + d·Y, b + d·X)`, padded to the common size `ph × pw`
+/// (`⌈h/d⌉ × ⌈w/d⌉`) with the input's zero point.
+///
+/// Why: a stride-1 convolution with dilation `d` and "same" padding `d·(k/2)` computes
+/// output pixel `(a + d·Y, b + d·X)` from input pixels `(a + d·(Y + i), b + d·(X + j))`,
+/// `i, j ∈ −k/2..=k/2` — phase `(a, b)` only, at unit spacing. So it equals the dense
+/// (dilation 1) convolution with padding `k/2` of each phase image, whose output phases
+/// are merged back. A tap beyond a phase's real end is an image pixel beyond the edge, i.e.
+/// padding, which is what the fill and the dense kernel's own padding give: the result is
+/// bit-identical to the direct dilated convolution (tested against the general kernel).
+/// Cost: one copy of the input and one of the output, against `k·k·in_c` multiply-adds per
+/// output value on kernels 5–15× faster than the general one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Phases {
+    pub d: usize,
+    pub h: usize,
+    pub w: usize,
+    pub ph: usize,
+    pub pw: usize,
+}
+
+impl Phases {
+    pub fn new(d: usize, h: usize, w: usize) -> Phases {
+        Phases {
+            d,
+            h,
+            w,
+            ph: h.div_ceil(d),
+            pw: w.div_ceil(d),
+        }
+    }
+
+    /// Phase images from NHWC images of `c` channels: `rows` are rows of the output, which
+    /// holds `batch · d · d` phase images (image `b·d² + a·d + bx` is phase `(a, bx)` of
+    /// image `b`) of `ph` rows of `pw · c` bytes; `out` holds exactly those rows.
+    pub fn split(&self, c: usize, fill: i8, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let (d, row) = (self.d, self.pw * c);
+        for (r, orow) in rows.zip(out.chunks_exact_mut(row)) {
+            let (img, py) = (r / self.ph, r % self.ph);
+            let (b, phase) = (img / (d * d), img % (d * d));
+            let (a, bx) = (phase / d, phase % d);
+            let y = a + d * py;
+            if y >= self.h {
+                orow.fill(fill);
+                continue;
+            }
+            let irow = &input[(b * self.h + y) * self.w * c..][..self.w * c];
+            for (px, o) in orow.chunks_exact_mut(c).enumerate() {
+                let x = bx + d * px;
+                if x < self.w {
+                    o.copy_from_slice(&irow[x * c..(x + 1) * c]);
+                } else {
+                    o.fill(fill);
+                }
+            }
+        }
+    }
+
+    /// NHWC images of `c` channels from their phase images (the layout `split` writes):
+    /// `rows` are image rows (`batch · h` in all) of `w · c` bytes; `out` holds those rows.
+    pub fn merge(&self, c: usize, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let d = self.d;
+        for (r, orow) in rows.zip(out.chunks_exact_mut(self.w * c)) {
+            let (b, y) = (r / self.h, r % self.h);
+            let (a, py) = (y % d, y / d);
+            for (x, o) in orow.chunks_exact_mut(c).enumerate() {
+                let img = b * d * d + a * d + x % d;
+                let at = ((img * self.ph + py) * self.pw + x / d) * c;
+                o.copy_from_slice(&input[at..at + c]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod phase_tests {
+    use super::*;
+    use crate::conv::{Conv2d, ConvShape};
+    use crate::quant::{requant_multiplier, QParams};
+    use proptest::prelude::*;
+
+    /// The direct dilated convolution (the general kernel) and the phase route (split,
+    /// dense kernel on every phase image, merge) give the same bytes.
+    fn check(
+        (d, k, h, w, in_c, out_c, batch): (usize, usize, usize, usize, usize, usize, usize),
+        seed: u64,
+        relu: bool,
+    ) {
+        let mut s = seed | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut bytes = |n: usize| -> Vec<i8> { (0..n).map(|_| next() as i8).collect::<Vec<_>>() };
+        let input = bytes(batch * h * w * in_c);
+        let weights = bytes(out_c * k * k * in_c);
+        let extra = bytes(out_c + 2);
+        let bias: Vec<i32> = extra[..out_c].iter().map(|&v| i32::from(v) * 97).collect();
+        let x_q = QParams {
+            scale: 0.02,
+            zero_point: extra[out_c] / 4,
+        };
+        let y_q = QParams {
+            scale: 0.9,
+            zero_point: extra[out_c + 1] / 4,
+        };
+        let w_scales: Vec<f32> = (0..out_c).map(|o| 0.01 + 0.002 * o as f32).collect();
+        let same = d * (k / 2);
+        let general = GeneralConv {
+            win: Window {
+                in_h: h,
+                in_w: w,
+                out_h: h,
+                out_w: w,
+                kh: k,
+                kw: k,
+                sh: 1,
+                sw: 1,
+                dh: d,
+                dw: d,
+                pt: same,
+                pl: same,
+            },
+            in_c,
+            out_c,
+            groups: 1,
+            weights: weights.clone(),
+            bias: bias.clone(),
+            multipliers: w_scales
+                .iter()
+                .map(|&ws| requant_multiplier(x_q.scale, ws, y_q.scale))
+                .collect(),
+            x_zp: i32::from(x_q.zero_point),
+            y_zp: i32::from(y_q.zero_point),
+            lo: if relu { y_q.zero_point } else { -128 },
+            hi: 127,
+        };
+        let mut direct = vec![0i8; batch * h * w * out_c];
+        general.run(&input, &mut direct, 0..batch * h);
+
+        let shape = ConvShape {
+            in_c,
+            out_c,
+            k,
+            stride: 1,
+            pad: k / 2,
+        };
+        let dense = Conv2d::new(shape, weights, w_scales, bias, x_q, y_q, relu).unwrap();
+        let p = Phases::new(d, h, w);
+        let images = batch * d * d;
+        let mut split = vec![0i8; images * p.ph * p.pw * in_c];
+        // Split in two uneven row ranges: the result must not depend on the split.
+        let rows = images * p.ph;
+        let cut = rows / 3;
+        let (first, rest) = split.split_at_mut(cut * p.pw * in_c);
+        p.split(in_c, x_q.zero_point, &input, first, 0..cut);
+        p.split(in_c, x_q.zero_point, &input, rest, cut..rows);
+        let mut phase_out = vec![0i8; images * p.ph * p.pw * out_c];
+        let (img_in, img_out) = (p.ph * p.pw * in_c, p.ph * p.pw * out_c);
+        for i in 0..images {
+            dense
+                .forward(
+                    &split[i * img_in..(i + 1) * img_in],
+                    p.ph,
+                    p.pw,
+                    &mut phase_out[i * img_out..(i + 1) * img_out],
+                )
+                .unwrap();
+        }
+        let mut merged = vec![0i8; batch * h * w * out_c];
+        let cut = (batch * h) / 2;
+        let (first, rest) = merged.split_at_mut(cut * w * out_c);
+        p.merge(out_c, &phase_out, first, 0..cut);
+        p.merge(out_c, &phase_out, rest, cut..batch * h);
+        assert_eq!(
+            merged, direct,
+            "d {d} k {k} {h}x{w} {in_c}->{out_c} batch {batch}"
+        );
+    }
+
+    #[test]
+    fn phases_of_the_shipped_shapes() {
+        // The trained dilated network's layers: 48 channels at 16x32 (d 2, 4), the BEV
+        // grid 48x80 (d 2); and sizes the dilation does not divide.
+        check((2, 3, 16, 32, 48, 48, 6), 1, true);
+        check((4, 3, 16, 32, 48, 48, 2), 2, true);
+        check((2, 3, 48, 80, 48, 48, 1), 3, false);
+        check((3, 3, 13, 11, 5, 7, 1), 4, false);
+        check((4, 5, 7, 9, 3, 17, 2), 5, true);
+        check((5, 3, 2, 3, 4, 4, 1), 6, false);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn phases_equal_the_direct_dilated_convolution(
+            d in 2usize..6,
+            k in prop::sample::select(vec![1usize, 3, 5]),
+            h in 1usize..15,
+            w in 1usize..15,
+            in_c in 1usize..40,
+            out_c in 1usize..40,
+            batch in 1usize..3,
+            seed in any::<u64>(),
+            relu in any::<bool>(),
+        ) {
+            check((d, k, h, w, in_c, out_c, batch), seed, relu);
+        }
+    }
+}

@@ -28,6 +28,16 @@
 //!   and round half to even; ONNX Runtime computes some of these with other float
 //!   formulas, so an output may differ from it by one quantization step in rare elements
 //!   (the agreement tests count them).
+//! - **Which kernel a convolution runs on**: square kernels with equal strides, symmetric
+//!   padding below the kernel size and one group run on the dense SIMD kernels of
+//!   [`crate::conv::Conv2d`]. A dilated "same" convolution (odd square kernel, dilation
+//!   `d > 1` on both axes, stride 1, one group, padding `d·(k/2)`) runs there too: its input
+//!   is split into its `d·d` dilation phases, each phase is convolved densely (dilation 1)
+//!   and the phase outputs are merged back (`kernels::Phases`; bit-identical, one extra
+//!   copy of the input and output). Everything else (grouped, depthwise, rectangular,
+//!   asymmetrically padded, strided-and-dilated) runs on the general kernel, 5–15× slower
+//!   per multiply-add; `redline model info` counts the MACs either way and
+//!   [`NativeEngine::step_macs`] names general-kernel steps `conv*`.
 //! - **Memory**: every intermediate tensor lives in one arena planned at load from the
 //!   tensors' lifetimes (largest first, lowest free offset); weights are packed once at
 //!   load. [`NativeEngine::run`] allocates nothing.

@@ -6,7 +6,7 @@
 //! are always disjoint. A step splits its output rows into a fixed number of chunks that
 //! depends only on its shape, so the result is the same on any number of lanes.
 
-use super::kernels::{self, AvgParams, Binary, GeneralConv, Interp, Tap, Window};
+use super::kernels::{self, AvgParams, Binary, GeneralConv, Interp, Phases, Tap, Window};
 use crate::conv::Conv2d;
 use crate::engine::{EngineError, Lanes};
 use std::ops::Range;
@@ -63,6 +63,23 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
         clamp: Option<(i8, i8)>,
+    },
+    /// A dilated convolution's input split into its dilation phases ([`Phases::split`]).
+    SplitPhases {
+        phases: Phases,
+        c: usize,
+        batch: usize,
+        fill: i8,
+        src: usize,
+        dst: usize,
+    },
+    /// The phase outputs of a dilated convolution merged back ([`Phases::merge`]).
+    MergePhases {
+        phases: Phases,
+        c: usize,
+        batch: usize,
+        src: usize,
+        dst: usize,
     },
     MaxPool {
         win: Window,
@@ -267,6 +284,8 @@ impl Program {
                             }
                         };
                     }
+                    Step::SplitPhases { .. } => ("split phases", 0),
+                    Step::MergePhases { .. } => ("merge phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
                     Step::AvgPool { .. } => ("avgpool", 0),
                     Step::Lut { .. } => ("table", 0),
@@ -424,6 +443,49 @@ impl Program {
                     if failed.into_inner() {
                         return Err(EngineError::Run("convolution rejected its buffers"));
                     }
+                }
+                Step::SplitPhases {
+                    phases,
+                    c,
+                    batch,
+                    fill,
+                    src,
+                    dst,
+                } => {
+                    let x = view(*src);
+                    let (rows, row_len) = (batch * phases.d * phases.d * phases.ph, phases.pw * c);
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        rows,
+                        row_len,
+                        row_len,
+                        &|r, out| {
+                            phases.split(*c, *fill, x, out, r);
+                        },
+                    );
+                }
+                Step::MergePhases {
+                    phases,
+                    c,
+                    batch,
+                    src,
+                    dst,
+                } => {
+                    let x = view(*src);
+                    let (rows, row_len) = (batch * phases.h, phases.w * c);
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        rows,
+                        row_len,
+                        row_len,
+                        &|r, out| {
+                            phases.merge(*c, x, out, r);
+                        },
+                    );
                 }
                 Step::MaxPool {
                     win,

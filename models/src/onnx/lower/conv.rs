@@ -199,8 +199,8 @@ impl Lowerer<'_> {
         let relu = lo == y_q.zero_point;
         let square = kh == kw
             && win.sh == win.sw
-            && win.dh == 1
-            && win.dw == 1
+            // Dilation does not change a 1x1 kernel.
+            && (win.dh == 1 && win.dw == 1 || kh == 1)
             && groups == 1
             && win.pt == win.pl
             && win.pt < kh;
@@ -232,6 +232,40 @@ impl Lowerer<'_> {
         } else {
             None
         };
+        if dense.is_none() {
+            if let Some(phases) = dilation_phases(&win, h, wd, groups) {
+                let phase_layer = Conv2d::new(
+                    ConvShape {
+                        in_c: c,
+                        out_c: oc,
+                        k: kh,
+                        stride: 1,
+                        pad: kh / 2,
+                    },
+                    packed.clone(),
+                    w_scales.clone(),
+                    bias.clone(),
+                    x_q,
+                    y_q,
+                    relu,
+                );
+                if let Ok(layer) = phase_layer {
+                    let floor = if relu { y_q.zero_point } else { -128 };
+                    let clamp = (lo > floor || hi < 127).then_some((lo, hi));
+                    let dst = self.phased_conv(layer, phases, b, c, oc, x.buf, x_q, clamp);
+                    self.set(
+                        &out_name,
+                        Val::Q(T {
+                            buf: dst,
+                            shape: vec![b, oc, h, wd],
+                            layout: Layout::Nhwc,
+                            q: y_q,
+                        }),
+                    );
+                    return Ok(());
+                }
+            }
+        }
         let (imp, clamp) = match dense {
             Some(d) => {
                 let floor = if relu { y_q.zero_point } else { -128 };
@@ -284,6 +318,58 @@ impl Lowerer<'_> {
             }),
         );
         Ok(())
+    }
+
+    /// Emits a dilated convolution as three steps (see [`Phases`]): split the input into
+    /// its `d·d` dilation phases, run `layer` (the same weights, dilation 1) on the
+    /// `batch·d·d` phase images with the dense kernels, merge the phase outputs. Returns the
+    /// output buffer (`batch × h × w × out_c`, NHWC).
+    #[allow(clippy::too_many_arguments)]
+    fn phased_conv(
+        &mut self,
+        layer: Conv2d,
+        phases: Phases,
+        batch: usize,
+        in_c: usize,
+        out_c: usize,
+        src: usize,
+        x_q: QParams,
+        clamp: Option<(i8, i8)>,
+    ) -> usize {
+        let images = batch * phases.d * phases.d;
+        self.touch(src);
+        let split = self.new_buf(images * phases.ph * phases.pw * in_c);
+        self.steps.push(Step::SplitPhases {
+            phases,
+            c: in_c,
+            batch,
+            fill: x_q.zero_point,
+            src,
+            dst: split,
+        });
+        self.touch(split);
+        let conv_out = self.new_buf(images * phases.ph * phases.pw * out_c);
+        self.steps.push(Step::Conv {
+            imp: ConvImpl::Dense(Box::new(layer)),
+            batch: images,
+            in_h: phases.ph,
+            in_w: phases.pw,
+            out_h: phases.ph,
+            row_len: phases.pw * out_c,
+            src: split,
+            dst: conv_out,
+            clamp,
+        });
+        self.touch(conv_out);
+        let dst = self.new_buf(batch * phases.h * phases.w * out_c);
+        self.steps.push(Step::MergePhases {
+            phases,
+            c: out_c,
+            batch,
+            src: conv_out,
+            dst,
+        });
+        dst
     }
 
     pub(super) fn matmul(&mut self, n: &Node) -> Result<(), EngineError> {
@@ -402,4 +488,25 @@ impl Lowerer<'_> {
         );
         Ok(())
     }
+}
+
+/// The dilation phases of a convolution that can run on the dense kernels that way: a
+/// square odd kernel, equal dilation `d > 1` on both axes, stride 1, one group and "same"
+/// zero padding (`d · (k / 2)` on every side, so the output has the input's size). Other
+/// dilated convolutions keep the general kernel.
+fn dilation_phases(win: &Window, h: usize, w: usize, groups: usize) -> Option<Phases> {
+    let d = win.dh;
+    let same = d * (win.kh / 2);
+    (win.kh == win.kw
+        && win.kh % 2 == 1
+        && d > 1
+        && win.dw == d
+        && win.sh == 1
+        && win.sw == 1
+        && groups == 1
+        && win.pt == same
+        && win.pl == same
+        && win.out_h == h
+        && win.out_w == w)
+        .then(|| Phases::new(d, h, w))
 }

@@ -20,7 +20,7 @@
 //! Mul, table operators, Concat) and `window` (pooling, Resize) lower one family each.
 
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
-use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window};
+use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Interp, Phases, Tap, Window};
 use super::program::{Buffer, ConvImpl, OutKind, Program, Step};
 use crate::conv::{Conv2d, ConvShape};
 use crate::engine::{ElemType, EngineError, TensorSpec};
