@@ -162,7 +162,7 @@ fn info(a: InfoArgs) -> Result<()> {
         let native = match &m.native {
             Ok(s) => json!({
                 "ok": true, "steps": s.steps, "arena_bytes": s.arena_bytes,
-                "weight_bytes": s.weight_bytes,
+                "weight_bytes": s.weight_bytes, "general_conv_macs": s.general_macs,
             }),
             Err(e) => json!({ "ok": false, "error": e.to_string() }),
         };
@@ -220,12 +220,22 @@ fn info(a: InfoArgs) -> Result<()> {
     }
     println!("engines:");
     match &m.native {
-        Ok(s) => println!(
-            "  native:      yes ({} steps, {:.1} MiB arena, {:.1} MiB packed weights)",
-            s.steps,
-            s.arena_bytes as f64 / (1 << 20) as f64,
-            s.weight_bytes as f64 / (1 << 20) as f64
-        ),
+        Ok(s) => {
+            println!(
+                "  native:      yes ({} steps, {:.1} MiB arena, {:.1} MiB packed weights)",
+                s.steps,
+                s.arena_bytes as f64 / (1 << 20) as f64,
+                s.weight_bytes as f64 / (1 << 20) as f64
+            );
+            if s.general_macs > 0 {
+                println!(
+                    "               general kernel: {} per run (grouped, depthwise, rectangular or \
+                     strided-dilated convolutions, 5-15x slower per MAC than the dense \
+                     kernels)",
+                    fmt_macs(s.general_macs)
+                );
+            }
+        }
         Err(e) => println!("  native:      no: {e}"),
     }
     match &ort {

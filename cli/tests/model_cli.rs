@@ -63,6 +63,7 @@ fn info_reports_a_quantized_model() {
     assert_eq!(v["ops"]["QuantizeLinear"], 2);
     assert_eq!(v["inputs"][0]["shape"], serde_json::json!([1, 3, 8, 8]));
     assert_eq!(v["engines"]["native"]["ok"], true);
+    assert_eq!(v["engines"]["native"]["general_conv_macs"], 0);
     assert!(v["engines"]["onnxruntime"]["ok"].is_boolean());
 }
 

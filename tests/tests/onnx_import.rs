@@ -192,6 +192,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "conv_depthwise",
             "conv_group2",
             "conv_dil2",
+            "conv_dil2_s2",
             "resize_bilinear_x2",
             "gap",
             "--random",
@@ -203,6 +204,24 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let model = dir.join(v["model"].as_str().unwrap());
         let mut e = NativeEngine::load(&model).unwrap();
+        // Which convolutions run on the general kernel: grouped and strided-dilated ones;
+        // a dilated "same" convolution runs on the dense kernels (as dilation phases).
+        let name = model.file_name().unwrap().to_string_lossy().to_string();
+        let general = redline_models::onnx::inspect(&model)
+            .unwrap()
+            .native
+            .unwrap()
+            .general_macs;
+        let on_general = ["conv_depthwise", "conv_group2", "conv_dil2_s2"]
+            .iter()
+            .any(|c| name.starts_with(&format!("{c}_")) || name.starts_with(&format!("{c}.")));
+        if name.starts_with("conv_") {
+            assert_eq!(
+                general > 0,
+                on_general,
+                "{name}: {general} MACs on the general kernel"
+            );
+        }
         let ins: Vec<Vec<u8>> = e
             .inputs()
             .iter()

@@ -202,6 +202,9 @@ pub struct NativeSummary {
     pub weight_bytes: usize,
     /// Steps.
     pub steps: usize,
+    /// Multiply-accumulates per run on the general convolution kernel (the convolutions
+    /// the dense SIMD kernels cannot run: grouped, depthwise, rectangular, ...).
+    pub general_macs: u64,
     /// Fixed input specs.
     pub inputs: Vec<TensorSpec>,
     /// Fixed output specs.
@@ -228,6 +231,7 @@ pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
         arena_bytes: e.arena.len(),
         weight_bytes: e.weight_bytes,
         steps: e.program.steps.len(),
+        general_macs: e.program.general_conv_macs(),
         inputs: e.inputs.clone(),
         outputs: e.outputs.clone(),
     });

@@ -299,6 +299,15 @@ impl Program {
             .collect()
     }
 
+    /// Multiply-accumulates per run of the convolutions on the general kernel.
+    pub fn general_conv_macs(&self) -> u64 {
+        self.step_macs()
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("conv*"))
+            .map(|(_, macs)| macs)
+            .sum()
+    }
+
     /// Runs every step. `arena` has at least `arena_bytes` bytes and a 64-byte aligned base.
     /// Only the steps in `range` run (all of them for a whole run); `Input`/`Output` steps
     /// outside a whole run are skipped.
