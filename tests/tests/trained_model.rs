@@ -231,10 +231,11 @@ struct Floor {
 }
 
 /// A little below what the shipped model reaches on this drive (the README's model card
-/// has the figures on longer drives).
-/// Measured on this drive: mAP 0.456, drivable-area IoU 0.867, MOTA 0.388.
+/// has the figures on longer drives): the mAP and drivable-area IoU targets, and
+/// for MOTA (target 0.70, not reached yet) a margin below the measured value.
+/// Measured on this drive: mAP 0.696, drivable-area IoU 0.950, MOTA 0.525.
 const QUALITY_FLOOR: Floor = Floor {
-    map: 0.40,
-    road_iou: 0.80,
-    mota: 0.30,
+    map: 0.60,
+    road_iou: 0.90,
+    mota: 0.45,
 };

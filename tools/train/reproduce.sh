@@ -4,32 +4,36 @@
 # evaluation by redline on drives it was not trained on.
 #
 # Usage: tools/train/reproduce.sh [WORK_DIR]     (default /tmp/redline-train)
-# Needs: cargo, python3 with torch, numpy, onnx (pip install torch numpy onnx==1.23.2).
-# Seeds are fixed; on the 2-core development VM it takes about the time in the README's
-# model card. DILATED=1 also remakes models/trained/dilated (the larger model, 42 min).
+# Needs: cargo, python3 with torch, numpy, onnx (pip install torch numpy onnx==1.23.2),
+# about 9 GB of disk and 12 GB of memory. Seeds are fixed; on the 2-core development VM it
+# takes about the time in the README's model card. SMALL=1 also remakes
+# models/trained/small (the smaller, faster model of the previous release).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORK=${1:-/tmp/redline-train}
 mkdir -p "$WORK"
 cargo build --release
 start=$(date +%s)
-# 1. 64 drives of 10 s (seeds 1000-1063, varied actors, lanes and lane widths).
-target/release/redline sim dataset -o "$WORK/data" --drives 64 --seed 1000 --seconds 10
-# 2. Training (fixed seed): the shipped "small" model on the first 32 drives (seeds
-#    1000-1031), the first 1500 steps of a 3-epoch schedule.
-python3 tools/train/train.py "$WORK/data" -o "$WORK/model.pt" --arch small --max-drives 32 \
-    --epochs 3 --stop-at 1500 --seed 1
+# 1. 64 drives of 30 s (seeds 1000-1063, varied actors, lanes, lane widths and curvature):
+#    whole drives, so the network sees traffic as it evolves, not only its first seconds.
+target/release/redline sim dataset -o "$WORK/data" --drives 64 --seed 1000 --seconds 30
+# 2. Training (fixed seed): the "dilated" architecture, 7 800 steps of 8 frames.
+python3 tools/train/train.py "$WORK/data" -o "$WORK/model.pt" --arch dilated --epochs 2.1667 --seed 1
 # 3. Calibration, QDQ export into models/trained, fixtures for tests/tests/trained_model.rs.
 python3 tools/train/export.py "$WORK/model.pt" "$WORK/data" -o "$WORK/export" \
     --fixtures tests/fixtures/trained
 cp "$WORK"/export/{backbone,det_head,seg_head}.onnx "$WORK/export/quantization.json" models/trained/
 mkdir -p models/trained/float
 cp "$WORK"/export/float/*.onnx models/trained/float/
-if [ "${DILATED:-0}" = 1 ]; then
-    python3 tools/train/train.py "$WORK/data" -o "$WORK/dilated.pt" --arch dilated --epochs 6.5 --seed 1
-    python3 tools/train/export.py "$WORK/dilated.pt" "$WORK/data" -o "$WORK/export_dilated"
-    cp "$WORK"/export_dilated/{backbone,det_head,seg_head}.onnx "$WORK/export_dilated/quantization.json" \
-        models/trained/dilated/
+if [ "${SMALL:-0}" = 1 ]; then
+    # The previous release's model: 10 s drives (the first 32), 1 500 steps.
+    target/release/redline sim dataset -o "$WORK/data10" --drives 64 --seed 1000 --seconds 10
+    python3 tools/train/train.py "$WORK/data10" -o "$WORK/small.pt" --arch small --max-drives 32 \
+        --epochs 3 --stop-at 1500 --seed 1
+    python3 tools/train/export.py "$WORK/small.pt" "$WORK/data10" -o "$WORK/export_small"
+    mkdir -p models/trained/small
+    cp "$WORK"/export_small/{backbone,det_head,seg_head}.onnx "$WORK/export_small/quantization.json" \
+        models/trained/small/
 fi
 echo "trained and exported in $(( $(date +%s) - start )) s"
 # 4. Quality on drives it was not trained on: INT8 (the shipped models) and float.
@@ -37,7 +41,9 @@ cargo build --release
 for s in 7 4242; do
     target/release/redline sim generate -o "$WORK/eval_$s.mcap" --seed "$s" --seconds 20
 done
+target/release/redline sim generate -o "$WORK/default_drive.mcap" --seed 7 --seconds 30
 target/release/redline eval "$WORK"/eval_*.mcap --json "$WORK/eval_int8.json"
+target/release/redline eval "$WORK/default_drive.mcap" --json "$WORK/eval_default_drive.json"
 F="$PWD/models/trained/float"
 cat > "$WORK/float.toml" <<TOML
 [models]

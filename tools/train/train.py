@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--frame-step", type=int, default=2, help="use every Nth frame per epoch")
     ap.add_argument("--max-drives", type=int, default=None)
     ap.add_argument("--init", default=None, help="start from this checkpoint")
-    ap.add_argument("--arch", default="small", choices=sorted(N.ARCHS))
+    ap.add_argument("--arch", default="dilated", choices=sorted(N.ARCHS))
     ap.add_argument("--stop-at", type=int, default=None, help="stop after this many steps (the schedule is still that of --epochs)")
     a = ap.parse_args()
 
