@@ -72,6 +72,12 @@ conv_case("conv_nobias", k=3, bias=False)
 conv_case("conv_k1_nopad_13ch", k=1, cout=13, pads=P0)
 
 
+@case("conv_pads_bottom_right_1x1")
+def _(g):
+    # Padding only after a 1x1 image: in + 2 * top pad is smaller than the kernel.
+    g.output(g.conv(g.input((1, 5, 1, 1)), 7, 3, pads=[0, 0, 2, 2]))
+
+
 @case("conv_group2")
 def _(g):
     g.output(g.conv(g.input((1, 6, 13, 11)), 10, 3, group=2))

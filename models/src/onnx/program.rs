@@ -64,18 +64,11 @@ pub(crate) enum Step {
         dst: usize,
         clamp: Option<(i8, i8)>,
     },
-    /// A dilated convolution's input split into its dilation phases ([`Phases::split`]).
-    SplitPhases {
+    /// A dilated convolution's input split into its dilation phases, or its phase outputs
+    /// merged back ([`Phases`]).
+    Phases {
         phases: Phases,
-        c: usize,
-        batch: usize,
-        fill: i8,
-        src: usize,
-        dst: usize,
-    },
-    /// The phase outputs of a dilated convolution merged back ([`Phases::merge`]).
-    MergePhases {
-        phases: Phases,
+        dir: PhaseDir,
         c: usize,
         batch: usize,
         src: usize,
@@ -133,6 +126,15 @@ pub(crate) enum Step {
         parts: Vec<ConcatPart>,
         dst: usize,
     },
+}
+
+/// Which way a [`Step::Phases`] copies.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PhaseDir {
+    /// Image to phase images ([`Phases::split`]), padding with `fill` (the input's zero point).
+    Split { fill: i8 },
+    /// Phase images to image ([`Phases::merge`]).
+    Merge,
 }
 
 /// One input of a concatenation: its data, the bytes it contributes per outer block, and
@@ -284,8 +286,7 @@ impl Program {
                             }
                         };
                     }
-                    Step::SplitPhases { .. } => ("split phases", 0),
-                    Step::MergePhases { .. } => ("merge phases", 0),
+                    Step::Phases { .. } => ("dilation phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
                     Step::AvgPool { .. } => ("avgpool", 0),
                     Step::Lut { .. } => ("table", 0),
@@ -453,16 +454,21 @@ impl Program {
                         return Err(EngineError::Run("convolution rejected its buffers"));
                     }
                 }
-                Step::SplitPhases {
+                Step::Phases {
                     phases,
+                    dir,
                     c,
                     batch,
-                    fill,
                     src,
                     dst,
                 } => {
                     let x = view(*src);
-                    let (rows, row_len) = (batch * phases.d * phases.d * phases.ph, phases.pw * c);
+                    let (rows, row_len) = match dir {
+                        PhaseDir::Split { .. } => {
+                            (batch * phases.d * phases.d * phases.ph, phases.pw * c)
+                        }
+                        PhaseDir::Merge => (batch * phases.h, phases.w * c),
+                    };
                     split_rows(
                         lanes,
                         base,
@@ -470,29 +476,9 @@ impl Program {
                         rows,
                         row_len,
                         row_len,
-                        &|r, out| {
-                            phases.split(*c, *fill, x, out, r);
-                        },
-                    );
-                }
-                Step::MergePhases {
-                    phases,
-                    c,
-                    batch,
-                    src,
-                    dst,
-                } => {
-                    let x = view(*src);
-                    let (rows, row_len) = (batch * phases.h, phases.w * c);
-                    split_rows(
-                        lanes,
-                        base,
-                        &bufs[*dst],
-                        rows,
-                        row_len,
-                        row_len,
-                        &|r, out| {
-                            phases.merge(*c, x, out, r);
+                        &|r, out| match dir {
+                            PhaseDir::Split { fill } => phases.split(*c, *fill, x, out, r),
+                            PhaseDir::Merge => phases.merge(*c, x, out, r),
                         },
                     );
                 }

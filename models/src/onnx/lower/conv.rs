@@ -204,74 +204,55 @@ impl Lowerer<'_> {
             && groups == 1
             && win.pt == win.pl
             && win.pt < kh;
-        let dense = if square {
-            let pad = win.pt;
-            // The dense kernel pads symmetrically: its output size must equal ONNX's.
-            let oh = (h + 2 * pad - kh) / win.sh + 1;
-            let ow = (wd + 2 * pad - kw) / win.sw + 1;
-            if oh == win.out_h && ow == win.out_w {
-                Conv2d::new(
-                    ConvShape {
-                        in_c: c,
-                        out_c: oc,
-                        k: kh,
-                        stride: win.sh,
-                        pad,
-                    },
-                    packed.clone(),
-                    w_scales.clone(),
-                    bias.clone(),
-                    x_q,
-                    y_q,
-                    relu,
-                )
-                .ok()
-            } else {
-                None
-            }
-        } else {
-            None
+        // The dense kernels run square convolutions directly, and dilated "same" ones as
+        // dilation phases (a dense convolution of each phase image).
+        let dense_shape = |stride: usize, pad: usize| ConvShape {
+            in_c: c,
+            out_c: oc,
+            k: kh,
+            stride,
+            pad,
         };
-        if dense.is_none() {
-            if let Some(phases) = dilation_phases(&win, h, wd, groups) {
-                let phase_layer = Conv2d::new(
-                    ConvShape {
-                        in_c: c,
-                        out_c: oc,
-                        k: kh,
-                        stride: 1,
-                        pad: kh / 2,
-                    },
-                    packed.clone(),
-                    w_scales.clone(),
-                    bias.clone(),
-                    x_q,
-                    y_q,
-                    relu,
-                );
-                if let Ok(layer) = phase_layer {
-                    let floor = if relu { y_q.zero_point } else { -128 };
-                    let clamp = (lo > floor || hi < 127).then_some((lo, hi));
-                    let dst = self.phased_conv(layer, phases, b, c, oc, x.buf, x_q, clamp);
-                    self.set(
-                        &out_name,
-                        Val::Q(T {
-                            buf: dst,
-                            shape: vec![b, oc, h, wd],
-                            layout: Layout::Nhwc,
-                            q: y_q,
-                        }),
-                    );
-                    return Ok(());
-                }
-            }
-        }
+        let pad = win.pt;
+        let dense_route = if square
+            // The dense kernel pads symmetrically: its output size must equal ONNX's.
+            // (checked: asymmetric pads can make `in + 2·pad` smaller than the kernel).
+            && (h + 2 * pad).checked_sub(kh).map(|v| v / win.sh + 1) == Some(win.out_h)
+            && (wd + 2 * pad).checked_sub(kw).map(|v| v / win.sw + 1) == Some(win.out_w)
+        {
+            Some((dense_shape(win.sh, pad), None))
+        } else {
+            dilation_phases(&win, h, wd, groups).map(|p| (dense_shape(1, kh / 2), Some(p)))
+        };
+        let dense = dense_route.and_then(|(shape, phases)| {
+            let layer = Conv2d::new(
+                shape,
+                packed.clone(),
+                w_scales.clone(),
+                bias.clone(),
+                x_q,
+                y_q,
+                relu,
+            );
+            layer.ok().map(|l| (l, phases))
+        });
+        let floor = if relu { y_q.zero_point } else { -128 };
+        let dense_clamp = (lo > floor || hi < 127).then_some((lo, hi));
         let (imp, clamp) = match dense {
-            Some(d) => {
-                let floor = if relu { y_q.zero_point } else { -128 };
-                let clamp = (lo > floor || hi < 127).then_some((lo, hi));
-                (ConvImpl::Dense(Box::new(d)), clamp)
+            Some((layer, Some(phases))) => {
+                let dst = self.phased_conv(layer, phases, b, c, oc, x.buf, x_q, dense_clamp);
+                self.set(
+                    &out_name,
+                    Val::Q(T {
+                        buf: dst,
+                        shape: vec![b, oc, h, wd],
+                        layout: Layout::Nhwc,
+                        q: y_q,
+                    }),
+                );
+                return Ok(());
             }
+            Some((layer, None)) => (ConvImpl::Dense(Box::new(layer)), dense_clamp),
             None => {
                 let multipliers = w_scales
                     .iter()
@@ -339,11 +320,13 @@ impl Lowerer<'_> {
         let images = batch * phases.d * phases.d;
         self.touch(src);
         let split = self.new_buf(images * phases.ph * phases.pw * in_c);
-        self.steps.push(Step::SplitPhases {
+        self.steps.push(Step::Phases {
             phases,
+            dir: PhaseDir::Split {
+                fill: x_q.zero_point,
+            },
             c: in_c,
             batch,
-            fill: x_q.zero_point,
             src,
             dst: split,
         });
@@ -362,8 +345,9 @@ impl Lowerer<'_> {
         });
         self.touch(conv_out);
         let dst = self.new_buf(batch * phases.h * phases.w * out_c);
-        self.steps.push(Step::MergePhases {
+        self.steps.push(Step::Phases {
             phases,
+            dir: PhaseDir::Merge,
             c: out_c,
             batch,
             src: conv_out,

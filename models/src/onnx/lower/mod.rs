@@ -21,7 +21,7 @@
 
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
 use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Interp, Phases, Tap, Window};
-use super::program::{Buffer, ConvImpl, OutKind, Program, Step};
+use super::program::{Buffer, ConvImpl, OutKind, PhaseDir, Program, Step};
 use crate::conv::{Conv2d, ConvShape};
 use crate::engine::{ElemType, EngineError, TensorSpec};
 use crate::quant::QParams;
