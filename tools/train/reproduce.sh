@@ -44,6 +44,10 @@ done
 target/release/redline sim generate -o "$WORK/default_drive.mcap" --seed 7 --seconds 30
 target/release/redline eval "$WORK"/eval_*.mcap --json "$WORK/eval_int8.json"
 target/release/redline eval "$WORK/default_drive.mcap" --json "$WORK/eval_default_drive.json"
+for s in 21 22 23; do
+    target/release/redline sim generate -o "$WORK/more_$s.mcap" --seed "$s" --seconds 30
+done
+target/release/redline eval "$WORK"/more_*.mcap --json "$WORK/eval_more.json"
 F="$PWD/models/trained/float"
 cat > "$WORK/float.toml" <<TOML
 [models]
