@@ -82,6 +82,7 @@ fn lines(q: &Quality) -> Vec<String> {
     };
     vec![
         q.detection_line(),
+        q.detection_range_line(),
         q.segmentation_line(),
         q.tracking_line(),
         planner,

@@ -511,6 +511,7 @@ pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
             ),
             o.quality.tracking_line(),
             o.quality.detection_line(),
+            o.quality.detection_range_line(),
             o.quality.segmentation_line(),
             format!(
                 "planner: {}/{} trajectories collision-free against the true futures ({:.2}%), {} minimum-risk frames",

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use redline_models::engine::{load_engine_bytes, EngineKind, Inline};
 use redline_models::export::trained;
-use redline_pipeline::config::PipelineConfig;
+use redline_pipeline::config::{Perception, PipelineConfig};
 use redline_pipeline::run::{replay, Counters};
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
@@ -222,6 +222,53 @@ fn the_default_config_perceives_a_drive_it_was_not_trained_on() {
         q.mota,
         f.mota
     );
+}
+
+#[test]
+fn detection_ap_by_distance_covers_every_band_and_is_exact_for_the_oracle() {
+    // Oracle perception publishes the ground truth as detections: every band that has
+    // ground truth scores AP 1; the trained network is far better near than far.
+    let scenario = ScenarioConfig {
+        seconds: 4.0,
+        ..ScenarioConfig::default_drive()
+    };
+    let feed = Arc::new(Feed::from_scenario(&scenario, None, &mut |_, _| {}).expect("renders"));
+    for perception in [Perception::Oracle, Perception::Network] {
+        let cfg = PipelineConfig {
+            release: ReleaseMode::Lockstep,
+            deadline_ms: 10_000.0,
+            perception,
+            ..PipelineConfig::default()
+        };
+        let (outcome, _rt) =
+            replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay runs");
+        let q = &outcome.quality;
+        eprintln!("{perception:?}: {}", q.detection_range_line());
+        assert_eq!(
+            q.map_by_range.keys().collect::<Vec<_>>(),
+            ["0-20m", "20-40m", "40m+"],
+            "one entry per band"
+        );
+        let with_gt: Vec<f64> = q.map_by_range.values().flatten().copied().collect();
+        assert!(!with_gt.is_empty(), "some band has ground truth");
+        match perception {
+            Perception::Oracle => {
+                for (band, map) in &q.map_by_range {
+                    if let Some(m) = map {
+                        assert!((m - 1.0).abs() < 1e-12, "oracle mAP {m} in band {band}");
+                    }
+                }
+            }
+            _ => {
+                let near = q.map_by_range["0-20m"].expect("ground truth near the ego");
+                let overall = q.map.expect("mAP");
+                assert!(
+                    near >= overall,
+                    "near-range mAP {near} below the overall {overall}"
+                );
+            }
+        }
+    }
 }
 
 struct Floor {

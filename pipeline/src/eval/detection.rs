@@ -39,6 +39,21 @@ pub const MIN_RECALL: f64 = 0.1;
 /// Precision below which a sample counts as zero.
 pub const MIN_PRECISION: f64 = 0.1;
 
+/// Distance bands from the ego (BEV plane, m) for AP by range: detections and ground truth
+/// are each assigned to the band of their own distance and every band is an evaluation of
+/// its own (as the nuScenes devkit filters by class range). A box near a band edge can
+/// thus be a miss in one band and its detection a false positive in the next.
+pub const RANGE_BANDS_M: [(f64, f64); 3] = [(0.0, 20.0), (20.0, 40.0), (40.0, f64::INFINITY)];
+/// Names of [`RANGE_BANDS_M`] (keys of `Quality::ap_by_range`).
+pub const RANGE_BAND_NAMES: [&str; 3] = ["0-20m", "20-40m", "40m+"];
+
+/// The band of [`RANGE_BANDS_M`] a distance falls in (None: not finite or negative).
+pub fn range_band(distance_m: f64) -> Option<usize> {
+    RANGE_BANDS_M
+        .iter()
+        .position(|&(lo, hi)| distance_m >= lo && distance_m < hi)
+}
+
 /// A detection to evaluate: world-frame centre, class and score.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EvalDet {
@@ -350,6 +365,19 @@ mod tests {
         assert!((s.ap_per_threshold["car"].unwrap()[0] - 80.5 / 81.0).abs() < 1e-12);
         assert_eq!(s.ap["pedestrian"], None);
         assert_eq!(s.detections["pedestrian"], 1);
+    }
+
+    #[test]
+    fn range_bands_cover_every_distance_once() {
+        assert_eq!(range_band(0.0), Some(0));
+        assert_eq!(range_band(19.999), Some(0));
+        assert_eq!(range_band(20.0), Some(1));
+        assert_eq!(range_band(39.999), Some(1));
+        assert_eq!(range_band(40.0), Some(2));
+        assert_eq!(range_band(1e9), Some(2));
+        assert_eq!(range_band(f64::NAN), None);
+        assert_eq!(range_band(-1.0), None);
+        assert_eq!(RANGE_BAND_NAMES.len(), RANGE_BANDS_M.len());
     }
 
     #[test]

@@ -25,7 +25,9 @@ pub mod seg_truth;
 pub mod segmentation;
 pub mod tracking;
 
-pub use detection::{DetectionEval, DetectionSummary, EvalDet, EvalGt};
+pub use detection::{
+    range_band, DetectionEval, DetectionSummary, EvalDet, EvalGt, RANGE_BANDS_M, RANGE_BAND_NAMES,
+};
 pub use quality::{Quality, QualityEval};
 pub use seg_truth::{seg_ground_truth, SegTruthError, MARKING_HALF_WIDTH_M};
 pub use segmentation::{SegEval, SegSummary};

@@ -13,13 +13,18 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{DetectionEval, DetectionSummary, SegEval, SegSummary, TrackingEval, TrackingSummary};
+use super::{
+    DetectionEval, DetectionSummary, SegEval, SegSummary, TrackingEval, TrackingSummary,
+    RANGE_BAND_NAMES,
+};
 
 /// Accumulates everything [`Quality`] reports.
 #[derive(Debug, Clone)]
 pub struct QualityEval {
     /// Detection AP.
     pub detection: DetectionEval,
+    /// Detection AP per distance band ([`super::RANGE_BANDS_M`]).
+    pub detection_by_range: [DetectionEval; 3],
     /// Segmentation IoU.
     pub segmentation: SegEval,
     /// Tracking.
@@ -38,6 +43,7 @@ impl Default for QualityEval {
     fn default() -> Self {
         QualityEval {
             detection: DetectionEval::new(),
+            detection_by_range: Default::default(),
             segmentation: SegEval::new(),
             tracking: TrackingEval::new(2.0),
             planner_checked: 0,
@@ -79,6 +85,10 @@ pub struct Quality {
     pub planner_frames_checked: u64,
     /// Frames that published the minimum-risk trajectory.
     pub min_risk_frames: u64,
+    /// Distance band (`0-20m`, `20-40m`, `40m+` from the ego) → mAP of that band alone.
+    pub map_by_range: BTreeMap<String, Option<f64>>,
+    /// Distance band → class name → AP of that band alone.
+    pub ap_by_range: BTreeMap<String, BTreeMap<String, Option<f64>>>,
     /// Detection details: AP per threshold, box and detection counts.
     pub detection: DetectionSummary,
     /// Tracking details.
@@ -94,6 +104,13 @@ impl QualityEval {
     /// Appends `other` (another log) after this one.
     pub fn merge(&mut self, other: &QualityEval) {
         self.detection.merge(&other.detection);
+        for (band, o) in self
+            .detection_by_range
+            .iter_mut()
+            .zip(&other.detection_by_range)
+        {
+            band.merge(o);
+        }
         self.segmentation.merge(&other.segmentation);
         self.tracking.merge(&other.tracking);
         self.planner_checked += other.planner_checked;
@@ -107,7 +124,22 @@ impl QualityEval {
         let d = self.detection.summary();
         let s: SegSummary = self.segmentation.summary();
         let t = self.tracking.summary();
+        let bands: Vec<DetectionSummary> = self
+            .detection_by_range
+            .iter()
+            .map(|b| b.summary())
+            .collect();
         Quality {
+            map_by_range: RANGE_BAND_NAMES
+                .iter()
+                .zip(&bands)
+                .map(|(n, b)| (n.to_string(), b.map))
+                .collect(),
+            ap_by_range: RANGE_BAND_NAMES
+                .iter()
+                .zip(&bands)
+                .map(|(n, b)| (n.to_string(), b.ap.clone()))
+                .collect(),
             frames: self.frames,
             map: d.map,
             ap: d.ap.clone(),
@@ -169,6 +201,31 @@ impl Quality {
             m.insert("collision_free".to_string(), v);
         }
         m
+    }
+
+    /// The table's line of detection AP by distance from the ego.
+    pub fn detection_range_line(&self) -> String {
+        let bands: Vec<String> = RANGE_BAND_NAMES
+            .iter()
+            .map(|band| {
+                let map = self.map_by_range.get(*band).copied().flatten();
+                let ap = self
+                    .ap_by_range
+                    .get(*band)
+                    .map(|ap| {
+                        ap.iter()
+                            .map(|(k, v)| format!("{k} {}", fmt_opt(*v)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default();
+                format!("{band} {} ({ap})", fmt_opt(map))
+            })
+            .collect();
+        format!(
+            "detection by distance from the ego: mAP {}",
+            bands.join("; ")
+        )
     }
 
     /// The table's detection line.

@@ -21,12 +21,13 @@
 //!   fallback frame re-publishes an older frame's) against [`seg_ground_truth`] of the
 //!   source's map around the record's `ego`.
 
+use redline_runtime::det_math;
 use std::collections::VecDeque;
 
 use super::{Evaluation, FrameRecord};
 use crate::eval::quality::QualityEval;
-use crate::eval::{first_collision, seg_ground_truth, EvalDet, EvalGt, MotEval};
-use crate::geometry::ego_to_world;
+use crate::eval::{first_collision, range_band, seg_ground_truth, EvalDet, EvalGt, MotEval};
+use crate::geometry::{ego_to_world, world_to_ego};
 use crate::sensors::{in_perception_range, FrameSource};
 use crate::types::{class, BevSpec, GtBox, TrackState, PLAN_STEPS, PRED_DT};
 
@@ -139,21 +140,48 @@ impl Scorer {
                 class: g.class,
             })
             .collect();
-        let dets: Vec<EvalDet> = r
+        let gt_band: Vec<Option<usize>> = egt
+            .iter()
+            .map(|g| {
+                let (x, y) = world_to_ego(&r.ego, g.x, g.y);
+                range_band(det_math::hypot(x, y))
+            })
+            .collect();
+        let (dets, det_band): (Vec<EvalDet>, Vec<Option<usize>>) = r
             .detection_list
             .iter()
             .filter(|d| d.valid == 1 && d.class < class::COUNT as u32 && in_eval_region(d.x, d.y))
             .map(|d| {
                 let (x, y) = ego_to_world(&r.ego, f64::from(d.x), f64::from(d.y));
-                EvalDet {
+                let det = EvalDet {
                     x,
                     y,
                     class: d.class,
                     score: d.score,
-                }
+                };
+                (
+                    det,
+                    range_band(det_math::hypot(f64::from(d.x), f64::from(d.y))),
+                )
             })
-            .collect();
+            .unzip();
         q.detection.frame(&egt, &dets);
+        // AP by distance band: each band sees only its own boxes and detections.
+        for (band, ev) in q.detection_by_range.iter_mut().enumerate() {
+            let g: Vec<EvalGt> = egt
+                .iter()
+                .zip(&gt_band)
+                .filter(|(_, b)| **b == Some(band))
+                .map(|(g, _)| *g)
+                .collect();
+            let d: Vec<EvalDet> = dets
+                .iter()
+                .zip(&det_band)
+                .filter(|(_, b)| **b == Some(band))
+                .map(|(d, _)| *d)
+                .collect();
+            ev.frame(&g, &d);
+        }
         q.tracking.frame(gt, &r.tracks);
         if r.status == "complete"
             && r.has_segmentation
