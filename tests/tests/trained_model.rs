@@ -15,7 +15,7 @@ use std::sync::Arc;
 use redline_models::engine::{load_engine_bytes, EngineKind, Inline};
 use redline_models::export::trained;
 use redline_pipeline::config::{Perception, PipelineConfig};
-use redline_pipeline::run::{replay, Counters};
+use redline_pipeline::run::{replay, Counters, ReplayOutcome};
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 use redline_sim::scenario::ScenarioConfig;
@@ -187,22 +187,34 @@ fn the_float_models_compute_what_pytorch_computes() {
     }
 }
 
+/// The first `seconds` of the built-in drive (seed 7, the pipeline's default 256x128
+/// cameras; training used seeds 1000-1063).
+fn default_drive(seconds: f64) -> Arc<Feed> {
+    let scenario = ScenarioConfig {
+        seconds,
+        ..ScenarioConfig::default_drive()
+    };
+    Arc::new(Feed::from_scenario(&scenario, None, &mut |_, _| {}).expect("renders"))
+}
+
+/// A lockstep replay of `feed` with the default config and `perception`.
+fn lockstep_replay(feed: &Arc<Feed>, perception: Perception) -> ReplayOutcome {
+    let cfg = PipelineConfig {
+        release: ReleaseMode::Lockstep,
+        deadline_ms: 10_000.0,
+        perception,
+        ..PipelineConfig::default()
+    };
+    let (outcome, _rt) =
+        replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay runs");
+    outcome
+}
+
 #[test]
 fn the_default_config_perceives_a_drive_it_was_not_trained_on() {
     // Seed 7 (the built-in drive's) with the pipeline's default 256x128 cameras: training
     // used seeds 1000-1063. Eight seconds: long enough for tracks to settle.
-    let scenario = ScenarioConfig {
-        seconds: 8.0,
-        ..ScenarioConfig::default_drive()
-    };
-    let feed = Arc::new(Feed::from_scenario(&scenario, None, &mut |_, _| {}).expect("renders"));
-    let cfg = PipelineConfig {
-        release: ReleaseMode::Lockstep,
-        deadline_ms: 10_000.0,
-        ..PipelineConfig::default()
-    };
-    let (outcome, _rt) =
-        replay(&cfg, feed, None, Arc::new(Counters::default())).expect("replay runs");
+    let outcome = lockstep_replay(&default_drive(8.0), Perception::Network);
     for l in redline_pipeline::run::summary_lines(&outcome) {
         eprintln!("{l}");
     }
@@ -228,20 +240,9 @@ fn the_default_config_perceives_a_drive_it_was_not_trained_on() {
 fn detection_ap_by_distance_covers_every_band_and_is_exact_for_the_oracle() {
     // Oracle perception publishes the ground truth as detections: every band that has
     // ground truth scores AP 1; the trained network is far better near than far.
-    let scenario = ScenarioConfig {
-        seconds: 4.0,
-        ..ScenarioConfig::default_drive()
-    };
-    let feed = Arc::new(Feed::from_scenario(&scenario, None, &mut |_, _| {}).expect("renders"));
+    let feed = default_drive(4.0);
     for perception in [Perception::Oracle, Perception::Network] {
-        let cfg = PipelineConfig {
-            release: ReleaseMode::Lockstep,
-            deadline_ms: 10_000.0,
-            perception,
-            ..PipelineConfig::default()
-        };
-        let (outcome, _rt) =
-            replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay runs");
+        let outcome = lockstep_replay(&feed, perception);
         let q = &outcome.quality;
         eprintln!("{perception:?}: {}", q.detection_range_line());
         assert_eq!(

@@ -168,19 +168,10 @@ impl Scorer {
         q.detection.frame(&egt, &dets);
         // AP by distance band: each band sees only its own boxes and detections.
         for (band, ev) in q.detection_by_range.iter_mut().enumerate() {
-            let g: Vec<EvalGt> = egt
-                .iter()
-                .zip(&gt_band)
-                .filter(|(_, b)| **b == Some(band))
-                .map(|(g, _)| *g)
-                .collect();
-            let d: Vec<EvalDet> = dets
-                .iter()
-                .zip(&det_band)
-                .filter(|(_, b)| **b == Some(band))
-                .map(|(d, _)| *d)
-                .collect();
-            ev.frame(&g, &d);
+            ev.frame(
+                &in_band(&egt, &gt_band, band),
+                &in_band(&dets, &det_band, band),
+            );
         }
         q.tracking.frame(gt, &r.tracks);
         if r.status == "complete"
@@ -244,6 +235,16 @@ impl Scorer {
         q.min_risk_frames = evaluation.minimum_risk_frames;
         (evaluation, q)
     }
+}
+
+/// The items whose band (in `bands`, one per item) is `band`.
+fn in_band<T: Copy>(items: &[T], bands: &[Option<usize>], band: usize) -> Vec<T> {
+    items
+        .iter()
+        .zip(bands)
+        .filter(|(_, b)| **b == Some(band))
+        .map(|(item, _)| *item)
+        .collect()
 }
 
 /// Whether an ego-frame point lies in the evaluated region (the BEV grid less a 1 m
