@@ -10,8 +10,7 @@
 #
 # Needs (installed here from Debian when missing, as root): rustc-web / cargo-web 1.96 with
 # the multiarch arm64 standard library (libstd-rust-web-dev:arm64), rust-web-clippy,
-# gcc-aarch64-linux-gnu,
-# libc6-dev-arm64-cross and qemu-user (+ qemu-user-binfmt: tests that start the `redline`
+# gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user (+ qemu-user-binfmt: tests that start the `redline`
 # binary need qemu registered with binfmt_misc, which this script does when it can). The
 # rustup toolchain cannot use Debian's arm64 std, so Debian's cargo and rustc build here.
 #

@@ -5,8 +5,9 @@
 //! Contract: a path is only ever run on a CPU that reports its features at run time
 //! (`is_x86_feature_detected!`, `is_aarch64_feature_detected!`); [`run_simd_rows`] returns
 //! `false`, writing nothing, when the SIMD path cannot take the call, and the caller then
-//! runs the scalar kernel (same results). Cost: feature detection is cached by `std`; no allocation on the per-frame
-//! path. Never: reads the environment after construction, or depends on which path runs.
+//! runs the scalar kernel (same results). Cost: feature detection is cached by `std`; no
+//! allocation on the per-frame path. Never: reads the environment after construction, or
+//! depends on which path runs.
 
 use super::packing::Packed;
 use super::staging::Plan;
@@ -211,25 +212,22 @@ pub(super) fn run_simd_rows(
     }
     #[cfg(target_arch = "aarch64")]
     {
-        match path {
-            // SAFETY: `neon_rows`' preconditions hold: the CPU has NEON and the path's
-            // extension (`is_available` above: dotprod for `neon`, i8mm for `i8mm`), `packed`
-            // holds that path's weights (`has` above) built for this layer, `bias` and
-            // `mult` have `out_c` entries (checked above), `plan` is `Plan::new(g, 1)`
-            // (`esize` is 1 for every path but AVX2), and the caller (`Conv2d::run_rows`,
-            // after `forward_rows_into_slot`'s checks) guarantees `input` is
-            // `in_h·in_w·in_c`, `dst` is `rows.len()·out_w·pixel_stride`, the slot fits and
-            // `rows ⊆ 0..out_h`.
-            KernelPath::NeonDot | KernelPath::NeonI8mm => unsafe {
-                let kind = if path == KernelPath::NeonDot {
-                    super::neon::Kind::Dot
-                } else {
-                    super::neon::Kind::I8mm
-                };
-                super::neon::neon_rows(kind, &plan, packed, g, bias, mult, input, dst, slot, rows)
-            },
+        let kind = match path {
+            KernelPath::NeonDot => super::neon::Kind::Dot,
+            KernelPath::NeonI8mm => super::neon::Kind::I8mm,
             _ => return false,
-        }
+        };
+        // SAFETY: `neon_rows`' preconditions hold: the CPU has NEON and the path's
+        // extension (`is_available` above: dotprod for `neon`, i8mm for `i8mm`), `packed`
+        // holds that path's weights (`has` above) built for this layer, `bias` and
+        // `mult` have `out_c` entries (checked above), `plan` is `Plan::new(g, 1)`
+        // (`esize` is 1 for every path but AVX2), and the caller (`Conv2d::run_rows`,
+        // after `forward_rows_into_slot`'s checks) guarantees `input` is
+        // `in_h·in_w·in_c`, `dst` is `rows.len()·out_w·pixel_stride`, the slot fits and
+        // `rows ⊆ 0..out_h`.
+        unsafe {
+            super::neon::neon_rows(kind, &plan, packed, g, bias, mult, input, dst, slot, rows)
+        };
         true
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

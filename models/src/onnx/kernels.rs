@@ -552,8 +552,8 @@ pub(crate) fn resize(
 }
 
 /// The dilation phases of an `h × w` image for dilation `d`: phase `(a, b)` is the
-/// sub-image of pixels `(a + d·Y, b + d·X)`, padded to the common size `ph × pw`
-/// (`⌈h/d⌉ × ⌈w/d⌉`) with the input's zero point.
+/// sub-image of pixels `(a + d·Y, b + d·X)`, padded to the common size
+/// [`Phases::ph`] × [`Phases::pw`] (`⌈h/d⌉ × ⌈w/d⌉`) with the input's zero point.
 ///
 /// Why: a stride-1 convolution with dilation `d` and "same" padding `d·(k/2)` computes
 /// output pixel `(a + d·Y, b + d·X)` from input pixels `(a + d·(Y + i), b + d·(X + j))`,
@@ -566,31 +566,32 @@ pub(crate) fn resize(
 /// output value on kernels 5–15× faster than the general one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Phases {
+    /// Dilation (`>= 1`).
     pub d: usize,
+    /// Image height.
     pub h: usize,
+    /// Image width.
     pub w: usize,
-    pub ph: usize,
-    pub pw: usize,
 }
 
 impl Phases {
-    pub fn new(d: usize, h: usize, w: usize) -> Phases {
-        Phases {
-            d,
-            h,
-            w,
-            ph: h.div_ceil(d),
-            pw: w.div_ceil(d),
-        }
+    /// Rows of every phase image.
+    pub fn ph(&self) -> usize {
+        self.h.div_ceil(self.d)
+    }
+
+    /// Columns of every phase image.
+    pub fn pw(&self) -> usize {
+        self.w.div_ceil(self.d)
     }
 
     /// Phase images from NHWC images of `c` channels: `rows` are rows of the output, which
     /// holds `batch · d · d` phase images (image `b·d² + a·d + bx` is phase `(a, bx)` of
     /// image `b`) of `ph` rows of `pw · c` bytes; `out` holds exactly those rows.
     pub fn split(&self, c: usize, fill: i8, input: &[i8], out: &mut [i8], rows: Range<usize>) {
-        let (d, row) = (self.d, self.pw * c);
-        for (r, orow) in rows.zip(out.chunks_exact_mut(row)) {
-            let (img, py) = (r / self.ph, r % self.ph);
+        let (d, ph) = (self.d, self.ph());
+        for (r, orow) in rows.zip(out.chunks_exact_mut(self.pw() * c)) {
+            let (img, py) = (r / ph, r % ph);
             let (b, phase) = (img / (d * d), img % (d * d));
             let (a, bx) = (phase / d, phase % d);
             let y = a + d * py;
@@ -613,13 +614,13 @@ impl Phases {
     /// NHWC images of `c` channels from their phase images (the layout `split` writes):
     /// `rows` are image rows (`batch · h` in all) of `w · c` bytes; `out` holds those rows.
     pub fn merge(&self, c: usize, input: &[i8], out: &mut [i8], rows: Range<usize>) {
-        let d = self.d;
+        let (d, ph, pw) = (self.d, self.ph(), self.pw());
         for (r, orow) in rows.zip(out.chunks_exact_mut(self.w * c)) {
             let (b, y) = (r / self.h, r % self.h);
             let (a, py) = (y % d, y / d);
             for (x, o) in orow.chunks_exact_mut(c).enumerate() {
                 let img = b * d * d + a * d + x % d;
-                let at = ((img * self.ph + py) * self.pw + x / d) * c;
+                let at = ((img * ph + py) * pw + x / d) * c;
                 o.copy_from_slice(&input[at..at + c]);
             }
         }
@@ -632,6 +633,7 @@ mod phase_tests {
     use crate::conv::{Conv2d, ConvShape};
     use crate::quant::{requant_multiplier, QParams};
     use proptest::prelude::*;
+    use redline_runtime::rng::SplitMix64;
 
     /// The direct dilated convolution (the general kernel) and the phase route (split,
     /// dense kernel on every phase image, merge) give the same bytes.
@@ -640,14 +642,8 @@ mod phase_tests {
         seed: u64,
         relu: bool,
     ) {
-        let mut s = seed | 1;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        let mut bytes = |n: usize| -> Vec<i8> { (0..n).map(|_| next() as i8).collect::<Vec<_>>() };
+        let mut rng = SplitMix64::new(seed);
+        let mut bytes = |n: usize| -> Vec<i8> { (0..n).map(|_| rng.next_i8()).collect() };
         let input = bytes(batch * h * w * in_c);
         let weights = bytes(out_c * k * k * in_c);
         let extra = bytes(out_c + 2);
@@ -702,23 +698,24 @@ mod phase_tests {
             pad: k / 2,
         };
         let dense = Conv2d::new(shape, weights, w_scales, bias, x_q, y_q, relu).unwrap();
-        let p = Phases::new(d, h, w);
+        let p = Phases { d, h, w };
+        let (ph, pw) = (p.ph(), p.pw());
         let images = batch * d * d;
-        let mut split = vec![0i8; images * p.ph * p.pw * in_c];
+        let mut split = vec![0i8; images * ph * pw * in_c];
         // Split in two uneven row ranges: the result must not depend on the split.
-        let rows = images * p.ph;
+        let rows = images * ph;
         let cut = rows / 3;
-        let (first, rest) = split.split_at_mut(cut * p.pw * in_c);
+        let (first, rest) = split.split_at_mut(cut * pw * in_c);
         p.split(in_c, x_q.zero_point, &input, first, 0..cut);
         p.split(in_c, x_q.zero_point, &input, rest, cut..rows);
-        let mut phase_out = vec![0i8; images * p.ph * p.pw * out_c];
-        let (img_in, img_out) = (p.ph * p.pw * in_c, p.ph * p.pw * out_c);
+        let mut phase_out = vec![0i8; images * ph * pw * out_c];
+        let (img_in, img_out) = (ph * pw * in_c, ph * pw * out_c);
         for i in 0..images {
             dense
                 .forward(
                     &split[i * img_in..(i + 1) * img_in],
-                    p.ph,
-                    p.pw,
+                    ph,
+                    pw,
                     &mut phase_out[i * img_out..(i + 1) * img_out],
                 )
                 .unwrap();

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::{
     DetectionEval, DetectionSummary, SegEval, SegSummary, TrackingEval, TrackingSummary,
-    RANGE_BAND_NAMES,
+    RANGE_BANDS_M, RANGE_BAND_NAMES,
 };
 
 /// Accumulates everything [`Quality`] reports.
@@ -24,7 +24,7 @@ pub struct QualityEval {
     /// Detection AP.
     pub detection: DetectionEval,
     /// Detection AP per distance band ([`super::RANGE_BANDS_M`]).
-    pub detection_by_range: [DetectionEval; 3],
+    pub detection_by_range: [DetectionEval; RANGE_BANDS_M.len()],
     /// Segmentation IoU.
     pub segmentation: SegEval,
     /// Tracking.
@@ -124,22 +124,15 @@ impl QualityEval {
         let d = self.detection.summary();
         let s: SegSummary = self.segmentation.summary();
         let t = self.tracking.summary();
-        let bands: Vec<DetectionSummary> = self
-            .detection_by_range
-            .iter()
-            .map(|b| b.summary())
-            .collect();
+        let (mut map_by_range, mut ap_by_range) = (BTreeMap::new(), BTreeMap::new());
+        for (name, band) in RANGE_BAND_NAMES.iter().zip(&self.detection_by_range) {
+            let b = band.summary();
+            map_by_range.insert(name.to_string(), b.map);
+            ap_by_range.insert(name.to_string(), b.ap);
+        }
         Quality {
-            map_by_range: RANGE_BAND_NAMES
-                .iter()
-                .zip(&bands)
-                .map(|(n, b)| (n.to_string(), b.map))
-                .collect(),
-            ap_by_range: RANGE_BAND_NAMES
-                .iter()
-                .zip(&bands)
-                .map(|(n, b)| (n.to_string(), b.ap.clone()))
-                .collect(),
+            map_by_range,
+            ap_by_range,
             frames: self.frames,
             map: d.map,
             ap: d.ap.clone(),

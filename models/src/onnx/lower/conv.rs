@@ -241,16 +241,7 @@ impl Lowerer<'_> {
         let (imp, clamp) = match dense {
             Some((layer, Some(phases))) => {
                 let dst = self.phased_conv(layer, phases, b, c, oc, x.buf, x_q, dense_clamp);
-                self.set(
-                    &out_name,
-                    Val::Q(T {
-                        buf: dst,
-                        shape: vec![b, oc, h, wd],
-                        layout: Layout::Nhwc,
-                        q: y_q,
-                    }),
-                );
-                return Ok(());
+                return self.set_conv_output(&out_name, dst, [b, oc, h, wd], y_q);
             }
             Some((layer, None)) => (ConvImpl::Dense(Box::new(layer)), dense_clamp),
             None => {
@@ -289,13 +280,24 @@ impl Lowerer<'_> {
             dst,
             clamp,
         });
+        self.set_conv_output(&out_name, dst, [b, oc, win.out_h, win.out_w], y_q)
+    }
+
+    /// Names a convolution's output: buffer `buf`, NHWC, logical shape `[n, c, h, w]`.
+    fn set_conv_output(
+        &mut self,
+        name: &str,
+        buf: usize,
+        [n, c, h, w]: [usize; 4],
+        q: QParams,
+    ) -> Result<(), EngineError> {
         self.set(
-            &out_name,
+            name,
             Val::Q(T {
-                buf: dst,
-                shape: vec![b, oc, win.out_h, win.out_w],
+                buf,
+                shape: vec![n, c, h, w],
                 layout: Layout::Nhwc,
-                q: y_q,
+                q,
             }),
         );
         Ok(())
@@ -319,7 +321,7 @@ impl Lowerer<'_> {
     ) -> usize {
         let images = batch * phases.d * phases.d;
         self.touch(src);
-        let split = self.new_buf(images * phases.ph * phases.pw * in_c);
+        let split = self.new_buf(images * phases.ph() * phases.pw() * in_c);
         self.steps.push(Step::Phases {
             phases,
             dir: PhaseDir::Split {
@@ -331,14 +333,14 @@ impl Lowerer<'_> {
             dst: split,
         });
         self.touch(split);
-        let conv_out = self.new_buf(images * phases.ph * phases.pw * out_c);
+        let conv_out = self.new_buf(images * phases.ph() * phases.pw() * out_c);
         self.steps.push(Step::Conv {
             imp: ConvImpl::Dense(Box::new(layer)),
             batch: images,
-            in_h: phases.ph,
-            in_w: phases.pw,
-            out_h: phases.ph,
-            row_len: phases.pw * out_c,
+            in_h: phases.ph(),
+            in_w: phases.pw(),
+            out_h: phases.ph(),
+            row_len: phases.pw() * out_c,
             src: split,
             dst: conv_out,
             clamp,
@@ -492,5 +494,5 @@ fn dilation_phases(win: &Window, h: usize, w: usize, groups: usize) -> Option<Ph
         && win.pl == same
         && win.out_h == h
         && win.out_w == w)
-        .then(|| Phases::new(d, h, w))
+        .then_some(Phases { d, h, w })
 }
