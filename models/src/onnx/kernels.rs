@@ -81,6 +81,12 @@ pub(crate) struct GeneralConv {
 const PATCH_MAX: usize = 4608;
 
 impl GeneralConv {
+    /// Multiply-accumulates of one run over `batch` images.
+    pub fn macs(&self, batch: usize) -> u64 {
+        let w = &self.win;
+        (batch * w.out_h * w.out_w * self.out_c * w.kh * w.kw * (self.in_c / self.groups)) as u64
+    }
+
     /// Output rows `rows` (over `batch * out_h`) of NHWC `input` into `out` (those rows only).
     ///
     /// Ungrouped convolutions whose patch fits [`PATCH_MAX`] (dilated ones, rectangular

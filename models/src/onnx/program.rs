@@ -276,13 +276,11 @@ impl Program {
                             }
                             ConvImpl::General(g) => {
                                 let w = &g.win;
-                                let m =
-                                    w.out_h * w.out_w * g.out_c * w.kh * w.kw * (g.in_c / g.groups);
                                 let name = format!(
                                     "conv* {}x{}/{} {}>{} g{} {}x{}",
                                     w.kh, w.kw, w.sh, g.in_c, g.out_c, g.groups, w.out_h, w.out_w
                                 );
-                                (name, (m * batch) as u64)
+                                (name, g.macs(*batch))
                             }
                         };
                     }
@@ -302,10 +300,16 @@ impl Program {
 
     /// Multiply-accumulates per run of the convolutions on the general kernel.
     pub fn general_conv_macs(&self) -> u64 {
-        self.step_macs()
-            .into_iter()
-            .filter(|(name, _)| name.starts_with("conv*"))
-            .map(|(_, macs)| macs)
+        self.steps
+            .iter()
+            .map(|s| match s {
+                Step::Conv {
+                    imp: ConvImpl::General(g),
+                    batch,
+                    ..
+                } => g.macs(*batch),
+                _ => 0,
+            })
             .sum()
     }
 
