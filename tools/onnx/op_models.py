@@ -217,6 +217,14 @@ def _(g):
     g.output(g.concat([a, x, b]))
 
 
+@case("concat_const_channels")
+def _(g):  # CoordConv-style: a constant position map beside the features, then a conv
+    x = stem(g, X)
+    gy, gx = np.mgrid[0 : X[2], 0 : X[3]].astype(np.float32)
+    pos = np.stack([gx / X[3], gy / X[2]])[None].astype(np.float32)
+    g.output(g.conv(g.concat([x, g.const(pos)]), 6, 3))
+
+
 @case("concat_two_inputs")
 def _(g):
     g.output(g.concat([g.input(X), g.input((1, 3, 13, 11))]))

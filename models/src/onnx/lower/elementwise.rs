@@ -175,20 +175,8 @@ impl Lowerer<'_> {
                         return Err(n.unsupported("constant operands must be int8 or uint8"));
                     };
                     // A rank-4 constant in NHWC work order: permute its data.
-                    let v = if use_nhwc && s[1] > 1 && s[2] * s[3] > 1 {
-                        let mut out = vec![0i8; v.len()];
-                        let (n0, c0, h0, w0) = (s[0], s[1], s[2], s[3]);
-                        for i0 in 0..n0 {
-                            for ci in 0..c0 {
-                                for y in 0..h0 {
-                                    for x in 0..w0 {
-                                        out[((i0 * h0 + y) * w0 + x) * c0 + ci] =
-                                            v[((i0 * c0 + ci) * h0 + y) * w0 + x];
-                                    }
-                                }
-                            }
-                        }
-                        out
+                    let v = if use_nhwc {
+                        nchw_to_nhwc(v, s)
                     } else {
                         v.clone()
                     };
@@ -360,13 +348,23 @@ impl Lowerer<'_> {
                     (t.shape.clone(), Operand::Buf(t.buf))
                 }
                 (None, Some(c)) => {
-                    if nhwc {
-                        return Err(
-                            n.unsupported("constant inputs of a channel concat are not supported")
-                        );
-                    }
                     let ConstData::I8(v) = c.data else {
                         return Err(n.unsupported("constant inputs must be int8 or uint8"));
+                    };
+                    // A channel concat in NHWC work order (e.g. CoordConv-style constant
+                    // position maps beside the features): the constant, NCHW in the file,
+                    // is permuted once here, at load.
+                    let v = if nhwc {
+                        if c.shape.len() != 4 {
+                            return Err(n.unsupported(format!(
+                                "a constant input of a 4-D channel concat must be 4-D, got \
+                                 shape {:?}",
+                                c.shape
+                            )));
+                        }
+                        nchw_to_nhwc(&v, &c.shape)
+                    } else {
+                        v
                     };
                     (c.shape.clone(), Operand::Const(v))
                 }
@@ -423,4 +421,23 @@ impl Lowerer<'_> {
         self.set(&out_name, if q_out { Val::Q(t) } else { Val::Dq(t) });
         Ok(())
     }
+}
+
+/// `v`, a rank-4 tensor of shape `s` in NCHW order, in NHWC order (a copy; load time only).
+fn nchw_to_nhwc(v: &[i8], s: &[usize]) -> Vec<i8> {
+    let (n0, c0, h0, w0) = (s[0], s[1], s[2], s[3]);
+    if c0 == 1 || h0 * w0 == 1 {
+        return v.to_vec();
+    }
+    let mut out = vec![0i8; v.len()];
+    for i0 in 0..n0 {
+        for ci in 0..c0 {
+            for y in 0..h0 {
+                for x in 0..w0 {
+                    out[((i0 * h0 + y) * w0 + x) * c0 + ci] = v[((i0 * c0 + ci) * h0 + y) * w0 + x];
+                }
+            }
+        }
+    }
+    out
 }
