@@ -14,6 +14,8 @@ Usage: python3 tools/train/export.py CKPT DATA -o OUT [--calib-frames N] [--fixt
    -> QuantizeLinear -> DequantizeLinear]... -> QuantizeLinear -> Transpose -> int8 NHWC
    output, as redline's model contract (pipeline/src/models.rs) asks. The detection head has
    two outputs, `heatmap` then `boxes`, each with its own quantization.
+   With a position map ("dilated_pos"), the detection head concatenates it, an int8
+   constant at the features' quantization, after its input's channels (exact: no rescale).
 4. OUT/float/*.onnx: the same graphs without the inner QuantizeLinear/DequantizeLinear
    pairs: float computation between the same int8 boundaries (camera input, features, BEV
    grid, head outputs), for the INT8-vs-float comparison run through redline's onnxruntime
@@ -196,9 +198,16 @@ def build_models(model, qp, cams, h, w, ny, nx, qdq):
         s = q[0]
     outs = [nhwc_out(b, x, "features", [cams, fh, fw, N.FEAT_C], feat_q)]
     out["backbone"] = b.model(ins, outs, "backbone")
-    # Detection head.
+    # Detection head (the position map, if any, is a constant beside the BEV features).
     b = Builder("det_head", qdq)
     x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C], *feat_q)
+    if model.det.pos is not None:
+        if qdq:
+            pos = b.dq(b.const(int8.quantize_pos(model.det.pos, feat_q)[None], "pos"), *feat_q)
+            x = b.dq(b.q(b.node("Concat", [x, pos], "concat", axis=1), *feat_q), *feat_q)
+        else:
+            pos = b.const(model.det.pos.numpy()[None].astype(np.float32), "pos")
+            x = b.node("Concat", [x, pos], "concat", axis=1)
     x, s = hidden_layers(b, x, feat_q[0], model.det.hidden, "det", qp)
     heat = b.conv(x, model.det.heat, s, False, qp["det.heat"], last=True)
     box = b.conv(x, model.det.box, s, False, qp["det.box"], last=True)
@@ -237,12 +246,20 @@ def main():
     ckpt = torch.load(a.ckpt)
     N.set_arch(a.arch or ckpt.get("arch", "small"))
     ds = D.Dataset(a.data, N.STRIDE)
-    model = N.DrivingNet(ds.sources, ds.bev["ny"], ds.bev["nx"])
+    model = N.DrivingNet(ds.sources, ds.bev)
     model.load_state_dict(ckpt["state"])
     model.eval()
     step = max(1, len(ds.index) // a.calib_frames)
     frames = ds.index[::step][: a.calib_frames]
     qp = calibrate(model, ds, frames)
+    if model.det.pos is not None:
+        # The position map (values in [0, 1]) shares the BEV features' quantization: keep
+        # 1.0 representable.
+        feat = f"backbone.{len(N.BACKBONE) - 1}"
+        s, zp = qp[feat]
+        if s * (127 - zp) < 1.0:
+            print(f"feature scale {s:.6f} raised to {1.0 / (127 - zp):.6f} for the position map")
+            qp[feat] = (1.0 / (127 - zp), zp)
     m = ds.meta
     cams, h, w = m["cams"], m["net_h"], m["net_w"]
     ny, nx = ds.bev["ny"], ds.bev["nx"]

@@ -7,6 +7,8 @@
   `y_zp = -128`, so saturation is the clamp.
 - BEV view transform: two sources `zp + round_half_away(((a - zp) + (b - zp)) / 2)`, one
   copied, none `zp` (redline's `BevProjector::project`).
+- Detection head: the position map, if any, concatenated after the BEV channels as int8
+  at the features' quantization.
 - Temporal fusion: `zp + round_half_away((2 (cur - zp) + sum_j (warped_j - zp)) / (2 + m))`,
   saturated; outside cells add 0 (redline's `TemporalCache::fuse`).
 """
@@ -49,6 +51,12 @@ class QConv:
         return sat(y + self.y_q[1])
 
 
+def quantize_pos(pos, q):
+    """The position map [P, ny, nx] as int8 at quantization q (QuantizeLinear: half to even)."""
+    v = np.round(pos.double().numpy() / q[0]) + q[1]
+    return np.clip(v, -128, 127).astype(np.int8)
+
+
 def dequant(x, q):
     return (x - q[1]) * q[0]
 
@@ -69,6 +77,7 @@ class QuantNet:
         self.det, s = chain(model.det.hidden, "det", self.feat_q)
         self.det_heat = QConv(model.det.heat, s, qp["det.heat"])
         self.det_box = QConv(model.det.box, s, qp["det.box"])
+        self.pos = None if model.det.pos is None else torch.from_numpy(quantize_pos(model.det.pos, self.feat_q).astype(np.float64))
         self.seg, s = chain(model.seg.hidden, "seg", self.feat_q)
         self.seg_out = QConv(model.seg.out, s, qp["seg.out"])
         src = torch.as_tensor(ds.sources, dtype=torch.long)
@@ -111,7 +120,7 @@ class QuantNet:
         return sat(zp + round_half_away(acc / (2 + m))).reshape(c, self.ny, self.nx)
 
     def heads(self, bev, taps=None):
-        x = bev[None]
+        x = bev[None] if self.pos is None else torch.cat([bev, self.pos])[None]
         for name, c in self.det:
             x = c(x)
             if taps is not None:

@@ -9,8 +9,9 @@ weights and per-tensor INT8 activations, see export.py):
   `redline sim dataset`): each BEV cell averages its (up to) two feature pixels; none -> 0.
 - temporal fusion: redline's warp tables (`warp.npy`): fused = (2 * cur + sum_j warped_j)
   / (2 + m), m = history maps available, a warped cell outside the old grid contributes 0.
-- detection head on the fused BEV grid: 3x3 convs, then 1x1 -> `classes` heatmap logits and
-  1x1 -> 6 box channels (dx, dy in cells from the cell centre, log length, log width,
+- detection head on the fused BEV grid: in the "pos" architectures the grid first gets
+  `POS_C` constant position channels (CoordConv-style, `position_map`), then 3x3 convs,
+  then 1x1 -> `classes` heatmap logits and 1x1 -> 6 box channels (dx, dy in cells from the cell centre, log length, log width,
   sin yaw, cos yaw); segmentation head: 3x3 conv, 1x1 -> 3 logits.
 
 Tensors are NCHW inside PyTorch; the ONNX models are NHWC at their boundaries, as redline's
@@ -56,19 +57,44 @@ ARCHS = {
         "seg": [(FEAT_C, 32, 3, 1), (32, 32, 3, 2)],
     },
 }
+# "dilated_pos": "dilated" whose detection head also sees where each BEV cell is. The view
+# transform gives every cell along a camera ray the same feature pixel (beyond ~28 m ahead
+# one feature row covers all of it), so without position the head cannot tell 30 m from 60 m
+# however well the features encode distance (apparent size); with it, it can match the two.
+POS_C = 3
+ARCHS["dilated_pos"] = dict(ARCHS["dilated"], pos=True)
 ARCH = "dilated"
 BACKBONE = ARCHS[ARCH]["backbone"]
 DET_HIDDEN = ARCHS[ARCH]["det"]
 SEG_HIDDEN = ARCHS[ARCH]["seg"]
+POS = False
 
 
 def set_arch(name):
     """Selects the architecture the next DrivingNet is built with."""
-    global ARCH, BACKBONE, DET_HIDDEN, SEG_HIDDEN
+    global ARCH, BACKBONE, DET_HIDDEN, SEG_HIDDEN, POS
     if name not in ARCHS:
         raise SystemExit(f"unknown architecture {name!r}: use one of {sorted(ARCHS)}")
     ARCH = name
     BACKBONE, DET_HIDDEN, SEG_HIDDEN = ARCHS[name]["backbone"], ARCHS[name]["det"], ARCHS[name]["seg"]
+    POS = ARCHS[name].get("pos", False)
+
+
+# Largest radial distance the position map encodes as 1.0 (the default grid's far corner is
+# at 68.4 m).
+POS_RANGE_M = 70.0
+
+
+def position_map(bev):
+    """[POS_C, ny, nx] float32 in [0, 1] at each BEV cell centre: forward position
+    (x - x0) / (nx res), lateral (y - y0) / (ny res), distance from the ego origin /
+    POS_RANGE_M (clamped). Non-negative, so it quantizes with the features' ReLU
+    quantization (zero point -128) unchanged."""
+    ny, nx, res, x0, y0 = bev["ny"], bev["nx"], bev["res"], bev["x0"], bev["y0"]
+    iy, ix = torch.meshgrid(torch.arange(ny, dtype=torch.float64), torch.arange(nx, dtype=torch.float64), indexing="ij")
+    x, y = x0 + (ix + 0.5) * res, y0 + (iy + 0.5) * res
+    r = torch.sqrt(x * x + y * y)
+    return torch.stack([(x - x0) / (nx * res), (y - y0) / (ny * res), (r / POS_RANGE_M).clamp(max=1.0)]).float()
 
 
 CLASSES = 3
@@ -94,15 +120,25 @@ class Backbone(nn.Module):
 
 
 class DetHead(nn.Module):
-    def __init__(self):
+    def __init__(self, pos=None):
+        """`pos`, a [POS_C, ny, nx] position map, is concatenated after the input's channels."""
         super().__init__()
-        self.hidden = nn.ModuleList([conv(i, o, k, 1, d) for (i, o, k, d) in DET_HIDDEN])
+        layers = list(DET_HIDDEN)
+        if pos is not None:
+            i, o, k, d = layers[0]
+            layers[0] = (i + pos.shape[0], o, k, d)
+            self.register_buffer("pos", pos, persistent=False)
+        else:
+            self.pos = None
+        self.hidden = nn.ModuleList([conv(i, o, k, 1, d) for (i, o, k, d) in layers])
         h = DET_HIDDEN[-1][1]
         self.heat = nn.Conv2d(h, CLASSES, 1)
         self.box = nn.Conv2d(h, REG, 1)
         nn.init.constant_(self.heat.bias, -4.0)
 
     def forward(self, x, taps=None):
+        if self.pos is not None:
+            x = torch.cat([x, self.pos[None].expand(x.shape[0], -1, -1, -1)], 1)
         for i, l in enumerate(self.hidden):
             x = F.relu(l(x))
             if taps is not None:
@@ -168,11 +204,13 @@ class BevTransform(nn.Module):
 
 
 class DrivingNet(nn.Module):
-    def __init__(self, sources, ny=48, nx=80):
+    def __init__(self, sources, bev):
+        """`bev`: the dataset's grid (meta.json "bev": nx, ny, res, x0, y0)."""
         super().__init__()
+        ny, nx = bev["ny"], bev["nx"]
         self.backbone = Backbone()
         self.bev = BevTransform(sources, ny, nx)
-        self.det = DetHead()
+        self.det = DetHead(position_map(bev) if POS else None)
         self.seg = SegHead()
 
     def features(self, images, taps=None):

@@ -42,6 +42,26 @@ def losses(model, b, seg_weight):
     return l_heat, l_box, l_seg
 
 
+def init_from(model, state):
+    """Loads `state` into `model`; a convolution weight with more input channels in the model
+    (e.g. the position channels of "dilated_pos" over "dilated") takes the checkpoint's
+    channels first and zeros for the rest, so training starts from the checkpoint's outputs."""
+    own = model.state_dict()
+    for k, v in state.items():
+        if k not in own:
+            raise SystemExit(f"--init: {k} is not in the {N.ARCH} model")
+        w = own[k]
+        if w.shape == v.shape:
+            w.copy_(v)
+        elif w.dim() == 4 and w.shape[0] == v.shape[0] and w.shape[2:] == v.shape[2:] and w.shape[1] > v.shape[1]:
+            w.zero_()
+            w[:, : v.shape[1]].copy_(v)
+            print(f"--init: {k} {tuple(v.shape)} -> {tuple(w.shape)}, new input channels zero", flush=True)
+        else:
+            raise SystemExit(f"--init: {k} has shape {tuple(v.shape)}, the {N.ARCH} model needs {tuple(w.shape)}")
+    model.load_state_dict(own)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
@@ -64,9 +84,9 @@ def main():
     t0 = time.time()
     ds = D.Dataset(a.data, N.STRIDE, a.max_drives)
     print(f"loaded {len(ds.index)} frames from {len(ds.inputs)} drives in {time.time() - t0:.0f} s", flush=True)
-    model = N.DrivingNet(ds.sources, ds.bev["ny"], ds.bev["nx"])
+    model = N.DrivingNet(ds.sources, ds.bev)
     if a.init:
-        model.load_state_dict(torch.load(a.init)["state"])
+        init_from(model, torch.load(a.init)["state"])
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=1e-4)
     seg_weight = torch.tensor([1.0, 1.0, 2.0])
     rng = random.Random(a.seed)
