@@ -29,9 +29,11 @@ class Dataset:
         self.inputs, self.warps, self.heat, self.reg, self.mask, self.seg, self.boxes = [], [], [], [], [], [], []
         for d in drives:
             p = os.path.join(root, d["dir"])
-            self.inputs.append(torch.from_numpy(np.load(os.path.join(p, "input.npy"))))
+            # Camera inputs are memory-mapped, not read: a dataset larger than memory
+            # (e.g. full-resolution inputs) pages in as batches touch it.
+            self.inputs.append(np.load(os.path.join(p, "input.npy"), mmap_mode="r"))
             self.warps.append(torch.from_numpy(np.load(os.path.join(p, "warp.npy"))))
-            self.seg.append(torch.from_numpy(np.load(os.path.join(p, "seg.npy")).astype(np.int64)))
+            self.seg.append(torch.from_numpy(np.load(os.path.join(p, "seg.npy")).astype(np.uint8)))
             boxes = np.load(os.path.join(p, "boxes.npy"))
             self.boxes.append(boxes)
             h, r, mk = targets(boxes, self.bev)
@@ -45,13 +47,13 @@ class Dataset:
         frames, warp, m, heat, reg, mask, seg = [], [], [], [], [], [], []
         for d, t in items:
             idx = [t] + [max(t - 1 - j, 0) for j in range(self.k)]
-            frames.append(self.inputs[d][idx])
+            frames.append(torch.from_numpy(np.ascontiguousarray(self.inputs[d][idx])))
             warp.append(self.warps[d][t].long())
             m.append(min(t, self.k))
             heat.append(self.heat[d][t].float())
             reg.append(self.reg[d][t].float())
             mask.append(self.mask[d][t])
-            seg.append(self.seg[d][t])
+            seg.append(self.seg[d][t].long())
         return {
             "frames": torch.stack(frames),
             "warp": torch.stack(warp),

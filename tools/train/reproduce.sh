@@ -5,7 +5,7 @@
 #
 # Usage: tools/train/reproduce.sh [WORK_DIR]     (default /tmp/redline-train)
 # Needs: cargo, python3 with torch, numpy, onnx (pip install torch numpy onnx==1.23.2),
-# about 9 GB of disk and 12 GB of memory. Seeds are fixed; on the 2-core development VM it
+# about 10 GB of disk and 7 GB of memory. Seeds are fixed; on the 2-core development VM it
 # takes about the time in the README's model card. SMALL=1 also remakes
 # models/trained/small (the smaller, faster model of the previous release).
 set -euo pipefail
