@@ -351,21 +351,6 @@ impl Lowerer<'_> {
                     let ConstData::I8(v) = c.data else {
                         return Err(n.unsupported("constant inputs must be int8 or uint8"));
                     };
-                    // A channel concat in NHWC work order (e.g. CoordConv-style constant
-                    // position maps beside the features): the constant, NCHW in the file,
-                    // is permuted once here, at load.
-                    let v = if nhwc {
-                        if c.shape.len() != 4 {
-                            return Err(n.unsupported(format!(
-                                "a constant input of a 4-D channel concat must be 4-D, got \
-                                 shape {:?}",
-                                c.shape
-                            )));
-                        }
-                        nchw_to_nhwc(&v, &c.shape)
-                    } else {
-                        v
-                    };
                     (c.shape.clone(), Operand::Const(v))
                 }
                 _ => return Err(invalid("concat operand missing".into())),
@@ -380,6 +365,13 @@ impl Lowerer<'_> {
                     "input shape {shape:?} does not match {first_shape:?} outside axis {axis}"
                 )));
             }
+            // A constant of a channel concat in NHWC work order (e.g. a CoordConv-style
+            // position map beside the features), NCHW in the file (4-D: checked above), is
+            // permuted once here, at load.
+            let operand = match operand {
+                Operand::Const(v) if nhwc => Operand::Const(nchw_to_nhwc(&v, &shape)),
+                o => o,
+            };
             out_shape[axis] += shape[axis];
             let inner: usize = if nhwc {
                 shape[1]
