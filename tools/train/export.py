@@ -182,9 +182,14 @@ def hidden_layers(b, x, s, layers, prefix, qp):
     return x, s
 
 
+def feat_tap():
+    """The tap (calibration key) of the backbone's output, the features."""
+    return f"backbone.{len(N.BACKBONE) - 1}"
+
+
 def build_models(model, qp, cams, h, w, ny, nx, qdq):
     in_q = (1.0 / 128.0, 0)
-    feat_q = qp[f"backbone.{len(N.BACKBONE) - 1}"]
+    feat_q = qp[feat_tap()]
     fh, fw = h // N.STRIDE, w // N.STRIDE
     out = {}
     # Backbone.
@@ -255,11 +260,10 @@ def main():
     if model.det.pos is not None:
         # The position map (values in [0, 1]) shares the BEV features' quantization: keep
         # 1.0 representable.
-        feat = f"backbone.{len(N.BACKBONE) - 1}"
-        s, zp = qp[feat]
+        s, zp = qp[feat_tap()]
         if s * (127 - zp) < 1.0:
             print(f"feature scale {s:.6f} raised to {1.0 / (127 - zp):.6f} for the position map")
-            qp[feat] = (1.0 / (127 - zp), zp)
+            qp[feat_tap()] = (1.0 / (127 - zp), zp)
     m = ds.meta
     cams, h, w = m["cams"], m["net_h"], m["net_w"]
     ny, nx = ds.bev["ny"], ds.bev["nx"]

@@ -9,10 +9,11 @@ weights and per-tensor INT8 activations, see export.py):
   `redline sim dataset`): each BEV cell averages its (up to) two feature pixels; none -> 0.
 - temporal fusion: redline's warp tables (`warp.npy`): fused = (2 * cur + sum_j warped_j)
   / (2 + m), m = history maps available, a warped cell outside the old grid contributes 0.
-- detection head on the fused BEV grid: in the "pos" architectures the grid first gets
-  `POS_C` constant position channels (CoordConv-style, `position_map`), then 3x3 convs,
-  then 1x1 -> `classes` heatmap logits and 1x1 -> 6 box channels (dx, dy in cells from the cell centre, log length, log width,
-  sin yaw, cos yaw); segmentation head: 3x3 conv, 1x1 -> 3 logits.
+- detection head on the fused BEV grid: in "dilated_pos" the grid first gets three
+  constant position channels (CoordConv-style, `position_map`); then 3x3 convs, then
+  1x1 -> `classes` heatmap logits and 1x1 -> 6 box channels (dx, dy in cells from the
+  cell centre, log length, log width, sin yaw, cos yaw); segmentation head: 3x3 conv,
+  1x1 -> 3 logits.
 
 Tensors are NCHW inside PyTorch; the ONNX models are NHWC at their boundaries, as redline's
 model contract says (export.py).
@@ -65,7 +66,6 @@ ARCHS = {
 # pooled): mAP 0.479 against 0.497, far-range AP unchanged (40+ m: 0.031 against 0.041), so
 # it is not shipped: at the 64x128 input the features do not carry the distance of a car a
 # few pixels wide. Kept for a larger input, where they may.
-POS_C = 3
 ARCHS["dilated_pos"] = dict(ARCHS["dilated"], pos=True)
 ARCH = "dilated"
 BACKBONE = ARCHS[ARCH]["backbone"]
@@ -90,7 +90,7 @@ POS_RANGE_M = 70.0
 
 
 def position_map(bev):
-    """[POS_C, ny, nx] float32 in [0, 1] at each BEV cell centre: forward position
+    """[3, ny, nx] float32 in [0, 1] at each BEV cell centre: forward position
     (x - x0) / (nx res), lateral (y - y0) / (ny res), distance from the ego origin /
     POS_RANGE_M (clamped). Non-negative, so it quantizes with the features' ReLU
     quantization (zero point -128) unchanged."""
@@ -125,7 +125,7 @@ class Backbone(nn.Module):
 
 class DetHead(nn.Module):
     def __init__(self, pos=None):
-        """`pos`, a [POS_C, ny, nx] position map, is concatenated after the input's channels."""
+        """`pos`, a [P, ny, nx] position map, is concatenated after the input's channels."""
         super().__init__()
         layers = list(DET_HIDDEN)
         if pos is not None:
