@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::ValueEnum;
+use redline_models::engine::cuda::{CudaEngine, CudaOptions};
 use redline_models::engine::load::load_engine_with;
 use redline_models::engine::onnxruntime::{OrtEngine, OrtOptions};
 use redline_models::engine::{ElemType, Engine, EngineKind, Inline, TensorSpec};
@@ -68,6 +69,12 @@ pub enum EngineArg {
     /// ONNX Runtime's CPU provider.
     #[value(alias = "ort")]
     Onnxruntime,
+    /// redline's INT8 kernels on an NVIDIA GPU, each run one CUDA-graph replay (build with
+    /// `--features cuda`).
+    Cuda,
+    /// The same CUDA engine issuing every kernel launch on its stream each run (no graph):
+    /// `--engine cuda --against cuda-stream` measures what graph replay saves.
+    CudaStream,
 }
 
 impl From<EngineArg> for EngineKind {
@@ -75,6 +82,7 @@ impl From<EngineArg> for EngineKind {
         match e {
             EngineArg::Native => EngineKind::Native,
             EngineArg::Onnxruntime => EngineKind::OnnxRuntime,
+            EngineArg::Cuda | EngineArg::CudaStream => EngineKind::Cuda,
         }
     }
 }
@@ -248,24 +256,38 @@ fn info(a: InfoArgs) -> Result<()> {
 // ---------------------------------------------------------------------------------------
 // engines
 
-/// Loads `path` on the engine `kind` with `threads` threads (ONNX Runtime's intra-op pool;
-/// the native engine's threads are the caller's lanes, so `threads` is not used for it).
+/// Loads `path` on the engine `arg` names with `threads` threads (ONNX Runtime's intra-op
+/// pool; the native engine's threads are the caller's lanes, so `threads` is not used for
+/// it; the CUDA engine runs on GPU 0, with graph replay unless `arg` is `cuda-stream`).
 pub fn load_engine(
-    kind: EngineKind,
+    arg: EngineArg,
     path: &Path,
     threads: usize,
     ort_qdq_int8: bool,
 ) -> Result<Box<dyn Engine>> {
-    let opts = OrtOptions {
-        threads,
-        qdq_int8_allowed: ort_qdq_int8,
+    let kind = EngineKind::from(arg);
+    let who = match arg {
+        EngineArg::Native => "the native engine",
+        EngineArg::Onnxruntime => "onnxruntime",
+        EngineArg::Cuda | EngineArg::CudaStream => "the CUDA engine",
     };
-    let who = match kind {
-        EngineKind::Native => "the native engine",
-        EngineKind::OnnxRuntime => "onnxruntime",
+    let loaded = match arg {
+        EngineArg::Cuda | EngineArg::CudaStream => {
+            let opts = CudaOptions {
+                graphs: arg == EngineArg::Cuda,
+                ..CudaOptions::default()
+            };
+            CudaEngine::load(path, &opts).map(|e| Box::new(e) as Box<dyn Engine>)
+        }
+        _ => {
+            let opts = OrtOptions {
+                threads,
+                qdq_int8_allowed: ort_qdq_int8,
+            };
+            load_engine_with(path, kind, &opts)
+        }
     };
-    load_engine_with(path, kind, &opts)
-        .map_err(|e| anyhow!("{who} cannot run {}: {e}", path.display()))
+    loaded.map_err(|e| anyhow!("{who} cannot run {}: {e}", path.display()))
 }
 
 /// One engine ready to time: runs blocks of iterations, recording each run's time.
@@ -286,6 +308,8 @@ struct InlineRunner {
     inputs: Arc<Vec<Vec<u8>>>,
     outs: Vec<Vec<u8>>,
     threads: usize,
+    /// As named on the command line (tells `cuda` from `cuda-stream`).
+    arg: EngineArg,
 }
 
 impl InlineRunner {
@@ -302,6 +326,10 @@ impl Runner for InlineRunner {
     fn label(&self) -> String {
         match self.engine.kind() {
             EngineKind::Native => "native, 1 thread (inline, calling thread)".into(),
+            EngineKind::Cuda if self.arg == EngineArg::CudaStream => {
+                "cuda-stream, GPU 0 (every launch issued each run; blocking sync)".into()
+            }
+            EngineKind::Cuda => "cuda, GPU 0 (one CUDA-graph replay per run; blocking sync)".into(),
             EngineKind::OnnxRuntime => format!(
                 "onnxruntime, {} intra-op thread{}",
                 self.threads,
@@ -513,6 +541,7 @@ impl Runner for RuntimeRunner {
 
 fn make_runner(
     engine: Box<dyn Engine>,
+    arg: EngineArg,
     threads: usize,
     inputs: &Arc<Vec<Vec<u8>>>,
 ) -> Result<Box<dyn Runner>> {
@@ -529,6 +558,7 @@ fn make_runner(
             engine,
             inputs: inputs.clone(),
             threads,
+            arg,
         }),
     })
 }
@@ -673,12 +703,11 @@ impl Progress {
 
 fn bench(a: BenchArgs) -> Result<()> {
     let threads = a.threads as usize;
-    let kind: EngineKind = a.engine.into();
-    let e_main = load_engine(kind, &a.model, threads, a.ort_qdq_int8)?;
+    let e_main = load_engine(a.engine, &a.model, threads, a.ort_qdq_int8)?;
     let in_specs = e_main.inputs().to_vec();
     let e_other = match a.against {
         Some(k) => {
-            let e = load_engine(k.into(), &a.model, threads, a.ort_qdq_int8)?;
+            let e = load_engine(k, &a.model, threads, a.ort_qdq_int8)?;
             if e.inputs() != in_specs.as_slice() || e.outputs() != e_main.outputs() {
                 bail!(
                     "the engines disagree on the model's tensors: {} -> {} vs {} -> {}",
@@ -693,9 +722,14 @@ fn bench(a: BenchArgs) -> Result<()> {
         None => None,
     };
     let inputs = Arc::new(read_inputs(&a.input, &in_specs, a.seed)?);
-    let mut main = make_runner(e_main, threads, &inputs)?;
+    let mut main = make_runner(e_main, a.engine, threads, &inputs)?;
     let mut other = match e_other {
-        Some(e) => Some(make_runner(e, threads, &inputs)?),
+        Some(e) => Some(make_runner(
+            e,
+            a.against.unwrap_or(a.engine),
+            threads,
+            &inputs,
+        )?),
         None => None,
     };
     let macs = main.macs();

@@ -6,6 +6,7 @@
 //! errors are [`EngineError`]s that name the file and, for a backend this build lacks,
 //! say what to use instead.
 
+use super::cuda::{CudaEngine, CudaOptions};
 use super::onnxruntime::{OrtEngine, OrtOptions};
 use super::{Engine, EngineError, EngineKind};
 use crate::onnx::NativeEngine;
@@ -51,6 +52,7 @@ pub fn load_engine_with(
             OrtEngine::load(path, ort_opts),
             crate::onnx::count_macs(path).ok(),
         ),
+        EngineKind::Cuda => Ok(Box::new(CudaEngine::load(path, &CudaOptions::default())?)),
     }
 }
 
@@ -67,6 +69,11 @@ pub fn load_engine_bytes(
             OrtEngine::from_bytes(bytes, Path::new(name), &ort_options()),
             NativeEngine::from_bytes(bytes, name).ok().map(|e| e.macs()),
         ),
+        EngineKind::Cuda => Ok(Box::new(CudaEngine::from_bytes(
+            bytes,
+            name,
+            &CudaOptions::default(),
+        )?)),
     }
 }
 

@@ -31,6 +31,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
 
+pub mod cuda;
 pub mod io_quant;
 pub mod load;
 pub mod onnxruntime;
@@ -118,25 +119,35 @@ pub enum EngineKind {
     /// ONNX Runtime's CPU provider through `ort`, loaded at run time
     /// (`engine::onnxruntime::OrtEngine`).
     OnnxRuntime,
+    /// redline's INT8 kernels on an NVIDIA GPU (`cuda::CudaEngine`, feature `cuda`),
+    /// bit-identical to `Native`.
+    Cuda,
 }
 
 impl EngineKind {
     /// Every backend, in the order `redline model info` lists them.
-    pub const ALL: [EngineKind; 2] = [EngineKind::Native, EngineKind::OnnxRuntime];
+    pub const ALL: [EngineKind; 3] = [
+        EngineKind::Native,
+        EngineKind::OnnxRuntime,
+        EngineKind::Cuda,
+    ];
 
     /// The name used in configs and on the command line.
     pub const fn name(self) -> &'static str {
         match self {
             EngineKind::Native => "native",
             EngineKind::OnnxRuntime => "onnxruntime",
+            EngineKind::Cuda => "cuda",
         }
     }
 
-    /// Parses a name as written in configs (`native`, `onnxruntime`; `ort` is accepted).
+    /// Parses a name as written in configs (`native`, `onnxruntime`, `cuda`; `ort` is
+    /// accepted).
     pub fn parse(s: &str) -> Option<EngineKind> {
         match s {
             "native" => Some(EngineKind::Native),
             "onnxruntime" | "ort" => Some(EngineKind::OnnxRuntime),
+            "cuda" => Some(EngineKind::Cuda),
             _ => None,
         }
     }

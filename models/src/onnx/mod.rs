@@ -62,14 +62,21 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub(crate) mod graph;
-mod kernels;
+pub(crate) mod kernels;
 mod lower;
-mod program;
+pub(crate) mod program;
 pub mod proto;
 pub mod reference;
 
 use graph::OnnxGraph;
 use program::Program;
+
+/// Lowers a parsed graph to the native program (the CUDA engine's launch plan is made from
+/// the same program).
+#[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
+pub(crate) fn lower_graph(g: &OnnxGraph) -> Result<lower::Lowered, EngineError> {
+    lower::lower(g)
+}
 
 /// The native INT8 engine running one imported model.
 #[derive(Debug)]

@@ -1,0 +1,409 @@
+// redline's INT8 kernels for the CUDA engine, compiled at run time by NVRTC
+// (`--fmad=false`, IEEE division: every float operation rounds exactly as the CPU's).
+//
+// Contract: each kernel computes one output element (or one output pixel x channel tile) per
+// thread, from its inputs only, with the same arithmetic as the CPU kernel it mirrors
+// (models/src/onnx/kernels.rs, models/src/conv/scalar.rs, models/src/quant.rs): integer sums
+// are exact (order-independent), and every float step is one correctly rounded IEEE
+// operation in the CPU's order (`__fmul_rn`, `__fadd_rn`, `__fdiv_rn`, `rintf` = round half
+// to even). So outputs are bit-identical to the native engine's on any grid. Parameter
+// structs are mirrored field for field by `#[repr(C)]` structs in launch.rs.
+
+typedef signed char i8;
+typedef unsigned char u8;
+typedef unsigned long long u64;
+
+#define MAX_RANK 8
+
+struct Win {
+    int in_h, in_w, out_h, out_w, kh, kw, sh, sw, dh, dw, pt, pl;
+};
+
+// saturate_i8(round_half_even(clamp(v, -1024, 1024)) + zp), clamped into [lo, hi]; NaN -> 0
+// (Rust's saturating cast), as `requant_f32`.
+__device__ __forceinline__ int requant(float v, int zp, int lo, int hi) {
+    if (isnan(v)) return 0;
+    v = fminf(fmaxf(v, -1024.0f), 1024.0f);
+    float r = __fadd_rn(rintf(v), (float)zp);
+    r = fminf(fmaxf(r, (float)lo), (float)hi);
+    return (int)r;
+}
+
+__device__ __forceinline__ int clampi(int v, int lo, int hi) {
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// ------------------------------------------------------------------------------------------
+// Convolution: acc = bias + sum (x - x_zp) w over in-image taps (exact, i32), then
+// requant(acc * M[oc]) and the step's clamp.
+
+struct ConvP {
+    u64 x, y, w, bias, mult, wsum;
+    Win win;
+    int in_c, out_c, groups, batch, x_zp, y_zp, lo, hi, clo, chi;
+};
+
+#define OCT 8
+
+// Ungrouped, in_c % 4 == 0: one thread = one output pixel x OCT output channels, dp4a over
+// 4 input channels at a time. Padded taps read x_zp (contributing x_zp * w), and x_zp * sum(w)
+// over all taps is subtracted once: the same exact integer as skipping them.
+extern "C" __global__ void conv_dp4a(const ConvP p) {
+    const Win wn = p.win;
+    int npix = p.batch * wn.out_h * wn.out_w;
+    int pix = blockIdx.x * blockDim.x + threadIdx.x;
+    int oc0 = blockIdx.y * OCT;
+    if (pix >= npix) return;
+    int ox = pix % wn.out_w;
+    int t = pix / wn.out_w;
+    int oy = t % wn.out_h;
+    int b = t / wn.out_h;
+    const i8* x = (const i8*)p.x + (size_t)b * wn.in_h * wn.in_w * p.in_c;
+    const int* w = (const int*)p.w;
+    int c4 = p.in_c >> 2;
+    int taps4 = wn.kh * wn.kw * c4;
+    int zp4 = (p.x_zp & 0xff) * 0x01010101;
+    int nj = min(OCT, p.out_c - oc0);
+    int acc[OCT];
+#pragma unroll
+    for (int j = 0; j < OCT; j++) acc[j] = 0;
+    for (int ky = 0; ky < wn.kh; ky++) {
+        int iy = oy * wn.sh + ky * wn.dh - wn.pt;
+        bool iny = iy >= 0 && iy < wn.in_h;
+        for (int kx = 0; kx < wn.kw; kx++) {
+            int ix = ox * wn.sw + kx * wn.dw - wn.pl;
+            bool in = iny && ix >= 0 && ix < wn.in_w;
+            const int* xp = (const int*)(x + ((size_t)(in ? iy : 0) * wn.in_w + (in ? ix : 0)) * p.in_c);
+            int wi = (ky * wn.kw + kx) * c4;
+            for (int c = 0; c < c4; c++) {
+                int xv = in ? __ldg(xp + c) : zp4;
+                if (nj == OCT) {
+#pragma unroll
+                    for (int j = 0; j < OCT; j++)
+                        acc[j] = __dp4a(xv, __ldg(w + (size_t)(oc0 + j) * taps4 + wi + c), acc[j]);
+                } else {
+                    for (int j = 0; j < nj; j++)
+                        acc[j] = __dp4a(xv, __ldg(w + (size_t)(oc0 + j) * taps4 + wi + c), acc[j]);
+                }
+            }
+        }
+    }
+    const int* bias = (const int*)p.bias;
+    const float* mult = (const float*)p.mult;
+    const int* wsum = (const int*)p.wsum;
+    i8* y = (i8*)p.y + (size_t)pix * p.out_c;
+    for (int j = 0; j < nj; j++) {
+        int oc = oc0 + j;
+        // Unsigned arithmetic: wrapping partial sums, exact final value (the layer's bound).
+        unsigned a = (unsigned)bias[oc] + (unsigned)acc[j] - (unsigned)(p.x_zp * wsum[oc]);
+        float v = __fmul_rn((float)(int)a, mult[oc]);
+        y[oc] = (i8)clampi(requant(v, p.y_zp, p.lo, p.hi), p.clo, p.chi);
+    }
+}
+
+// Any convolution (groups, any channel count): one thread = one output value.
+extern "C" __global__ void conv_generic(const ConvP p) {
+    const Win wn = p.win;
+    long long n = (long long)p.batch * wn.out_h * wn.out_w * p.out_c;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int oc = (int)(i % p.out_c);
+    long long pix = i / p.out_c;
+    int ox = (int)(pix % wn.out_w);
+    long long t = pix / wn.out_w;
+    int oy = (int)(t % wn.out_h);
+    int b = (int)(t / wn.out_h);
+    int icg = p.in_c / p.groups;
+    int ocg = p.out_c / p.groups;
+    int g = oc / ocg;
+    const i8* x = (const i8*)p.x + (size_t)b * wn.in_h * wn.in_w * p.in_c + g * icg;
+    const i8* w = (const i8*)p.w + (size_t)oc * wn.kh * wn.kw * icg;
+    int acc = 0;
+    for (int ky = 0; ky < wn.kh; ky++) {
+        int iy = oy * wn.sh + ky * wn.dh - wn.pt;
+        if (iy < 0 || iy >= wn.in_h) continue;
+        for (int kx = 0; kx < wn.kw; kx++) {
+            int ix = ox * wn.sw + kx * wn.dw - wn.pl;
+            if (ix < 0 || ix >= wn.in_w) continue;
+            const i8* xp = x + ((size_t)iy * wn.in_w + ix) * p.in_c;
+            const i8* wp = w + (ky * wn.kw + kx) * icg;
+            for (int c = 0; c < icg; c++) acc += ((int)xp[c] - p.x_zp) * (int)wp[c];
+        }
+    }
+    unsigned a = (unsigned)((const int*)p.bias)[oc] + (unsigned)acc;
+    float v = __fmul_rn((float)(int)a, ((const float*)p.mult)[oc]);
+    ((i8*)p.y)[i] = (i8)clampi(requant(v, p.y_zp, p.lo, p.hi), p.clo, p.chi);
+}
+
+// ------------------------------------------------------------------------------------------
+// Graph inputs and outputs, quantization, tables.
+
+// mode 0: copy; 1: flip (x ^ 0x80); 2: dequantize i8 -> f32 ((x - zp) * scale).
+struct CopyP {
+    u64 x, y;
+    int n, mode, zp;
+    float scale;
+};
+
+extern "C" __global__ void copy_io(const CopyP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    i8 v = ((const i8*)p.x)[i];
+    if (p.mode == 2) {
+        ((float*)p.y)[i] = __fmul_rn((float)((int)v - p.zp), p.scale);
+    } else {
+        ((u8*)p.y)[i] = (u8)v ^ (p.mode == 1 ? 0x80 : 0);
+    }
+}
+
+struct QuantP {
+    u64 x, y;
+    int n, zp;
+    float scale;
+};
+
+// QuantizeLinear: requant(x / scale) (a division, as ONNX Runtime).
+extern "C" __global__ void quantize(const QuantP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    float v = __fdiv_rn(((const float*)p.x)[i], p.scale);
+    ((i8*)p.y)[i] = (i8)requant(v, p.zp, -128, 127);
+}
+
+struct LutP {
+    u64 x, y, table;
+    int n;
+};
+
+extern "C" __global__ void lut(const LutP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    ((i8*)p.y)[i] = ((const i8*)p.table)[(u8)((const i8*)p.x)[i]];
+}
+
+// ------------------------------------------------------------------------------------------
+// Pooling over NHWC images: one thread per output value.
+
+struct PoolP {
+    u64 x, y;
+    Win win;
+    int c, batch, avg, x_zp, y_zp, lo, hi, count_include_pad;
+    float x_scale, y_scale;
+};
+
+extern "C" __global__ void pool(const PoolP p) {
+    const Win wn = p.win;
+    long long n = (long long)p.batch * wn.out_h * wn.out_w * p.c;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int ch = (int)(i % p.c);
+    long long pix = i / p.c;
+    int ox = (int)(pix % wn.out_w);
+    long long t = pix / wn.out_w;
+    int oy = (int)(t % wn.out_h);
+    int b = (int)(t / wn.out_h);
+    const i8* x = (const i8*)p.x + (size_t)b * wn.in_h * wn.in_w * p.c + ch;
+    if (!p.avg) {
+        int m = -128;
+        for (int ky = 0; ky < wn.kh; ky++) {
+            int iy = oy * wn.sh + ky * wn.dh - wn.pt;
+            if (iy < 0 || iy >= wn.in_h) continue;
+            for (int kx = 0; kx < wn.kw; kx++) {
+                int ix = ox * wn.sw + kx * wn.dw - wn.pl;
+                if (ix < 0 || ix >= wn.in_w) continue;
+                m = max(m, (int)x[((size_t)iy * wn.in_w + ix) * p.c]);
+            }
+        }
+        ((i8*)p.y)[i] = (i8)m;
+        return;
+    }
+    unsigned inside = 0, padded = 0;
+    int acc = 0;
+    for (int ky = 0; ky < wn.kh; ky++) {
+        int iy = oy * wn.sh + ky * wn.dh - wn.pt;
+        bool in_pad_y = iy >= -wn.pt && iy < wn.in_h + wn.pt;
+        for (int kx = 0; kx < wn.kw; kx++) {
+            int ix = ox * wn.sw + kx * wn.dw - wn.pl;
+            if (iy < 0 || iy >= wn.in_h || ix < 0 || ix >= wn.in_w) {
+                bool in_pad_x = ix >= -wn.pl && ix < wn.in_w + wn.pl;
+                if (in_pad_y && in_pad_x) padded++;
+            } else {
+                inside++;
+                acc += (int)x[((size_t)iy * wn.in_w + ix) * p.c] - p.x_zp;
+            }
+        }
+    }
+    unsigned count = p.count_include_pad ? inside + padded : inside;
+    if (count < 1) count = 1;
+    float scale = __fdiv_rn(p.x_scale, __fmul_rn(p.y_scale, (float)count));
+    ((i8*)p.y)[i] = (i8)requant(__fmul_rn((float)acc, scale), p.y_zp, p.lo, p.hi);
+}
+
+// ------------------------------------------------------------------------------------------
+// Elementwise binary operators with broadcast strides (physical order, outermost first).
+
+struct BinP {
+    u64 a, b, y;
+    int n, rank, mul;
+    float ra, rb, fixed, sa, sb, sy;
+    int za, zb, zy, lo, hi;
+    int shape[MAX_RANK], as[MAX_RANK], bs[MAX_RANK];
+};
+
+extern "C" __global__ void binary(const BinP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    int rem = i;
+    long long oa = 0, ob = 0;
+    for (int d = p.rank - 1; d >= 0; d--) {
+        int idx = rem % p.shape[d];
+        rem /= p.shape[d];
+        oa += (long long)idx * p.as[d];
+        ob += (long long)idx * p.bs[d];
+    }
+    int a = ((const i8*)p.a)[oa];
+    int b = ((const i8*)p.b)[ob];
+    int r;
+    if (p.mul) {
+        float va = __fmul_rn((float)(a - p.za), p.sa);
+        float vb = __fmul_rn((float)(b - p.zb), p.sb);
+        r = requant(__fdiv_rn(__fmul_rn(va, vb), p.sy), p.zy, p.lo, p.hi);
+    } else {
+        float v = __fadd_rn(__fadd_rn(p.fixed, __fmul_rn((float)a, p.ra)), __fmul_rn((float)b, p.rb));
+        r = requant(v, 0, p.lo, p.hi);
+    }
+    ((i8*)p.y)[i] = (i8)r;
+}
+
+// ------------------------------------------------------------------------------------------
+// Data movement.
+
+struct TransP {
+    u64 x, y;
+    int n, rank;
+    int shape[MAX_RANK], strides[MAX_RANK];
+};
+
+extern "C" __global__ void transpose(const TransP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    int rem = i;
+    long long off = 0;
+    for (int d = p.rank - 1; d >= 0; d--) {
+        off += (long long)(rem % p.shape[d]) * p.strides[d];
+        rem /= p.shape[d];
+    }
+    ((i8*)p.y)[i] = ((const i8*)p.x)[off];
+}
+
+// One input of a concatenation: `outer` blocks of `inner` bytes, written at column `col` of
+// blocks of `block` bytes, through `table` when it is not 0.
+struct CatP {
+    u64 x, y, table;
+    int outer, inner, block, col;
+};
+
+extern "C" __global__ void concat_part(const CatP p) {
+    long long n = (long long)p.outer * p.inner;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long o = i / p.inner;
+    int j = (int)(i % p.inner);
+    i8 v = ((const i8*)p.x)[i];
+    if (p.table) v = ((const i8*)p.table)[(u8)v];
+    ((i8*)p.y)[o * p.block + p.col + j] = v;
+}
+
+// Dilation phases (kernels.rs `Phases`): split = image -> phase images padded with `fill`;
+// merge = phase images -> image.
+struct PhaseP {
+    u64 x, y;
+    int d, h, w, c, batch, split, fill;
+};
+
+extern "C" __global__ void phases(const PhaseP p) {
+    int ph = (p.h + p.d - 1) / p.d, pw = (p.w + p.d - 1) / p.d;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int ch = 0;
+    if (p.split) {
+        long long n = (long long)p.batch * p.d * p.d * ph * pw * p.c;
+        if (i >= n) return;
+        ch = (int)(i % p.c);
+        long long t = i / p.c;
+        int px = (int)(t % pw);
+        t /= pw;
+        int py = (int)(t % ph);
+        long long img = t / ph;
+        int b = (int)(img / (p.d * p.d)), phase = (int)(img % (p.d * p.d));
+        int a = phase / p.d, bx = phase % p.d;
+        int y = a + p.d * py, x = bx + p.d * px;
+        i8 v = (i8)p.fill;
+        if (y < p.h && x < p.w) v = ((const i8*)p.x)[(((size_t)b * p.h + y) * p.w + x) * p.c + ch];
+        ((i8*)p.y)[i] = v;
+    } else {
+        long long n = (long long)p.batch * p.h * p.w * p.c;
+        if (i >= n) return;
+        ch = (int)(i % p.c);
+        long long t = i / p.c;
+        int x = (int)(t % p.w);
+        t /= p.w;
+        int y = (int)(t % p.h);
+        int b = (int)(t / p.h);
+        int a = y % p.d, py = y / p.d;
+        long long img = (long long)b * p.d * p.d + a * p.d + x % p.d;
+        ((i8*)p.y)[i] = ((const i8*)p.x)[((img * ph + py) * pw + x / p.d) * p.c + ch];
+    }
+}
+
+// Resize of NHWC images through per-row / per-column taps {i0, i1, w1}.
+// mode 0: nearest; 1: linear on (x - x_zp), requantized with `ratio`; 2: raw, truncated
+// (`floor_` for uint8 stored as x ^ 0x80).
+struct Tap {
+    int i0, i1;
+    float w1;
+};
+
+struct ResizeP {
+    u64 x, y, ys, xs;
+    int in_h, in_w, c, batch, out_h, out_w, mode, floor_, x_zp, y_zp;
+    float ratio;
+};
+
+extern "C" __global__ void resize(const ResizeP p) {
+    long long n = (long long)p.batch * p.out_h * p.out_w * p.c;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int ch = (int)(i % p.c);
+    long long t = i / p.c;
+    int ox = (int)(t % p.out_w);
+    t /= p.out_w;
+    int oy = (int)(t % p.out_h);
+    int b = (int)(t / p.out_h);
+    Tap ty = ((const Tap*)p.ys)[oy], tx = ((const Tap*)p.xs)[ox];
+    const i8* x = (const i8*)p.x + (size_t)b * p.in_h * p.in_w * p.c + ch;
+    size_t p00 = ((size_t)ty.i0 * p.in_w + tx.i0) * p.c;
+    size_t p01 = ((size_t)ty.i0 * p.in_w + tx.i1) * p.c;
+    size_t p10 = ((size_t)ty.i1 * p.in_w + tx.i0) * p.c;
+    size_t p11 = ((size_t)ty.i1 * p.in_w + tx.i1) * p.c;
+    float wy1 = ty.w1, wx1 = tx.w1;
+    float wy0 = __fadd_rn(1.0f, -wy1), wx0 = __fadd_rn(1.0f, -wx1);
+    int r;
+    if (p.mode == 0) {
+        r = x[p00];
+    } else if (p.mode == 2) {
+        float f = __fmul_rn(__fmul_rn((float)x[p00], wx0), wy0);
+        f = __fadd_rn(f, __fmul_rn(__fmul_rn((float)x[p01], wx1), wy0));
+        f = __fadd_rn(f, __fmul_rn(__fmul_rn((float)x[p10], wx0), wy1));
+        f = __fadd_rn(f, __fmul_rn(__fmul_rn((float)x[p11], wx1), wy1));
+        f = p.floor_ ? floorf(f) : truncf(f);
+        r = (int)fminf(fmaxf(f, -128.0f), 127.0f);
+    } else {
+        float v00 = (float)(x[p00] - p.x_zp), v01 = (float)(x[p01] - p.x_zp);
+        float v10 = (float)(x[p10] - p.x_zp), v11 = (float)(x[p11] - p.x_zp);
+        float top = __fadd_rn(__fmul_rn(v00, wx0), __fmul_rn(v01, wx1));
+        float bot = __fadd_rn(__fmul_rn(v10, wx0), __fmul_rn(v11, wx1));
+        float v = __fmul_rn(__fadd_rn(__fmul_rn(top, wy0), __fmul_rn(bot, wy1)), p.ratio);
+        r = requant(v, p.y_zp, -128, 127);
+    }
+    ((i8*)p.y)[i] = (i8)r;
+}

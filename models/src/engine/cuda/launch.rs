@@ -1,0 +1,973 @@
+//! The CUDA engine's launch plan: the native engine's compiled [`Program`] translated, step
+//! for step, into kernel launches over two device regions. Pure host code (no CUDA needed),
+//! so the plan is built and checked on any machine.
+//!
+//! # Contract
+//!
+//! - **Same program, same arena.** The plan is made from the program the native engine runs
+//!   (same lowering, same buffer offsets): every intermediate tensor lives at the native
+//!   arena's planned offset inside the *frame* region, and the graph's inputs and outputs
+//!   get their own staging slots after the arena (so a frame's upload never races a kernel
+//!   that reads the arena). Weights, biases, multipliers, tables and constant operands go
+//!   into the *constant* region, each at a 256-byte aligned offset.
+//! - **One launch per step** (a concatenation: one per input; `Input`/`Output`: one copy
+//!   kernel each), in step order on one stream: a step's inputs were written by earlier
+//!   launches, so stream order is the only synchronisation needed.
+//! - **Addresses are relocatable.** Each parameter struct starts with its device pointers;
+//!   the plan stores them as region-tagged offsets ([`Addr`]) and
+//!   [`LaunchPlan::relocate`] turns them into device addresses once the regions exist.
+//!   A null pointer (an absent table) stays 0.
+//! - Every shape that reaches a kernel fits its `i32` parameters (checked here; a larger
+//!   model is an [`EngineError::Unsupported`] naming the step, never a wrong result).
+//!
+//! The structs below mirror kernels.cu's parameter structs field for field (`#[repr(C)]`,
+//! pointers first, then 4-byte fields): change both together.
+
+// Without the `cuda` feature only this module's tests use it.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
+
+use crate::engine::EngineError;
+use crate::onnx::kernels::{BinaryKind, Interp, Window};
+use crate::onnx::program::{ConvImpl, Operand, OutKind, PhaseDir, Program, Step};
+
+/// Threads per block of every element-wise kernel.
+pub const BLOCK: u32 = 256;
+/// Threads (output pixels) per block of `conv_dp4a`.
+pub const CONV_BLOCK: u32 = 128;
+/// Output channels per thread of `conv_dp4a` (kernels.cu's `OCT`).
+pub const CONV_OCT: usize = 8;
+/// Largest tensor rank the broadcast and transpose kernels take (kernels.cu's `MAX_RANK`).
+pub const MAX_RANK: usize = 8;
+/// Alignment of every constant and staging slot.
+pub const DEVICE_ALIGN: usize = 256;
+
+/// Which region an [`Addr`] points into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Region {
+    /// The per-frame region: the arena, then the input and output staging slots.
+    Frame,
+    /// The constants uploaded once at load.
+    Const,
+}
+
+const TAG_FRAME: u64 = 1 << 62;
+const TAG_CONST: u64 = 2 << 62;
+const TAG_MASK: u64 = 3 << 62;
+
+/// A region-tagged offset as stored in a parameter struct before relocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addr(pub u64);
+
+impl Addr {
+    fn new(region: Region, offset: usize) -> Addr {
+        let tag = match region {
+            Region::Frame => TAG_FRAME,
+            Region::Const => TAG_CONST,
+        };
+        Addr(tag | offset as u64)
+    }
+
+    /// The region and offset, or `None` for a null pointer.
+    pub fn decode(v: u64) -> Option<(Region, usize)> {
+        let off = (v & !TAG_MASK) as usize;
+        match v & TAG_MASK {
+            TAG_FRAME => Some((Region::Frame, off)),
+            TAG_CONST => Some((Region::Const, off)),
+            _ => None,
+        }
+    }
+}
+
+/// kernels.cu `Win`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Win {
+    pub in_h: i32,
+    pub in_w: i32,
+    pub out_h: i32,
+    pub out_w: i32,
+    pub kh: i32,
+    pub kw: i32,
+    pub sh: i32,
+    pub sw: i32,
+    pub dh: i32,
+    pub dw: i32,
+    pub pt: i32,
+    pub pl: i32,
+}
+
+/// kernels.cu `ConvP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConvP {
+    pub x: u64,
+    pub y: u64,
+    pub w: u64,
+    pub bias: u64,
+    pub mult: u64,
+    pub wsum: u64,
+    pub win: Win,
+    pub in_c: i32,
+    pub out_c: i32,
+    pub groups: i32,
+    pub batch: i32,
+    pub x_zp: i32,
+    pub y_zp: i32,
+    pub lo: i32,
+    pub hi: i32,
+    pub clo: i32,
+    pub chi: i32,
+}
+
+/// kernels.cu `CopyP` (`mode` 0 copy, 1 flip to/from `u8`, 2 dequantize to `f32`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CopyP {
+    pub x: u64,
+    pub y: u64,
+    pub n: i32,
+    pub mode: i32,
+    pub zp: i32,
+    pub scale: f32,
+}
+
+/// kernels.cu `QuantP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuantP {
+    pub x: u64,
+    pub y: u64,
+    pub n: i32,
+    pub zp: i32,
+    pub scale: f32,
+}
+
+/// kernels.cu `LutP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LutP {
+    pub x: u64,
+    pub y: u64,
+    pub table: u64,
+    pub n: i32,
+}
+
+/// kernels.cu `PoolP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolP {
+    pub x: u64,
+    pub y: u64,
+    pub win: Win,
+    pub c: i32,
+    pub batch: i32,
+    pub avg: i32,
+    pub x_zp: i32,
+    pub y_zp: i32,
+    pub lo: i32,
+    pub hi: i32,
+    pub count_include_pad: i32,
+    pub x_scale: f32,
+    pub y_scale: f32,
+}
+
+/// kernels.cu `BinP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BinP {
+    pub a: u64,
+    pub b: u64,
+    pub y: u64,
+    pub n: i32,
+    pub rank: i32,
+    pub mul: i32,
+    pub ra: f32,
+    pub rb: f32,
+    pub fixed: f32,
+    pub sa: f32,
+    pub sb: f32,
+    pub sy: f32,
+    pub za: i32,
+    pub zb: i32,
+    pub zy: i32,
+    pub lo: i32,
+    pub hi: i32,
+    pub shape: [i32; MAX_RANK],
+    pub a_strides: [i32; MAX_RANK],
+    pub b_strides: [i32; MAX_RANK],
+}
+
+/// kernels.cu `TransP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TransP {
+    pub x: u64,
+    pub y: u64,
+    pub n: i32,
+    pub rank: i32,
+    pub shape: [i32; MAX_RANK],
+    pub strides: [i32; MAX_RANK],
+}
+
+/// kernels.cu `CatP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CatP {
+    pub x: u64,
+    pub y: u64,
+    pub table: u64,
+    pub outer: i32,
+    pub inner: i32,
+    pub block: i32,
+    pub col: i32,
+}
+
+/// kernels.cu `PhaseP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PhaseP {
+    pub x: u64,
+    pub y: u64,
+    pub d: i32,
+    pub h: i32,
+    pub w: i32,
+    pub c: i32,
+    pub batch: i32,
+    pub split: i32,
+    pub fill: i32,
+}
+
+/// kernels.cu `ResizeP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ResizeP {
+    pub x: u64,
+    pub y: u64,
+    pub ys: u64,
+    pub xs: u64,
+    pub in_h: i32,
+    pub in_w: i32,
+    pub c: i32,
+    pub batch: i32,
+    pub out_h: i32,
+    pub out_w: i32,
+    pub mode: i32,
+    pub floor: i32,
+    pub x_zp: i32,
+    pub y_zp: i32,
+    pub ratio: f32,
+}
+
+/// A kernel of kernels.cu.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    ConvDp4a,
+    ConvGeneric,
+    CopyIo,
+    Quantize,
+    Lut,
+    Pool,
+    Binary,
+    Transpose,
+    ConcatPart,
+    Phases,
+    Resize,
+}
+
+impl Kernel {
+    /// Every kernel (the functions loaded from the module).
+    pub const ALL: [Kernel; 11] = [
+        Kernel::ConvDp4a,
+        Kernel::ConvGeneric,
+        Kernel::CopyIo,
+        Kernel::Quantize,
+        Kernel::Lut,
+        Kernel::Pool,
+        Kernel::Binary,
+        Kernel::Transpose,
+        Kernel::ConcatPart,
+        Kernel::Phases,
+        Kernel::Resize,
+    ];
+
+    /// The `extern "C"` name in kernels.cu.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kernel::ConvDp4a => "conv_dp4a",
+            Kernel::ConvGeneric => "conv_generic",
+            Kernel::CopyIo => "copy_io",
+            Kernel::Quantize => "quantize",
+            Kernel::Lut => "lut",
+            Kernel::Pool => "pool",
+            Kernel::Binary => "binary",
+            Kernel::Transpose => "transpose",
+            Kernel::ConcatPart => "concat_part",
+            Kernel::Phases => "phases",
+            Kernel::Resize => "resize",
+        }
+    }
+}
+
+/// The parameters of one launch (passed by value as the kernel's only argument).
+#[derive(Clone, Copy, Debug)]
+pub enum Params {
+    Conv(ConvP),
+    Copy(CopyP),
+    Quant(QuantP),
+    Lut(LutP),
+    Pool(PoolP),
+    Bin(BinP),
+    Trans(TransP),
+    Cat(CatP),
+    Phase(PhaseP),
+    Resize(ResizeP),
+}
+
+impl Params {
+    /// The leading device pointers of the struct.
+    pub fn pointers_mut(&mut self) -> &mut [u64] {
+        match self {
+            Params::Conv(p) => bytemuck_ptrs(p, 6),
+            Params::Copy(p) => bytemuck_ptrs(p, 2),
+            Params::Quant(p) => bytemuck_ptrs(p, 2),
+            Params::Lut(p) => bytemuck_ptrs(p, 3),
+            Params::Pool(p) => bytemuck_ptrs(p, 2),
+            Params::Bin(p) => bytemuck_ptrs(p, 3),
+            Params::Trans(p) => bytemuck_ptrs(p, 2),
+            Params::Cat(p) => bytemuck_ptrs(p, 3),
+            Params::Phase(p) => bytemuck_ptrs(p, 2),
+            Params::Resize(p) => bytemuck_ptrs(p, 4),
+        }
+    }
+
+    /// A pointer to the struct, as `cuLaunchKernel` takes a by-value argument.
+    pub fn as_ptr(&self) -> *const u8 {
+        match self {
+            Params::Conv(p) => (p as *const ConvP).cast(),
+            Params::Copy(p) => (p as *const CopyP).cast(),
+            Params::Quant(p) => (p as *const QuantP).cast(),
+            Params::Lut(p) => (p as *const LutP).cast(),
+            Params::Pool(p) => (p as *const PoolP).cast(),
+            Params::Bin(p) => (p as *const BinP).cast(),
+            Params::Trans(p) => (p as *const TransP).cast(),
+            Params::Cat(p) => (p as *const CatP).cast(),
+            Params::Phase(p) => (p as *const PhaseP).cast(),
+            Params::Resize(p) => (p as *const ResizeP).cast(),
+        }
+    }
+}
+
+/// The first `n` `u64` fields of a `#[repr(C)]` parameter struct.
+fn bytemuck_ptrs<T>(p: &mut T, n: usize) -> &mut [u64] {
+    assert!(n * 8 <= std::mem::size_of::<T>() && std::mem::align_of::<T>() == 8);
+    // SAFETY: every parameter struct is `#[repr(C)]` with 8-byte alignment and begins with
+    // at least `n` `u64` fields (checked by the assertion for size/alignment and by the
+    // struct definitions above, which `pointer_fields_lead_every_struct` tests); the slice
+    // borrows `p` mutably for its lifetime.
+    unsafe { std::slice::from_raw_parts_mut((p as *mut T).cast::<u64>(), n) }
+}
+
+/// One kernel launch.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch {
+    /// The program step it belongs to (read by the plan's tests and in debug output).
+    #[allow(dead_code)]
+    pub step: usize,
+    pub kernel: Kernel,
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    pub params: Params,
+}
+
+/// A graph input or output's staging slot: its offset in the frame region and in the
+/// pinned host buffer, and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoSlot {
+    pub frame_offset: usize,
+    pub host_offset: usize,
+    pub bytes: usize,
+}
+
+/// The whole plan: launches in stream order, region sizes, constants and staging slots.
+#[derive(Debug)]
+pub struct LaunchPlan {
+    pub launches: Vec<Launch>,
+    /// Bytes of the frame region (arena + staging), a multiple of [`DEVICE_ALIGN`].
+    pub frame_bytes: usize,
+    /// The native arena's size (the first `arena_bytes` of the frame region).
+    pub arena_bytes: usize,
+    /// The constant region's contents.
+    pub consts: Vec<u8>,
+    pub inputs: Vec<IoSlot>,
+    pub outputs: Vec<IoSlot>,
+    /// Bytes of the pinned staging buffer (inputs then outputs).
+    pub host_bytes: usize,
+    /// Bytes of the pinned inputs (the first part of the staging buffer).
+    pub host_in_bytes: usize,
+}
+
+fn align(n: usize) -> usize {
+    n.div_ceil(DEVICE_ALIGN) * DEVICE_ALIGN
+}
+
+fn i32_of(v: usize, step: usize, what: &str) -> Result<i32, EngineError> {
+    i32::try_from(v).map_err(|_| EngineError::Unsupported {
+        node: format!("step {step}"),
+        op: what.to_string(),
+        reason: format!(
+            "{v} does not fit the CUDA kernels' 32-bit indices; split the model or run it \
+             on the native engine"
+        ),
+    })
+}
+
+fn grid_for(n: usize, step: usize, what: &str) -> Result<(u32, u32, u32), EngineError> {
+    let blocks = n.div_ceil(BLOCK as usize).max(1);
+    let b = u32::try_from(blocks).map_err(|_| EngineError::Unsupported {
+        node: format!("step {step}"),
+        op: what.to_string(),
+        reason: format!("{n} elements need more than 2^32 blocks"),
+    })?;
+    Ok((b, 1, 1))
+}
+
+fn win_of(w: &Window, step: usize) -> Result<Win, EngineError> {
+    let f = |v: usize| i32_of(v, step, "window");
+    Ok(Win {
+        in_h: f(w.in_h)?,
+        in_w: f(w.in_w)?,
+        out_h: f(w.out_h)?,
+        out_w: f(w.out_w)?,
+        kh: f(w.kh)?,
+        kw: f(w.kw)?,
+        sh: f(w.sh)?,
+        sw: f(w.sw)?,
+        dh: f(w.dh)?,
+        dw: f(w.dw)?,
+        pt: f(w.pt)?,
+        pl: f(w.pl)?,
+    })
+}
+
+/// Builds the constant region.
+#[derive(Default)]
+struct Consts {
+    bytes: Vec<u8>,
+}
+
+impl Consts {
+    fn push(&mut self, data: &[u8]) -> u64 {
+        let off = align(self.bytes.len());
+        self.bytes.resize(off, 0);
+        self.bytes.extend_from_slice(data);
+        Addr::new(Region::Const, off).0
+    }
+    fn push_i8(&mut self, v: &[i8]) -> u64 {
+        let b: Vec<u8> = v.iter().map(|&x| x as u8).collect();
+        self.push(&b)
+    }
+    fn push_i32(&mut self, v: &[i32]) -> u64 {
+        let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.push(&b)
+    }
+    fn push_f32(&mut self, v: &[f32]) -> u64 {
+        let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.push(&b)
+    }
+}
+
+fn rank_arrays(v: &[usize], step: usize, what: &str) -> Result<[i32; MAX_RANK], EngineError> {
+    if v.len() > MAX_RANK {
+        return Err(EngineError::Unsupported {
+            node: format!("step {step}"),
+            op: what.to_string(),
+            reason: format!(
+                "rank {} is above the CUDA kernels' {MAX_RANK}; reshape the model or run it \
+                 on the native engine",
+                v.len()
+            ),
+        });
+    }
+    let mut a = [0i32; MAX_RANK];
+    for (d, &x) in a.iter_mut().zip(v) {
+        *d = i32_of(x, step, what)?;
+    }
+    Ok(a)
+}
+
+impl LaunchPlan {
+    /// Translates `program` (whose graph has inputs and outputs of `in_bytes` / `out_bytes`
+    /// bytes).
+    pub fn new(
+        program: &Program,
+        in_bytes: &[usize],
+        out_bytes: &[usize],
+    ) -> Result<LaunchPlan, EngineError> {
+        let arena_bytes = align(program.arena_bytes);
+        let mut off = arena_bytes;
+        let mut host = 0;
+        let mut slot = |bytes: usize| {
+            let s = IoSlot {
+                frame_offset: off,
+                host_offset: host,
+                bytes,
+            };
+            off += align(bytes.max(1));
+            host += align(bytes.max(1));
+            s
+        };
+        let inputs: Vec<IoSlot> = in_bytes.iter().map(|&b| slot(b)).collect();
+        let host_in_bytes = inputs.iter().map(|s| align(s.bytes.max(1))).sum();
+        let outputs: Vec<IoSlot> = out_bytes.iter().map(|&b| slot(b)).collect();
+        let (frame_bytes, host_bytes) = (off, host);
+
+        let buf = |i: usize| Addr::new(Region::Frame, program.buffers[i].offset).0;
+        let mut c = Consts::default();
+        let mut launches = Vec::new();
+        for (si, step) in program.steps.iter().enumerate() {
+            let mut push = |kernel: Kernel, grid: (u32, u32, u32), block: u32, params: Params| {
+                launches.push(Launch {
+                    step: si,
+                    kernel,
+                    grid,
+                    block,
+                    params,
+                });
+            };
+            match step {
+                Step::Input { index, dst, flip } => {
+                    let s = inputs[*index];
+                    let p = CopyP {
+                        x: Addr::new(Region::Frame, s.frame_offset).0,
+                        y: buf(*dst),
+                        n: i32_of(s.bytes, si, "input")?,
+                        mode: i32::from(*flip),
+                        zp: 0,
+                        scale: 0.0,
+                    };
+                    push(
+                        Kernel::CopyIo,
+                        grid_for(s.bytes, si, "input")?,
+                        BLOCK,
+                        Params::Copy(p),
+                    );
+                }
+                Step::Output { index, src, kind } => {
+                    let s = outputs[*index];
+                    let (mode, n, zp, scale) = match *kind {
+                        OutKind::Copy => (0, s.bytes, 0, 0.0),
+                        OutKind::FlipU8 => (1, s.bytes, 0, 0.0),
+                        OutKind::Dequantize { scale, zp } => (2, s.bytes / 4, zp, scale),
+                    };
+                    let p = CopyP {
+                        x: buf(*src),
+                        y: Addr::new(Region::Frame, s.frame_offset).0,
+                        n: i32_of(n, si, "output")?,
+                        mode,
+                        zp,
+                        scale,
+                    };
+                    push(
+                        Kernel::CopyIo,
+                        grid_for(n, si, "output")?,
+                        BLOCK,
+                        Params::Copy(p),
+                    );
+                }
+                Step::Quantize {
+                    src,
+                    dst,
+                    n,
+                    scale,
+                    zp,
+                } => {
+                    let p = QuantP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        n: i32_of(*n, si, "quantize")?,
+                        zp: *zp,
+                        scale: *scale,
+                    };
+                    push(
+                        Kernel::Quantize,
+                        grid_for(*n, si, "quantize")?,
+                        BLOCK,
+                        Params::Quant(p),
+                    );
+                }
+                Step::Conv {
+                    imp,
+                    batch,
+                    in_h,
+                    in_w,
+                    src,
+                    dst,
+                    clamp,
+                    ..
+                } => {
+                    let (clo, chi) =
+                        clamp.map_or((-128, 127), |(l, h)| (i32::from(l), i32::from(h)));
+                    let mut p = match imp {
+                        ConvImpl::Dense(cv) => {
+                            let (oh, ow) = cv.out_hw(*in_h, *in_w);
+                            let w = Window {
+                                in_h: *in_h,
+                                in_w: *in_w,
+                                out_h: oh,
+                                out_w: ow,
+                                kh: cv.k,
+                                kw: cv.k,
+                                sh: cv.stride,
+                                sw: cv.stride,
+                                dh: 1,
+                                dw: 1,
+                                pt: cv.pad,
+                                pl: cv.pad,
+                            };
+                            let y_zp = i32::from(cv.out_q.zero_point);
+                            ConvP {
+                                w: c.push_i8(&cv.weights),
+                                bias: c.push_i32(&cv.bias),
+                                mult: c.push_f32(cv.multipliers()),
+                                wsum: c.push_i32(&weight_sums(&cv.weights, cv.out_c)),
+                                win: win_of(&w, si)?,
+                                in_c: i32_of(cv.in_c, si, "conv")?,
+                                out_c: i32_of(cv.out_c, si, "conv")?,
+                                groups: 1,
+                                x_zp: i32::from(cv.in_q.zero_point),
+                                y_zp,
+                                lo: if cv.relu { y_zp } else { -128 },
+                                hi: 127,
+                                ..ConvP::default()
+                            }
+                        }
+                        ConvImpl::General(g) => ConvP {
+                            w: c.push_i8(&g.weights),
+                            bias: c.push_i32(&g.bias),
+                            mult: c.push_f32(&g.multipliers),
+                            wsum: c.push_i32(&weight_sums(&g.weights, g.out_c)),
+                            win: win_of(&g.win, si)?,
+                            in_c: i32_of(g.in_c, si, "conv")?,
+                            out_c: i32_of(g.out_c, si, "conv")?,
+                            groups: i32_of(g.groups, si, "conv")?,
+                            x_zp: g.x_zp,
+                            y_zp: g.y_zp,
+                            lo: i32::from(g.lo),
+                            hi: i32::from(g.hi),
+                            ..ConvP::default()
+                        },
+                    };
+                    p.x = buf(*src);
+                    p.y = buf(*dst);
+                    p.batch = i32_of(*batch, si, "conv")?;
+                    p.clo = clo;
+                    p.chi = chi;
+                    let pixels = batch * p.win.out_h as usize * p.win.out_w as usize;
+                    let out_c = p.out_c as usize;
+                    if p.groups == 1 && p.in_c % 4 == 0 {
+                        let gx = u32::try_from(pixels.div_ceil(CONV_BLOCK as usize).max(1))
+                            .map_err(|_| EngineError::Invalid {
+                                reason: format!("step {si}: too many output pixels"),
+                            })?;
+                        let gy = out_c.div_ceil(CONV_OCT) as u32;
+                        push(Kernel::ConvDp4a, (gx, gy, 1), CONV_BLOCK, Params::Conv(p));
+                    } else {
+                        let n = pixels * out_c;
+                        i32_of(n, si, "conv")?;
+                        push(
+                            Kernel::ConvGeneric,
+                            grid_for(n, si, "conv")?,
+                            BLOCK,
+                            Params::Conv(p),
+                        );
+                    }
+                }
+                Step::Phases {
+                    phases,
+                    dir,
+                    c: ch,
+                    batch,
+                    src,
+                    dst,
+                } => {
+                    let (split, fill) = match dir {
+                        PhaseDir::Split { fill } => (1, i32::from(*fill)),
+                        PhaseDir::Merge => (0, 0),
+                    };
+                    let n = if split == 1 {
+                        batch * phases.d * phases.d * phases.ph() * phases.pw() * ch
+                    } else {
+                        batch * phases.h * phases.w * ch
+                    };
+                    i32_of(n, si, "dilation phases")?;
+                    let p = PhaseP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        d: i32_of(phases.d, si, "dilation phases")?,
+                        h: i32_of(phases.h, si, "dilation phases")?,
+                        w: i32_of(phases.w, si, "dilation phases")?,
+                        c: i32_of(*ch, si, "dilation phases")?,
+                        batch: i32_of(*batch, si, "dilation phases")?,
+                        split,
+                        fill,
+                    };
+                    push(
+                        Kernel::Phases,
+                        grid_for(n, si, "dilation phases")?,
+                        BLOCK,
+                        Params::Phase(p),
+                    );
+                }
+                Step::MaxPool {
+                    win,
+                    c: ch,
+                    batch,
+                    src,
+                    dst,
+                } => {
+                    let n = batch * win.out_h * win.out_w * ch;
+                    i32_of(n, si, "maxpool")?;
+                    let p = PoolP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        win: win_of(win, si)?,
+                        c: i32_of(*ch, si, "maxpool")?,
+                        batch: i32_of(*batch, si, "maxpool")?,
+                        avg: 0,
+                        ..PoolP::default()
+                    };
+                    push(
+                        Kernel::Pool,
+                        grid_for(n, si, "maxpool")?,
+                        BLOCK,
+                        Params::Pool(p),
+                    );
+                }
+                Step::AvgPool {
+                    win,
+                    c: ch,
+                    batch,
+                    p: ap,
+                    src,
+                    dst,
+                } => {
+                    let n = batch * win.out_h * win.out_w * ch;
+                    i32_of(n, si, "avgpool")?;
+                    let p = PoolP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        win: win_of(win, si)?,
+                        c: i32_of(*ch, si, "avgpool")?,
+                        batch: i32_of(*batch, si, "avgpool")?,
+                        avg: 1,
+                        x_zp: ap.x_zp,
+                        y_zp: ap.y_zp,
+                        lo: i32::from(ap.lo),
+                        hi: i32::from(ap.hi),
+                        count_include_pad: i32::from(ap.count_include_pad),
+                        x_scale: ap.x_scale,
+                        y_scale: ap.y_scale,
+                    };
+                    push(
+                        Kernel::Pool,
+                        grid_for(n, si, "avgpool")?,
+                        BLOCK,
+                        Params::Pool(p),
+                    );
+                }
+                Step::Lut { table, n, src, dst } => {
+                    let p = LutP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        table: c.push_i8(&table[..]),
+                        n: i32_of(*n, si, "table")?,
+                    };
+                    push(
+                        Kernel::Lut,
+                        grid_for(*n, si, "table")?,
+                        BLOCK,
+                        Params::Lut(p),
+                    );
+                }
+                Step::Binary { op, a, b, n, dst } => {
+                    let mut operand = |o: &Operand| match o {
+                        Operand::Buf(i) => buf(*i),
+                        Operand::Const(v) => c.push_i8(v),
+                    };
+                    let (pa, pb) = (operand(a), operand(b));
+                    let (mul, ra, rb, fixed) = match op.kind {
+                        BinaryKind::Add { ra, rb, fixed } => (0, ra, rb, fixed),
+                        BinaryKind::Mul => (1, 0.0, 0.0, 0.0),
+                    };
+                    // Only the shape's extent matters for a dimension of size 1: its index is
+                    // always 0, whatever its stride.
+                    let p = BinP {
+                        a: pa,
+                        b: pb,
+                        y: buf(*dst),
+                        n: i32_of(*n, si, "binary")?,
+                        rank: op.shape.len() as i32,
+                        mul,
+                        ra,
+                        rb,
+                        fixed,
+                        sa: op.sa,
+                        sb: op.sb,
+                        sy: op.sy,
+                        za: op.za,
+                        zb: op.zb,
+                        zy: op.zy,
+                        lo: i32::from(op.lo),
+                        hi: i32::from(op.hi),
+                        shape: rank_arrays(&op.shape, si, "binary")?,
+                        a_strides: rank_arrays(&op.a_strides, si, "binary")?,
+                        b_strides: rank_arrays(&op.b_strides, si, "binary")?,
+                    };
+                    push(
+                        Kernel::Binary,
+                        grid_for(*n, si, "binary")?,
+                        BLOCK,
+                        Params::Bin(p),
+                    );
+                }
+                Step::Transpose {
+                    out_shape,
+                    strides,
+                    src,
+                    dst,
+                } => {
+                    let n: usize = out_shape.iter().product();
+                    let p = TransP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        n: i32_of(n, si, "transpose")?,
+                        rank: out_shape.len() as i32,
+                        shape: rank_arrays(out_shape, si, "transpose")?,
+                        strides: rank_arrays(strides, si, "transpose")?,
+                    };
+                    push(
+                        Kernel::Transpose,
+                        grid_for(n, si, "transpose")?,
+                        BLOCK,
+                        Params::Trans(p),
+                    );
+                }
+                Step::Resize {
+                    in_h,
+                    in_w,
+                    c: ch,
+                    batch,
+                    ys,
+                    xs,
+                    mode,
+                    src,
+                    dst,
+                } => {
+                    let taps = |t: &[crate::onnx::kernels::Tap]| -> Result<Vec<u8>, EngineError> {
+                        let mut b = Vec::with_capacity(t.len() * 12);
+                        for tap in t {
+                            b.extend_from_slice(&i32_of(tap.i0, si, "resize")?.to_le_bytes());
+                            b.extend_from_slice(&i32_of(tap.i1, si, "resize")?.to_le_bytes());
+                            b.extend_from_slice(&tap.w1.to_le_bytes());
+                        }
+                        Ok(b)
+                    };
+                    let (m, floor, x_zp, y_zp, ratio) = match *mode {
+                        Interp::Nearest => (0, 0, 0, 0, 0.0),
+                        Interp::Linear { x_zp, y_zp, ratio } => (1, 0, x_zp, y_zp, ratio),
+                        Interp::Raw { floor } => (2, i32::from(floor), 0, 0, 0.0),
+                    };
+                    let n = batch * ys.len() * xs.len() * ch;
+                    i32_of(n, si, "resize")?;
+                    let p = ResizeP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        ys: c.push(&taps(ys)?),
+                        xs: c.push(&taps(xs)?),
+                        in_h: i32_of(*in_h, si, "resize")?,
+                        in_w: i32_of(*in_w, si, "resize")?,
+                        c: i32_of(*ch, si, "resize")?,
+                        batch: i32_of(*batch, si, "resize")?,
+                        out_h: i32_of(ys.len(), si, "resize")?,
+                        out_w: i32_of(xs.len(), si, "resize")?,
+                        mode: m,
+                        floor,
+                        x_zp,
+                        y_zp,
+                        ratio,
+                    };
+                    push(
+                        Kernel::Resize,
+                        grid_for(n, si, "resize")?,
+                        BLOCK,
+                        Params::Resize(p),
+                    );
+                }
+                Step::Concat { outer, parts, dst } => {
+                    let block: usize = parts.iter().map(|p| p.1).sum();
+                    let mut col = 0;
+                    for (src, inner, table) in parts {
+                        let x = match src {
+                            Operand::Buf(i) => buf(*i),
+                            Operand::Const(v) => c.push_i8(v),
+                        };
+                        let t = table.as_ref().map_or(0, |t| c.push_i8(&t[..]));
+                        let n = outer * inner;
+                        i32_of(n, si, "concat")?;
+                        let p = CatP {
+                            x,
+                            y: buf(*dst),
+                            table: t,
+                            outer: i32_of(*outer, si, "concat")?,
+                            inner: i32_of(*inner, si, "concat")?,
+                            block: i32_of(block, si, "concat")?,
+                            col: i32_of(col, si, "concat")?,
+                        };
+                        if n > 0 {
+                            push(
+                                Kernel::ConcatPart,
+                                grid_for(n, si, "concat")?,
+                                BLOCK,
+                                Params::Cat(p),
+                            );
+                        }
+                        col += inner;
+                    }
+                }
+            }
+        }
+        let consts = c.bytes;
+        Ok(LaunchPlan {
+            launches,
+            frame_bytes,
+            arena_bytes,
+            consts,
+            inputs,
+            outputs,
+            host_bytes,
+            host_in_bytes,
+        })
+    }
+
+    /// Replaces every tagged pointer by `frame_base` / `const_base` plus its offset.
+    pub fn relocate(&mut self, frame_base: u64, const_base: u64) {
+        for l in &mut self.launches {
+            for p in l.params.pointers_mut() {
+                if let Some((region, off)) = Addr::decode(*p) {
+                    *p = match region {
+                        Region::Frame => frame_base + off as u64,
+                        Region::Const => const_base + off as u64,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// `Σ w` over all taps of each output channel (`conv_dp4a` subtracts `x_zp · Σw` once).
+fn weight_sums(w: &[i8], out_c: usize) -> Vec<i32> {
+    let taps = w.len() / out_c.max(1);
+    w.chunks_exact(taps.max(1))
+        .map(|ch| ch.iter().map(|&v| i32::from(v)).sum())
+        .collect()
+}

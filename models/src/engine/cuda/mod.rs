@@ -1,0 +1,277 @@
+//! The `cuda` engine: an imported model run on an NVIDIA GPU with redline's own INT8 kernels,
+//! **bit-identical to the native CPU engine** (cargo feature `cuda`; CUDA 12.2+ driver API
+//! through cudarc, loaded at run time; `cuda-13` selects CUDA 13 bindings).
+//!
+//! # Contract
+//!
+//! - **Same model, same numbers.** The model is lowered by the native importer (same
+//!   operator set, same constant folding and requantization parameters) and every step runs
+//!   a kernel of `kernels.cu` that mirrors its CPU kernel operation for operation (exact
+//!   integer sums; each float step one IEEE operation in the CPU's order; NVRTC with
+//!   `--fmad=false`, IEEE division, no flush-to-zero). Tests compare outputs byte for byte
+//!   with the native engine (`tests/tests/cuda_engine.rs`, on a GPU).
+//! - **Probed, never a panic.** [`probe`] and [`CudaEngine::load`] check for the driver
+//!   library, a device and NVRTC before anything calls into them; each missing piece is an
+//!   [`EngineError::Backend`] saying what to install or set. A build without the feature
+//!   says to rebuild with `--features cuda`.
+//! - **Memory.** One device allocation holds every per-frame buffer (the native arena's
+//!   planned offsets, then the input and output staging slots); one holds the constants
+//!   (weights, biases, multipliers, tables), uploaded at load; one pinned host buffer
+//!   (page-locked, not write-combined) stages inputs and outputs. Nothing is allocated per
+//!   run, on the host or the device.
+//! - **Launches.** One stream per engine; the frame's work (upload, one kernel per step, download)
+//!   is captured once at load as a CUDA graph and replayed by every run
+//!   ([`CudaOptions::graphs`]; off: the same launches are issued on the stream each run).
+//!   `run` waits with blocking synchronisation: the calling lane sleeps, it does not spin.
+//! - **Errors at run time** are [`EngineError::Run`] with a static message (no allocation).
+//!
+//! # Costs
+//!
+//! Load: NVRTC compiles the kernels once per process and architecture (≈0.2–1 s), then
+//! module load, allocation and graph capture. Run: two host copies of the I/O bytes, one
+//! graph launch, one wait.
+//!
+//! # Not here yet
+//!
+//! One engine is one stream: the driving graph's detection ∥ segmentation heads run as two
+//! engines on two streams only because they run on two lanes; a device-resident hand-off
+//! between models (features stay on the GPU) and GPU preprocessing are not built.
+
+use crate::engine::{check_buffers, Engine, EngineError, EngineKind, Lanes, TensorSpec};
+use std::path::Path;
+
+#[cfg(any(feature = "cuda", test))]
+pub(crate) mod launch;
+
+#[cfg(feature = "cuda")]
+mod device;
+
+/// The kernels' CUDA C source (compiled at run time by NVRTC).
+pub const KERNELS_CU: &str = include_str!("kernels.cu");
+
+/// How a [`CudaEngine`] runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// Device ordinal.
+    pub device: usize,
+    /// Capture the frame once as a CUDA graph and replay it (default), or issue every
+    /// launch on the stream each run.
+    pub graphs: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            device: 0,
+            graphs: true,
+        }
+    }
+}
+
+/// A GPU as [`probe`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device ordinal.
+    pub ordinal: usize,
+    /// Marketing name (`NVIDIA H100 80GB HBM3`).
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Streaming multiprocessors.
+    pub multiprocessors: i32,
+    /// Device memory in bytes.
+    pub memory_bytes: usize,
+    /// The driver's CUDA version (`cuDriverGetVersion`, e.g. 13000).
+    pub driver_version: i32,
+}
+
+#[cfg_attr(feature = "cuda", allow(dead_code))]
+fn no_cuda() -> EngineError {
+    EngineError::Backend(
+        "this redline was built without CUDA support: rebuild with `--features cuda` \
+         (cargo build --release --features cuda)"
+            .into(),
+    )
+}
+
+/// Finds GPU `ordinal`: the driver library, a device, its properties. An error says what is
+/// missing.
+pub fn probe(ordinal: usize) -> Result<DeviceInfo, EngineError> {
+    #[cfg(feature = "cuda")]
+    {
+        device::probe(ordinal)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ordinal;
+        Err(no_cuda())
+    }
+}
+
+/// NVRTC's version (major, minor), or why it cannot be loaded.
+pub fn nvrtc_version() -> Result<(i32, i32), EngineError> {
+    #[cfg(feature = "cuda")]
+    {
+        device::nvrtc_version()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(no_cuda())
+    }
+}
+
+/// Compiles the kernels to PTX for `compute_{cc}` (e.g. 87 for Orin, 90 for Hopper) with
+/// NVRTC alone: no driver or GPU needed (CI checks every target this way).
+pub fn compile_ptx(cc: u32) -> Result<String, EngineError> {
+    #[cfg(feature = "cuda")]
+    {
+        device::compile_ptx(cc)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = cc;
+        Err(no_cuda())
+    }
+}
+
+/// A model compiled for a GPU. See the module docs.
+#[derive(Debug)]
+pub struct CudaEngine {
+    #[cfg(feature = "cuda")]
+    plan: launch::LaunchPlan,
+    inputs: Vec<TensorSpec>,
+    outputs: Vec<TensorSpec>,
+    macs: u64,
+    #[cfg(feature = "cuda")]
+    device: device::Device,
+}
+
+impl CudaEngine {
+    /// Loads an ONNX model onto GPU `opts.device`.
+    pub fn load(path: &Path, opts: &CudaOptions) -> Result<CudaEngine, EngineError> {
+        let g = crate::onnx::graph::OnnxGraph::load(path)?;
+        Self::from_graph(&g, opts)
+    }
+
+    /// Loads a model held in memory (`name` is used in messages).
+    pub fn from_bytes(
+        bytes: &[u8],
+        name: &str,
+        opts: &CudaOptions,
+    ) -> Result<CudaEngine, EngineError> {
+        let g = crate::onnx::graph::OnnxGraph::parse(bytes, Path::new(name))?;
+        Self::from_graph(&g, opts)
+    }
+
+    fn from_graph(
+        g: &crate::onnx::graph::OnnxGraph,
+        opts: &CudaOptions,
+    ) -> Result<CudaEngine, EngineError> {
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (g, opts);
+            Err(no_cuda())
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let l = crate::onnx::lower_graph(g)?;
+            let ins: Vec<usize> = l.inputs.iter().map(TensorSpec::byte_len).collect();
+            let outs: Vec<usize> = l.outputs.iter().map(TensorSpec::byte_len).collect();
+            let mut plan = launch::LaunchPlan::new(&l.program, &ins, &outs)?;
+            let device = device::Device::new(&mut plan, opts)?;
+            Ok(CudaEngine {
+                plan,
+                inputs: l.inputs,
+                outputs: l.outputs,
+                macs: l.macs,
+                device,
+            })
+        }
+    }
+
+    /// The GPU this engine runs on.
+    pub fn device_info(&self) -> Option<&DeviceInfo> {
+        #[cfg(feature = "cuda")]
+        {
+            Some(&self.device.info)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            None
+        }
+    }
+
+    /// True when each run replays a captured CUDA graph.
+    pub fn uses_graph(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            self.device.uses_graph()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            false
+        }
+    }
+
+    /// Kernel launches per run.
+    pub fn launches(&self) -> usize {
+        #[cfg(feature = "cuda")]
+        {
+            self.plan.launches.len()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            0
+        }
+    }
+}
+
+impl Engine for CudaEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Cuda
+    }
+
+    fn inputs(&self) -> &[TensorSpec] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[TensorSpec] {
+        &self.outputs
+    }
+
+    fn macs(&self) -> u64 {
+        self.macs
+    }
+
+    /// Device bytes (frame region + constants) and pinned host bytes.
+    fn scratch_bytes(&self) -> usize {
+        #[cfg(feature = "cuda")]
+        {
+            self.plan.frame_bytes + self.plan.consts.len() + self.plan.host_bytes
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            0
+        }
+    }
+
+    fn run(
+        &mut self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        _lanes: &dyn Lanes,
+    ) -> Result<(), EngineError> {
+        check_buffers(&self.inputs, &self.outputs, inputs, outputs)?;
+        #[cfg(feature = "cuda")]
+        {
+            self.device.run(&self.plan, inputs, outputs)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Err(EngineError::Run("built without CUDA support"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

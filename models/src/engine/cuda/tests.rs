@@ -1,0 +1,210 @@
+//! The launch plan, checked on the CPU (no GPU needed): every launch's pointers fall inside
+//! their region with room for what the kernel touches, launches follow step order, the
+//! staging slots do not overlap the arena, and the parameter structs have the layout
+//! kernels.cu expects.
+
+use super::launch::*;
+use std::mem::{align_of, offset_of, size_of};
+
+#[test]
+fn parameter_structs_match_the_cuda_layout() {
+    // C layout of kernels.cu's structs (pointers first, then 4-byte fields, 8-byte aligned).
+    assert_eq!(size_of::<Win>(), 48);
+    assert_eq!(offset_of!(ConvP, win), 48);
+    assert_eq!(offset_of!(ConvP, in_c), 96);
+    assert_eq!(size_of::<ConvP>(), 136);
+    assert_eq!(size_of::<CopyP>(), 32);
+    assert_eq!(size_of::<QuantP>(), 32);
+    assert_eq!(size_of::<LutP>(), 32);
+    assert_eq!(offset_of!(PoolP, win), 16);
+    assert_eq!(size_of::<PoolP>(), 104);
+    assert_eq!(offset_of!(BinP, shape), 24 + 14 * 4);
+    assert_eq!(size_of::<BinP>(), 24 + 14 * 4 + 3 * 32);
+    assert_eq!(size_of::<TransP>(), 16 + 8 + 64);
+    assert_eq!(size_of::<CatP>(), 40);
+    assert_eq!(size_of::<PhaseP>(), 16 + 28 + 4);
+    assert_eq!(size_of::<ResizeP>(), 32 + 44 + 4);
+    for a in [
+        align_of::<ConvP>(),
+        align_of::<CopyP>(),
+        align_of::<PoolP>(),
+        align_of::<BinP>(),
+        align_of::<ResizeP>(),
+    ] {
+        assert_eq!(a, 8);
+    }
+}
+
+/// Bytes a launch writes through its output pointer `y`: (offset of the pointer, extent).
+fn written(l: &Launch) -> (u64, usize) {
+    let px = |w: &Win| w.out_h as usize * w.out_w as usize;
+    match l.params {
+        Params::Conv(p) => (p.y, p.batch as usize * px(&p.win) * p.out_c as usize),
+        Params::Copy(p) => (p.y, p.n as usize * if p.mode == 2 { 4 } else { 1 }),
+        Params::Quant(p) => (p.y, p.n as usize),
+        Params::Lut(p) => (p.y, p.n as usize),
+        Params::Pool(p) => (p.y, p.batch as usize * px(&p.win) * p.c as usize),
+        Params::Bin(p) => (p.y, p.n as usize),
+        Params::Trans(p) => (p.y, p.n as usize),
+        Params::Cat(p) => (
+            p.y,
+            (p.outer as usize).saturating_sub(1) * p.block as usize + (p.col + p.inner) as usize,
+        ),
+        Params::Phase(p) => {
+            let (d, h, w) = (p.d as usize, p.h as usize, p.w as usize);
+            let n = if p.split == 1 {
+                d * d * h.div_ceil(d) * w.div_ceil(d)
+            } else {
+                h * w
+            };
+            (p.y, p.batch as usize * n * p.c as usize)
+        }
+        Params::Resize(p) => (p.y, (p.batch * p.out_h * p.out_w * p.c) as usize),
+    }
+}
+
+fn check_plan(bytes: &[u8], name: &str) -> LaunchPlan {
+    let g = crate::onnx::graph::OnnxGraph::parse(bytes, std::path::Path::new(name)).unwrap();
+    let l = crate::onnx::lower_graph(&g).unwrap();
+    let ins: Vec<usize> = l.inputs.iter().map(|s| s.byte_len()).collect();
+    let outs: Vec<usize> = l.outputs.iter().map(|s| s.byte_len()).collect();
+    let mut plan = LaunchPlan::new(&l.program, &ins, &outs).unwrap();
+    assert!(plan.arena_bytes >= l.program.arena_bytes);
+    // Staging slots: after the arena, disjoint, inside the frame region and the host buffer.
+    let mut end = plan.arena_bytes;
+    for s in plan.inputs.iter().chain(&plan.outputs) {
+        assert!(s.frame_offset >= end, "{name}: slot overlaps");
+        end = s.frame_offset + s.bytes;
+        assert!(s.host_offset + s.bytes <= plan.host_bytes);
+    }
+    assert!(end <= plan.frame_bytes);
+    // Launches in step order; every write lands exactly on its step's destination buffer
+    // (or staging slot) and fits it; every pointer is inside its region.
+    let mut last = 0;
+    for la in &plan.launches {
+        assert!(la.step >= last, "{name}: launches out of step order");
+        last = la.step;
+        let (y, n) = written(la);
+        let (region, off) = Addr::decode(y).expect("output pointer");
+        assert_eq!(
+            region,
+            Region::Frame,
+            "{name}: step {} writes a constant",
+            la.step
+        );
+        assert!(
+            off + n <= plan.frame_bytes,
+            "{name}: step {} writes past the frame",
+            la.step
+        );
+        if off < plan.arena_bytes {
+            let live = l.program.buffers.iter().any(|b| {
+                b.offset == off && n <= b.bytes && b.first <= la.step && la.step <= b.last
+            });
+            assert!(live, "{name}: step {} writes no buffer live at it", la.step);
+        }
+        let mut params = la.params;
+        for &p in params.pointers_mut().iter() {
+            match Addr::decode(p) {
+                Some((Region::Frame, o)) => assert!(o < plan.frame_bytes),
+                Some((Region::Const, o)) => assert!(o < plan.consts.len()),
+                None => assert_eq!(p, 0),
+            }
+        }
+        assert!(la.grid.0 >= 1 && la.block >= 1);
+    }
+    // Relocation adds the bases and leaves null pointers null.
+    let before: Vec<Vec<u64>> = plan
+        .launches
+        .iter()
+        .map(|l| l.params.clone().pointers_mut().to_vec())
+        .collect();
+    plan.relocate(0x1000_0000, 0x2000_0000);
+    for (l, b) in plan.launches.iter().zip(before) {
+        let mut p = l.params;
+        for (&after, before) in p.pointers_mut().iter().zip(b) {
+            match Addr::decode(before) {
+                Some((Region::Frame, o)) => assert_eq!(after, 0x1000_0000 + o as u64),
+                Some((Region::Const, o)) => assert_eq!(after, 0x2000_0000 + o as u64),
+                None => assert_eq!(after, 0),
+            }
+        }
+    }
+    plan
+}
+
+#[test]
+fn the_builtin_models_plan_into_their_regions() {
+    use crate::export::builtin::{BACKBONE, DET_HEAD, SEG_HEAD};
+    for (bytes, name) in [
+        (BACKBONE, "backbone.onnx"),
+        (DET_HEAD, "det_head.onnx"),
+        (SEG_HEAD, "seg_head.onnx"),
+    ] {
+        let plan = check_plan(bytes, name);
+        assert!(
+            plan.launches.iter().any(|l| l.kernel == Kernel::ConvDp4a),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_trained_models_plan_into_their_regions() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("trained");
+    for name in ["backbone.onnx", "det_head.onnx", "seg_head.onnx"] {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let plan = check_plan(&bytes, name);
+        // The dilated layers' phase split/merge and the first layer's 3-channel input.
+        assert!(!plan.launches.is_empty(), "{name}");
+    }
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn the_kernels_compile_for_orin_and_hopper() {
+    match super::nvrtc_version() {
+        Err(e) => {
+            eprintln!(
+                "SKIPPED (loudly): NVRTC is not available, the CUDA kernels were NOT compiled: {e}"
+            );
+        }
+        Ok((maj, min)) => {
+            for cc in [87, 90] {
+                let ptx = super::compile_ptx(cc).unwrap_or_else(|e| panic!("compute_{cc}: {e}"));
+                assert!(ptx.contains(&format!(".target sm_{cc}")), "compute_{cc}");
+                for k in Kernel::ALL {
+                    assert!(
+                        ptx.contains(&format!(".entry {}(", k.name())),
+                        "{}",
+                        k.name()
+                    );
+                }
+                // No fused multiply-add may appear in float code (bit-exactness with the CPU).
+                assert!(!ptx.contains("fma.rn.f32"), "compute_{cc}: fma in the PTX");
+                eprintln!("NVRTC {maj}.{min}: compute_{cc} PTX {} bytes", ptx.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn without_a_gpu_loading_is_a_clear_error_not_a_panic() {
+    let r = super::CudaEngine::from_bytes(
+        crate::export::builtin::BACKBONE,
+        "backbone.onnx",
+        &super::CudaOptions::default(),
+    );
+    match r {
+        Ok(_) => eprintln!("a GPU is present: this error path is checked on machines without one"),
+        Err(e) => {
+            let m = e.to_string();
+            let expected = if cfg!(feature = "cuda") {
+                ["driver", "NVRTC", "device"].iter().any(|w| m.contains(w))
+            } else {
+                m.contains("--features cuda")
+            };
+            assert!(expected, "unclear error: {m}");
+        }
+    }
+}

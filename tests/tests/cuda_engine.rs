@@ -1,0 +1,345 @@
+//! The CUDA engine on a GPU (issue 13): outputs bit-identical to the native CPU engine on the
+//! shipped models, on every ONNX operator model of `tools/onnx/op_models.py`, and through the
+//! whole driving graph (the pinned replay hash); no heap allocation per run.
+//!
+//! Needs `--features cuda` and a GPU: `cargo test -p redline-tests --features cuda --test
+//! cuda_engine` (tools/gpu/check.sh runs it from binaries built elsewhere). Without a device
+//! every test prints a loud SKIPPED line and passes; without the feature it compiles to
+//! nothing.
+#![cfg(feature = "cuda")]
+
+use redline_models::engine::cuda::{probe, CudaEngine, CudaOptions};
+use redline_models::engine::{ElemType, Engine, EngineKind, Inline, TensorSpec};
+use redline_models::onnx::NativeEngine;
+use redline_runtime::rng::SplitMix64;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Counts allocations made on a thread while its `COUNTING` flag is set (the
+/// zero-allocation check; other tests running in parallel are not counted).
+struct Counting;
+thread_local!(static COUNTING: Cell<bool> = const { Cell::new(false) });
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+fn counting() -> bool {
+    COUNTING.try_with(Cell::get).unwrap_or(false)
+}
+
+fn set_counting(on: bool) {
+    COUNTING.with(|c| c.set(on));
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if counting() {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract is passed through.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if counting() {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: as above.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// The repository: `REDLINE_REPO` (set by tools/gpu/check.sh, which runs this binary in
+/// another checkout) or where it was built.
+fn repo() -> PathBuf {
+    std::env::var_os("REDLINE_REPO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+}
+
+/// True when a GPU is usable; otherwise prints why, loudly.
+fn gpu(test: &str) -> bool {
+    match probe(0) {
+        Ok(d) => {
+            eprintln!(
+                "GPU: {} (sm_{}{}, {} SMs, driver {})",
+                d.name,
+                d.compute_capability.0,
+                d.compute_capability.1,
+                d.multiprocessors,
+                d.driver_version
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {test}: no GPU, the CUDA engine was NOT tested: {e}");
+            false
+        }
+    }
+}
+
+fn random_inputs(specs: &[TensorSpec], seed: u64) -> Vec<Vec<u8>> {
+    let mut rng = SplitMix64::new(seed);
+    specs
+        .iter()
+        .map(|s| match s.elem {
+            ElemType::F32 => (0..s.elements())
+                .flat_map(|_| rng.uniform(-3.0, 3.0).to_le_bytes())
+                .collect(),
+            ElemType::I8 | ElemType::U8 => {
+                (0..s.elements()).map(|_| rng.next_u64() as u8).collect()
+            }
+            ElemType::I32 => (0..s.elements())
+                .flat_map(|_| ((rng.next_u64() % 7) as i32).to_le_bytes())
+                .collect(),
+            ElemType::I64 => (0..s.elements())
+                .flat_map(|_| ((rng.next_u64() % 7) as i64).to_le_bytes())
+                .collect(),
+        })
+        .collect()
+}
+
+fn run(e: &mut dyn Engine, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let ins: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    let mut outs: Vec<Vec<u8>> = e
+        .outputs()
+        .iter()
+        .map(|s| vec![0u8; s.byte_len()])
+        .collect();
+    let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    e.run(&ins, &mut o, &Inline).expect("run");
+    outs
+}
+
+/// Native vs CUDA (graph replay and plain stream launches) on `seeds` random inputs:
+/// returns the number of differing bytes (0 expected), printing where they are.
+fn compare(bytes: &[u8], name: &str, seeds: u64) -> usize {
+    let mut native = NativeEngine::from_bytes(bytes, name).expect("native loads");
+    let mut diff = 0;
+    for graphs in [true, false] {
+        let opts = CudaOptions {
+            graphs,
+            ..CudaOptions::default()
+        };
+        let mut cuda = CudaEngine::from_bytes(bytes, name, &opts)
+            .unwrap_or_else(|e| panic!("{name}: the CUDA engine cannot load it: {e}"));
+        assert_eq!(cuda.inputs(), native.inputs());
+        assert_eq!(cuda.outputs(), native.outputs());
+        assert_eq!(cuda.uses_graph(), graphs);
+        for seed in 0..seeds {
+            let inputs = random_inputs(native.inputs(), seed + 1);
+            let want = run(&mut native, &inputs);
+            let got = run(&mut cuda, &inputs);
+            for ((w, g), spec) in want.iter().zip(&got).zip(native.outputs()) {
+                let n = w.iter().zip(g).filter(|(a, b)| a != b).count();
+                if n > 0 {
+                    let first = w.iter().zip(g).position(|(a, b)| a != b).unwrap_or(0);
+                    eprintln!(
+                        "{name} (graphs {graphs}, seed {seed}): output {} differs in {n}/{} bytes, \
+                         first at byte {first}: native {} cuda {}",
+                        spec.name,
+                        w.len(),
+                        w[first],
+                        g[first]
+                    );
+                }
+                diff += n;
+            }
+        }
+    }
+    diff
+}
+
+#[test]
+fn cuda_outputs_equal_the_native_engine_on_the_shipped_models() {
+    if !gpu("shipped models") {
+        return;
+    }
+    use redline_models::export::{builtin, trained};
+    let mut models: Vec<(Vec<u8>, String)> = vec![
+        (builtin::BACKBONE.to_vec(), "builtin/backbone.onnx".into()),
+        (builtin::DET_HEAD.to_vec(), "builtin/det_head.onnx".into()),
+        (builtin::SEG_HEAD.to_vec(), "builtin/seg_head.onnx".into()),
+        (trained::BACKBONE.to_vec(), "trained/backbone.onnx".into()),
+        (trained::DET_HEAD.to_vec(), "trained/det_head.onnx".into()),
+        (trained::SEG_HEAD.to_vec(), "trained/seg_head.onnx".into()),
+    ];
+    // Extra models named by the check script (e.g. a full-resolution export).
+    if let Ok(dir) = std::env::var("REDLINE_CUDA_EXTRA_MODELS") {
+        for e in std::fs::read_dir(dir)
+            .expect("REDLINE_CUDA_EXTRA_MODELS is a folder")
+            .flatten()
+        {
+            if e.path().extension().is_some_and(|x| x == "onnx") {
+                models.push((
+                    std::fs::read(e.path()).unwrap(),
+                    e.path().display().to_string(),
+                ));
+            }
+        }
+    }
+    let mut total = 0;
+    for (bytes, name) in &models {
+        let d = compare(bytes, name, 3);
+        println!("{name}: {d} differing bytes (3 inputs x graph/stream)");
+        total += d;
+    }
+    assert_eq!(
+        total, 0,
+        "the CUDA engine's outputs differ from the native engine's"
+    );
+}
+
+#[test]
+fn cuda_outputs_equal_the_native_engine_on_the_operator_models() {
+    if !gpu("operator models") {
+        return;
+    }
+    // A folder of models made by tools/onnx/op_models.py (here or by the check script).
+    let dir = match std::env::var("REDLINE_CUDA_OP_MODELS") {
+        Ok(d) => PathBuf::from(d),
+        Err(_) => {
+            let d = redline_tests::temp_dir("cuda_ops");
+            let ok = std::process::Command::new("python3")
+                .arg(repo().join("tools/onnx/op_models.py"))
+                .arg(&d)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok {
+                eprintln!(
+                    "SKIPPED: python3 with onnx/onnxruntime could not generate the operator \
+                     models and REDLINE_CUDA_OP_MODELS is unset: the operator models were NOT \
+                     run on the GPU"
+                );
+                return;
+            }
+            d
+        }
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("operator model folder")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .onnx in {}", dir.display());
+    let (mut exact, mut unsupported, mut bad) = (0, 0, Vec::new());
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let bytes = std::fs::read(f).unwrap();
+        if NativeEngine::from_bytes(&bytes, &name).is_err() {
+            unsupported += 1; // a rejection model: the native engine refuses it too
+            continue;
+        }
+        match compare(&bytes, &name, 2) {
+            0 => exact += 1,
+            n => bad.push(format!("{name}: {n} bytes")),
+        }
+    }
+    println!(
+        "operator models: {exact} bit-exact, {} differing, {unsupported} not importable (native \
+         refuses them too), of {}",
+        bad.len(),
+        files.len()
+    );
+    assert!(bad.is_empty(), "differing: {bad:?}");
+    assert!(exact > 0);
+}
+
+#[test]
+fn the_driving_graph_on_cuda_gives_the_pinned_replay_hash() {
+    if !gpu("replay") {
+        return;
+    }
+    use redline_pipeline::config::{Network, PipelineConfig};
+    use redline_pipeline::run::{replay, Counters};
+    use redline_runtime::ReleaseMode;
+    use redline_sim::feed::Feed;
+    use std::sync::Arc;
+    let dir = redline_tests::temp_dir("cuda_replay");
+    let log = dir.join("drive.mcap");
+    redline_tests::scenario_log(redline_tests::small_scenario(3, 2.0), &log);
+    let feed = Arc::new(Feed::from_log(&log, None).expect("log"));
+    let mut hashes = Vec::new();
+    for engine in [EngineKind::Native, EngineKind::Cuda] {
+        let mut cfg = PipelineConfig {
+            lanes: 2,
+            network: Network::Trained,
+            release: ReleaseMode::Lockstep,
+            deadline_ms: 10_000.0,
+            ..PipelineConfig::default()
+        };
+        cfg.models.backbone.engine = engine.name().to_string();
+        cfg.models.det_head.engine = engine.name().to_string();
+        cfg.models.seg_head.engine = engine.name().to_string();
+        let (outcome, _rt) =
+            replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay");
+        assert_eq!(outcome.runtime.frames_published, feed.frames.len() as u64);
+        println!("replay on {engine}: output hash {}", outcome.output_hash);
+        hashes.push(outcome.output_hash);
+    }
+    // The same value tests/tests/pipeline_replay.rs pins for the CPU.
+    assert_eq!(
+        hashes[0], "bbd5412005b1df06",
+        "the native replay hash moved: update both pins"
+    );
+    assert_eq!(
+        hashes[1], hashes[0],
+        "the driving graph on CUDA gives other outputs"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_cuda_run_allocates_nothing_after_warm_up() {
+    if !gpu("zero allocation") {
+        return;
+    }
+    let bytes = redline_models::export::trained::BACKBONE;
+    for graphs in [true, false] {
+        let mut e = CudaEngine::from_bytes(
+            bytes,
+            "backbone.onnx",
+            &CudaOptions {
+                graphs,
+                ..CudaOptions::default()
+            },
+        )
+        .expect("loads");
+        let inputs = random_inputs(e.inputs(), 9);
+        let ins: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let mut outs: Vec<Vec<u8>> = e
+            .outputs()
+            .iter()
+            .map(|s| vec![0u8; s.byte_len()])
+            .collect();
+        let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        e.run(&ins, &mut o, &Inline).unwrap();
+        ALLOCS.store(0, Ordering::Relaxed);
+        set_counting(true);
+        for _ in 0..20 {
+            e.run(&ins, &mut o, &Inline).unwrap();
+        }
+        set_counting(false);
+        let n = ALLOCS.load(Ordering::Relaxed);
+        // Positive control: the counter sees an allocation.
+        set_counting(true);
+        let v = std::hint::black_box(vec![1u8; 64]);
+        set_counting(false);
+        drop(v);
+        assert!(
+            ALLOCS.load(Ordering::Relaxed) > n,
+            "the counting allocator counts nothing"
+        );
+        assert_eq!(n, 0, "graphs {graphs}: {n} heap allocations in 20 runs");
+    }
+}

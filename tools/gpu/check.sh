@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# GPU checks of the CUDA engine (issue 13), run on a GPU machine from binaries built on a
+# CPU machine, printing one table. Build and stage them first (on the CPU machine):
+#
+#   tools/gpu/stage.sh            # -> .gpu/: redline, cuda_engine (tests), ops/, hr/
+#
+# then on the GPU machine, from the repository root:
+#
+#   tools/gpu/check.sh [.gpu]     # logs and JSON under $OUT (or .gpu/out)
+#
+# Steps (about 3 minutes on an H100): (1) the GPU tests — CUDA vs native bit for bit on the
+# shipped models, every operator model and the whole driving graph (pinned replay hash),
+# zero allocations per run; (2) `redline model bench` of each model: cuda against native
+# (agreement, speed) and cuda (graph replay) against cuda-stream (plain launches);
+# (3) the PyTorch fp16 + CUDA-graph peer on the same networks; (4) the driving graph end to
+# end (real-time replay, 300 frames) on native and on cuda, and lockstep hashes of the
+# whole default drive on both.
+set -u
+BIN=${1:-.gpu}
+OUT=${OUT:-$BIN/out}
+mkdir -p "$OUT"
+export REDLINE_REPO=$PWD
+R="$BIN/redline"
+
+# NVRTC compiles the kernels at start-up: find it (CUDA toolkit or PyPI wheel) and expose it
+# under the names cudarc looks for.
+if [ -z "${REDLINE_NVRTC:-}" ]; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           $(python3 -c 'import site, glob; print(" ".join(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null); do
+    f=$(ls "$d"/libnvrtc.so* 2>/dev/null | grep -v builtins | head -1)
+    if [ -n "$f" ]; then REDLINE_NVRTC=$f; break; fi
+  done
+fi
+if [ -z "${REDLINE_NVRTC:-}" ]; then echo "check: no libnvrtc.so found; set REDLINE_NVRTC=/path/libnvrtc.so.N"; exit 2; fi
+mkdir -p /tmp/redline-nvrtc
+ln -sf "$REDLINE_NVRTC" /tmp/redline-nvrtc/libnvrtc.so
+export LD_LIBRARY_PATH=/tmp/redline-nvrtc:$(dirname "$REDLINE_NVRTC"):${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu
+echo "NVRTC: $REDLINE_NVRTC"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
+
+step() { echo; echo "== $1 ($(date +%T))"; }
+
+step "1. GPU tests"
+REDLINE_CUDA_OP_MODELS=$BIN/ops REDLINE_CUDA_EXTRA_MODELS=$BIN/hr \
+  timeout 300 "$BIN/cuda_engine" --test-threads=1 --nocapture 2>&1 | tee "$OUT/tests.log" \
+  | grep -E "^test |GPU:|differing|bit-exact|hash|SKIPPED|panicked|result" | head -60
+
+step "2. model bench"
+: > "$OUT/bench.jsonl"
+for m in models/trained/backbone.onnx models/trained/det_head.onnx models/trained/seg_head.onnx $BIN/hr/backbone.onnx; do
+  timeout 120 "$R" model bench "$m" --engine cuda --against native --iters 200 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/native $m failed: $(tail -2 $OUT/bench.err)"
+  timeout 120 "$R" model bench "$m" --engine cuda --against cuda-stream --iters 2000 --warmup 100 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/stream $m failed: $(tail -2 $OUT/bench.err)"
+done
+
+step "3. PyTorch peer (fp16, CUDA graphs)"
+timeout 180 python3 tools/gpu/torch_peer.py --iters 2000 > "$OUT/torch.jsonl" 2>"$OUT/torch.err" || { echo "torch peer failed:"; tail -5 "$OUT/torch.err"; }
+
+step "4. driving graph end to end"
+mk() { # $1 engine, $2 model folder
+  printf '[models]\nbackbone = { path = "%s/backbone.onnx", engine = "%s" }\ndet_head = { path = "%s/det_head.onnx", engine = "%s" }\nseg_head = { path = "%s/seg_head.onnx", engine = "%s" }\n' "$2" "$1" "$2" "$1" "$2" "$1"
+}
+for e in native cuda; do
+  mk $e models/trained > "$OUT/$e.toml"
+  mk $e $BIN/hr > "$OUT/${e}_hr.toml"
+done
+for c in native cuda native_hr cuda_hr; do
+  timeout 60 "$R" replay --config "$OUT/$c.toml" --frames 300 --no-rt > "$OUT/replay_$c.txt" 2>&1 || echo "replay $c failed: $(tail -3 $OUT/replay_$c.txt)"
+  grep -E "^(backbone|detection_head|segmentation_head|end to end)|deadline misses|output hash" "$OUT/replay_$c.txt" | sed "s/^/$c: /"
+done
+for c in native cuda; do
+  timeout 120 "$R" replay --config "$OUT/$c.toml" --mode lockstep --no-rt > "$OUT/lockstep_$c.txt" 2>&1
+  echo "lockstep whole default drive, $c: $(grep 'output hash' $OUT/lockstep_$c.txt) ($(grep -o '[0-9]* published' $OUT/lockstep_$c.txt))"
+done
+
+step "table"
+python3 tools/gpu/table.py "$OUT"

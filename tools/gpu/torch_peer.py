@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of `redline model bench --engine cuda` (issue 13): the same networks
+(tools/train/net.py, architecture "dilated", the shipped one) in fp16 on the same GPU with
+CUDA graphs, timed the way redline's engine is timed: each run uploads the input from pinned
+host memory, replays the graph, downloads the output and waits for the stream.
+
+Weights are random (time does not depend on them). Prints one JSON object per model:
+{"model", "shape", "p50_ms", "p99_ms", "iters"}.
+
+Usage: python3 tools/gpu/torch_peer.py [--iters N] [--full-res]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+import net  # noqa: E402
+
+
+def bench(name, module, shape, iters, warmup=50):
+    dev = torch.device("cuda")
+    module = module.to(dev).half().eval()
+    host_in = torch.randn(*shape).half().pin_memory()
+    static_in = torch.empty(*shape, device=dev, dtype=torch.half)
+    with torch.no_grad():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                out = module(static_in)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_out = module(static_in)
+    outs = static_out if isinstance(static_out, (tuple, list)) else (static_out,)
+    host_outs = [torch.empty(o.shape, dtype=o.dtype).pin_memory() for o in outs]
+    times = []
+    for i in range(warmup + iters):
+        t0 = time.perf_counter()
+        static_in.copy_(host_in, non_blocking=True)
+        g.replay()
+        for h, o in zip(host_outs, outs):
+            h.copy_(o, non_blocking=True)
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    q = lambda p: times[min(len(times) - 1, int(p * len(times)))] * 1e3  # noqa: E731
+    print(json.dumps({"model": name, "shape": list(shape), "p50_ms": q(0.50), "p99_ms": q(0.99), "iters": iters}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=1000)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("torch_peer: no CUDA device visible to PyTorch")
+    net.set_arch("dilated")
+    torch.backends.cudnn.benchmark = True
+    bench("backbone", net.Backbone(), (6, 3, 64, 128), a.iters)
+    bench("backbone_full_res", net.Backbone(), (6, 3, 128, 256), a.iters)
+    feat = net.BACKBONE[-1][1]
+    bench("det_head", net.DetHead(), (1, feat, 48, 80), a.iters)
+    bench("seg_head", net.SegHead(), (1, feat, 48, 80), a.iters)
+
+
+if __name__ == "__main__":
+    main()
