@@ -75,6 +75,10 @@ pub enum EngineArg {
     /// The same CUDA engine issuing every kernel launch on its stream each run (no graph):
     /// `--engine cuda --against cuda-stream` measures what graph replay saves.
     CudaStream,
+    /// The CUDA engine with the input written once into its pinned staging and the outputs
+    /// read there (`CudaEngine::run_staged`): no host copies, as when a camera driver writes
+    /// into the engine's buffers.
+    CudaStaged,
 }
 
 impl From<EngineArg> for EngineKind {
@@ -82,7 +86,7 @@ impl From<EngineArg> for EngineKind {
         match e {
             EngineArg::Native => EngineKind::Native,
             EngineArg::Onnxruntime => EngineKind::OnnxRuntime,
-            EngineArg::Cuda | EngineArg::CudaStream => EngineKind::Cuda,
+            EngineArg::Cuda | EngineArg::CudaStream | EngineArg::CudaStaged => EngineKind::Cuda,
         }
     }
 }
@@ -269,10 +273,10 @@ pub fn load_engine(
     let who = match arg {
         EngineArg::Native => "the native engine",
         EngineArg::Onnxruntime => "onnxruntime",
-        EngineArg::Cuda | EngineArg::CudaStream => "the CUDA engine",
+        EngineArg::Cuda | EngineArg::CudaStream | EngineArg::CudaStaged => "the CUDA engine",
     };
     let loaded = match arg {
-        EngineArg::Cuda | EngineArg::CudaStream => {
+        EngineArg::Cuda | EngineArg::CudaStream | EngineArg::CudaStaged => {
             let opts = CudaOptions {
                 graphs: arg == EngineArg::Cuda,
                 ..CudaOptions::default()
@@ -326,10 +330,14 @@ impl Runner for InlineRunner {
     fn label(&self) -> String {
         match self.engine.kind() {
             EngineKind::Native => "native, 1 thread (inline, calling thread)".into(),
-            EngineKind::Cuda if self.arg == EngineArg::CudaStream => {
-                "cuda-stream, GPU 0 (every launch issued each run; blocking sync)".into()
-            }
-            EngineKind::Cuda => "cuda, GPU 0 (one CUDA-graph replay per run; blocking sync)".into(),
+            EngineKind::Cuda if self.arg == EngineArg::CudaStream => format!(
+                "cuda-stream, GPU 0 (every launch issued each run; {} sync)",
+                cuda_sync()
+            ),
+            EngineKind::Cuda => format!(
+                "cuda, GPU 0 (one CUDA-graph replay per run; {} sync)",
+                cuda_sync()
+            ),
             EngineKind::OnnxRuntime => format!(
                 "onnxruntime, {} intra-op thread{}",
                 self.threads,
@@ -539,6 +547,73 @@ impl Runner for RuntimeRunner {
     }
 }
 
+/// How the CUDA engine waits (`REDLINE_CUDA_SYNC`), for labels.
+fn cuda_sync() -> String {
+    std::env::var("REDLINE_CUDA_SYNC").unwrap_or_else(|_| "block".into())
+}
+
+/// The CUDA engine run on its own pinned staging (`--engine cuda-staged`): the inputs are
+/// written into it once, each timed run is `run_staged` alone.
+struct StagedRunner {
+    engine: CudaEngine,
+}
+
+impl Runner for StagedRunner {
+    fn label(&self) -> String {
+        format!(
+            "cuda-staged, GPU 0 (input in the pinned staging, no host copies; graph replay; {} sync)",
+            self.engine.sync_mode()
+        )
+    }
+    fn engine_kind(&self) -> EngineKind {
+        EngineKind::Cuda
+    }
+    fn macs(&self) -> u64 {
+        self.engine.macs()
+    }
+    fn outputs_spec(&self) -> Vec<TensorSpec> {
+        self.engine.outputs().to_vec()
+    }
+    fn block(&mut self, n: u64, mut samples: Option<&mut Vec<u64>>) -> Result<()> {
+        for _ in 0..n {
+            let t0 = Instant::now();
+            self.engine.run_staged()?;
+            if let Some(s) = samples.as_deref_mut() {
+                s.push(t0.elapsed().as_nanos() as u64);
+            }
+        }
+        Ok(())
+    }
+    fn outputs(&mut self) -> Result<Vec<Vec<u8>>> {
+        self.engine.run_staged()?;
+        Ok((0..self.engine.outputs().len())
+            .filter_map(|j| self.engine.output_staging(j).map(<[u8]>::to_vec))
+            .collect())
+    }
+}
+
+/// Loads the engine `arg` names and wraps it for timing. `cuda-staged` copies `inputs`
+/// into the engine's pinned staging here, once.
+fn open_runner(
+    arg: EngineArg,
+    a: &BenchArgs,
+    inputs: &Arc<Vec<Vec<u8>>>,
+) -> Result<Box<dyn Runner>> {
+    if arg == EngineArg::CudaStaged {
+        let mut e = CudaEngine::load(&a.model, &CudaOptions::default())
+            .map_err(|e| anyhow!("the CUDA engine cannot run {}: {e}", a.model.display()))?;
+        for (i, x) in inputs.iter().enumerate() {
+            match e.input_staging(i) {
+                Some(s) if s.len() == x.len() => s.copy_from_slice(x),
+                _ => bail!("input {i} does not fit the CUDA engine's staging"),
+            }
+        }
+        return Ok(Box::new(StagedRunner { engine: e }));
+    }
+    let e = load_engine(arg, &a.model, a.threads as usize, a.ort_qdq_int8)?;
+    make_runner(e, arg, a.threads as usize, inputs)
+}
+
 fn make_runner(
     engine: Box<dyn Engine>,
     arg: EngineArg,
@@ -722,15 +797,20 @@ fn bench(a: BenchArgs) -> Result<()> {
         None => None,
     };
     let inputs = Arc::new(read_inputs(&a.input, &in_specs, a.seed)?);
-    let mut main = make_runner(e_main, a.engine, threads, &inputs)?;
-    let mut other = match e_other {
-        Some(e) => Some(make_runner(
-            e,
-            a.against.unwrap_or(a.engine),
-            threads,
-            &inputs,
-        )?),
-        None => None,
+    // A staged CUDA engine is loaded again with its inputs in place (the one above only
+    // checked the tensors).
+    let mut main = if a.engine == EngineArg::CudaStaged {
+        drop(e_main);
+        open_runner(a.engine, &a, &inputs)?
+    } else {
+        make_runner(e_main, a.engine, threads, &inputs)?
+    };
+    let mut other = match (e_other, a.against) {
+        (Some(_), Some(EngineArg::CudaStaged)) => {
+            Some(open_runner(EngineArg::CudaStaged, &a, &inputs)?)
+        }
+        (Some(e), Some(k)) => Some(make_runner(e, k, threads, &inputs)?),
+        _ => None,
     };
     let macs = main.macs();
     let input_desc = if a.input.is_empty() {
@@ -798,6 +878,7 @@ fn bench(a: BenchArgs) -> Result<()> {
     let mut v = json!({
         "model": a.model.display().to_string(),
         "engine": main.engine_kind().name(),
+        "label": main.label(),
         "threads": threads,
         "iters": a.iters,
         "warmup": a.warmup,
@@ -868,6 +949,7 @@ fn bench(a: BenchArgs) -> Result<()> {
         ));
         let obj = v.as_object_mut().ok_or_else(|| anyhow!("json"))?;
         obj.insert("against_engine".into(), json!(o.engine_kind().name()));
+        obj.insert("against_label".into(), json!(o.label()));
         obj.insert("against_p50_ms".into(), json!(so.p50));
         obj.insert("against_p99_ms".into(), json!(so.p99));
         obj.insert("against_max_ms".into(), json!(so.max));

@@ -85,7 +85,10 @@ fn gpu(test: &str) -> bool {
     }
 }
 
-fn random_inputs(specs: &[TensorSpec], seed: u64) -> Vec<Vec<u8>> {
+/// One byte buffer per tensor.
+type Tensors = Vec<Vec<u8>>;
+
+fn random_inputs(specs: &[TensorSpec], seed: u64) -> Tensors {
     let mut rng = SplitMix64::new(seed);
     specs
         .iter()
@@ -122,10 +125,20 @@ fn run(e: &mut dyn Engine, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
 /// returns the number of differing bytes (0 expected), printing where they are.
 fn compare(bytes: &[u8], name: &str, seeds: u64) -> usize {
     let mut native = NativeEngine::from_bytes(bytes, name).expect("native loads");
+    // The native outputs of each seed, computed once.
+    let runs: Vec<(Tensors, Tensors)> = (0..seeds)
+        .map(|seed| {
+            let inputs = random_inputs(native.inputs(), seed + 1);
+            let want = run(&mut native, &inputs);
+            (inputs, want)
+        })
+        .collect();
     let mut diff = 0;
-    for graphs in [true, false] {
+    // Graph replay and plain launches; tensor-core and dp4a convolutions.
+    for (graphs, tensor_cores) in [(true, true), (false, true), (true, false)] {
         let opts = CudaOptions {
             graphs,
+            tensor_cores,
             ..CudaOptions::default()
         };
         let mut cuda = CudaEngine::from_bytes(bytes, name, &opts)
@@ -133,17 +146,15 @@ fn compare(bytes: &[u8], name: &str, seeds: u64) -> usize {
         assert_eq!(cuda.inputs(), native.inputs());
         assert_eq!(cuda.outputs(), native.outputs());
         assert_eq!(cuda.uses_graph(), graphs);
-        for seed in 0..seeds {
-            let inputs = random_inputs(native.inputs(), seed + 1);
-            let want = run(&mut native, &inputs);
-            let got = run(&mut cuda, &inputs);
+        for (seed, (inputs, want)) in runs.iter().enumerate() {
+            let got = run(&mut cuda, inputs);
             for ((w, g), spec) in want.iter().zip(&got).zip(native.outputs()) {
                 let n = w.iter().zip(g).filter(|(a, b)| a != b).count();
                 if n > 0 {
                     let first = w.iter().zip(g).position(|(a, b)| a != b).unwrap_or(0);
                     eprintln!(
-                        "{name} (graphs {graphs}, seed {seed}): output {} differs in {n}/{} bytes, \
-                         first at byte {first}: native {} cuda {}",
+                        "{name} (graphs {graphs}, tensor cores {tensor_cores}, seed {seed}): output \
+                         {} differs in {n}/{} bytes, first at byte {first}: native {} cuda {}",
                         spec.name,
                         w.len(),
                         w[first],
@@ -171,24 +182,25 @@ fn cuda_outputs_equal_the_native_engine_on_the_shipped_models() {
         (trained::DET_HEAD.to_vec(), "trained/det_head.onnx".into()),
         (trained::SEG_HEAD.to_vec(), "trained/seg_head.onnx".into()),
     ];
-    // Extra models named by the check script (e.g. a full-resolution export).
-    if let Ok(dir) = std::env::var("REDLINE_CUDA_EXTRA_MODELS") {
-        for e in std::fs::read_dir(dir)
-            .expect("REDLINE_CUDA_EXTRA_MODELS is a folder")
+    // Extra models named by the check script (folders separated by ':', e.g. a
+    // full-resolution export and the realistic-scale backbone).
+    let extra = std::env::var("REDLINE_CUDA_EXTRA_MODELS").unwrap_or_default();
+    for dir in extra.split(':').filter(|d| !d.is_empty()) {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("REDLINE_CUDA_EXTRA_MODELS: {dir}: {e}"))
             .flatten()
-        {
-            if e.path().extension().is_some_and(|x| x == "onnx") {
-                models.push((
-                    std::fs::read(e.path()).unwrap(),
-                    e.path().display().to_string(),
-                ));
-            }
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+            .collect();
+        files.sort();
+        for p in files {
+            models.push((std::fs::read(&p).unwrap(), p.display().to_string()));
         }
     }
     let mut total = 0;
     for (bytes, name) in &models {
         let d = compare(bytes, name, 3);
-        println!("{name}: {d} differing bytes (3 inputs x graph/stream)");
+        println!("{name}: {d} differing bytes (3 inputs x graph/stream/dp4a)");
         total += d;
     }
     assert_eq!(
@@ -341,5 +353,25 @@ fn a_cuda_run_allocates_nothing_after_warm_up() {
             "the counting allocator counts nothing"
         );
         assert_eq!(n, 0, "graphs {graphs}: {n} heap allocations in 20 runs");
+        // The staged path: the same bytes written into the pinned staging give the same
+        // outputs, also without allocating.
+        drop(o);
+        for (i, x) in inputs.iter().enumerate() {
+            e.input_staging(i).expect("input slot").copy_from_slice(x);
+        }
+        ALLOCS.store(0, Ordering::Relaxed);
+        set_counting(true);
+        for _ in 0..5 {
+            e.run_staged().unwrap();
+        }
+        set_counting(false);
+        assert_eq!(ALLOCS.load(Ordering::Relaxed), 0, "run_staged allocates");
+        for (j, want) in outs.iter().enumerate() {
+            assert_eq!(
+                e.output_staging(j).expect("output slot"),
+                &want[..],
+                "staged output {j}"
+            );
+        }
     }
 }

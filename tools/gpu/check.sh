@@ -2,7 +2,7 @@
 # GPU checks of the CUDA engine (issue 13), run on a GPU machine from binaries built on a
 # CPU machine, printing one table. Build and stage them first (on the CPU machine):
 #
-#   tools/gpu/stage.sh            # -> .gpu/: redline, cuda_engine (tests), ops/, hr/
+#   tools/gpu/stage.sh            # -> .gpu/: redline, cuda_engine (tests), ops/, hr/, real/
 #
 # then on the GPU machine, from the repository root:
 #
@@ -41,7 +41,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 step() { echo; echo "== $1 ($(date +%T))"; }
 
 step "1. GPU tests"
-REDLINE_CUDA_OP_MODELS=$BIN/ops REDLINE_CUDA_EXTRA_MODELS=$BIN/hr \
+REDLINE_CUDA_OP_MODELS=$BIN/ops REDLINE_CUDA_EXTRA_MODELS=$BIN/hr:$BIN/real \
   timeout 300 "$BIN/cuda_engine" --test-threads=1 --nocapture 2>&1 | tee "$OUT/tests.log" \
   | grep -E "^test |GPU:|differing|bit-exact|hash|SKIPPED|panicked|result" | head -60
 
@@ -50,6 +50,18 @@ step "2. model bench"
 for m in models/trained/backbone.onnx models/trained/det_head.onnx models/trained/seg_head.onnx $BIN/hr/backbone.onnx; do
   timeout 120 "$R" model bench "$m" --engine cuda --against native --iters 200 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/native $m failed: $(tail -2 $OUT/bench.err)"
   timeout 120 "$R" model bench "$m" --engine cuda --against cuda-stream --iters 2000 --warmup 100 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/stream $m failed: $(tail -2 $OUT/bench.err)"
+done
+
+for m in $BIN/real/*.onnx; do
+  [ -f "$m" ] || continue
+  timeout 120 "$R" model bench "$m" --engine cuda --against cuda-stream --iters 300 --warmup 20 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/stream $m failed: $(tail -2 $OUT/bench.err)"
+done
+# What the host copies of `run` cost (cuda-staged: the producer writes into the pinned
+# staging), and what spinning instead of sleeping on the stream changes (REDLINE_CUDA_SYNC).
+for m in models/trained/backbone.onnx $BIN/hr/backbone.onnx $BIN/real/*.onnx; do
+  [ -f "$m" ] || continue
+  timeout 120 "$R" model bench "$m" --engine cuda-staged --against cuda --iters 300 --warmup 20 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench staged $m failed: $(tail -2 $OUT/bench.err)"
+  REDLINE_CUDA_SYNC=spin timeout 120 "$R" model bench "$m" --engine cuda-staged --against cuda --iters 300 --warmup 20 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench spin $m failed: $(tail -2 $OUT/bench.err)"
 done
 
 step "3. PyTorch peer (fp16, CUDA graphs)"

@@ -4,6 +4,8 @@
 #   .gpu/redline      the CLI with --features cuda (release, debug info stripped)
 #   .gpu/cuda_engine  the GPU test binary (tests/tests/cuda_engine.rs)
 #   .gpu/ops/         the ONNX operator models of tools/onnx/op_models.py (needs onnx, onnxruntime)
+#   .gpu/real/        the realistic-scale backbone (tools/gpu/realistic_model.py: ResNet-18,
+#                     six 1600x900 cameras, 316 GMAC per frame; 11 MiB)
 #   .gpu/hr/          extra models to check and time, copied from $REDLINE_EXTRA_MODELS if set
 #                     (e.g. a full-resolution export: backbone.onnx, det_head.onnx, seg_head.onnx)
 # Usage: tools/gpu/stage.sh [--features cuda-13]
@@ -22,6 +24,8 @@ for l in sys.stdin:
 objcopy --strip-debug "$bin" .gpu/cuda_engine
 rm -rf .gpu/ops && python3 tools/onnx/op_models.py .gpu/ops > /dev/null
 find .gpu/ops -type f ! -name '*.onnx' -delete
+mkdir -p .gpu/real
+[ -f .gpu/real/resnet18_6x900x1600.onnx ] || python3 tools/gpu/realistic_model.py .gpu/real/resnet18_6x900x1600.onnx
 if [ -n "${REDLINE_EXTRA_MODELS:-}" ]; then
   rm -rf .gpu/hr && mkdir -p .gpu/hr && cp "$REDLINE_EXTRA_MODELS"/*.onnx .gpu/hr/
 fi

@@ -16,9 +16,17 @@ def lines(name):
 
 torch = {r["model"]: r for r in lines("torch.jsonl")}
 rows = {}
+extra = []
 for r in lines("bench.jsonl"):
+    if r.get("label", "").startswith("cuda-staged"):
+        sync = r["label"].rsplit("; ", 1)[-1].rstrip(")")
+        extra.append((os.path.basename(r["model"]) if "/hr/" not in r["model"] else "hr/backbone.onnx", sync,
+                      (r["p50_ms"], r["p99_ms"]), (r["against_p50_ms"], r["against_p99_ms"]), r["differing_elements"]))
+        continue
     name = r["model"]
     key = "hr/backbone" if "/hr/" in name else os.path.basename(name).replace(".onnx", "")
+    if "/hr/" in name and "backbone" not in name:
+        key = "hr/" + os.path.basename(name).replace(".onnx", "")
     row = rows.setdefault(key, {"macs": r["macs"]})
     row["cuda"] = (r["p50_ms"], r["p99_ms"])
     if r.get("against_engine") == "native":
@@ -27,14 +35,15 @@ for r in lines("bench.jsonl"):
     elif r.get("against_engine") == "cuda":
         row["graph"] = (r["p50_ms"], r["p99_ms"])
         row["stream"] = (r["against_p50_ms"], r["against_p99_ms"])
-peer = {"backbone": "backbone", "hr/backbone": "backbone_full_res", "det_head": "det_head", "seg_head": "seg_head"}
+peer = {"backbone": "backbone", "hr/backbone": "backbone_full_res", "det_head": "det_head", "seg_head": "seg_head",
+        "resnet18_6x900x1600": "resnet18_6x900x1600"}
 
 
 def f(t):
     return f"{t[0]:7.3f} {t[1]:7.3f}" if t else "      -       -"
 
 
-print(f"{'model':12} {'MMAC':>7} | {'native P50/P99 ms':>15} | {'cuda graph':>15} | {'cuda stream':>15} | {'torch fp16 graph':>16} | {'cuda/torch P50 P99':>18} | differing vs native")
+print(f"{'model':20} {'MMAC':>7} | {'native P50/P99 ms':>15} | {'cuda graph':>15} | {'cuda stream':>15} | {'torch fp16 graph':>16} | {'cuda/torch P50 P99':>18} | differing vs native")
 for k, r in rows.items():
     t = torch.get(peer.get(k, ""))
     tt = (t["p50_ms"], t["p99_ms"]) if t else None
@@ -42,6 +51,12 @@ for k, r in rows.items():
     ratio = f"{g[0] / tt[0]:8.2f} {g[1] / tt[1]:8.2f}" if (g and tt) else "       -        -"
     d = r.get("diff")
     ds = f"{d[0]}/{d[1]}" if d else "-"
-    print(f"{k:12} {r['macs'] / 1e6:7.1f} | {f(r.get('native'))} | {f(g)} | {f(r.get('stream'))} | {f(tt):>16} | {ratio:>18} | {ds}")
+    print(f"{k:20} {r['macs'] / 1e6:7.1f} | {f(r.get('native'))} | {f(g)} | {f(r.get('stream'))} | {f(tt):>16} | {ratio:>18} | {ds}")
     if g and r.get("stream"):
-        print(f"{'':12} launch overhead saved by graph replay: P50 {1e3 * (r['stream'][0] - g[0]):.1f} us/run")
+        print(f"{'':20} launch overhead saved by graph replay: P50 {1e3 * (r['stream'][0] - g[0]):.1f} us/run")
+
+if extra:
+    print()
+    print(f"{'model':28} {'sync':11} | {'cuda-staged P50/P99':>19} | {'cuda (run: host copies)':>23} | differing")
+    for name, sync, st, cu, d in extra:
+        print(f"{name:28} {sync:11} | {f(st):>19} | {f(cu):>23} | {d}")

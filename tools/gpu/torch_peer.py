@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch peer of `redline model bench --engine cuda` (issue 13): the same networks
-(tools/train/net.py, architecture "dilated", the shipped one) in fp16 on the same GPU with
+(tools/train/net.py, architecture "dilated", the shipped one; tools/gpu/realistic_model.py's
+ResNet-18 over six 1600x900 cameras) in fp16 on the same GPU with
 CUDA graphs, timed the way redline's engine is timed: each run uploads the input from pinned
 host memory, replays the graph, downloads the output and waits for the stream.
 
@@ -21,11 +22,43 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import net  # noqa: E402
 
 
-def bench(name, module, shape, iters, warmup=50):
+class BasicBlock(torch.nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(cin, cout, 3, stride, 1)
+        self.c2 = torch.nn.Conv2d(cout, cout, 3, 1, 1)
+        self.sc = None if (stride == 1 and cin == cout) else torch.nn.Conv2d(cin, cout, 1, stride)
+
+    def forward(self, x):
+        y = self.c2(torch.relu(self.c1(x)))
+        return torch.relu(y + (x if self.sc is None else self.sc(x)))
+
+
+class ResNet18Features(torch.nn.Module):
+    """tools/gpu/realistic_model.py's network; takes the uint8 camera bytes like the ONNX
+    model and converts them on the GPU (inside the graph)."""
+
+    def __init__(self):
+        super().__init__()
+        layers = [torch.nn.Conv2d(3, 64, 7, 2, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1)]
+        cin = 64
+        for i, c in enumerate([64, 128, 256, 512]):
+            layers += [BasicBlock(cin, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)]
+            cin = c
+        self.net = torch.nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net((x.half() - 114.0) * (1.0 / 58.0))
+
+
+def bench(name, module, shape, iters, warmup=50, dtype=torch.half):
     dev = torch.device("cuda")
     module = module.to(dev).half().eval()
-    host_in = torch.randn(*shape).half().pin_memory()
-    static_in = torch.empty(*shape, device=dev, dtype=torch.half)
+    if dtype == torch.uint8:
+        host_in = torch.randint(0, 256, shape, dtype=torch.uint8).pin_memory()
+    else:
+        host_in = torch.randn(*shape).to(dtype).pin_memory()
+    static_in = torch.empty(*shape, device=dev, dtype=dtype)
     with torch.no_grad():
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -66,6 +99,7 @@ def main():
     feat = net.BACKBONE[-1][1]
     bench("det_head", net.DetHead(), (1, feat, 48, 80), a.iters)
     bench("seg_head", net.SegHead(), (1, feat, 48, 80), a.iters)
+    bench("resnet18_6x900x1600", ResNet18Features(), (6, 3, 900, 1600), max(50, a.iters // 10), dtype=torch.uint8)
 
 
 if __name__ == "__main__":

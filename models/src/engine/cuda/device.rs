@@ -86,6 +86,17 @@ pub(super) fn probe(ordinal: usize) -> Result<DeviceInfo, EngineError> {
     })
 }
 
+/// How `run` waits for the GPU: `REDLINE_CUDA_SYNC` = `block` (default: the thread sleeps
+/// until the driver wakes it, so no lane spins), `spin` (lowest latency, burns the thread)
+/// or `yield`.
+pub(super) fn sync_mode() -> &'static str {
+    match std::env::var("REDLINE_CUDA_SYNC").as_deref() {
+        Ok("spin") => "spin",
+        Ok("yield") => "yield",
+        _ => "block",
+    }
+}
+
 /// NVRTC's version (major, minor).
 pub(super) fn nvrtc_version() -> Result<(i32, i32), EngineError> {
     nvrtc_ready()?;
@@ -209,15 +220,16 @@ impl Device {
     pub(super) fn new(plan: &mut LaunchPlan, opts: &CudaOptions) -> Result<Device, EngineError> {
         let info = probe(opts.device)?;
         let dev = cu::device::get(opts.device as i32).map_err(|e| backend("device", e))?;
-        // Blocking sync: a thread waiting for the stream sleeps. Fails harmlessly when the
-        // primary context is already active with other flags (then those stay).
-        // SAFETY: `dev` is a valid device.
-        let _ = unsafe {
-            sys::cuDevicePrimaryCtxSetFlags_v2(
-                dev,
-                sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32,
-            )
+        // How a thread waits for the stream (REDLINE_CUDA_SYNC, process-wide: it is a flag
+        // of the primary context). Fails harmlessly when the context is already active with
+        // other flags (then those stay).
+        let flag = match sync_mode() {
+            "spin" => sys::CUctx_flags::CU_CTX_SCHED_SPIN,
+            "yield" => sys::CUctx_flags::CU_CTX_SCHED_YIELD,
+            _ => sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC,
         };
+        // SAFETY: `dev` is a valid device.
+        let _ = unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(dev, flag as u32) };
         // SAFETY: `dev` is valid; the context is released in Drop.
         let ctx = unsafe { cu::primary_ctx::retain(dev) }.map_err(|e| backend("context", e))?;
         let mut d = Device {
@@ -331,16 +343,20 @@ impl Device {
         inputs: &[&[u8]],
         outputs: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
+        for (i, src) in inputs.iter().enumerate() {
+            self.staging_mut(plan, i, true).copy_from_slice(src);
+        }
+        self.run_staged(plan)?;
+        for (j, dst) in outputs.iter_mut().enumerate() {
+            dst.copy_from_slice(self.staging(plan, j));
+        }
+        Ok(())
+    }
+
+    /// The stream work of one frame on what the pinned staging holds, and the wait.
+    pub(super) fn run_staged(&mut self, plan: &LaunchPlan) -> Result<(), EngineError> {
         self.make_current()
             .map_err(|_| EngineError::Run("CUDA: cannot make the context current"))?;
-        for (s, src) in plan.inputs.iter().zip(inputs) {
-            // SAFETY: the slot lies inside the pinned buffer (planned), `src` has `s.bytes`
-            // bytes (check_buffers), and the buffer is not in use: the previous run waited
-            // for its stream.
-            unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), self.host.add(s.host_offset), s.bytes)
-            };
-        }
         let r = match self.graph {
             // SAFETY: exec and stream are valid.
             Some((_, exec)) => unsafe { cu::graph::launch(exec, self.stream) },
@@ -349,18 +365,28 @@ impl Device {
         r.map_err(|_| EngineError::Run("CUDA: launching the frame failed"))?;
         // SAFETY: the stream is valid.
         unsafe { cu::stream::synchronize(self.stream) }
-            .map_err(|_| EngineError::Run("CUDA: the frame failed on the device"))?;
-        for (s, dst) in plan.outputs.iter().zip(outputs.iter_mut()) {
-            // SAFETY: as for the inputs; the download completed (stream synchronised).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.host.add(s.host_offset),
-                    dst.as_mut_ptr(),
-                    s.bytes,
-                )
-            };
-        }
-        Ok(())
+            .map_err(|_| EngineError::Run("CUDA: the frame failed on the device"))
+    }
+
+    /// The pinned staging bytes of input `i` (`input`) or output `i`.
+    pub(super) fn staging_mut(&mut self, plan: &LaunchPlan, i: usize, input: bool) -> &mut [u8] {
+        let s = if input {
+            plan.inputs[i]
+        } else {
+            plan.outputs[i]
+        };
+        // SAFETY: the slot lies inside the pinned buffer (planned, `host_bytes` long), and
+        // the device does not touch it now: every run waits for its stream before
+        // returning, so no copy into or out of it is in flight; `&mut self` makes the
+        // borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.host.add(s.host_offset), s.bytes) }
+    }
+
+    /// The pinned staging bytes of output `j`.
+    pub(super) fn staging(&self, plan: &LaunchPlan, j: usize) -> &[u8] {
+        let s = plan.outputs[j];
+        // SAFETY: as `staging_mut`; shared borrow of `self`, no device work in flight.
+        unsafe { std::slice::from_raw_parts(self.host.add(s.host_offset), s.bytes) }
     }
 
     /// True when runs replay a captured graph.

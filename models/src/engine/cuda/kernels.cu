@@ -101,6 +101,202 @@ extern "C" __global__ void conv_dp4a(const ConvP p) {
     }
 }
 
+// Tensor cores (sm_80+: Orin, Ampere, Hopper): the convolution as an implicit GEMM,
+// C[pixels x out_c] = A[pixels x K] * B[K x out_c] with K = kh * kw * in_c, on
+// mma.sync.m16n8k32 s8 x s8 -> s32 (exact integer products and sums, so the result is the
+// same integer as every other path). A block computes 64 pixels x 64 channels with 4 warps
+// (32 x 32 each) over K slices of 64, double-buffered: the next slice is read from global
+// memory into registers while the tensor cores work on the current one in shared memory.
+// A thread gathers 2 x 16 bytes of A and of B per slice (one vector load each when
+// in_c % 16 == 0, else byte by byte); padded taps and the K tail read x_zp against zero
+// weights, and x_zp * sum(w) is subtracted once in the epilogue.
+#define MMA_BM 64
+#define MMA_BN 64
+#define MMA_BK 64
+#define MMA_STRIDE 80 // bytes per shared row: 16-byte aligned, conflict-free fragment reads
+
+__device__ __forceinline__ void mma_s8(int* c, const unsigned* a, const unsigned* b) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// 16 bytes of A's row for GEMM columns kk .. kk+15 (output pixel with input origin (y0, x0)
+// in image xb): a vector load when in_c % 16 == 0, else byte by byte (one division, then
+// the tap and channel are stepped).
+__device__ __forceinline__ int4 load_a(const ConvP& p, const i8* xb, int y0, int x0, int kk, bool row,
+                                       int K, bool vec, int zp4) {
+    const Win& wn = p.win;
+    int4 v = make_int4(zp4, zp4, zp4, zp4);
+    if (!row || kk >= K) return v;
+    int tap = kk / p.in_c, c = kk - tap * p.in_c;
+    int ky = tap / wn.kw, kx = tap - ky * wn.kw;
+    if (vec) {
+        int iy = y0 + ky * wn.dh, ix = x0 + kx * wn.dw;
+        if (iy >= 0 && iy < wn.in_h && ix >= 0 && ix < wn.in_w)
+            v = __ldg((const int4*)(xb + ((size_t)iy * wn.in_w + ix) * p.in_c + c));
+        return v;
+    }
+    unsigned w[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        unsigned word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            unsigned byte = (unsigned)(p.x_zp & 0xff);
+            int iy = y0 + ky * wn.dh, ix = x0 + kx * wn.dw;
+            if (kk + q * 4 + j < K && iy >= 0 && iy < wn.in_h && ix >= 0 && ix < wn.in_w)
+                byte = (unsigned)(u8)xb[((size_t)iy * wn.in_w + ix) * p.in_c + c];
+            word |= byte << (8 * j);
+            if (++c == p.in_c) {
+                c = 0;
+                if (++kx == wn.kw) {
+                    kx = 0;
+                    ky++;
+                }
+            }
+        }
+        w[q] = word;
+    }
+    return make_int4((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
+}
+
+// 16 bytes of B's row (output channel's weights) for GEMM columns kk .. kk+15; 0 past K.
+__device__ __forceinline__ int4 load_b(const i8* wb, int kk, bool row, int K, bool vec) {
+    if (!row || kk >= K) return make_int4(0, 0, 0, 0);
+    if (vec) return __ldg((const int4*)(wb + kk));
+    unsigned w[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        unsigned word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int k = kk + q * 4 + j;
+            word |= (k < K ? (unsigned)(u8)wb[k] : 0u) << (8 * j);
+        }
+        w[q] = word;
+    }
+    return make_int4((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
+}
+
+extern "C" __global__ void __launch_bounds__(128) conv_mma(const ConvP p) {
+#if __CUDA_ARCH__ >= 800
+    __shared__ __align__(16) u8 As[2][MMA_BM * MMA_STRIDE];
+    __shared__ __align__(16) u8 Bs[2][MMA_BN * MMA_STRIDE];
+    const Win wn = p.win;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int M = p.batch * wn.out_h * wn.out_w;
+    int K = wn.kh * wn.kw * p.in_c;
+    int m0 = blockIdx.x * MMA_BM, n0 = blockIdx.y * MMA_BN;
+    // This thread's slots in each K slice: row r, bytes q0 * 16 .. q0 * 16 + 31.
+    int r = tid >> 1, q0 = (tid & 1) * 2;
+    int am = m0 + r;
+    bool arow = am < M;
+    int ox = 0, oy = 0, b = 0;
+    if (arow) {
+        ox = am % wn.out_w;
+        int t = am / wn.out_w;
+        oy = t % wn.out_h;
+        b = t / wn.out_h;
+    }
+    int y0 = oy * wn.sh - wn.pt, x0 = ox * wn.sw - wn.pl;
+    const i8* xb = (const i8*)p.x + (size_t)b * wn.in_h * wn.in_w * p.in_c;
+    int bn = n0 + r;
+    bool brow = bn < p.out_c;
+    const i8* wb = (const i8*)p.w + (size_t)(brow ? bn : 0) * K;
+    int zp4 = (p.x_zp & 0xff) * 0x01010101;
+    bool vec_a = (p.in_c & 15) == 0, vec_b = (K & 15) == 0;
+    int wm = (warp >> 1) * 32, wc = (warp & 1) * 32;
+    int g = lane >> 2, t4 = lane & 3;
+    int acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0;
+    int4 ra[2], rb[2];
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        ra[q] = load_a(p, xb, y0, x0, (q0 + q) * 16, arow, K, vec_a, zp4);
+        rb[q] = load_b(wb, (q0 + q) * 16, brow, K, vec_b);
+    }
+    int buf = 0;
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        *(int4*)(&As[0][r * MMA_STRIDE + (q0 + q) * 16]) = ra[q];
+        *(int4*)(&Bs[0][r * MMA_STRIDE + (q0 + q) * 16]) = rb[q];
+    }
+    __syncthreads();
+    for (int k0 = 0; k0 < K; k0 += MMA_BK) {
+        bool more = k0 + MMA_BK < K;
+        if (more) {
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                int kk = k0 + MMA_BK + (q0 + q) * 16;
+                ra[q] = load_a(p, xb, y0, x0, kk, arow, K, vec_a, zp4);
+                rb[q] = load_b(wb, kk, brow, K, vec_b);
+            }
+        }
+#pragma unroll
+        for (int ks = 0; ks < MMA_BK; ks += 32) {
+            unsigned fa[2][4], fb[4][2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const u8* pa = &As[buf][(wm + i * 16 + g) * MMA_STRIDE + ks + t4 * 4];
+                fa[i][0] = *(const unsigned*)(pa);
+                fa[i][1] = *(const unsigned*)(pa + 8 * MMA_STRIDE);
+                fa[i][2] = *(const unsigned*)(pa + 16);
+                fa[i][3] = *(const unsigned*)(pa + 8 * MMA_STRIDE + 16);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const u8* pb = &Bs[buf][(wc + j * 8 + g) * MMA_STRIDE + ks + t4 * 4];
+                fb[j][0] = *(const unsigned*)(pb);
+                fb[j][1] = *(const unsigned*)(pb + 16);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) mma_s8(acc[i][j], fa[i], fb[j]);
+        }
+        if (more) {
+            // The other buffer was last read before the previous barrier: free to fill.
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                *(int4*)(&As[buf ^ 1][r * MMA_STRIDE + (q0 + q) * 16]) = ra[q];
+                *(int4*)(&Bs[buf ^ 1][r * MMA_STRIDE + (q0 + q) * 16]) = rb[q];
+            }
+        }
+        __syncthreads();
+        buf ^= 1;
+    }
+    const int* bias = (const int*)p.bias;
+    const float* mult = (const float*)p.mult;
+    const int* wsum = (const int*)p.wsum;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = m0 + wm + i * 16 + g + (e >= 2 ? 8 : 0);
+                int oc = n0 + wc + j * 8 + t4 * 2 + (e & 1);
+                if (row < M && oc < p.out_c) {
+                    unsigned a = (unsigned)bias[oc] + (unsigned)acc[i][j][e] - (unsigned)(p.x_zp * wsum[oc]);
+                    float v = __fmul_rn((float)(int)a, mult[oc]);
+                    ((i8*)p.y)[(size_t)row * p.out_c + oc] = (i8)clampi(requant(v, p.y_zp, p.lo, p.hi), p.clo, p.chi);
+                }
+            }
+#else
+    __trap();
+#endif
+}
+
 // Any convolution (groups, any channel count): one thread = one output value.
 extern "C" __global__ void conv_generic(const ConvP p) {
     const Win wn = p.win;

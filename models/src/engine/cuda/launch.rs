@@ -36,6 +36,11 @@ pub const BLOCK: u32 = 256;
 pub const CONV_BLOCK: u32 = 128;
 /// Output channels per thread of `conv_dp4a` (kernels.cu's `OCT`).
 pub const CONV_OCT: usize = 8;
+/// Pixels x channels per block of `conv_mma` (kernels.cu's `MMA_BM`, `MMA_BN`); 128 threads.
+pub const MMA_TILE: usize = 64;
+/// Smallest reduction (`kh·kw·in_c`) worth the tensor cores when `in_c` is not a multiple
+/// of 16 (the gather is then byte by byte).
+pub const MMA_MIN_K: usize = 64;
 /// Largest tensor rank the broadcast and transpose kernels take (kernels.cu's `MAX_RANK`).
 pub const MAX_RANK: usize = 8;
 /// Alignment of every constant and staging slot.
@@ -261,6 +266,7 @@ pub struct ResizeP {
 /// A kernel of kernels.cu.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
+    ConvMma,
     ConvDp4a,
     ConvGeneric,
     CopyIo,
@@ -276,7 +282,8 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel (the functions loaded from the module).
-    pub const ALL: [Kernel; 11] = [
+    pub const ALL: [Kernel; 12] = [
+        Kernel::ConvMma,
         Kernel::ConvDp4a,
         Kernel::ConvGeneric,
         Kernel::CopyIo,
@@ -293,6 +300,7 @@ impl Kernel {
     /// The `extern "C"` name in kernels.cu.
     pub const fn name(self) -> &'static str {
         match self {
+            Kernel::ConvMma => "conv_mma",
             Kernel::ConvDp4a => "conv_dp4a",
             Kernel::ConvGeneric => "conv_generic",
             Kernel::CopyIo => "copy_io",
@@ -497,11 +505,14 @@ fn rank_arrays(v: &[usize], step: usize, what: &str) -> Result<[i32; MAX_RANK], 
 
 impl LaunchPlan {
     /// Translates `program` (whose graph has inputs and outputs of `in_bytes` / `out_bytes`
-    /// bytes).
+    /// bytes). `tensor_cores`: ungrouped convolutions go to `conv_mma` (needs sm_80+) when
+    /// `in_c % 16 == 0` or their reduction is at least [`MMA_MIN_K`]; the others to
+    /// `conv_dp4a` (`in_c % 4 == 0`) or `conv_generic`.
     pub fn new(
         program: &Program,
         in_bytes: &[usize],
         out_bytes: &[usize],
+        tensor_cores: bool,
     ) -> Result<LaunchPlan, EngineError> {
         let arena_bytes = align(program.arena_bytes);
         let mut off = arena_bytes;
@@ -664,7 +675,17 @@ impl LaunchPlan {
                     p.chi = chi;
                     let pixels = batch * p.win.out_h as usize * p.win.out_w as usize;
                     let out_c = p.out_c as usize;
-                    if p.groups == 1 && p.in_c % 4 == 0 {
+                    let k = (p.win.kh * p.win.kw * p.in_c) as usize;
+                    let mma = tensor_cores && p.groups == 1 && (p.in_c % 16 == 0 || k >= MMA_MIN_K);
+                    if mma {
+                        let gx = u32::try_from(pixels.div_ceil(MMA_TILE).max(1)).map_err(|_| {
+                            EngineError::Invalid {
+                                reason: format!("step {si}: too many output pixels"),
+                            }
+                        })?;
+                        let gy = out_c.div_ceil(MMA_TILE) as u32;
+                        push(Kernel::ConvMma, (gx, gy, 1), 128, Params::Conv(p));
+                    } else if p.groups == 1 && p.in_c % 4 == 0 {
                         let gx = u32::try_from(pixels.div_ceil(CONV_BLOCK as usize).max(1))
                             .map_err(|_| EngineError::Invalid {
                                 reason: format!("step {si}: too many output pixels"),

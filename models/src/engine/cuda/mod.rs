@@ -22,7 +22,12 @@
 //! - **Launches.** One stream per engine; the frame's work (upload, one kernel per step, download)
 //!   is captured once at load as a CUDA graph and replayed by every run
 //!   ([`CudaOptions::graphs`]; off: the same launches are issued on the stream each run).
-//!   `run` waits with blocking synchronisation: the calling lane sleeps, it does not spin.
+//!   `run` waits with blocking synchronisation: the calling lane sleeps, it does not spin
+//!   (`REDLINE_CUDA_SYNC=spin` trades that for latency; process-wide).
+//! - **Staged I/O.** `run` copies the caller's inputs into the pinned staging and the
+//!   outputs out of it; a producer that writes straight into
+//!   [`CudaEngine::input_staging`] and reads [`CudaEngine::output_staging`] calls
+//!   [`CudaEngine::run_staged`] and saves both copies (large camera frames: milliseconds).
 //! - **Errors at run time** are [`EngineError::Run`] with a static message (no allocation).
 //!
 //! # Costs
@@ -57,6 +62,9 @@ pub struct CudaOptions {
     /// Capture the frame once as a CUDA graph and replay it (default), or issue every
     /// launch on the stream each run.
     pub graphs: bool,
+    /// Run ungrouped convolutions on the tensor cores (`mma.sync` s8, sm_80+; ignored on
+    /// older GPUs) rather than the `dp4a` kernel. Same results either way.
+    pub tensor_cores: bool,
 }
 
 impl Default for CudaOptions {
@@ -64,6 +72,7 @@ impl Default for CudaOptions {
         CudaOptions {
             device: 0,
             graphs: true,
+            tensor_cores: true,
         }
     }
 }
@@ -177,7 +186,9 @@ impl CudaEngine {
             let l = crate::onnx::lower_graph(g)?;
             let ins: Vec<usize> = l.inputs.iter().map(TensorSpec::byte_len).collect();
             let outs: Vec<usize> = l.outputs.iter().map(TensorSpec::byte_len).collect();
-            let mut plan = launch::LaunchPlan::new(&l.program, &ins, &outs)?;
+            let info = device::probe(opts.device)?;
+            let tc = opts.tensor_cores && info.compute_capability.0 >= 8;
+            let mut plan = launch::LaunchPlan::new(&l.program, &ins, &outs, tc)?;
             let device = device::Device::new(&mut plan, opts)?;
             Ok(CudaEngine {
                 plan,
@@ -210,6 +221,60 @@ impl CudaEngine {
         #[cfg(not(feature = "cuda"))]
         {
             false
+        }
+    }
+
+    /// The pinned staging bytes of input `i`: a producer (a camera driver, a preprocessing
+    /// stage) can write a frame here and call [`CudaEngine::run_staged`], saving the host
+    /// copy `run` makes. `None` past the last input.
+    pub fn input_staging(&mut self, i: usize) -> Option<&mut [u8]> {
+        #[cfg(feature = "cuda")]
+        {
+            (i < self.inputs.len()).then(|| self.device.staging_mut(&self.plan, i, true))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = i;
+            None
+        }
+    }
+
+    /// The pinned staging bytes of output `j`, as the last run left them.
+    pub fn output_staging(&self, j: usize) -> Option<&[u8]> {
+        #[cfg(feature = "cuda")]
+        {
+            (j < self.outputs.len()).then(|| self.device.staging(&self.plan, j))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = j;
+            None
+        }
+    }
+
+    /// Runs one frame on what the input staging holds; the outputs are left in the output
+    /// staging. Same results as [`Engine::run`] on the same bytes, without its two host
+    /// copies.
+    pub fn run_staged(&mut self) -> Result<(), EngineError> {
+        #[cfg(feature = "cuda")]
+        {
+            self.device.run_staged(&self.plan)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Err(EngineError::Run("built without CUDA support"))
+        }
+    }
+
+    /// How runs wait for the GPU (`REDLINE_CUDA_SYNC`: `block`, `spin` or `yield`).
+    pub fn sync_mode(&self) -> &'static str {
+        #[cfg(feature = "cuda")]
+        {
+            device::sync_mode()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            "none"
         }
     }
 

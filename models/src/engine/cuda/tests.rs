@@ -68,7 +68,7 @@ fn check_plan(bytes: &[u8], name: &str) -> LaunchPlan {
     let l = crate::onnx::lower_graph(&g).unwrap();
     let ins: Vec<usize> = l.inputs.iter().map(|s| s.byte_len()).collect();
     let outs: Vec<usize> = l.outputs.iter().map(|s| s.byte_len()).collect();
-    let mut plan = LaunchPlan::new(&l.program, &ins, &outs).unwrap();
+    let mut plan = LaunchPlan::new(&l.program, &ins, &outs, true).unwrap();
     assert!(plan.arena_bytes >= l.program.arena_bytes);
     // Staging slots: after the arena, disjoint, inside the frame region and the host buffer.
     let mut end = plan.arena_bytes;
@@ -142,8 +142,9 @@ fn the_builtin_models_plan_into_their_regions() {
         (SEG_HEAD, "seg_head.onnx"),
     ] {
         let plan = check_plan(bytes, name);
+        let convs = [Kernel::ConvMma, Kernel::ConvDp4a, Kernel::ConvGeneric];
         assert!(
-            plan.launches.iter().any(|l| l.kernel == Kernel::ConvDp4a),
+            plan.launches.iter().any(|l| convs.contains(&l.kernel)),
             "{name}"
         );
     }
@@ -155,8 +156,11 @@ fn the_trained_models_plan_into_their_regions() {
     for name in ["backbone.onnx", "det_head.onnx", "seg_head.onnx"] {
         let bytes = std::fs::read(dir.join(name)).unwrap();
         let plan = check_plan(&bytes, name);
-        // The dilated layers' phase split/merge and the first layer's 3-channel input.
-        assert!(!plan.launches.is_empty(), "{name}");
+        // 32- and 48-channel layers: on the tensor cores.
+        assert!(
+            plan.launches.iter().any(|l| l.kernel == Kernel::ConvMma),
+            "{name}"
+        );
     }
 }
 
@@ -180,6 +184,10 @@ fn the_kernels_compile_for_orin_and_hopper() {
                         k.name()
                     );
                 }
+                assert!(
+                    ptx.contains("mma.sync.aligned.m16n8k32"),
+                    "compute_{cc}: no mma"
+                );
                 // No fused multiply-add may appear in float code (bit-exactness with the CPU).
                 assert!(!ptx.contains("fma.rn.f32"), "compute_{cc}: fma in the PTX");
                 eprintln!("NVRTC {maj}.{min}: compute_{cc} PTX {} bytes", ptx.len());
