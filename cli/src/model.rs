@@ -50,6 +50,26 @@ pub enum ModelCommand {
     Info(InfoArgs),
     /// Time an engine on a model (P50/P99/max, GMAC/s), optionally against another engine.
     Bench(BenchArgs),
+    /// Where a frame's GPU time goes on the CUDA engine: upload, every kernel, download.
+    Profile(ProfileArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ProfileArgs {
+    /// The .onnx file.
+    pub model: PathBuf,
+    /// Frames averaged (after 3 warm-up frames).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub reps: u64,
+    /// Launches listed (the slowest first).
+    #[arg(long, default_value_t = 15)]
+    pub top: usize,
+    /// Convolutions on the dp4a kernel instead of the tensor cores.
+    #[arg(long)]
+    pub no_tensor_cores: bool,
+    /// Seed of the random input.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -132,6 +152,7 @@ pub fn run(c: ModelCommand) -> Result<()> {
     match c {
         ModelCommand::Info(a) => info(a),
         ModelCommand::Bench(a) => bench(a),
+        ModelCommand::Profile(a) => profile(a),
     }
 }
 
@@ -774,6 +795,40 @@ impl Progress {
             let _ = write!(std::io::stderr(), "\r{:40}\r", "");
         }
     }
+}
+
+fn profile(a: ProfileArgs) -> Result<()> {
+    let opts = CudaOptions {
+        tensor_cores: !a.no_tensor_cores,
+        ..CudaOptions::default()
+    };
+    let mut e = CudaEngine::load(&a.model, &opts)
+        .map_err(|e| anyhow!("the CUDA engine cannot run {}: {e}", a.model.display()))?;
+    let inputs = read_inputs(&[], e.inputs(), a.seed)?;
+    for (i, x) in inputs.iter().enumerate() {
+        match e.input_staging(i) {
+            Some(s) if s.len() == x.len() => s.copy_from_slice(x),
+            _ => bail!("input {i} does not fit the CUDA engine's staging"),
+        }
+    }
+    e.profile(3)?;
+    let mut steps = e.profile(a.reps as usize)?;
+    let total: f32 = steps.iter().map(|s| s.1).sum();
+    println!(
+        "profile: {} on {} ({} launches, tensor cores {}), mean of {} frames run launch by launch",
+        a.model.display(),
+        e.device_info().map_or("?".into(), |d| d.name.clone()),
+        e.launches(),
+        !a.no_tensor_cores,
+        a.reps
+    );
+    println!("total {total:.3} ms (upload + kernels + download, one event pair per launch)");
+    steps.sort_by(|x, y| y.1.total_cmp(&x.1));
+    println!("{:>9} {:>6}  what", "ms", "share");
+    for (what, ms) in steps.iter().take(a.top) {
+        println!("{ms:9.3} {:5.1}%  {what}", 100.0 * ms / total.max(1e-9));
+    }
+    Ok(())
 }
 
 fn bench(a: BenchArgs) -> Result<()> {

@@ -7,11 +7,14 @@
 # then on the GPU machine, from the repository root:
 #
 #   tools/gpu/check.sh [.gpu]     # logs and JSON under $OUT (or .gpu/out)
+#   QUICK=1 tools/gpu/check.sh    # tests, the large models' benches and profiles only
 #
-# Steps (about 3 minutes on an H100): (1) the GPU tests — CUDA vs native bit for bit on the
+# Steps (about 2.5 minutes on an H200): (1) the GPU tests — CUDA vs native bit for bit on the
 # shipped models, every operator model and the whole driving graph (pinned replay hash),
 # zero allocations per run; (2) `redline model bench` of each model: cuda against native
-# (agreement, speed) and cuda (graph replay) against cuda-stream (plain launches);
+# (agreement, speed), cuda (graph replay) against cuda-stream (plain launches), cuda-staged
+# (no host copies) against cuda with blocking and spinning waits, and `redline model
+# profile` of the large models;
 # (3) the PyTorch fp16 + CUDA-graph peer on the same networks; (4) the driving graph end to
 # end (real-time replay, 300 frames) on native and on cuda, and lockstep hashes of the
 # whole default drive on both.
@@ -47,7 +50,9 @@ REDLINE_CUDA_OP_MODELS=$BIN/ops REDLINE_CUDA_EXTRA_MODELS=$BIN/hr:$BIN/real \
 
 step "2. model bench"
 : > "$OUT/bench.jsonl"
-for m in models/trained/backbone.onnx models/trained/det_head.onnx models/trained/seg_head.onnx $BIN/hr/backbone.onnx; do
+SMALL="models/trained/backbone.onnx models/trained/det_head.onnx models/trained/seg_head.onnx $BIN/hr/backbone.onnx"
+[ -n "${QUICK:-}" ] && SMALL=""
+for m in $SMALL; do
   timeout 120 "$R" model bench "$m" --engine cuda --against native --iters 200 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/native $m failed: $(tail -2 $OUT/bench.err)"
   timeout 120 "$R" model bench "$m" --engine cuda --against cuda-stream --iters 2000 --warmup 100 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/stream $m failed: $(tail -2 $OUT/bench.err)"
 done
@@ -64,6 +69,20 @@ for m in models/trained/backbone.onnx $BIN/hr/backbone.onnx $BIN/real/*.onnx; do
   REDLINE_CUDA_SYNC=spin timeout 120 "$R" model bench "$m" --engine cuda-staged --against cuda --iters 300 --warmup 20 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench spin $m failed: $(tail -2 $OUT/bench.err)"
 done
 
+step "2b. where the time goes (redline model profile)"
+for m in $BIN/real/*.onnx; do
+  [ -f "$m" ] || continue
+  timeout 60 "$R" model profile "$m" --reps 10 --top 12 2>&1 | tee -a "$OUT/profile.txt"
+  timeout 60 "$R" model profile "$m" --reps 5 --top 5 --no-tensor-cores 2>&1 | tee -a "$OUT/profile.txt"
+done
+timeout 60 "$R" model profile $BIN/hr/backbone.onnx --reps 20 --top 8 2>&1 | tee -a "$OUT/profile.txt"
+
+if [ -n "${QUICK:-}" ]; then
+  step "table (QUICK: no PyTorch peer, no end-to-end replays)"
+  python3 tools/gpu/table.py "$OUT"
+  exit 0
+fi
+
 step "3. PyTorch peer (fp16, CUDA graphs)"
 timeout 180 python3 tools/gpu/torch_peer.py --iters 2000 > "$OUT/torch.jsonl" 2>"$OUT/torch.err" || { echo "torch peer failed:"; tail -5 "$OUT/torch.err"; }
 
@@ -75,8 +94,9 @@ for e in native cuda; do
   mk $e models/trained > "$OUT/$e.toml"
   mk $e $BIN/hr > "$OUT/${e}_hr.toml"
 done
-for c in native cuda native_hr cuda_hr; do
-  timeout 60 "$R" replay --config "$OUT/$c.toml" --frames 300 --no-rt > "$OUT/replay_$c.txt" 2>&1 || echo "replay $c failed: $(tail -3 $OUT/replay_$c.txt)"
+for c in native cuda cuda_spin native_hr cuda_hr; do
+  cfg=${c%_spin}; sync=block; [ "$c" != "$cfg" ] && sync=spin
+  REDLINE_CUDA_SYNC=$sync timeout 60 "$R" replay --config "$OUT/$cfg.toml" --frames 300 --no-rt > "$OUT/replay_$c.txt" 2>&1 || echo "replay $c failed: $(tail -3 $OUT/replay_$c.txt)"
   grep -E "^(backbone|detection_head|segmentation_head|end to end)|deadline misses|output hash" "$OUT/replay_$c.txt" | sed "s/^/$c: /"
 done
 for c in native cuda; do

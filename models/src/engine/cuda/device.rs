@@ -389,6 +389,72 @@ impl Device {
         unsafe { std::slice::from_raw_parts(self.host.add(s.host_offset), s.bytes) }
     }
 
+    /// The mean device time (ms) of the upload, of every launch of the plan and of the
+    /// download, over `reps` frames run launch by launch on the stream with an event pair
+    /// around each (the staged inputs as they are). Diagnostics, not the hot path: it
+    /// creates and destroys its events.
+    pub(super) fn profile(
+        &mut self,
+        plan: &LaunchPlan,
+        reps: usize,
+    ) -> Result<Vec<f32>, EngineError> {
+        self.make_current()?;
+        let n = plan.launches.len() + 2;
+        let mut events = Vec::with_capacity(n + 1);
+        for _ in 0..=n {
+            events.push(
+                cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+                    .map_err(|e| backend("event", e))?,
+            );
+        }
+        let mut sums = vec![0f32; n];
+        let run = |sums: &mut [f32]| -> Result<(), cu::DriverError> {
+            // SAFETY: events, stream and buffers are valid (see `enqueue`); the stream is
+            // drained before the events are read.
+            unsafe {
+                cu::event::record(events[0], self.stream)?;
+                if self.host_in_bytes > 0 {
+                    let src = std::slice::from_raw_parts(self.host, self.host_in_bytes);
+                    cu::memcpy_htod_async(self.frame_in, src, self.stream)?;
+                }
+                cu::event::record(events[1], self.stream)?;
+                for (i, l) in plan.launches.iter().enumerate() {
+                    let mut arg = [l.params.as_ptr() as *mut c_void];
+                    let f = self.function(l.kernel);
+                    cu::launch_kernel(f, l.grid, (l.block, 1, 1), 0, self.stream, &mut arg)?;
+                    cu::event::record(events[i + 2], self.stream)?;
+                }
+                let out_bytes = self.host_bytes - self.host_in_bytes;
+                if out_bytes > 0 {
+                    let dst = std::slice::from_raw_parts_mut(
+                        self.host.add(self.host_in_bytes),
+                        out_bytes,
+                    );
+                    cu::memcpy_dtoh_async(dst, self.frame_out, self.stream)?;
+                }
+                cu::event::record(events[n], self.stream)?;
+                cu::stream::synchronize(self.stream)?;
+                for (i, s) in sums.iter_mut().enumerate() {
+                    *s += cu::event::elapsed(events[i], events[i + 1])?;
+                }
+            }
+            Ok(())
+        };
+        let mut result = Ok(());
+        for _ in 0..reps.max(1) {
+            result = run(&mut sums);
+            if result.is_err() {
+                break;
+            }
+        }
+        for e in events {
+            // SAFETY: created above, no longer used (the stream was drained).
+            let _ = unsafe { cu::event::destroy(e) };
+        }
+        result.map_err(|e| backend("profiling", e))?;
+        Ok(sums.into_iter().map(|s| s / reps.max(1) as f32).collect())
+    }
+
     /// True when runs replay a captured graph.
     pub(super) fn uses_graph(&self) -> bool {
         self.graph.is_some()

@@ -126,8 +126,8 @@ __device__ __forceinline__ void mma_s8(int* c, const unsigned* a, const unsigned
 }
 
 // 16 bytes of A's row for GEMM columns kk .. kk+15 (output pixel with input origin (y0, x0)
-// in image xb): a vector load when in_c % 16 == 0, else byte by byte (one division, then
-// the tap and channel are stepped).
+// in image xb): one 16-byte load when in_c % 16 == 0, four 4-byte loads when in_c % 4 == 0,
+// else byte by byte (one division, then the tap and channel are stepped).
 __device__ __forceinline__ int4 load_a(const ConvP& p, const i8* xb, int y0, int x0, int kk, bool row,
                                        int K, bool vec, int zp4) {
     const Win& wn = p.win;
@@ -140,6 +140,26 @@ __device__ __forceinline__ int4 load_a(const ConvP& p, const i8* xb, int y0, int
         if (iy >= 0 && iy < wn.in_h && ix >= 0 && ix < wn.in_w)
             v = __ldg((const int4*)(xb + ((size_t)iy * wn.in_w + ix) * p.in_c + c));
         return v;
+    }
+    if ((p.in_c & 3) == 0) {
+        // Four channels of one tap per word (kk and in_c are multiples of 4).
+        int w4[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int iy = y0 + ky * wn.dh, ix = x0 + kx * wn.dw;
+            w4[q] = zp4;
+            if (kk + q * 4 < K && iy >= 0 && iy < wn.in_h && ix >= 0 && ix < wn.in_w)
+                w4[q] = __ldg((const int*)(xb + ((size_t)iy * wn.in_w + ix) * p.in_c + c));
+            c += 4;
+            if (c == p.in_c) {
+                c = 0;
+                if (++kx == wn.kw) {
+                    kx = 0;
+                    ky++;
+                }
+            }
+        }
+        return make_int4(w4[0], w4[1], w4[2], w4[3]);
     }
     unsigned w[4];
 #pragma unroll
@@ -331,6 +351,23 @@ extern "C" __global__ void conv_generic(const ConvP p) {
     ((i8*)p.y)[i] = (i8)clampi(requant(v, p.y_zp, p.lo, p.hi), p.clo, p.chi);
 }
 
+// Channels padded to `c_out` with `fill` (the convolution's x_zp), so a stem convolution
+// of 3 channels reads 4-byte taps; its weights are padded with zeros, so the sums are
+// unchanged.
+struct PadP {
+    u64 x, y;
+    int pixels, c_in, c_out, fill;
+};
+
+extern "C" __global__ void pad_channels(const PadP p) {
+    long long n = (long long)p.pixels * p.c_out;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int c = (int)(i % p.c_out);
+    long long px = i / p.c_out;
+    ((i8*)p.y)[i] = c < p.c_in ? ((const i8*)p.x)[px * p.c_in + c] : (i8)p.fill;
+}
+
 // ------------------------------------------------------------------------------------------
 // Graph inputs and outputs, quantization, tables.
 
@@ -443,19 +480,26 @@ struct BinP {
     int n, rank, mul;
     float ra, rb, fixed, sa, sb, sy;
     int za, zb, zy, lo, hi;
+    // 1 when the operand's strides are the output's own (its element i is element i).
+    int dense_a, dense_b;
     int shape[MAX_RANK], as[MAX_RANK], bs[MAX_RANK];
 };
 
 extern "C" __global__ void binary(const BinP p) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.n) return;
-    int rem = i;
-    long long oa = 0, ob = 0;
-    for (int d = p.rank - 1; d >= 0; d--) {
-        int idx = rem % p.shape[d];
-        rem /= p.shape[d];
-        oa += (long long)idx * p.as[d];
-        ob += (long long)idx * p.bs[d];
+    long long oa = i, ob = i;
+    if (!(p.dense_a && p.dense_b)) {
+        int rem = i;
+        long long sa = 0, sb = 0;
+        for (int d = p.rank - 1; d >= 0; d--) {
+            int idx = rem % p.shape[d];
+            rem /= p.shape[d];
+            sa += (long long)idx * p.as[d];
+            sb += (long long)idx * p.bs[d];
+        }
+        if (!p.dense_a) oa = sa;
+        if (!p.dense_b) ob = sb;
     }
     int a = ((const i8*)p.a)[oa];
     int b = ((const i8*)p.b)[ob];

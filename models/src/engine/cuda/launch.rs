@@ -38,9 +38,10 @@ pub const CONV_BLOCK: u32 = 128;
 pub const CONV_OCT: usize = 8;
 /// Pixels x channels per block of `conv_mma` (kernels.cu's `MMA_BM`, `MMA_BN`); 128 threads.
 pub const MMA_TILE: usize = 64;
-/// Smallest reduction (`kh·kw·in_c`) worth the tensor cores when `in_c` is not a multiple
-/// of 16 (the gather is then byte by byte).
-pub const MMA_MIN_K: usize = 64;
+/// Smallest reduction (`kh·kw·in_c`, `in_c` rounded up to 4) worth the tensor cores when
+/// `in_c` is not a multiple of 16 (the gather then reads 4-byte taps; a 3-channel stem is
+/// first padded to 4 channels).
+pub const MMA_MIN_K: usize = 32;
 /// Largest tensor rank the broadcast and transpose kernels take (kernels.cu's `MAX_RANK`).
 pub const MAX_RANK: usize = 8;
 /// Alignment of every constant and staging slot.
@@ -53,10 +54,14 @@ pub enum Region {
     Frame,
     /// The constants uploaded once at load.
     Const,
+    /// Scratch at the end of the frame region (channel-padded convolution inputs), reused
+    /// by every step that needs it (stream order keeps the uses apart).
+    Scratch,
 }
 
 const TAG_FRAME: u64 = 1 << 62;
 const TAG_CONST: u64 = 2 << 62;
+const TAG_SCRATCH: u64 = 3 << 62;
 const TAG_MASK: u64 = 3 << 62;
 
 /// A region-tagged offset as stored in a parameter struct before relocation.
@@ -68,6 +73,7 @@ impl Addr {
         let tag = match region {
             Region::Frame => TAG_FRAME,
             Region::Const => TAG_CONST,
+            Region::Scratch => TAG_SCRATCH,
         };
         Addr(tag | offset as u64)
     }
@@ -78,6 +84,7 @@ impl Addr {
         match v & TAG_MASK {
             TAG_FRAME => Some((Region::Frame, off)),
             TAG_CONST => Some((Region::Const, off)),
+            TAG_SCRATCH => Some((Region::Scratch, off)),
             _ => None,
         }
     }
@@ -134,6 +141,18 @@ pub struct CopyP {
     pub mode: i32,
     pub zp: i32,
     pub scale: f32,
+}
+
+/// kernels.cu `PadP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PadP {
+    pub x: u64,
+    pub y: u64,
+    pub pixels: i32,
+    pub c_in: i32,
+    pub c_out: i32,
+    pub fill: i32,
 }
 
 /// kernels.cu `QuantP`.
@@ -197,6 +216,8 @@ pub struct BinP {
     pub zy: i32,
     pub lo: i32,
     pub hi: i32,
+    pub dense_a: i32,
+    pub dense_b: i32,
     pub shape: [i32; MAX_RANK],
     pub a_strides: [i32; MAX_RANK],
     pub b_strides: [i32; MAX_RANK],
@@ -278,11 +299,12 @@ pub enum Kernel {
     ConcatPart,
     Phases,
     Resize,
+    PadChannels,
 }
 
 impl Kernel {
     /// Every kernel (the functions loaded from the module).
-    pub const ALL: [Kernel; 12] = [
+    pub const ALL: [Kernel; 13] = [
         Kernel::ConvMma,
         Kernel::ConvDp4a,
         Kernel::ConvGeneric,
@@ -295,6 +317,7 @@ impl Kernel {
         Kernel::ConcatPart,
         Kernel::Phases,
         Kernel::Resize,
+        Kernel::PadChannels,
     ];
 
     /// The `extern "C"` name in kernels.cu.
@@ -312,6 +335,7 @@ impl Kernel {
             Kernel::ConcatPart => "concat_part",
             Kernel::Phases => "phases",
             Kernel::Resize => "resize",
+            Kernel::PadChannels => "pad_channels",
         }
     }
 }
@@ -329,6 +353,7 @@ pub enum Params {
     Cat(CatP),
     Phase(PhaseP),
     Resize(ResizeP),
+    Pad(PadP),
 }
 
 impl Params {
@@ -345,6 +370,7 @@ impl Params {
             Params::Cat(p) => bytemuck_ptrs(p, 3),
             Params::Phase(p) => bytemuck_ptrs(p, 2),
             Params::Resize(p) => bytemuck_ptrs(p, 4),
+            Params::Pad(p) => bytemuck_ptrs(p, 2),
         }
     }
 
@@ -361,6 +387,7 @@ impl Params {
             Params::Cat(p) => (p as *const CatP).cast(),
             Params::Phase(p) => (p as *const PhaseP).cast(),
             Params::Resize(p) => (p as *const ResizeP).cast(),
+            Params::Pad(p) => (p as *const PadP).cast(),
         }
     }
 }
@@ -412,6 +439,13 @@ pub struct LaunchPlan {
     pub host_bytes: usize,
     /// Bytes of the pinned inputs (the first part of the staging buffer).
     pub host_in_bytes: usize,
+    /// Offset and size of the scratch area at the end of the frame region (the size is
+    /// included in `frame_bytes`; read by the tests).
+    pub scratch_offset: usize,
+    #[allow(dead_code)]
+    pub scratch_bytes: usize,
+    /// The program's name of every step (`conv 3x3/1 64>64 ...`), for profiles.
+    pub step_names: Vec<String>,
 }
 
 fn align(n: usize) -> usize {
@@ -506,7 +540,8 @@ fn rank_arrays(v: &[usize], step: usize, what: &str) -> Result<[i32; MAX_RANK], 
 impl LaunchPlan {
     /// Translates `program` (whose graph has inputs and outputs of `in_bytes` / `out_bytes`
     /// bytes). `tensor_cores`: ungrouped convolutions go to `conv_mma` (needs sm_80+) when
-    /// `in_c % 16 == 0` or their reduction is at least [`MMA_MIN_K`]; the others to
+    /// `in_c % 16 == 0` or their reduction is at least [`MMA_MIN_K`] (an `in_c` that is not
+    /// a multiple of 4 is padded first, `pad_channels`); the others to
     /// `conv_dp4a` (`in_c % 4 == 0`) or `conv_generic`.
     pub fn new(
         program: &Program,
@@ -534,6 +569,7 @@ impl LaunchPlan {
 
         let buf = |i: usize| Addr::new(Region::Frame, program.buffers[i].offset).0;
         let mut c = Consts::default();
+        let mut scratch = 0usize;
         let mut launches = Vec::new();
         for (si, step) in program.steps.iter().enumerate() {
             let mut push = |kernel: Kernel, grid: (u32, u32, u32), block: u32, params: Params| {
@@ -675,8 +711,44 @@ impl LaunchPlan {
                     p.chi = chi;
                     let pixels = batch * p.win.out_h as usize * p.win.out_w as usize;
                     let out_c = p.out_c as usize;
-                    let k = (p.win.kh * p.win.kw * p.in_c) as usize;
-                    let mma = tensor_cores && p.groups == 1 && (p.in_c % 16 == 0 || k >= MMA_MIN_K);
+                    let k4 = (p.win.kh * p.win.kw) as usize * (p.in_c as usize).div_ceil(4) * 4;
+                    let mma =
+                        tensor_cores && p.groups == 1 && (p.in_c % 16 == 0 || k4 >= MMA_MIN_K);
+                    if mma && p.in_c % 4 != 0 {
+                        // A stem (3 channels): pad the input to a multiple of 4 channels
+                        // (x_zp) and the weights with zeros, so the gather reads 4-byte
+                        // taps; the sums are the same integers.
+                        let (c_in, c4) = (p.in_c as usize, (p.in_c as usize).div_ceil(4) * 4);
+                        let in_pixels = batch * p.win.in_h as usize * p.win.in_w as usize;
+                        let w = match imp {
+                            ConvImpl::Dense(cv) => &cv.weights,
+                            ConvImpl::General(g) => &g.weights,
+                        };
+                        let taps = (p.win.kh * p.win.kw) as usize;
+                        let mut padded = vec![0i8; out_c * taps * c4];
+                        for (src, dst) in w.chunks_exact(c_in).zip(padded.chunks_exact_mut(c4)) {
+                            dst[..c_in].copy_from_slice(src);
+                        }
+                        let n = in_pixels * c4;
+                        let pad = PadP {
+                            x: p.x,
+                            y: Addr::new(Region::Scratch, 0).0,
+                            pixels: i32_of(in_pixels, si, "conv")?,
+                            c_in: p.in_c,
+                            c_out: i32_of(c4, si, "conv")?,
+                            fill: p.x_zp,
+                        };
+                        push(
+                            Kernel::PadChannels,
+                            grid_for(n, si, "conv")?,
+                            BLOCK,
+                            Params::Pad(pad),
+                        );
+                        scratch = scratch.max(n);
+                        p.x = pad.y;
+                        p.w = c.push_i8(&padded);
+                        p.in_c = pad.c_out;
+                    }
                     if mma {
                         let gx = u32::try_from(pixels.div_ceil(MMA_TILE).max(1)).map_err(|_| {
                             EngineError::Invalid {
@@ -840,6 +912,8 @@ impl LaunchPlan {
                         zy: op.zy,
                         lo: i32::from(op.lo),
                         hi: i32::from(op.hi),
+                        dense_a: i32::from(dense_strides(&op.a_strides, &op.shape)),
+                        dense_b: i32::from(dense_strides(&op.b_strides, &op.shape)),
                         shape: rank_arrays(&op.shape, si, "binary")?,
                         a_strides: rank_arrays(&op.a_strides, si, "binary")?,
                         b_strides: rank_arrays(&op.b_strides, si, "binary")?,
@@ -958,9 +1032,15 @@ impl LaunchPlan {
             }
         }
         let consts = c.bytes;
+        let scratch_offset = frame_bytes;
+        let frame_bytes = frame_bytes + align(scratch);
+        let step_names = program.step_macs().into_iter().map(|(n, _)| n).collect();
         Ok(LaunchPlan {
             launches,
             frame_bytes,
+            scratch_offset,
+            scratch_bytes: scratch,
+            step_names,
             arena_bytes,
             consts,
             inputs,
@@ -972,17 +1052,31 @@ impl LaunchPlan {
 
     /// Replaces every tagged pointer by `frame_base` / `const_base` plus its offset.
     pub fn relocate(&mut self, frame_base: u64, const_base: u64) {
+        let scratch_offset = self.scratch_offset;
         for l in &mut self.launches {
             for p in l.params.pointers_mut() {
                 if let Some((region, off)) = Addr::decode(*p) {
                     *p = match region {
                         Region::Frame => frame_base + off as u64,
                         Region::Const => const_base + off as u64,
+                        Region::Scratch => frame_base + (scratch_offset + off) as u64,
                     };
                 }
             }
         }
     }
+}
+
+/// True when `strides` are the row-major strides of `shape` (dimensions of extent 1 may have
+/// any stride: their index is always 0), so the operand's element `i` is the output's `i`.
+pub(crate) fn dense_strides(strides: &[usize], shape: &[usize]) -> bool {
+    let mut acc = 1;
+    strides.len() == shape.len()
+        && strides.iter().zip(shape).rev().all(|(&st, &d)| {
+            let ok = st == acc || d == 1;
+            acc *= d;
+            ok
+        })
 }
 
 /// `Σ w` over all taps of each output channel (`conv_dp4a` subtracts `x_zp · Σw` once).

@@ -278,6 +278,29 @@ impl CudaEngine {
         }
     }
 
+    /// Where a frame's device time goes: `(what, mean ms)` for the upload, every launch
+    /// (named by its program step and kernel) and the download, over `reps` frames run
+    /// launch by launch with events (on the staged inputs). Diagnostics: allocates, and
+    /// adds an event per launch, so the sum exceeds a graph replay's time slightly.
+    pub fn profile(&mut self, reps: usize) -> Result<Vec<(String, f32)>, EngineError> {
+        #[cfg(feature = "cuda")]
+        {
+            let ms = self.device.profile(&self.plan, reps)?;
+            let mut names = vec!["upload (host to device)".to_string()];
+            for l in &self.plan.launches {
+                let step = self.plan.step_names.get(l.step).map_or("?", String::as_str);
+                names.push(format!("{step} [{}]", l.kernel.name()));
+            }
+            names.push("download (device to host)".to_string());
+            Ok(names.into_iter().zip(ms).collect())
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = reps;
+            Err(no_cuda())
+        }
+    }
+
     /// Kernel launches per run.
     pub fn launches(&self) -> usize {
         #[cfg(feature = "cuda")]

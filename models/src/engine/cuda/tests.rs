@@ -18,8 +18,8 @@ fn parameter_structs_match_the_cuda_layout() {
     assert_eq!(size_of::<LutP>(), 32);
     assert_eq!(offset_of!(PoolP, win), 16);
     assert_eq!(size_of::<PoolP>(), 104);
-    assert_eq!(offset_of!(BinP, shape), 24 + 14 * 4);
-    assert_eq!(size_of::<BinP>(), 24 + 14 * 4 + 3 * 32);
+    assert_eq!(offset_of!(BinP, shape), 24 + 16 * 4);
+    assert_eq!(size_of::<BinP>(), 24 + 16 * 4 + 3 * 32);
     assert_eq!(size_of::<TransP>(), 16 + 8 + 64);
     assert_eq!(size_of::<CatP>(), 40);
     assert_eq!(size_of::<PhaseP>(), 16 + 28 + 4);
@@ -60,6 +60,7 @@ fn written(l: &Launch) -> (u64, usize) {
             (p.y, p.batch as usize * n * p.c as usize)
         }
         Params::Resize(p) => (p.y, (p.batch * p.out_h * p.out_w * p.c) as usize),
+        Params::Pad(p) => (p.y, p.pixels as usize * p.c_out as usize),
     }
 }
 
@@ -86,6 +87,14 @@ fn check_plan(bytes: &[u8], name: &str) -> LaunchPlan {
         last = la.step;
         let (y, n) = written(la);
         let (region, off) = Addr::decode(y).expect("output pointer");
+        if region == Region::Scratch {
+            assert!(
+                off + n <= plan.scratch_bytes,
+                "{name}: step {} overruns the scratch",
+                la.step
+            );
+            continue;
+        }
         assert_eq!(
             region,
             Region::Frame,
@@ -108,6 +117,7 @@ fn check_plan(bytes: &[u8], name: &str) -> LaunchPlan {
             match Addr::decode(p) {
                 Some((Region::Frame, o)) => assert!(o < plan.frame_bytes),
                 Some((Region::Const, o)) => assert!(o < plan.consts.len()),
+                Some((Region::Scratch, o)) => assert!(o < plan.scratch_bytes),
                 None => assert_eq!(p, 0),
             }
         }
@@ -126,6 +136,9 @@ fn check_plan(bytes: &[u8], name: &str) -> LaunchPlan {
             match Addr::decode(before) {
                 Some((Region::Frame, o)) => assert_eq!(after, 0x1000_0000 + o as u64),
                 Some((Region::Const, o)) => assert_eq!(after, 0x2000_0000 + o as u64),
+                Some((Region::Scratch, o)) => {
+                    assert_eq!(after, 0x1000_0000 + (plan.scratch_offset + o) as u64)
+                }
                 None => assert_eq!(after, 0),
             }
         }
@@ -161,7 +174,47 @@ fn the_trained_models_plan_into_their_regions() {
             plan.launches.iter().any(|l| l.kernel == Kernel::ConvMma),
             "{name}"
         );
+        assert_eq!(
+            plan.step_names.len(),
+            plan.launches.last().unwrap().step + 1
+        );
     }
+}
+
+#[test]
+fn a_three_channel_stem_is_padded_to_four_channels_on_the_tensor_cores() {
+    // The trained backbone's first convolution reads the 3-channel camera input: with tensor
+    // cores it is preceded by a pad into the scratch, which it then reads with 4 channels.
+    let g = crate::onnx::graph::OnnxGraph::parse(
+        crate::export::trained::BACKBONE,
+        std::path::Path::new("backbone.onnx"),
+    )
+    .unwrap();
+    let l = crate::onnx::lower_graph(&g).unwrap();
+    let ins: Vec<usize> = l.inputs.iter().map(|s| s.byte_len()).collect();
+    let outs: Vec<usize> = l.outputs.iter().map(|s| s.byte_len()).collect();
+    let plan = LaunchPlan::new(&l.program, &ins, &outs, true).unwrap();
+    let pad = plan
+        .launches
+        .iter()
+        .position(|l| l.kernel == Kernel::PadChannels)
+        .expect("a pad launch");
+    let (Params::Pad(p), Params::Conv(c)) =
+        (plan.launches[pad].params, plan.launches[pad + 1].params)
+    else {
+        panic!("pad then conv expected");
+    };
+    assert_eq!((p.c_in, p.c_out), (3, 4));
+    assert_eq!(c.in_c, 4);
+    assert_eq!(c.x, p.y);
+    assert_eq!(plan.scratch_bytes, p.pixels as usize * 4);
+    // Without tensor cores no pad: the generic kernel reads 3 channels.
+    let plain = LaunchPlan::new(&l.program, &ins, &outs, false).unwrap();
+    assert!(plain
+        .launches
+        .iter()
+        .all(|l| l.kernel != Kernel::PadChannels));
+    assert_eq!(plain.scratch_bytes, 0);
 }
 
 #[cfg(feature = "cuda")]
@@ -215,4 +268,14 @@ fn without_a_gpu_loading_is_a_clear_error_not_a_panic() {
             assert!(expected, "unclear error: {m}");
         }
     }
+}
+
+#[test]
+fn dense_strides_are_recognised() {
+    assert!(super::launch::dense_strides(&[12, 4, 1], &[2, 3, 4]));
+    // A broadcast operand (stride 0 over a real dimension) is not dense...
+    assert!(!super::launch::dense_strides(&[0, 4, 1], &[2, 3, 4]));
+    // ...but any stride over an extent-1 dimension is.
+    assert!(super::launch::dense_strides(&[99, 4, 1], &[1, 3, 4]));
+    assert!(!super::launch::dense_strides(&[1, 3], &[3, 4]));
 }
