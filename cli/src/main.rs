@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod common;
 mod config;
 mod demo;
+mod engine;
 mod eval;
 mod generate;
 mod log_info;
@@ -76,6 +77,9 @@ enum Command {
     /// (latency, GMAC/s, against another engine).
     #[command(subcommand)]
     Model(ModelCommand),
+    /// TensorRT engines: `build` them ahead of time on this machine (feature `tensorrt`).
+    #[command(subcommand)]
+    Engine(engine::EngineCommand),
     /// One replay for `regress --against` (internal).
     #[command(hide = true)]
     RegressWorker(WorkerArgs),
@@ -98,6 +102,7 @@ fn main() -> ExitCode {
         Some(Command::Sim(SimCommand::Dataset(a))) => done(generate::dataset(a)),
         Some(Command::Quantize(a)) => done(quantize::run(a)),
         Some(Command::Model(c)) => done(model::run(c)),
+        Some(Command::Engine(c)) => done(engine::run(c)),
         Some(Command::Log(c)) => done(log_info::run(c)),
         // Regression checks: 0 pass, 1 regression, 2 cannot run (as a CI job expects).
         Some(Command::Regress(a)) => match regress::regress(a) {
@@ -163,6 +168,11 @@ mod tests {
             "redline log info bag.mcap --json",
             "redline model bench m.onnx --threads 4 --against onnxruntime --iters 200",
             "redline model bench m.onnx --engine ort --input a.bin --json",
+            "redline model bench m.onnx --engine cuda --against native",
+            "redline model bench m.onnx --engine cuda-staged --against cuda-stream",
+            "redline model bench m.onnx --engine tensorrt",
+            "redline model profile m.onnx --reps 10 --top 12 --no-tensor-cores",
+            "redline engine build m.onnx --precision fp16 --cache /tmp/trt",
         ] {
             let args = line.split_whitespace();
             if let Err(e) = <Cli as clap::Parser>::try_parse_from(args) {

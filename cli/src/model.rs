@@ -99,6 +99,10 @@ pub enum EngineArg {
     /// read there (`CudaEngine::run_staged`): no host copies, as when a camera driver writes
     /// into the engine's buffers.
     CudaStaged,
+    /// ONNX Runtime's TensorRT execution provider (build with `--features tensorrt`;
+    /// engines built on first use and cached, see `redline engine build`).
+    #[value(alias = "trt")]
+    Tensorrt,
 }
 
 impl From<EngineArg> for EngineKind {
@@ -107,6 +111,7 @@ impl From<EngineArg> for EngineKind {
             EngineArg::Native => EngineKind::Native,
             EngineArg::Onnxruntime => EngineKind::OnnxRuntime,
             EngineArg::Cuda | EngineArg::CudaStream | EngineArg::CudaStaged => EngineKind::Cuda,
+            EngineArg::Tensorrt => EngineKind::TensorRt,
         }
     }
 }
@@ -183,6 +188,7 @@ fn info(a: InfoArgs) -> Result<()> {
         &OrtOptions {
             threads: 1,
             qdq_int8_allowed: true,
+            tensorrt: None,
         },
     );
     let macs = m.native.as_ref().ok().map(|s| s.macs);
@@ -295,6 +301,7 @@ pub fn load_engine(
         EngineArg::Native => "the native engine",
         EngineArg::Onnxruntime => "onnxruntime",
         EngineArg::Cuda | EngineArg::CudaStream | EngineArg::CudaStaged => "the CUDA engine",
+        EngineArg::Tensorrt => "TensorRT (ONNX Runtime's provider)",
     };
     let loaded = match arg {
         EngineArg::Cuda | EngineArg::CudaStream | EngineArg::CudaStaged => {
@@ -308,6 +315,7 @@ pub fn load_engine(
             let opts = OrtOptions {
                 threads,
                 qdq_int8_allowed: ort_qdq_int8,
+                tensorrt: None,
             };
             load_engine_with(path, kind, &opts)
         }
@@ -359,6 +367,7 @@ impl Runner for InlineRunner {
                 "cuda, GPU 0 (one CUDA-graph replay per run; {} sync)",
                 cuda_sync()
             ),
+            EngineKind::TensorRt => "tensorrt, GPU 0 (ONNX Runtime's TensorRT provider)".into(),
             EngineKind::OnnxRuntime => format!(
                 "onnxruntime, {} intra-op thread{}",
                 self.threads,

@@ -264,7 +264,7 @@ impl ModelRef {
     pub fn engine_kind(&self) -> Result<EngineKind, ConfigError> {
         EngineKind::parse(&self.engine).ok_or_else(|| {
             ConfigError::Invalid(format!(
-                "engine = \"{}\": use \"native\", \"onnxruntime\" or \"cuda\"",
+                "engine = \"{}\": use \"native\", \"onnxruntime\", \"cuda\" or \"tensorrt\"",
                 self.engine
             ))
         })

@@ -531,6 +531,41 @@ mod tests {
     }
 
     #[test]
+    fn gpu_engines_are_accepted_by_name_and_fail_clearly_without_a_gpu() {
+        for engine in ["cuda", "tensorrt"] {
+            let text = format!("[models.det_head]\nengine = \"{engine}\"\n");
+            let cfg = PipelineConfig::parse(&text, "t").expect("the config accepts the engine");
+            match load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT) {
+                Ok(_) => {
+                    eprintln!("{engine}: a GPU is present here; the error path is not reached")
+                }
+                Err(e) => {
+                    let chain = format!(
+                        "{e}: {}",
+                        std::error::Error::source(&e)
+                            .map(|s| s.to_string())
+                            .unwrap_or_default()
+                    );
+                    let clear = [
+                        "--features",
+                        "driver",
+                        "TensorRT",
+                        "NVRTC",
+                        "ORT_DYLIB_PATH",
+                    ]
+                    .iter()
+                    .any(|w| chain.contains(w));
+                    assert!(clear, "{engine}: unclear error: {chain}");
+                    assert!(
+                        chain.contains("det_head"),
+                        "{engine}: the model is not named: {chain}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn onnxruntime_is_accepted_by_name_and_runs_the_builtin_head() {
         let cfg = PipelineConfig::parse("[models.det_head]\nengine = \"onnxruntime\"\n", "t")
             .expect("the config accepts the engine");

@@ -2,11 +2,11 @@
 //! shipped models, on every ONNX operator model of `tools/onnx/op_models.py`, and through the
 //! whole driving graph (the pinned replay hash); no heap allocation per run.
 //!
-//! Needs `--features cuda` and a GPU: `cargo test -p redline-tests --features cuda --test
+//! Needs `--features cuda` (or `cuda-13`) and a GPU: `cargo test -p redline-tests --features cuda --test
 //! cuda_engine` (tools/gpu/check.sh runs it from binaries built elsewhere). Without a device
 //! every test prints a loud SKIPPED line and passes; without the feature it compiles to
 //! nothing.
-#![cfg(feature = "cuda")]
+#![cfg(any(feature = "cuda", feature = "cuda-13"))]
 
 use redline_models::engine::cuda::{probe, CudaEngine, CudaOptions};
 use redline_models::engine::{ElemType, Engine, EngineKind, Inline, TensorSpec};

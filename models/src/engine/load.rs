@@ -30,6 +30,7 @@ fn ort_options() -> OrtOptions {
     OrtOptions {
         threads: 1,
         qdq_int8_allowed: true,
+        tensorrt: None,
     }
 }
 
@@ -53,6 +54,9 @@ pub fn load_engine_with(
             crate::onnx::count_macs(path).ok(),
         ),
         EngineKind::Cuda => Ok(Box::new(CudaEngine::load(path, &CudaOptions::default())?)),
+        EngineKind::TensorRt => Ok(Box::new(
+            super::tensorrt::load(path, &Default::default())?.0,
+        )),
     }
 }
 
@@ -74,6 +78,9 @@ pub fn load_engine_bytes(
             name,
             &CudaOptions::default(),
         )?)),
+        EngineKind::TensorRt => Ok(Box::new(
+            super::tensorrt::load_bytes(bytes, Path::new(name), &Default::default())?.0,
+        )),
     }
 }
 

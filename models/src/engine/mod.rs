@@ -35,6 +35,7 @@ pub mod cuda;
 pub mod io_quant;
 pub mod load;
 pub mod onnxruntime;
+pub mod tensorrt;
 
 pub use load::{load_engine, load_engine_bytes};
 
@@ -122,14 +123,18 @@ pub enum EngineKind {
     /// redline's INT8 kernels on an NVIDIA GPU (`cuda::CudaEngine`, feature `cuda`),
     /// bit-identical to `Native`.
     Cuda,
+    /// ONNX Runtime's TensorRT execution provider (`tensorrt`, feature `tensorrt`): engines
+    /// built on the target and cached.
+    TensorRt,
 }
 
 impl EngineKind {
     /// Every backend, in the order `redline model info` lists them.
-    pub const ALL: [EngineKind; 3] = [
+    pub const ALL: [EngineKind; 4] = [
         EngineKind::Native,
         EngineKind::OnnxRuntime,
         EngineKind::Cuda,
+        EngineKind::TensorRt,
     ];
 
     /// The name used in configs and on the command line.
@@ -138,16 +143,18 @@ impl EngineKind {
             EngineKind::Native => "native",
             EngineKind::OnnxRuntime => "onnxruntime",
             EngineKind::Cuda => "cuda",
+            EngineKind::TensorRt => "tensorrt",
         }
     }
 
-    /// Parses a name as written in configs (`native`, `onnxruntime`, `cuda`; `ort` is
-    /// accepted).
+    /// Parses a name as written in configs (`native`, `onnxruntime`, `cuda`, `tensorrt`;
+    /// `ort` and `trt` are accepted).
     pub fn parse(s: &str) -> Option<EngineKind> {
         match s {
             "native" => Some(EngineKind::Native),
             "onnxruntime" | "ort" => Some(EngineKind::OnnxRuntime),
             "cuda" => Some(EngineKind::Cuda),
+            "tensorrt" | "trt" => Some(EngineKind::TensorRt),
             _ => None,
         }
     }

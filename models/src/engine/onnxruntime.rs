@@ -84,6 +84,9 @@ pub struct OrtOptions {
     /// `session.qdqisint8allowed`: lets ORT fuse int8 QDQ groups into its integer kernels on
     /// x86 (its default there is off, which leaves many int8 QDQ operators in float).
     pub qdq_int8_allowed: bool,
+    /// Run on ONNX Runtime's TensorRT execution provider instead of the CPU provider
+    /// ([`super::tensorrt`]; needs the `tensorrt` feature, otherwise a load error).
+    pub tensorrt: Option<super::tensorrt::TensorRtProvider>,
 }
 
 impl Default for OrtOptions {
@@ -91,8 +94,34 @@ impl Default for OrtOptions {
         OrtOptions {
             threads: 1,
             qdq_int8_allowed: false,
+            tensorrt: None,
         }
     }
+}
+
+/// True when the loaded ONNX Runtime offers the TensorRT execution provider (loads the
+/// library first; its errors are returned).
+pub fn tensorrt_provider_available() -> Result<bool, EngineError> {
+    runtime()?;
+    let (mut list, mut n): (*mut *mut std::ffi::c_char, i32) = (std::ptr::null_mut(), 0);
+    let api = ort::api();
+    // SAFETY: ORT's GetAvailableProviders fills `list` with `n` NUL-terminated strings that
+    // are released with ReleaseAvailableProviders below; the library is loaded (runtime()).
+    let status = unsafe { (api.GetAvailableProviders)(&mut list, &mut n) };
+    if !status.0.is_null() || list.is_null() {
+        return Err(EngineError::Backend(
+            "ONNX Runtime could not list its execution providers".into(),
+        ));
+    }
+    let mut found = false;
+    for i in 0..n.max(0) as usize {
+        // SAFETY: `i < n` entries, each a NUL-terminated string owned by ORT.
+        let name = unsafe { std::ffi::CStr::from_ptr(*list.add(i)) };
+        found |= name.to_bytes() == b"TensorrtExecutionProvider";
+    }
+    // SAFETY: releases exactly what GetAvailableProviders returned.
+    let _ = unsafe { (api.ReleaseAvailableProviders)(list, n) };
+    Ok(found)
 }
 
 /// How to get a usable `libonnxruntime`, appended to every "not found" message.
@@ -303,6 +332,7 @@ pub struct OrtEngine {
     staging: Vec<Staging>,
     scratch: usize,
     macs: u64,
+    kind: EngineKind,
 }
 
 impl fmt::Debug for OrtEngine {
@@ -432,12 +462,55 @@ fn builder(
             if opts.qdq_int8_allowed { "1" } else { "0" },
         )
         .map_err(option_err("session.qdqisint8allowed"))?;
+    if let Some(t) = &opts.tensorrt {
+        b = with_tensorrt(b, t)?;
+    }
     for name in free_dims {
         b = b
             .with_dimension_override(name, 1)
             .map_err(option_err("free dimension override"))?;
     }
     Ok(b)
+}
+
+/// Registers the TensorRT provider (failure to register is an error, never a silent CPU
+/// session) and forbids falling back to the CPU for any node.
+#[cfg(feature = "tensorrt")]
+fn with_tensorrt(
+    b: SessionBuilder,
+    t: &super::tensorrt::TensorRtProvider,
+) -> Result<SessionBuilder, EngineError> {
+    use super::tensorrt::Precision;
+    let dir = t.cache_dir.display().to_string();
+    let ep = ort::ep::TensorRT::default()
+        .with_device_id(t.device)
+        .with_int8(t.precision == Precision::Int8)
+        .with_fp16(t.precision != Precision::Fp32)
+        .with_engine_cache(true)
+        .with_engine_cache_path(&dir)
+        .with_timing_cache(true)
+        .with_timing_cache_path(&dir)
+        .build()
+        .error_on_failure();
+    b.with_config_entry("session.disable_cpu_ep_fallback", "1")
+        .map_err(option_err("session.disable_cpu_ep_fallback"))?
+        .with_execution_providers([ep])
+        .map_err(|e| {
+            EngineError::Backend(format!(
+                "ONNX Runtime could not set up its TensorRT provider: {e}"
+            ))
+        })
+}
+
+#[cfg(not(feature = "tensorrt"))]
+fn with_tensorrt(
+    _: SessionBuilder,
+    _: &super::tensorrt::TensorRtProvider,
+) -> Result<SessionBuilder, EngineError> {
+    Err(EngineError::Backend(
+        "this redline was built without TensorRT support: rebuild with `--features tensorrt`"
+            .into(),
+    ))
 }
 
 /// An owned ORT tensor of `spec`'s type and shape, allocated once for ORT to write into.
@@ -523,6 +596,11 @@ impl OrtEngine {
             staging,
             scratch,
             macs: 0,
+            kind: if opts.tensorrt.is_some() {
+                EngineKind::TensorRt
+            } else {
+                EngineKind::OnnxRuntime
+            },
         })
     }
 
@@ -583,7 +661,7 @@ fn copy_out<T: PrimitiveTensorElementType + fmt::Debug + Copy, const N: usize>(
 
 impl Engine for OrtEngine {
     fn kind(&self) -> EngineKind {
-        EngineKind::OnnxRuntime
+        self.kind
     }
 
     fn inputs(&self) -> &[TensorSpec] {

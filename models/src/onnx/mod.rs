@@ -73,7 +73,7 @@ use program::Program;
 
 /// Lowers a parsed graph to the native program (the CUDA engine's launch plan is made from
 /// the same program).
-#[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
+#[cfg_attr(not(any(redline_cuda, test)), allow(dead_code))]
 pub(crate) fn lower_graph(g: &OnnxGraph) -> Result<lower::Lowered, EngineError> {
     lower::lower(g)
 }

@@ -24,7 +24,7 @@
 //! pointers first, then 4-byte fields): change both together.
 
 // Without the `cuda` feature only this module's tests use it.
-#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#![cfg_attr(not(redline_cuda), allow(dead_code))]
 
 use crate::engine::EngineError;
 use crate::onnx::kernels::{BinaryKind, Interp, Window};

@@ -45,10 +45,10 @@
 use crate::engine::{check_buffers, Engine, EngineError, EngineKind, Lanes, TensorSpec};
 use std::path::Path;
 
-#[cfg(any(feature = "cuda", test))]
+#[cfg(any(redline_cuda, test))]
 pub(crate) mod launch;
 
-#[cfg(feature = "cuda")]
+#[cfg(redline_cuda)]
 mod device;
 
 /// The kernels' CUDA C source (compiled at run time by NVRTC).
@@ -94,7 +94,7 @@ pub struct DeviceInfo {
     pub driver_version: i32,
 }
 
-#[cfg_attr(feature = "cuda", allow(dead_code))]
+#[cfg_attr(redline_cuda, allow(dead_code))]
 fn no_cuda() -> EngineError {
     EngineError::Backend(
         "this redline was built without CUDA support: rebuild with `--features cuda` \
@@ -106,11 +106,11 @@ fn no_cuda() -> EngineError {
 /// Finds GPU `ordinal`: the driver library, a device, its properties. An error says what is
 /// missing.
 pub fn probe(ordinal: usize) -> Result<DeviceInfo, EngineError> {
-    #[cfg(feature = "cuda")]
+    #[cfg(redline_cuda)]
     {
         device::probe(ordinal)
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(redline_cuda))]
     {
         let _ = ordinal;
         Err(no_cuda())
@@ -119,11 +119,11 @@ pub fn probe(ordinal: usize) -> Result<DeviceInfo, EngineError> {
 
 /// NVRTC's version (major, minor), or why it cannot be loaded.
 pub fn nvrtc_version() -> Result<(i32, i32), EngineError> {
-    #[cfg(feature = "cuda")]
+    #[cfg(redline_cuda)]
     {
         device::nvrtc_version()
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(redline_cuda))]
     {
         Err(no_cuda())
     }
@@ -132,11 +132,11 @@ pub fn nvrtc_version() -> Result<(i32, i32), EngineError> {
 /// Compiles the kernels to PTX for `compute_{cc}` (e.g. 87 for Orin, 90 for Hopper) with
 /// NVRTC alone: no driver or GPU needed (CI checks every target this way).
 pub fn compile_ptx(cc: u32) -> Result<String, EngineError> {
-    #[cfg(feature = "cuda")]
+    #[cfg(redline_cuda)]
     {
         device::compile_ptx(cc)
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(redline_cuda))]
     {
         let _ = cc;
         Err(no_cuda())
@@ -146,12 +146,12 @@ pub fn compile_ptx(cc: u32) -> Result<String, EngineError> {
 /// A model compiled for a GPU. See the module docs.
 #[derive(Debug)]
 pub struct CudaEngine {
-    #[cfg(feature = "cuda")]
+    #[cfg(redline_cuda)]
     plan: launch::LaunchPlan,
     inputs: Vec<TensorSpec>,
     outputs: Vec<TensorSpec>,
     macs: u64,
-    #[cfg(feature = "cuda")]
+    #[cfg(redline_cuda)]
     device: device::Device,
 }
 
@@ -176,12 +176,12 @@ impl CudaEngine {
         g: &crate::onnx::graph::OnnxGraph,
         opts: &CudaOptions,
     ) -> Result<CudaEngine, EngineError> {
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             let _ = (g, opts);
             Err(no_cuda())
         }
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             let l = crate::onnx::lower_graph(g)?;
             let ins: Vec<usize> = l.inputs.iter().map(TensorSpec::byte_len).collect();
@@ -202,11 +202,11 @@ impl CudaEngine {
 
     /// The GPU this engine runs on.
     pub fn device_info(&self) -> Option<&DeviceInfo> {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             Some(&self.device.info)
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             None
         }
@@ -214,11 +214,11 @@ impl CudaEngine {
 
     /// True when each run replays a captured CUDA graph.
     pub fn uses_graph(&self) -> bool {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             self.device.uses_graph()
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             false
         }
@@ -228,11 +228,11 @@ impl CudaEngine {
     /// stage) can write a frame here and call [`CudaEngine::run_staged`], saving the host
     /// copy `run` makes. `None` past the last input.
     pub fn input_staging(&mut self, i: usize) -> Option<&mut [u8]> {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             (i < self.inputs.len()).then(|| self.device.staging_mut(&self.plan, i, true))
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             let _ = i;
             None
@@ -241,11 +241,11 @@ impl CudaEngine {
 
     /// The pinned staging bytes of output `j`, as the last run left them.
     pub fn output_staging(&self, j: usize) -> Option<&[u8]> {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             (j < self.outputs.len()).then(|| self.device.staging(&self.plan, j))
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             let _ = j;
             None
@@ -256,11 +256,11 @@ impl CudaEngine {
     /// staging. Same results as [`Engine::run`] on the same bytes, without its two host
     /// copies.
     pub fn run_staged(&mut self) -> Result<(), EngineError> {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             self.device.run_staged(&self.plan)
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             Err(EngineError::Run("built without CUDA support"))
         }
@@ -268,11 +268,11 @@ impl CudaEngine {
 
     /// How runs wait for the GPU (`REDLINE_CUDA_SYNC`: `block`, `spin` or `yield`).
     pub fn sync_mode(&self) -> &'static str {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             device::sync_mode()
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             "none"
         }
@@ -283,7 +283,7 @@ impl CudaEngine {
     /// launch by launch with events (on the staged inputs). Diagnostics: allocates, and
     /// adds an event per launch, so the sum exceeds a graph replay's time slightly.
     pub fn profile(&mut self, reps: usize) -> Result<Vec<(String, f32)>, EngineError> {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             let ms = self.device.profile(&self.plan, reps)?;
             let mut names = vec!["upload (host to device)".to_string()];
@@ -294,7 +294,7 @@ impl CudaEngine {
             names.push("download (device to host)".to_string());
             Ok(names.into_iter().zip(ms).collect())
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             let _ = reps;
             Err(no_cuda())
@@ -303,11 +303,11 @@ impl CudaEngine {
 
     /// Kernel launches per run.
     pub fn launches(&self) -> usize {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             self.plan.launches.len()
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             0
         }
@@ -333,11 +333,11 @@ impl Engine for CudaEngine {
 
     /// Device bytes (frame region + constants) and pinned host bytes.
     fn scratch_bytes(&self) -> usize {
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             self.plan.frame_bytes + self.plan.consts.len() + self.plan.host_bytes
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             0
         }
@@ -350,11 +350,11 @@ impl Engine for CudaEngine {
         _lanes: &dyn Lanes,
     ) -> Result<(), EngineError> {
         check_buffers(&self.inputs, &self.outputs, inputs, outputs)?;
-        #[cfg(feature = "cuda")]
+        #[cfg(redline_cuda)]
         {
             self.device.run(&self.plan, inputs, outputs)
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(redline_cuda))]
         {
             Err(EngineError::Run("built without CUDA support"))
         }
