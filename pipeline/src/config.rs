@@ -203,7 +203,7 @@ pub struct PipelineConfig {
 /// [models]
 /// backbone = { path = "models/backbone.onnx", engine = "native" }
 /// det_head = { path = "models/det_head.onnx" }
-/// seg_head = { path = "models/seg_head.onnx", engine = "onnxruntime" }
+/// seg_head = { path = "models/seg_head.onnx", engine = "onnxruntime" }   # or "cuda", "tensorrt"
 /// ```
 ///
 /// A model without `path` is the built-in one (the ONNX files in `models/builtin/`,
@@ -246,7 +246,8 @@ pub struct ModelRef {
     /// The `.onnx` file (relative paths: to the working directory). `None`: built-in.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
-    /// `native` (default) or `onnxruntime`.
+    /// `native` (default), `onnxruntime`, `cuda` (a build with `--features cuda`: the same
+    /// outputs on an NVIDIA GPU) or `tensorrt` (`--features tensorrt`).
     pub engine: String,
 }
 

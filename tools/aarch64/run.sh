@@ -90,7 +90,21 @@ debian_cargo clippy --target $target -p redline-models -p redline-runtime -p red
 step "tests under qemu -cpu cortex-a76 (INT8 kernels, runtime incl. real-time, pipeline units, determinism)"
 # Timing tests do not belong under emulation: they are named *timing* / *latency* and skipped.
 debian_cargo test --target $target "${unit_tests[@]}" -- --skip timing --skip latency
-debian_cargo test --target $target "${determinism_tests[@]}" -- --skip timing --skip latency
+# runtime_determinism hangs under qemu in about one run in three (2026-11-26: 2 of 6 runs of
+# same_pinned_hash_for_any_lane_count_and_across_runs; the lanes parked with almost no CPU
+# used, the scheduler waking every 50 ms with nothing to release, so a lockstep run never
+# ends). Never seen natively: 70 x86-64 runs, 40 of them pinned to one CPU. Not diagnosed
+# yet (a lost lane wake-up that emulation's timing exposes, or qemu-user's futex
+# emulation; threads also hang with -L, above). So a hang is reported loudly and the tests
+# run once more; a second hang or any failure fails the step.
+rc=0
+timeout 300 bash -c "$(declare -f debian_cargo); debian_cargo test --target $target ${determinism_tests[*]} -- --skip timing --skip latency" || rc=$?
+if [ "$rc" = 124 ]; then
+    echo "   WARNING: runtime_determinism hung under qemu (known intermittent hang, see the comment above); running it once more"
+    timeout 300 bash -c "$(declare -f debian_cargo); debian_cargo test --target $target ${determinism_tests[*]} -- --skip timing --skip latency"
+elif [ "$rc" != 0 ]; then
+    exit "$rc"
+fi
 
 step "INT8 kernel tests under qemu -cpu max (the i8mm kernel: cortex-a76 has no i8mm and skips it)"
 QEMU_CPU=max debian_cargo test --target $target -p redline-models --lib -- conv::
