@@ -93,10 +93,12 @@ debian_cargo test --target $target "${unit_tests[@]}" -- --skip timing --skip la
 # runtime_determinism hangs under qemu in about one run in three (2026-11-26: 2 of 6 runs of
 # same_pinned_hash_for_any_lane_count_and_across_runs; the lanes parked with almost no CPU
 # used, the scheduler waking every 50 ms with nothing to release, so a lockstep run never
-# ends). Never seen natively: 70 x86-64 runs, 40 of them pinned to one CPU. Not diagnosed
-# yet (a lost lane wake-up that emulation's timing exposes, or qemu-user's futex
-# emulation; threads also hang with -L, above). So a hang is reported loudly and the tests
-# run once more; a second hang or any failure fails the step.
+# ends). Never seen natively: 70 x86-64 runs, 40 of them pinned to one CPU. Not proven;
+# the leading hypothesis is emulation: the runtime's offer/open_gate hand-off
+# (runtime/src/exec.rs) is a SeqCst store-then-load pair on each side, i.e. stlr then ldar,
+# ordered on real ARMv8, but qemu's TCG on x86 fences before the store and after the load,
+# which lets the pair reorder; then neither side dispatches the job. So a hang is reported
+# loudly and the tests run once more; a second hang or any failure fails the step.
 rc=0
 timeout 300 bash -c "$(declare -f debian_cargo); debian_cargo test --target $target ${determinism_tests[*]} -- --skip timing --skip latency" || rc=$?
 if [ "$rc" = 124 ]; then
