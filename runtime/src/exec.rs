@@ -478,6 +478,11 @@ impl Shared {
         let cell = &n.parked[(seq % n.parked.len() as u64) as usize];
         let v = pack(seq, slot) + 1;
         cell.store(v, Ordering::SeqCst);
+        // The store above and the load below are one side of a Dekker pair with
+        // `open_gate`. SeqCst alone orders them in the language and on hardware; the fence
+        // also makes emulators order them (qemu's TCG lets an aarch64 stlr/ldar pair
+        // reorder on x86 hosts: see tools/aarch64/run.sh).
+        std::sync::atomic::fence(Ordering::SeqCst);
         if n.next_seq.load(Ordering::SeqCst) == seq
             && cell
                 .compare_exchange(v, 0, Ordering::SeqCst, Ordering::SeqCst)
@@ -492,6 +497,8 @@ impl Shared {
         let n = &self.nodes[node];
         let next = seq + 1;
         n.next_seq.store(next, Ordering::SeqCst);
+        // The other side of the pair in `offer` (see there).
+        std::sync::atomic::fence(Ordering::SeqCst);
         let cell = &n.parked[(next % n.parked.len() as u64) as usize];
         let v = cell.load(Ordering::SeqCst);
         if v != 0
