@@ -166,6 +166,11 @@ pub(crate) fn lane_main(shared: &Shared, lane: usize) {
             continue;
         }
         me.sleeping.store(true, Ordering::SeqCst);
+        // A Dekker pair with `LaneSet::wake` (push, then swap `sleeping`): the store above
+        // must be ordered before the queue loads below. SeqCst does that in the language and
+        // on hardware; the fence also makes emulators do it (qemu's TCG lets an aarch64
+        // stlr/ldar pair reorder; see `Shared::offer` and tools/aarch64/run.sh).
+        std::sync::atomic::fence(Ordering::SeqCst);
         if me.stages.is_empty() && me.helps.is_empty() && !shared.shutdown.load(Ordering::SeqCst) {
             std::thread::park();
         }
