@@ -191,6 +191,12 @@ fn info(a: InfoArgs) -> Result<()> {
             tensorrt: None,
         },
     );
+    // The CUDA engine: loaded on GPU 0 when this build and machine have one; otherwise the
+    // error says what is missing (the feature, the driver, a device, NVRTC).
+    let cuda = CudaEngine::load(&a.model, &CudaOptions::default()).map(|e| {
+        let gpu = e.device_info().map_or_else(String::new, |d| d.name.clone());
+        (e.launches(), gpu)
+    });
     let macs = m.native.as_ref().ok().map(|s| s.macs);
     if a.json {
         let tensors = |v: &[(String, String, Vec<Option<usize>>)]| -> Value {
@@ -209,6 +215,10 @@ fn info(a: InfoArgs) -> Result<()> {
             Ok(_) => json!({ "ok": true }),
             Err(e) => json!({ "ok": false, "error": e.to_string() }),
         };
+        let cuda = match &cuda {
+            Ok((launches, gpu)) => json!({ "ok": true, "launches": launches, "gpu": gpu }),
+            Err(e) => json!({ "ok": false, "error": e.to_string() }),
+        };
         let v = json!({
             "model": a.model.display().to_string(),
             "producer": m.producer,
@@ -219,7 +229,7 @@ fn info(a: InfoArgs) -> Result<()> {
             "outputs": tensors(&m.outputs),
             "ops": m.ops,
             "macs": macs,
-            "engines": { "native": native, "onnxruntime": onnxruntime },
+            "engines": { "native": native, "onnxruntime": onnxruntime, "cuda": cuda },
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -280,6 +290,12 @@ fn info(a: InfoArgs) -> Result<()> {
     match &ort {
         Ok(_) => println!("  onnxruntime: yes"),
         Err(e) => println!("  onnxruntime: no: {e}"),
+    }
+    match &cuda {
+        Ok((launches, gpu)) => {
+            println!("  cuda:        yes ({launches} kernel launches per run on {gpu})")
+        }
+        Err(e) => println!("  cuda:        no: {e}"),
     }
     Ok(())
 }

@@ -65,6 +65,15 @@ fn info_reports_a_quantized_model() {
     assert_eq!(v["engines"]["native"]["ok"], true);
     assert_eq!(v["engines"]["native"]["general_conv_macs"], 0);
     assert!(v["engines"]["onnxruntime"]["ok"].is_boolean());
+    // No GPU in this build or on this machine: the CUDA entry says why, never a panic.
+    let cuda = &v["engines"]["cuda"];
+    if cuda["ok"] == false {
+        let e = cuda["error"].as_str().unwrap_or_default();
+        assert!(
+            e.contains("--features cuda") || e.contains("driver") || e.contains("NVRTC"),
+            "{e}"
+        );
+    }
 }
 
 #[test]
