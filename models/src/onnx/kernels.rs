@@ -379,15 +379,11 @@ impl Binary {
     /// Elements `range` of the output (flat index, physical order).
     pub fn run(&self, a: &[i8], b: &[i8], out: &mut [i8], range: Range<usize>) {
         let n: usize = self.shape.iter().product();
-        let dense = |s: &[usize]| {
-            let mut acc = 1;
-            s.iter().zip(&self.shape).rev().all(|(&st, &d)| {
-                let ok = st == acc || d == 1;
-                acc *= d;
-                ok
-            })
-        };
-        if a.len() == n && b.len() == n && dense(&self.a_strides) && dense(&self.b_strides) {
+        if a.len() == n
+            && b.len() == n
+            && dense_strides(&self.a_strides, &self.shape)
+            && dense_strides(&self.b_strides, &self.shape)
+        {
             // Same shape, both contiguous: one flat loop the compiler vectorises.
             for ((d, x), y) in out.iter_mut().zip(&a[range.clone()]).zip(&b[range]) {
                 *d = self.one(*x, *y);
@@ -421,6 +417,18 @@ impl Binary {
             o += n;
         }
     }
+}
+
+/// True when `strides` are the row-major strides of `shape` (a dimension of extent 1 may
+/// have any stride: its index is always 0), so an operand's element `i` is the output's `i`.
+pub(crate) fn dense_strides(strides: &[usize], shape: &[usize]) -> bool {
+    let mut acc = 1;
+    strides.len() == shape.len()
+        && strides.iter().zip(shape).rev().all(|(&st, &d)| {
+            let ok = st == acc || d == 1;
+            acc *= d;
+            ok
+        })
 }
 
 /// Permutes a row-major tensor of 1-byte or 4-byte elements: output element at multi-index
@@ -630,6 +638,21 @@ impl Phases {
                 o.copy_from_slice(&input[at..at + c]);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod stride_tests {
+    use super::dense_strides;
+
+    #[test]
+    fn dense_strides_are_recognised() {
+        assert!(dense_strides(&[12, 4, 1], &[2, 3, 4]));
+        // A broadcast operand (stride 0 over a real dimension) is not dense...
+        assert!(!dense_strides(&[0, 4, 1], &[2, 3, 4]));
+        // ...but any stride over an extent-1 dimension is.
+        assert!(dense_strides(&[99, 4, 1], &[1, 3, 4]));
+        assert!(!dense_strides(&[1, 3], &[3, 4]));
     }
 }
 

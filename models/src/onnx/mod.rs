@@ -69,12 +69,13 @@ pub mod proto;
 pub mod reference;
 
 use graph::OnnxGraph;
+pub(crate) use lower::Lowered;
 use program::Program;
 
 /// Lowers a parsed graph to the native program (the CUDA engine's launch plan is made from
 /// the same program).
 #[cfg_attr(not(any(redline_cuda, test)), allow(dead_code))]
-pub(crate) fn lower_graph(g: &OnnxGraph) -> Result<lower::Lowered, EngineError> {
+pub(crate) fn lower_graph(g: &OnnxGraph) -> Result<Lowered, EngineError> {
     lower::lower(g)
 }
 

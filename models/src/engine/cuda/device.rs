@@ -144,9 +144,10 @@ pub(super) fn compile_ptx(cc: u32) -> Result<String, EngineError> {
     Ok(ptx)
 }
 
-/// A loaded module's kernels (function handles of the primary context).
+/// A loaded module's kernels (function handles of the primary context), indexed by
+/// `Kernel as usize` (the order of [`Kernel::ALL`]).
 #[derive(Clone)]
-struct Loaded(Vec<(Kernel, sys::CUfunction)>);
+struct Loaded(Vec<sys::CUfunction>);
 
 // SAFETY: function handles are plain driver handles, valid on any thread of the process while
 // the module is loaded; the module is never unloaded (see `kernels`).
@@ -156,7 +157,7 @@ unsafe impl Send for Loaded {}
 /// loaded once per process and device. The module stays loaded for the life of the process,
 /// and one extra retain keeps the primary context (and so the module) alive when every
 /// engine is dropped: loading a PTX module JIT-compiles it, which must not be paid per engine.
-fn kernels(ordinal: usize, cc: (i32, i32)) -> Result<Vec<(Kernel, sys::CUfunction)>, EngineError> {
+fn kernels(ordinal: usize, cc: (i32, i32)) -> Result<Vec<sys::CUfunction>, EngineError> {
     static LOADED: OnceLock<Mutex<HashMap<usize, Loaded>>> = OnceLock::new();
     let map = LOADED.get_or_init(|| Mutex::new(HashMap::new()));
     let mut map = map
@@ -184,7 +185,8 @@ fn kernels(ordinal: usize, cc: (i32, i32)) -> Result<Vec<(Kernel, sys::CUfunctio
         // SAFETY: the module is loaded; the name is NUL-terminated.
         let f = unsafe { cu::module::get_function(module, name) }
             .map_err(|e| backend(&format!("kernel {}", k.name()), e))?;
-        functions.push((k, f));
+        debug_assert_eq!(k as usize, functions.len());
+        functions.push(f);
     }
     map.insert(ordinal, Loaded(functions.clone()));
     Ok(functions)
@@ -197,7 +199,8 @@ pub(super) struct Device {
     ctx: sys::CUcontext,
     dev: sys::CUdevice,
     stream: sys::CUstream,
-    functions: Vec<(Kernel, sys::CUfunction)>,
+    /// Indexed by `Kernel as usize`.
+    functions: Vec<sys::CUfunction>,
     frame: sys::CUdeviceptr,
     consts: sys::CUdeviceptr,
     frame_in: sys::CUdeviceptr,
@@ -329,11 +332,7 @@ impl Device {
     }
 
     fn function(&self, k: Kernel) -> sys::CUfunction {
-        self.functions
-            .iter()
-            .find(|(kk, _)| *kk == k)
-            .map(|(_, f)| *f)
-            .unwrap_or(std::ptr::null_mut())
+        self.functions[k as usize]
     }
 
     /// One frame: `inputs` into the pinned slots, the stream work, outputs back.

@@ -20,15 +20,16 @@
 //! - Every shape that reaches a kernel fits its `i32` parameters (checked here; a larger
 //!   model is an [`EngineError::Unsupported`] naming the step, never a wrong result).
 //!
-//! The structs below mirror kernels.cu's parameter structs field for field (`#[repr(C)]`,
-//! pointers first, then 4-byte fields): change both together.
+//! The parameter structs themselves (kernels.cu's, mirrored) are in `params`.
 
 // Without the `cuda` feature only this module's tests use it.
 #![cfg_attr(not(redline_cuda), allow(dead_code))]
 
-use crate::engine::EngineError;
-use crate::onnx::kernels::{BinaryKind, Interp, Window};
-use crate::onnx::program::{ConvImpl, Operand, OutKind, PhaseDir, Program, Step};
+pub use super::params::*;
+use crate::engine::{EngineError, TensorSpec};
+use crate::onnx::kernels::{dense_strides, BinaryKind, Interp, Window};
+use crate::onnx::program::{ConvImpl, Operand, OutKind, PhaseDir, Step};
+use crate::onnx::Lowered;
 
 /// Threads per block of every element-wise kernel.
 pub const BLOCK: u32 = 256;
@@ -42,8 +43,6 @@ pub const MMA_TILE: usize = 64;
 /// `in_c` is not a multiple of 16 (the gather then reads 4-byte taps; a 3-channel stem is
 /// first padded to 4 channels).
 pub const MMA_MIN_K: usize = 32;
-/// Largest tensor rank the broadcast and transpose kernels take (kernels.cu's `MAX_RANK`).
-pub const MAX_RANK: usize = 8;
 /// Alignment of every constant and staging slot.
 pub const DEVICE_ALIGN: usize = 256;
 
@@ -88,318 +87,6 @@ impl Addr {
             _ => None,
         }
     }
-}
-
-/// kernels.cu `Win`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Win {
-    pub in_h: i32,
-    pub in_w: i32,
-    pub out_h: i32,
-    pub out_w: i32,
-    pub kh: i32,
-    pub kw: i32,
-    pub sh: i32,
-    pub sw: i32,
-    pub dh: i32,
-    pub dw: i32,
-    pub pt: i32,
-    pub pl: i32,
-}
-
-/// kernels.cu `ConvP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ConvP {
-    pub x: u64,
-    pub y: u64,
-    pub w: u64,
-    pub bias: u64,
-    pub mult: u64,
-    pub wsum: u64,
-    pub win: Win,
-    pub in_c: i32,
-    pub out_c: i32,
-    pub groups: i32,
-    pub batch: i32,
-    pub x_zp: i32,
-    pub y_zp: i32,
-    pub lo: i32,
-    pub hi: i32,
-    pub clo: i32,
-    pub chi: i32,
-}
-
-/// kernels.cu `CopyP` (`mode` 0 copy, 1 flip to/from `u8`, 2 dequantize to `f32`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CopyP {
-    pub x: u64,
-    pub y: u64,
-    pub n: i32,
-    pub mode: i32,
-    pub zp: i32,
-    pub scale: f32,
-}
-
-/// kernels.cu `PadP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PadP {
-    pub x: u64,
-    pub y: u64,
-    pub pixels: i32,
-    pub c_in: i32,
-    pub c_out: i32,
-    pub fill: i32,
-}
-
-/// kernels.cu `QuantP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct QuantP {
-    pub x: u64,
-    pub y: u64,
-    pub n: i32,
-    pub zp: i32,
-    pub scale: f32,
-}
-
-/// kernels.cu `LutP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LutP {
-    pub x: u64,
-    pub y: u64,
-    pub table: u64,
-    pub n: i32,
-}
-
-/// kernels.cu `PoolP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PoolP {
-    pub x: u64,
-    pub y: u64,
-    pub win: Win,
-    pub c: i32,
-    pub batch: i32,
-    pub avg: i32,
-    pub x_zp: i32,
-    pub y_zp: i32,
-    pub lo: i32,
-    pub hi: i32,
-    pub count_include_pad: i32,
-    pub x_scale: f32,
-    pub y_scale: f32,
-}
-
-/// kernels.cu `BinP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct BinP {
-    pub a: u64,
-    pub b: u64,
-    pub y: u64,
-    pub n: i32,
-    pub rank: i32,
-    pub mul: i32,
-    pub ra: f32,
-    pub rb: f32,
-    pub fixed: f32,
-    pub sa: f32,
-    pub sb: f32,
-    pub sy: f32,
-    pub za: i32,
-    pub zb: i32,
-    pub zy: i32,
-    pub lo: i32,
-    pub hi: i32,
-    pub dense_a: i32,
-    pub dense_b: i32,
-    pub shape: [i32; MAX_RANK],
-    pub a_strides: [i32; MAX_RANK],
-    pub b_strides: [i32; MAX_RANK],
-}
-
-/// kernels.cu `TransP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TransP {
-    pub x: u64,
-    pub y: u64,
-    pub n: i32,
-    pub rank: i32,
-    pub shape: [i32; MAX_RANK],
-    pub strides: [i32; MAX_RANK],
-}
-
-/// kernels.cu `CatP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CatP {
-    pub x: u64,
-    pub y: u64,
-    pub table: u64,
-    pub outer: i32,
-    pub inner: i32,
-    pub block: i32,
-    pub col: i32,
-}
-
-/// kernels.cu `PhaseP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PhaseP {
-    pub x: u64,
-    pub y: u64,
-    pub d: i32,
-    pub h: i32,
-    pub w: i32,
-    pub c: i32,
-    pub batch: i32,
-    pub split: i32,
-    pub fill: i32,
-}
-
-/// kernels.cu `ResizeP`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ResizeP {
-    pub x: u64,
-    pub y: u64,
-    pub ys: u64,
-    pub xs: u64,
-    pub in_h: i32,
-    pub in_w: i32,
-    pub c: i32,
-    pub batch: i32,
-    pub out_h: i32,
-    pub out_w: i32,
-    pub mode: i32,
-    pub floor: i32,
-    pub x_zp: i32,
-    pub y_zp: i32,
-    pub ratio: f32,
-}
-
-/// A kernel of kernels.cu.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    ConvMma,
-    ConvDp4a,
-    ConvGeneric,
-    CopyIo,
-    Quantize,
-    Lut,
-    Pool,
-    Binary,
-    Transpose,
-    ConcatPart,
-    Phases,
-    Resize,
-    PadChannels,
-}
-
-impl Kernel {
-    /// Every kernel (the functions loaded from the module).
-    pub const ALL: [Kernel; 13] = [
-        Kernel::ConvMma,
-        Kernel::ConvDp4a,
-        Kernel::ConvGeneric,
-        Kernel::CopyIo,
-        Kernel::Quantize,
-        Kernel::Lut,
-        Kernel::Pool,
-        Kernel::Binary,
-        Kernel::Transpose,
-        Kernel::ConcatPart,
-        Kernel::Phases,
-        Kernel::Resize,
-        Kernel::PadChannels,
-    ];
-
-    /// The `extern "C"` name in kernels.cu.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Kernel::ConvMma => "conv_mma",
-            Kernel::ConvDp4a => "conv_dp4a",
-            Kernel::ConvGeneric => "conv_generic",
-            Kernel::CopyIo => "copy_io",
-            Kernel::Quantize => "quantize",
-            Kernel::Lut => "lut",
-            Kernel::Pool => "pool",
-            Kernel::Binary => "binary",
-            Kernel::Transpose => "transpose",
-            Kernel::ConcatPart => "concat_part",
-            Kernel::Phases => "phases",
-            Kernel::Resize => "resize",
-            Kernel::PadChannels => "pad_channels",
-        }
-    }
-}
-
-/// The parameters of one launch (passed by value as the kernel's only argument).
-#[derive(Clone, Copy, Debug)]
-pub enum Params {
-    Conv(ConvP),
-    Copy(CopyP),
-    Quant(QuantP),
-    Lut(LutP),
-    Pool(PoolP),
-    Bin(BinP),
-    Trans(TransP),
-    Cat(CatP),
-    Phase(PhaseP),
-    Resize(ResizeP),
-    Pad(PadP),
-}
-
-impl Params {
-    /// The leading device pointers of the struct.
-    pub fn pointers_mut(&mut self) -> &mut [u64] {
-        match self {
-            Params::Conv(p) => bytemuck_ptrs(p, 6),
-            Params::Copy(p) => bytemuck_ptrs(p, 2),
-            Params::Quant(p) => bytemuck_ptrs(p, 2),
-            Params::Lut(p) => bytemuck_ptrs(p, 3),
-            Params::Pool(p) => bytemuck_ptrs(p, 2),
-            Params::Bin(p) => bytemuck_ptrs(p, 3),
-            Params::Trans(p) => bytemuck_ptrs(p, 2),
-            Params::Cat(p) => bytemuck_ptrs(p, 3),
-            Params::Phase(p) => bytemuck_ptrs(p, 2),
-            Params::Resize(p) => bytemuck_ptrs(p, 4),
-            Params::Pad(p) => bytemuck_ptrs(p, 2),
-        }
-    }
-
-    /// A pointer to the struct, as `cuLaunchKernel` takes a by-value argument.
-    pub fn as_ptr(&self) -> *const u8 {
-        match self {
-            Params::Conv(p) => (p as *const ConvP).cast(),
-            Params::Copy(p) => (p as *const CopyP).cast(),
-            Params::Quant(p) => (p as *const QuantP).cast(),
-            Params::Lut(p) => (p as *const LutP).cast(),
-            Params::Pool(p) => (p as *const PoolP).cast(),
-            Params::Bin(p) => (p as *const BinP).cast(),
-            Params::Trans(p) => (p as *const TransP).cast(),
-            Params::Cat(p) => (p as *const CatP).cast(),
-            Params::Phase(p) => (p as *const PhaseP).cast(),
-            Params::Resize(p) => (p as *const ResizeP).cast(),
-            Params::Pad(p) => (p as *const PadP).cast(),
-        }
-    }
-}
-
-/// The first `n` `u64` fields of a `#[repr(C)]` parameter struct.
-fn bytemuck_ptrs<T>(p: &mut T, n: usize) -> &mut [u64] {
-    assert!(n * 8 <= std::mem::size_of::<T>() && std::mem::align_of::<T>() == 8);
-    // SAFETY: every parameter struct is `#[repr(C)]` with 8-byte alignment and begins with
-    // at least `n` `u64` fields (checked by the assertion for size/alignment and by the
-    // struct definitions above, which `pointer_fields_lead_every_struct` tests); the slice
-    // borrows `p` mutably for its lifetime.
-    unsafe { std::slice::from_raw_parts_mut((p as *mut T).cast::<u64>(), n) }
 }
 
 /// One kernel launch.
@@ -538,17 +225,15 @@ fn rank_arrays(v: &[usize], step: usize, what: &str) -> Result<[i32; MAX_RANK], 
 }
 
 impl LaunchPlan {
-    /// Translates `program` (whose graph has inputs and outputs of `in_bytes` / `out_bytes`
-    /// bytes). `tensor_cores`: ungrouped convolutions go to `conv_mma` (needs sm_80+) when
+    /// Translates the lowered model's program (its inputs' and outputs' sizes give the
+    /// staging slots). `tensor_cores`: ungrouped convolutions go to `conv_mma` (needs sm_80+) when
     /// `in_c % 16 == 0` or their reduction is at least [`MMA_MIN_K`] (an `in_c` that is not
     /// a multiple of 4 is padded first, `pad_channels`); the others to
     /// `conv_dp4a` (`in_c % 4 == 0`) or `conv_generic`.
-    pub fn new(
-        program: &Program,
-        in_bytes: &[usize],
-        out_bytes: &[usize],
-        tensor_cores: bool,
-    ) -> Result<LaunchPlan, EngineError> {
+    pub fn new(model: &Lowered, tensor_cores: bool) -> Result<LaunchPlan, EngineError> {
+        let program = &model.program;
+        let in_bytes: Vec<usize> = model.inputs.iter().map(TensorSpec::byte_len).collect();
+        let out_bytes: Vec<usize> = model.outputs.iter().map(TensorSpec::byte_len).collect();
         let arena_bytes = align(program.arena_bytes);
         let mut off = arena_bytes;
         let mut host = 0;
@@ -1065,18 +750,6 @@ impl LaunchPlan {
             }
         }
     }
-}
-
-/// True when `strides` are the row-major strides of `shape` (dimensions of extent 1 may have
-/// any stride: their index is always 0), so the operand's element `i` is the output's `i`.
-pub(crate) fn dense_strides(strides: &[usize], shape: &[usize]) -> bool {
-    let mut acc = 1;
-    strides.len() == shape.len()
-        && strides.iter().zip(shape).rev().all(|(&st, &d)| {
-            let ok = st == acc || d == 1;
-            acc *= d;
-            ok
-        })
 }
 
 /// `Σ w` over all taps of each output channel (`conv_dp4a` subtracts `x_zp · Σw` once).

@@ -56,6 +56,8 @@ use std::path::Path;
 
 #[cfg(any(redline_cuda, test))]
 pub(crate) mod launch;
+#[cfg(any(redline_cuda, test))]
+pub(crate) mod params;
 
 #[cfg(redline_cuda)]
 mod device;
@@ -193,11 +195,9 @@ impl CudaEngine {
         #[cfg(redline_cuda)]
         {
             let l = crate::onnx::lower_graph(g)?;
-            let ins: Vec<usize> = l.inputs.iter().map(TensorSpec::byte_len).collect();
-            let outs: Vec<usize> = l.outputs.iter().map(TensorSpec::byte_len).collect();
             let info = device::probe(opts.device)?;
             let tc = opts.tensor_cores && info.compute_capability.0 >= 8;
-            let mut plan = launch::LaunchPlan::new(&l.program, &ins, &outs, tc)?;
+            let mut plan = launch::LaunchPlan::new(&l, tc)?;
             let device = device::Device::new(&mut plan, opts)?;
             Ok(CudaEngine {
                 plan,

@@ -24,6 +24,10 @@ fn parameter_structs_match_the_cuda_layout() {
     assert_eq!(size_of::<CatP>(), 40);
     assert_eq!(size_of::<PhaseP>(), 16 + 28 + 4);
     assert_eq!(size_of::<ResizeP>(), 32 + 44 + 4);
+    // The device keeps its function handles indexed by `Kernel as usize`.
+    for (i, k) in Kernel::ALL.iter().enumerate() {
+        assert_eq!(*k as usize, i, "{}", k.name());
+    }
     for a in [
         align_of::<ConvP>(),
         align_of::<CopyP>(),
@@ -64,12 +68,15 @@ fn written(l: &Launch) -> (u64, usize) {
     }
 }
 
-fn check_plan(bytes: &[u8], name: &str) -> LaunchPlan {
+/// The native importer's lowering of a model file's bytes.
+fn lowered(bytes: &[u8], name: &str) -> crate::onnx::Lowered {
     let g = crate::onnx::graph::OnnxGraph::parse(bytes, std::path::Path::new(name)).unwrap();
-    let l = crate::onnx::lower_graph(&g).unwrap();
-    let ins: Vec<usize> = l.inputs.iter().map(|s| s.byte_len()).collect();
-    let outs: Vec<usize> = l.outputs.iter().map(|s| s.byte_len()).collect();
-    let mut plan = LaunchPlan::new(&l.program, &ins, &outs, true).unwrap();
+    crate::onnx::lower_graph(&g).unwrap()
+}
+
+fn check_plan(bytes: &[u8], name: &str) -> LaunchPlan {
+    let l = lowered(bytes, name);
+    let mut plan = LaunchPlan::new(&l, true).unwrap();
     assert!(plan.arena_bytes >= l.program.arena_bytes);
     // Staging slots: after the arena, disjoint, inside the frame region and the host buffer.
     let mut end = plan.arena_bytes;
@@ -185,15 +192,8 @@ fn the_trained_models_plan_into_their_regions() {
 fn a_three_channel_stem_is_padded_to_four_channels_on_the_tensor_cores() {
     // The trained backbone's first convolution reads the 3-channel camera input: with tensor
     // cores it is preceded by a pad into the scratch, which it then reads with 4 channels.
-    let g = crate::onnx::graph::OnnxGraph::parse(
-        crate::export::trained::BACKBONE,
-        std::path::Path::new("backbone.onnx"),
-    )
-    .unwrap();
-    let l = crate::onnx::lower_graph(&g).unwrap();
-    let ins: Vec<usize> = l.inputs.iter().map(|s| s.byte_len()).collect();
-    let outs: Vec<usize> = l.outputs.iter().map(|s| s.byte_len()).collect();
-    let plan = LaunchPlan::new(&l.program, &ins, &outs, true).unwrap();
+    let l = lowered(crate::export::trained::BACKBONE, "backbone.onnx");
+    let plan = LaunchPlan::new(&l, true).unwrap();
     let pad = plan
         .launches
         .iter()
@@ -209,7 +209,7 @@ fn a_three_channel_stem_is_padded_to_four_channels_on_the_tensor_cores() {
     assert_eq!(c.x, p.y);
     assert_eq!(plan.scratch_bytes, p.pixels as usize * 4);
     // Without tensor cores no pad: the generic kernel reads 3 channels.
-    let plain = LaunchPlan::new(&l.program, &ins, &outs, false).unwrap();
+    let plain = LaunchPlan::new(&l, false).unwrap();
     assert!(plain
         .launches
         .iter()
@@ -274,14 +274,4 @@ fn without_a_gpu_loading_is_a_clear_error_not_a_panic() {
             assert!(expected, "unclear error: {m}");
         }
     }
-}
-
-#[test]
-fn dense_strides_are_recognised() {
-    assert!(super::launch::dense_strides(&[12, 4, 1], &[2, 3, 4]));
-    // A broadcast operand (stride 0 over a real dimension) is not dense...
-    assert!(!super::launch::dense_strides(&[0, 4, 1], &[2, 3, 4]));
-    // ...but any stride over an extent-1 dimension is.
-    assert!(super::launch::dense_strides(&[99, 4, 1], &[1, 3, 4]));
-    assert!(!super::launch::dense_strides(&[1, 3], &[3, 4]));
 }
