@@ -173,10 +173,21 @@ pub struct HashPublisher {
     pub fallbacks: u64,
 }
 
+/// The FNV-1a offset basis: the hash of no bytes.
+pub const FNV1A_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// 64-bit FNV-1a of `bytes`, continuing from `hash` ([`FNV1A_START`] for a new hash). The
+/// hash of the output hashes ([`HashPublisher`]) and of model files (engine cache keys).
+pub fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(hash, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 impl Default for HashPublisher {
     fn default() -> Self {
         HashPublisher {
-            hash: 0xcbf2_9ce4_8422_2325,
+            hash: FNV1A_START,
             frames: 0,
             fallbacks: 0,
         }
@@ -185,10 +196,7 @@ impl Default for HashPublisher {
 
 impl HashPublisher {
     fn eat(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.hash ^= u64::from(b);
-            self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
-        }
+        self.hash = fnv1a(self.hash, bytes);
     }
 }
 

@@ -10,7 +10,7 @@
 //!   `onnxruntime-gpu` with TensorRT 10 is needed); a GPU is present ([`super::cuda::probe`]);
 //!   `libnvinfer` loads and reports its version ([`tensorrt_version`]).
 //! - **Built on the target, cached under a key** ([`cache_key`]): GPU name, compute
-//!   capability, TensorRT version, precision and a hash of the model's bytes name the cache
+//!   capability, TensorRT version, precision and the FNV-1a hash of the model's bytes name the cache
 //!   folder (`<cache root>/<key>/`, root `REDLINE_TRT_CACHE` or `~/.cache/redline/tensorrt`),
 //!   which holds ORT's engine and timing caches. Any change of those five gives another
 //!   folder, so a stale engine is never reused: it is rebuilt (and the old folder left for
@@ -89,13 +89,6 @@ pub struct TensorRtOptions {
     pub cache_root: Option<PathBuf>,
 }
 
-/// 64-bit FNV-1a of the model's bytes (the cache key's model part).
-pub fn model_hash(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// The cache folder name of an engine: every input that makes a built engine invalid
 /// (`"NVIDIA-H100-80GB-HBM3_sm90_trt10.3.0_int8_0123456789abcdef"`).
 pub fn cache_key(
@@ -114,7 +107,7 @@ pub fn cache_key(
         compute_capability.0,
         compute_capability.1,
         precision.name(),
-        model_hash(model)
+        redline_runtime::publish::fnv1a(redline_runtime::publish::FNV1A_START, model)
     )
 }
 
