@@ -16,12 +16,19 @@ use redline_runtime::{FrameInfo, GraphBuilder, Stage, StageError, StageIo};
 
 use redline_sim::scenario::{Scenario, ScenarioConfig};
 
-/// Counts every `alloc`/`realloc` while [`CountingAllocator::start`] is in effect.
+/// Counts every `alloc`/`realloc` while [`CountingAllocator::start`] is in effect (or only
+/// the calling thread's, after [`CountingAllocator::start_on_this_thread`]).
 #[derive(Debug)]
 pub struct CountingAllocator {
     counting: AtomicBool,
+    this_thread_only: AtomicBool,
     allocations: AtomicU64,
     bytes: AtomicU64,
+}
+
+thread_local! {
+    /// True on the thread that called `start_on_this_thread`.
+    static COUNTED_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl CountingAllocator {
@@ -29,6 +36,7 @@ impl CountingAllocator {
     pub const fn new() -> Self {
         CountingAllocator {
             counting: AtomicBool::new(false),
+            this_thread_only: AtomicBool::new(false),
             allocations: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }
@@ -36,6 +44,17 @@ impl CountingAllocator {
 
     /// Resets the counts and starts counting (every thread of the process).
     pub fn start(&self) {
+        self.this_thread_only.store(false, Ordering::SeqCst);
+        self.allocations.store(0, Ordering::SeqCst);
+        self.bytes.store(0, Ordering::SeqCst);
+        self.counting.store(true, Ordering::SeqCst);
+    }
+
+    /// Resets the counts and counts the calling thread's allocations only (other threads,
+    /// e.g. other tests of the same binary or a driver's, are ignored) until `stop`.
+    pub fn start_on_this_thread(&self) {
+        COUNTED_THREAD.with(|c| c.set(true));
+        self.this_thread_only.store(true, Ordering::SeqCst);
         self.allocations.store(0, Ordering::SeqCst);
         self.bytes.store(0, Ordering::SeqCst);
         self.counting.store(true, Ordering::SeqCst);
@@ -44,6 +63,7 @@ impl CountingAllocator {
     /// Stops counting; returns (allocations, bytes) since `start`.
     pub fn stop(&self) -> (u64, u64) {
         self.counting.store(false, Ordering::SeqCst);
+        let _ = COUNTED_THREAD.try_with(|c| c.set(false));
         (
             self.allocations.load(Ordering::SeqCst),
             self.bytes.load(Ordering::SeqCst),
@@ -51,7 +71,12 @@ impl CountingAllocator {
     }
 
     fn note(&self, size: usize) {
-        if self.counting.load(Ordering::Relaxed) {
+        if self.counting.load(Ordering::Relaxed)
+            && (!self.this_thread_only.load(Ordering::Relaxed)
+                || COUNTED_THREAD
+                    .try_with(std::cell::Cell::get)
+                    .unwrap_or(false))
+        {
             self.allocations.fetch_add(1, Ordering::Relaxed);
             self.bytes.fetch_add(size as u64, Ordering::Relaxed);
         }
@@ -86,6 +111,30 @@ unsafe impl GlobalAlloc for CountingAllocator {
         // SAFETY: `ptr`/`layout` come from this allocator; `new_size` is the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
+}
+
+/// The default config replaying in lockstep on `lanes` lanes with `network`, its three
+/// models on `engine`. Lockstep has no frame guard, so the deadline only sets when the
+/// watchdog writes a stage off as hung (four deadlines of wall time); on a loaded CI machine
+/// a 33 ms deadline lets a slow backbone be written off, so it is 10 s here (no stage hangs).
+pub fn lockstep_config(
+    lanes: usize,
+    weights_seed: u64,
+    engine: redline_models::engine::EngineKind,
+    network: redline_pipeline::config::Network,
+) -> redline_pipeline::config::PipelineConfig {
+    let mut cfg = redline_pipeline::config::PipelineConfig {
+        lanes,
+        network,
+        release: redline_runtime::ReleaseMode::Lockstep,
+        weights_seed,
+        deadline_ms: 10_000.0,
+        ..Default::default()
+    };
+    cfg.models.backbone.engine = engine.name().to_string();
+    cfg.models.det_head.engine = engine.name().to_string();
+    cfg.models.seg_head.engine = engine.name().to_string();
+    cfg
 }
 
 /// The default scenario's actors and road, `seconds` long, with small camera images

@@ -12,49 +12,13 @@ use redline_models::engine::cuda::{probe, CudaEngine, CudaOptions};
 use redline_models::engine::{ElemType, Engine, EngineKind, Inline, TensorSpec};
 use redline_models::onnx::NativeEngine;
 use redline_runtime::rng::SplitMix64;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use redline_tests::CountingAllocator;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Counts allocations made on a thread while its `COUNTING` flag is set (the
-/// zero-allocation check; other tests running in parallel are not counted).
-struct Counting;
-thread_local!(static COUNTING: Cell<bool> = const { Cell::new(false) });
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-fn counting() -> bool {
-    COUNTING.try_with(Cell::get).unwrap_or(false)
-}
-
-fn set_counting(on: bool) {
-    COUNTING.with(|c| c.set(on));
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if counting() {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract is passed through.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if counting() {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as above.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
+/// Counts the allocations of the thread under test (`start_on_this_thread`): the other
+/// tests of this binary and the driver's threads are not counted.
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator::new();
 
 /// The repository: `REDLINE_REPO` (set by tools/gpu/check.sh, which runs this binary in
 /// another checkout) or where it was built.
@@ -109,13 +73,14 @@ fn random_inputs(specs: &[TensorSpec], seed: u64) -> Tensors {
         .collect()
 }
 
+/// One zeroed buffer per output tensor.
+fn output_buffers(specs: &[TensorSpec]) -> Tensors {
+    specs.iter().map(|s| vec![0u8; s.byte_len()]).collect()
+}
+
 fn run(e: &mut dyn Engine, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let ins: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-    let mut outs: Vec<Vec<u8>> = e
-        .outputs()
-        .iter()
-        .map(|s| vec![0u8; s.byte_len()])
-        .collect();
+    let mut outs = output_buffers(e.outputs());
     let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     e.run(&ins, &mut o, &Inline).expect("run");
     outs
@@ -274,7 +239,6 @@ fn the_driving_graph_on_cuda_gives_the_pinned_replay_hash() {
     }
     use redline_pipeline::config::{Network, PipelineConfig};
     use redline_pipeline::run::{replay, Counters};
-    use redline_runtime::ReleaseMode;
     use redline_sim::feed::Feed;
     use std::sync::Arc;
     let dir = redline_tests::temp_dir("cuda_replay");
@@ -283,16 +247,8 @@ fn the_driving_graph_on_cuda_gives_the_pinned_replay_hash() {
     let feed = Arc::new(Feed::from_log(&log, None).expect("log"));
     let mut hashes = Vec::new();
     for engine in [EngineKind::Native, EngineKind::Cuda] {
-        let mut cfg = PipelineConfig {
-            lanes: 2,
-            network: Network::Trained,
-            release: ReleaseMode::Lockstep,
-            deadline_ms: 10_000.0,
-            ..PipelineConfig::default()
-        };
-        cfg.models.backbone.engine = engine.name().to_string();
-        cfg.models.det_head.engine = engine.name().to_string();
-        cfg.models.seg_head.engine = engine.name().to_string();
+        let seed = PipelineConfig::default().weights_seed;
+        let cfg = redline_tests::lockstep_config(2, seed, engine, Network::Trained);
         let (outcome, _rt) =
             replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay");
         assert_eq!(outcome.runtime.frames_published, feed.frames.len() as u64);
@@ -329,29 +285,20 @@ fn a_cuda_run_allocates_nothing_after_warm_up() {
         .expect("loads");
         let inputs = random_inputs(e.inputs(), 9);
         let ins: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-        let mut outs: Vec<Vec<u8>> = e
-            .outputs()
-            .iter()
-            .map(|s| vec![0u8; s.byte_len()])
-            .collect();
+        let mut outs = output_buffers(e.outputs());
         let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
         e.run(&ins, &mut o, &Inline).unwrap();
-        ALLOCS.store(0, Ordering::Relaxed);
-        set_counting(true);
+        GLOBAL.start_on_this_thread();
         for _ in 0..20 {
             e.run(&ins, &mut o, &Inline).unwrap();
         }
-        set_counting(false);
-        let n = ALLOCS.load(Ordering::Relaxed);
+        let (n, _) = GLOBAL.stop();
         // Positive control: the counter sees an allocation.
-        set_counting(true);
+        GLOBAL.start_on_this_thread();
         let v = std::hint::black_box(vec![1u8; 64]);
-        set_counting(false);
+        let (control, _) = GLOBAL.stop();
         drop(v);
-        assert!(
-            ALLOCS.load(Ordering::Relaxed) > n,
-            "the counting allocator counts nothing"
-        );
+        assert!(control > 0, "the counting allocator counts nothing");
         assert_eq!(n, 0, "graphs {graphs}: {n} heap allocations in 20 runs");
         // The staged path: the same bytes written into the pinned staging give the same
         // outputs, also without allocating.
@@ -359,13 +306,12 @@ fn a_cuda_run_allocates_nothing_after_warm_up() {
         for (i, x) in inputs.iter().enumerate() {
             e.input_staging(i).expect("input slot").copy_from_slice(x);
         }
-        ALLOCS.store(0, Ordering::Relaxed);
-        set_counting(true);
+        GLOBAL.start_on_this_thread();
         for _ in 0..5 {
             e.run_staged().unwrap();
         }
-        set_counting(false);
-        assert_eq!(ALLOCS.load(Ordering::Relaxed), 0, "run_staged allocates");
+        let (n, _) = GLOBAL.stop();
+        assert_eq!(n, 0, "run_staged allocates");
         for (j, want) in outs.iter().enumerate() {
             assert_eq!(
                 e.output_staging(j).expect("output slot"),

@@ -9,9 +9,8 @@ use redline_models::engine::EngineKind;
 use redline_pipeline::config::{Network, PipelineConfig};
 use redline_pipeline::run::replay;
 use redline_pipeline::run::Counters;
-use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
-use redline_tests::{scenario_log, small_scenario, temp_dir};
+use redline_tests::{lockstep_config, scenario_log, small_scenario, temp_dir};
 
 /// The output hash (`ReplayOutcome::output_hash`) of the lockstep replay of
 /// `small_scenario(3, 2.0)` with the default config. Integer INT8 arithmetic and float code
@@ -38,20 +37,7 @@ fn run_with(
     engine: EngineKind,
     network: Network,
 ) -> String {
-    let mut cfg = PipelineConfig {
-        lanes,
-        network,
-        release: ReleaseMode::Lockstep,
-        weights_seed,
-        // Lockstep has no frame guard, so the deadline only sets when the watchdog writes a
-        // stage off as hung (four deadlines of wall time). On a loaded CI machine a 33 ms
-        // deadline lets a slow backbone be written off; no stage here hangs.
-        deadline_ms: 10_000.0,
-        ..PipelineConfig::default()
-    };
-    cfg.models.backbone.engine = engine.name().to_string();
-    cfg.models.det_head.engine = engine.name().to_string();
-    cfg.models.seg_head.engine = engine.name().to_string();
+    let cfg = lockstep_config(lanes, weights_seed, engine, network);
     let (outcome, _rt) =
         replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay runs");
     assert_eq!(outcome.runtime.frames_published, feed.frames.len() as u64);
