@@ -101,27 +101,15 @@ impl Default for OrtOptions {
 
 /// True when the loaded ONNX Runtime offers the TensorRT execution provider (loads the
 /// library first; its errors are returned).
+#[cfg(feature = "tensorrt")]
 pub fn tensorrt_provider_available() -> Result<bool, EngineError> {
+    use ort::ep::ExecutionProvider;
     runtime()?;
-    let (mut list, mut n): (*mut *mut std::ffi::c_char, i32) = (std::ptr::null_mut(), 0);
-    let api = ort::api();
-    // SAFETY: ORT's GetAvailableProviders fills `list` with `n` NUL-terminated strings that
-    // are released with ReleaseAvailableProviders below; the library is loaded (runtime()).
-    let status = unsafe { (api.GetAvailableProviders)(&mut list, &mut n) };
-    if !status.0.is_null() || list.is_null() {
-        return Err(EngineError::Backend(
-            "ONNX Runtime could not list its execution providers".into(),
-        ));
-    }
-    let mut found = false;
-    for i in 0..n.max(0) as usize {
-        // SAFETY: `i < n` entries, each a NUL-terminated string owned by ORT.
-        let name = unsafe { std::ffi::CStr::from_ptr(*list.add(i)) };
-        found |= name.to_bytes() == b"TensorrtExecutionProvider";
-    }
-    // SAFETY: releases exactly what GetAvailableProviders returned.
-    let _ = unsafe { (api.ReleaseAvailableProviders)(list, n) };
-    Ok(found)
+    ort::ep::TensorRT::is_available().map_err(|e| {
+        EngineError::Backend(format!(
+            "ONNX Runtime could not list its execution providers: {e}"
+        ))
+    })
 }
 
 /// How to get a usable `libonnxruntime`, appended to every "not found" message.
