@@ -204,7 +204,7 @@ fn info(a: InfoArgs) -> Result<()> {
     // The CUDA engine: loaded on GPU 0 when this build and machine have one; otherwise the
     // error says what is missing (the feature, the driver, a device, NVRTC).
     let cuda = CudaEngine::load(&a.model, &CudaOptions::default()).map(|e| {
-        let gpu = e.device_info().map_or_else(String::new, |d| d.name.clone());
+        let gpu = e.device_info().name.clone();
         (e.launches(), gpu)
     });
     let macs = m.native.as_ref().ok().map(|s| s.macs);
@@ -461,7 +461,7 @@ fn profile(a: ProfileArgs) -> Result<()> {
     println!(
         "profile: {} on {} ({} launches, tensor cores {}), mean of {} frames run launch by launch",
         a.model.display(),
-        e.device_info().map_or("?".into(), |d| d.name.clone()),
+        e.device_info().name,
         e.launches(),
         !a.no_tensor_cores,
         a.reps

@@ -12,6 +12,7 @@
 use super::launch::{Kernel, LaunchPlan};
 use super::{CudaOptions, DeviceInfo, KERNELS_CU};
 use crate::engine::EngineError;
+use crate::onnx::Lowered;
 use cudarc::driver::{result as cu, sys};
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -192,10 +193,83 @@ fn kernels(ordinal: usize, cc: (i32, i32)) -> Result<Vec<sys::CUfunction>, Engin
     Ok(functions)
 }
 
+/// A model on a GPU: its launch plan, relocated into the device regions, and the device
+/// objects that run it. `no_device.rs` has the same interface for builds without CUDA.
+#[derive(Debug)]
+pub(super) struct Gpu {
+    plan: LaunchPlan,
+    device: Device,
+}
+
+impl Gpu {
+    /// Plans `model` for the GPU `info` describes (tensor cores from sm_80 when
+    /// `opts.tensor_cores`) and loads it there.
+    pub(super) fn new(
+        model: &Lowered,
+        info: DeviceInfo,
+        opts: &CudaOptions,
+    ) -> Result<Gpu, EngineError> {
+        let tensor_cores = opts.tensor_cores && info.compute_capability.0 >= 8;
+        let mut plan = LaunchPlan::new(model, tensor_cores)?;
+        let device = Device::new(&mut plan, info, opts)?;
+        Ok(Gpu { plan, device })
+    }
+
+    pub(super) fn info(&self) -> &DeviceInfo {
+        &self.device.info
+    }
+
+    pub(super) fn uses_graph(&self) -> bool {
+        self.device.uses_graph()
+    }
+
+    pub(super) fn launches(&self) -> usize {
+        self.plan.launches.len()
+    }
+
+    /// Device bytes (frame region + constants) and pinned host bytes.
+    pub(super) fn bytes(&self) -> usize {
+        self.plan.frame_bytes + self.plan.consts.len() + self.plan.host_bytes
+    }
+
+    pub(super) fn input_staging(&mut self, i: usize) -> Option<&mut [u8]> {
+        (i < self.plan.inputs.len()).then(|| self.device.staging_mut(&self.plan, i, true))
+    }
+
+    pub(super) fn output_staging(&self, j: usize) -> Option<&[u8]> {
+        (j < self.plan.outputs.len()).then(|| self.device.staging(&self.plan, j))
+    }
+
+    pub(super) fn run(
+        &mut self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        self.device.run(&self.plan, inputs, outputs)
+    }
+
+    pub(super) fn run_staged(&mut self) -> Result<(), EngineError> {
+        self.device.run_staged(&self.plan)
+    }
+
+    /// `(what, mean ms)`: the upload, every launch (its program step and kernel), the
+    /// download.
+    pub(super) fn profile(&mut self, reps: usize) -> Result<Vec<(String, f32)>, EngineError> {
+        let ms = self.device.profile(&self.plan, reps)?;
+        let mut names = vec!["upload (host to device)".to_string()];
+        for l in &self.plan.launches {
+            let step = self.plan.step_names.get(l.step).map_or("?", String::as_str);
+            names.push(format!("{step} [{}]", l.kernel.name()));
+        }
+        names.push("download (device to host)".to_string());
+        Ok(names.into_iter().zip(ms).collect())
+    }
+}
+
 /// The device objects of one engine. Raw driver handles: they are valid on any thread once
 /// the context is made current there, which every entry point does first.
 #[derive(Debug)]
-pub(super) struct Device {
+struct Device {
     ctx: sys::CUcontext,
     dev: sys::CUdevice,
     stream: sys::CUstream,
@@ -209,7 +283,7 @@ pub(super) struct Device {
     host_bytes: usize,
     host_in_bytes: usize,
     graph: Option<(sys::CUgraph, sys::CUgraphExec)>,
-    pub info: DeviceInfo,
+    info: DeviceInfo,
 }
 
 // SAFETY: CUDA driver handles are not tied to a thread (the context is made current on the
@@ -220,8 +294,11 @@ impl Device {
     /// Creates the context, compiles and loads the kernels, allocates the two device regions
     /// and the pinned staging buffer, uploads the constants, relocates `plan` and, with
     /// graphs, captures the frame's stream work.
-    pub(super) fn new(plan: &mut LaunchPlan, opts: &CudaOptions) -> Result<Device, EngineError> {
-        let info = probe(opts.device)?;
+    fn new(
+        plan: &mut LaunchPlan,
+        info: DeviceInfo,
+        opts: &CudaOptions,
+    ) -> Result<Device, EngineError> {
         let dev = cu::device::get(opts.device as i32).map_err(|e| backend("device", e))?;
         // How a thread waits for the stream (REDLINE_CUDA_SYNC, process-wide: it is a flag
         // of the primary context). Fails harmlessly when the context is already active with
@@ -309,6 +386,18 @@ impl Device {
 
     /// The frame's stream work: upload, launches, download.
     fn enqueue(&self, plan: &LaunchPlan) -> Result<(), cu::DriverError> {
+        self.enqueue_marked(plan, |_| Ok(()))
+    }
+
+    /// [`Device::enqueue`] with `mark(k)` called between the pieces of work: `0` before the
+    /// upload, `1` after it, `2 + i` after launch `i`, and `launches + 2` after the
+    /// download (the profiler records an event at each mark).
+    fn enqueue_marked(
+        &self,
+        plan: &LaunchPlan,
+        mut mark: impl FnMut(usize) -> Result<(), cu::DriverError>,
+    ) -> Result<(), cu::DriverError> {
+        mark(0)?;
         // SAFETY: the pinned buffer holds `host_bytes` bytes, inputs first; the device
         // regions were sized by the plan; the copies and launches are ordered on one stream.
         unsafe {
@@ -316,10 +405,12 @@ impl Device {
                 let src = std::slice::from_raw_parts(self.host, self.host_in_bytes);
                 cu::memcpy_htod_async(self.frame_in, src, self.stream)?;
             }
-            for l in &plan.launches {
+            mark(1)?;
+            for (i, l) in plan.launches.iter().enumerate() {
                 let f = self.function(l.kernel);
                 let mut arg = [l.params.as_ptr() as *mut c_void];
                 cu::launch_kernel(f, l.grid, (l.block, 1, 1), 0, self.stream, &mut arg)?;
+                mark(i + 2)?;
             }
             let out_bytes = self.host_bytes - self.host_in_bytes;
             if out_bytes > 0 && plan.outputs.iter().any(|s| s.bytes > 0) {
@@ -328,7 +419,7 @@ impl Device {
                 cu::memcpy_dtoh_async(dst, self.frame_out, self.stream)?;
             }
         }
-        Ok(())
+        mark(plan.launches.len() + 2)
     }
 
     fn function(&self, k: Kernel) -> sys::CUfunction {
@@ -336,7 +427,7 @@ impl Device {
     }
 
     /// One frame: `inputs` into the pinned slots, the stream work, outputs back.
-    pub(super) fn run(
+    fn run(
         &mut self,
         plan: &LaunchPlan,
         inputs: &[&[u8]],
@@ -353,7 +444,7 @@ impl Device {
     }
 
     /// The stream work of one frame on what the pinned staging holds, and the wait.
-    pub(super) fn run_staged(&mut self, plan: &LaunchPlan) -> Result<(), EngineError> {
+    fn run_staged(&mut self, plan: &LaunchPlan) -> Result<(), EngineError> {
         self.make_current()
             .map_err(|_| EngineError::Run("CUDA: cannot make the context current"))?;
         let r = match self.graph {
@@ -368,7 +459,7 @@ impl Device {
     }
 
     /// The pinned staging bytes of input `i` (`input`) or output `i`.
-    pub(super) fn staging_mut(&mut self, plan: &LaunchPlan, i: usize, input: bool) -> &mut [u8] {
+    fn staging_mut(&mut self, plan: &LaunchPlan, i: usize, input: bool) -> &mut [u8] {
         let s = if input {
             plan.inputs[i]
         } else {
@@ -382,7 +473,7 @@ impl Device {
     }
 
     /// The pinned staging bytes of output `j`.
-    pub(super) fn staging(&self, plan: &LaunchPlan, j: usize) -> &[u8] {
+    fn staging(&self, plan: &LaunchPlan, j: usize) -> &[u8] {
         let s = plan.outputs[j];
         // SAFETY: as `staging_mut`; shared borrow of `self`, no device work in flight.
         unsafe { std::slice::from_raw_parts(self.host.add(s.host_offset), s.bytes) }
@@ -392,11 +483,7 @@ impl Device {
     /// download, over `reps` frames run launch by launch on the stream with an event pair
     /// around each (the staged inputs as they are). Diagnostics, not the hot path: it
     /// creates and destroys its events.
-    pub(super) fn profile(
-        &mut self,
-        plan: &LaunchPlan,
-        reps: usize,
-    ) -> Result<Vec<f32>, EngineError> {
+    fn profile(&mut self, plan: &LaunchPlan, reps: usize) -> Result<Vec<f32>, EngineError> {
         self.make_current()?;
         let n = plan.launches.len() + 2;
         let mut events = Vec::with_capacity(n + 1);
@@ -408,30 +495,12 @@ impl Device {
         }
         let mut sums = vec![0f32; n];
         let run = |sums: &mut [f32]| -> Result<(), cu::DriverError> {
-            // SAFETY: events, stream and buffers are valid (see `enqueue`); the stream is
-            // drained before the events are read.
+            self.enqueue_marked(plan, |k| {
+                // SAFETY: the event and the stream are valid.
+                unsafe { cu::event::record(events[k], self.stream) }
+            })?;
+            // SAFETY: the stream is valid; it is drained before the events are read.
             unsafe {
-                cu::event::record(events[0], self.stream)?;
-                if self.host_in_bytes > 0 {
-                    let src = std::slice::from_raw_parts(self.host, self.host_in_bytes);
-                    cu::memcpy_htod_async(self.frame_in, src, self.stream)?;
-                }
-                cu::event::record(events[1], self.stream)?;
-                for (i, l) in plan.launches.iter().enumerate() {
-                    let mut arg = [l.params.as_ptr() as *mut c_void];
-                    let f = self.function(l.kernel);
-                    cu::launch_kernel(f, l.grid, (l.block, 1, 1), 0, self.stream, &mut arg)?;
-                    cu::event::record(events[i + 2], self.stream)?;
-                }
-                let out_bytes = self.host_bytes - self.host_in_bytes;
-                if out_bytes > 0 {
-                    let dst = std::slice::from_raw_parts_mut(
-                        self.host.add(self.host_in_bytes),
-                        out_bytes,
-                    );
-                    cu::memcpy_dtoh_async(dst, self.frame_out, self.stream)?;
-                }
-                cu::event::record(events[n], self.stream)?;
                 cu::stream::synchronize(self.stream)?;
                 for (i, s) in sums.iter_mut().enumerate() {
                     *s += cu::event::elapsed(events[i], events[i + 1])?;
@@ -455,7 +524,7 @@ impl Device {
     }
 
     /// True when runs replay a captured graph.
-    pub(super) fn uses_graph(&self) -> bool {
+    fn uses_graph(&self) -> bool {
         self.graph.is_some()
     }
 }

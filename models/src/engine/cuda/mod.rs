@@ -59,7 +59,11 @@ pub(crate) mod launch;
 #[cfg(any(redline_cuda, test))]
 pub(crate) mod params;
 
+// The device side: the CUDA driver in a CUDA build, errors saying how to rebuild otherwise.
 #[cfg(redline_cuda)]
+mod device;
+#[cfg(not(redline_cuda))]
+#[path = "no_device.rs"]
 mod device;
 
 /// The kernels' CUDA C source (compiled at run time by NVRTC).
@@ -105,65 +109,30 @@ pub struct DeviceInfo {
     pub driver_version: i32,
 }
 
-#[cfg_attr(redline_cuda, allow(dead_code))]
-fn no_cuda() -> EngineError {
-    EngineError::Backend(
-        "this redline was built without CUDA support: rebuild with `--features cuda` \
-         (cargo build --release --features cuda)"
-            .into(),
-    )
-}
-
 /// Finds GPU `ordinal`: the driver library, a device, its properties. An error says what is
 /// missing.
 pub fn probe(ordinal: usize) -> Result<DeviceInfo, EngineError> {
-    #[cfg(redline_cuda)]
-    {
-        device::probe(ordinal)
-    }
-    #[cfg(not(redline_cuda))]
-    {
-        let _ = ordinal;
-        Err(no_cuda())
-    }
+    device::probe(ordinal)
 }
 
 /// NVRTC's version (major, minor), or why it cannot be loaded.
 pub fn nvrtc_version() -> Result<(i32, i32), EngineError> {
-    #[cfg(redline_cuda)]
-    {
-        device::nvrtc_version()
-    }
-    #[cfg(not(redline_cuda))]
-    {
-        Err(no_cuda())
-    }
+    device::nvrtc_version()
 }
 
 /// Compiles the kernels to PTX for `compute_{cc}` (e.g. 87 for Orin, 90 for Hopper) with
 /// NVRTC alone: no driver or GPU needed (CI checks every target this way).
 pub fn compile_ptx(cc: u32) -> Result<String, EngineError> {
-    #[cfg(redline_cuda)]
-    {
-        device::compile_ptx(cc)
-    }
-    #[cfg(not(redline_cuda))]
-    {
-        let _ = cc;
-        Err(no_cuda())
-    }
+    device::compile_ptx(cc)
 }
 
 /// A model compiled for a GPU. See the module docs.
 #[derive(Debug)]
 pub struct CudaEngine {
-    #[cfg(redline_cuda)]
-    plan: launch::LaunchPlan,
+    gpu: device::Gpu,
     inputs: Vec<TensorSpec>,
     outputs: Vec<TensorSpec>,
     macs: u64,
-    #[cfg(redline_cuda)]
-    device: device::Device,
 }
 
 impl CudaEngine {
@@ -183,108 +152,55 @@ impl CudaEngine {
         Self::from_graph(&g, opts)
     }
 
+    /// The GPU first (a build without CUDA, a machine without a GPU: that error before any
+    /// about the model), then the native importer's lowering, then the device plan.
     fn from_graph(
         g: &crate::onnx::graph::OnnxGraph,
         opts: &CudaOptions,
     ) -> Result<CudaEngine, EngineError> {
-        #[cfg(not(redline_cuda))]
-        {
-            let _ = (g, opts);
-            Err(no_cuda())
-        }
-        #[cfg(redline_cuda)]
-        {
-            let l = crate::onnx::lower_graph(g)?;
-            let info = device::probe(opts.device)?;
-            let tc = opts.tensor_cores && info.compute_capability.0 >= 8;
-            let mut plan = launch::LaunchPlan::new(&l, tc)?;
-            let device = device::Device::new(&mut plan, opts)?;
-            Ok(CudaEngine {
-                plan,
-                inputs: l.inputs,
-                outputs: l.outputs,
-                macs: l.macs,
-                device,
-            })
-        }
+        let info = device::probe(opts.device)?;
+        let l = crate::onnx::lower_graph(g)?;
+        let gpu = device::Gpu::new(&l, info, opts)?;
+        Ok(CudaEngine {
+            gpu,
+            inputs: l.inputs,
+            outputs: l.outputs,
+            macs: l.macs,
+        })
     }
 
     /// The GPU this engine runs on.
-    pub fn device_info(&self) -> Option<&DeviceInfo> {
-        #[cfg(redline_cuda)]
-        {
-            Some(&self.device.info)
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            None
-        }
+    pub fn device_info(&self) -> &DeviceInfo {
+        self.gpu.info()
     }
 
     /// True when each run replays a captured CUDA graph.
     pub fn uses_graph(&self) -> bool {
-        #[cfg(redline_cuda)]
-        {
-            self.device.uses_graph()
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            false
-        }
+        self.gpu.uses_graph()
     }
 
     /// The pinned staging bytes of input `i`: a producer (a camera driver, a preprocessing
     /// stage) can write a frame here and call [`CudaEngine::run_staged`], saving the host
     /// copy `run` makes. `None` past the last input.
     pub fn input_staging(&mut self, i: usize) -> Option<&mut [u8]> {
-        #[cfg(redline_cuda)]
-        {
-            (i < self.inputs.len()).then(|| self.device.staging_mut(&self.plan, i, true))
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            let _ = i;
-            None
-        }
+        self.gpu.input_staging(i)
     }
 
     /// The pinned staging bytes of output `j`, as the last run left them.
     pub fn output_staging(&self, j: usize) -> Option<&[u8]> {
-        #[cfg(redline_cuda)]
-        {
-            (j < self.outputs.len()).then(|| self.device.staging(&self.plan, j))
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            let _ = j;
-            None
-        }
+        self.gpu.output_staging(j)
     }
 
     /// Runs one frame on what the input staging holds; the outputs are left in the output
     /// staging. Same results as [`Engine::run`] on the same bytes, without its two host
     /// copies.
     pub fn run_staged(&mut self) -> Result<(), EngineError> {
-        #[cfg(redline_cuda)]
-        {
-            self.device.run_staged(&self.plan)
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            Err(EngineError::Run("built without CUDA support"))
-        }
+        self.gpu.run_staged()
     }
 
     /// How runs wait for the GPU (`REDLINE_CUDA_SYNC`: `block`, `spin` or `yield`).
     pub fn sync_mode(&self) -> &'static str {
-        #[cfg(redline_cuda)]
-        {
-            device::sync_mode()
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            "none"
-        }
+        device::sync_mode()
     }
 
     /// Where a frame's device time goes: `(what, mean ms)` for the upload, every launch
@@ -292,34 +208,12 @@ impl CudaEngine {
     /// launch by launch with events (on the staged inputs). Diagnostics: allocates, and
     /// adds an event per launch, so the sum exceeds a graph replay's time slightly.
     pub fn profile(&mut self, reps: usize) -> Result<Vec<(String, f32)>, EngineError> {
-        #[cfg(redline_cuda)]
-        {
-            let ms = self.device.profile(&self.plan, reps)?;
-            let mut names = vec!["upload (host to device)".to_string()];
-            for l in &self.plan.launches {
-                let step = self.plan.step_names.get(l.step).map_or("?", String::as_str);
-                names.push(format!("{step} [{}]", l.kernel.name()));
-            }
-            names.push("download (device to host)".to_string());
-            Ok(names.into_iter().zip(ms).collect())
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            let _ = reps;
-            Err(no_cuda())
-        }
+        self.gpu.profile(reps)
     }
 
     /// Kernel launches per run.
     pub fn launches(&self) -> usize {
-        #[cfg(redline_cuda)]
-        {
-            self.plan.launches.len()
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            0
-        }
+        self.gpu.launches()
     }
 }
 
@@ -342,14 +236,7 @@ impl Engine for CudaEngine {
 
     /// Device bytes (frame region + constants) and pinned host bytes.
     fn scratch_bytes(&self) -> usize {
-        #[cfg(redline_cuda)]
-        {
-            self.plan.frame_bytes + self.plan.consts.len() + self.plan.host_bytes
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            0
-        }
+        self.gpu.bytes()
     }
 
     fn run(
@@ -359,14 +246,7 @@ impl Engine for CudaEngine {
         _lanes: &dyn Lanes,
     ) -> Result<(), EngineError> {
         check_buffers(&self.inputs, &self.outputs, inputs, outputs)?;
-        #[cfg(redline_cuda)]
-        {
-            self.device.run(&self.plan, inputs, outputs)
-        }
-        #[cfg(not(redline_cuda))]
-        {
-            Err(EngineError::Run("built without CUDA support"))
-        }
+        self.gpu.run(inputs, outputs)
     }
 }
 
