@@ -11,7 +11,11 @@
 //!   [`MAX_PLAN_LANES`] are not sampled). Each is `PLAN_STEPS` points at `t = (k+1)·PRED_DT`,
 //!   world frame.
 //! - A candidate is **forbidden** if the ego box ([`crate::geometry::ego_box`], inflated by
-//!   `safety_margin` on every side) overlaps a predicted box at the same step, or if the
+//!   `safety_margin` on every side and reaching `v · time_gap` further forward) overlaps a
+//!   predicted box at the same step — each predicted box grown by its class's
+//!   `prediction_spread` × look-ahead time along and across its heading, room for a
+//!   prediction that is off: a pedestrian who starts to walk, a lead car or cyclist that
+//!   brakes, all of which the tracker's velocity shows only later — or if the
 //!   (uninflated) ego box leaves the road edges by more than `road_edge_tolerance` (a
 //!   candidate may stay as far out as the ego already is, so a car slightly off the road can
 //!   still come back). Allowed candidates cost
@@ -28,6 +32,13 @@
 //! Hot path: `plan` and `min_risk` never allocate, lock, log or panic; all
 //! buffers come from [`Planner::new`]. Deterministic: fixed sampling order, strict `<` on
 //! costs, no clocks or hashing.
+//!
+//! Tuning (defaults): time gap 0.5 s; spreads, m/s along/across: cars 0.5/0.2,
+//! pedestrians 1.0/1.0, cyclists 1.0/0.3. With oracle perception on four validation drives
+//! (seeds 11–14, 30 s), the share of collision-free trajectories rose from 98.9 % to 99.75 %
+//! (seed 11: 97.0 → 99.5 %, a pedestrian starting to cross; seed 12: 98.5 → 100 %, a braking
+//! lead car) with no minimum-risk frame; larger pedestrian spreads (1.5 m/s) block every
+//! candidate near pedestrians beside the road (24 minimum-risk frames on seed 12).
 //!
 //! Cost: candidates × `PLAN_STEPS` × obstacles box tests, each guarded by a bounding-circle
 //! check; ~35 × 30 × 64 = 67k circle tests for a 3-lane road and a full track table.
@@ -52,8 +63,8 @@ use scoring::{ObsBox, Score};
 use crate::geometry::wrap_angle_f32;
 use crate::prediction::{lane_centre, map_pose, map_project, map_valid};
 use crate::types::{
-    BevSpec, EgoPose, PlanSummary, PredictedPath, RoadMap, TrajPoint, MAX_TRACKS, PLAN_STEPS,
-    PRED_STEPS,
+    class, BevSpec, EgoPose, PlanSummary, PredictedPath, RoadMap, TrajPoint, MAX_TRACKS,
+    PLAN_STEPS, PRED_STEPS,
 };
 
 /// Lanes the planner samples lane changes to (a wider road is still driven, but only its
@@ -102,6 +113,15 @@ pub struct PlannerParams {
     pub w_lane: f32,
     /// Weight of time spent outside the BEV drivable mask (per s).
     pub w_drivable: f32,
+    /// How fast a predicted box grows with look-ahead time, m/s on each end, per class
+    /// (`class::*`): `[along its heading, across]`. Room for a prediction that is off — a
+    /// pedestrian who starts to walk, a cyclist or car that brakes — which a
+    /// constant-velocity or lane-following path cannot know.
+    pub prediction_spread: [[f32; 2]; class::COUNT],
+    /// Following time gap, s: at each step the ego box reaches `v · time_gap` further
+    /// forward (v the candidate's speed there), so a candidate keeps that gap to whatever
+    /// it follows instead of closing to the safety margin.
+    pub time_gap: f32,
 }
 
 impl Default for PlannerParams {
@@ -119,6 +139,10 @@ impl Default for PlannerParams {
             w_lat_accel: 1.0,
             w_lane: 2.0,
             w_drivable: 20.0,
+            // Chosen on four validation drives (seeds 11-14, oracle perception): see the
+            // module docs.
+            prediction_spread: [[0.5, 0.2], [1.0, 1.0], [1.0, 0.3]],
+            time_gap: 0.5,
         }
     }
 }
@@ -362,7 +386,7 @@ pub(crate) mod tests {
     use crate::geometry::ego_box;
     use crate::prediction::tests::{arc_map, straight_map};
     use crate::prediction::{frenet_to_world, road_half_width};
-    use crate::types::{class, GtBox};
+    use crate::types::{class, GtBox, EGO_LENGTH, EGO_REAR_TO_CENTRE, PRED_DT};
 
     pub(crate) const LANE_W: f32 = 3.5;
 
@@ -604,5 +628,91 @@ pub(crate) mod tests {
             &mut sum,
         );
         assert_eq!((sum.kind, sum.collision_free), (0, sum.candidates));
+    }
+
+    fn plan_with(
+        params: PlannerParams,
+        e: &EgoPose,
+        map: &RoadMap,
+        preds: &[PredictedPath],
+    ) -> ([TrajPoint; PLAN_STEPS], PlanSummary) {
+        let mut planner = Planner::new(params);
+        let mut out = [TrajPoint::default(); PLAN_STEPS];
+        let mut sum = PlanSummary::default();
+        planner.plan(e, map, preds, None, &mut out, &mut sum);
+        (out, sum)
+    }
+
+    #[test]
+    fn a_pedestrian_who_starts_to_cross_finds_room_left_for_him() {
+        // One lane; a pedestrian stands 1.5 m off the road edge, 34 m ahead, and is predicted
+        // to stay; in truth he starts to cross at 1.4 m/s.
+        let map = straight_map(1, LANE_W, -50.0);
+        let still = PredictedPath {
+            track_id: 7,
+            class: class::PEDESTRIAN,
+            length: 0.6,
+            width: 0.6,
+            valid: 1,
+            _pad: 0,
+            xy: [[34.0, 3.25]; PRED_STEPS],
+        };
+        let truth = |k: usize| {
+            let mut g = gt_of(&still, k, -std::f64::consts::FRAC_PI_2);
+            g.y -= 1.4 * (k + 1) as f64 * f64::from(PRED_DT);
+            vec![g]
+        };
+        let e = ego(0.0, 0.0, 0.0, 10.0);
+        let no_room = PlannerParams {
+            prediction_spread: [[0.0; 2]; class::COUNT],
+            ..PlannerParams::default()
+        };
+        let (naive, _) = plan_with(no_room, &e, &map, &[still]);
+        assert!(
+            first_collision(&naive, &truth).is_some(),
+            "the scene should catch a planner that trusts the prediction"
+        );
+        let (traj, sum) = plan(&e, &map, &[still]);
+        assert_eq!(sum.kind, 0, "{sum:?}");
+        assert_eq!(first_collision(&traj, &truth), None, "{sum:?}");
+        assert!(traj[PLAN_STEPS - 1].v < naive[PLAN_STEPS - 1].v);
+    }
+
+    /// Free distance from the ego's front to the rear of a lead car at `lead_x` (same lane,
+    /// heading +x, length 4.6), per step.
+    fn gaps(traj: &[TrajPoint], lead_x: impl Fn(usize) -> f32) -> Vec<f32> {
+        traj.iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let front = p.x + EGO_REAR_TO_CENTRE + 0.5 * EGO_LENGTH;
+                lead_x(k) - 2.3 - front
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_followed_car_is_kept_at_the_time_gap() {
+        // One lane; a car 16 m ahead at 8 m/s, the ego at 10 m/s.
+        let map = straight_map(1, LANE_W, -50.0);
+        let lead_x = |k: usize| 16.0 + 8.0 * (k + 1) as f32 * PRED_DT;
+        let mut lead = stopped_car(3, 0.0, 0.0);
+        for (k, xy) in lead.xy.iter_mut().enumerate() {
+            *xy = [lead_x(k), 0.0];
+        }
+        let e = ego(0.0, 0.0, 0.0, 10.0);
+        let p = PlannerParams::default();
+        let (traj, sum) = plan(&e, &map, &[lead]);
+        assert_eq!(sum.kind, 0, "{sum:?}");
+        for (k, g) in gaps(&traj, lead_x).iter().enumerate() {
+            let want = traj[k].v * p.time_gap + p.safety_margin;
+            assert!(*g >= want - 1e-3, "step {k}: gap {g} < {want}");
+        }
+        // Without the time gap the same planner closes in further (the gap is what binds).
+        let (close, _) = plan_with(PlannerParams { time_gap: 0.0, ..p }, &e, &map, &[lead]);
+        let tight = gaps(&close, lead_x)
+            .iter()
+            .zip(&close)
+            .any(|(g, q)| *g < q.v * p.time_gap);
+        assert!(tight, "without a time gap the plan should follow closer");
     }
 }

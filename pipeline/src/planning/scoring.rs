@@ -79,8 +79,21 @@ impl Planner {
                     still_yaw = Some(0.0);
                 }
             }
+            let rate = |v: f32| if v.is_finite() && v > 0.0 { v } else { 0.0 };
+            let [along, across] = self
+                .params
+                .prediction_spread
+                .get(pred.class as usize)
+                .map_or([0.0; 2], |s| [rate(s[0]), rate(s[1])]);
+            // A box of unknown heading (a square) grows alike in every direction.
+            let (along, across) = match still_yaw {
+                Some(_) if l == w => (along.max(across), along.max(across)),
+                _ => (along, across),
+            };
             let base = self.n_obs * PRED_STEPS;
             for k in 0..PRED_STEPS {
+                let t = (k + 1) as f32 * PRED_DT;
+                let (l, w) = (l + 2.0 * along * t, w + 2.0 * across * t);
                 let yaw = match still_yaw {
                     Some(y) => y,
                     None => {
@@ -135,8 +148,11 @@ impl Planner {
         let (sr0, cr0) = dm::sin_cos(rel0);
         let now_out = (st.d0 + EGO_REAR_TO_CENTRE * sr0).abs() + hl * sr0.abs() + hw * cr0.abs();
         let edge_limit = (half_w + tol).max(now_out) + 1e-4;
-        let ego_radius =
-            0.5 * ((EGO_LENGTH + 2.0 * margin).powi(2) + (EGO_WIDTH + 2.0 * margin).powi(2)).sqrt();
+        let gap = if p.time_gap.is_finite() {
+            p.time_gap.max(0.0)
+        } else {
+            0.0
+        };
 
         let mut collides = false;
         let mut off_road = false;
@@ -179,7 +195,18 @@ impl Planner {
 
             // Collision with predictions at the same step.
             if !collides && k < PRED_STEPS {
+                // The inflated ego box, reaching `ahead` further forward (time gap).
+                let ahead = v.max(0.0) * gap;
                 let eb = ego_box(x, y, yaw, margin);
+                let (sy, cy) = dm::sin_cos(yaw);
+                let eb = (
+                    eb.0 + 0.5 * ahead * cy,
+                    eb.1 + 0.5 * ahead * sy,
+                    eb.2,
+                    eb.3 + ahead,
+                    eb.4,
+                );
+                let ego_radius = 0.5 * (eb.3 * eb.3 + eb.4 * eb.4).sqrt();
                 for o in 0..self.n_obs {
                     let ob = self.obs[o * PRED_STEPS + k];
                     let (dx, dy) = (ob.x - eb.0, ob.y - eb.1);
@@ -236,7 +263,11 @@ mod tests {
     #[test]
     fn obstacle_table_skips_bad_paths_and_orients_still_boxes() {
         let map = straight_map(2, LANE_W, -50.0);
-        let mut planner = Planner::new(PlannerParams::default());
+        let exact = PlannerParams {
+            prediction_spread: [[0.0; 2]; class::COUNT],
+            ..PlannerParams::default()
+        };
+        let mut planner = Planner::new(exact);
         let mut moving = stopped_car(2, 0.0, 0.0);
         for (k, xy) in moving.xy.iter_mut().enumerate() {
             *xy = [k as f32, 0.5 * k as f32];
@@ -263,6 +294,23 @@ mod tests {
         let sq = planner.obs[2 * PRED_STEPS];
         assert_eq!((sq.length, sq.width), (4.6, 4.6));
         assert!((sq.radius - 0.5 * (2.0f32 * 4.6 * 4.6).sqrt()).abs() < 1e-6);
+
+        // With the default spread (cars 0.5 m/s along, 0.2 across) the boxes grow with
+        // look-ahead: at 3 s by 3 m along and 1.2 m across; the square alike in both.
+        let mut planner = Planner::new(PlannerParams::default());
+        planner.load_obstacles(&map, &preds);
+        let last = PRED_STEPS - 1;
+        let still = planner.obs[last];
+        assert!((still.length - 7.6).abs() < 1e-4 && (still.width - 3.1).abs() < 1e-4);
+        let sq = planner.obs[2 * PRED_STEPS + last];
+        assert!(
+            (sq.length - 7.6).abs() < 1e-4 && (sq.width - 7.6).abs() < 1e-4,
+            "{sq:?}"
+        );
+        assert!(
+            (planner.obs[0].length - 4.7).abs() < 1e-4,
+            "grows from the first step"
+        );
     }
 
     #[test]
