@@ -63,6 +63,7 @@ impl Planner {
             let moving = ((last[0] - first[0]).powi(2) + (last[1] - first[1]).powi(2)) > 0.25;
             let overall = dm::atan2(last[1] - first[1], last[0] - first[0]);
             let mut still_yaw = None;
+            let mut heading_known = true;
             if !moving {
                 let (s, d) = if map_ok {
                     map_project(map, first[0], first[1])
@@ -77,6 +78,7 @@ impl Planner {
                     l = side;
                     w = side;
                     still_yaw = Some(0.0);
+                    heading_known = false;
                 }
             }
             let rate = |v: f32| if v.is_finite() && v > 0.0 { v } else { 0.0 };
@@ -85,10 +87,11 @@ impl Planner {
                 .prediction_spread
                 .get(pred.class as usize)
                 .map_or([0.0; 2], |s| [rate(s[0]), rate(s[1])]);
-            // A box of unknown heading (a square) grows alike in every direction.
-            let (along, across) = match still_yaw {
-                Some(_) if l == w => (along.max(across), along.max(across)),
-                _ => (along, across),
+            // A box of unknown heading (the square) grows alike in every direction.
+            let (along, across) = if heading_known {
+                (along, across)
+            } else {
+                (along.max(across), along.max(across))
             };
             let base = self.n_obs * PRED_STEPS;
             for k in 0..PRED_STEPS {
