@@ -66,6 +66,22 @@ pub(super) trait Runner {
     fn outputs(&mut self) -> Result<Vec<Vec<u8>>>;
 }
 
+/// `n` runs of `once` (each returns its own time), pushing each time (ns) when `samples`
+/// is given: [`Runner::block`] for the runners that time one run at a time.
+fn time_runs(
+    n: u64,
+    mut samples: Option<&mut Vec<u64>>,
+    mut once: impl FnMut() -> Result<Duration>,
+) -> Result<()> {
+    for _ in 0..n {
+        let d = once()?;
+        if let Some(s) = samples.as_deref_mut() {
+            s.push(d.as_nanos() as u64);
+        }
+    }
+    Ok(())
+}
+
 /// An engine run on the calling thread (native with 1 thread, or ONNX Runtime).
 struct InlineRunner {
     engine: Box<dyn Engine>,
@@ -115,14 +131,8 @@ impl Runner for InlineRunner {
     fn outputs_spec(&self) -> Vec<TensorSpec> {
         self.engine.outputs().to_vec()
     }
-    fn block(&mut self, n: u64, mut samples: Option<&mut Vec<u64>>) -> Result<()> {
-        for _ in 0..n {
-            let d = self.run_once()?;
-            if let Some(s) = samples.as_deref_mut() {
-                s.push(d.as_nanos() as u64);
-            }
-        }
-        Ok(())
+    fn block(&mut self, n: u64, samples: Option<&mut Vec<u64>>) -> Result<()> {
+        time_runs(n, samples, || self.run_once())
     }
     fn outputs(&mut self) -> Result<Vec<Vec<u8>>> {
         self.run_once()?;
@@ -335,15 +345,12 @@ impl Runner for StagedRunner {
     fn outputs_spec(&self) -> Vec<TensorSpec> {
         self.engine.outputs().to_vec()
     }
-    fn block(&mut self, n: u64, mut samples: Option<&mut Vec<u64>>) -> Result<()> {
-        for _ in 0..n {
+    fn block(&mut self, n: u64, samples: Option<&mut Vec<u64>>) -> Result<()> {
+        time_runs(n, samples, || {
             let t0 = Instant::now();
             self.engine.run_staged()?;
-            if let Some(s) = samples.as_deref_mut() {
-                s.push(t0.elapsed().as_nanos() as u64);
-            }
-        }
-        Ok(())
+            Ok(t0.elapsed())
+        })
     }
     fn outputs(&mut self) -> Result<Vec<Vec<u8>>> {
         self.engine.run_staged()?;
