@@ -29,8 +29,8 @@ FEAT_C = 32
 # Architectures: (in, out, kernel, stride, dilation) of the backbone convolutions and
 # (in, out, kernel, dilation) of the heads' hidden convolutions, each followed by ReLU.
 # "dilated" is the shipped default (the native engine runs its dilated convolutions on the
-# dense kernels, as dilation phases); "small" is the previous release's smaller model
-# (models/trained/small, README model card).
+# dense kernels, as dilation phases); "small" is an older, smaller model (six
+# convolutions; no longer shipped, kept for comparison).
 ARCHS = {
     "small": {
         "backbone": [
