@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use redline_pipeline::eval::{Quality, QualityEval};
-use redline_pipeline::run::{replay, Counters};
+use redline_pipeline::run::{collisions_line, replay, Counters, PlannerCollision};
 use redline_pipeline::sensors::FrameSource;
 use redline_runtime::ReleaseMode;
 use serde::Serialize;
@@ -54,6 +54,8 @@ struct LogQuality {
     frames: u64,
     output_hash: String,
     quality: Quality,
+    /// The first plans that met an actor's true future (where to look in the log).
+    planner_collisions: Vec<PlannerCollision>,
 }
 
 /// The `--json` file.
@@ -152,12 +154,16 @@ pub fn run(a: EvalArgs) -> Result<()> {
         for line in lines(q) {
             println!("  {line}");
         }
+        if let Some(line) = collisions_line(&outcome.evaluation) {
+            println!("  {line}");
+        }
         pooled.merge(&outcome.quality_eval);
         per_log.push(LogQuality {
             log: log.display().to_string(),
             frames: q.frames,
             output_hash: outcome.output_hash.clone(),
             quality: q.clone(),
+            planner_collisions: outcome.evaluation.collisions.clone(),
         });
     }
     let aggregate = pooled.summary();

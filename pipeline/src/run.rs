@@ -149,6 +149,91 @@ impl Publisher for RecordingPublisher {
     }
 }
 
+/// How many [`PlannerCollision`]s (encounters) a replay keeps: the first ones.
+pub const MAX_COLLISIONS_KEPT: usize = 20;
+
+/// Plans that met the same actor's true future in frames at most this far apart (1 s at
+/// 30 Hz) are one encounter, one [`PlannerCollision`].
+pub const COLLISION_EVENT_GAP_FRAMES: u64 = 30;
+
+/// Published plans that met one actor's true future, in frames close together (one
+/// encounter: each frame re-plans into the same actor): where to look (`frame` … `last_frame`) and
+/// what perception knew (`distance_m`, `tracked_plans`), to tell a perception miss from a
+/// planning mistake.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlannerCollision {
+    /// The first frame whose plan met the actor.
+    pub frame: u64,
+    /// The last one (gaps of at most [`COLLISION_EVENT_GAP_FRAMES`]).
+    pub last_frame: u64,
+    /// Plans that met it.
+    pub plans: u64,
+    /// The soonest meeting, seconds into a plan.
+    pub t_s: f64,
+    /// The actor's id in the log's ground truth.
+    pub actor_id: u32,
+    /// Its class (`car`, `pedestrian`, `cyclist`).
+    pub class: &'static str,
+    /// Its distance from the ego at the first plan, m; `None` when it was not in that
+    /// frame's ground truth (it appeared later).
+    pub distance_m: Option<f64>,
+    /// The same at the last plan.
+    pub last_distance_m: Option<f64>,
+    /// Plans made while a published track was within 2 m of it (the tracking metric's
+    /// match distance): 0 means perception never had it.
+    pub tracked_plans: u64,
+    /// Plans that were the minimum-risk trajectory (every candidate was blocked).
+    pub minimum_risk_plans: u64,
+}
+
+impl PlannerCollision {
+    /// Adds a later plan that met the same actor.
+    pub fn extend(&mut self, later: &PlannerCollision) {
+        self.last_frame = later.frame;
+        self.plans += later.plans;
+        self.t_s = self.t_s.min(later.t_s);
+        self.last_distance_m = later.last_distance_m;
+        self.tracked_plans += later.tracked_plans;
+        self.minimum_risk_plans += later.minimum_risk_plans;
+    }
+}
+
+impl std::fmt::Display for PlannerCollision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dist =
+            |d: Option<f64>| d.map_or("not yet in view".to_string(), |d| format!("{d:.1} m"));
+        write!(f, "{} {}, frame {}", self.class, self.actor_id, self.frame)?;
+        if self.last_frame != self.frame {
+            write!(f, "-{} ({} plans)", self.last_frame, self.plans)?;
+        }
+        write!(f, ", +{:.1} s, {} away", self.t_s, dist(self.distance_m))?;
+        if self.last_frame != self.frame {
+            write!(f, " -> {}", dist(self.last_distance_m))?;
+        }
+        write!(f, ", tracked in {} of {}", self.tracked_plans, self.plans)?;
+        if self.minimum_risk_plans > 0 {
+            write!(f, ", {} minimum-risk", self.minimum_risk_plans)?;
+        }
+        Ok(())
+    }
+}
+
+/// The line naming the first planner collisions of `e` (`None` when there were none).
+pub fn collisions_line(e: &Evaluation) -> Option<String> {
+    let total = e.planner_frames_checked - e.planner_collision_free;
+    if total == 0 || e.collisions.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = e.collisions.iter().take(5).map(|c| c.to_string()).collect();
+    Some(format!(
+        "planner collisions ({total} plans; the first {} of {}{} encounters, all in report.json): {}",
+        shown.len(),
+        e.collisions.len(),
+        if e.collisions.len() == MAX_COLLISIONS_KEPT { "+" } else { "" },
+        shown.join("; ")
+    ))
+}
+
 /// Evaluation against ground truth.
 #[derive(Clone, Debug, Serialize)]
 pub struct Evaluation {
@@ -162,8 +247,9 @@ pub struct Evaluation {
     pub planner_collision_free_rate: f64,
     /// Frames that published the minimum-risk trajectory.
     pub minimum_risk_frames: u64,
-    /// First colliding frames (frame, step), at most 20.
-    pub collisions: Vec<(u64, usize)>,
+    /// The first encounters of plans with an actor's true future, at most
+    /// [`MAX_COLLISIONS_KEPT`].
+    pub collisions: Vec<PlannerCollision>,
     /// Mean valid detections per frame.
     pub mean_detections: f64,
 }
@@ -521,6 +607,7 @@ pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
                 e.minimum_risk_frames
             ),
         ]);
+        v.extend(collisions_line(e));
     } else {
         // A recorded drive without ground truth: what the graph did, no quality figures.
         v.push(format!(

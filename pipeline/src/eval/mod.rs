@@ -17,7 +17,8 @@
 //! [`seg_truth`] rasterises the ground-truth BEV segmentation from the road map.
 //!
 //! [`first_collision`] checks a planned trajectory with the ego box exactly as the planner
-//! places it ([`crate::geometry::ego_box`], no inflation) against ground-truth boxes.
+//! places it ([`crate::geometry::ego_box`], no inflation) against ground-truth boxes;
+//! [`first_collision_with`] also names the box it met.
 
 pub mod detection;
 pub mod quality;
@@ -196,18 +197,27 @@ impl MotEval {
 /// `future(k)` returns the ground-truth boxes at time (k+1)*PRED_DT; ego box as in the
 /// planner (no inflation). Returns the first colliding step, if any.
 pub fn first_collision(traj: &[TrajPoint], future: &dyn Fn(usize) -> Vec<GtBox>) -> Option<usize> {
+    first_collision_with(traj, future).map(|(k, _)| k)
+}
+
+/// [`first_collision`], with the true box the ego met at that step (the first in
+/// `future(k)`'s order when several overlap).
+pub fn first_collision_with(
+    traj: &[TrajPoint],
+    future: &dyn Fn(usize) -> Vec<GtBox>,
+) -> Option<(usize, GtBox)> {
     traj.iter().enumerate().find_map(|(k, p)| {
         let ego = ego_box(p.x, p.y, p.yaw, 0.0);
         future(k)
-            .iter()
+            .into_iter()
             .filter(|g| g.valid != 0)
-            .any(|g| {
+            .find(|g| {
                 boxes_overlap(
                     ego,
                     (g.x as f32, g.y as f32, g.yaw as f32, g.length, g.width),
                 )
             })
-            .then_some(k)
+            .map(|g| (k, g))
     })
 }
 
@@ -328,5 +338,13 @@ mod tests {
             vec![g]
         };
         assert_eq!(first_collision(&traj, &beside), None);
+        // Two boxes in the way: the one met first, and at its step.
+        let two = |k: usize| {
+            let mut near = gt(7, 20.0);
+            near.valid = u32::from(k >= 10);
+            vec![gt(3, 30.0), near]
+        };
+        let (k, g) = first_collision_with(&traj, &two).expect("a collision");
+        assert_eq!((k, g.id), (14, 7));
     }
 }

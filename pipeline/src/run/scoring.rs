@@ -11,7 +11,10 @@
 //!   tracks.
 //! - Planner: a frame's trajectory is checked against the true future boxes of the next
 //!   planning horizon (3 s); frames whose horizon runs past the end of the input, or
-//!   without ground truth, are not checked.
+//!   without ground truth, are not checked. A colliding plan is reported
+//!   ([`super::PlannerCollision`]): plans that meet the same actor in frames at most
+//!   [`COLLISION_EVENT_GAP_FRAMES`] apart are one encounter; the first
+//!   [`MAX_COLLISIONS_KEPT`] encounters are kept, later ones only counted.
 //! - Detection AP: ground truth = the frame's boxes in range; detections = the published
 //!   valid ones of a known class inside the same region (ego frame), turned into the world
 //!   frame with the pose the outputs were computed for (the record's `ego`, so that oracle
@@ -24,19 +27,28 @@
 use redline_runtime::det_math;
 use std::collections::VecDeque;
 
-use super::{Evaluation, FrameRecord};
+use super::{
+    Evaluation, FrameRecord, PlannerCollision, COLLISION_EVENT_GAP_FRAMES, MAX_COLLISIONS_KEPT,
+};
 use crate::eval::quality::QualityEval;
-use crate::eval::{first_collision, range_band, seg_ground_truth, EvalDet, EvalGt, MotEval};
+use crate::eval::{first_collision_with, range_band, seg_ground_truth, EvalDet, EvalGt, MotEval};
 use crate::geometry::{ego_to_world, world_to_ego};
 use crate::sensors::{in_perception_range, FrameSource};
 use crate::types::{class, BevSpec, GtBox, TrackState, PLAN_STEPS, PRED_DT};
 
 use super::SEG_CELLS;
 
-/// A planned trajectory waiting for its true future.
+/// The tracking metric's match distance, m (also whether a collision's actor was tracked).
+const TRACK_MATCH_M: f32 = 2.0;
+
+/// A planned trajectory waiting for its true future, with what perception knew when it
+/// was made (for the collision report).
 struct Pending {
     frame: u64,
     trajectory: [crate::types::TrajPoint; PLAN_STEPS],
+    minimum_risk: bool,
+    /// World positions of the frame's valid published tracks.
+    tracks: Vec<(f64, f64)>,
 }
 
 /// Online scorer of a replay (see the module docs).
@@ -47,7 +59,7 @@ pub struct Scorer {
     min_risk: u64,
     checked: u64,
     free: u64,
-    collisions: Vec<(u64, usize)>,
+    collisions: Vec<PlannerCollision>,
     pending: VecDeque<Pending>,
     quality: QualityEval,
     truth_grid: Vec<u8>,
@@ -69,7 +81,7 @@ impl Scorer {
     pub fn new(feed: &dyn FrameSource) -> Scorer {
         let period_s = feed.period_ns() as f64 / 1e9;
         Scorer {
-            mot: MotEval::new(2.0),
+            mot: MotEval::new(TRACK_MATCH_M),
             dets: 0,
             frames: 0,
             min_risk: 0,
@@ -115,6 +127,13 @@ impl Scorer {
             self.pending.push_back(Pending {
                 frame: r.frame,
                 trajectory: r.trajectory,
+                minimum_risk: r.plan.kind == 1,
+                tracks: r
+                    .tracks
+                    .iter()
+                    .filter(|t| t.valid == 1)
+                    .map(|t| (f64::from(t.x), f64::from(t.y)))
+                    .collect(),
             });
         }
         // Check every trajectory whose whole horizon has been read.
@@ -195,11 +214,17 @@ impl Scorer {
             feed.truth(idx.min(n - 1)).map(|f| f.gt).unwrap_or_default()
         };
         self.checked += 1;
-        match first_collision(&p.trajectory, &future) {
+        match first_collision_with(&p.trajectory, &future) {
             None => self.free += 1,
-            Some(step) => {
-                if self.collisions.len() < 20 {
-                    self.collisions.push((p.frame, step));
+            Some((step, met)) => {
+                let c = collision_report(feed, p, step, &met);
+                let same_event = self.collisions.iter().rposition(|e| {
+                    e.actor_id == c.actor_id && c.frame <= e.last_frame + COLLISION_EVENT_GAP_FRAMES
+                });
+                match same_event {
+                    Some(i) => self.collisions[i].extend(&c),
+                    None if self.collisions.len() < MAX_COLLISIONS_KEPT => self.collisions.push(c),
+                    None => {}
                 }
             }
         }
@@ -283,4 +308,42 @@ fn score_all(feed: &dyn FrameSource, records: &[FrameRecord]) -> (Evaluation, Qu
         s.add(feed, r);
     }
     s.finish(feed)
+}
+
+/// What the report says about `p`'s collision at `step` with `met`: the actor as the plan's
+/// frame saw it (distance from the ego, whether a published track was within the tracking
+/// metric's 2 m of it).
+fn collision_report(
+    feed: &dyn FrameSource,
+    p: &Pending,
+    step: usize,
+    met: &GtBox,
+) -> PlannerCollision {
+    let then = feed.truth(p.frame as usize);
+    let seen = then.as_ref().and_then(|f| {
+        f.gt.iter()
+            .find(|g| g.valid != 0 && g.id == met.id)
+            .map(|g| (f, g))
+    });
+    let distance = seen.map(|(f, g)| det_math::hypot(g.x - f.ego.x, g.y - f.ego.y));
+    let tracked = seen.is_some_and(|(_, g)| {
+        p.tracks
+            .iter()
+            .any(|&(x, y)| det_math::hypot(x - g.x, y - g.y) <= f64::from(TRACK_MATCH_M))
+    });
+    PlannerCollision {
+        frame: p.frame,
+        last_frame: p.frame,
+        plans: 1,
+        t_s: (step + 1) as f64 * f64::from(PRED_DT),
+        actor_id: met.id,
+        class: class::NAMES
+            .get(met.class as usize)
+            .copied()
+            .unwrap_or("unknown"),
+        distance_m: distance,
+        last_distance_m: distance,
+        tracked_plans: u64::from(tracked),
+        minimum_risk_plans: u64::from(p.minimum_risk),
+    }
 }
