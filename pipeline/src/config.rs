@@ -12,6 +12,7 @@
 //! bev_cache_frames = 2
 //! detection_threshold = 0.15    # decoder: heatmap peaks kept at sigmoid >= this
 //! track_min_score = 0.4         # tracking: detections below this score are ignored
+//! track_min_score_by_class = { pedestrian = 0.35 }   # per class (the default)
 //! weights = "net.safetensors"  # calibrated INT8 weights from `redline quantize` (optional)
 //!
 //! [models]                      # ONNX models and the engine that runs each (optional; see
@@ -67,6 +68,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::types::class;
 use redline_models::engine::EngineKind;
 use redline_runtime::modes::{LadderConfig, ModeSpec};
 use redline_runtime::rt::RtRequest;
@@ -164,6 +166,13 @@ pub struct PipelineConfig {
     /// `detection_threshold` it lets tracking see only the surer detections while the
     /// published detections (and detection AP) keep the rest. Default 0.4 (README model card).
     pub track_min_score: f32,
+    /// Per-class `track_min_score`, by class name (`car`, `pedestrian`, `cyclist`); a class
+    /// not named here uses `track_min_score`. Writing the table replaces the default,
+    /// `{ pedestrian = 0.35 }`: a far pedestrian can score 0.35-0.4 for many frames before
+    /// he is near, and tracking him is what keeps the plan clear of one who crosses; chosen
+    /// with the prediction's speed cap ([`crate::prediction::MAX_PREDICTED_SPEED`]) on the
+    /// validation drives (README model card).
+    pub track_min_score_by_class: BTreeMap<String, f32>,
     /// Seed of the network's weights (until trained weights exist).
     pub weights_seed: u64,
     /// Network input per camera, [height, width] px (multiples of 8).
@@ -303,6 +312,7 @@ impl Default for PipelineConfig {
             bev_cache_frames: 2,
             detection_threshold: 0.15,
             track_min_score: 0.4,
+            track_min_score_by_class: BTreeMap::from([("pedestrian".to_string(), 0.35)]),
             weights_seed: 1,
             net_input: [128, 256],
             feature_channels: 128,
@@ -447,6 +457,19 @@ impl PipelineConfig {
                 self.track_min_score
             )));
         }
+        for (name, score) in &self.track_min_score_by_class {
+            if !class::NAMES.contains(&name.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "track_min_score_by_class.{name}: no such class (classes: {})",
+                    class::NAMES.join(", ")
+                )));
+            }
+            if !(0.0..=1.0).contains(score) {
+                return Err(ConfigError::Invalid(format!(
+                    "track_min_score_by_class.{name} = {score}: use a score in [0, 1], e.g. 0.35"
+                )));
+            }
+        }
         if !(1..=4).contains(&self.bev_cache_frames) {
             return Err(ConfigError::Invalid(format!(
                 "bev_cache_frames = {}: use 1 to 4",
@@ -533,6 +556,17 @@ impl PipelineConfig {
         }
     }
 
+    /// Tracking's minimum detection score per class id (`class::NAMES` order):
+    /// `track_min_score_by_class` where it names the class, else `track_min_score`.
+    pub fn track_min_scores(&self) -> [f32; class::COUNT] {
+        std::array::from_fn(|c| {
+            self.track_min_score_by_class
+                .get(class::NAMES[c])
+                .copied()
+                .unwrap_or(self.track_min_score)
+        })
+    }
+
     /// What to ask of the OS: the `[rt]` table when there is one; otherwise
     /// [`RtRequest::realtime`] when frames are released in real time, nothing for
     /// as-fast-as-possible and lockstep runs (see the module docs).
@@ -596,6 +630,30 @@ mod tests {
         assert!(e.contains("risk_slack_fraction = 0.5"), "{e}");
         let c = PipelineConfig::parse("[ladder]\nshed_after = 0\n", "f").unwrap();
         assert_eq!(c.ladder.shed_after, 0);
+    }
+
+    #[test]
+    fn tracking_scores_per_class_default_and_override() {
+        let d = PipelineConfig::default();
+        assert_eq!(d.track_min_scores(), [0.4, 0.35, 0.4]);
+        let c = PipelineConfig::parse(
+            "track_min_score = 0.5\ntrack_min_score_by_class = { cyclist = 0.3 }\n",
+            "t",
+        )
+        .unwrap();
+        // The table replaces the default: pedestrians fall back to track_min_score.
+        assert_eq!(c.track_min_scores(), [0.5, 0.5, 0.3]);
+        let e = PipelineConfig::parse("track_min_score_by_class = { truck = 0.3 }\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("truck") && e.contains("car, pedestrian, cyclist"),
+            "{e}"
+        );
+        let e = PipelineConfig::parse("track_min_score_by_class = { car = 1.5 }\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("car = 1.5"), "{e}");
     }
 
     #[test]

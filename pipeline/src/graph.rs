@@ -293,7 +293,7 @@ pub fn build_with(
         hook,
         stage::TRACKING,
         TrackingStage::with_params(crate::tracking::TrackerParams {
-            min_score: cfg.track_min_score,
+            min_score: cfg.track_min_scores(),
             ..Default::default()
         }),
     )

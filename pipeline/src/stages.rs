@@ -426,7 +426,8 @@ impl Stage for PredictionStage {
     }
 }
 
-/// The prediction fallback (mode `minimal`): every track keeps its velocity.
+/// The prediction fallback (mode `minimal`): every track keeps its velocity (at most its
+/// class's [`crate::prediction::MAX_PREDICTED_SPEED`]).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ConstantVelocity;
 
@@ -446,9 +447,10 @@ impl Fallback for ConstantVelocity {
             o.length = t.length;
             o.width = t.width;
             o.valid = 1;
+            let (vx, vy) = crate::prediction::predicted_velocity(t.class, t.vx, t.vy);
             for (k, p) in o.xy.iter_mut().enumerate().take(PRED_STEPS) {
                 let dt = (k + 1) as f32 * PRED_DT;
-                *p = [t.x + t.vx * dt, t.y + t.vy * dt];
+                *p = [t.x + vx * dt, t.y + vy * dt];
             }
         }
     }

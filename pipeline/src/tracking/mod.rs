@@ -15,7 +15,8 @@
 //!   increase by one per birth and are never reused (until `reset`).
 //! - A track's class is the class its detections voted for most often (ties: the latest).
 //!   Its size and heading follow the latest matched detection.
-//! - Detections with `valid == 0`, a non-finite position, or `score < min_score` are ignored;
+//! - Detections with `valid == 0`, a non-finite position, an unknown class, or a score below
+//!   their class's `min_score` are ignored;
 //!   at most `MAX_DETECTIONS` per frame are used (the rest are ignored and counted). When the
 //!   table is full, births are refused (and counted); existing tracks are never evicted.
 //! - `dt` is taken from consecutive `EgoPose::stamp_ns`; the first call, a stamp that does not
@@ -59,8 +60,8 @@ pub struct TrackerParams {
     pub meas_var: f64,
     /// Process noise: white acceleration variance, (m/s²)².
     pub accel_noise: f64,
-    /// Detections scoring below this are ignored.
-    pub min_score: f32,
+    /// Detections scoring below their class's entry (class id order) are ignored.
+    pub min_score: [f32; class::COUNT],
 }
 
 impl Default for TrackerParams {
@@ -71,7 +72,7 @@ impl Default for TrackerParams {
             max_misses: 5,
             meas_var: 0.25,
             accel_noise: 9.0,
-            min_score: 0.3,
+            min_score: [0.3; class::COUNT],
         }
     }
 }
@@ -213,8 +214,9 @@ impl Tracker {
             let usable = ego_ok
                 && d.x.is_finite()
                 && d.y.is_finite()
-                && d.score >= p.min_score
-                && (d.class as usize) < class::COUNT;
+                && p.min_score
+                    .get(d.class as usize)
+                    .is_some_and(|&min| d.score >= min);
             if !usable {
                 self.stats.detections_rejected += 1;
                 continue;
@@ -332,6 +334,34 @@ mod tests {
 
     pub(super) fn out_buf() -> Vec<TrackState> {
         vec![TrackState::default(); MAX_TRACKS]
+    }
+
+    #[test]
+    fn each_class_has_its_own_minimum_score() {
+        let mut tr = Tracker::new(TrackerParams {
+            min_score: [0.4, 0.35, 0.4],
+            birth_hits: 1,
+            ..TrackerParams::default()
+        });
+        let ego = ego_at(1, 0.0, 0.0, 0.0);
+        let scored = |x: f64, cls: u32, score: f32| Detection {
+            score,
+            ..det(&ego, x, 0.0, cls)
+        };
+        let dets = [
+            scored(10.0, class::PEDESTRIAN, 0.36),
+            scored(20.0, class::CAR, 0.36),
+            scored(30.0, class::CYCLIST, 0.39),
+            scored(40.0, class::CAR, 0.41),
+            // An unknown class is ignored whatever its score.
+            scored(50.0, 7, 0.99),
+        ];
+        tr.step(&dets, &ego);
+        let mut out = out_buf();
+        let n = tr.write(&mut out);
+        let kept: Vec<(u32, f32)> = out[..n].iter().map(|t| (t.class, t.x)).collect();
+        assert_eq!(kept, vec![(class::PEDESTRIAN, 10.0), (class::CAR, 40.0)]);
+        assert_eq!(tr.stats().detections_rejected, 3);
     }
 
     #[test]
