@@ -331,7 +331,7 @@ impl Default for PipelineConfig {
 /// Default budgets, ms, for the default resolution on a 2-core x86 machine (scalar INT8
 /// kernels); the sum along the critical path leaves margin inside 33 ms. The backbone's
 /// 12 ms covers the shipped trained network's 1.35 GMAC per frame (P50 3.8-4.6 ms, P99
-/// 6.6 ms, one 11.2 ms outlier in two default replays on the 2-core VM with VNNI).
+/// 5.9-6.7 ms, one 11.2 ms outlier in five default replays on the 2-core VM with VNNI).
 pub fn default_budget_ms(stage_name: &str) -> f64 {
     match stage_name {
         stage::SENSORS => 1.5,

@@ -2,10 +2,18 @@
 """Trains the driving network (net.py) on a dataset written by `redline sim dataset`.
 
 Usage: python3 tools/train/train.py DATA -o CKPT [--epochs N] [--batch B] [--seed S]
+                                    [--resume CKPT] [--save-every N]
 
 Fixed seeds (torch, sampling order); single process, `torch.set_num_threads` = the
 machine's cores. Prints the losses as it goes; writes the float checkpoint (state dict and
-the settings) to CKPT.
+the settings) to CKPT every --save-every steps and at the end.
+
+Beside it, CKPT.resume holds what training needs to go on (optimizer state, the next step,
+the sampling order and RNG states, the arguments; CKPT itself stays a plain weights file):
+`--resume CKPT` continues a run that was stopped (killed, or --stop-at) from its last
+checkpoint, with the same schedule, and ends with the same weights as a run that was never
+stopped. A run longer than one sitting (the shipped model's takes 1.5-2.25 h on 2 cores)
+can be split.
 """
 
 import argparse
@@ -75,7 +83,20 @@ def main():
     ap.add_argument("--init", default=None, help="start from this checkpoint")
     ap.add_argument("--arch", default="dilated", choices=sorted(N.ARCHS))
     ap.add_argument("--stop-at", type=int, default=None, help="stop after this many steps (the schedule is still that of --epochs)")
+    ap.add_argument("--resume", default=None, help="go on from this checkpoint's step, with its optimizer, order and RNG states and its training arguments")
+    ap.add_argument("--save-every", type=int, default=500, help="write the checkpoint every N steps")
     a = ap.parse_args()
+    resume = None
+    if a.resume:
+        path = a.resume + ".resume"
+        if not os.path.exists(path):
+            raise SystemExit(f"--resume: {path} does not exist (the checkpoint was written before --resume existed, or by another tool): start from its weights with --init instead")
+        # Our own file: it holds Python RNG states, which the weights-only loader refuses.
+        resume = torch.load(path, weights_only=False)
+        # The schedule and data come from the stopped run; only where to write, when to stop
+        # and how often to save may change.
+        keep = {"output": a.output, "stop_at": a.stop_at, "save_every": a.save_every, "data": a.data}
+        a = argparse.Namespace(**{**resume["args"], **keep, "resume": a.resume, "init": None})
 
     N.set_arch(a.arch)
     torch.manual_seed(a.seed)
@@ -94,9 +115,36 @@ def main():
     steps = int(a.epochs * per_epoch / a.batch)
     print(f"{steps} steps of {a.batch} frames ({a.epochs} epochs of {per_epoch} frames)", flush=True)
     order = []
-    t0 = time.time()
     run = [0.0, 0.0, 0.0]
-    for step in range(min(steps, a.stop_at or steps)):
+    first = 0
+    if resume is not None:
+        model.load_state_dict(torch.load(a.resume)["state"])
+        opt.load_state_dict(resume["opt"])
+        first, order, run = resume["step"], list(resume["order"]), list(resume["run"])
+        rng.setstate(resume["rng"])
+        random.setstate(resume["random"])
+        torch.set_rng_state(resume["torch_rng"])
+        print(f"resuming {a.resume} at step {first}", flush=True)
+
+    def save():
+        torch.save({"state": model.state_dict(), "stride": N.STRIDE, "arch": a.arch}, a.output)
+        torch.save(
+            {
+                "step": step + 1,
+                "opt": opt.state_dict(),
+                "order": order,
+                "run": run,
+                "rng": rng.getstate(),
+                "random": random.getstate(),
+                "torch_rng": torch.get_rng_state(),
+                "args": {k: v for k, v in vars(a).items() if k != "resume"},
+            },
+            a.output + ".resume",
+        )
+
+    t0 = time.time()
+    step = first - 1
+    for step in range(first, min(steps, a.stop_at or steps)):
         if len(order) < a.batch:
             order = rng.sample(ds.index, len(ds.index))[:per_epoch]
         items, order = order[: a.batch], order[a.batch :]
@@ -118,10 +166,10 @@ def main():
                 f"{el:.0f} s (eta {el / (step + 1) * (steps - step - 1):.0f} s)",
                 flush=True,
             )
-        if step % 500 == 499:
-            torch.save({"state": model.state_dict(), "stride": N.STRIDE, "arch": a.arch}, a.output)
-    torch.save({"state": model.state_dict(), "stride": N.STRIDE, "arch": a.arch}, a.output)
-    print(f"wrote {a.output} after {time.time() - t0:.0f} s of training", flush=True)
+        if step % a.save_every == a.save_every - 1:
+            save()
+    save()
+    print(f"wrote {a.output} at step {step + 1} of {steps} after {time.time() - t0:.0f} s of training", flush=True)
 
 
 if __name__ == "__main__":
