@@ -62,6 +62,9 @@ use crate::runtime::watchdog::Watch;
 use crate::runtime::Runtime;
 use crate::stage::{Fallback, FrameInfo, PortView, Stage, StageIo, ZeroFill};
 
+/// Tries of [`Shared::detach_core`] that spin before it starts sleeping between tries.
+const DETACH_SPINS: u32 = 1_000;
+
 /// Marker for "no value" in packed atomics.
 pub(crate) const NONE: u64 = u64::MAX;
 
@@ -457,12 +460,24 @@ impl Shared {
     }
 
     /// Ends a run: waits for the token, clears `core`, so no thread can step it any more.
+    ///
+    /// The caller is the scheduler thread, which may run at a higher SCHED_FIFO priority
+    /// than the lane holding the token and on the same core: a pure spin would never let
+    /// that lane run to release it (a priority inversion that hung a real-time replay under
+    /// qemu for minutes). So it spins briefly, then sleeps between tries. Off the hot path:
+    /// once per run.
     pub fn detach_core(&self) {
+        let mut tries = 0u32;
         let token = loop {
             if let Some(t) = TokenGuard::acquire(&self.token) {
                 break t;
             }
-            std::hint::spin_loop();
+            tries = tries.saturating_add(1);
+            if tries < DETACH_SPINS {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
         };
         self.core.store(std::ptr::null_mut(), Ordering::SeqCst);
         drop(token);
