@@ -50,7 +50,8 @@ REDLINE_CUDA_OP_MODELS=$BIN/ops REDLINE_CUDA_EXTRA_MODELS=$BIN/hr:$BIN/real \
 
 step "2. model bench"
 : > "$OUT/bench.jsonl"
-SMALL="models/trained/backbone.onnx models/trained/det_head.onnx models/trained/seg_head.onnx $BIN/hr/backbone.onnx"
+# The shipped backbone takes 6x128x256 since 2026-11-26; the fast model's is the 6x64x128 one.
+SMALL="models/trained/fast/backbone.onnx models/trained/backbone.onnx models/trained/det_head.onnx models/trained/seg_head.onnx"
 [ -n "${QUICK:-}" ] && SMALL=""
 for m in $SMALL; do
   timeout 120 "$R" model bench "$m" --engine cuda --against native --iters 200 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/native $m failed: $(tail -2 $OUT/bench.err)"
@@ -63,7 +64,7 @@ for m in $BIN/real/*.onnx; do
 done
 # What the host copies of `run` cost (cuda-staged: the producer writes into the pinned
 # staging), and what spinning instead of sleeping on the stream changes (REDLINE_CUDA_SYNC).
-for m in models/trained/backbone.onnx $BIN/hr/backbone.onnx $BIN/real/*.onnx; do
+for m in models/trained/backbone.onnx $BIN/real/*.onnx; do
   [ -f "$m" ] || continue
   timeout 120 "$R" model bench "$m" --engine cuda-staged --against cuda --iters 300 --warmup 20 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench staged $m failed: $(tail -2 $OUT/bench.err)"
   REDLINE_CUDA_SYNC=spin timeout 120 "$R" model bench "$m" --engine cuda-staged --against cuda --iters 300 --warmup 20 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench spin $m failed: $(tail -2 $OUT/bench.err)"
@@ -75,7 +76,7 @@ for m in $BIN/real/*.onnx; do
   timeout 60 "$R" model profile "$m" --reps 10 --top 12 2>&1 | tee -a "$OUT/profile.txt"
   timeout 60 "$R" model profile "$m" --reps 5 --top 5 --no-tensor-cores 2>&1 | tee -a "$OUT/profile.txt"
 done
-timeout 60 "$R" model profile $BIN/hr/backbone.onnx --reps 20 --top 8 2>&1 | tee -a "$OUT/profile.txt"
+timeout 60 "$R" model profile models/trained/backbone.onnx --reps 20 --top 8 2>&1 | tee -a "$OUT/profile.txt"
 
 if [ -n "${QUICK:-}" ]; then
   step "table (QUICK: no PyTorch peer, no end-to-end replays)"
@@ -92,9 +93,9 @@ mk() { # $1 engine, $2 model folder
 }
 for e in native cuda; do
   mk $e models/trained > "$OUT/$e.toml"
-  mk $e $BIN/hr > "$OUT/${e}_hr.toml"
+  mk $e models/trained/fast > "$OUT/${e}_fast.toml"
 done
-for c in native cuda cuda_spin native_hr cuda_hr; do
+for c in native cuda cuda_spin native_fast cuda_fast; do
   cfg=${c%_spin}; sync=block; [ "$c" != "$cfg" ] && sync=spin
   REDLINE_CUDA_SYNC=$sync timeout 60 "$R" replay --config "$OUT/$cfg.toml" --frames 300 --no-rt > "$OUT/replay_$c.txt" 2>&1 || echo "replay $c failed: $(tail -3 $OUT/replay_$c.txt)"
   grep -E "^(backbone|detection_head|segmentation_head|end to end)|deadline misses|output hash" "$OUT/replay_$c.txt" | sed "s/^/$c: /"

@@ -15,18 +15,27 @@ def lines(name):
 
 
 torch = {r["model"]: r for r in lines("torch.jsonl")}
+
+
+def model_key(path):
+    """The table's name of a model file: its base name, prefixed with the folder for the
+    fast model and the extra models (`.gpu/hr/`), whose names repeat the shipped ones."""
+    base = os.path.basename(path).replace(".onnx", "")
+    for folder in ("fast", "hr"):
+        if f"/{folder}/" in path:
+            return f"{folder}/{base}"
+    return base
+
+
 rows = {}
 extra = []
 for r in lines("bench.jsonl"):
     if r.get("label", "").startswith("cuda-staged"):
         sync = r["label"].rsplit("; ", 1)[-1].rstrip(")")
-        extra.append((os.path.basename(r["model"]) if "/hr/" not in r["model"] else "hr/backbone.onnx", sync,
+        extra.append((model_key(r["model"]) + ".onnx", sync,
                       (r["p50_ms"], r["p99_ms"]), (r["against_p50_ms"], r["against_p99_ms"]), r["differing_elements"]))
         continue
-    name = r["model"]
-    key = "hr/backbone" if "/hr/" in name else os.path.basename(name).replace(".onnx", "")
-    if "/hr/" in name and "backbone" not in name:
-        key = "hr/" + os.path.basename(name).replace(".onnx", "")
+    key = model_key(r["model"])
     row = rows.setdefault(key, {"macs": r["macs"]})
     row["cuda"] = (r["p50_ms"], r["p99_ms"])
     if r.get("against_engine") == "native":
@@ -35,7 +44,9 @@ for r in lines("bench.jsonl"):
     elif r.get("against_engine") == "cuda":
         row["graph"] = (r["p50_ms"], r["p99_ms"])
         row["stream"] = (r["against_p50_ms"], r["against_p99_ms"])
-peer = {"backbone": "backbone", "hr/backbone": "backbone_full_res", "det_head": "det_head", "seg_head": "seg_head",
+# The shipped backbone takes 6x128x256 since 2026-11-26; the fast model's takes 6x64x128.
+peer = {"fast/backbone": "backbone", "backbone": "backbone_full_res", "hr/backbone": "backbone_full_res",
+        "det_head": "det_head", "seg_head": "seg_head",
         "resnet18_6x900x1600": "resnet18_6x900x1600"}
 
 
