@@ -226,10 +226,14 @@ pub fn collisions_line(e: &Evaluation) -> Option<String> {
     }
     let shown: Vec<String> = e.collisions.iter().take(5).map(|c| c.to_string()).collect();
     Some(format!(
-        "planner collisions ({total} plans; the first {} of {}{} encounters, all in report.json): {}",
-        shown.len(),
+        "planner collisions ({total} plans, {}{} encounters; the first {}): {}",
         e.collisions.len(),
-        if e.collisions.len() == MAX_COLLISIONS_KEPT { "+" } else { "" },
+        if e.collisions.len() == MAX_COLLISIONS_KEPT {
+            "+"
+        } else {
+            ""
+        },
+        shown.len(),
         shown.join("; ")
     ))
 }
