@@ -72,12 +72,18 @@ pub type OrientedBox = (f32, f32, f32, f32, f32);
 /// The ego box for a trajectory point (rear-axle position and heading), inflated by
 /// `margin` on every side.
 pub fn ego_box(x: f32, y: f32, yaw: f32, margin: f32) -> OrientedBox {
+    ego_box_reaching(x, y, yaw, margin, 0.0)
+}
+
+/// [`ego_box`], its front reaching `ahead` metres further forward (the planner's following
+/// gap): one `sin_cos` for both.
+pub fn ego_box_reaching(x: f32, y: f32, yaw: f32, margin: f32, ahead: f32) -> OrientedBox {
     let (s, c) = dm::sin_cos(yaw);
     (
-        x + EGO_REAR_TO_CENTRE * c,
-        y + EGO_REAR_TO_CENTRE * s,
+        x + EGO_REAR_TO_CENTRE * c + 0.5 * ahead * c,
+        y + EGO_REAR_TO_CENTRE * s + 0.5 * ahead * s,
         yaw,
-        EGO_LENGTH + 2.0 * margin,
+        EGO_LENGTH + 2.0 * margin + ahead,
         EGO_WIDTH + 2.0 * margin,
     )
 }

@@ -11,7 +11,7 @@
 
 use super::candidates::{Lateral, SpeedProfile};
 use super::{Planner, Start};
-use crate::geometry::{boxes_overlap, ego_box, world_to_ego, wrap_angle_f32};
+use crate::geometry::{boxes_overlap, ego_box, ego_box_reaching, world_to_ego, wrap_angle_f32};
 use crate::prediction::{
     frenet_to_world, lane_centre, map_pose, map_project, map_valid, road_half_width,
 };
@@ -198,17 +198,8 @@ impl Planner {
 
             // Collision with predictions at the same step.
             if !collides && k < PRED_STEPS {
-                // The inflated ego box, reaching `ahead` further forward (time gap).
-                let ahead = v.max(0.0) * gap;
-                let eb = ego_box(x, y, yaw, margin);
-                let (sy, cy) = dm::sin_cos(yaw);
-                let eb = (
-                    eb.0 + 0.5 * ahead * cy,
-                    eb.1 + 0.5 * ahead * sy,
-                    eb.2,
-                    eb.3 + ahead,
-                    eb.4,
-                );
+                // The inflated ego box, reaching `v · time_gap` further forward.
+                let eb = ego_box_reaching(x, y, yaw, margin, v.max(0.0) * gap);
                 let ego_radius = 0.5 * (eb.3 * eb.3 + eb.4 * eb.4).sqrt();
                 for o in 0..self.n_obs {
                     let ob = self.obs[o * PRED_STEPS + k];
