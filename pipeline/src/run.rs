@@ -77,6 +77,26 @@ pub struct FrameRecord {
     pub latency_ns: u64,
 }
 
+impl FrameRecord {
+    /// Frame `frame` with status `status` and nothing published yet: no detections,
+    /// tracks, trajectory or segmentation, default pose and plan, zero latency.
+    pub fn empty(frame: u64, status: &'static str) -> FrameRecord {
+        FrameRecord {
+            frame,
+            status,
+            ego: EgoPose::default(),
+            detections: 0,
+            detection_list: [Detection::default(); MAX_DETECTIONS],
+            segmentation: [0; SEG_CELLS],
+            has_segmentation: false,
+            tracks: [TrackState::default(); MAX_TRACKS],
+            trajectory: [TrajPoint::default(); PLAN_STEPS],
+            plan: PlanSummary::default(),
+            latency_ns: 0,
+        }
+    }
+}
+
 /// Copies the published outputs of every frame into preallocated records and hashes them.
 #[derive(Debug)]
 pub struct RecordingPublisher {
@@ -110,17 +130,8 @@ impl Publisher for RecordingPublisher {
         }
         let o = &p.outputs;
         let mut r = FrameRecord {
-            frame: p.info.frame,
-            status: p.status.label(),
-            ego: EgoPose::default(),
-            detections: 0,
-            detection_list: [Detection::default(); MAX_DETECTIONS],
-            segmentation: [0; SEG_CELLS],
-            has_segmentation: false,
-            tracks: [TrackState::default(); MAX_TRACKS],
-            trajectory: [TrajPoint::default(); PLAN_STEPS],
-            plan: PlanSummary::default(),
             latency_ns: p.latency_ns,
+            ..FrameRecord::empty(p.info.frame, p.status.label())
         };
         if let Ok(e) = o.get::<EgoPose>(0) {
             r.ego = e[0];

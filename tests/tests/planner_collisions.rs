@@ -5,10 +5,9 @@
 //! published outputs are set by hand: the ego drives straight along +x at 10 m/s and a
 //! pedestrian stands in its lane 40 m ahead of the start; it is tracked only from frame 40.
 
-use redline_pipeline::run::{collisions_line, FrameRecord, Scorer, SEG_CELLS};
+use redline_pipeline::run::{collisions_line, FrameRecord, Scorer};
 use redline_pipeline::types::{
-    class, Detection, EgoPose, GtBox, PlanSummary, TrackState, TrajPoint, MAX_DETECTIONS,
-    MAX_TRACKS, PLAN_STEPS, PRED_DT,
+    class, EgoPose, GtBox, TrackState, TrajPoint, MAX_TRACKS, PLAN_STEPS, PRED_DT,
 };
 use redline_sim::feed::Feed;
 use redline_sim::scenario::ScenarioConfig;
@@ -71,17 +70,10 @@ fn a_pedestrian_driven_into_is_one_encounter_with_what_perception_knew() {
             };
         }
         let record = FrameRecord {
-            frame: k,
-            status: "complete",
             ego: f.ego,
-            detections: 0,
-            detection_list: [Detection::default(); MAX_DETECTIONS],
-            segmentation: [0; SEG_CELLS],
-            has_segmentation: false,
             tracks,
             trajectory,
-            plan: PlanSummary::default(),
-            latency_ns: 0,
+            ..FrameRecord::empty(k, "complete")
         };
         scorer.add(&feed, &record);
     }
