@@ -87,6 +87,7 @@ fn lines(q: &Quality) -> Vec<String> {
         q.detection_range_line(),
         q.segmentation_line(),
         q.tracking_line(),
+        q.tracking_range_line(),
         planner,
     ]
 }

@@ -611,6 +611,7 @@ pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
                 t.mota, t.id_switches, t.misses, t.false_positives, t.gt_objects, e.mean_detections
             ),
             o.quality.tracking_line(),
+            o.quality.tracking_range_line(),
             o.quality.detection_line(),
             o.quality.detection_range_line(),
             o.quality.segmentation_line(),

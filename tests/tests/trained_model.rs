@@ -275,14 +275,36 @@ fn assert_quality_floor(outcome: &ReplayOutcome, f: &Floor) {
 }
 
 #[test]
-fn detection_ap_by_distance_covers_every_band_and_is_exact_for_the_oracle() {
+fn quality_by_distance_covers_every_band_and_is_exact_for_the_oracle() {
     // Oracle perception publishes the ground truth as detections: every band that has
-    // ground truth scores AP 1; the trained network is far better near than far.
+    // ground truth scores AP 1; the trained network is far better near than far. Tracking
+    // by distance: the bands' counts add up to the totals.
     let feed = default_drive(4.0);
     for perception in [Perception::Oracle, Perception::Network] {
         let outcome = lockstep_replay(&feed, perception, ModelsConfig::default());
         let q = &outcome.quality;
         eprintln!("{perception:?}: {}", q.detection_range_line());
+        eprintln!("{perception:?}: {}", q.tracking_range_line());
+        let bands: Vec<_> = q.tracking.mot_by_range.values().copied().collect();
+        assert_eq!(bands.len(), 3, "one tracking entry per band");
+        let total = q.tracking.mot;
+        assert_eq!(
+            bands.iter().map(|m| m.gt_objects).sum::<u64>(),
+            total.gt_objects
+        );
+        assert_eq!(bands.iter().map(|m| m.misses).sum::<u64>(), total.misses);
+        assert_eq!(
+            bands.iter().map(|m| m.false_positives).sum::<u64>(),
+            total.false_positives
+        );
+        assert_eq!(
+            bands.iter().map(|m| m.id_switches).sum::<u64>(),
+            total.id_switches
+        );
+        assert_eq!(
+            q.mota_by_range.keys().collect::<Vec<_>>(),
+            ["0-20m", "20-40m", "40m+"]
+        );
         assert_eq!(
             q.map_by_range.keys().collect::<Vec<_>>(),
             ["0-20m", "20-40m", "40m+"],

@@ -11,6 +11,11 @@
 //!   `MOTA = 1 − (misses + false positives + ID switches) / ground-truth objects`
 //!   (`1 − errors` when no ground truth was seen: so an empty sequence scores 1 and false
 //!   positives alone still lower it); `MOTP` is the mean distance of matched pairs, m.
+//! - By distance ([`MotEval::frame_in_bands`]): the matching is the one above, over the
+//!   whole frame; each count is then charged to a band of [`RANGE_BANDS_M`] — a match, miss
+//!   or ID switch to its object's band, a false positive to its track's — so the bands'
+//!   counts add up to the totals (an item without a band, e.g. a non-finite position, is
+//!   in the totals only) and a band's MOTA is its errors over its objects.
 //! - Entries with `valid == 0` are ignored on both sides. Deterministic (ordered maps only).
 //! - This runs after publishing, off the hot path: it may allocate.
 //!
@@ -63,6 +68,20 @@ pub struct MotSummary {
     pub motp_m: f64,
 }
 
+impl MotSummary {
+    /// These counts with `mota` and `motp_m` computed (`dist_sum`: the matched distances' sum).
+    fn with_ratios(mut self, dist_sum: f64) -> MotSummary {
+        let errors = (self.misses + self.false_positives + self.id_switches) as f64;
+        self.mota = 1.0 - errors / (self.gt_objects.max(1)) as f64;
+        self.motp_m = if self.matches > 0 {
+            dist_sum / self.matches as f64
+        } else {
+            0.0
+        };
+        self
+    }
+}
+
 /// CLEAR-MOT evaluator (see the module docs).
 #[derive(Debug)]
 pub struct MotEval {
@@ -73,6 +92,8 @@ pub struct MotEval {
     last: BTreeMap<u32, u32>,
     sum: MotSummary,
     dist_sum: f64,
+    /// Per distance band: the counts charged to it and its matched distance sum.
+    bands: [(MotSummary, f64); RANGE_BANDS_M.len()],
 }
 
 impl MotEval {
@@ -85,6 +106,7 @@ impl MotEval {
             last: BTreeMap::new(),
             sum: MotSummary::default(),
             dist_sum: 0.0,
+            bands: Default::default(),
         }
     }
 
@@ -94,6 +116,18 @@ impl MotEval {
     /// matches, misses (FN), false positives, ID switches. Returns the ids of the matched
     /// tracks.
     pub fn frame(&mut self, gt: &[GtBox], tracks: &[TrackState]) -> Vec<u32> {
+        self.frame_in_bands(gt, tracks, &|_, _| None)
+    }
+
+    /// [`MotEval::frame`], also charging each count to the distance band `band(x, y)` gives
+    /// for its object's (matches, misses, ID switches) or track's (false positives) world
+    /// position (see the module docs; [`MotEval::summary_by_band`] reads them).
+    pub fn frame_in_bands(
+        &mut self,
+        gt: &[GtBox],
+        tracks: &[TrackState],
+        band: &dyn Fn(f64, f64) -> Option<usize>,
+    ) -> Vec<u32> {
         let gts: Vec<&GtBox> = gt.iter().filter(|g| g.valid != 0).collect();
         let trs: Vec<&TrackState> = tracks.iter().filter(|t| t.valid != 0).collect();
         let thr = f64::from(self.match_dist_m);
@@ -149,26 +183,50 @@ impl MotEval {
         self.prev.clear();
         let mut matched = Vec::with_capacity(gts.len());
         for (gi, g) in gts.iter().enumerate() {
+            let mut charged = band(g.x, g.y).and_then(|b| self.bands.get_mut(b));
+            if let Some((s, _)) = charged.as_mut() {
+                s.gt_objects += 1;
+            }
             match gt_match[gi] {
                 Some(ti) => {
                     let t = trs[ti];
+                    let d = dist(g, t);
                     self.sum.matches += 1;
-                    self.dist_sum += dist(g, t);
-                    if let Some(&old) = self.last.get(&g.id) {
-                        if old != t.id {
-                            self.sum.id_switches += 1;
-                        }
+                    self.dist_sum += d;
+                    let switched = self.last.get(&g.id).is_some_and(|&old| old != t.id);
+                    if switched {
+                        self.sum.id_switches += 1;
+                    }
+                    if let Some((s, dsum)) = charged {
+                        s.matches += 1;
+                        *dsum += d;
+                        s.id_switches += u64::from(switched);
                     }
                     self.last.insert(g.id, t.id);
                     self.prev.insert(g.id, t.id);
                     matched.push(t.id);
                 }
-                None => self.sum.misses += 1,
+                None => {
+                    self.sum.misses += 1;
+                    if let Some((s, _)) = charged {
+                        s.misses += 1;
+                    }
+                }
             }
         }
-        self.sum.false_positives += tr_used.iter().filter(|u| !**u).count() as u64;
+        for (t, _) in trs.iter().zip(&tr_used).filter(|(_, used)| !**used) {
+            self.sum.false_positives += 1;
+            if let Some((s, _)) =
+                band(f64::from(t.x), f64::from(t.y)).and_then(|b| self.bands.get_mut(b))
+            {
+                s.false_positives += 1;
+            }
+        }
         self.sum.gt_objects += gts.len() as u64;
         self.sum.frames += 1;
+        for (s, _) in &mut self.bands {
+            s.frames += 1;
+        }
         matched
     }
 
@@ -181,15 +239,13 @@ impl MotEval {
 
     /// The figures so far.
     pub fn summary(&self) -> MotSummary {
-        let mut s = self.sum;
-        let errors = (s.misses + s.false_positives + s.id_switches) as f64;
-        s.mota = 1.0 - errors / (s.gt_objects.max(1)) as f64;
-        s.motp_m = if s.matches > 0 {
-            self.dist_sum / s.matches as f64
-        } else {
-            0.0
-        };
-        s
+        self.sum.with_ratios(self.dist_sum)
+    }
+
+    /// The figures of each distance band of [`RANGE_BANDS_M`] (the counts
+    /// [`MotEval::frame_in_bands`] charged to it; all zero after [`MotEval::frame`] only).
+    pub fn summary_by_band(&self) -> [MotSummary; RANGE_BANDS_M.len()] {
+        self.bands.map(|(s, dsum)| s.with_ratios(dsum))
     }
 }
 
@@ -245,6 +301,71 @@ mod tests {
             valid: 1,
             ..TrackState::default()
         }
+    }
+
+    #[test]
+    fn counts_are_charged_to_the_object_or_track_band() {
+        // Band by x alone: 0-20, 20-40, 40+ (the ego at the origin, facing +x).
+        let band = |x: f64, _y: f64| range_band(x.abs());
+        let mut ev = MotEval::new(2.0);
+        // Frame 1: object 1 at 10 m tracked by 7; object 2 at 30 m missed; object 3 at 50 m
+        // tracked by 9; a false track at 45 m.
+        ev.frame_in_bands(
+            &[gt(1, 10.0), gt(2, 30.0), gt(3, 50.0)],
+            &[tr(7, 10.5), tr(9, 50.0), tr(11, 45.0)],
+            &band,
+        );
+        // Frame 2: object 3 (still 50 m) now tracked by 12: an ID switch, in the far band;
+        // object 1 at 19.5 m matched by a track at 20.5 m: its band is the object's.
+        ev.frame_in_bands(
+            &[gt(1, 19.5), gt(3, 50.0)],
+            &[tr(7, 20.5), tr(12, 50.0)],
+            &band,
+        );
+        let [near, mid, far] = ev.summary_by_band();
+        assert_eq!(
+            (
+                near.gt_objects,
+                near.matches,
+                near.misses,
+                near.false_positives,
+                near.id_switches
+            ),
+            (2, 2, 0, 0, 0)
+        );
+        assert_eq!((mid.gt_objects, mid.misses, mid.false_positives), (1, 1, 0));
+        assert_eq!(mid.mota, 0.0);
+        assert_eq!(
+            (
+                far.gt_objects,
+                far.matches,
+                far.false_positives,
+                far.id_switches
+            ),
+            (2, 2, 1, 1)
+        );
+        assert_eq!(far.mota, 0.0);
+        assert!((near.motp_m - 0.75).abs() < 1e-12, "{}", near.motp_m);
+        // The bands add up to the totals.
+        let all = ev.summary();
+        let sum = |f: fn(&MotSummary) -> u64| [near, mid, far].iter().map(f).sum::<u64>();
+        assert_eq!(sum(|m| m.gt_objects), all.gt_objects);
+        assert_eq!(sum(|m| m.matches), all.matches);
+        assert_eq!(sum(|m| m.misses), all.misses);
+        assert_eq!(sum(|m| m.false_positives), all.false_positives);
+        assert_eq!(sum(|m| m.id_switches), all.id_switches);
+        // Without bands nothing is charged, and the totals are the same.
+        let mut plain = MotEval::new(2.0);
+        plain.frame(
+            &[gt(1, 10.0), gt(2, 30.0), gt(3, 50.0)],
+            &[tr(7, 10.5), tr(9, 50.0), tr(11, 45.0)],
+        );
+        plain.frame(&[gt(1, 19.5), gt(3, 50.0)], &[tr(7, 20.5), tr(12, 50.0)]);
+        assert_eq!(plain.summary(), all);
+        assert!(plain
+            .summary_by_band()
+            .iter()
+            .all(|m| m.gt_objects == 0 && m.false_positives == 0));
     }
 
     #[test]

@@ -89,6 +89,9 @@ pub struct Quality {
     pub map_by_range: BTreeMap<String, Option<f64>>,
     /// Distance band → class name → AP of that band alone.
     pub ap_by_range: BTreeMap<String, BTreeMap<String, Option<f64>>>,
+    /// Distance band → MOTA of the tracking counts charged to it (None: no ground truth
+    /// there; the counts are in `tracking.mot_by_range`).
+    pub mota_by_range: BTreeMap<String, Option<f64>>,
     /// Detection details: AP per threshold, box and detection counts.
     pub detection: DetectionSummary,
     /// Tracking details.
@@ -130,9 +133,15 @@ impl QualityEval {
             map_by_range.insert(name.to_string(), b.map);
             ap_by_range.insert(name.to_string(), b.ap);
         }
+        let mota_by_range = t
+            .mot_by_range
+            .iter()
+            .map(|(band, m)| (band.clone(), (m.gt_objects > 0).then_some(m.mota)))
+            .collect();
         Quality {
             map_by_range,
             ap_by_range,
+            mota_by_range,
             frames: self.frames,
             map: d.map,
             ap: d.ap.clone(),
@@ -217,6 +226,26 @@ impl Quality {
             .collect();
         format!(
             "detection by distance from the ego: mAP {}",
+            bands.join("; ")
+        )
+    }
+
+    /// The table's line of tracking by distance from the ego: each band's MOTA and what
+    /// it is made of.
+    pub fn tracking_range_line(&self) -> String {
+        let bands: Vec<String> = RANGE_BAND_NAMES
+            .iter()
+            .map(|band| match self.tracking.mot_by_range.get(*band) {
+                Some(m) if m.gt_objects > 0 => format!(
+                    "{band} {:.3} ({} objects: {} missed, {} false tracks, {} ID switches)",
+                    m.mota, m.gt_objects, m.misses, m.false_positives, m.id_switches
+                ),
+                Some(m) => format!("{band} n/a ({} false tracks)", m.false_positives),
+                None => format!("{band} n/a"),
+            })
+            .collect();
+        format!(
+            "tracking by distance from the ego: MOTA {}",
             bands.join("; ")
         )
     }

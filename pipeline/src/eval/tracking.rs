@@ -5,7 +5,9 @@
 //! - Frames are added in order with [`TrackingEval::frame`]; [`TrackingEval::end_sequence`]
 //!   separates logs (ID state is not carried from one sequence into the next, so pooled
 //!   logs score as the sum of their sequences).
-//! - MOTA, MOTP and ID switches: [`MotEval`] over every published track.
+//! - MOTA, MOTP and ID switches: [`MotEval`] over every published track; by distance from
+//!   the ego (the bands of [`RANGE_BANDS_M`], charged as [`MotEval::frame_in_bands`] says)
+//!   for the frames added with their ego pose ([`TrackingEval::frame_at`]).
 //! - AMOTA: nuScenes ranks tracks by a confidence score; our tracks carry none, so the
 //!   confidence is [`track_confidence`] = `age / (1 + misses)` — frames since birth, divided
 //!   down while the track coasts without detections (an established, currently observed
@@ -26,8 +28,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::detection::interp;
-use super::{MotEval, MotSummary};
-use crate::types::{GtBox, TrackState};
+use super::{range_band, MotEval, MotSummary, RANGE_BAND_NAMES};
+use crate::geometry::world_to_ego;
+use crate::types::{EgoPose, GtBox, TrackState};
 
 /// Recall levels AMOTA averages over (the devkit's `num_thresholds`).
 pub const AMOTA_THRESHOLDS: usize = 40;
@@ -40,7 +43,7 @@ pub fn track_confidence(t: &TrackState) -> f64 {
 }
 
 /// Tracking figures over all sequences.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TrackingSummary {
     /// CLEAR-MOT over every track.
     pub mot: MotSummary,
@@ -48,10 +51,14 @@ pub struct TrackingSummary {
     pub amota: f64,
     /// Recall levels (of 40) the tracks reached.
     pub amota_levels_reached: u32,
+    /// Distance band (`0-20m`, `20-40m`, `40m+` from the ego) → CLEAR-MOT of the counts
+    /// charged to it (over the frames added with [`TrackingEval::frame_at`]).
+    pub mot_by_range: BTreeMap<String, MotSummary>,
 }
 
-/// One frame as evaluated: ground truth in range and the valid tracks.
-type Frame = (Vec<GtBox>, Vec<TrackState>);
+/// One frame as evaluated: ground truth in range, the valid tracks and, when known, the
+/// ego pose (for the distance bands).
+type Frame = (Vec<GtBox>, Vec<TrackState>, Option<EgoPose>);
 
 /// Accumulates sequences of frames (see the module docs).
 #[derive(Debug, Clone)]
@@ -70,12 +77,23 @@ impl TrackingEval {
     }
 
     /// One frame of the current sequence: ground truth (world) in the evaluated region and
-    /// the published tracks (world); entries with `valid == 0` are dropped.
+    /// the published tracks (world); entries with `valid == 0` are dropped. Counts in no
+    /// distance band (see [`TrackingEval::frame_at`]).
     pub fn frame(&mut self, gt: &[GtBox], tracks: &[TrackState]) {
+        self.push(gt, tracks, None);
+    }
+
+    /// [`TrackingEval::frame`] of a frame whose ego pose was `ego`: its counts are also
+    /// charged to the distance bands.
+    pub fn frame_at(&mut self, ego: &EgoPose, gt: &[GtBox], tracks: &[TrackState]) {
+        self.push(gt, tracks, Some(*ego));
+    }
+
+    fn push(&mut self, gt: &[GtBox], tracks: &[TrackState], ego: Option<EgoPose>) {
         let g = gt.iter().copied().filter(|g| g.valid != 0).collect();
         let t = tracks.iter().copied().filter(|t| t.valid != 0).collect();
         if let Some(seq) = self.sequences.last_mut() {
-            seq.push((g, t));
+            seq.push((g, t, ego));
         }
     }
 
@@ -95,21 +113,26 @@ impl TrackingEval {
         self.sequences.push(Vec::new());
     }
 
-    /// CLEAR-MOT of the tracks with confidence ≥ `min_conf` (all with `None`), and the
-    /// confidences of the matched tracks.
-    fn run(&self, min_conf: Option<f64>) -> (MotSummary, Vec<f64>) {
+    /// CLEAR-MOT of the tracks with confidence ≥ `min_conf` (all with `None`), the
+    /// confidences of the matched tracks, and the evaluator (for its bands).
+    fn run(&self, min_conf: Option<f64>) -> (MotSummary, Vec<f64>, MotEval) {
         let mut ev = MotEval::new(self.match_dist_m);
         let mut matched = Vec::new();
         let mut kept = Vec::new();
         for seq in &self.sequences {
-            for (g, t) in seq {
+            for (g, t, ego) in seq {
                 kept.clear();
                 kept.extend(
                     t.iter()
                         .copied()
                         .filter(|t| min_conf.is_none_or(|m| track_confidence(t) >= m)),
                 );
-                for id in ev.frame(g, &kept) {
+                let band = |x: f64, y: f64| {
+                    let ego = ego.as_ref()?;
+                    let (ex, ey) = world_to_ego(ego, x, y);
+                    range_band(redline_runtime::det_math::hypot(ex, ey))
+                };
+                for id in ev.frame_in_bands(g, &kept, &band) {
                     if let Some(tr) = kept.iter().find(|t| t.id == id) {
                         matched.push(track_confidence(tr));
                     }
@@ -117,14 +140,19 @@ impl TrackingEval {
             }
             ev.end_sequence();
         }
-        (ev.summary(), matched)
+        (ev.summary(), matched, ev)
     }
 
     /// The figures so far.
     pub fn summary(&self) -> TrackingSummary {
-        let (mot, mut scores) = self.run(None);
+        let (mot, mut scores, ev) = self.run(None);
         let mut s = TrackingSummary {
             mot,
+            mot_by_range: RANGE_BAND_NAMES
+                .iter()
+                .map(|name| name.to_string())
+                .zip(ev.summary_by_band())
+                .collect(),
             ..TrackingSummary::default()
         };
         let objects = mot.gt_objects as f64;
@@ -146,7 +174,7 @@ impl TrackingEval {
             s.amota_levels_reached += 1;
             let thr = interp(level, &rec, &scores);
             let motar = *cache.entry(thr.to_bits()).or_insert_with(|| {
-                let (m, _) = self.run(Some(thr));
+                let (m, _, _) = self.run(Some(thr));
                 motar(&m)
             });
             total += motar;
@@ -259,6 +287,37 @@ mod tests {
         c.frame(&[gt(1, 0.0)], &[tr(1, 0.0, 3)]);
         c.frame(&[gt(1, 0.0)], &[tr(9, 0.0, 3)]);
         assert_eq!(c.summary().mot.id_switches, 1);
+    }
+
+    #[test]
+    fn bands_are_distances_from_the_frames_ego() {
+        // The ego at (100, 0) facing -x: an object at x = 70 is 30 m ahead (20-40 m), one at
+        // x = 95 is 5 m ahead; a false track at x = 40 is 60 m ahead. Frames added without
+        // an ego count in the totals only.
+        let ego = EgoPose {
+            x: 100.0,
+            yaw: std::f64::consts::PI,
+            ..EgoPose::default()
+        };
+        let mut ev = TrackingEval::new(2.0);
+        ev.frame_at(
+            &ego,
+            &[gt(1, 70.0), gt(2, 95.0)],
+            &[tr(5, 95.0, 3), tr(6, 40.0, 3)],
+        );
+        ev.frame(&[gt(1, 70.0)], &[]);
+        let s = ev.summary();
+        let band = |b: &str| s.mot_by_range[b];
+        assert_eq!((band("0-20m").gt_objects, band("0-20m").matches), (1, 1));
+        assert_eq!((band("20-40m").gt_objects, band("20-40m").misses), (1, 1));
+        assert_eq!(
+            (band("40m+").gt_objects, band("40m+").false_positives),
+            (0, 1)
+        );
+        assert_eq!(
+            (s.mot.gt_objects, s.mot.misses, s.mot.false_positives),
+            (3, 2, 1)
+        );
     }
 
     #[test]

@@ -192,7 +192,7 @@ impl Scorer {
                 &in_band(&dets, &det_band, band),
             );
         }
-        q.tracking.frame(gt, &r.tracks);
+        q.tracking.frame_at(&r.ego, gt, &r.tracks);
         if r.status == "complete"
             && r.has_segmentation
             && seg_ground_truth(feed.map(), &r.ego, &BevSpec::DEFAULT, &mut self.truth_grid).is_ok()
