@@ -6,8 +6,9 @@
 //!   separates logs (ID state is not carried from one sequence into the next, so pooled
 //!   logs score as the sum of their sequences).
 //! - MOTA, MOTP and ID switches: [`MotEval`] over every published track; by distance from
-//!   the ego (the bands of [`RANGE_BANDS_M`](super::RANGE_BANDS_M), charged as [`MotEval::frame_in_bands`] says)
-//!   for the frames added with their ego pose ([`TrackingEval::frame_at`]).
+//!   the ego (the bands of [`RANGE_BANDS_M`](super::RANGE_BANDS_M), charged as
+//!   [`MotEval::frame_in_bands`] says) for the frames added with their ego pose
+//!   ([`TrackingEval::frame_at`]).
 //! - AMOTA: nuScenes ranks tracks by a confidence score; our tracks carry none, so the
 //!   confidence is [`track_confidence`] = `age / (1 + misses)` — frames since birth, divided
 //!   down while the track coasts without detections (an established, currently observed
