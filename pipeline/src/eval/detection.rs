@@ -30,7 +30,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::types::class;
+use crate::geometry::world_to_ego;
+use crate::types::{class, EgoPose};
 
 /// The nuScenes centre-distance thresholds, m.
 pub const DIST_THRESHOLDS_M: [f64; 4] = [0.5, 1.0, 2.0, 4.0];
@@ -52,6 +53,13 @@ pub fn range_band(distance_m: f64) -> Option<usize> {
     RANGE_BANDS_M
         .iter()
         .position(|&(lo, hi)| distance_m >= lo && distance_m < hi)
+}
+
+/// The band of [`RANGE_BANDS_M`] of the world point `(x, y)` seen from `ego` (its
+/// distance in the ego frame).
+pub fn range_band_from(ego: &EgoPose, x: f64, y: f64) -> Option<usize> {
+    let (ex, ey) = world_to_ego(ego, x, y);
+    range_band(dm::hypot(ex, ey))
 }
 
 /// A detection to evaluate: world-frame centre, class and score.

@@ -32,7 +32,8 @@ pub mod segmentation;
 pub mod tracking;
 
 pub use detection::{
-    range_band, DetectionEval, DetectionSummary, EvalDet, EvalGt, RANGE_BANDS_M, RANGE_BAND_NAMES,
+    range_band, range_band_from, DetectionEval, DetectionSummary, EvalDet, EvalGt, RANGE_BANDS_M,
+    RANGE_BAND_NAMES,
 };
 pub use quality::{Quality, QualityEval};
 pub use seg_truth::{seg_ground_truth, SegTruthError, MARKING_HALF_WIDTH_M};

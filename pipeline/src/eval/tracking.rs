@@ -29,8 +29,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::detection::interp;
-use super::{range_band, MotEval, MotSummary, RANGE_BAND_NAMES};
-use crate::geometry::world_to_ego;
+use super::{range_band_from, MotEval, MotSummary, RANGE_BAND_NAMES};
 use crate::types::{EgoPose, GtBox, TrackState};
 
 /// Recall levels AMOTA averages over (the devkit's `num_thresholds`).
@@ -128,11 +127,9 @@ impl TrackingEval {
                         .copied()
                         .filter(|t| min_conf.is_none_or(|m| track_confidence(t) >= m)),
                 );
-                let band = |x: f64, y: f64| {
-                    let ego = ego.as_ref()?;
-                    let (ex, ey) = world_to_ego(ego, x, y);
-                    range_band(redline_runtime::det_math::hypot(ex, ey))
-                };
+                // Only the unthresholded run's bands are reported: the others skip them.
+                let banded = ego.as_ref().filter(|_| min_conf.is_none());
+                let band = |x: f64, y: f64| range_band_from(banded?, x, y);
                 for id in ev.frame_in_bands(g, &kept, &band) {
                     if let Some(tr) = kept.iter().find(|t| t.id == id) {
                         matched.push(track_confidence(tr));

@@ -31,8 +31,10 @@ use super::{
     Evaluation, FrameRecord, PlannerCollision, COLLISION_EVENT_GAP_FRAMES, MAX_COLLISIONS_KEPT,
 };
 use crate::eval::quality::QualityEval;
-use crate::eval::{first_collision_with, range_band, seg_ground_truth, EvalDet, EvalGt, MotEval};
-use crate::geometry::{ego_to_world, world_to_ego};
+use crate::eval::{
+    first_collision_with, range_band, range_band_from, seg_ground_truth, EvalDet, EvalGt, MotEval,
+};
+use crate::geometry::ego_to_world;
 use crate::sensors::{in_perception_range, FrameSource};
 use crate::types::{class, BevSpec, GtBox, TrackState, PLAN_STEPS, PRED_DT};
 
@@ -161,10 +163,7 @@ impl Scorer {
             .collect();
         let gt_band: Vec<Option<usize>> = egt
             .iter()
-            .map(|g| {
-                let (x, y) = world_to_ego(&r.ego, g.x, g.y);
-                range_band(det_math::hypot(x, y))
-            })
+            .map(|g| range_band_from(&r.ego, g.x, g.y))
             .collect();
         let (dets, det_band): (Vec<EvalDet>, Vec<Option<usize>>) = r
             .detection_list
