@@ -113,9 +113,10 @@ impl TrackingEval {
         self.sequences.push(Vec::new());
     }
 
-    /// CLEAR-MOT of the tracks with confidence ≥ `min_conf` (all with `None`), the
-    /// confidences of the matched tracks, and the evaluator (for its bands).
-    fn run(&self, min_conf: Option<f64>) -> (MotSummary, Vec<f64>, MotEval) {
+    /// The CLEAR-MOT evaluator over the tracks with confidence ≥ `min_conf` (all with
+    /// `None`; only that run charges the distance bands), and the confidences of the
+    /// matched tracks.
+    fn run(&self, min_conf: Option<f64>) -> (MotEval, Vec<f64>) {
         let mut ev = MotEval::new(self.match_dist_m);
         let mut matched = Vec::new();
         let mut kept = Vec::new();
@@ -127,7 +128,6 @@ impl TrackingEval {
                         .copied()
                         .filter(|t| min_conf.is_none_or(|m| track_confidence(t) >= m)),
                 );
-                // Only the unthresholded run's bands are reported: the others skip them.
                 let banded = ego.as_ref().filter(|_| min_conf.is_none());
                 let band = |x: f64, y: f64| range_band_from(banded?, x, y);
                 for id in ev.frame_in_bands(g, &kept, &band) {
@@ -138,12 +138,13 @@ impl TrackingEval {
             }
             ev.end_sequence();
         }
-        (ev.summary(), matched, ev)
+        (ev, matched)
     }
 
     /// The figures so far.
     pub fn summary(&self) -> TrackingSummary {
-        let (mot, mut scores, ev) = self.run(None);
+        let (ev, mut scores) = self.run(None);
+        let mot = ev.summary();
         let mut s = TrackingSummary {
             mot,
             mot_by_range: RANGE_BAND_NAMES
@@ -172,7 +173,7 @@ impl TrackingEval {
             s.amota_levels_reached += 1;
             let thr = interp(level, &rec, &scores);
             let motar = *cache.entry(thr.to_bits()).or_insert_with(|| {
-                let (m, _, _) = self.run(Some(thr));
+                let m = self.run(Some(thr)).0.summary();
                 motar(&m)
             });
             total += motar;
