@@ -462,11 +462,20 @@ mod tests {
         let stop = std::sync::atomic::AtomicBool::new(false);
         let served = AtomicUsize::new(0);
         let helper_thread = std::sync::Mutex::new(None);
+        /// Stops the helper when the scope's body ends, also by a failed assertion: the
+        /// scope joins the helper before it re-raises, so without this a failure hangs.
+        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
         std::thread::scope(|s| {
             s.spawn(|| {
                 *helper_thread.lock().unwrap() = Some(std::thread::current().id());
                 helper(&lanes, &stop, &served);
             });
+            let _stop = StopOnDrop(&stop);
             while helper_thread.lock().unwrap().is_none() {
                 std::hint::spin_loop();
             }
