@@ -484,26 +484,35 @@ mod tests {
                 lanes: &lanes,
                 lane: 0,
             };
-            // The helper's chunk panics; the caller's chunk waits for the helper to have
-            // taken one (with a bound, so a broken helper fails the test, not hangs it).
+            // Each side's chunk waits for the other side to have taken one (with a bound,
+            // so a broken helper fails the test, not hangs it): without that, a helper
+            // that arrives before the caller starts working takes both chunks, and no
+            // chunk runs on the caller (CI saw it once: the caller's panic never came).
             let helped = std::sync::atomic::AtomicBool::new(false);
+            let caller_in = std::sync::atomic::AtomicBool::new(false);
+            let wait_for = |flag: &std::sync::atomic::AtomicBool| {
+                let t = std::time::Instant::now();
+                while !flag.load(Ordering::SeqCst)
+                    && t.elapsed() < std::time::Duration::from_secs(10)
+                {
+                    std::hint::spin_loop();
+                }
+            };
             let call = |panic_on_helper: bool| {
                 helped.store(false, Ordering::SeqCst);
+                caller_in.store(false, Ordering::SeqCst);
                 let done = AtomicUsize::new(0);
                 let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     owner.run(2, 2, &|_r| {
                         if std::thread::current().id() == helper_id {
                             helped.store(true, Ordering::SeqCst);
+                            wait_for(&caller_in);
                             if panic_on_helper {
                                 panic!("chunk panicked on the helper");
                             }
                         } else {
-                            let t = std::time::Instant::now();
-                            while !helped.load(Ordering::SeqCst)
-                                && t.elapsed() < std::time::Duration::from_secs(10)
-                            {
-                                std::hint::spin_loop();
-                            }
+                            caller_in.store(true, Ordering::SeqCst);
+                            wait_for(&helped);
                             if !panic_on_helper {
                                 panic!("chunk panicked on the caller");
                             }
