@@ -294,6 +294,12 @@ pub fn build_with(
         stage::TRACKING,
         TrackingStage::with_params(crate::tracking::TrackerParams {
             min_score: cfg.track_min_scores(),
+            depth_noise_from_m: cfg.track_depth_noise_from_m,
+            // The oracle's detections are the ground truth: exact at every range.
+            depth_noise_per_m: match cfg.perception {
+                Perception::Network => cfg.track_depth_noise_per_m,
+                Perception::Oracle => 0.0,
+            },
             ..Default::default()
         }),
     )

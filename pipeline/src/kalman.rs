@@ -5,7 +5,10 @@
 //!   (bit-identical results for the same inputs).
 //! - Process model: white acceleration noise of variance `accel_noise` ((m/s²)²) per axis
 //!   (the discrete white-noise-acceleration model, `Q = q·[[dt⁴/4, dt³/2], [dt³/2, dt²]]`).
-//! - Measurement: position `(zx, zy)` with isotropic variance `meas_var` (m²).
+//! - Measurement: position `(zx, zy)` with variance `meas_var` (m²) in every direction, plus,
+//!   with [`Cv2d::update_along`], `ray_var` more along one unit direction (a camera's depth
+//!   error grows along its viewing ray, not across it): `R = meas_var·I + ray_var·u·uᵀ`.
+//!   With `ray_var = 0` the result is bit-identical to the isotropic [`Cv2d::update`].
 //! - The covariance is kept symmetric (Joseph form update), so it stays positive definite.
 //! - Non-finite or non-positive inputs never corrupt the state: `predict` ignores a
 //!   non-finite or negative `dt`, `update` ignores a non-finite measurement, and variances
@@ -47,6 +50,26 @@ impl Cv2d {
             x: [x, y, 0.0, 0.0],
             p,
         }
+    }
+
+    /// As [`Cv2d::new`], the position covariance widened by `ray_var` along the unit vector
+    /// `ray` (the covariance of a measurement made along that ray, see
+    /// [`Cv2d::update_along`]). Non-finite or negative `ray_var` counts as 0.
+    pub fn new_along(
+        x: f64,
+        y: f64,
+        pos_var: f64,
+        ray: [f64; 2],
+        ray_var: f64,
+        vel_var: f64,
+    ) -> Self {
+        let mut f = Self::new(x, y, pos_var, vel_var);
+        let e = extra_var(ray_var);
+        f.p[0][0] += e * ray[0] * ray[0];
+        f.p[0][1] += e * ray[0] * ray[1];
+        f.p[1][0] += e * ray[1] * ray[0];
+        f.p[1][1] += e * ray[1] * ray[1];
+        f
     }
 
     /// Position `(x, y)`.
@@ -94,18 +117,27 @@ impl Cv2d {
         self.p = symmetrize(n);
     }
 
-    /// Innovation `z - Hx` and its covariance `S = H P Hᵀ + R` (2×2) and inverse.
+    /// Innovation `z - Hx` and its covariance `S = H P Hᵀ + R` (2×2) and inverse, with
+    /// `R = r·I + e·u·uᵀ` (`r`, `e` already floored / cleaned).
     fn innovation(
         &self,
         zx: f64,
         zy: f64,
-        meas_var: f64,
+        r: f64,
+        u: [f64; 2],
+        e: f64,
     ) -> ([f64; 2], [[f64; 2]; 2], [[f64; 2]; 2]) {
-        let r = var(meas_var);
         let y = [zx - self.x[0], zy - self.x[1]];
+        // `e = 0` adds exact zeros: the isotropic case is unchanged bit for bit.
         let s = [
-            [self.p[0][0] + r, self.p[0][1]],
-            [self.p[1][0], self.p[1][1] + r],
+            [
+                self.p[0][0] + r + e * u[0] * u[0],
+                self.p[0][1] + e * u[0] * u[1],
+            ],
+            [
+                self.p[1][0] + e * u[1] * u[0],
+                self.p[1][1] + r + e * u[1] * u[1],
+            ],
         ];
         let det = s[0][0] * s[1][1] - s[0][1] * s[1][0];
         let det = if det.is_finite() && det > VAR_FLOOR * VAR_FLOOR {
@@ -123,11 +155,23 @@ impl Cv2d {
     /// Correct the state with a position measurement of variance `meas_var`: the mean moves
     /// toward the measurement and the covariance shrinks. Non-finite measurements are ignored.
     pub fn update(&mut self, zx: f64, zy: f64, meas_var: f64) {
+        self.update_along(zx, zy, meas_var, [0.0, 0.0], 0.0);
+    }
+
+    /// [`Cv2d::update`] with `ray_var` more variance along the unit vector `ray` (see the
+    /// module docs): the state moves toward the measurement less along the ray than across
+    /// it. Non-finite or negative `ray_var`, or a non-finite `ray`, count as 0.
+    pub fn update_along(&mut self, zx: f64, zy: f64, meas_var: f64, ray: [f64; 2], ray_var: f64) {
         if !zx.is_finite() || !zy.is_finite() {
             return;
         }
         let r = var(meas_var);
-        let (y, _s, si) = self.innovation(zx, zy, meas_var);
+        let (u, e) = if ray[0].is_finite() && ray[1].is_finite() {
+            (ray, extra_var(ray_var))
+        } else {
+            ([0.0, 0.0], 0.0)
+        };
+        let (y, _s, si) = self.innovation(zx, zy, r, u, e);
         // K = P Hᵀ S⁻¹ (4×2); P Hᵀ = first two columns of P.
         let mut k = [[0.0; 2]; 4];
         for (i, ki) in k.iter_mut().enumerate() {
@@ -153,10 +197,23 @@ impl Cv2d {
                 for t in 0..4 {
                     acc += ap[i][t] * a[j][t];
                 }
-                n[i][j] = acc + r * (k[i][0] * k[j][0] + k[i][1] * k[j][1]);
+                let (ku_i, ku_j) = (
+                    k[i][0] * u[0] + k[i][1] * u[1],
+                    k[j][0] * u[0] + k[j][1] * u[1],
+                );
+                n[i][j] = acc + r * (k[i][0] * k[j][0] + k[i][1] * k[j][1]) + e * ku_i * ku_j;
             }
         }
         self.p = symmetrize(n);
+    }
+}
+
+/// An added variance: finite and non-negative, else 0 (no floor: 0 means "none").
+fn extra_var(v: f64) -> f64 {
+    if v.is_finite() && v > 0.0 {
+        v
+    } else {
+        0.0
     }
 }
 
@@ -228,6 +285,43 @@ mod tests {
         let before = f;
         f.update(f64::NAN, 1.0, 1.0);
         assert_eq!(f, before);
+    }
+
+    #[test]
+    fn update_along_trusts_the_measurement_less_along_its_ray() {
+        // No added variance: bit-identical to the isotropic update, whatever the ray.
+        let start = {
+            let mut f = Cv2d::new(1.0, -2.0, 0.7, 3.0);
+            f.predict(0.1, 2.0);
+            f
+        };
+        let (mut a, mut b) = (start, start);
+        a.update(3.0, 1.5, 0.25);
+        b.update_along(3.0, 1.5, 0.25, [0.6, 0.8], 0.0);
+        assert_eq!(a, b);
+        // Ray along +x with 15 m² more variance there: the state moves toward a measurement
+        // 2 m off in x and 2 m off in y much less in x than in y.
+        let mut f = Cv2d::new(0.0, 0.0, 1.0, 1.0);
+        f.update_along(2.0, 2.0, 1.0, [1.0, 0.0], 15.0);
+        assert!(
+            (f.x[1] - 1.0).abs() < 1e-12,
+            "across the ray: halfway, {}",
+            f.x[1]
+        );
+        assert!(
+            (f.x[0] - 2.0 / 17.0).abs() < 1e-12,
+            "along the ray: 1/17, {}",
+            f.x[0]
+        );
+        assert!(f.p[0][0] > f.p[1][1]);
+        // A bad ray or variance is no added variance.
+        let (mut c, mut d) = (start, start);
+        c.update_along(3.0, 1.5, 0.25, [f64::NAN, 0.0], 9.0);
+        d.update_along(3.0, 1.5, 0.25, [1.0, 0.0], f64::INFINITY);
+        assert_eq!((c, d), (a, a));
+        // A filter born from such a measurement is as uncertain along the ray.
+        let g = Cv2d::new_along(5.0, 0.0, 0.25, [0.0, 1.0], 4.0, 100.0);
+        assert_eq!((g.p[0][0], g.p[1][1], g.p[0][1]), (0.25, 4.25, 0.0));
     }
 
     #[test]

@@ -1,7 +1,11 @@
-//! Association of a frame's detections with the tracks: the cost matrix of Euclidean
-//! distances between each track's predicted position and each detection (world frame),
-//! gated at `gate_m` (farther pairs are forbidden), solved optimally by the Hungarian
-//! solver ([`crate::assignment`]).
+//! Association of a frame's detections with the tracks: the cost matrix of distances
+//! between each track's predicted position and each detection (world frame), gated at
+//! `gate_m` (farther pairs are forbidden), solved optimally by the Hungarian solver
+//! ([`crate::assignment`]). The distance is Euclidean for a detection without depth noise;
+//! with it, the offset's component along the detection's ray is scaled by
+//! `sqrt(meas_var / (meas_var + ray_var))` (the offset measured in the detection's own
+//! standard deviations, times the across-ray one), so a far detection several metres
+//! off in range but on the track's bearing still matches it.
 //!
 //! Contract: fills `Tracker::row_to_col` (track row → detection column, −1 = unmatched);
 //! never allocates (the matrix and the solver are sized in [`Tracker::new`]), locks or
@@ -27,7 +31,15 @@ impl Tracker {
         for (i, t) in self.tracks.iter().enumerate() {
             let (tx, ty) = t.kf.position();
             for (j, d) in self.dets.iter().enumerate() {
-                let dist = ((d.x - tx).powi(2) + (d.y - ty).powi(2)).sqrt() as f32;
+                let (ox, oy) = (d.x - tx, d.y - ty);
+                let dist = if d.ray_var > 0.0 {
+                    let along = ox * d.ray[0] + oy * d.ray[1];
+                    let across = -ox * d.ray[1] + oy * d.ray[0];
+                    let shrink = along_scale(p.meas_var, d.ray_var);
+                    ((along * shrink).powi(2) + across.powi(2)).sqrt() as f32
+                } else {
+                    (ox.powi(2) + oy.powi(2)).sqrt() as f32
+                };
                 self.cost[i * cols + j] = if dist <= gate { dist } else { f32::INFINITY };
             }
         }
@@ -49,6 +61,17 @@ impl Tracker {
             }
         }
     }
+}
+
+/// `sqrt(v / (v + ray_var))` with `v` the measurement variance (floored like the Kalman
+/// filter's): the factor that turns an along-ray offset into "across-ray metres".
+fn along_scale(meas_var: f64, ray_var: f64) -> f64 {
+    let v = if meas_var.is_finite() {
+        meas_var.max(1e-9)
+    } else {
+        1e-9
+    };
+    (v / (v + ray_var)).sqrt()
 }
 
 #[cfg(test)]
@@ -92,6 +115,59 @@ mod tests {
         // Velocities were learned.
         let a = out.iter().find(|t| t.id == 1).unwrap();
         assert!((a.vx - 10.0).abs() < 1.0 && a.vy.abs() < 1.0, "{a:?}");
+    }
+
+    /// A stationary car 50 m ahead, seen on the right bearing at ranges scattered by
+    /// ±3.5 m (a far camera detection): with depth noise one track follows it, at about
+    /// its mean range; without, the jumps beyond the 3 m gate birth new tracks. Across the
+    /// ray the gate is as tight as ever.
+    #[test]
+    fn depth_noise_keeps_one_track_on_a_far_object_whose_range_jumps() {
+        let ranges = [50.0, 53.5, 47.0, 52.5, 46.5, 53.0, 48.0, 51.0, 46.8, 53.2];
+        let (sin_b, cos_b) = crate::camera::det::sin_cos(0.2);
+        let run = |per_m: f64| {
+            let mut tr = Tracker::new(TrackerParams {
+                depth_noise_from_m: 20.0,
+                depth_noise_per_m: per_m,
+                ..TrackerParams::default()
+            });
+            for (k, r) in ranges.iter().cycle().take(40).enumerate() {
+                let ego = ego_at(k as u64, 0.0, 0.0, 0.0);
+                let (x, y) = (r * cos_b, r * sin_b);
+                tr.step(&[det(&ego, x, y, class::CAR)], &ego);
+            }
+            let mut out = out_buf();
+            let n = tr.write(&mut out);
+            (tr.stats().births, out[..n].to_vec())
+        };
+        let (births_off, _) = run(0.0);
+        assert!(births_off > 5, "isotropic: {births_off} births");
+        let (births_on, tracks) = run(0.1);
+        assert_eq!(births_on, 1);
+        assert_eq!(tracks.len(), 1);
+        let t = tracks[0];
+        let mean = ranges.iter().sum::<f64>() / ranges.len() as f64;
+        let (tx, ty) = (f64::from(t.x), f64::from(t.y));
+        let range = (tx * tx + ty * ty).sqrt();
+        assert!((range - mean).abs() < 1.5, "range {range} vs mean {mean}");
+        let off_bearing = (ty * cos_b - tx * sin_b).abs();
+        assert!(off_bearing < 0.3, "{off_bearing} m off the bearing: {t:?}");
+        // A detection 3.5 m across the ray from the track is still beyond the gate.
+        let mut tr = Tracker::new(TrackerParams {
+            depth_noise_from_m: 20.0,
+            depth_noise_per_m: 0.1,
+            birth_hits: 1,
+            ..TrackerParams::default()
+        });
+        let e0 = ego_at(0, 0.0, 0.0, 0.0);
+        tr.step(&[det(&e0, 50.0, 0.0, class::CAR)], &e0);
+        let e1 = ego_at(1, 0.0, 0.0, 0.0);
+        tr.step(&[det(&e1, 50.0, 3.5, class::CAR)], &e1);
+        assert_eq!(tr.stats().births, 2);
+        // ... and one 3.5 m along it is not.
+        let e2 = ego_at(2, 0.0, 0.0, 0.0);
+        tr.step(&[det(&e2, 46.5, 0.0, class::CAR)], &e2);
+        assert_eq!(tr.stats().births, 2);
     }
 
     #[test]

@@ -5,9 +5,18 @@
 //! - [`Tracker::step`] takes one frame of detections in the **ego** frame and the frame's
 //!   ego pose, and keeps its tracks in the **world** frame, so ego motion is compensated:
 //!   a static object seen from a moving ego stays where it is.
-//! - Association is optimal (Hungarian, [`crate::assignment`]) on the Euclidean distance
-//!   between a track's predicted position and a detection, gated at `gate_m`: pairs farther
-//!   apart are never matched.
+//! - Association is optimal (Hungarian, [`crate::assignment`]) on the distance between a
+//!   track's predicted position and a detection, gated at `gate_m`: pairs farther apart are
+//!   never matched. The distance is Euclidean, except that with depth noise (below) its
+//!   component along the detection's viewing ray is divided by how much less certain the
+//!   detection is along the ray than across it.
+//! - Depth noise: a camera places a far object on the right bearing but at an uncertain
+//!   range, and the error grows with range. Beyond `depth_noise_from_m` from the ego, a
+//!   detection's position variance along its ray (from the ego to the detection) grows by
+//!   `(depth_noise_per_m · (range − depth_noise_from_m))²`; the Kalman update and a new
+//!   track's covariance use it ([`Cv2d::update_along`]), so a far track follows its
+//!   detections' bearing at once and their range slowly. `depth_noise_per_m = 0` (the
+//!   default of [`TrackerParams`]) is the isotropic tracker, bit for bit.
 //! - Life cycle: an unmatched detection births a **tentative** track; it is **confirmed**
 //!   after `birth_hits` consecutive matched frames (counting the birth frame). A tentative
 //!   track dies on its first miss; a confirmed one coasts (prediction only) and is deleted
@@ -62,6 +71,11 @@ pub struct TrackerParams {
     pub accel_noise: f64,
     /// Detections scoring below their class's entry (class id order) are ignored.
     pub min_score: [f32; class::COUNT],
+    /// Range from the ego beyond which depth noise grows, m (see the module docs).
+    pub depth_noise_from_m: f64,
+    /// Growth of the along-ray standard deviation per metre of range beyond
+    /// `depth_noise_from_m` (m/m); 0 turns depth noise off.
+    pub depth_noise_per_m: f64,
 }
 
 impl Default for TrackerParams {
@@ -73,6 +87,8 @@ impl Default for TrackerParams {
             meas_var: 0.25,
             accel_noise: 9.0,
             min_score: [0.3; class::COUNT],
+            depth_noise_from_m: 0.0,
+            depth_noise_per_m: 0.0,
         }
     }
 }
@@ -116,6 +132,24 @@ struct WorldDet {
     length: f32,
     width: f32,
     class: u32,
+    /// Unit vector from the ego to the detection (world frame); zero at the ego.
+    ray: [f64; 2],
+    /// Extra position variance along `ray`, m² (depth noise; 0 when off or near).
+    ray_var: f64,
+}
+
+impl TrackerParams {
+    /// The extra along-ray variance of a detection `range` m from the ego, m² (0 for
+    /// non-finite settings).
+    pub fn ray_var(&self, range: f64) -> f64 {
+        let k = self.depth_noise_per_m;
+        let beyond = range - self.depth_noise_from_m;
+        if !(k.is_finite() && k > 0.0 && beyond.is_finite() && beyond > 0.0) {
+            return 0.0;
+        }
+        let sd = k * beyond;
+        sd * sd
+    }
 }
 
 /// The multi-object tracker (see the module docs).
@@ -186,7 +220,7 @@ impl Tracker {
     /// One frame: detections in the EGO frame (entries with valid == 0 ignored), the ego
     /// pose of the frame; dt from the previous call's stamp (first call: no predict).
     /// Transforms detections to the world frame, predicts tracks, associates by gated
-    /// Euclidean cost with the Hungarian solver, updates matched, ages unmatched (delete
+    /// distance (Euclidean, depth noise discounted along the ray) with the Hungarian solver, updates matched, ages unmatched (delete
     /// after max_misses), births new tentative tracks for unmatched detections (confirmed
     /// after birth_hits consecutive hits). Track ids increase from 1 and are never reused.
     ///
@@ -222,7 +256,16 @@ impl Tracker {
                 continue;
             }
             let (wx, wy) = ego_to_world(ego, f64::from(d.x), f64::from(d.y));
+            let (ex, ey) = (f64::from(d.x), f64::from(d.y));
+            let range = (ex * ex + ey * ey).sqrt();
+            let ray = if range > 0.0 {
+                [(wx - ego.x) / range, (wy - ego.y) / range]
+            } else {
+                [0.0, 0.0]
+            };
             let w = WorldDet {
+                ray,
+                ray_var: p.ray_var(range),
                 x: wx,
                 y: wy,
                 yaw: wrap_angle(f64::from(finite_or(d.yaw, 0.0)) + ego.yaw) as f32,
@@ -399,7 +442,17 @@ mod tests {
 
     #[test]
     fn garbage_detections_do_not_panic() {
-        let mut tr = Tracker::new(TrackerParams::default());
+        for per_m in [0.0, 0.1, f64::NAN, f64::INFINITY] {
+            garbage_detections_do_not_panic_with(TrackerParams {
+                depth_noise_from_m: 20.0,
+                depth_noise_per_m: per_m,
+                ..TrackerParams::default()
+            });
+        }
+    }
+
+    fn garbage_detections_do_not_panic_with(params: TrackerParams) {
+        let mut tr = Tracker::new(params);
         let mut out = out_buf();
         let bad = [
             Detection {

@@ -27,7 +27,7 @@ impl Tracker {
             match self.dets.get(usize::try_from(j).unwrap_or(usize::MAX)) {
                 Some(d) => {
                     self.det_used[j as usize] = true;
-                    t.kf.update(d.x, d.y, p.meas_var);
+                    t.kf.update_along(d.x, d.y, p.meas_var, d.ray, d.ray_var);
                     t.hits = t.hits.saturating_add(1);
                     t.misses = 0;
                     if let Some(v) = t.votes.get_mut(d.class as usize) {
@@ -70,7 +70,7 @@ impl Tracker {
             }
             let track = Track {
                 id: self.next_id,
-                kf: Cv2d::new(d.x, d.y, p.meas_var, BIRTH_VEL_VAR),
+                kf: Cv2d::new_along(d.x, d.y, p.meas_var, d.ray, d.ray_var, BIRTH_VEL_VAR),
                 votes,
                 class: d.class,
                 yaw: d.yaw,
