@@ -53,11 +53,20 @@ pub struct DatasetArgs {
     /// Temporal history length (the pipeline's `bev_cache_frames`).
     #[arg(long, default_value_t = 2)]
     pub history: usize,
+    /// The front camera's horizontal field of view, degrees (40 to 120; the other five
+    /// cameras keep theirs).
+    #[arg(long, default_value_t = redline_sim::camera::DEFAULT_FRONT_HFOV_DEG)]
+    pub front_hfov: f64,
 }
 
 pub fn dataset(a: DatasetArgs) -> Result<()> {
+    let mut drives =
+        redline_sim::dataset::varied_drives(a.drives, a.seed, a.seconds, a.width, a.height);
+    for d in &mut drives {
+        d.front_hfov_deg = a.front_hfov;
+    }
     let spec = redline_sim::dataset::DatasetSpec {
-        drives: redline_sim::dataset::varied_drives(a.drives, a.seed, a.seconds, a.width, a.height),
+        drives,
         net_w: a.net_width,
         net_h: a.net_height,
         strides: a.strides.clone(),
@@ -108,6 +117,10 @@ pub struct GenerateArgs {
     /// Number of actors.
     #[arg(long, default_value_t = 24)]
     pub actors: usize,
+    /// The front camera's horizontal field of view, degrees (40 to 120; the other five
+    /// cameras keep theirs).
+    #[arg(long, default_value_t = redline_sim::camera::DEFAULT_FRONT_HFOV_DEG)]
+    pub front_hfov: f64,
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
@@ -117,6 +130,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         actors: a.actors,
         image_width: a.width,
         image_height: a.height,
+        front_hfov_deg: a.front_hfov,
         ..ScenarioConfig::default()
     };
     let scenario = Scenario::generate(cfg)?;

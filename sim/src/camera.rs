@@ -43,6 +43,17 @@ const MOUNTS: [(&str, f64, f64, f64, f64, f64); 6] = [
 /// Roof height of the camera mounts, m.
 pub const MOUNT_HEIGHT: f64 = 1.6;
 
+/// The front camera's horizontal FOV in the default rig, degrees.
+pub const DEFAULT_FRONT_HFOV_DEG: f64 = 70.0;
+
+/// The narrowest front camera the rig accepts, degrees: the front-left and front-right
+/// views start 15° off the axis, so 40° keeps 5° of overlap on each side (as every other
+/// pair of neighbours has at least).
+pub const MIN_FRONT_HFOV_DEG: f64 = 40.0;
+
+/// The widest front camera the rig accepts, degrees.
+pub const MAX_FRONT_HFOV_DEG: f64 = 120.0;
+
 /// Six surround cameras (front, front_left, front_right, back_left, back_right, back — in
 /// this order), mounted on the roof (z = 1.6 m), pitched 5° (front/back) or 8° (sides)
 /// down, horizontal FOV 70° front/back and 80° sides at yaws 0°, ±55°, ±110°, 180°, so
@@ -50,10 +61,24 @@ pub const MOUNT_HEIGHT: f64 = 1.6;
 /// principal point at the image centre. A zero size is treated as 1 px for the focal
 /// length.
 pub fn surround_rig(width: u32, height: u32) -> Vec<CameraSpec> {
+    surround_rig_with(width, height, DEFAULT_FRONT_HFOV_DEG)
+}
+
+/// [`surround_rig`] with the front camera's horizontal FOV set to `front_hfov_deg`: a
+/// narrower front camera (as production rigs carry for the far field) puts more pixels on
+/// the road ahead at the same image size: 40° has 1.9× the focal length of 70°. The
+/// caller keeps it within [`MIN_FRONT_HFOV_DEG`]..=[`MAX_FRONT_HFOV_DEG`]
+/// ([`crate::scenario::ScenarioConfig::validate`] does) for the rig to cover 360°.
+pub fn surround_rig_with(width: u32, height: u32, front_hfov_deg: f64) -> Vec<CameraSpec> {
     let deg = std::f64::consts::PI / 180.0;
     MOUNTS
         .iter()
         .map(|&(name, x, y, yaw_deg, hfov_deg, pitch_deg)| {
+            let hfov_deg = if name == "front" {
+                front_hfov_deg
+            } else {
+                hfov_deg
+            };
             let f = 0.5 * f64::from(width.max(1)) / det::tan(0.5 * hfov_deg * deg);
             CameraSpec {
                 name: name.to_string(),

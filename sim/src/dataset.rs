@@ -163,6 +163,18 @@ pub fn write_dataset(
             "every drive must use the same camera image size".into(),
         ));
     }
+    // The view-transform tables are exported once, from the first drive's rig.
+    if spec
+        .drives
+        .iter()
+        .any(|d| d.front_hfov_deg != spec.drives[0].front_hfov_deg)
+    {
+        return Err(DatasetError::Config(
+            "every drive must use the same camera rig (front_hfov_deg): the dataset's \
+             view-transform tables are the first drive's"
+                .into(),
+        ));
+    }
     let scenarios: Vec<Scenario> = spec
         .drives
         .iter()
@@ -500,5 +512,24 @@ mod tests {
         assert_eq!(meta["cams"], 6);
         assert_eq!(meta["drives"][0]["frames"], 6);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn drives_with_different_rigs_are_refused() {
+        let dir = std::env::temp_dir().join(format!("redline-dataset-rig-{}", std::process::id()));
+        let mut drives = varied_drives(2, 11, 0.2, 64, 32);
+        drives[1].front_hfov_deg = 40.0;
+        let spec = DatasetSpec {
+            drives,
+            net_w: 32,
+            net_h: 16,
+            strides: vec![4],
+            history: 2,
+        };
+        let e = write_dataset(&dir, &spec, &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("same camera rig (front_hfov_deg)"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,7 +3,10 @@
 
 use redline_pipeline::camera::{pixel_ray_ego, project_ego};
 use redline_runtime::det_math as dm;
-use redline_sim::camera::{project_world, surround_rig};
+use redline_sim::camera::{
+    project_world, surround_rig, surround_rig_with, DEFAULT_FRONT_HFOV_DEG, MAX_FRONT_HFOV_DEG,
+    MIN_FRONT_HFOV_DEG,
+};
 use redline_sim::render::{render_scene, Renderer};
 use redline_sim::scenario::{Road, Scenario, ScenarioConfig};
 use redline_sim::types::{ActorClass, EgoState, GtObject, RgbImage};
@@ -65,7 +68,34 @@ fn optical_axis_projects_to_principal_point_and_rays_point_back() {
 
 #[test]
 fn rig_covers_360_degrees() {
-    let rig = surround_rig(320, 192);
+    rig_covers_360_degrees_with(surround_rig(320, 192));
+    // The narrowest and widest front cameras the scenario accepts keep the coverage.
+    for fov in [MIN_FRONT_HFOV_DEG, 55.0, MAX_FRONT_HFOV_DEG] {
+        rig_covers_360_degrees_with(surround_rig_with(320, 192, fov));
+    }
+}
+
+#[test]
+fn a_narrow_front_camera_has_the_longer_focal_length_and_the_rest_stay() {
+    let wide = surround_rig(256, 128);
+    let narrow = surround_rig_with(256, 128, 40.0);
+    assert_eq!(wide, surround_rig_with(256, 128, DEFAULT_FRONT_HFOV_DEG));
+    // f = (w / 2) / tan(fov / 2): 128 / tan(20°) = 351.7 px against 128 / tan(35°) = 182.8.
+    assert!((narrow[0].fx - 351.68).abs() < 0.01, "{}", narrow[0].fx);
+    assert!((wide[0].fx - 182.80).abs() < 0.01, "{}", wide[0].fx);
+    assert_eq!(narrow[0].fx, narrow[0].fy);
+    assert_eq!(narrow[1..], wide[1..]);
+    // A car-sized object 50 m ahead spans 1.9x the pixels.
+    let width_px = |c: &redline_pipeline::camera::CameraSpec| {
+        let (u0, _, _) = project_ego(c, 50.0, -0.95, 0.8).expect("ahead");
+        let (u1, _, _) = project_ego(c, 50.0, 0.95, 0.8).expect("ahead");
+        (u0 - u1).abs()
+    };
+    let ratio = width_px(&narrow[0]) / width_px(&wide[0]);
+    assert!((ratio - 1.924).abs() < 0.01, "{ratio}");
+}
+
+fn rig_covers_360_degrees_with(rig: Vec<redline_pipeline::camera::CameraSpec>) {
     let names: Vec<&str> = rig.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(
         names,

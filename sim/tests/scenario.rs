@@ -316,6 +316,27 @@ fn invalid_configs_are_errors_naming_the_field() {
         ),
         (
             ScenarioConfig {
+                front_hfov_deg: 30.0,
+                ..Default::default()
+            },
+            "front_hfov_deg = 30",
+        ),
+        (
+            ScenarioConfig {
+                front_hfov_deg: f64::NAN,
+                ..Default::default()
+            },
+            "front_hfov_deg",
+        ),
+        (
+            ScenarioConfig {
+                front_hfov_deg: 150.0,
+                ..Default::default()
+            },
+            "40 to 120 degrees",
+        ),
+        (
+            ScenarioConfig {
                 lane_width: 1.0,
                 ..Default::default()
             },

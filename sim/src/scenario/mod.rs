@@ -38,7 +38,9 @@ mod traffic;
 
 pub use road::Road;
 
-use crate::camera::surround_rig;
+use crate::camera::{
+    surround_rig_with, DEFAULT_FRONT_HFOV_DEG, MAX_FRONT_HFOV_DEG, MIN_FRONT_HFOV_DEG,
+};
 use crate::render::render_scene;
 use crate::types::{ActorClass, EgoState, GroundTruth, GtObject, RgbImage};
 use placement::place_agents;
@@ -88,6 +90,9 @@ pub struct ScenarioConfig {
     pub image_width: u32,
     /// Camera image height, px. Default 192.
     pub image_height: u32,
+    /// The front camera's horizontal field of view, degrees
+    /// ([`crate::camera::surround_rig_with`]); 40 to 120. Default 70.
+    pub front_hfov_deg: f64,
 }
 
 impl Default for ScenarioConfig {
@@ -101,6 +106,7 @@ impl Default for ScenarioConfig {
             lane_width: 3.5,
             image_width: 320,
             image_height: 192,
+            front_hfov_deg: DEFAULT_FRONT_HFOV_DEG,
         }
     }
 }
@@ -144,6 +150,15 @@ pub enum ScenarioError {
         /// Requested height.
         height: u32,
     },
+    /// `front_hfov_deg` outside [`MIN_FRONT_HFOV_DEG`]..=[`MAX_FRONT_HFOV_DEG`].
+    #[error(
+        "scenario front_hfov_deg = {0} is invalid: use {min} to {max} degrees (narrower leaves \
+         a gap between the front and the front-side cameras), e.g. 70 or 40 for a narrow \
+         front camera",
+        min = MIN_FRONT_HFOV_DEG,
+        max = MAX_FRONT_HFOV_DEG
+    )]
+    FrontFov(f64),
     /// A road piece given to [`Road::from_pieces`] is invalid.
     #[error(
         "road piece {index} (length {length} m, curvature {curvature} 1/m) is invalid: \
@@ -192,6 +207,11 @@ impl ScenarioConfig {
         if self.actors > MAX_ACTORS {
             return Err(ScenarioError::Actors(self.actors));
         }
+        if !(self.front_hfov_deg.is_finite()
+            && (MIN_FRONT_HFOV_DEG..=MAX_FRONT_HFOV_DEG).contains(&self.front_hfov_deg))
+        {
+            return Err(ScenarioError::FrontFov(self.front_hfov_deg));
+        }
         let bad = |s: u32| s == 0 || s > MAX_IMAGE_SIDE;
         if bad(self.image_width) || bad(self.image_height) {
             return Err(ScenarioError::ImageSize {
@@ -237,7 +257,7 @@ pub struct Scenario {
     pub config: ScenarioConfig,
     /// The road.
     pub road: Road,
-    /// The surround rig ([`surround_rig`]) at the configured image size.
+    /// The surround rig ([`surround_rig_with`]) at the configured image size and front FOV.
     pub cameras: Vec<CameraSpec>,
     egos: Vec<EgoState>,
     /// `frames × n_actors` boxes, frame major.
@@ -336,7 +356,11 @@ impl Scenario {
             }
         }
         let stats = sim.stats;
-        let cameras = surround_rig(config.image_width, config.image_height);
+        let cameras = surround_rig_with(
+            config.image_width,
+            config.image_height,
+            config.front_hfov_deg,
+        );
         Ok(Scenario {
             config,
             road,
