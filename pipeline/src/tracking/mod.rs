@@ -73,8 +73,9 @@ pub struct TrackerParams {
     pub min_score: [f32; class::COUNT],
     /// Range from the ego beyond which depth noise grows, m (see the module docs).
     pub depth_noise_from_m: f64,
-    /// Growth of the along-ray standard deviation per metre of range beyond
-    /// `depth_noise_from_m` (m/m); 0 turns depth noise off.
+    /// Growth of the added along-ray standard deviation per metre of range beyond
+    /// `depth_noise_from_m` (m/m; it adds in variance to `meas_var`); 0 turns depth
+    /// noise off.
     pub depth_noise_per_m: f64,
 }
 
