@@ -451,18 +451,22 @@ mod tests {
         )
     }
 
-    #[test]
-    fn writes_a_small_dataset_the_runtime_would_compute() {
-        let dir = std::env::temp_dir().join(format!("redline-dataset-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let drives = varied_drives(1, 11, 0.2, 64, 32);
-        let spec = DatasetSpec {
+    /// A 32x16 network input, stride 4, history 2, over `drives`.
+    fn tiny_spec(drives: Vec<ScenarioConfig>) -> DatasetSpec {
+        DatasetSpec {
             drives,
             net_w: 32,
             net_h: 16,
             strides: vec![4],
             history: 2,
-        };
+        }
+    }
+
+    #[test]
+    fn writes_a_small_dataset_the_runtime_would_compute() {
+        let dir = std::env::temp_dir().join(format!("redline-dataset-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let spec = tiny_spec(varied_drives(1, 11, 0.2, 64, 32));
         let mut calls = 0;
         let n = write_dataset(&dir, &spec, &mut |_, _| calls += 1).unwrap();
         assert_eq!(n, 6);
@@ -519,13 +523,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("redline-dataset-rig-{}", std::process::id()));
         let mut drives = varied_drives(2, 11, 0.2, 64, 32);
         drives[1].front_hfov_deg = 40.0;
-        let spec = DatasetSpec {
-            drives,
-            net_w: 32,
-            net_h: 16,
-            strides: vec![4],
-            history: 2,
-        };
+        let spec = tiny_spec(drives);
         let e = write_dataset(&dir, &spec, &mut |_, _| {})
             .unwrap_err()
             .to_string();
