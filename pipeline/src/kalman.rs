@@ -54,7 +54,8 @@ impl Cv2d {
 
     /// As [`Cv2d::new`], the position covariance widened by `ray_var` along the unit vector
     /// `ray` (the covariance of a measurement made along that ray, see
-    /// [`Cv2d::update_along`]). Non-finite or negative `ray_var` counts as 0.
+    /// [`Cv2d::update_along`]). Non-finite or negative `ray_var`, or a non-finite `ray`,
+    /// count as 0.
     pub fn new_along(
         x: f64,
         y: f64,
@@ -64,6 +65,9 @@ impl Cv2d {
         vel_var: f64,
     ) -> Self {
         let mut f = Self::new(x, y, pos_var, vel_var);
+        if !(ray[0].is_finite() && ray[1].is_finite()) {
+            return f;
+        }
         let e = extra_var(ray_var);
         f.p[0][0] += e * ray[0] * ray[0];
         f.p[0][1] += e * ray[0] * ray[1];
@@ -322,6 +326,15 @@ mod tests {
         // A filter born from such a measurement is as uncertain along the ray.
         let g = Cv2d::new_along(5.0, 0.0, 0.25, [0.0, 1.0], 4.0, 100.0);
         assert_eq!((g.p[0][0], g.p[1][1], g.p[0][1]), (0.25, 4.25, 0.0));
+        let plain = Cv2d::new(5.0, 0.0, 0.25, 100.0);
+        assert_eq!(
+            Cv2d::new_along(5.0, 0.0, 0.25, [f64::NAN, 1.0], 4.0, 100.0),
+            plain
+        );
+        assert_eq!(
+            Cv2d::new_along(5.0, 0.0, 0.25, [0.0, 1.0], -4.0, 100.0),
+            plain
+        );
     }
 
     #[test]
