@@ -28,7 +28,9 @@ pub struct Cv2d {
     pub p: [[f64; 4]; 4],
 }
 
-fn var(v: f64) -> f64 {
+/// `v` floored at the filter's smallest variance (non-finite: the floor). Association
+/// uses it too, so that its along-ray scaling and the filter agree on `meas_var`.
+pub(crate) fn var(v: f64) -> f64 {
     if v.is_finite() {
         v.max(VAR_FLOOR)
     } else {
@@ -65,14 +67,11 @@ impl Cv2d {
         vel_var: f64,
     ) -> Self {
         let mut f = Self::new(x, y, pos_var, vel_var);
-        if !(ray[0].is_finite() && ray[1].is_finite()) {
-            return f;
-        }
-        let e = extra_var(ray_var);
-        f.p[0][0] += e * ray[0] * ray[0];
-        f.p[0][1] += e * ray[0] * ray[1];
-        f.p[1][0] += e * ray[1] * ray[0];
-        f.p[1][1] += e * ray[1] * ray[1];
+        let (u, e) = clean_ray(ray, ray_var);
+        f.p[0][0] += e * u[0] * u[0];
+        f.p[0][1] += e * u[0] * u[1];
+        f.p[1][0] += e * u[1] * u[0];
+        f.p[1][1] += e * u[1] * u[1];
         f
     }
 
@@ -170,11 +169,7 @@ impl Cv2d {
             return;
         }
         let r = var(meas_var);
-        let (u, e) = if ray[0].is_finite() && ray[1].is_finite() {
-            (ray, extra_var(ray_var))
-        } else {
-            ([0.0, 0.0], 0.0)
-        };
+        let (u, e) = clean_ray(ray, ray_var);
         let (y, _s, si) = self.innovation(zx, zy, r, u, e);
         // K = P Hᵀ S⁻¹ (4×2); P Hᵀ = first two columns of P.
         let mut k = [[0.0; 2]; 4];
@@ -212,12 +207,13 @@ impl Cv2d {
     }
 }
 
-/// An added variance: finite and non-negative, else 0 (no floor: 0 means "none").
-fn extra_var(v: f64) -> f64 {
-    if v.is_finite() && v > 0.0 {
-        v
+/// The ray and its added variance as the filter uses them: a non-finite ray, or a
+/// non-finite or non-positive variance, is no added variance (`[0, 0]`, 0: exact zeros).
+fn clean_ray(ray: [f64; 2], ray_var: f64) -> ([f64; 2], f64) {
+    if ray[0].is_finite() && ray[1].is_finite() && ray_var.is_finite() && ray_var > 0.0 {
+        (ray, ray_var)
     } else {
-        0.0
+        ([0.0, 0.0], 0.0)
     }
 }
 

@@ -63,14 +63,10 @@ impl Tracker {
     }
 }
 
-/// `sqrt(v / (v + ray_var))` with `v` the measurement variance (floored like the Kalman
-/// filter's): the factor that turns an along-ray offset into "across-ray metres".
+/// `sqrt(v / (v + ray_var))` with `v` the measurement variance as the Kalman filter
+/// floors it: the factor that turns an along-ray offset into "across-ray metres".
 fn along_scale(meas_var: f64, ray_var: f64) -> f64 {
-    let v = if meas_var.is_finite() {
-        meas_var.max(1e-9)
-    } else {
-        1e-9
-    };
+    let v = crate::kalman::var(meas_var);
     (v / (v + ray_var)).sqrt()
 }
 
