@@ -163,18 +163,6 @@ pub fn write_dataset(
             "every drive must use the same camera image size".into(),
         ));
     }
-    // The view-transform tables are exported once, from the first drive's rig.
-    if spec
-        .drives
-        .iter()
-        .any(|d| d.front_hfov_deg != spec.drives[0].front_hfov_deg)
-    {
-        return Err(DatasetError::Config(
-            "every drive must use the same camera rig (front_hfov_deg): the dataset's \
-             view-transform tables are the first drive's"
-                .into(),
-        ));
-    }
     let scenarios: Vec<Scenario> = spec
         .drives
         .iter()
@@ -185,6 +173,15 @@ pub fn write_dataset(
         })
         .collect::<Result<_, _>>()?;
     let rig = scenarios[0].cameras.clone();
+    // The view-transform tables are exported once, from the first drive's rig: every
+    // drive's cameras must be those (whatever rig setting made them differ).
+    if scenarios.iter().any(|sc| sc.cameras != rig) {
+        return Err(DatasetError::Config(
+            "every drive must use the same camera rig (front_hfov_deg): the dataset's \
+             view-transform tables are the first drive's"
+                .into(),
+        ));
+    }
     let cams = rig.len();
     for &s in &spec.strides {
         if s == 0 || !spec.net_w.is_multiple_of(s) || !spec.net_h.is_multiple_of(s) {
