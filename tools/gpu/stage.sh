@@ -26,7 +26,8 @@ rm -rf .gpu/ops && python3 tools/onnx/op_models.py .gpu/ops > /dev/null
 find .gpu/ops -type f ! -name '*.onnx' -delete
 mkdir -p .gpu/real
 [ -f .gpu/real/resnet18_6x900x1600.onnx ] || python3 tools/gpu/realistic_model.py .gpu/real/resnet18_6x900x1600.onnx
+rm -rf .gpu/hr  # a stale copy from an earlier stage would be checked as if named now
 if [ -n "${REDLINE_EXTRA_MODELS:-}" ]; then
-  rm -rf .gpu/hr && mkdir -p .gpu/hr && cp "$REDLINE_EXTRA_MODELS"/*.onnx .gpu/hr/
+  mkdir -p .gpu/hr && cp "$REDLINE_EXTRA_MODELS"/*.onnx .gpu/hr/
 fi
 du -sh .gpu

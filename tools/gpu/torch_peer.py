@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The PyTorch peer of `redline model bench --engine cuda` (issue 13): the same networks
-(tools/train/net.py, architecture "dilated", the shipped one; tools/gpu/realistic_model.py's
+(tools/train/net.py, architecture "dilated_pos", the shipped one; tools/gpu/realistic_model.py's
 ResNet-18 over six 1600x900 cameras) in fp16 on the same GPU with
 CUDA graphs, timed the way redline's engine is timed: each run uploads the input from pinned
 host memory, replays the graph, downloads the output and waits for the stream.
@@ -92,12 +92,14 @@ def main():
     a = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_peer: no CUDA device visible to PyTorch")
-    net.set_arch("dilated")
+    net.set_arch("dilated_pos")  # the shipped models' architecture
     torch.backends.cudnn.benchmark = True
     bench("backbone", net.Backbone(), (6, 3, 64, 128), a.iters)
     bench("backbone_full_res", net.Backbone(), (6, 3, 128, 256), a.iters)
     feat = net.BACKBONE[-1][1]
-    bench("det_head", net.DetHead(), (1, feat, 48, 80), a.iters)
+    # The shipped detection head concatenates a 3-channel BEV position map (a constant) to its
+    # input, as net.DrivingNet builds it.
+    bench("det_head", net.DetHead(torch.rand(3, 48, 80)), (1, feat, 48, 80), a.iters)
     bench("seg_head", net.SegHead(), (1, feat, 48, 80), a.iters)
     bench("resnet18_6x900x1600", ResNet18Features(), (6, 3, 900, 1600), max(50, a.iters // 10), dtype=torch.uint8)
 

@@ -168,6 +168,18 @@ def _(g):
     g.output(g.maxpool(stem(g, X), 3, 2, pads=(1, 1, 1, 1)))
 
 
+# Channel counts that are multiples of 4 and 16: the CUDA engine's max pooling takes 4 or 16
+# channels per thread there (the 7-channel cases above take the one-channel path).
+@case("maxpool_k3s2p1_c8")
+def _(g):
+    g.output(g.maxpool(stem(g, X, cout=8), 3, 2, pads=(1, 1, 1, 1)))
+
+
+@case("maxpool_k3s2p1_c32")
+def _(g):
+    g.output(g.maxpool(stem(g, X, cout=32), 3, 2, pads=(1, 1, 1, 1)))
+
+
 @case("maxpool_k2s2_ceil")
 def _(g):
     g.output(g.maxpool(stem(g, X), 2, 2, ceil_mode=1))

@@ -1,8 +1,8 @@
 // redline's INT8 kernels for the CUDA engine, compiled at run time by NVRTC
 // (`--fmad=false`, IEEE division: every float operation rounds exactly as the CPU's).
 //
-// Contract: each kernel computes one output element (or one output pixel x channel tile) per
-// thread, from its inputs only, with the same arithmetic as the CPU kernel it mirrors
+// Contract: each thread computes one output element, or a fixed group of them (an output pixel
+// x channel tile, 4 or 16 channels of a max pool, 16 bytes of a transpose), from its inputs only, with the same arithmetic as the CPU kernel it mirrors
 // (models/src/onnx/kernels.rs, models/src/conv/scalar.rs, models/src/quant.rs): integer sums
 // are exact (order-independent), and every float step is one correctly rounded IEEE
 // operation in the CPU's order (`__fmul_rn`, `__fadd_rn`, `__fdiv_rn`, `rintf` = round half
@@ -422,9 +422,65 @@ struct PoolP {
     Win win;
     int c, batch, avg, x_zp, y_zp, lo, hi, count_include_pad;
     float x_scale, y_scale;
+    // Max pooling: channels per thread, 16, 4 or 1 (c and both pointers are multiples of it).
+    int vec;
 };
 
+// Per-byte signed maximum of 16 channels at once (four `__vmaxs4`).
+__device__ __forceinline__ uint4 vmax16(uint4 a, uint4 b) {
+    return make_uint4(__vmaxs4(a.x, b.x), __vmaxs4(a.y, b.y), __vmaxs4(a.z, b.z), __vmaxs4(a.w, b.w));
+}
+
+// Max pooling over `V` channels per thread (`T`: uint4 for 16, unsigned for 4 bytes); the
+// maximum is taken per byte, so the bytes equal the one-channel loop's. Padded taps are
+// skipped (they never win a max), as on the CPU. 32-bit index arithmetic: the launch plan
+// checks that the element count fits an i32.
+template <int V, typename T>
+__device__ __forceinline__ void max_pool_vec(const PoolP& p) {
+    const Win wn = p.win;
+    int groups = p.c / V;
+    int n = p.batch * wn.out_h * wn.out_w * groups;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int g = i % groups;
+    int pix = i / groups;
+    int ox = pix % wn.out_w;
+    int t = pix / wn.out_w;
+    int oy = t % wn.out_h;
+    int b = t / wn.out_h;
+    const i8* x = (const i8*)p.x + (size_t)b * wn.in_h * wn.in_w * p.c + (size_t)g * V;
+    T m;
+    if constexpr (V == 16) {
+        m = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
+    } else {
+        m = 0x80808080u;
+    }
+    for (int ky = 0; ky < wn.kh; ky++) {
+        int iy = oy * wn.sh + ky * wn.dh - wn.pt;
+        if (iy < 0 || iy >= wn.in_h) continue;
+        for (int kx = 0; kx < wn.kw; kx++) {
+            int ix = ox * wn.sw + kx * wn.dw - wn.pl;
+            if (ix < 0 || ix >= wn.in_w) continue;
+            T v = *(const T*)(x + ((size_t)iy * wn.in_w + ix) * p.c);
+            if constexpr (V == 16) {
+                m = vmax16(m, v);
+            } else {
+                m = __vmaxs4(m, v);
+            }
+        }
+    }
+    *(T*)((i8*)p.y + (size_t)pix * p.c + (size_t)g * V) = m;
+}
+
 extern "C" __global__ void pool(const PoolP p) {
+    if (!p.avg && p.vec == 16) {
+        max_pool_vec<16, uint4>(p);
+        return;
+    }
+    if (!p.avg && p.vec == 4) {
+        max_pool_vec<4, unsigned>(p);
+        return;
+    }
     const Win wn = p.win;
     long long n = (long long)p.batch * wn.out_h * wn.out_w * p.c;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -524,16 +580,46 @@ struct TransP {
     int shape[MAX_RANK], strides[MAX_RANK];
 };
 
+// Output bytes per thread of `transpose`.
+#define TRANS_RUN 16
+
+// One thread = TRANS_RUN consecutive output bytes: the output index is split into
+// coordinates once (32-bit divisions), then stepped like an odometer (no division per byte),
+// and a full, 16-byte aligned run is written with one 16-byte store. The launch plan checks
+// that n fits an i32 and sizes the grid for n / TRANS_RUN threads.
 extern "C" __global__ void transpose(const TransP p) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= p.n) return;
-    int rem = i;
-    long long off = 0;
+    int start = (blockIdx.x * blockDim.x + threadIdx.x) * TRANS_RUN;
+    if (start >= p.n) return;
+    int idx[MAX_RANK];
+    int rem = start;
+    int off = 0;
     for (int d = p.rank - 1; d >= 0; d--) {
-        off += (long long)(rem % p.shape[d]) * p.strides[d];
+        idx[d] = rem % p.shape[d];
         rem /= p.shape[d];
+        off += idx[d] * p.strides[d];
     }
-    ((i8*)p.y)[i] = ((const i8*)p.x)[off];
+    const i8* x = (const i8*)p.x;
+    i8* y = (i8*)p.y + start;
+    int count = min(TRANS_RUN, p.n - start);
+    unsigned words[TRANS_RUN / 4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < TRANS_RUN; k++) {
+        if (k < count) {
+            u8 v = (u8)x[off];
+            words[k / 4] |= (unsigned)v << (8 * (k % 4));
+            for (int d = p.rank - 1; d >= 0; d--) {
+                off += p.strides[d];
+                if (++idx[d] < p.shape[d]) break;
+                off -= p.strides[d] * p.shape[d];
+                idx[d] = 0;
+            }
+        }
+    }
+    if (count == TRANS_RUN && ((size_t)y % 16) == 0) {
+        *(uint4*)y = make_uint4(words[0], words[1], words[2], words[3]);
+    } else {
+        for (int k = 0; k < count; k++) y[k] = (i8)(words[k / 4] >> (8 * (k % 4)));
+    }
 }
 
 // One input of a concatenation: `outer` blocks of `inner` bytes, written at column `col` of

@@ -150,6 +150,23 @@ fn i32_of(v: usize, step: usize, what: &str) -> Result<i32, EngineError> {
     })
 }
 
+/// Channels per thread of the max-pooling kernel: 16 or 4 when the channel count and both
+/// buffers' offsets (hence addresses: regions are [`DEVICE_ALIGN`]-aligned) are multiples of
+/// it, so each thread loads and stores whole aligned words; else 1.
+pub(super) fn max_pool_vector(channels: usize, src_offset: usize, dst_offset: usize) -> usize {
+    [16, 4]
+        .into_iter()
+        .find(|&v| {
+            [channels, src_offset, dst_offset]
+                .iter()
+                .all(|x| x.is_multiple_of(v))
+        })
+        .unwrap_or(1)
+}
+
+/// Output bytes per thread of the transpose kernel (kernels.cu `TRANS_RUN`).
+pub const TRANS_RUN: usize = 16;
+
 fn grid_for(n: usize, step: usize, what: &str) -> Result<(u32, u32, u32), EngineError> {
     let blocks = n.div_ceil(BLOCK as usize).max(1);
     let b = u32::try_from(blocks).map_err(|_| EngineError::Unsupported {
@@ -505,6 +522,11 @@ impl LaunchPlan {
                 } => {
                     let n = batch * win.out_h * win.out_w * ch;
                     i32_of(n, si, "maxpool")?;
+                    let vec = max_pool_vector(
+                        *ch,
+                        program.buffers[*src].offset,
+                        program.buffers[*dst].offset,
+                    );
                     let p = PoolP {
                         x: buf(*src),
                         y: buf(*dst),
@@ -512,11 +534,12 @@ impl LaunchPlan {
                         c: i32_of(*ch, si, "maxpool")?,
                         batch: i32_of(*batch, si, "maxpool")?,
                         avg: 0,
+                        vec: vec as i32,
                         ..PoolP::default()
                     };
                     push(
                         Kernel::Pool,
-                        grid_for(n, si, "maxpool")?,
+                        grid_for(n / vec, si, "maxpool")?,
                         BLOCK,
                         Params::Pool(p),
                     );
@@ -545,6 +568,7 @@ impl LaunchPlan {
                         count_include_pad: i32::from(ap.count_include_pad),
                         x_scale: ap.x_scale,
                         y_scale: ap.y_scale,
+                        vec: 1,
                     };
                     push(
                         Kernel::Pool,
@@ -627,7 +651,7 @@ impl LaunchPlan {
                     };
                     push(
                         Kernel::Transpose,
-                        grid_for(n, si, "transpose")?,
+                        grid_for(n.div_ceil(TRANS_RUN), si, "transpose")?,
                         BLOCK,
                         Params::Trans(p),
                     );

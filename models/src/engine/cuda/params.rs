@@ -111,6 +111,8 @@ pub struct PoolP {
     pub count_include_pad: i32,
     pub x_scale: f32,
     pub y_scale: f32,
+    /// Max pooling's channels per thread: 16, 4 or 1.
+    pub vec: i32,
 }
 
 /// kernels.cu `BinP`.

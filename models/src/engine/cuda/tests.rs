@@ -17,13 +17,18 @@ fn parameter_structs_match_the_cuda_layout() {
     assert_eq!(size_of::<QuantP>(), 32);
     assert_eq!(size_of::<LutP>(), 32);
     assert_eq!(offset_of!(PoolP, win), 16);
-    assert_eq!(size_of::<PoolP>(), 104);
+    assert_eq!(offset_of!(PoolP, vec), 104);
+    assert_eq!(size_of::<PoolP>(), 112);
     assert_eq!(offset_of!(BinP, shape), 24 + 16 * 4);
     assert_eq!(size_of::<BinP>(), 24 + 16 * 4 + 3 * 32);
     assert_eq!(size_of::<TransP>(), 16 + 8 + 64);
     assert_eq!(size_of::<CatP>(), 40);
     assert_eq!(size_of::<PhaseP>(), 16 + 28 + 4);
     assert_eq!(size_of::<ResizeP>(), 32 + 44 + 4);
+    assert!(
+        super::KERNELS_CU.contains(&format!("#define TRANS_RUN {TRANS_RUN}\n")),
+        "launch.rs TRANS_RUN must equal kernels.cu's"
+    );
     // The device keeps its function handles indexed by `Kernel as usize`.
     for (i, k) in Kernel::ALL.iter().enumerate() {
         assert_eq!(*k as usize, i, "{}", k.name());
@@ -273,5 +278,22 @@ fn without_a_gpu_loading_is_a_clear_error_not_a_panic() {
             };
             assert!(expected, "unclear error: {m}");
         }
+    }
+}
+
+#[test]
+fn max_pooling_takes_whole_aligned_words_only_where_channels_and_buffers_allow() {
+    // (channels, source offset, destination offset) -> channels per thread.
+    for (c, s, d, v) in [
+        (64, 0, 64, 16),
+        (32, 128, 256, 16),
+        (8, 0, 64, 4),
+        (48, 4, 64, 4),
+        (64, 64, 8, 4),
+        (7, 0, 64, 1),
+        (64, 2, 64, 1),
+        (6, 0, 0, 1),
+    ] {
+        assert_eq!(max_pool_vector(c, s, d), v, "c {c}, offsets {s}, {d}");
     }
 }
