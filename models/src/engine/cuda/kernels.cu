@@ -426,17 +426,25 @@ struct PoolP {
     int vec;
 };
 
-// Per-byte signed maximum of 16 channels at once (four `__vmaxs4`).
-__device__ __forceinline__ uint4 vmax16(uint4 a, uint4 b) {
+// Per-byte signed maximum of 1, 4 or 16 channels at once, and the all -128 starting value.
+__device__ __forceinline__ i8 vmax(i8 a, i8 b) { return a > b ? a : b; }
+__device__ __forceinline__ unsigned vmax(unsigned a, unsigned b) { return __vmaxs4(a, b); }
+__device__ __forceinline__ uint4 vmax(uint4 a, uint4 b) {
     return make_uint4(__vmaxs4(a.x, b.x), __vmaxs4(a.y, b.y), __vmaxs4(a.z, b.z), __vmaxs4(a.w, b.w));
 }
+__device__ __forceinline__ void vmin_value(i8& m) { m = -128; }
+__device__ __forceinline__ void vmin_value(unsigned& m) { m = 0x80808080u; }
+__device__ __forceinline__ void vmin_value(uint4& m) {
+    m = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
+}
 
-// Max pooling over `V` channels per thread (`T`: uint4 for 16, unsigned for 4 bytes); the
-// maximum is taken per byte, so the bytes equal the one-channel loop's. Padded taps are
-// skipped (they never win a max), as on the CPU. 32-bit index arithmetic: the launch plan
-// checks that the element count fits an i32.
+// Max pooling over `V` channels per thread (`T`: i8, unsigned for 4 or uint4 for 16 bytes;
+// the launch plan picks V so that c and both pointers are multiples of it). The maximum is
+// taken per byte, so the bytes do not depend on V. Padded taps are skipped (they never win
+// a max), as on the CPU. 32-bit index arithmetic: the launch plan checks that the element
+// count fits an i32.
 template <int V, typename T>
-__device__ __forceinline__ void max_pool_vec(const PoolP& p) {
+__device__ __forceinline__ void max_pool(const PoolP& p) {
     const Win wn = p.win;
     int groups = p.c / V;
     int n = p.batch * wn.out_h * wn.out_w * groups;
@@ -450,35 +458,28 @@ __device__ __forceinline__ void max_pool_vec(const PoolP& p) {
     int b = t / wn.out_h;
     const i8* x = (const i8*)p.x + (size_t)b * wn.in_h * wn.in_w * p.c + (size_t)g * V;
     T m;
-    if constexpr (V == 16) {
-        m = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
-    } else {
-        m = 0x80808080u;
-    }
+    vmin_value(m);
     for (int ky = 0; ky < wn.kh; ky++) {
         int iy = oy * wn.sh + ky * wn.dh - wn.pt;
         if (iy < 0 || iy >= wn.in_h) continue;
         for (int kx = 0; kx < wn.kw; kx++) {
             int ix = ox * wn.sw + kx * wn.dw - wn.pl;
             if (ix < 0 || ix >= wn.in_w) continue;
-            T v = *(const T*)(x + ((size_t)iy * wn.in_w + ix) * p.c);
-            if constexpr (V == 16) {
-                m = vmax16(m, v);
-            } else {
-                m = __vmaxs4(m, v);
-            }
+            m = vmax(m, *(const T*)(x + ((size_t)iy * wn.in_w + ix) * p.c));
         }
     }
     *(T*)((i8*)p.y + (size_t)pix * p.c + (size_t)g * V) = m;
 }
 
 extern "C" __global__ void pool(const PoolP p) {
-    if (!p.avg && p.vec == 16) {
-        max_pool_vec<16, uint4>(p);
-        return;
-    }
-    if (!p.avg && p.vec == 4) {
-        max_pool_vec<4, unsigned>(p);
+    if (!p.avg) {
+        if (p.vec == 16) {
+            max_pool<16, uint4>(p);
+        } else if (p.vec == 4) {
+            max_pool<4, unsigned>(p);
+        } else {
+            max_pool<1, i8>(p);
+        }
         return;
     }
     const Win wn = p.win;
@@ -492,20 +493,6 @@ extern "C" __global__ void pool(const PoolP p) {
     int oy = (int)(t % wn.out_h);
     int b = (int)(t / wn.out_h);
     const i8* x = (const i8*)p.x + (size_t)b * wn.in_h * wn.in_w * p.c + ch;
-    if (!p.avg) {
-        int m = -128;
-        for (int ky = 0; ky < wn.kh; ky++) {
-            int iy = oy * wn.sh + ky * wn.dh - wn.pt;
-            if (iy < 0 || iy >= wn.in_h) continue;
-            for (int kx = 0; kx < wn.kw; kx++) {
-                int ix = ox * wn.sw + kx * wn.dw - wn.pl;
-                if (ix < 0 || ix >= wn.in_w) continue;
-                m = max(m, (int)x[((size_t)iy * wn.in_w + ix) * p.c]);
-            }
-        }
-        ((i8*)p.y)[i] = (i8)m;
-        return;
-    }
     unsigned inside = 0, padded = 0;
     int acc = 0;
     for (int ky = 0; ky < wn.kh; ky++) {
