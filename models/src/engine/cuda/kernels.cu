@@ -359,13 +359,22 @@ struct PadP {
     int pixels, c_in, c_out, fill;
 };
 
+// One thread = one pixel: its c_in bytes, then `fill` up to c_out, written as whole 4-byte
+// words (the launch plan pads to a multiple of 4 channels, and y is aligned).
 extern "C" __global__ void pad_channels(const PadP p) {
-    long long n = (long long)p.pixels * p.c_out;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    int c = (int)(i % p.c_out);
-    long long px = i / p.c_out;
-    ((i8*)p.y)[i] = c < p.c_in ? ((const i8*)p.x)[px * p.c_in + c] : (i8)p.fill;
+    int px = blockIdx.x * blockDim.x + threadIdx.x;
+    if (px >= p.pixels) return;
+    const i8* x = (const i8*)p.x + (size_t)px * p.c_in;
+    unsigned* y = (unsigned*)((i8*)p.y + (size_t)px * p.c_out);
+    for (int w = 0; w < p.c_out / 4; w++) {
+        unsigned word = 0;
+        for (int k = 0; k < 4; k++) {
+            int c = 4 * w + k;
+            u8 v = (u8)(c < p.c_in ? x[c] : (i8)p.fill);
+            word |= (unsigned)v << (8 * k);
+        }
+        y[w] = word;
+    }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -431,7 +431,6 @@ impl LaunchPlan {
                         for (src, dst) in w.chunks_exact(c_in).zip(padded.chunks_exact_mut(c4)) {
                             dst[..c_in].copy_from_slice(src);
                         }
-                        let n = in_pixels * c4;
                         let pad = PadP {
                             x: p.x,
                             y: Addr::new(Region::Scratch, 0).0,
@@ -442,11 +441,11 @@ impl LaunchPlan {
                         };
                         push(
                             Kernel::PadChannels,
-                            grid_for(n, si, "conv")?,
+                            grid_for(in_pixels, si, "conv")?,
                             BLOCK,
                             Params::Pad(pad),
                         );
-                        scratch = scratch.max(n);
+                        scratch = scratch.max(in_pixels * c4);
                         p.x = pad.y;
                         p.w = c.push_i8(&padded);
                         p.in_c = pad.c_out;
