@@ -43,8 +43,12 @@ const MOUNTS: [(&str, f64, f64, f64, f64, f64); 6] = [
 /// Roof height of the camera mounts, m.
 pub const MOUNT_HEIGHT: f64 = 1.6;
 
-/// The front camera's horizontal FOV in the default rig, degrees.
-pub const DEFAULT_FRONT_HFOV_DEG: f64 = 70.0;
+/// The front camera's horizontal FOV in the default rig, degrees: a narrow, long-range
+/// front camera (as many production rigs have) rather than nuScenes' 70°. At the network's
+/// 256x128 input a car 50 m ahead is about 13 pixels wide at 40° against 7 at 70°; with the
+/// shipped model trained for it, the six unseen drives' mAP is 0.679 against 0.592 and MOTA
+/// 0.607 against 0.468 (README model card). Still overlaps the front-left/right views by 5°.
+pub const DEFAULT_FRONT_HFOV_DEG: f64 = 40.0;
 
 /// The narrowest front camera the rig accepts, degrees: the front-left and front-right
 /// views start 15° off the axis, so 40° keeps 5° of overlap on each side (as every other
@@ -56,8 +60,9 @@ pub const MAX_FRONT_HFOV_DEG: f64 = 120.0;
 
 /// Six surround cameras (front, front_left, front_right, back_left, back_right, back — in
 /// this order), mounted on the roof (z = 1.6 m), pitched 5° (front/back) or 8° (sides)
-/// down, horizontal FOV 70° front/back and 80° sides at yaws 0°, ±55°, ±110°, 180°, so
-/// that neighbouring views overlap by 5–20° and together cover 360°. Square pixels,
+/// down, horizontal FOV [`DEFAULT_FRONT_HFOV_DEG`] (40°) front, 70° back and 80° sides at yaws
+/// 0°, ±55°, ±110°, 180°, so that neighbouring views overlap by 5–20° and together cover
+/// 360°. Square pixels,
 /// principal point at the image centre. A zero size is treated as 1 px for the focal
 /// length.
 pub fn surround_rig(width: u32, height: u32) -> Vec<CameraSpec> {

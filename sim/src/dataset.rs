@@ -519,7 +519,7 @@ mod tests {
     fn drives_with_different_rigs_are_refused() {
         let dir = std::env::temp_dir().join(format!("redline-dataset-rig-{}", std::process::id()));
         let mut drives = varied_drives(2, 11, 0.2, 64, 32);
-        drives[1].front_hfov_deg = 40.0;
+        drives[1].front_hfov_deg = 70.0;
         let spec = tiny_spec(drives);
         let e = write_dataset(&dir, &spec, &mut |_, _| {})
             .unwrap_err()

@@ -77,9 +77,11 @@ fn rig_covers_360_degrees() {
 
 #[test]
 fn a_narrow_front_camera_has_the_longer_focal_length_and_the_rest_stay() {
-    let wide = surround_rig(256, 128);
-    let narrow = surround_rig_with(256, 128, 40.0);
-    assert_eq!(wide, surround_rig_with(256, 128, DEFAULT_FRONT_HFOV_DEG));
+    let wide = surround_rig_with(256, 128, 70.0);
+    let narrow = surround_rig(256, 128);
+    // The default rig's front camera is the narrow one.
+    assert_eq!(DEFAULT_FRONT_HFOV_DEG, 40.0);
+    assert_eq!(narrow, surround_rig_with(256, 128, DEFAULT_FRONT_HFOV_DEG));
     // f = (w / 2) / tan(fov / 2): 128 / tan(20°) = 351.7 px against 128 / tan(35°) = 182.8.
     assert!((narrow[0].fx - 351.68).abs() < 0.01, "{}", narrow[0].fx);
     assert!((wide[0].fx - 182.80).abs() < 0.01, "{}", wide[0].fx);
@@ -215,7 +217,8 @@ fn the_ground_shows_road_markings_and_sky() {
         y: 0.0,
         ..EgoState::default()
     };
-    let cam = &surround_rig(320, 192)[0];
+    // A 70° front camera: the edge lines 10-20 m ahead are in its view.
+    let cam = &surround_rig_with(320, 192, 70.0)[0];
     let mut img = RgbImage::default();
     render_scene(cam, &ego, &road, &[], 0, &mut img);
     let px = |x: f64, y: f64| {

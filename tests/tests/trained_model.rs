@@ -189,10 +189,18 @@ fn the_float_models_compute_what_pytorch_computes() {
 }
 
 /// The first `seconds` of the built-in drive (seed 7, the pipeline's default 256x128
-/// cameras; training used seeds 1000-1047, the fast model's 1000-1063).
+/// cameras and 40° front camera; training used seeds 1000-1047, the fast model's
+/// 1000-1063).
 fn default_drive(seconds: f64) -> Arc<Feed> {
+    drive_with_front_hfov(seconds, ScenarioConfig::default_drive().front_hfov_deg)
+}
+
+/// [`default_drive`] seen through a front camera of `front_hfov_deg` (the fast model was
+/// trained with the 70° front camera of the rig before 2026-11-26).
+fn drive_with_front_hfov(seconds: f64, front_hfov_deg: f64) -> Arc<Feed> {
     let scenario = ScenarioConfig {
         seconds,
+        front_hfov_deg,
         ..ScenarioConfig::default_drive()
     };
     Arc::new(Feed::from_scenario(&scenario, None, &mut |_, _| {}).expect("renders"))
@@ -243,7 +251,13 @@ fn the_fast_model_loads_from_its_config_and_perceives_the_same_drive() {
         let rel = m.path.take().expect("the config names a file");
         m.path = Some(root.join(rel));
     }
-    let outcome = lockstep_replay(&default_drive(8.0), Perception::Network, cfg.models);
+    // The rig it was trained for (its config says so); on the 40° front camera it drops to
+    // mAP 0.40 on the validation drives (README model card).
+    let outcome = lockstep_replay(
+        &drive_with_front_hfov(8.0, 70.0),
+        Perception::Network,
+        cfg.models,
+    );
     assert_quality_floor(&outcome, &FAST_FLOOR);
 }
 
@@ -341,19 +355,22 @@ struct Floor {
 }
 
 /// A little below what the shipped model reaches on this drive (the README's model card
-/// has the figures on longer drives). Measured on this drive: mAP 0.756, drivable-area IoU
-/// 0.972, MOTA 0.574, 93.3 % collision-free (10 of 150 plans meet one pedestrian who steps
-/// into the lane 20-26 m ahead; over the model card's six unseen drives 99.95 %).
+/// has the figures on longer drives). Measured on this drive (`redline sim generate --seed 7
+/// --seconds 8`, `redline eval`): mAP 0.773, drivable-area IoU 0.983, MOTA 0.540 (500 of its
+/// 1 264 object-frames are beyond 40 m, where MOTA is -0.09), 98.7 % collision-free (2 of
+/// 150 plans meet one pedestrian who steps into the lane 22 m ahead; over the model card's
+/// six unseen drives 99.8 %).
 const QUALITY_FLOOR: Floor = Floor {
-    map: 0.70,
-    road_iou: 0.93,
-    mota: 0.55,
-    collision_free: 0.90,
+    map: 0.72,
+    road_iou: 0.95,
+    mota: 0.50,
+    collision_free: 0.95,
 };
 
-/// The same for the fast model (`models/trained/fast/`): the mAP and drivable-area
-/// IoU targets, and a margin below its MOTA. Measured on this drive: mAP 0.696,
-/// drivable-area IoU 0.950, MOTA 0.502, 98.7 % collision-free.
+/// The same for the fast model (`models/trained/fast/`) on this drive seen through the 70°
+/// front camera it was trained with: the mAP and drivable-area IoU targets, and a
+/// margin below its MOTA. Measured: mAP 0.696, drivable-area IoU 0.950, MOTA 0.505, 98.7 %
+/// collision-free.
 const FAST_FLOOR: Floor = Floor {
     map: 0.60,
     road_iou: 0.90,

@@ -5,7 +5,7 @@
 #
 # Usage: tools/train/reproduce.sh [WORK_DIR]     (default /tmp/redline-train)
 # Needs: cargo, python3 with torch, numpy, onnx (pip install torch numpy onnx==1.23.2),
-# about 30 GB of disk and 7 GB of memory. Seeds are fixed; on the 2-core development VM it
+# about 30 GB of disk (two 26 GB datasets, one at a time) and 7 GB of memory. Seeds are fixed; on the 2-core development VM it
 # takes about the time in the README's model card. FAST=1 also remakes
 # models/trained/fast (the previous release's model: a 64x128 network input, 4x fewer MACs;
 # 10 GB more disk, 40 min more).
@@ -17,26 +17,36 @@ cargo build --release
 start=$(date +%s)
 # 1. 48 drives of 30 s (seeds 1000-1047, varied actors, lanes, lane widths and curvature):
 #    whole drives, so the network sees traffic as it evolves, not only its first seconds;
-#    the network input is the cameras' full 256x128 (0.6 MB per frame, 26 GB).
+#    the network input is the cameras' full 256x128 (0.6 MB per frame, 26 GB). Stages 1-2
+#    use the rig before 2026-11-26 (a 70° front camera); stage 2b the default 40° one.
 target/release/redline sim dataset -o "$WORK/data" --drives 48 --seed 1000 --seconds 30 \
-    --net-width 256 --net-height 128
+    --net-width 256 --net-height 128 --front-hfov 70
 # 2. Training (fixed seeds), in two stages: the "dilated" architecture, 6 000 steps of 8
 #    frames (the longest step: 1.5-2.25 h on the 2-core VM); then "dilated_pos" (its
 #    detection head also sees each BEV cell's position; those weights start at zero) from
 #    it, 3 500 steps at lr 1e-3 (65 min).
 python3 tools/train/train.py "$WORK/data" -o "$WORK/base.pt" --arch dilated --epochs 2.2222 --seed 1
-python3 tools/train/train.py "$WORK/data" -o "$WORK/model.pt" --arch dilated_pos --init "$WORK/base.pt" \
+python3 tools/train/train.py "$WORK/data" -o "$WORK/pos70.pt" --arch dilated_pos --init "$WORK/base.pt" \
+    --lr 1e-3 --epochs 1.2963 --seed 2
+# 2b. The same 48 drives through the default rig's 40° front camera, and "dilated_pos"
+#     fine-tuned on them from stage 2, 3 500 steps at lr 1e-3 (55-60 min).
+rm -rf "$WORK/data"
+target/release/redline sim dataset -o "$WORK/data40" --drives 48 --seed 1000 --seconds 30 \
+    --net-width 256 --net-height 128 --front-hfov 40
+python3 tools/train/train.py "$WORK/data40" -o "$WORK/model.pt" --arch dilated_pos --init "$WORK/pos70.pt" \
     --lr 1e-3 --epochs 1.2963 --seed 2
 # 3. Calibration, QDQ export into models/trained, fixtures for tests/tests/trained_model.rs.
-python3 tools/train/export.py "$WORK/model.pt" "$WORK/data" -o "$WORK/export" \
+python3 tools/train/export.py "$WORK/model.pt" "$WORK/data40" -o "$WORK/export" \
     --fixtures tests/fixtures/trained
 cp "$WORK"/export/{backbone,det_head,seg_head}.onnx "$WORK/export/quantization.json" models/trained/
 mkdir -p models/trained/float
 cp "$WORK"/export/float/*.onnx models/trained/float/
 if [ "${FAST:-0}" = 1 ]; then
     # The previous release's model, 4x cheaper backbone: the same architecture at a 64x128
-    # network input (preprocessing area-averages the cameras), 64 drives, 7 800 steps.
-    target/release/redline sim dataset -o "$WORK/data64" --drives 64 --seed 1000 --seconds 30
+    # network input (preprocessing area-averages the cameras), 64 drives, 7 800 steps, with
+    # the 70° front camera it was made for.
+    target/release/redline sim dataset -o "$WORK/data64" --drives 64 --seed 1000 --seconds 30 \
+        --front-hfov 70
     python3 tools/train/train.py "$WORK/data64" -o "$WORK/fast.pt" --arch dilated --epochs 2.1667 --seed 1
     python3 tools/train/export.py "$WORK/fast.pt" "$WORK/data64" -o "$WORK/export_fast" \
         --act-range percentile
