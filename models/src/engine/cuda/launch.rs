@@ -150,6 +150,18 @@ fn i32_of(v: usize, step: usize, what: &str) -> Result<i32, EngineError> {
     })
 }
 
+/// Checks that a kernel taking `per_thread` elements per thread over `n` elements computes
+/// every thread's first element index in 32 bits: the last block's spare threads reach up
+/// to `n + BLOCK * per_thread`.
+pub(super) fn fits_thread_indices(
+    n: usize,
+    per_thread: usize,
+    step: usize,
+    what: &str,
+) -> Result<(), EngineError> {
+    i32_of(n.saturating_add(BLOCK as usize * per_thread), step, what).map(|_| ())
+}
+
 /// Channels per thread of the max-pooling kernel: 16 or 4 when the channel count and both
 /// buffers' offsets (hence addresses: regions are [`DEVICE_ALIGN`]-aligned) are multiples of
 /// it, so each thread loads and stores whole aligned words; else 1.
@@ -431,6 +443,7 @@ impl LaunchPlan {
                         for (src, dst) in w.chunks_exact(c_in).zip(padded.chunks_exact_mut(c4)) {
                             dst[..c_in].copy_from_slice(src);
                         }
+                        fits_thread_indices(in_pixels, 1, si, "conv")?;
                         let pad = PadP {
                             x: p.x,
                             y: Addr::new(Region::Scratch, 0).0,
@@ -520,12 +533,12 @@ impl LaunchPlan {
                     dst,
                 } => {
                     let n = batch * win.out_h * win.out_w * ch;
-                    i32_of(n, si, "maxpool")?;
                     let vec = max_pool_vector(
                         *ch,
                         program.buffers[*src].offset,
                         program.buffers[*dst].offset,
                     );
+                    fits_thread_indices(n, vec, si, "maxpool")?;
                     let p = PoolP {
                         x: buf(*src),
                         y: buf(*dst),
@@ -640,6 +653,7 @@ impl LaunchPlan {
                     dst,
                 } => {
                     let n: usize = out_shape.iter().product();
+                    fits_thread_indices(n, TRANS_RUN, si, "transpose")?;
                     let p = TransP {
                         x: buf(*src),
                         y: buf(*dst),

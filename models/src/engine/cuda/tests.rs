@@ -297,3 +297,13 @@ fn max_pooling_takes_whole_aligned_words_only_where_channels_and_buffers_allow()
         assert_eq!(max_pool_vector(c, s, d), v, "c {c}, offsets {s}, {d}");
     }
 }
+
+#[test]
+fn spare_threads_of_the_last_block_keep_32_bit_indices() {
+    // The largest element count whose spare threads still index in 32 bits, and one more.
+    let limit = i32::MAX as usize - BLOCK as usize * TRANS_RUN;
+    assert!(fits_thread_indices(limit, TRANS_RUN, 0, "transpose").is_ok());
+    let e = fits_thread_indices(limit + 1, TRANS_RUN, 0, "transpose").unwrap_err();
+    assert!(e.to_string().contains("32-bit indices"), "{e}");
+    assert!(fits_thread_indices(usize::MAX, 1, 0, "maxpool").is_err());
+}
