@@ -62,9 +62,8 @@ pub const MAX_FRONT_HFOV_DEG: f64 = 120.0;
 /// this order), mounted on the roof (z = 1.6 m), pitched 5° (front/back) or 8° (sides)
 /// down, horizontal FOV [`DEFAULT_FRONT_HFOV_DEG`] (40°) front, 70° back and 80° sides at yaws
 /// 0°, ±55°, ±110°, 180°, so that neighbouring views overlap by 5–20° and together cover
-/// 360°. Square pixels,
-/// principal point at the image centre. A zero size is treated as 1 px for the focal
-/// length.
+/// 360°. Square pixels, principal point at the image centre. A zero size is treated as 1 px
+/// for the focal length.
 pub fn surround_rig(width: u32, height: u32) -> Vec<CameraSpec> {
     surround_rig_with(width, height, DEFAULT_FRONT_HFOV_DEG)
 }
