@@ -179,8 +179,12 @@ pub(super) fn max_pool_vector(channels: usize, src_offset: usize, dst_offset: us
 /// Output bytes per thread of the transpose kernel (kernels.cu `TRANS_RUN`).
 pub const TRANS_RUN: usize = 16;
 
-fn grid_for(n: usize, step: usize, what: &str) -> Result<(u32, u32, u32), EngineError> {
+/// A one-dimensional grid of `n` threads in blocks of [`BLOCK`]. Kernels index their thread
+/// with a 32-bit `int`, so every thread of the grid (the last block's spare ones included)
+/// must have an index that fits an i32.
+pub(super) fn grid_for(n: usize, step: usize, what: &str) -> Result<(u32, u32, u32), EngineError> {
     let blocks = n.div_ceil(BLOCK as usize).max(1);
+    fits_thread_indices(blocks * BLOCK as usize - 1, 0, step, what)?;
     let b = u32::try_from(blocks).map_err(|_| EngineError::Unsupported {
         node: format!("step {step}"),
         op: what.to_string(),

@@ -306,4 +306,8 @@ fn spare_threads_of_the_last_block_keep_32_bit_indices() {
     let e = fits_thread_indices(limit + 1, TRANS_RUN, 0, "transpose").unwrap_err();
     assert!(e.to_string().contains("32-bit indices"), "{e}");
     assert!(fits_thread_indices(usize::MAX, 1, 0, "maxpool").is_err());
+    // One-element kernels: every thread of the grid, the last block's included.
+    let max_threads = (i32::MAX as usize + 1) / BLOCK as usize * BLOCK as usize;
+    assert!(grid_for(max_threads, 0, "binary").is_ok());
+    assert!(grid_for(max_threads + 1, 0, "binary").is_err());
 }
