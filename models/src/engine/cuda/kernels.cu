@@ -1,8 +1,9 @@
 // redline's INT8 kernels for the CUDA engine, compiled at run time by NVRTC
 // (`--fmad=false`, IEEE division: every float operation rounds exactly as the CPU's).
 //
-// Contract: each thread computes one output element, or a fixed group of them (an output pixel
-// x channel tile, 4 or 16 channels of a max pool, 16 bytes of a transpose), from its inputs only, with the same arithmetic as the CPU kernel it mirrors
+// Contract: each thread computes one output element, or a fixed group of them (an output
+// pixel x channel tile, 4 or 16 channels of a max pool, 16 bytes of a transpose), from its
+// inputs only, with the same arithmetic as the CPU kernel it mirrors
 // (models/src/onnx/kernels.rs, models/src/conv/scalar.rs, models/src/quant.rs): integer sums
 // are exact (order-independent), and every float step is one correctly rounded IEEE
 // operation in the CPU's order (`__fmul_rn`, `__fadd_rn`, `__fdiv_rn`, `rintf` = round half
