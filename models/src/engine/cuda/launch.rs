@@ -150,18 +150,6 @@ fn i32_of(v: usize, step: usize, what: &str) -> Result<i32, EngineError> {
     })
 }
 
-/// Checks that a kernel taking `per_thread` elements per thread over `n` elements computes
-/// every thread's first element index in 32 bits: the last block's spare threads reach up
-/// to `n + BLOCK * per_thread`.
-pub(super) fn fits_thread_indices(
-    n: usize,
-    per_thread: usize,
-    step: usize,
-    what: &str,
-) -> Result<(), EngineError> {
-    i32_of(n.saturating_add(BLOCK as usize * per_thread), step, what).map(|_| ())
-}
-
 /// Channels per thread of the max-pooling kernel: 16 or 4 when the channel count and both
 /// buffers' offsets (hence addresses: regions are [`DEVICE_ALIGN`]-aligned) are multiples of
 /// it, so each thread loads and stores whole aligned words; else 1.
@@ -179,18 +167,25 @@ pub(super) fn max_pool_vector(channels: usize, src_offset: usize, dst_offset: us
 /// Output bytes per thread of the transpose kernel (kernels.cu `TRANS_RUN`).
 pub const TRANS_RUN: usize = 16;
 
-/// A one-dimensional grid of `n` threads in blocks of [`BLOCK`]. Kernels index their thread
-/// with a 32-bit `int`, so every thread of the grid (the last block's spare ones included)
-/// must have an index that fits an i32.
+/// A one-dimensional grid over `n` elements, `run` consecutive ones per thread, in blocks of
+/// [`BLOCK`]. Kernels compute a thread's first element, `thread × run`, in a 32-bit `int`,
+/// so it must fit an i32 for every thread of the grid, the last block's spare ones included.
+pub(super) fn grid_for_runs(
+    n: usize,
+    run: usize,
+    step: usize,
+    what: &str,
+) -> Result<(u32, u32, u32), EngineError> {
+    let blocks = n.div_ceil(run).div_ceil(BLOCK as usize).max(1);
+    let last_first = (blocks.saturating_mul(BLOCK as usize) - 1).saturating_mul(run);
+    i32_of(last_first, step, what)?;
+    // Fits: the check above bounds `blocks` by 2^31 / BLOCK.
+    Ok((blocks as u32, 1, 1))
+}
+
+/// [`grid_for_runs`] with one element per thread.
 pub(super) fn grid_for(n: usize, step: usize, what: &str) -> Result<(u32, u32, u32), EngineError> {
-    let blocks = n.div_ceil(BLOCK as usize).max(1);
-    fits_thread_indices(blocks * BLOCK as usize - 1, 0, step, what)?;
-    let b = u32::try_from(blocks).map_err(|_| EngineError::Unsupported {
-        node: format!("step {step}"),
-        op: what.to_string(),
-        reason: format!("{n} elements need more than 2^32 blocks"),
-    })?;
-    Ok((b, 1, 1))
+    grid_for_runs(n, 1, step, what)
 }
 
 fn win_of(w: &Window, step: usize) -> Result<Win, EngineError> {
@@ -447,7 +442,6 @@ impl LaunchPlan {
                         for (src, dst) in w.chunks_exact(c_in).zip(padded.chunks_exact_mut(c4)) {
                             dst[..c_in].copy_from_slice(src);
                         }
-                        fits_thread_indices(in_pixels, 1, si, "conv")?;
                         let pad = PadP {
                             x: p.x,
                             y: Addr::new(Region::Scratch, 0).0,
@@ -542,7 +536,7 @@ impl LaunchPlan {
                         program.buffers[*src].offset,
                         program.buffers[*dst].offset,
                     );
-                    fits_thread_indices(n, vec, si, "maxpool")?;
+                    i32_of(n, si, "maxpool")?;
                     let p = PoolP {
                         x: buf(*src),
                         y: buf(*dst),
@@ -657,7 +651,6 @@ impl LaunchPlan {
                     dst,
                 } => {
                     let n: usize = out_shape.iter().product();
-                    fits_thread_indices(n, TRANS_RUN, si, "transpose")?;
                     let p = TransP {
                         x: buf(*src),
                         y: buf(*dst),
@@ -668,7 +661,7 @@ impl LaunchPlan {
                     };
                     push(
                         Kernel::Transpose,
-                        grid_for(n.div_ceil(TRANS_RUN), si, "transpose")?,
+                        grid_for_runs(n, TRANS_RUN, si, "transpose")?,
                         BLOCK,
                         Params::Trans(p),
                     );

@@ -300,12 +300,13 @@ fn max_pooling_takes_whole_aligned_words_only_where_channels_and_buffers_allow()
 
 #[test]
 fn spare_threads_of_the_last_block_keep_32_bit_indices() {
-    // The largest element count whose spare threads still index in 32 bits, and one more.
-    let limit = i32::MAX as usize - BLOCK as usize * TRANS_RUN;
-    assert!(fits_thread_indices(limit, TRANS_RUN, 0, "transpose").is_ok());
-    let e = fits_thread_indices(limit + 1, TRANS_RUN, 0, "transpose").unwrap_err();
+    // The largest element count whose threads' first elements (runs of TRANS_RUN) still
+    // index in 32 bits, the last block's spare threads included, and one more.
+    let limit = 1usize << 31;
+    assert!(grid_for_runs(limit, TRANS_RUN, 0, "transpose").is_ok());
+    let e = grid_for_runs(limit + 1, TRANS_RUN, 0, "transpose").unwrap_err();
     assert!(e.to_string().contains("32-bit indices"), "{e}");
-    assert!(fits_thread_indices(usize::MAX, 1, 0, "maxpool").is_err());
+    assert!(grid_for(usize::MAX, 0, "maxpool").is_err());
     // One-element kernels: every thread of the grid, the last block's included.
     let max_threads = (i32::MAX as usize + 1) / BLOCK as usize * BLOCK as usize;
     assert!(grid_for(max_threads, 0, "binary").is_ok());
