@@ -244,7 +244,16 @@ mod tests {
         assert_eq!(
             RedlineConfig::parse("", "t").unwrap(),
             RedlineConfig::default()
+        ); // The six-camera rig, and back through TOML (which has no null).
+        let six = RedlineConfig::parse("[scenario]\ntele_hfov_deg = \"off\"\n", "t").unwrap();
+        assert_eq!(six.scenario.tele_hfov_deg, None);
+        assert_eq!(
+            RedlineConfig::parse(&six.to_toml().unwrap(), "t").unwrap(),
+            six
         );
+        let c = RedlineConfig::default();
+        assert_eq!(c.scenario.tele_hfov_deg, Some(20.0));
+        assert_eq!(RedlineConfig::parse(&c.to_toml().unwrap(), "t").unwrap(), c);
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub struct DatasetArgs {
     /// cameras keep theirs).
     #[arg(long, default_value_t = redline_sim::camera::DEFAULT_FRONT_HFOV_DEG)]
     pub front_hfov: f64,
+    /// The forward telephoto camera's horizontal field of view, degrees (10 up to the front
+    /// camera's), or `off` for the six-camera rig.
+    #[arg(long, default_value = "20", value_parser = parse_tele)]
+    pub tele_hfov: Tele,
 }
 
 pub fn dataset(a: DatasetArgs) -> Result<()> {
@@ -64,6 +68,7 @@ pub fn dataset(a: DatasetArgs) -> Result<()> {
         redline_sim::dataset::varied_drives(a.drives, a.seed, a.seconds, a.width, a.height);
     for d in &mut drives {
         d.front_hfov_deg = a.front_hfov;
+        d.tele_hfov_deg = a.tele_hfov.0;
     }
     let spec = redline_sim::dataset::DatasetSpec {
         drives,
@@ -121,6 +126,10 @@ pub struct GenerateArgs {
     /// cameras keep theirs).
     #[arg(long, default_value_t = redline_sim::camera::DEFAULT_FRONT_HFOV_DEG)]
     pub front_hfov: f64,
+    /// The forward telephoto camera's horizontal field of view, degrees (10 up to the front
+    /// camera's), or `off` for the six-camera rig.
+    #[arg(long, default_value = "20", value_parser = parse_tele)]
+    pub tele_hfov: Tele,
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
@@ -131,6 +140,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         image_width: a.width,
         image_height: a.height,
         front_hfov_deg: a.front_hfov,
+        tele_hfov_deg: a.tele_hfov.0,
         ..ScenarioConfig::default()
     };
     let scenario = Scenario::generate(cfg)?;
@@ -168,4 +178,17 @@ pub fn write_log(scenario: &Scenario, path: &Path) -> Result<()> {
         stats.bytes as f64 / 1e6
     );
     Ok(())
+}
+
+/// `--tele-hfov`: degrees, or `off` (no telephoto camera).
+#[derive(Clone, Copy, Debug)]
+pub struct Tele(pub Option<f64>);
+
+fn parse_tele(s: &str) -> Result<Tele, String> {
+    if s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
+        return Ok(Tele(None));
+    }
+    s.parse::<f64>()
+        .map(|d| Tele(Some(d)))
+        .map_err(|_| format!("`{s}` is neither degrees (e.g. 20) nor `off`"))
 }

@@ -73,9 +73,11 @@ pub enum ModelsError {
     Export(#[source] ExportError),
     /// The shipped trained models do not fit this rig or grid.
     #[error(
-        "the shipped trained network takes {want} cameras and the default 48 x 80 BEV grid, \
-         but this log has {cams} cameras{grid}: set network = \"seeded\" in the config (an \
-         untrained network of any shape), or give your own models in the [models] table"
+        "the shipped trained network takes {want} cameras (the default rig: six surround \
+         cameras and the front telephoto, as `redline sim generate` records them) and the \
+         default 48 x 80 BEV grid, but this log has {cams} cameras{grid}: set network = \
+         \"seeded\" in the config (an untrained network of any shape), or give your own \
+         models in the [models] table"
     )]
     TrainedRig {
         /// Cameras of the log.
@@ -428,16 +430,17 @@ mod tests {
         let cfg = PipelineConfig::default();
         assert_eq!(cfg.network, Network::Trained);
         let bev = BevSpec::DEFAULT;
-        let m = load_models(&cfg, &cfg.net_config(), 6, &bev).expect("trained models load");
+        let m = load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &bev)
+            .expect("trained models load");
         assert_eq!(m.backbone.inputs()[0].shape[0], trained::CAMERAS);
         assert!(m.shapes.det_split);
         assert_eq!((m.shapes.classes, m.shapes.seg_classes), (3, 3));
-        // Another rig: the trained backbone takes six cameras; the error says what to do.
+        // Another rig: the trained backbone takes seven cameras; the error says what to do.
         let msg = load_models(&cfg, &cfg.net_config(), 2, &bev)
             .unwrap_err()
             .to_string();
         assert!(
-            msg.contains("takes 6 cameras") && msg.contains("network = \"seeded\""),
+            msg.contains("takes 7 cameras") && msg.contains("network = \"seeded\""),
             "{msg}"
         );
     }
@@ -477,10 +480,11 @@ mod tests {
             path: Some(write("det-as-backbone.onnx", builtin::DET_HEAD)),
             ..ModelRef::default()
         };
-        let e = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT).unwrap_err();
+        let e =
+            load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT).unwrap_err();
         let msg = e.to_string();
         assert!(
-            msg.contains("backbone model") && msg.contains("[6, H, W, 3]") && msg.contains("input"),
+            msg.contains("backbone model") && msg.contains("[7, H, W, 3]") && msg.contains("input"),
             "{msg}"
         );
         // Heads swapped: the segmentation head has one output of 3 channels.
@@ -489,7 +493,7 @@ mod tests {
             ..PipelineConfig::default()
         };
         cfg.models.det_head.path = Some(write("seg-as-det.onnx", builtin::SEG_HEAD));
-        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+        let msg = load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT)
             .unwrap_err()
             .to_string();
         assert!(
@@ -511,7 +515,7 @@ mod tests {
         )
         .expect("write");
         cfg.models.backbone.path = Some(write("bb64.onnx", &other.backbone));
-        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+        let msg = load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT)
             .unwrap_err()
             .to_string();
         assert!(
@@ -524,7 +528,7 @@ mod tests {
             ..PipelineConfig::default()
         };
         cfg.models.seg_head.path = Some(PathBuf::from("/nonexistent/seg.onnx"));
-        let msg = load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT)
+        let msg = load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT)
             .unwrap_err()
             .to_string();
         assert!(msg.contains("models.seg_head.path"), "{msg}");
@@ -535,7 +539,7 @@ mod tests {
         for engine in ["cuda", "tensorrt"] {
             let text = format!("[models.det_head]\nengine = \"{engine}\"\n");
             let cfg = PipelineConfig::parse(&text, "t").expect("the config accepts the engine");
-            match load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT) {
+            match load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT) {
                 Ok(_) => {
                     eprintln!("{engine}: a GPU is present here; the error path is not reached")
                 }
@@ -569,7 +573,7 @@ mod tests {
     fn onnxruntime_is_accepted_by_name_and_runs_the_builtin_head() {
         let cfg = PipelineConfig::parse("[models.det_head]\nengine = \"onnxruntime\"\n", "t")
             .expect("the config accepts the engine");
-        match load_models(&cfg, &cfg.net_config(), 6, &BevSpec::DEFAULT) {
+        match load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT) {
             Ok(m) => assert_eq!(
                 m.det_head.kind(),
                 redline_models::engine::EngineKind::OnnxRuntime

@@ -2,11 +2,12 @@
 //!
 //! The camera model itself (pinhole projection, deterministic trigonometry) is the
 //! pipeline's, [`redline_pipeline::camera`]; this module adds what only a simulator knows:
-//! where the six cameras are mounted ([`surround_rig`], tested to cover 360°) and where
-//! the ego vehicle is in the world ([`world_to_ego`], [`pose_in_world`], [`project_world`]).
+//! where the cameras are mounted ([`surround_rig`]: six surround cameras, tested to cover
+//! 360°, and a forward telephoto camera for the far field, [`tele_camera`]) and where the
+//! ego vehicle is in the world ([`world_to_ego`], [`pose_in_world`], [`project_world`]).
 //!
-//! Cost: a handful of flops per call; nothing here allocates except [`surround_rig`]
-//! (six names). Never panics.
+//! Cost: a handful of flops per call; nothing here allocates except the rig builders (one
+//! name per camera). Never panics.
 
 use redline_pipeline::camera::det;
 use redline_pipeline::camera::{project_ego, CameraPose, CameraSpec};
@@ -58,14 +59,82 @@ pub const MIN_FRONT_HFOV_DEG: f64 = 40.0;
 /// The widest front camera the rig accepts, degrees.
 pub const MAX_FRONT_HFOV_DEG: f64 = 120.0;
 
-/// Six surround cameras (front, front_left, front_right, back_left, back_right, back — in
-/// this order), mounted on the roof (z = 1.6 m), pitched 5° (front/back) or 8° (sides)
-/// down, horizontal FOV [`DEFAULT_FRONT_HFOV_DEG`] (40°) front, 70° back and 80° sides at yaws
-/// 0°, ±55°, ±110°, 180°, so that neighbouring views overlap by 5–20° and together cover
-/// 360°. Square pixels, principal point at the image centre. A zero size is treated as 1 px
+/// The default rig's seventh camera, a forward telephoto view for the far field, degrees of
+/// horizontal FOV (`None` in [`crate::scenario::ScenarioConfig::tele_hfov_deg`] leaves it
+/// out). Mounted at the front camera's place, pitched [`TELE_PITCH_DEG`] down so that the
+/// horizon sits near its top edge: at 20° and 256 px a car 60 m ahead (1.9 m wide) is
+/// about 24 px wide (11 through the 40° front camera), and the ground from ~15 m ahead to
+/// beyond the BEV range spans its lower 90 rows. Where it sees a BEV cell it is one of the
+/// (at most two) views the view transform averages there (`BevProjector`).
+pub const DEFAULT_TELE_HFOV_DEG: f64 = 20.0;
+
+/// The narrowest telephoto camera the rig accepts, degrees.
+pub const MIN_TELE_HFOV_DEG: f64 = 10.0;
+
+/// The telephoto camera's downward pitch, degrees.
+pub const TELE_PITCH_DEG: f64 = 2.0;
+
+/// The default rig: six surround cameras (front, front_left, front_right, back_left,
+/// back_right, back — in this order, [`surround_rig_with`]) and then the forward telephoto
+/// camera, `front_tele` ([`tele_camera`] at [`DEFAULT_TELE_HFOV_DEG`]). The surround
+/// cameras are mounted on the roof (z = 1.6 m), pitched 5° (front/back) or 8° (sides) down,
+/// horizontal FOV [`DEFAULT_FRONT_HFOV_DEG`] (40°) front, 70° back and 80° sides at yaws 0°,
+/// ±55°, ±110°, 180°, so that neighbouring views overlap by 5–20° and together cover 360°. Square pixels, principal point at the image centre. A zero size is treated as 1 px
 /// for the focal length.
 pub fn surround_rig(width: u32, height: u32) -> Vec<CameraSpec> {
-    surround_rig_with(width, height, DEFAULT_FRONT_HFOV_DEG)
+    let mut rig = surround_rig_with(width, height, DEFAULT_FRONT_HFOV_DEG);
+    rig.push(tele_camera(width, height, DEFAULT_TELE_HFOV_DEG));
+    rig
+}
+
+/// The forward telephoto camera (`front_tele`) at `hfov_deg` ([`DEFAULT_TELE_HFOV_DEG`]):
+/// mounted where the front camera is, pitched [`TELE_PITCH_DEG`] down. The caller keeps
+/// `hfov_deg` within [`MIN_TELE_HFOV_DEG`] and the front camera's FOV
+/// ([`crate::scenario::ScenarioConfig::validate`] does).
+pub fn tele_camera(width: u32, height: u32, hfov_deg: f64) -> CameraSpec {
+    mount(
+        width,
+        height,
+        "front_tele",
+        1.9,
+        0.0,
+        0.0,
+        hfov_deg,
+        TELE_PITCH_DEG,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mount(
+    width: u32,
+    height: u32,
+    name: &str,
+    x: f64,
+    y: f64,
+    yaw_deg: f64,
+    hfov_deg: f64,
+    pitch_deg: f64,
+) -> CameraSpec {
+    let deg = std::f64::consts::PI / 180.0;
+    let f = 0.5 * f64::from(width.max(1)) / det::tan(0.5 * hfov_deg * deg);
+    CameraSpec {
+        name: name.to_string(),
+        width,
+        height,
+        fx: f,
+        fy: f,
+        cx: 0.5 * f64::from(width),
+        cy: 0.5 * f64::from(height),
+        x,
+        y,
+        z: MOUNT_HEIGHT,
+        yaw: if yaw_deg == 180.0 {
+            std::f64::consts::PI
+        } else {
+            yaw_deg * deg
+        },
+        pitch: pitch_deg * deg,
+    }
 }
 
 /// [`surround_rig`] with the front camera's horizontal FOV set to `front_hfov_deg`: a
@@ -74,7 +143,6 @@ pub fn surround_rig(width: u32, height: u32) -> Vec<CameraSpec> {
 /// caller keeps it within [`MIN_FRONT_HFOV_DEG`]..=[`MAX_FRONT_HFOV_DEG`]
 /// ([`crate::scenario::ScenarioConfig::validate`] does) for the rig to cover 360°.
 pub fn surround_rig_with(width: u32, height: u32, front_hfov_deg: f64) -> Vec<CameraSpec> {
-    let deg = std::f64::consts::PI / 180.0;
     MOUNTS
         .iter()
         .map(|&(name, x, y, yaw_deg, hfov_deg, pitch_deg)| {
@@ -83,25 +151,7 @@ pub fn surround_rig_with(width: u32, height: u32, front_hfov_deg: f64) -> Vec<Ca
             } else {
                 hfov_deg
             };
-            let f = 0.5 * f64::from(width.max(1)) / det::tan(0.5 * hfov_deg * deg);
-            CameraSpec {
-                name: name.to_string(),
-                width,
-                height,
-                fx: f,
-                fy: f,
-                cx: 0.5 * f64::from(width),
-                cy: 0.5 * f64::from(height),
-                x,
-                y,
-                z: MOUNT_HEIGHT,
-                yaw: if yaw_deg == 180.0 {
-                    std::f64::consts::PI
-                } else {
-                    yaw_deg * deg
-                },
-                pitch: pitch_deg * deg,
-            }
+            mount(width, height, name, x, y, yaw_deg, hfov_deg, pitch_deg)
         })
         .collect()
 }

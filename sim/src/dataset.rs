@@ -177,7 +177,7 @@ pub fn write_dataset(
     // drive's cameras must be those (whatever rig setting made them differ).
     if scenarios.iter().any(|sc| sc.cameras != rig) {
         return Err(DatasetError::Config(
-            "every drive must use the same camera rig (front_hfov_deg): the dataset's \
+            "every drive must use the same camera rig (front_hfov_deg, tele_hfov_deg): the dataset's \
              view-transform tables are the first drive's"
                 .into(),
         ));
@@ -469,23 +469,28 @@ mod tests {
         assert_eq!(n, 6);
         assert_eq!(calls, 6);
         let (h, input) = read_npy(&dir.join("drive_000/input.npy"));
-        assert!(h.contains("'shape': (6, 6, 16, 32, 3)"), "{h}");
-        assert_eq!(input.len(), 6 * 6 * 16 * 32 * 3);
-        // Frame 3, camera 2: the runtime's preprocessing of the rendered image.
+        // 6 frames of the default rig's 7 cameras (the telephoto last).
+        assert!(h.contains("'shape': (6, 7, 16, 32, 3)"), "{h}");
+        assert_eq!(input.len(), 6 * 7 * 16 * 32 * 3);
+        // Frame 3, cameras 2 and 6 (the telephoto): the runtime's preprocessing of the
+        // rendered image.
         let sc = Scenario::generate(spec.drives[0].clone()).unwrap();
-        let mut img = RgbImage::default();
-        sc.render(3, 2, &mut img);
-        let mut want = vec![0i8; 16 * 32 * 3];
-        Preprocess::new(64, 32, 32, 16)
-            .unwrap()
-            .run(&img.data, &mut want)
-            .unwrap();
-        let cam = 16 * 32 * 3;
-        let o = (3 * 6 + 2) * cam;
-        assert!(input[o..o + cam]
-            .iter()
-            .zip(&want)
-            .all(|(&a, &b)| a as i8 == b));
+        assert_eq!(sc.cameras[6].name, "front_tele");
+        for c in [2, 6] {
+            let mut img = RgbImage::default();
+            sc.render(3, c, &mut img);
+            let mut want = vec![0i8; 16 * 32 * 3];
+            Preprocess::new(64, 32, 32, 16)
+                .unwrap()
+                .run(&img.data, &mut want)
+                .unwrap();
+            let cam = 16 * 32 * 3;
+            let o = (3 * 7 + c) * cam;
+            assert!(input[o..o + cam]
+                .iter()
+                .zip(&want)
+                .all(|(&a, &b)| a as i8 == b));
+        }
         let (h, warp) = read_npy(&dir.join("drive_000/warp.npy"));
         assert!(h.contains("'shape': (6, 2, 3840)"), "{h}");
         let w: Vec<i32> = warp
@@ -510,7 +515,7 @@ mod tests {
         assert!(h.contains("'shape': (3840, 2)"), "{h}");
         let meta: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
-        assert_eq!(meta["cams"], 6);
+        assert_eq!(meta["cams"], 7);
         assert_eq!(meta["drives"][0]["frames"], 6);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -520,11 +525,20 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("redline-dataset-rig-{}", std::process::id()));
         let mut drives = varied_drives(2, 11, 0.2, 64, 32);
         drives[1].front_hfov_deg = 70.0;
-        let spec = tiny_spec(drives);
-        let e = write_dataset(&dir, &spec, &mut |_, _| {})
+        let e = write_dataset(&dir, &tiny_spec(drives.clone()), &mut |_, _| {})
             .unwrap_err()
             .to_string();
-        assert!(e.contains("same camera rig (front_hfov_deg)"), "{e}");
+        assert!(
+            e.contains("same camera rig (front_hfov_deg, tele_hfov_deg)"),
+            "{e}"
+        );
+        // A drive without the telephoto camera is another rig too.
+        drives[1].front_hfov_deg = drives[0].front_hfov_deg;
+        drives[1].tele_hfov_deg = None;
+        let e = write_dataset(&dir, &tiny_spec(drives), &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("same camera rig"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

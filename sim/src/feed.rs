@@ -5,11 +5,11 @@
 //! reports progress); during the run the `sensors` stage only copies frame `k` out of it
 //! (one `memcpy` per camera, written where it happens), so replay timing measures the
 //! pipeline, not the log reader. The cost is memory: frames × cameras × width × height × 3
-//! bytes (900 frames of six 256×128 cameras: 531 MB). A camera missing from a frame, late,
-//! or of the wrong size or encoding is recorded in [`Feed::issues`] and its pixels are zero
-//! with its bit cleared in [`SensorFrame::present`]; the frame still runs. Every camera's
-//! image carries the frame's stamp (a log's images are grouped by stamp), and a frame
-//! without odometry has [`SensorFrame::ego_present`] false.
+//! bytes (900 frames of the default rig's seven 256×128 cameras: 619 MB). A camera missing
+//! from a frame, late, or of the wrong size or encoding is recorded in [`Feed::issues`] and
+//! its pixels are zero with its bit cleared in [`SensorFrame::present`]; the frame still
+//! runs. Every camera's image carries the frame's stamp (a log's images are grouped by
+//! stamp), and a frame without odometry has [`SensorFrame::ego_present`] false.
 //!
 //! [`Looped`] plays any source in a loop, for soak runs longer than the drive.
 

@@ -4,8 +4,8 @@
 use redline_pipeline::camera::{pixel_ray_ego, project_ego};
 use redline_runtime::det_math as dm;
 use redline_sim::camera::{
-    project_world, surround_rig, surround_rig_with, DEFAULT_FRONT_HFOV_DEG, MAX_FRONT_HFOV_DEG,
-    MIN_FRONT_HFOV_DEG,
+    project_world, surround_rig, surround_rig_with, tele_camera, DEFAULT_FRONT_HFOV_DEG,
+    DEFAULT_TELE_HFOV_DEG, MAX_FRONT_HFOV_DEG, MIN_FRONT_HFOV_DEG,
 };
 use redline_sim::render::{render_scene, Renderer};
 use redline_sim::scenario::{Road, Scenario, ScenarioConfig};
@@ -68,7 +68,10 @@ fn optical_axis_projects_to_principal_point_and_rays_point_back() {
 
 #[test]
 fn rig_covers_360_degrees() {
-    rig_covers_360_degrees_with(surround_rig(320, 192));
+    let rig = surround_rig(320, 192);
+    assert_eq!(rig.len(), 7);
+    assert_eq!(rig[6], tele_camera(320, 192, DEFAULT_TELE_HFOV_DEG));
+    rig_covers_360_degrees_with(rig[..6].to_vec());
     // The narrowest and widest front cameras the scenario accepts keep the coverage.
     for fov in [MIN_FRONT_HFOV_DEG, 55.0, MAX_FRONT_HFOV_DEG] {
         rig_covers_360_degrees_with(surround_rig_with(320, 192, fov));
@@ -81,12 +84,15 @@ fn a_narrow_front_camera_has_the_longer_focal_length_and_the_rest_stay() {
     let narrow = surround_rig(256, 128);
     // The default rig's front camera is the narrow one.
     assert_eq!(DEFAULT_FRONT_HFOV_DEG, 40.0);
-    assert_eq!(narrow, surround_rig_with(256, 128, DEFAULT_FRONT_HFOV_DEG));
+    assert_eq!(
+        narrow[..6],
+        surround_rig_with(256, 128, DEFAULT_FRONT_HFOV_DEG)
+    );
     // f = (w / 2) / tan(fov / 2): 128 / tan(20°) = 351.7 px against 128 / tan(35°) = 182.8.
     assert!((narrow[0].fx - 351.68).abs() < 0.01, "{}", narrow[0].fx);
     assert!((wide[0].fx - 182.80).abs() < 0.01, "{}", wide[0].fx);
     assert_eq!(narrow[0].fx, narrow[0].fy);
-    assert_eq!(narrow[1..], wide[1..]);
+    assert_eq!(narrow[1..6], wide[1..]);
     // A car-sized object 50 m ahead spans 1.9x the pixels.
     let width_px = |c: &redline_pipeline::camera::CameraSpec| {
         let (u0, _, _) = project_ego(c, 50.0, -0.95, 0.8).expect("ahead");
@@ -95,6 +101,23 @@ fn a_narrow_front_camera_has_the_longer_focal_length_and_the_rest_stay() {
     };
     let ratio = width_px(&narrow[0]) / width_px(&wide[0]);
     assert!((ratio - 1.924).abs() < 0.01, "{ratio}");
+    // The telephoto (20°) has 2.06x the front camera's focal length: 128 / tan(10°).
+    let tele = &narrow[6];
+    assert_eq!(DEFAULT_TELE_HFOV_DEG, 20.0);
+    assert!((tele.fx - 725.92).abs() < 0.01, "{}", tele.fx);
+    let ratio = width_px(tele) / width_px(&narrow[0]);
+    assert!((ratio - 2.064).abs() < 0.01, "{ratio}");
+    // Pitched less than the front camera: the horizon 39 px from its top edge, the ground
+    // from about 15 m ahead.
+    assert!(tele.pitch > 0.0 && tele.pitch < narrow[0].pitch);
+    let (_, v_far, _) = project_ego(tele, 200.0, 0.0, 0.0).expect("ahead");
+    let (_, v_near, _) = project_ego(tele, 16.0, 0.0, 0.0).expect("ahead");
+    let (_, v_out, _) = project_ego(tele, 14.0, 0.0, 0.0).expect("ahead");
+    assert!(v_far > 39.0 && v_far < 50.0, "{v_far}");
+    assert!(
+        v_near > 100.0 && v_near < 128.0 && v_out > 128.0,
+        "{v_near} {v_out}"
+    );
 }
 
 fn rig_covers_360_degrees_with(rig: Vec<redline_pipeline::camera::CameraSpec>) {
@@ -254,12 +277,12 @@ fn images_have_the_requested_size() {
         height: 3,
         data: vec![1; 27],
     };
-    for cam in 0..6 {
+    for cam in 0..7 {
         sc.render(5, cam, &mut img);
         assert_eq!((img.width, img.height), (160, 96));
         assert_eq!(img.data.len(), 160 * 96 * 3);
     }
-    sc.render(5, 6, &mut img);
+    sc.render(5, 7, &mut img);
     assert_eq!((img.width, img.height, img.data.len()), (0, 0, 0));
     // An own renderer gives the same bytes as the per-thread one.
     let mut a = RgbImage::default();

@@ -330,6 +330,28 @@ fn invalid_configs_are_errors_naming_the_field() {
         ),
         (
             ScenarioConfig {
+                tele_hfov_deg: Some(5.0),
+                ..Default::default()
+            },
+            "tele_hfov_deg = 5",
+        ),
+        (
+            // Wider than the front camera it is meant to see further than.
+            ScenarioConfig {
+                tele_hfov_deg: Some(50.0),
+                ..Default::default()
+            },
+            "up to the front camera's 40",
+        ),
+        (
+            ScenarioConfig {
+                tele_hfov_deg: Some(f64::INFINITY),
+                ..Default::default()
+            },
+            "tele_hfov_deg",
+        ),
+        (
+            ScenarioConfig {
                 front_hfov_deg: 150.0,
                 ..Default::default()
             },
@@ -390,6 +412,33 @@ fn invalid_configs_are_errors_naming_the_field() {
             ..Default::default()
         }
     );
+    // The six-camera rig: no telephoto camera (JSON null), the surround cameras as they were.
+    let six: ScenarioConfig =
+        serde_json::from_str(r#"{"seed": 3, "seconds": 1.0, "tele_hfov_deg": null}"#)
+            .expect("json");
+    assert_eq!(six.tele_hfov_deg, None);
+    let sc6 = Scenario::generate(six.clone()).expect("valid");
+    let sc7 = Scenario::generate(ScenarioConfig {
+        tele_hfov_deg: Some(20.0),
+        ..six
+    })
+    .expect("valid");
+    assert_eq!(sc6.cameras.len(), 6);
+    assert_eq!(
+        (sc7.cameras.len(), sc7.cameras[6].name.as_str()),
+        (7, "front_tele")
+    );
+    assert_eq!(sc6.cameras[..], sc7.cameras[..6]);
+    for off in [r#""off""#, "false"] {
+        let c: ScenarioConfig =
+            serde_json::from_str(&format!(r#"{{"tele_hfov_deg": {off}}}"#)).expect("json");
+        assert_eq!(c.tele_hfov_deg, None, "{off}");
+    }
+    let c: ScenarioConfig = serde_json::from_str(r#"{"tele_hfov_deg": 25}"#).expect("json");
+    assert_eq!(c.tele_hfov_deg, Some(25.0));
+    let e = serde_json::from_str::<ScenarioConfig>(r#"{"tele_hfov_deg": "wide"}"#)
+        .expect_err("not degrees");
+    assert!(e.to_string().contains("\"off\""), "{e}");
 }
 
 #[test]

@@ -18,7 +18,7 @@ use redline_tests::{lockstep_config, scenario_log, small_scenario, temp_dir};
 /// Determinism). If a deliberate change to the scenario, the network or any stage changes
 /// it, the failure message prints the new value: paste it here and say in the commit why
 /// the outputs changed.
-const PINNED_OUTPUT_HASH: &str = "2fc10efc4a3f64ae";
+const PINNED_OUTPUT_HASH: &str = "4ec122d12cc8fcd3";
 
 fn run(feed: &Arc<Feed>, lanes: usize, weights_seed: u64) -> String {
     run_with(
@@ -61,7 +61,11 @@ fn lockstep_replay_of_a_generated_log_is_bit_identical_across_runs_and_lanes() {
     let feed = Arc::new(Feed::from_log(&log, None).expect("log reads back"));
     assert_eq!(feed.frames.len(), scenario.frame_count());
     assert!(feed.issues.is_empty(), "{:?}", feed.issues);
-    assert_eq!(feed.cameras.len(), 6);
+    assert_eq!(
+        feed.cameras.len(),
+        7,
+        "the default rig: six around and the telephoto"
+    );
     let seed = PipelineConfig::default().weights_seed;
     let one = run(&feed, 1, seed);
     assert_eq!(

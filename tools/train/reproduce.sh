@@ -5,7 +5,7 @@
 #
 # Usage: tools/train/reproduce.sh [WORK_DIR]     (default /tmp/redline-train)
 # Needs: cargo, python3 with torch, numpy, onnx (pip install torch numpy onnx==1.23.2),
-# about 30 GB of disk (two 26 GB datasets, one at a time) and 7 GB of memory. Seeds are fixed; on the 2-core development VM it
+# about 30 GB of disk (three datasets of 26-30 GB, one at a time) and 7 GB of memory. Seeds are fixed; on the 2-core development VM it
 # takes about the time in the README's model card. FAST=1 also remakes
 # models/trained/fast (a 64x128 network input, 4x fewer MACs; two more 10 GB datasets, one at
 # a time, and about 55 min more).
@@ -18,9 +18,10 @@ start=$(date +%s)
 # 1. 48 drives of 30 s (seeds 1000-1047, varied actors, lanes, lane widths and curvature):
 #    whole drives, so the network sees traffic as it evolves, not only its first seconds;
 #    the network input is the cameras' full 256x128 (0.6 MB per frame, 26 GB). Stages 1-2
-#    use the rig before 2026-11-26 (a 70° front camera); stage 2b the default 40° one.
+#    use the rig before 2026-11-26 (a 70° front camera); stage 2b the 40° one, both six
+#    cameras (`--tele-hfov off`); stage 2c the default rig (with the telephoto camera).
 target/release/redline sim dataset -o "$WORK/data" --drives 48 --seed 1000 --seconds 30 \
-    --net-width 256 --net-height 128 --front-hfov 70
+    --net-width 256 --net-height 128 --front-hfov 70 --tele-hfov off
 # 2. Training (fixed seeds), in two stages: the "dilated" architecture, 6 000 steps of 8
 #    frames (the longest step: 1.5-2.25 h on the 2-core VM); then "dilated_pos" (its
 #    detection head also sees each BEV cell's position; those weights start at zero) from
@@ -32,11 +33,22 @@ python3 tools/train/train.py "$WORK/data" -o "$WORK/pos70.pt" --arch dilated_pos
 #     fine-tuned on them from stage 2, 3 500 steps at lr 1e-3 (55-60 min).
 rm -rf "$WORK/data"
 target/release/redline sim dataset -o "$WORK/data40" --drives 48 --seed 1000 --seconds 30 \
-    --net-width 256 --net-height 128 --front-hfov 40
-python3 tools/train/train.py "$WORK/data40" -o "$WORK/model.pt" --arch dilated_pos --init "$WORK/pos70.pt" \
+    --net-width 256 --net-height 128 --front-hfov 40 --tele-hfov off
+python3 tools/train/train.py "$WORK/data40" -o "$WORK/model40.pt" --arch dilated_pos --init "$WORK/pos70.pt" \
     --lr 1e-3 --epochs 1.2963 --seed 2
+rm -rf "$WORK/data40"
+# 2c. The same drives through the default rig: the six cameras and the forward telephoto
+#     (20°, a seventh camera; 30 GB), and "dilated_pos" fine-tuned on them from stage 2b,
+#     3 000 steps at lr 1e-3 (about 65 min). To skip stages 1-2b, rebuild stage 2b's
+#     checkpoint from the float models of the release before the telephoto camera:
+#       git show 303831c:models/trained/float/backbone.onnx > F/backbone.onnx (and the heads)
+#       python3 tools/train/from_onnx.py F -o "$WORK/model40.pt"
+target/release/redline sim dataset -o "$WORK/data_tele" --drives 48 --seed 1000 --seconds 30 \
+    --net-width 256 --net-height 128 --front-hfov 40 --tele-hfov 20
+python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model.pt" --arch dilated_pos --init "$WORK/model40.pt" \
+    --lr 1e-3 --epochs 1.1111 --seed 2
 # 3. Calibration, QDQ export into models/trained, fixtures for tests/tests/trained_model.rs.
-python3 tools/train/export.py "$WORK/model.pt" "$WORK/data40" -o "$WORK/export" \
+python3 tools/train/export.py "$WORK/model.pt" "$WORK/data_tele" -o "$WORK/export" \
     --fixtures tests/fixtures/trained
 cp "$WORK"/export/{backbone,det_head,seg_head}.onnx "$WORK/export/quantization.json" models/trained/
 mkdir -p models/trained/float
@@ -45,13 +57,13 @@ if [ "${FAST:-0}" = 1 ]; then
     # The fast model, 4x cheaper backbone: the first stage's architecture at a 64x128
     # network input (preprocessing area-averages the cameras), 64 drives, 7 800 steps on the
     # 70° rig; then fine-tuned on the same drives through the 40° front camera, 3 000 steps
-    # at lr 1e-3 (14 min).
+    # at lr 1e-3 (14 min). Six cameras: it is not trained for the telephoto camera.
     target/release/redline sim dataset -o "$WORK/data64" --drives 64 --seed 1000 --seconds 30 \
-        --front-hfov 70
+        --front-hfov 70 --tele-hfov off
     python3 tools/train/train.py "$WORK/data64" -o "$WORK/fast70.pt" --arch dilated --epochs 2.1667 --seed 1
     rm -rf "$WORK/data64"
     target/release/redline sim dataset -o "$WORK/data64_40" --drives 64 --seed 1000 --seconds 30 \
-        --front-hfov 40
+        --front-hfov 40 --tele-hfov off
     python3 tools/train/train.py "$WORK/data64_40" -o "$WORK/fast.pt" --arch dilated --init "$WORK/fast70.pt" \
         --lr 1e-3 --epochs 0.8333 --seed 2
     python3 tools/train/export.py "$WORK/fast.pt" "$WORK/data64_40" -o "$WORK/export_fast" \

@@ -43,7 +43,7 @@ pub fn net_config() -> NetConfig {
     }
 }
 
-/// Six cameras (the surround rig), the default 48 × 80 BEV grid.
+/// Seven cameras (the default rig), the default 48 × 80 BEV grid.
 pub fn options() -> ExportOptions {
     ExportOptions::default()
 }

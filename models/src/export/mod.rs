@@ -64,8 +64,9 @@ pub const TENSORS_FILE: &str = "network.safetensors";
 pub const META_FILE: &str = "network.json";
 /// Default BEV grid `(ny, nx)`: the pipeline's default grid (80 m × 48 m at 1 m cells).
 pub const DEFAULT_BEV_GRID: (usize, usize) = (48, 80);
-/// Default number of cameras in the backbone's test batch (the surround rig).
-pub const DEFAULT_CAMERAS: usize = 6;
+/// Default number of cameras in the backbone's test batch (the default rig: six surround
+/// cameras and the front telephoto).
+pub const DEFAULT_CAMERAS: usize = 7;
 /// Stream ids of the test inputs (distinct from the network's weight streams).
 const TEST_IMAGES_STREAM: u64 = 0xE00;
 const TEST_BEV_STREAM: u64 = 0xE01;

@@ -5,15 +5,15 @@
 //! (the default). The README's model card says how they were made and how well they do;
 //! `tools/train/README.md` reproduces them.
 //!
-//! Fixed shapes: the six-camera surround rig (`[6, H, W, 3]` in), the default 48 × 80 BEV
-//! grid; `H`, `W`, the feature size and the quantization are read from the files.
+//! Fixed shapes: the default seven-camera rig (the six surround cameras and the front
+//! telephoto, `[7, H, W, 3]` in), the default 48 × 80 BEV grid; `H`, `W`, the feature size and the quantization are read from the files.
 
 use super::onnx::OnnxModels;
 
 /// Directory of the committed files (in the source tree).
 pub const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trained");
 /// Cameras the trained backbone takes (its input's first dimension).
-pub const CAMERAS: usize = 6;
+pub const CAMERAS: usize = 7;
 /// `backbone.onnx`, embedded.
 pub const BACKBONE: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),

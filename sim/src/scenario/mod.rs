@@ -39,7 +39,8 @@ mod traffic;
 pub use road::Road;
 
 use crate::camera::{
-    surround_rig_with, DEFAULT_FRONT_HFOV_DEG, MAX_FRONT_HFOV_DEG, MIN_FRONT_HFOV_DEG,
+    surround_rig_with, tele_camera, DEFAULT_FRONT_HFOV_DEG, DEFAULT_TELE_HFOV_DEG,
+    MAX_FRONT_HFOV_DEG, MIN_FRONT_HFOV_DEG, MIN_TELE_HFOV_DEG,
 };
 use crate::render::render_scene;
 use crate::types::{ActorClass, EgoState, GroundTruth, GtObject, RgbImage};
@@ -91,8 +92,15 @@ pub struct ScenarioConfig {
     /// Camera image height, px. Default 192.
     pub image_height: u32,
     /// The front camera's horizontal field of view, degrees
-    /// ([`crate::camera::surround_rig_with`]); 40 to 120. Default 70.
+    /// ([`crate::camera::surround_rig_with`]); 40 to 120. Default 40.
     pub front_hfov_deg: f64,
+    /// The forward telephoto camera's horizontal field of view, degrees
+    /// ([`crate::camera::tele_camera`], the rig's seventh camera, `front_tele`); 10 up to
+    /// `front_hfov_deg`; `None` leaves it out (the six-camera rig of releases before
+    /// 2026-11-27). Default 20. In a config file: degrees, or `"off"` (TOML has no null;
+    /// JSON's `null` and `false` mean off too).
+    #[serde(deserialize_with = "tele_fov", serialize_with = "tele_fov_out")]
+    pub tele_hfov_deg: Option<f64>,
 }
 
 impl Default for ScenarioConfig {
@@ -107,7 +115,37 @@ impl Default for ScenarioConfig {
             image_width: 320,
             image_height: 192,
             front_hfov_deg: DEFAULT_FRONT_HFOV_DEG,
+            tele_hfov_deg: Some(DEFAULT_TELE_HFOV_DEG),
         }
+    }
+}
+
+/// `tele_hfov_deg` into a config: the degrees, or `"off"` (so that TOML, which has no null,
+/// reads it back as it was).
+fn tele_fov_out<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(d) => s.serialize_f64(*d),
+        None => s.serialize_str("off"),
+    }
+}
+
+/// `tele_hfov_deg` from a config: a number, or off (`"off"`, `false`, `null`).
+fn tele_fov<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Tele {
+        Degrees(f64),
+        Flag(bool),
+        Word(String),
+        Null(()),
+    }
+    match Option::<Tele>::deserialize(d)? {
+        Some(Tele::Degrees(v)) => Ok(Some(v)),
+        None | Some(Tele::Null(())) | Some(Tele::Flag(false)) => Ok(None),
+        Some(Tele::Word(w)) if w.eq_ignore_ascii_case("off") => Ok(None),
+        Some(Tele::Flag(true)) | Some(Tele::Word(_)) => Err(serde::de::Error::custom(
+            "tele_hfov_deg must be degrees (e.g. 20) or \"off\" (no telephoto camera)",
+        )),
     }
 }
 
@@ -159,6 +197,19 @@ pub enum ScenarioError {
         max = MAX_FRONT_HFOV_DEG
     )]
     FrontFov(f64),
+    /// `tele_hfov_deg` outside [`MIN_TELE_HFOV_DEG`]..=`front_hfov_deg`.
+    #[error(
+        "scenario tele_hfov_deg = {tele} is invalid: use {min} degrees up to the front \
+         camera's {front} (a telephoto view is the narrower one), e.g. 20, or \"off\" for \
+         the six-camera rig",
+        min = MIN_TELE_HFOV_DEG
+    )]
+    TeleFov {
+        /// Requested telephoto FOV.
+        tele: f64,
+        /// The front camera's FOV.
+        front: f64,
+    },
     /// A road piece given to [`Road::from_pieces`] is invalid.
     #[error(
         "road piece {index} (length {length} m, curvature {curvature} 1/m) is invalid: \
@@ -212,6 +263,14 @@ impl ScenarioConfig {
         {
             return Err(ScenarioError::FrontFov(self.front_hfov_deg));
         }
+        if let Some(tele) = self.tele_hfov_deg {
+            if !(tele.is_finite() && (MIN_TELE_HFOV_DEG..=self.front_hfov_deg).contains(&tele)) {
+                return Err(ScenarioError::TeleFov {
+                    tele,
+                    front: self.front_hfov_deg,
+                });
+            }
+        }
         let bad = |s: u32| s == 0 || s > MAX_IMAGE_SIDE;
         if bad(self.image_width) || bad(self.image_height) {
             return Err(ScenarioError::ImageSize {
@@ -257,7 +316,8 @@ pub struct Scenario {
     pub config: ScenarioConfig,
     /// The road.
     pub road: Road,
-    /// The surround rig ([`surround_rig_with`]) at the configured image size and front FOV.
+    /// The rig: the six surround cameras ([`surround_rig_with`]) at the configured image size
+    /// and front FOV, then the telephoto camera ([`tele_camera`]) when configured.
     pub cameras: Vec<CameraSpec>,
     egos: Vec<EgoState>,
     /// `frames × n_actors` boxes, frame major.
@@ -356,11 +416,14 @@ impl Scenario {
             }
         }
         let stats = sim.stats;
-        let cameras = surround_rig_with(
+        let mut cameras = surround_rig_with(
             config.image_width,
             config.image_height,
             config.front_hfov_deg,
         );
+        if let Some(tele) = config.tele_hfov_deg {
+            cameras.push(tele_camera(config.image_width, config.image_height, tele));
+        }
         Ok(Scenario {
             config,
             road,
