@@ -28,7 +28,7 @@ use redline_tests::small_scenario;
 /// it, the failure message prints the new value and the buffer table: check the table,
 /// paste the value here and say in the commit why the arena changed. 2026-11-26:
 /// 401 520 -> 991 344 bytes, the shipped network takes the cameras at 256 x 128 (net_input
-/// 589 824 B, features 393 216 B; were 147 456 and 98 304). 2026-11-27: 991 344 ->
+/// 589 824 B, features 393 216 B; were 147 456 and 98 304). 2026-11-26: 991 344 ->
 /// 1 155 184 bytes, the default rig's seventh camera (the telephoto): one more camera's
 /// network input (98 304 B) and features (65 536 B).
 const PINNED_PEAK_BYTES: usize = 1_155_184;

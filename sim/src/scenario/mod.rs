@@ -96,8 +96,8 @@ pub struct ScenarioConfig {
     pub front_hfov_deg: f64,
     /// The forward telephoto camera's horizontal field of view, degrees
     /// ([`crate::camera::tele_camera`], the rig's seventh camera, `front_tele`); 10 up to
-    /// `front_hfov_deg`; `None` leaves it out (the six-camera rig of releases before
-    /// 2026-11-27). Default 20. In a config file: degrees, or `"off"` (TOML has no null;
+    /// `front_hfov_deg`; `None` leaves it out (the six-camera rig of the releases before
+    /// the telephoto). Default 20. In a config file: degrees, or `"off"` (TOML has no null;
     /// JSON's `null` and `false` mean off too).
     #[serde(deserialize_with = "tele_fov", serialize_with = "tele_fov_out")]
     pub tele_hfov_deg: Option<f64>,
