@@ -32,7 +32,10 @@ pub fn pose_in_world(cam: &CameraSpec, ego: &EgoState) -> CameraPose {
 }
 
 /// One mount of the rig: name, x, y (ego frame, m), yaw, horizontal FOV, pitch (degrees).
-const MOUNTS: [(&str, f64, f64, f64, f64, f64); 6] = [
+type Mount<'a> = (&'a str, f64, f64, f64, f64, f64);
+
+/// The six surround cameras' mounts.
+const MOUNTS: [Mount<'static>; 6] = [
     ("front", 1.9, 0.0, 0.0, 70.0, 5.0),
     ("front_left", 1.5, 0.75, 55.0, 80.0, 8.0),
     ("front_right", 1.5, -0.75, -55.0, 80.0, 8.0),
@@ -79,8 +82,9 @@ pub const TELE_PITCH_DEG: f64 = 2.0;
 /// camera, `front_tele` ([`tele_camera`] at [`DEFAULT_TELE_HFOV_DEG`]). The surround
 /// cameras are mounted on the roof (z = 1.6 m), pitched 5° (front/back) or 8° (sides) down,
 /// horizontal FOV [`DEFAULT_FRONT_HFOV_DEG`] (40°) front, 70° back and 80° sides at yaws 0°,
-/// ±55°, ±110°, 180°, so that neighbouring views overlap by 5–20° and together cover 360°. Square pixels, principal point at the image centre. A zero size is treated as 1 px
-/// for the focal length.
+/// ±55°, ±110°, 180°, so that neighbouring views overlap by 5–20° and together cover 360°.
+/// Square pixels, principal point at the image centre. A zero size is treated as 1 px for
+/// the focal length.
 pub fn surround_rig(width: u32, height: u32) -> Vec<CameraSpec> {
     let mut rig = surround_rig_with(width, height, DEFAULT_FRONT_HFOV_DEG);
     rig.push(tele_camera(width, height, DEFAULT_TELE_HFOV_DEG));
@@ -92,29 +96,17 @@ pub fn surround_rig(width: u32, height: u32) -> Vec<CameraSpec> {
 /// `hfov_deg` within [`MIN_TELE_HFOV_DEG`] and the front camera's FOV
 /// ([`crate::scenario::ScenarioConfig::validate`] does).
 pub fn tele_camera(width: u32, height: u32, hfov_deg: f64) -> CameraSpec {
+    let (_, x, y, yaw_deg, _, _) = MOUNTS[0];
     mount(
         width,
         height,
-        "front_tele",
-        1.9,
-        0.0,
-        0.0,
-        hfov_deg,
-        TELE_PITCH_DEG,
+        ("front_tele", x, y, yaw_deg, hfov_deg, TELE_PITCH_DEG),
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn mount(
-    width: u32,
-    height: u32,
-    name: &str,
-    x: f64,
-    y: f64,
-    yaw_deg: f64,
-    hfov_deg: f64,
-    pitch_deg: f64,
-) -> CameraSpec {
+/// The camera at `mount` with `width x height` pixels.
+fn mount(width: u32, height: u32, mount: Mount<'_>) -> CameraSpec {
+    let (name, x, y, yaw_deg, hfov_deg, pitch_deg) = mount;
     let deg = std::f64::consts::PI / 180.0;
     let f = 0.5 * f64::from(width.max(1)) / det::tan(0.5 * hfov_deg * deg);
     CameraSpec {
@@ -137,9 +129,10 @@ fn mount(
     }
 }
 
-/// [`surround_rig`] with the front camera's horizontal FOV set to `front_hfov_deg`: a
-/// narrower front camera (as production rigs carry for the far field) puts more pixels on
-/// the road ahead at the same image size: 40° has 1.9× the focal length of 70°. The
+/// The six surround cameras of [`surround_rig`] (no telephoto) with the front camera's
+/// horizontal FOV set to `front_hfov_deg`: a narrower front camera (as production rigs
+/// carry for the far field) puts more pixels on the road ahead at the same image size: 40°
+/// has 1.9× the focal length of 70°. The
 /// caller keeps it within [`MIN_FRONT_HFOV_DEG`]..=[`MAX_FRONT_HFOV_DEG`]
 /// ([`crate::scenario::ScenarioConfig::validate`] does) for the rig to cover 360°.
 pub fn surround_rig_with(width: u32, height: u32, front_hfov_deg: f64) -> Vec<CameraSpec> {
@@ -151,7 +144,7 @@ pub fn surround_rig_with(width: u32, height: u32, front_hfov_deg: f64) -> Vec<Ca
             } else {
                 hfov_deg
             };
-            mount(width, height, name, x, y, yaw_deg, hfov_deg, pitch_deg)
+            mount(width, height, (name, x, y, yaw_deg, hfov_deg, pitch_deg))
         })
         .collect()
 }
