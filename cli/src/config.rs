@@ -244,7 +244,8 @@ mod tests {
         assert_eq!(
             RedlineConfig::parse("", "t").unwrap(),
             RedlineConfig::default()
-        ); // The six-camera rig, and back through TOML (which has no null).
+        );
+        // The six-camera rig, and back through TOML (which has no null).
         let six = RedlineConfig::parse("[scenario]\ntele_hfov_deg = \"off\"\n", "t").unwrap();
         assert_eq!(six.scenario.tele_hfov_deg, None);
         assert_eq!(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use redline_pipeline::run::Counters;
+use redline_sim::camera::DEFAULT_TELE_HFOV_DEG;
 use redline_sim::generate::write_scenario_log;
 use redline_sim::scenario::{Scenario, ScenarioConfig};
 
@@ -59,7 +60,7 @@ pub struct DatasetArgs {
     pub front_hfov: f64,
     /// The forward telephoto camera's horizontal field of view, degrees (10 up to the front
     /// camera's), or `off` for the six-camera rig.
-    #[arg(long, default_value = "20", value_parser = parse_tele)]
+    #[arg(long, default_value_t = Tele(Some(DEFAULT_TELE_HFOV_DEG)), value_parser = parse_tele)]
     pub tele_hfov: Tele,
 }
 
@@ -128,7 +129,7 @@ pub struct GenerateArgs {
     pub front_hfov: f64,
     /// The forward telephoto camera's horizontal field of view, degrees (10 up to the front
     /// camera's), or `off` for the six-camera rig.
-    #[arg(long, default_value = "20", value_parser = parse_tele)]
+    #[arg(long, default_value_t = Tele(Some(DEFAULT_TELE_HFOV_DEG)), value_parser = parse_tele)]
     pub tele_hfov: Tele,
 }
 
@@ -183,6 +184,15 @@ pub fn write_log(scenario: &Scenario, path: &Path) -> Result<()> {
 /// `--tele-hfov`: degrees, or `off` (no telephoto camera).
 #[derive(Clone, Copy, Debug)]
 pub struct Tele(pub Option<f64>);
+
+impl std::fmt::Display for Tele {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(d) => write!(f, "{d}"),
+            None => f.write_str("off"),
+        }
+    }
+}
 
 fn parse_tele(s: &str) -> Result<Tele, String> {
     if s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
