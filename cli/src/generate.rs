@@ -8,7 +8,7 @@ use clap::Subcommand;
 use redline_pipeline::run::Counters;
 use redline_sim::camera::DEFAULT_TELE_HFOV_DEG;
 use redline_sim::generate::write_scenario_log;
-use redline_sim::scenario::{Scenario, ScenarioConfig};
+use redline_sim::scenario::{parse_tele_hfov, Scenario, ScenarioConfig};
 
 use crate::progress::Progress;
 
@@ -54,22 +54,15 @@ pub struct DatasetArgs {
     /// Temporal history length (the pipeline's `bev_cache_frames`).
     #[arg(long, default_value_t = 2)]
     pub history: usize,
-    /// The front camera's horizontal field of view, degrees (40 to 120; the other five
-    /// cameras keep theirs).
-    #[arg(long, default_value_t = redline_sim::camera::DEFAULT_FRONT_HFOV_DEG)]
-    pub front_hfov: f64,
-    /// The forward telephoto camera's horizontal field of view, degrees (10 up to the front
-    /// camera's), or `off` for the six-camera rig.
-    #[arg(long, default_value_t = Tele(Some(DEFAULT_TELE_HFOV_DEG)), value_parser = parse_tele)]
-    pub tele_hfov: Tele,
+    #[command(flatten)]
+    pub rig: RigArgs,
 }
 
 pub fn dataset(a: DatasetArgs) -> Result<()> {
     let mut drives =
         redline_sim::dataset::varied_drives(a.drives, a.seed, a.seconds, a.width, a.height);
     for d in &mut drives {
-        d.front_hfov_deg = a.front_hfov;
-        d.tele_hfov_deg = a.tele_hfov.0;
+        a.rig.apply(d);
     }
     let spec = redline_sim::dataset::DatasetSpec {
         drives,
@@ -123,27 +116,20 @@ pub struct GenerateArgs {
     /// Number of actors.
     #[arg(long, default_value_t = 24)]
     pub actors: usize,
-    /// The front camera's horizontal field of view, degrees (40 to 120; the other five
-    /// cameras keep theirs).
-    #[arg(long, default_value_t = redline_sim::camera::DEFAULT_FRONT_HFOV_DEG)]
-    pub front_hfov: f64,
-    /// The forward telephoto camera's horizontal field of view, degrees (10 up to the front
-    /// camera's), or `off` for the six-camera rig.
-    #[arg(long, default_value_t = Tele(Some(DEFAULT_TELE_HFOV_DEG)), value_parser = parse_tele)]
-    pub tele_hfov: Tele,
+    #[command(flatten)]
+    pub rig: RigArgs,
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
-    let cfg = ScenarioConfig {
+    let mut cfg = ScenarioConfig {
         seed: a.seed,
         seconds: a.seconds,
         actors: a.actors,
         image_width: a.width,
         image_height: a.height,
-        front_hfov_deg: a.front_hfov,
-        tele_hfov_deg: a.tele_hfov.0,
         ..ScenarioConfig::default()
     };
+    a.rig.apply(&mut cfg);
     let scenario = Scenario::generate(cfg)?;
     write_log(&scenario, &a.output)?;
     println!(
@@ -181,6 +167,27 @@ pub fn write_log(scenario: &Scenario, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The camera rig's flags, shared by `sim generate` and `sim dataset`.
+#[derive(clap::Args, Debug)]
+pub struct RigArgs {
+    /// The front camera's horizontal field of view, degrees (40 to 120; the other five
+    /// cameras keep theirs).
+    #[arg(long, default_value_t = redline_sim::camera::DEFAULT_FRONT_HFOV_DEG)]
+    pub front_hfov: f64,
+    /// The forward telephoto camera's horizontal field of view, degrees (10 up to the front
+    /// camera's), or `off` for the six-camera rig.
+    #[arg(long, default_value_t = Tele(Some(DEFAULT_TELE_HFOV_DEG)), value_parser = parse_tele)]
+    pub tele_hfov: Tele,
+}
+
+impl RigArgs {
+    /// Sets the scenario's rig fields (validated when the scenario is generated).
+    fn apply(&self, cfg: &mut ScenarioConfig) {
+        cfg.front_hfov_deg = self.front_hfov;
+        cfg.tele_hfov_deg = self.tele_hfov.0;
+    }
+}
+
 /// `--tele-hfov`: degrees, or `off` (no telephoto camera).
 #[derive(Clone, Copy, Debug)]
 pub struct Tele(pub Option<f64>);
@@ -195,10 +202,5 @@ impl std::fmt::Display for Tele {
 }
 
 fn parse_tele(s: &str) -> Result<Tele, String> {
-    if s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
-        return Ok(Tele(None));
-    }
-    s.parse::<f64>()
-        .map(|d| Tele(Some(d)))
-        .map_err(|_| format!("`{s}` is neither degrees (e.g. 20) nor `off`"))
+    parse_tele_hfov(s).map(Tele)
 }

@@ -177,8 +177,8 @@ pub fn write_dataset(
     // drive's cameras must be those (whatever rig setting made them differ).
     if scenarios.iter().any(|sc| sc.cameras != rig) {
         return Err(DatasetError::Config(
-            "every drive must use the same camera rig (front_hfov_deg, tele_hfov_deg): the dataset's \
-             view-transform tables are the first drive's"
+            "every drive must use the same camera rig (front_hfov_deg, tele_hfov_deg): the \
+             dataset's view-transform tables are the first drive's"
                 .into(),
         ));
     }

@@ -129,7 +129,20 @@ fn tele_fov_out<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S:
     }
 }
 
-/// `tele_hfov_deg` from a config: a number, or off (`"off"`, `false`, `null`).
+/// A telephoto FOV written as text (`--tele-hfov`, or a string in a config): degrees
+/// (`"20"`), or `off` / `none` (no telephoto camera), case-insensitive. The range is checked
+/// by [`ScenarioConfig::validate`].
+pub fn parse_tele_hfov(s: &str) -> Result<Option<f64>, String> {
+    if s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    s.parse::<f64>()
+        .map(Some)
+        .map_err(|_| format!("tele_hfov_deg `{s}` is neither degrees (e.g. 20) nor \"off\""))
+}
+
+/// `tele_hfov_deg` from a config: a number, a string [`parse_tele_hfov`] reads, or off
+/// (`false`, `null`).
 fn tele_fov<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -142,9 +155,9 @@ fn tele_fov<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Er
     match Option::<Tele>::deserialize(d)? {
         Some(Tele::Degrees(v)) => Ok(Some(v)),
         None | Some(Tele::Null(())) | Some(Tele::Flag(false)) => Ok(None),
-        Some(Tele::Word(w)) if w.eq_ignore_ascii_case("off") => Ok(None),
-        Some(Tele::Flag(true)) | Some(Tele::Word(_)) => Err(serde::de::Error::custom(
-            "tele_hfov_deg must be degrees (e.g. 20) or \"off\" (no telephoto camera)",
+        Some(Tele::Word(w)) => parse_tele_hfov(&w).map_err(serde::de::Error::custom),
+        Some(Tele::Flag(true)) => Err(serde::de::Error::custom(
+            "tele_hfov_deg = true: give degrees (e.g. 20) or \"off\" (no telephoto camera)",
         )),
     }
 }
