@@ -147,7 +147,9 @@ class QuantNet:
         return (fused,) + self.heads(fused, taps)
 
     def sqnr(self, ds, frames):
-        """Per-layer SQNR (dB) of the integer network against the float one."""
+        """Per-layer SQNR (dB) of the integer network against the float one. The heatmap's
+        is measured on scores (sigmoid of the logits), what the decoder reads: its int8
+        range clips the background's very negative logits on purpose (export.py)."""
         num, den = {}, {}
         model = self.model
         with torch.no_grad():
@@ -158,6 +160,8 @@ class QuantNet:
                 model(b["frames"], b["warp"], b["m"], ft)
                 for k in qt:
                     r, q = ft[k].double().reshape(qt[k].shape), qt[k]
+                    if k == "det.heat":
+                        r, q = torch.sigmoid(r), torch.sigmoid(q)
                     num[k] = num.get(k, 0.0) + (r**2).sum().item()
                     den[k] = den.get(k, 0.0) + ((r - q) ** 2).sum().item()
         return {k: (10 * np.log10(num[k] / den[k]) if den[k] > 0 else float("inf")) for k in num}
