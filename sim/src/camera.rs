@@ -86,8 +86,28 @@ pub const TELE_PITCH_DEG: f64 = 2.0;
 /// Square pixels, principal point at the image centre. A zero size is treated as 1 px for
 /// the focal length.
 pub fn surround_rig(width: u32, height: u32) -> Vec<CameraSpec> {
-    let mut rig = surround_rig_with(width, height, DEFAULT_FRONT_HFOV_DEG);
-    rig.push(tele_camera(width, height, DEFAULT_TELE_HFOV_DEG));
+    rig(
+        width,
+        height,
+        DEFAULT_FRONT_HFOV_DEG,
+        Some(DEFAULT_TELE_HFOV_DEG),
+    )
+}
+
+/// A rig as a scenario configures it: the six surround cameras with the front camera at
+/// `front_hfov_deg` ([`surround_rig_with`]), then the telephoto camera at `tele_hfov_deg`
+/// ([`tele_camera`]) unless it is `None`. The caller keeps both FOVs in range
+/// ([`crate::scenario::ScenarioConfig::validate`] does).
+pub fn rig(
+    width: u32,
+    height: u32,
+    front_hfov_deg: f64,
+    tele_hfov_deg: Option<f64>,
+) -> Vec<CameraSpec> {
+    let mut rig = surround_rig_with(width, height, front_hfov_deg);
+    if let Some(tele) = tele_hfov_deg {
+        rig.push(tele_camera(width, height, tele));
+    }
     rig
 }
 

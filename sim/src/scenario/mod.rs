@@ -39,8 +39,8 @@ mod traffic;
 pub use road::Road;
 
 use crate::camera::{
-    surround_rig_with, tele_camera, DEFAULT_FRONT_HFOV_DEG, DEFAULT_TELE_HFOV_DEG,
-    MAX_FRONT_HFOV_DEG, MIN_FRONT_HFOV_DEG, MIN_TELE_HFOV_DEG,
+    rig, DEFAULT_FRONT_HFOV_DEG, DEFAULT_TELE_HFOV_DEG, MAX_FRONT_HFOV_DEG, MIN_FRONT_HFOV_DEG,
+    MIN_TELE_HFOV_DEG,
 };
 use crate::render::render_scene;
 use crate::types::{ActorClass, EgoState, GroundTruth, GtObject, RgbImage};
@@ -150,11 +150,10 @@ fn tele_fov<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Er
         Degrees(f64),
         Flag(bool),
         Word(String),
-        Null(()),
     }
     match Option::<Tele>::deserialize(d)? {
         Some(Tele::Degrees(v)) => Ok(Some(v)),
-        None | Some(Tele::Null(())) | Some(Tele::Flag(false)) => Ok(None),
+        None | Some(Tele::Flag(false)) => Ok(None),
         Some(Tele::Word(w)) => parse_tele_hfov(&w).map_err(serde::de::Error::custom),
         Some(Tele::Flag(true)) => Err(serde::de::Error::custom(
             "tele_hfov_deg = true: give degrees (e.g. 20) or \"off\" (no telephoto camera)",
@@ -329,8 +328,8 @@ pub struct Scenario {
     pub config: ScenarioConfig,
     /// The road.
     pub road: Road,
-    /// The rig: the six surround cameras ([`surround_rig_with`]) at the configured image size
-    /// and front FOV, then the telephoto camera ([`tele_camera`]) when configured.
+    /// The rig ([`rig`]): the six surround cameras at the configured image size and front
+    /// FOV, then the telephoto camera when configured.
     pub cameras: Vec<CameraSpec>,
     egos: Vec<EgoState>,
     /// `frames × n_actors` boxes, frame major.
@@ -429,14 +428,12 @@ impl Scenario {
             }
         }
         let stats = sim.stats;
-        let mut cameras = surround_rig_with(
+        let cameras = rig(
             config.image_width,
             config.image_height,
             config.front_hfov_deg,
+            config.tele_hfov_deg,
         );
-        if let Some(tele) = config.tele_hfov_deg {
-            cameras.push(tele_camera(config.image_width, config.image_height, tele));
-        }
         Ok(Scenario {
             config,
             road,
