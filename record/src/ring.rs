@@ -7,9 +7,12 @@
 //!   the producer takes it ([`SlotRing::claim`]), fills the slot, and hands it over
 //!   ([`SlotRing::commit`]) into the `full` queue; the consumer takes it
 //!   ([`SlotRing::take`]), reads the slot and gives it back ([`SlotRing::release`]).
-//! - Both queues are `crossbeam_queue::ArrayQueue`s of capacity `slots`: lock-free, never
-//!   block, never allocate. A full pool makes `claim` return `None` at once (the caller
-//!   counts a drop); it never waits for the consumer.
+//! - Both queues are [`BoundedQueue`]s with room for every slot: lock-free, never block,
+//!   never allocate, and never wait for the other side to finish a push or pop (the
+//!   publisher runs at a real-time priority and may preempt the writer thread in the
+//!   middle of one; waiting for it there would stall the publisher). A full pool makes
+//!   `claim` return `None` at once (the caller counts a drop), and so does a slot the
+//!   consumer is still handing back.
 //! - Records are handed over in claim order (both queues are FIFO), so the consumer sees
 //!   frames in the order they were published.
 //!
@@ -19,13 +22,13 @@
 
 use std::cell::UnsafeCell;
 
-use crossbeam_queue::ArrayQueue;
+use redline_runtime::queue::BoundedQueue;
 
 /// The pool: `slots` values of `T` and the two index queues.
 pub struct SlotRing<T> {
     slots: Box<[UnsafeCell<T>]>,
-    free: ArrayQueue<u32>,
-    full: ArrayQueue<u32>,
+    free: BoundedQueue<u32>,
+    full: BoundedQueue<u32>,
 }
 
 impl<T> std::fmt::Debug for SlotRing<T> {
@@ -65,10 +68,10 @@ impl<T> SlotRing<T> {
     pub fn new(slots: usize, mut init: impl FnMut() -> T) -> Self {
         let n = slots.clamp(1, u32::MAX as usize);
         let slots: Box<[UnsafeCell<T>]> = (0..n).map(|_| UnsafeCell::new(init())).collect();
-        let free = ArrayQueue::new(n);
-        let full = ArrayQueue::new(n);
+        let free = BoundedQueue::new(n);
+        let full = BoundedQueue::new(n);
         for i in 0..n as u32 {
-            // Cannot fail: `free` has room for exactly `n`.
+            // Cannot fail: `free` has room for at least `n`.
             let _ = free.push(i);
         }
         SlotRing { slots, free, full }

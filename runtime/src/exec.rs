@@ -1,7 +1,15 @@
 //! The execution core shared by the scheduler, the lanes and the watchdog.
 //!
 //! Everything here is allocated once when the runtime starts; after that, running a frame
-//! touches only atomics, preallocated queues (`crossbeam_queue::ArrayQueue`) and the arena.
+//! touches only atomics, preallocated queues ([`crate::queue::BoundedQueue`]) and the arena.
+//!
+//! No thread here ever waits for a thread of lower priority: the queues' push and pop
+//! never wait for another thread's push or pop to finish (a SCHED_FIFO thread that spins
+//! for one preempted on its own core waits for ever), so a pushed event or job may be
+//! invisible until its pusher finishes, and every push is followed by what makes the
+//! consumer look again: a job by [`crate::lanes::LaneSet::wake`], an event by the
+//! poster's own scheduling step (`FrameDone`) or a wake of the scheduler thread (every
+//! other event).
 //!
 //! ## How a frame flows
 //!
@@ -51,12 +59,11 @@ use std::sync::atomic::{
 };
 use std::thread::Thread;
 
-use crossbeam_queue::ArrayQueue;
-
 use crate::arena::Arena;
 use crate::containment::{self, Escaped, PanicNote, StagePanics};
 use crate::lanes::LaneSet;
 use crate::parallel::ParallelHandle;
+use crate::queue::BoundedQueue;
 use crate::runtime::clock::Clock;
 use crate::runtime::watchdog::Watch;
 use crate::runtime::Runtime;
@@ -140,7 +147,9 @@ impl<'a> TokenGuard<'a> {
     /// Takes the token if it is free.
     pub fn acquire(token: &'a AtomicBool) -> Option<TokenGuard<'a>> {
         token
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
+            // SeqCst also on failure: a failed acquire is one side of the Dekker pair with
+            // the holder's release and re-check of the event queue (see `try_step`).
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .ok()
             .map(|_| TokenGuard(token))
     }
@@ -274,7 +283,7 @@ pub(crate) struct Shared {
     pub slots: Box<[Slot]>,
     pub arena: Arena,
     pub lanes: LaneSet,
-    pub events: ArrayQueue<Event>,
+    pub events: BoundedQueue<Event>,
     pub events_dropped: AtomicU64,
     pub scheduler: AtomicPtr<Thread>,
     pub shutdown: AtomicBool,
@@ -380,7 +389,7 @@ impl Shared {
             slots,
             arena,
             lanes: lane_set,
-            events: ArrayQueue::new(4096),
+            events: BoundedQueue::new(4096),
             events_dropped: AtomicU64::new(0),
             scheduler: AtomicPtr::new(std::ptr::null_mut()),
             shutdown: AtomicBool::new(false),
@@ -401,7 +410,11 @@ impl Shared {
         self.clock.now_ns()
     }
 
-    /// Posts an event; `wake` unparks the scheduler thread.
+    /// Posts an event; `wake` unparks the scheduler thread. Pass `wake = false` only when
+    /// the caller steps the scheduler itself right after (`try_step`, or it holds the
+    /// token): an event pushed while an earlier push is still being written stays
+    /// invisible until that one is finished (see [`crate::queue`]), so each poster must
+    /// make somebody look again after its own push.
     pub fn post(&self, e: Event, wake: bool) {
         if self.events.push(e).is_err() {
             self.events_dropped.fetch_add(1, Ordering::Relaxed);

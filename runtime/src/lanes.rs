@@ -4,7 +4,9 @@
 //! ## Contract
 //!
 //! - The lane set is built once at start-up ([`LaneSet::new`]); the queues are
-//!   preallocated (`ArrayQueue`), so handing a lane work never allocates or locks.
+//!   preallocated ([`crate::queue::BoundedQueue`]), so handing a lane work never allocates,
+//!   locks or waits for another thread (a job whose push is still being written is seen
+//!   after the pusher's [`LaneSet::wake`], which every push is followed by).
 //! - A lane runs help requests first (another lane is waiting on its `parallel_for`), then
 //!   its stage jobs; the lane that finishes a frame steps the scheduler itself (the
 //!   scheduling token), so a finished frame is published without waking another thread.
@@ -20,16 +22,15 @@
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::thread::Thread;
 
-use crossbeam_queue::ArrayQueue;
-
 use crate::exec::{Executed, Shared, StageJob, NONE};
 use crate::parallel::ParallelTask;
+use crate::queue::BoundedQueue;
 
 /// One worker lane as seen by everybody else.
 #[derive(Debug)]
 pub(crate) struct Lane {
-    pub stages: ArrayQueue<StageJob>,
-    pub helps: ArrayQueue<(u8, u32)>,
+    pub stages: BoundedQueue<StageJob>,
+    pub helps: BoundedQueue<(u8, u32)>,
     pub thread: AtomicPtr<Thread>,
     pub sleeping: AtomicBool,
     pub lost: AtomicBool,
@@ -52,8 +53,8 @@ impl LaneSet {
         LaneSet {
             lanes: (0..lanes)
                 .map(|_| Lane {
-                    stages: ArrayQueue::new(queue_cap),
-                    helps: ArrayQueue::new(4 * lanes.max(1)),
+                    stages: BoundedQueue::new(queue_cap),
+                    helps: BoundedQueue::new(4 * lanes.max(1)),
                     thread: AtomicPtr::new(std::ptr::null_mut()),
                     sleeping: AtomicBool::new(false),
                     lost: AtomicBool::new(false),

@@ -61,6 +61,7 @@ pub mod modes;
 pub mod parallel;
 pub mod plan;
 pub mod publish;
+pub mod queue;
 pub mod report;
 pub mod rng;
 pub mod rt;

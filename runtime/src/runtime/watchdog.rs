@@ -148,11 +148,14 @@ fn watchdog_main(shared: &Shared) {
                     shared.slots[slot as usize]
                         .overrun_mask
                         .fetch_or(1u64 << node, Ordering::AcqRel);
+                    // Wakes the scheduler: an event posted behind this one while it was
+                    // being pushed (a lane's FrameDone) is seen only after this push (see
+                    // `Shared::post`). Overruns are rare; the wake costs one short step.
                     shared.post(
                         Event::Overrun {
                             delay_ns: now - expiry,
                         },
-                        false,
+                        true,
                     );
                 } else {
                     wake_at = wake_at.min(expiry);
