@@ -196,14 +196,6 @@ impl Runtime {
         // (or a reason why nothing is pinned, reported on every lane and the watchdog).
         let (rt_req, pin_refusal) =
             rt::resolve_pinning(&cfg.rt, lanes, rt::allowed_cores().as_deref());
-        // The calling thread becomes the scheduler: one priority above the lanes, so it can
-        // publish a fallback while a lane runs late; the watchdog is above it.
-        let mut sched_req = rt_req.clone();
-        sched_req.pin_cores = None;
-        sched_req.auto_pin = false;
-        sched_req.fifo_priority = sched_req.fifo_priority.map(|p| (p + 1).min(98));
-        let mut sched_grant = rt::apply_to_current_thread("scheduler", 0, &sched_req);
-        sched_grant.thread = "scheduler".into();
         if cfg.rt.lock_memory {
             os.memory_lock = rt::lock_all_memory();
         }
@@ -350,7 +342,22 @@ impl Runtime {
         rt_.watchdog = Some(watchdog::spawn(shared.clone(), &rt_req, lanes, tx.clone())?);
         drop(tx);
         // Each thread sends its grant once and then keeps its sender for ever: count them.
+        // This thread is not real-time yet, on purpose: `recv` spins and yields while a
+        // sender it is waiting for is between claiming its place in the channel and writing
+        // it, and a lane preempted there by a SCHED_FIFO thread of higher priority on its
+        // core would never run again (yielding does not let a lower priority run). That
+        // hung about 1 real-time replay in 40 under qemu (2026-11-27), where the window is
+        // wide; natively it is a few instructions.
         let mut grants: Vec<rt::ThreadGrant> = (0..=lanes).filter_map(|_| rx.recv().ok()).collect();
+        // The calling thread becomes the scheduler: one priority above the lanes, so it can
+        // publish a fallback while a lane runs late; the watchdog is above it. From here on
+        // it never waits for another thread by spinning (see `crate::queue`).
+        let mut sched_req = rt_req.clone();
+        sched_req.pin_cores = None;
+        sched_req.auto_pin = false;
+        sched_req.fifo_priority = sched_req.fifo_priority.map(|p| (p + 1).min(98));
+        let mut sched_grant = rt::apply_to_current_thread("scheduler", 0, &sched_req);
+        sched_grant.thread = "scheduler".into();
         if let Some(reason) = pin_refusal {
             for g in grants.iter_mut() {
                 g.pinning = rt::Grant::Refused {
