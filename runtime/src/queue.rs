@@ -171,11 +171,18 @@ impl<T> BoundedQueue<T> {
 
     /// Wins a tail position whose cell is free, or None if the queue is full.
     fn claim_push(&self) -> Option<usize> {
-        let mut pos = self.tail.0.load(Ordering::Relaxed);
+        self.claim(&self.tail.0, 0)
+    }
+
+    /// Wins the position `end` (the tail or the head) points at when the cell's turn is
+    /// `position + offset` (0 for a pusher, 1 for a popper), or None when that turn has not
+    /// come. Retries only when another thread moved `end` first.
+    fn claim(&self, end: &AtomicUsize, offset: usize) -> Option<usize> {
+        let mut pos = end.load(Ordering::Relaxed);
         loop {
             let seq = self.cells[pos & self.mask].seq.load(Ordering::SeqCst);
-            match Self::turn(seq, pos) {
-                0 => match self.tail.0.compare_exchange_weak(
+            match Self::turn(seq, pos.wrapping_add(offset)) {
+                0 => match end.compare_exchange_weak(
                     pos,
                     pos.wrapping_add(1),
                     Ordering::SeqCst,
@@ -185,7 +192,7 @@ impl<T> BoundedQueue<T> {
                     Err(now) => pos = now,
                 },
                 d if d < 0 => return None,
-                _ => pos = self.tail.0.load(Ordering::Relaxed),
+                _ => pos = end.load(Ordering::Relaxed),
             }
         }
     }
@@ -206,23 +213,7 @@ impl<T> BoundedQueue<T> {
 
     /// Wins the head position whose value is written, or None if there is none.
     fn claim_pop(&self) -> Option<usize> {
-        let mut pos = self.head.0.load(Ordering::Relaxed);
-        loop {
-            let seq = self.cells[pos & self.mask].seq.load(Ordering::SeqCst);
-            match Self::turn(seq, pos.wrapping_add(1)) {
-                0 => match self.head.0.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::SeqCst,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return Some(pos),
-                    Err(now) => pos = now,
-                },
-                d if d < 0 => return None,
-                _ => pos = self.head.0.load(Ordering::Relaxed),
-            }
-        }
+        self.claim(&self.head.0, 1)
     }
 
     /// Reads the value of position `pos` and frees the cell for the next lap's pusher.
