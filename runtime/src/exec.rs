@@ -3,9 +3,10 @@
 //! Everything here is allocated once when the runtime starts; after that, running a frame
 //! touches only atomics, preallocated queues ([`crate::queue::BoundedQueue`]) and the arena.
 //!
-//! No thread here ever waits for a thread of lower priority: the queues' push and pop
-//! never wait for another thread's push or pop to finish (a SCHED_FIFO thread that spins
-//! for one preempted on its own core waits for ever), so a pushed event or job may be
+//! No thread here spins waiting for a thread of lower priority (where one must wait, it
+//! sleeps: `Shared::detach_core`): a SCHED_FIFO thread that spins or yields for one it
+//! preempted on its own core waits for ever. The queues' push and pop never wait for
+//! another thread's push or pop to finish, so a pushed event or job may be
 //! invisible until its pusher finishes, and every push is followed by what makes the
 //! consumer look again: a job by [`crate::lanes::LaneSet::wake`], an event by the
 //! poster's own scheduling step (`FrameDone`) or a wake of the scheduler thread (every
