@@ -31,19 +31,33 @@ import data as D  # noqa: E402
 import net as N  # noqa: E402
 
 
-def focal_loss(logits, target):
-    """CenterNet's penalty-reduced focal loss, normalised by the number of peaks."""
+def focal_loss(logits, target, cell_weight=None):
+    """CenterNet's penalty-reduced focal loss, normalised by the number of peaks; each BEV
+    cell's terms scaled by `cell_weight` (ny x nx) when given."""
     p = torch.sigmoid(logits).clamp(1e-4, 1 - 1e-4)
     pos = target >= 0.999
     neg = ~pos
-    pos_loss = -((1 - p) ** 2 * torch.log(p))[pos].sum()
-    neg_loss = -(((1 - target) ** 4) * p**2 * torch.log(1 - p))[neg].sum()
-    return (pos_loss + neg_loss) / pos.sum().clamp(min=1)
+    pos_term = -((1 - p) ** 2 * torch.log(p))
+    neg_term = -(((1 - target) ** 4) * p**2 * torch.log(1 - p))
+    if cell_weight is not None:
+        pos_term = pos_term * cell_weight
+        neg_term = neg_term * cell_weight
+    return (pos_term[pos].sum() + neg_term[neg].sum()) / pos.sum().clamp(min=1)
 
 
-def losses(model, b, seg_weight):
+def range_weight(bev, far_weight, start=30.0, full=50.0):
+    """1 near the ego, rising linearly to 1 + far_weight between `start` and `full` metres of
+    range (BEV cell centres): the far objects, whose heat peaks smear along their camera ray,
+    count more in the heatmap loss."""
+    ys = bev["y0"] + (torch.arange(bev["ny"], dtype=torch.float32) + 0.5) * bev["res"]
+    xs = bev["x0"] + (torch.arange(bev["nx"], dtype=torch.float32) + 0.5) * bev["res"]
+    r = torch.sqrt(ys[:, None] ** 2 + xs[None, :] ** 2)
+    return 1.0 + far_weight * ((r - start) / (full - start)).clamp(0.0, 1.0)
+
+
+def losses(model, b, seg_weight, cell_weight=None):
     heat, box, seg = model(b["frames"], b["warp"], b["m"])
-    l_heat = focal_loss(heat, b["heat"])
+    l_heat = focal_loss(heat, b["heat"], cell_weight)
     mask = b["mask"][:, None].expand_as(box)
     l_box = F.l1_loss(box[mask], b["reg"][mask], reduction="sum") / b["mask"].sum().clamp(min=1)
     l_seg = F.cross_entropy(seg, b["seg"], weight=seg_weight)
@@ -84,6 +98,7 @@ def main():
     ap.add_argument("--arch", default="dilated", choices=sorted(N.ARCHS))
     ap.add_argument("--stop-at", type=int, default=None, help="stop after this many steps (the schedule is still that of --epochs)")
     ap.add_argument("--resume", default=None, help="go on from this checkpoint's step, with its optimizer, order and RNG states and its training arguments")
+    ap.add_argument("--far-weight", type=float, default=0.0, help="heatmap loss weight added beyond 30 m of range, reaching its full value at 50 m (0: every cell alike)")
     ap.add_argument("--save-every", type=int, default=500, help="write the checkpoint every N steps")
     a = ap.parse_args()
     resume = None
@@ -110,6 +125,7 @@ def main():
         init_from(model, torch.load(a.init)["state"])
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=1e-4)
     seg_weight = torch.tensor([1.0, 1.0, 2.0])
+    cell_weight = range_weight(ds.bev, a.far_weight) if a.far_weight > 0 else None
     rng = random.Random(a.seed)
     per_epoch = len(ds.index) // a.frame_step
     steps = int(a.epochs * per_epoch / a.batch)
@@ -152,7 +168,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         model.train()
-        lh, lb, ls = losses(model, ds.batch(items), seg_weight)
+        lh, lb, ls = losses(model, ds.batch(items), seg_weight, cell_weight)
         loss = lh + lb + ls
         opt.zero_grad()
         loss.backward()
