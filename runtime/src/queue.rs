@@ -13,7 +13,7 @@
 //!
 //! The same wait, in the standard library's `mpsc` channel (whose `recv` spins and yields
 //! for a sender in the middle of a send), hung real-time replays under qemu, where the
-//! window is wide: about 1 run in 40 (2026-11-27, `tools/aarch64/run.sh`; `/proc` showed
+//! window is wide: about 1 run in 30 (2026-11-27, `tools/aarch64/run.sh`; `/proc` showed
 //! the scheduler thread running on core 1, in `sched_yield` at about 100 % CPU, and lane 1
 //! runnable on core 1 with no CPU time; attaching a tracer, which stops the scheduler
 //! thread for a moment, let the replay finish). That one was in `Runtime::new` collecting

@@ -140,9 +140,11 @@ step "real-time replay under qemu: what the OS granted (SCHED_FIFO, pinning, mlo
 # Emulation cannot keep the deadlines; this checks the requests and the report, not timing.
 # It must end (about 5 s each), though. Two hangs it caught: the scheduler at SCHED_FIFO 41
 # spinning for the token a lane at 40 held on the same core (2026-11-26, fixed in
-# `Shared::detach_core`), and the scheduler popping an event queue cell a preempted lane had
-# claimed and not yet written (2026-11-27, about 1 run in 40 under qemu: crossbeam's
-# ArrayQueue waited for it; runtime/src/queue.rs never waits). A replay still running after
+# `Shared::detach_core`), and the scheduler spinning and yielding in std's mpsc `recv` for a
+# start-up report that a lane at 40, preempted by it on the same core, was half-way through
+# sending (2026-11-27, about 1 run in 30 under qemu; the scheduler now becomes real-time
+# after start-up, and the run queues, which had the same wait, never wait:
+# runtime/src/queue.rs). A replay still running after
 # 120 s is killed, after printing each of its threads' scheduling state (a FIFO thread
 # running and a lower one runnable on the same core with no CPU time is a priority
 # inversion) and the end of its stderr.

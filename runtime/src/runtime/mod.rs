@@ -346,7 +346,7 @@ impl Runtime {
         // sender it is waiting for is between claiming its place in the channel and writing
         // it, and a lane preempted there by a SCHED_FIFO thread of higher priority on its
         // core would never run again (yielding does not let a lower priority run). That
-        // hung about 1 real-time replay in 40 under qemu (2026-11-27), where the window is
+        // hung about 1 real-time replay in 30 under qemu (2026-11-27), where the window is
         // wide; natively it is a few instructions.
         let mut grants: Vec<rt::ThreadGrant> = (0..=lanes).filter_map(|_| rx.recv().ok()).collect();
         // The calling thread becomes the scheduler: one priority above the lanes, so it can
