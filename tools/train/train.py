@@ -31,31 +31,28 @@ import data as D  # noqa: E402
 import net as N  # noqa: E402
 
 
-def focal_loss(logits, target, cell_weight=None):
+def focal_loss(logits, target, cell_weight):
     """CenterNet's penalty-reduced focal loss, normalised by the number of peaks; each BEV
-    cell's terms scaled by `cell_weight` (ny x nx) when given."""
+    cell's terms scaled by `cell_weight` (ny x nx; all ones leaves the loss bit for bit)."""
     p = torch.sigmoid(logits).clamp(1e-4, 1 - 1e-4)
     pos = target >= 0.999
     neg = ~pos
-    pos_term = -((1 - p) ** 2 * torch.log(p))
-    neg_term = -(((1 - target) ** 4) * p**2 * torch.log(1 - p))
-    if cell_weight is not None:
-        pos_term = pos_term * cell_weight
-        neg_term = neg_term * cell_weight
-    return (pos_term[pos].sum() + neg_term[neg].sum()) / pos.sum().clamp(min=1)
+    pos_loss = (-((1 - p) ** 2 * torch.log(p)) * cell_weight)[pos].sum()
+    neg_loss = (-(((1 - target) ** 4) * p**2 * torch.log(1 - p)) * cell_weight)[neg].sum()
+    return (pos_loss + neg_loss) / pos.sum().clamp(min=1)
 
 
 def range_weight(bev, far_weight, start=30.0, full=50.0):
     """1 near the ego, rising linearly to 1 + far_weight between `start` and `full` metres of
     range (BEV cell centres): the far objects, whose heat peaks smear along their camera ray,
-    count more in the heatmap loss."""
+    count more in the heatmap loss. far_weight 0: all ones."""
     ys = bev["y0"] + (torch.arange(bev["ny"], dtype=torch.float32) + 0.5) * bev["res"]
     xs = bev["x0"] + (torch.arange(bev["nx"], dtype=torch.float32) + 0.5) * bev["res"]
     r = torch.sqrt(ys[:, None] ** 2 + xs[None, :] ** 2)
     return 1.0 + far_weight * ((r - start) / (full - start)).clamp(0.0, 1.0)
 
 
-def losses(model, b, seg_weight, cell_weight=None):
+def losses(model, b, seg_weight, cell_weight):
     heat, box, seg = model(b["frames"], b["warp"], b["m"])
     l_heat = focal_loss(heat, b["heat"], cell_weight)
     mask = b["mask"][:, None].expand_as(box)
@@ -125,7 +122,7 @@ def main():
         init_from(model, torch.load(a.init)["state"])
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=1e-4)
     seg_weight = torch.tensor([1.0, 1.0, 2.0])
-    cell_weight = range_weight(ds.bev, a.far_weight) if a.far_weight > 0 else None
+    cell_weight = range_weight(ds.bev, a.far_weight)
     rng = random.Random(a.seed)
     per_epoch = len(ds.index) // a.frame_step
     steps = int(a.epochs * per_epoch / a.batch)
