@@ -436,7 +436,9 @@ impl Shared {
 
     /// Runs scheduling steps while the token is free and events are waiting. Never blocks:
     /// if another thread holds the token, that thread will see our events before it lets
-    /// the token go (it re-checks the queue after releasing).
+    /// the token go (it re-checks the queue after releasing), unless they wait behind an
+    /// event whose push is still in progress: then that event's poster steps or wakes the
+    /// scheduler after it (see [`Shared::post`]).
     ///
     /// A panic inside the step (the publisher, a timing model, the step logic) is caught
     /// here: the run is detached (`core` cleared, under the token, so nobody steps the
