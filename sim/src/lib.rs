@@ -14,6 +14,7 @@ pub mod fuzzing;
 pub mod generate;
 pub mod image_decode;
 pub mod log;
+pub mod mailbox;
 pub mod msgs;
 pub mod render;
 pub mod replay;

@@ -5,7 +5,9 @@
 //! Contract:
 //! - A reader thread (I/O side: it allocates, reads and decompresses) groups the log's
 //!   messages into frames (as [`crate::replay::FrameGrouper`] does) and hands them over in
-//!   windows of `window` frames through a channel of depth one. At most four windows of
+//!   windows of `window` frames through a [`Mailbox`] of depth one (which blocks where
+//!   std's channel spins for a sender that is mid-send, see [`crate::mailbox`]: the driver
+//!   may be a real-time thread above the reader). At most four windows of
 //!   images exist at once (the one the graph reads, one retired a window ago, one in the
 //!   channel, one being filled): resident memory does not grow with the log's length
 //!   (what grows: the ego pose and ground truth of frames the evaluation still needs — the
@@ -28,8 +30,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use redline_pipeline::camera::CameraSpec;
@@ -38,6 +39,7 @@ use redline_pipeline::types::RoadMap;
 
 use crate::feed::{log_frame, Feed, FeedError, LogRig};
 use crate::log::{LogReader, ReadLimits, SensorMap};
+use crate::mailbox::{Mailbox, Sender};
 use crate::replay::{log_period, FrameGrouper};
 
 /// How a [`StreamFeed`] reads its logs.
@@ -112,7 +114,7 @@ pub struct StreamFeed {
     current: AtomicPtr<Window>,
     /// The previous window, freed one `advance` later (slack for a reader of the old one).
     retired: Mutex<Option<Box<Window>>>,
-    rx: Mutex<Receiver<Message>>,
+    mailbox: Arc<Mailbox<Message>>,
     /// Truth of frames `truth_base..`, for evaluation (older frames forgotten on request).
     truth: Mutex<(usize, VecDeque<FrameTruth>)>,
     issues: Mutex<Vec<(u64, String)>>,
@@ -219,7 +221,7 @@ impl StreamFeed {
         for r in &mut readers {
             r.set_keep_jpeg(jpeg_capacity > 0);
         }
-        let (tx, rx) = sync_channel(1);
+        let mailbox = Arc::new(Mailbox::new());
         let job = ReadJob {
             readers,
             cams: cameras.len(),
@@ -227,7 +229,7 @@ impl StreamFeed {
             jpeg_capacity,
             period_ns,
             opts,
-            tx,
+            tx: Sender(mailbox.clone()),
         };
         let handle = std::thread::Builder::new()
             .name("redline-log-reader".into())
@@ -244,7 +246,7 @@ impl StreamFeed {
             count: AtomicUsize::new(estimate),
             current: AtomicPtr::new(std::ptr::null_mut()),
             retired: Mutex::new(None),
-            rx: Mutex::new(rx),
+            mailbox,
             truth: Mutex::new((0, VecDeque::new())),
             issues: Mutex::new(Vec::new()),
             final_issues: OnceLock::new(),
@@ -339,9 +341,8 @@ impl FrameSource for StreamFeed {
         if self.final_issues.get().is_some() {
             return None;
         }
-        let msg = self.rx.lock().ok()?.recv();
-        match msg {
-            Ok(Message::Window(mut w)) => {
+        match self.mailbox.take() {
+            Some(Message::Window(mut w)) => {
                 let range = w.base..w.base + w.frames.len();
                 if let Ok(mut t) = self.truth.lock() {
                     t.1.extend(w.truth.drain(..));
@@ -361,11 +362,11 @@ impl FrameSource for StreamFeed {
                 self.windows.fetch_add(1, Ordering::Relaxed);
                 Some(range)
             }
-            Ok(Message::End(log_issues)) => {
+            Some(Message::End(log_issues)) => {
                 self.finish(log_issues);
                 None
             }
-            Err(_) => {
+            None => {
                 self.finish(vec![(0, "log reader thread ended early".to_string())]);
                 None
             }
@@ -386,15 +387,9 @@ impl FrameSource for StreamFeed {
 
 impl Drop for StreamFeed {
     fn drop(&mut self) {
-        // Unblock and end the reader: dropping the receiver makes its next send fail.
-        if let Ok(rx) = self.rx.get_mut() {
-            while rx.try_recv().is_ok() {}
-        }
-        let (tx, rx) = sync_channel(0);
-        drop(tx);
-        if let Ok(r) = self.rx.get_mut() {
-            *r = rx;
-        }
+        // Unblock and end the reader: closing the mailbox makes its waiting or next put
+        // fail (and hands back the window it held, dropped here).
+        drop(self.mailbox.close());
         if let Some(h) = self.reader.get_mut().ok().and_then(Option::take) {
             let _ = h.join();
         }
@@ -414,12 +409,13 @@ struct ReadJob {
     jpeg_capacity: usize,
     period_ns: u64,
     opts: StreamOptions,
-    tx: SyncSender<Message>,
+    /// Hangs the mailbox up when the job ends, however it ends.
+    tx: Sender<Message>,
 }
 
 /// The frames being gathered into windows.
 struct Producer<'a> {
-    tx: &'a SyncSender<Message>,
+    tx: &'a Mailbox<Message>,
     cams: usize,
     image_len: usize,
     jpeg_capacity: usize,
@@ -493,7 +489,7 @@ impl Producer<'_> {
                 issues: Vec::new(),
             },
         );
-        self.tx.send(Message::Window(full)).map_err(|_| Stop::Gone)
+        self.tx.put(Message::Window(full)).map_err(|_| Stop::Gone)
     }
 }
 
@@ -501,7 +497,7 @@ impl ReadJob {
     fn run(mut self) {
         let window = self.opts.window.max(1);
         let mut p = Producer {
-            tx: &self.tx,
+            tx: &self.tx.0,
             cams: self.cams,
             image_len: self.image_len,
             jpeg_capacity: self.jpeg_capacity,
@@ -557,7 +553,7 @@ impl ReadJob {
                 )
             }));
         }
-        let _ = self.tx.send(Message::End(log_issues));
+        let _ = self.tx.0.put(Message::End(log_issues));
     }
 }
 
