@@ -68,6 +68,25 @@ conv_case("conv_dil2_k5", k=5, dilation=2)
 conv_case("conv_dil4_k1", k=1, dilation=4, cout=9)
 conv_case("conv_dil2_pads_asym", k=3, dilation=2, pads=[0, 2, 2, 1])
 conv_case("conv_dil2_s2", k=3, dilation=2, stride=2)
+# Rectangular dilations run as dilation phases too (dh x dw phase images).
+conv_case("conv_dil2x1", k=3, dilation=(2, 1))
+conv_case("conv_dil4x2", k=3, dilation=(4, 2))
+conv_case("conv_dil1x3_k5", k=5, dilation=(1, 3))
+
+
+@case("conv_s1x2")
+def _(g):
+    # Rows kept, columns strided: folded onto the dense kernels when the stride divides the
+    # width (12), on the general kernel when it does not (the 13x11 case below).
+    g.output(g.conv(g.input((1, 5, 13, 12)), 7, 3, stride=(1, 2)))
+
+
+@case("conv_s1x3_k5")
+def _(g):
+    g.output(g.conv(g.input((1, 5, 9, 12)), 7, 5, stride=(1, 3)))
+
+
+conv_case("conv_s1x2_odd_width", k=3, stride=(1, 2))
 conv_case("conv_nobias", k=3, bias=False)
 conv_case("conv_k1_nopad_13ch", k=1, cout=13, pads=P0)
 

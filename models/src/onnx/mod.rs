@@ -31,11 +31,17 @@
 //! - **Which kernel a convolution runs on**: square kernels with equal strides, symmetric
 //!   padding below the kernel size and one group run on the dense SIMD kernels of
 //!   [`crate::conv::Conv2d`]. A dilated "same" convolution (odd square kernel, dilation
-//!   `d > 1` on both axes, stride 1, one group, padding `d·(k/2)`) runs there too: its input
-//!   is split into its `d·d` dilation phases, each phase is convolved densely (dilation 1)
-//!   and the phase outputs are merged back (`kernels::Phases`; bit-identical, one extra
-//!   copy of the input and output). Everything else (grouped, depthwise, rectangular,
-//!   asymmetrically padded, strided-and-dilated) runs on the general kernel, 5–15× slower
+//!   `dh × dw` other than 1 × 1, the two may differ, stride 1, one group, padding
+//!   `dh·(k/2)`, `dw·(k/2)`) runs there too: its input is split into its `dh·dw` dilation
+//!   phases, each phase is convolved densely (dilation 1) and the phase outputs are merged
+//!   back (`kernels::Phases`; bit-identical, one extra copy of the input and output). So
+//!   does one that keeps the rows and strides the columns (stride `1 × s`, `s` dividing the
+//!   width, odd kernel height, "same" rows): its columns are folded into channels, the same
+//!   bytes read as `[h, w/s, s·c]`, and convolved at stride 1 with the taps moved to where
+//!   their columns fell (`kernels::ColumnFold`; bit-identical, no copy, `s·k/kw` times the
+//!   multiply-adds: 2× for 3×3 at 1 × 2). Everything else (grouped, depthwise, rectangular
+//!   kernels, asymmetrically padded, strided-and-dilated, row-strided rectangular) runs on
+//!   the general kernel, 5–15× slower
 //!   per multiply-add; `redline model info` counts the MACs either way and
 //!   [`NativeEngine::step_macs`] names general-kernel steps `conv*`.
 //! - **Memory**: every intermediate tensor lives in one arena planned at load from the

@@ -469,7 +469,7 @@ impl Program {
                     let x = view(*src);
                     let (rows, row_len) = match dir {
                         PhaseDir::Split { .. } => {
-                            (batch * phases.d * phases.d * phases.ph(), phases.pw() * c)
+                            (batch * phases.count() * phases.ph(), phases.pw() * c)
                         }
                         PhaseDir::Merge => (batch * phases.h, phases.w * c),
                     };

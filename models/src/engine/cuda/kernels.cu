@@ -637,19 +637,19 @@ extern "C" __global__ void concat_part(const CatP p) {
     ((i8*)p.y)[o * p.block + p.col + j] = v;
 }
 
-// Dilation phases (kernels.rs `Phases`): split = image -> phase images padded with `fill`;
-// merge = phase images -> image.
+// Dilation phases (kernels.rs `Phases`, dilation dh x dw): split = image -> phase images
+// padded with `fill`; merge = phase images -> image.
 struct PhaseP {
     u64 x, y;
-    int d, h, w, c, batch, split, fill;
+    int dh, dw, h, w, c, batch, split, fill;
 };
 
 extern "C" __global__ void phases(const PhaseP p) {
-    int ph = (p.h + p.d - 1) / p.d, pw = (p.w + p.d - 1) / p.d;
+    int ph = (p.h + p.dh - 1) / p.dh, pw = (p.w + p.dw - 1) / p.dw;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     int ch = 0;
     if (p.split) {
-        long long n = (long long)p.batch * p.d * p.d * ph * pw * p.c;
+        long long n = (long long)p.batch * p.dh * p.dw * ph * pw * p.c;
         if (i >= n) return;
         ch = (int)(i % p.c);
         long long t = i / p.c;
@@ -657,9 +657,9 @@ extern "C" __global__ void phases(const PhaseP p) {
         t /= pw;
         int py = (int)(t % ph);
         long long img = t / ph;
-        int b = (int)(img / (p.d * p.d)), phase = (int)(img % (p.d * p.d));
-        int a = phase / p.d, bx = phase % p.d;
-        int y = a + p.d * py, x = bx + p.d * px;
+        int b = (int)(img / (p.dh * p.dw)), phase = (int)(img % (p.dh * p.dw));
+        int a = phase / p.dw, bx = phase % p.dw;
+        int y = a + p.dh * py, x = bx + p.dw * px;
         i8 v = (i8)p.fill;
         if (y < p.h && x < p.w) v = ((const i8*)p.x)[(((size_t)b * p.h + y) * p.w + x) * p.c + ch];
         ((i8*)p.y)[i] = v;
@@ -672,9 +672,9 @@ extern "C" __global__ void phases(const PhaseP p) {
         t /= p.w;
         int y = (int)(t % p.h);
         int b = (int)(t / p.h);
-        int a = y % p.d, py = y / p.d;
-        long long img = (long long)b * p.d * p.d + a * p.d + x % p.d;
-        ((i8*)p.y)[i] = ((const i8*)p.x)[((img * ph + py) * pw + x / p.d) * p.c + ch];
+        int a = y % p.dh, py = y / p.dh;
+        long long img = ((long long)b * p.dh + a) * p.dw + x % p.dw;
+        ((i8*)p.y)[i] = ((const i8*)p.x)[((img * ph + py) * pw + x / p.dw) * p.c + ch];
     }
 }
 

@@ -500,7 +500,7 @@ impl LaunchPlan {
                         PhaseDir::Merge => (0, 0),
                     };
                     let n = if split == 1 {
-                        batch * phases.d * phases.d * phases.ph() * phases.pw() * ch
+                        batch * phases.count() * phases.ph() * phases.pw() * ch
                     } else {
                         batch * phases.h * phases.w * ch
                     };
@@ -508,7 +508,8 @@ impl LaunchPlan {
                     let p = PhaseP {
                         x: buf(*src),
                         y: buf(*dst),
-                        d: i32_of(phases.d, si, "dilation phases")?,
+                        dh: i32_of(phases.dh, si, "dilation phases")?,
+                        dw: i32_of(phases.dw, si, "dilation phases")?,
                         h: i32_of(phases.h, si, "dilation phases")?,
                         w: i32_of(phases.w, si, "dilation phases")?,
                         c: i32_of(*ch, si, "dilation phases")?,

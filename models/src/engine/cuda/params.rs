@@ -174,7 +174,8 @@ pub struct CatP {
 pub struct PhaseP {
     pub x: u64,
     pub y: u64,
-    pub d: i32,
+    pub dh: i32,
+    pub dw: i32,
     pub h: i32,
     pub w: i32,
     pub c: i32,

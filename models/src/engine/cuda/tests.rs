@@ -23,7 +23,7 @@ fn parameter_structs_match_the_cuda_layout() {
     assert_eq!(size_of::<BinP>(), 24 + 16 * 4 + 3 * 32);
     assert_eq!(size_of::<TransP>(), 16 + 8 + 64);
     assert_eq!(size_of::<CatP>(), 40);
-    assert_eq!(size_of::<PhaseP>(), 16 + 28 + 4);
+    assert_eq!(size_of::<PhaseP>(), 16 + 32);
     assert_eq!(size_of::<ResizeP>(), 32 + 44 + 4);
     assert!(
         super::KERNELS_CU.contains(&format!("#define TRANS_RUN {TRANS_RUN}\n")),
@@ -60,9 +60,10 @@ fn written(l: &Launch) -> (u64, usize) {
             (p.outer as usize).saturating_sub(1) * p.block as usize + (p.col + p.inner) as usize,
         ),
         Params::Phase(p) => {
-            let (d, h, w) = (p.d as usize, p.h as usize, p.w as usize);
+            let (dh, dw) = (p.dh as usize, p.dw as usize);
+            let (h, w) = (p.h as usize, p.w as usize);
             let n = if p.split == 1 {
-                d * d * h.div_ceil(d) * w.div_ceil(d)
+                dh * dw * h.div_ceil(dh) * w.div_ceil(dw)
             } else {
                 h * w
             };

@@ -236,8 +236,48 @@ impl Lowerer<'_> {
             );
             layer.ok().map(|l| (l, phases))
         });
+        // Stride 1 x s: the columns folded into channels, on the dense kernels (no copy:
+        // the same bytes read as `s` times fewer, wider pixels; see `ColumnFold`).
+        let fold = dense
+            .is_none()
+            .then(|| ColumnFold::of(&win, h, wd, groups))
+            .flatten()
+            .and_then(|fold| {
+                let shape = ConvShape {
+                    in_c: c * fold.s,
+                    ..dense_shape(1, kh / 2)
+                };
+                let weights = fold.weights(&packed, oc, c);
+                Conv2d::new(
+                    shape,
+                    weights,
+                    w_scales.clone(),
+                    bias.clone(),
+                    x_q,
+                    y_q,
+                    relu,
+                )
+                .ok()
+                .map(|layer| (layer, fold.s))
+            });
         let floor = if relu { y_q.zero_point } else { -128 };
         let dense_clamp = (lo > floor || hi < 127).then_some((lo, hi));
+        if let Some((layer, s)) = fold {
+            self.touch(x.buf);
+            let dst = self.new_buf(b * win.out_h * win.out_w * oc);
+            self.steps.push(Step::Conv {
+                imp: ConvImpl::Dense(Box::new(layer)),
+                batch: b,
+                in_h: h,
+                in_w: wd / s,
+                out_h: win.out_h,
+                row_len: win.out_w * oc,
+                src: x.buf,
+                dst,
+                clamp: dense_clamp,
+            });
+            return self.set_conv_output(&out_name, dst, [b, oc, win.out_h, win.out_w], y_q);
+        }
         let (imp, clamp) = match dense {
             Some((layer, Some(phases))) => {
                 let dst = self.phased_conv(layer, phases, b, c, oc, x.buf, x_q, dense_clamp);
@@ -304,7 +344,7 @@ impl Lowerer<'_> {
     }
 
     /// Emits a dilated convolution as three steps (see [`Phases`]): split the input into
-    /// its `d·d` dilation phases, run `layer` (the same weights, dilation 1) on the
+    /// its `dh·dw` dilation phases, run `layer` (the same weights, dilation 1) on the
     /// `batch·d·d` phase images with the dense kernels, merge the phase outputs. Returns the
     /// output buffer (`batch × h × w × out_c`, NHWC).
     #[allow(clippy::too_many_arguments)]
@@ -319,7 +359,7 @@ impl Lowerer<'_> {
         x_q: QParams,
         clamp: Option<(i8, i8)>,
     ) -> usize {
-        let images = batch * phases.d * phases.d;
+        let images = batch * phases.count();
         self.touch(src);
         let split = self.new_buf(images * phases.ph() * phases.pw() * in_c);
         self.steps.push(Step::Phases {
@@ -477,22 +517,21 @@ impl Lowerer<'_> {
 }
 
 /// The dilation phases of a convolution that can run on the dense kernels that way: a
-/// square odd kernel, equal dilation `d > 1` on both axes, stride 1, one group and "same"
-/// zero padding (`d · (k / 2)` on every side, so the output has the input's size). Other
-/// dilated convolutions keep the general kernel.
+/// square odd kernel, dilation `dh × dw` other than 1 × 1 (the two may differ), stride 1,
+/// one group and "same" zero padding (`dh · (k / 2)` above and below, `dw · (k / 2)` left
+/// and right, so the output has the input's size). Other dilated convolutions keep the
+/// general kernel.
 fn dilation_phases(win: &Window, h: usize, w: usize, groups: usize) -> Option<Phases> {
-    let d = win.dh;
-    let same = d * (win.kh / 2);
+    let (dh, dw) = (win.dh, win.dw);
     (win.kh == win.kw
         && win.kh % 2 == 1
-        && d > 1
-        && win.dw == d
+        && (dh > 1 || dw > 1)
         && win.sh == 1
         && win.sw == 1
         && groups == 1
-        && win.pt == same
-        && win.pl == same
+        && win.pt == dh * (win.kh / 2)
+        && win.pl == dw * (win.kw / 2)
         && win.out_h == h
         && win.out_w == w)
-        .then_some(Phases { d, h, w })
+        .then_some(Phases { dh, dw, h, w })
 }
