@@ -48,9 +48,11 @@ pub struct DatasetArgs {
     /// Network input height, px.
     #[arg(long, default_value_t = 64)]
     pub net_height: usize,
-    /// Backbone feature strides to export BEV view-transform tables for.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![4, 8])]
-    pub strides: Vec<usize>,
+    /// Backbone feature strides to export BEV view-transform tables for: `4` (the feature
+    /// map a quarter of the input's width and height) or `4x2` (a quarter of its width,
+    /// half its height).
+    #[arg(long, value_delimiter = ',', default_values = ["4", "8"])]
+    pub strides: Vec<redline_sim::dataset::FeatureStride>,
     /// Temporal history length (the pipeline's `bev_cache_frames`).
     #[arg(long, default_value_t = 2)]
     pub history: usize,

@@ -6,9 +6,10 @@
 //!
 //! - `meta.json`: the layout below (camera count, network input size, BEV grid, classes,
 //!   temporal history length K, the drives and their scenario configs).
-//! - `bev_sources_s{S}.npy`, `int32 [cells, 2]`, for each feature stride `S` asked for: the
-//!   runtime's BEV view transform ([`BevProjector::source_pixels`]) for a backbone whose
-//!   feature map is the network input divided by `S`: per BEV cell (row-major, `iy · nx +
+//! - `bev_sources_s{S}.npy`, `int32 [cells, 2]`, for each feature stride `S` asked for
+//!   ([`FeatureStride`]: `4`, or `4x2` for a feature map a quarter of the input's width and
+//!   half its height): the runtime's BEV view transform ([`BevProjector::source_pixels`]) for
+//!   a backbone whose feature map is the network input divided by `S`: per BEV cell (row-major, `iy · nx +
 //!   ix`), the stacked feature-map pixel `(cam · fh + row) · fw + col` of up to two sources,
 //!   `-1` when absent. The runtime averages the two sources (one: copies it; none: zero).
 //! - `drive_NNN/input.npy`, `int8 [frames, cams, H, W, 3]`: the preprocessed, quantized
@@ -62,9 +63,62 @@ pub struct DatasetSpec {
     /// Network input height, px.
     pub net_h: usize,
     /// Feature strides to export view-transform tables for.
-    pub strides: Vec<usize>,
+    pub strides: Vec<FeatureStride>,
     /// Temporal history length K (the runtime's `bev_cache_frames`).
     pub history: usize,
+}
+
+/// A backbone's feature stride: its feature map is the network input's width divided by
+/// `x` and its height divided by `y`. Written and parsed as `4` (both 4) or `4x2` (width
+/// stride 4, height stride 2: twice the rows, which is twice the range resolution of the
+/// view transform far ahead, where a ground point moves a fraction of a pixel per metre).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeatureStride {
+    /// Horizontal stride (input width / feature width).
+    pub x: usize,
+    /// Vertical stride (input height / feature height).
+    pub y: usize,
+}
+
+impl FeatureStride {
+    /// The same stride in both directions.
+    pub const fn square(s: usize) -> Self {
+        Self { x: s, y: s }
+    }
+}
+
+impl std::fmt::Display for FeatureStride {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.x == self.y {
+            write!(f, "{}", self.x)
+        } else {
+            write!(f, "{}x{}", self.x, self.y)
+        }
+    }
+}
+
+impl std::str::FromStr for FeatureStride {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("feature stride {s:?}: write one number (4) or width x height (4x2), each >= 1")
+        };
+        let num = |t: &str| {
+            t.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&v| v >= 1)
+                .ok_or_else(bad)
+        };
+        match s.split_once('x') {
+            Some((x, y)) => Ok(Self {
+                x: num(x)?,
+                y: num(y)?,
+            }),
+            None => num(s).map(Self::square),
+        }
+    }
 }
 
 /// Why a dataset could not be written.
@@ -92,7 +146,7 @@ pub enum DatasetError {
 }
 
 #[derive(Serialize)]
-struct Meta<'a> {
+struct Meta {
     format: u32,
     cams: usize,
     net_w: usize,
@@ -104,7 +158,9 @@ struct Meta<'a> {
     seg_classes: [&'static str; 3],
     history: usize,
     lift_m: f32,
-    strides: &'a [usize],
+    /// A square stride as a number (`4`), another as its name (`"4x2"`): what readers of
+    /// the format-1 datasets, which only had numbers, still read.
+    strides: Vec<serde_json::Value>,
     max_boxes: usize,
     box_fields: [&'static str; 8],
     input_scale: f32,
@@ -184,7 +240,11 @@ pub fn write_dataset(
     }
     let cams = rig.len();
     for &s in &spec.strides {
-        if s == 0 || !spec.net_w.is_multiple_of(s) || !spec.net_h.is_multiple_of(s) {
+        if s.x == 0
+            || s.y == 0
+            || !spec.net_w.is_multiple_of(s.x)
+            || !spec.net_h.is_multiple_of(s.y)
+        {
             return Err(DatasetError::Config(format!(
                 "stride {s} must divide the network input {}x{}",
                 spec.net_w, spec.net_h
@@ -198,8 +258,8 @@ pub fn write_dataset(
             cams,
             img_w as usize,
             img_h as usize,
-            spec.net_w / s,
-            spec.net_h / s,
+            spec.net_w / s.x,
+            spec.net_h / s.y,
             1,
             BEV_LIFT_M,
             &project,
@@ -358,7 +418,17 @@ pub fn write_dataset(
         seg_classes: ["other", "drivable", "lane_marking"],
         history: spec.history,
         lift_m: BEV_LIFT_M,
-        strides: &spec.strides,
+        strides: spec
+            .strides
+            .iter()
+            .map(|s| {
+                if s.x == s.y {
+                    serde_json::Value::from(s.x)
+                } else {
+                    serde_json::Value::from(s.to_string())
+                }
+            })
+            .collect(),
         max_boxes: MAX_BOXES,
         box_fields: ["valid", "class", "x", "y", "length", "width", "yaw", "id"],
         input_scale: 1.0 / 128.0,
@@ -448,13 +518,13 @@ mod tests {
         )
     }
 
-    /// A 32x16 network input, stride 4, history 2, over `drives`.
+    /// A 32x16 network input, strides 4 and 4x2, history 2, over `drives`.
     fn tiny_spec(drives: Vec<ScenarioConfig>) -> DatasetSpec {
         DatasetSpec {
             drives,
             net_w: 32,
             net_h: 16,
-            strides: vec![4],
+            strides: vec![FeatureStride::square(4), FeatureStride { x: 4, y: 2 }],
             history: 2,
         }
     }
@@ -511,13 +581,68 @@ mod tests {
         for class in 0..3u8 {
             assert!(seg.contains(&class), "class {class} appears");
         }
-        let (h, _) = read_npy(&dir.join("bev_sources_s4.npy"));
-        assert!(h.contains("'shape': (3840, 2)"), "{h}");
+        let table = |name: &str| {
+            let (h, t) = read_npy(&dir.join(name));
+            assert!(h.contains("'shape': (3840, 2)"), "{h}");
+            t.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect::<Vec<i32>>()
+        };
+        // The 4x2 table has twice the rows (8x8 feature maps of 7 cameras) and picks the
+        // same views: halving its row gives the stride-4 table (floor(v/4) =
+        // floor(floor(v/2)/2)), and it tells apart cells the stride-4 table does not.
+        let (s4, s4x2) = (table("bev_sources_s4.npy"), table("bev_sources_s4x2.npy"));
+        let halved: Vec<i32> = s4x2
+            .iter()
+            .map(|&p| {
+                if p < 0 {
+                    return p;
+                }
+                let (cam, row, col) = (p / 64, p % 64 / 8, p % 8);
+                (cam * 4 + row / 2) * 8 + col
+            })
+            .collect();
+        assert_eq!(halved, s4);
+        let distinct = |t: &[i32]| t.chunks(2).collect::<std::collections::BTreeSet<_>>().len();
+        assert!(
+            distinct(&s4x2) > distinct(&s4),
+            "{} {}",
+            distinct(&s4x2),
+            distinct(&s4)
+        );
         let meta: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+        assert_eq!(meta["strides"], serde_json::json!([4, "4x2"]));
         assert_eq!(meta["cams"], 7);
         assert_eq!(meta["drives"][0]["frames"], 6);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn feature_strides_read_and_write_as_one_number_or_width_x_height() {
+        for (text, x, y) in [("4", 4, 4), ("4x2", 4, 2), ("8x8", 8, 8)] {
+            let s: FeatureStride = text.parse().unwrap();
+            assert_eq!((s.x, s.y), (x, y), "{text}");
+        }
+        assert_eq!(FeatureStride { x: 4, y: 2 }.to_string(), "4x2");
+        assert_eq!(FeatureStride { x: 8, y: 8 }.to_string(), "8");
+        for bad in ["", "0", "4x0", "x2", "4x2x1", "four"] {
+            let e = bad.parse::<FeatureStride>().unwrap_err();
+            assert!(e.contains("width x height (4x2)"), "{bad}: {e}");
+        }
+        // A stride that does not divide the network input is refused before anything is
+        // written.
+        let dir = std::env::temp_dir().join(format!("redline-dataset-div-{}", std::process::id()));
+        let mut spec = tiny_spec(varied_drives(1, 11, 0.2, 64, 32));
+        spec.strides = vec![FeatureStride { x: 4, y: 3 }];
+        let e = write_dataset(&dir, &spec, &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("stride 4x3 must divide the network input 32x16"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

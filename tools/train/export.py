@@ -179,11 +179,12 @@ class Builder:
         else:
             w = self.const(conv.weight.detach().numpy().astype(np.float32), "w")
             b = self.const(conv.bias.detach().numpy().astype(np.float32), "b")
-        k = conv.kernel_size[0]
-        d = conv.dilation[0]
-        p = conv.padding[0]
+        # (rows, columns) each: a layer may stride or dilate the two differently
+        # ("dilated_pos_r2").
+        (ph, pw), d = conv.padding, list(conv.dilation)
         y = self.node(
-            "Conv", [x, w, b], "conv", kernel_shape=[k, k], strides=list(conv.stride), pads=[p, p, p, p], dilations=[d, d]
+            "Conv", [x, w, b], "conv", kernel_shape=list(conv.kernel_size), strides=list(conv.stride),
+            pads=[ph, pw, ph, pw], dilations=d,
         )
         if relu:
             y = self.node("Relu", [y], "relu")
@@ -228,7 +229,7 @@ def feat_tap():
 def build_models(model, qp, cams, h, w, ny, nx, qdq):
     in_q = (1.0 / 128.0, 0)
     feat_q = qp[feat_tap()]
-    fh, fw = h // N.STRIDE, w // N.STRIDE
+    fh, fw = h // N.STRIDE_Y, w // N.STRIDE_X
     out = {}
     # Backbone.
     b = Builder("backbone", qdq)

@@ -4,7 +4,8 @@ Layout (all activations float here; the INT8 model is these layers with per-chan
 weights and per-tensor INT8 activations, see export.py):
 
 - backbone, shared over cameras, on the preprocessed input `q / 128` (q = pixel - 128):
-  `BACKBONE` convolutions with ReLU, feature stride `STRIDE` (4): 64x128 -> 16x32xC.
+  `BACKBONE` convolutions with ReLU, feature stride `STRIDE_X` x `STRIDE_Y` (4 x 4, or
+  4 x 2 in "dilated_pos_r2"): 64x128 -> 16x32xC.
 - BEV view transform: redline's table (`bev_sources_s{STRIDE}.npy`, exported by
   `redline sim dataset`): each BEV cell averages its (up to) two feature pixels; none -> 0.
 - temporal fusion: redline's warp tables (`warp.npy`): fused = (2 * cur + sum_j warped_j)
@@ -23,7 +24,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# The feature stride's name (the dataset's table `bev_sources_s{STRIDE}.npy`): 4, or "4x2"
+# (width stride 4, height stride 2); STRIDE_X, STRIDE_Y are its two strides.
 STRIDE = 4
+STRIDE_X, STRIDE_Y = 4, 4
 FEAT_C = 32
 # (in, out, kernel, stride, dilation) of the backbone convolutions, each followed by ReLU.
 # Architectures: (in, out, kernel, stride, dilation) of the backbone convolutions and
@@ -67,6 +71,20 @@ ARCHS = {
 # card). At the 64x128 input it was no better (0.479 against 0.497 trained from scratch): there
 # the features do not carry the distance of a car a few pixels wide.
 ARCHS["dilated_pos"] = dict(ARCHS["dilated"], pos=True)
+# "dilated_pos_r2": "dilated_pos" whose second stride-2 convolution keeps the rows (stride
+# 1 x 2): the feature map has twice the rows (4 x 2 stride), so the view transform has twice
+# the range resolution far ahead, where a ground point moves a fraction of a feature row per
+# metre (in the default rig, 11 BEV cells 46-57 m straight ahead read one feature pixel at
+# stride 4; at 4 x 2 that run is 6 and 5). The convolutions after it dilate their rows twice
+# as far (the "a trous" trick), so with "dilated_pos"'s weights (same shapes) the even
+# feature rows are exactly "dilated_pos"'s features and the odd rows the same network
+# shifted by half a row: it starts from that model where that model was. Those convolutions
+# cost twice as much (the backbone about 1.8x).
+_r2 = [list(l) for l in ARCHS["dilated"]["backbone"]]
+_r2[2][3] = (1, 2)
+for _l in _r2[3:]:
+    _l[4] = (2 * _l[4], _l[4])
+ARCHS["dilated_pos_r2"] = dict(ARCHS["dilated"], pos=True, backbone=[tuple(l) for l in _r2], stride=(4, 2))
 ARCH = "dilated"
 BACKBONE = ARCHS[ARCH]["backbone"]
 DET_HIDDEN = ARCHS[ARCH]["det"]
@@ -76,12 +94,14 @@ POS = False
 
 def set_arch(name):
     """Selects the architecture the next DrivingNet is built with."""
-    global ARCH, BACKBONE, DET_HIDDEN, SEG_HIDDEN, POS
+    global ARCH, BACKBONE, DET_HIDDEN, SEG_HIDDEN, POS, STRIDE, STRIDE_X, STRIDE_Y
     if name not in ARCHS:
         raise SystemExit(f"unknown architecture {name!r}: use one of {sorted(ARCHS)}")
     ARCH = name
     BACKBONE, DET_HIDDEN, SEG_HIDDEN = ARCHS[name]["backbone"], ARCHS[name]["det"], ARCHS[name]["seg"]
     POS = ARCHS[name].get("pos", False)
+    STRIDE_X, STRIDE_Y = ARCHS[name].get("stride", (4, 4))
+    STRIDE = STRIDE_X if STRIDE_X == STRIDE_Y else f"{STRIDE_X}x{STRIDE_Y}"
 
 
 # Largest radial distance the position map encodes as 1.0 (the default grid's far corner is
@@ -107,7 +127,9 @@ REG = 6
 
 
 def conv(i, o, k, s=1, d=1):
-    return nn.Conv2d(i, o, k, stride=s, padding=d * (k // 2), dilation=d)
+    """`s`, `d`: one stride (dilation), or (rows, columns)."""
+    pad = tuple(v * (k // 2) for v in d) if isinstance(d, tuple) else d * (k // 2)
+    return nn.Conv2d(i, o, k, stride=s, padding=pad, dilation=d)
 
 
 class Backbone(nn.Module):
