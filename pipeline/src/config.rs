@@ -737,7 +737,7 @@ mod tests {
         assert_eq!(c.lanes, 1);
         assert_eq!(c.perception, Perception::Oracle);
         assert_eq!(c.budget_ns(stage::BACKBONE), 20_000_000);
-        assert_eq!(c.budget_ns(stage::PLANNING), 4_000_000);
+        assert_eq!(c.budget_ns(stage::PLANNING), 2_500_000);
         assert_eq!(c.frame_slots, 2);
     }
 
