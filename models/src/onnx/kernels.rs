@@ -690,7 +690,7 @@ impl ColumnFold {
         (k % 2 == 1
             && win.sh == 1
             && s >= 2
-            && w % s == 0
+            && w.is_multiple_of(s)
             && win.dh == 1
             && win.dw == 1
             && groups == 1
