@@ -9,7 +9,7 @@
 //!   std's channel spins for a sender that is mid-send, see [`crate::mailbox`]: the driver
 //!   may be a real-time thread above the reader). At most four windows of
 //!   images exist at once (the one the graph reads, one retired a window ago, one in the
-//!   channel, one being filled): resident memory does not grow with the log's length
+//!   mailbox, one being filled): resident memory does not grow with the log's length
 //!   (what grows: the ego pose and ground truth of frames the evaluation still needs — the
 //!   driver lets the source forget the rest, [`FrameSource::forget_truth_before`] — and a
 //!   few bytes of timing per published frame).

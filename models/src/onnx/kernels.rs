@@ -750,6 +750,68 @@ mod phase_tests {
     use proptest::prelude::*;
     use redline_runtime::rng::SplitMix64;
 
+    /// A random convolution case: input, weights, bias, quantization and the general
+    /// kernel's direct result for `win` (NHWC, `batch` images).
+    struct Case {
+        input: Vec<i8>,
+        weights: Vec<i8>,
+        bias: Vec<i32>,
+        w_scales: Vec<f32>,
+        x_q: QParams,
+        y_q: QParams,
+        direct: Vec<i8>,
+    }
+
+    fn case(
+        win: Window,
+        (in_c, out_c, batch): (usize, usize, usize),
+        seed: u64,
+        relu: bool,
+    ) -> Case {
+        let mut rng = SplitMix64::new(seed);
+        let mut bytes = |n: usize| -> Vec<i8> { (0..n).map(|_| rng.next_i8()).collect() };
+        let input = bytes(batch * win.in_h * win.in_w * in_c);
+        let weights = bytes(out_c * win.kh * win.kw * in_c);
+        let extra = bytes(out_c + 2);
+        let bias: Vec<i32> = extra[..out_c].iter().map(|&v| i32::from(v) * 97).collect();
+        let x_q = QParams {
+            scale: 0.02,
+            zero_point: extra[out_c] / 4,
+        };
+        let y_q = QParams {
+            scale: 0.9,
+            zero_point: extra[out_c + 1] / 4,
+        };
+        let w_scales: Vec<f32> = (0..out_c).map(|o| 0.01 + 0.002 * o as f32).collect();
+        let general = GeneralConv {
+            win,
+            in_c,
+            out_c,
+            groups: 1,
+            weights: weights.clone(),
+            bias: bias.clone(),
+            multipliers: w_scales
+                .iter()
+                .map(|&ws| requant_multiplier(x_q.scale, ws, y_q.scale))
+                .collect(),
+            x_zp: i32::from(x_q.zero_point),
+            y_zp: i32::from(y_q.zero_point),
+            lo: if relu { y_q.zero_point } else { -128 },
+            hi: 127,
+        };
+        let mut direct = vec![0i8; batch * win.out_h * win.out_w * out_c];
+        general.run(&input, &mut direct, 0..batch * win.in_h);
+        Case {
+            input,
+            weights,
+            bias,
+            w_scales,
+            x_q,
+            y_q,
+            direct,
+        }
+    }
+
     /// The direct dilated convolution (the general kernel) and the phase route (split,
     /// dense kernel on every phase image, merge) give the same bytes.
     fn check(
@@ -767,53 +829,29 @@ mod phase_tests {
         seed: u64,
         relu: bool,
     ) {
-        let mut rng = SplitMix64::new(seed);
-        let mut bytes = |n: usize| -> Vec<i8> { (0..n).map(|_| rng.next_i8()).collect() };
-        let input = bytes(batch * h * w * in_c);
-        let weights = bytes(out_c * k * k * in_c);
-        let extra = bytes(out_c + 2);
-        let bias: Vec<i32> = extra[..out_c].iter().map(|&v| i32::from(v) * 97).collect();
-        let x_q = QParams {
-            scale: 0.02,
-            zero_point: extra[out_c] / 4,
+        let win = Window {
+            in_h: h,
+            in_w: w,
+            out_h: h,
+            out_w: w,
+            kh: k,
+            kw: k,
+            sh: 1,
+            sw: 1,
+            dh,
+            dw,
+            pt: dh * (k / 2),
+            pl: dw * (k / 2),
         };
-        let y_q = QParams {
-            scale: 0.9,
-            zero_point: extra[out_c + 1] / 4,
-        };
-        let w_scales: Vec<f32> = (0..out_c).map(|o| 0.01 + 0.002 * o as f32).collect();
-        let general = GeneralConv {
-            win: Window {
-                in_h: h,
-                in_w: w,
-                out_h: h,
-                out_w: w,
-                kh: k,
-                kw: k,
-                sh: 1,
-                sw: 1,
-                dh,
-                dw,
-                pt: dh * (k / 2),
-                pl: dw * (k / 2),
-            },
-            in_c,
-            out_c,
-            groups: 1,
-            weights: weights.clone(),
-            bias: bias.clone(),
-            multipliers: w_scales
-                .iter()
-                .map(|&ws| requant_multiplier(x_q.scale, ws, y_q.scale))
-                .collect(),
-            x_zp: i32::from(x_q.zero_point),
-            y_zp: i32::from(y_q.zero_point),
-            lo: if relu { y_q.zero_point } else { -128 },
-            hi: 127,
-        };
-        let mut direct = vec![0i8; batch * h * w * out_c];
-        general.run(&input, &mut direct, 0..batch * h);
-
+        let Case {
+            input,
+            weights,
+            bias,
+            w_scales,
+            x_q,
+            y_q,
+            direct,
+        } = case(win, (in_c, out_c, batch), seed, relu);
         let shape = ConvShape {
             in_c,
             out_c,
@@ -875,21 +913,6 @@ mod phase_tests {
         seed: u64,
         relu: bool,
     ) {
-        let mut rng = SplitMix64::new(seed);
-        let mut bytes = |n: usize| -> Vec<i8> { (0..n).map(|_| rng.next_i8()).collect() };
-        let input = bytes(batch * h * w * in_c);
-        let weights = bytes(out_c * k * kw * in_c);
-        let extra = bytes(out_c + 2);
-        let bias: Vec<i32> = extra[..out_c].iter().map(|&v| i32::from(v) * 97).collect();
-        let x_q = QParams {
-            scale: 0.02,
-            zero_point: extra[out_c] / 4,
-        };
-        let y_q = QParams {
-            scale: 0.9,
-            zero_point: extra[out_c + 1] / 4,
-        };
-        let w_scales: Vec<f32> = (0..out_c).map(|o| 0.01 + 0.002 * o as f32).collect();
         let win = Window {
             in_h: h,
             in_w: w,
@@ -905,24 +928,15 @@ mod phase_tests {
             pl,
         };
         let fold = ColumnFold::of(&win, h, w, 1).expect("a foldable convolution");
-        let general = GeneralConv {
-            win,
-            in_c,
-            out_c,
-            groups: 1,
-            weights: weights.clone(),
-            bias: bias.clone(),
-            multipliers: w_scales
-                .iter()
-                .map(|&ws| requant_multiplier(x_q.scale, ws, y_q.scale))
-                .collect(),
-            x_zp: i32::from(x_q.zero_point),
-            y_zp: i32::from(y_q.zero_point),
-            lo: if relu { y_q.zero_point } else { -128 },
-            hi: 127,
-        };
-        let mut direct = vec![0i8; batch * h * (w / s) * out_c];
-        general.run(&input, &mut direct, 0..batch * h);
+        let Case {
+            input,
+            weights,
+            bias,
+            w_scales,
+            x_q,
+            y_q,
+            direct,
+        } = case(win, (in_c, out_c, batch), seed, relu);
         let shape = ConvShape {
             in_c: s * in_c,
             out_c,

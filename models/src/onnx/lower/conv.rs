@@ -345,7 +345,7 @@ impl Lowerer<'_> {
 
     /// Emits a dilated convolution as three steps (see [`Phases`]): split the input into
     /// its `dh·dw` dilation phases, run `layer` (the same weights, dilation 1) on the
-    /// `batch·d·d` phase images with the dense kernels, merge the phase outputs. Returns the
+    /// `batch·dh·dw` phase images with the dense kernels, merge the phase outputs. Returns the
     /// output buffer (`batch × h × w × out_c`, NHWC).
     #[allow(clippy::too_many_arguments)]
     fn phased_conv(
