@@ -204,86 +204,62 @@ impl Lowerer<'_> {
             && groups == 1
             && win.pt == win.pl
             && win.pt < kh;
-        // The dense kernels run square convolutions directly, and dilated "same" ones as
-        // dilation phases (a dense convolution of each phase image).
-        let dense_shape = |stride: usize, pad: usize| ConvShape {
-            in_c: c,
-            out_c: oc,
-            k: kh,
-            stride,
-            pad,
-        };
+        // The dense kernels run square convolutions directly, dilated "same" ones as
+        // dilation phases (a dense convolution of each phase image), and stride-1 x s ones
+        // with their columns folded into channels (the same bytes read as `s` times fewer,
+        // wider pixels; see `ColumnFold`).
         let pad = win.pt;
-        let dense_route = if square
+        let route = if square
             // The dense kernel pads symmetrically: its output size must equal ONNX's.
             // (checked: asymmetric pads can make `in + 2·pad` smaller than the kernel).
             && (h + 2 * pad).checked_sub(kh).map(|v| v / win.sh + 1) == Some(win.out_h)
             && (wd + 2 * pad).checked_sub(kw).map(|v| v / win.sw + 1) == Some(win.out_w)
         {
-            Some((dense_shape(win.sh, pad), None))
+            Some(DenseRoute::Direct)
+        } else if let Some(p) = dilation_phases(&win, h, wd, groups) {
+            Some(DenseRoute::Phases(p))
         } else {
-            dilation_phases(&win, h, wd, groups).map(|p| (dense_shape(1, kh / 2), Some(p)))
+            ColumnFold::of(&win, h, wd, groups).map(DenseRoute::Fold)
         };
-        let dense = dense_route.and_then(|(shape, phases)| {
+        let dense = route.and_then(|route| {
+            let (stride, pad, in_c, weights) = match route {
+                DenseRoute::Direct => (win.sh, pad, c, packed.clone()),
+                DenseRoute::Phases(_) => (1, kh / 2, c, packed.clone()),
+                DenseRoute::Fold(f) => (1, kh / 2, c * f.s, f.weights(&packed, oc, c)),
+            };
+            let shape = ConvShape {
+                in_c,
+                out_c: oc,
+                k: kh,
+                stride,
+                pad,
+            };
             let layer = Conv2d::new(
                 shape,
-                packed.clone(),
+                weights,
                 w_scales.clone(),
                 bias.clone(),
                 x_q,
                 y_q,
                 relu,
             );
-            layer.ok().map(|l| (l, phases))
+            layer.ok().map(|l| (l, route))
         });
-        // Stride 1 x s: the columns folded into channels, on the dense kernels (no copy:
-        // the same bytes read as `s` times fewer, wider pixels; see `ColumnFold`).
-        let fold = dense
-            .is_none()
-            .then(|| ColumnFold::of(&win, h, wd, groups))
-            .flatten()
-            .and_then(|fold| {
-                let shape = ConvShape {
-                    in_c: c * fold.s,
-                    ..dense_shape(1, kh / 2)
-                };
-                let weights = fold.weights(&packed, oc, c);
-                Conv2d::new(
-                    shape,
-                    weights,
-                    w_scales.clone(),
-                    bias.clone(),
-                    x_q,
-                    y_q,
-                    relu,
-                )
-                .ok()
-                .map(|layer| (layer, fold.s))
-            });
         let floor = if relu { y_q.zero_point } else { -128 };
         let dense_clamp = (lo > floor || hi < 127).then_some((lo, hi));
-        if let Some((layer, s)) = fold {
-            self.touch(x.buf);
-            let dst = self.new_buf(b * win.out_h * win.out_w * oc);
-            self.steps.push(Step::Conv {
-                imp: ConvImpl::Dense(Box::new(layer)),
-                batch: b,
-                in_h: h,
-                in_w: wd / s,
-                out_h: win.out_h,
-                row_len: win.out_w * oc,
-                src: x.buf,
-                dst,
-                clamp: dense_clamp,
-            });
-            return self.set_conv_output(&out_name, dst, [b, oc, win.out_h, win.out_w], y_q);
-        }
+        // The width the step's kernel reads its input as (the fold's is `s` times narrower).
+        let mut in_w = wd;
         let (imp, clamp) = match dense {
-            Some((layer, Some(phases))) => {
+            Some((layer, DenseRoute::Phases(phases))) => {
                 let dst = self.phased_conv(layer, phases, b, c, oc, x.buf, x_q, dense_clamp);
                 return self.set_conv_output(&out_name, dst, [b, oc, h, wd], y_q);
             }
-            Some((layer, None)) => (ConvImpl::Dense(Box::new(layer)), dense_clamp),
+            Some((layer, route)) => {
+                if let DenseRoute::Fold(f) = route {
+                    in_w = wd / f.s;
+                }
+                (ConvImpl::Dense(Box::new(layer)), dense_clamp)
+            }
             None => {
                 let multipliers = w_scales
                     .iter()
@@ -313,7 +289,7 @@ impl Lowerer<'_> {
             imp,
             batch: b,
             in_h: h,
-            in_w: wd,
+            in_w,
             out_h: win.out_h,
             row_len: win.out_w * oc,
             src: x.buf,
@@ -514,6 +490,17 @@ impl Lowerer<'_> {
         );
         Ok(())
     }
+}
+
+/// How a convolution runs on the dense kernels.
+#[derive(Clone, Copy)]
+enum DenseRoute {
+    /// As it is: square kernel, equal strides, symmetric padding.
+    Direct,
+    /// As a dense convolution of each dilation phase image.
+    Phases(Phases),
+    /// With its columns folded into channels.
+    Fold(ColumnFold),
 }
 
 /// The dilation phases of a convolution that can run on the dense kernels that way: a
