@@ -34,11 +34,11 @@
 //!   `dh × dw` other than 1 × 1, the two may differ, stride 1, one group, padding
 //!   `dh·(k/2)`, `dw·(k/2)`) runs there too: its input is split into its `dh·dw` dilation
 //!   phases, each phase is convolved densely (dilation 1) and the phase outputs are merged
-//!   back (`kernels::Phases`; bit-identical, one extra copy of the input and output). So
+//!   back (`dense_routes::Phases`; bit-identical, one extra copy of the input and output). So
 //!   does one that keeps the rows and strides the columns (stride `1 × s`, `s` dividing the
 //!   width, odd kernel height, "same" rows): its columns are folded into channels, the same
 //!   bytes read as `[h, w/s, s·c]`, and convolved at stride 1 with the taps moved to where
-//!   their columns fell (`kernels::ColumnFold`; bit-identical, no copy, `s·k/kw` times the
+//!   their columns fell (`dense_routes::ColumnFold`; bit-identical, no copy, `s·k/kw` times the
 //!   multiply-adds: 2× for 3×3 at 1 × 2). Everything else (grouped, depthwise, rectangular
 //!   kernels, asymmetrically padded, strided-and-dilated, row-strided rectangular) runs on
 //!   the general kernel, 5–15× slower
@@ -67,6 +67,7 @@ use crate::engine::{check_buffers, Engine, EngineError, EngineKind, Lanes, Tenso
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub(crate) mod dense_routes;
 pub(crate) mod graph;
 pub(crate) mod kernels;
 mod lower;

@@ -6,7 +6,8 @@
 //! are always disjoint. A step splits its output rows into a fixed number of chunks that
 //! depends only on its shape, so the result is the same on any number of lanes.
 
-use super::kernels::{self, AvgParams, Binary, GeneralConv, Interp, Phases, Tap, Window};
+use super::dense_routes::Phases;
+use super::kernels::{self, AvgParams, Binary, GeneralConv, Interp, Tap, Window};
 use crate::conv::Conv2d;
 use crate::engine::{EngineError, Lanes};
 use std::ops::Range;

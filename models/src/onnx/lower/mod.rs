@@ -19,10 +19,9 @@
 //! (the shape operators), `conv` (convolutions and matrix products), `elementwise` (Add,
 //! Mul, table operators, Concat) and `window` (pooling, Resize) lower one family each.
 
+use super::dense_routes::{ColumnFold, Phases};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
-use super::kernels::{
-    AvgParams, Binary, BinaryKind, ColumnFold, GeneralConv, Interp, Phases, Tap, Window,
-};
+use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window};
 use super::program::{Buffer, ConvImpl, OutKind, PhaseDir, Program, Step};
 use crate::conv::{Conv2d, ConvShape};
 use crate::engine::{ElemType, EngineError, TensorSpec};
