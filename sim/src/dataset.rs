@@ -97,6 +97,18 @@ impl std::fmt::Display for FeatureStride {
     }
 }
 
+/// A square stride as a number (`4`), another as its name (`"4x2"`): readers of the
+/// datasets written before there were other strides, which had only numbers, still read it.
+impl Serialize for FeatureStride {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        if self.x == self.y {
+            ser.serialize_u64(self.x as u64)
+        } else {
+            ser.collect_str(self)
+        }
+    }
+}
+
 impl std::str::FromStr for FeatureStride {
     type Err = String;
 
@@ -146,7 +158,7 @@ pub enum DatasetError {
 }
 
 #[derive(Serialize)]
-struct Meta {
+struct Meta<'a> {
     format: u32,
     cams: usize,
     net_w: usize,
@@ -158,9 +170,7 @@ struct Meta {
     seg_classes: [&'static str; 3],
     history: usize,
     lift_m: f32,
-    /// A square stride as a number (`4`), another as its name (`"4x2"`): what readers of
-    /// the format-1 datasets, which only had numbers, still read.
-    strides: Vec<serde_json::Value>,
+    strides: &'a [FeatureStride],
     max_boxes: usize,
     box_fields: [&'static str; 8],
     input_scale: f32,
@@ -418,17 +428,7 @@ pub fn write_dataset(
         seg_classes: ["other", "drivable", "lane_marking"],
         history: spec.history,
         lift_m: BEV_LIFT_M,
-        strides: spec
-            .strides
-            .iter()
-            .map(|s| {
-                if s.x == s.y {
-                    serde_json::Value::from(s.x)
-                } else {
-                    serde_json::Value::from(s.to_string())
-                }
-            })
-            .collect(),
+        strides: &spec.strides,
         max_boxes: MAX_BOXES,
         box_fields: ["valid", "class", "x", "y", "length", "width", "yaw", "id"],
         input_scale: 1.0 / 128.0,
