@@ -193,6 +193,22 @@ mod phase_tests {
         direct: Vec<i8>,
     }
 
+    impl Case {
+        /// The dense stride-1 "same" layer of `k × k` kernels over `in_c` channels with
+        /// this case's bias and quantization and the given packed weights.
+        fn dense(&self, in_c: usize, k: usize, weights: Vec<i8>, relu: bool) -> Conv2d {
+            let shape = ConvShape {
+                in_c,
+                out_c: self.bias.len(),
+                k,
+                stride: 1,
+                pad: k / 2,
+            };
+            let (w_scales, bias) = (self.w_scales.clone(), self.bias.clone());
+            Conv2d::new(shape, weights, w_scales, bias, self.x_q, self.y_q, relu).unwrap()
+        }
+    }
+
     fn case(
         win: Window,
         (in_c, out_c, batch): (usize, usize, usize),
@@ -274,23 +290,9 @@ mod phase_tests {
             pt: dh * (k / 2),
             pl: dw * (k / 2),
         };
-        let Case {
-            input,
-            weights,
-            bias,
-            w_scales,
-            x_q,
-            y_q,
-            direct,
-        } = case(win, (in_c, out_c, batch), seed, relu);
-        let shape = ConvShape {
-            in_c,
-            out_c,
-            k,
-            stride: 1,
-            pad: k / 2,
-        };
-        let dense = Conv2d::new(shape, weights, w_scales, bias, x_q, y_q, relu).unwrap();
+        let c = case(win, (in_c, out_c, batch), seed, relu);
+        let dense = c.dense(in_c, k, c.weights.clone(), relu);
+        let (input, x_q, direct) = (c.input, c.x_q, c.direct);
         let p = Phases { dh, dw, h, w };
         let (ph, pw) = (p.ph(), p.pw());
         let images = batch * p.count();
@@ -359,24 +361,9 @@ mod phase_tests {
             pl,
         };
         let fold = ColumnFold::of(&win, h, w, 1).expect("a foldable convolution");
-        let Case {
-            input,
-            weights,
-            bias,
-            w_scales,
-            x_q,
-            y_q,
-            direct,
-        } = case(win, (in_c, out_c, batch), seed, relu);
-        let shape = ConvShape {
-            in_c: s * in_c,
-            out_c,
-            k,
-            stride: 1,
-            pad: k / 2,
-        };
-        let folded = fold.weights(&weights, out_c, in_c);
-        let dense = Conv2d::new(shape, folded, w_scales, bias, x_q, y_q, relu).unwrap();
+        let c = case(win, (in_c, out_c, batch), seed, relu);
+        let dense = c.dense(s * in_c, k, fold.weights(&c.weights, out_c, in_c), relu);
+        let (input, direct) = (c.input, c.direct);
         let mut got = vec![0i8; batch * h * (w / s) * out_c];
         let (img_in, img_out) = (h * w * in_c, h * (w / s) * out_c);
         for i in 0..batch {
