@@ -56,6 +56,11 @@ pub struct DatasetArgs {
     /// Temporal history length (the pipeline's `bev_cache_frames`).
     #[arg(long, default_value_t = 2)]
     pub history: usize,
+    /// Heights (m) at which BEV cells sample camera features (the pipeline's
+    /// `bev_lift_m`): one view-transform table per height, the first named
+    /// `bev_sources_s{S}.npy`, the others `bev_sources_s{S}_lift{i}.npy`.
+    #[arg(long, value_delimiter = ',', default_values = ["0.5"])]
+    pub lifts: Vec<f32>,
     #[command(flatten)]
     pub rig: RigArgs,
 }
@@ -72,6 +77,7 @@ pub fn dataset(a: DatasetArgs) -> Result<()> {
         net_h: a.net_height,
         strides: a.strides.clone(),
         history: a.history,
+        lifts_m: a.lifts.clone(),
     };
     let counters = Arc::new(Counters::default());
     let total: usize = spec

@@ -229,7 +229,8 @@ pub fn run_quantize(
     let project = move |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
         project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
     };
-    let proj = BevProjector::new(&bev, cams, w, h, fw, fh, fc, 0.5, &project).map_err(|e| {
+    // The seeded network samples one height, 0.5 m (the pipeline's `bev_lifts` for it).
+    let proj = BevProjector::new(&bev, cams, w, h, fw, fh, fc, &[0.5], &project).map_err(|e| {
         QuantizeError::Setup {
             what: "the BEV projection",
             message: e.to_string(),

@@ -159,6 +159,15 @@ pub struct PipelineConfig {
     pub network: Network,
     /// Previous BEV maps fused by the temporal cache (1..=4).
     pub bev_cache_frames: usize,
+    /// Heights (m, ego frame) at which BEV cells sample the camera features, in the order
+    /// the heads take them: the BEV grid has `len · C` channels (see
+    /// [`crate::perception::BevProjector`]). Must be what the models were trained with.
+    /// Left out (the default): the built-in trained network's heights
+    /// (`redline_models::export::trained::LIFTS_M`) when it runs, else one height, 0.5 m (the
+    /// seeded network, and models from `[models]` files unless this is set). Written to a
+    /// config file only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bev_lift_m: Option<Vec<f32>>,
     /// Heatmap score (sigmoid of the logit) at which the decoder keeps a peak, in (0, 1).
     /// Lower finds more objects (recall, AP) at the price of more false detections, which
     /// tracking's confirmation filters. Default 0.15 (chosen on the trained network on two
@@ -325,6 +334,7 @@ impl Default for PipelineConfig {
             perception: Perception::Network,
             network: Network::Trained,
             bev_cache_frames: 2,
+            bev_lift_m: None,
             detection_threshold: 0.15,
             track_min_score: 0.45,
             track_min_score_by_class: BTreeMap::from([("pedestrian".to_string(), 0.35)]),
@@ -501,6 +511,15 @@ impl PipelineConfig {
                 self.track_depth_noise_per_m
             )));
         }
+        if let Some(lifts) = &self.bev_lift_m {
+            let max = crate::perception::MAX_LIFTS;
+            if lifts.is_empty() || lifts.len() > max || lifts.iter().any(|h| !h.is_finite()) {
+                return Err(ConfigError::Invalid(format!(
+                    "bev_lift_m = {lifts:?}: give 1 to {max} finite heights in metres, e.g. \
+                     [0.5] (the heights the models were trained with)"
+                )));
+            }
+        }
         if !(1..=4).contains(&self.bev_cache_frames) {
             return Err(ConfigError::Invalid(format!(
                 "bev_cache_frames = {}: use 1 to 4",
@@ -584,6 +603,23 @@ impl PipelineConfig {
             bev_c: self.feature_channels,
             seed: self.weights_seed,
             ..redline_models::network::NetConfig::default()
+        }
+    }
+
+    /// The BEV lift heights this config runs with: `bev_lift_m` when set; else the trained
+    /// network's when the built-in trained models run (`network = "trained"`, no
+    /// `weights`, no model files); else `[0.5]`.
+    pub fn bev_lifts(&self) -> Vec<f32> {
+        if let Some(l) = &self.bev_lift_m {
+            return l.clone();
+        }
+        let builtin_trained = self.network == Network::Trained
+            && self.weights.is_none()
+            && self.models.entries().iter().all(|(_, m)| m.path.is_none());
+        if builtin_trained {
+            redline_models::export::trained::LIFTS_M.to_vec()
+        } else {
+            vec![0.5]
         }
     }
 
@@ -724,6 +760,34 @@ mod tests {
         ] {
             let e = PipelineConfig::parse(text, "t").unwrap_err().to_string();
             assert!(e.contains(says) && e.contains("e.g."), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn bev_lift_heights_default_by_network_override_and_rejections() {
+        let d = PipelineConfig::default();
+        assert_eq!(d.bev_lift_m, None);
+        assert_eq!(d.bev_lifts(), redline_models::export::trained::LIFTS_M);
+        // Left out of the written config while unset (existing configs keep their hash).
+        assert!(!toml::to_string(&d).unwrap().contains("bev_lift_m"));
+        let seeded = PipelineConfig::parse("network = \"seeded\"\n", "t").unwrap();
+        assert_eq!(seeded.bev_lifts(), [0.5]);
+        let files =
+            PipelineConfig::parse("[models]\nbackbone = { path = \"b.onnx\" }\n", "t").unwrap();
+        assert_eq!(files.bev_lifts(), [0.5]);
+        let set = PipelineConfig::parse("bev_lift_m = [0.0, 0.5, 1.0]\n", "t").unwrap();
+        assert_eq!(set.bev_lifts(), [0.0, 0.5, 1.0]);
+        assert!(toml::to_string(&set).unwrap().contains("bev_lift_m"));
+        for text in [
+            "bev_lift_m = []\n",
+            "bev_lift_m = [0, 0, 0, 0, 0, 0, 0, 0, 0]\n",
+            "bev_lift_m = [0.5, nan]\n",
+        ] {
+            let e = PipelineConfig::parse(text, "t").unwrap_err().to_string();
+            assert!(
+                e.contains("bev_lift_m") && e.contains("e.g."),
+                "{text}: {e}"
+            );
         }
     }
 

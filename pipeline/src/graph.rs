@@ -142,28 +142,32 @@ pub fn build_with(
     // The backbone and the heads are model files (the `[models]` table, or the built-in
     // ONNX files for `net`), each compiled by its engine; shapes and quantization are the
     // models'.
-    let models = load_models(cfg, &net, cams, &bev).map_err(|source| GraphError::Models {
-        source: Box::new(source),
-    })?;
+    let lifts = cfg.bev_lifts();
+    let models =
+        load_models(cfg, &net, cams, &bev, lifts.len()).map_err(|source| GraphError::Models {
+            source: Box::new(source),
+        })?;
     let shapes = models.shapes.clone();
     let (fh, fw, fc) = shapes.features;
+    // The BEV grid: the features sampled at each lift height, concatenated per cell.
+    let bev_c = fc * lifts.len();
     let feat_q = shapes.features_q;
     let backbone_macs = models.backbone.macs();
     let net = NetConfig {
         in_h: shapes.input_hw.0,
         in_w: shapes.input_hw.1,
         feat_c: fc,
-        bev_c: fc,
+        bev_c,
         ..net
     };
     let rig = feed.cameras().to_vec();
     let project = move |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
         project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
     };
-    let proj = BevProjector::new(&bev, cams, w, h, fw, fh, fc, 0.5, &project)
+    let proj = BevProjector::new(&bev, cams, w, h, fw, fh, fc, &lifts, &project)
         .map_err(GraphError::perception(stage::BEV))?;
     let coverage = proj.coverage();
-    let cache = TemporalCache::new(&bev, fc, cfg.bev_cache_frames)
+    let cache = TemporalCache::new(&bev, bev_c, cfg.bev_cache_frames)
         .map_err(GraphError::perception(stage::BEV))?;
     let (heat_q, reg_q) = (shapes.heat_q, shapes.reg_q);
     let det_c = shapes.classes + REG_CHANNELS;
@@ -238,11 +242,11 @@ pub fn build_with(
         cfg,
         hook,
         stage::BEV,
-        BevStage::new(proj, cache, cells * fc, feat_q.zero_point),
+        BevStage::new(proj, cache, cells * bev_c, feat_q.zero_point),
     )
     .reads::<i8>(buf::FEATURES, cams * fh * fw * fc)
     .reads::<EgoPose>(buf::EGO, 1)
-    .writes::<i8>(buf::BEV, cells * fc)
+    .writes::<i8>(buf::BEV, cells * bev_c)
     .budget_ns(budget(stage::BEV));
     add_stage(
         &mut g,
@@ -251,7 +255,7 @@ pub fn build_with(
         stage::DETECTION,
         DetectionStage::new(models.det_head, shapes.classes, shapes.det_split),
     )
-    .reads::<i8>(buf::BEV, cells * fc)
+    .reads::<i8>(buf::BEV, cells * bev_c)
     .writes::<i8>(buf::DET_HEAD, cells * det_c)
     .budget_ns(budget(stage::DETECTION));
     add_stage(
@@ -261,7 +265,7 @@ pub fn build_with(
         stage::SEGMENTATION,
         SegmentationStage::new(models.seg_head, cells, shapes.seg_classes),
     )
-    .reads::<i8>(buf::BEV, cells * fc)
+    .reads::<i8>(buf::BEV, cells * bev_c)
     .writes::<u8>(buf::SEG, cells)
     .budget_ns(budget(stage::SEGMENTATION))
     .criticality(Criticality::BestEffort);

@@ -146,13 +146,15 @@ pub struct Models {
     pub shapes: ModelShapes,
 }
 
-/// Loads the models of `cfg` for `cams` cameras on the `bev` grid; `net` is the network
-/// config of the built-in models (seeded or from `weights`). See the module docs.
+/// Loads the models of `cfg` for `cams` cameras on the `bev` grid whose cells sample
+/// `lifts` heights (the heads take `lifts · C` channels); `net` is the network config of the
+/// built-in models (seeded or from `weights`). See the module docs.
 pub fn load_models(
     cfg: &PipelineConfig,
     net: &NetConfig,
     cams: usize,
     bev: &BevSpec,
+    lifts: usize,
 ) -> Result<Models, ModelsError> {
     let opts = ExportOptions {
         cameras: cams,
@@ -222,7 +224,7 @@ pub fn load_models(
     let backbone = load("backbone", 0)?;
     let det = load("det_head", 1)?;
     let seg = load("seg_head", 2)?;
-    let shapes = check_contract(&backbone, &det, &seg, cams, bev, net)?;
+    let shapes = check_contract(&backbone, &det, &seg, cams, bev, lifts, net)?;
     Ok(Models {
         backbone: backbone.engine,
         det_head: det.engine,
@@ -298,6 +300,7 @@ fn check_contract(
     seg: &Loaded,
     cams: usize,
     bev: &BevSpec,
+    lifts: usize,
     net: &NetConfig,
 ) -> Result<ModelShapes, ModelsError> {
     // Backbone: [cams, H, W, 3] in → [cams, h, w, C] out.
@@ -338,12 +341,26 @@ fn check_contract(
     let features_q = bb.output_q(0)?;
     let c = features.2;
 
-    // Heads: [1, ny, nx, C] in the features' quantization.
+    // Heads: [1, ny, nx, lifts · C] in the features' quantization.
+    let bev_c = lifts * c;
     for head in [det, seg] {
-        let want = format!("[1, {}, {}, {c}] (the BEV grid, NHWC)", bev.ny, bev.nx);
+        let want = format!(
+            "[1, {}, {}, {bev_c}] (the BEV grid, NHWC: {lifts} lift height(s) x {c} feature \
+             channels)",
+            bev.ny, bev.nx
+        );
         let t = head.input(&want)?;
-        if t.shape[..] != [1, bev.ny, bev.nx, c] {
-            return Err(head.err(format!("input {t} must be int8 {want}")));
+        if t.shape[..] != [1, bev.ny, bev.nx, bev_c] {
+            let hint = match t.shape[..] {
+                [1, ny, nx, got] if (ny, nx) == (bev.ny, bev.nx) && got % c == 0 => format!(
+                    "; it takes {} lift height(s): set bev_lift_m to the {} heights the model \
+                     was trained with",
+                    got / c,
+                    got / c
+                ),
+                _ => String::new(),
+            };
+            return Err(head.err(format!("input {t} must be int8 {want}{hint}")));
         }
         let q = head.input_q()?;
         if q != features_q {
@@ -430,13 +447,19 @@ mod tests {
         let cfg = PipelineConfig::default();
         assert_eq!(cfg.network, Network::Trained);
         let bev = BevSpec::DEFAULT;
-        let m = load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &bev)
-            .expect("trained models load");
+        let m = load_models(
+            &cfg,
+            &cfg.net_config(),
+            trained::CAMERAS,
+            &bev,
+            cfg.bev_lifts().len(),
+        )
+        .expect("trained models load");
         assert_eq!(m.backbone.inputs()[0].shape[0], trained::CAMERAS);
         assert!(m.shapes.det_split);
         assert_eq!((m.shapes.classes, m.shapes.seg_classes), (3, 3));
         // Another rig: the trained backbone takes seven cameras; the error says what to do.
-        let msg = load_models(&cfg, &cfg.net_config(), 2, &bev)
+        let msg = load_models(&cfg, &cfg.net_config(), 2, &bev, cfg.bev_lifts().len())
             .unwrap_err()
             .to_string();
         assert!(
@@ -460,12 +483,14 @@ mod tests {
             (bev.ny, bev.nx),
             (builtin::options().bev_ny, builtin::options().bev_nx)
         );
-        let m = load_models(&cfg, &cfg.net_config(), 6, &bev).expect("built-in models load");
+        let m = load_models(&cfg, &cfg.net_config(), 6, &bev, cfg.bev_lifts().len())
+            .expect("built-in models load");
         assert_eq!(m.shapes.input_hw, (128, 256));
         assert_eq!(m.shapes.features, (16, 32, 128));
         assert!(m.shapes.det_split);
         // Another rig size: the same exporter's bytes, written in memory.
-        let m = load_models(&cfg, &cfg.net_config(), 2, &bev).expect("generated models load");
+        let m = load_models(&cfg, &cfg.net_config(), 2, &bev, cfg.bev_lifts().len())
+            .expect("generated models load");
         assert_eq!(m.backbone.inputs()[0].shape, [2, 128, 256, 3]);
     }
 
@@ -480,8 +505,14 @@ mod tests {
             path: Some(write("det-as-backbone.onnx", builtin::DET_HEAD)),
             ..ModelRef::default()
         };
-        let e =
-            load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT).unwrap_err();
+        let e = load_models(
+            &cfg,
+            &cfg.net_config(),
+            trained::CAMERAS,
+            &BevSpec::DEFAULT,
+            cfg.bev_lifts().len(),
+        )
+        .unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.contains("backbone model") && msg.contains("[7, H, W, 3]") && msg.contains("input"),
@@ -493,9 +524,15 @@ mod tests {
             ..PipelineConfig::default()
         };
         cfg.models.det_head.path = Some(write("seg-as-det.onnx", builtin::SEG_HEAD));
-        let msg = load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT)
-            .unwrap_err()
-            .to_string();
+        let msg = load_models(
+            &cfg,
+            &cfg.net_config(),
+            trained::CAMERAS,
+            &BevSpec::DEFAULT,
+            cfg.bev_lifts().len(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             msg.contains("det_head model") && msg.contains("heatmap + 6 box channels"),
             "{msg}"
@@ -515,9 +552,15 @@ mod tests {
         )
         .expect("write");
         cfg.models.backbone.path = Some(write("bb64.onnx", &other.backbone));
-        let msg = load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT)
-            .unwrap_err()
-            .to_string();
+        let msg = load_models(
+            &cfg,
+            &cfg.net_config(),
+            trained::CAMERAS,
+            &BevSpec::DEFAULT,
+            cfg.bev_lifts().len(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             msg.contains("det_head model") && msg.contains("[1, 48, 80, 64]"),
             "{msg}"
@@ -528,9 +571,15 @@ mod tests {
             ..PipelineConfig::default()
         };
         cfg.models.seg_head.path = Some(PathBuf::from("/nonexistent/seg.onnx"));
-        let msg = load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT)
-            .unwrap_err()
-            .to_string();
+        let msg = load_models(
+            &cfg,
+            &cfg.net_config(),
+            trained::CAMERAS,
+            &BevSpec::DEFAULT,
+            cfg.bev_lifts().len(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(msg.contains("models.seg_head.path"), "{msg}");
     }
 
@@ -539,7 +588,13 @@ mod tests {
         for engine in ["cuda", "tensorrt"] {
             let text = format!("[models.det_head]\nengine = \"{engine}\"\n");
             let cfg = PipelineConfig::parse(&text, "t").expect("the config accepts the engine");
-            match load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT) {
+            match load_models(
+                &cfg,
+                &cfg.net_config(),
+                trained::CAMERAS,
+                &BevSpec::DEFAULT,
+                cfg.bev_lifts().len(),
+            ) {
                 Ok(_) => {
                     eprintln!("{engine}: a GPU is present here; the error path is not reached")
                 }
@@ -573,7 +628,13 @@ mod tests {
     fn onnxruntime_is_accepted_by_name_and_runs_the_builtin_head() {
         let cfg = PipelineConfig::parse("[models.det_head]\nengine = \"onnxruntime\"\n", "t")
             .expect("the config accepts the engine");
-        match load_models(&cfg, &cfg.net_config(), trained::CAMERAS, &BevSpec::DEFAULT) {
+        match load_models(
+            &cfg,
+            &cfg.net_config(),
+            trained::CAMERAS,
+            &BevSpec::DEFAULT,
+            cfg.bev_lifts().len(),
+        ) {
             Ok(m) => assert_eq!(
                 m.det_head.kind(),
                 redline_models::engine::EngineKind::OnnxRuntime

@@ -12,6 +12,10 @@
 //!   a backbone whose feature map is the network input divided by `S`: per BEV cell (row-major, `iy · nx +
 //!   ix`), the stacked feature-map pixel `(cam · fh + row) · fw + col` of up to two sources,
 //!   `-1` when absent. The runtime averages the two sources (one: copies it; none: zero).
+//!   The table samples each cell at the first lift height of [`DatasetSpec::lifts_m`]
+//!   (`meta.json` `lift_m`); each further height `i` (`lifts_m[i]`, `i >= 1`) has its own
+//!   table, `bev_sources_s{S}_lift{i}.npy`, and a network that samples several heights
+//!   concatenates their features in that order (the runtime's `bev_lift_m`).
 //! - `drive_NNN/input.npy`, `int8 [frames, cams, H, W, 3]`: the preprocessed, quantized
 //!   network input of every frame, computed by the runtime's own [`Preprocess`] from the
 //!   rendered images (`q = pixel − 128`, scale 1/128).
@@ -66,6 +70,9 @@ pub struct DatasetSpec {
     pub strides: Vec<FeatureStride>,
     /// Temporal history length K (the runtime's `bev_cache_frames`).
     pub history: usize,
+    /// Heights at which BEV cells sample camera features, m (the runtime's `bev_lift_m`):
+    /// one view-transform table per height and stride. Default `[BEV_LIFT_M]`.
+    pub lifts_m: Vec<f32>,
 }
 
 /// A backbone's feature stride: its feature map is the network input's width divided by
@@ -170,6 +177,7 @@ struct Meta<'a> {
     seg_classes: [&'static str; 3],
     history: usize,
     lift_m: f32,
+    lifts_m: &'a [f32],
     strides: &'a [FeatureStride],
     max_boxes: usize,
     box_fields: [&'static str; 8],
@@ -249,6 +257,12 @@ pub fn write_dataset(
         ));
     }
     let cams = rig.len();
+    if spec.lifts_m.is_empty() || spec.lifts_m.iter().any(|h| !h.is_finite()) {
+        return Err(DatasetError::Config(format!(
+            "lift heights {:?}: give at least one finite height in metres, e.g. 0.5",
+            spec.lifts_m
+        )));
+    }
     for &s in &spec.strides {
         if s.x == 0
             || s.y == 0
@@ -263,27 +277,33 @@ pub fn write_dataset(
         let project = |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
             project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
         };
-        let proj = BevProjector::new(
-            &bev,
-            cams,
-            img_w as usize,
-            img_h as usize,
-            spec.net_w / s.x,
-            spec.net_h / s.y,
-            1,
-            BEV_LIFT_M,
-            &project,
-        )
-        .map_err(|e| DatasetError::Config(e.to_string()))?;
-        let flat: Vec<i32> = proj.source_pixels().into_iter().flatten().collect();
-        let path = dir.join(format!("bev_sources_s{s}.npy"));
-        write_npy(
-            &path,
-            "<i4",
-            &[cells, 2],
-            &le_bytes(&flat, i32::to_le_bytes),
-        )
-        .map_err(io(&path))?;
+        for (i, &lift) in spec.lifts_m.iter().enumerate() {
+            let proj = BevProjector::new(
+                &bev,
+                cams,
+                img_w as usize,
+                img_h as usize,
+                spec.net_w / s.x,
+                spec.net_h / s.y,
+                1,
+                &[lift],
+                &project,
+            )
+            .map_err(|e| DatasetError::Config(e.to_string()))?;
+            let flat: Vec<i32> = proj.source_pixels(0).into_iter().flatten().collect();
+            let name = match i {
+                0 => format!("bev_sources_s{s}.npy"),
+                _ => format!("bev_sources_s{s}_lift{i}.npy"),
+            };
+            let path = dir.join(name);
+            write_npy(
+                &path,
+                "<i4",
+                &[cells, 2],
+                &le_bytes(&flat, i32::to_le_bytes),
+            )
+            .map_err(io(&path))?;
+        }
     }
     let pre = Preprocess::new(img_w as usize, img_h as usize, spec.net_w, spec.net_h)
         .map_err(|e| DatasetError::Config(e.to_string()))?;
@@ -427,7 +447,8 @@ pub fn write_dataset(
         classes: ["car", "pedestrian", "cyclist"],
         seg_classes: ["other", "drivable", "lane_marking"],
         history: spec.history,
-        lift_m: BEV_LIFT_M,
+        lift_m: spec.lifts_m[0],
+        lifts_m: &spec.lifts_m,
         strides: &spec.strides,
         max_boxes: MAX_BOXES,
         box_fields: ["valid", "class", "x", "y", "length", "width", "yaw", "id"],
@@ -526,6 +547,7 @@ mod tests {
             net_h: 16,
             strides: vec![FeatureStride::square(4), FeatureStride { x: 4, y: 2 }],
             history: 2,
+            lifts_m: vec![BEV_LIFT_M, 0.0],
         }
     }
 
@@ -613,6 +635,12 @@ mod tests {
         let meta: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
         assert_eq!(meta["strides"], serde_json::json!([4, "4x2"]));
+        // The second lift height (the ground) has its own table per stride.
+        let ground = table("bev_sources_s4x2_lift1.npy");
+        assert_ne!(ground, s4x2);
+        assert!(dir.join("bev_sources_s4_lift1.npy").exists());
+        assert_eq!(meta["lift_m"], serde_json::json!(0.5));
+        assert_eq!(meta["lifts_m"], serde_json::json!([0.5, 0.0]));
         assert_eq!(meta["cams"], 7);
         assert_eq!(meta["drives"][0]["frames"], 6);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -2,12 +2,22 @@
 //! built once.
 //!
 //! Contract: [`BevProjector::new`] validates the rig and grid and evaluates the camera
-//! model `cells · cams` times (start-up only); [`BevProjector::project`] then only looks the
-//! table up — at most two sources per cell, averaged exactly in the zero-point-relative
-//! integer domain with halves rounded away from the zero point. Per frame it never
-//! allocates, locks or panics; bad sizes are a [`PerceptionError`].
+//! model `cells · cams · lifts` times (start-up only); [`BevProjector::project`] then only
+//! looks the table up — per cell and lift height at most two sources, averaged exactly in
+//! the zero-point-relative integer domain with halves rounded away from the zero point.
+//! With several lift heights a cell's output is their features concatenated, in the order
+//! the heights were given (`lifts · C` channels). Per frame it never allocates, locks or
+//! panics; bad sizes are a [`PerceptionError`].
 //!
-//! Cost: O(cells · channels) per frame; measured ≈ 0.06 ms for 6 cameras into 80×48×64.
+//! Why several heights: a cell sampled at one height `z` reads, along a camera ray, the
+//! object that ray meets first; an object at range `r` is met by the rays to every cell
+//! from `r · (h − z) / h` on (camera height `h`), so at `z > 0` its near edge in the BEV
+//! lies in front of it (at 0.5 m under a 1.6 m camera, a car 50 m ahead covers the cells
+//! from 34 m on), while at `z = 0` the edge is the object's own near face. Higher heights
+//! see object bodies rather than their ground contact; the network takes both.
+//!
+//! Cost: O(cells · lifts · channels) per frame; measured ≈ 0.06 ms for 6 cameras into
+//! 80×48×64 at one height.
 
 use std::ops::Range;
 
@@ -16,6 +26,8 @@ use crate::types::BevSpec;
 
 /// Most cameras a [`BevProjector`] accepts.
 pub const MAX_CAMERAS: usize = 64;
+/// Most lift heights a [`BevProjector`] samples.
+pub const MAX_LIFTS: usize = 8;
 
 /// Table entry meaning "no source".
 const NO_SOURCE: u32 = u32::MAX;
@@ -33,14 +45,15 @@ pub struct BevSource {
 
 /// BEV view transform by a projection table built once.
 ///
-/// For each BEV cell centre lifted to height `lift_m` (ego frame) and each camera, the
+/// For each BEV cell centre lifted to each height of `lifts_m` (ego frame) and each camera, the
 /// projection closure gives a pixel `(u, v)`; if it lies in `[0, img_w) × [0, img_h)` the
 /// cell samples feature-map cell `(floor(u / stride_x), floor(v / stride_y))` with
 /// `stride_x = img_w / feat_w`, `stride_y = img_h / feat_h`. A cell seen by several cameras
 /// keeps the two most central views (smallest normalised distance of `(u, v)` from the image
 /// centre; ties go to the lower camera index) and averages them. Cells seen by none get the
-/// zero point. Only one height is sampled: the table stays at two sources per cell, and the
-/// choice of `lift_m` (the typical height of object features) is the caller's.
+/// zero point. Each height has its own two sources per cell and its own `C` output
+/// channels (heights in the order given); the choice of heights is the caller's (the
+/// pipeline's `bev_lift_m`, which the model was trained with).
 #[derive(Debug, Clone)]
 pub struct BevProjector {
     nx: usize,
@@ -49,8 +62,11 @@ pub struct BevProjector {
     cams: usize,
     feat_w: usize,
     feat_h: usize,
-    /// Per cell: element offsets of channel 0 of up to two sources in the stacked feature
-    /// maps, `NO_SOURCE` when absent (a present second source implies a present first).
+    /// Lift heights sampled (at least one).
+    lifts: usize,
+    /// Per cell (row-major) and lift height (inner): element offsets of channel 0 of up to
+    /// two sources in the stacked feature maps, `NO_SOURCE` when absent (a present second
+    /// source implies a present first).
     table: Vec<[u32; 2]>,
     coverage: f32,
 }
@@ -68,7 +84,7 @@ impl BevProjector {
         feat_w: usize,
         feat_h: usize,
         channels: usize,
-        lift_m: f32,
+        lifts_m: &[f32],
         project: &dyn Fn(usize, f64, f64, f64) -> Option<(f64, f64)>,
     ) -> Result<Self, PerceptionError> {
         let cells = check_bev(bev)?;
@@ -94,9 +110,15 @@ impl BevProjector {
                 "BEV projector needs at least one feature channel".into(),
             ));
         }
-        if !lift_m.is_finite() {
+        if lifts_m.is_empty() || lifts_m.len() > MAX_LIFTS {
             return Err(PerceptionError::BadConfig(format!(
-                "BEV lift height {lift_m} m is not finite"
+                "BEV projector samples 1..={MAX_LIFTS} lift heights, got {}",
+                lifts_m.len()
+            )));
+        }
+        if let Some(bad) = lifts_m.iter().find(|h| !h.is_finite()) {
+            return Err(PerceptionError::BadConfig(format!(
+                "BEV lift height {bad} m is not finite"
             )));
         }
         let feat_len = cams
@@ -114,38 +136,40 @@ impl BevProjector {
         let sx = img_w as f64 / feat_w as f64;
         let sy = img_h as f64 / feat_h as f64;
         let (half_w, half_h) = (img_w as f64 / 2.0, img_h as f64 / 2.0);
-        let mut table = Vec::with_capacity(cells);
+        let mut table = Vec::with_capacity(cells * lifts_m.len());
         let mut seen = 0usize;
         for iy in 0..bev.ny {
             for ix in 0..bev.nx {
                 let (x, y) = bev.centre(ix, iy);
-                // (centrality, offset); smaller centrality is more central.
-                let mut best: [(f64, u32); 2] = [(f64::INFINITY, NO_SOURCE); 2];
-                for c in 0..cams {
-                    let Some((u, v)) = project(c, x as f64, y as f64, lift_m as f64) else {
-                        continue;
-                    };
-                    // Written so that NaN fails the test.
-                    if !(u >= 0.0 && u < img_w as f64 && v >= 0.0 && v < img_h as f64) {
-                        continue;
+                let mut seen_here = false;
+                for &lift_m in lifts_m {
+                    // (centrality, offset); smaller centrality is more central.
+                    let mut best: [(f64, u32); 2] = [(f64::INFINITY, NO_SOURCE); 2];
+                    for c in 0..cams {
+                        let Some((u, v)) = project(c, x as f64, y as f64, lift_m as f64) else {
+                            continue;
+                        };
+                        // Written so that NaN fails the test.
+                        if !(u >= 0.0 && u < img_w as f64 && v >= 0.0 && v < img_h as f64) {
+                            continue;
+                        }
+                        let col = ((u / sx) as usize).min(feat_w - 1);
+                        let row = ((v / sy) as usize).min(feat_h - 1);
+                        let off = (((c * feat_h + row) * feat_w + col) * channels) as u32;
+                        let du = (u - half_w) / half_w;
+                        let dv = (v - half_h) / half_h;
+                        let d = du * du + dv * dv;
+                        if d < best[0].0 {
+                            best[1] = best[0];
+                            best[0] = (d, off);
+                        } else if d < best[1].0 {
+                            best[1] = (d, off);
+                        }
                     }
-                    let col = ((u / sx) as usize).min(feat_w - 1);
-                    let row = ((v / sy) as usize).min(feat_h - 1);
-                    let off = (((c * feat_h + row) * feat_w + col) * channels) as u32;
-                    let du = (u - half_w) / half_w;
-                    let dv = (v - half_h) / half_h;
-                    let d = du * du + dv * dv;
-                    if d < best[0].0 {
-                        best[1] = best[0];
-                        best[0] = (d, off);
-                    } else if d < best[1].0 {
-                        best[1] = (d, off);
-                    }
+                    seen_here |= best[0].1 != NO_SOURCE;
+                    table.push([best[0].1, best[1].1]);
                 }
-                if best[0].1 != NO_SOURCE {
-                    seen += 1;
-                }
-                table.push([best[0].1, best[1].1]);
+                seen += usize::from(seen_here);
             }
         }
         Ok(Self {
@@ -155,25 +179,37 @@ impl BevProjector {
             cams,
             feat_w,
             feat_h,
+            lifts: lifts_m.len(),
             table,
             coverage: seen as f32 / cells as f32,
         })
     }
 
-    /// The table as feature-map pixel indices, `(cam · feat_h + row) · feat_w + col`, of
-    /// the (up to) two sources of every BEV cell in row-major order, `-1` where a source is
-    /// absent. [`project`](Self::project) averages the two (or copies the one, or writes the
-    /// zero point for none). For exporting the view transform to training code, so that
+    /// The table of lift height `lift` (an index into the heights given to `new`; empty
+    /// past the last) as feature-map pixel indices, `(cam · feat_h + row) · feat_w + col`,
+    /// of the (up to) two sources of every BEV cell in row-major order, `-1` where a source
+    /// is absent. [`project`](Self::project) averages the two (or copies the one, or writes
+    /// the zero point for none). For exporting the view transform to training code, so that
     /// it uses this table rather than a re-implementation; allocates (not for frames).
-    pub fn source_pixels(&self) -> Vec<[i32; 2]> {
+    pub fn source_pixels(&self, lift: usize) -> Vec<[i32; 2]> {
+        if lift >= self.lifts {
+            return Vec::new();
+        }
         let c = self.channels as u32;
         self.table
             .iter()
+            .skip(lift)
+            .step_by(self.lifts)
             .map(|e| e.map(|o| if o == NO_SOURCE { -1 } else { (o / c) as i32 }))
             .collect()
     }
 
-    /// Fraction of BEV cells seen by at least one camera.
+    /// Lift heights sampled: the output has `lifts · C` channels.
+    pub fn lifts(&self) -> usize {
+        self.lifts
+    }
+
+    /// Fraction of BEV cells seen by at least one camera (at any lift height).
     pub fn coverage(&self) -> f32 {
         self.coverage
     }
@@ -183,19 +219,25 @@ impl BevProjector {
         self.cams * self.feat_h * self.feat_w * self.channels
     }
 
-    /// Elements of the BEV output: `ny · nx · C`.
+    /// Elements of the BEV output: `ny · nx · lifts · C`.
     pub fn output_len(&self) -> usize {
-        self.ny * self.nx * self.channels
+        self.ny * self.nx * self.lifts * self.channels
     }
 
-    /// The (at most two) feature cells BEV cell `(ix, iy)` samples, most central first.
-    /// Out-of-grid cells have none.
+    /// The (at most two) feature cells BEV cell `(ix, iy)` samples at the first lift
+    /// height, most central first. Out-of-grid cells have none.
     pub fn sources(&self, ix: usize, iy: usize) -> [Option<BevSource>; 2] {
+        self.sources_at(ix, iy, 0)
+    }
+
+    /// As [`sources`](Self::sources), at lift height `lift` (none past the last).
+    pub fn sources_at(&self, ix: usize, iy: usize, lift: usize) -> [Option<BevSource>; 2] {
         let mut res = [None; 2];
-        if ix >= self.nx || iy >= self.ny {
+        if ix >= self.nx || iy >= self.ny || lift >= self.lifts {
             return res;
         }
-        for (slot, &off) in res.iter_mut().zip(self.table[iy * self.nx + ix].iter()) {
+        let entry = &self.table[(iy * self.nx + ix) * self.lifts + lift];
+        for (slot, &off) in res.iter_mut().zip(entry.iter()) {
             if off != NO_SOURCE {
                 let cell = off as usize / self.channels;
                 *slot = Some(BevSource {
@@ -210,7 +252,8 @@ impl BevProjector {
 
     /// Projects BEV rows `rows` (an `iy` range). `feats`: stacked NHWC feature maps
     /// (`cams · feat_h · feat_w · C`, zero point `zp`). `out` is either the whole BEV map
-    /// (`ny · nx · C`, rows written in place) or just these rows (`rows.len() · nx · C`, e.g.
+    /// (`ny · nx · L · C` for `L` lift heights, rows written in place) or just these rows
+    /// (`rows.len() · nx · L · C`, e.g.
     /// a `chunks_mut` piece handed to one lane of a static parallel split). Private while
     /// the BEV stage projects the whole grid on one lane: make it public for a row split.
     ///
@@ -232,7 +275,7 @@ impl BevProjector {
             });
         }
         let c = self.channels;
-        let row_len = self.nx * c;
+        let row_len = self.nx * self.lifts * c;
         let base = if out.len() == self.output_len() {
             rows.start * row_len
         } else if out.len() == rows.len() * row_len {
@@ -244,7 +287,9 @@ impl BevProjector {
                 want: self.output_len(),
             });
         };
-        let cells = &self.table[rows.start * self.nx..rows.end * self.nx];
+        // One table entry per (cell, lift height): the output's C-channel pieces in order.
+        let per_row = self.nx * self.lifts;
+        let cells = &self.table[rows.start * per_row..rows.end * per_row];
         let out = &mut out[base..base + rows.len() * row_len];
         let zpw = zp as i32;
         for (dst, src) in out.chunks_exact_mut(c).zip(cells.iter()) {
@@ -316,7 +361,7 @@ mod tests {
     fn projector_maps_straight_ahead_to_centre_column() {
         let cam = pinhole(&[0.0]);
         let (fw, fh) = (16, 8);
-        let p = BevProjector::new(&ODD_BEV, 1, IMG_W, IMG_H, fw, fh, 1, 0.0, &cam).unwrap();
+        let p = BevProjector::new(&ODD_BEV, 1, IMG_W, IMG_H, fw, fh, 1, &[0.0], &cam).unwrap();
         let (ix, iy) = ODD_BEV.cell(10.5, 0.0).unwrap();
         let [first, second] = p.sources(ix, iy);
         let s = first.expect("cell ahead is seen");
@@ -351,11 +396,11 @@ mod tests {
         // cameras at 90° steps see almost everything.
         let one = pinhole(&[0.0]);
         let p1 =
-            BevProjector::new(&BevSpec::DEFAULT, 1, IMG_W, IMG_H, 16, 8, 1, 0.5, &one).unwrap();
+            BevProjector::new(&BevSpec::DEFAULT, 1, IMG_W, IMG_H, 16, 8, 1, &[0.5], &one).unwrap();
         let yaws = [0.0, FRAC_PI_2, 2.0 * FRAC_PI_2, -FRAC_PI_2];
         let four = pinhole(&yaws);
         let p4 =
-            BevProjector::new(&BevSpec::DEFAULT, 4, IMG_W, IMG_H, 16, 8, 1, 0.5, &four).unwrap();
+            BevProjector::new(&BevSpec::DEFAULT, 4, IMG_W, IMG_H, 16, 8, 1, &[0.5], &four).unwrap();
         let c1 = p1.coverage();
         let c4 = p4.coverage();
         // Wedge |y| < x for 0 < x < 64 clipped to |y| < 24: (576 + 1920) / 3840 = 0.65.
@@ -368,8 +413,8 @@ mod tests {
             .count();
         assert_eq!(c1, seen as f32 / (80.0 * 48.0));
         let never = |_: usize, _: f64, _: f64, _: f64| None;
-        let p0 =
-            BevProjector::new(&BevSpec::DEFAULT, 1, IMG_W, IMG_H, 16, 8, 1, 0.5, &never).unwrap();
+        let p0 = BevProjector::new(&BevSpec::DEFAULT, 1, IMG_W, IMG_H, 16, 8, 1, &[0.5], &never)
+            .unwrap();
         assert_eq!(p0.coverage(), 0.0);
     }
 
@@ -380,7 +425,7 @@ mod tests {
         let yaws = [0.0, 0.0];
         let cam = pinhole(&yaws);
         let (fw, fh, ch) = (8, 4, 2);
-        let p = BevProjector::new(&ODD_BEV, 2, IMG_W, IMG_H, fw, fh, ch, 0.0, &cam).unwrap();
+        let p = BevProjector::new(&ODD_BEV, 2, IMG_W, IMG_H, fw, fh, ch, &[0.0], &cam).unwrap();
         let per_cam = fw * fh * ch;
         let mut feats = vec![0i8; p.feats_len()];
         for i in 0..per_cam {
@@ -407,7 +452,7 @@ mod tests {
         // ones tie and the lower index wins.
         let yaws3 = [0.0, 0.35, -0.35];
         let cam3 = pinhole(&yaws3);
-        let p3 = BevProjector::new(&ODD_BEV, 3, IMG_W, IMG_H, fw, fh, 1, 0.0, &cam3).unwrap();
+        let p3 = BevProjector::new(&ODD_BEV, 3, IMG_W, IMG_H, fw, fh, 1, &[0.0], &cam3).unwrap();
         let [a, b] = p3.sources(ix, iy);
         assert_eq!((a.unwrap().cam, b.unwrap().cam), (0, 1));
         // Far to the right, the right-looking camera is the most central.
@@ -420,8 +465,8 @@ mod tests {
         let yaws = [0.0, FRAC_PI_2, -FRAC_PI_2];
         let cam = pinhole(&yaws);
         let (fw, fh, ch) = (8, 4, 3);
-        let p =
-            BevProjector::new(&BevSpec::DEFAULT, 3, IMG_W, IMG_H, fw, fh, ch, 0.5, &cam).unwrap();
+        let p = BevProjector::new(&BevSpec::DEFAULT, 3, IMG_W, IMG_H, fw, fh, ch, &[0.5], &cam)
+            .unwrap();
         let feats: Vec<i8> = (0..p.feats_len()).map(|i| (i * 37 % 251) as i8).collect();
         let mut whole = vec![0i8; p.output_len()];
         p.project(&feats, 3, &mut whole).unwrap();
@@ -450,12 +495,79 @@ mod tests {
             p.project(&feats, 3, &mut split[1..]),
             Err(PerceptionError::BadSize { .. })
         ));
-        assert!(BevProjector::new(&BevSpec::DEFAULT, 0, 64, 32, 8, 4, 1, 0.0, &cam).is_err());
-        assert!(BevProjector::new(&BevSpec::DEFAULT, 1, 64, 32, 128, 4, 1, 0.0, &cam).is_err());
-        assert!(BevProjector::new(&BevSpec::DEFAULT, 1, 64, 32, 8, 4, 1, f32::NAN, &cam).is_err());
+        assert!(BevProjector::new(&BevSpec::DEFAULT, 0, 64, 32, 8, 4, 1, &[0.0], &cam).is_err());
+        assert!(BevProjector::new(&BevSpec::DEFAULT, 1, 64, 32, 128, 4, 1, &[0.0], &cam).is_err());
+        assert!(
+            BevProjector::new(&BevSpec::DEFAULT, 1, 64, 32, 8, 4, 1, &[f32::NAN], &cam).is_err()
+        );
         // A projection returning NaN is treated as unseen, not a panic.
         let nan = |_: usize, _: f64, _: f64, _: f64| Some((f64::NAN, 1.0));
-        let pn = BevProjector::new(&BevSpec::DEFAULT, 1, 64, 32, 8, 4, 1, 0.0, &nan).unwrap();
+        let pn = BevProjector::new(&BevSpec::DEFAULT, 1, 64, 32, 8, 4, 1, &[0.0], &nan).unwrap();
         assert_eq!(pn.coverage(), 0.0);
+    }
+
+    #[test]
+    fn several_lift_heights_concatenate_the_single_height_projections() {
+        let yaws = [0.0, FRAC_PI_2, -FRAC_PI_2];
+        let cam = pinhole(&yaws);
+        let (fw, fh, ch) = (16, 16, 3);
+        let lifts = [0.5f32, 0.0, 1.2];
+        let many = BevProjector::new(&BevSpec::DEFAULT, 3, IMG_W, IMG_H, fw, fh, ch, &lifts, &cam)
+            .unwrap();
+        assert_eq!(many.lifts(), 3);
+        assert_eq!(many.output_len(), 48 * 80 * 3 * ch);
+        let feats: Vec<i8> = (0..many.feats_len())
+            .map(|i| (i * 53 % 241) as i8)
+            .collect();
+        let mut out = vec![0i8; many.output_len()];
+        many.project(&feats, -7, &mut out).unwrap();
+        let mut coverage = 0.0f32;
+        for (l, &h) in lifts.iter().enumerate() {
+            let one = BevProjector::new(&BevSpec::DEFAULT, 3, IMG_W, IMG_H, fw, fh, ch, &[h], &cam)
+                .unwrap();
+            assert_eq!(many.source_pixels(l), one.source_pixels(0), "lift {h}");
+            assert_eq!(many.sources_at(40, 24, l), one.sources(40, 24));
+            let mut single = vec![0i8; one.output_len()];
+            one.project(&feats, -7, &mut single).unwrap();
+            // Cell k's channels for height l sit at (k * lifts + l) * ch.
+            for (k, want) in single.chunks_exact(ch).enumerate() {
+                let o = (k * lifts.len() + l) * ch;
+                assert_eq!(&out[o..o + ch], want, "cell {k}, lift {h}");
+            }
+            coverage = coverage.max(one.coverage());
+        }
+        assert!(many.coverage() >= coverage);
+        assert!(many.source_pixels(3).is_empty());
+        assert_eq!(many.sources_at(40, 24, 3), [None, None]);
+        // Rows split the same way as with one height.
+        let mut rows = vec![0i8; 10 * 80 * 3 * ch];
+        many.project_rows(&feats, -7, &mut rows, 5..15).unwrap();
+        assert_eq!(rows[..], out[5 * 80 * 3 * ch..15 * 80 * 3 * ch]);
+        // Straight ahead the ground (0 m) moves through the feature rows faster than 0.5 m
+        // does: more distinct sources along the ray, so finer range.
+        let distinct = |l: usize| {
+            let t = many.source_pixels(l);
+            (0..80)
+                .map(|ix| t[24 * 80 + ix])
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        };
+        assert!(distinct(1) > distinct(0), "{} {}", distinct(1), distinct(0));
+    }
+
+    #[test]
+    fn lift_heights_are_checked() {
+        let cam = pinhole(&[0.0]);
+        let new =
+            |lifts: &[f32]| BevProjector::new(&BevSpec::DEFAULT, 1, 64, 32, 8, 4, 1, lifts, &cam);
+        for bad in [
+            &[][..],
+            &[0.0; MAX_LIFTS + 1][..],
+            &[0.5, f32::INFINITY][..],
+        ] {
+            let e = new(bad).unwrap_err().to_string();
+            assert!(e.contains("lift height"), "{e}");
+        }
+        assert!(new(&[0.0; MAX_LIFTS]).is_ok());
     }
 }

@@ -67,7 +67,7 @@ mod preprocess;
 mod targets;
 mod temporal_cache;
 
-pub use bev_projection::{BevProjector, BevSource, MAX_CAMERAS};
+pub use bev_projection::{BevProjector, BevSource, MAX_CAMERAS, MAX_LIFTS};
 pub use decode::Decoder;
 pub use preprocess::{Preprocess, MAX_IMAGE_SIDE};
 pub use temporal_cache::{TemporalCache, MAX_TEMPORAL_K};
