@@ -16,7 +16,10 @@ import torch
 
 
 class Dataset:
-    def __init__(self, root, stride, max_drives=None):
+    def __init__(self, root, stride, max_drives=None, lifts=(0.5,)):
+        """`lifts`: the heights (m) whose view-transform tables `sources` stacks, in order
+        (`[len(lifts), cells, 2]`); each must be one the dataset was written with
+        (meta.json `lifts_m`; older datasets: `lift_m` alone)."""
         self.root = root
         self.meta = json.load(open(os.path.join(root, "meta.json")))
         m = self.meta
@@ -24,7 +27,16 @@ class Dataset:
             raise SystemExit(f"{root} has no BEV table for stride {stride}: rerun redline sim dataset --strides {stride}")
         self.bev = m["bev"]
         self.k = m["history"]
-        self.sources = np.load(os.path.join(root, f"bev_sources_s{stride}.npy"))
+        have = [float(h) for h in m.get("lifts_m", [m["lift_m"]])]
+        tables = []
+        for h in lifts:
+            if float(h) not in have:
+                want = ",".join(str(v) for v in sorted(set(have) | {float(h)}, reverse=True))
+                raise SystemExit(f"{root} has no BEV table for lift height {h} m (it has {have}): rerun redline sim dataset --lifts {want}")
+            i = have.index(float(h))
+            name = f"bev_sources_s{stride}.npy" if i == 0 else f"bev_sources_s{stride}_lift{i}.npy"
+            tables.append(np.load(os.path.join(root, name)))
+        self.sources = np.stack(tables)
         drives = m["drives"][:max_drives] if max_drives else m["drives"]
         self.inputs, self.warps, self.heat, self.reg, self.mask, self.seg, self.boxes = [], [], [], [], [], [], []
         for d in drives:

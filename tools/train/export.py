@@ -244,7 +244,7 @@ def build_models(model, qp, cams, h, w, ny, nx, qdq):
     out["backbone"] = b.model(ins, outs, "backbone")
     # Detection head (the position map, if any, is a constant beside the BEV features).
     b = Builder("det_head", qdq)
-    x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C], *feat_q)
+    x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C * len(N.LIFTS)], *feat_q)
     if model.det.pos is not None:
         if qdq:
             pos = b.dq(b.const(int8.quantize_pos(model.det.pos, feat_q)[None], "pos"), *feat_q)
@@ -262,7 +262,7 @@ def build_models(model, qp, cams, h, w, ny, nx, qdq):
     out["det_head"] = b.model(ins, outs, "det_head")
     # Segmentation head.
     b = Builder("seg_head", qdq)
-    x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C], *feat_q)
+    x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C * len(N.LIFTS)], *feat_q)
     x, s = hidden_layers(b, x, feat_q[0], model.seg.hidden, "seg", qp)
     y = b.conv(x, model.seg.out, s, False, qp["seg.out"], last=True)
     outs = [nhwc_out(b, y, "logits", [1, ny, nx, N.SEG_CLASSES], qp["seg.out"])]
@@ -294,7 +294,7 @@ def main():
     torch.set_num_threads(os.cpu_count() or 1)
     ckpt = torch.load(a.ckpt)
     N.set_arch(a.arch or ckpt.get("arch", "small"))
-    ds = D.Dataset(a.data, N.STRIDE)
+    ds = D.Dataset(a.data, N.STRIDE, lifts=N.LIFTS)
     model = N.DrivingNet(ds.sources, ds.bev)
     model.load_state_dict(ckpt["state"])
     model.eval()

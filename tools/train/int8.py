@@ -81,7 +81,7 @@ class QuantNet:
         self.seg, s = chain(model.seg.hidden, "seg", self.feat_q)
         self.seg_out = QConv(model.seg.out, s, qp["seg.out"])
         src = torch.as_tensor(ds.sources, dtype=torch.long)
-        self.src = src
+        self.src = src if src.dim() == 3 else src[None]  # [lifts, cells, 2]
         self.ny, self.nx = ds.bev["ny"], ds.bev["nx"]
 
     def features(self, images, taps=None):
@@ -99,12 +99,15 @@ class QuantNet:
         flat = feats.permute(0, 2, 3, 1).reshape(cams * fh * fw, c) - zp
         flat = torch.cat([flat, flat.new_zeros(1, c)], 0)
         n = cams * fh * fw
-        s0, s1 = self.src[:, 0], self.src[:, 1]
-        a = flat[torch.where(s0 >= 0, s0, torch.full_like(s0, n))]
-        b = flat[torch.where(s1 >= 0, s1, torch.full_like(s1, n))]
-        both = ((s0 >= 0) & (s1 >= 0))[:, None]
-        v = torch.where(both, round_half_away((a + b) / 2), a)
-        return (v + zp).T.reshape(c, self.ny, self.nx)
+        maps = []
+        for src in self.src:  # one table per lift height, channels concatenated in order
+            s0, s1 = src[:, 0], src[:, 1]
+            a = flat[torch.where(s0 >= 0, s0, torch.full_like(s0, n))]
+            b = flat[torch.where(s1 >= 0, s1, torch.full_like(s1, n))]
+            both = ((s0 >= 0) & (s1 >= 0))[:, None]
+            maps.append(torch.where(both, round_half_away((a + b) / 2), a))
+        v = torch.cat(maps, 1)
+        return (v + zp).T.reshape(c * len(maps), self.ny, self.nx)
 
     def fuse(self, cur, hist, warp, m):
         zp = self.feat_q[1]

@@ -85,20 +85,35 @@ _r2[2][3] = (1, 2)
 for _l in _r2[3:]:
     _l[4] = (2 * _l[4], _l[4])
 ARCHS["dilated_pos_r2"] = dict(ARCHS["dilated"], pos=True, backbone=[tuple(l) for l in _r2], stride=(4, 2))
+# "dilated_pos_r2z": "dilated_pos_r2" whose BEV cells sample the features at two heights,
+# 0.5 m and the ground (0 m), concatenated (the heads take 2 x FEAT_C channels; redline's
+# `bev_lift_m = [0.5, 0.0]`). Along a camera ray every cell from `r (h - z) / h` on reads an
+# object at range r (camera height h = 1.6 m): at 0.5 m a car 50 m ahead covers the cells
+# from 34 m on, so the only range cue is where on the car the pixel lies; at 0 m its near
+# edge in the BEV is its own near face. Fine-tuned from "dilated_pos_r2" with the new
+# channels' weights zero (train.py --init), so it starts where that model was.
+ARCHS["dilated_pos_r2z"] = dict(ARCHS["dilated_pos_r2"], lifts=(0.5, 0.0))
 ARCH = "dilated"
 BACKBONE = ARCHS[ARCH]["backbone"]
 DET_HIDDEN = ARCHS[ARCH]["det"]
 SEG_HIDDEN = ARCHS[ARCH]["seg"]
 POS = False
+# Heights (m) at which the view transform samples the features, in channel order (the
+# dataset's tables `bev_sources_s{STRIDE}[_lift{i}].npy`, redline's `bev_lift_m`).
+LIFTS = (0.5,)
 
 
 def set_arch(name):
     """Selects the architecture the next DrivingNet is built with."""
-    global ARCH, BACKBONE, DET_HIDDEN, SEG_HIDDEN, POS, STRIDE, STRIDE_X, STRIDE_Y
+    global ARCH, BACKBONE, DET_HIDDEN, SEG_HIDDEN, POS, STRIDE, STRIDE_X, STRIDE_Y, LIFTS
     if name not in ARCHS:
         raise SystemExit(f"unknown architecture {name!r}: use one of {sorted(ARCHS)}")
     ARCH = name
     BACKBONE, DET_HIDDEN, SEG_HIDDEN = ARCHS[name]["backbone"], ARCHS[name]["det"], ARCHS[name]["seg"]
+    LIFTS = tuple(ARCHS[name].get("lifts", (0.5,)))
+    # The heads' first convolution takes the BEV grid: FEAT_C channels per lift height.
+    DET_HIDDEN = [(DET_HIDDEN[0][0] * len(LIFTS),) + tuple(DET_HIDDEN[0][1:])] + list(DET_HIDDEN[1:])
+    SEG_HIDDEN = [(SEG_HIDDEN[0][0] * len(LIFTS),) + tuple(SEG_HIDDEN[0][1:])] + list(SEG_HIDDEN[1:])
     POS = ARCHS[name].get("pos", False)
     STRIDE_X, STRIDE_Y = ARCHS[name].get("stride", (4, 4))
     STRIDE = STRIDE_X if STRIDE_X == STRIDE_Y else f"{STRIDE_X}x{STRIDE_Y}"
@@ -197,22 +212,28 @@ class BevTransform(nn.Module):
 
     def __init__(self, sources, ny, nx):
         super().__init__()
-        src = torch.as_tensor(sources, dtype=torch.long)  # [cells, 2], -1 = none
+        src = torch.as_tensor(sources, dtype=torch.long)  # [lifts, cells, 2], -1 = none
+        if src.dim() == 2:
+            src = src[None]
         self.ny, self.nx = ny, nx
         self.register_buffer("src", src, persistent=False)
-        count = (src >= 0).sum(1).clamp(min=1).float()
+        count = (src >= 0).sum(2).clamp(min=1).float()  # [lifts, cells]
         self.register_buffer("inv_count", 1.0 / count, persistent=False)
 
     def project(self, feats):
-        """feats [B, cams, C, fh, fw] -> BEV [B, C, ny, nx]."""
+        """feats [B, cams, C, fh, fw] -> BEV [B, lifts * C, ny, nx] (lift heights'
+        features concatenated in order)."""
         b, cams, c, fh, fw = feats.shape
         flat = feats.permute(0, 1, 3, 4, 2).reshape(b, cams * fh * fw, c)
         flat = torch.cat([flat, flat.new_zeros(b, 1, c)], 1)  # index N = "none" -> 0
         n = cams * fh * fw
         idx = torch.where(self.src >= 0, self.src, torch.full_like(self.src, n))
-        g = flat[:, idx[:, 0]] + flat[:, idx[:, 1]]  # [B, cells, C]
-        g = g * self.inv_count[None, :, None]
-        return g.permute(0, 2, 1).reshape(b, c, self.ny, self.nx)
+        maps = []
+        for li in range(idx.shape[0]):
+            g = flat[:, idx[li, :, 0]] + flat[:, idx[li, :, 1]]  # [B, cells, C]
+            maps.append(g * self.inv_count[li][None, :, None])
+        g = torch.cat(maps, 2)
+        return g.permute(0, 2, 1).reshape(b, c * idx.shape[0], self.ny, self.nx)
 
     def fuse(self, cur, hist, warp, m):
         """cur [B, C, ny, nx]; hist list of K maps (oldest last: hist[j] = frame t-1-j);

@@ -63,8 +63,11 @@ def losses(model, b, seg_weight, cell_weight):
 
 def init_from(model, state):
     """Loads `state` into `model`; a convolution weight with more input channels in the model
-    (e.g. the position channels of "dilated_pos" over "dilated") takes the checkpoint's
-    channels first and zeros for the rest, so training starts from the checkpoint's outputs."""
+    (the position channels of "dilated_pos" over "dilated", the second lift height's
+    features of "dilated_pos_r2z" over "dilated_pos_r2") gets zeros for the new channels,
+    inserted after the first FEAT_C (the heads' first convolution reads the first lift
+    height's features, then any further heights', then the position channels), so training
+    starts from the checkpoint's outputs."""
     own = model.state_dict()
     for k, v in state.items():
         if k not in own:
@@ -74,7 +77,9 @@ def init_from(model, state):
             w.copy_(v)
         elif w.dim() == 4 and w.shape[0] == v.shape[0] and w.shape[2:] == v.shape[2:] and w.shape[1] > v.shape[1]:
             w.zero_()
-            w[:, : v.shape[1]].copy_(v)
+            c, extra = N.FEAT_C, w.shape[1] - v.shape[1]
+            w[:, :c].copy_(v[:, :c])
+            w[:, c + extra :].copy_(v[:, c:])
             print(f"--init: {k} {tuple(v.shape)} -> {tuple(w.shape)}, new input channels zero", flush=True)
         else:
             raise SystemExit(f"--init: {k} has shape {tuple(v.shape)}, the {N.ARCH} model needs {tuple(w.shape)}")
@@ -115,7 +120,7 @@ def main():
     random.seed(a.seed)
     torch.set_num_threads(os.cpu_count() or 1)
     t0 = time.time()
-    ds = D.Dataset(a.data, N.STRIDE, a.max_drives)
+    ds = D.Dataset(a.data, N.STRIDE, a.max_drives, lifts=N.LIFTS)
     print(f"loaded {len(ds.index)} frames from {len(ds.inputs)} drives in {time.time() - t0:.0f} s", flush=True)
     model = N.DrivingNet(ds.sources, ds.bev)
     if a.init:
