@@ -10,6 +10,7 @@
 //! perception = "network"        # network | oracle
 //! network = "trained"           # trained (the shipped models) | seeded (untrained, any shape)
 //! bev_cache_frames = 2
+//! bev_lift_m = [0.5]            # heights BEV cells sample features at (the models' own)
 //! detection_threshold = 0.15    # decoder: heatmap peaks kept at sigmoid >= this
 //! track_min_score = 0.45        # tracking: detections below this score are ignored
 //! track_min_score_by_class = { pedestrian = 0.35 }   # per class (the default)

@@ -469,6 +469,25 @@ mod tests {
     }
 
     #[test]
+    fn heads_that_take_another_number_of_lift_heights_are_refused_with_the_count() {
+        let cfg = PipelineConfig::default();
+        let lifts = trained::LIFTS_M.len();
+        let msg = load_models(
+            &cfg,
+            &cfg.net_config(),
+            trained::CAMERAS,
+            &BevSpec::DEFAULT,
+            lifts + 1,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains(&format!("it takes {lifts} lift height(s)")) && msg.contains("bev_lift_m"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn the_seeded_network_runs_the_committed_builtin_files() {
         let cfg = PipelineConfig {
             network: Network::Seeded,
