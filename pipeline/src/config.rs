@@ -174,6 +174,14 @@ pub struct PipelineConfig {
     /// tracking's confirmation filters. Default 0.15 (chosen on the trained network on two
     /// validation drives, seeds 11 and 12: see the README's model card).
     pub detection_threshold: f32,
+    /// Suppression along camera rays far away (see
+    /// [`crate::perception::RaySuppression`]): beyond `detection_ray_nms_from_m` from the
+    /// ego, a detection within `detection_ray_nms_deg` of the bearing of a better-scoring
+    /// one of its class, also that far, is dropped (a far object's second peak along its
+    /// ray). `detection_ray_nms_deg = 0` turns it off.
+    pub detection_ray_nms_from_m: f32,
+    /// Half-angle of that suppression, degrees, in [0, 45]; 0: off.
+    pub detection_ray_nms_deg: f32,
     /// Detection score below which tracking ignores a detection, in [0, 1]. Above
     /// `detection_threshold` it lets tracking see only the surer detections while the
     /// published detections (and detection AP) keep the rest. Default 0.45, chosen for the shipped
@@ -337,6 +345,8 @@ impl Default for PipelineConfig {
             bev_cache_frames: 2,
             bev_lift_m: None,
             detection_threshold: 0.15,
+            detection_ray_nms_from_m: 45.0,
+            detection_ray_nms_deg: 0.0,
             track_min_score: 0.45,
             track_min_score_by_class: BTreeMap::from([("pedestrian".to_string(), 0.35)]),
             track_depth_noise_from_m: 20.0,
@@ -479,6 +489,18 @@ impl PipelineConfig {
             return Err(ConfigError::Invalid(format!(
                 "detection_threshold = {}: use a score in (0, 1), e.g. 0.15",
                 self.detection_threshold
+            )));
+        }
+        if !(self.detection_ray_nms_from_m.is_finite() && self.detection_ray_nms_from_m >= 0.0) {
+            return Err(ConfigError::Invalid(format!(
+                "detection_ray_nms_from_m = {}: use a range in metres >= 0, e.g. 45",
+                self.detection_ray_nms_from_m
+            )));
+        }
+        if !(0.0..=45.0).contains(&self.detection_ray_nms_deg) {
+            return Err(ConfigError::Invalid(format!(
+                "detection_ray_nms_deg = {}: use 0 (off) to 45 degrees, e.g. 2",
+                self.detection_ray_nms_deg
             )));
         }
         if !(0.0..=1.0).contains(&self.track_min_score) {
@@ -757,6 +779,14 @@ mod tests {
             (
                 "track_depth_noise_from_m = inf\n",
                 "track_depth_noise_from_m = inf",
+            ),
+            (
+                "detection_ray_nms_from_m = -1.0\n",
+                "detection_ray_nms_from_m = -1",
+            ),
+            (
+                "detection_ray_nms_deg = 50.0\n",
+                "detection_ray_nms_deg = 50",
             ),
         ] {
             let e = PipelineConfig::parse(text, "t").unwrap_err().to_string();

@@ -21,7 +21,7 @@ use redline_runtime::{Criticality, GraphBuilder};
 use crate::camera::project_ego;
 use crate::config::{stage, Perception, PipelineConfig};
 use crate::models::{load_models, ModelsError};
-use crate::perception::{BevProjector, Decoder, PerceptionError, TemporalCache};
+use crate::perception::{BevProjector, Decoder, PerceptionError, RaySuppression, TemporalCache};
 use crate::sensors::{FrameSource, MAX_GT};
 use crate::slowdown::{add_stage, StageHook};
 use crate::stages::*;
@@ -271,7 +271,11 @@ pub fn build_with(
     .criticality(Criticality::BestEffort);
     match cfg.perception {
         Perception::Network => {
-            let decoder = Decoder::new(&bev, shapes.classes, cfg.detection_threshold, NMS_IOU);
+            let decoder = Decoder::new(&bev, shapes.classes, cfg.detection_threshold, NMS_IOU)
+                .with_ray_suppression(RaySuppression {
+                    from_m: cfg.detection_ray_nms_from_m,
+                    half_angle_deg: cfg.detection_ray_nms_deg,
+                });
             add_stage(
                 &mut g,
                 cfg,
