@@ -16,6 +16,8 @@
 //! track_min_score_by_class = { pedestrian = 0.35 }   # per class (the default)
 //! track_depth_noise_from_m = 20.0   # tracking: detections beyond this range are less sure
 //! track_depth_noise_per_m = 0.1     #   in depth: along-ray sd grows this much per metre
+//! track_shadow_deg = 2.0        # tracking: ignore a far detection within 2° of a better one
+//! track_shadow_from_m = 45.0    #   of its class beyond 45 m (its ray's second peak)
 //! weights = "net.safetensors"  # calibrated INT8 weights from `redline quantize` (optional)
 //!
 //! [models]                      # ONNX models and the engine that runs each (optional; see
@@ -174,14 +176,6 @@ pub struct PipelineConfig {
     /// tracking's confirmation filters. Default 0.15 (chosen on the trained network on two
     /// validation drives, seeds 11 and 12: see the README's model card).
     pub detection_threshold: f32,
-    /// Suppression along camera rays far away (see
-    /// [`crate::perception::RaySuppression`]): beyond `detection_ray_nms_from_m` from the
-    /// ego, a detection within `detection_ray_nms_deg` of the bearing of a better-scoring
-    /// one of its class, also that far, is dropped (a far object's second peak along its
-    /// ray). `detection_ray_nms_deg = 0` turns it off.
-    pub detection_ray_nms_from_m: f32,
-    /// Half-angle of that suppression, degrees, in [0, 45]; 0: off.
-    pub detection_ray_nms_deg: f32,
     /// Detection score below which tracking ignores a detection, in [0, 1]. Above
     /// `detection_threshold` it lets tracking see only the surer detections while the
     /// published detections (and detection AP) keep the rest. Default 0.45, chosen for the shipped
@@ -206,6 +200,15 @@ pub struct PipelineConfig {
     /// measure about that: a robust along-ray spread of 0.6 m at 20-25 m, 1.3 m at 35-40 m,
     /// 2.4-2.7 m at 40-55 m.
     pub track_depth_noise_per_m: f64,
+    /// Range from the ego, m, beyond which tracking ignores a detection shadowed along its
+    /// ray: one within `track_shadow_deg` of the bearing of a better-scoring detection of
+    /// its class, also this far (a far object's second peak; see [`crate::tracking`]). The
+    /// published detections keep it. Default 45.
+    pub track_shadow_from_m: f32,
+    /// Bearing window of that shadow, degrees, in [0, 45]; 0 turns it off (the oracle
+    /// perception always has it off). Default 2, chosen on the validation drives (README
+    /// model card).
+    pub track_shadow_deg: f32,
     /// Seed of the network's weights (until trained weights exist).
     pub weights_seed: u64,
     /// Network input per camera, [height, width] px (multiples of 8).
@@ -345,12 +348,12 @@ impl Default for PipelineConfig {
             bev_cache_frames: 2,
             bev_lift_m: None,
             detection_threshold: 0.15,
-            detection_ray_nms_from_m: 45.0,
-            detection_ray_nms_deg: 0.0,
             track_min_score: 0.45,
             track_min_score_by_class: BTreeMap::from([("pedestrian".to_string(), 0.35)]),
             track_depth_noise_from_m: 20.0,
             track_depth_noise_per_m: 0.1,
+            track_shadow_from_m: 45.0,
+            track_shadow_deg: 2.0,
             weights_seed: 1,
             net_input: [128, 256],
             feature_channels: 128,
@@ -491,16 +494,16 @@ impl PipelineConfig {
                 self.detection_threshold
             )));
         }
-        if !(self.detection_ray_nms_from_m.is_finite() && self.detection_ray_nms_from_m >= 0.0) {
+        if !(self.track_shadow_from_m.is_finite() && self.track_shadow_from_m >= 0.0) {
             return Err(ConfigError::Invalid(format!(
-                "detection_ray_nms_from_m = {}: use a range in metres >= 0, e.g. 45",
-                self.detection_ray_nms_from_m
+                "track_shadow_from_m = {}: use a range in metres >= 0, e.g. 45",
+                self.track_shadow_from_m
             )));
         }
-        if !(0.0..=45.0).contains(&self.detection_ray_nms_deg) {
+        if !(0.0..=45.0).contains(&self.track_shadow_deg) {
             return Err(ConfigError::Invalid(format!(
-                "detection_ray_nms_deg = {}: use 0 (off) to 45 degrees, e.g. 2",
-                self.detection_ray_nms_deg
+                "track_shadow_deg = {}: use 0 (off) to 45 degrees, e.g. 2",
+                self.track_shadow_deg
             )));
         }
         if !(0.0..=1.0).contains(&self.track_min_score) {
@@ -780,14 +783,8 @@ mod tests {
                 "track_depth_noise_from_m = inf\n",
                 "track_depth_noise_from_m = inf",
             ),
-            (
-                "detection_ray_nms_from_m = -1.0\n",
-                "detection_ray_nms_from_m = -1",
-            ),
-            (
-                "detection_ray_nms_deg = 50.0\n",
-                "detection_ray_nms_deg = 50",
-            ),
+            ("track_shadow_from_m = -1.0\n", "track_shadow_from_m = -1"),
+            ("track_shadow_deg = 50.0\n", "track_shadow_deg = 50"),
         ] {
             let e = PipelineConfig::parse(text, "t").unwrap_err().to_string();
             assert!(e.contains(says) && e.contains("e.g."), "{text}: {e}");

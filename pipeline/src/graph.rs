@@ -21,7 +21,7 @@ use redline_runtime::{Criticality, GraphBuilder};
 use crate::camera::project_ego;
 use crate::config::{stage, Perception, PipelineConfig};
 use crate::models::{load_models, ModelsError};
-use crate::perception::{BevProjector, Decoder, PerceptionError, RaySuppression, TemporalCache};
+use crate::perception::{BevProjector, Decoder, PerceptionError, TemporalCache};
 use crate::sensors::{FrameSource, MAX_GT};
 use crate::slowdown::{add_stage, StageHook};
 use crate::stages::*;
@@ -271,11 +271,7 @@ pub fn build_with(
     .criticality(Criticality::BestEffort);
     match cfg.perception {
         Perception::Network => {
-            let decoder = Decoder::new(&bev, shapes.classes, cfg.detection_threshold, NMS_IOU)
-                .with_ray_suppression(RaySuppression {
-                    from_m: cfg.detection_ray_nms_from_m,
-                    half_angle_deg: cfg.detection_ray_nms_deg,
-                });
+            let decoder = Decoder::new(&bev, shapes.classes, cfg.detection_threshold, NMS_IOU);
             add_stage(
                 &mut g,
                 cfg,
@@ -306,6 +302,12 @@ pub fn build_with(
             // The oracle's detections are the ground truth: exact at every range.
             depth_noise_per_m: match cfg.perception {
                 Perception::Network => cfg.track_depth_noise_per_m,
+                Perception::Oracle => 0.0,
+            },
+            shadow_from_m: cfg.track_shadow_from_m,
+            // Two ground-truth objects on one ray are two objects.
+            shadow_deg: match cfg.perception {
+                Perception::Network => cfg.track_shadow_deg,
                 Perception::Oracle => 0.0,
             },
             ..Default::default()

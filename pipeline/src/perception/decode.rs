@@ -13,7 +13,7 @@
 use redline_models::network::REG_CHANNELS;
 use redline_runtime::det_math as dm;
 
-use super::nms::{nms, RaySuppression};
+use super::nms::nms;
 use super::{check_scale, check_size, PerceptionError};
 use crate::types::{BevSpec, Detection, MAX_DETECTIONS};
 
@@ -64,7 +64,6 @@ pub struct Decoder {
     classes: usize,
     threshold: f32,
     nms_iou: f32,
-    ray: RaySuppression,
     score_lut: [f32; 256],
     cands: heapless::Vec<Candidate, MAX_DETECTIONS>,
     dets: [Detection; MAX_DETECTIONS],
@@ -80,19 +79,10 @@ impl Decoder {
             classes,
             threshold,
             nms_iou,
-            ray: RaySuppression::OFF,
             score_lut: [0.0; 256],
             cands: heapless::Vec::new(),
             dets: [Detection::default(); MAX_DETECTIONS],
         }
-    }
-
-    /// Also suppresses boxes along viewing rays far away ([`RaySuppression`]; off by
-    /// default). Checked by [`decode`](Self::decode): `from_m` must be finite and `>= 0`,
-    /// `half_angle_deg` in `[0, 45]`.
-    pub fn with_ray_suppression(mut self, ray: RaySuppression) -> Self {
-        self.ray = ray;
-        self
     }
 
     /// Elements of the head tensor `decode` expects: `ny · nx · (classes + 6)`.
@@ -121,18 +111,6 @@ impl Decoder {
         }
         check_unit("detection threshold", self.threshold)?;
         check_unit("NMS IoU threshold", self.nms_iou)?;
-        if !(self.ray.from_m.is_finite() && self.ray.from_m >= 0.0) {
-            return Err(PerceptionError::BadParam {
-                what: "ray suppression range",
-                value: self.ray.from_m as f64,
-            });
-        }
-        if !(0.0..=45.0).contains(&self.ray.half_angle_deg) {
-            return Err(PerceptionError::BadParam {
-                what: "ray suppression half angle",
-                value: self.ray.half_angle_deg as f64,
-            });
-        }
         check_scale("heat_scale", heat_scale)?;
         check_scale("reg_scale", reg_scale)?;
         check_size("detection head", head.len(), self.head_len())?;
@@ -197,7 +175,7 @@ impl Decoder {
                 valid: 1,
             };
         }
-        let n = nms(&mut self.dets, m, self.nms_iou, &self.ray);
+        let n = nms(&mut self.dets, m, self.nms_iou);
         let n = n.min(out.len());
         out[..n].copy_from_slice(&self.dets[..n]);
         out[n..].fill(Detection::default());
@@ -422,17 +400,6 @@ mod tests {
         assert!(bad.decode(&[], HS, HZ, RS, RZ, &mut out).is_err());
         let mut bad = Decoder::new(&bev, K, 1.5, 0.5);
         assert!(bad.decode(&vec![0; len], HS, HZ, RS, RZ, &mut out).is_err());
-        for (from_m, half_angle_deg) in [(f32::NAN, 2.0), (-1.0, 2.0), (40.0, 46.0), (40.0, -1.0)] {
-            let mut bad = Decoder::new(&bev, K, 0.3, 0.5).with_ray_suppression(RaySuppression {
-                from_m,
-                half_angle_deg,
-            });
-            let e = bad.decode(&vec![0; len], HS, HZ, RS, RZ, &mut out);
-            assert!(
-                matches!(e, Err(PerceptionError::BadParam { what, .. }) if what.starts_with("ray suppression")),
-                "{from_m} {half_angle_deg}: {e:?}"
-            );
-        }
         // Empty output buffer.
         assert_eq!(
             dec.decode(&vec![127; len], HS, HZ, RS, RZ, &mut [])

@@ -69,7 +69,6 @@ mod temporal_cache;
 
 pub use bev_projection::{BevProjector, BevSource, MAX_CAMERAS, MAX_LIFTS};
 pub use decode::Decoder;
-pub use nms::RaySuppression;
 pub use preprocess::{Preprocess, MAX_IMAGE_SIDE};
 pub use temporal_cache::{TemporalCache, MAX_TEMPORAL_K};
 

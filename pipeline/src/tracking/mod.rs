@@ -24,6 +24,12 @@
 //!   increase by one per birth and are never reused (until `reset`).
 //! - A track's class is the class its detections voted for most often (ties: the latest).
 //!   Its size and heading follow the latest matched detection.
+//! - Shadows along the ray: far away a camera network can put a second, weaker peak of one
+//!   object a few metres along its ray. With `shadow_deg > 0`, a detection at least
+//!   `shadow_from_m` from the ego is ignored when a better-scoring detection of its class
+//!   (ties: the earlier one), also that far, lies within `shadow_deg` of its bearing (seen
+//!   from the ego origin). Only tracking ignores it: the published detections keep it.
+//!   `shadow_deg = 0` (the default of [`TrackerParams`]) is off, bit for bit.
 //! - Detections with `valid == 0`, a non-finite position, an unknown class, or a score below
 //!   their class's `min_score` are ignored;
 //!   at most `MAX_DETECTIONS` per frame are used (the rest are ignored and counted). When the
@@ -51,6 +57,7 @@ use crate::assignment::Assignment;
 use crate::geometry::{ego_to_world, wrap_angle};
 use crate::kalman::Cv2d;
 use crate::types::{class, Detection, EgoPose, TrackState, MAX_DETECTIONS, MAX_TRACKS};
+use redline_runtime::det_math as dm;
 
 /// Longest prediction step, s: a longer gap between frames is clamped to this.
 pub const MAX_PREDICT_DT: f64 = 1.0;
@@ -77,6 +84,11 @@ pub struct TrackerParams {
     /// `depth_noise_from_m` (m/m; it adds in variance to `meas_var`); 0 turns depth
     /// noise off.
     pub depth_noise_per_m: f64,
+    /// Range from the ego beyond which a detection shadowed along its ray by a better one
+    /// is ignored, m (see the module docs).
+    pub shadow_from_m: f32,
+    /// Largest bearing difference of such a shadow, degrees; 0 turns it off.
+    pub shadow_deg: f32,
 }
 
 impl Default for TrackerParams {
@@ -90,8 +102,37 @@ impl Default for TrackerParams {
             min_score: [0.3; class::COUNT],
             depth_noise_from_m: 0.0,
             depth_noise_per_m: 0.0,
+            shadow_from_m: 0.0,
+            shadow_deg: 0.0,
         }
     }
+}
+
+/// True if `dets[i]` is far (at least `shadow_from_m`) and a better-scoring valid detection
+/// of its class (ties: the earlier), also that far, lies within `shadow_deg` of its bearing
+/// from the ego origin. `O(len)`; false when `shadow_deg <= 0`. No allocation, no panic.
+fn shadowed(dets: &[Detection], i: usize, p: &TrackerParams) -> bool {
+    if !(p.shadow_deg > 0.0) {
+        return false;
+    }
+    let d = &dets[i];
+    let far = |e: &Detection| dm::hypot(e.x, e.y) >= p.shadow_from_m;
+    if !far(d) {
+        return false;
+    }
+    let max = p.shadow_deg.to_radians();
+    dets.iter().enumerate().any(|(j, e)| {
+        let better = e.score > d.score || (e.score == d.score && j < i);
+        j != i
+            && e.valid != 0
+            && e.class == d.class
+            && better
+            && e.x.is_finite()
+            && e.y.is_finite()
+            && far(e)
+            // The angle between the two directions, atan2(|cross|, dot): no wrap-around.
+            && dm::atan2((d.x * e.y - d.y * e.x).abs(), d.x * e.x + d.y * e.y) <= max
+    })
 }
 
 /// Tracker counters (for reports and tests).
@@ -245,13 +286,14 @@ impl Tracker {
         // 2. Usable detections → world frame.
         self.dets.clear();
         let ego_ok = ego.x.is_finite() && ego.y.is_finite() && ego.yaw.is_finite();
-        for d in detections.iter().filter(|d| d.valid != 0) {
+        for (i, d) in detections.iter().enumerate().filter(|(_, d)| d.valid != 0) {
             let usable = ego_ok
                 && d.x.is_finite()
                 && d.y.is_finite()
                 && p.min_score
                     .get(d.class as usize)
-                    .is_some_and(|&min| d.score >= min);
+                    .is_some_and(|&min| d.score >= min)
+                && !shadowed(detections, i, &p);
             if !usable {
                 self.stats.detections_rejected += 1;
                 continue;
@@ -408,6 +450,61 @@ mod tests {
         assert_eq!(tr.stats().detections_rejected, 3);
     }
 
+    /// A car 50 m ahead with a weaker second peak 6 m along its ray (half a degree off):
+    /// with shadows on, tracking ignores the peak; a car of the next lane (3 degrees off),
+    /// a pedestrian on the ray and the same pair at 30 m are kept; off, everything is kept.
+    #[test]
+    fn far_detections_shadowed_along_their_ray_by_a_better_one_are_ignored() {
+        let ego = ego_at(1, 0.0, 0.0, 0.0);
+        let at = |x: f64, y: f64, cls: u32, score: f32| Detection {
+            score,
+            ..det(&ego, x, y, cls)
+        };
+        let dets = [
+            at(56.0, 0.5, class::CAR, 0.5),
+            at(50.0, 0.0, class::CAR, 0.6),
+            at(55.0, 2.9, class::CAR, 0.5),
+            at(57.0, 0.3, class::PEDESTRIAN, 0.5),
+            at(36.0, 0.3, class::CAR, 0.5),
+            at(30.0, 0.0, class::CAR, 0.6),
+            // Behind the ego: measured the same way (no wrap-around at 180 degrees).
+            at(-50.0, 0.5, class::CAR, 0.6),
+            at(-56.0, -0.5, class::CAR, 0.5),
+        ];
+        let run = |shadow_deg: f32| {
+            let mut tr = Tracker::new(TrackerParams {
+                birth_hits: 1,
+                min_score: [0.3; class::COUNT],
+                shadow_from_m: 45.0,
+                shadow_deg,
+                ..TrackerParams::default()
+            });
+            tr.step(&dets, &ego);
+            let mut out = out_buf();
+            let n = tr.write(&mut out);
+            let mut xs: Vec<i32> = out[..n].iter().map(|t| t.x.round() as i32).collect();
+            xs.sort();
+            (xs, tr.stats().detections_rejected)
+        };
+        assert_eq!(run(2.0), (vec![-50, 30, 36, 50, 55, 57], 2));
+        assert_eq!(run(0.0), (vec![-56, -50, 30, 36, 50, 55, 56, 57], 0));
+        // Equal scores: the earlier detection shadows the later.
+        let twins = [
+            at(50.0, 0.0, class::CAR, 0.5),
+            at(56.0, 0.5, class::CAR, 0.5),
+        ];
+        let mut tr = Tracker::new(TrackerParams {
+            birth_hits: 1,
+            shadow_from_m: 45.0,
+            shadow_deg: 2.0,
+            ..TrackerParams::default()
+        });
+        tr.step(&twins, &ego);
+        let mut out = out_buf();
+        assert_eq!(tr.write(&mut out), 1);
+        assert_eq!(out[0].x.round(), 50.0);
+    }
+
     #[test]
     fn ego_motion_is_compensated() {
         let mut tr = Tracker::new(TrackerParams::default());
@@ -447,6 +544,13 @@ mod tests {
             garbage_detections_do_not_panic_with(TrackerParams {
                 depth_noise_from_m: 20.0,
                 depth_noise_per_m: per_m,
+                ..TrackerParams::default()
+            });
+        }
+        for shadow_deg in [2.0, f32::NAN, f32::INFINITY] {
+            garbage_detections_do_not_panic_with(TrackerParams {
+                shadow_from_m: 0.0,
+                shadow_deg,
                 ..TrackerParams::default()
             });
         }
