@@ -44,7 +44,7 @@ rm -rf "$WORK/data40"
 #       git show 303831c:models/trained/float/backbone.onnx > F/backbone.onnx (and the heads)
 #       python3 tools/train/from_onnx.py F -o "$WORK/model40.pt"
 target/release/redline sim dataset -o "$WORK/data_tele" --drives 48 --seed 1000 --seconds 30 \
-    --net-width 256 --net-height 128 --front-hfov 40 --tele-hfov 20 --strides 4,4x2
+    --net-width 256 --net-height 128 --front-hfov 40 --tele-hfov 20 --strides 4,4x2 --lifts 0.5,0
 python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model_tele.pt" --arch dilated_pos --init "$WORK/model40.pt" \
     --lr 1e-3 --epochs 1.1111 --seed 2
 # 2d. 3 000 more steps on the same drives from stage 2c, lr 5e-4, seed 3 (a new order; about
@@ -56,8 +56,15 @@ python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model_s4.pt" --arch dil
 #     even rows, fine-tuned 1 500 steps of a 2 000-step schedule at lr 5e-4, seed 5, on the
 #     same drives with the 4 x 2 view-transform table (`--strides 4,4x2` above; about
 #     60 min quiet, 2.0-2.4 s per step).
-python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model.pt" --arch dilated_pos_r2 --init "$WORK/model_s4.pt" \
+python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model_r2.pt" --arch dilated_pos_r2 --init "$WORK/model_s4.pt" \
     --lr 5e-4 --epochs 0.7407 --seed 5 --stop-at 1500
+# 2f. Two lift heights ("dilated_pos_r2z": the BEV cells also sample the features at the
+#     ground, where a far object's near edge in the BEV is its own near face, not a third
+#     of its range in front of it), the heads' new input channels starting at zero, 1 500
+#     steps (a whole schedule) at lr 5e-4, seed 5, on the dataset's ground table
+#     (`--lifts 0.5,0` above; about 70 min, 2.2-2.8 s per step).
+python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model.pt" --arch dilated_pos_r2z --init "$WORK/model_r2.pt" \
+    --lr 5e-4 --epochs 0.5556 --seed 5
 # 3. Calibration, QDQ export into models/trained, fixtures for tests/tests/trained_model.rs.
 python3 tools/train/export.py "$WORK/model.pt" "$WORK/data_tele" -o "$WORK/export" \
     --fixtures tests/fixtures/trained

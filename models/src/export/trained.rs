@@ -16,7 +16,7 @@ pub const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trained");
 pub const CAMERAS: usize = 7;
 /// Heights (m) at which the view transform samples the trained network's features, in
 /// the order its heads take them (the pipeline's default `bev_lift_m` for these models).
-pub const LIFTS_M: &[f32] = &[0.5];
+pub const LIFTS_M: &[f32] = &[0.5, 0.0];
 /// `backbone.onnx`, embedded.
 pub const BACKBONE: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
