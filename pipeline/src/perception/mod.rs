@@ -26,7 +26,8 @@
 //! # Costs (per frame)
 //!
 //! - preprocess: O(src pixels + dst pixels), integer only;
-//! - BEV projection: O(cells · channels), table lookups, at most 2 sources per cell;
+//! - BEV projection: O(cells · lifts · channels), table lookups, at most 2 sources per cell
+//!   and lift height;
 //! - temporal fusion: O(K · cells · channels) plus O(K · cells) float work for the warp;
 //! - decode: O(cells · classes · 9) for peak finding, O(peaks · MAX_DETECTIONS) for the
 //!   top-K selection, O(MAX_DETECTIONS²) rotated-IoU tests for NMS.

@@ -112,7 +112,8 @@ impl Default for TrackerParams {
 /// of its class (ties: the earlier), also that far, lies within `shadow_deg` of its bearing
 /// from the ego origin. `O(len)`; false when `shadow_deg <= 0`. No allocation, no panic.
 fn shadowed(dets: &[Detection], i: usize, p: &TrackerParams) -> bool {
-    if !(p.shadow_deg > 0.0) {
+    // Off at 0, and at NaN (never greater than 0).
+    if p.shadow_deg.is_nan() || p.shadow_deg <= 0.0 {
         return false;
     }
     let d = &dets[i];
