@@ -442,26 +442,27 @@ mod tests {
         p
     }
 
+    /// `load_models` for `cfg` on `cams` cameras and the default grid, at `cfg`'s lift heights.
+    fn load_for(cfg: &PipelineConfig, cams: usize) -> Result<Models, ModelsError> {
+        load_models(
+            cfg,
+            &cfg.net_config(),
+            cams,
+            &BevSpec::DEFAULT,
+            cfg.bev_lifts().len(),
+        )
+    }
+
     #[test]
     fn the_default_config_runs_the_shipped_trained_models() {
         let cfg = PipelineConfig::default();
         assert_eq!(cfg.network, Network::Trained);
-        let bev = BevSpec::DEFAULT;
-        let m = load_models(
-            &cfg,
-            &cfg.net_config(),
-            trained::CAMERAS,
-            &bev,
-            cfg.bev_lifts().len(),
-        )
-        .expect("trained models load");
+        let m = load_for(&cfg, trained::CAMERAS).expect("trained models load");
         assert_eq!(m.backbone.inputs()[0].shape[0], trained::CAMERAS);
         assert!(m.shapes.det_split);
         assert_eq!((m.shapes.classes, m.shapes.seg_classes), (3, 3));
         // Another rig: the trained backbone takes seven cameras; the error says what to do.
-        let msg = load_models(&cfg, &cfg.net_config(), 2, &bev, cfg.bev_lifts().len())
-            .unwrap_err()
-            .to_string();
+        let msg = load_for(&cfg, 2).unwrap_err().to_string();
         assert!(
             msg.contains("takes 7 cameras") && msg.contains("network = \"seeded\""),
             "{msg}"
@@ -502,14 +503,12 @@ mod tests {
             (bev.ny, bev.nx),
             (builtin::options().bev_ny, builtin::options().bev_nx)
         );
-        let m = load_models(&cfg, &cfg.net_config(), 6, &bev, cfg.bev_lifts().len())
-            .expect("built-in models load");
+        let m = load_for(&cfg, 6).expect("built-in models load");
         assert_eq!(m.shapes.input_hw, (128, 256));
         assert_eq!(m.shapes.features, (16, 32, 128));
         assert!(m.shapes.det_split);
         // Another rig size: the same exporter's bytes, written in memory.
-        let m = load_models(&cfg, &cfg.net_config(), 2, &bev, cfg.bev_lifts().len())
-            .expect("generated models load");
+        let m = load_for(&cfg, 2).expect("generated models load");
         assert_eq!(m.backbone.inputs()[0].shape, [2, 128, 256, 3]);
     }
 
@@ -524,14 +523,7 @@ mod tests {
             path: Some(write("det-as-backbone.onnx", builtin::DET_HEAD)),
             ..ModelRef::default()
         };
-        let e = load_models(
-            &cfg,
-            &cfg.net_config(),
-            trained::CAMERAS,
-            &BevSpec::DEFAULT,
-            cfg.bev_lifts().len(),
-        )
-        .unwrap_err();
+        let e = load_for(&cfg, trained::CAMERAS).unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.contains("backbone model") && msg.contains("[7, H, W, 3]") && msg.contains("input"),
@@ -543,15 +535,7 @@ mod tests {
             ..PipelineConfig::default()
         };
         cfg.models.det_head.path = Some(write("seg-as-det.onnx", builtin::SEG_HEAD));
-        let msg = load_models(
-            &cfg,
-            &cfg.net_config(),
-            trained::CAMERAS,
-            &BevSpec::DEFAULT,
-            cfg.bev_lifts().len(),
-        )
-        .unwrap_err()
-        .to_string();
+        let msg = load_for(&cfg, trained::CAMERAS).unwrap_err().to_string();
         assert!(
             msg.contains("det_head model") && msg.contains("heatmap + 6 box channels"),
             "{msg}"
@@ -571,15 +555,7 @@ mod tests {
         )
         .expect("write");
         cfg.models.backbone.path = Some(write("bb64.onnx", &other.backbone));
-        let msg = load_models(
-            &cfg,
-            &cfg.net_config(),
-            trained::CAMERAS,
-            &BevSpec::DEFAULT,
-            cfg.bev_lifts().len(),
-        )
-        .unwrap_err()
-        .to_string();
+        let msg = load_for(&cfg, trained::CAMERAS).unwrap_err().to_string();
         assert!(
             msg.contains("det_head model") && msg.contains("[1, 48, 80, 64]"),
             "{msg}"
@@ -590,15 +566,7 @@ mod tests {
             ..PipelineConfig::default()
         };
         cfg.models.seg_head.path = Some(PathBuf::from("/nonexistent/seg.onnx"));
-        let msg = load_models(
-            &cfg,
-            &cfg.net_config(),
-            trained::CAMERAS,
-            &BevSpec::DEFAULT,
-            cfg.bev_lifts().len(),
-        )
-        .unwrap_err()
-        .to_string();
+        let msg = load_for(&cfg, trained::CAMERAS).unwrap_err().to_string();
         assert!(msg.contains("models.seg_head.path"), "{msg}");
     }
 
@@ -607,13 +575,7 @@ mod tests {
         for engine in ["cuda", "tensorrt"] {
             let text = format!("[models.det_head]\nengine = \"{engine}\"\n");
             let cfg = PipelineConfig::parse(&text, "t").expect("the config accepts the engine");
-            match load_models(
-                &cfg,
-                &cfg.net_config(),
-                trained::CAMERAS,
-                &BevSpec::DEFAULT,
-                cfg.bev_lifts().len(),
-            ) {
+            match load_for(&cfg, trained::CAMERAS) {
                 Ok(_) => {
                     eprintln!("{engine}: a GPU is present here; the error path is not reached")
                 }
@@ -647,13 +609,7 @@ mod tests {
     fn onnxruntime_is_accepted_by_name_and_runs_the_builtin_head() {
         let cfg = PipelineConfig::parse("[models.det_head]\nengine = \"onnxruntime\"\n", "t")
             .expect("the config accepts the engine");
-        match load_models(
-            &cfg,
-            &cfg.net_config(),
-            trained::CAMERAS,
-            &BevSpec::DEFAULT,
-            cfg.bev_lifts().len(),
-        ) {
+        match load_for(&cfg, trained::CAMERAS) {
             Ok(m) => assert_eq!(
                 m.det_head.kind(),
                 redline_models::engine::EngineKind::OnnxRuntime

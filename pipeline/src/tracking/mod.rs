@@ -42,7 +42,8 @@
 //! live in birth order in a `heapless::Vec`, the solver breaks ties in a fixed order, and no
 //! hash maps or clocks are read.
 //!
-//! Cost: `O(T·D)` for the cost matrix plus one `O(n³)` assignment, `n = max(T, D) <= 64`.
+//! Cost: `O(T·D)` for the cost matrix plus one `O(n³)` assignment, `n = max(T, D) <= 64`,
+//! and `O(D²)` for the shadows (when on).
 //!
 //! Layout: this file holds the parameters, the table's data and [`Tracker::step`] (frame
 //! clock, detections → world frame, prediction); `association` builds the gated cost
