@@ -352,12 +352,13 @@ fn check_contract(
         let t = head.input(&want)?;
         if t.shape[..] != [1, bev.ny, bev.nx, bev_c] {
             let hint = match t.shape[..] {
-                [1, ny, nx, got] if (ny, nx) == (bev.ny, bev.nx) && got % c == 0 => format!(
-                    "; it takes {} lift height(s): set bev_lift_m to the {} heights the model \
-                     was trained with",
-                    got / c,
-                    got / c
-                ),
+                [1, ny, nx, got] if (ny, nx) == (bev.ny, bev.nx) && got % c == 0 => {
+                    let n = got / c;
+                    format!(
+                        "; it takes {n} lift height(s): set bev_lift_m to the {n} heights the \
+                         model was trained with"
+                    )
+                }
                 _ => String::new(),
             };
             return Err(head.err(format!("input {t} must be int8 {want}{hint}")));

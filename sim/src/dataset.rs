@@ -277,20 +277,20 @@ pub fn write_dataset(
         let project = |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
             project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
         };
-        for (i, &lift) in spec.lifts_m.iter().enumerate() {
-            let proj = BevProjector::new(
-                &bev,
-                cams,
-                img_w as usize,
-                img_h as usize,
-                spec.net_w / s.x,
-                spec.net_h / s.y,
-                1,
-                &[lift],
-                &project,
-            )
-            .map_err(|e| DatasetError::Config(e.to_string()))?;
-            let flat: Vec<i32> = proj.source_pixels(0).into_iter().flatten().collect();
+        let proj = BevProjector::new(
+            &bev,
+            cams,
+            img_w as usize,
+            img_h as usize,
+            spec.net_w / s.x,
+            spec.net_h / s.y,
+            1,
+            &spec.lifts_m,
+            &project,
+        )
+        .map_err(|e| DatasetError::Config(e.to_string()))?;
+        for i in 0..spec.lifts_m.len() {
+            let flat: Vec<i32> = proj.source_pixels(i).into_iter().flatten().collect();
             let name = match i {
                 0 => format!("bev_sources_s{s}.npy"),
                 _ => format!("bev_sources_s{s}_lift{i}.npy"),

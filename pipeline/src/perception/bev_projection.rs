@@ -136,42 +136,47 @@ impl BevProjector {
         let sx = img_w as f64 / feat_w as f64;
         let sy = img_h as f64 / feat_h as f64;
         let (half_w, half_h) = (img_w as f64 / 2.0, img_h as f64 / 2.0);
+        // The (up to) two most central views of the point (x, y, z), as feature offsets.
+        let two_most_central = |x: f64, y: f64, z: f64| -> [u32; 2] {
+            // (centrality, offset); smaller centrality is more central.
+            let mut best: [(f64, u32); 2] = [(f64::INFINITY, NO_SOURCE); 2];
+            for c in 0..cams {
+                let Some((u, v)) = project(c, x, y, z) else {
+                    continue;
+                };
+                // Written so that NaN fails the test.
+                if !(u >= 0.0 && u < img_w as f64 && v >= 0.0 && v < img_h as f64) {
+                    continue;
+                }
+                let col = ((u / sx) as usize).min(feat_w - 1);
+                let row = ((v / sy) as usize).min(feat_h - 1);
+                let off = (((c * feat_h + row) * feat_w + col) * channels) as u32;
+                let du = (u - half_w) / half_w;
+                let dv = (v - half_h) / half_h;
+                let d = du * du + dv * dv;
+                if d < best[0].0 {
+                    best[1] = best[0];
+                    best[0] = (d, off);
+                } else if d < best[1].0 {
+                    best[1] = (d, off);
+                }
+            }
+            [best[0].1, best[1].1]
+        };
         let mut table = Vec::with_capacity(cells * lifts_m.len());
-        let mut seen = 0usize;
         for iy in 0..bev.ny {
             for ix in 0..bev.nx {
                 let (x, y) = bev.centre(ix, iy);
-                let mut seen_here = false;
                 for &lift_m in lifts_m {
-                    // (centrality, offset); smaller centrality is more central.
-                    let mut best: [(f64, u32); 2] = [(f64::INFINITY, NO_SOURCE); 2];
-                    for c in 0..cams {
-                        let Some((u, v)) = project(c, x as f64, y as f64, lift_m as f64) else {
-                            continue;
-                        };
-                        // Written so that NaN fails the test.
-                        if !(u >= 0.0 && u < img_w as f64 && v >= 0.0 && v < img_h as f64) {
-                            continue;
-                        }
-                        let col = ((u / sx) as usize).min(feat_w - 1);
-                        let row = ((v / sy) as usize).min(feat_h - 1);
-                        let off = (((c * feat_h + row) * feat_w + col) * channels) as u32;
-                        let du = (u - half_w) / half_w;
-                        let dv = (v - half_h) / half_h;
-                        let d = du * du + dv * dv;
-                        if d < best[0].0 {
-                            best[1] = best[0];
-                            best[0] = (d, off);
-                        } else if d < best[1].0 {
-                            best[1] = (d, off);
-                        }
-                    }
-                    seen_here |= best[0].1 != NO_SOURCE;
-                    table.push([best[0].1, best[1].1]);
+                    table.push(two_most_central(x as f64, y as f64, lift_m as f64));
                 }
-                seen += usize::from(seen_here);
             }
         }
+        // A cell is seen when any of its heights has a source.
+        let seen = table
+            .chunks_exact(lifts_m.len())
+            .filter(|entries| entries.iter().any(|e| e[0] != NO_SOURCE))
+            .count();
         Ok(Self {
             nx: bev.nx,
             ny: bev.ny,
