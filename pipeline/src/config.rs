@@ -336,6 +336,17 @@ impl std::fmt::Display for Slowdown {
     }
 }
 
+/// A range from the ego, m: finite and >= 0, else an error naming `key` and an example.
+fn range_m(key: &str, v: f64, example: u32) -> Result<(), ConfigError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "{key} = {v}: use a range in metres >= 0, e.g. {example}"
+        )))
+    }
+}
+
 impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {
@@ -494,12 +505,11 @@ impl PipelineConfig {
                 self.detection_threshold
             )));
         }
-        if !(self.track_shadow_from_m.is_finite() && self.track_shadow_from_m >= 0.0) {
-            return Err(ConfigError::Invalid(format!(
-                "track_shadow_from_m = {}: use a range in metres >= 0, e.g. 45",
-                self.track_shadow_from_m
-            )));
-        }
+        range_m(
+            "track_shadow_from_m",
+            f64::from(self.track_shadow_from_m),
+            45,
+        )?;
         if !(0.0..=45.0).contains(&self.track_shadow_deg) {
             return Err(ConfigError::Invalid(format!(
                 "track_shadow_deg = {}: use 0 (off) to 45 degrees, e.g. 2",
@@ -525,12 +535,11 @@ impl PipelineConfig {
                 )));
             }
         }
-        if !(self.track_depth_noise_from_m.is_finite() && self.track_depth_noise_from_m >= 0.0) {
-            return Err(ConfigError::Invalid(format!(
-                "track_depth_noise_from_m = {}: use a range in metres >= 0, e.g. 20",
-                self.track_depth_noise_from_m
-            )));
-        }
+        range_m(
+            "track_depth_noise_from_m",
+            self.track_depth_noise_from_m,
+            20,
+        )?;
         if !(0.0..=1.0).contains(&self.track_depth_noise_per_m) {
             return Err(ConfigError::Invalid(format!(
                 "track_depth_noise_per_m = {}: use 0 (off) to 1 m per m, e.g. 0.1",
