@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
+use redline_pipeline::perception::BevSampling;
 use redline_pipeline::run::Counters;
 use redline_sim::camera::DEFAULT_TELE_HFOV_DEG;
 use redline_sim::generate::write_scenario_log;
@@ -61,8 +62,21 @@ pub struct DatasetArgs {
     /// `bev_sources_s{S}.npy`, the others `bev_sources_s{S}_lift{i}.npy`.
     #[arg(long, value_delimiter = ',', default_values = ["0.5"])]
     pub lifts: Vec<f32>,
+    /// How BEV cells read the feature maps (the pipeline's `bev_sampling`): `nearest`, or
+    /// `row-linear`, which also writes each table's taps and weights, `bev_taps_s{S}*.npy`.
+    #[arg(long, value_enum, default_value = "nearest")]
+    pub bev_sampling: SamplingArg,
     #[command(flatten)]
     pub rig: RigArgs,
+}
+
+/// `--bev-sampling` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum SamplingArg {
+    /// The feature-map cell containing the point.
+    Nearest,
+    /// Linear between the two rows around it.
+    RowLinear,
 }
 
 pub fn dataset(a: DatasetArgs) -> Result<()> {
@@ -78,6 +92,10 @@ pub fn dataset(a: DatasetArgs) -> Result<()> {
         strides: a.strides.clone(),
         history: a.history,
         lifts_m: a.lifts.clone(),
+        sampling: match a.bev_sampling {
+            SamplingArg::Nearest => BevSampling::Nearest,
+            SamplingArg::RowLinear => BevSampling::RowLinear,
+        },
     };
     let counters = Arc::new(Counters::default());
     let total: usize = spec

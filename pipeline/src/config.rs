@@ -11,6 +11,7 @@
 //! network = "trained"           # trained (the shipped models) | seeded (untrained, any shape)
 //! bev_cache_frames = 2
 //! bev_lift_m = [0.5]            # heights BEV cells sample features at (the models' own)
+//! bev_sampling = "nearest"      # nearest | row_linear: how they read them (the models' own)
 //! detection_threshold = 0.15    # decoder: heatmap peaks kept at sigmoid >= this
 //! track_min_score = 0.45        # tracking: detections below this score are ignored
 //! track_min_score_by_class = { pedestrian = 0.35 }   # per class (the default)
@@ -171,6 +172,13 @@ pub struct PipelineConfig {
     /// config file only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bev_lift_m: Option<Vec<f32>>,
+    /// How BEV cells read the camera feature maps (see
+    /// [`crate::perception::BevSampling`]): `nearest` or `row_linear`. Must be what the
+    /// models were trained with. Left out (the default): the built-in trained network's
+    /// (`redline_models::export::trained::BEV_SAMPLING`) when it runs, else `nearest`.
+    /// Written to a config file only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bev_sampling: Option<crate::perception::BevSampling>,
     /// Heatmap score (sigmoid of the logit) at which the decoder keeps a peak, in (0, 1).
     /// Lower finds more objects (recall, AP) at the price of more false detections, which
     /// tracking's confirmation filters. Default 0.15 (chosen on the trained network on two
@@ -358,6 +366,7 @@ impl Default for PipelineConfig {
             network: Network::Trained,
             bev_cache_frames: 2,
             bev_lift_m: None,
+            bev_sampling: None,
             detection_threshold: 0.15,
             track_min_score: 0.45,
             track_min_score_by_class: BTreeMap::from([("pedestrian".to_string(), 0.35)]),
@@ -648,14 +657,32 @@ impl PipelineConfig {
         if let Some(l) = &self.bev_lift_m {
             return l.clone();
         }
-        let builtin_trained = self.network == Network::Trained
-            && self.weights.is_none()
-            && self.models.entries().iter().all(|(_, m)| m.path.is_none());
-        if builtin_trained {
+        if self.builtin_trained() {
             redline_models::export::trained::LIFTS_M.to_vec()
         } else {
             vec![0.5]
         }
+    }
+
+    /// How BEV cells read the features: `bev_sampling` when set; else the trained
+    /// network's when the built-in trained models run; else nearest.
+    pub fn bev_sampling(&self) -> crate::perception::BevSampling {
+        use crate::perception::BevSampling;
+        if let Some(s) = self.bev_sampling {
+            return s;
+        }
+        if self.builtin_trained() && redline_models::export::trained::ROW_LINEAR {
+            BevSampling::RowLinear
+        } else {
+            BevSampling::Nearest
+        }
+    }
+
+    /// The built-in trained models run: `network = "trained"`, no `weights`, no model files.
+    fn builtin_trained(&self) -> bool {
+        self.network == Network::Trained
+            && self.weights.is_none()
+            && self.models.entries().iter().all(|(_, m)| m.path.is_none())
     }
 
     /// Tracking's minimum detection score per class id (`class::NAMES` order):
@@ -826,6 +853,35 @@ mod tests {
                 "{text}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn bev_sampling_defaults_by_network_and_parses_its_names() {
+        use crate::perception::BevSampling;
+        let d = PipelineConfig::default();
+        assert_eq!(d.bev_sampling, None);
+        let trained = if redline_models::export::trained::ROW_LINEAR {
+            BevSampling::RowLinear
+        } else {
+            BevSampling::Nearest
+        };
+        assert_eq!(d.bev_sampling(), trained);
+        assert!(!toml::to_string(&d).unwrap().contains("bev_sampling"));
+        let seeded = PipelineConfig::parse("network = \"seeded\"\n", "t").unwrap();
+        assert_eq!(seeded.bev_sampling(), BevSampling::Nearest);
+        let files =
+            PipelineConfig::parse("[models]\nbackbone = { path = \"b.onnx\" }\n", "t").unwrap();
+        assert_eq!(files.bev_sampling(), BevSampling::Nearest);
+        for s in [BevSampling::Nearest, BevSampling::RowLinear] {
+            let text = format!("network = \"seeded\"\nbev_sampling = \"{}\"\n", s.name());
+            let c = PipelineConfig::parse(&text, "t").unwrap();
+            assert_eq!(c.bev_sampling(), s);
+            assert!(toml::to_string(&c).unwrap().contains(s.name()));
+        }
+        let e = PipelineConfig::parse("bev_sampling = \"bilinear\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("row_linear"), "{e}");
     }
 
     #[test]

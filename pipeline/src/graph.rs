@@ -164,8 +164,19 @@ pub fn build_with(
     let project = move |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
         project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
     };
-    let proj = BevProjector::new(&bev, cams, w, h, fw, fh, fc, &lifts, &project)
-        .map_err(GraphError::perception(stage::BEV))?;
+    let proj = BevProjector::with_sampling(
+        &bev,
+        cams,
+        w,
+        h,
+        fw,
+        fh,
+        fc,
+        &lifts,
+        cfg.bev_sampling(),
+        &project,
+    )
+    .map_err(GraphError::perception(stage::BEV))?;
     let coverage = proj.coverage();
     let cache = TemporalCache::new(&bev, bev_c, cfg.bev_cache_frames)
         .map_err(GraphError::perception(stage::BEV))?;

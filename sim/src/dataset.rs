@@ -16,6 +16,12 @@
 //!   (`meta.json` `lift_m`); each further height `i` (`lifts_m[i]`, `i >= 1`) has its own
 //!   table, `bev_sources_s{S}_lift{i}.npy`, and a network that samples several heights
 //!   concatenates their features in that order (the runtime's `bev_lift_m`).
+//! - `bev_taps_s{S}.npy` (and `_lift{i}`), `int32 [cells, 4, 2]`, only when the spec's
+//!   [`DatasetSpec::sampling`] is row-linear (`meta.json` `bev_sampling`, `"nearest"` or
+//!   `"row_linear"`): the whole table then ([`BevProjector::source_taps`]), per cell up to
+//!   four taps `(pixel, weight in 1/256)`, `(-1, 0)` unused; the runtime writes
+//!   `zp + round_half_away(Σ w (q − zp) / Σ w)`. `bev_sources_*` hold each view's heavier
+//!   row then.
 //! - `drive_NNN/input.npy`, `int8 [frames, cams, H, W, 3]`: the preprocessed, quantized
 //!   network input of every frame, computed by the runtime's own [`Preprocess`] from the
 //!   rendered images (`q = pixel − 128`, scale 1/128).
@@ -43,7 +49,7 @@ use std::path::{Path, PathBuf};
 use redline_pipeline::camera::project_ego;
 use redline_pipeline::eval::seg_ground_truth;
 use redline_pipeline::geometry::{world_to_ego, wrap_angle};
-use redline_pipeline::perception::{BevProjector, Preprocess, TemporalCache};
+use redline_pipeline::perception::{BevProjector, BevSampling, Preprocess, TemporalCache};
 use redline_pipeline::sensors::in_perception_range;
 use redline_pipeline::types::{BevSpec, EgoPose};
 use serde::Serialize;
@@ -73,6 +79,8 @@ pub struct DatasetSpec {
     /// Heights at which BEV cells sample camera features, m (the runtime's `bev_lift_m`):
     /// one view-transform table per height and stride. Default `[BEV_LIFT_M]`.
     pub lifts_m: Vec<f32>,
+    /// How BEV cells read the feature maps (the runtime's `bev_sampling`).
+    pub sampling: BevSampling,
 }
 
 /// A backbone's feature stride: its feature map is the network input's width divided by
@@ -178,6 +186,7 @@ struct Meta<'a> {
     history: usize,
     lift_m: f32,
     lifts_m: &'a [f32],
+    bev_sampling: &'static str,
     strides: &'a [FeatureStride],
     max_boxes: usize,
     box_fields: [&'static str; 8],
@@ -277,7 +286,7 @@ pub fn write_dataset(
         let project = |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
             project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
         };
-        let proj = BevProjector::new(
+        let proj = BevProjector::with_sampling(
             &bev,
             cams,
             img_w as usize,
@@ -286,16 +295,17 @@ pub fn write_dataset(
             spec.net_h / s.y,
             1,
             &spec.lifts_m,
+            spec.sampling,
             &project,
         )
         .map_err(|e| DatasetError::Config(e.to_string()))?;
         for i in 0..spec.lifts_m.len() {
-            let flat: Vec<i32> = proj.source_pixels(i).into_iter().flatten().collect();
-            let name = match i {
-                0 => format!("bev_sources_s{s}.npy"),
-                _ => format!("bev_sources_s{s}_lift{i}.npy"),
+            let lift = match i {
+                0 => String::new(),
+                _ => format!("_lift{i}"),
             };
-            let path = dir.join(name);
+            let flat: Vec<i32> = proj.source_pixels(i).into_iter().flatten().collect();
+            let path = dir.join(format!("bev_sources_s{s}{lift}.npy"));
             write_npy(
                 &path,
                 "<i4",
@@ -303,6 +313,22 @@ pub fn write_dataset(
                 &le_bytes(&flat, i32::to_le_bytes),
             )
             .map_err(io(&path))?;
+            if spec.sampling == BevSampling::RowLinear {
+                let taps: Vec<i32> = proj
+                    .source_taps(i)
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|(pixel, w)| [pixel, i32::from(w)])
+                    .collect();
+                let path = dir.join(format!("bev_taps_s{s}{lift}.npy"));
+                write_npy(
+                    &path,
+                    "<i4",
+                    &[cells, 4, 2],
+                    &le_bytes(&taps, i32::to_le_bytes),
+                )
+                .map_err(io(&path))?;
+            }
         }
     }
     let pre = Preprocess::new(img_w as usize, img_h as usize, spec.net_w, spec.net_h)
@@ -449,6 +475,7 @@ pub fn write_dataset(
         history: spec.history,
         lift_m: spec.lifts_m[0],
         lifts_m: &spec.lifts_m,
+        bev_sampling: spec.sampling.name(),
         strides: &spec.strides,
         max_boxes: MAX_BOXES,
         box_fields: ["valid", "class", "x", "y", "length", "width", "yaw", "id"],
@@ -548,6 +575,7 @@ mod tests {
             strides: vec![FeatureStride::square(4), FeatureStride { x: 4, y: 2 }],
             history: 2,
             lifts_m: vec![BEV_LIFT_M, 0.0],
+            sampling: BevSampling::Nearest,
         }
     }
 
@@ -641,8 +669,40 @@ mod tests {
         assert!(dir.join("bev_sources_s4_lift1.npy").exists());
         assert_eq!(meta["lift_m"], serde_json::json!(0.5));
         assert_eq!(meta["lifts_m"], serde_json::json!([0.5, 0.0]));
+        assert_eq!(meta["bev_sampling"], "nearest");
+        assert!(!dir.join("bev_taps_s4x2.npy").exists());
         assert_eq!(meta["cams"], 7);
         assert_eq!(meta["drives"][0]["frames"], 6);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn row_linear_datasets_carry_the_whole_tap_table() {
+        let dir = std::env::temp_dir().join(format!("redline-dataset-lin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut spec = tiny_spec(varied_drives(1, 11, 0.1, 64, 32));
+        spec.sampling = BevSampling::RowLinear;
+        write_dataset(&dir, &spec, &mut |_, _| ()).unwrap();
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+        assert_eq!(meta["bev_sampling"], "row_linear");
+        for lift in ["", "_lift1"] {
+            let (h, t) = read_npy(&dir.join(format!("bev_taps_s4x2{lift}.npy")));
+            assert!(h.contains("'shape': (3840, 4, 2)"), "{h}");
+            let t: Vec<i32> = t
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let mut interpolated = 0;
+            for cell in t.chunks_exact(8) {
+                let w: i32 = cell.iter().skip(1).step_by(2).sum();
+                assert!([0, 256, 512].contains(&w), "{cell:?}");
+                let used = cell.chunks(2).filter(|tap| tap[1] > 0).count();
+                interpolated += usize::from(used > w as usize / 256);
+                assert!(cell.chunks(2).all(|tap| (tap[0] >= 0) == (tap[1] > 0)));
+            }
+            assert!(interpolated > 1000, "{lift}: {interpolated}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -15,8 +15,13 @@ use std::sync::Arc;
 
 use redline_models::engine::{load_engine_bytes, EngineKind, Inline};
 use redline_models::export::trained;
+use redline_pipeline::camera::project_ego;
 use redline_pipeline::config::{ModelsConfig, Perception, PipelineConfig};
+use redline_pipeline::models::load_models;
+use redline_pipeline::perception::BevProjector;
 use redline_pipeline::run::{replay, Counters, ReplayOutcome};
+use redline_pipeline::sensors::FrameSource;
+use redline_pipeline::types::BevSpec;
 use redline_runtime::ReleaseMode;
 use redline_sim::feed::Feed;
 use redline_sim::scenario::ScenarioConfig;
@@ -218,6 +223,65 @@ fn lockstep_replay(
     let (outcome, _rt) =
         replay(&cfg, feed.clone(), None, Arc::new(Counters::default())).expect("replay runs");
     outcome
+}
+
+/// redline's view transform reads the backbone's features as the training code's integer
+/// emulation does: the fixture frame's features, projected by a `BevProjector` over the
+/// default rig (the one the network was trained on) with the trained network's lift
+/// heights and sampling, equal `bev.projected.bin` (tools/train/int8.py's `project`)
+/// byte for byte. The model tests above check each network alone; this checks the table
+/// between them.
+#[test]
+fn the_view_transform_matches_the_training_codes_bit_for_bit() {
+    let feed = default_drive(0.1, true);
+    let cfg = PipelineConfig::default();
+    let lifts = cfg.bev_lifts();
+    let bev = BevSpec::DEFAULT;
+    let cams = feed.cameras().len();
+    let models = load_models(&cfg, &cfg.net_config(), cams, &bev, lifts.len())
+        .expect("the shipped models load");
+    let (fh, fw, fc) = models.shapes.features;
+    let (w, h) = feed.image_size();
+    let rig = feed.cameras().to_vec();
+    let project = move |c: usize, x: f64, y: f64, z: f64| {
+        project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
+    };
+    let proj = BevProjector::with_sampling(
+        &bev,
+        cams,
+        w,
+        h,
+        fw,
+        fh,
+        fc,
+        &lifts,
+        cfg.bev_sampling(),
+        &project,
+    )
+    .expect("the projector builds");
+    let feats: Vec<i8> = fixture("backbone.features.bin")
+        .into_iter()
+        .map(|b| b as i8)
+        .collect();
+    let want: Vec<i8> = fixture("bev.projected.bin")
+        .into_iter()
+        .map(|b| b as i8)
+        .collect();
+    let mut got = vec![0i8; proj.output_len()];
+    proj.project(&feats, models.shapes.features_q.zero_point, &mut got)
+        .expect("projects");
+    assert_eq!(got.len(), want.len(), "BEV grid size");
+    let diffs = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    eprintln!(
+        "view transform ({:?}, lifts {lifts:?}): {diffs} of {} elements differ from the \
+         training code's",
+        cfg.bev_sampling(),
+        got.len()
+    );
+    assert_eq!(
+        diffs, 0,
+        "the view transform differs from tools/train's emulation"
+    );
 }
 
 #[test]

@@ -16,10 +16,14 @@ import torch
 
 
 class Dataset:
-    def __init__(self, root, stride, max_drives=None, lifts=(0.5,)):
-        """`lifts`: the heights (m) whose view-transform tables `sources` stacks, in order
-        (`[len(lifts), cells, 2]`); each must be one the dataset was written with
-        (meta.json `lifts_m`; older datasets: `lift_m` alone)."""
+    def __init__(self, root, stride, max_drives=None, lifts=(0.5,), sampling="nearest"):
+        """`lifts`: the heights (m) whose view-transform tables `taps` stacks, in order
+        (`[len(lifts), cells, 4, 2]`: per cell four taps (pixel, weight in 1/256), (-1, 0)
+        unused); each must be one the dataset was written with (meta.json `lifts_m`; older
+        datasets: `lift_m` alone). `sampling` (redline's `bev_sampling`): "nearest" reads
+        the tables `bev_sources_s{S}*.npy` (up to two views of weight 256), "row_linear"
+        the tap tables `bev_taps_s{S}*.npy` (written by `redline sim dataset --bev-sampling
+        row-linear`)."""
         self.root = root
         self.meta = json.load(open(os.path.join(root, "meta.json")))
         m = self.meta
@@ -34,9 +38,22 @@ class Dataset:
                 want = ",".join(str(v) for v in sorted(set(have) | {float(h)}, reverse=True))
                 raise SystemExit(f"{root} has no BEV table for lift height {h} m (it has {have}): rerun redline sim dataset --lifts {want}")
             i = have.index(float(h))
-            name = f"bev_sources_s{stride}.npy" if i == 0 else f"bev_sources_s{stride}_lift{i}.npy"
-            tables.append(np.load(os.path.join(root, name)))
-        self.sources = np.stack(tables)
+            lift = "" if i == 0 else f"_lift{i}"
+            if sampling == "row_linear":
+                path = os.path.join(root, f"bev_taps_s{stride}{lift}.npy")
+                if not os.path.exists(path):
+                    raise SystemExit(f"{root} has no row-linear BEV table {os.path.basename(path)}: rerun redline sim dataset --bev-sampling row-linear (its bev_taps_* files are all that is needed)")
+                tables.append(np.load(path).astype(np.int64))
+            elif sampling == "nearest":
+                src = np.load(os.path.join(root, f"bev_sources_s{stride}{lift}.npy")).astype(np.int64)
+                taps = np.full((src.shape[0], 4, 2), -1, dtype=np.int64)
+                taps[:, :, 1] = 0
+                taps[:, :2, 0] = src
+                taps[:, :2, 1] = np.where(src >= 0, 256, 0)
+                tables.append(taps)
+            else:
+                raise SystemExit(f"unknown BEV sampling {sampling!r}: use nearest or row_linear")
+        self.taps = np.stack(tables)
         drives = m["drives"][:max_drives] if max_drives else m["drives"]
         self.inputs, self.warps, self.heat, self.reg, self.mask, self.seg, self.boxes = [], [], [], [], [], [], []
         for d in drives:

@@ -5,8 +5,9 @@
   `m_c = f32(f32(x_scale) * f32(w_scale[c])) / f32(y_scale)`: ONNX Runtime's QLinearConv
   requantization, which redline's native engine matches bit for bit. ReLU outputs have
   `y_zp = -128`, so saturation is the clamp.
-- BEV view transform: two sources `zp + round_half_away(((a - zp) + (b - zp)) / 2)`, one
-  copied, none `zp` (redline's `BevProjector::project`).
+- BEV view transform: per cell up to four taps of weights `w` (in 1/256; two views of 256
+  each at most), `zp + round_half_away(sum w (q - zp) / sum w)`, none `zp` (redline's
+  `BevProjector::project`; with nearest sampling two sources average, one is copied).
 - Detection head: the position map, if any, concatenated after the BEV channels as int8
   at the features' quantization.
 - Temporal fusion: `zp + round_half_away((2 (cur - zp) + sum_j (warped_j - zp)) / (2 + m))`,
@@ -80,8 +81,8 @@ class QuantNet:
         self.pos = None if model.det.pos is None else torch.from_numpy(quantize_pos(model.det.pos, self.feat_q).astype(np.float64))
         self.seg, s = chain(model.seg.hidden, "seg", self.feat_q)
         self.seg_out = QConv(model.seg.out, s, qp["seg.out"])
-        src = torch.as_tensor(ds.sources, dtype=torch.long)
-        self.src = src if src.dim() == 3 else src[None]  # [lifts, cells, 2]
+        taps = torch.as_tensor(ds.taps, dtype=torch.long)  # [lifts, cells, 4, 2]
+        self.src, self.w = taps[..., 0], taps[..., 1]
         self.ny, self.nx = ds.bev["ny"], ds.bev["nx"]
 
     def features(self, images, taps=None):
@@ -100,12 +101,13 @@ class QuantNet:
         flat = torch.cat([flat, flat.new_zeros(1, c)], 0)
         n = cams * fh * fw
         maps = []
-        for src in self.src:  # one table per lift height, channels concatenated in order
-            s0, s1 = src[:, 0], src[:, 1]
-            a = flat[torch.where(s0 >= 0, s0, torch.full_like(s0, n))]
-            b = flat[torch.where(s1 >= 0, s1, torch.full_like(s1, n))]
-            both = ((s0 >= 0) & (s1 >= 0))[:, None]
-            maps.append(torch.where(both, round_half_away((a + b) / 2), a))
+        for src, w in zip(self.src, self.w):  # one table per lift height, channels concatenated
+            acc = 0
+            for t in range(src.shape[1]):
+                s = src[:, t]
+                acc = acc + flat[torch.where(s >= 0, s, torch.full_like(s, n))] * w[:, t, None].double()
+            wsum = w.sum(1, keepdim=True).clamp(min=1).double()
+            maps.append(round_half_away(acc / wsum))
         v = torch.cat(maps, 1)
         return (v + zp).T.reshape(c * len(maps), self.ny, self.nx)
 
@@ -179,6 +181,8 @@ class QuantNet:
         files = {
             "backbone.input.bin": b["frames"][0, 0],
             "backbone.features.bin": nhwc(feats),
+            # The view transform alone (before temporal fusion): [ny, nx, lifts * C].
+            "bev.projected.bin": nhwc(self.project(feats)),
             "heads.input.bin": nhwc(fused),
             "det_head.heatmap.bin": nhwc(heat),
             "det_head.boxes.bin": nhwc(box),

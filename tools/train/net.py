@@ -93,6 +93,13 @@ ARCHS["dilated_pos_r2"] = dict(ARCHS["dilated"], pos=True, backbone=[tuple(l) fo
 # edge in the BEV is its own near face. Fine-tuned from "dilated_pos_r2" with the new
 # channels' weights zero (train.py --init), so it starts where that model was.
 ARCHS["dilated_pos_r2z"] = dict(ARCHS["dilated_pos_r2"], lifts=(0.5, 0.0))
+# "dilated_pos_r2zl": "dilated_pos_r2z" whose BEV cells read the feature maps linearly
+# between the two rows around their point instead of at the nearest row (redline's
+# `bev_sampling = "row_linear"`). Far away a feature row spans metres of range (about 4 m
+# at 50 m in the telephoto), so with nearest sampling a run of cells along a ray reads one
+# identical vector; interpolated, a cell's features change with its range. Same weights
+# as "dilated_pos_r2z" (fine-tuned from it).
+ARCHS["dilated_pos_r2zl"] = dict(ARCHS["dilated_pos_r2z"], sampling="row_linear")
 ARCH = "dilated"
 BACKBONE = ARCHS[ARCH]["backbone"]
 DET_HIDDEN = ARCHS[ARCH]["det"]
@@ -101,16 +108,19 @@ POS = False
 # Heights (m) at which the view transform samples the features, in channel order (the
 # dataset's tables `bev_sources_s{STRIDE}[_lift{i}].npy`, redline's `bev_lift_m`).
 LIFTS = (0.5,)
+# How the view transform reads the feature maps (redline's `bev_sampling`).
+SAMPLING = "nearest"
 
 
 def set_arch(name):
     """Selects the architecture the next DrivingNet is built with."""
-    global ARCH, BACKBONE, DET_HIDDEN, SEG_HIDDEN, POS, STRIDE, STRIDE_X, STRIDE_Y, LIFTS
+    global ARCH, BACKBONE, DET_HIDDEN, SEG_HIDDEN, POS, STRIDE, STRIDE_X, STRIDE_Y, LIFTS, SAMPLING
     if name not in ARCHS:
         raise SystemExit(f"unknown architecture {name!r}: use one of {sorted(ARCHS)}")
     ARCH = name
     BACKBONE, DET_HIDDEN, SEG_HIDDEN = ARCHS[name]["backbone"], ARCHS[name]["det"], ARCHS[name]["seg"]
     LIFTS = tuple(ARCHS[name].get("lifts", (0.5,)))
+    SAMPLING = ARCHS[name].get("sampling", "nearest")
     # The heads' first convolution takes the BEV grid: FEAT_C channels per lift height.
     DET_HIDDEN = [(DET_HIDDEN[0][0] * len(LIFTS),) + tuple(DET_HIDDEN[0][1:])] + list(DET_HIDDEN[1:])
     SEG_HIDDEN = [(SEG_HIDDEN[0][0] * len(LIFTS),) + tuple(SEG_HIDDEN[0][1:])] + list(SEG_HIDDEN[1:])
@@ -210,15 +220,14 @@ class SegHead(nn.Module):
 class BevTransform(nn.Module):
     """redline's view transform and temporal fusion, from its exported tables."""
 
-    def __init__(self, sources, ny, nx):
+    def __init__(self, taps, ny, nx):
         super().__init__()
-        src = torch.as_tensor(sources, dtype=torch.long)  # [lifts, cells, 2], -1 = none
-        if src.dim() == 2:
-            src = src[None]
+        taps = torch.as_tensor(taps, dtype=torch.long)  # [lifts, cells, 4, 2]: (pixel, weight)
         self.ny, self.nx = ny, nx
-        self.register_buffer("src", src, persistent=False)
-        count = (src >= 0).sum(2).clamp(min=1).float()  # [lifts, cells]
-        self.register_buffer("inv_count", 1.0 / count, persistent=False)
+        self.register_buffer("src", taps[..., 0], persistent=False)  # -1 = unused
+        w = taps[..., 1].float()
+        # Each cell's weighted mean of its taps (none: 0, the zero point).
+        self.register_buffer("w", w / w.sum(2, keepdim=True).clamp(min=1.0), persistent=False)
 
     def project(self, feats):
         """feats [B, cams, C, fh, fw] -> BEV [B, lifts * C, ny, nx] (lift heights'
@@ -230,8 +239,10 @@ class BevTransform(nn.Module):
         idx = torch.where(self.src >= 0, self.src, torch.full_like(self.src, n))
         maps = []
         for li in range(idx.shape[0]):
-            g = flat[:, idx[li, :, 0]] + flat[:, idx[li, :, 1]]  # [B, cells, C]
-            maps.append(g * self.inv_count[li][None, :, None])
+            g = 0
+            for t in range(idx.shape[2]):
+                g = g + flat[:, idx[li, :, t]] * self.w[li, :, t][None, :, None]  # [B, cells, C]
+            maps.append(g)
         g = torch.cat(maps, 2)
         return g.permute(0, 2, 1).reshape(b, c * idx.shape[0], self.ny, self.nx)
 
@@ -251,12 +262,13 @@ class BevTransform(nn.Module):
 
 
 class DrivingNet(nn.Module):
-    def __init__(self, sources, bev):
-        """`bev`: the dataset's grid (meta.json "bev": nx, ny, res, x0, y0)."""
+    def __init__(self, taps, bev):
+        """`taps`: the dataset's view-transform tables (data.Dataset.taps); `bev`: its grid
+        (meta.json "bev": nx, ny, res, x0, y0)."""
         super().__init__()
         ny, nx = bev["ny"], bev["nx"]
         self.backbone = Backbone()
-        self.bev = BevTransform(sources, ny, nx)
+        self.bev = BevTransform(taps, ny, nx)
         self.det = DetHead(position_map(bev) if POS else None)
         self.seg = SegHead()
 

@@ -120,9 +120,9 @@ def main():
     random.seed(a.seed)
     torch.set_num_threads(os.cpu_count() or 1)
     t0 = time.time()
-    ds = D.Dataset(a.data, N.STRIDE, a.max_drives, lifts=N.LIFTS)
+    ds = D.Dataset(a.data, N.STRIDE, a.max_drives, lifts=N.LIFTS, sampling=N.SAMPLING)
     print(f"loaded {len(ds.index)} frames from {len(ds.inputs)} drives in {time.time() - t0:.0f} s", flush=True)
-    model = N.DrivingNet(ds.sources, ds.bev)
+    model = N.DrivingNet(ds.taps, ds.bev)
     if a.init:
         init_from(model, torch.load(a.init)["state"])
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=1e-4)

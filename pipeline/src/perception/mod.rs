@@ -68,7 +68,9 @@ mod preprocess;
 mod targets;
 mod temporal_cache;
 
-pub use bev_projection::{BevProjector, BevSource, MAX_CAMERAS, MAX_LIFTS};
+pub use bev_projection::{
+    BevProjector, BevSampling, BevSource, MAX_CAMERAS, MAX_LIFTS, VIEW_WEIGHT,
+};
 pub use decode::Decoder;
 pub use preprocess::{Preprocess, MAX_IMAGE_SIDE};
 pub use temporal_cache::{TemporalCache, MAX_TEMPORAL_K};
