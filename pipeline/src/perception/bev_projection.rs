@@ -517,21 +517,21 @@ impl BevProjector {
                             }
                         }
                         3 => {
-                            let (f0, f1, f2) = (tap(0), tap(1), tap(2));
-                            for (k, d) in dst.iter_mut().enumerate() {
-                                let acc = w[0] * (f0[k] as i32 - zpw)
-                                    + w[1] * (f1[k] as i32 - zpw)
-                                    + w[2] * (f2[k] as i32 - zpw);
+                            let taps = dst.iter_mut().zip(tap(0)).zip(tap(1)).zip(tap(2));
+                            for (((d, &a), &b), &q2) in taps {
+                                let acc = w[0] * (a as i32 - zpw)
+                                    + w[1] * (b as i32 - zpw)
+                                    + w[2] * (q2 as i32 - zpw);
                                 *d = finish(acc);
                             }
                         }
                         _ => {
-                            let (f0, f1, f2, f3) = (tap(0), tap(1), tap(2), tap(3));
-                            for (k, d) in dst.iter_mut().enumerate() {
-                                let acc = w[0] * (f0[k] as i32 - zpw)
-                                    + w[1] * (f1[k] as i32 - zpw)
-                                    + w[2] * (f2[k] as i32 - zpw)
-                                    + w[3] * (f3[k] as i32 - zpw);
+                            let taps = dst.iter_mut().zip(tap(0)).zip(tap(1)).zip(tap(2));
+                            for ((((d, &a), &b), &q2), &q3) in taps.zip(tap(3)) {
+                                let acc = w[0] * (a as i32 - zpw)
+                                    + w[1] * (b as i32 - zpw)
+                                    + w[2] * (q2 as i32 - zpw)
+                                    + w[3] * (q3 as i32 - zpw);
                                 *d = finish(acc);
                             }
                         }
