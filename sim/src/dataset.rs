@@ -20,8 +20,7 @@
 //!   [`DatasetSpec::sampling`] is row-linear (`meta.json` `bev_sampling`, `"nearest"` or
 //!   `"row_linear"`): the whole table then ([`BevProjector::source_taps`]), per cell up to
 //!   four taps `(pixel, weight in 1/256)`, `(-1, 0)` unused; the runtime writes
-//!   `zp + round_half_away(Σ w (q − zp) / Σ w)`. `bev_sources_*` hold each view's heavier
-//!   row then.
+//!   `zp + round_half_away(Σ w (q − zp) / Σ w)`. `bev_sources_*` stay the nearest tables.
 //! - `drive_NNN/input.npy`, `int8 [frames, cams, H, W, 3]`: the preprocessed, quantized
 //!   network input of every frame, computed by the runtime's own [`Preprocess`] from the
 //!   rendered images (`q = pixel − 128`, scale 1/128).
@@ -286,25 +285,34 @@ pub fn write_dataset(
         let project = |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
             project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
         };
-        let proj = BevProjector::with_sampling(
-            &bev,
-            cams,
-            img_w as usize,
-            img_h as usize,
-            spec.net_w / s.x,
-            spec.net_h / s.y,
-            1,
-            &spec.lifts_m,
-            spec.sampling,
-            &project,
-        )
-        .map_err(|e| DatasetError::Config(e.to_string()))?;
+        let projector = |sampling| {
+            BevProjector::with_sampling(
+                &bev,
+                cams,
+                img_w as usize,
+                img_h as usize,
+                spec.net_w / s.x,
+                spec.net_h / s.y,
+                1,
+                &spec.lifts_m,
+                sampling,
+                &project,
+            )
+            .map_err(|e| DatasetError::Config(e.to_string()))
+        };
+        // `bev_sources_*` are always the nearest tables (earlier training stages read
+        // them); the row-linear taps come from their own projector.
+        let nearest = projector(BevSampling::Nearest)?;
+        let linear = match spec.sampling {
+            BevSampling::RowLinear => Some(projector(BevSampling::RowLinear)?),
+            BevSampling::Nearest => None,
+        };
         for i in 0..spec.lifts_m.len() {
             let lift = match i {
                 0 => String::new(),
                 _ => format!("_lift{i}"),
             };
-            let flat: Vec<i32> = proj.source_pixels(i).into_iter().flatten().collect();
+            let flat: Vec<i32> = nearest.source_pixels(i).into_iter().flatten().collect();
             let path = dir.join(format!("bev_sources_s{s}{lift}.npy"));
             write_npy(
                 &path,
@@ -313,8 +321,8 @@ pub fn write_dataset(
                 &le_bytes(&flat, i32::to_le_bytes),
             )
             .map_err(io(&path))?;
-            if spec.sampling == BevSampling::RowLinear {
-                let taps: Vec<i32> = proj
+            if let Some(linear) = &linear {
+                let taps: Vec<i32> = linear
                     .source_taps(i)
                     .into_iter()
                     .flatten()
@@ -686,6 +694,15 @@ mod tests {
         let meta: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
         assert_eq!(meta["bev_sampling"], "row_linear");
+        // The nearest tables are written as for a nearest dataset.
+        let near = dir.with_extension("near");
+        let _ = std::fs::remove_dir_all(&near);
+        spec.sampling = BevSampling::Nearest;
+        write_dataset(&near, &spec, &mut |_, _| ()).unwrap();
+        for name in ["bev_sources_s4x2.npy", "bev_sources_s4x2_lift1.npy"] {
+            assert_eq!(read_npy(&dir.join(name)), read_npy(&near.join(name)), "{name}");
+        }
+        std::fs::remove_dir_all(&near).unwrap();
         for lift in ["", "_lift1"] {
             let (h, t) = read_npy(&dir.join(format!("bev_taps_s4x2{lift}.npy")));
             assert!(h.contains("'shape': (3840, 4, 2)"), "{h}");

@@ -44,7 +44,8 @@ rm -rf "$WORK/data40"
 #       git show 303831c:models/trained/float/backbone.onnx > F/backbone.onnx (and the heads)
 #       python3 tools/train/from_onnx.py F -o "$WORK/model40.pt"
 target/release/redline sim dataset -o "$WORK/data_tele" --drives 48 --seed 1000 --seconds 30 \
-    --net-width 256 --net-height 128 --front-hfov 40 --tele-hfov 20 --strides 4,4x2 --lifts 0.5,0
+    --net-width 256 --net-height 128 --front-hfov 40 --tele-hfov 20 --strides 4,4x2 --lifts 0.5,0 \
+    --bev-sampling row-linear
 python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model_tele.pt" --arch dilated_pos --init "$WORK/model40.pt" \
     --lr 1e-3 --epochs 1.1111 --seed 2
 # 2d. 3 000 more steps on the same drives from stage 2c, lr 5e-4, seed 3 (a new order; about
@@ -63,8 +64,15 @@ python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model_r2.pt" --arch dil
 #     of its range in front of it), the heads' new input channels starting at zero, 1 500
 #     steps (a whole schedule) at lr 5e-4, seed 5, on the dataset's ground table
 #     (`--lifts 0.5,0` above; about 70 min, 2.2-2.8 s per step).
-python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model.pt" --arch dilated_pos_r2z --init "$WORK/model_r2.pt" \
+python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model_r2z.pt" --arch dilated_pos_r2z --init "$WORK/model_r2.pt" \
     --lr 5e-4 --epochs 0.5556 --seed 5
+# 2g. Row-linear sampling ("dilated_pos_r2zl": each BEV cell reads the feature maps
+#     linearly between the two rows around its point, redline's bev_sampling =
+#     "row_linear"), the same weights fine-tuned 1 200 steps (a whole schedule) at lr 5e-4,
+#     seed 6, with the dataset's tap tables (`--bev-sampling row-linear` above; about
+#     45 min quiet, 2.2 s per step).
+python3 tools/train/train.py "$WORK/data_tele" -o "$WORK/model.pt" --arch dilated_pos_r2zl --init "$WORK/model_r2z.pt" \
+    --lr 5e-4 --epochs 0.4444 --seed 6
 # 3. Calibration, QDQ export into models/trained, fixtures for tests/tests/trained_model.rs.
 python3 tools/train/export.py "$WORK/model.pt" "$WORK/data_tele" -o "$WORK/export" \
     --fixtures tests/fixtures/trained

@@ -19,7 +19,7 @@ pub const CAMERAS: usize = 7;
 pub const LIFTS_M: &[f32] = &[0.5, 0.0];
 /// Whether the view transform reads the trained network's feature maps linearly between
 /// rows (the pipeline's `bev_sampling = "row_linear"`) rather than at the nearest cell.
-pub const ROW_LINEAR: bool = false;
+pub const ROW_LINEAR: bool = true;
 /// `backbone.onnx`, embedded.
 pub const BACKBONE: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
