@@ -19,10 +19,17 @@
 //!    machine, because no aarch64 hardware measures it here and nothing timed under qemu
 //!    means anything.
 //!
+//! 4. **View transform**: the BEV projection of the default rig (seven 256×128 cameras,
+//!    64×64×32 features at a 4 × 2 stride, the trained network's two lift heights) into
+//!    the 80×48 grid, nearest against row-linear sampling ([`BevSampling`]): time per frame
+//!    and the ratio, measured in this run.
+//!
 //! Costs seconds; allocates freely (it is a benchmark, not a hot path).
 
 use redline_models::conv::{Conv2d, KernelPath};
 use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
+use redline_pipeline::camera::project_ego;
+use redline_pipeline::perception::{BevProjector, BevSampling};
 use redline_pipeline::types::BevSpec;
 use redline_runtime::rng::SplitMix64;
 use std::hint::black_box;
@@ -293,4 +300,49 @@ fn main() {
          its own activation broadcast (load-bound: 13 loads per 12 vpdpbusd)."
     );
     print_aarch64_estimate(&estimate);
+    print_view_transform();
+}
+
+/// Section 4: the view transform, nearest against row-linear.
+fn print_view_transform() {
+    let rig = redline_sim::camera::surround_rig(256, 128);
+    let project =
+        |c: usize, x: f64, y: f64, z: f64| project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v));
+    let (fw, fh, c) = (64, 64, 32);
+    let lifts = redline_models::export::trained::LIFTS_M;
+    let bev = BevSpec::DEFAULT;
+    println!(
+        "view transform: {} cameras 256x128, features {fw}x{fh}x{c}, {} lift heights, BEV {}x{}",
+        rig.len(),
+        lifts.len(),
+        bev.ny,
+        bev.nx
+    );
+    let mut times = Vec::new();
+    for sampling in [BevSampling::Nearest, BevSampling::RowLinear] {
+        let p = BevProjector::with_sampling(
+            &bev,
+            rig.len(),
+            256,
+            128,
+            fw,
+            fh,
+            c,
+            lifts,
+            sampling,
+            &project,
+        )
+        .expect("projector");
+        let feats = random_i8(p.feats_len(), 77);
+        let mut out = vec![0i8; p.output_len()];
+        let t = time_per_call(|| {
+            p.project(black_box(&feats), -128, &mut out)
+                .expect("projects");
+            black_box(&out);
+        });
+        let us = t.as_secs_f64() * 1e6;
+        println!("  {:<11} {us:>8.1} us per frame", sampling.name());
+        times.push(us);
+    }
+    println!("  row_linear / nearest: {:.2}x", times[1] / times[0]);
 }

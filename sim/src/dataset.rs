@@ -700,7 +700,11 @@ mod tests {
         spec.sampling = BevSampling::Nearest;
         write_dataset(&near, &spec, &mut |_, _| ()).unwrap();
         for name in ["bev_sources_s4x2.npy", "bev_sources_s4x2_lift1.npy"] {
-            assert_eq!(read_npy(&dir.join(name)), read_npy(&near.join(name)), "{name}");
+            assert_eq!(
+                read_npy(&dir.join(name)),
+                read_npy(&near.join(name)),
+                "{name}"
+            );
         }
         std::fs::remove_dir_all(&near).unwrap();
         for lift in ["", "_lift1"] {
