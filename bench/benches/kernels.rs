@@ -22,15 +22,16 @@
 //! 4. **View transform**: the BEV projection of the default rig (seven 256×128 cameras,
 //!    64×64×32 features at a 4 × 2 stride, the trained network's two lift heights) into
 //!    the 80×48 grid, nearest against row-linear sampling ([`BevSampling`]): time per frame
-//!    and the ratio, measured in this run.
+//!    and the ratio, measured in this run; then the temporal fusion of that grid (the
+//!    default two cached maps, the ego moving 0.5 m and turning 0.01 rad per frame).
 //!
 //! Costs seconds; allocates freely (it is a benchmark, not a hot path).
 
 use redline_models::conv::{Conv2d, KernelPath};
 use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
 use redline_pipeline::camera::project_ego;
-use redline_pipeline::perception::{BevProjector, BevSampling};
-use redline_pipeline::types::BevSpec;
+use redline_pipeline::perception::{BevProjector, BevSampling, TemporalCache};
+use redline_pipeline::types::{BevSpec, EgoPose};
 use redline_runtime::rng::SplitMix64;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -345,4 +346,30 @@ fn print_view_transform() {
         times.push(us);
     }
     println!("  row_linear / nearest: {:.2}x", times[1] / times[0]);
+    let c = c * lifts.len();
+    let mut cache = TemporalCache::new(&bev, c, TemporalCache::DEFAULT_K).expect("cache");
+    let maps: Vec<Vec<i8>> = (0..3)
+        .map(|i| random_i8(bev.nx * bev.ny * c, 90 + i))
+        .collect();
+    let mut out = vec![0i8; maps[0].len()];
+    let pose = |i: u64| EgoPose {
+        stamp_ns: i * 33_333_333,
+        x: 0.5 * i as f64,
+        yaw: 0.01 * i as f64,
+        ..EgoPose::default()
+    };
+    let mut frame = 0u64;
+    let t = time_per_call(|| {
+        frame += 1;
+        let m = &maps[(frame % 3) as usize];
+        cache
+            .fuse(black_box(m), -128, &pose(frame), &mut out)
+            .expect("fuses");
+        black_box(&out);
+    });
+    println!(
+        "  temporal fusion ({} cached maps, {c} channels): {:.1} us per frame",
+        TemporalCache::DEFAULT_K,
+        t.as_secs_f64() * 1e6
+    );
 }

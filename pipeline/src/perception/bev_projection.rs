@@ -30,7 +30,7 @@
 
 use std::ops::Range;
 
-use super::{check_bev, check_size, sat_i8, PerceptionError};
+use super::{check_bev, check_size, cpu_has_avx2, sat_i8, PerceptionError};
 use crate::types::BevSpec;
 
 /// Most cameras a [`BevProjector`] accepts.
@@ -494,18 +494,6 @@ impl BevProjector {
     /// Projects the whole grid: `project_rows(feats, zp, out, 0..ny)`.
     pub fn project(&self, feats: &[i8], zp: i8, out: &mut [i8]) -> Result<(), PerceptionError> {
         self.project_rows(feats, zp, out, 0..self.ny)
-    }
-}
-
-/// Whether this CPU has AVX2 (never on other architectures).
-fn cpu_has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
     }
 }
 

@@ -166,6 +166,19 @@ fn check_size(what: &'static str, got: usize, want: usize) -> Result<(), Percept
     }
 }
 
+/// Whether this CPU has AVX2 (never on other architectures): the view transform and the
+/// temporal cache then run AVX2 builds of their integer loops (same bytes).
+pub(crate) fn cpu_has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Helpers shared by the kernels' tests (and the geometry tests).
 #[cfg(test)]
 pub(crate) mod test_support {
