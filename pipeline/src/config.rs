@@ -175,7 +175,7 @@ pub struct PipelineConfig {
     /// How BEV cells read the camera feature maps (see
     /// [`crate::perception::BevSampling`]): `nearest` or `row_linear`. Must be what the
     /// models were trained with. Left out (the default): the built-in trained network's
-    /// (`redline_models::export::trained::BEV_SAMPLING`) when it runs, else `nearest`.
+    /// (`redline_models::export::trained::ROW_LINEAR`) when it runs, else `nearest`.
     /// Written to a config file only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bev_sampling: Option<crate::perception::BevSampling>,
