@@ -18,7 +18,7 @@ use redline_models::network::{NetConfig, REG_CHANNELS};
 use redline_models::weights::{QuantizedNetwork, WeightsError};
 use redline_runtime::{Criticality, GraphBuilder};
 
-use crate::camera::project_ego;
+use crate::camera::{project_ego, CameraSpec};
 use crate::config::{stage, Perception, PipelineConfig};
 use crate::models::{load_models, ModelsError};
 use crate::perception::{BevProjector, Decoder, PerceptionError, TemporalCache};
@@ -92,6 +92,35 @@ pub struct GraphInfo {
 }
 
 /// The names of the stages [`build`] adds for `perception`, in the order it adds them.
+/// The BEV view transform the driving graph runs for `cfg` over the cameras `rig`
+/// (`image` = (width, height) px) and a backbone whose features are `features` = (rows,
+/// columns, channels): the config's lift heights and sampling
+/// ([`PipelineConfig::bev_lifts`], [`PipelineConfig::bev_sampling`]) on [`BevSpec::DEFAULT`].
+/// Start-up only (allocates).
+pub fn view_transform(
+    cfg: &PipelineConfig,
+    rig: &[CameraSpec],
+    image: (usize, usize),
+    features: (usize, usize, usize),
+) -> Result<BevProjector, PerceptionError> {
+    let (fh, fw, fc) = features;
+    let project = |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
+        project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
+    };
+    BevProjector::with_sampling(
+        &BevSpec::DEFAULT,
+        rig.len(),
+        image.0,
+        image.1,
+        fw,
+        fh,
+        fc,
+        &cfg.bev_lifts(),
+        cfg.bev_sampling(),
+        &project,
+    )
+}
+
 pub fn stage_names(perception: Perception) -> [&'static str; 10] {
     let detections = match perception {
         Perception::Network => stage::DECODE,
@@ -160,23 +189,8 @@ pub fn build_with(
         bev_c,
         ..net
     };
-    let rig = feed.cameras().to_vec();
-    let project = move |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
-        project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
-    };
-    let proj = BevProjector::with_sampling(
-        &bev,
-        cams,
-        w,
-        h,
-        fw,
-        fh,
-        fc,
-        &lifts,
-        cfg.bev_sampling(),
-        &project,
-    )
-    .map_err(GraphError::perception(stage::BEV))?;
+    let proj = view_transform(cfg, feed.cameras(), (w, h), (fh, fw, fc))
+        .map_err(GraphError::perception(stage::BEV))?;
     let coverage = proj.coverage();
     let cache = TemporalCache::new(&bev, bev_c, cfg.bev_cache_frames)
         .map_err(GraphError::perception(stage::BEV))?;

@@ -15,10 +15,9 @@ use std::sync::Arc;
 
 use redline_models::engine::{load_engine_bytes, EngineKind, Inline};
 use redline_models::export::trained;
-use redline_pipeline::camera::project_ego;
 use redline_pipeline::config::{ModelsConfig, Perception, PipelineConfig};
+use redline_pipeline::graph::view_transform;
 use redline_pipeline::models::load_models;
-use redline_pipeline::perception::BevProjector;
 use redline_pipeline::run::{replay, Counters, ReplayOutcome};
 use redline_pipeline::sensors::FrameSource;
 use redline_pipeline::types::BevSpec;
@@ -236,27 +235,21 @@ fn the_view_transform_matches_the_training_codes_bit_for_bit() {
     let feed = default_drive(0.1, true);
     let cfg = PipelineConfig::default();
     let lifts = cfg.bev_lifts();
-    let bev = BevSpec::DEFAULT;
     let cams = feed.cameras().len();
-    let models = load_models(&cfg, &cfg.net_config(), cams, &bev, lifts.len())
-        .expect("the shipped models load");
-    let (fh, fw, fc) = models.shapes.features;
-    let (w, h) = feed.image_size();
-    let rig = feed.cameras().to_vec();
-    let project = move |c: usize, x: f64, y: f64, z: f64| {
-        project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
-    };
-    let proj = BevProjector::with_sampling(
-        &bev,
+    let models = load_models(
+        &cfg,
+        &cfg.net_config(),
         cams,
-        w,
-        h,
-        fw,
-        fh,
-        fc,
-        &lifts,
-        cfg.bev_sampling(),
-        &project,
+        &BevSpec::DEFAULT,
+        lifts.len(),
+    )
+    .expect("the shipped models load");
+    // The projector the driving graph builds.
+    let proj = view_transform(
+        &cfg,
+        feed.cameras(),
+        feed.image_size(),
+        models.shapes.features,
     )
     .expect("the projector builds");
     let feats: Vec<i8> = fixture("backbone.features.bin")
