@@ -32,7 +32,7 @@
 
 use std::ops::Range;
 
-use super::{check_bev, check_size, cpu_has_avx2, sat_i8, PerceptionError};
+use super::{check_bev, check_size, sat_i8, use_avx2_builds, PerceptionError};
 use crate::types::BevSpec;
 
 /// Most cameras a [`BevProjector`] accepts.
@@ -164,7 +164,7 @@ pub struct BevProjector {
     /// Lift heights sampled (at least one).
     lifts: usize,
     sampling: BevSampling,
-    /// This CPU has AVX2 (x86-64): `project` runs its AVX2 build.
+    /// Run the AVX2 build ([`use_avx2_builds`]; only where the CPU has AVX2).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx2: bool,
     /// Per cell (row-major) and lift height (inner): the taps.
@@ -342,7 +342,7 @@ impl BevProjector {
             feat_h,
             lifts: lifts_m.len(),
             sampling,
-            avx2: cpu_has_avx2(),
+            avx2: use_avx2_builds(),
             table,
             coverage: seen as f32 / cells as f32,
         })
@@ -484,8 +484,9 @@ impl BevProjector {
         let out = &mut out[base..base + rows.len() * row_len];
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
-            // SAFETY: `avx2` is set only where `is_x86_feature_detected!("avx2")` said this
-            // CPU has AVX2 (`with_sampling`), which is all `project_entries_avx2` requires.
+            // SAFETY: `avx2` is true only where `use_avx2_builds()` (called by
+            // `with_sampling`) saw `is_x86_feature_detected!("avx2")` hold, and tests only
+            // ever clear it; AVX2 is all `project_entries_avx2` requires.
             unsafe { project_entries_avx2(feats, zp, out, cells, c) };
             return Ok(());
         }

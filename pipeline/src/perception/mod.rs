@@ -166,12 +166,19 @@ fn check_size(what: &'static str, got: usize, want: usize) -> Result<(), Percept
     }
 }
 
-/// Whether this CPU has AVX2 (never on other architectures): the view transform and the
-/// temporal cache then run AVX2 builds of their integer loops (same bytes).
-pub(crate) fn cpu_has_avx2() -> bool {
+/// Whether the view transform and the temporal cache run AVX2 builds of their integer
+/// loops (same bytes): on x86-64 when the CPU has AVX2 and the convolution kernel path in
+/// use is AVX2 or VNNI ([`KernelPath::from_env`](redline_models::conv::KernelPath::from_env):
+/// `REDLINE_KERNEL=scalar` runs the whole frame on baseline code); never elsewhere.
+/// Start-up only (reads the environment).
+pub(crate) fn use_avx2_builds() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx2")
+        use redline_models::conv::KernelPath;
+        matches!(
+            KernelPath::from_env(),
+            Ok(KernelPath::Avx2 | KernelPath::Avx512Vnni)
+        ) && std::arch::is_x86_feature_detected!("avx2")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

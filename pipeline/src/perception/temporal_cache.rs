@@ -13,7 +13,7 @@
 //! frame; measured 0.15 ms with K = 2 at 80×48×64 with AVX2 (0.37 ms with the baseline
 //! build and a lookup table before; `cargo bench -p redline-bench --bench kernels`).
 
-use super::{check_bev, check_size, cpu_has_avx2, PerceptionError};
+use super::{check_bev, check_size, use_avx2_builds, PerceptionError};
 use crate::types::{BevSpec, EgoPose};
 use redline_runtime::det_math as dm;
 
@@ -123,7 +123,7 @@ pub struct TemporalCache {
     next: usize,
     /// Per-channel accumulator of one cell.
     acc: Vec<i32>,
-    /// This CPU has AVX2 (x86-64): `fuse` runs its AVX2 build.
+    /// Run the AVX2 build ([`use_avx2_builds`]; only where the CPU has AVX2).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx2: bool,
 }
@@ -159,7 +159,7 @@ impl TemporalCache {
             count: 0,
             next: 0,
             acc: vec![0; channels],
-            avx2: cpu_has_avx2(),
+            avx2: use_avx2_builds(),
         })
     }
 
@@ -253,8 +253,9 @@ impl TemporalCache {
             };
             #[cfg(target_arch = "x86_64")]
             if self.avx2 {
-                // SAFETY: `avx2` is set only where `is_x86_feature_detected!("avx2")` said
-                // this CPU has AVX2 (`new`), which is all `fuse_cells_avx2` requires.
+                // SAFETY: `avx2` is true only where `use_avx2_builds()` (called by `new`)
+                // saw `is_x86_feature_detected!("avx2")` hold, and tests only ever clear
+                // it; AVX2 is all `fuse_cells_avx2` requires.
                 unsafe { fuse_cells_avx2(&job, acc, out) };
             } else {
                 fuse_cells(&job, acc, out);
