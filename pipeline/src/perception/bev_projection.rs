@@ -32,7 +32,7 @@
 
 use std::ops::Range;
 
-use super::{check_bev, check_size, sat_i8, use_avx2_builds, PerceptionError};
+use super::{check_bev, check_size, use_avx2_builds, PerceptionError};
 use crate::types::BevSpec;
 
 /// Most cameras a [`BevProjector`] accepts.
@@ -510,20 +510,14 @@ fn project_entries(feats: &[i8], zp: i8, out: &mut [i8], cells: &[Entry], c: usi
             let o = e.off[t] as usize;
             &feats[o..o + c]
         };
-        let full = VIEW_WEIGHT;
+        const EVEN: [u16; 4] = [VIEW_WEIGHT, VIEW_WEIGHT, 0, 0];
         match (e.taps, e.views) {
             (0, _) => dst.fill(zp),
             // One view read at one row: a copy.
             (1, _) => dst.copy_from_slice(tap(0)),
-            // Two views, one row each: their mean.
-            (2, 2) if e.w[0] == full && e.w[1] == full => {
-                for ((d, &qa), &qb) in dst.iter_mut().zip(tap(0)).zip(tap(1)) {
-                    let r = (qa as i32 - zpw) + (qb as i32 - zpw);
-                    // Round half away from zero of r / 2.
-                    let h = if r >= 0 { (r + 1) / 2 } else { -((-r + 1) / 2) };
-                    *d = sat_i8((zpw + h) as i64);
-                }
-            }
+            // Two views, one row each: their mean (constant weights, so it folds to a sum
+            // and a shift).
+            (2, 2) if e.w == EVEN => weighted_mean(dst, [tap(0), tap(1)], &EVEN, zpw, 9),
             // The general weighted mean; the weights sum to 256 or 512.
             (taps, views) => {
                 let shift = if views == 2 { 9 } else { 8 };
