@@ -94,11 +94,12 @@ pub struct GraphInfo {
 /// The names of the stages [`build`] adds for `perception`, in the order it adds them.
 /// The BEV view transform the driving graph runs for `cfg` over the cameras `rig`
 /// (`image` = (width, height) px) and a backbone whose features are `features` = (rows,
-/// columns, channels): the config's lift heights and sampling
-/// ([`PipelineConfig::bev_lifts`], [`PipelineConfig::bev_sampling`]) on [`BevSpec::DEFAULT`].
-/// Start-up only (allocates).
+/// columns, channels), into the grid `bev` (the graph's is [`BevSpec::DEFAULT`]): the
+/// config's lift heights and sampling ([`PipelineConfig::bev_lifts`],
+/// [`PipelineConfig::bev_sampling`]). Start-up only (allocates).
 pub fn view_transform(
     cfg: &PipelineConfig,
+    bev: &BevSpec,
     rig: &[CameraSpec],
     image: (usize, usize),
     features: (usize, usize, usize),
@@ -108,7 +109,7 @@ pub fn view_transform(
         project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
     };
     BevProjector::with_sampling(
-        &BevSpec::DEFAULT,
+        bev,
         rig.len(),
         image.0,
         image.1,
@@ -189,7 +190,7 @@ pub fn build_with(
         bev_c,
         ..net
     };
-    let proj = view_transform(cfg, feed.cameras(), (w, h), (fh, fw, fc))
+    let proj = view_transform(cfg, &bev, feed.cameras(), (w, h), (fh, fw, fc))
         .map_err(GraphError::perception(stage::BEV))?;
     let coverage = proj.coverage();
     let cache = TemporalCache::new(&bev, bev_c, cfg.bev_cache_frames)

@@ -247,6 +247,7 @@ fn the_view_transform_matches_the_training_codes_bit_for_bit() {
     // The projector the driving graph builds.
     let proj = view_transform(
         &cfg,
+        &BevSpec::DEFAULT,
         feed.cameras(),
         feed.image_size(),
         models.shapes.features,
