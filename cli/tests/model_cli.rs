@@ -77,6 +77,33 @@ fn info_reports_a_quantized_model() {
 }
 
 #[test]
+fn info_shows_the_view_transform_a_shipped_model_declares() {
+    let m = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/trained/det_head.onnx");
+    let o = run(&["model", "info", m.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    for want in [
+        "metadata:",
+        "redline.role = det_head",
+        "redline.bev_lift_m = ",
+        "redline.bev_sampling = ",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    let o = run(&["model", "info", m.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o).0).expect("one JSON object");
+    assert_eq!(v["metadata"]["redline.role"], "det_head");
+    assert!(v["metadata"]["redline.bev_sampling"].is_string(), "{v}");
+    // A model without metadata shows no metadata section.
+    let o = run(&[
+        "model",
+        "info",
+        fixture("tiny_qdq_s8.onnx").to_str().unwrap(),
+    ]);
+    assert!(!text(&o).0.contains("metadata:"));
+}
+
+#[test]
 fn info_says_why_native_cannot_run_a_float_model() {
     let m = fixture("tiny_float_conv.onnx");
     let o = run(&["model", "info", m.to_str().unwrap()]);

@@ -165,16 +165,19 @@ pub struct PipelineConfig {
     pub bev_cache_frames: usize,
     /// Heights (m, ego frame) at which BEV cells sample the camera features, in the order
     /// the heads take them: the BEV grid has `len · C` channels (see
-    /// [`crate::perception::BevProjector`]). Must be what the models were trained with.
-    /// Left out (the default): the built-in trained network's heights
-    /// (`redline_models::export::trained::LIFTS_M`) when it runs, else one height, 0.5 m (the
-    /// seeded network, and models from `[models]` files unless this is set). Written to a
-    /// config file only when set.
+    /// [`crate::perception::BevProjector`]). Must be what the models were trained with:
+    /// models that declare their heights (ONNX metadata `redline.bev_lift_m`, see
+    /// [`crate::models`]) refuse another value. Left out (the default): the models'
+    /// declared heights; for models that declare none, the built-in trained network's
+    /// (`redline_models::export::trained::LIFTS_M`) when it runs, else one height, 0.5 m.
+    /// Written to a config file only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bev_lift_m: Option<Vec<f32>>,
     /// How BEV cells read the camera feature maps (see
     /// [`crate::perception::BevSampling`]): `nearest` or `row_linear`. Must be what the
-    /// models were trained with. Left out (the default): the built-in trained network's
+    /// models were trained with: models that declare it (ONNX metadata
+    /// `redline.bev_sampling`) refuse another value. Left out (the default): the models'
+    /// declared sampling; for models that declare none, the built-in trained network's
     /// (`redline_models::export::trained::ROW_LINEAR`) when it runs, else `nearest`.
     /// Written to a config file only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -650,9 +653,10 @@ impl PipelineConfig {
         }
     }
 
-    /// The BEV lift heights this config runs with: `bev_lift_m` when set; else the trained
-    /// network's when the built-in trained models run (`network = "trained"`, no
-    /// `weights`, no model files); else `[0.5]`.
+    /// The BEV lift heights of this config before the models are read: `bev_lift_m` when
+    /// set; else the trained network's when the built-in trained models run (`network =
+    /// "trained"`, no `weights`, no model files); else `[0.5]`. The run's are
+    /// [`crate::models::Models::view`]: the models' declared heights win over the last two.
     pub fn bev_lifts(&self) -> Vec<f32> {
         if let Some(l) = &self.bev_lift_m {
             return l.clone();
@@ -664,8 +668,10 @@ impl PipelineConfig {
         }
     }
 
-    /// How BEV cells read the features: `bev_sampling` when set; else the trained
-    /// network's when the built-in trained models run; else nearest.
+    /// How BEV cells read the features, before the models are read: `bev_sampling` when
+    /// set; else the trained network's when the built-in trained models run; else nearest.
+    /// The run's is [`crate::models::Models::view`]: the models' declared sampling wins over
+    /// the last two.
     pub fn bev_sampling(&self) -> crate::perception::BevSampling {
         use crate::perception::BevSampling;
         if let Some(s) = self.bev_sampling {

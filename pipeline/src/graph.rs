@@ -20,7 +20,7 @@ use redline_runtime::{Criticality, GraphBuilder};
 
 use crate::camera::{project_ego, CameraSpec};
 use crate::config::{stage, Perception, PipelineConfig};
-use crate::models::{load_models, ModelsError};
+use crate::models::{load_models, ModelsError, ViewTransform};
 use crate::perception::{BevProjector, Decoder, PerceptionError, TemporalCache};
 use crate::sensors::{FrameSource, MAX_GT};
 use crate::slowdown::{add_stage, StageHook};
@@ -92,13 +92,13 @@ pub struct GraphInfo {
 }
 
 /// The names of the stages [`build`] adds for `perception`, in the order it adds them.
-/// The BEV view transform the driving graph runs for `cfg` over the cameras `rig`
-/// (`image` = (width, height) px) and a backbone whose features are `features` = (rows,
-/// columns, channels), into the grid `bev` (the graph's is [`BevSpec::DEFAULT`]): the
-/// config's lift heights and sampling ([`PipelineConfig::bev_lifts`],
-/// [`PipelineConfig::bev_sampling`]). Start-up only (allocates).
+/// The BEV view transform the driving graph runs with the models' `view` (their lift
+/// heights and sampling, [`crate::models::Models::view`]) over the cameras `rig` (`image` =
+/// (width, height) px) and a backbone whose features are `features` = (rows, columns,
+/// channels), into the grid `bev` (the graph's is [`BevSpec::DEFAULT`]). Start-up only
+/// (allocates).
 pub fn view_transform(
-    cfg: &PipelineConfig,
+    view: &ViewTransform,
     bev: &BevSpec,
     rig: &[CameraSpec],
     image: (usize, usize),
@@ -116,8 +116,8 @@ pub fn view_transform(
         fw,
         fh,
         fc,
-        &cfg.bev_lifts(),
-        cfg.bev_sampling(),
+        &view.lifts,
+        view.sampling,
         &project,
     )
 }
@@ -172,15 +172,13 @@ pub fn build_with(
     // The backbone and the heads are model files (the `[models]` table, or the built-in
     // ONNX files for `net`), each compiled by its engine; shapes and quantization are the
     // models'.
-    let lifts = cfg.bev_lifts();
-    let models =
-        load_models(cfg, &net, cams, &bev, lifts.len()).map_err(|source| GraphError::Models {
-            source: Box::new(source),
-        })?;
+    let models = load_models(cfg, &net, cams, &bev).map_err(|source| GraphError::Models {
+        source: Box::new(source),
+    })?;
     let shapes = models.shapes.clone();
     let (fh, fw, fc) = shapes.features;
     // The BEV grid: the features sampled at each lift height, concatenated per cell.
-    let bev_c = fc * lifts.len();
+    let bev_c = fc * models.view.lifts.len();
     let feat_q = shapes.features_q;
     let backbone_macs = models.backbone.macs();
     let net = NetConfig {
@@ -190,7 +188,7 @@ pub fn build_with(
         bev_c,
         ..net
     };
-    let proj = view_transform(cfg, &bev, feed.cameras(), (w, h), (fh, fw, fc))
+    let proj = view_transform(&models.view, &bev, feed.cameras(), (w, h), (fh, fw, fc))
         .map_err(GraphError::perception(stage::BEV))?;
     let coverage = proj.coverage();
     let cache = TemporalCache::new(&bev, bev_c, cfg.bev_cache_frames)

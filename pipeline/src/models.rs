@@ -16,6 +16,16 @@
 //! | det_head | `[1, ny, nx, C]` BEV grid, in the backbone output's quantization | `heatmap [1, ny, nx, classes]` then `boxes [1, ny, nx, 6]`, or one `[1, ny, nx, classes + 6]` tensor |
 //! | seg_head | as det_head | `[1, ny, nx, seg_classes]` logits |
 //!
+//! The BEV grid's channels are the features sampled at each lift height in turn
+//! (`lifts · C`; see [`crate::perception::BevProjector`]). How the cells sample them is part
+//! of what a network was trained with, so a model may declare it in its ONNX
+//! `metadata_props` ([`ViewTransform`]): [`META_BEV_LIFT_M`] (heights in metres,
+//! comma-separated in the heads' channel order, e.g. `0.5,0`) and [`META_BEV_SAMPLING`]
+//! (`nearest` or `row_linear`). Declared values are the run's unless the config sets
+//! `bev_lift_m` / `bev_sampling`, which must then agree with them; models that declare
+//! nothing run the config's values or its defaults. `tools/train/export.py` writes both
+//! keys into all three models.
+//!
 //! `cameras` is the rig's camera count, `ny × nx` the BEV grid (`BevSpec::DEFAULT`: 48 ×
 //! 80 cells of 1 m), `classes` = 3 heatmap channels (car, pedestrian, cyclist: the class ids
 //! of detections), the 6 box channels `dx, dy, log length, log width, sin yaw, cos yaw`
@@ -38,7 +48,7 @@
 //! Construction time only (reads, compiles, allocates); errors name the model, the tensor
 //! and what was expected.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use redline_models::engine::io_quant::{io_quant, IoQuant};
 use redline_models::engine::{load_engine_bytes, ElemType, Engine, EngineError, TensorSpec};
@@ -46,10 +56,31 @@ use redline_models::export::onnx::{onnx_models, OnnxModels};
 use redline_models::export::{builtin, trained, ExportError, ExportOptions};
 use redline_models::network::NetConfig;
 use redline_models::network::REG_CHANNELS;
+use redline_models::onnx::metadata_props;
 use redline_models::quant::QParams;
 
 use crate::config::{ConfigError, Network, PipelineConfig};
+use crate::perception::{BevSampling, MAX_LIFTS};
 use crate::types::BevSpec;
+
+/// ONNX `metadata_props` key under which a model declares the heights (m) at which the BEV
+/// cells sample the features, comma-separated in the heads' channel order (e.g. `0.5,0`):
+/// the config's `bev_lift_m`.
+pub const META_BEV_LIFT_M: &str = "redline.bev_lift_m";
+/// ONNX `metadata_props` key under which a model declares how the BEV cells read the
+/// feature maps ([`BevSampling::name`]: `nearest` or `row_linear`): the config's
+/// `bev_sampling`.
+pub const META_BEV_SAMPLING: &str = "redline.bev_sampling";
+
+/// The view transform a run uses (module docs): the models' declared values, the config's,
+/// or the defaults ([`PipelineConfig::bev_lifts`], [`PipelineConfig::bev_sampling`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ViewTransform {
+    /// Lift heights, m, in the heads' channel order.
+    pub lifts: Vec<f32>,
+    /// How cells read the feature maps.
+    pub sampling: BevSampling,
+}
 
 /// Why the models could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +131,13 @@ pub enum ModelsError {
         #[source]
         source: Box<EngineError>,
     },
+    /// The config sets a view-transform key to another value than the models declare, or
+    /// two models declare different values.
+    #[error("{reason}")]
+    ViewTransform {
+        /// Both values, where each comes from, and what to do.
+        reason: String,
+    },
     /// A model does not meet the contract (module docs).
     #[error("{model} model {name}: {reason}")]
     Contract {
@@ -144,17 +182,19 @@ pub struct Models {
     pub seg_head: Box<dyn Engine>,
     /// Shapes and quantization.
     pub shapes: ModelShapes,
+    /// The view transform between the backbone and the heads.
+    pub view: ViewTransform,
 }
 
-/// Loads the models of `cfg` for `cams` cameras on the `bev` grid whose cells sample
-/// `lifts` heights (the heads take `lifts · C` channels); `net` is the network config of the
-/// built-in models (seeded or from `weights`). See the module docs.
+/// Loads the models of `cfg` for `cams` cameras on the `bev` grid; `net` is the network
+/// config of the built-in models (seeded or from `weights`). The view transform is the
+/// models' declared one, checked against the config's (module docs); the heads must take
+/// its `lifts · C` channels. See the module docs.
 pub fn load_models(
     cfg: &PipelineConfig,
     net: &NetConfig,
     cams: usize,
     bev: &BevSpec,
-    lifts: usize,
 ) -> Result<Models, ModelsError> {
     let opts = ExportOptions {
         cameras: cams,
@@ -208,29 +248,138 @@ pub fn load_models(
                 engine: kind.name(),
                 source: Box::new(source),
             })?;
-        let quant = io_quant(&bytes, &name).map_err(|source| ModelsError::Engine {
+        let engine_err = |source| ModelsError::Engine {
             model,
             name: name.clone(),
             engine: kind.name(),
             source: Box::new(source),
-        })?;
+        };
+        let quant = io_quant(&bytes, &name).map_err(engine_err)?;
+        let metadata = metadata_props(&bytes, Path::new(&name)).map_err(engine_err)?;
         Ok(Loaded {
             model,
             name,
             engine,
             quant,
+            metadata,
         })
     };
     let backbone = load("backbone", 0)?;
     let det = load("det_head", 1)?;
     let seg = load("seg_head", 2)?;
-    let shapes = check_contract(&backbone, &det, &seg, cams, bev, lifts, net)?;
+    let view = resolve_view(cfg, [&backbone, &det, &seg])?;
+    let shapes = check_contract(&backbone, &det, &seg, cams, bev, view.lifts.len(), net)?;
     Ok(Models {
         backbone: backbone.engine,
         det_head: det.engine,
         seg_head: seg.engine,
         shapes,
+        view,
     })
+}
+
+/// The run's view transform: each key's value declared by the models (all that declare it
+/// must agree), which a config value must equal; the config's value or default where no
+/// model declares the key.
+fn resolve_view(cfg: &PipelineConfig, models: [&Loaded; 3]) -> Result<ViewTransform, ModelsError> {
+    let heights =
+        format!("1 to {MAX_LIFTS} finite heights in metres, comma-separated (e.g. 0.5,0)");
+    let lifts = declared(&models, META_BEV_LIFT_M, parse_lifts, &heights)?;
+    let sampling = declared(
+        &models,
+        META_BEV_SAMPLING,
+        BevSampling::from_name,
+        "nearest or row_linear",
+    )?;
+    let lifts = agree(
+        "bev_lift_m",
+        cfg.bev_lift_m.clone(),
+        lifts,
+        cfg.bev_lifts(),
+        |l| format!("{l:?}"),
+    )?;
+    let sampling = agree(
+        "bev_sampling",
+        cfg.bev_sampling,
+        sampling,
+        cfg.bev_sampling(),
+        |s| format!("\"{}\"", s.name()),
+    )?;
+    Ok(ViewTransform { lifts, sampling })
+}
+
+/// The value of metadata key `key` the models declare (and the first model declaring it),
+/// parsed by `parse`; `None` when none declares it. A value `parse` refuses is a contract
+/// error saying what is expected (`what`); two models declaring different values, a
+/// [`ModelsError::ViewTransform`].
+fn declared<'a, T: PartialEq>(
+    models: &[&'a Loaded; 3],
+    key: &str,
+    parse: fn(&str) -> Option<T>,
+    what: &str,
+) -> Result<Option<(T, &'a Loaded)>, ModelsError> {
+    let mut found: Option<(T, &Loaded, &str)> = None;
+    for &m in models {
+        let Some((_, raw)) = m.metadata.iter().find(|(k, _)| k == key) else {
+            continue;
+        };
+        let Some(v) = parse(raw.trim()) else {
+            return Err(m.err(format!(
+                "metadata {key} = {raw:?} is not valid: it must be {what}"
+            )));
+        };
+        match &found {
+            Some((first, by, first_raw)) if *first != v => {
+                return Err(ModelsError::ViewTransform {
+                    reason: format!(
+                        "the {} model {} declares {key} = {first_raw:?} but the {} model {} \
+                         declares {raw:?}: the backbone and the heads must come from one \
+                         training run",
+                        by.model, by.name, m.model, m.name
+                    ),
+                })
+            }
+            Some(_) => {}
+            None => found = Some((v, m, raw)),
+        }
+    }
+    Ok(found.map(|(v, m, _)| (v, m)))
+}
+
+/// One view-transform setting: the config's `set` value must equal the models' declared
+/// one; either wins where the other is absent; `default` when both are.
+fn agree<T: PartialEq>(
+    key: &str,
+    set: Option<T>,
+    declared: Option<(T, &Loaded)>,
+    default: T,
+    show: fn(&T) -> String,
+) -> Result<T, ModelsError> {
+    match (set, declared) {
+        (Some(set), Some((v, by))) if set != v => Err(ModelsError::ViewTransform {
+            reason: format!(
+                "the config sets {key} = {} but the {} model {} was trained with {} (its \
+                 metadata): remove {key} from the config to run the models' own, or give \
+                 models trained with {}",
+                show(&set),
+                by.model,
+                by.name,
+                show(&v),
+                show(&set)
+            ),
+        }),
+        (Some(v), _) | (None, Some((v, _))) => Ok(v),
+        (None, None) => Ok(default),
+    }
+}
+
+/// `0.5,0` -> `[0.5, 0.0]`: 1 to [`MAX_LIFTS`] finite heights.
+fn parse_lifts(raw: &str) -> Option<Vec<f32>> {
+    let lifts = raw
+        .split(',')
+        .map(|h| h.trim().parse::<f32>().ok().filter(|h| h.is_finite()))
+        .collect::<Option<Vec<f32>>>()?;
+    (1..=MAX_LIFTS).contains(&lifts.len()).then_some(lifts)
 }
 
 /// A loaded model before the contract check.
@@ -239,6 +388,8 @@ struct Loaded {
     name: String,
     engine: Box<dyn Engine>,
     quant: IoQuant,
+    /// The file's `metadata_props`.
+    metadata: Vec<(String, String)>,
 }
 
 impl Loaded {
@@ -443,15 +594,171 @@ mod tests {
         p
     }
 
-    /// `load_models` for `cfg` on `cams` cameras and the default grid, at `cfg`'s lift heights.
+    /// `load_models` for `cfg` on `cams` cameras and the default grid.
     fn load_for(cfg: &PipelineConfig, cams: usize) -> Result<Models, ModelsError> {
-        load_models(
-            cfg,
-            &cfg.net_config(),
-            cams,
-            &BevSpec::DEFAULT,
-            cfg.bev_lifts().len(),
-        )
+        load_models(cfg, &cfg.net_config(), cams, &BevSpec::DEFAULT)
+    }
+
+    /// `bytes` (an ONNX model) with the metadata `props` set (replacing those keys).
+    fn with_metadata(bytes: &[u8], props: &[(&str, &str)]) -> Vec<u8> {
+        use protobuf::Message;
+        use redline_models::onnx::proto::onnx as pb;
+        let mut m = pb::ModelProto::parse_from_bytes(bytes).expect("an ONNX model");
+        m.metadata_props
+            .retain(|p| !props.iter().any(|(k, _)| p.key() == *k));
+        for (k, v) in props {
+            let mut e = pb::StringStringEntryProto::new();
+            e.set_key(k.to_string());
+            e.set_value(v.to_string());
+            m.metadata_props.push(e);
+        }
+        m.write_to_bytes().expect("encodes")
+    }
+
+    /// A seeded-network config whose three models are the built-in files with `props`
+    /// (one slice per model: backbone, det_head, seg_head) in their metadata.
+    fn seeded_files(tag: &str, props: [&[(&str, &str)]; 3]) -> PipelineConfig {
+        let mut cfg = PipelineConfig {
+            network: Network::Seeded,
+            ..PipelineConfig::default()
+        };
+        let files = [builtin::BACKBONE, builtin::DET_HEAD, builtin::SEG_HEAD];
+        let refs = [
+            &mut cfg.models.backbone,
+            &mut cfg.models.det_head,
+            &mut cfg.models.seg_head,
+        ];
+        for (i, (r, bytes)) in refs.into_iter().zip(files).enumerate() {
+            let name = format!("{tag}-{i}.onnx");
+            r.path = Some(write(&name, &with_metadata(bytes, props[i])));
+        }
+        cfg
+    }
+
+    #[test]
+    fn the_shipped_models_declare_the_view_transform_they_were_trained_with() {
+        let want_lifts = trained::LIFTS_M
+            .iter()
+            .map(|h| format!("{h:?}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let want_sampling = if trained::ROW_LINEAR {
+            BevSampling::RowLinear
+        } else {
+            BevSampling::Nearest
+        };
+        for (file, bytes) in trained::models().files() {
+            let props = metadata_props(bytes, Path::new(file)).expect("parses");
+            let get = |k: &str| props.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+            let lifts = get(META_BEV_LIFT_M).unwrap_or_else(|| panic!("{file}: no lifts"));
+            assert_eq!(
+                parse_lifts(lifts),
+                parse_lifts(&want_lifts),
+                "{file}: {lifts}"
+            );
+            let sampling = get(META_BEV_SAMPLING).unwrap_or_else(|| panic!("{file}: no sampling"));
+            assert_eq!(
+                BevSampling::from_name(sampling),
+                Some(want_sampling),
+                "{file}"
+            );
+        }
+        let m = load_for(&PipelineConfig::default(), trained::CAMERAS).expect("loads");
+        assert_eq!(m.view.lifts, trained::LIFTS_M);
+        assert_eq!(m.view.sampling, want_sampling);
+        // A config that names the models' own values runs; another value is refused with
+        // both values and what to do.
+        let same = PipelineConfig {
+            bev_lift_m: Some(trained::LIFTS_M.to_vec()),
+            bev_sampling: Some(want_sampling),
+            ..PipelineConfig::default()
+        };
+        assert_eq!(
+            load_for(&same, trained::CAMERAS).expect("loads").view,
+            m.view
+        );
+        let other = BevSampling::ALL
+            .into_iter()
+            .find(|&s| s != want_sampling)
+            .unwrap();
+        let cfg = PipelineConfig {
+            bev_sampling: Some(other),
+            ..PipelineConfig::default()
+        };
+        let msg = load_for(&cfg, trained::CAMERAS).unwrap_err().to_string();
+        assert!(
+            msg.contains(&format!("bev_sampling = \"{}\"", other.name()))
+                && msg.contains(want_sampling.name())
+                && msg.contains("remove bev_sampling"),
+            "{msg}"
+        );
+        let cfg = PipelineConfig {
+            bev_lift_m: Some(vec![1.0]),
+            ..PipelineConfig::default()
+        };
+        let msg = load_for(&cfg, trained::CAMERAS).unwrap_err().to_string();
+        assert!(
+            msg.contains("bev_lift_m = [1.0]") && msg.contains("remove bev_lift_m"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn declared_view_transforms_win_over_defaults_and_must_be_valid_and_agree() {
+        let row: &[(&str, &str)] = &[
+            (META_BEV_SAMPLING, "row_linear"),
+            (META_BEV_LIFT_M, " 0.5 "),
+        ];
+        // Declared by the files, not set in the config: the files' (the seeded network's
+        // default would be nearest).
+        let cfg = seeded_files("declared", [row, row, row]);
+        let m = load_for(&cfg, trained::CAMERAS).expect("loads");
+        assert_eq!(m.view.lifts, [0.5]);
+        assert_eq!(m.view.sampling, BevSampling::RowLinear);
+        // Declared by one model only: still the run's.
+        let cfg = seeded_files("one", [&[], row, &[]]);
+        assert_eq!(
+            load_for(&cfg, trained::CAMERAS).expect("loads").view,
+            m.view
+        );
+        // Nothing declared: the config's defaults.
+        let cfg = seeded_files("none", [&[], &[], &[]]);
+        let v = load_for(&cfg, trained::CAMERAS).expect("loads").view;
+        assert_eq!((v.lifts, v.sampling), (vec![0.5], BevSampling::Nearest));
+        // Two models that disagree.
+        let near: &[(&str, &str)] = &[(META_BEV_SAMPLING, "nearest")];
+        let msg = load_for(&seeded_files("split", [row, near, row]), trained::CAMERAS)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("backbone model")
+                && msg.contains("det_head model")
+                && msg.contains("one training run"),
+            "{msg}"
+        );
+        // Values that do not parse name the model, the key and what is expected.
+        for (key, bad) in [
+            (META_BEV_SAMPLING, "bilinear"),
+            (META_BEV_LIFT_M, "0.5,x"),
+            (META_BEV_LIFT_M, ""),
+            (META_BEV_LIFT_M, "0,0,0,0,0,0,0,0,0"),
+            (META_BEV_LIFT_M, "nan"),
+        ] {
+            let props: &[(&str, &str)] = &[(key, bad)];
+            let msg = load_for(&seeded_files("bad", [&[], &[], props]), trained::CAMERAS)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("seg_head model") && msg.contains(key) && msg.contains("must be"),
+                "{msg}"
+            );
+        }
+        // Declared heights the heads do not take: the channel check says how many they do.
+        let two: &[(&str, &str)] = &[(META_BEV_LIFT_M, "0.5,0")];
+        let msg = load_for(&seeded_files("two", [two, two, two]), trained::CAMERAS)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("it takes 1 lift height(s)"), "{msg}");
     }
 
     #[test]
@@ -472,19 +779,15 @@ mod tests {
 
     #[test]
     fn heads_that_take_another_number_of_lift_heights_are_refused_with_the_count() {
-        let cfg = PipelineConfig::default();
-        let lifts = trained::LIFTS_M.len();
-        let msg = load_models(
-            &cfg,
-            &cfg.net_config(),
-            trained::CAMERAS,
-            &BevSpec::DEFAULT,
-            lifts + 1,
-        )
-        .unwrap_err()
-        .to_string();
+        // The seeded network's heads take one height's channels.
+        let cfg = PipelineConfig {
+            network: Network::Seeded,
+            bev_lift_m: Some(vec![0.5, 0.0]),
+            ..PipelineConfig::default()
+        };
+        let msg = load_for(&cfg, 6).unwrap_err().to_string();
         assert!(
-            msg.contains(&format!("it takes {lifts} lift height(s)")) && msg.contains("bev_lift_m"),
+            msg.contains("it takes 1 lift height(s)") && msg.contains("bev_lift_m"),
             "{msg}"
         );
     }

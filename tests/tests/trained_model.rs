@@ -234,19 +234,12 @@ fn lockstep_replay(
 fn the_view_transform_matches_the_training_codes_bit_for_bit() {
     let feed = default_drive(0.1, true);
     let cfg = PipelineConfig::default();
-    let lifts = cfg.bev_lifts();
     let cams = feed.cameras().len();
-    let models = load_models(
-        &cfg,
-        &cfg.net_config(),
-        cams,
-        &BevSpec::DEFAULT,
-        lifts.len(),
-    )
-    .expect("the shipped models load");
+    let models = load_models(&cfg, &cfg.net_config(), cams, &BevSpec::DEFAULT)
+        .expect("the shipped models load");
     // The projector the driving graph builds.
     let proj = view_transform(
-        &cfg,
+        &models.view,
         &BevSpec::DEFAULT,
         feed.cameras(),
         feed.image_size(),
@@ -267,9 +260,10 @@ fn the_view_transform_matches_the_training_codes_bit_for_bit() {
     assert_eq!(got.len(), want.len(), "BEV grid size");
     let diffs = got.iter().zip(&want).filter(|(a, b)| a != b).count();
     eprintln!(
-        "view transform ({:?}, lifts {lifts:?}): {diffs} of {} elements differ from the \
+        "view transform ({:?}, lifts {:?}): {diffs} of {} elements differ from the \
          training code's",
-        cfg.bev_sampling(),
+        models.view.sampling,
+        models.view.lifts,
         got.len()
     );
     assert_eq!(

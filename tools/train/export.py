@@ -197,8 +197,21 @@ class Builder:
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="redline-train")
         m.ir_version = 8
         m.metadata_props.append(onnx.StringStringEntryProto(key="redline.role", value=role))
+        # The view transform the network was trained with (redline reads these at load:
+        # pipeline/src/models.rs, META_BEV_LIFT_M and META_BEV_SAMPLING).
+        for key, value in view_transform_metadata().items():
+            m.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
         onnx.checker.check_model(m, full_check=True)
         return m
+
+
+def view_transform_metadata():
+    """The `metadata_props` declaring the selected architecture's view transform: its
+    lift heights (m, comma-separated, the heads' channel order) and sampling."""
+    return {
+        "redline.bev_lift_m": ",".join(repr(float(z)) for z in N.LIFTS),
+        "redline.bev_sampling": N.SAMPLING,
+    }
 
 
 def nhwc_in(b, name, shape, s, zp):

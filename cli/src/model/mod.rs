@@ -238,6 +238,7 @@ fn info(a: InfoArgs) -> Result<()> {
             "inputs": tensors(&m.inputs),
             "outputs": tensors(&m.outputs),
             "ops": m.ops,
+            "metadata": m.metadata.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "macs": macs,
             "engines": { "native": native, "onnxruntime": onnxruntime, "cuda": cuda },
         });
@@ -265,6 +266,12 @@ fn info(a: InfoArgs) -> Result<()> {
     println!("outputs:");
     for (n, t, d) in &m.outputs {
         println!("  {n}: {t} {}", dims(d));
+    }
+    if !m.metadata.is_empty() {
+        println!("metadata:");
+        for (k, v) in &m.metadata {
+            println!("  {k} = {v}");
+        }
     }
     println!("operators:");
     let width = m.ops.keys().map(String::len).max().unwrap_or(0);

@@ -188,6 +188,8 @@ pub(crate) struct OnnxGraph {
     /// Graph inputs that are not initializers.
     pub inputs: Vec<ValueInfo>,
     pub outputs: Vec<ValueInfo>,
+    /// The model's `metadata_props`, in file order.
+    pub metadata: Vec<(String, String)>,
 }
 
 fn parse_err(path: &Path, reason: impl Into<String>) -> EngineError {
@@ -480,6 +482,16 @@ impl OnnxGraph {
             consts,
             inputs,
             outputs,
+            metadata: metadata_of(&model),
         })
     }
+}
+
+/// The `metadata_props` of `model` as (key, value) pairs, in file order.
+pub(crate) fn metadata_of(model: &pb::ModelProto) -> Vec<(String, String)> {
+    model
+        .metadata_props
+        .iter()
+        .map(|p| (p.key().to_string(), p.value().to_string()))
+        .collect()
 }

@@ -201,6 +201,8 @@ pub struct ModelInfo {
     pub nodes: usize,
     /// Initializer bytes.
     pub initializer_bytes: usize,
+    /// The model's `metadata_props` (key, value), in file order.
+    pub metadata: Vec<(String, String)>,
     /// The native engine's verdict: compiled (its MACs, arena and weight bytes, steps) or
     /// the reason it cannot run the model.
     pub native: Result<NativeSummary, EngineError>,
@@ -258,8 +260,21 @@ pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
         ops,
         nodes: g.nodes.len(),
         initializer_bytes: g.consts.values().map(|c| c.len() * c.elem().size()).sum(),
+        metadata: g.metadata.clone(),
         native,
     })
+}
+
+/// The `metadata_props` (key, value) of the ONNX model in `bytes`, in file order, without
+/// decoding its tensors (`path` names the model in errors). Construction time only.
+pub fn metadata_props(bytes: &[u8], path: &Path) -> Result<Vec<(String, String)>, EngineError> {
+    use protobuf::Message;
+    let model =
+        proto::onnx::ModelProto::parse_from_bytes(bytes).map_err(|e| EngineError::Parse {
+            path: path.to_path_buf(),
+            reason: format!("not an ONNX protobuf ({e}); is this really an .onnx file?"),
+        })?;
+    Ok(graph::metadata_of(&model))
 }
 
 /// Multiply-accumulates of a model as the native importer counts them (convolutions and

@@ -68,6 +68,14 @@ impl BevSampling {
             BevSampling::RowLinear => "row_linear",
         }
     }
+
+    /// Every sampling, in declaration order.
+    pub const ALL: [BevSampling; 2] = [BevSampling::Nearest, BevSampling::RowLinear];
+
+    /// The sampling [`BevSampling::name`] spells `name`, if any.
+    pub fn from_name(name: &str) -> Option<BevSampling> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
 }
 
 /// One (cell, lift) entry: up to four taps (two per view, the more central view first),
