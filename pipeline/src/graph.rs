@@ -86,12 +86,14 @@ pub struct GraphInfo {
     pub backbone_macs: u64,
     /// BEV cells seen by some camera.
     pub bev_coverage: f32,
+    /// The view transform's lift heights and sampling (the models' declared ones, or the
+    /// config's: [`crate::models::Models::view`]).
+    pub view_transform: ViewTransform,
     /// Per-camera JPEG decode times, when the graph decodes JPEG (`jpeg_decode` stage).
     #[serde(skip)]
     pub jpeg_times: Option<Arc<JpegDecodeTimes>>,
 }
 
-/// The names of the stages [`build`] adds for `perception`, in the order it adds them.
 /// The BEV view transform the driving graph runs with the models' `view` (their lift
 /// heights and sampling, [`crate::models::Models::view`]) over the cameras `rig` (`image` =
 /// (width, height) px) and a backbone whose features are `features` = (rows, columns,
@@ -122,6 +124,7 @@ pub fn view_transform(
     )
 }
 
+/// The names of the stages [`build`] adds for `perception`, in the order it adds them.
 pub fn stage_names(perception: Perception) -> [&'static str; 10] {
     let detections = match perception {
         Perception::Network => stage::DECODE,
@@ -191,6 +194,7 @@ pub fn build_with(
     let proj = view_transform(&models.view, &bev, feed.cameras(), (w, h), (fh, fw, fc))
         .map_err(GraphError::perception(stage::BEV))?;
     let coverage = proj.coverage();
+    let view = models.view.clone();
     let cache = TemporalCache::new(&bev, bev_c, cfg.bev_cache_frames)
         .map_err(GraphError::perception(stage::BEV))?;
     let (heat_q, reg_q) = (shapes.heat_q, shapes.reg_q);
@@ -374,6 +378,7 @@ pub fn build_with(
         net_input: (net.in_w, net.in_h),
         backbone_macs,
         bev_coverage: coverage,
+        view_transform: view,
         jpeg_times,
     };
     Ok((g, info))

@@ -74,7 +74,7 @@ pub const META_BEV_SAMPLING: &str = "redline.bev_sampling";
 
 /// The view transform a run uses (module docs): the models' declared values, the config's,
 /// or the defaults ([`PipelineConfig::bev_lifts`], [`PipelineConfig::bev_sampling`]).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct ViewTransform {
     /// Lift heights, m, in the heads' channel order.
     pub lifts: Vec<f32>,

@@ -597,12 +597,14 @@ pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
     let e = &o.evaluation;
     let t = &e.tracking;
     let mut v = vec![format!(
-        "input: {} ({} issues); perception: {:?}; backbone {:.1} MMAC/frame; BEV coverage {:.0}%",
+        "input: {} ({} issues); perception: {:?}; backbone {:.1} MMAC/frame; BEV coverage {:.0}% (heights {:?} m, {} sampling)",
         o.source,
         o.input_issue_count,
         o.perception,
         o.graph.backbone_macs as f64 / 1e6,
-        o.graph.bev_coverage * 100.0
+        o.graph.bev_coverage * 100.0,
+        o.graph.view_transform.lifts,
+        o.graph.view_transform.sampling.name()
     )];
     if o.quality.has_ground_truth() {
         v.extend([
