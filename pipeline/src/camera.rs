@@ -45,6 +45,24 @@ pub struct CameraSpec {
     pub pitch: f64,
 }
 
+impl CameraSpec {
+    /// Horizontal field of view, degrees: `2 atan(width / (2 fx))` (deterministic; a
+    /// non-positive focal length gives 180).
+    pub fn hfov_deg(&self) -> f64 {
+        let half = if self.fx > 0.0 {
+            det::atan2(0.5 * f64::from(self.width), self.fx)
+        } else {
+            0.5 * std::f64::consts::PI
+        };
+        (2.0 * half).to_degrees()
+    }
+
+    /// Mount heading, degrees (0 = forward, +90 = left).
+    pub fn yaw_deg(&self) -> f64 {
+        self.yaw.to_degrees()
+    }
+}
+
 /// Minimum depth (along the optical axis) of a projectable point, m.
 pub const NEAR_DEPTH: f64 = 0.1;
 

@@ -12,6 +12,7 @@
 //! bev_cache_frames = 2
 //! bev_lift_m = [0.5]            # heights BEV cells sample features at (the models' own)
 //! bev_sampling = "nearest"      # nearest | row_linear: how they read them (the models' own)
+//! check_rig = true              # refuse logs from another rig than the models declare
 //! detection_threshold = 0.15    # decoder: heatmap peaks kept at sigmoid >= this
 //! track_min_score = 0.45        # tracking: detections below this score are ignored
 //! track_min_score_by_class = { pedestrian = 0.35 }   # per class (the default)
@@ -142,6 +143,10 @@ fn is_one(v: &f64) -> bool {
     *v == 1.0
 }
 
+fn is_true(v: &bool) -> bool {
+    *v
+}
+
 /// Everything `redline replay` can be configured with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -182,6 +187,13 @@ pub struct PipelineConfig {
     /// Written to a config file only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bev_sampling: Option<crate::perception::BevSampling>,
+    /// Refuse a log whose cameras are not the rig the models declare they were trained on
+    /// (ONNX metadata `redline.camera_hfov_deg` / `redline.camera_yaw_deg`, see
+    /// [`crate::models::check_rig`]). `false` runs them anyway (to measure how a network
+    /// does on another rig); the replay summary then says how the rigs differ. Default
+    /// true. Written to a config file only when false.
+    #[serde(skip_serializing_if = "is_true")]
+    pub check_rig: bool,
     /// Heatmap score (sigmoid of the logit) at which the decoder keeps a peak, in (0, 1).
     /// Lower finds more objects (recall, AP) at the price of more false detections, which
     /// tracking's confirmation filters. Default 0.15 (chosen on the trained network on two
@@ -370,6 +382,7 @@ impl Default for PipelineConfig {
             bev_cache_frames: 2,
             bev_lift_m: None,
             bev_sampling: None,
+            check_rig: true,
             detection_threshold: 0.15,
             track_min_score: 0.45,
             track_min_score_by_class: BTreeMap::from([("pedestrian".to_string(), 0.35)]),
@@ -859,6 +872,16 @@ mod tests {
                 "{text}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn check_rig_defaults_to_true_and_is_written_only_when_false() {
+        let d = PipelineConfig::default();
+        assert!(d.check_rig);
+        assert!(!toml::to_string(&d).unwrap().contains("check_rig"));
+        let off = PipelineConfig::parse("check_rig = false\n", "t").unwrap();
+        assert!(!off.check_rig);
+        assert!(toml::to_string(&off).unwrap().contains("check_rig = false"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use redline_runtime::{Criticality, GraphBuilder};
 
 use crate::camera::{project_ego, CameraSpec};
 use crate::config::{stage, Perception, PipelineConfig};
-use crate::models::{load_models, ModelsError, ViewTransform};
+use crate::models::{check_rig, load_models, ModelsError, ViewTransform};
 use crate::perception::{BevProjector, Decoder, PerceptionError, TemporalCache};
 use crate::sensors::{FrameSource, MAX_GT};
 use crate::slowdown::{add_stage, StageHook};
@@ -89,6 +89,9 @@ pub struct GraphInfo {
     /// The view transform's lift heights and sampling (the models' declared ones, or the
     /// config's: [`crate::models::Models::view`]).
     pub view_transform: ViewTransform,
+    /// How the log's cameras differ from the rig the models declare, when the config's
+    /// `check_rig = false` let them run anyway.
+    pub rig_mismatch: Option<String>,
     /// Per-camera JPEG decode times, when the graph decodes JPEG (`jpeg_decode` stage).
     #[serde(skip)]
     pub jpeg_times: Option<Arc<JpegDecodeTimes>>,
@@ -175,9 +178,17 @@ pub fn build_with(
     // The backbone and the heads are model files (the `[models]` table, or the built-in
     // ONNX files for `net`), each compiled by its engine; shapes and quantization are the
     // models'.
-    let models = load_models(cfg, &net, cams, &bev).map_err(|source| GraphError::Models {
+    let models_err = |source| GraphError::Models {
         source: Box::new(source),
-    })?;
+    };
+    let models = load_models(cfg, &net, cams, &bev).map_err(models_err)?;
+    // A network runs only on the rig it declares it was trained on, unless the config
+    // asks to run it anyway (then the report says how the rigs differ).
+    let rig_mismatch = match check_rig(&models.rig, feed.cameras()) {
+        Ok(()) => None,
+        Err(e) if !cfg.check_rig => Some(e.to_string()),
+        Err(e) => return Err(models_err(e)),
+    };
     let shapes = models.shapes.clone();
     let (fh, fw, fc) = shapes.features;
     // The BEV grid: the features sampled at each lift height, concatenated per cell.
@@ -379,6 +390,7 @@ pub fn build_with(
         backbone_macs,
         bev_coverage: coverage,
         view_transform: view,
+        rig_mismatch,
         jpeg_times,
     };
     Ok((g, info))

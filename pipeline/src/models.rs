@@ -26,6 +26,14 @@
 //! nothing run the config's values or its defaults. `tools/train/export.py` writes both
 //! keys into all three models.
 //!
+//! A network is also tied to the camera rig it was trained on (the view transform's tables
+//! come from the rig, and the features from what each camera sees), and nothing in the
+//! tensor shapes says which rig that was beyond the camera count. So a model may declare
+//! it: [`META_CAMERA_HFOV_DEG`] and [`META_CAMERA_YAW_DEG`], each camera's horizontal field
+//! of view and heading in the backbone's camera order. The graph then refuses a log whose
+//! cameras differ by more than [`RIG_TOLERANCE_DEG`] ([`check_rig`]) instead of running a
+//! network on views it never saw.
+//!
 //! `cameras` is the rig's camera count, `ny × nx` the BEV grid (`BevSpec::DEFAULT`: 48 ×
 //! 80 cells of 1 m), `classes` = 3 heatmap channels (car, pedestrian, cyclist: the class ids
 //! of detections), the 6 box channels `dx, dy, log length, log width, sin yaw, cos yaw`
@@ -59,8 +67,9 @@ use redline_models::network::REG_CHANNELS;
 use redline_models::onnx::metadata_props;
 use redline_models::quant::QParams;
 
+use crate::camera::CameraSpec;
 use crate::config::{ConfigError, Network, PipelineConfig};
-use crate::perception::{BevSampling, MAX_LIFTS};
+use crate::perception::{BevSampling, MAX_CAMERAS, MAX_LIFTS};
 use crate::types::BevSpec;
 
 /// ONNX `metadata_props` key under which a model declares the heights (m) at which the BEV
@@ -71,6 +80,26 @@ pub const META_BEV_LIFT_M: &str = "redline.bev_lift_m";
 /// feature maps ([`BevSampling::name`]: `nearest` or `row_linear`): the config's
 /// `bev_sampling`.
 pub const META_BEV_SAMPLING: &str = "redline.bev_sampling";
+
+/// ONNX `metadata_props` key under which a model declares the horizontal field of view
+/// (degrees) of each camera of the rig it was trained on, comma-separated in the backbone's
+/// camera order (e.g. `40,80,80,80,80,70,20`).
+pub const META_CAMERA_HFOV_DEG: &str = "redline.camera_hfov_deg";
+/// ONNX `metadata_props` key under which a model declares the heading (degrees, 0 =
+/// forward, +90 = left) of each camera of the rig it was trained on, in the same order.
+pub const META_CAMERA_YAW_DEG: &str = "redline.camera_yaw_deg";
+/// How far (degrees) a log camera's field of view or heading may be from the declared one.
+pub const RIG_TOLERANCE_DEG: f64 = 0.5;
+
+/// The camera rig the models declare they were trained on (module docs): `None` where no
+/// model declares that key. [`check_rig`] compares it with a log's cameras.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct DeclaredRig {
+    /// Horizontal field of view per camera, degrees.
+    pub hfov_deg: Option<Vec<f64>>,
+    /// Heading per camera, degrees.
+    pub yaw_deg: Option<Vec<f64>>,
+}
 
 /// The view transform a run uses (module docs): the models' declared values, the config's,
 /// or the defaults ([`PipelineConfig::bev_lifts`], [`PipelineConfig::bev_sampling`]).
@@ -138,6 +167,12 @@ pub enum ModelsError {
         /// Both values, where each comes from, and what to do.
         reason: String,
     },
+    /// The log's cameras are not the rig the models declare they were trained on.
+    #[error("{reason}")]
+    Rig {
+        /// The camera, both values, and what to do.
+        reason: String,
+    },
     /// A model does not meet the contract (module docs).
     #[error("{model} model {name}: {reason}")]
     Contract {
@@ -184,6 +219,8 @@ pub struct Models {
     pub shapes: ModelShapes,
     /// The view transform between the backbone and the heads.
     pub view: ViewTransform,
+    /// The rig the models declare they were trained on ([`check_rig`]).
+    pub rig: DeclaredRig,
 }
 
 /// Loads the models of `cfg` for `cams` cameras on the `bev` grid; `net` is the network
@@ -269,13 +306,89 @@ pub fn load_models(
     let seg = load("seg_head", 2)?;
     let view = resolve_view(cfg, [&backbone, &det, &seg])?;
     let shapes = check_contract(&backbone, &det, &seg, cams, bev, view.lifts.len(), net)?;
+    let all = [&backbone, &det, &seg];
+    let degrees = |key| {
+        let what = "one finite angle in degrees per camera, comma-separated";
+        declared(&all, key, parse_degrees, what).map(|d| d.map(|(v, _)| v))
+    };
+    let rig = DeclaredRig {
+        hfov_deg: degrees(META_CAMERA_HFOV_DEG)?,
+        yaw_deg: degrees(META_CAMERA_YAW_DEG)?,
+    };
     Ok(Models {
         backbone: backbone.engine,
         det_head: det.engine,
         seg_head: seg.engine,
         shapes,
         view,
+        rig,
     })
+}
+
+/// Checks a log's `cameras` against the rig the models declare (module docs): the same
+/// count, and each camera's horizontal field of view and heading within
+/// [`RIG_TOLERANCE_DEG`] of the declared ones. Keys no model declares are not checked.
+/// The error names the camera, both values and what to do.
+pub fn check_rig(rig: &DeclaredRig, cameras: &[CameraSpec]) -> Result<(), ModelsError> {
+    let checks: [(&str, &Option<Vec<f64>>, fn(&CameraSpec) -> f64); 2] = [
+        (
+            "horizontal field of view",
+            &rig.hfov_deg,
+            CameraSpec::hfov_deg,
+        ),
+        ("heading", &rig.yaw_deg, CameraSpec::yaw_deg),
+    ];
+    for (what, declared, of) in checks {
+        let Some(want) = declared else { continue };
+        let got: Vec<f64> = cameras.iter().map(of).collect();
+        let show = |v: &[f64]| {
+            v.iter()
+                .map(|d| format!("{d:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let advice = "replay logs recorded with the rig the models were trained on (for the \
+                      shipped network, `redline sim generate` with its default cameras), give \
+                      models trained on this rig in the [models] table, or set check_rig = \
+                      false in the config to run them anyway";
+        if want.len() != got.len() {
+            return Err(ModelsError::Rig {
+                reason: format!(
+                    "the models were trained on {} cameras ({what} {} degrees) but this log \
+                     has {}: {advice}",
+                    want.len(),
+                    show(want),
+                    got.len()
+                ),
+            });
+        }
+        for (i, ((w, g), cam)) in want.iter().zip(&got).zip(cameras).enumerate() {
+            // Headings compare modulo a turn.
+            let off = (g - w + 180.0).rem_euclid(360.0) - 180.0;
+            if off.abs() > RIG_TOLERANCE_DEG {
+                return Err(ModelsError::Rig {
+                    reason: format!(
+                        "camera {} ({}) has a {what} of {g:.1} degrees, but the models were \
+                         trained with {w:.1} (their rig: {}; this log's: {}): {advice}",
+                        i + 1,
+                        cam.name,
+                        show(want),
+                        show(&got)
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `40,80,20` -> `[40.0, 80.0, 20.0]`: 1 to [`MAX_CAMERAS`] finite angles.
+fn parse_degrees(raw: &str) -> Option<Vec<f64>> {
+    let v = raw
+        .split(',')
+        .map(|d| d.trim().parse::<f64>().ok().filter(|d| d.is_finite()))
+        .collect::<Option<Vec<f64>>>()?;
+    (1..=MAX_CAMERAS).contains(&v.len()).then_some(v)
 }
 
 /// The run's view transform: each key's value declared by the models (all that declare it
@@ -699,6 +812,85 @@ mod tests {
         let msg = load_for(&cfg, trained::CAMERAS).unwrap_err().to_string();
         assert!(
             msg.contains("bev_lift_m = [1.0]") && msg.contains("remove bev_lift_m"),
+            "{msg}"
+        );
+    }
+
+    /// A 256-px-wide camera `name` with horizontal FOV `hfov` and heading `yaw` (degrees).
+    fn camera(name: &str, hfov: f64, yaw: f64) -> CameraSpec {
+        let fx = 128.0 / crate::camera::det::tan((0.5 * hfov).to_radians());
+        CameraSpec {
+            name: name.into(),
+            width: 256,
+            height: 128,
+            fx,
+            fy: fx,
+            cx: 128.0,
+            cy: 64.0,
+            x: 0.0,
+            y: 0.0,
+            z: 1.6,
+            yaw: yaw.to_radians(),
+            pitch: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_log_from_another_rig_than_the_declared_one_is_refused_with_the_camera() {
+        let rig = DeclaredRig {
+            hfov_deg: Some(vec![40.0, 80.0, 20.0]),
+            yaw_deg: Some(vec![0.0, 180.0, 0.0]),
+        };
+        let cams = |tele: f64, back_yaw: f64| {
+            vec![
+                camera("front", 40.0, 0.0),
+                camera("back", 80.0, back_yaw),
+                camera("front_tele", tele, 0.0),
+            ]
+        };
+        check_rig(&rig, &cams(20.0, 180.0)).expect("the declared rig");
+        // Within the tolerance, and headings modulo a turn.
+        check_rig(&rig, &cams(20.0 + 0.4, -180.0 + 0.3)).expect("close enough");
+        let msg = check_rig(&rig, &cams(10.0, 180.0)).unwrap_err().to_string();
+        assert!(
+            msg.contains("camera 3 (front_tele)")
+                && msg.contains("field of view of 10.0 degrees")
+                && msg.contains("trained with 20.0")
+                && msg.contains("redline sim generate"),
+            "{msg}"
+        );
+        let msg = check_rig(&rig, &cams(20.0, 90.0)).unwrap_err().to_string();
+        assert!(
+            msg.contains("camera 2 (back)") && msg.contains("heading of 90.0"),
+            "{msg}"
+        );
+        let msg = check_rig(&rig, &cams(20.0, 180.0)[..2])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("trained on 3 cameras") && msg.contains("has 2"),
+            "{msg}"
+        );
+        // Nothing declared: nothing checked.
+        check_rig(&DeclaredRig::default(), &cams(10.0, 90.0)).expect("no declaration");
+    }
+
+    #[test]
+    fn the_shipped_models_declare_the_default_rig() {
+        let m = load_for(&PipelineConfig::default(), trained::CAMERAS).expect("loads");
+        let hfov = m.rig.hfov_deg.expect("declares the fields of view");
+        let yaw = m.rig.yaw_deg.expect("declares the headings");
+        assert_eq!(
+            (hfov.len(), yaw.len()),
+            (trained::CAMERAS, trained::CAMERAS)
+        );
+        // A bad declaration names the model and the key.
+        let bad: &[(&str, &str)] = &[(META_CAMERA_HFOV_DEG, "40,eighty")];
+        let msg = load_for(&seeded_files("rig", [bad, &[], &[]]), trained::CAMERAS)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("backbone model") && msg.contains(META_CAMERA_HFOV_DEG),
             "{msg}"
         );
     }

@@ -606,6 +606,11 @@ pub fn summary_lines(o: &ReplayOutcome) -> Vec<String> {
         o.graph.view_transform.lifts,
         o.graph.view_transform.sampling.name()
     )];
+    if let Some(m) = &o.graph.rig_mismatch {
+        v.push(format!(
+            "rig: NOT the models' (check_rig = false runs them anyway; quality is unknown): {m}"
+        ));
+    }
     if o.quality.has_ground_truth() {
         v.extend([
             format!(

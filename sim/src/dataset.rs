@@ -45,7 +45,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use redline_pipeline::camera::project_ego;
+use redline_pipeline::camera::{project_ego, CameraSpec};
 use redline_pipeline::eval::seg_ground_truth;
 use redline_pipeline::geometry::{world_to_ego, wrap_angle};
 use redline_pipeline::perception::{BevProjector, BevSampling, Preprocess, TemporalCache};
@@ -190,7 +190,19 @@ struct Meta<'a> {
     max_boxes: usize,
     box_fields: [&'static str; 8],
     input_scale: f32,
+    /// The rig, in the network's camera order: each camera's calibration and its
+    /// horizontal field of view and heading in degrees (what `tools/train/export.py`
+    /// declares in the models' metadata, `redline.camera_hfov_deg` / `_yaw_deg`).
+    cameras: Vec<CameraMeta<'a>>,
     drives: Vec<DriveMeta>,
+}
+
+#[derive(Serialize)]
+struct CameraMeta<'a> {
+    #[serde(flatten)]
+    spec: &'a CameraSpec,
+    hfov_deg: f64,
+    yaw_deg: f64,
 }
 
 #[derive(Serialize)]
@@ -488,6 +500,14 @@ pub fn write_dataset(
         max_boxes: MAX_BOXES,
         box_fields: ["valid", "class", "x", "y", "length", "width", "yaw", "id"],
         input_scale: 1.0 / 128.0,
+        cameras: rig
+            .iter()
+            .map(|spec| CameraMeta {
+                spec,
+                hfov_deg: spec.hfov_deg(),
+                yaw_deg: spec.yaw_deg(),
+            })
+            .collect(),
         drives,
     };
     let path = dir.join("meta.json");
@@ -678,6 +698,14 @@ mod tests {
         assert_eq!(meta["lift_m"], serde_json::json!(0.5));
         assert_eq!(meta["lifts_m"], serde_json::json!([0.5, 0.0]));
         assert_eq!(meta["bev_sampling"], "nearest");
+        // The rig, in camera order, with each camera's field of view and heading.
+        let cams = meta["cameras"].as_array().expect("cameras");
+        assert_eq!(cams.len(), meta["cams"].as_u64().unwrap() as usize);
+        assert_eq!(cams[0]["name"], "front");
+        assert!((cams[0]["hfov_deg"].as_f64().unwrap() - 40.0).abs() < 1e-9);
+        assert_eq!(cams.last().unwrap()["name"], "front_tele");
+        assert!((cams.last().unwrap()["hfov_deg"].as_f64().unwrap() - 20.0).abs() < 1e-9);
+        assert!(cams[1]["fx"].as_f64().unwrap() > 0.0);
         assert!(!dir.join("bev_taps_s4x2.npy").exists());
         assert_eq!(meta["cams"], 7);
         assert_eq!(meta["drives"][0]["frames"], 6);

@@ -272,6 +272,47 @@ fn the_view_transform_matches_the_training_codes_bit_for_bit() {
     );
 }
 
+/// The shipped models declare the rig they were trained on: a log from another rig (here
+/// a 10° telephoto instead of 20°) is refused at start-up with the camera and both values,
+/// unless the config's `check_rig = false` runs it anyway, and then the report says how
+/// the rigs differ.
+#[test]
+fn a_log_from_another_rig_is_refused_unless_the_config_runs_it_anyway() {
+    let scenario = ScenarioConfig {
+        seconds: 0.2,
+        tele_hfov_deg: Some(10.0),
+        ..ScenarioConfig::default_drive()
+    };
+    let feed = Arc::new(Feed::from_scenario(&scenario, None, &mut |_, _| {}).expect("renders"));
+    let mut cfg = PipelineConfig {
+        release: ReleaseMode::Lockstep,
+        deadline_ms: 10_000.0,
+        ..PipelineConfig::default()
+    };
+    let msg = match replay(&cfg, feed.clone(), None, Arc::new(Counters::default())) {
+        Ok(_) => panic!("a 10-degree telephoto log ran on the 20-degree network"),
+        Err(e) => {
+            // The whole chain, as the CLI prints it.
+            let mut msg = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                msg = format!("{msg}: {c}");
+                cause = c.source();
+            }
+            msg
+        }
+    };
+    assert!(
+        msg.contains("front_tele") && msg.contains("10.0") && msg.contains("check_rig"),
+        "{msg}"
+    );
+    cfg.check_rig = false;
+    let (outcome, _rt) =
+        replay(&cfg, feed, None, Arc::new(Counters::default())).expect("runs anyway");
+    let m = outcome.graph.rig_mismatch.expect("the report says the rigs differ");
+    assert!(m.contains("front_tele"), "{m}");
+}
+
 #[test]
 fn the_default_config_perceives_a_drive_it_was_not_trained_on() {
     // Seed 7 (the built-in drive's) with the pipeline's default 256x128 cameras: training

@@ -197,12 +197,37 @@ class Builder:
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="redline-train")
         m.ir_version = 8
         m.metadata_props.append(onnx.StringStringEntryProto(key="redline.role", value=role))
-        # The view transform the network was trained with (redline reads these at load:
-        # pipeline/src/models.rs, META_BEV_LIFT_M and META_BEV_SAMPLING).
-        for key, value in view_transform_metadata().items():
+        # What the network was trained with that its shapes do not say (redline reads these
+        # at load: pipeline/src/models.rs, META_*).
+        for key, value in MODEL_METADATA.items():
             m.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
         onnx.checker.check_model(m, full_check=True)
         return m
+
+
+# The `metadata_props` every exported model carries besides its role (set in main:
+# view_transform_metadata and rig_metadata).
+MODEL_METADATA = {}
+
+
+def degrees(values):
+    """`[40.0, 80.00001]` -> "40,80": comma-separated, rounded to 0.001 degree."""
+    return ",".join(f"{round(v, 3):g}" for v in values)
+
+
+def rig_metadata(meta):
+    """The `metadata_props` declaring the camera rig the dataset was rendered with (each
+    camera's horizontal field of view and heading, degrees, in camera order): redline refuses
+    logs from another rig. Datasets written before meta.json listed its cameras declare
+    nothing."""
+    cams = meta.get("cameras")
+    if not cams:
+        print("meta.json lists no cameras (an older dataset): the models declare no rig")
+        return {}
+    return {
+        "redline.camera_hfov_deg": degrees(c["hfov_deg"] for c in cams),
+        "redline.camera_yaw_deg": degrees(c["yaw_deg"] for c in cams),
+    }
 
 
 def view_transform_metadata():
@@ -324,6 +349,8 @@ def main():
             print(f"feature scale {s:.6f} raised to {1.0 / (127 - zp):.6f} for the position map")
             qp[feat_tap()] = (1.0 / (127 - zp), zp)
     m = ds.meta
+    MODEL_METADATA.update(view_transform_metadata())
+    MODEL_METADATA.update(rig_metadata(m))
     cams, h, w = m["cams"], m["net_h"], m["net_w"]
     ny, nx = ds.bev["ny"], ds.bev["nx"]
     for qdq, sub in ((True, ""), (False, "float")):
