@@ -330,13 +330,10 @@ pub fn load_models(
 /// [`RIG_TOLERANCE_DEG`] of the declared ones. Keys no model declares are not checked.
 /// The error names the camera, both values and what to do.
 pub fn check_rig(rig: &DeclaredRig, cameras: &[CameraSpec]) -> Result<(), ModelsError> {
-    let checks: [(&str, &Option<Vec<f64>>, fn(&CameraSpec) -> f64); 2] = [
-        (
-            "horizontal field of view",
-            &rig.hfov_deg,
-            CameraSpec::hfov_deg,
-        ),
-        ("heading", &rig.yaw_deg, CameraSpec::yaw_deg),
+    let of_camera: [fn(&CameraSpec) -> f64; 2] = [CameraSpec::hfov_deg, CameraSpec::yaw_deg];
+    let checks = [
+        ("horizontal field of view", &rig.hfov_deg, of_camera[0]),
+        ("heading", &rig.yaw_deg, of_camera[1]),
     ];
     for (what, declared, of) in checks {
         let Some(want) = declared else { continue };

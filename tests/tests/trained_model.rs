@@ -309,7 +309,10 @@ fn a_log_from_another_rig_is_refused_unless_the_config_runs_it_anyway() {
     cfg.check_rig = false;
     let (outcome, _rt) =
         replay(&cfg, feed, None, Arc::new(Counters::default())).expect("runs anyway");
-    let m = outcome.graph.rig_mismatch.expect("the report says the rigs differ");
+    let m = outcome
+        .graph
+        .rig_mismatch
+        .expect("the report says the rigs differ");
     assert!(m.contains("front_tele"), "{m}");
 }
 
