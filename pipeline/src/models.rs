@@ -381,11 +381,19 @@ pub fn check_rig(rig: &DeclaredRig, cameras: &[CameraSpec]) -> Result<(), Models
 
 /// `40,80,20` -> `[40.0, 80.0, 20.0]`: 1 to [`MAX_CAMERAS`] finite angles.
 fn parse_degrees(raw: &str) -> Option<Vec<f64>> {
+    parse_finite_list(raw, MAX_CAMERAS)
+}
+
+/// `a, b, c` -> the numbers, when there are 1 to `max` of them and all are finite.
+fn parse_finite_list<T: std::str::FromStr + Into<f64> + Copy>(
+    raw: &str,
+    max: usize,
+) -> Option<Vec<T>> {
     let v = raw
         .split(',')
-        .map(|d| d.trim().parse::<f64>().ok().filter(|d| d.is_finite()))
-        .collect::<Option<Vec<f64>>>()?;
-    (1..=MAX_CAMERAS).contains(&v.len()).then_some(v)
+        .map(|x| x.trim().parse::<T>().ok().filter(|&x| x.into().is_finite()))
+        .collect::<Option<Vec<T>>>()?;
+    (1..=max).contains(&v.len()).then_some(v)
 }
 
 /// The run's view transform: each key's value declared by the models (all that declare it
@@ -485,11 +493,7 @@ fn agree<T: PartialEq>(
 
 /// `0.5,0` -> `[0.5, 0.0]`: 1 to [`MAX_LIFTS`] finite heights.
 fn parse_lifts(raw: &str) -> Option<Vec<f32>> {
-    let lifts = raw
-        .split(',')
-        .map(|h| h.trim().parse::<f32>().ok().filter(|h| h.is_finite()))
-        .collect::<Option<Vec<f32>>>()?;
-    (1..=MAX_LIFTS).contains(&lifts.len()).then_some(lifts)
+    parse_finite_list(raw, MAX_LIFTS)
 }
 
 /// A loaded model before the contract check.
