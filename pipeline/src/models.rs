@@ -160,10 +160,10 @@ pub enum ModelsError {
         #[source]
         source: Box<EngineError>,
     },
-    /// The config sets a view-transform key to another value than the models declare, or
-    /// two models declare different values.
+    /// The config sets a key to another value than the models declare in their metadata
+    /// (`bev_lift_m`, `bev_sampling`), or two models declare different values of a key.
     #[error("{reason}")]
-    ViewTransform {
+    Metadata {
         /// Both values, where each comes from, and what to do.
         reason: String,
     },
@@ -429,7 +429,7 @@ fn resolve_view(cfg: &PipelineConfig, models: [&Loaded; 3]) -> Result<ViewTransf
 /// The value of metadata key `key` the models declare (and the first model declaring it),
 /// parsed by `parse`; `None` when none declares it. A value `parse` refuses is a contract
 /// error saying what is expected (`what`); two models declaring different values, a
-/// [`ModelsError::ViewTransform`].
+/// [`ModelsError::Metadata`].
 fn declared<'a, T: PartialEq>(
     models: &[&'a Loaded; 3],
     key: &str,
@@ -448,7 +448,7 @@ fn declared<'a, T: PartialEq>(
         };
         match &found {
             Some((first, by, first_raw)) if *first != v => {
-                return Err(ModelsError::ViewTransform {
+                return Err(ModelsError::Metadata {
                     reason: format!(
                         "the {} model {} declares {key} = {first_raw:?} but the {} model {} \
                          declares {raw:?}: the backbone and the heads must come from one \
@@ -474,7 +474,7 @@ fn agree<T: PartialEq>(
     show: fn(&T) -> String,
 ) -> Result<T, ModelsError> {
     match (set, declared) {
-        (Some(set), Some((v, by))) if set != v => Err(ModelsError::ViewTransform {
+        (Some(set), Some((v, by))) if set != v => Err(ModelsError::Metadata {
             reason: format!(
                 "the config sets {key} = {} but the {} model {} was trained with {} (its \
                  metadata): remove {key} from the config to run the models' own, or give \
