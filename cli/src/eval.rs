@@ -56,6 +56,9 @@ struct LogQuality {
     quality: Quality,
     /// The first plans that met an actor's true future (where to look in the log).
     planner_collisions: Vec<PlannerCollision>,
+    /// How the log's cameras differ from the rig the models declare (`check_rig = false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rig_mismatch: Option<String>,
 }
 
 /// The `--json` file.
@@ -152,6 +155,9 @@ pub fn run(a: EvalArgs) -> Result<()> {
         if !q.has_ground_truth() {
             println!("  WARNING: no ground truth in this log: its figures mean nothing");
         }
+        if let Some(m) = &outcome.graph.rig_mismatch {
+            println!("  WARNING: this log's rig is NOT the models' (check_rig = false): {m}");
+        }
         for line in lines(q) {
             println!("  {line}");
         }
@@ -165,6 +171,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
             output_hash: outcome.output_hash.clone(),
             quality: q.clone(),
             planner_collisions: outcome.evaluation.collisions.clone(),
+            rig_mismatch: outcome.graph.rig_mismatch.clone(),
         });
     }
     let aggregate = pooled.summary();

@@ -1,0 +1,85 @@
+//! `redline eval` on a log recorded with another rig than the shipped models declare (a
+//! 10° telephoto instead of 20°), as a user meets it: refused with the camera and both
+//! values, or, with `check_rig = false` in the config, evaluated with a warning in the
+//! text and `rig_mismatch` in the `--json` file. Plumbing only: no assertion on quality.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn redline() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_redline"))
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("redline-eval-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn eval_refuses_a_log_from_another_rig_unless_the_config_runs_it_anyway() {
+    let d = dir("rig");
+    let log = d.join("tele10.mcap");
+    let o = redline()
+        .args([
+            "sim",
+            "generate",
+            "--seed",
+            "3",
+            "--seconds",
+            "0.3",
+            "--tele-hfov",
+            "10",
+        ])
+        .arg("-o")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+
+    let o = redline().arg("eval").arg(&log).output().unwrap();
+    let text = show(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("camera 7 (front_tele)")
+            && text.contains("10.0 degrees")
+            && text.contains("trained with 20.0")
+            && text.contains("check_rig = false"),
+        "{text}"
+    );
+    assert!(!text.contains("panicked"), "{text}");
+
+    let cfg = d.join("anyway.toml");
+    std::fs::write(&cfg, "check_rig = false\n").unwrap();
+    let json = d.join("eval.json");
+    let o = redline()
+        .arg("eval")
+        .arg(&log)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = show(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("WARNING: this log's rig is NOT the models'") && text.contains("front_tele"),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON");
+    let m = v["logs"][0]["rig_mismatch"].as_str().expect("rig_mismatch");
+    assert!(m.contains("front_tele"), "{m}");
+    let _ = std::fs::remove_dir_all(&d);
+}
