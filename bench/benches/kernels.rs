@@ -29,8 +29,9 @@
 
 use redline_models::conv::{Conv2d, KernelPath};
 use redline_models::network::{Backbone, DetHead, NetConfig, SegHead};
-use redline_pipeline::camera::project_ego;
-use redline_pipeline::perception::{BevProjector, BevSampling, TemporalCache};
+use redline_pipeline::graph::view_transform;
+use redline_pipeline::models::ViewTransform;
+use redline_pipeline::perception::{BevSampling, TemporalCache};
 use redline_pipeline::types::{BevSpec, EgoPose};
 use redline_runtime::rng::SplitMix64;
 use std::hint::black_box;
@@ -307,8 +308,6 @@ fn main() {
 /// Section 4: the view transform, nearest against row-linear.
 fn print_view_transform() {
     let rig = redline_sim::camera::surround_rig(256, 128);
-    let project =
-        |c: usize, x: f64, y: f64, z: f64| project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v));
     let (fw, fh, c) = (64, 64, 32);
     let lifts = redline_models::export::trained::LIFTS_M;
     let bev = BevSpec::DEFAULT;
@@ -321,19 +320,12 @@ fn print_view_transform() {
     );
     let mut times = Vec::new();
     for sampling in [BevSampling::Nearest, BevSampling::RowLinear] {
-        let p = BevProjector::with_sampling(
-            &bev,
-            rig.len(),
-            256,
-            128,
-            fw,
-            fh,
-            c,
-            lifts,
+        // The projector the driving graph builds.
+        let view = ViewTransform {
+            lifts: lifts.to_vec(),
             sampling,
-            &project,
-        )
-        .expect("projector");
+        };
+        let p = view_transform(&view, &bev, &rig, (256, 128), (fh, fw, c)).expect("projector");
         let feats = random_i8(p.feats_len(), 77);
         let mut out = vec![0i8; p.output_len()];
         let t = time_per_call(|| {

@@ -8,18 +8,19 @@
 //!   temporal history length K, the drives and their scenario configs).
 //! - `bev_sources_s{S}.npy`, `int32 [cells, 2]`, for each feature stride `S` asked for
 //!   ([`FeatureStride`]: `4`, or `4x2` for a feature map a quarter of the input's width and
-//!   half its height): the runtime's BEV view transform ([`BevProjector::source_pixels`]) for
-//!   a backbone whose feature map is the network input divided by `S`: per BEV cell (row-major, `iy · nx +
-//!   ix`), the stacked feature-map pixel `(cam · fh + row) · fw + col` of up to two sources,
-//!   `-1` when absent. The runtime averages the two sources (one: copies it; none: zero).
-//!   The table samples each cell at the first lift height of [`DatasetSpec::lifts_m`]
-//!   (`meta.json` `lift_m`); each further height `i` (`lifts_m[i]`, `i >= 1`) has its own
-//!   table, `bev_sources_s{S}_lift{i}.npy`, and a network that samples several heights
+//!   half its height): the runtime's BEV view transform ([`view_transform`]'s
+//!   `source_pixels`) for a backbone whose feature map is the network input divided by `S`:
+//!   per BEV cell (row-major, `iy · nx + ix`), the stacked feature-map pixel
+//!   `(cam · fh + row) · fw + col` of up to two sources, `-1` when absent. The runtime
+//!   averages the two sources (one: copies it; none: zero). The table samples each cell at
+//!   the first lift height of [`DatasetSpec::lifts_m`] (`meta.json` `lift_m`); each
+//!   further height `i` (`lifts_m[i]`, `i >= 1`) has its own table,
+//!   `bev_sources_s{S}_lift{i}.npy`, and a network that samples several heights
 //!   concatenates their features in that order (the runtime's `bev_lift_m`).
 //! - `bev_taps_s{S}.npy` (and `_lift{i}`), `int32 [cells, 4, 2]`, only when the spec's
 //!   [`DatasetSpec::sampling`] is row-linear (`meta.json` `bev_sampling`, `"nearest"` or
-//!   `"row_linear"`): the whole table then ([`BevProjector::source_taps`]), per cell up to
-//!   four taps `(pixel, weight in 1/256)`, `(-1, 0)` unused; the runtime writes
+//!   `"row_linear"`): the whole table then (its `source_taps`), per cell up to four taps
+//!   `(pixel, weight in 1/256)`, `(-1, 0)` unused; the runtime writes
 //!   `zp + round_half_away(Σ w (q − zp) / Σ w)`. `bev_sources_*` stay the nearest tables.
 //! - `drive_NNN/input.npy`, `int8 [frames, cams, H, W, 3]`: the preprocessed, quantized
 //!   network input of every frame, computed by the runtime's own [`Preprocess`] from the
@@ -45,10 +46,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use redline_pipeline::camera::{project_ego, CameraSpec};
+use redline_pipeline::camera::CameraSpec;
 use redline_pipeline::eval::seg_ground_truth;
 use redline_pipeline::geometry::{world_to_ego, wrap_angle};
-use redline_pipeline::perception::{BevProjector, BevSampling, Preprocess, TemporalCache};
+use redline_pipeline::graph::view_transform;
+use redline_pipeline::models::ViewTransform;
+use redline_pipeline::perception::{BevSampling, Preprocess, TemporalCache};
 use redline_pipeline::sensors::in_perception_range;
 use redline_pipeline::types::{BevSpec, EgoPose};
 use serde::Serialize;
@@ -294,23 +297,17 @@ pub fn write_dataset(
                 spec.net_w, spec.net_h
             )));
         }
-        let project = |c: usize, x: f64, y: f64, z: f64| -> Option<(f64, f64)> {
-            project_ego(&rig[c], x, y, z).map(|(u, v, _)| (u, v))
-        };
+        // The projector the driving graph builds, at one channel per pixel (the tables
+        // index pixels).
         let projector = |sampling| {
-            BevProjector::with_sampling(
-                &bev,
-                cams,
-                img_w as usize,
-                img_h as usize,
-                spec.net_w / s.x,
-                spec.net_h / s.y,
-                1,
-                &spec.lifts_m,
+            let view = ViewTransform {
+                lifts: spec.lifts_m.clone(),
                 sampling,
-                &project,
-            )
-            .map_err(|e| DatasetError::Config(e.to_string()))
+            };
+            let image = (img_w as usize, img_h as usize);
+            let features = (spec.net_h / s.y, spec.net_w / s.x, 1);
+            view_transform(&view, &bev, &rig, image, features)
+                .map_err(|e| DatasetError::Config(e.to_string()))
         };
         // `bev_sources_*` are always the nearest tables (earlier training stages read
         // them); the row-linear taps come from their own projector.
