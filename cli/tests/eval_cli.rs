@@ -3,32 +3,12 @@
 //! values, or, with `check_rig = false` in the config, evaluated with a warning in the
 //! text and `rig_mismatch` in the `--json` file. Plumbing only: no assertion on quality.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn redline() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_redline"))
-}
-
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("redline-eval-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+mod common;
+use common::{redline, show};
 
 #[test]
 fn eval_refuses_a_log_from_another_rig_unless_the_config_runs_it_anyway() {
-    let d = dir("rig");
+    let d = common::fresh_dir("eval-cli", "rig");
     let log = d.join("tele10.mcap");
     let o = redline()
         .args([

@@ -5,12 +5,11 @@
 //! The onnxruntime parts need ONNX Runtime (`ORT_DYLIB_PATH` or the Python wheel); without
 //! it they print a SKIPPED line instead of failing.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+use common::redline;
 
-fn redline() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_redline"))
-}
+use std::path::{Path, PathBuf};
+use std::process::Output;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

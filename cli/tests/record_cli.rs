@@ -6,29 +6,16 @@
 //!
 //! Lockstep replays, so outputs are reproducible on a busy machine.
 
+mod common;
+use common::{redline, show};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const FRAMES: &str = "45";
 
-fn redline() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_redline"))
-}
-
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("redline-record-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::fresh_dir("record-cli", name)
 }
 
 fn replay(extra: &[&std::ffi::OsStr]) -> Output {

@@ -16,6 +16,9 @@
 //!   2 ms, and the reference would have to be slower than 6 ms (its median P50 over 3
 //!   replays) for the verdict to flip.
 
+mod common;
+use common::{redline, show};
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -33,24 +36,8 @@ use redline_runtime::metrics::LatencyHistogram;
 /// the slowed `tracking` stage would never run at all (seen in a full workspace run).
 static REPLAYS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn redline() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_redline"))
-}
-
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("redline-regress-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::fresh_dir("regress-cli", name)
 }
 
 /// A short log (4 s, 120 frames), written once for all tests.

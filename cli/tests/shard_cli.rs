@@ -6,14 +6,13 @@
 //! by other processes are other values: a merge can only be compared bucket by bucket with
 //! the runs it merged, never with a re-run.)
 
+mod common;
+use common::redline;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use redline_bench::regress::measurement::{Measurement, END_TO_END};
-
-fn redline() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_redline"))
-}
 
 fn check(o: Output) -> Output {
     assert!(
