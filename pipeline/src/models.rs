@@ -475,8 +475,8 @@ fn check_contract(
 mod tests {
     use super::metadata::parse_lifts;
     use super::*;
-    use crate::perception::BevSampling;
     use crate::config::ModelRef;
+    use crate::perception::BevSampling;
 
     fn write(name: &str, bytes: &[u8]) -> PathBuf {
         let p = std::env::temp_dir().join(format!("redline-models-{}-{name}", std::process::id()));

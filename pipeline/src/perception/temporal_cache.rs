@@ -386,6 +386,7 @@ unsafe fn fuse_cells_avx2(job: &FuseJob, acc: &mut [i32], out: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::f64::consts::FRAC_PI_2;
 
     #[test]
     fn the_fusion_reciprocal_divides_exactly_over_its_whole_range() {
@@ -402,7 +403,6 @@ mod tests {
             }
         }
     }
-    use std::f64::consts::FRAC_PI_2;
 
     fn pose(stamp_ns: u64, x: f64, y: f64, yaw: f64) -> EgoPose {
         EgoPose {
