@@ -173,18 +173,16 @@ pub struct PipelineConfig {
     /// [`crate::perception::BevProjector`]). Must be what the models were trained with:
     /// models that declare their heights (ONNX metadata `redline.bev_lift_m`, see
     /// [`crate::models`]) refuse another value. Left out (the default): the models'
-    /// declared heights; for models that declare none, the built-in trained network's
-    /// (`redline_models::export::trained::LIFTS_M`) when it runs, else one height, 0.5 m.
-    /// Written to a config file only when set.
+    /// declared heights (the shipped trained models declare theirs); for models that
+    /// declare none, one height, 0.5 m. Written to a config file only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bev_lift_m: Option<Vec<f32>>,
     /// How BEV cells read the camera feature maps (see
     /// [`crate::perception::BevSampling`]): `nearest` or `row_linear`. Must be what the
     /// models were trained with: models that declare it (ONNX metadata
     /// `redline.bev_sampling`) refuse another value. Left out (the default): the models'
-    /// declared sampling; for models that declare none, the built-in trained network's
-    /// (`redline_models::export::trained::ROW_LINEAR`) when it runs, else `nearest`.
-    /// Written to a config file only when set.
+    /// declared sampling (the shipped trained models declare theirs); for models that
+    /// declare none, `nearest`. Written to a config file only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bev_sampling: Option<crate::perception::BevSampling>,
     /// Refuse a log whose cameras are not the rig the models declare they were trained on
@@ -667,41 +665,18 @@ impl PipelineConfig {
     }
 
     /// The BEV lift heights of this config before the models are read: `bev_lift_m` when
-    /// set; else the trained network's when the built-in trained models run (`network =
-    /// "trained"`, no `weights`, no model files); else `[0.5]`. The run's are
-    /// [`crate::models::Models::view`]: the models' declared heights win over the last two.
+    /// set, else `[0.5]`. The run's are [`crate::models::Models::view`]: heights the models
+    /// declare win over the default (and a config that sets others is refused).
     pub fn bev_lifts(&self) -> Vec<f32> {
-        if let Some(l) = &self.bev_lift_m {
-            return l.clone();
-        }
-        if self.builtin_trained() {
-            redline_models::export::trained::LIFTS_M.to_vec()
-        } else {
-            vec![0.5]
-        }
+        self.bev_lift_m.clone().unwrap_or_else(|| vec![0.5])
     }
 
     /// How BEV cells read the features, before the models are read: `bev_sampling` when
-    /// set; else the trained network's when the built-in trained models run; else nearest.
-    /// The run's is [`crate::models::Models::view`]: the models' declared sampling wins over
-    /// the last two.
+    /// set, else nearest. The run's is [`crate::models::Models::view`]: a sampling the
+    /// models declare wins over the default (and a config that sets another is refused).
     pub fn bev_sampling(&self) -> crate::perception::BevSampling {
-        use crate::perception::BevSampling;
-        if let Some(s) = self.bev_sampling {
-            return s;
-        }
-        if self.builtin_trained() && redline_models::export::trained::ROW_LINEAR {
-            BevSampling::RowLinear
-        } else {
-            BevSampling::Nearest
-        }
-    }
-
-    /// The built-in trained models run: `network = "trained"`, no `weights`, no model files.
-    fn builtin_trained(&self) -> bool {
-        self.network == Network::Trained
-            && self.weights.is_none()
-            && self.models.entries().iter().all(|(_, m)| m.path.is_none())
+        self.bev_sampling
+            .unwrap_or(crate::perception::BevSampling::Nearest)
     }
 
     /// Tracking's minimum detection score per class id (`class::NAMES` order):
@@ -847,10 +822,12 @@ mod tests {
     }
 
     #[test]
-    fn bev_lift_heights_default_by_network_override_and_rejections() {
+    fn bev_lift_heights_default_override_and_rejections() {
         let d = PipelineConfig::default();
         assert_eq!(d.bev_lift_m, None);
-        assert_eq!(d.bev_lifts(), redline_models::export::trained::LIFTS_M);
+        // The shipped models declare theirs (crate::models' tests); the config's own
+        // default is for models that declare none.
+        assert_eq!(d.bev_lifts(), [0.5]);
         // Left out of the written config while unset (existing configs keep their hash).
         assert!(!toml::to_string(&d).unwrap().contains("bev_lift_m"));
         let seeded = PipelineConfig::parse("network = \"seeded\"\n", "t").unwrap();
@@ -885,16 +862,11 @@ mod tests {
     }
 
     #[test]
-    fn bev_sampling_defaults_by_network_and_parses_its_names() {
+    fn bev_sampling_defaults_and_parses_its_names() {
         use crate::perception::BevSampling;
         let d = PipelineConfig::default();
         assert_eq!(d.bev_sampling, None);
-        let trained = if redline_models::export::trained::ROW_LINEAR {
-            BevSampling::RowLinear
-        } else {
-            BevSampling::Nearest
-        };
-        assert_eq!(d.bev_sampling(), trained);
+        assert_eq!(d.bev_sampling(), BevSampling::Nearest);
         assert!(!toml::to_string(&d).unwrap().contains("bev_sampling"));
         let seeded = PipelineConfig::parse("network = \"seeded\"\n", "t").unwrap();
         assert_eq!(seeded.bev_sampling(), BevSampling::Nearest);

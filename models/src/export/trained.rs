@@ -15,10 +15,13 @@ pub const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trained");
 /// Cameras the trained backbone takes (its input's first dimension).
 pub const CAMERAS: usize = 7;
 /// Heights (m) at which the view transform samples the trained network's features, in
-/// the order its heads take them (the pipeline's default `bev_lift_m` for these models).
+/// the order its heads take them. The pipeline runs what the files declare (ONNX metadata
+/// `redline.bev_lift_m`); this restates it for code that builds the view transform without
+/// loading the models (the kernels bench), and a pipeline test checks the two agree.
 pub const LIFTS_M: &[f32] = &[0.5, 0.0];
 /// Whether the view transform reads the trained network's feature maps linearly between
-/// rows (the pipeline's `bev_sampling = "row_linear"`) rather than at the nearest cell.
+/// rows (`row_linear`) rather than at the nearest cell: what the files declare
+/// (`redline.bev_sampling`), restated like [`LIFTS_M`].
 pub const ROW_LINEAR: bool = true;
 /// `backbone.onnx`, embedded.
 pub const BACKBONE: &[u8] = include_bytes!(concat!(
