@@ -85,12 +85,30 @@ enum Command {
     RegressWorker(WorkerArgs),
 }
 
+/// What the CLI prints for an error: the message and each cause, joined by ": " (what
+/// anyhow's `{:#}` gives), except that a cause whose text the message so far already
+/// quotes is not repeated. Library errors often do both — a `#[error("... {source}")]`
+/// message and the same error as their `source()` — and a user would read the OS error
+/// twice ("No such file or directory (os error 2); check the path ...: No such file or
+/// directory (os error 2)").
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let done = |r: anyhow::Result<()>| match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {e:#}");
+            eprintln!("Error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     };
@@ -108,21 +126,21 @@ fn main() -> ExitCode {
         Some(Command::Regress(a)) => match regress::regress(a) {
             Ok(pass) => ExitCode::from(if pass { 0 } else { 1 }),
             Err(e) => {
-                eprintln!("Error: {e:#}");
+                eprintln!("Error: {}", error_text(&e));
                 ExitCode::from(2)
             }
         },
         Some(Command::Report(ReportCommand::Merge(a))) => match report::merge(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("Error: {e:#}");
+                eprintln!("Error: {}", error_text(&e));
                 ExitCode::from(2)
             }
         },
         Some(Command::RegressWorker(a)) => match regress::worker(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("Error: {e:#}");
+                eprintln!("Error: {}", error_text(&e));
                 ExitCode::from(2)
             }
         },
@@ -134,7 +152,7 @@ fn main() -> ExitCode {
 mod tests {
     use clap::CommandFactory;
 
-    use super::Cli;
+    use super::{error_text, Cli};
 
     /// clap's own consistency checks over every subcommand and argument (conflicts,
     /// requirements and defaults that name real arguments, no duplicate flags).
@@ -185,5 +203,31 @@ mod tests {
                 .is_err(),
             "--no-rt and --fifo contradict each other"
         );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot open {path}: {source}; check the path")]
+    struct Quoting {
+        path: String,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn error_text_joins_the_chain_but_never_repeats_a_quoted_cause() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        // The message quotes its source: printed once.
+        let e = anyhow::Error::new(Quoting {
+            path: "a.mcap".into(),
+            source: io(),
+        })
+        .context("replaying a.mcap");
+        assert_eq!(
+            error_text(&e),
+            "replaying a.mcap: cannot open a.mcap: no such file; check the path"
+        );
+        // A cause the message does not quote is appended, as `{:#}` would.
+        let e = anyhow::Error::new(io()).context("reading a.mcap");
+        assert_eq!(error_text(&e), "reading a.mcap: no such file");
+        assert_eq!(error_text(&e), format!("{e:#}"));
     }
 }

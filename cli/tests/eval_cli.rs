@@ -63,3 +63,21 @@ fn eval_refuses_a_log_from_another_rig_unless_the_config_runs_it_anyway() {
     assert!(m.contains("front_tele"), "{m}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_missing_log_is_named_with_the_os_error_at_most_once() {
+    let d = common::fresh_dir("eval-cli", "missing");
+    let log = d.join("not-there.mcap");
+    for cmd in ["replay", "eval"] {
+        let o = redline().arg(cmd).arg(&log).output().unwrap();
+        let text = show(&o);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {text}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("not-there.mcap"), "{cmd}: {text}");
+        // replay's log error quotes the OS error (eval checks the path first); the CLI must
+        // not print it a second time.
+        let want = usize::from(cmd == "replay");
+        assert_eq!(err.matches("os error 2").count(), want, "{cmd}: {text}");
+        assert!(!text.contains("panicked"), "{cmd}: {text}");
+    }
+}
