@@ -192,22 +192,17 @@ class Builder:
             y = self.dq(self.q(y, *out_q), *out_q)
         return y
 
-    def model(self, inputs, outputs, role):
+    def model(self, inputs, outputs, role, metadata):
         g = helper.make_graph(self.nodes, self.name, inputs, outputs, self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="redline-train")
         m.ir_version = 8
         m.metadata_props.append(onnx.StringStringEntryProto(key="redline.role", value=role))
         # What the network was trained with that its shapes do not say (redline reads these
-        # at load: pipeline/src/models.rs, META_*).
-        for key, value in MODEL_METADATA.items():
+        # at load: pipeline/src/models/metadata.rs, META_*).
+        for key, value in metadata.items():
             m.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
         onnx.checker.check_model(m, full_check=True)
         return m
-
-
-# The `metadata_props` every exported model carries besides its role (set in main:
-# view_transform_metadata and rig_metadata).
-MODEL_METADATA = {}
 
 
 def degrees(values):
@@ -264,7 +259,9 @@ def feat_tap():
     return f"backbone.{len(N.BACKBONE) - 1}"
 
 
-def build_models(model, qp, cams, h, w, ny, nx, qdq):
+def build_models(model, qp, cams, h, w, ny, nx, qdq, metadata):
+    """The three ONNX models (QDQ when `qdq`, else float), each carrying `metadata` (the
+    `metadata_props` besides its role: view_transform_metadata and rig_metadata)."""
     in_q = (1.0 / 128.0, 0)
     feat_q = qp[feat_tap()]
     fh, fw = h // N.STRIDE_Y, w // N.STRIDE_X
@@ -279,7 +276,7 @@ def build_models(model, qp, cams, h, w, ny, nx, qdq):
         x = b.conv(x, l, s, True, q, last=i == len(layers) - 1)
         s = q[0]
     outs = [nhwc_out(b, x, "features", [cams, fh, fw, N.FEAT_C], feat_q)]
-    out["backbone"] = b.model(ins, outs, "backbone")
+    out["backbone"] = b.model(ins, outs, "backbone", metadata)
     # Detection head (the position map, if any, is a constant beside the BEV features).
     b = Builder("det_head", qdq)
     x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C * len(N.LIFTS)], *feat_q)
@@ -297,14 +294,14 @@ def build_models(model, qp, cams, h, w, ny, nx, qdq):
         nhwc_out(b, heat, "heatmap", [1, ny, nx, N.CLASSES], qp["det.heat"]),
         nhwc_out(b, box, "boxes", [1, ny, nx, N.REG], qp["det.box"]),
     ]
-    out["det_head"] = b.model(ins, outs, "det_head")
+    out["det_head"] = b.model(ins, outs, "det_head", metadata)
     # Segmentation head.
     b = Builder("seg_head", qdq)
     x, ins = nhwc_in(b, "input", [1, ny, nx, N.FEAT_C * len(N.LIFTS)], *feat_q)
     x, s = hidden_layers(b, x, feat_q[0], model.seg.hidden, "seg", qp)
     y = b.conv(x, model.seg.out, s, False, qp["seg.out"], last=True)
     outs = [nhwc_out(b, y, "logits", [1, ny, nx, N.SEG_CLASSES], qp["seg.out"])]
-    out["seg_head"] = b.model(ins, outs, "seg_head")
+    out["seg_head"] = b.model(ins, outs, "seg_head", metadata)
     return out
 
 
@@ -349,12 +346,11 @@ def main():
             print(f"feature scale {s:.6f} raised to {1.0 / (127 - zp):.6f} for the position map")
             qp[feat_tap()] = (1.0 / (127 - zp), zp)
     m = ds.meta
-    MODEL_METADATA.update(view_transform_metadata())
-    MODEL_METADATA.update(rig_metadata(m))
+    metadata = {**view_transform_metadata(), **rig_metadata(m)}
     cams, h, w = m["cams"], m["net_h"], m["net_w"]
     ny, nx = ds.bev["ny"], ds.bev["nx"]
     for qdq, sub in ((True, ""), (False, "float")):
-        for name, mod in build_models(model, qp, cams, h, w, ny, nx, qdq).items():
+        for name, mod in build_models(model, qp, cams, h, w, ny, nx, qdq, metadata).items():
             save(mod, os.path.join(a.output, sub, f"{name}.onnx"))
     # Per-layer SQNR of the integer network against the float one.
     qnet = int8.QuantNet(model, qp, ds)
