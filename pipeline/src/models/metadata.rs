@@ -76,19 +76,19 @@ pub fn check_rig(rig: &DeclaredRig, cameras: &[CameraSpec]) -> Result<(), Models
         ("horizontal field of view", &rig.hfov_deg, of_camera[0]),
         ("heading", &rig.yaw_deg, of_camera[1]),
     ];
+    let show = |v: &[f64]| {
+        v.iter()
+            .map(|d| format!("{d:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let advice = "replay logs recorded with the rig the models were trained on (for the \
+                  shipped network, `redline sim generate` with its default cameras), give \
+                  models trained on this rig in the [models] table, or set check_rig = \
+                  false in the config to run them anyway";
     for (what, declared, of) in checks {
         let Some(want) = declared else { continue };
         let got: Vec<f64> = cameras.iter().map(of).collect();
-        let show = |v: &[f64]| {
-            v.iter()
-                .map(|d| format!("{d:.1}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let advice = "replay logs recorded with the rig the models were trained on (for the \
-                      shipped network, `redline sim generate` with its default cameras), give \
-                      models trained on this rig in the [models] table, or set check_rig = \
-                      false in the config to run them anyway";
         if want.len() != got.len() {
             return Err(ModelsError::Rig {
                 reason: format!(
