@@ -264,3 +264,33 @@ fn bench_against_onnxruntime_compares_outputs() {
     let want = v["p50_ms"].as_f64().unwrap() / v["against_p50_ms"].as_f64().unwrap();
     assert!((r - want).abs() < 1e-9, "{v}");
 }
+
+#[test]
+fn profile_lists_the_native_engines_steps() {
+    let m = fixture("tiny_qdq_s8.onnx");
+    let o = run(&[
+        "model",
+        "profile",
+        m.to_str().unwrap(),
+        "--engine",
+        "native",
+        "--reps",
+        "3",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("on the native engine ("), "{out}");
+    assert!(out.contains("convolutions, "), "names the kernels: {out}");
+    assert!(out.contains("mean of 3 runs"), "{out}");
+    // The fixture's one convolution (6912 MACs) and its quantize step are listed.
+    assert!(out.contains("conv 3x3/1 3>4 8x8"), "{out}");
+    assert!(out.contains("quantize"), "{out}");
+
+    // A model the native engine cannot compile is an error naming it, not a panic.
+    let f = fixture("tiny_float_conv.onnx");
+    let o = run(&["model", "profile", f.to_str().unwrap(), "--engine", "native"]);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(err.contains("the native engine cannot run"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -8,8 +8,10 @@
 //!   (ONNX Runtime's CPU provider, `engine::onnxruntime::OrtEngine`, its own thread pool),
 //!   `cuda` / `cuda-stream` / `cuda-staged` (`engine::cuda::CudaEngine` with graph replay,
 //!   plain launches, or its pinned staging written once) and `tensorrt`. All are built by
-//!   [`load_engine`] (`runners.rs`, with the runners that time them); `profile` times a CUDA
-//!   model kernel by kernel.
+//!   [`load_engine`] (`runners.rs`, with the runners that time them); `profile` takes one
+//!   run apart: the CUDA engine launch by launch (GPU events), or with `--engine native` the
+//!   native engine's compiled steps, each timed alone on the calling thread after a full run
+//!   (so every step reads what a real run left; caches are warmer than in a whole run).
 //! - **Threads**: the native engine with `--threads 1` runs on the calling thread
 //!   (`engine::Inline`); with N > 1 it runs as the one stage of a redline runtime with N lanes and
 //!   one frame slot, frames released as fast as possible, the engine splitting its rows over
@@ -60,14 +62,27 @@ pub enum ModelCommand {
     Info(InfoArgs),
     /// Time an engine on a model (P50/P99/max, GMAC/s), optionally against another engine.
     Bench(BenchArgs),
-    /// Where a frame's GPU time goes on the CUDA engine: upload, every kernel, download.
+    /// Where a frame's time goes: every kernel launch of the CUDA engine (default), or every
+    /// step of the native engine on one thread (`--engine native`).
     Profile(ProfileArgs),
+}
+
+/// Which engine `redline model profile` takes apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProfileEngine {
+    /// The CUDA engine: upload, every kernel launch, download (GPU events).
+    Cuda,
+    /// The native INT8 engine on one thread: every step of the compiled program.
+    Native,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ProfileArgs {
     /// The .onnx file.
     pub model: PathBuf,
+    /// Engine to profile.
+    #[arg(long, value_enum, default_value_t = ProfileEngine::Cuda)]
+    pub engine: ProfileEngine,
     /// Frames averaged (after 3 warm-up frames).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
     pub reps: u64,
@@ -449,6 +464,9 @@ impl Progress {
 }
 
 fn profile(a: ProfileArgs) -> Result<()> {
+    if a.engine == ProfileEngine::Native {
+        return profile_native(&a);
+    }
     let opts = CudaOptions {
         tensor_cores: !a.no_tensor_cores,
         ..CudaOptions::default()
@@ -478,6 +496,57 @@ fn profile(a: ProfileArgs) -> Result<()> {
     println!("{:>9} {:>6}  what", "ms", "share");
     for (what, ms) in steps.iter().take(a.top) {
         println!("{ms:9.3} {:5.1}%  {what}", 100.0 * ms / total.max(1e-9));
+    }
+    Ok(())
+}
+
+/// `redline model profile --engine native`: one full run, then each step of the compiled
+/// program timed alone `reps` times on the calling thread (its inputs are what the full run
+/// left in the arena), listed slowest first with its multiply-accumulates.
+fn profile_native(a: &ProfileArgs) -> Result<()> {
+    use redline_models::engine::Inline;
+    use redline_models::onnx::NativeEngine;
+    let mut e = NativeEngine::load(&a.model)
+        .map_err(|e| anyhow!("the native engine cannot run {}: {e}", a.model.display()))?;
+    let inputs = read_inputs(&[], e.inputs(), a.seed)?;
+    let mut outs: Vec<Vec<u8>> = e.outputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
+    let i: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    for _ in 0..3 {
+        e.run(&i, &mut o, &Inline)?;
+    }
+    let mut steps = Vec::new();
+    for (k, (name, macs)) in e.step_macs().into_iter().enumerate() {
+        let t = Instant::now();
+        for _ in 0..a.reps {
+            e.run_step(k, &Inline)?;
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / a.reps as f64;
+        steps.push((k, name, macs, ms));
+    }
+    let total: f64 = steps.iter().map(|s| s.3).sum();
+    let conv: f64 = steps.iter().filter(|s| s.2 > 0).map(|s| s.3).sum();
+    println!(
+        "profile: {} on the native engine ({} kernels), one thread, {} steps, each timed alone, mean of {} runs",
+        a.model.display(),
+        e.kernel_name(),
+        steps.len(),
+        a.reps
+    );
+    println!(
+        "total {total:.3} ms: steps with multiply-accumulates {conv:.3} ms ({:.1} GMAC/s), the rest {:.3} ms",
+        e.macs() as f64 / 1e6 / conv.max(1e-9),
+        total - conv
+    );
+    steps.sort_by(|x, y| y.3.total_cmp(&x.3));
+    println!("{:>9} {:>6} {:>8} {:>5}  what", "ms", "share", "GMAC/s", "step");
+    for (k, name, macs, ms) in steps.iter().take(a.top) {
+        let g = if *macs > 0 {
+            format!("{:.1}", *macs as f64 / 1e6 / ms.max(1e-9))
+        } else {
+            "-".into()
+        };
+        println!("{ms:9.3} {:5.1}% {g:>8} {k:>5}  {name}", 100.0 * ms / total.max(1e-9));
     }
     Ok(())
 }

@@ -9,24 +9,45 @@
 //! the result never depends on the split. Rounding is `round_half_even` everywhere, in `f32`,
 //! without fused multiply-add.
 
+use super::isa::{multiversion, Isa};
 use std::ops::Range;
 
-/// Rounds half to even for `|v| <= 2^22` with the "magic number" addition (exact under
-/// IEEE-754 round-to-nearest-even, which Rust never changes): `f32::round_ties_even` is a
-/// libm call on baseline x86-64 and would keep these loops scalar. Callers clamp first.
+/// `1.5 · 2^23`: adding it to `|v| <= 2^22` rounds `v` half to even to an integer `n` (exact
+/// under IEEE-754 round-to-nearest-even, which Rust never changes), and the sum's bit
+/// pattern is then `MAGIC.to_bits() + n`, because floats in `[2^23, 2^24)` are one apart.
+const MAGIC: f32 = 12_582_912.0;
+
+/// Saturating `i8` of `round_half_even(v) + zp`, clamped into `[lo, hi]`; NaN gives 0.
+/// `v` is clamped to ±1024 first (beyond that every result saturates anyway).
+///
+/// All integer after one float add (the magic-number rounding read back as bits, see
+/// [`MAGIC`]), so a loop of it vectorises on every ISA; `f32::round_ties_even` is a libm
+/// call on baseline x86-64 and a float-to-`i8` cast is scalarised. The same integers as
+/// the float formula `clamp(round(v) + zp, lo, hi) as i8` (test
+/// `requant_matches_the_float_formula`).
 #[inline(always)]
-fn round_even_small(v: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
-    (v + MAGIC) - MAGIC
+pub(crate) fn requant_f32(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
+    let t = v.clamp(-1024.0, 1024.0) + MAGIC;
+    let n = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32) + zp;
+    let q = n.max(i32::from(lo)).min(i32::from(hi)) as i8;
+    if v.is_nan() {
+        0
+    } else {
+        q
+    }
 }
 
-/// Saturating `i8` from a rounded float plus a zero point, clamped into `[lo, hi]`.
-/// Values beyond ±1024 saturate either way, so they are clamped before rounding (NaN stays
-/// NaN and becomes 0 through the saturating cast, as before).
-#[inline]
-pub(crate) fn requant_f32(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
-    let r = round_even_small(v.clamp(-1024.0, 1024.0)) + zp as f32;
-    r.clamp(f32::from(lo), f32::from(hi)) as i8
+/// `v as i8` for an integral `v` in `[-128, 127]` (NaN gives 0, as the cast does), through
+/// the bits of `v + MAGIC` ([`MAGIC`]): integer code that vectorises, where the float-to-`i8`
+/// cast is scalarised.
+#[inline(always)]
+fn integral_to_i8(v: f32) -> i8 {
+    let n = ((v + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32) as i8;
+    if v.is_nan() {
+        0
+    } else {
+        n
+    }
 }
 
 /// Geometry of a 2-D window operator (convolution or pooling) over NHWC images.
@@ -201,37 +222,98 @@ pub(crate) fn clamp(out: &mut [i8], lo: i8, hi: i8) {
     }
 }
 
-/// Max pooling over NHWC `c`-channel images; rows over `batch * out_h`. Padded taps are
-/// ignored (ONNX semantics); a window with no tap inside the image yields `i8::MIN`.
-pub(crate) fn max_pool(win: &Window, c: usize, input: &[i8], out: &mut [i8], rows: Range<usize>) {
-    let img = win.in_h * win.in_w * c;
-    let mut o = 0;
-    for r in rows {
-        let (b, oy) = (r / win.out_h, r % win.out_h);
-        let x = &input[b * img..(b + 1) * img];
-        for ox in 0..win.out_w {
-            let dst = &mut out[o..o + c];
-            dst.fill(i8::MIN);
-            for ky in 0..win.kh {
-                let iy = win.iy(oy, ky);
-                if iy < 0 || iy >= win.in_h as isize {
-                    continue;
+multiversion! {
+    /// Max pooling over NHWC `c`-channel images; rows over `batch * out_h`. Padded taps are
+    /// ignored (ONNX semantics); a window with no tap inside the image yields `i8::MIN`.
+    ///
+    /// Separable: for each output row, the maximum over the kernel's input rows is taken
+    /// first, across whole rows (long contiguous loops), into a stack buffer of
+    /// [`POOL_SCRATCH`] bytes, then over the kernel's columns pixel by pixel; the output
+    /// columns are taken in runs whose input columns fit that buffer. Max is associative,
+    /// so this is the same result as tap by tap.
+    pub(crate) fn max_pool(win: &Window, c: usize, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let img = win.in_h * win.in_w * c;
+        let row_bytes = win.in_w * c;
+        // Input columns one output column's window spans.
+        let span = (win.kw - 1) * win.dw + 1;
+        let run = if span * c <= POOL_SCRATCH {
+            // Output columns per run: their input columns (clipped to the image) fit.
+            (POOL_SCRATCH / c - span) / win.sw + 1
+        } else {
+            0
+        };
+        let mut cols = [i8::MIN; POOL_SCRATCH];
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / win.out_h, r % win.out_h);
+            let x = &input[b * img..(b + 1) * img];
+            if run == 0 {
+                // A window wider than the buffer: tap by tap.
+                for ox in 0..win.out_w {
+                    let dst = &mut out[o..o + c];
+                    dst.fill(i8::MIN);
+                    for ky in 0..win.kh {
+                        let iy = win.iy(oy, ky);
+                        if iy < 0 || iy >= win.in_h as isize {
+                            continue;
+                        }
+                        for kx in 0..win.kw {
+                            let ix = win.ix(ox, kx);
+                            if ix < 0 || ix >= win.in_w as isize {
+                                continue;
+                            }
+                            let base = (iy as usize * win.in_w + ix as usize) * c;
+                            for (d, s) in dst.iter_mut().zip(&x[base..base + c]) {
+                                *d = (*d).max(*s);
+                            }
+                        }
+                    }
+                    o += c;
                 }
-                for kx in 0..win.kw {
-                    let ix = win.ix(ox, kx);
-                    if ix < 0 || ix >= win.in_w as isize {
+                continue;
+            }
+            let mut ox0 = 0;
+            while ox0 < win.out_w {
+                let ox1 = (ox0 + run).min(win.out_w);
+                // Input columns [x0, x1) of these output columns, clipped to the image.
+                let x0 = win.ix(ox0, 0).max(0) as usize;
+                let x1 = (win.ix(ox1 - 1, win.kw - 1) + 1).clamp(0, win.in_w as isize) as usize;
+                let x1 = x1.max(x0);
+                let col = &mut cols[..(x1 - x0) * c];
+                col.fill(i8::MIN);
+                for ky in 0..win.kh {
+                    let iy = win.iy(oy, ky);
+                    if iy < 0 || iy >= win.in_h as isize {
                         continue;
                     }
-                    let base = (iy as usize * win.in_w + ix as usize) * c;
-                    for (d, s) in dst.iter_mut().zip(&x[base..base + c]) {
+                    let src = &x[iy as usize * row_bytes + x0 * c..iy as usize * row_bytes + x1 * c];
+                    for (d, s) in col.iter_mut().zip(src) {
                         *d = (*d).max(*s);
                     }
                 }
+                for ox in ox0..ox1 {
+                    let dst = &mut out[o..o + c];
+                    dst.fill(i8::MIN);
+                    for kx in 0..win.kw {
+                        let ix = win.ix(ox, kx);
+                        if ix < 0 || ix >= win.in_w as isize {
+                            continue;
+                        }
+                        let base = (ix as usize - x0) * c;
+                        for (d, s) in dst.iter_mut().zip(&col[base..base + c]) {
+                            *d = (*d).max(*s);
+                        }
+                    }
+                    o += c;
+                }
+                ox0 = ox1;
             }
-            o += c;
         }
     }
 }
+
+/// Stack bytes [`max_pool`] keeps the column maxima of one run of output columns in.
+const POOL_SCRATCH: usize = 8192;
 
 /// Average pooling parameters: `y = requant(Σ (x - x_zp) as f32 * (x_scale / (y_scale *
 /// count)))`, the multiplier computed in that order (ONNX Runtime's global average pooling).
@@ -361,33 +443,34 @@ pub(crate) struct Binary {
 }
 
 impl Binary {
-    #[inline]
+    #[inline(always)]
     fn one(&self, a: i8, b: i8) -> i8 {
         match self.kind {
+            BinaryKind::Add { ra, rb, fixed } => add_one(ra, rb, fixed, self.lo, self.hi, a, b),
+            BinaryKind::Mul => mul_one(self, a, b),
+        }
+    }
+
+    /// `n` contiguous elements of both operands (a row, or the whole tensor), on `isa`.
+    fn contiguous(&self, isa: Isa, a: &[i8], b: &[i8], out: &mut [i8]) {
+        match self.kind {
             BinaryKind::Add { ra, rb, fixed } => {
-                let v = (fixed + f32::from(a) * ra) + f32::from(b) * rb;
-                requant_f32(v, 0, self.lo, self.hi)
+                add_contiguous(isa, ra, rb, fixed, self.lo, self.hi, a, b, out)
             }
-            BinaryKind::Mul => {
-                let (a, b) = (i32::from(a) - self.za, i32::from(b) - self.zb);
-                let v = (a as f32 * self.sa * (b as f32 * self.sb)) / self.sy;
-                requant_f32(v, self.zy, self.lo, self.hi)
-            }
+            BinaryKind::Mul => mul_contiguous(isa, self, a, b, out),
         }
     }
 
     /// Elements `range` of the output (flat index, physical order).
-    pub fn run(&self, a: &[i8], b: &[i8], out: &mut [i8], range: Range<usize>) {
+    pub fn run(&self, isa: Isa, a: &[i8], b: &[i8], out: &mut [i8], range: Range<usize>) {
         let n: usize = self.shape.iter().product();
         if a.len() == n
             && b.len() == n
             && dense_strides(&self.a_strides, &self.shape)
             && dense_strides(&self.b_strides, &self.shape)
         {
-            // Same shape, both contiguous: one flat loop the compiler vectorises.
-            for ((d, x), y) in out.iter_mut().zip(&a[range.clone()]).zip(&b[range]) {
-                *d = self.one(*x, *y);
-            }
+            // Same shape, both contiguous: one flat loop, vectorised for `isa`.
+            self.contiguous(isa, &a[range.clone()], &b[range], out);
             return;
         }
         let rank = self.shape.len();
@@ -410,11 +493,49 @@ impl Binary {
             }
             let col = i % inner;
             let n = (inner - col).min(range.end - i);
-            for k in 0..n {
-                out[o + k] = self.one(a[oa + (col + k) * sa], b[ob + (col + k) * sb]);
+            if sa == 1 && sb == 1 {
+                let (a, b) = (&a[oa + col..oa + col + n], &b[ob + col..ob + col + n]);
+                self.contiguous(isa, a, b, &mut out[o..o + n]);
+            } else {
+                for k in 0..n {
+                    out[o + k] = self.one(a[oa + (col + k) * sa], b[ob + (col + k) * sb]);
+                }
             }
             i += n;
             o += n;
+        }
+    }
+}
+
+/// One `Add` element ([`BinaryKind::Add`]).
+#[inline(always)]
+fn add_one(ra: f32, rb: f32, fixed: f32, lo: i8, hi: i8, a: i8, b: i8) -> i8 {
+    let v = (fixed + f32::from(a) * ra) + f32::from(b) * rb;
+    requant_f32(v, 0, lo, hi)
+}
+
+/// One `Mul` element ([`BinaryKind::Mul`]).
+#[inline(always)]
+fn mul_one(p: &Binary, a: i8, b: i8) -> i8 {
+    let (a, b) = (i32::from(a) - p.za, i32::from(b) - p.zb);
+    let v = (a as f32 * p.sa * (b as f32 * p.sb)) / p.sy;
+    requant_f32(v, p.zy, p.lo, p.hi)
+}
+
+multiversion! {
+    /// [`add_one`] over equally long contiguous slices.
+    fn add_contiguous(ra: f32, rb: f32, fixed: f32, lo: i8, hi: i8, a: &[i8], b: &[i8], out: &mut [i8]) {
+        for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
+            *d = add_one(ra, rb, fixed, lo, hi, *x, *y);
+        }
+    }
+}
+
+multiversion! {
+    /// [`mul_one`] over equally long contiguous slices.
+    fn mul_contiguous(p: &Binary, a: &[i8], b: &[i8], out: &mut [i8]) {
+        for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
+            *d = mul_one(p, *x, *y);
         }
     }
 }
@@ -444,19 +565,42 @@ pub(crate) fn transpose<T: Copy>(
 ) {
     let rank = out_shape.len();
     if rank >= 2 {
-        // Walk the output row by row: one index decomposition per row, then a strided
-        // gather along the last output dimension.
+        // Walk the output by rows of the last dimension. Whole rows are taken in runs along
+        // the second-to-last dimension and copied column by column, so a short last
+        // dimension (NCHW to NHWC: 3 channels) costs one index decomposition per run, not
+        // per row, and reads its input contiguously. A partial row (a chunk boundary) is
+        // gathered on its own.
         let inner = out_shape[rank - 1];
         let step = in_strides_permuted[rank - 1];
+        let mid = out_shape[rank - 2];
+        let mid_step = in_strides_permuted[rank - 2];
         let mut i = range.start;
         let mut o = 0;
         while i < range.end {
             let col = i % inner;
             let mut rem = i / inner;
+            let y = rem % mid;
             let mut off = col * step;
             for d in (0..rank - 1).rev() {
                 off += (rem % out_shape[d]) * in_strides_permuted[d];
                 rem /= out_shape[d];
+            }
+            let rows = if col == 0 {
+                (mid - y).min((range.end - i) / inner.max(1))
+            } else {
+                0
+            };
+            if rows > 0 {
+                let dst = &mut out[o..o + rows * inner];
+                for k in 0..inner {
+                    let src = off + k * step;
+                    for (r, d) in dst[k..].iter_mut().step_by(inner).enumerate() {
+                        *d = input[src + r * mid_step];
+                    }
+                }
+                i += rows * inner;
+                o += rows * inner;
+                continue;
             }
             let n = (inner - col).min(range.end - i);
             for k in 0..n {
@@ -478,11 +622,13 @@ pub(crate) fn transpose<T: Copy>(
     }
 }
 
-/// `QuantizeLinear` of `f32` values: `saturate(round_half_even(x / scale) + zp)` (ONNX
-/// semantics, as ONNX Runtime computes it: a division, not a multiply by the reciprocal).
-pub(crate) fn quantize(input: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
-    for (d, s) in out.iter_mut().zip(input) {
-        *d = requant_f32(*s / scale, zp, i8::MIN, i8::MAX);
+multiversion! {
+    /// `QuantizeLinear` of `f32` values: `saturate(round_half_even(x / scale) + zp)` (ONNX
+    /// semantics, as ONNX Runtime computes it: a division, not a multiply by the reciprocal).
+    pub(crate) fn quantize(input: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
+        for (d, s) in out.iter_mut().zip(input) {
+            *d = requant_f32(*s / scale, zp, i8::MIN, i8::MAX);
+        }
     }
 }
 
@@ -509,58 +655,59 @@ pub(crate) enum Interp {
     Raw { floor: bool },
 }
 
-/// Resize of NHWC images: `ys`/`xs` hold one [`Tap`] per output row / column; `mode` says
-/// how a value is computed. Rows over `batch * out_h`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn resize(
-    in_h: usize,
-    in_w: usize,
-    c: usize,
-    ys: &[Tap],
-    xs: &[Tap],
-    mode: Interp,
-    input: &[i8],
-    out: &mut [i8],
-    rows: Range<usize>,
-) {
-    let out_h = ys.len();
-    let img = in_h * in_w * c;
-    let mut o = 0;
-    for r in rows {
-        let (b, oy) = (r / out_h, r % out_h);
-        let x = &input[b * img..(b + 1) * img];
-        let ty = ys[oy];
-        for tx in xs {
-            let dst = &mut out[o..o + c];
-            let p00 = (ty.i0 * in_w + tx.i0) * c;
-            let p01 = (ty.i0 * in_w + tx.i1) * c;
-            let p10 = (ty.i1 * in_w + tx.i0) * c;
-            let p11 = (ty.i1 * in_w + tx.i1) * c;
-            let (wy1, wx1) = (ty.w1, tx.w1);
-            let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
-            match mode {
-                Interp::Nearest => dst.copy_from_slice(&x[p00..p00 + c]),
-                Interp::Raw { floor } => {
-                    for (ch, d) in dst.iter_mut().enumerate() {
-                        let v = |p: usize| f32::from(x[p + ch]);
-                        let f = v(p00) * wx0 * wy0
-                            + v(p01) * wx1 * wy0
-                            + v(p10) * wx0 * wy1
-                            + v(p11) * wx1 * wy1;
-                        let r = if floor { f.floor() } else { f.trunc() };
-                        *d = r.clamp(-128.0, 127.0) as i8;
+multiversion! {
+    /// Resize of NHWC images: `ys`/`xs` hold one [`Tap`] per output row / column; `mode` says
+    /// how a value is computed. Rows over `batch * out_h`.
+    pub(crate) fn resize(
+        in_h: usize,
+        in_w: usize,
+        c: usize,
+        ys: &[Tap],
+        xs: &[Tap],
+        mode: Interp,
+        input: &[i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) {
+        let out_h = ys.len();
+        let img = in_h * in_w * c;
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / out_h, r % out_h);
+            let x = &input[b * img..(b + 1) * img];
+            let ty = ys[oy];
+            for tx in xs {
+                let dst = &mut out[o..o + c];
+                let p00 = (ty.i0 * in_w + tx.i0) * c;
+                let p01 = (ty.i0 * in_w + tx.i1) * c;
+                let p10 = (ty.i1 * in_w + tx.i0) * c;
+                let p11 = (ty.i1 * in_w + tx.i1) * c;
+                let (wy1, wx1) = (ty.w1, tx.w1);
+                let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
+                match mode {
+                    Interp::Nearest => dst.copy_from_slice(&x[p00..p00 + c]),
+                    Interp::Raw { floor } => {
+                        for (ch, d) in dst.iter_mut().enumerate() {
+                            let v = |p: usize| f32::from(x[p + ch]);
+                            let f = v(p00) * wx0 * wy0
+                                + v(p01) * wx1 * wy0
+                                + v(p10) * wx0 * wy1
+                                + v(p11) * wx1 * wy1;
+                            let r = if floor { f.floor() } else { f.trunc() };
+                            *d = integral_to_i8(r.clamp(-128.0, 127.0));
+                        }
+                    }
+                    Interp::Linear { x_zp, y_zp, ratio } => {
+                        for (ch, d) in dst.iter_mut().enumerate() {
+                            let v = |p: usize| (i32::from(x[p + ch]) - x_zp) as f32;
+                            let top = v(p00) * wx0 + v(p01) * wx1;
+                            let bot = v(p10) * wx0 + v(p11) * wx1;
+                            *d = requant_f32((top * wy0 + bot * wy1) * ratio, y_zp, i8::MIN, i8::MAX);
+                        }
                     }
                 }
-                Interp::Linear { x_zp, y_zp, ratio } => {
-                    for (ch, d) in dst.iter_mut().enumerate() {
-                        let v = |p: usize| (i32::from(x[p + ch]) - x_zp) as f32;
-                        let top = v(p00) * wx0 + v(p01) * wx1;
-                        let bot = v(p10) * wx0 + v(p11) * wx1;
-                        *d = requant_f32((top * wy0 + bot * wy1) * ratio, y_zp, i8::MIN, i8::MAX);
-                    }
-                }
+                o += c;
             }
-            o += c;
         }
     }
 }
@@ -577,5 +724,209 @@ mod stride_tests {
         // ...but any stride over an extent-1 dimension is.
         assert!(dense_strides(&[99, 4, 1], &[1, 3, 4]));
         assert!(!dense_strides(&[1, 3], &[3, 4]));
+    }
+}
+
+/// Every vector width against the portable build, and the rewritten kernels against their
+/// plain formulas.
+#[cfg(test)]
+mod isa_tests {
+    use super::*;
+    use redline_runtime::rng::SplitMix64;
+
+    /// The float formula `requant_f32` replaced: round in float, clamp in float, cast.
+    fn requant_float_formula(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
+        let r = ((v.clamp(-1024.0, 1024.0) + MAGIC) - MAGIC) + zp as f32;
+        r.clamp(f32::from(lo), f32::from(hi)) as i8
+    }
+
+    #[test]
+    fn requant_matches_the_float_formula() {
+        let mut g = SplitMix64::stream(11, 0);
+        let mut values = vec![
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1e30,
+            -1e30,
+            1024.0,
+            -1024.0,
+            1024.5,
+        ];
+        // Every half step in ±300 (the ties), and random values of every magnitude.
+        values.extend((-600..=600).map(|i| i as f32 * 0.5));
+        values.extend((0..20_000).map(|_| g.uniform(-2000.0, 2000.0)));
+        values.extend((0..2_000).map(|_| g.uniform(-1.0, 1.0)));
+        for &v in &values {
+            for (zp, lo, hi) in [(0, -128, 127), (-128, -128, 127), (17, 0, 127), (3, -5, 9)] {
+                assert_eq!(
+                    requant_f32(v, zp, lo, hi),
+                    requant_float_formula(v, zp, lo, hi),
+                    "v {v}, zp {zp}, [{lo}, {hi}]"
+                );
+            }
+        }
+    }
+
+    fn bytes(g: &mut SplitMix64, n: usize) -> Vec<i8> {
+        (0..n).map(|_| g.next_i8()).collect()
+    }
+
+    #[test]
+    fn elementwise_loops_give_the_same_bytes_on_every_width() {
+        let isas = Isa::available();
+        eprintln!(
+            "widths compared: {:?}",
+            isas.iter().map(|i| i.name()).collect::<Vec<_>>()
+        );
+        let mut g = SplitMix64::stream(12, 0);
+        for n in [1usize, 15, 16, 17, 63, 64, 65, 1000, 4099] {
+            let (a, b) = (bytes(&mut g, n), bytes(&mut g, n));
+            let f: Vec<f32> = (0..n).map(|_| g.uniform(-40.0, 40.0)).collect();
+            let mul = Binary {
+                kind: BinaryKind::Mul,
+                sa: 0.031,
+                sb: 0.007,
+                sy: 0.013,
+                za: 3,
+                zb: -9,
+                zy: 1,
+                lo: -128,
+                hi: 127,
+                shape: vec![n],
+                a_strides: vec![1],
+                b_strides: vec![1],
+            };
+            let run = |isa: Isa| {
+                let mut add = vec![0i8; n];
+                add_contiguous(isa, 0.71, 1.37, -3.25, -128, 127, &a, &b, &mut add);
+                let mut relu_add = vec![0i8; n];
+                add_contiguous(isa, 0.5, 0.5, 0.5, 0, 127, &a, &b, &mut relu_add);
+                let mut m = vec![0i8; n];
+                mul_contiguous(isa, &mul, &a, &b, &mut m);
+                let mut q = vec![0i8; n];
+                quantize(isa, &f, 0.173, -7, &mut q);
+                (add, relu_add, m, q)
+            };
+            let want = run(Isa::PORTABLE);
+            // The portable build is the scalar formula, element by element.
+            for i in 0..n {
+                assert_eq!(want.0[i], add_one(0.71, 1.37, -3.25, -128, 127, a[i], b[i]));
+                assert_eq!(want.2[i], mul_one(&mul, a[i], b[i]));
+                assert_eq!(want.3[i], requant_f32(f[i] / 0.173, -7, -128, 127));
+            }
+            for &isa in &isas[1..] {
+                assert_eq!(run(isa), want, "{} differs from portable, n {n}", isa.name());
+            }
+        }
+    }
+
+    #[test]
+    fn max_pool_gives_the_same_bytes_on_every_width() {
+        let mut g = SplitMix64::stream(13, 0);
+        // (h, w, c, k, stride, pad, dilation): one run per row, several runs per row (600
+        // channels), and the tap-by-tap fallback (a window wider than the buffer).
+        for (h, w, c, k, s, p, dl) in [
+            (9, 7, 64, 3, 2, 1, 1),
+            (5, 6, 3, 2, 1, 0, 1),
+            (8, 8, 17, 3, 1, 1, 1),
+            (7, 9, 5, 3, 1, 2, 2),
+            (4, 30, 600, 3, 2, 1, 1),
+            (3, 4, 3000, 3, 1, 1, 1),
+        ] {
+            let out_h = (h + 2 * p - (k - 1) * dl - 1) / s + 1;
+            let out_w = (w + 2 * p - (k - 1) * dl - 1) / s + 1;
+            let win = Window {
+                in_h: h,
+                in_w: w,
+                out_h,
+                out_w,
+                kh: k,
+                kw: k,
+                sh: s,
+                sw: s,
+                dh: dl,
+                dw: dl,
+                pt: p,
+                pl: p,
+            };
+            let x = bytes(&mut g, 2 * h * w * c);
+            let mut want = vec![0i8; 2 * out_h * out_w * c];
+            max_pool(Isa::PORTABLE, &win, c, &x, &mut want, 0..2 * out_h);
+            // Against the definition, output by output.
+            for (i, &v) in want.iter().enumerate() {
+                let (ch, px) = (i % c, i / c);
+                let (b, oy, ox) = (px / (out_h * out_w), px / out_w % out_h, px % out_w);
+                let mut m = i8::MIN;
+                for ky in 0..k {
+                    for kx in 0..k {
+                        let iy = (oy * s + ky * dl) as isize - p as isize;
+                        let ix = (ox * s + kx * dl) as isize - p as isize;
+                        if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                            m = m.max(x[((b * h + iy as usize) * w + ix as usize) * c + ch]);
+                        }
+                    }
+                }
+                assert_eq!(v, m, "output {i} of case {h}x{w}x{c} k{k}");
+            }
+            for isa in Isa::available() {
+                let mut got = vec![0i8; want.len()];
+                max_pool(isa, &win, c, &x, &mut got, 0..2 * out_h);
+                assert_eq!(got, want, "{}", isa.name());
+            }
+        }
+    }
+
+    /// The plain definition: output element `j` is the input element at `j`'s index
+    /// scattered through the permuted strides.
+    fn transpose_reference(out_shape: &[usize], strides: &[usize], x: &[i8]) -> Vec<i8> {
+        let n: usize = out_shape.iter().product();
+        (0..n)
+            .map(|j| {
+                let (mut rem, mut off) = (j, 0);
+                for d in (0..out_shape.len()).rev() {
+                    off += (rem % out_shape[d]) * strides[d];
+                    rem /= out_shape[d];
+                }
+                x[off]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn transpose_matches_its_definition_for_any_split() {
+        let mut g = SplitMix64::stream(14, 0);
+        for case in 0..300 {
+            let rank = 1 + g.below(5) as usize;
+            let shape: Vec<usize> = (0..rank).map(|_| 1 + g.below(6) as usize).collect();
+            // A random permutation (Fisher-Yates).
+            let mut perm: Vec<usize> = (0..rank).collect();
+            for i in (1..rank).rev() {
+                perm.swap(i, g.below(i as u64 + 1) as usize);
+            }
+            let mut in_strides = vec![1usize; rank];
+            for d in (0..rank.saturating_sub(1)).rev() {
+                in_strides[d] = in_strides[d + 1] * shape[d + 1];
+            }
+            let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+            let n: usize = shape.iter().product();
+            let x = bytes(&mut g, n);
+            let want = transpose_reference(&out_shape, &strides, &x);
+            // The whole tensor, then a random split into chunks at any element.
+            let mut got = vec![0i8; n];
+            transpose(&out_shape, &strides, &x, &mut got, 0..n);
+            assert_eq!(got, want, "case {case}: shape {shape:?} perm {perm:?}");
+            let mut got = vec![0i8; n];
+            let mut start = 0;
+            while start < n {
+                let end = (start + 1 + g.below(n as u64) as usize).min(n);
+                transpose(&out_shape, &strides, &x, &mut got[start..end], start..end);
+                start = end;
+            }
+            assert_eq!(got, want, "case {case} split: shape {shape:?} perm {perm:?}");
+        }
     }
 }

@@ -44,6 +44,10 @@
 //!   the general kernel, 5–15× slower
 //!   per multiply-add; `redline model info` counts the MACs either way and
 //!   [`NativeEngine::step_macs`] names general-kernel steps `conv*`.
+//! - **Elementwise steps** (`Add`, `Mul`, `QuantizeLinear`, max pooling, `Resize`): portable
+//!   Rust, compiled again for AVX2 and AVX-512 on x86-64 (`isa`), the width chosen at load
+//!   with the convolutions' kernel path (`REDLINE_KERNEL=scalar` keeps them on baseline
+//!   code). The same IEEE-754 operations in the same order on every width, so the same bits.
 //! - **Memory**: every intermediate tensor lives in one arena planned at load from the
 //!   tensors' lifetimes (largest first, lowest free offset); weights are packed once at
 //!   load. [`NativeEngine::run`] allocates nothing.
@@ -69,6 +73,7 @@ use std::path::Path;
 
 pub(crate) mod dense_routes;
 pub(crate) mod graph;
+pub(crate) mod isa;
 pub(crate) mod kernels;
 mod lower;
 pub(crate) mod program;
@@ -138,6 +143,24 @@ impl NativeEngine {
     /// Per-step name and multiply-accumulates, in execution order (for per-layer reports).
     pub fn step_macs(&self) -> Vec<(String, u64)> {
         self.program.step_macs()
+    }
+
+    /// The kernels the compiled program runs, e.g. `vnni convolutions, avx512 elementwise`:
+    /// the dense convolutions' [`crate::conv::KernelPath`] (none when every convolution is on
+    /// the general kernel) and the elementwise steps' vector width.
+    pub fn kernel_name(&self) -> String {
+        let conv = self.program.steps.iter().find_map(|s| match s {
+            program::Step::Conv {
+                imp: program::ConvImpl::Dense(c),
+                ..
+            } => Some(c.path().name()),
+            _ => None,
+        });
+        format!(
+            "{} convolutions, {} elementwise",
+            conv.unwrap_or("general"),
+            self.program.isa.name()
+        )
     }
 
     /// Runs only step `i` (for per-layer timing; the steps before it must have run since the

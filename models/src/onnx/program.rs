@@ -7,6 +7,7 @@
 //! depends only on its shape, so the result is the same on any number of lanes.
 
 use super::dense_routes::Phases;
+use super::isa::Isa;
 use super::kernels::{self, AvgParams, Binary, GeneralConv, Interp, Tap, Window};
 use crate::conv::Conv2d;
 use crate::engine::{EngineError, Lanes};
@@ -163,6 +164,9 @@ pub(crate) struct Program {
     pub steps: Vec<Step>,
     pub buffers: Vec<Buffer>,
     pub arena_bytes: usize,
+    /// The vector width of the elementwise steps (chosen at load, as the convolutions'
+    /// kernel path is).
+    pub isa: Isa,
 }
 
 /// Assigns offsets: largest buffers first, each at the lowest aligned offset that overlaps no
@@ -330,6 +334,7 @@ impl Program {
         }
         let base = SendPtr(arena.as_mut_ptr());
         let bufs = &self.buffers;
+        let isa = self.isa;
         // Shared views of a buffer (read by the current step).
         let view = |i: usize| -> &[i8] {
             let b = &bufs[i];
@@ -392,7 +397,7 @@ impl Program {
                 } => {
                     let x = view_f32(*src);
                     split_rows(lanes, base, &bufs[*dst], *n, 1, 4, &|r, out| {
-                        kernels::quantize(&x[r], *scale, *zp, out);
+                        kernels::quantize(isa, &x[r], *scale, *zp, out);
                     });
                 }
                 Step::Conv {
@@ -506,7 +511,7 @@ impl Program {
                         row_len,
                         cost,
                         &|r, out| {
-                            kernels::max_pool(win, *c, x, out, r);
+                            kernels::max_pool(isa, win, *c, x, out, r);
                         },
                     );
                 }
@@ -550,7 +555,7 @@ impl Program {
                         Operand::Const(v) => v.as_slice(),
                     };
                     split_rows(lanes, base, &bufs[*dst], *n, 1, 2, &|r, out| {
-                        op.run(ra, rb, out, r);
+                        op.run(isa, ra, rb, out, r);
                     });
                 }
                 Step::Transpose {
@@ -587,7 +592,7 @@ impl Program {
                         row_len,
                         row_len * 4,
                         &|r, out| {
-                            kernels::resize(*in_h, *in_w, *c, ys, xs, *mode, x, out, r);
+                            kernels::resize(isa, *in_h, *in_w, *c, ys, xs, *mode, x, out, r);
                         },
                     );
                 }

@@ -21,9 +21,10 @@
 
 use super::dense_routes::{ColumnFold, Phases};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
+use super::isa::Isa;
 use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window};
 use super::program::{Buffer, ConvImpl, OutKind, PhaseDir, Program, Step};
-use crate::conv::{Conv2d, ConvShape};
+use crate::conv::{Conv2d, ConvShape, KernelPath};
 use crate::engine::{ElemType, EngineError, TensorSpec};
 use crate::quant::QParams;
 use std::collections::{HashMap, HashSet};
@@ -235,12 +236,16 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
         });
     }
     let mut buffers = std::mem::take(&mut l.buffers);
+    let isa = Isa::for_path(KernelPath::from_env().map_err(|e| EngineError::Invalid {
+        reason: e.to_string(),
+    })?);
     let arena_bytes = super::program::plan(&mut buffers);
     Ok(Lowered {
         program: Program {
             steps: std::mem::take(&mut l.steps),
             buffers,
             arena_bytes,
+            isa,
         },
         inputs,
         outputs,
