@@ -288,7 +288,13 @@ fn profile_lists_the_native_engines_steps() {
 
     // A model the native engine cannot compile is an error naming it, not a panic.
     let f = fixture("tiny_float_conv.onnx");
-    let o = run(&["model", "profile", f.to_str().unwrap(), "--engine", "native"]);
+    let o = run(&[
+        "model",
+        "profile",
+        f.to_str().unwrap(),
+        "--engine",
+        "native",
+    ]);
     let (out, err) = text(&o);
     assert!(!o.status.success(), "{out}\n{err}");
     assert!(err.contains("the native engine cannot run"), "{err}");

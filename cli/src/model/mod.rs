@@ -509,7 +509,11 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
     let mut e = NativeEngine::load(&a.model)
         .map_err(|e| anyhow!("the native engine cannot run {}: {e}", a.model.display()))?;
     let inputs = read_inputs(&[], e.inputs(), a.seed)?;
-    let mut outs: Vec<Vec<u8>> = e.outputs().iter().map(|s| vec![0u8; s.byte_len()]).collect();
+    let mut outs: Vec<Vec<u8>> = e
+        .outputs()
+        .iter()
+        .map(|s| vec![0u8; s.byte_len()])
+        .collect();
     let i: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
     let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     for _ in 0..3 {
@@ -539,14 +543,20 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
         total - conv
     );
     steps.sort_by(|x, y| y.3.total_cmp(&x.3));
-    println!("{:>9} {:>6} {:>8} {:>5}  what", "ms", "share", "GMAC/s", "step");
+    println!(
+        "{:>9} {:>6} {:>8} {:>5}  what",
+        "ms", "share", "GMAC/s", "step"
+    );
     for (k, name, macs, ms) in steps.iter().take(a.top) {
         let g = if *macs > 0 {
             format!("{:.1}", *macs as f64 / 1e6 / ms.max(1e-9))
         } else {
             "-".into()
         };
-        println!("{ms:9.3} {:5.1}% {g:>8} {k:>5}  {name}", 100.0 * ms / total.max(1e-9));
+        println!(
+            "{ms:9.3} {:5.1}% {g:>8} {k:>5}  {name}",
+            100.0 * ms / total.max(1e-9)
+        );
     }
     Ok(())
 }

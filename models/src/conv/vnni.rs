@@ -98,35 +98,38 @@ pub(super) unsafe fn vnni_rows(
         let npx = blk.c1 - blk.c0;
         let rh = (blk.b1 - blk.b0 - 1) * g.stride + g.k;
         debug_assert!(rh * blk.row_bytes + SLACK <= STAGE_BYTES);
-        for oy in blk.b0..blk.b1 {
-            let srow = &stage[(oy - blk.b0) * g.stride * blk.row_bytes..];
-            let orow = &mut dst[(oy - rows.start) * row_len..][..row_len];
-            let mut b = 0;
-            while b < blocks {
-                let ob = (blocks - b).min(4);
-                // Accumulator start, multipliers and store masks of blocks b..b+ob.
-                let mut init = [_mm512_setzero_si512(); 4];
-                let mut mv = [_mm512_setzero_ps(); 4];
-                let mut masks = [0u16; 4];
-                for j in 0..ob {
-                    let oc0 = (b + j) * 16;
-                    let n = (g.out_c - oc0).min(16);
-                    let m: u16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-                    masks[j] = m;
-                    debug_assert!(oc0 + n <= bias.len() && oc0 + 16 <= packed.wsum.len());
-                    // SAFETY: the mask `m` enables lanes `0..n` only, and `oc0 + n <=
-                    // out_c == bias.len()`; `wsum` holds `blocks · 16` values and
-                    // `oc0 + 16 <= blocks · 16`.
-                    let (bv, ws) = unsafe {
-                        (
-                            _mm512_maskz_loadu_epi32(m, bias.as_ptr().add(oc0)),
-                            _mm512_loadu_si512(packed.wsum.as_ptr().add(oc0) as *const __m512i),
-                        )
-                    };
-                    init[j] = _mm512_sub_epi32(bv, _mm512_mullo_epi32(ws, _mm512_set1_epi32(corr)));
-                    // SAFETY: lanes `0..n` only, `oc0 + n <= out_c == mult.len()`.
-                    mv[j] = unsafe { _mm512_maskz_loadu_ps(m, mult.as_ptr().add(oc0)) };
-                }
+        // Channel blocks outermost, then the block's output rows: one pass over a block's
+        // weights serves every staged row (a wide layer's weights outgrow L2; row by row they
+        // were streamed from L3 once per output row).
+        let mut b = 0;
+        while b < blocks {
+            let ob = (blocks - b).min(4);
+            // Accumulator start, multipliers and store masks of blocks b..b+ob.
+            let mut init = [_mm512_setzero_si512(); 4];
+            let mut mv = [_mm512_setzero_ps(); 4];
+            let mut masks = [0u16; 4];
+            for j in 0..ob {
+                let oc0 = (b + j) * 16;
+                let n = (g.out_c - oc0).min(16);
+                let m: u16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+                masks[j] = m;
+                debug_assert!(oc0 + n <= bias.len() && oc0 + 16 <= packed.wsum.len());
+                // SAFETY: the mask `m` enables lanes `0..n` only, and `oc0 + n <=
+                // out_c == bias.len()`; `wsum` holds `blocks · 16` values and
+                // `oc0 + 16 <= blocks · 16`.
+                let (bv, ws) = unsafe {
+                    (
+                        _mm512_maskz_loadu_epi32(m, bias.as_ptr().add(oc0)),
+                        _mm512_loadu_si512(packed.wsum.as_ptr().add(oc0) as *const __m512i),
+                    )
+                };
+                init[j] = _mm512_sub_epi32(bv, _mm512_mullo_epi32(ws, _mm512_set1_epi32(corr)));
+                // SAFETY: lanes `0..n` only, `oc0 + n <= out_c == mult.len()`.
+                mv[j] = unsafe { _mm512_maskz_loadu_ps(m, mult.as_ptr().add(oc0)) };
+            }
+            for oy in blk.b0..blk.b1 {
+                let srow = &stage[(oy - blk.b0) * g.stride * blk.row_bytes..];
+                let orow = &mut dst[(oy - rows.start) * row_len..][..row_len];
                 let t = VnniTile {
                     srow,
                     row_bytes: blk.row_bytes,
@@ -154,8 +157,8 @@ pub(super) unsafe fn vnni_rows(
                         _ => vnni_pixels::<4, 6>(&t, npx, obase, slot.pixel_stride),
                     }
                 }
-                b += ob;
             }
+            b += ob;
         }
     }
 }
@@ -199,32 +202,38 @@ unsafe fn vnni_pixels<const OB: usize, const NP: usize>(
     out: &mut [i8],
     ops: usize,
 ) {
-    let mut x = 0;
-    while x + NP <= npx {
-        // SAFETY: pixels `x..x + NP` are `< npx`, so this function's bounds cover them.
-        unsafe { vnni_tile::<OB, NP>(t, x, &mut out[x * ops..], ops) };
-        x += NP;
-    }
-    let rem = npx - x;
-    if rem == 0 {
+    // Tiles as equal as possible: ⌈npx / NP⌉ of them, `npx / tiles` pixels each or one
+    // more. A short remainder tile (7 = 6 + 1) loads a tap group's weights for one or two
+    // pixels, more bytes per cycle than L2 delivers once a layer's weights outgrow L1;
+    // 7 = 4 + 3 keeps every tile near full speed. The split changes no arithmetic.
+    let tiles = npx.div_ceil(NP);
+    if tiles == 0 {
         return;
     }
-    let o = &mut out[x * ops..];
-    // SAFETY: pixels `x..npx` (`rem < NP` of them), covered by this function's bounds.
-    unsafe {
-        match rem {
-            1 => vnni_tile::<OB, 1>(t, x, o, ops),
-            2 => vnni_tile::<OB, 2>(t, x, o, ops),
-            3 => vnni_tile::<OB, 3>(t, x, o, ops),
-            4 => vnni_tile::<OB, 4>(t, x, o, ops),
-            5 => vnni_tile::<OB, 5>(t, x, o, ops),
-            6 => vnni_tile::<OB, 6>(t, x, o, ops),
-            7 => vnni_tile::<OB, 7>(t, x, o, ops),
-            8 => vnni_tile::<OB, 8>(t, x, o, ops),
-            9 => vnni_tile::<OB, 9>(t, x, o, ops),
-            10 => vnni_tile::<OB, 10>(t, x, o, ops),
-            _ => vnni_tile::<OB, 11>(t, x, o, ops),
+    let (base, extra) = (npx / tiles, npx % tiles);
+    let mut x = 0;
+    for i in 0..tiles {
+        // `n <= NP`: `npx <= tiles · NP`, so `base <= NP`, and `base < NP` when `extra > 0`.
+        let n = base + usize::from(i < extra);
+        let o = &mut out[x * ops..];
+        // SAFETY: pixels `x..x + n` are `< npx`, so this function's bounds cover them.
+        unsafe {
+            match n {
+                n if n == NP => vnni_tile::<OB, NP>(t, x, o, ops),
+                1 => vnni_tile::<OB, 1>(t, x, o, ops),
+                2 => vnni_tile::<OB, 2>(t, x, o, ops),
+                3 => vnni_tile::<OB, 3>(t, x, o, ops),
+                4 => vnni_tile::<OB, 4>(t, x, o, ops),
+                5 => vnni_tile::<OB, 5>(t, x, o, ops),
+                6 => vnni_tile::<OB, 6>(t, x, o, ops),
+                7 => vnni_tile::<OB, 7>(t, x, o, ops),
+                8 => vnni_tile::<OB, 8>(t, x, o, ops),
+                9 => vnni_tile::<OB, 9>(t, x, o, ops),
+                10 => vnni_tile::<OB, 10>(t, x, o, ops),
+                _ => vnni_tile::<OB, 11>(t, x, o, ops),
+            }
         }
+        x += n;
     }
 }
 

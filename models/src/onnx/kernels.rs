@@ -818,7 +818,12 @@ mod isa_tests {
                 assert_eq!(want.3[i], requant_f32(f[i] / 0.173, -7, -128, 127));
             }
             for &isa in &isas[1..] {
-                assert_eq!(run(isa), want, "{} differs from portable, n {n}", isa.name());
+                assert_eq!(
+                    run(isa),
+                    want,
+                    "{} differs from portable, n {n}",
+                    isa.name()
+                );
             }
         }
     }
@@ -926,7 +931,10 @@ mod isa_tests {
                 transpose(&out_shape, &strides, &x, &mut got[start..end], start..end);
                 start = end;
             }
-            assert_eq!(got, want, "case {case} split: shape {shape:?} perm {perm:?}");
+            assert_eq!(
+                got, want,
+                "case {case} split: shape {shape:?} perm {perm:?}"
+            );
         }
     }
 }
