@@ -17,6 +17,7 @@ use crate::conv::KernelPath;
 pub(crate) struct Isa(Width);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 enum Width {
     /// Baseline code of the target (SSE2 on x86-64, NEON on aarch64).
     Portable,
@@ -73,12 +74,14 @@ impl Isa {
 
     /// True for the AVX2 build (only ever constructed after detection).
     #[inline]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn is_avx2(self) -> bool {
         self.0 == Width::Avx2
     }
 
     /// True for the AVX-512 build (only ever constructed after detection).
     #[inline]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn is_avx512(self) -> bool {
         self.0 == Width::Avx512
     }
