@@ -21,7 +21,7 @@
 
 use redline_models::engine::{Engine, EngineError, Inline, Lanes};
 use redline_models::onnx::reference::{check_manifest, Agreement};
-use redline_models::onnx::NativeEngine;
+use redline_models::onnx::{NativeEngine, NativeOptions};
 use redline_tests::CountingAllocator;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -269,6 +269,75 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             0,
             "{}: run allocated {allocs} times",
             model.display()
+        );
+    }
+}
+
+#[test]
+fn residual_adds_fuse_into_their_convolutions_with_the_same_outputs() {
+    if !python_ok() {
+        eprintln!("SKIPPED: python3 with onnx and onnxruntime is missing; the fusion test did not run");
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-fusion");
+    generate("zoo.py", &dir, &["--only", "resnet18"]);
+    for name in ["resnet18_qdq_u8.onnx", "resnet18_qop_s8.onnx"] {
+        let model = dir.join(name);
+        let mut fused = NativeEngine::load(&model).unwrap();
+        let unfused_opts = NativeOptions {
+            fuse_residual_adds: false,
+        };
+        let mut plain = NativeEngine::load_with(&model, &unfused_opts).unwrap();
+        let count = |e: &NativeEngine, what: &str| {
+            e.step_macs()
+                .iter()
+                .filter(|(n, _)| n.contains(what))
+                .count()
+        };
+        // ResNet-18's eight residual adds, each after the block's second convolution.
+        assert_eq!(count(&fused, "+ add"), 8, "{name}: {:?}", fused.step_macs());
+        assert_eq!(count(&fused, "binary"), 0, "{name}");
+        assert_eq!(count(&plain, "+ add"), 0, "{name}");
+        assert_eq!(count(&plain, "binary"), 8, "{name}");
+        let ins: Vec<Vec<u8>> = fused
+            .inputs()
+            .iter()
+            .map(|s| {
+                (0..s.byte_len() / 4)
+                    .flat_map(|k| (((k * 37) % 97) as f32 / 48.0 - 1.0).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        let run = |e: &mut NativeEngine, lanes: &dyn Lanes| {
+            let mut outs: Vec<Vec<u8>> = e
+                .outputs()
+                .iter()
+                .map(|s| vec![0u8; s.byte_len()])
+                .collect();
+            let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
+            let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+            e.run(&i, &mut o, lanes).unwrap();
+            drop(o);
+            outs
+        };
+        let want = run(&mut plain, &Inline);
+        assert_eq!(run(&mut fused, &Inline), want, "{name}: fused differs from unfused");
+        assert_eq!(run(&mut fused, &Threads(3)), want, "{name}: fused on 3 lanes differs");
+        let mut outs: Vec<Vec<u8>> = fused
+            .outputs()
+            .iter()
+            .map(|s| vec![0u8; s.byte_len()])
+            .collect();
+        let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
+        let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        ALLOC.start();
+        let r = fused.run(&i, &mut o, &Inline);
+        let (allocs, _) = ALLOC.stop();
+        r.unwrap();
+        assert_eq!(allocs, 0, "{name}: the fused run allocated {allocs} times");
+        assert!(
+            fused.scratch_bytes() <= plain.scratch_bytes(),
+            "{name}: fusing grew the arena"
         );
     }
 }

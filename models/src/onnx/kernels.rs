@@ -507,6 +507,41 @@ impl Binary {
     }
 }
 
+impl Binary {
+    /// This `Add` in place: `conv` holds one operand (the first when `conv_is_a`) and
+    /// receives the sum; `other` holds the other operand's same elements. The same
+    /// operations in the same order as [`Binary::run`]. Does nothing for `Mul`.
+    pub fn add_in_place(&self, isa: Isa, conv_is_a: bool, conv: &mut [i8], other: &[i8]) {
+        if let BinaryKind::Add { ra, rb, fixed } = self.kind {
+            add_in_place(isa, ra, rb, fixed, self.lo, self.hi, conv_is_a, conv, other);
+        }
+    }
+}
+
+multiversion! {
+    /// [`add_one`] with one operand read from and the sum written to `acc`.
+    fn add_in_place(
+        ra: f32,
+        rb: f32,
+        fixed: f32,
+        lo: i8,
+        hi: i8,
+        acc_is_a: bool,
+        acc: &mut [i8],
+        other: &[i8],
+    ) {
+        if acc_is_a {
+            for (d, y) in acc.iter_mut().zip(other) {
+                *d = add_one(ra, rb, fixed, lo, hi, *d, *y);
+            }
+        } else {
+            for (d, x) in acc.iter_mut().zip(other) {
+                *d = add_one(ra, rb, fixed, lo, hi, *x, *d);
+            }
+        }
+    }
+}
+
 /// One `Add` element ([`BinaryKind::Add`]).
 #[inline(always)]
 fn add_one(ra: f32, rb: f32, fixed: f32, lo: i8, hi: i8, a: i8, b: i8) -> i8 {

@@ -44,6 +44,10 @@
 //!   the general kernel, 5–15× slower
 //!   per multiply-add; `redline model info` counts the MACs either way and
 //!   [`NativeEngine::step_macs`] names general-kernel steps `conv*`.
+//! - **Fusion**: Relu/Clip and requantization run inside the producing step; an `Add` whose
+//!   operand is computed by the convolution just before it and read by nothing else (a
+//!   residual add) runs inside that convolution, on each chunk of its rows
+//!   ([`NativeOptions::fuse_residual_adds`]; same operations, same bits).
 //! - **Elementwise steps** (`Add`, `Mul`, `QuantizeLinear`, max pooling, `Resize`): portable
 //!   Rust, compiled again for AVX2 and AVX-512 on x86-64 (`isa`), the width chosen at load
 //!   with the convolutions' kernel path (`REDLINE_KERNEL=scalar` keeps them on baseline
@@ -104,21 +108,47 @@ pub struct NativeEngine {
     arena: Vec<u8>,
 }
 
+/// How [`NativeEngine`] compiles a model. Every setting keeps the outputs bit-identical.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeOptions {
+    /// Fold each `Add` whose operand is computed by the convolution just before it (and read
+    /// by nothing else: ResNet's residual adds) into that convolution: the sum is taken on
+    /// each chunk of rows while it is in cache, and the convolution's output buffer leaves
+    /// the arena. Default `true`; `false` runs the `Add` as its own step.
+    pub fuse_residual_adds: bool,
+}
+
+impl Default for NativeOptions {
+    fn default() -> Self {
+        NativeOptions {
+            fuse_residual_adds: true,
+        }
+    }
+}
+
 impl NativeEngine {
-    /// Reads and compiles a model file.
+    /// Reads and compiles a model file with the default [`NativeOptions`].
     pub fn load(path: &Path) -> Result<NativeEngine, EngineError> {
+        Self::load_with(path, &NativeOptions::default())
+    }
+
+    /// Reads and compiles a model file.
+    pub fn load_with(path: &Path, opts: &NativeOptions) -> Result<NativeEngine, EngineError> {
         let g = OnnxGraph::load(path)?;
-        Self::from_graph(&g)
+        Self::from_graph(&g, opts)
     }
 
     /// Compiles a model from the bytes of an `.onnx` file (`name` is used in messages).
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<NativeEngine, EngineError> {
         let g = OnnxGraph::parse(bytes, Path::new(name))?;
-        Self::from_graph(&g)
+        Self::from_graph(&g, &NativeOptions::default())
     }
 
-    fn from_graph(g: &OnnxGraph) -> Result<NativeEngine, EngineError> {
-        let l = lower::lower(g)?;
+    fn from_graph(g: &OnnxGraph, opts: &NativeOptions) -> Result<NativeEngine, EngineError> {
+        let mut l = lower::lower(g)?;
+        if opts.fuse_residual_adds {
+            program::fuse_residual_adds(&mut l.program);
+        }
         let arena = vec![0u8; l.program.arena_bytes + program::ALIGN];
         Ok(NativeEngine {
             program: l.program,
@@ -266,7 +296,7 @@ pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
             .unwrap_or_else(|| graph::type_name(v.raw_type).to_string());
         (v.name.clone(), ty, v.dims.clone())
     };
-    let native = NativeEngine::from_graph(&g).map(|e| NativeSummary {
+    let native = NativeEngine::from_graph(&g, &NativeOptions::default()).map(|e| NativeSummary {
         macs: e.macs,
         arena_bytes: e.arena.len(),
         weight_bytes: e.weight_bytes,

@@ -8,7 +8,7 @@
 
 use super::dense_routes::Phases;
 use super::isa::Isa;
-use super::kernels::{self, AvgParams, Binary, GeneralConv, Interp, Tap, Window};
+use super::kernels::{self, AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window};
 use crate::conv::Conv2d;
 use crate::engine::{EngineError, Lanes};
 use std::ops::Range;
@@ -65,6 +65,10 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
         clamp: Option<(i8, i8)>,
+        /// A residual `Add` of the convolution's output and another tensor, applied to each
+        /// chunk of rows as soon as they are computed ([`fuse_residual_adds`]); `dst` then
+        /// holds the sum.
+        residual: Option<Residual>,
     },
     /// A dilated convolution's input split into its dilation phases, or its phase outputs
     /// merged back ([`Phases`]).
@@ -128,6 +132,93 @@ pub(crate) enum Step {
         parts: Vec<ConcatPart>,
         dst: usize,
     },
+}
+
+/// A residual `Add` fused into the convolution that computes one of its operands.
+#[derive(Clone, Debug)]
+pub(crate) struct Residual {
+    /// The `Add` (its operands dense, the shape of the convolution's output).
+    pub op: Box<Binary>,
+    /// The other operand's buffer.
+    pub other: usize,
+    /// True when the convolution's output is the `Add`'s first operand.
+    pub conv_is_a: bool,
+}
+
+/// Folds each `Add` whose operand is the output of the convolution just before it, read by
+/// nothing else, into that convolution ([`Step::Conv`]'s `residual`), then plans the arena
+/// again. Each chunk of the convolution's rows is then summed while it is still in cache,
+/// and the convolution's own output buffer is gone. The sum is the same operations on the
+/// same values as the separate step (bit-identical). Native engine only: the CUDA engine
+/// runs the unfused program.
+pub(crate) fn fuse_residual_adds(p: &mut Program) {
+    let mut i = 1;
+    while i < p.steps.len() {
+        if let Some(fused) = residual_at(p, i) {
+            let Step::Binary { dst: y, .. } = p.steps[i] else {
+                unreachable!("residual_at matched a binary step")
+            };
+            let Step::Conv {
+                dst, residual: r, ..
+            } = &mut p.steps[i - 1]
+            else {
+                unreachable!("residual_at matched a convolution")
+            };
+            let conv_out = *dst;
+            *dst = y;
+            *r = Some(fused);
+            p.steps.remove(i);
+            for b in p.buffers.iter_mut() {
+                for at in [&mut b.first, &mut b.last] {
+                    if *at >= i {
+                        *at -= 1;
+                    }
+                }
+            }
+            // Written and read by no step now.
+            p.buffers[conv_out].bytes = 0;
+        } else {
+            i += 1;
+        }
+    }
+    p.arena_bytes = plan(&mut p.buffers);
+}
+
+/// The fusion of step `i` (an `Add`) into step `i − 1` (a convolution), if it applies.
+fn residual_at(p: &Program, i: usize) -> Option<Residual> {
+    let Step::Binary { op, a, b, n, dst } = &p.steps[i] else {
+        return None;
+    };
+    let Step::Conv {
+        batch,
+        out_h,
+        row_len,
+        dst: c,
+        residual: None,
+        ..
+    } = &p.steps[i - 1]
+    else {
+        return None;
+    };
+    let (Operand::Buf(ba), Operand::Buf(bb)) = (a, b) else {
+        return None;
+    };
+    let dense = matches!(op.kind, BinaryKind::Add { .. })
+        && op.shape.iter().product::<usize>() == *n
+        && kernels::dense_strides(&op.a_strides, &op.shape)
+        && kernels::dense_strides(&op.b_strides, &op.shape);
+    let conv_is_a = *ba == *c;
+    let other = if conv_is_a { *bb } else { *ba };
+    let only_reader = p.buffers[*c].last == i;
+    let sizes = batch * out_h * row_len == *n
+        && p.buffers[*c].bytes == *n
+        && p.buffers[*dst].bytes == *n
+        && p.buffers[other].bytes >= *n;
+    (dense && (conv_is_a != (*bb == *c)) && only_reader && sizes).then(|| Residual {
+        op: op.clone(),
+        other,
+        conv_is_a,
+    })
 }
 
 /// Which way a [`Step::Phases`] copies.
@@ -265,13 +356,15 @@ impl Program {
                         batch,
                         in_h,
                         in_w,
+                        residual,
                         ..
                     } => {
+                        let add = if residual.is_some() { " + add" } else { "" };
                         return match imp {
                             ConvImpl::Dense(c) => {
                                 let (oh, ow) = c.out_hw(*in_h, *in_w);
                                 let name = format!(
-                                    "conv {k}x{k}/{s} {i}>{o} {oh}x{ow}",
+                                    "conv {k}x{k}/{s} {i}>{o} {oh}x{ow}{add}",
                                     k = c.k,
                                     s = c.stride,
                                     i = c.in_c,
@@ -282,7 +375,7 @@ impl Program {
                             ConvImpl::General(g) => {
                                 let w = &g.win;
                                 let name = format!(
-                                    "conv* {}x{}/{} {}>{} g{} {}x{}",
+                                    "conv* {}x{}/{} {}>{} g{} {}x{}{add}",
                                     w.kh, w.kw, w.sh, g.in_c, g.out_c, g.groups, w.out_h, w.out_w
                                 );
                                 (name, g.macs(*batch))
@@ -410,8 +503,10 @@ impl Program {
                     src,
                     dst,
                     clamp,
+                    residual,
                 } => {
                     let x = view(*src);
+                    let residual_other = residual.as_ref().map(|r| view(r.other));
                     let per_row = match imp {
                         ConvImpl::Dense(c) => c.macs(*in_h, *in_w) as usize / out_h.max(&1),
                         ConvImpl::General(_) => row_len * 64,
@@ -453,10 +548,14 @@ impl Program {
                                         row = end;
                                     }
                                 }
-                                ConvImpl::General(g) => g.run(x, out, r),
+                                ConvImpl::General(g) => g.run(x, out, r.clone()),
                             }
                             if let Some((lo, hi)) = clamp {
                                 kernels::clamp(out, *lo, *hi);
+                            }
+                            if let (Some(res), Some(other)) = (residual, residual_other) {
+                                let other = &other[r.start * row_len..r.end * row_len];
+                                res.op.add_in_place(isa, res.conv_is_a, out, other);
                             }
                         },
                     );

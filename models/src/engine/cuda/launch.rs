@@ -363,8 +363,18 @@ impl LaunchPlan {
                     src,
                     dst,
                     clamp,
+                    residual,
                     ..
                 } => {
+                    // The CUDA engine compiles the unfused program (`onnx::lower_graph`);
+                    // a fused residual add here would be a bug in the caller.
+                    if residual.is_some() {
+                        return Err(EngineError::Invalid {
+                            reason: "the CUDA engine runs unfused programs: a convolution \
+                                     with a fused residual add reached it"
+                                .into(),
+                        });
+                    }
                     let (clo, chi) =
                         clamp.map_or((-128, 127), |(l, h)| (i32::from(l), i32::from(h)));
                     let mut p = match imp {

@@ -295,6 +295,7 @@ impl Lowerer<'_> {
             src: x.buf,
             dst,
             clamp,
+            residual: None,
         });
         self.set_conv_output(&out_name, dst, [b, oc, win.out_h, win.out_w], y_q)
     }
@@ -360,6 +361,7 @@ impl Lowerer<'_> {
             src: split,
             dst: conv_out,
             clamp,
+            residual: None,
         });
         self.touch(conv_out);
         let dst = self.new_buf(batch * phases.h * phases.w * out_c);
@@ -476,6 +478,7 @@ impl Lowerer<'_> {
             src: x.buf,
             dst,
             clamp,
+            residual: None,
         });
         let mut shape = xs[..xs.len() - 1].to_vec();
         shape.push(oc);
