@@ -276,7 +276,9 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
 #[test]
 fn residual_adds_fuse_into_their_convolutions_with_the_same_outputs() {
     if !python_ok() {
-        eprintln!("SKIPPED: python3 with onnx and onnxruntime is missing; the fusion test did not run");
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime is missing; the fusion test did not run"
+        );
         return;
     }
     let dir = redline_tests::temp_dir("onnx-fusion");
@@ -321,8 +323,16 @@ fn residual_adds_fuse_into_their_convolutions_with_the_same_outputs() {
             outs
         };
         let want = run(&mut plain, &Inline);
-        assert_eq!(run(&mut fused, &Inline), want, "{name}: fused differs from unfused");
-        assert_eq!(run(&mut fused, &Threads(3)), want, "{name}: fused on 3 lanes differs");
+        assert_eq!(
+            run(&mut fused, &Inline),
+            want,
+            "{name}: fused differs from unfused"
+        );
+        assert_eq!(
+            run(&mut fused, &Threads(3)),
+            want,
+            "{name}: fused on 3 lanes differs"
+        );
         let mut outs: Vec<Vec<u8>> = fused
             .outputs()
             .iter()

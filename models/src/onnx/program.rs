@@ -154,38 +154,36 @@ pub(crate) struct Residual {
 pub(crate) fn fuse_residual_adds(p: &mut Program) {
     let mut i = 1;
     while i < p.steps.len() {
-        if let Some(fused) = residual_at(p, i) {
-            let Step::Binary { dst: y, .. } = p.steps[i] else {
-                unreachable!("residual_at matched a binary step")
-            };
-            let Step::Conv {
-                dst, residual: r, ..
-            } = &mut p.steps[i - 1]
-            else {
-                unreachable!("residual_at matched a convolution")
-            };
-            let conv_out = *dst;
-            *dst = y;
-            *r = Some(fused);
-            p.steps.remove(i);
-            for b in p.buffers.iter_mut() {
-                for at in [&mut b.first, &mut b.last] {
-                    if *at >= i {
-                        *at -= 1;
-                    }
+        let Some((fused, sum)) = residual_at(p, i) else {
+            i += 1;
+            continue;
+        };
+        let Step::Conv {
+            dst, residual: r, ..
+        } = &mut p.steps[i - 1]
+        else {
+            i += 1;
+            continue;
+        };
+        let conv_out = std::mem::replace(dst, sum);
+        *r = Some(fused);
+        p.steps.remove(i);
+        for b in p.buffers.iter_mut() {
+            for at in [&mut b.first, &mut b.last] {
+                if *at >= i {
+                    *at -= 1;
                 }
             }
-            // Written and read by no step now.
-            p.buffers[conv_out].bytes = 0;
-        } else {
-            i += 1;
         }
+        // Written and read by no step now.
+        p.buffers[conv_out].bytes = 0;
     }
     p.arena_bytes = plan(&mut p.buffers);
 }
 
-/// The fusion of step `i` (an `Add`) into step `i − 1` (a convolution), if it applies.
-fn residual_at(p: &Program, i: usize) -> Option<Residual> {
+/// The fusion of step `i` (an `Add`) into step `i − 1` (a convolution), if it applies: the
+/// fused `Add` and the buffer of its sum.
+fn residual_at(p: &Program, i: usize) -> Option<(Residual, usize)> {
     let Step::Binary { op, a, b, n, dst } = &p.steps[i] else {
         return None;
     };
@@ -209,15 +207,20 @@ fn residual_at(p: &Program, i: usize) -> Option<Residual> {
         && kernels::dense_strides(&op.b_strides, &op.shape);
     let conv_is_a = *ba == *c;
     let other = if conv_is_a { *bb } else { *ba };
+    // The convolution's output is read by the `Add` only (it is written at `i − 1`).
     let only_reader = p.buffers[*c].last == i;
     let sizes = batch * out_h * row_len == *n
         && p.buffers[*c].bytes == *n
         && p.buffers[*dst].bytes == *n
         && p.buffers[other].bytes >= *n;
-    (dense && (conv_is_a != (*bb == *c)) && only_reader && sizes).then(|| Residual {
-        op: op.clone(),
-        other,
-        conv_is_a,
+    let one_operand = conv_is_a != (*bb == *c);
+    (dense && one_operand && only_reader && sizes).then(|| {
+        let fused = Residual {
+            op: op.clone(),
+            other,
+            conv_is_a,
+        };
+        (fused, *dst)
     })
 }
 
