@@ -153,6 +153,37 @@ fn native_engine_agrees_with_onnx_runtime() {
     }
 }
 
+/// The outputs of one run of `e` on `ins` over `lanes`.
+fn run_outputs(e: &mut NativeEngine, ins: &[Vec<u8>], lanes: &dyn Lanes) -> Vec<Vec<u8>> {
+    let mut outs: Vec<Vec<u8>> = e
+        .outputs()
+        .iter()
+        .map(|s| vec![0u8; s.byte_len()])
+        .collect();
+    let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
+    let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    e.run(&i, &mut o, lanes).unwrap();
+    drop(o);
+    outs
+}
+
+/// Heap allocations made by one run of `e` on `ins` (buffers prepared outside the count;
+/// call after a warm-up run).
+fn allocations_of_one_run(e: &mut NativeEngine, ins: &[Vec<u8>]) -> u64 {
+    let mut outs: Vec<Vec<u8>> = e
+        .outputs()
+        .iter()
+        .map(|s| vec![0u8; s.byte_len()])
+        .collect();
+    let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
+    let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    ALLOC.start();
+    let r = e.run(&i, &mut o, &Inline);
+    let (allocs, _) = ALLOC.stop();
+    r.unwrap();
+    allocs
+}
+
 /// Runs chunks on scoped threads, round-robin over `n` workers (test only).
 struct Threads(usize);
 
@@ -232,38 +263,15 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
                     .collect()
             })
             .collect();
-        let run = |e: &mut NativeEngine, lanes: &dyn Lanes| {
-            let mut outs: Vec<Vec<u8>> = e
-                .outputs()
-                .iter()
-                .map(|s| vec![0u8; s.byte_len()])
-                .collect();
-            let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
-            let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-            e.run(&i, &mut o, lanes).unwrap();
-            drop(o);
-            outs
-        };
-        let one = run(&mut e, &Inline);
-        let three = run(&mut e, &Threads(3));
+        let one = run_outputs(&mut e, &ins, &Inline);
+        let three = run_outputs(&mut e, &ins, &Threads(3));
         assert_eq!(
             one,
             three,
             "{}: outputs differ between 1 and 3 lanes",
             model.display()
         );
-        // Allocation count of one run after warm-up (buffers prepared outside the count).
-        let mut outs: Vec<Vec<u8>> = e
-            .outputs()
-            .iter()
-            .map(|s| vec![0u8; s.byte_len()])
-            .collect();
-        let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
-        let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-        ALLOC.start();
-        let r = e.run(&i, &mut o, &Inline);
-        let (allocs, _) = ALLOC.stop();
-        r.unwrap();
+        let allocs = allocations_of_one_run(&mut e, &ins);
         assert_eq!(
             allocs,
             0,
@@ -310,40 +318,18 @@ fn residual_adds_fuse_into_their_convolutions_with_the_same_outputs() {
                     .collect()
             })
             .collect();
-        let run = |e: &mut NativeEngine, lanes: &dyn Lanes| {
-            let mut outs: Vec<Vec<u8>> = e
-                .outputs()
-                .iter()
-                .map(|s| vec![0u8; s.byte_len()])
-                .collect();
-            let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
-            let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-            e.run(&i, &mut o, lanes).unwrap();
-            drop(o);
-            outs
-        };
-        let want = run(&mut plain, &Inline);
+        let want = run_outputs(&mut plain, &ins, &Inline);
         assert_eq!(
-            run(&mut fused, &Inline),
+            run_outputs(&mut fused, &ins, &Inline),
             want,
             "{name}: fused differs from unfused"
         );
         assert_eq!(
-            run(&mut fused, &Threads(3)),
+            run_outputs(&mut fused, &ins, &Threads(3)),
             want,
             "{name}: fused on 3 lanes differs"
         );
-        let mut outs: Vec<Vec<u8>> = fused
-            .outputs()
-            .iter()
-            .map(|s| vec![0u8; s.byte_len()])
-            .collect();
-        let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
-        let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-        ALLOC.start();
-        let r = fused.run(&i, &mut o, &Inline);
-        let (allocs, _) = ALLOC.stop();
-        r.unwrap();
+        let allocs = allocations_of_one_run(&mut fused, &ins);
         assert_eq!(allocs, 0, "{name}: the fused run allocated {allocs} times");
         assert!(
             fused.scratch_bytes() <= plain.scratch_bytes(),
