@@ -587,15 +587,16 @@ pub(crate) fn dense_strides(strides: &[usize], shape: &[usize]) -> bool {
         })
 }
 
-/// Permutes a row-major tensor of 1-byte or 4-byte elements: output element at multi-index
+/// Permutes a row-major tensor of bytes: output element at multi-index
 /// `j` (over `out_shape`) is the input element whose index is `j` scattered through `perm`
 /// (`in_strides_permuted[d]` = the input stride of output dimension `d`). Rows are ranges of
 /// the flat output index.
-pub(crate) fn transpose<T: Copy>(
+pub(crate) fn transpose(
+    isa: Isa,
     out_shape: &[usize],
     in_strides_permuted: &[usize],
-    input: &[T],
-    out: &mut [T],
+    input: &[i8],
+    out: &mut [i8],
     range: Range<usize>,
 ) {
     let rank = out_shape.len();
@@ -627,6 +628,11 @@ pub(crate) fn transpose<T: Copy>(
             };
             if rows > 0 {
                 let dst = &mut out[o..o + rows * inner];
+                if mid_step == 1 && inner == 3 && interleave3(isa, input, off, step, dst) {
+                    i += rows * inner;
+                    o += rows * inner;
+                    continue;
+                }
                 for k in 0..inner {
                     let src = off + k * step;
                     for (r, d) in dst[k..].iter_mut().step_by(inner).enumerate() {
@@ -663,6 +669,30 @@ multiversion! {
     pub(crate) fn quantize(input: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
         for (d, s) in out.iter_mut().zip(input) {
             *d = requant_f32(*s / scale, zp, i8::MIN, i8::MAX);
+        }
+    }
+}
+
+/// Three channel planes starting at `input[off]`, `step` apart, interleaved into `dst`
+/// (`dst.len() / 3` pixels): NCHW to NHWC for a 3-channel image. False (nothing written)
+/// when the planes do not fit `input`.
+fn interleave3(isa: Isa, input: &[i8], off: usize, step: usize, dst: &mut [i8]) -> bool {
+    let n = dst.len() / 3;
+    let plane = |k: usize| input.get(off + k * step..off + k * step + n);
+    let (Some(p0), Some(p1), Some(p2)) = (plane(0), plane(1), plane(2)) else {
+        return false;
+    };
+    interleave3_bytes(isa, p0, p1, p2, dst);
+    true
+}
+
+multiversion! {
+    /// `out[3p + c] = plane_c[p]`.
+    fn interleave3_bytes(p0: &[i8], p1: &[i8], p2: &[i8], out: &mut [i8]) {
+        for (((d, a), b), c) in out.chunks_exact_mut(3).zip(p0).zip(p1).zip(p2) {
+            d[0] = *a;
+            d[1] = *b;
+            d[2] = *c;
         }
     }
 }
@@ -938,14 +968,25 @@ mod isa_tests {
     #[test]
     fn transpose_matches_its_definition_for_any_split() {
         let mut g = SplitMix64::stream(14, 0);
-        for case in 0..300 {
-            let rank = 1 + g.below(5) as usize;
-            let shape: Vec<usize> = (0..rank).map(|_| 1 + g.below(6) as usize).collect();
-            // A random permutation (Fisher-Yates).
-            let mut perm: Vec<usize> = (0..rank).collect();
-            for i in (1..rank).rev() {
-                perm.swap(i, g.below(i as u64 + 1) as usize);
-            }
+        let isas = Isa::available();
+        // Random ranks, shapes and permutations (Fisher-Yates), then NCHW to NHWC of
+        // 3-channel images (the interleaving fast path) of several sizes.
+        let mut cases: Vec<(Vec<usize>, Vec<usize>)> = (0..300)
+            .map(|_| {
+                let rank = 1 + g.below(5) as usize;
+                let shape: Vec<usize> = (0..rank).map(|_| 1 + g.below(6) as usize).collect();
+                let mut perm: Vec<usize> = (0..rank).collect();
+                for i in (1..rank).rev() {
+                    perm.swap(i, g.below(i as u64 + 1) as usize);
+                }
+                (shape, perm)
+            })
+            .collect();
+        for (b, h, w) in [(1, 7, 9), (2, 5, 33), (1, 31, 67)] {
+            cases.push((vec![b, 3, h, w], vec![0, 2, 3, 1]));
+        }
+        for (case, (shape, perm)) in cases.iter().enumerate() {
+            let rank = shape.len();
             let mut in_strides = vec![1usize; rank];
             for d in (0..rank.saturating_sub(1)).rev() {
                 in_strides[d] = in_strides[d + 1] * shape[d + 1];
@@ -955,21 +996,22 @@ mod isa_tests {
             let n: usize = shape.iter().product();
             let x = bytes(&mut g, n);
             let want = transpose_reference(&out_shape, &strides, &x);
-            // The whole tensor, then a random split into chunks at any element.
-            let mut got = vec![0i8; n];
-            transpose(&out_shape, &strides, &x, &mut got, 0..n);
-            assert_eq!(got, want, "case {case}: shape {shape:?} perm {perm:?}");
-            let mut got = vec![0i8; n];
-            let mut start = 0;
-            while start < n {
-                let end = (start + 1 + g.below(n as u64) as usize).min(n);
-                transpose(&out_shape, &strides, &x, &mut got[start..end], start..end);
-                start = end;
+            for &isa in &isas {
+                let what = format!("case {case} ({}): {shape:?} perm {perm:?}", isa.name());
+                // The whole tensor, then a random split into chunks at any element.
+                let mut got = vec![0i8; n];
+                transpose(isa, &out_shape, &strides, &x, &mut got, 0..n);
+                assert_eq!(got, want, "{what}");
+                let mut got = vec![0i8; n];
+                let mut start = 0;
+                while start < n {
+                    let end = (start + 1 + g.below(n as u64) as usize).min(n);
+                    let part = &mut got[start..end];
+                    transpose(isa, &out_shape, &strides, &x, part, start..end);
+                    start = end;
+                }
+                assert_eq!(got, want, "{what}, split");
             }
-            assert_eq!(
-                got, want,
-                "case {case} split: shape {shape:?} perm {perm:?}"
-            );
         }
     }
 }

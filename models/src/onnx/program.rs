@@ -669,7 +669,7 @@ impl Program {
                     let x = view(*src);
                     let n: usize = out_shape.iter().product();
                     split_rows(lanes, base, &bufs[*dst], n, 1, 2, &|r, out| {
-                        kernels::transpose(out_shape, strides, x, out, r);
+                        kernels::transpose(isa, out_shape, strides, x, out, r);
                     });
                 }
                 Step::Resize {
