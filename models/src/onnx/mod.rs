@@ -48,7 +48,8 @@
 //!   operand is computed by the convolution just before it and read by nothing else (a
 //!   residual add) runs inside that convolution, on each chunk of its rows
 //!   ([`NativeOptions::fuse_residual_adds`]; same operations, same bits).
-//! - **Elementwise steps** (`Add`, `Mul`, `QuantizeLinear`, max pooling, `Resize`): portable
+//! - **Elementwise steps** (`Add`, `Mul`, `QuantizeLinear`, max pooling, `Resize`, the
+//!   3-channel NCHW-to-NHWC transpose): portable
 //!   Rust, compiled again for AVX2 and AVX-512 on x86-64 (`isa`), the width chosen at load
 //!   with the convolutions' kernel path (`REDLINE_KERNEL=scalar` keeps them on baseline
 //!   code). The same IEEE-754 operations in the same order on every width, so the same bits.
