@@ -30,7 +30,8 @@ macro_rules! kernel_tests {
             padding_reads_the_input_zero_point,
             extreme_values_are_exact,
             layers_wider_than_one_stage_chunk_are_exact,
-            backbone_layers_equal_the_reference
+            backbone_layers_equal_the_reference,
+            full_channel_groups_in_a_slot_are_exact
         );
     };
     (@each $path:expr; $($name:ident),*) => {
@@ -411,6 +412,51 @@ pub(crate) fn layers_wider_than_one_stage_chunk_are_exact(path: KernelPath) {
     let input: Vec<i8> = (0..h * w * 64).map(|_| r.next_i8()).collect();
     let want = reference_forward_i64(&conv, &input, h, w).unwrap();
     assert_eq!(run(&conv, path, &input, h, w), want);
+}
+
+/// Layers with whole groups of 64 output channels (VNNI packs four full blocks into one
+/// store) plus a partial group, written into a wider channel slot and as a whole output,
+/// for 1×1 and 3×3 kernels, with and without ReLU: the reference bytes, and nothing outside
+/// the slot touched.
+pub(crate) fn full_channel_groups_in_a_slot_are_exact(path: KernelPath) {
+    for (i, (in_c, out_c, k, relu)) in [(32, 64, 1, true), (24, 144, 3, false), (64, 128, 1, false)]
+        .into_iter()
+        .enumerate()
+    {
+        let shape = ConvShape {
+            in_c,
+            out_c,
+            k,
+            stride: 1,
+            pad: k / 2,
+        };
+        let conv = on_path(&random_conv(shape, relu, 40 + i as u64), path);
+        let (h, w) = (5, 13);
+        let mut r = SplitMix64::new(6 + i as u64);
+        let input: Vec<i8> = (0..h * w * in_c).map(|_| r.next_i8()).collect();
+        let want = reference_forward_i64(&conv, &input, h, w).unwrap();
+        assert_eq!(run(&conv, path, &input, h, w), want, "layer {i}");
+        let (offset, stride) = (3, out_c + 7);
+        let slot = ChannelSlot {
+            pixel_stride: stride,
+            channel_offset: offset,
+        };
+        let mut out = vec![0x55i8; h * w * stride];
+        conv.forward_rows_into_slot(&input, h, w, &mut out, slot, 0..h)
+            .unwrap();
+        for px in 0..h * w {
+            let o = &out[px * stride..(px + 1) * stride];
+            assert!(o[..offset].iter().all(|&v| v == 0x55), "layer {i} px {px}");
+            assert_eq!(
+                &o[offset..offset + out_c],
+                &want[px * out_c..(px + 1) * out_c]
+            );
+            assert!(
+                o[offset + out_c..].iter().all(|&v| v == 0x55),
+                "layer {i} px {px}"
+            );
+        }
+    }
 }
 
 /// The default backbone's layers, on random inputs of their real sizes.

@@ -293,6 +293,31 @@ unsafe fn vnni_tile<const OB: usize, const NP: usize>(
             }
         }
     }
+    if OB == 4 && t.masks.iter().all(|&m| m == 0xFFFF) {
+        // Four full blocks: 64 contiguous output bytes per pixel. Pack the four vectors of
+        // i32 (each already in [-128, 127], so neither pack saturates) to bytes with two
+        // `vpackssdw` and one `vpacksswb`, put the 4-byte groups back in channel order with
+        // one `vpermd` and store once: a third of the instructions of four `vpmovdb` and
+        // four masked stores. The same bytes.
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        for (n, an) in acc.iter().enumerate() {
+            let mut r = [_mm512_setzero_si512(); 4];
+            for j in 0..4 {
+                let f = _mm512_mul_ps(_mm512_cvtepi32_ps(an[j]), t.mult[j]);
+                let f = _mm512_min_ps(_mm512_max_ps(f, t.out.lo), t.out.hi);
+                r[j] = _mm512_add_epi32(_mm512_cvtps_epi32(f), t.out.zp);
+            }
+            let b = _mm512_packs_epi16(
+                _mm512_packs_epi32(r[0], r[1]),
+                _mm512_packs_epi32(r[2], r[3]),
+            );
+            let b = _mm512_permutexvar_epi32(order, b);
+            // SAFETY: 64 bytes at `n·ops`: lanes `0..16` of blocks `0..4` are all set in
+            // `masks`, so `n·ops + 3·16 + 15` is inside `out` by this function's precondition.
+            unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(n * ops) as *mut _, b) };
+        }
+        return;
+    }
     for (n, an) in acc.iter().enumerate() {
         for j in 0..OB {
             let f = _mm512_mul_ps(_mm512_cvtepi32_ps(an[j]), t.mult[j]);
