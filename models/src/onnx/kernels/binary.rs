@@ -1,0 +1,195 @@
+//! Elementwise binary operators (`Add`, `Mul`) over broadcast operands, and the `Add`
+//! fused into a convolution's output; see the parent module's contract.
+
+use super::{requant_f32, Isa};
+use crate::onnx::isa::multiversion;
+use std::ops::Range;
+
+/// An elementwise binary operator over broadcast operands.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum BinaryKind {
+    /// `y = (fixed + a ra) + b rb` with `ra = sa / sy`, `rb = sb / sy`, `fixed = zy - (ra za
+    /// + rb zb)`, on the raw integers (ONNX Runtime's x86 QLinearAdd, operation for
+    /// operation), then rounded half to even and saturated (the output zero point is inside
+    /// `fixed`).
+    Add { ra: f32, rb: f32, fixed: f32 },
+    /// `y = ((a - za) sa * (b - zb) sb) / sy`.
+    Mul,
+}
+
+/// Parameters of a binary operator: zero points, clamp, and the broadcast strides of both
+/// operands over the output's (physical, row-major) shape, outermost first.
+#[derive(Clone, Debug)]
+pub(crate) struct Binary {
+    pub kind: BinaryKind,
+    pub sa: f32,
+    pub sb: f32,
+    pub sy: f32,
+    pub za: i32,
+    pub zb: i32,
+    pub zy: i32,
+    pub lo: i8,
+    pub hi: i8,
+    /// Output shape (physical order).
+    pub shape: Vec<usize>,
+    pub a_strides: Vec<usize>,
+    pub b_strides: Vec<usize>,
+}
+
+impl Binary {
+    #[inline(always)]
+    fn one(&self, a: i8, b: i8) -> i8 {
+        match self.kind {
+            BinaryKind::Add { ra, rb, fixed } => add_one(ra, rb, fixed, self.lo, self.hi, a, b),
+            BinaryKind::Mul => mul_one(self, a, b),
+        }
+    }
+
+    /// `n` contiguous elements of both operands (a row, or the whole tensor), on `isa`.
+    fn contiguous(&self, isa: Isa, a: &[i8], b: &[i8], out: &mut [i8]) {
+        match self.kind {
+            BinaryKind::Add { ra, rb, fixed } => {
+                add_contiguous(isa, ra, rb, fixed, self.lo, self.hi, a, b, out)
+            }
+            BinaryKind::Mul => mul_contiguous(isa, self, a, b, out),
+        }
+    }
+
+    /// Elements `range` of the output (flat index, physical order).
+    pub fn run(&self, isa: Isa, a: &[i8], b: &[i8], out: &mut [i8], range: Range<usize>) {
+        let n: usize = self.shape.iter().product();
+        if a.len() == n
+            && b.len() == n
+            && dense_strides(&self.a_strides, &self.shape)
+            && dense_strides(&self.b_strides, &self.shape)
+        {
+            // Same shape, both contiguous: one flat loop, vectorised for `isa`.
+            self.contiguous(isa, &a[range.clone()], &b[range], out);
+            return;
+        }
+        let rank = self.shape.len();
+        let inner = self.shape.last().copied().unwrap_or(1).max(1);
+        let (sa, sb) = (
+            self.a_strides.last().copied().unwrap_or(0),
+            self.b_strides.last().copied().unwrap_or(0),
+        );
+        let mut i = range.start;
+        let mut o = 0;
+        while i < range.end {
+            // Offsets of the row containing flat index i.
+            let mut rem = i / inner;
+            let (mut oa, mut ob) = (0usize, 0usize);
+            for d in (0..rank.saturating_sub(1)).rev() {
+                let idx = rem % self.shape[d];
+                rem /= self.shape[d];
+                oa += idx * self.a_strides[d];
+                ob += idx * self.b_strides[d];
+            }
+            let col = i % inner;
+            let n = (inner - col).min(range.end - i);
+            if sa == 1 && sb == 1 {
+                let (a, b) = (&a[oa + col..oa + col + n], &b[ob + col..ob + col + n]);
+                self.contiguous(isa, a, b, &mut out[o..o + n]);
+            } else {
+                for k in 0..n {
+                    out[o + k] = self.one(a[oa + (col + k) * sa], b[ob + (col + k) * sb]);
+                }
+            }
+            i += n;
+            o += n;
+        }
+    }
+
+    /// This `Add` in place: `conv` holds one operand (the first when `conv_is_a`) and
+    /// receives the sum; `other` holds the other operand's same elements. The same
+    /// operations in the same order as [`Binary::run`]. Does nothing for `Mul`.
+    pub fn add_in_place(&self, isa: Isa, conv_is_a: bool, conv: &mut [i8], other: &[i8]) {
+        if let BinaryKind::Add { ra, rb, fixed } = self.kind {
+            add_into(isa, ra, rb, fixed, self.lo, self.hi, conv_is_a, conv, other);
+        }
+    }
+}
+
+multiversion! {
+    /// [`add_one`] with one operand read from and the sum written to `acc`.
+    fn add_into(
+        ra: f32,
+        rb: f32,
+        fixed: f32,
+        lo: i8,
+        hi: i8,
+        acc_is_a: bool,
+        acc: &mut [i8],
+        other: &[i8],
+    ) {
+        if acc_is_a {
+            for (d, y) in acc.iter_mut().zip(other) {
+                *d = add_one(ra, rb, fixed, lo, hi, *d, *y);
+            }
+        } else {
+            for (d, x) in acc.iter_mut().zip(other) {
+                *d = add_one(ra, rb, fixed, lo, hi, *x, *d);
+            }
+        }
+    }
+}
+
+/// One `Add` element ([`BinaryKind::Add`]).
+#[inline(always)]
+pub(super) fn add_one(ra: f32, rb: f32, fixed: f32, lo: i8, hi: i8, a: i8, b: i8) -> i8 {
+    let v = (fixed + f32::from(a) * ra) + f32::from(b) * rb;
+    requant_f32(v, 0, lo, hi)
+}
+
+/// One `Mul` element ([`BinaryKind::Mul`]).
+#[inline(always)]
+pub(super) fn mul_one(p: &Binary, a: i8, b: i8) -> i8 {
+    let (a, b) = (i32::from(a) - p.za, i32::from(b) - p.zb);
+    let v = (a as f32 * p.sa * (b as f32 * p.sb)) / p.sy;
+    requant_f32(v, p.zy, p.lo, p.hi)
+}
+
+multiversion! {
+    /// [`add_one`] over equally long contiguous slices.
+    pub(super) fn add_contiguous(ra: f32, rb: f32, fixed: f32, lo: i8, hi: i8, a: &[i8], b: &[i8], out: &mut [i8]) {
+        for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
+            *d = add_one(ra, rb, fixed, lo, hi, *x, *y);
+        }
+    }
+}
+
+multiversion! {
+    /// [`mul_one`] over equally long contiguous slices.
+    pub(super) fn mul_contiguous(p: &Binary, a: &[i8], b: &[i8], out: &mut [i8]) {
+        for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
+            *d = mul_one(p, *x, *y);
+        }
+    }
+}
+
+/// True when `strides` are the row-major strides of `shape` (a dimension of extent 1 may
+/// have any stride: its index is always 0), so an operand's element `i` is the output's `i`.
+pub(crate) fn dense_strides(strides: &[usize], shape: &[usize]) -> bool {
+    let mut acc = 1;
+    strides.len() == shape.len()
+        && strides.iter().zip(shape).rev().all(|(&st, &d)| {
+            let ok = st == acc || d == 1;
+            acc *= d;
+            ok
+        })
+}
+
+#[cfg(test)]
+mod stride_tests {
+    use super::dense_strides;
+
+    #[test]
+    fn dense_strides_are_recognised() {
+        assert!(dense_strides(&[12, 4, 1], &[2, 3, 4]));
+        // A broadcast operand (stride 0 over a real dimension) is not dense...
+        assert!(!dense_strides(&[0, 4, 1], &[2, 3, 4]));
+        // ...but any stride over an extent-1 dimension is.
+        assert!(dense_strides(&[99, 4, 1], &[1, 3, 4]));
+        assert!(!dense_strides(&[1, 3], &[3, 4]));
+    }
+}

@@ -1,0 +1,194 @@
+//! Data movement: transposes (with the 3-channel NCHW-to-NHWC interleave) and resizes of
+//! NHWC images; see the parent module's contract.
+
+use super::{integral_to_i8, requant_f32, Isa};
+use crate::onnx::isa::multiversion;
+use std::ops::Range;
+
+/// Permutes a row-major tensor of bytes: output element at multi-index
+/// `j` (over `out_shape`) is the input element whose index is `j` scattered through `perm`
+/// (`in_strides_permuted[d]` = the input stride of output dimension `d`). Rows are ranges of
+/// the flat output index.
+pub(crate) fn transpose(
+    isa: Isa,
+    out_shape: &[usize],
+    in_strides_permuted: &[usize],
+    input: &[i8],
+    out: &mut [i8],
+    range: Range<usize>,
+) {
+    let rank = out_shape.len();
+    if rank >= 2 {
+        // Walk the output by rows of the last dimension. Whole rows are taken in runs along
+        // the second-to-last dimension and copied column by column, so a short last
+        // dimension (NCHW to NHWC: 3 channels) costs one index decomposition per run, not
+        // per row, and reads its input contiguously. A partial row (a chunk boundary) is
+        // gathered on its own.
+        let inner = out_shape[rank - 1];
+        let step = in_strides_permuted[rank - 1];
+        let mid = out_shape[rank - 2];
+        let mid_step = in_strides_permuted[rank - 2];
+        let mut i = range.start;
+        let mut o = 0;
+        while i < range.end {
+            let col = i % inner;
+            let mut rem = i / inner;
+            let y = rem % mid;
+            let mut off = col * step;
+            for d in (0..rank - 1).rev() {
+                off += (rem % out_shape[d]) * in_strides_permuted[d];
+                rem /= out_shape[d];
+            }
+            let rows = if col == 0 {
+                (mid - y).min((range.end - i) / inner.max(1))
+            } else {
+                0
+            };
+            if rows > 0 {
+                let dst = &mut out[o..o + rows * inner];
+                if mid_step == 1 && inner == 3 && interleave3(isa, input, off, step, dst) {
+                    i += rows * inner;
+                    o += rows * inner;
+                    continue;
+                }
+                for k in 0..inner {
+                    let src = off + k * step;
+                    for (r, d) in dst[k..].iter_mut().step_by(inner).enumerate() {
+                        *d = input[src + r * mid_step];
+                    }
+                }
+                i += rows * inner;
+                o += rows * inner;
+                continue;
+            }
+            let n = (inner - col).min(range.end - i);
+            for k in 0..n {
+                out[o + k] = input[off + k * step];
+            }
+            i += n;
+            o += n;
+        }
+        return;
+    }
+    for (o, i) in range.enumerate() {
+        let mut rem = i;
+        let mut off = 0;
+        for d in (0..rank).rev() {
+            off += (rem % out_shape[d]) * in_strides_permuted[d];
+            rem /= out_shape[d];
+        }
+        out[o] = input[off];
+    }
+}
+
+/// Three channel planes starting at `input[off]`, `step` apart, interleaved into `dst`
+/// (`dst.len() / 3` pixels): NCHW to NHWC for a 3-channel image. False (nothing written)
+/// when the planes do not fit `input`.
+fn interleave3(isa: Isa, input: &[i8], off: usize, step: usize, dst: &mut [i8]) -> bool {
+    let n = dst.len() / 3;
+    let plane = |k: usize| input.get(off + k * step..off + k * step + n);
+    let (Some(p0), Some(p1), Some(p2)) = (plane(0), plane(1), plane(2)) else {
+        return false;
+    };
+    interleave3_bytes(isa, p0, p1, p2, dst);
+    true
+}
+
+multiversion! {
+    /// `out[3p + c] = plane_c[p]`.
+    fn interleave3_bytes(p0: &[i8], p1: &[i8], p2: &[i8], out: &mut [i8]) {
+        for (((d, a), b), c) in out.chunks_exact_mut(3).zip(p0).zip(p1).zip(p2) {
+            d[0] = *a;
+            d[1] = *b;
+            d[2] = *c;
+        }
+    }
+}
+
+/// One output coordinate of a resize along one axis: the two source indices and the weight
+/// of the second (`0` for nearest).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tap {
+    pub i0: usize,
+    pub i1: usize,
+    pub w1: f32,
+}
+
+/// How [`resize`] computes an output value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Interp {
+    /// Copy the nearest input (exact).
+    Nearest,
+    /// Interpolate `(x - x_zp)` in `f32` (`(1 - wx)(1 - wy) a + ...` in a fixed order) and
+    /// requantize with `ratio = x_scale / y_scale` to `y_zp` (QDQ form).
+    Linear { x_zp: i32, y_zp: i32, ratio: f32 },
+    /// ONNX Runtime's int8 `Resize` (QOperator form): the raw values interpolated in `f32`,
+    /// same quantization, truncated toward zero; `floor` for `uint8` tensors (stored here
+    /// as `x ^ 0x80`, where ORT's truncation of non-negative values is a floor).
+    Raw { floor: bool },
+}
+
+multiversion! {
+    /// Resize of NHWC images: `ys`/`xs` hold one [`Tap`] per output row / column; `mode` says
+    /// how a value is computed. Rows over `batch * out_h`.
+    pub(crate) fn resize(
+        in_h: usize,
+        in_w: usize,
+        c: usize,
+        ys: &[Tap],
+        xs: &[Tap],
+        mode: Interp,
+        input: &[i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) {
+        let out_h = ys.len();
+        let img = in_h * in_w * c;
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / out_h, r % out_h);
+            let x = &input[b * img..(b + 1) * img];
+            let ty = ys[oy];
+            for tx in xs {
+                let dst = &mut out[o..o + c];
+                let p00 = (ty.i0 * in_w + tx.i0) * c;
+                let p01 = (ty.i0 * in_w + tx.i1) * c;
+                let p10 = (ty.i1 * in_w + tx.i0) * c;
+                let p11 = (ty.i1 * in_w + tx.i1) * c;
+                let (wy1, wx1) = (ty.w1, tx.w1);
+                let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
+                match mode {
+                    Interp::Nearest => dst.copy_from_slice(&x[p00..p00 + c]),
+                    Interp::Raw { floor } => {
+                        // The four corners as slices of `c`: no per-element bounds checks,
+                        // so the channel loop vectorises.
+                        let (a, b) = (&x[p00..p00 + c], &x[p01..p01 + c]);
+                        let (e, f) = (&x[p10..p10 + c], &x[p11..p11 + c]);
+                        let corners = a.iter().zip(b).zip(e.iter().zip(f));
+                        for (d, ((a, b), (e, f))) in dst.iter_mut().zip(corners) {
+                            let v = |q: &i8| f32::from(*q);
+                            let f = v(a) * wx0 * wy0
+                                + v(b) * wx1 * wy0
+                                + v(e) * wx0 * wy1
+                                + v(f) * wx1 * wy1;
+                            let r = if floor { f.floor() } else { f.trunc() };
+                            *d = integral_to_i8(r.clamp(-128.0, 127.0));
+                        }
+                    }
+                    Interp::Linear { x_zp, y_zp, ratio } => {
+                        let (a, b) = (&x[p00..p00 + c], &x[p01..p01 + c]);
+                        let (e, f) = (&x[p10..p10 + c], &x[p11..p11 + c]);
+                        let corners = a.iter().zip(b).zip(e.iter().zip(f));
+                        for (d, ((a, b), (e, f))) in dst.iter_mut().zip(corners) {
+                            let v = |q: &i8| (i32::from(*q) - x_zp) as f32;
+                            let top = v(a) * wx0 + v(b) * wx1;
+                            let bot = v(e) * wx0 + v(f) * wx1;
+                            *d = requant_f32((top * wy0 + bot * wy1) * ratio, y_zp, i8::MIN, i8::MAX);
+                        }
+                    }
+                }
+                o += c;
+            }
+        }
+    }
+}

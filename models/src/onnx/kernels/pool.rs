@@ -1,0 +1,187 @@
+//! Window operators over NHWC images: max pooling (separable, vectorised) and average
+//! pooling (also global). Rows over `batch · out_h`; see the parent module's contract.
+
+use super::{requant_f32, Window};
+use crate::onnx::isa::multiversion;
+use std::ops::Range;
+
+multiversion! {
+    /// Max pooling over NHWC `c`-channel images; rows over `batch * out_h`. Padded taps are
+    /// ignored (ONNX semantics); a window with no tap inside the image yields `i8::MIN`.
+    ///
+    /// Separable: for each output row, the maximum over the kernel's input rows is taken
+    /// first, across whole rows (long contiguous loops), into a stack buffer of
+    /// [`POOL_SCRATCH`] bytes, then over the kernel's columns pixel by pixel; the output
+    /// columns are taken in runs whose input columns fit that buffer. Max is associative,
+    /// so this is the same result as tap by tap.
+    pub(crate) fn max_pool(win: &Window, c: usize, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let img = win.in_h * win.in_w * c;
+        let row_bytes = win.in_w * c;
+        // Input columns one output column's window spans.
+        let span = (win.kw - 1) * win.dw + 1;
+        let run = if span * c <= POOL_SCRATCH {
+            // Output columns per run: their input columns (clipped to the image) fit.
+            (POOL_SCRATCH / c - span) / win.sw + 1
+        } else {
+            0
+        };
+        let mut cols = [i8::MIN; POOL_SCRATCH];
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / win.out_h, r % win.out_h);
+            let x = &input[b * img..(b + 1) * img];
+            if run == 0 {
+                // A window wider than the buffer: tap by tap.
+                for ox in 0..win.out_w {
+                    let dst = &mut out[o..o + c];
+                    dst.fill(i8::MIN);
+                    for ky in 0..win.kh {
+                        let iy = win.iy(oy, ky);
+                        if iy < 0 || iy >= win.in_h as isize {
+                            continue;
+                        }
+                        for kx in 0..win.kw {
+                            let ix = win.ix(ox, kx);
+                            if ix < 0 || ix >= win.in_w as isize {
+                                continue;
+                            }
+                            let base = (iy as usize * win.in_w + ix as usize) * c;
+                            for (d, s) in dst.iter_mut().zip(&x[base..base + c]) {
+                                *d = (*d).max(*s);
+                            }
+                        }
+                    }
+                    o += c;
+                }
+                continue;
+            }
+            let mut ox0 = 0;
+            while ox0 < win.out_w {
+                let ox1 = (ox0 + run).min(win.out_w);
+                // Input columns [x0, x1) of these output columns, clipped to the image.
+                let x0 = win.ix(ox0, 0).max(0) as usize;
+                let x1 = (win.ix(ox1 - 1, win.kw - 1) + 1).clamp(0, win.in_w as isize) as usize;
+                let x1 = x1.max(x0);
+                let col = &mut cols[..(x1 - x0) * c];
+                col.fill(i8::MIN);
+                for ky in 0..win.kh {
+                    let iy = win.iy(oy, ky);
+                    if iy < 0 || iy >= win.in_h as isize {
+                        continue;
+                    }
+                    let src = &x[iy as usize * row_bytes + x0 * c..iy as usize * row_bytes + x1 * c];
+                    for (d, s) in col.iter_mut().zip(src) {
+                        *d = (*d).max(*s);
+                    }
+                }
+                for ox in ox0..ox1 {
+                    let dst = &mut out[o..o + c];
+                    dst.fill(i8::MIN);
+                    for kx in 0..win.kw {
+                        let ix = win.ix(ox, kx);
+                        if ix < 0 || ix >= win.in_w as isize {
+                            continue;
+                        }
+                        let base = (ix as usize - x0) * c;
+                        for (d, s) in dst.iter_mut().zip(&col[base..base + c]) {
+                            *d = (*d).max(*s);
+                        }
+                    }
+                    o += c;
+                }
+                ox0 = ox1;
+            }
+        }
+    }
+}
+
+/// Stack bytes [`max_pool`] keeps the column maxima of one run of output columns in.
+const POOL_SCRATCH: usize = 8192;
+
+/// Average pooling parameters: `y = requant(Σ (x - x_zp) as f32 * (x_scale / (y_scale *
+/// count)))`, the multiplier computed in that order (ONNX Runtime's global average pooling).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AvgParams {
+    pub x_zp: i32,
+    pub y_zp: i32,
+    pub x_scale: f32,
+    pub y_scale: f32,
+    pub count_include_pad: bool,
+    pub lo: i8,
+    pub hi: i8,
+}
+
+/// Average pooling over NHWC images (also global average pooling: a window the size of the
+/// image). Rows over `batch * out_h`. Channels are summed in blocks of 64 in a stack array.
+pub(crate) fn avg_pool(
+    win: &Window,
+    c: usize,
+    p: &AvgParams,
+    input: &[i8],
+    out: &mut [i8],
+    rows: Range<usize>,
+) {
+    const BLOCK: usize = 64;
+    let img = win.in_h * win.in_w * c;
+    let mut acc = [0i32; BLOCK];
+    let mut o = 0;
+    for r in rows {
+        let (b, oy) = (r / win.out_h, r % win.out_h);
+        let x = &input[b * img..(b + 1) * img];
+        for ox in 0..win.out_w {
+            // Count the taps once per output pixel.
+            let (mut inside, mut padded) = (0u32, 0u32);
+            for ky in 0..win.kh {
+                let iy = win.iy(oy, ky);
+                let in_pad_y = iy >= -(win.pt as isize) && iy < (win.in_h + win.pt) as isize;
+                for kx in 0..win.kw {
+                    let ix = win.ix(ox, kx);
+                    if iy < 0 || iy >= win.in_h as isize || ix < 0 || ix >= win.in_w as isize {
+                        // Taps past the explicit padding (ceil mode) never count.
+                        let in_pad_x =
+                            ix >= -(win.pl as isize) && ix < (win.in_w + win.pl) as isize;
+                        if in_pad_y && in_pad_x {
+                            padded += 1;
+                        }
+                    } else {
+                        inside += 1;
+                    }
+                }
+            }
+            let count = if p.count_include_pad {
+                inside + padded
+            } else {
+                inside
+            }
+            .max(1);
+            let scale = p.x_scale / (p.y_scale * count as f32);
+            let mut c0 = 0;
+            while c0 < c {
+                let n = (c - c0).min(BLOCK);
+                let acc = &mut acc[..n];
+                acc.fill(0);
+                for ky in 0..win.kh {
+                    let iy = win.iy(oy, ky);
+                    if iy < 0 || iy >= win.in_h as isize {
+                        continue;
+                    }
+                    for kx in 0..win.kw {
+                        let ix = win.ix(ox, kx);
+                        if ix < 0 || ix >= win.in_w as isize {
+                            continue;
+                        }
+                        let base = (iy as usize * win.in_w + ix as usize) * c + c0;
+                        for (a, s) in acc.iter_mut().zip(&x[base..base + n]) {
+                            *a += i32::from(*s) - p.x_zp;
+                        }
+                    }
+                }
+                for (d, a) in out[o + c0..o + c0 + n].iter_mut().zip(acc.iter()) {
+                    *d = requant_f32(*a as f32 * scale, p.y_zp, p.lo, p.hi);
+                }
+                c0 += n;
+            }
+            o += c;
+        }
+    }
+}

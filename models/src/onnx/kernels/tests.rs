@@ -1,0 +1,320 @@
+//! Every vector width against the portable build, and the rewritten kernels against their
+//! plain formulas.
+
+use super::binary::{add_contiguous, add_one, mul_contiguous, mul_one};
+use super::*;
+use redline_runtime::rng::SplitMix64;
+
+/// The float formula `requant_f32` replaced: round in float, clamp in float, cast.
+fn requant_float_formula(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
+    let r = ((v.clamp(-1024.0, 1024.0) + MAGIC) - MAGIC) + zp as f32;
+    r.clamp(f32::from(lo), f32::from(hi)) as i8
+}
+
+#[test]
+fn requant_matches_the_float_formula() {
+    let mut g = SplitMix64::stream(11, 0);
+    let mut values = vec![
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1e30,
+        -1e30,
+        1024.0,
+        -1024.0,
+        1024.5,
+    ];
+    // Every half step in ±300 (the ties), and random values of every magnitude.
+    values.extend((-600..=600).map(|i| i as f32 * 0.5));
+    values.extend((0..20_000).map(|_| g.uniform(-2000.0, 2000.0)));
+    values.extend((0..2_000).map(|_| g.uniform(-1.0, 1.0)));
+    for &v in &values {
+        for (zp, lo, hi) in [(0, -128, 127), (-128, -128, 127), (17, 0, 127), (3, -5, 9)] {
+            assert_eq!(
+                requant_f32(v, zp, lo, hi),
+                requant_float_formula(v, zp, lo, hi),
+                "v {v}, zp {zp}, [{lo}, {hi}]"
+            );
+        }
+    }
+}
+
+fn bytes(g: &mut SplitMix64, n: usize) -> Vec<i8> {
+    (0..n).map(|_| g.next_i8()).collect()
+}
+
+#[test]
+fn elementwise_loops_give_the_same_bytes_on_every_width() {
+    let isas = Isa::available();
+    eprintln!(
+        "widths compared: {:?}",
+        isas.iter().map(|i| i.name()).collect::<Vec<_>>()
+    );
+    let mut g = SplitMix64::stream(12, 0);
+    for n in [1usize, 15, 16, 17, 63, 64, 65, 1000, 4099] {
+        let (a, b) = (bytes(&mut g, n), bytes(&mut g, n));
+        let f: Vec<f32> = (0..n).map(|_| g.uniform(-40.0, 40.0)).collect();
+        let mul = Binary {
+            kind: BinaryKind::Mul,
+            sa: 0.031,
+            sb: 0.007,
+            sy: 0.013,
+            za: 3,
+            zb: -9,
+            zy: 1,
+            lo: -128,
+            hi: 127,
+            shape: vec![n],
+            a_strides: vec![1],
+            b_strides: vec![1],
+        };
+        let run = |isa: Isa| {
+            let mut add = vec![0i8; n];
+            add_contiguous(isa, 0.71, 1.37, -3.25, -128, 127, &a, &b, &mut add);
+            let mut relu_add = vec![0i8; n];
+            add_contiguous(isa, 0.5, 0.5, 0.5, 0, 127, &a, &b, &mut relu_add);
+            let mut m = vec![0i8; n];
+            mul_contiguous(isa, &mul, &a, &b, &mut m);
+            let mut q = vec![0i8; n];
+            quantize(isa, &f, 0.173, -7, &mut q);
+            (add, relu_add, m, q)
+        };
+        let want = run(Isa::PORTABLE);
+        // The portable build is the scalar formula, element by element.
+        for i in 0..n {
+            assert_eq!(want.0[i], add_one(0.71, 1.37, -3.25, -128, 127, a[i], b[i]));
+            assert_eq!(want.2[i], mul_one(&mul, a[i], b[i]));
+            assert_eq!(want.3[i], requant_f32(f[i] / 0.173, -7, -128, 127));
+        }
+        for &isa in &isas[1..] {
+            assert_eq!(
+                run(isa),
+                want,
+                "{} differs from portable, n {n}",
+                isa.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn max_pool_gives_the_same_bytes_on_every_width() {
+    let mut g = SplitMix64::stream(13, 0);
+    // (h, w, c, k, stride, pad, dilation): one run per row, several runs per row (600
+    // channels), and the tap-by-tap fallback (a window wider than the buffer).
+    for (h, w, c, k, s, p, dl) in [
+        (9, 7, 64, 3, 2, 1, 1),
+        (5, 6, 3, 2, 1, 0, 1),
+        (8, 8, 17, 3, 1, 1, 1),
+        (7, 9, 5, 3, 1, 2, 2),
+        (4, 30, 600, 3, 2, 1, 1),
+        (3, 4, 3000, 3, 1, 1, 1),
+    ] {
+        let out_h = (h + 2 * p - (k - 1) * dl - 1) / s + 1;
+        let out_w = (w + 2 * p - (k - 1) * dl - 1) / s + 1;
+        let win = Window {
+            in_h: h,
+            in_w: w,
+            out_h,
+            out_w,
+            kh: k,
+            kw: k,
+            sh: s,
+            sw: s,
+            dh: dl,
+            dw: dl,
+            pt: p,
+            pl: p,
+        };
+        let x = bytes(&mut g, 2 * h * w * c);
+        let mut want = vec![0i8; 2 * out_h * out_w * c];
+        max_pool(Isa::PORTABLE, &win, c, &x, &mut want, 0..2 * out_h);
+        // Against the definition, output by output.
+        for (i, &v) in want.iter().enumerate() {
+            let (ch, px) = (i % c, i / c);
+            let (b, oy, ox) = (px / (out_h * out_w), px / out_w % out_h, px % out_w);
+            let mut m = i8::MIN;
+            for ky in 0..k {
+                for kx in 0..k {
+                    let iy = (oy * s + ky * dl) as isize - p as isize;
+                    let ix = (ox * s + kx * dl) as isize - p as isize;
+                    if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                        m = m.max(x[((b * h + iy as usize) * w + ix as usize) * c + ch]);
+                    }
+                }
+            }
+            assert_eq!(v, m, "output {i} of case {h}x{w}x{c} k{k}");
+        }
+        for isa in Isa::available() {
+            let mut got = vec![0i8; want.len()];
+            max_pool(isa, &win, c, &x, &mut got, 0..2 * out_h);
+            assert_eq!(got, want, "{}", isa.name());
+        }
+    }
+}
+
+#[test]
+fn resize_gives_the_same_bytes_on_every_width() {
+    let mut g = SplitMix64::stream(15, 0);
+    let (in_h, in_w, c) = (5, 7, 37);
+    let x = bytes(&mut g, 2 * in_h * in_w * c);
+    // Upsampling taps with uneven weights, the last ones clamped at the edge.
+    let taps = |n_in: usize, n_out: usize| -> Vec<Tap> {
+        (0..n_out)
+            .map(|o| {
+                let f = (o as f32 + 0.5) * n_in as f32 / n_out as f32 - 0.5;
+                let f = f.max(0.0);
+                let i0 = (f as usize).min(n_in - 1);
+                let i1 = (i0 + 1).min(n_in - 1);
+                Tap {
+                    i0,
+                    i1,
+                    w1: f - i0 as f32,
+                }
+            })
+            .collect()
+    };
+    let (ys, xs) = (taps(in_h, 11), taps(in_w, 13));
+    let modes = [
+        Interp::Linear {
+            x_zp: -3,
+            y_zp: 5,
+            ratio: 0.83,
+        },
+        Interp::Raw { floor: true },
+        Interp::Raw { floor: false },
+        Interp::Nearest,
+    ];
+    for mode in modes {
+        let n = 2 * ys.len() * xs.len() * c;
+        let mut want = vec![0i8; n];
+        resize(
+            Isa::PORTABLE,
+            in_h,
+            in_w,
+            c,
+            &ys,
+            &xs,
+            mode,
+            &x,
+            &mut want,
+            0..2 * ys.len(),
+        );
+        // Against the formula, element by element.
+        for (i, &v) in want.iter().enumerate() {
+            let (ch, px) = (i % c, i / c);
+            let (b, oy, ox) = (
+                px / (ys.len() * xs.len()),
+                px / xs.len() % ys.len(),
+                px % xs.len(),
+            );
+            let (ty, tx) = (ys[oy], xs[ox]);
+            let at = |y: usize, xx: usize| x[((b * in_h + y) * in_w + xx) * c + ch];
+            let (wy1, wx1) = (ty.w1, tx.w1);
+            let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
+            let expect = match mode {
+                Interp::Nearest => at(ty.i0, tx.i0),
+                Interp::Raw { floor } => {
+                    let q = |y, xx| f32::from(at(y, xx));
+                    let f = q(ty.i0, tx.i0) * wx0 * wy0
+                        + q(ty.i0, tx.i1) * wx1 * wy0
+                        + q(ty.i1, tx.i0) * wx0 * wy1
+                        + q(ty.i1, tx.i1) * wx1 * wy1;
+                    let r = if floor { f.floor() } else { f.trunc() };
+                    r.clamp(-128.0, 127.0) as i8
+                }
+                Interp::Linear { x_zp, y_zp, ratio } => {
+                    let q = |y, xx| (i32::from(at(y, xx)) - x_zp) as f32;
+                    let top = q(ty.i0, tx.i0) * wx0 + q(ty.i0, tx.i1) * wx1;
+                    let bot = q(ty.i1, tx.i0) * wx0 + q(ty.i1, tx.i1) * wx1;
+                    requant_float_formula((top * wy0 + bot * wy1) * ratio, y_zp, -128, 127)
+                }
+            };
+            assert_eq!(v, expect, "{mode:?}: element {i}");
+        }
+        for isa in Isa::available() {
+            let mut got = vec![0i8; n];
+            resize(
+                isa,
+                in_h,
+                in_w,
+                c,
+                &ys,
+                &xs,
+                mode,
+                &x,
+                &mut got,
+                0..2 * ys.len(),
+            );
+            assert_eq!(got, want, "{mode:?} on {}", isa.name());
+        }
+    }
+}
+
+/// The plain definition: output element `j` is the input element at `j`'s index
+/// scattered through the permuted strides.
+fn transpose_reference(out_shape: &[usize], strides: &[usize], x: &[i8]) -> Vec<i8> {
+    let n: usize = out_shape.iter().product();
+    (0..n)
+        .map(|j| {
+            let (mut rem, mut off) = (j, 0);
+            for d in (0..out_shape.len()).rev() {
+                off += (rem % out_shape[d]) * strides[d];
+                rem /= out_shape[d];
+            }
+            x[off]
+        })
+        .collect()
+}
+
+#[test]
+fn transpose_matches_its_definition_for_any_split() {
+    let mut g = SplitMix64::stream(14, 0);
+    let isas = Isa::available();
+    // Random ranks, shapes and permutations (Fisher-Yates), then NCHW to NHWC of
+    // 3-channel images (the interleaving fast path) of several sizes.
+    let mut cases: Vec<(Vec<usize>, Vec<usize>)> = (0..300)
+        .map(|_| {
+            let rank = 1 + g.below(5) as usize;
+            let shape: Vec<usize> = (0..rank).map(|_| 1 + g.below(6) as usize).collect();
+            let mut perm: Vec<usize> = (0..rank).collect();
+            for i in (1..rank).rev() {
+                perm.swap(i, g.below(i as u64 + 1) as usize);
+            }
+            (shape, perm)
+        })
+        .collect();
+    for (b, h, w) in [(1, 7, 9), (2, 5, 33), (1, 31, 67)] {
+        cases.push((vec![b, 3, h, w], vec![0, 2, 3, 1]));
+    }
+    for (case, (shape, perm)) in cases.iter().enumerate() {
+        let rank = shape.len();
+        let mut in_strides = vec![1usize; rank];
+        for d in (0..rank.saturating_sub(1)).rev() {
+            in_strides[d] = in_strides[d + 1] * shape[d + 1];
+        }
+        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+        let n: usize = shape.iter().product();
+        let x = bytes(&mut g, n);
+        let want = transpose_reference(&out_shape, &strides, &x);
+        for &isa in &isas {
+            let what = format!("case {case} ({}): {shape:?} perm {perm:?}", isa.name());
+            // The whole tensor, then a random split into chunks at any element.
+            let mut got = vec![0i8; n];
+            transpose(isa, &out_shape, &strides, &x, &mut got, 0..n);
+            assert_eq!(got, want, "{what}");
+            let mut got = vec![0i8; n];
+            let mut start = 0;
+            while start < n {
+                let end = (start + 1 + g.below(n as u64) as usize).min(n);
+                let part = &mut got[start..end];
+                transpose(isa, &out_shape, &strides, &x, part, start..end);
+                start = end;
+            }
+            assert_eq!(got, want, "{what}, split");
+        }
+    }
+}
