@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use redline_models::engine::onnxruntime::{OrtEngine, OrtOptions};
-use redline_models::engine::{Engine, Inline};
+use redline_models::engine::{output_buffers, run_once, Engine, Inline};
 use redline_models::onnx::{reference, NativeEngine};
 use redline_runtime::rng::SplitMix64;
 use redline_runtime::{
@@ -105,11 +105,7 @@ impl NativeRun {
         capacity: usize,
     ) -> Result<Self, String> {
         let engine = NativeEngine::load(model).map_err(|e| e.to_string())?;
-        let outputs = engine
-            .outputs()
-            .iter()
-            .map(|s| vec![0u8; s.byte_len()])
-            .collect();
+        let outputs = output_buffers(engine.outputs());
         let samples = Arc::new(Samples {
             ns: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             next: AtomicUsize::new(0),
@@ -201,19 +197,9 @@ fn race(model: &Path, threads: usize, iters: u64, blocks: u64) -> Result<Race, S
     let mut native = NativeRun::new(model, &inputs, threads, ((blocks + 1) * iters + 8) as usize)?;
     // Outputs once, on one lane.
     let mut check = NativeEngine::load(model).map_err(|e| e.to_string())?;
-    let mut ours: Vec<Vec<u8>> = check
-        .outputs()
-        .iter()
-        .map(|s| vec![0u8; s.byte_len()])
-        .collect();
-    let mut theirs = ours.clone();
+    let ours = run_once(&mut check, &inputs, &Inline).map_err(|e| e.to_string())?;
+    let theirs = run_once(&mut ort, &inputs, &Inline).map_err(|e| e.to_string())?;
     let i: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-    {
-        let mut o: Vec<&mut [u8]> = ours.iter_mut().map(Vec::as_mut_slice).collect();
-        check.run(&i, &mut o, &Inline).map_err(|e| e.to_string())?;
-        let mut o: Vec<&mut [u8]> = theirs.iter_mut().map(Vec::as_mut_slice).collect();
-        ort.run(&i, &mut o, &Inline).map_err(|e| e.to_string())?;
-    }
     let (mut differing, mut total) = (0, 0);
     for ((spec, a), b) in check.outputs().iter().zip(&ours).zip(&theirs) {
         let c = reference::compare(&spec.name, spec.elem, a, b);
@@ -221,11 +207,7 @@ fn race(model: &Path, threads: usize, iters: u64, blocks: u64) -> Result<Race, S
         total += c.total;
     }
     let mut ort_run = |n: u64, out: &mut Vec<f64>| -> Result<(), String> {
-        let mut o: Vec<Vec<u8>> = ort
-            .outputs()
-            .iter()
-            .map(|s| vec![0u8; s.byte_len()])
-            .collect();
+        let mut o = output_buffers(ort.outputs());
         for _ in 0..n {
             let mut os: Vec<&mut [u8]> = o.iter_mut().map(Vec::as_mut_slice).collect();
             let t = Instant::now();
@@ -267,14 +249,7 @@ fn race(model: &Path, threads: usize, iters: u64, blocks: u64) -> Result<Race, S
 fn per_layer(model: &Path, label: &str) -> Result<(), String> {
     let mut e = NativeEngine::load(model).map_err(|e| e.to_string())?;
     let inputs = random_inputs(&e, 3);
-    let mut outs: Vec<Vec<u8>> = e
-        .outputs()
-        .iter()
-        .map(|s| vec![0u8; s.byte_len()])
-        .collect();
-    let i: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-    let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-    e.run(&i, &mut o, &Inline).map_err(|e| e.to_string())?;
+    run_once(&mut e, &inputs, &Inline).map_err(|e| e.to_string())?;
     let madd = redline_bench::peak::avx2_madd_peak_gmacs();
     let vnni = redline_bench::peak::vnni_peak_gmacs();
     println!(

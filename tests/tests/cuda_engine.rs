@@ -9,7 +9,9 @@
 #![cfg(any(feature = "cuda", feature = "cuda-13"))]
 
 use redline_models::engine::cuda::{probe, CudaEngine, CudaOptions};
-use redline_models::engine::{ElemType, Engine, EngineKind, Inline, TensorSpec};
+use redline_models::engine::{
+    output_buffers, run_once, ElemType, Engine, EngineKind, Inline, TensorSpec,
+};
 use redline_models::onnx::NativeEngine;
 use redline_runtime::rng::SplitMix64;
 use redline_tests::CountingAllocator;
@@ -73,17 +75,8 @@ fn random_inputs(specs: &[TensorSpec], seed: u64) -> Tensors {
         .collect()
 }
 
-/// One zeroed buffer per output tensor.
-fn output_buffers(specs: &[TensorSpec]) -> Tensors {
-    specs.iter().map(|s| vec![0u8; s.byte_len()]).collect()
-}
-
 fn run(e: &mut dyn Engine, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let ins: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-    let mut outs = output_buffers(e.outputs());
-    let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-    e.run(&ins, &mut o, &Inline).expect("run");
-    outs
+    run_once(e, inputs, &Inline).expect("run")
 }
 
 /// Native vs CUDA (graph replay and plain stream launches) on `seeds` random inputs:

@@ -155,26 +155,13 @@ fn native_engine_agrees_with_onnx_runtime() {
 
 /// The outputs of one run of `e` on `ins` over `lanes`.
 fn run_outputs(e: &mut NativeEngine, ins: &[Vec<u8>], lanes: &dyn Lanes) -> Vec<Vec<u8>> {
-    let mut outs: Vec<Vec<u8>> = e
-        .outputs()
-        .iter()
-        .map(|s| vec![0u8; s.byte_len()])
-        .collect();
-    let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
-    let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-    e.run(&i, &mut o, lanes).unwrap();
-    drop(o);
-    outs
+    redline_models::engine::run_once(e, ins, lanes).unwrap()
 }
 
 /// Heap allocations made by one run of `e` on `ins` (buffers prepared outside the count;
 /// call after a warm-up run).
 fn allocations_of_one_run(e: &mut NativeEngine, ins: &[Vec<u8>]) -> u64 {
-    let mut outs: Vec<Vec<u8>> = e
-        .outputs()
-        .iter()
-        .map(|s| vec![0u8; s.byte_len()])
-        .collect();
+    let mut outs = redline_models::engine::output_buffers(e.outputs());
     let i: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
     let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     ALLOC.start();

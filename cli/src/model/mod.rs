@@ -509,15 +509,8 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
     let mut e = NativeEngine::load(&a.model)
         .map_err(|e| anyhow!("the native engine cannot run {}: {e}", a.model.display()))?;
     let inputs = read_inputs(&[], e.inputs(), a.seed)?;
-    let mut outs: Vec<Vec<u8>> = e
-        .outputs()
-        .iter()
-        .map(|s| vec![0u8; s.byte_len()])
-        .collect();
-    let i: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-    let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
     for _ in 0..3 {
-        e.run(&i, &mut o, &Inline)?;
+        redline_models::engine::run_once(&mut e, &inputs, &Inline)?;
     }
     let mut steps = Vec::new();
     for (k, (name, macs)) in e.step_macs().into_iter().enumerate() {

@@ -292,11 +292,7 @@ impl Runner for RuntimeRunner {
         Ok(())
     }
     fn outputs(&mut self) -> Result<Vec<Vec<u8>>> {
-        let mut outs: Vec<Vec<u8>> = self
-            .out_specs
-            .iter()
-            .map(|s| vec![0u8; s.byte_len()])
-            .collect();
+        let mut outs = redline_models::engine::output_buffers(&self.out_specs);
         let mut bad = 0u64;
         let mut publisher = |p: &Published<'_>| {
             if !matches!(p.status, FrameStatus::Complete) {
@@ -393,11 +389,7 @@ pub(super) fn make_runner(
             Box::new(RuntimeRunner::new(engine, inputs.clone(), n)?) as Box<dyn Runner>
         }
         _ => Box::new(InlineRunner {
-            outs: engine
-                .outputs()
-                .iter()
-                .map(|s| vec![0u8; s.byte_len()])
-                .collect(),
+            outs: redline_models::engine::output_buffers(engine.outputs()),
             engine,
             inputs: inputs.clone(),
             threads,

@@ -288,6 +288,27 @@ pub trait Engine: Send + fmt::Debug {
     ) -> Result<(), EngineError>;
 }
 
+/// One zeroed buffer per tensor of `specs`, each `byte_len()` bytes: the outputs of a run.
+/// Allocates: for set-up, tools and tests, never for the frame loop.
+pub fn output_buffers(specs: &[TensorSpec]) -> Vec<Vec<u8>> {
+    specs.iter().map(|s| vec![0u8; s.byte_len()]).collect()
+}
+
+/// Runs `engine` once on `inputs` into freshly allocated output buffers and returns them
+/// ([`output_buffers`]). Allocates: for tools, tests and checks, not for the frame loop,
+/// which keeps its buffers and calls [`Engine::run`].
+pub fn run_once<E: Engine + ?Sized, I: AsRef<[u8]>>(
+    engine: &mut E,
+    inputs: &[I],
+    lanes: &dyn Lanes,
+) -> Result<Vec<Vec<u8>>, EngineError> {
+    let mut outs = output_buffers(engine.outputs());
+    let ins: Vec<&[u8]> = inputs.iter().map(AsRef::as_ref).collect();
+    let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+    engine.run(&ins, &mut refs, lanes)?;
+    Ok(outs)
+}
+
 /// Checks buffer counts and sizes against the specs (every backend calls this first).
 pub fn check_buffers(
     in_specs: &[TensorSpec],

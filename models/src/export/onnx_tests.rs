@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::engine::io_quant::io_quant;
-use crate::engine::{Engine, Inline};
+use crate::engine::Inline;
 use crate::export::builtin;
 use crate::onnx::NativeEngine;
 use redline_runtime::rng::SplitMix64;
@@ -34,13 +34,7 @@ fn bytes(v: &[i8]) -> Vec<u8> {
 
 fn run(model: &[u8], name: &str, inputs: &[&[u8]]) -> Vec<Vec<i8>> {
     let mut e = NativeEngine::from_bytes(model, name).expect("the importer compiles the model");
-    let mut outs: Vec<Vec<u8>> = e
-        .outputs()
-        .iter()
-        .map(|s| vec![0u8; s.byte_len()])
-        .collect();
-    let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-    e.run(inputs, &mut refs, &Inline).expect("run");
+    let outs = crate::engine::run_once(&mut e, inputs, &Inline).expect("run");
     outs.into_iter()
         .map(|v| v.into_iter().map(|x| x as i8).collect())
         .collect()

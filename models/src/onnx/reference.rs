@@ -193,16 +193,7 @@ pub fn check_manifest(manifest: &Path, lanes: &dyn Lanes) -> Result<Agreement, E
         }
         ins.push(read(t)?.1);
     }
-    let mut outs: Vec<Vec<u8>> = engine
-        .outputs()
-        .iter()
-        .map(|s| vec![0u8; s.byte_len()])
-        .collect();
-    {
-        let in_refs: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
-        let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-        engine.run(&in_refs, &mut out_refs, lanes)?;
-    }
+    let outs = crate::engine::run_once(&mut engine, &ins, lanes)?;
     let mut outputs = Vec::new();
     for (j, t) in m.outputs.iter().enumerate() {
         let (e, reference) = read(t)?;
