@@ -127,6 +127,7 @@ pub(super) unsafe fn vnni_rows(
                 // SAFETY: lanes `0..n` only, `oc0 + n <= out_c == mult.len()`.
                 mv[j] = unsafe { _mm512_maskz_loadu_ps(m, mult.as_ptr().add(oc0)) };
             }
+            let four_full = ob == 4 && masks.iter().all(|&m| m == 0xFFFF);
             for oy in blk.b0..blk.b1 {
                 let srow = &stage[(oy - blk.b0) * g.stride * blk.row_bytes..];
                 let orow = &mut dst[(oy - rows.start) * row_len..][..row_len];
@@ -141,6 +142,7 @@ pub(super) unsafe fn vnni_rows(
                     init: &init,
                     mult: &mv,
                     masks: &masks,
+                    four_full,
                     out: &out,
                 };
                 let obase = &mut orow[blk.c0 * slot.pixel_stride + slot.channel_offset + b * 16..];
@@ -177,6 +179,8 @@ struct VnniTile<'a> {
     init: &'a [__m512i; 4],
     mult: &'a [__m512; 4],
     masks: &'a [u16; 4],
+    /// Four blocks, every lane stored: the tile packs its outputs into one 64-byte store.
+    four_full: bool,
     out: &'a VnniOut,
 }
 
@@ -293,7 +297,7 @@ unsafe fn vnni_tile<const OB: usize, const NP: usize>(
             }
         }
     }
-    if OB == 4 && t.masks.iter().all(|&m| m == 0xFFFF) {
+    if OB == 4 && t.four_full {
         // Four full blocks: 64 contiguous output bytes per pixel. Pack the four vectors of
         // i32 (each already in [-128, 127], so neither pack saturates) to bytes with two
         // `vpackssdw` and one `vpacksswb`, put the 4-byte groups back in channel order with
@@ -312,8 +316,8 @@ unsafe fn vnni_tile<const OB: usize, const NP: usize>(
                 _mm512_packs_epi32(r[2], r[3]),
             );
             let b = _mm512_permutexvar_epi32(order, b);
-            // SAFETY: 64 bytes at `n·ops`: lanes `0..16` of blocks `0..4` are all set in
-            // `masks`, so `n·ops + 3·16 + 15` is inside `out` by this function's precondition.
+            // SAFETY: 64 bytes at `n·ops`: `four_full` says lanes `0..16` of blocks `0..4`
+            // are all set in `masks`, so `n·ops + 3·16 + 15` is inside `out` by this function's precondition.
             unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(n * ops) as *mut _, b) };
         }
         return;
