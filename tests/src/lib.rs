@@ -114,9 +114,9 @@ unsafe impl GlobalAlloc for CountingAllocator {
 }
 
 /// The default config replaying in lockstep on `lanes` lanes with `network`, its three
-/// models on `engine`. Lockstep has no frame guard, so the deadline only sets when the
-/// watchdog writes a stage off as hung (four deadlines of wall time); on a loaded CI machine
-/// a 33 ms deadline lets a slow backbone be written off, so it is 10 s here (no stage hangs).
+/// models on `engine`. Lockstep has no frame guard and writes a stage off as hung only after
+/// `redline_runtime::LOCKSTEP_HANG_AFTER_NS` of wall time, whatever the deadline; the 10 s
+/// deadline here dates from when the write-off was four deadlines, and changes no output.
 pub fn lockstep_config(
     lanes: usize,
     weights_seed: u64,

@@ -115,17 +115,27 @@ step "lockstep replay: the same output hash on both ISAs, every kernel path"
 cargo build -p redline-cli --bin redline
 x86=$CARGO_TARGET_DIR/debug/redline
 arm=$CARGO_TARGET_DIR/$target/debug/redline
-hash_of() { "$@" replay --mode lockstep "${frames_arg[@]}" 2>/dev/null | sed -n 's/^output hash //p'; }
+# Each replay's whole report is kept: a differing hash prints the lines that explain it (a
+# stage written off as hung, a panic, the slowest stage's times). 2026-11-27: CI's aarch64
+# scalar replay differed because its backbone, 5.6-5.9 s a frame under qemu here, passed the
+# lockstep write-off (then ten seconds, now a minute: LOCKSTEP_HANG_AFTER_NS) on CI's machine.
+reports=$(mktemp -d)
+hash_of() {
+    local report=$reports/$1
+    shift
+    "$@" replay --mode lockstep "${frames_arg[@]}" >"$report" 2>&1 || true
+    sed -n 's/^output hash //p' "$report"
+}
 declare -A hashes
 keys=()
 for k in vnni avx2 scalar; do
     keys+=("x86-64 $k")
-    hashes["x86-64 $k"]=$(REDLINE_KERNEL=$k hash_of "$x86")
+    hashes["x86-64 $k"]=$(REDLINE_KERNEL=$k hash_of "x86-$k" "$x86")
 done
 for run in "cortex-a76 neon" "max i8mm" "cortex-a76 scalar"; do
     read -r cpu kernel <<<"$run"
     keys+=("aarch64 $kernel ($cpu)")
-    hashes["aarch64 $kernel ($cpu)"]=$(QEMU_CPU=$cpu REDLINE_KERNEL=$kernel hash_of qemu-aarch64 "$arm")
+    hashes["aarch64 $kernel ($cpu)"]=$(QEMU_CPU=$cpu REDLINE_KERNEL=$kernel hash_of "arm-$kernel" qemu-aarch64 "$arm")
 done
 ref=${hashes["x86-64 vnni"]}
 fail=0
@@ -134,7 +144,15 @@ for key in "${keys[@]}"; do
     mark=same
     if [ -z "$h" ] || [ "$h" != "$ref" ]; then mark=DIFFERENT; fail=1; fi
     printf '   %-28s %s  %s\n' "$key" "${h:-(no hash: the replay failed)}" "$mark"
+    if [ $mark = DIFFERENT ]; then
+        read -r arch kernel _ <<<"$key"
+        [ "$arch" = x86-64 ] && file=x86-$kernel || file=arm-$kernel
+        grep -E '^(stage |backbone |frames:|deadline misses|LOST|NO LIVE LANE|PANIC|RUNTIME PANIC|error|Error)' \
+            "$reports/$file" | sed 's/^/      /' || true
+        tail -n 3 "$reports/$file" | sed 's/^/      (end) /'
+    fi
 done
+rm -rf "$reports"
 
 step "real-time replay under qemu: what the OS granted (SCHED_FIFO, pinning, mlock)"
 # Emulation cannot keep the deadlines; this checks the requests and the report, not timing.
