@@ -13,6 +13,11 @@ folded into the conv biases):
   FPN neck back to stride 4 (Resize nearest/asymmetric/floor, Resize linear/half_pixel,
   Resize nearest; Add and Concat merges), heads at stride 4: heatmap (3 classes, Sigmoid),
   wh (2 ch), offset (2 ch).
+- mobilenetv2: 1x3x224x224 MobileNetV2 classifier (width 1.0): conv3x3/2 + Clip(0, 6), 17
+  inverted residual blocks (1x1 expansion x6 + Clip, 3x3 depthwise at stride 1 or 2 +
+  Clip, 1x1 linear projection, Add when the shape is kept), conv1x1 to 1280 + Clip,
+  GlobalAveragePool, Flatten, Gemm to 1000. Most of its time is depthwise and 1x1
+  convolutions, the op mix of edge backbones.
 Writes OUT_DIR/<model>_float.onnx and <model>_{qdq,qop}_{s8,u8}.onnx, each quantized model
 with its reference (<stem>.in*.bin, <stem>.out*.bin, <stem>.json; see qref.py and
 README.md), and OUT_DIR/index.json listing the manifests (merged with an existing one).
@@ -75,7 +80,33 @@ def centernet(seed):
     return g.model()
 
 
-MODELS = {"resnet18": resnet18, "centernet": centernet}
+def inverted_residual(g, x, cout, stride, expand):
+    cin = g.shape[x][1]
+    y = x
+    if expand != 1:
+        y = g.clip(g.conv(y, cin * expand, 1, pads=[0, 0, 0, 0]))
+    c = g.shape[y][1]
+    y = g.clip(g.conv(y, c, 3, stride, group=c))                        # depthwise
+    y = g.conv(y, cout, 1, pads=[0, 0, 0, 0], gain=0.5 if stride == 1 and cin == cout else 1.0)
+    return g.add(x, y) if stride == 1 and cin == cout else y
+
+
+def mobilenetv2(seed):
+    g = qref.Graph("mobilenetv2", seed)
+    x = g.input((1, 3, 224, 224), "image")
+    x = g.clip(g.conv(x, 32, 3, 2))
+    # (expansion, output channels, blocks, first stride): MobileNetV2's table.
+    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for i in range(n):
+            x = inverted_residual(g, x, c, s if i == 0 else 1, t)
+    x = g.clip(g.conv(x, 1280, 1, pads=[0, 0, 0, 0]))
+    x = g.flatten(g.gap(x))
+    g.output(g.gemm(x, 1000), "logits")
+    return g.model()
+
+
+MODELS = {"resnet18": resnet18, "centernet": centernet, "mobilenetv2": mobilenetv2}
 
 
 def main():

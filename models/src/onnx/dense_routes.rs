@@ -192,6 +192,7 @@ impl ColumnFold {
 mod phase_tests {
     use super::*;
     use crate::conv::{Conv2d, ConvShape};
+    use crate::onnx::isa::Isa;
     use crate::onnx::kernels::GeneralConv;
     use crate::quant::{requant_multiplier, QParams};
     use proptest::prelude::*;
@@ -261,9 +262,11 @@ mod phase_tests {
             y_zp: i32::from(y_q.zero_point),
             lo: if relu { y_q.zero_point } else { -128 },
             hi: 127,
-        };
+            depthwise: Vec::new(),
+        }
+        .prepared();
         let mut direct = vec![0i8; batch * win.out_h * win.out_w * out_c];
-        general.run(&input, &mut direct, 0..batch * win.in_h);
+        general.run(Isa::PORTABLE, &input, &mut direct, 0..batch * win.in_h);
         Case {
             input,
             weights,

@@ -551,7 +551,7 @@ impl Program {
                                         row = end;
                                     }
                                 }
-                                ConvImpl::General(g) => g.run(x, out, r.clone()),
+                                ConvImpl::General(g) => g.run(isa, x, out, r.clone()),
                             }
                             if let Some((lo, hi)) = clamp {
                                 kernels::clamp(out, *lo, *hi);

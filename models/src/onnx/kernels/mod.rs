@@ -94,6 +94,29 @@ impl Window {
     fn ix(&self, ox: usize, kx: usize) -> isize {
         (ox * self.sw + kx * self.dw) as isize - self.pl as isize
     }
+
+    /// The taps `t` in `0..k` of a window starting at `start − pad` (in padded
+    /// coordinates `start`) whose input index `start + t·dilation − pad` lies in `0..len`:
+    /// one range, as the index grows with `t`.
+    #[inline]
+    fn valid_taps(
+        &self,
+        start: usize,
+        pad: usize,
+        dilation: usize,
+        k: usize,
+        len: usize,
+    ) -> Range<usize> {
+        // First t with start + t·d >= pad; first t with start + t·d >= pad + len.
+        let first = |bound: usize| {
+            if start >= bound {
+                0
+            } else {
+                (bound - start).div_ceil(dilation.max(1))
+            }
+        };
+        first(pad).min(k)..first(pad + len).min(k)
+    }
 }
 
 /// A grouped / dilated / rectangular convolution with exact `i32` accumulation
@@ -112,12 +135,32 @@ pub(crate) struct GeneralConv {
     pub y_zp: i32,
     pub lo: i8,
     pub hi: i8,
+    /// A depthwise convolution's weights tap-major, `[kh][kw][c]` widened to `i16`
+    /// ([`GeneralConv::prepared`]); empty for every other convolution.
+    pub depthwise: Vec<i16>,
 }
 
 /// Largest ungrouped patch (`kh · kw · in_c`) [`GeneralConv::run`] gathers on the stack.
 const PATCH_MAX: usize = 4608;
 
 impl GeneralConv {
+    /// This convolution with its depthwise weights laid out for [`depthwise_rows`] when it
+    /// is depthwise (`groups == in_c == out_c`, at most [`DEPTHWISE_TAPS_MAX`] taps);
+    /// unchanged otherwise. Every constructor calls it.
+    pub fn prepared(mut self) -> GeneralConv {
+        let (c, taps) = (self.in_c, self.win.kh * self.win.kw);
+        self.depthwise = Vec::new();
+        if self.groups == c && self.out_c == c && taps <= DEPTHWISE_TAPS_MAX {
+            self.depthwise = vec![0; taps * c];
+            for ch in 0..c {
+                for t in 0..taps {
+                    self.depthwise[t * c + ch] = i16::from(self.weights[ch * taps + t]);
+                }
+            }
+        }
+        self
+    }
+
     /// Multiply-accumulates of one run over `batch` images.
     pub fn macs(&self, batch: usize) -> u64 {
         let w = &self.win;
@@ -131,9 +174,15 @@ impl GeneralConv {
     /// (padding taps are 0) into a stack buffer and take one dot product per output
     /// channel over it, which the compiler vectorizes; the sums are the same integers as
     /// the tap-by-tap loop below, so the results are identical.
-    pub fn run(&self, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+    ///
+    /// Depthwise convolutions (one input and one output channel per group, at most
+    /// [`DEPTHWISE_TAPS_MAX`] taps) run [`depthwise_rows`] on `isa`: every output channel
+    /// of a pixel at once, the channels in the vector lanes.
+    pub fn run(&self, isa: Isa, input: &[i8], out: &mut [i8], rows: Range<usize>) {
         let taps = self.win.kh * self.win.kw * self.in_c;
-        if self.groups == 1 && taps <= PATCH_MAX {
+        if !self.depthwise.is_empty() {
+            depthwise_rows(isa, self, input, out, rows);
+        } else if self.groups == 1 && taps <= PATCH_MAX {
             self.run_patches(input, out, rows);
         } else {
             self.run_taps(input, out, rows);
@@ -226,6 +275,184 @@ impl GeneralConv {
                     );
                     o += 1;
                 }
+            }
+        }
+    }
+}
+
+/// Channels [`depthwise_rows`] accumulates at once: 32 `i32` sums, two AVX-512 registers,
+/// kept in registers over all the taps of a pixel; the channels left after the last full
+/// block go in one block of 16 and one of 8 where they fill them, the rest one at a time.
+const DEPTHWISE_BLOCK: usize = 32;
+
+/// Most taps (`kh · kw`) a depthwise kernel may have for [`depthwise_rows`] (its tap lists are
+/// on the stack); larger kernels run on the tap-by-tap loop.
+pub(crate) const DEPTHWISE_TAPS_MAX: usize = 64;
+
+/// Output pixels [`depthwise_rows`] computes together inside the image (each weight vector
+/// loaded once for all of them).
+const DEPTHWISE_PIXELS: usize = 4;
+
+/// One block of `B` channels from `cb` of `P` output pixels whose windows start at input
+/// offsets `origins`: `taps` are (input offset from a window's start, weight offset) of the
+/// taps inside the image; writes pixel `p` at `dst[p · c + cb ..]`.
+#[inline(always)]
+fn depthwise_block<const B: usize, const P: usize>(
+    conv: &GeneralConv,
+    x: &[i8],
+    taps: &[(usize, usize)],
+    origins: [usize; P],
+    cb: usize,
+    dst: &mut [i8],
+) {
+    // In [-128, 127]: the lowering's zero points are i8.
+    let zp = conv.x_zp as i16;
+    let mut acc = [[0i32; B]; P];
+    for a in acc.iter_mut() {
+        a.copy_from_slice(&conv.bias[cb..cb + B]);
+    }
+    for &(xo, wo) in taps {
+        let ws = &conv.depthwise[wo + cb..wo + cb + B];
+        for (a, &origin) in acc.iter_mut().zip(&origins) {
+            let xs = &x[origin + xo + cb..origin + xo + cb + B];
+            for i in 0..B {
+                a[i] += i32::from((i16::from(xs[i]) - zp) * ws[i]);
+            }
+        }
+    }
+    let (c, ms) = (conv.in_c, &conv.multipliers[cb..cb + B]);
+    for (p, a) in acc.iter().enumerate() {
+        let d = &mut dst[p * c + cb..p * c + cb + B];
+        for ((d, &a), &m) in d.iter_mut().zip(a).zip(ms) {
+            *d = requant_f32(a as f32 * m, conv.y_zp, conv.lo, conv.hi);
+        }
+    }
+}
+
+/// Channels `from..c` of one output pixel (window at input offset `origin`), one at a time:
+/// the same sums as [`depthwise_block`].
+#[inline(always)]
+fn depthwise_tail(
+    conv: &GeneralConv,
+    x: &[i8],
+    taps: &[(usize, usize)],
+    origin: usize,
+    from: usize,
+    dst: &mut [i8],
+) {
+    for ch in from..conv.in_c {
+        let mut a = conv.bias[ch];
+        for &(xo, wo) in taps {
+            a += (i32::from(x[origin + xo + ch]) - conv.x_zp) * i32::from(conv.depthwise[wo + ch]);
+        }
+        dst[ch] = requant_f32(a as f32 * conv.multipliers[ch], conv.y_zp, conv.lo, conv.hi);
+    }
+}
+
+multiversion! {
+    /// Output rows `rows` of the depthwise convolution `conv` (its `depthwise` weights
+    /// prepared), NHWC `input` into `out` (those rows only).
+    ///
+    /// Each output row lists its taps inside the image once (input offset, weight offset);
+    /// [`DEPTHWISE_PIXELS`] neighbouring pixels whose windows lie inside the image's columns
+    /// are computed together from that list, a pixel at the left or right edge from its own
+    /// shorter list. Channels go in blocks of [`DEPTHWISE_BLOCK`] whose sums stay in
+    /// registers over the taps, the last `c mod 16` one at a time. `(x − x_zp)·w` is at most
+    /// 255·128 in magnitude, so the product is exact in `i16` and widened to `i32` to
+    /// accumulate. The same integer sums as the tap-by-tap loop (integer addition in any
+    /// order), the same requantization: the same bytes (test
+    /// `depthwise_matches_the_tap_by_tap_loop_on_every_width`).
+    pub(crate) fn depthwise_rows(conv: &GeneralConv, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let w = &conv.win;
+        let c = conv.in_c;
+        let img = w.in_h * w.in_w * c;
+        // Channel blocks: (first channel, width), then the channels one at a time from `tail`.
+        let mut widths = [(0usize, 0usize); 3];
+        let (mut nb, mut tail) = (0, c / DEPTHWISE_BLOCK * DEPTHWISE_BLOCK);
+        for b in [16, 8] {
+            if c - tail >= b {
+                widths[nb] = (tail, b);
+                nb += 1;
+                tail += b;
+            }
+        }
+        let widths = &widths[..nb];
+        // Output columns whose windows lie inside the image's columns: `lo..hi`.
+        let lo = w.pl.div_ceil(w.sw.max(1));
+        let span = (w.kw - 1) * w.dw;
+        let hi = if w.in_w + w.pl > span {
+            ((w.in_w - 1 + w.pl - span) / w.sw.max(1) + 1).min(w.out_w)
+        } else {
+            0
+        };
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / w.out_h, r % w.out_h);
+            let x = &input[b * img..(b + 1) * img];
+            let ky = w.valid_taps(oy * w.sh, w.pt, w.dh, w.kh, w.in_h);
+            // Every column tap of the rows inside the image, from a window's first column.
+            let mut row = [(0usize, 0usize); DEPTHWISE_TAPS_MAX];
+            let mut n = 0;
+            for ty in ky.clone() {
+                let iy = oy * w.sh + ty * w.dh - w.pt;
+                for tx in 0..w.kw {
+                    row[n] = ((iy * w.in_w + tx * w.dw) * c, (ty * w.kw + tx) * c);
+                    n += 1;
+                }
+            }
+            let row = &row[..n];
+            let line = &mut out[o..o + w.out_w * c];
+            o += w.out_w * c;
+            let mut ox = 0;
+            while ox < w.out_w {
+                let dst = &mut line[ox * c..];
+                if ox >= lo && ox + DEPTHWISE_PIXELS <= hi {
+                    let origins: [usize; DEPTHWISE_PIXELS] =
+                        std::array::from_fn(|p| ((ox + p) * w.sw - w.pl) * c);
+                    for cb in (0..c / DEPTHWISE_BLOCK).map(|i| i * DEPTHWISE_BLOCK) {
+                        depthwise_block::<DEPTHWISE_BLOCK, DEPTHWISE_PIXELS>(conv, x, row, origins, cb, dst);
+                    }
+                    for &(cb, b) in widths {
+                        if b == 16 {
+                            depthwise_block::<16, DEPTHWISE_PIXELS>(conv, x, row, origins, cb, dst);
+                        } else {
+                            depthwise_block::<8, DEPTHWISE_PIXELS>(conv, x, row, origins, cb, dst);
+                        }
+                    }
+                    for (p, &origin) in origins.iter().enumerate() {
+                        depthwise_tail(conv, x, row, origin, tail, &mut dst[p * c..]);
+                    }
+                    ox += DEPTHWISE_PIXELS;
+                    continue;
+                }
+                let mut edge = [(0usize, 0usize); DEPTHWISE_TAPS_MAX];
+                let (taps, origin) = if ox >= lo && ox < hi {
+                    (row, (ox * w.sw - w.pl) * c)
+                } else {
+                    let kx = w.valid_taps(ox * w.sw, w.pl, w.dw, w.kw, w.in_w);
+                    let mut m = 0;
+                    for ty in ky.clone() {
+                        let iy = oy * w.sh + ty * w.dh - w.pt;
+                        for tx in kx.clone() {
+                            let ix = ox * w.sw + tx * w.dw - w.pl;
+                            edge[m] = ((iy * w.in_w + ix) * c, (ty * w.kw + tx) * c);
+                            m += 1;
+                        }
+                    }
+                    (&edge[..m], 0)
+                };
+                for cb in (0..c / DEPTHWISE_BLOCK).map(|i| i * DEPTHWISE_BLOCK) {
+                    depthwise_block::<DEPTHWISE_BLOCK, 1>(conv, x, taps, [origin], cb, dst);
+                }
+                for &(cb, b) in widths {
+                    if b == 16 {
+                        depthwise_block::<16, 1>(conv, x, taps, [origin], cb, dst);
+                    } else {
+                        depthwise_block::<8, 1>(conv, x, taps, [origin], cb, dst);
+                    }
+                }
+                depthwise_tail(conv, x, taps, origin, tail, dst);
+                ox += 1;
             }
         }
     }

@@ -318,3 +318,99 @@ fn transpose_matches_its_definition_for_any_split() {
         }
     }
 }
+
+#[test]
+fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
+    let mut g = SplitMix64::stream(15, 0);
+    // (h, w, c, kh, kw, stride, pads t/l/b/r, dilation): MobileNet's 3x3 at stride 1 and 2,
+    // odd channel counts around the vector widths, 5x5, rectangular, asymmetric padding,
+    // dilation, a 1x1, more channels than one pass of registers holds, and rows wide enough
+    // for several groups of pixels computed together.
+    let cases = [
+        (9, 7, 32, 3, 3, 1, [1, 1, 1, 1], 1),
+        (10, 9, 96, 3, 3, 2, [1, 1, 1, 1], 1),
+        (6, 5, 17, 3, 3, 1, [1, 1, 1, 1], 1),
+        (7, 8, 1, 3, 3, 1, [1, 1, 1, 1], 1),
+        (8, 8, 65, 5, 5, 2, [2, 2, 2, 2], 1),
+        (7, 6, 33, 3, 1, 1, [1, 0, 1, 0], 1),
+        (9, 9, 24, 3, 3, 2, [0, 0, 1, 1], 1),
+        (9, 9, 40, 3, 3, 1, [2, 2, 2, 2], 2),
+        (4, 5, 7, 1, 1, 1, [0, 0, 0, 0], 1),
+        (3, 4, 960, 3, 3, 1, [1, 1, 1, 1], 1),
+        (5, 23, 48, 3, 3, 1, [1, 1, 1, 1], 1),
+        (6, 29, 16, 7, 7, 2, [3, 3, 3, 3], 1),
+    ];
+    for (h, w, c, kh, kw, s, [pt, pl, pb, pr], dl) in cases {
+        let out_h = (h + pt + pb - (kh - 1) * dl - 1) / s + 1;
+        let out_w = (w + pl + pr - (kw - 1) * dl - 1) / s + 1;
+        let win = Window {
+            in_h: h,
+            in_w: w,
+            out_h,
+            out_w,
+            kh,
+            kw,
+            sh: s,
+            sw: s,
+            dh: dl,
+            dw: dl,
+            pt,
+            pl,
+        };
+        // -128 among the weights (the taps one by one) or not (the taps in pairs).
+        for (x_zp, y_zp, lo, hi, extreme) in [
+            (-128, -128, -128, 127, true),
+            (127, 3, 3, 90, false),
+            (-7, 12, -128, 127, false),
+            (-128, -128, -128, 127, false),
+            (127, 3, 3, 90, true),
+        ] {
+            let conv = GeneralConv {
+                win,
+                in_c: c,
+                out_c: c,
+                groups: c,
+                // Extreme weights included: -128 against inputs 255 from the zero point.
+                weights: (0..c * kh * kw)
+                    .map(|i| match (extreme, i % 11 == 0) {
+                        (true, true) => -128,
+                        (false, true) => -127,
+                        _ => g.next_i8().max(-127),
+                    })
+                    .collect(),
+                bias: (0..c).map(|_| g.below(20_001) as i32 - 10_000).collect(),
+                multipliers: (0..c).map(|_| g.uniform(1e-4, 4e-3)).collect(),
+                x_zp,
+                y_zp,
+                lo,
+                hi,
+                depthwise: Vec::new(),
+            }
+            .prepared();
+            assert_eq!(
+                conv.depthwise.len(),
+                c * kh * kw,
+                "{c} channels are depthwise"
+            );
+            let x: Vec<i8> = (0..2 * h * w * c)
+                .map(|i| if i % 13 == 0 { -128 } else { g.next_i8() })
+                .collect();
+            let rows = 2 * out_h;
+            let mut want = vec![0i8; rows * out_w * c];
+            conv.run_taps(&x, &mut want, 0..rows);
+            assert!(
+                want.iter().any(|&v| v != want[0]),
+                "case {h}x{w}x{c}: a constant output would compare nothing"
+            );
+            for isa in Isa::available() {
+                // In two row ranges, as the lanes split it.
+                let mut got = vec![0i8; want.len()];
+                let split = rows / 2 * out_w * c;
+                let (a, b) = got.split_at_mut(split);
+                conv.run(isa, &x, a, 0..rows / 2);
+                conv.run(isa, &x, b, rows / 2..rows);
+                assert_eq!(got, want, "{} on {h}x{w}x{c} {kh}x{kw}/{s}", isa.name());
+            }
+        }
+    }
+}

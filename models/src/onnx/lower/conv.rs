@@ -266,19 +266,23 @@ impl Lowerer<'_> {
                     .map(|&ws| crate::quant::requant_multiplier(x_q.scale, ws, y_q.scale))
                     .collect();
                 (
-                    ConvImpl::General(Box::new(GeneralConv {
-                        win,
-                        in_c: c,
-                        out_c: oc,
-                        groups,
-                        weights: packed,
-                        bias,
-                        multipliers,
-                        x_zp: i32::from(x_q.zero_point),
-                        y_zp: i32::from(y_q.zero_point),
-                        lo,
-                        hi,
-                    })),
+                    ConvImpl::General(Box::new(
+                        GeneralConv {
+                            win,
+                            in_c: c,
+                            out_c: oc,
+                            groups,
+                            weights: packed,
+                            bias,
+                            multipliers,
+                            x_zp: i32::from(x_q.zero_point),
+                            y_zp: i32::from(y_q.zero_point),
+                            lo,
+                            hi,
+                            depthwise: Vec::new(),
+                        }
+                        .prepared(),
+                    )),
                     None,
                 )
             }
