@@ -1,6 +1,6 @@
 //! The ONNX importer against ONNX Runtime (issue 11): every model that `tools/onnx/op_models.py`
 //! (one operator per model, odd shapes, plus seeded random graphs) and `tools/onnx/zoo.py`
-//! (ResNet-18) write, in both quantized forms (QDQ, QOperator) and both activation types,
+//! (ResNet-18, MobileNetV2) write, in both quantized forms (QDQ, QOperator) and both activation types,
 //! is run on the native engine and compared with ONNX Runtime's outputs stored next to it.
 //!
 //! What must hold (the bound is per model and printed for every model that is not exact):
