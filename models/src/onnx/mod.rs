@@ -63,7 +63,8 @@
 //!   load. [`NativeEngine::run`] allocates nothing.
 //! - **Parallelism**: each step splits its rows into a fixed number of chunks that depends
 //!   only on its shape ([`crate::engine::Lanes`]), so the outputs are bit-identical on any
-//!   number of lanes.
+//!   number of lanes. A convolution whose weights outgrow L2 (over 256 KiB) takes at most
+//!   four chunks: each chunk streams all its weights through the cache once.
 //!
 //! # Cost
 //!
