@@ -42,9 +42,9 @@
 //!   multiply-adds: 2× for 3×3 at 1 × 2). Depthwise convolutions (one channel per group,
 //!   any stride, padding and dilation, up to 64 taps) run a kernel of their own that keeps
 //!   32-channel blocks of four neighbouring pixels' sums in registers over the taps
-//!   (`kernels::depthwise_rows`, multiversioned like the elementwise steps; 23–30 GMAC/s on
-//!   MobileNetV2's layers here, about 3× the tap-by-tap loop; the same integer sums, so the
-//!   same bytes). Everything else (grouped, rectangular kernels, asymmetrically padded,
+//!   (`kernels::depthwise_rows`, multiversioned like the elementwise steps; 28–35 GMAC/s on
+//!   MobileNetV2's layers on the newer EPYC, 1.6–3.6× the general loop, the most on the
+//!   narrow early layers; the same integer sums, so the same bytes). Everything else (grouped, rectangular kernels, asymmetrically padded,
 //!   strided-and-dilated, row-strided rectangular) runs on the general kernel, 5–15× slower
 //!   per multiply-add than the dense kernels; `redline model info` counts the MACs either
 //!   way and [`NativeEngine::step_macs`] names general-kernel steps (depthwise ones

@@ -357,7 +357,8 @@ multiversion! {
     /// [`DEPTHWISE_PIXELS`] neighbouring pixels whose windows lie inside the image's columns
     /// are computed together from that list, a pixel at the left or right edge from its own
     /// shorter list. Channels go in blocks of [`DEPTHWISE_BLOCK`] whose sums stay in
-    /// registers over the taps, the last `c mod 16` one at a time. `(x − x_zp)·w` is at most
+    /// registers over the taps, then one block of 16 and one of 8 where the channels left
+    /// fill them, the rest one at a time. `(x − x_zp)·w` is at most
     /// 255·128 in magnitude, so the product is exact in `i16` and widened to `i32` to
     /// accumulate. The same integer sums as the tap-by-tap loop (integer addition in any
     /// order), the same requantization: the same bytes (test
