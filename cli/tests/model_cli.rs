@@ -286,6 +286,23 @@ fn profile_lists_the_native_engines_steps() {
     assert!(out.contains("conv 3x3/1 3>4 8x8"), "{out}");
     assert!(out.contains("quantize"), "{out}");
 
+    // In sequence: the same steps, timed run after run.
+    let o = run(&[
+        "model",
+        "profile",
+        m.to_str().unwrap(),
+        "--engine",
+        "native",
+        "--reps",
+        "3",
+        "--in-sequence",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("timed in sequence"), "{out}");
+    assert!(out.contains("conv 3x3/1 3>4 8x8"), "{out}");
+    assert!(out.contains("quantize"), "{out}");
+
     // A model the native engine cannot compile is an error naming it, not a panic.
     let f = fixture("tiny_float_conv.onnx");
     let o = run(&[

@@ -92,6 +92,11 @@ pub struct ProfileArgs {
     /// Convolutions on the dp4a kernel instead of the tensor cores.
     #[arg(long)]
     pub no_tensor_cores: bool,
+    /// Native engine: time every step in program order, run after run, as a real run meets
+    /// the caches (a step's weights and inputs no hotter than the steps before it leave
+    /// them), instead of each step repeated alone (the CUDA profile always runs in order).
+    #[arg(long)]
+    pub in_sequence: bool,
     /// Seed of the random input.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -500,9 +505,10 @@ fn profile(a: ProfileArgs) -> Result<()> {
     Ok(())
 }
 
-/// `redline model profile --engine native`: one full run, then each step of the compiled
+/// `redline model profile --engine native`: three full runs, then each step of the compiled
 /// program timed alone `reps` times on the calling thread (its inputs are what the full run
-/// left in the arena), listed slowest first with its multiply-accumulates.
+/// left in the arena), or with `--in-sequence` every step timed in program order over
+/// `reps` whole runs; listed slowest first with its multiply-accumulates.
 fn profile_native(a: &ProfileArgs) -> Result<()> {
     use redline_models::engine::Inline;
     use redline_models::onnx::NativeEngine;
@@ -512,22 +518,43 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
     for _ in 0..3 {
         redline_models::engine::run_once(&mut e, &inputs, &Inline)?;
     }
-    let mut steps = Vec::new();
-    for (k, (name, macs)) in e.step_macs().into_iter().enumerate() {
-        let t = Instant::now();
+    let step_macs = e.step_macs();
+    // Seconds per step: each step `reps` times in a row, or every step in program order,
+    // `reps` whole runs.
+    let mut secs = vec![0f64; step_macs.len()];
+    if a.in_sequence {
         for _ in 0..a.reps {
-            e.run_step(k, &Inline)?;
+            for (k, s) in secs.iter_mut().enumerate() {
+                let t = Instant::now();
+                e.run_step(k, &Inline)?;
+                *s += t.elapsed().as_secs_f64();
+            }
         }
-        let ms = t.elapsed().as_secs_f64() * 1e3 / a.reps as f64;
-        steps.push((k, name, macs, ms));
+    } else {
+        for (k, s) in secs.iter_mut().enumerate() {
+            let t = Instant::now();
+            for _ in 0..a.reps {
+                e.run_step(k, &Inline)?;
+            }
+            *s = t.elapsed().as_secs_f64();
+        }
+    }
+    let mut steps = Vec::new();
+    for (k, ((name, macs), s)) in step_macs.into_iter().zip(secs).enumerate() {
+        steps.push((k, name, macs, s * 1e3 / a.reps as f64));
     }
     let total: f64 = steps.iter().map(|s| s.3).sum();
     let conv: f64 = steps.iter().filter(|s| s.2 > 0).map(|s| s.3).sum();
     println!(
-        "profile: {} on the native engine ({} kernels), one thread, {} steps, each timed alone, mean of {} runs",
+        "profile: {} on the native engine ({} kernels), one thread, {} steps, {}, mean of {} runs",
         a.model.display(),
         e.kernel_name(),
         steps.len(),
+        if a.in_sequence {
+            "timed in sequence (whole runs, as the caches meet them)"
+        } else {
+            "each timed alone"
+        },
         a.reps
     );
     println!(
