@@ -268,40 +268,32 @@ fn bench_against_onnxruntime_compares_outputs() {
 #[test]
 fn profile_lists_the_native_engines_steps() {
     let m = fixture("tiny_qdq_s8.onnx");
-    let o = run(&[
-        "model",
-        "profile",
-        m.to_str().unwrap(),
-        "--engine",
-        "native",
-        "--reps",
-        "3",
-    ]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
-    assert!(out.contains("on the native engine ("), "{out}");
-    assert!(out.contains("convolutions, "), "names the kernels: {out}");
-    assert!(out.contains("mean of 3 runs"), "{out}");
-    // The fixture's one convolution (6912 MACs) and its quantize step are listed.
-    assert!(out.contains("conv 3x3/1 3>4 8x8"), "{out}");
-    assert!(out.contains("quantize"), "{out}");
-
-    // In sequence: the same steps, timed run after run.
-    let o = run(&[
-        "model",
-        "profile",
-        m.to_str().unwrap(),
-        "--engine",
-        "native",
-        "--reps",
-        "3",
-        "--in-sequence",
-    ]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
-    assert!(out.contains("timed in sequence"), "{out}");
-    assert!(out.contains("conv 3x3/1 3>4 8x8"), "{out}");
-    assert!(out.contains("quantize"), "{out}");
+    // Each step alone, then (`--in-sequence`) every step in order, run after run.
+    for (extra, how) in [
+        (None, "each timed alone"),
+        (Some("--in-sequence"), "timed in sequence"),
+    ] {
+        let mut args = vec![
+            "model",
+            "profile",
+            m.to_str().unwrap(),
+            "--engine",
+            "native",
+            "--reps",
+            "3",
+        ];
+        args.extend(extra);
+        let o = run(&args);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert!(out.contains("on the native engine ("), "{out}");
+        assert!(out.contains("convolutions, "), "names the kernels: {out}");
+        assert!(out.contains(how), "{out}");
+        assert!(out.contains("mean of 3 runs"), "{out}");
+        // The fixture's one convolution (6912 MACs) and its quantize step are listed.
+        assert!(out.contains("conv 3x3/1 3>4 8x8"), "{out}");
+        assert!(out.contains("quantize"), "{out}");
+    }
 
     // A model the native engine cannot compile is an error naming it, not a panic.
     let f = fixture("tiny_float_conv.onnx");
