@@ -95,28 +95,48 @@ impl Window {
         (ox * self.sw + kx * self.dw) as isize - self.pl as isize
     }
 
-    /// The taps `t` in `0..k` of a window starting at `start − pad` (in padded
-    /// coordinates `start`) whose input index `start + t·dilation − pad` lies in `0..len`:
-    /// one range, as the index grows with `t`.
+    /// Taps `ky` of output row `oy` whose input row lies inside the image.
     #[inline]
-    fn valid_taps(
-        &self,
-        start: usize,
-        pad: usize,
-        dilation: usize,
-        k: usize,
-        len: usize,
-    ) -> Range<usize> {
-        // First t with start + t·d >= pad; first t with start + t·d >= pad + len.
-        let first = |bound: usize| {
-            if start >= bound {
-                0
-            } else {
-                (bound - start).div_ceil(dilation.max(1))
-            }
-        };
-        first(pad).min(k)..first(pad + len).min(k)
+    fn rows_inside(&self, oy: usize) -> Range<usize> {
+        taps_inside(oy * self.sh, self.pt, self.dh, self.kh, self.in_h)
     }
+
+    /// Taps `kx` of output column `ox` whose input column lies inside the image.
+    #[inline]
+    fn cols_inside(&self, ox: usize) -> Range<usize> {
+        taps_inside(ox * self.sw, self.pl, self.dw, self.kw, self.in_w)
+    }
+
+    /// The taps of output pixel (`oy`, `ox`) inside the image, row by row, as (tap
+    /// `ky · kw + kx`, input pixel `iy · in_w + ix`): the window walk of every kernel that
+    /// skips padding.
+    #[inline]
+    fn pixel_taps(&self, oy: usize, ox: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let cols = self.cols_inside(ox);
+        self.rows_inside(oy).flat_map(move |ky| {
+            let iy = oy * self.sh + ky * self.dh - self.pt;
+            cols.clone().map(move |kx| {
+                let ix = ox * self.sw + kx * self.dw - self.pl;
+                (ky * self.kw + kx, iy * self.in_w + ix)
+            })
+        })
+    }
+}
+
+/// The taps `t` in `0..k` of a window starting at `start − pad` (in padded coordinates
+/// `start`) whose input index `start + t·dilation − pad` lies in `0..len`: one range, as
+/// the index grows with `t`.
+#[inline]
+fn taps_inside(start: usize, pad: usize, dilation: usize, k: usize, len: usize) -> Range<usize> {
+    // First t with start + t·d >= bound.
+    let first = |bound: usize| {
+        if start >= bound {
+            0
+        } else {
+            (bound - start).div_ceil(dilation.max(1))
+        }
+    };
+    first(pad).min(k)..first(pad + len).min(k)
 }
 
 /// A grouped / dilated / rectangular convolution with exact `i32` accumulation
@@ -250,21 +270,11 @@ impl GeneralConv {
                     let g = oc / ocg;
                     let wt = &self.weights[oc * taps..(oc + 1) * taps];
                     let mut acc = self.bias[oc];
-                    for ky in 0..w.kh {
-                        let iy = w.iy(oy, ky);
-                        if iy < 0 || iy >= w.in_h as isize {
-                            continue;
-                        }
-                        for kx in 0..w.kw {
-                            let ix = w.ix(ox, kx);
-                            if ix < 0 || ix >= w.in_w as isize {
-                                continue;
-                            }
-                            let base = (iy as usize * w.in_w + ix as usize) * self.in_c + g * icg;
-                            let wrow = &wt[(ky * w.kw + kx) * icg..(ky * w.kw + kx + 1) * icg];
-                            for (xv, wv) in x[base..base + icg].iter().zip(wrow) {
-                                acc += (i32::from(*xv) - self.x_zp) * i32::from(*wv);
-                            }
+                    for (t, px) in w.pixel_taps(oy, ox) {
+                        let base = px * self.in_c + g * icg;
+                        let wrow = &wt[t * icg..(t + 1) * icg];
+                        for (xv, wv) in x[base..base + icg].iter().zip(wrow) {
+                            acc += (i32::from(*xv) - self.x_zp) * i32::from(*wv);
                         }
                     }
                     out[o] = requant_f32(
@@ -349,6 +359,35 @@ fn depthwise_tail(
     }
 }
 
+/// Every channel of `P` output pixels (windows at input offsets `origins`): the full
+/// [`DEPTHWISE_BLOCK`]s, the 16- and 8-channel blocks `widths` (first channel, width), then
+/// the channels from `tail` one at a time.
+#[inline(always)]
+fn depthwise_pixels<const P: usize>(
+    conv: &GeneralConv,
+    x: &[i8],
+    taps: &[(usize, usize)],
+    origins: [usize; P],
+    widths: &[(usize, usize)],
+    tail: usize,
+    dst: &mut [i8],
+) {
+    let c = conv.in_c;
+    for cb in (0..c / DEPTHWISE_BLOCK).map(|i| i * DEPTHWISE_BLOCK) {
+        depthwise_block::<DEPTHWISE_BLOCK, P>(conv, x, taps, origins, cb, dst);
+    }
+    for &(cb, b) in widths {
+        if b == 16 {
+            depthwise_block::<16, P>(conv, x, taps, origins, cb, dst);
+        } else {
+            depthwise_block::<8, P>(conv, x, taps, origins, cb, dst);
+        }
+    }
+    for (p, &origin) in origins.iter().enumerate() {
+        depthwise_tail(conv, x, taps, origin, tail, &mut dst[p * c..]);
+    }
+}
+
 multiversion! {
     /// Output rows `rows` of the depthwise convolution `conv` (its `depthwise` weights
     /// prepared), NHWC `input` into `out` (those rows only).
@@ -390,11 +429,10 @@ multiversion! {
         for r in rows {
             let (b, oy) = (r / w.out_h, r % w.out_h);
             let x = &input[b * img..(b + 1) * img];
-            let ky = w.valid_taps(oy * w.sh, w.pt, w.dh, w.kh, w.in_h);
             // Every column tap of the rows inside the image, from a window's first column.
             let mut row = [(0usize, 0usize); DEPTHWISE_TAPS_MAX];
             let mut n = 0;
-            for ty in ky.clone() {
+            for ty in w.rows_inside(oy) {
                 let iy = oy * w.sh + ty * w.dh - w.pt;
                 for tx in 0..w.kw {
                     row[n] = ((iy * w.in_w + tx * w.dw) * c, (ty * w.kw + tx) * c);
@@ -410,19 +448,7 @@ multiversion! {
                 if ox >= lo && ox + DEPTHWISE_PIXELS <= hi {
                     let origins: [usize; DEPTHWISE_PIXELS] =
                         std::array::from_fn(|p| ((ox + p) * w.sw - w.pl) * c);
-                    for cb in (0..c / DEPTHWISE_BLOCK).map(|i| i * DEPTHWISE_BLOCK) {
-                        depthwise_block::<DEPTHWISE_BLOCK, DEPTHWISE_PIXELS>(conv, x, row, origins, cb, dst);
-                    }
-                    for &(cb, b) in widths {
-                        if b == 16 {
-                            depthwise_block::<16, DEPTHWISE_PIXELS>(conv, x, row, origins, cb, dst);
-                        } else {
-                            depthwise_block::<8, DEPTHWISE_PIXELS>(conv, x, row, origins, cb, dst);
-                        }
-                    }
-                    for (p, &origin) in origins.iter().enumerate() {
-                        depthwise_tail(conv, x, row, origin, tail, &mut dst[p * c..]);
-                    }
+                    depthwise_pixels(conv, x, row, origins, widths, tail, dst);
                     ox += DEPTHWISE_PIXELS;
                     continue;
                 }
@@ -430,29 +456,14 @@ multiversion! {
                 let (taps, origin) = if ox >= lo && ox < hi {
                     (row, (ox * w.sw - w.pl) * c)
                 } else {
-                    let kx = w.valid_taps(ox * w.sw, w.pl, w.dw, w.kw, w.in_w);
                     let mut m = 0;
-                    for ty in ky.clone() {
-                        let iy = oy * w.sh + ty * w.dh - w.pt;
-                        for tx in kx.clone() {
-                            let ix = ox * w.sw + tx * w.dw - w.pl;
-                            edge[m] = ((iy * w.in_w + ix) * c, (ty * w.kw + tx) * c);
-                            m += 1;
-                        }
+                    for (t, px) in w.pixel_taps(oy, ox) {
+                        edge[m] = (px * c, t * c);
+                        m += 1;
                     }
                     (&edge[..m], 0)
                 };
-                for cb in (0..c / DEPTHWISE_BLOCK).map(|i| i * DEPTHWISE_BLOCK) {
-                    depthwise_block::<DEPTHWISE_BLOCK, 1>(conv, x, taps, [origin], cb, dst);
-                }
-                for &(cb, b) in widths {
-                    if b == 16 {
-                        depthwise_block::<16, 1>(conv, x, taps, [origin], cb, dst);
-                    } else {
-                        depthwise_block::<8, 1>(conv, x, taps, [origin], cb, dst);
-                    }
-                }
-                depthwise_tail(conv, x, taps, origin, tail, dst);
+                depthwise_pixels(conv, x, taps, [origin], widths, tail, dst);
                 ox += 1;
             }
         }

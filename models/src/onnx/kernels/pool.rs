@@ -35,20 +35,9 @@ multiversion! {
                 for ox in 0..win.out_w {
                     let dst = &mut out[o..o + c];
                     dst.fill(i8::MIN);
-                    for ky in 0..win.kh {
-                        let iy = win.iy(oy, ky);
-                        if iy < 0 || iy >= win.in_h as isize {
-                            continue;
-                        }
-                        for kx in 0..win.kw {
-                            let ix = win.ix(ox, kx);
-                            if ix < 0 || ix >= win.in_w as isize {
-                                continue;
-                            }
-                            let base = (iy as usize * win.in_w + ix as usize) * c;
-                            for (d, s) in dst.iter_mut().zip(&x[base..base + c]) {
-                                *d = (*d).max(*s);
-                            }
+                    for (_, px) in win.pixel_taps(oy, ox) {
+                        for (d, s) in dst.iter_mut().zip(&x[px * c..(px + 1) * c]) {
+                            *d = (*d).max(*s);
                         }
                     }
                     o += c;
@@ -64,12 +53,9 @@ multiversion! {
                 let x1 = x1.max(x0);
                 let col = &mut cols[..(x1 - x0) * c];
                 col.fill(i8::MIN);
-                for ky in 0..win.kh {
-                    let iy = win.iy(oy, ky);
-                    if iy < 0 || iy >= win.in_h as isize {
-                        continue;
-                    }
-                    let src = &x[iy as usize * row_bytes + x0 * c..iy as usize * row_bytes + x1 * c];
+                for ky in win.rows_inside(oy) {
+                    let iy = win.iy(oy, ky) as usize;
+                    let src = &x[iy * row_bytes + x0 * c..iy * row_bytes + x1 * c];
                     for (d, s) in col.iter_mut().zip(src) {
                         *d = (*d).max(*s);
                     }
@@ -77,12 +63,8 @@ multiversion! {
                 for ox in ox0..ox1 {
                     let dst = &mut out[o..o + c];
                     dst.fill(i8::MIN);
-                    for kx in 0..win.kw {
-                        let ix = win.ix(ox, kx);
-                        if ix < 0 || ix >= win.in_w as isize {
-                            continue;
-                        }
-                        let base = (ix as usize - x0) * c;
+                    for kx in win.cols_inside(ox) {
+                        let base = (win.ix(ox, kx) as usize - x0) * c;
                         for (d, s) in dst.iter_mut().zip(&col[base..base + c]) {
                             *d = (*d).max(*s);
                         }
@@ -160,20 +142,10 @@ pub(crate) fn avg_pool(
                 let n = (c - c0).min(BLOCK);
                 let acc = &mut acc[..n];
                 acc.fill(0);
-                for ky in 0..win.kh {
-                    let iy = win.iy(oy, ky);
-                    if iy < 0 || iy >= win.in_h as isize {
-                        continue;
-                    }
-                    for kx in 0..win.kw {
-                        let ix = win.ix(ox, kx);
-                        if ix < 0 || ix >= win.in_w as isize {
-                            continue;
-                        }
-                        let base = (iy as usize * win.in_w + ix as usize) * c + c0;
-                        for (a, s) in acc.iter_mut().zip(&x[base..base + n]) {
-                            *a += i32::from(*s) - p.x_zp;
-                        }
+                for (_, px) in win.pixel_taps(oy, ox) {
+                    let base = px * c + c0;
+                    for (a, s) in acc.iter_mut().zip(&x[base..base + n]) {
+                        *a += i32::from(*s) - p.x_zp;
                     }
                 }
                 for (d, a) in out[o + c0..o + c0 + n].iter_mut().zip(acc.iter()) {
