@@ -45,6 +45,18 @@ struct VnniOut {
     zp: __m512i,
 }
 
+impl VnniOut {
+    /// 16 accumulators requantized (the contract's steps: convert, multiply, clamp,
+    /// round half to even, add the zero point), as `i32` in `[-128, 127]`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn requant(&self, acc: __m512i, mult: __m512) -> __m512i {
+        let f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), mult);
+        let f = _mm512_min_ps(_mm512_max_ps(f, self.lo), self.hi);
+        _mm512_add_epi32(_mm512_cvtps_epi32(f), self.zp)
+    }
+}
+
 /// Runs output rows `rows` of one layer on the VNNI path into `dst`.
 ///
 /// # Safety
@@ -307,9 +319,7 @@ unsafe fn vnni_tile<const OB: usize, const NP: usize>(
         for (n, an) in acc.iter().enumerate() {
             let mut r = [_mm512_setzero_si512(); 4];
             for j in 0..4 {
-                let f = _mm512_mul_ps(_mm512_cvtepi32_ps(an[j]), t.mult[j]);
-                let f = _mm512_min_ps(_mm512_max_ps(f, t.out.lo), t.out.hi);
-                r[j] = _mm512_add_epi32(_mm512_cvtps_epi32(f), t.out.zp);
+                r[j] = t.out.requant(an[j], t.mult[j]);
             }
             let b = _mm512_packs_epi16(
                 _mm512_packs_epi32(r[0], r[1]),
@@ -324,10 +334,7 @@ unsafe fn vnni_tile<const OB: usize, const NP: usize>(
     }
     for (n, an) in acc.iter().enumerate() {
         for j in 0..OB {
-            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(an[j]), t.mult[j]);
-            let f = _mm512_min_ps(_mm512_max_ps(f, t.out.lo), t.out.hi);
-            let r = _mm512_add_epi32(_mm512_cvtps_epi32(f), t.out.zp);
-            let b = _mm512_cvtepi32_epi8(r);
+            let b = _mm512_cvtepi32_epi8(t.out.requant(an[j], t.mult[j]));
             // SAFETY: stores only the lanes set in `masks[j]`, at `n·ops + j·16 + l`,
             // inside `out` by this function's precondition (n < NP, j < OB).
             unsafe { _mm_mask_storeu_epi8(out.as_mut_ptr().add(n * ops + j * 16), t.masks[j], b) };
