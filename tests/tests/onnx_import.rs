@@ -136,22 +136,28 @@ fn native_engine_agrees_with_onnx_runtime() {
     generate("op_models.py", &ops, &[]);
     generate("op_models.py", &ops_rr, &["--reduce-range"]);
     // MobileNetV2: depthwise convolutions (the native engine's depthwise kernel) in a real
-    // network.
-    generate("zoo.py", &zoo, &["--only", "resnet18", "mobilenetv2"]);
+    // network; RegNetX: grouped ones (one dense layer per group).
+    generate(
+        "zoo.py",
+        &zoo,
+        &["--only", "resnet18", "mobilenetv2", "regnetx"],
+    );
     let (e1, t1) = check_dir(&ops, false);
     let (e2, t2) = check_dir(&ops_rr, true);
     let (e3, t3) = check_dir(&zoo, false);
-    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18 and MobileNetV2 variants");
+    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2 and RegNetX variants");
     assert!(
-        t1 > 300 && t2 > 300 && t3 == 8,
+        t1 > 300 && t2 > 300 && t3 == 12,
         "generated model counts changed: {t1} {t2} {t3}"
     );
-    // ResNet-18 and MobileNetV2 with int8 activations are bit-exact in both forms.
+    // ResNet-18, MobileNetV2 and RegNetX with int8 activations are bit-exact in both forms.
     for f in [
         "resnet18_qdq_s8.json",
         "resnet18_qop_s8.json",
         "mobilenetv2_qdq_s8.json",
         "mobilenetv2_qop_s8.json",
+        "regnetx_qdq_s8.json",
+        "regnetx_qop_s8.json",
     ] {
         assert!(
             check_manifest(&zoo.join(f), &Inline).unwrap().exact(),

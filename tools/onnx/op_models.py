@@ -102,6 +102,33 @@ def _(g):
     g.output(g.conv(g.input((1, 6, 13, 11)), 10, 3, group=2))
 
 
+# Grouped convolutions with a square window run one dense layer per group (RegNet's X
+# blocks: 8 channels per group); the others (asymmetric pads, dilation) the general kernel.
+@case("conv_group_width8_s2")
+def _(g):
+    g.output(g.relu(g.conv(g.input((1, 24, 13, 11)), 24, 3, stride=2, group=3)))
+
+
+@case("conv_group4_odd_clip6")
+def _(g):
+    g.output(g.clip(g.conv(g.input((1, 12, 9, 10)), 8, 3, group=4), 0.0, 6.0))
+
+
+@case("conv_group2_1x1")
+def _(g):
+    g.output(g.conv(g.input((1, 10, 7, 9)), 6, 1, pads=[0, 0, 0, 0], group=2))
+
+
+@case("conv_group2_asym_pads")
+def _(g):
+    g.output(g.conv(g.input((1, 8, 9, 10)), 8, 3, pads=[0, 1, 2, 1], group=2))
+
+
+@case("conv_group2_dil2")
+def _(g):
+    g.output(g.conv(g.input((1, 8, 13, 11)), 8, 3, dilation=2, group=2))
+
+
 @case("conv_depthwise")
 def _(g):
     g.output(g.conv(g.input((1, 7, 13, 11)), 7, 3, group=7))
@@ -363,9 +390,15 @@ def random_graph(g, rng):
             if min(hw(x)) + 2 * (k // 2) < k:
                 k = 1
             cin, cout = ch(x), int(rng.integers(1, 17))
-            group = cin if (rng.random() < 0.2 and cin > 1) else 1
-            if group > 1:
-                cout = cin
+            u = rng.random()
+            group = 1
+            if u < 0.2 and cin > 1:
+                group, cout = cin, cin                  # depthwise
+            elif u < 0.35:
+                divs = [d for d in range(2, cin + 1) if cin % d == 0]
+                if divs:                                 # grouped, 1..4 outputs per group
+                    group = int(rng.choice(divs))
+                    cout = group * int(rng.integers(1, 5))
             y = g.conv(x, cout, k, s, group=group, bias=bool(rng.random() < 0.9))
         elif kind == "act":
             y = [g.relu, g.sigmoid, lambda t: g.clip(t, 0.0, 6.0)][int(rng.integers(3))](x)

@@ -18,6 +18,11 @@ folded into the conv biases):
   Clip, 1x1 linear projection, Add when the shape is kept), conv1x1 to 1280 + Clip,
   GlobalAveragePool, Flatten, Gemm to 1000. Most of its time is depthwise and 1x1
   convolutions, the op mix of edge backbones.
+- regnetx: 1x3x224x224 RegNetX-200MF classifier: conv3x3/2 32 + relu, 4 stages (widths
+  24/56/152/368, depths 1/1/4/7) of X blocks (1x1 + relu, 3x3 grouped conv with 8 channels
+  per group + relu at stride 2 in a stage's first block, 1x1, projection shortcut when the
+  shape changes, Add then Relu), GlobalAveragePool, Flatten, Gemm to 1000. Its grouped
+  convolutions are neither dense nor depthwise.
 Writes OUT_DIR/<model>_float.onnx and <model>_{qdq,qop}_{s8,u8}.onnx, each quantized model
 with its reference (<stem>.in*.bin, <stem>.out*.bin, <stem>.json; see qref.py and
 README.md), and OUT_DIR/index.json listing the manifests (merged with an existing one).
@@ -106,7 +111,30 @@ def mobilenetv2(seed):
     return g.model()
 
 
-MODELS = {"resnet18": resnet18, "centernet": centernet, "mobilenetv2": mobilenetv2}
+def x_block(g, x, cout, stride, group_width):
+    cin = g.shape[x][1]
+    y = g.relu(g.conv(x, cout, 1, pads=[0, 0, 0, 0]))
+    y = g.relu(g.conv(y, cout, 3, stride, group=cout // group_width))   # grouped 3x3
+    y = g.conv(y, cout, 1, pads=[0, 0, 0, 0], gain=0.5)
+    sc = x if (stride == 1 and cin == cout) else g.conv(x, cout, 1, stride, pads=[0, 0, 0, 0])
+    return g.relu(g.add(y, sc))
+
+
+def regnetx(seed):
+    g = qref.Graph("regnetx", seed)
+    x = g.input((1, 3, 224, 224), "image")
+    x = g.relu(g.conv(x, 32, 3, 2))
+    # RegNetX-200MF: (width, depth) per stage, group width 8, bottleneck ratio 1.
+    for w, d in [(24, 1), (56, 1), (152, 4), (368, 7)]:
+        for i in range(d):
+            x = x_block(g, x, w, 2 if i == 0 else 1, 8)
+    x = g.flatten(g.gap(x))
+    g.output(g.gemm(x, 1000), "logits")
+    return g.model()
+
+
+MODELS = {"resnet18": resnet18, "centernet": centernet, "mobilenetv2": mobilenetv2,
+          "regnetx": regnetx}
 
 
 def main():

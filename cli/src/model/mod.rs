@@ -315,9 +315,9 @@ fn info(a: InfoArgs) -> Result<()> {
             );
             if s.general_macs > 0 {
                 println!(
-                    "               general kernel: {} per run (grouped, depthwise, rectangular or \
-                     strided-dilated convolutions, 5-15x slower per MAC than the dense \
-                     kernels)",
+                    "               general kernel: {} per run (depthwise, rectangular, \
+                     strided-dilated, or grouped with a non-square window: 5-15x slower \
+                     per MAC than the dense kernels)",
                     fmt_macs(s.general_macs)
                 );
             }

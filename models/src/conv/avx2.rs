@@ -30,7 +30,9 @@
 
 use super::dispatch::Geom;
 use super::packing::Packed;
-use super::staging::{stage_block, staged_blocks, Plan, SLACK, STAGE_BYTES};
+use super::staging::{
+    stage_block, stage_elems, staged_blocks, zeroed_stage, Plan, SLACK, STAGE_BYTES,
+};
 use super::ChannelSlot;
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -42,7 +44,8 @@ use std::ops::Range;
 /// - The CPU supports AVX2.
 /// - `packed` was built by `Packed::new` for this layer (`in_c`, `out_c`, `k` of `g`) with
 ///   its AVX2 weights present, and `plan` is `Plan::new(g, 2)`.
-/// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_c`;
+/// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_view.pixel_stride` with
+///   `in_view.channel_offset + in_c <= in_view.pixel_stride`;
 ///   `rows ⊆ 0..out_h`; `slot.channel_offset + out_c <= slot.pixel_stride`; and
 ///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[allow(clippy::too_many_arguments)]
@@ -58,14 +61,16 @@ pub(super) unsafe fn avx2_rows(
     slot: ChannelSlot,
     rows: Range<usize>,
 ) {
-    let mut stage = [0i16; STAGE_BYTES / 2];
+    let mut stage_buf = std::mem::MaybeUninit::<[i16; STAGE_BYTES / 2]>::uninit();
+    let stage = zeroed_stage(&mut stage_buf, stage_elems(plan, g, &rows));
     let kc = g.k * g.in_c;
     let g2 = kc.div_ceil(2);
     let blocks = g.out_c.div_ceil(8);
     let block_stride = g.k * g2 * 16; // in i16
     debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
     debug_assert_eq!(packed.avx2.len(), blocks * block_stride);
-    debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_c);
+    debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_view.pixel_stride);
+    debug_assert!(g.in_view.channel_offset + g.in_c <= g.in_view.pixel_stride);
     debug_assert!(slot.channel_offset + g.out_c <= slot.pixel_stride);
     debug_assert_eq!(dst.len(), rows.len() * g.out_w * slot.pixel_stride);
     debug_assert_eq!(plan.esize, 2);
@@ -78,7 +83,7 @@ pub(super) unsafe fn avx2_rows(
     let row_len = g.out_w * slot.pixel_stride;
     for blk in staged_blocks(plan, g, &rows) {
         let blk = &blk;
-        stage_block(g, blk, input, &mut stage[..], 0i16, |x| i16::from(x) - xzp);
+        stage_block(g, blk, input, stage, 0i16, |x| i16::from(x) - xzp);
         let row_elems = blk.row_bytes / 2;
         let npx = blk.c1 - blk.c0;
         let rh = (blk.b1 - blk.b0 - 1) * g.stride + g.k;

@@ -31,7 +31,9 @@
 
 use super::dispatch::Geom;
 use super::packing::Packed;
-use super::staging::{stage_block, staged_blocks, Plan, SLACK, STAGE_BYTES};
+use super::staging::{
+    stage_block, stage_elems, staged_blocks, zeroed_stage, Plan, SLACK, STAGE_BYTES,
+};
 use super::ChannelSlot;
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -44,7 +46,8 @@ use std::ops::Range;
 /// - `packed` was built by `Packed::new` for this layer (`in_c`, `out_c`, `k` of `g`) with
 ///   its 4-tap (VNNI-layout) weights present and `seven_bit` set, and `plan` is
 ///   `Plan::new(g, 1)`.
-/// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_c`;
+/// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_view.pixel_stride` with
+///   `in_view.channel_offset + in_c <= in_view.pixel_stride`;
 ///   `rows ⊆ 0..out_h`; `slot.channel_offset + out_c <= slot.pixel_stride`; and
 ///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[allow(clippy::too_many_arguments)]
@@ -60,7 +63,8 @@ pub(super) unsafe fn avx2_u7_rows(
     slot: ChannelSlot,
     rows: Range<usize>,
 ) {
-    let mut stage = [0u8; STAGE_BYTES];
+    let mut stage_buf = std::mem::MaybeUninit::<[u8; STAGE_BYTES]>::uninit();
+    let stage = zeroed_stage(&mut stage_buf, stage_elems(plan, g, &rows));
     let kc = g.k * g.in_c;
     let g4 = kc.div_ceil(4);
     let blocks = g.out_c.div_ceil(8);
@@ -69,7 +73,8 @@ pub(super) unsafe fn avx2_u7_rows(
     debug_assert_eq!(packed.taps4.len(), g.out_c.div_ceil(16) * block16_stride);
     debug_assert_eq!(packed.wsum.len(), g.out_c.div_ceil(16) * 16);
     debug_assert!(packed.seven_bit);
-    debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_c);
+    debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_view.pixel_stride);
+    debug_assert!(g.in_view.channel_offset + g.in_c <= g.in_view.pixel_stride);
     debug_assert!(slot.channel_offset + g.out_c <= slot.pixel_stride);
     debug_assert_eq!(dst.len(), rows.len() * g.out_w * slot.pixel_stride);
     debug_assert_eq!(plan.esize, 1);
@@ -85,7 +90,7 @@ pub(super) unsafe fn avx2_u7_rows(
     let wofs = |b: usize| (b / 2) * block16_stride + (b % 2) * 32;
     for blk in staged_blocks(plan, g, &rows) {
         let blk = &blk;
-        stage_block(g, blk, input, &mut stage[..], zpb, |x| (x as u8) ^ 0x80);
+        stage_block(g, blk, input, stage, zpb, |x| (x as u8) ^ 0x80);
         let row_elems = blk.row_bytes;
         let npx = blk.c1 - blk.c0;
         let rh = (blk.b1 - blk.b0 - 1) * g.stride + g.k;

@@ -136,7 +136,11 @@ impl KernelPath {
 /// Geometry and quantization of one call, checked by the caller.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Geom {
+    /// Channels the layer convolves (its `in_c`).
     pub in_c: usize,
+    /// Where they lie in each input pixel: `input[pixel · view.pixel_stride +
+    /// view.channel_offset + c]` (`pixel_stride == in_c`, offset 0 for a dense input).
+    pub in_view: ChannelSlot,
     pub out_c: usize,
     pub k: usize,
     pub stride: usize,

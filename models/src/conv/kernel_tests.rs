@@ -31,7 +31,8 @@ macro_rules! kernel_tests {
             extreme_values_are_exact,
             layers_wider_than_one_stage_chunk_are_exact,
             backbone_layers_equal_the_reference,
-            full_channel_groups_in_a_slot_are_exact
+            full_channel_groups_in_a_slot_are_exact,
+            input_channel_views_equal_the_dense_copy
         );
     };
     (@each $path:expr; $($name:ident),*) => {
@@ -56,7 +57,8 @@ macro_rules! seven_bit_kernel_tests {
             row_splits_and_channel_slots_are_exact,
             rows_outside_the_range_are_untouched,
             padding_reads_the_input_zero_point,
-            layers_wider_than_one_stage_chunk_are_exact
+            layers_wider_than_one_stage_chunk_are_exact,
+            input_channel_views_equal_the_dense_copy
         );
     };
     (@each $path:expr; $($name:ident),*) => {
@@ -278,6 +280,58 @@ pub(crate) fn row_splits_and_channel_slots_are_exact(path: KernelPath) {
                 );
                 prop_assert!(o[offset + out_c..].iter().all(|&v| v == 0x55));
             }
+            Ok(())
+        },
+    );
+}
+
+/// A layer reading its `in_c` channels at an offset inside wider input pixels
+/// (`forward_rows_view`, one group of a grouped convolution) gives the exact reference of
+/// those channels copied out densely, on any row split; a view that does not fit is an
+/// error.
+pub(crate) fn input_channel_views_equal_the_dense_copy(path: KernelPath) {
+    let strategy = (layer_strategy(24, 12), 0usize..=9, 0usize..=5, 0usize..=12);
+    check(
+        96,
+        strategy,
+        |((shape, h, w, relu, seed), before, after, cut)| {
+            let c = random_case(shape, h, w, relu, seed);
+            let (oh, ow) = c.conv.out_hw(h, w);
+            prop_assume!(oh > 0 && ow > 0);
+            let conv = on_path(&c.conv, path);
+            let want = reference_forward_i64(&conv, &c.input, h, w).unwrap();
+            // The dense input's channels inside pixels of `before + in_c + after` channels,
+            // the others filled with values that would show if read.
+            let in_c = shape.in_c;
+            let stride = before + in_c + after;
+            let mut wide = vec![0x7fi8; h * w * stride];
+            for px in 0..h * w {
+                wide[px * stride + before..][..in_c].copy_from_slice(&c.input[px * in_c..][..in_c]);
+            }
+            let view = ChannelSlot {
+                pixel_stride: stride,
+                channel_offset: before,
+            };
+            let dense = ChannelSlot {
+                pixel_stride: shape.out_c,
+                channel_offset: 0,
+            };
+            let mut out = vec![0x55i8; want.len()];
+            let row = ow * shape.out_c;
+            let cut = cut.min(oh);
+            for r in [0..cut, cut..oh] {
+                let dst = &mut out[r.start * row..r.end * row];
+                conv.forward_rows_view(&wide, h, w, view, dst, dense, r)
+                    .unwrap();
+            }
+            prop_assert_eq!(&out, &want);
+            let too_wide = ChannelSlot {
+                pixel_stride: stride,
+                channel_offset: before + after + 1,
+            };
+            prop_assert!(conv
+                .forward_rows_view(&wide, h, w, too_wide, &mut out, dense, 0..oh)
+                .is_err());
             Ok(())
         },
     );

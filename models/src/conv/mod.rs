@@ -396,13 +396,14 @@ impl Conv2d {
         out: &mut [i8],
         rows: Range<usize>,
     ) -> Result<(), ModelError> {
-        let (out_h, out_w) = self.check_input(input, in_h, in_w)?;
+        let (out_h, out_w) = self.check_input(input, in_h, in_w, self.in_c)?;
         let expected = checked_len(&[out_h, out_w, self.out_c], "output")?;
         exact_len(out.len(), expected, "conv output")?;
         check_rows(&rows, out_h)?;
         let row_len = out_w * self.out_c;
         let dst = &mut out[rows.start * row_len..rows.end * row_len];
-        self.run_rows(input, in_h, in_w, out_w, dst, self.dense_slot(), rows);
+        let (slot, view) = (self.dense_slot(), self.dense_view());
+        self.run_rows(input, in_h, in_w, out_w, dst, slot, view, rows);
         Ok(())
     }
 
@@ -432,7 +433,38 @@ impl Conv2d {
         slot: ChannelSlot,
         rows: Range<usize>,
     ) -> Result<(), ModelError> {
-        let (out_h, out_w) = self.check_input(input, in_h, in_w)?;
+        let dense = self.dense_view();
+        self.forward_rows_view(input, in_h, in_w, dense, out_rows, slot, rows)
+    }
+
+    /// Like [`Conv2d::forward_rows_into_slot`], reading input channel `c` of each pixel
+    /// from `pixel * in_view.pixel_stride + in_view.channel_offset + c` of `input`
+    /// (`in_h * in_w * in_view.pixel_stride` elements): this layer convolves `in_c`
+    /// channels out of wider pixels, as one group of a grouped convolution does. The same
+    /// results as the layer run on those channels copied out densely.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_rows_view(
+        &self,
+        input: &[i8],
+        in_h: usize,
+        in_w: usize,
+        in_view: ChannelSlot,
+        out_rows: &mut [i8],
+        slot: ChannelSlot,
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        if in_view
+            .channel_offset
+            .checked_add(self.in_c)
+            .is_none_or(|end| end > in_view.pixel_stride)
+        {
+            return Err(ModelError::BufferSize {
+                what: "input channel view (pixel_stride vs channel_offset + in_c)",
+                expected: in_view.channel_offset.saturating_add(self.in_c),
+                got: in_view.pixel_stride,
+            });
+        }
+        let (out_h, out_w) = self.check_input(input, in_h, in_w, in_view.pixel_stride)?;
         check_rows(&rows, out_h)?;
         if slot
             .channel_offset
@@ -447,7 +479,7 @@ impl Conv2d {
         }
         let expected = checked_len(&[rows.end - rows.start, out_w, slot.pixel_stride], "output")?;
         exact_len(out_rows.len(), expected, "conv output rows")?;
-        self.run_rows(input, in_h, in_w, out_w, out_rows, slot, rows);
+        self.run_rows(input, in_h, in_w, out_w, out_rows, slot, in_view, rows);
         Ok(())
     }
 
@@ -458,12 +490,21 @@ impl Conv2d {
         }
     }
 
-    /// Checks the layer's own arrays and the input; returns `(out_h, out_w)`.
+    fn dense_view(&self) -> ChannelSlot {
+        ChannelSlot {
+            pixel_stride: self.in_c,
+            channel_offset: 0,
+        }
+    }
+
+    /// Checks the layer's own arrays and the input (`pixel_stride` elements per pixel);
+    /// returns `(out_h, out_w)`.
     fn check_input(
         &self,
         input: &[i8],
         in_h: usize,
         in_w: usize,
+        pixel_stride: usize,
     ) -> Result<(usize, usize), ModelError> {
         let taps = self.k * self.k * self.in_c;
         if self.weights.len() != taps * self.out_c
@@ -473,16 +514,18 @@ impl Conv2d {
         {
             return Err(ModelError::LayerModified);
         }
-        self.check_input_len(input.len(), in_h, in_w, "conv input")
+        self.check_input_len(input.len(), in_h, in_w, pixel_stride, "conv input")
     }
 
-    /// Checks that an input of `len` elements is an `in_h × in_w × in_c` image this layer
-    /// can convolve; returns `(out_h, out_w)`. Shared by the kernels and the references.
+    /// Checks that an input of `len` elements is an `in_h × in_w` image of `pixel_stride`
+    /// channels per pixel (`in_c` for a dense one) this layer can convolve; returns
+    /// `(out_h, out_w)`. Shared by the kernels and the references.
     fn check_input_len(
         &self,
         len: usize,
         in_h: usize,
         in_w: usize,
+        pixel_stride: usize,
         what: &'static str,
     ) -> Result<(usize, usize), ModelError> {
         let (out_h, out_w) = self.out_hw(in_h, in_w);
@@ -494,15 +537,17 @@ impl Conv2d {
                 pad: self.pad,
             });
         }
-        let expected = self
-            .input_len(in_h, in_w)
+        let expected = in_h
+            .checked_mul(in_w)
+            .and_then(|v| v.checked_mul(pixel_stride))
             .ok_or(ModelError::SizeOverflow { what: "input" })?;
         exact_len(len, expected, what)?;
         Ok((out_h, out_w))
     }
 
-    /// The kernel. All sizes were checked by the caller: `input` is `in_h*in_w*in_c`,
-    /// `dst` is `rows.len() * out_w * slot.pixel_stride`, `rows ⊆ 0..out_h`, the slot fits.
+    /// The kernel. All sizes were checked by the caller: `input` is
+    /// `in_h*in_w*in_view.pixel_stride` and the view fits, `dst` is `rows.len() * out_w *
+    /// slot.pixel_stride`, `rows ⊆ 0..out_h`, the slot fits.
     #[allow(clippy::too_many_arguments)]
     fn run_rows(
         &self,
@@ -512,10 +557,12 @@ impl Conv2d {
         out_w: usize,
         dst: &mut [i8],
         slot: ChannelSlot,
+        in_view: ChannelSlot,
         rows: Range<usize>,
     ) {
         let geom = Geom {
             in_c: self.in_c,
+            in_view,
             out_c: self.out_c,
             k: self.k,
             stride: self.stride,
@@ -541,7 +588,7 @@ impl Conv2d {
         ) {
             return;
         }
-        self.run_rows_scalar(input, in_h, in_w, out_w, dst, slot, rows);
+        self.run_rows_scalar(input, in_h, in_w, out_w, dst, slot, in_view, rows);
     }
 }
 

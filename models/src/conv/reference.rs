@@ -20,7 +20,7 @@ pub(crate) fn reference_forward_i64(
     in_h: usize,
     in_w: usize,
 ) -> Result<Vec<i8>, ModelError> {
-    let (oh, ow) = conv.check_input(input, in_h, in_w)?;
+    let (oh, ow) = conv.check_input(input, in_h, in_w, conv.in_c)?;
     let (ic_n, oc_n, k) = (conv.in_c, conv.out_c, conv.k);
     let x_zp = i64::from(conv.in_q.zero_point);
     let y_zp = i64::from(conv.out_q.zero_point);
@@ -70,7 +70,8 @@ pub(crate) fn reference_conv_f32(
     in_h: usize,
     in_w: usize,
 ) -> Result<Vec<f32>, ModelError> {
-    let (oh, ow) = conv.check_input_len(input.len(), in_h, in_w, "f32 reference input")?;
+    let (oh, ow) =
+        conv.check_input_len(input.len(), in_h, in_w, conv.in_c, "f32 reference input")?;
     if conv.weights.len() != conv.k * conv.k * conv.in_c * conv.out_c
         || conv.bias.len() != conv.out_c
         || conv.w_scales.len() != conv.out_c

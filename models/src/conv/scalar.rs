@@ -5,6 +5,9 @@
 //! `Σ x·w − x_zp·Σw`, border pixels over their in-image taps only), then
 //! [`crate::quant::requantize`]. Plain safe slice code that the compiler auto-vectorises.
 //!
+//! The input may be a channel view (`in_view`: `in_c` channels out of wider pixels), read
+//! one pixel's channels at a time.
+//!
 //! Cost: `k·k·in_c` multiply-adds per output; no allocation, no stack buffer. Never: reads
 //! outside the input or writes outside the requested rows and channel slot.
 
@@ -23,9 +26,14 @@ impl Conv2d {
         out_w: usize,
         dst: &mut [i8],
         slot: ChannelSlot,
+        in_view: ChannelSlot,
         rows: Range<usize>,
     ) {
         let (in_c, k, s, p) = (self.in_c, self.k, self.stride, self.pad);
+        let (px_stride, px_off) = (in_view.pixel_stride, in_view.channel_offset);
+        // A dense input's taps of one kernel row are one contiguous run; a channel view's
+        // are `in_c` channels per pixel.
+        let dense = px_stride == in_c;
         let x_zp = i32::from(self.in_q.zero_point);
         let y_zp = self.out_q.zero_point;
         let relu = self.relu;
@@ -53,16 +61,29 @@ impl Conv2d {
                         acc -= x_zp * self.w_sums[oc];
                         for ky in 0..k {
                             let iy = y_origin + ky - p;
-                            let xs = &input[(iy * in_w + first_col) * in_c..][..span];
+                            let first = (iy * in_w + first_col) * px_stride + px_off;
                             let ws = &w_oc[ky * k * in_c..][..span];
-                            acc += dot(xs, ws);
+                            if dense {
+                                acc += dot(&input[first..][..span], ws);
+                            } else {
+                                for (j, ws) in ws.chunks_exact(in_c).enumerate() {
+                                    acc += dot(&input[first + j * px_stride..][..in_c], ws);
+                                }
+                            }
                         }
                     } else {
                         for ky in ky0..ky1 {
                             let iy = y_origin + ky - p;
-                            let xs = &input[(iy * in_w + first_col) * in_c..][..span];
+                            let first = (iy * in_w + first_col) * px_stride + px_off;
                             let ws = &w_oc[(ky * k + kx0) * in_c..][..span];
-                            acc += dot_zp(xs, ws, x_zp);
+                            if dense {
+                                acc += dot_zp(&input[first..][..span], ws, x_zp);
+                            } else {
+                                for (j, ws) in ws.chunks_exact(in_c).enumerate() {
+                                    let xs = &input[first + j * px_stride..][..in_c];
+                                    acc += dot_zp(xs, ws, x_zp);
+                                }
+                            }
                         }
                     }
                     *o = requantize(acc, self.multipliers[oc], y_zp, relu);

@@ -9,6 +9,10 @@
 //! ([`Plan::new`] returns `None`). The blocks come in a fixed order and each output row is
 //! computed from its own staged rows only, so the split never changes a result.
 //!
+//! The input may be a channel view ([`Geom::in_view`]): the layer's `in_c` channels out of
+//! wider pixels (one group of a grouped convolution); staging gathers them, so the kernels
+//! see dense pixels either way.
+//!
 //! Cost: one pass over the input rows per block; no allocation. Never: reads outside
 //! `input` or writes outside the stage buffer it is given.
 
@@ -117,6 +121,49 @@ impl Iterator for Blocks<'_> {
     }
 }
 
+/// Elements of the stage the blocks of a call over `rows` use: the largest block's staged
+/// rows and the [`SLACK`] after them (at most `STAGE_BYTES / esize`, by [`Plan::new`]).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(super) fn stage_elems(plan: &Plan, g: &Geom, rows: &Range<usize>) -> usize {
+    staged_blocks(plan, g, rows)
+        .map(|b| {
+            let rh = (b.b1 - b.b0 - 1) * g.stride + g.k;
+            (rh * b.row_bytes + SLACK) / plan.esize
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The integer types a stage holds: all-zero bytes are a valid value of each.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(super) trait StageElem: Copy + Default {}
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl StageElem for u8 {}
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl StageElem for i8 {}
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl StageElem for i16 {}
+
+/// The first `len` elements of `buf` (at most `N`), zeroed: the stage one call uses. The
+/// rest of `buf` stays uninitialised and is never referenced, so a call over a few narrow
+/// rows (one group of a grouped convolution) does not pay for clearing the whole buffer.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(super) fn zeroed_stage<T: StageElem, const N: usize>(
+    buf: &mut std::mem::MaybeUninit<[T; N]>,
+    len: usize,
+) -> &mut [T] {
+    let len = len.min(N);
+    let p = buf.as_mut_ptr().cast::<T>();
+    // SAFETY: `p` points to `N` elements of `T` (the array `buf` holds) and `len <= N`;
+    // `T` is an integer type (`StageElem`) for which all-zero bytes are a valid value, so
+    // the `len` elements are initialised before the slice over them is made; the slice
+    // borrows `buf` mutably for its lifetime.
+    unsafe {
+        std::ptr::write_bytes(p, 0, len);
+        std::slice::from_raw_parts_mut(p, len)
+    }
+}
+
 /// Writes the staged rows of `blk` into `stage` with `conv(x)` for inside values and
 /// `pad` for padded ones, then zeroes `SLACK` elements after them. Returns nothing; all
 /// indices stay inside `stage` (sized by the plan).
@@ -148,9 +195,21 @@ pub(super) fn stage_block<T: Copy + Default>(
         }
         let iy = iy - p;
         row[..left * c].fill(pad);
-        let src = &input[(iy * g.in_w + ix0) * c..][..inside * c];
-        for (d, &x) in row[left * c..(left + inside) * c].iter_mut().zip(src) {
-            *d = conv(x);
+        let dst = &mut row[left * c..(left + inside) * c];
+        let (stride, off) = (g.in_view.pixel_stride, g.in_view.channel_offset);
+        let src0 = (iy * g.in_w + ix0) * stride + off;
+        if stride == c {
+            // Dense pixels: one contiguous run.
+            for (d, &x) in dst.iter_mut().zip(&input[src0..][..inside * c]) {
+                *d = conv(x);
+            }
+        } else {
+            // A channel view: `c` channels out of every `stride`.
+            for (j, d) in dst.chunks_exact_mut(c).enumerate() {
+                for (d, &x) in d.iter_mut().zip(&input[src0 + j * stride..][..c]) {
+                    *d = conv(x);
+                }
+            }
         }
         row[(left + inside) * c..].fill(pad);
     }

@@ -33,7 +33,9 @@
 
 use super::dispatch::Geom;
 use super::packing::Packed;
-use super::staging::{stage_block, staged_blocks, Plan, SLACK, STAGE_BYTES};
+use super::staging::{
+    stage_block, stage_elems, staged_blocks, zeroed_stage, Plan, SLACK, STAGE_BYTES,
+};
 use super::ChannelSlot;
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -64,7 +66,8 @@ impl VnniOut {
 /// - The CPU supports AVX-512 F, BW, VL and VNNI.
 /// - `packed` was built by `Packed::new` for this layer (`in_c`, `out_c`, `k` of `g`) with
 ///   its VNNI weights present, and `plan` is `Plan::new(g, 1)`.
-/// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_c`;
+/// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_view.pixel_stride` with
+///   `in_view.channel_offset + in_c <= in_view.pixel_stride`;
 ///   `rows ⊆ 0..out_h`; `slot.channel_offset + out_c <= slot.pixel_stride`; and
 ///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[allow(clippy::too_many_arguments)]
@@ -87,13 +90,15 @@ pub(super) unsafe fn vnni_rows(
     debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
     debug_assert_eq!(packed.taps4.len(), blocks * block_stride);
     debug_assert_eq!(packed.wsum.len(), blocks * 16);
-    debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_c);
+    debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_view.pixel_stride);
+    debug_assert!(g.in_view.channel_offset + g.in_c <= g.in_view.pixel_stride);
     debug_assert!(slot.channel_offset + g.out_c <= slot.pixel_stride);
     debug_assert_eq!(dst.len(), rows.len() * g.out_w * slot.pixel_stride);
     debug_assert_eq!(plan.esize, 1);
-    // Zero-initialised once (cheap next to the convolution); every byte read is then
-    // initialised whatever the block shape.
-    let mut stage = [0u8; STAGE_BYTES];
+    // Only the part of the stage this call's blocks use, zeroed once: every byte a load
+    // touches is then initialised whatever the block shape.
+    let mut stage_buf = std::mem::MaybeUninit::<[u8; STAGE_BYTES]>::uninit();
+    let stage = zeroed_stage(&mut stage_buf, stage_elems(plan, g, &rows));
     let zpb = (g.x_zp as u8) ^ 0x80;
     let corr = 128 + i32::from(g.x_zp);
     let yzp = i32::from(g.y_zp);
@@ -106,7 +111,7 @@ pub(super) unsafe fn vnni_rows(
     let row_len = g.out_w * slot.pixel_stride;
     for blk in staged_blocks(plan, g, &rows) {
         let blk = &blk;
-        stage_block(g, blk, input, &mut stage[..], zpb, |x| (x as u8) ^ 0x80);
+        stage_block(g, blk, input, stage, zpb, |x| (x as u8) ^ 0x80);
         let npx = blk.c1 - blk.c0;
         let rh = (blk.b1 - blk.b0 - 1) * g.stride + g.k;
         debug_assert!(rh * blk.row_bytes + SLACK <= STAGE_BYTES);

@@ -263,10 +263,13 @@ mod phase_tests {
             lo: if relu { y_q.zero_point } else { -128 },
             hi: 127,
             depthwise: Vec::new(),
+            grouped: Vec::new(),
         }
         .prepared();
         let mut direct = vec![0i8; batch * win.out_h * win.out_w * out_c];
-        general.run(Isa::PORTABLE, &input, &mut direct, 0..batch * win.in_h);
+        general
+            .run(Isa::PORTABLE, &input, &mut direct, 0..batch * win.in_h)
+            .unwrap();
         Case {
             input,
             weights,

@@ -420,8 +420,10 @@ impl Program {
                             }
                             ConvImpl::General(g) => {
                                 let w = &g.win;
+                                // Grouped ones on the dense kernels carry no star.
+                                let star = if g.grouped.is_empty() { "*" } else { "" };
                                 let name = format!(
-                                    "conv* {}x{}/{} {}>{} g{} {}x{}{add}",
+                                    "conv{star} {}x{}/{} {}>{} g{} {}x{}{add}",
                                     w.kh, w.kw, w.sh, g.in_c, g.out_c, g.groups, w.out_h, w.out_w
                                 );
                                 (name, g.macs(*batch))
@@ -442,7 +444,8 @@ impl Program {
             .collect()
     }
 
-    /// Multiply-accumulates per run of the convolutions on the general kernel.
+    /// Multiply-accumulates per run of the convolutions on the general kernel (grouped
+    /// ones that run per-group dense layers excluded).
     pub fn general_conv_macs(&self) -> u64 {
         self.steps
             .iter()
@@ -451,7 +454,7 @@ impl Program {
                     imp: ConvImpl::General(g),
                     batch,
                     ..
-                } => g.macs(*batch),
+                } if g.grouped.is_empty() => g.macs(*batch),
                 _ => 0,
             })
             .sum()
@@ -599,7 +602,11 @@ impl Program {
                                         row = end;
                                     }
                                 }
-                                ConvImpl::General(g) => g.run(isa, x, out, r.clone()),
+                                ConvImpl::General(g) => {
+                                    if g.run(isa, x, out, r.clone()).is_err() {
+                                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                                    }
+                                }
                             }
                             if let Some((lo, hi)) = clamp {
                                 kernels::clamp(out, *lo, *hi);

@@ -158,6 +158,14 @@ pub(crate) struct GeneralConv {
     /// A depthwise convolution's weights tap-major, `[kh][kw][c]` widened to `i16`
     /// ([`GeneralConv::prepared`]); empty for every other convolution.
     pub depthwise: Vec<i16>,
+    /// A grouped convolution the dense kernels can run (square window, equal strides,
+    /// symmetric padding, no dilation): one dense layer per group, `in_c / groups` →
+    /// `out_c / groups` channels, each reading its group's channels of the input through a
+    /// channel view and writing its group's channels of the output through a channel slot
+    /// ([`crate::conv::Conv2d::forward_rows_view`]). Empty otherwise (the lowering
+    /// builds it; the same integer sums and requantization as the tap loop, so the same
+    /// bytes).
+    pub grouped: Vec<crate::conv::Conv2d>,
 }
 
 /// Largest ungrouped patch (`kh · kw · in_c`) [`GeneralConv::run`] gathers on the stack.
@@ -170,7 +178,7 @@ impl GeneralConv {
     pub fn prepared(mut self) -> GeneralConv {
         let (c, taps) = (self.in_c, self.win.kh * self.win.kw);
         self.depthwise = Vec::new();
-        if self.groups == c && self.out_c == c && taps <= DEPTHWISE_TAPS_MAX {
+        if runs_depthwise_kernel(c, self.out_c, self.groups, taps) {
             self.depthwise = vec![0; taps * c];
             for ch in 0..c {
                 for t in 0..taps {
@@ -198,8 +206,23 @@ impl GeneralConv {
     /// Depthwise convolutions (one input and one output channel per group, at most
     /// [`DEPTHWISE_TAPS_MAX`] taps) run [`depthwise_rows`] on `isa`: every output channel
     /// of a pixel at once, the channels in the vector lanes.
-    pub fn run(&self, isa: Isa, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+    ///
+    /// Grouped convolutions with [`GeneralConv::grouped`] layers run them, group by group
+    /// over the rows of each image: the dense kernels' speed on a group's channels.
+    ///
+    /// Errors only when a grouped layer refuses its buffers, which the lowering's checks
+    /// rule out.
+    pub fn run(
+        &self,
+        isa: Isa,
+        input: &[i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), crate::conv::ModelError> {
         let taps = self.win.kh * self.win.kw * self.in_c;
+        if !self.grouped.is_empty() {
+            return self.run_grouped(input, out, rows);
+        }
         if !self.depthwise.is_empty() {
             depthwise_rows(isa, self, input, out, rows);
         } else if self.groups == 1 && taps <= PATCH_MAX {
@@ -207,6 +230,43 @@ impl GeneralConv {
         } else {
             self.run_taps(input, out, rows);
         }
+        Ok(())
+    }
+
+    /// [`GeneralConv::run`] on the per-group dense layers.
+    fn run_grouped(
+        &self,
+        input: &[i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), crate::conv::ModelError> {
+        let w = &self.win;
+        let img = w.in_h * w.in_w * self.in_c;
+        let row_len = w.out_w * self.out_c;
+        let (icg, ocg) = (self.in_c / self.groups, self.out_c / self.groups);
+        let mut r = rows.start;
+        let mut o = 0;
+        while r < rows.end {
+            // The rows of this image in the range.
+            let (b, oy) = (r / w.out_h, r % w.out_h);
+            let n = (w.out_h - oy).min(rows.end - r);
+            let x = &input[b * img..(b + 1) * img];
+            let dst = &mut out[o..o + n * row_len];
+            for (g, layer) in self.grouped.iter().enumerate() {
+                let view = crate::conv::ChannelSlot {
+                    pixel_stride: self.in_c,
+                    channel_offset: g * icg,
+                };
+                let slot = crate::conv::ChannelSlot {
+                    pixel_stride: self.out_c,
+                    channel_offset: g * ocg,
+                };
+                layer.forward_rows_view(x, w.in_h, w.in_w, view, dst, slot, oy..oy + n)?;
+            }
+            r += n;
+            o += n * row_len;
+        }
+        Ok(())
     }
 
     fn run_patches(&self, input: &[i8], out: &mut [i8], rows: Range<usize>) {
@@ -294,6 +354,13 @@ impl GeneralConv {
 /// kept in registers over all the taps of a pixel; the channels left after the last full
 /// block go in one block of 16 and one of 8 where they fill them, the rest one at a time.
 const DEPTHWISE_BLOCK: usize = 32;
+
+/// True when a convolution of `in_c` → `out_c` channels in `groups` groups with `taps`
+/// (`kh · kw`) taps runs [`depthwise_rows`]: one input and one output channel per group,
+/// at most [`DEPTHWISE_TAPS_MAX`] taps.
+pub(crate) fn runs_depthwise_kernel(in_c: usize, out_c: usize, groups: usize, taps: usize) -> bool {
+    groups == in_c && out_c == in_c && taps <= DEPTHWISE_TAPS_MAX
+}
 
 /// Most taps (`kh · kw`) a depthwise kernel may have for [`depthwise_rows`] (its tap lists are
 /// on the stack); larger kernels run on the tap-by-tap loop.

@@ -376,6 +376,7 @@ fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
                 lo,
                 hi,
                 depthwise: Vec::new(),
+                grouped: Vec::new(),
             }
             .prepared();
             assert_eq!(
@@ -398,8 +399,8 @@ fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
                 let mut got = vec![0i8; want.len()];
                 let split = rows / 2 * out_w * c;
                 let (a, b) = got.split_at_mut(split);
-                conv.run(isa, &x, a, 0..rows / 2);
-                conv.run(isa, &x, b, rows / 2..rows);
+                conv.run(isa, &x, a, 0..rows / 2).unwrap();
+                conv.run(isa, &x, b, rows / 2..rows).unwrap();
                 assert_eq!(got, want, "{} on {h}x{w}x{c} {kh}x{kw}/{s}", isa.name());
             }
         }

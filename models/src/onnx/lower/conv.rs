@@ -197,24 +197,22 @@ impl Lowerer<'_> {
         let macs = (b * win.out_h * win.out_w * oc * kh * kw * icg) as u64;
         self.macs += macs;
         let relu = lo == y_q.zero_point;
-        let square = kh == kw
+        let square_window = kh == kw
             && win.sh == win.sw
             // Dilation does not change a 1x1 kernel.
             && (win.dh == 1 && win.dw == 1 || kh == 1)
-            && groups == 1
             && win.pt == win.pl
-            && win.pt < kh;
+            && win.pt < kh
+            // The dense kernel pads symmetrically: its output size must equal ONNX's
+            // (asymmetric pads can make `in + 2·pad` smaller than the kernel).
+            && (h + 2 * win.pt).checked_sub(kh).map(|v| v / win.sh + 1) == Some(win.out_h)
+            && (wd + 2 * win.pt).checked_sub(kw).map(|v| v / win.sw + 1) == Some(win.out_w);
         // The dense kernels run square convolutions directly, dilated "same" ones as
         // dilation phases (a dense convolution of each phase image), and stride-1 x s ones
         // with their columns folded into channels (the same bytes read as `s` times fewer,
         // wider pixels; see `ColumnFold`).
         let pad = win.pt;
-        let route = if square
-            // The dense kernel pads symmetrically: its output size must equal ONNX's.
-            // (checked: asymmetric pads can make `in + 2·pad` smaller than the kernel).
-            && (h + 2 * pad).checked_sub(kh).map(|v| v / win.sh + 1) == Some(win.out_h)
-            && (wd + 2 * pad).checked_sub(kw).map(|v| v / win.sw + 1) == Some(win.out_w)
-        {
+        let route = if square_window && groups == 1 {
             Some(DenseRoute::Direct)
         } else if let Some(p) = dilation_phases(&win, h, wd, groups) {
             Some(DenseRoute::Phases(p))
@@ -265,6 +263,21 @@ impl Lowerer<'_> {
                     .iter()
                     .map(|&ws| crate::quant::requant_multiplier(x_q.scale, ws, y_q.scale))
                     .collect();
+                // Grouped (not depthwise: that has a kernel of its own) with a square
+                // window: one dense layer per group.
+                let depthwise = crate::onnx::kernels::runs_depthwise_kernel(c, oc, groups, kh * kw);
+                let grouped = if groups > 1 && !depthwise && square_window {
+                    grouped_layers(
+                        &packed, groups, oc, icg, kh, win.sh, pad, &w_scales, &bias, x_q, y_q, relu,
+                    )
+                } else {
+                    Vec::new()
+                };
+                let clamp = if grouped.is_empty() {
+                    None
+                } else {
+                    dense_clamp
+                };
                 (
                     ConvImpl::General(Box::new(
                         GeneralConv {
@@ -280,10 +293,11 @@ impl Lowerer<'_> {
                             lo,
                             hi,
                             depthwise: Vec::new(),
+                            grouped,
                         }
                         .prepared(),
                     )),
-                    None,
+                    clamp,
                 )
             }
         };
@@ -508,6 +522,51 @@ enum DenseRoute {
     Phases(Phases),
     /// With its columns folded into channels.
     Fold(ColumnFold),
+}
+
+/// One dense layer per group of a grouped convolution (see [`GeneralConv::grouped`]):
+/// group `g` takes output channels `g·ocg..(g + 1)·ocg` of `weights` (`[oc][k][k][icg]`, so
+/// one contiguous run per group), their scales and biases. Empty when a group's layer is
+/// refused (its accumulator bound): the step then keeps the tap loop.
+#[allow(clippy::too_many_arguments)]
+fn grouped_layers(
+    weights: &[i8],
+    groups: usize,
+    oc: usize,
+    icg: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    w_scales: &[f32],
+    bias: &[i32],
+    x_q: QParams,
+    y_q: QParams,
+    relu: bool,
+) -> Vec<Conv2d> {
+    let ocg = oc / groups;
+    let per_group = ocg * k * k * icg;
+    let shape = ConvShape {
+        in_c: icg,
+        out_c: ocg,
+        k,
+        stride,
+        pad,
+    };
+    (0..groups)
+        .map(|g| {
+            let oc_range = g * ocg..(g + 1) * ocg;
+            Conv2d::new(
+                shape,
+                weights[g * per_group..(g + 1) * per_group].to_vec(),
+                w_scales[oc_range.clone()].to_vec(),
+                bias[oc_range].to_vec(),
+                x_q,
+                y_q,
+                relu,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_default()
 }
 
 /// The dilation phases of a convolution that can run on the dense kernels that way: a
