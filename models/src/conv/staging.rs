@@ -204,9 +204,19 @@ pub(super) fn stage_block<T: Copy + Default>(
                 *d = conv(x);
             }
         } else {
-            // A channel view: `c` channels out of every `stride`.
+            // A channel view: `c` channels out of every `stride`, converted 8 at a time
+            // (fixed-size chunks the compiler vectorises; a loop over a runtime `c` of 8
+            // or 16 stayed scalar, and was most of a grouped layer's time).
             for (j, d) in dst.chunks_exact_mut(c).enumerate() {
-                for (d, &x) in d.iter_mut().zip(&input[src0 + j * stride..][..c]) {
+                let src = &input[src0 + j * stride..][..c];
+                let mut d8 = d.chunks_exact_mut(8);
+                let mut s8 = src.chunks_exact(8);
+                for (d, s) in (&mut d8).zip(&mut s8) {
+                    let s: &[i8; 8] = s.try_into().expect("chunks of 8");
+                    let d: &mut [T; 8] = d.try_into().expect("chunks of 8");
+                    *d = s.map(&conv);
+                }
+                for (d, &x) in d8.into_remainder().iter_mut().zip(s8.remainder()) {
                     *d = conv(x);
                 }
             }
