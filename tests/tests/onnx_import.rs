@@ -164,6 +164,13 @@ fn native_engine_agrees_with_onnx_runtime() {
             "{f} is not bit-exact"
         );
     }
+    // RegNetX's grouped convolutions run per-group dense layers, none the general kernel.
+    let info = redline_models::onnx::inspect(&zoo.join("regnetx_qdq_s8.onnx")).unwrap();
+    let native = info.native.expect("the native engine compiles RegNetX");
+    assert_eq!(
+        native.general_macs, 0,
+        "grouped convolutions left on the general kernel"
+    );
 }
 
 /// The outputs of one run of `e` on `ins` over `lanes`.
