@@ -6,7 +6,8 @@
 //! - **Models**: `tools/onnx/zoo.py` writes a ResNet-18-class classifier (1×3×224×224) and a
 //!   CenterNet-style detector with an upsampling neck (1×3×256×448) and a MobileNetV2
 //!   classifier (1×3×224×224, depthwise and 1×1 convolutions) and a RegNetX-200MF
-//!   classifier (1×3×224×224, grouped 3×3 convolutions of 8 channels per group) as float ONNX and
+//!   classifier (1×3×224×224, grouped 3×3 convolutions of 8 channels per group) and an
+//!   EfficientNet-B0 classifier (SiLU, depthwise, squeeze-and-excitation) as float ONNX and
 //!   quantizes them with ONNX Runtime's `quantize_static` (per-channel int8 weights, QDQ,
 //!   int8 and uint8 activations). The pipeline's own models (backbone over 6 cameras,
 //!   detection and segmentation heads) come from `export_network` + `tools/onnx/export_qdq.py`.
@@ -356,6 +357,7 @@ fn real_main() -> Result<(), String> {
         zoo_args.push("centernet");
         zoo_args.push("mobilenetv2");
         zoo_args.push("regnetx");
+        zoo_args.push("efficientnet");
     }
     eprintln!(
         "model_race: building the models (tools/onnx/zoo.py {})...",

@@ -230,6 +230,9 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "concat_channels",
             "conv_depthwise",
             "conv_group2",
+            "conv_group_width8_s2",
+            "conv_group2_dil2",
+            "silu",
             "conv_dil2",
             "conv_dil2_s2",
             "resize_bilinear_x2",
@@ -243,15 +246,16 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let model = dir.join(v["model"].as_str().unwrap());
         let mut e = NativeEngine::load(&model).unwrap();
-        // Which convolutions run on the general kernel: grouped and strided-dilated ones;
-        // a dilated "same" convolution runs on the dense kernels (as dilation phases).
+        // Which convolutions run on the general kernel: depthwise, strided-dilated and
+        // dilated grouped ones; a dilated "same" convolution runs on the dense kernels (as
+        // dilation phases), a grouped one with a square window as one dense layer per group.
         let name = model.file_name().unwrap().to_string_lossy().to_string();
         let general = redline_models::onnx::inspect(&model)
             .unwrap()
             .native
             .unwrap()
             .general_macs;
-        let on_general = ["conv_depthwise", "conv_group2", "conv_dil2_s2"]
+        let on_general = ["conv_depthwise", "conv_group2_dil2", "conv_dil2_s2"]
             .iter()
             .any(|c| name.starts_with(&format!("{c}_")));
         if name.starts_with("conv_") {
@@ -304,6 +308,7 @@ fn residual_adds_fuse_into_their_convolutions_with_the_same_outputs() {
         let mut fused = NativeEngine::load(&model).unwrap();
         let unfused_opts = NativeOptions {
             fuse_residual_adds: false,
+            ..NativeOptions::default()
         };
         let mut plain = NativeEngine::load_with(&model, &unfused_opts).unwrap();
         let count = |e: &NativeEngine, what: &str| {
@@ -455,4 +460,57 @@ fn every_rejection_says_what_and_what_to_do() {
         Ok(_) => panic!("a missing file compiled"),
     };
     assert!(m.contains("missing.onnx"), "{m}");
+}
+
+#[test]
+fn elementwise_tables_fuse_with_the_same_outputs() {
+    if !python_ok() {
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime is missing; the table fusion test did not run"
+        );
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-tables");
+    // EfficientNet: SiLU (x * sigmoid(x)) after every convolution, squeeze-and-excitation.
+    generate("zoo.py", &dir, &["--only", "efficientnet"]);
+    for name in ["efficientnet_qdq_u8.onnx", "efficientnet_qop_s8.onnx"] {
+        let model = dir.join(name);
+        let mut fused = NativeEngine::load(&model).unwrap();
+        let plain_opts = NativeOptions {
+            fuse_tables: false,
+            ..NativeOptions::default()
+        };
+        let mut plain = NativeEngine::load_with(&model, &plain_opts).unwrap();
+        let count =
+            |e: &NativeEngine, what: &str| e.step_macs().iter().filter(|(n, _)| n == what).count();
+        // 49 SiLUs: the multiply folds into the sigmoid's table; the 16 excitation
+        // multiplies (a per-channel scale) stay.
+        let (tables, binaries) = (count(&plain, "table"), count(&plain, "binary"));
+        assert_eq!(count(&fused, "table"), tables, "{name}");
+        assert_eq!(count(&fused, "binary"), binaries - 49, "{name}");
+        let ins: Vec<Vec<u8>> = fused
+            .inputs()
+            .iter()
+            .map(|s| {
+                (0..s.byte_len() / 4)
+                    .flat_map(|k| (((k * 37) % 97) as f32 / 48.0 - 1.0).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        let want = run_outputs(&mut plain, &ins, &Inline);
+        assert_eq!(
+            run_outputs(&mut fused, &ins, &Inline),
+            want,
+            "{name}: fused differs from unfused"
+        );
+        assert_eq!(
+            run_outputs(&mut fused, &ins, &Threads(3)),
+            want,
+            "{name}: fused on 3 lanes differs"
+        );
+        assert!(
+            fused.scratch_bytes() <= plain.scratch_bytes(),
+            "{name}: fusing grew the arena"
+        );
+    }
 }

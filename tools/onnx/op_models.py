@@ -191,6 +191,21 @@ def _(g):
     g.output(g.sigmoid(g.conv(g.input(X), 3, 3)))
 
 
+# Functions of one byte the native engine folds into one table: SiLU (x * sigmoid(x)) and
+# a hard-swish chain (x * clip(x + 3, 0, 6) * (1/6), scalar constants).
+@case("silu")
+def _(g):
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.mul(x, g.sigmoid(x)))
+
+
+@case("hardswish_chain")
+def _(g):
+    x = g.conv(g.input(X), 6, 3)
+    y = g.mul(g.clip(g.add(x, g.const(np.float32(3.0))), 0.0, 6.0), g.const(np.float32(1.0 / 6.0)))
+    g.output(g.mul(x, y))
+
+
 @case("add_relu")
 def _(g):
     x = g.input(X)

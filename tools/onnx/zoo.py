@@ -23,6 +23,11 @@ folded into the conv biases):
   per group + relu at stride 2 in a stage's first block, 1x1, projection shortcut when the
   shape changes, Add then Relu), GlobalAveragePool, Flatten, Gemm to 1000. Its grouped
   convolutions are neither dense nor depthwise.
+- efficientnet: 1x3x224x224 EfficientNet-B0 classifier: conv3x3/2 + SiLU (x * sigmoid(x)),
+  16 MBConv blocks (1x1 expansion + SiLU, 3x3 or 5x5 depthwise + SiLU, squeeze-and-
+  excitation: GlobalAveragePool, 1x1 + SiLU, 1x1 + Sigmoid, channel Mul; 1x1 projection,
+  Add when the shape is kept), conv1x1 to 1280 + SiLU, GlobalAveragePool, Flatten, Gemm.
+  SiLU is the activation of YOLO-style detectors too.
 Writes OUT_DIR/<model>_float.onnx and <model>_{qdq,qop}_{s8,u8}.onnx, each quantized model
 with its reference (<stem>.in*.bin, <stem>.out*.bin, <stem>.json; see qref.py and
 README.md), and OUT_DIR/index.json listing the manifests (merged with an existing one).
@@ -133,8 +138,42 @@ def regnetx(seed):
     return g.model()
 
 
+def silu(g, x):
+    return g.mul(x, g.sigmoid(x))
+
+
+def mb_conv(g, x, cout, k, stride, expand):
+    cin = g.shape[x][1]
+    y = x
+    if expand != 1:
+        y = silu(g, g.conv(y, cin * expand, 1, pads=[0, 0, 0, 0]))
+    c = g.shape[y][1]
+    y = silu(g, g.conv(y, c, k, stride, group=c))                       # depthwise
+    # Squeeze-and-excitation: GAP, 1x1 reduce + SiLU, 1x1 expand + Sigmoid, channel Mul.
+    se = silu(g, g.conv(g.gap(y), max(1, cin // 4), 1, pads=[0, 0, 0, 0]))
+    se = g.sigmoid(g.conv(se, c, 1, pads=[0, 0, 0, 0]))
+    y = g.mul(y, se)
+    y = g.conv(y, cout, 1, pads=[0, 0, 0, 0], gain=0.5 if stride == 1 and cin == cout else 1.0)
+    return g.add(x, y) if stride == 1 and cin == cout else y
+
+
+def efficientnet(seed):
+    g = qref.Graph("efficientnet", seed)
+    x = g.input((1, 3, 224, 224), "image")
+    x = silu(g, g.conv(x, 32, 3, 2))
+    # EfficientNet-B0's table: (expansion, kernel, output channels, blocks, first stride).
+    for t, k, c, n, s in [(1, 3, 16, 1, 1), (6, 3, 24, 2, 2), (6, 5, 40, 2, 2), (6, 3, 80, 3, 2),
+                          (6, 5, 112, 3, 1), (6, 5, 192, 4, 2), (6, 3, 320, 1, 1)]:
+        for i in range(n):
+            x = mb_conv(g, x, c, k, s if i == 0 else 1, t)
+    x = silu(g, g.conv(x, 1280, 1, pads=[0, 0, 0, 0]))
+    x = g.flatten(g.gap(x))
+    g.output(g.gemm(x, 1000), "logits")
+    return g.model()
+
+
 MODELS = {"resnet18": resnet18, "centernet": centernet, "mobilenetv2": mobilenetv2,
-          "regnetx": regnetx}
+          "regnetx": regnetx, "efficientnet": efficientnet}
 
 
 def main():

@@ -57,7 +57,12 @@
 //! - **Fusion**: Relu/Clip and requantization run inside the producing step; an `Add` whose
 //!   operand is computed by the convolution just before it and read by nothing else (a
 //!   residual add) runs inside that convolution, on each chunk of its rows
-//!   ([`NativeOptions::fuse_residual_adds`]; same operations, same bits).
+//!   ([`NativeOptions::fuse_residual_adds`]; same operations, same bits). Elementwise
+//!   steps that are a function of one byte (`x · c`, `x + c` with a scalar constant, a
+//!   table of a table, SiLU's `x · sigmoid(x)`) become one table
+//!   ([`NativeOptions::fuse_tables`]; each entry from the steps' own formulas, the same
+//!   bits); tables run on AVX-512 VBMI (`vpermi2b`) or NEON (`tbl`/`tbx`) where the CPU
+//!   has them.
 //! - **Elementwise steps** (`Add`, `Mul`, `QuantizeLinear`, max pooling, `Resize`, the
 //!   3-channel NCHW-to-NHWC transpose): portable
 //!   Rust, compiled again for AVX2 and AVX-512 on x86-64 (`isa`), the width chosen at load
@@ -128,12 +133,17 @@ pub struct NativeOptions {
     /// each chunk of rows while it is in cache, and the convolution's output buffer leaves
     /// the arena. Default `true`; `false` runs the `Add` as its own step.
     pub fuse_residual_adds: bool,
+    /// Turn elementwise steps that are a function of one byte (`x · c`, `x + c`, SiLU's
+    /// `x · sigmoid(x)`, a table of a table) into single table lookups
+    /// (the same bytes: each entry comes from the steps' own formulas). Default `true`.
+    pub fuse_tables: bool,
 }
 
 impl Default for NativeOptions {
     fn default() -> Self {
         NativeOptions {
             fuse_residual_adds: true,
+            fuse_tables: true,
         }
     }
 }
@@ -158,6 +168,9 @@ impl NativeEngine {
 
     fn from_graph(g: &OnnxGraph, opts: &NativeOptions) -> Result<NativeEngine, EngineError> {
         let mut l = lower::lower(g)?;
+        if opts.fuse_tables {
+            program::fuse_tables(&mut l.program);
+        }
         if opts.fuse_residual_adds {
             program::fuse_residual_adds(&mut l.program);
         }

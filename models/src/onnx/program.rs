@@ -181,6 +181,146 @@ pub(crate) fn fuse_residual_adds(p: &mut Program) {
     p.arena_bytes = plan(&mut p.buffers);
 }
 
+/// Turns elementwise steps that are a function of one byte of one tensor into tables, and
+/// folds a table into the step right after it when that step is another function of the
+/// same byte, then plans the arena again:
+/// - a `Binary` with one operand a tensor `x` and the other a scalar constant (`x · c`,
+///   `x + c`) becomes a table of `x`;
+/// - a table `y = T(x)` read only by the next step, when that step is a table of `y` or a
+///   dense `Binary` of `x` and `y` (SiLU's `x · sigmoid(x)`, Swish, `x + f(x)`), becomes one
+///   table of `x`, and `y` leaves the arena.
+///
+/// Each entry of a new table is the old steps' own element function on that byte
+/// ([`Binary::one`], the tables), so the outputs are the same bytes; a SiLU costs one
+/// table pass instead of a table pass and a float multiply pass. Native engine only, like
+/// [`fuse_residual_adds`].
+pub(crate) fn fuse_tables(p: &mut Program) {
+    for step in p.steps.iter_mut() {
+        if let Some(lut) = scalar_binary_as_table(step, &p.buffers) {
+            *step = lut;
+        }
+    }
+    let mut i = 1;
+    while i < p.steps.len() {
+        let Some(table) = table_pair_at(p, i) else {
+            i += 1;
+            continue;
+        };
+        let Step::Lut { dst: y, .. } = p.steps[i - 1] else {
+            unreachable!("table_pair_at checked step i - 1")
+        };
+        let z = match &p.steps[i] {
+            Step::Lut { dst, .. } | Step::Binary { dst, .. } => *dst,
+            _ => unreachable!("table_pair_at checked step i"),
+        };
+        if let Step::Lut {
+            table: t, dst: d, ..
+        } = &mut p.steps[i - 1]
+        {
+            *t = table;
+            *d = z;
+        }
+        p.steps.remove(i);
+        for b in p.buffers.iter_mut() {
+            for at in [&mut b.first, &mut b.last] {
+                if *at >= i {
+                    *at -= 1;
+                }
+            }
+        }
+        // Written and read by no step now.
+        p.buffers[y].bytes = 0;
+    }
+    p.arena_bytes = plan(&mut p.buffers);
+}
+
+/// `step` as a table when it is a `Binary` of a dense tensor and a one-element constant.
+fn scalar_binary_as_table(step: &Step, buffers: &[Buffer]) -> Option<Step> {
+    let Step::Binary { op, a, b, n, dst } = step else {
+        return None;
+    };
+    let (x, c, x_is_a) = match (a, b) {
+        (Operand::Buf(x), Operand::Const(c)) => (*x, c, true),
+        (Operand::Const(c), Operand::Buf(x)) => (*x, c, false),
+        _ => return None,
+    };
+    let x_strides = if x_is_a { &op.a_strides } else { &op.b_strides };
+    let dense = c.len() == 1
+        && op.shape.iter().product::<usize>() == *n
+        && buffers[x].bytes == *n
+        && kernels::dense_strides(x_strides, &op.shape);
+    if !dense {
+        return None;
+    }
+    let c = c[0];
+    let mut table = [0i8; 256];
+    for (v, e) in table.iter_mut().enumerate() {
+        let v = v as u8 as i8;
+        *e = if x_is_a { op.one(v, c) } else { op.one(c, v) };
+    }
+    Some(Step::Lut {
+        table: Box::new(table),
+        n: *n,
+        src: x,
+        dst: *dst,
+    })
+}
+
+/// The table of `x` that step `i − 1` (a table `y = T(x)`) and step `i` compute together,
+/// if step `i` is the only reader of `y` and a table of `y` or a dense `Binary` of `x`
+/// and `y`.
+fn table_pair_at(p: &Program, i: usize) -> Option<Box<[i8; 256]>> {
+    let Step::Lut {
+        table: t,
+        n,
+        src: x,
+        dst: y,
+    } = &p.steps[i - 1]
+    else {
+        return None;
+    };
+    // Read by step i only (it is written at i − 1).
+    if p.buffers[*y].last != i || p.buffers[*y].bytes != *n || p.buffers[*x].bytes != *n {
+        return None;
+    }
+    let mut table = [0i8; 256];
+    match &p.steps[i] {
+        Step::Lut {
+            table: t2,
+            n: n2,
+            src,
+            ..
+        } if src == y && n2 == n => {
+            for (v, e) in table.iter_mut().enumerate() {
+                *e = t2[t[v] as u8 as usize];
+            }
+        }
+        Step::Binary {
+            op,
+            a: Operand::Buf(ba),
+            b: Operand::Buf(bb),
+            n: n2,
+            ..
+        } if n2 == n
+            && op.shape.iter().product::<usize>() == *n
+            && kernels::dense_strides(&op.a_strides, &op.shape)
+            && kernels::dense_strides(&op.b_strides, &op.shape)
+            && ((ba == x && bb == y) || (ba == y && bb == x)) =>
+        {
+            for (v, e) in table.iter_mut().enumerate() {
+                let (xv, yv) = (v as u8 as i8, t[v]);
+                *e = if ba == x {
+                    op.one(xv, yv)
+                } else {
+                    op.one(yv, xv)
+                };
+            }
+        }
+        _ => return None,
+    }
+    Some(Box::new(table))
+}
+
 /// The fusion of step `i` (an `Add`) into step `i − 1` (a convolution), if it applies: the
 /// fused `Add` and the buffer of its sum.
 fn residual_at(p: &Program, i: usize) -> Option<(Residual, usize)> {
@@ -699,7 +839,7 @@ impl Program {
                 Step::Lut { table, n, src, dst } => {
                     let x = view(*src);
                     split_rows(lanes, base, &bufs[*dst], *n, 1, 1, &|r, out| {
-                        kernels::lut(table, &x[r], out);
+                        kernels::lut(isa, table, &x[r], out);
                     });
                 }
                 Step::Binary { op, a, b, n, dst } => {
@@ -768,7 +908,7 @@ impl Program {
                             let s = &x[o * inner..(o + 1) * inner];
                             let t = &mut out[o * block + col..o * block + col + inner];
                             match table {
-                                Some(tb) => kernels::lut(tb, s, t),
+                                Some(tb) => kernels::lut(isa, tb, s, t),
                                 None => t.copy_from_slice(s),
                             }
                         }

@@ -37,8 +37,10 @@ pub(crate) struct Binary {
 }
 
 impl Binary {
+    /// One output element from one element of each operand: the function every path of
+    /// [`Binary::run`] applies (so a table of it gives the same bytes).
     #[inline(always)]
-    fn one(&self, a: i8, b: i8) -> i8 {
+    pub(crate) fn one(&self, a: i8, b: i8) -> i8 {
         match self.kind {
             BinaryKind::Add { ra, rb, fixed } => add_one(ra, rb, fixed, self.lo, self.hi, a, b),
             BinaryKind::Mul => mul_one(self, a, b),
@@ -69,6 +71,34 @@ impl Binary {
         }
         let rank = self.shape.len();
         let inner = self.shape.last().copied().unwrap_or(1).max(1);
+        // One operand dense, the other one row of `inner` elements repeated (a per-channel
+        // vector against an NHWC tensor: squeeze-and-excitation's scale): row by row, no
+        // index arithmetic.
+        let row_of = |strides: &[usize], len: usize| {
+            len == inner
+                && strides.last() == Some(&1)
+                && strides[..rank - 1].iter().all(|&s| s == 0)
+        };
+        let a_dense = a.len() == n && dense_strides(&self.a_strides, &self.shape);
+        let b_dense = b.len() == n && dense_strides(&self.b_strides, &self.shape);
+        let b_row = a_dense && row_of(&self.b_strides, b.len());
+        let a_row = b_dense && row_of(&self.a_strides, a.len());
+        if a_row || b_row {
+            let (mut i, mut o) = (range.start, 0);
+            while i < range.end {
+                let col = i % inner;
+                let m = (inner - col).min(range.end - i);
+                let (ra, rb) = if b_row {
+                    (&a[i..i + m], &b[col..col + m])
+                } else {
+                    (&a[col..col + m], &b[i..i + m])
+                };
+                self.contiguous(isa, ra, rb, &mut out[o..o + m]);
+                i += m;
+                o += m;
+            }
+            return;
+        }
         let (sa, sb) = (
             self.a_strides.last().copied().unwrap_or(0),
             self.b_strides.last().copied().unwrap_or(0),

@@ -546,10 +546,125 @@ pub(crate) fn clamp(out: &mut [i8], lo: i8, hi: i8) {
 
 /// Maps every element through a 256-entry table indexed by `x as u8` (requantization and
 /// quantized unary functions).
-pub(crate) fn lut(table: &[i8; 256], input: &[i8], out: &mut [i8]) {
+///
+/// On `isa` AVX-512 with VBMI (x86-64) 64 bytes take two `vpermi2b` (each looks up 128
+/// entries) and a blend on the top bit; on aarch64 16 bytes take four `tbl`/`tbx` of 64
+/// entries; elsewhere one load per byte. A lookup is exact, so every path gives the same
+/// bytes.
+pub(crate) fn lut(isa: Isa, table: &[i8; 256], input: &[i8], out: &mut [i8]) {
+    let n = input.len().min(out.len());
+    let (input, out) = (&input[..n], &mut out[..n]);
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() && std::arch::is_x86_feature_detected!("avx512vbmi") {
+        // SAFETY: an AVX-512 `Isa` exists only after avx512f/bw/vl were detected, and
+        // avx512vbmi was detected just above; `input` and `out` have the same length.
+        unsafe { lut_vbmi(table, input, out) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let _ = isa;
+        // SAFETY: NEON is part of the aarch64 baseline; `input` and `out` have the same
+        // length.
+        unsafe { lut_neon(table, input, out) };
+        return;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = isa;
+        lut_scalar(table, input, out);
+    }
+}
+
+/// [`lut`] one byte at a time.
+fn lut_scalar(table: &[i8; 256], input: &[i8], out: &mut [i8]) {
     for (d, s) in out.iter_mut().zip(input) {
         *d = table[*s as u8 as usize];
     }
+}
+
+/// [`lut`] with AVX-512 VBMI.
+///
+/// # Safety
+///
+/// The CPU supports AVX-512 F, BW and VBMI; `input.len() == out.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn lut_vbmi(table: &[i8; 256], input: &[i8], out: &mut [i8]) {
+    use std::arch::x86_64::*;
+    debug_assert_eq!(input.len(), out.len());
+    let t = table.as_ptr();
+    // SAFETY: four 64-byte loads inside the 256-byte table.
+    let (t0, t1, t2, t3) = unsafe {
+        (
+            _mm512_loadu_si512(t as *const _),
+            _mm512_loadu_si512(t.add(64) as *const _),
+            _mm512_loadu_si512(t.add(128) as *const _),
+            _mm512_loadu_si512(t.add(192) as *const _),
+        )
+    };
+    let look = |x: __m512i| {
+        // Entries 0..128 and 128..256 by the low 7 bits, then the top bit picks.
+        let lo = _mm512_permutex2var_epi8(t0, x, t1);
+        let hi = _mm512_permutex2var_epi8(t2, x, t3);
+        _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi)
+    };
+    let mut i = 0;
+    while i + 64 <= input.len() {
+        // SAFETY: 64 bytes at `i` of each slice, `i + 64 <= len` of both.
+        unsafe {
+            let x = _mm512_loadu_si512(input.as_ptr().add(i) as *const _);
+            _mm512_storeu_si512(out.as_mut_ptr().add(i) as *mut _, look(x));
+        }
+        i += 64;
+    }
+    let rest = input.len() - i;
+    if rest > 0 {
+        let m: __mmask64 = (1u64 << rest) - 1;
+        // SAFETY: the mask enables the `rest < 64` bytes left in each slice only.
+        unsafe {
+            let x = _mm512_maskz_loadu_epi8(m, input.as_ptr().add(i));
+            _mm512_mask_storeu_epi8(out.as_mut_ptr().add(i), m, look(x));
+        }
+    }
+}
+
+/// [`lut`] with NEON `tbl`/`tbx` over the four 64-byte quarters of the table.
+///
+/// # Safety
+///
+/// `input.len() == out.len()` (NEON is baseline on aarch64).
+#[cfg(target_arch = "aarch64")]
+unsafe fn lut_neon(table: &[i8; 256], input: &[i8], out: &mut [i8]) {
+    use std::arch::aarch64::*;
+    debug_assert_eq!(input.len(), out.len());
+    let t = table.as_ptr() as *const u8;
+    // SAFETY: sixteen 16-byte loads inside the 256-byte table.
+    let q = |k: usize| unsafe {
+        uint8x16x4_t(
+            vld1q_u8(t.add(64 * k)),
+            vld1q_u8(t.add(64 * k + 16)),
+            vld1q_u8(t.add(64 * k + 32)),
+            vld1q_u8(t.add(64 * k + 48)),
+        )
+    };
+    let (q0, q1, q2, q3) = (q(0), q(1), q(2), q(3));
+    let mut i = 0;
+    while i + 16 <= input.len() {
+        // SAFETY: 16 bytes at `i` of each slice, `i + 16 <= len` of both. `tbl` gives 0
+        // and `tbx` keeps the lane for an index past 63, so each byte takes exactly the
+        // quarter its index (wrapped by the subtraction) falls in.
+        unsafe {
+            let x = vld1q_u8(input.as_ptr().add(i) as *const u8);
+            let mut r = vqtbl4q_u8(q0, x);
+            r = vqtbx4q_u8(r, q1, vsubq_u8(x, vdupq_n_u8(64)));
+            r = vqtbx4q_u8(r, q2, vsubq_u8(x, vdupq_n_u8(128)));
+            r = vqtbx4q_u8(r, q3, vsubq_u8(x, vdupq_n_u8(192)));
+            vst1q_u8(out.as_mut_ptr().add(i) as *mut u8, r);
+        }
+        i += 16;
+    }
+    lut_scalar(table, &input[i..], &mut out[i..]);
 }
 
 multiversion! {

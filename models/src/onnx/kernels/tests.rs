@@ -99,6 +99,110 @@ fn elementwise_loops_give_the_same_bytes_on_every_width() {
     }
 }
 
+/// `op` element by element from its definition: output index `i` of `shape` reads each
+/// operand at the dot product of `i`'s coordinates with that operand's strides.
+fn binary_reference(op: &Binary, a: &[i8], b: &[i8]) -> Vec<i8> {
+    let n: usize = op.shape.iter().product();
+    (0..n)
+        .map(|i| {
+            let (mut rem, mut ia, mut ib) = (i, 0, 0);
+            for d in (0..op.shape.len()).rev() {
+                let idx = rem % op.shape[d];
+                rem /= op.shape[d];
+                ia += idx * op.a_strides[d];
+                ib += idx * op.b_strides[d];
+            }
+            op.one(a[ia], b[ib])
+        })
+        .collect()
+}
+
+#[test]
+fn broadcast_binaries_follow_their_strides_for_any_split() {
+    let mut g = SplitMix64::stream(13, 0);
+    let shape = vec![2, 5, 7, 13];
+    let dense = vec![5 * 7 * 13, 7 * 13, 13, 1];
+    // A per-channel row (NHWC), a scalar, a per-row column, and a dense operand.
+    let others: [(Vec<usize>, usize); 4] = [
+        (vec![0, 0, 0, 1], 13),
+        (vec![0, 0, 0, 0], 1),
+        (vec![0, 7, 1, 0], 35),
+        (dense.clone(), 2 * 5 * 7 * 13),
+    ];
+    let n: usize = shape.iter().product();
+    for (kind, (strides, len)) in [
+        BinaryKind::Mul,
+        BinaryKind::Add {
+            ra: 0.71,
+            rb: 1.37,
+            fixed: -3.25,
+        },
+    ]
+    .into_iter()
+    .flat_map(|k| others.iter().map(move |o| (k, o)))
+    {
+        for other_is_a in [false, true] {
+            let (a_strides, b_strides) = if other_is_a {
+                (strides.clone(), dense.clone())
+            } else {
+                (dense.clone(), strides.clone())
+            };
+            let (la, lb) = if other_is_a { (*len, n) } else { (n, *len) };
+            let (a, b) = (bytes(&mut g, la), bytes(&mut g, lb));
+            let op = Binary {
+                kind,
+                sa: 0.031,
+                sb: 0.007,
+                sy: 0.013,
+                za: 3,
+                zb: -9,
+                zy: 1,
+                lo: -128,
+                hi: 127,
+                shape: shape.clone(),
+                a_strides,
+                b_strides,
+            };
+            let want = binary_reference(&op, &a, &b);
+            for isa in Isa::available() {
+                // Split mid-row, as the lanes may.
+                for cut in [0, 6, 13, 500, n] {
+                    let mut got = vec![0x55i8; n];
+                    let (lo, hi) = got.split_at_mut(cut);
+                    op.run(isa, &a, &b, lo, 0..cut);
+                    op.run(isa, &a, &b, hi, cut..n);
+                    assert_eq!(
+                        got,
+                        want,
+                        "{} {kind:?} strides {strides:?} cut {cut}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn table_lookups_give_the_table_entry_on_every_width() {
+    let mut g = SplitMix64::stream(12, 0);
+    let table: [i8; 256] = std::array::from_fn(|_| g.next_i8());
+    // Every byte value, then random bytes; lengths around the 16- and 64-byte vectors.
+    let all: Vec<i8> = (0..=255u8).map(|v| v as i8).collect();
+    let mut inputs = vec![all];
+    for n in [0, 1, 15, 16, 17, 63, 64, 65, 127, 200, 1000] {
+        inputs.push(bytes(&mut g, n));
+    }
+    for x in &inputs {
+        let want: Vec<i8> = x.iter().map(|&v| table[v as u8 as usize]).collect();
+        for isa in Isa::available() {
+            let mut got = vec![0x55i8; x.len()];
+            lut(isa, &table, x, &mut got);
+            assert_eq!(got, want, "{} on {} bytes", isa.name(), x.len());
+        }
+    }
+}
+
 #[test]
 fn max_pool_gives_the_same_bytes_on_every_width() {
     let mut g = SplitMix64::stream(13, 0);
