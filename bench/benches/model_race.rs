@@ -7,7 +7,8 @@
 //!   CenterNet-style detector with an upsampling neck (1×3×256×448) and a MobileNetV2
 //!   classifier (1×3×224×224, depthwise and 1×1 convolutions) and a RegNetX-200MF
 //!   classifier (1×3×224×224, grouped 3×3 convolutions of 8 channels per group) and an
-//!   EfficientNet-B0 classifier (SiLU, depthwise, squeeze-and-excitation) as float ONNX and
+//!   EfficientNet-B0 classifier (SiLU, depthwise, squeeze-and-excitation) and a
+//!   YOLOv5n-style detector (1×3×384×640: C3 blocks, SPPF, PAN neck) as float ONNX and
 //!   quantizes them with ONNX Runtime's `quantize_static` (per-channel int8 weights, QDQ,
 //!   int8 and uint8 activations). The pipeline's own models (backbone over 6 cameras,
 //!   detection and segmentation heads) come from `export_network` + `tools/onnx/export_qdq.py`.
@@ -358,6 +359,7 @@ fn real_main() -> Result<(), String> {
         zoo_args.push("mobilenetv2");
         zoo_args.push("regnetx");
         zoo_args.push("efficientnet");
+        zoo_args.push("yolo");
     }
     eprintln!(
         "model_race: building the models (tools/onnx/zoo.py {})...",

@@ -136,21 +136,23 @@ fn native_engine_agrees_with_onnx_runtime() {
     generate("op_models.py", &ops, &[]);
     generate("op_models.py", &ops_rr, &["--reduce-range"]);
     // MobileNetV2: depthwise convolutions (the native engine's depthwise kernel) in a real
-    // network; RegNetX: grouped ones (one dense layer per group).
+    // network; RegNetX: grouped ones (one dense layer per group); a YOLOv5-style detector:
+    // SiLU tables, C3 blocks, SPPF's chained 5x5 max pools, nearest upsampling and Concat.
     generate(
         "zoo.py",
         &zoo,
-        &["--only", "resnet18", "mobilenetv2", "regnetx"],
+        &["--only", "resnet18", "mobilenetv2", "regnetx", "yolo"],
     );
     let (e1, t1) = check_dir(&ops, false);
     let (e2, t2) = check_dir(&ops_rr, true);
     let (e3, t3) = check_dir(&zoo, false);
-    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2 and RegNetX variants");
+    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2, RegNetX and YOLO variants");
     assert!(
-        t1 > 300 && t2 > 300 && t3 == 12,
+        t1 > 300 && t2 > 300 && t3 == 16,
         "generated model counts changed: {t1} {t2} {t3}"
     );
-    // ResNet-18, MobileNetV2 and RegNetX with int8 activations are bit-exact in both forms.
+    // ResNet-18, MobileNetV2, RegNetX and YOLO with int8 activations are bit-exact in both
+    // forms.
     for f in [
         "resnet18_qdq_s8.json",
         "resnet18_qop_s8.json",
@@ -158,6 +160,8 @@ fn native_engine_agrees_with_onnx_runtime() {
         "mobilenetv2_qop_s8.json",
         "regnetx_qdq_s8.json",
         "regnetx_qop_s8.json",
+        "yolo_qdq_s8.json",
+        "yolo_qop_s8.json",
     ] {
         assert!(
             check_manifest(&zoo.join(f), &Inline).unwrap().exact(),

@@ -28,6 +28,11 @@ folded into the conv biases):
   excitation: GlobalAveragePool, 1x1 + SiLU, 1x1 + Sigmoid, channel Mul; 1x1 projection,
   Add when the shape is kept), conv1x1 to 1280 + SiLU, GlobalAveragePool, Flatten, Gemm.
   SiLU is the activation of YOLO-style detectors too.
+- yolo: 1x3x384x640 YOLOv5n-style detector: 6x6/2 stem, Conv+SiLU, C3 blocks (two 1x1
+  branches, bottlenecks of 1x1 + 3x3 + Add, Concat, 1x1), SPPF (three chained 5x5 stride-1
+  MaxPools, Concat), a PAN neck (nearest x2 Resize + Concat down, stride-2 convs + Concat
+  up) and three 1x1 detection outputs `p3`/`p4`/`p5` (24 channels: 3 anchors x (4 box + 1
+  objectness + 3 classes)) at strides 8/16/32.
 Writes OUT_DIR/<model>_float.onnx and <model>_{qdq,qop}_{s8,u8}.onnx, each quantized model
 with its reference (<stem>.in*.bin, <stem>.out*.bin, <stem>.json; see qref.py and
 README.md), and OUT_DIR/index.json listing the manifests (merged with an existing one).
@@ -172,8 +177,49 @@ def efficientnet(seed):
     return g.model()
 
 
+def conv_silu(g, x, c, k=1, s=1):
+    return silu(g, g.conv(x, c, k, s, pads=[(k - 1) // 2] * 4))
+
+
+def c3(g, x, c, n, shortcut=True):
+    """YOLOv5's C3: two 1x1 branches, n bottlenecks (1x1, 3x3, Add) on one, Concat, 1x1."""
+    h = c // 2
+    a = conv_silu(g, x, h)
+    for _ in range(n):
+        y = conv_silu(g, conv_silu(g, a, h), h, 3)
+        a = g.add(a, y) if shortcut else y
+    return conv_silu(g, g.concat([a, conv_silu(g, x, h)]), c)
+
+
+def yolo(seed):
+    g = qref.Graph("yolo", seed)
+    x = g.input((1, 3, 384, 640), "image")
+    x = conv_silu(g, x, 16, 6, 2)                            # /2 (YOLOv5's 6x6 stem)
+    x = c3(g, conv_silu(g, x, 32, 3, 2), 32, 1)              # /4
+    p3 = c3(g, conv_silu(g, x, 64, 3, 2), 64, 2)             # /8
+    p4 = c3(g, conv_silu(g, p3, 128, 3, 2), 128, 3)          # /16
+    p5 = c3(g, conv_silu(g, p4, 256, 3, 2), 256, 1)          # /32
+    # SPPF: three chained 5x5 stride-1 max pools, Concat, 1x1.
+    a = conv_silu(g, p5, 128)
+    m1 = g.maxpool(a, 5, 1, pads=(2, 2, 2, 2))
+    m2 = g.maxpool(m1, 5, 1, pads=(2, 2, 2, 2))
+    m3 = g.maxpool(m2, 5, 1, pads=(2, 2, 2, 2))
+    p5 = conv_silu(g, g.concat([a, m1, m2, m3]), 256)
+    # PAN neck: nearest x2 + Concat down, strided conv + Concat up.
+    h5 = conv_silu(g, p5, 128)
+    n4 = c3(g, g.concat([g.resize(h5, "nearest", scale=2), p4]), 128, 1, shortcut=False)
+    h4 = conv_silu(g, n4, 64)
+    n3 = c3(g, g.concat([g.resize(h4, "nearest", scale=2), p3]), 64, 1, shortcut=False)
+    d4 = c3(g, g.concat([conv_silu(g, n3, 64, 3, 2), h4]), 128, 1, shortcut=False)
+    d5 = c3(g, g.concat([conv_silu(g, d4, 128, 3, 2), h5]), 256, 1, shortcut=False)
+    # Detect: one 1x1 per scale, 3 anchors x (4 box + 1 object + 3 classes).
+    for name, t in [("p3", n3), ("p4", d4), ("p5", d5)]:
+        g.output(g.conv(t, 24, 1, pads=[0, 0, 0, 0]), name)
+    return g.model()
+
+
 MODELS = {"resnet18": resnet18, "centernet": centernet, "mobilenetv2": mobilenetv2,
-          "regnetx": regnetx, "efficientnet": efficientnet}
+          "regnetx": regnetx, "efficientnet": efficientnet, "yolo": yolo}
 
 
 def main():
