@@ -199,6 +199,18 @@ def _(g):
     g.output(g.mul(x, g.sigmoid(x)))
 
 
+# Unary activations, each a table of its input's bytes.
+for _op, _attrs in [("Tanh", {}), ("LeakyRelu", {"alpha": 0.1}), ("HardSigmoid", {}),
+                    ("HardSwish", {}), ("Softplus", {})]:
+    def _unary(g, op=_op, attrs=_attrs):
+        # Between two convolutions: quantize_static leaves an operator it does not know in
+        # float, and the next convolution's input is what quantizes its output.
+        x = g.conv(g.input(X), 6, 3)
+        g.output(g.conv(g.node(op, [x], g.shape[x], **attrs), 4, 1, pads=[0, 0, 0, 0]))
+
+    CASES[_op.lower()] = _unary
+
+
 @case("hardswish_chain")
 def _(g):
     x = g.conv(g.input(X), 6, 3)

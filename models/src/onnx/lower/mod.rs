@@ -594,7 +594,7 @@ impl<'g> Lowerer<'g> {
             "Gemm" | "MatMul" | "QLinearMatMul" | "QGemm" => self.matmul(n),
             "Add" | "Mul" | "QLinearAdd" | "QLinearMul" => self.binary(n),
             "Sigmoid" | "QLinearSigmoid" | "Tanh" | "LeakyRelu" | "QLinearLeakyRelu"
-            | "HardSigmoid" => self.unary(n),
+            | "HardSigmoid" | "HardSwish" | "Softplus" | "Mish" => self.unary(n),
             "AveragePool"
             | "GlobalAveragePool"
             | "QLinearAveragePool"
@@ -603,9 +603,10 @@ impl<'g> Lowerer<'g> {
             "Resize" | "Upsample" => self.resize(n),
             _ => Err(n.unsupported(
                 "this operator is not in the native engine's set (Conv, Gemm/MatMul, Add, Mul, \
-                 Relu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, \
-                 Reshape, Flatten, Transpose, Squeeze, Unsqueeze and their QLinear forms); run \
-                 the model with --engine onnxruntime",
+                 Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, \
+                 MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, Reshape, Flatten, \
+                 Transpose, Squeeze, Unsqueeze and their QLinear forms); run the model with \
+                 --engine onnxruntime",
             )),
         }
     }
