@@ -211,6 +211,13 @@ for _op, _attrs in [("Tanh", {}), ("LeakyRelu", {"alpha": 0.1}), ("HardSigmoid",
     CASES[_op.lower()] = _unary
 
 
+@case("mish")
+def _(g):
+    g.opset = 18  # Mish is an opset-18 operator
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.node("Mish", [x], g.shape[x]), 4, 1, pads=[0, 0, 0, 0]))
+
+
 @case("hardswish_chain")
 def _(g):
     x = g.conv(g.input(X), 6, 3)

@@ -114,7 +114,8 @@ class Graph:
     def model(self):
         outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, list(self.shape[o])) for o in self.outputs]
         graph = helper.make_graph(self.nodes, self.name, self.inputs, outs, self.inits)
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="redline-zoo")
+        opset = getattr(self, "opset", OPSET)  # a case may ask for a newer one (Mish: 18)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="redline-zoo")
         m.ir_version = 8
         m = onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)
         onnx.checker.check_model(m, full_check=True)
