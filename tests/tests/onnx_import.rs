@@ -237,6 +237,8 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "conv_group_width8_s2",
             "conv_group2_dil2",
             "silu",
+            "c2f_block",
+            "slice_focus",
             "conv_dil2",
             "conv_dil2_s2",
             "resize_bilinear_x2",
@@ -379,6 +381,16 @@ save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make
                    h.make_node("Conv", ["f", "wf"], ["c"], name="asym_conv", pads=[1,1,1,1]),
                    h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
           "g", [x], [y], [s, z, wq, ws, wz, ys]), "asymmetric_weights")
+# A reversing Slice (step -1) and a Split whose sizes do not add up to the axis.
+def q_then(node_list, name, outs_vi, extra_inits):
+    save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"])] + node_list,
+                      "g", [x], outs_vi, [s, z] + extra_inits), name)
+i64 = lambda n, v: nh.from_array(np.array(v, np.int64), n)
+q_then([h.make_node("Slice", ["f", "st", "en", "ax", "sp"], ["y"], name="flip_rows")], "slice_reverse", [y],
+       [i64("st", [-1]), i64("en", [-100]), i64("ax", [2]), i64("sp", [-1])])
+y2 = h.make_tensor_value_info("y2", T.FLOAT, None)
+q_then([h.make_node("Split", ["f", "sz"], ["y", "y2"], name="bad_split", axis=1)], "split_sizes", [y, y2],
+       [i64("sz", [1, 1])])
 # Gemm with transA = 1.
 x2 = h.make_tensor_value_info("x", T.FLOAT, [6, 4])
 g8 = nh.from_array(np.ones((6, 5), np.int8), "g8"); gs = nh.from_array(np.array(0.01, np.float32), "gs")
@@ -455,6 +467,21 @@ fn every_rejection_says_what_and_what_to_do() {
     let m = err("external.onnx");
     assert!(
         m.contains("external") && m.contains("save_as_external_data=False"),
+        "{m}"
+    );
+    let m = err("slice_reverse.onnx");
+    assert!(
+        m.contains("flip_rows")
+            && m.contains("positive steps")
+            && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("split_sizes.onnx");
+    assert!(
+        m.contains("bad_split")
+            && m.contains("[1, 1]")
+            && m.contains("axis 1 of 3")
+            && m.contains("re-export"),
         "{m}"
     );
     let m = err("not_onnx.onnx");

@@ -218,6 +218,50 @@ def _(g):
     g.output(g.conv(g.node("Mish", [x], g.shape[x]), 4, 1, pads=[0, 0, 0, 0]))
 
 
+# Split and Slice: strided copies in the tensor's own layout (NHWC between convolutions).
+@case("split_channels")
+def _(g):
+    a, b = g.split(g.conv(g.input(X), 6, 3), [2, 4], axis=1)
+    g.output(g.conv(a, 3, 1, pads=[0, 0, 0, 0]), "a")
+    g.output(g.conv(b, 3, 3), "b")
+
+
+@case("split_height_equal")
+def _(g):
+    x = g.conv(g.input((1, 5, 12, 11)), 4, 3)
+    parts = g.split(x, [4, 4, 4], axis=2)
+    g.output(g.concat([g.conv(p, 4, 1, pads=[0, 0, 0, 0]) for p in parts], axis=1))
+
+
+@case("split_equal_no_sizes")
+def _(g):
+    parts = g.split(g.conv(g.input(X), 6, 3), [2, 2, 2], axis=1, as_input=False)
+    g.output(g.add(g.conv(parts[0], 3, 1, pads=[0, 0, 0, 0]), g.conv(parts[2], 3, 3)))
+
+
+@case("c2f_block")
+def _(g):
+    # YOLOv8's C2f: 1x1, Split in two, bottlenecks on the second half, Concat, 1x1.
+    x = g.conv(g.input(X), 8, 1, pads=[0, 0, 0, 0])
+    a, b = g.split(x, [4, 4], axis=1)
+    m = g.add(b, g.conv(g.relu(g.conv(b, 4, 3)), 4, 3))
+    g.output(g.conv(g.concat([a, b, m]), 6, 1, pads=[0, 0, 0, 0]))
+
+
+@case("slice_channels")
+def _(g):
+    x = g.conv(g.input(X), 7, 3)
+    g.output(g.conv(g.slice(x, [1], [-1], [1]), 3, 3))
+
+
+@case("slice_focus")
+def _(g):
+    # YOLOv5's early Focus layer: four stride-2 slices (space to depth), Concat, conv.
+    x = g.conv(g.input((1, 3, 12, 10)), 4, 3)
+    parts = [g.slice(x, [i, j], [100, 100], [2, 3], [2, 2]) for i, j in [(0, 0), (1, 0), (0, 1), (1, 1)]]
+    g.output(g.conv(g.concat(parts), 8, 3))
+
+
 @case("hardswish_chain")
 def _(g):
     x = g.conv(g.input(X), 6, 3)

@@ -87,6 +87,32 @@ class Graph:
         self.shape[out] = tuple(int(v) for v in out_shape)
         return out
 
+    def split(self, x, sizes, axis=1, as_input=True):
+        """ONNX Split into parts of `sizes` along `axis` (sizes as an input, opset 13+, or,
+        with as_input=False, no sizes: equal parts); returns the output names."""
+        name = self._id("split")
+        outs = [f"{name}_out{i}" for i in range(len(sizes))]
+        ins = [x, self.const(np.array(sizes, dtype=np.int64), "split_sizes")] if as_input else [x]
+        self.nodes.append(helper.make_node("Split", ins, outs, name=name, axis=axis))
+        for o, k in zip(outs, sizes):
+            shp = list(self.shape[x])
+            shp[axis] = k
+            self.shape[o] = tuple(shp)
+        return outs
+
+    def slice(self, x, starts, ends, axes, steps=None):
+        """ONNX Slice with constant starts/ends/axes/steps (positive steps)."""
+        steps = steps or [1] * len(starts)
+        shp = list(self.shape[x])
+        for s0, e0, a, k in zip(starts, ends, axes, steps):
+            d = shp[a]
+            s1 = min(max(s0 + d if s0 < 0 else s0, 0), d)
+            e1 = min(max(e0 + d if e0 < 0 else e0, 0), d)
+            shp[a] = max(0, -(-(e1 - s1) // k))
+        ins = [x] + [self.const(np.array(v, dtype=np.int64), "slice_" + n)
+                     for n, v in (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps))]
+        return self.node("Slice", ins, shp)
+
     def const(self, array, kind="c"):
         name = self._id(kind)
         arr = np.asarray(array)

@@ -11,9 +11,11 @@
 //!   are the intended input.
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
 //!   depthwise), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
-//!   Sigmoid (and Tanh, LeakyRelu, HardSigmoid, through a 256-entry table), MaxPool,
-//!   AveragePool, GlobalAveragePool, Concat, Resize / Upsample (nearest; linear), Reshape,
-//!   Flatten, Transpose, Squeeze, Unsqueeze, Identity, Constant, QuantizeLinear,
+//!   Sigmoid (and Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, through a
+//!   256-entry table), MaxPool, AveragePool, GlobalAveragePool, Concat, Resize / Upsample
+//!   (nearest; linear), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice (constant
+//!   starts/ends/axes, positive steps) and Split (strided copies in the tensor's own
+//!   layout), Identity, Constant, QuantizeLinear,
 //!   DequantizeLinear, and the QOperator forms QLinearConv, QLinearMatMul, QGemm,
 //!   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
 //!   QLinearGlobalAveragePool, QLinearConcat. Anything else, a float operator whose result is

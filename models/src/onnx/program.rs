@@ -108,9 +108,12 @@ pub(crate) enum Step {
         n: usize,
         dst: usize,
     },
+    /// A strided copy: output element `j` (row-major over `out_shape`) is input element
+    /// `offset + Σ j_d · strides[d]` (a transpose, a slice, a split part).
     Transpose {
         out_shape: Vec<usize>,
         strides: Vec<usize>,
+        offset: usize,
         src: usize,
         dst: usize,
     },
@@ -858,10 +861,11 @@ impl Program {
                 Step::Transpose {
                     out_shape,
                     strides,
+                    offset,
                     src,
                     dst,
                 } => {
-                    let x = view(*src);
+                    let x = &view(*src)[*offset..];
                     let n: usize = out_shape.iter().product();
                     split_rows(lanes, base, &bufs[*dst], n, 1, 2, &|r, out| {
                         kernels::transpose(isa, out_shape, strides, x, out, r);

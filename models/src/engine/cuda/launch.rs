@@ -658,12 +658,13 @@ impl LaunchPlan {
                 Step::Transpose {
                     out_shape,
                     strides,
+                    offset,
                     src,
                     dst,
                 } => {
                     let n: usize = out_shape.iter().product();
                     let p = TransP {
-                        x: buf(*src),
+                        x: Addr::new(Region::Frame, program.buffers[*src].offset + offset).0,
                         y: buf(*dst),
                         n: i32_of(n, si, "transpose")?,
                         rank: out_shape.len() as i32,

@@ -532,6 +532,7 @@ impl<'g> Lowerer<'g> {
         self.steps.push(Step::Transpose {
             out_shape,
             strides,
+            offset: 0,
             src: t.buf,
             dst,
         });
@@ -588,6 +589,8 @@ impl<'g> Lowerer<'g> {
             }
             "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => self.reshape_like(n),
             "Transpose" => self.transpose(n),
+            "Slice" => self.slice(n),
+            "Split" => self.split(n),
             "MaxPool" => self.max_pool(n),
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
@@ -605,8 +608,8 @@ impl<'g> Lowerer<'g> {
                 "this operator is not in the native engine's set (Conv, Gemm/MatMul, Add, Mul, \
                  Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, \
                  MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, Reshape, Flatten, \
-                 Transpose, Squeeze, Unsqueeze and their QLinear forms); run the model with \
-                 --engine onnxruntime",
+                 Transpose, Squeeze, Unsqueeze, Slice, Split and their QLinear forms); run the \
+                 model with --engine onnxruntime",
             )),
         }
     }

@@ -155,4 +155,156 @@ impl Lowerer<'_> {
         self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
         Ok(())
     }
+
+    /// ONNX `Slice` (starts, ends and optional axes and steps as constants; positive steps)
+    /// as one strided copy.
+    pub(super) fn slice(&mut self, n: &Node) -> Result<(), EngineError> {
+        let (t, is_q) = self.movable(n, "slice")?;
+        let rank = t.shape.len() as i64;
+        let ints = |s: &Self, i: usize, what: &str| -> Result<Option<Vec<i64>>, EngineError> {
+            if n.input(i).is_none() {
+                return Ok(None);
+            }
+            s.konst(n, i)?
+                .to_i64()
+                .map(Some)
+                .ok_or_else(|| n.unsupported(format!("{what} must be integers")))
+        };
+        let (Some(starts), Some(ends)) = (ints(self, 1, "starts")?, ints(self, 2, "ends")?) else {
+            return Err(n.unsupported(
+                "Slice needs starts and ends as inputs (opset 10+); re-export the model with \
+                 opset 13 or newer",
+            ));
+        };
+        let axes = ints(self, 3, "axes")?.unwrap_or_else(|| (0..starts.len() as i64).collect());
+        let steps = ints(self, 4, "steps")?.unwrap_or_else(|| vec![1; starts.len()]);
+        if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+            return Err(n.unsupported("starts, ends, axes and steps differ in length"));
+        }
+        let mut sel = Vec::new();
+        for (((&s0, &e0), &a), &k) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
+            let a = if a < 0 { a + rank } else { a };
+            if !(0..rank).contains(&a) {
+                return Err(n.unsupported(format!("axis {a} is outside rank {rank}")));
+            }
+            if k < 1 {
+                return Err(n.unsupported(format!(
+                    "step {k}: only positive steps are supported (a reversing slice is not); \
+                     run the model with --engine onnxruntime"
+                )));
+            }
+            let dim = t.shape[a as usize] as i64;
+            let clampi = |v: i64| (if v < 0 { v + dim } else { v }).clamp(0, dim);
+            let (s1, e1) = (clampi(s0), clampi(e0));
+            let count = if e1 > s1 { (e1 - s1 + k - 1) / k } else { 0 };
+            if count == 0 {
+                return Err(n.unsupported(format!(
+                    "the slice of axis {a} is empty (start {s0}, end {e0} of {dim}): empty \
+                     tensors are not supported"
+                )));
+            }
+            sel.push((a as usize, s1 as usize, k as usize, count as usize));
+        }
+        let out = self.strided_part(&t, &sel);
+        self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
+        Ok(())
+    }
+
+    /// ONNX `Split` (sizes from the `split` input, the `split` attribute before opset 13,
+    /// or equal parts, the last one smaller when `num_outputs` does not divide the axis):
+    /// one strided copy per output.
+    pub(super) fn split(&mut self, n: &Node) -> Result<(), EngineError> {
+        let (t, is_q) = self.movable(n, "split")?;
+        let rank = t.shape.len() as i64;
+        let a = n.int("axis", 0)?;
+        let a = if a < 0 { a + rank } else { a };
+        if !(0..rank).contains(&a) {
+            return Err(n.unsupported(format!("axis {a} is outside rank {rank}")));
+        }
+        let a = a as usize;
+        let dim = t.shape[a];
+        let parts = n.outputs.len();
+        let sizes: Vec<usize> = match (n.input(1), n.ints("split")?) {
+            (Some(_), _) => self
+                .konst(n, 1)?
+                .to_i64()
+                .ok_or_else(|| n.unsupported("split sizes must be integers"))?
+                .iter()
+                .map(|&v| v.max(0) as usize)
+                .collect(),
+            (None, Some(v)) => v.iter().map(|&v| v.max(0) as usize).collect(),
+            (None, None) => {
+                let each = dim.div_ceil(parts.max(1));
+                (0..parts)
+                    .map(|i| each.min(dim.saturating_sub(i * each)))
+                    .collect()
+            }
+        };
+        if sizes.len() != parts || sizes.iter().sum::<usize>() != dim || sizes.contains(&0) {
+            return Err(n.unsupported(format!(
+                "split sizes {sizes:?} do not cut axis {a} of {dim} into {parts} non-empty \
+                 parts: the model is malformed (ONNX Runtime refuses it too); re-export it"
+            )));
+        }
+        let mut start = 0;
+        for (name, &len) in n.outputs.iter().zip(&sizes) {
+            let out = self.strided_part(&t, &[(a, start, 1, len)]);
+            start += len;
+            if !name.is_empty() {
+                self.set(name, if is_q { Val::Q(out) } else { Val::Dq(out) });
+            }
+        }
+        Ok(())
+    }
+
+    /// The quantized (or dequantized) tensor a data-movement operator takes.
+    fn movable(&self, n: &Node, what: &str) -> Result<(T, bool), EngineError> {
+        match self.input(n, 0)? {
+            Val::Q(t) => Ok((t, true)),
+            Val::Dq(t) => Ok((t, false)),
+            v => Err(n.unsupported(format!("cannot {what} {}", kind_name(&v)))),
+        }
+    }
+
+    /// A copy of the part of `t` that `sel` picks, as (logical axis, first index, step,
+    /// count) per cut axis, in `t`'s own memory layout (NHWC stays NHWC): one strided
+    /// copy step.
+    fn strided_part(&mut self, t: &T, sel: &[(usize, usize, usize, usize)]) -> T {
+        let nhwc = t.layout == Layout::Nhwc && t.shape.len() == 4;
+        // Logical axis -> physical dimension.
+        let phys = |a: usize| if nhwc { [0, 3, 1, 2][a] } else { a };
+        let mut pshape: Vec<usize> = if nhwc {
+            let s = &t.shape;
+            vec![s[0], s[2], s[3], s[1]]
+        } else {
+            t.shape.clone()
+        };
+        let mut strides = vec![1usize; pshape.len()];
+        for d in (0..pshape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * pshape[d + 1];
+        }
+        let mut shape = t.shape.clone();
+        let mut offset = 0;
+        for &(a, first, step, count) in sel {
+            let p = phys(a);
+            offset += first * strides[p];
+            strides[p] *= step;
+            pshape[p] = count;
+            shape[a] = count;
+        }
+        self.touch(t.buf);
+        let dst = self.new_buf(pshape.iter().product());
+        self.steps.push(Step::Transpose {
+            out_shape: pshape,
+            strides,
+            offset,
+            src: t.buf,
+            dst,
+        });
+        T {
+            buf: dst,
+            shape,
+            ..t.clone()
+        }
+    }
 }
