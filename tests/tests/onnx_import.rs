@@ -239,6 +239,8 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "silu",
             "c2f_block",
             "slice_focus",
+            "deconv_k4s2p1",
+            "deconv_k3s2p1_outpad1",
             "conv_dil2",
             "conv_dil2_s2",
             "resize_bilinear_x2",
@@ -391,6 +393,13 @@ q_then([h.make_node("Slice", ["f", "st", "en", "ax", "sp"], ["y"], name="flip_ro
 y2 = h.make_tensor_value_info("y2", T.FLOAT, None)
 q_then([h.make_node("Split", ["f", "sz"], ["y", "y2"], name="bad_split", axis=1)], "split_sizes", [y, y2],
        [i64("sz", [1, 1])])
+# A grouped ConvTranspose (int8 weights [in, out / group, kh, kw], symmetric).
+wt = nh.from_array(np.ones((3, 2, 4, 4), np.int8), "wt"); wts = nh.from_array(np.array(0.01, np.float32), "wts")
+wtz = nh.from_array(np.array(0, np.int8), "wtz")
+q_then([h.make_node("DequantizeLinear", ["wt", "wts", "wtz"], ["wtf"]),
+        h.make_node("ConvTranspose", ["f", "wtf"], ["c"], name="grouped_deconv", group=3, strides=[2, 2]),
+        h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
+       "deconv_grouped", [y], [wt, wts, wtz, ys])
 # Gemm with transA = 1.
 x2 = h.make_tensor_value_info("x", T.FLOAT, [6, 4])
 g8 = nh.from_array(np.ones((6, 5), np.int8), "g8"); gs = nh.from_array(np.array(0.01, np.float32), "gs")
@@ -482,6 +491,13 @@ fn every_rejection_says_what_and_what_to_do() {
             && m.contains("[1, 1]")
             && m.contains("axis 1 of 3")
             && m.contains("re-export"),
+        "{m}"
+    );
+    let m = err("deconv_grouped.onnx");
+    assert!(
+        m.contains("grouped_deconv")
+            && m.contains("grouped transposed")
+            && m.contains("--engine onnxruntime"),
         "{m}"
     );
     let m = err("not_onnx.onnx");

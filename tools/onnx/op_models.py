@@ -262,6 +262,25 @@ def _(g):
     g.output(g.conv(g.concat(parts), 8, 3))
 
 
+# Transposed convolutions (CenterNet's and U-Net's upsampling): phase convolutions on the
+# dense kernels and a merge; each followed by a 1x1 so that its output is quantized.
+for _name, _k, _s, _p, _op in [("deconv_k4s2p1", 4, 2, (1, 1, 1, 1), (0, 0)),
+                               ("deconv_k2s2", 2, 2, (0, 0, 0, 0), (0, 0)),
+                               ("deconv_k3s2p1_outpad1", 3, 2, (1, 1, 1, 1), (1, 1)),
+                               ("deconv_k3s1p1", 3, 1, (1, 1, 1, 1), (0, 0)),
+                               ("deconv_asym_pads", 3, 2, (0, 1, 2, 0), (0, 0)),
+                               ("deconv_rect_k3x2_s2x1", (3, 2), (2, 1), (1, 0, 1, 0), (0, 0))]:
+    def _deconv(g, k=_k, s=_s, p=_p, op=_op):
+        # QDQ only: quantize_static's QOperator form leaves ConvTranspose in float with
+        # float weights, which the native engine refuses (as it says).
+        g.formats = ["qdq"]
+        x = g.relu(g.conv(g.input(X), 8, 3))
+        y = g.relu(g.conv_transpose(x, 6, k, s, pads=p, output_padding=op))
+        g.output(g.conv(y, 4, 1, pads=[0, 0, 0, 0]))
+
+    CASES[_name] = _deconv
+
+
 @case("hardswish_chain")
 def _(g):
     x = g.conv(g.input(X), 6, 3)
@@ -544,7 +563,8 @@ def main():
         seed = args.seed * 100_003 + list(CASES).index(n)
         g = qref.Graph(n, seed)
         CASES[n](g)
-        manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range)
+        manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range,
+                                    formats=getattr(g, "formats", None))
     for r in range(args.random):
         n = f"rand{r:02d}"
         seed = args.seed * 100_003 + 50_000 + r

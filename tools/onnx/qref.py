@@ -87,6 +87,20 @@ class Graph:
         self.shape[out] = tuple(int(v) for v in out_shape)
         return out
 
+    def conv_transpose(self, x, cout, k, stride, pads=(0, 0, 0, 0), output_padding=(0, 0), bias=True):
+        """ONNX ConvTranspose (one group, no dilation), He-init weights [cin, cout, kh, kw]."""
+        n, cin, h, w = self.shape[x]
+        kh, kw = _pair(k)
+        sh, sw = _pair(stride)
+        wt = self.rng.normal(0.0, np.sqrt(2.0 / (cin * kh * kw / (sh * sw))), (cin, cout, kh, kw))
+        ins = [x, self.const(wt.astype(np.float32), "w")]
+        if bias:
+            ins.append(self.const(self.rng.normal(0.0, 0.1, cout).astype(np.float32), "b"))
+        oh = (h - 1) * sh + kh + output_padding[0] - pads[0] - pads[2]
+        ow = (w - 1) * sw + kw + output_padding[1] - pads[1] - pads[3]
+        return self.node("ConvTranspose", ins, (n, cout, oh, ow), kernel_shape=[kh, kw], strides=[sh, sw],
+                         pads=list(pads), output_padding=list(output_padding))
+
     def split(self, x, sizes, axis=1, as_input=True):
         """ONNX Split into parts of `sizes` along `axis` (sizes as an input, opset 13+, or,
         with as_input=False, no sizes: equal parts); returns the output names."""
@@ -402,9 +416,10 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
     return man
 
 
-def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False):
-    """Saves <name>_float.onnx and the four quantized variants with their references.
-    Returns the list of manifest file names (quantized models only)."""
+def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, formats=None):
+    """Saves <name>_float.onnx and the four quantized variants with their references (or
+    only those of `formats`, e.g. ["qdq"]). Returns the list of manifest file names
+    (quantized models only)."""
     rng = np.random.default_rng([seed, 1])
     samples = [make_inputs(float_model, rng) for _ in range(CALIB_SAMPLES)]
     feeds = make_inputs(float_model, np.random.default_rng([seed, 2]))
@@ -414,6 +429,8 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False):
     log(describe(fpath, float_model))
     manifests = []
     for ftag, fq, atag, aq in VARIANTS:
+        if formats is not None and ftag not in formats:
+            continue
         stem = f"{name}_{ftag}_{atag}"
         qpath = os.path.join(out_dir, stem + ".onnx")
         qm = quantize(float_model, qpath, samples, fq, aq, reduce_range)

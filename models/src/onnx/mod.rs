@@ -10,7 +10,8 @@
 //!   per-tensor symmetric `int8` weights), by PyTorch's exporter or NVIDIA's toolkits (QDQ)
 //!   are the intended input.
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
-//!   depthwise), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
+//!   depthwise), ConvTranspose (one group, no dilation, explicit pads, `output_padding`: one
+//!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
 //!   Sigmoid (and Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, through a
 //!   256-entry table), MaxPool, AveragePool, GlobalAveragePool, Concat, Resize / Upsample
 //!   (nearest; linear), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice (constant

@@ -108,6 +108,15 @@ pub(crate) enum Step {
         n: usize,
         dst: usize,
     },
+    /// The output of a `ConvTranspose` put together from its phase convolutions
+    /// (`lower::deconv`): output pixel `(o_y, o_x)` of image `n` is pixel
+    /// `((o_y + pt) / sh, (o_x + pl) / sw)` of image `n` of phase
+    /// `((o_y + pt) mod sh) · sw + (o_x + pl) mod sw`.
+    DeconvMerge {
+        geom: DeconvGeom,
+        phases: Vec<usize>,
+        dst: usize,
+    },
     /// A strided copy: output element `j` (row-major over `out_shape`) is input element
     /// `offset + Σ j_d · strides[d]` (a transpose, a slice, a split part).
     Transpose {
@@ -135,6 +144,22 @@ pub(crate) enum Step {
         parts: Vec<ConcatPart>,
         dst: usize,
     },
+}
+
+/// Sizes of a [`Step::DeconvMerge`]: `batch` images of `out_h × out_w × c` from `sh · sw`
+/// phase images of `ph × pw × c`, offset by the leading pads `pt`, `pl`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeconvGeom {
+    pub batch: usize,
+    pub c: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub pt: usize,
+    pub pl: usize,
+    pub ph: usize,
+    pub pw: usize,
+    pub out_h: usize,
+    pub out_w: usize,
 }
 
 /// A residual `Add` fused into the convolution that computes one of its operands.
@@ -579,6 +604,7 @@ impl Program {
                     Step::Lut { .. } => ("table", 0),
                     Step::Binary { .. } => ("binary", 0),
                     Step::Transpose { .. } => ("transpose", 0),
+                    Step::DeconvMerge { .. } => ("deconv merge", 0),
                     Step::Resize { .. } => ("resize", 0),
                     Step::Concat { .. } => ("concat", 0),
                 };
@@ -857,6 +883,38 @@ impl Program {
                     split_rows(lanes, base, &bufs[*dst], *n, 1, 2, &|r, out| {
                         op.run(isa, ra, rb, out, r);
                     });
+                }
+                Step::DeconvMerge {
+                    geom: m,
+                    phases,
+                    dst,
+                } => {
+                    // The phase images, without allocating (at most DECONV_PHASES_MAX).
+                    let mut srcs: [&[i8]; crate::onnx::lower::DECONV_PHASES_MAX] =
+                        [&[]; crate::onnx::lower::DECONV_PHASES_MAX];
+                    for (s, &p) in srcs.iter_mut().zip(phases) {
+                        *s = view(p);
+                    }
+                    let row_len = m.out_w * m.c;
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        m.batch * m.out_h,
+                        row_len,
+                        row_len,
+                        &|r, out| {
+                            for (k, row) in r.zip(out.chunks_exact_mut(row_len)) {
+                                let (b, oy) = (k / m.out_h, k % m.out_h);
+                                let (qy, ry) = ((oy + m.pt) / m.sh, (oy + m.pt) % m.sh);
+                                for (ox, px) in row.chunks_exact_mut(m.c).enumerate() {
+                                    let (qx, rx) = ((ox + m.pl) / m.sw, (ox + m.pl) % m.sw);
+                                    let at = ((b * m.ph + qy) * m.pw + qx) * m.c;
+                                    px.copy_from_slice(&srcs[ry * m.sw + rx][at..at + m.c]);
+                                }
+                            }
+                        },
+                    );
                 }
                 Step::Transpose {
                     out_shape,

@@ -655,6 +655,15 @@ impl LaunchPlan {
                         Params::Bin(p),
                     );
                 }
+                Step::DeconvMerge { .. } => {
+                    return Err(EngineError::Unsupported {
+                        node: format!("step {si}"),
+                        op: "ConvTranspose".to_string(),
+                        reason: "transposed convolutions are not on the CUDA engine yet; run \
+                                 the model on the native engine or with --engine onnxruntime"
+                            .to_string(),
+                    })
+                }
                 Step::Transpose {
                     out_shape,
                     strides,

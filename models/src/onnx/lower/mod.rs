@@ -23,13 +23,15 @@ use super::dense_routes::{ColumnFold, Phases};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
 use super::isa::Isa;
 use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window};
-use super::program::{Buffer, ConvImpl, OutKind, PhaseDir, Program, Step};
+use super::program::{Buffer, ConvImpl, DeconvGeom, OutKind, PhaseDir, Program, Step};
 use crate::conv::{Conv2d, ConvShape, KernelPath};
 use crate::engine::{ElemType, EngineError, TensorSpec};
 use crate::quant::QParams;
 use std::collections::{HashMap, HashSet};
 
 mod conv;
+mod deconv;
+pub(crate) use deconv::DECONV_PHASES_MAX;
 mod elementwise;
 mod quant;
 mod shape;
@@ -594,6 +596,7 @@ impl<'g> Lowerer<'g> {
             "MaxPool" => self.max_pool(n),
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
+            "ConvTranspose" => self.conv_transpose(n),
             "Gemm" | "MatMul" | "QLinearMatMul" | "QGemm" => self.matmul(n),
             "Add" | "Mul" | "QLinearAdd" | "QLinearMul" => self.binary(n),
             "Sigmoid" | "QLinearSigmoid" | "Tanh" | "LeakyRelu" | "QLinearLeakyRelu"
@@ -605,7 +608,8 @@ impl<'g> Lowerer<'g> {
             "Concat" | "QLinearConcat" => self.concat(n),
             "Resize" | "Upsample" => self.resize(n),
             _ => Err(n.unsupported(
-                "this operator is not in the native engine's set (Conv, Gemm/MatMul, Add, Mul, \
+                "this operator is not in the native engine's set (Conv, ConvTranspose, Gemm/MatMul, \
+                 Add, Mul, \
                  Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, \
                  MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, Reshape, Flatten, \
                  Transpose, Squeeze, Unsqueeze, Slice, Split and their QLinear forms); run the \
