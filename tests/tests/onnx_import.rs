@@ -330,33 +330,44 @@ fn residual_adds_fuse_into_their_convolutions_with_the_same_outputs() {
         assert_eq!(count(&fused, "binary"), 0, "{name}");
         assert_eq!(count(&plain, "+ add"), 0, "{name}");
         assert_eq!(count(&plain, "binary"), 8, "{name}");
-        let ins: Vec<Vec<u8>> = fused
-            .inputs()
-            .iter()
-            .map(|s| {
-                (0..s.byte_len() / 4)
-                    .flat_map(|k| (((k * 37) % 97) as f32 / 48.0 - 1.0).to_le_bytes())
-                    .collect()
-            })
-            .collect();
-        let want = run_outputs(&mut plain, &ins, &Inline);
-        assert_eq!(
-            run_outputs(&mut fused, &ins, &Inline),
-            want,
-            "{name}: fused differs from unfused"
-        );
-        assert_eq!(
-            run_outputs(&mut fused, &ins, &Threads(3)),
-            want,
-            "{name}: fused on 3 lanes differs"
-        );
+        let ins = same_outputs_fused_and_not(&mut fused, &mut plain, name);
         let allocs = allocations_of_one_run(&mut fused, &ins);
         assert_eq!(allocs, 0, "{name}: the fused run allocated {allocs} times");
-        assert!(
-            fused.scratch_bytes() <= plain.scratch_bytes(),
-            "{name}: fusing grew the arena"
-        );
     }
+}
+
+/// Asserts that `fused` gives `plain`'s outputs, inline and on 3 lanes, in no larger an
+/// arena; returns the inputs it ran (a fixed ramp of floats).
+fn same_outputs_fused_and_not(
+    fused: &mut NativeEngine,
+    plain: &mut NativeEngine,
+    name: &str,
+) -> Vec<Vec<u8>> {
+    let ins: Vec<Vec<u8>> = fused
+        .inputs()
+        .iter()
+        .map(|s| {
+            (0..s.byte_len() / 4)
+                .flat_map(|k| (((k * 37) % 97) as f32 / 48.0 - 1.0).to_le_bytes())
+                .collect()
+        })
+        .collect();
+    let want = run_outputs(plain, &ins, &Inline);
+    assert_eq!(
+        run_outputs(fused, &ins, &Inline),
+        want,
+        "{name}: fused differs from unfused"
+    );
+    assert_eq!(
+        run_outputs(fused, &ins, &Threads(3)),
+        want,
+        "{name}: fused on 3 lanes differs"
+    );
+    assert!(
+        fused.scratch_bytes() <= plain.scratch_bytes(),
+        "{name}: fusing grew the arena"
+    );
+    ins
 }
 
 fn bad_models(dir: &Path) {
@@ -535,29 +546,6 @@ fn elementwise_tables_fuse_with_the_same_outputs() {
         let (tables, binaries) = (count(&plain, "table"), count(&plain, "binary"));
         assert_eq!(count(&fused, "table"), tables, "{name}");
         assert_eq!(count(&fused, "binary"), binaries - 49, "{name}");
-        let ins: Vec<Vec<u8>> = fused
-            .inputs()
-            .iter()
-            .map(|s| {
-                (0..s.byte_len() / 4)
-                    .flat_map(|k| (((k * 37) % 97) as f32 / 48.0 - 1.0).to_le_bytes())
-                    .collect()
-            })
-            .collect();
-        let want = run_outputs(&mut plain, &ins, &Inline);
-        assert_eq!(
-            run_outputs(&mut fused, &ins, &Inline),
-            want,
-            "{name}: fused differs from unfused"
-        );
-        assert_eq!(
-            run_outputs(&mut fused, &ins, &Threads(3)),
-            want,
-            "{name}: fused on 3 lanes differs"
-        );
-        assert!(
-            fused.scratch_bytes() <= plain.scratch_bytes(),
-            "{name}: fusing grew the arena"
-        );
+        same_outputs_fused_and_not(&mut fused, &mut plain, name);
     }
 }

@@ -123,6 +123,21 @@ pub struct ChannelSlot {
     pub channel_offset: usize,
 }
 
+impl ChannelSlot {
+    /// `Ok` when `channels` channels from `channel_offset` fit in `pixel_stride`; else the
+    /// [`ModelError::BufferSize`] that says so (`what` names the slot).
+    fn check_fits(&self, channels: usize, what: &'static str) -> Result<(), ModelError> {
+        match self.channel_offset.checked_add(channels) {
+            Some(end) if end <= self.pixel_stride => Ok(()),
+            _ => Err(ModelError::BufferSize {
+                what,
+                expected: self.channel_offset.saturating_add(channels),
+                got: self.pixel_stride,
+            }),
+        }
+    }
+}
+
 /// Accumulator growth bound per tap: `|(x - x_zp) * w| <= 255 * 128`, and the interior
 /// path's partial sums `-x_zp Σw + Σ x w` grow by at most `128 * 128 + 128 * 128` per tap.
 const MAX_TERM: i64 = 2 * 128 * 128;
@@ -453,30 +468,16 @@ impl Conv2d {
         slot: ChannelSlot,
         rows: Range<usize>,
     ) -> Result<(), ModelError> {
-        if in_view
-            .channel_offset
-            .checked_add(self.in_c)
-            .is_none_or(|end| end > in_view.pixel_stride)
-        {
-            return Err(ModelError::BufferSize {
-                what: "input channel view (pixel_stride vs channel_offset + in_c)",
-                expected: in_view.channel_offset.saturating_add(self.in_c),
-                got: in_view.pixel_stride,
-            });
-        }
+        in_view.check_fits(
+            self.in_c,
+            "input channel view (pixel_stride vs channel_offset + in_c)",
+        )?;
         let (out_h, out_w) = self.check_input(input, in_h, in_w, in_view.pixel_stride)?;
         check_rows(&rows, out_h)?;
-        if slot
-            .channel_offset
-            .checked_add(self.out_c)
-            .is_none_or(|end| end > slot.pixel_stride)
-        {
-            return Err(ModelError::BufferSize {
-                what: "channel slot (pixel_stride vs channel_offset + out_c)",
-                expected: slot.channel_offset.saturating_add(self.out_c),
-                got: slot.pixel_stride,
-            });
-        }
+        slot.check_fits(
+            self.out_c,
+            "channel slot (pixel_stride vs channel_offset + out_c)",
+        )?;
         let expected = checked_len(&[rows.end - rows.start, out_w, slot.pixel_stride], "output")?;
         exact_len(out_rows.len(), expected, "conv output rows")?;
         self.run_rows(input, in_h, in_w, out_w, out_rows, slot, in_view, rows);

@@ -195,18 +195,23 @@ pub(crate) fn fuse_residual_adds(p: &mut Program) {
         };
         let conv_out = std::mem::replace(dst, sum);
         *r = Some(fused);
-        p.steps.remove(i);
-        for b in p.buffers.iter_mut() {
-            for at in [&mut b.first, &mut b.last] {
-                if *at >= i {
-                    *at -= 1;
-                }
-            }
-        }
-        // Written and read by no step now.
-        p.buffers[conv_out].bytes = 0;
+        remove_fused_step(p, i, conv_out);
     }
     p.arena_bytes = plan(&mut p.buffers);
+}
+
+/// Removes step `i` (folded into step `i − 1`) and buffer `freed`, which no step writes or
+/// reads any more; the steps after `i` move up one in every buffer's lifetime.
+fn remove_fused_step(p: &mut Program, i: usize, freed: usize) {
+    p.steps.remove(i);
+    for b in p.buffers.iter_mut() {
+        for at in [&mut b.first, &mut b.last] {
+            if *at >= i {
+                *at -= 1;
+            }
+        }
+    }
+    p.buffers[freed].bytes = 0;
 }
 
 /// Turns elementwise steps that are a function of one byte of one tensor into tables, and
@@ -248,16 +253,7 @@ pub(crate) fn fuse_tables(p: &mut Program) {
             *t = table;
             *d = z;
         }
-        p.steps.remove(i);
-        for b in p.buffers.iter_mut() {
-            for at in [&mut b.first, &mut b.last] {
-                if *at >= i {
-                    *at -= 1;
-                }
-            }
-        }
-        // Written and read by no step now.
-        p.buffers[y].bytes = 0;
+        remove_fused_step(p, i, y);
     }
     p.arena_bytes = plan(&mut p.buffers);
 }

@@ -45,6 +45,29 @@ fn bytes(g: &mut SplitMix64, n: usize) -> Vec<i8> {
     (0..n).map(|_| g.next_i8()).collect()
 }
 
+/// A binary operator with fixed, unround scales and zero points over `shape`.
+fn test_binary(
+    kind: BinaryKind,
+    shape: Vec<usize>,
+    a_strides: Vec<usize>,
+    b_strides: Vec<usize>,
+) -> Binary {
+    Binary {
+        kind,
+        sa: 0.031,
+        sb: 0.007,
+        sy: 0.013,
+        za: 3,
+        zb: -9,
+        zy: 1,
+        lo: -128,
+        hi: 127,
+        shape,
+        a_strides,
+        b_strides,
+    }
+}
+
 #[test]
 fn elementwise_loops_give_the_same_bytes_on_every_width() {
     let isas = Isa::available();
@@ -56,20 +79,7 @@ fn elementwise_loops_give_the_same_bytes_on_every_width() {
     for n in [1usize, 15, 16, 17, 63, 64, 65, 1000, 4099] {
         let (a, b) = (bytes(&mut g, n), bytes(&mut g, n));
         let f: Vec<f32> = (0..n).map(|_| g.uniform(-40.0, 40.0)).collect();
-        let mul = Binary {
-            kind: BinaryKind::Mul,
-            sa: 0.031,
-            sb: 0.007,
-            sy: 0.013,
-            za: 3,
-            zb: -9,
-            zy: 1,
-            lo: -128,
-            hi: 127,
-            shape: vec![n],
-            a_strides: vec![1],
-            b_strides: vec![1],
-        };
+        let mul = test_binary(BinaryKind::Mul, vec![n], vec![1], vec![1]);
         let run = |isa: Isa| {
             let mut add = vec![0i8; n];
             add_contiguous(isa, 0.71, 1.37, -3.25, -128, 127, &a, &b, &mut add);
@@ -149,20 +159,7 @@ fn broadcast_binaries_follow_their_strides_for_any_split() {
             };
             let (la, lb) = if other_is_a { (*len, n) } else { (n, *len) };
             let (a, b) = (bytes(&mut g, la), bytes(&mut g, lb));
-            let op = Binary {
-                kind,
-                sa: 0.031,
-                sb: 0.007,
-                sy: 0.013,
-                za: 3,
-                zb: -9,
-                zy: 1,
-                lo: -128,
-                hi: 127,
-                shape: shape.clone(),
-                a_strides,
-                b_strides,
-            };
+            let op = test_binary(kind, shape.clone(), a_strides, b_strides);
             let want = binary_reference(&op, &a, &b);
             for isa in Isa::available() {
                 // Split mid-row, as the lanes may.
