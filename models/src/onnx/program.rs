@@ -235,16 +235,9 @@ pub(crate) fn fuse_tables(p: &mut Program) {
     }
     let mut i = 1;
     while i < p.steps.len() {
-        let Some(table) = table_pair_at(p, i) else {
+        let Some((table, y, z)) = table_pair_at(p, i) else {
             i += 1;
             continue;
-        };
-        let Step::Lut { dst: y, .. } = p.steps[i - 1] else {
-            unreachable!("table_pair_at checked step i - 1")
-        };
-        let z = match &p.steps[i] {
-            Step::Lut { dst, .. } | Step::Binary { dst, .. } => *dst,
-            _ => unreachable!("table_pair_at checked step i"),
         };
         if let Step::Lut {
             table: t, dst: d, ..
@@ -292,8 +285,8 @@ fn scalar_binary_as_table(step: &Step, buffers: &[Buffer]) -> Option<Step> {
 
 /// The table of `x` that step `i − 1` (a table `y = T(x)`) and step `i` compute together,
 /// if step `i` is the only reader of `y` and a table of `y` or a dense `Binary` of `x`
-/// and `y`.
-fn table_pair_at(p: &Program, i: usize) -> Option<Box<[i8; 256]>> {
+/// and `y`; with `y` and step `i`'s output buffer `z`.
+fn table_pair_at(p: &Program, i: usize) -> Option<(Box<[i8; 256]>, usize, usize)> {
     let Step::Lut {
         table: t,
         n,
@@ -308,23 +301,24 @@ fn table_pair_at(p: &Program, i: usize) -> Option<Box<[i8; 256]>> {
         return None;
     }
     let mut table = [0i8; 256];
-    match &p.steps[i] {
+    let z = match &p.steps[i] {
         Step::Lut {
             table: t2,
             n: n2,
             src,
-            ..
+            dst,
         } if src == y && n2 == n => {
             for (v, e) in table.iter_mut().enumerate() {
                 *e = t2[t[v] as u8 as usize];
             }
+            *dst
         }
         Step::Binary {
             op,
             a: Operand::Buf(ba),
             b: Operand::Buf(bb),
             n: n2,
-            ..
+            dst,
         } if n2 == n
             && op.shape.iter().product::<usize>() == *n
             && kernels::dense_strides(&op.a_strides, &op.shape)
@@ -339,10 +333,11 @@ fn table_pair_at(p: &Program, i: usize) -> Option<Box<[i8; 256]>> {
                     op.one(yv, xv)
                 };
             }
+            *dst
         }
         _ => return None,
-    }
-    Some(Box::new(table))
+    };
+    Some((Box::new(table), *y, z))
 }
 
 /// The fusion of step `i` (an `Add`) into step `i − 1` (a convolution), if it applies: the
