@@ -401,6 +401,8 @@ def q_then(node_list, name, outs_vi, extra_inits):
 i64 = lambda n, v: nh.from_array(np.array(v, np.int64), n)
 q_then([h.make_node("Slice", ["f", "st", "en", "ax", "sp"], ["y"], name="flip_rows")], "slice_reverse", [y],
        [i64("st", [-1]), i64("en", [-100]), i64("ax", [2]), i64("sp", [-1])])
+q_then([h.make_node("Slice", ["f", "st2", "en2", "ax2"], ["y"], name="twice")], "slice_twice", [y],
+       [i64("st2", [0, 1]), i64("en2", [4, 5]), i64("ax2", [2, -2])])
 y2 = h.make_tensor_value_info("y2", T.FLOAT, None)
 q_then([h.make_node("Split", ["f", "sz"], ["y", "y2"], name="bad_split", axis=1)], "split_sizes", [y, y2],
        [i64("sz", [1, 1])])
@@ -494,6 +496,11 @@ fn every_rejection_says_what_and_what_to_do() {
         m.contains("flip_rows")
             && m.contains("positive steps")
             && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("slice_twice.onnx");
+    assert!(
+        m.contains("twice") && m.contains("axis 2 is sliced twice") && m.contains("re-export"),
         "{m}"
     );
     let m = err("split_sizes.onnx");

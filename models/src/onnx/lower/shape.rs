@@ -181,11 +181,17 @@ impl Lowerer<'_> {
         if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
             return Err(n.unsupported("starts, ends, axes and steps differ in length"));
         }
-        let mut sel = Vec::new();
+        let mut sel: Vec<(usize, usize, usize, usize)> = Vec::new();
         for (((&s0, &e0), &a), &k) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
             let a = if a < 0 { a + rank } else { a };
             if !(0..rank).contains(&a) {
                 return Err(n.unsupported(format!("axis {a} is outside rank {rank}")));
+            }
+            if sel.iter().any(|&(b, ..)| b == a as usize) {
+                return Err(n.unsupported(format!(
+                    "axis {a} is sliced twice: the model is malformed (ONNX Runtime refuses \
+                     it too); re-export it"
+                )));
             }
             if k < 1 {
                 return Err(n.unsupported(format!(
