@@ -9,9 +9,8 @@
 //! allocation on the per-frame path. Never: reads the environment after construction, or
 //! depends on which path runs.
 
-use super::packing::Packed;
 use super::staging::Plan;
-use super::{ChannelSlot, ModelError};
+use super::{ChannelSlot, Conv2d, ModelError};
 use std::ops::Range;
 
 /// Which convolution kernel a layer runs.
@@ -153,28 +152,39 @@ pub(super) struct Geom {
     pub relu: bool,
 }
 
-/// Runs output rows `rows` on `path`; `dst` holds exactly those rows (`rows.len() · out_w ·
-/// slot.pixel_stride`). Returns `false` (nothing written) when the path cannot run this
-/// layer (scalar path, weights not packed, or a kernel window wider than the stage buffer):
-/// the caller then runs the scalar kernel. Sizes were checked by the caller.
-#[allow(clippy::too_many_arguments)]
+/// Runs output rows `rows` of `layers` on `path`; `dst` holds exactly those rows
+/// (`rows.len() · out_w · slot.pixel_stride`). One layer, or the groups of a grouped
+/// convolution: layer `i` reads input channels `g.in_view.channel_offset + i · in_c` on and
+/// writes output channels `slot.channel_offset + i · out_c` on (VNNI only; other paths
+/// return `false` for several layers). Returns `false` (nothing written) when the path
+/// cannot run them (scalar path, weights not packed, or a kernel window wider than the
+/// stage buffer): the caller then runs them one by one. Sizes were checked by the caller,
+/// and every layer has the geometry `g` describes.
 pub(super) fn run_simd_rows(
     path: KernelPath,
-    packed: &Packed,
+    layers: &[Conv2d],
     g: &Geom,
-    bias: &[i32],
-    mult: &[f32],
     input: &[i8],
     dst: &mut [i8],
     slot: ChannelSlot,
     rows: Range<usize>,
 ) -> bool {
-    if path == KernelPath::Scalar || !packed.has(path) || !path.is_available() {
+    let Some(first) = layers.first() else {
+        return false;
+    };
+    if path == KernelPath::Scalar || !path.is_available() {
         return false;
     }
-    if bias.len() != g.out_c || mult.len() != g.out_c {
+    if layers.len() > 1 && path != KernelPath::Avx512Vnni {
         return false;
     }
+    let fits = |l: &Conv2d| {
+        l.packed.has(path) && l.bias.len() == g.out_c && l.multipliers.len() == g.out_c
+    };
+    if !layers.iter().all(fits) {
+        return false;
+    }
+    let (packed, bias, mult) = (&first.packed, &first.bias[..], &first.multipliers[..]);
     // 7-bit weights on AVX2: the exact `vpmaddubsw` kernel on the 4-tap layout (bytes).
     let u7 = path == KernelPath::Avx2 && packed.seven_bit && !packed.taps4.is_empty();
     let esize = if path == KernelPath::Avx2 && !u7 {
@@ -197,8 +207,12 @@ pub(super) fn run_simd_rows(
             // `Plan::new(g, 1)`, and the caller (`Conv2d::run_rows`, after
             // `forward_rows_into_slot`'s checks) guarantees `input` is `in_h·in_w·in_c`,
             // `dst` is `rows.len()·out_w·pixel_stride`, the slot fits and `rows ⊆ 0..out_h`.
+            //
+            // For several layers (`layers`, each checked above): their channels lie inside
+            // the input view and the output slot (the caller, `Conv2d::forward_rows_groups`,
+            // checked `offset + layers · channels <= pixel_stride` for both).
             KernelPath::Avx512Vnni => unsafe {
-                super::vnni::vnni_rows(&plan, packed, g, bias, mult, input, dst, slot, rows)
+                super::vnni::vnni_rows(&plan, layers, g, input, dst, slot, rows)
             },
             // SAFETY: as above for `avx2_u7_rows`: AVX2 detected, the 4-tap weights packed
             // with `seven_bit` set (`u7`), `plan` is `Plan::new(g, 1)`, the same sizes.

@@ -32,7 +32,8 @@ macro_rules! kernel_tests {
             layers_wider_than_one_stage_chunk_are_exact,
             backbone_layers_equal_the_reference,
             full_channel_groups_in_a_slot_are_exact,
-            input_channel_views_equal_the_dense_copy
+            input_channel_views_equal_the_dense_copy,
+            grouped_calls_equal_the_groups_one_by_one
         );
     };
     (@each $path:expr; $($name:ident),*) => {
@@ -335,6 +336,69 @@ pub(crate) fn input_channel_views_equal_the_dense_copy(path: KernelPath) {
             Ok(())
         },
     );
+}
+
+/// The groups of a grouped convolution in one call (`forward_rows_groups`) give the exact
+/// reference of each group on its own channels, on any row split; groups that differ are
+/// an error.
+pub(crate) fn grouped_calls_equal_the_groups_one_by_one(path: KernelPath) {
+    let strategy = (layer_strategy(12, 10), 1usize..=5, 0usize..=10);
+    check(64, strategy, |((shape, h, w, relu, seed), groups, cut)| {
+        let mut r = SplitMix64::new(seed);
+        let layers: Vec<Conv2d> = (0..groups)
+            .map(|_| on_path(&random_conv_with(&mut r, shape, relu), path))
+            .collect();
+        // One input quantization and zero points for every group, as a grouped layer has.
+        let layers: Vec<Conv2d> = layers
+            .iter()
+            .map(|l| {
+                let mut c = Conv2d::new(
+                    shape,
+                    l.weights.clone(),
+                    l.w_scales.clone(),
+                    l.bias.clone(),
+                    layers[0].in_q,
+                    layers[0].out_q,
+                    relu,
+                )
+                .unwrap();
+                c.set_path(path).unwrap();
+                c
+            })
+            .collect();
+        let (oh, ow) = layers[0].out_hw(h, w);
+        prop_assume!(oh > 0 && ow > 0);
+        let (ic, oc) = (shape.in_c, shape.out_c);
+        let input: Vec<i8> = (0..h * w * ic * groups).map(|_| r.next_i8()).collect();
+        let mut got = vec![0x55i8; oh * ow * oc * groups];
+        let row = ow * oc * groups;
+        let cut = cut.min(oh);
+        for rr in [0..cut, cut..oh] {
+            let dst = &mut got[rr.start * row..rr.end * row];
+            Conv2d::forward_rows_groups(&layers, &input, h, w, dst, rr).unwrap();
+        }
+        for (g, l) in layers.iter().enumerate() {
+            let dense: Vec<i8> = (0..h * w)
+                .flat_map(|px| input[(px * groups + g) * ic..][..ic].to_vec())
+                .collect();
+            let want = reference_forward_i64(l, &dense, h, w).unwrap();
+            for px in 0..oh * ow {
+                prop_assert_eq!(
+                    &got[(px * groups + g) * oc..][..oc],
+                    &want[px * oc..(px + 1) * oc],
+                    "group {} of {}",
+                    g,
+                    groups
+                );
+            }
+        }
+        if groups > 1 {
+            let mut odd = layers.clone();
+            odd[1].relu = !relu;
+            prop_assert!(Conv2d::forward_rows_groups(&odd, &input, h, w, &mut got, 0..oh).is_err());
+        }
+        Ok(())
+    });
 }
 
 /// `forward_rows` writes exactly the requested rows of the whole output.

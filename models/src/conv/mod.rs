@@ -561,7 +561,17 @@ impl Conv2d {
         in_view: ChannelSlot,
         rows: Range<usize>,
     ) {
-        let geom = Geom {
+        let geom = self.geom(in_h, in_w, out_w, in_view);
+        let one = std::slice::from_ref(self);
+        if run_simd_rows(self.path, one, &geom, input, dst, slot, rows.clone()) {
+            return;
+        }
+        self.run_rows_scalar(input, in_h, in_w, out_w, dst, slot, in_view, rows);
+    }
+
+    /// The geometry of one call of this layer.
+    fn geom(&self, in_h: usize, in_w: usize, out_w: usize, in_view: ChannelSlot) -> Geom {
+        Geom {
             in_c: self.in_c,
             in_view,
             out_c: self.out_c,
@@ -574,22 +584,85 @@ impl Conv2d {
             x_zp: self.in_q.zero_point,
             y_zp: self.out_q.zero_point,
             relu: self.relu,
+        }
+    }
+
+    /// The groups of a grouped convolution, `layers[i]` reading input channels
+    /// `i · in_c ..` of every pixel of `input` (`in_h · in_w · layers.len() · in_c`) and
+    /// writing output channels `i · out_c ..` of `out_rows` (`rows.len() · out_w ·
+    /// layers.len() · out_c`). The same bytes as [`Conv2d::forward_rows_view`] layer by
+    /// layer; on the VNNI path the groups share one call (one stage, zeroed once), which
+    /// matters when the groups are narrow (RegNet's 8 channels). The layers must share
+    /// channel counts, kernel, stride, padding, zero points, ReLU and kernel path.
+    pub fn forward_rows_groups(
+        layers: &[Conv2d],
+        input: &[i8],
+        in_h: usize,
+        in_w: usize,
+        out_rows: &mut [i8],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        let Some(first) = layers.first() else {
+            return Ok(());
         };
-        let (bias, mult) = (&self.bias[..], &self.multipliers[..]);
+        let same = |l: &Conv2d| {
+            l.in_c == first.in_c
+                && l.out_c == first.out_c
+                && l.k == first.k
+                && l.stride == first.stride
+                && l.pad == first.pad
+                && l.in_q.zero_point == first.in_q.zero_point
+                && l.out_q.zero_point == first.out_q.zero_point
+                && l.relu == first.relu
+                && l.path == first.path
+        };
+        if !layers.iter().all(same) {
+            return Err(ModelError::InvalidConfig {
+                reason: "the groups of a grouped convolution differ in shape, zero points, \
+                         ReLU or kernel path"
+                    .into(),
+            });
+        }
+        let groups = layers.len();
+        let view = ChannelSlot {
+            pixel_stride: groups * first.in_c,
+            channel_offset: 0,
+        };
+        let slot = ChannelSlot {
+            pixel_stride: groups * first.out_c,
+            channel_offset: 0,
+        };
+        let (out_h, out_w) = first.check_input(input, in_h, in_w, view.pixel_stride)?;
+        for l in layers {
+            l.check_input(input, in_h, in_w, view.pixel_stride)?;
+        }
+        check_rows(&rows, out_h)?;
+        let expected = checked_len(&[rows.end - rows.start, out_w, slot.pixel_stride], "output")?;
+        exact_len(out_rows.len(), expected, "grouped conv output rows")?;
+        let geom = first.geom(in_h, in_w, out_w, view);
         if run_simd_rows(
-            self.path,
-            &self.packed,
+            first.path,
+            layers,
             &geom,
-            bias,
-            mult,
             input,
-            dst,
+            out_rows,
             slot,
             rows.clone(),
         ) {
-            return;
+            return Ok(());
         }
-        self.run_rows_scalar(input, in_h, in_w, out_w, dst, slot, in_view, rows);
+        for (i, l) in layers.iter().enumerate() {
+            let view = ChannelSlot {
+                channel_offset: i * l.in_c,
+                ..view
+            };
+            let slot = ChannelSlot {
+                channel_offset: i * l.out_c,
+                ..slot
+            };
+            l.run_rows(input, in_h, in_w, out_w, out_rows, slot, view, rows.clone());
+        }
+        Ok(())
     }
 }
 

@@ -32,11 +32,10 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::dispatch::Geom;
-use super::packing::Packed;
 use super::staging::{
     stage_block, stage_elems, staged_blocks, zeroed_stage, Plan, SLACK, STAGE_BYTES,
 };
-use super::ChannelSlot;
+use super::{ChannelSlot, Conv2d};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -59,25 +58,27 @@ impl VnniOut {
     }
 }
 
-/// Runs output rows `rows` of one layer on the VNNI path into `dst`.
+/// Runs output rows `rows` of `layers` on the VNNI path into `dst`: one layer, or the
+/// groups of a grouped convolution, layer `i` reading input channels
+/// `g.in_view.channel_offset + i · in_c ..` and writing output channels
+/// `slot.channel_offset + i · out_c ..`. The groups share one call: one stage, zeroed once,
+/// each block of rows staged and run group by group.
 ///
 /// # Safety
 ///
 /// - The CPU supports AVX-512 F, BW, VL and VNNI.
-/// - `packed` was built by `Packed::new` for this layer (`in_c`, `out_c`, `k` of `g`) with
-///   its VNNI weights present, and `plan` is `Plan::new(g, 1)`.
-/// - `bias.len() == mult.len() == g.out_c`; `input.len() == in_h · in_w · in_view.pixel_stride` with
-///   `in_view.channel_offset + in_c <= in_view.pixel_stride`;
-///   `rows ⊆ 0..out_h`; `slot.channel_offset + out_c <= slot.pixel_stride`; and
-///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
-#[allow(clippy::too_many_arguments)]
+/// - Every layer has the geometry of `g` (`in_c`, `out_c`, `k`, stride, pad, zero points,
+///   ReLU), its `packed` weights were built by `Packed::new` with the VNNI layout present,
+///   and its bias and multipliers have `out_c` entries; `plan` is `Plan::new(g, 1)`.
+/// - `input.len() == in_h · in_w · in_view.pixel_stride` with
+///   `in_view.channel_offset + layers.len() · in_c <= in_view.pixel_stride`;
+///   `rows ⊆ 0..out_h`; `slot.channel_offset + layers.len() · out_c <= slot.pixel_stride`;
+///   and `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn vnni_rows(
     plan: &Plan,
-    packed: &Packed,
+    layers: &[Conv2d],
     g: &Geom,
-    bias: &[i32],
-    mult: &[f32],
     input: &[i8],
     dst: &mut [i8],
     slot: ChannelSlot,
@@ -87,12 +88,9 @@ pub(super) unsafe fn vnni_rows(
     let g4 = kc.div_ceil(4);
     let blocks = g.out_c.div_ceil(16);
     let block_stride = g.k * g4 * 64;
-    debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
-    debug_assert_eq!(packed.taps4.len(), blocks * block_stride);
-    debug_assert_eq!(packed.wsum.len(), blocks * 16);
     debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_view.pixel_stride);
-    debug_assert!(g.in_view.channel_offset + g.in_c <= g.in_view.pixel_stride);
-    debug_assert!(slot.channel_offset + g.out_c <= slot.pixel_stride);
+    debug_assert!(g.in_view.channel_offset + layers.len() * g.in_c <= g.in_view.pixel_stride);
+    debug_assert!(slot.channel_offset + layers.len() * g.out_c <= slot.pixel_stride);
     debug_assert_eq!(dst.len(), rows.len() * g.out_w * slot.pixel_stride);
     debug_assert_eq!(plan.esize, 1);
     // Only the part of the stage this call's blocks use, zeroed once: every byte a load
@@ -111,73 +109,90 @@ pub(super) unsafe fn vnni_rows(
     let row_len = g.out_w * slot.pixel_stride;
     for blk in staged_blocks(plan, g, &rows) {
         let blk = &blk;
-        stage_block(g, blk, input, stage, zpb, |x| (x as u8) ^ 0x80);
-        let npx = blk.c1 - blk.c0;
-        let rh = (blk.b1 - blk.b0 - 1) * g.stride + g.k;
-        debug_assert!(rh * blk.row_bytes + SLACK <= STAGE_BYTES);
-        // Channel blocks outermost, then the block's output rows: one pass over a block's
-        // weights serves every staged row (a wide layer's weights outgrow L2; row by row they
-        // were streamed from L3 once per output row).
-        let mut b = 0;
-        while b < blocks {
-            let ob = (blocks - b).min(4);
-            // Accumulator start, multipliers and store masks of blocks b..b+ob.
-            let mut init = [_mm512_setzero_si512(); 4];
-            let mut mv = [_mm512_setzero_ps(); 4];
-            let mut masks = [0u16; 4];
-            for j in 0..ob {
-                let oc0 = (b + j) * 16;
-                let n = (g.out_c - oc0).min(16);
-                let m: u16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-                masks[j] = m;
-                debug_assert!(oc0 + n <= bias.len() && oc0 + 16 <= packed.wsum.len());
-                // SAFETY: the mask `m` enables lanes `0..n` only, and `oc0 + n <=
-                // out_c == bias.len()`; `wsum` holds `blocks · 16` values and
-                // `oc0 + 16 <= blocks · 16`.
-                let (bv, ws) = unsafe {
-                    (
-                        _mm512_maskz_loadu_epi32(m, bias.as_ptr().add(oc0)),
-                        _mm512_loadu_si512(packed.wsum.as_ptr().add(oc0) as *const __m512i),
-                    )
-                };
-                init[j] = _mm512_sub_epi32(bv, _mm512_mullo_epi32(ws, _mm512_set1_epi32(corr)));
-                // SAFETY: lanes `0..n` only, `oc0 + n <= out_c == mult.len()`.
-                mv[j] = unsafe { _mm512_maskz_loadu_ps(m, mult.as_ptr().add(oc0)) };
-            }
-            let four_full = ob == 4 && masks.iter().all(|&m| m == 0xFFFF);
-            for oy in blk.b0..blk.b1 {
-                let srow = &stage[(oy - blk.b0) * g.stride * blk.row_bytes..];
-                let orow = &mut dst[(oy - rows.start) * row_len..][..row_len];
-                let t = VnniTile {
-                    srow,
-                    row_bytes: blk.row_bytes,
-                    px_stride,
-                    g4,
-                    k: g.k,
-                    w: &packed.taps4[b * block_stride..],
-                    block_stride,
-                    init: &init,
-                    mult: &mv,
-                    masks: &masks,
-                    four_full,
-                    out: &out,
-                };
-                let obase = &mut orow[blk.c0 * slot.pixel_stride + slot.channel_offset + b * 16..];
-                // SAFETY: `vnni_pixels`' preconditions: this CPU has the features (ours);
-                // the `npx` windows of this chunk, `k` staged rows from `srow`, lie in the
-                // stage with its zeroed slack (`Plan`/`Blocks` sizing, asserted above);
-                // `w` holds blocks `b..b + ob` (`b + ob <= blocks`); pixel `x`'s channels
-                // `b·16..out_c` of the slot start at `obase[x · pixel_stride]` inside `orow`.
-                unsafe {
-                    match ob {
-                        1 => vnni_pixels::<1, 12>(&t, npx, obase, slot.pixel_stride),
-                        2 => vnni_pixels::<2, 12>(&t, npx, obase, slot.pixel_stride),
-                        3 => vnni_pixels::<3, 8>(&t, npx, obase, slot.pixel_stride),
-                        _ => vnni_pixels::<4, 6>(&t, npx, obase, slot.pixel_stride),
+        for (gi, layer) in layers.iter().enumerate() {
+            let (packed, bias, mult) = (&layer.packed, &layer.bias[..], &layer.multipliers[..]);
+            debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
+            debug_assert_eq!(packed.taps4.len(), blocks * block_stride);
+            debug_assert_eq!(packed.wsum.len(), blocks * 16);
+            // This group's input channels, staged as dense pixels.
+            let view = ChannelSlot {
+                channel_offset: g.in_view.channel_offset + gi * g.in_c,
+                ..g.in_view
+            };
+            let gg = Geom {
+                in_view: view,
+                ..*g
+            };
+            stage_block(&gg, blk, input, stage, zpb, |x| (x as u8) ^ 0x80);
+            let out_off = slot.channel_offset + gi * g.out_c;
+            let npx = blk.c1 - blk.c0;
+            let rh = (blk.b1 - blk.b0 - 1) * g.stride + g.k;
+            debug_assert!(rh * blk.row_bytes + SLACK <= STAGE_BYTES);
+            // Channel blocks outermost, then the block's output rows: one pass over a block's
+            // weights serves every staged row (a wide layer's weights outgrow L2; row by row they
+            // were streamed from L3 once per output row).
+            let mut b = 0;
+            while b < blocks {
+                let ob = (blocks - b).min(4);
+                // Accumulator start, multipliers and store masks of blocks b..b+ob.
+                let mut init = [_mm512_setzero_si512(); 4];
+                let mut mv = [_mm512_setzero_ps(); 4];
+                let mut masks = [0u16; 4];
+                for j in 0..ob {
+                    let oc0 = (b + j) * 16;
+                    let n = (g.out_c - oc0).min(16);
+                    let m: u16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+                    masks[j] = m;
+                    debug_assert!(oc0 + n <= bias.len() && oc0 + 16 <= packed.wsum.len());
+                    // SAFETY: the mask `m` enables lanes `0..n` only, and `oc0 + n <=
+                    // out_c == bias.len()`; `wsum` holds `blocks · 16` values and
+                    // `oc0 + 16 <= blocks · 16`.
+                    let (bv, ws) = unsafe {
+                        (
+                            _mm512_maskz_loadu_epi32(m, bias.as_ptr().add(oc0)),
+                            _mm512_loadu_si512(packed.wsum.as_ptr().add(oc0) as *const __m512i),
+                        )
+                    };
+                    init[j] = _mm512_sub_epi32(bv, _mm512_mullo_epi32(ws, _mm512_set1_epi32(corr)));
+                    // SAFETY: lanes `0..n` only, `oc0 + n <= out_c == mult.len()`.
+                    mv[j] = unsafe { _mm512_maskz_loadu_ps(m, mult.as_ptr().add(oc0)) };
+                }
+                let four_full = ob == 4 && masks.iter().all(|&m| m == 0xFFFF);
+                for oy in blk.b0..blk.b1 {
+                    let srow = &stage[(oy - blk.b0) * g.stride * blk.row_bytes..];
+                    let orow = &mut dst[(oy - rows.start) * row_len..][..row_len];
+                    let t = VnniTile {
+                        srow,
+                        row_bytes: blk.row_bytes,
+                        px_stride,
+                        g4,
+                        k: g.k,
+                        w: &packed.taps4[b * block_stride..],
+                        block_stride,
+                        init: &init,
+                        mult: &mv,
+                        masks: &masks,
+                        four_full,
+                        out: &out,
+                    };
+                    let obase = &mut orow[blk.c0 * slot.pixel_stride + out_off + b * 16..];
+                    // SAFETY: `vnni_pixels`' preconditions: this CPU has the features (ours);
+                    // the `npx` windows of this chunk, `k` staged rows from `srow`, lie in the
+                    // stage with its zeroed slack (`Plan`/`Blocks` sizing, asserted above);
+                    // `w` holds blocks `b..b + ob` (`b + ob <= blocks`); pixel `x`'s channels
+                    // `b·16..out_c` of group `gi` start at `obase[x · pixel_stride]` inside
+                    // `orow` (`out_off + out_c <= pixel_stride` by this function's contract).
+                    unsafe {
+                        match ob {
+                            1 => vnni_pixels::<1, 12>(&t, npx, obase, slot.pixel_stride),
+                            2 => vnni_pixels::<2, 12>(&t, npx, obase, slot.pixel_stride),
+                            3 => vnni_pixels::<3, 8>(&t, npx, obase, slot.pixel_stride),
+                            _ => vnni_pixels::<4, 6>(&t, npx, obase, slot.pixel_stride),
+                        }
                     }
                 }
+                b += ob;
             }
-            b += ob;
         }
     }
 }

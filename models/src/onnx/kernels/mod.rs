@@ -207,8 +207,9 @@ impl GeneralConv {
     /// [`DEPTHWISE_TAPS_MAX`] taps) run [`depthwise_rows`] on `isa`: every output channel
     /// of a pixel at once, the channels in the vector lanes.
     ///
-    /// Grouped convolutions with [`GeneralConv::grouped`] layers run them, group by group
-    /// over the rows of each image: the dense kernels' speed on a group's channels.
+    /// Grouped convolutions with [`GeneralConv::grouped`] layers run them over the rows of
+    /// each image ([`crate::conv::Conv2d::forward_rows_groups`]: on VNNI every group in one
+    /// call): the dense kernels' speed on a group's channels.
     ///
     /// Errors only when a grouped layer refuses its buffers, which the lowering's checks
     /// rule out.
@@ -243,26 +244,22 @@ impl GeneralConv {
         let w = &self.win;
         let img = w.in_h * w.in_w * self.in_c;
         let row_len = w.out_w * self.out_c;
-        let (icg, ocg) = (self.in_c / self.groups, self.out_c / self.groups);
         let mut r = rows.start;
         let mut o = 0;
         while r < rows.end {
-            // The rows of this image in the range.
+            // The rows of this image in the range, every group in one call.
             let (b, oy) = (r / w.out_h, r % w.out_h);
             let n = (w.out_h - oy).min(rows.end - r);
             let x = &input[b * img..(b + 1) * img];
             let dst = &mut out[o..o + n * row_len];
-            for (g, layer) in self.grouped.iter().enumerate() {
-                let view = crate::conv::ChannelSlot {
-                    pixel_stride: self.in_c,
-                    channel_offset: g * icg,
-                };
-                let slot = crate::conv::ChannelSlot {
-                    pixel_stride: self.out_c,
-                    channel_offset: g * ocg,
-                };
-                layer.forward_rows_view(x, w.in_h, w.in_w, view, dst, slot, oy..oy + n)?;
-            }
+            crate::conv::Conv2d::forward_rows_groups(
+                &self.grouped,
+                x,
+                w.in_h,
+                w.in_w,
+                dst,
+                oy..oy + n,
+            )?;
             r += n;
             o += n * row_len;
         }
