@@ -50,8 +50,9 @@
 //!   narrow early layers; the same integer sums, so the same bytes). Grouped convolutions with a square window
 //!   (RegNet's X blocks) run one dense layer per group, each reading its group's channels
 //!   through a channel view of the input and writing its channels through a channel slot
-//!   (`GeneralConv::grouped`; RegNetX-200MF 15.4 → 1.5 ms on the newer EPYC, 0.68× ONNX
-//!   Runtime's u8 variant). Everything else (grouped with rectangular kernels, asymmetric
+//!   (`GeneralConv::grouped`; on VNNI every group in one call,
+//!   `Conv2d::forward_rows_groups`; RegNetX-200MF 15.4 → 1.16 ms on the newer EPYC, 0.51×
+//!   ONNX Runtime's u8 variant). Everything else (grouped with rectangular kernels, asymmetric
 //!   pads or dilation, rectangular kernels, asymmetrically padded, strided-and-dilated,
 //!   row-strided rectangular) runs on the general kernel, 5–15× slower per multiply-add
 //!   than the dense kernels; `redline model info` counts the MACs either way and
