@@ -625,17 +625,17 @@ impl Conv2d {
         }
         let groups = layers.len();
         let view = ChannelSlot {
-            pixel_stride: groups * first.in_c,
+            pixel_stride: checked_len(&[groups, first.in_c], "grouped input channels")?,
             channel_offset: 0,
         };
         let slot = ChannelSlot {
-            pixel_stride: groups * first.out_c,
+            pixel_stride: checked_len(&[groups, first.out_c], "grouped output channels")?,
             channel_offset: 0,
         };
-        let (out_h, out_w) = first.check_input(input, in_h, in_w, view.pixel_stride)?;
-        for l in layers {
+        for l in &layers[1..] {
             l.check_input(input, in_h, in_w, view.pixel_stride)?;
         }
+        let (out_h, out_w) = first.check_input(input, in_h, in_w, view.pixel_stride)?;
         check_rows(&rows, out_h)?;
         let expected = checked_len(&[rows.end - rows.start, out_w, slot.pixel_stride], "output")?;
         exact_len(out_rows.len(), expected, "grouped conv output rows")?;

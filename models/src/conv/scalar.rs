@@ -31,9 +31,6 @@ impl Conv2d {
     ) {
         let (in_c, k, s, p) = (self.in_c, self.k, self.stride, self.pad);
         let (px_stride, px_off) = (in_view.pixel_stride, in_view.channel_offset);
-        // A dense input's taps of one kernel row are one contiguous run; a channel view's
-        // are `in_c` channels per pixel.
-        let dense = px_stride == in_c;
         let x_zp = i32::from(self.in_q.zero_point);
         let y_zp = self.out_q.zero_point;
         let relu = self.relu;
@@ -48,8 +45,14 @@ impl Conv2d {
                 let x_origin = ox * s;
                 let kx0 = p.saturating_sub(x_origin);
                 let kx1 = k.min((in_w + p).saturating_sub(x_origin));
-                // Taps of one kernel row: kx0..kx1, contiguous in input and weights.
+                // Taps of one kernel row: kx0..kx1, contiguous in the weights; in the input
+                // one run for a dense input, `in_c` channels per pixel for a channel view.
                 let span = (kx1 - kx0) * in_c;
+                let (piece, step) = if px_stride == in_c {
+                    (span.max(1), 0)
+                } else {
+                    (in_c, px_stride)
+                };
                 let first_col = x_origin + kx0 - p;
                 let out_px = &mut px[slot.channel_offset..slot.channel_offset + self.out_c];
                 let interior = ky0 == 0 && ky1 == k && kx0 == 0 && kx1 == k;
@@ -63,12 +66,8 @@ impl Conv2d {
                             let iy = y_origin + ky - p;
                             let first = (iy * in_w + first_col) * px_stride + px_off;
                             let ws = &w_oc[ky * k * in_c..][..span];
-                            if dense {
-                                acc += dot(&input[first..][..span], ws);
-                            } else {
-                                for (j, ws) in ws.chunks_exact(in_c).enumerate() {
-                                    acc += dot(&input[first + j * px_stride..][..in_c], ws);
-                                }
+                            for (j, ws) in ws.chunks(piece).enumerate() {
+                                acc += dot(&input[first + j * step..][..ws.len()], ws);
                             }
                         }
                     } else {
@@ -76,13 +75,8 @@ impl Conv2d {
                             let iy = y_origin + ky - p;
                             let first = (iy * in_w + first_col) * px_stride + px_off;
                             let ws = &w_oc[(ky * k + kx0) * in_c..][..span];
-                            if dense {
-                                acc += dot_zp(&input[first..][..span], ws, x_zp);
-                            } else {
-                                for (j, ws) in ws.chunks_exact(in_c).enumerate() {
-                                    let xs = &input[first + j * px_stride..][..in_c];
-                                    acc += dot_zp(xs, ws, x_zp);
-                                }
+                            for (j, ws) in ws.chunks(piece).enumerate() {
+                                acc += dot_zp(&input[first + j * step..][..ws.len()], ws, x_zp);
                             }
                         }
                     }

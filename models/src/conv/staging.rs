@@ -208,15 +208,12 @@ pub(super) fn stage_block<T: Copy + Default>(
             // (fixed-size chunks the compiler vectorises; a loop over a runtime `c` of 8
             // or 16 stayed scalar, and was most of a grouped layer's time).
             for (j, d) in dst.chunks_exact_mut(c).enumerate() {
-                let src = &input[src0 + j * stride..][..c];
-                let mut d8 = d.chunks_exact_mut(8);
-                let mut s8 = src.chunks_exact(8);
-                for (d, s) in (&mut d8).zip(&mut s8) {
-                    let s: &[i8; 8] = s.try_into().expect("chunks of 8");
-                    let d: &mut [T; 8] = d.try_into().expect("chunks of 8");
+                let (s8, s_rest) = input[src0 + j * stride..][..c].as_chunks::<8>();
+                let (d8, d_rest) = d.as_chunks_mut::<8>();
+                for (d, s) in d8.iter_mut().zip(s8) {
                     *d = s.map(&conv);
                 }
-                for (d, &x) in d8.into_remainder().iter_mut().zip(s8.remainder()) {
+                for (d, &x) in d_rest.iter_mut().zip(s_rest) {
                     *d = conv(x);
                 }
             }
