@@ -77,16 +77,8 @@ impl Lowerer<'_> {
                  does), or run the model with --engine onnxruntime",
             ));
         }
-        let pads = n.ints("pads")?.unwrap_or_else(|| vec![0; 4]);
-        if pads.len() != 4 || pads.iter().any(|&v| v < 0) {
-            return Err(n.unsupported("pads must be 4 non-negative values"));
-        }
-        let (pt, pl, pb, pr) = (
-            pads[0] as usize,
-            pads[1] as usize,
-            pads[2] as usize,
-            pads[3] as usize,
-        );
+        let (pt, pl, pb, pr) = super::window::explicit_pads(n)?;
+        let pads = [pt, pl, pb, pr];
         let (w, w_scales, _) = self.weights(n, wv, oc, 1, None)?;
         let x = self.nhwc(x)?;
         let [b, c, h, wd] = dims4(&x.shape);

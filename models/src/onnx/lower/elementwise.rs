@@ -257,9 +257,9 @@ impl Lowerer<'_> {
             "HardSigmoid" => Box::new(move |x: f32| (alpha * x + beta).clamp(0.0, 1.0)),
             // ONNX: x · max(0, min(1, x / 6 + 0.5)) (MobileNetV3's activation).
             "HardSwish" => Box::new(|x: f32| x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
-            "Softplus" => Box::new(|x: f32| dm::ln(1.0 + dm::exp(x))),
+            "Softplus" => Box::new(softplus),
             // ONNX (opset 18): x · tanh(softplus(x)) (YOLOv4's activation).
-            "Mish" => Box::new(|x: f32| x * dm::tanh(dm::ln(1.0 + dm::exp(x)))),
+            "Mish" => Box::new(|x: f32| x * dm::tanh(softplus(x))),
             _ => Box::new(move |x: f32| if x >= 0.0 { x } else { alpha * x }),
         };
         let mut table = requant_table(x_q, y_q, f);
@@ -437,4 +437,9 @@ fn nchw_to_nhwc(v: &[i8], s: &[usize]) -> Vec<i8> {
         }
     }
     out
+}
+
+/// ONNX `Softplus`: `ln(1 + exp(x))`, with the deterministic `exp` and `ln`.
+fn softplus(x: f32) -> f32 {
+    dm::ln(1.0 + dm::exp(x))
 }

@@ -112,12 +112,7 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn transpose(&mut self, n: &Node) -> Result<(), EngineError> {
-        let v = self.input(n, 0)?;
-        let (t, is_q) = match v {
-            Val::Q(t) => (t, true),
-            Val::Dq(t) => (t, false),
-            v => return Err(n.unsupported(format!("cannot transpose {}", kind_name(&v)))),
-        };
+        let (t, is_q) = self.movable(n, "transpose")?;
         let rank = t.shape.len();
         let perm: Vec<usize> = match n.ints("perm")? {
             Some(p) => p.iter().map(|&x| x as usize).collect(),
@@ -160,7 +155,6 @@ impl Lowerer<'_> {
     /// as one strided copy.
     pub(super) fn slice(&mut self, n: &Node) -> Result<(), EngineError> {
         let (t, is_q) = self.movable(n, "slice")?;
-        let rank = t.shape.len() as i64;
         let ints = |s: &Self, i: usize, what: &str| -> Result<Option<Vec<i64>>, EngineError> {
             if n.input(i).is_none() {
                 return Ok(None);
@@ -183,11 +177,8 @@ impl Lowerer<'_> {
         }
         let mut sel: Vec<(usize, usize, usize, usize)> = Vec::new();
         for (((&s0, &e0), &a), &k) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
-            let a = if a < 0 { a + rank } else { a };
-            if !(0..rank).contains(&a) {
-                return Err(n.unsupported(format!("axis {a} is outside rank {rank}")));
-            }
-            if sel.iter().any(|&(b, ..)| b == a as usize) {
+            let a = axis_index(n, a, t.shape.len())?;
+            if sel.iter().any(|&(b, ..)| b == a) {
                 return Err(n.unsupported(format!(
                     "axis {a} is sliced twice: the model is malformed (ONNX Runtime refuses \
                      it too); re-export it"
@@ -199,7 +190,7 @@ impl Lowerer<'_> {
                      run the model with --engine onnxruntime"
                 )));
             }
-            let dim = t.shape[a as usize] as i64;
+            let dim = t.shape[a] as i64;
             let clampi = |v: i64| (if v < 0 { v + dim } else { v }).clamp(0, dim);
             let (s1, e1) = (clampi(s0), clampi(e0));
             let count = if e1 > s1 { (e1 - s1 + k - 1) / k } else { 0 };
@@ -209,7 +200,7 @@ impl Lowerer<'_> {
                      tensors are not supported"
                 )));
             }
-            sel.push((a as usize, s1 as usize, k as usize, count as usize));
+            sel.push((a, s1 as usize, k as usize, count as usize));
         }
         let out = self.strided_part(&t, &sel);
         self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
@@ -221,13 +212,7 @@ impl Lowerer<'_> {
     /// one strided copy per output.
     pub(super) fn split(&mut self, n: &Node) -> Result<(), EngineError> {
         let (t, is_q) = self.movable(n, "split")?;
-        let rank = t.shape.len() as i64;
-        let a = n.int("axis", 0)?;
-        let a = if a < 0 { a + rank } else { a };
-        if !(0..rank).contains(&a) {
-            return Err(n.unsupported(format!("axis {a} is outside rank {rank}")));
-        }
-        let a = a as usize;
+        let a = axis_index(n, n.int("axis", 0)?, t.shape.len())?;
         let dim = t.shape[a];
         let parts = n.outputs.len();
         let sizes: Vec<usize> = match (n.input(1), n.ints("split")?) {
@@ -254,17 +239,19 @@ impl Lowerer<'_> {
         }
         let mut start = 0;
         for (name, &len) in n.outputs.iter().zip(&sizes) {
-            let out = self.strided_part(&t, &[(a, start, 1, len)]);
-            start += len;
+            // An omitted output is not copied.
             if !name.is_empty() {
+                let out = self.strided_part(&t, &[(a, start, 1, len)]);
                 self.set(name, if is_q { Val::Q(out) } else { Val::Dq(out) });
             }
+            start += len;
         }
         Ok(())
     }
 
-    /// The quantized (or dequantized) tensor a data-movement operator takes.
-    fn movable(&self, n: &Node, what: &str) -> Result<(T, bool), EngineError> {
+    /// The quantized (or dequantized) tensor a data-movement operator takes, and whether it
+    /// is quantized; anything else is an error saying the node cannot `what` it.
+    pub(super) fn movable(&self, n: &Node, what: &str) -> Result<(T, bool), EngineError> {
         match self.input(n, 0)? {
             Val::Q(t) => Ok((t, true)),
             Val::Dq(t) => Ok((t, false)),
@@ -312,5 +299,16 @@ impl Lowerer<'_> {
             shape,
             ..t.clone()
         }
+    }
+}
+
+/// Axis `a` of a rank-`rank` tensor (negative counts from the end), or an error naming it.
+fn axis_index(n: &Node, a: i64, rank: usize) -> Result<usize, EngineError> {
+    let r = rank as i64;
+    let a = if a < 0 { a + r } else { a };
+    if (0..r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(n.unsupported(format!("axis {a} is outside rank {rank}")))
     }
 }

@@ -28,13 +28,7 @@ impl Lowerer<'_> {
         let ekh = (kh - 1) * dh + 1;
         let ekw = (kw - 1) * dw + 1;
         let (pt, pl, pb, pr) = match auto.as_str() {
-            "NOTSET" => {
-                let p = n.ints("pads")?.unwrap_or_else(|| vec![0; 4]);
-                if p.len() != 4 || p.iter().any(|&v| v < 0) {
-                    return Err(n.unsupported("pads must be 4 non-negative values"));
-                }
-                (p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize)
-            }
+            "NOTSET" => explicit_pads(n)?,
             "VALID" => (0, 0, 0, 0),
             "SAME_UPPER" | "SAME_LOWER" => {
                 let oh = in_h.div_ceil(sh);
@@ -85,12 +79,7 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn max_pool(&mut self, n: &Node) -> Result<(), EngineError> {
-        let v = self.input(n, 0)?;
-        let (t, is_q) = match v {
-            Val::Q(t) => (t, true),
-            Val::Dq(t) => (t, false),
-            v => return Err(n.unsupported(format!("cannot max-pool {}", kind_name(&v)))),
-        };
+        let (t, is_q) = self.movable(n, "max-pool")?;
         if n.outputs.len() > 1 && !n.outputs[1].is_empty() {
             return Err(n.unsupported("the Indices output is not supported"));
         }
@@ -351,4 +340,14 @@ impl Lowerer<'_> {
         self.set(&out_name, if is_q { Val::Q(out) } else { Val::Dq(out) });
         Ok(())
     }
+}
+
+/// The `pads` attribute of a 2-D window (begin top/left, end bottom/right; zeros when
+/// absent), or an error unless it is 4 non-negative values.
+pub(super) fn explicit_pads(n: &Node) -> Result<(usize, usize, usize, usize), EngineError> {
+    let p = n.ints("pads")?.unwrap_or_else(|| vec![0; 4]);
+    if p.len() != 4 || p.iter().any(|&v| v < 0) {
+        return Err(n.unsupported("pads must be 4 non-negative values"));
+    }
+    Ok((p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize))
 }
