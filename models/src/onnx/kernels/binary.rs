@@ -76,8 +76,9 @@ impl Binary {
         // index arithmetic.
         let row_of = |strides: &[usize], len: usize| {
             len == inner
-                && strides.last() == Some(&1)
-                && strides[..rank - 1].iter().all(|&s| s == 0)
+                && strides
+                    .split_last()
+                    .is_some_and(|(&last, outer)| last == 1 && outer.iter().all(|&s| s == 0))
         };
         let a_dense = a.len() == n && dense_strides(&self.a_strides, &self.shape);
         let b_dense = b.len() == n && dense_strides(&self.b_strides, &self.shape);
