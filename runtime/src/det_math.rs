@@ -59,11 +59,13 @@ pub trait DetFloat: sealed::Sealed + Copy {
     fn d_hypot(self, y: Self) -> Self;
     #[doc(hidden)]
     fn d_tanh(self) -> Self;
+    #[doc(hidden)]
+    fn d_erf(self) -> Self;
 }
 
 macro_rules! impl_det {
     ($t:ty, $sin:ident, $cos:ident, $sincos:ident, $tan:ident, $atan:ident, $atan2:ident,
-     $exp:ident, $ln:ident, $log10:ident, $pow:ident, $hypot:ident, $tanh:ident) => {
+     $exp:ident, $ln:ident, $log10:ident, $pow:ident, $hypot:ident, $tanh:ident, $erf:ident) => {
         impl DetFloat for $t {
             fn d_sin(self) -> Self {
                 libm::$sin(self)
@@ -101,12 +103,17 @@ macro_rules! impl_det {
             fn d_tanh(self) -> Self {
                 libm::$tanh(self)
             }
+            fn d_erf(self) -> Self {
+                libm::$erf(self)
+            }
         }
     };
 }
 
-impl_det!(f32, sinf, cosf, sincosf, tanf, atanf, atan2f, expf, logf, log10f, powf, hypotf, tanhf);
-impl_det!(f64, sin, cos, sincos, tan, atan, atan2, exp, log, log10, pow, hypot, tanh);
+impl_det!(
+    f32, sinf, cosf, sincosf, tanf, atanf, atan2f, expf, logf, log10f, powf, hypotf, tanhf, erff
+);
+impl_det!(f64, sin, cos, sincos, tan, atan, atan2, exp, log, log10, pow, hypot, tanh, erf);
 
 /// Sine of `x` (radians).
 #[inline]
@@ -180,6 +187,12 @@ pub fn tanh<T: DetFloat>(x: T) -> T {
     x.d_tanh()
 }
 
+/// The error function `erf(x) = 2/√π ∫₀ˣ e^(−t²) dt` (GELU's).
+#[inline]
+pub fn erf<T: DetFloat>(x: T) -> T {
+    x.d_erf()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +227,7 @@ mod tests {
                 powf(x.abs(), y / 8.0),
                 hypot(x, y),
                 tanh(x),
+                erf(x / 8.0),
             ] {
                 mix(v.to_bits());
             }
@@ -233,11 +247,12 @@ mod tests {
                 powf(xf.abs(), yf / 8.0),
                 hypot(xf, yf),
                 tanh(xf),
+                erf(xf / 8.0),
             ] {
                 mix(u64::from(v.to_bits()));
             }
         }
-        assert_eq!(h, 0xfcce_24ea_3eaf_f38f, "det_math digest {h:#018x}");
+        assert_eq!(h, 0x2484_369e_583d_c9bd, "det_math digest {h:#018x}");
     }
 
     #[test]
@@ -255,5 +270,17 @@ mod tests {
             assert!(close(hypot(x, 3.0), x.hypot(3.0)), "hypot {x}");
         }
         assert!(sin(f64::NAN).is_nan() && exp(f32::NAN).is_nan());
+        // erf has no std counterpart: reference values to 16 digits.
+        for (x, e) in [
+            (0.5f64, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (-2.0, -0.995_322_265_018_952_7),
+        ] {
+            assert!((erf(x) - e).abs() <= 4.0 * f64::EPSILON, "erf {x}");
+            assert!(
+                (erf(x as f32) - e as f32).abs() <= 2.0 * f32::EPSILON,
+                "erf {x} (f32)"
+            );
+        }
     }
 }

@@ -406,6 +406,8 @@ q_then([h.make_node("Slice", ["f", "st2", "en2", "ax2"], ["y"], name="twice")], 
 y2 = h.make_tensor_value_info("y2", T.FLOAT, None)
 q_then([h.make_node("Split", ["f", "sz"], ["y", "y2"], name="bad_split", axis=1)], "split_sizes", [y, y2],
        [i64("sz", [1, 1])])
+# A float island whose result is not quantized: Exp's float output is the graph's output.
+q_then([h.make_node("Exp", ["f"], ["y"], name="float_exp")], "island_unquantized", [y], [])
 # A grouped ConvTranspose (int8 weights [in, out / group, kh, kw], symmetric).
 wt = nh.from_array(np.ones((3, 2, 4, 4), np.int8), "wt"); wts = nh.from_array(np.array(0.01, np.float32), "wts")
 wtz = nh.from_array(np.array(0, np.int8), "wtz")
@@ -515,6 +517,14 @@ fn every_rejection_says_what_and_what_to_do() {
     assert!(
         m.contains("grouped_deconv")
             && m.contains("grouped transposed")
+            && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("island_unquantized.onnx");
+    assert!(
+        m.contains("float_exp")
+            && m.contains("Exp")
+            && m.contains("float island")
             && m.contains("--engine onnxruntime"),
         "{m}"
     );

@@ -218,6 +218,52 @@ def _(g):
     g.output(g.conv(g.node("Mish", [x], g.shape[x]), 4, 1, pads=[0, 0, 0, 0]))
 
 
+# Activations exported as chains of float operators (PyTorch below opset 18 writes Mish as
+# x * tanh(softplus(x)), GELU through Erf, ...). quantize_static leaves the operators it does
+# not know in float, so the chain between a DequantizeLinear and the next QuantizeLinear is a
+# function of one quantized byte: the native engine makes it one table.
+def _float_chain(build):
+    def case_fn(g):
+        x = g.conv(g.input(X), 6, 3)
+        g.output(g.conv(build(g, x), 4, 1, pads=[0, 0, 0, 0]))
+    return case_fn
+
+
+def _scalar(g, v):
+    return g.const(np.float32(v))
+
+
+CASES["mish_decomposed"] = _float_chain(
+    lambda g, x: g.mul(x, g.node("Tanh", [g.node("Softplus", [x], g.shape[x])], g.shape[x])))
+CASES["gelu_erf"] = _float_chain(
+    lambda g, x: g.mul(g.mul(x, _scalar(g, 0.5)),
+                       g.add(g.node("Erf", [g.node("Div", [x, _scalar(g, 1.4142135)], g.shape[x])],
+                                    g.shape[x]), _scalar(g, 1.0))))
+CASES["silu_exp_div"] = _float_chain(
+    lambda g, x: g.node("Div", [x, g.add(_scalar(g, 1.0), g.node("Exp", [g.node("Neg", [x], g.shape[x])],
+                                                                 g.shape[x]))], g.shape[x]))
+CASES["hardswish_decomposed"] = _float_chain(
+    lambda g, x: g.node("Div", [g.mul(x, g.clip(g.add(x, _scalar(g, 3.0)), 0.0, 6.0)), _scalar(g, 6.0)],
+                        g.shape[x]))
+
+
+# Div and Sub of two quantized tensors: ONNX Runtime runs them in float between
+# DequantizeLinear and QuantizeLinear (no quantized form). The quantized divisor may be 0:
+# where it has zeros (0 / 0 is NaN, x / 0 infinite) both saturate before the next convolution.
+@case("div_two_tensors")
+def _(g):
+    x = g.input(X)
+    d = g.node("Div", [g.conv(x, 5, 3), g.conv(x, 5, 1, pads=P0)], (1, 5, 13, 11))
+    g.output(g.conv(d, 4, 1, pads=P0))
+
+
+@case("sub_two_tensors")
+def _(g):
+    x = g.input(X)
+    d = g.node("Sub", [g.conv(x, 5, 3), g.conv(x, 5, 1, pads=P0)], (1, 5, 13, 11))
+    g.output(g.conv(d, 4, 1, pads=P0))
+
+
 # Split and Slice: strided copies in the tensor's own layout (NHWC between convolutions).
 @case("split_channels")
 def _(g):

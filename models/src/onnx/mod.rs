@@ -12,8 +12,11 @@
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
 //!   depthwise), ConvTranspose (one group, no dilation, explicit pads, `output_padding`: one
 //!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
+//!   Div and Sub (float between the dequantized operands, as ONNX Runtime runs them),
 //!   Sigmoid (and Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, through a
-//!   256-entry table), MaxPool, AveragePool, GlobalAveragePool, Concat, Resize / Upsample
+//!   256-entry table), float islands (chains of elementwise float operators, Exp, Log, Erf,
+//!   Pow, ... included, on one dequantized tensor and scalar constants, ending in one
+//!   `QuantizeLinear`: one table, `lower::island`), MaxPool, AveragePool, GlobalAveragePool, Concat, Resize / Upsample
 //!   (nearest; linear), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice (constant
 //!   starts/ends/axes, positive steps) and Split (strided copies in the tensor's own
 //!   layout), Identity, Constant, QuantizeLinear,

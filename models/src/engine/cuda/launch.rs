@@ -621,6 +621,16 @@ impl LaunchPlan {
                     let (mul, ra, rb, fixed) = match op.kind {
                         BinaryKind::Add { ra, rb, fixed } => (0, ra, rb, fixed),
                         BinaryKind::Mul => (1, 0.0, 0.0, 0.0),
+                        BinaryKind::Div | BinaryKind::Sub => {
+                            return Err(EngineError::Unsupported {
+                                node: format!("step {si}"),
+                                op: "Div/Sub".to_string(),
+                                reason: "a float Div or Sub between quantized tensors is not on \
+                                         the CUDA engine yet; run the model on the native \
+                                         engine or with --engine onnxruntime"
+                                    .to_string(),
+                            })
+                        }
                     };
                     // Only the shape's extent matters for a dimension of size 1: its index is
                     // always 0, whatever its stride.

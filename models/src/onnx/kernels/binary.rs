@@ -15,6 +15,14 @@ pub(crate) enum BinaryKind {
     Add { ra: f32, rb: f32, fixed: f32 },
     /// `y = ((a - za) sa * (b - zb) sb) / sy`.
     Mul,
+    /// `y = ((a - za) sa / ((b - zb) sb)) / sy`: ONNX Runtime has no quantized `Div` and
+    /// runs `DequantizeLinear → Div → QuantizeLinear` in float, these operations in this
+    /// order. A zero divisor gives ±inf (saturated) or, for `0 / 0`, NaN, which quantizes
+    /// to the lowest byte (`lo`), as in ONNX Runtime.
+    Div,
+    /// `y = ((a - za) sa - (b - zb) sb) / sy`: float `Sub` between dequantized operands, as
+    /// ONNX Runtime runs it (no quantized `Sub` either).
+    Sub,
 }
 
 /// Parameters of a binary operator: zero points, clamp, and the broadcast strides of both
@@ -44,6 +52,8 @@ impl Binary {
         match self.kind {
             BinaryKind::Add { ra, rb, fixed } => add_one(ra, rb, fixed, self.lo, self.hi, a, b),
             BinaryKind::Mul => mul_one(self, a, b),
+            BinaryKind::Div => div_one(self, a, b),
+            BinaryKind::Sub => sub_one(self, a, b),
         }
     }
 
@@ -54,6 +64,12 @@ impl Binary {
                 add_contiguous(isa, ra, rb, fixed, self.lo, self.hi, a, b, out)
             }
             BinaryKind::Mul => mul_contiguous(isa, self, a, b, out),
+            // Rare in models (no quantizer fuses them): the portable loop.
+            BinaryKind::Div | BinaryKind::Sub => {
+                for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
+                    *d = self.one(*x, *y);
+                }
+            }
         }
     }
 
@@ -177,6 +193,27 @@ pub(super) fn add_one(ra: f32, rb: f32, fixed: f32, lo: i8, hi: i8, a: i8, b: i8
 pub(super) fn mul_one(p: &Binary, a: i8, b: i8) -> i8 {
     let (a, b) = (i32::from(a) - p.za, i32::from(b) - p.zb);
     let v = (a as f32 * p.sa * (b as f32 * p.sb)) / p.sy;
+    requant_f32(v, p.zy, p.lo, p.hi)
+}
+
+/// One `Div` element ([`BinaryKind::Div`]).
+#[inline(always)]
+pub(super) fn div_one(p: &Binary, a: i8, b: i8) -> i8 {
+    let (a, b) = (i32::from(a) - p.za, i32::from(b) - p.zb);
+    let v = (a as f32 * p.sa / (b as f32 * p.sb)) / p.sy;
+    if v.is_nan() {
+        // 0 / 0: ONNX Runtime's QuantizeLinear clamps with `max(v, lo)` first, which gives
+        // `lo` for NaN (and a fused Relu's `max(v, 0)` gives 0, whose byte is `lo` too).
+        return p.lo;
+    }
+    requant_f32(v, p.zy, p.lo, p.hi)
+}
+
+/// One `Sub` element ([`BinaryKind::Sub`]).
+#[inline(always)]
+pub(super) fn sub_one(p: &Binary, a: i8, b: i8) -> i8 {
+    let (a, b) = (i32::from(a) - p.za, i32::from(b) - p.zb);
+    let v = (a as f32 * p.sa - b as f32 * p.sb) / p.sy;
     requant_f32(v, p.zy, p.lo, p.hi)
 }
 

@@ -109,6 +109,37 @@ fn elementwise_loops_give_the_same_bytes_on_every_width() {
     }
 }
 
+#[test]
+fn div_and_sub_follow_the_float_formula_and_a_zero_divisor_saturates() {
+    // test_binary: za = 3, zb = -9, zy = 1.
+    let mut div = test_binary(BinaryKind::Div, vec![1], vec![1], vec![1]);
+    let sub = test_binary(BinaryKind::Sub, vec![1], vec![1], vec![1]);
+    let (sa, sb, sy) = (div.sa, div.sb, div.sy);
+    for (a, b) in [(10i8, 20i8), (-100, 5), (127, -128), (3, 7)] {
+        let (x, y) = (
+            (i32::from(a) - 3) as f32 * sa,
+            (i32::from(b) + 9) as f32 * sb,
+        );
+        assert_eq!(
+            div.one(a, b),
+            requant_f32(x / y / sy, 1, -128, 127),
+            "{a} / {b}"
+        );
+        assert_eq!(
+            sub.one(a, b),
+            requant_f32((x - y) / sy, 1, -128, 127),
+            "{a} - {b}"
+        );
+    }
+    // b == zb: x / 0 saturates by sign, 0 / 0 (NaN) is the lowest byte, as ONNX Runtime's
+    // QuantizeLinear gives it.
+    assert_eq!(div.one(50, -9), 127);
+    assert_eq!(div.one(-50, -9), -128);
+    assert_eq!(div.one(3, -9), -128);
+    div.lo = 1; // a fused Relu: its byte of 0
+    assert_eq!(div.one(3, -9), 1);
+}
+
 /// `op` element by element from its definition: output index `i` of `shape` reads each
 /// operand at the dot product of `i`'s coordinates with that operand's strides.
 fn binary_reference(op: &Binary, a: &[i8], b: &[i8]) -> Vec<i8> {
@@ -142,6 +173,8 @@ fn broadcast_binaries_follow_their_strides_for_any_split() {
     let n: usize = shape.iter().product();
     for (kind, (strides, len)) in [
         BinaryKind::Mul,
+        BinaryKind::Div,
+        BinaryKind::Sub,
         BinaryKind::Add {
             ra: 0.71,
             rb: 1.37,

@@ -192,7 +192,11 @@ impl Lowerer<'_> {
                     - (ra * f32::from(aq.zero_point) + rb * f32::from(bq.zero_point));
                 BinaryKind::Add { ra, rb, fixed }
             } else {
-                BinaryKind::Mul
+                match n.op.as_str() {
+                    "Div" => BinaryKind::Div,
+                    "Sub" => BinaryKind::Sub,
+                    _ => BinaryKind::Mul,
+                }
             },
             sa: aq.scale,
             sb: bq.scale,

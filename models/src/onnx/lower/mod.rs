@@ -17,7 +17,8 @@
 //! Files: this one holds the value tracking, the fusion search (`find_q`), the layout
 //! conversions and the dispatch by operator; `quant` (Quantize/DequantizeLinear), `shape`
 //! (the shape operators), `conv` (convolutions and matrix products), `elementwise` (Add,
-//! Mul, table operators, Concat) and `window` (pooling, Resize) lower one family each.
+//! Mul, table operators, Concat), `island` (chains of elementwise float operators on one
+//! quantized tensor, as one table) and `window` (pooling, Resize) lower one family each.
 
 use super::dense_routes::{ColumnFold, Phases};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
@@ -33,6 +34,7 @@ mod conv;
 mod deconv;
 pub(crate) use deconv::DECONV_PHASES_MAX;
 mod elementwise;
+mod island;
 mod quant;
 mod shape;
 mod window;
@@ -551,6 +553,9 @@ impl<'g> Lowerer<'g> {
                 n.domain
             )));
         }
+        if self.float_island(i)? {
+            return Ok(());
+        }
         match op {
             "Constant" => {
                 let c = match n.attrs.get("value") {
@@ -598,7 +603,7 @@ impl<'g> Lowerer<'g> {
             "Conv" | "QLinearConv" => self.conv(n),
             "ConvTranspose" => self.conv_transpose(n),
             "Gemm" | "MatMul" | "QLinearMatMul" | "QGemm" => self.matmul(n),
-            "Add" | "Mul" | "QLinearAdd" | "QLinearMul" => self.binary(n),
+            "Add" | "Mul" | "Div" | "Sub" | "QLinearAdd" | "QLinearMul" => self.binary(n),
             "Sigmoid" | "QLinearSigmoid" | "Tanh" | "LeakyRelu" | "QLinearLeakyRelu"
             | "HardSigmoid" | "HardSwish" | "Softplus" | "Mish" => self.unary(n),
             "AveragePool"
@@ -607,6 +612,13 @@ impl<'g> Lowerer<'g> {
             | "QLinearGlobalAveragePool" => self.avg_pool(n),
             "Concat" | "QLinearConcat" => self.concat(n),
             "Resize" | "Upsample" => self.resize(n),
+            _ if island::ISLAND_OPS.contains(&op) => Err(n.unsupported(
+                "the native engine runs this operator only inside a float island: elementwise \
+                 float operators whose only non-constant input is one dequantized tensor, with \
+                 scalar constants, ending in one QuantizeLinear (lowered to one table); here it \
+                 reads another tensor, a per-channel constant, or its result leaves the group \
+                 unquantized. Quantize around it (QDQ) or run the model with --engine onnxruntime",
+            )),
             _ => Err(n.unsupported(
                 "this operator is not in the native engine's set (Conv, ConvTranspose, Gemm/MatMul, \
                  Add, Mul, \
