@@ -406,6 +406,14 @@ q_then([h.make_node("Slice", ["f", "st2", "en2", "ax2"], ["y"], name="twice")], 
 y2 = h.make_tensor_value_info("y2", T.FLOAT, None)
 q_then([h.make_node("Split", ["f", "sz"], ["y", "y2"], name="bad_split", axis=1)], "split_sizes", [y, y2],
        [i64("sz", [1, 1])])
+# TensorRT-style Q/DQ placement: the convolution's float output goes into a float Add.
+gs = nh.from_array(np.array(0.01, np.float32), "gs"); gz = nh.from_array(np.array(0, np.int8), "gz")
+w3 = nh.from_array(np.ones((3, 3, 3, 3), np.int8), "w3")
+q_then([h.make_node("DequantizeLinear", ["w3", "gs", "gz"], ["w3f"]),
+        h.make_node("Conv", ["f", "w3f"], ["c"], name="trt_conv", pads=[1, 1, 1, 1]),
+        h.make_node("Add", ["c", "f"], ["sum"], name="trt_add"), h.make_node("Relu", ["sum"], ["r"]),
+        h.make_node("QuantizeLinear", ["r", "ys", "z"], ["rq"]), h.make_node("DequantizeLinear", ["rq", "ys", "z"], ["y"])],
+       "trt_residual", [y], [w3, gs, gz, ys])
 # A float island whose result is not quantized: Exp's float output is the graph's output.
 q_then([h.make_node("Exp", ["f"], ["y"], name="float_exp")], "island_unquantized", [y], [])
 # A grouped ConvTranspose (int8 weights [in, out / group, kh, kw], symmetric).
@@ -517,6 +525,15 @@ fn every_rejection_says_what_and_what_to_do() {
     assert!(
         m.contains("grouped_deconv")
             && m.contains("grouped transposed")
+            && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("trt_residual.onnx");
+    assert!(
+        m.contains("trt_conv")
+            && m.contains("\"trt_add\", op Add")
+            && m.contains("TensorRT")
+            && m.contains("quantize_static")
             && m.contains("--engine onnxruntime"),
         "{m}"
     );

@@ -419,11 +419,35 @@ impl<'g> Lowerer<'g> {
             chain.push(c);
             value = m.outputs.first().cloned().unwrap_or_default();
         }
-        Err(n.unsupported(
-            "its float result does not go (through Relu/Clip only) to a QuantizeLinear: the \
-             native engine runs INT8 models only; quantize this operator's output (QDQ) or run \
-             the model with --engine onnxruntime",
-        ))
+        // Where the float value went instead: named, so a user sees which edge lacks its
+        // quantization.
+        let went = match self.consumers.get(&value).map(Vec::as_slice) {
+            _ if self.outputs.contains(&value) => format!(" (it is the graph output {value:?})"),
+            Some([one]) => {
+                let m = &self.g.nodes[*one];
+                format!(" (it goes to node {:?}, op {}, in float)", m.name, m.op)
+            }
+            Some(many) if many.len() > 1 => {
+                format!(" (it is read by {} nodes, in float)", many.len())
+            }
+            _ => String::new(),
+        };
+        // TensorRT-oriented tools quantize the inputs of convolutions only and leave their
+        // outputs in float into Add, Sigmoid, MaxPool, ...
+        let trt_hint = if matches!(n.op.as_str(), "Conv" | "ConvTranspose" | "Gemm" | "MatMul")
+            && !went.is_empty()
+        {
+            ". Q/DQ on convolution inputs only is how TensorRT-oriented tools (NVIDIA's \
+             pytorch-quantization, ModelOpt) place it; onnxruntime.quantization.quantize_static \
+             (QDQ) quantizes every operator's output. Quantize"
+        } else {
+            "; quantize"
+        };
+        Err(n.unsupported(format!(
+            "its float result does not go (through Relu/Clip only) to a QuantizeLinear{went}: \
+             the native engine runs INT8 models only{trt_hint} this operator's output (QDQ) or \
+             run the model with --engine onnxruntime",
+        )))
     }
 
     fn q_axis_per_channel(&self, m: &Node) -> Result<bool, EngineError> {
