@@ -24,6 +24,35 @@ pub struct CountingAllocator {
     this_thread_only: AtomicBool,
     allocations: AtomicU64,
     bytes: AtomicU64,
+    /// The first [`FIRST_RECORDED`] counted allocations: `thread id << 32 | size` (size
+    /// saturated to `u32`), so a failing count can say which thread allocated.
+    first: [AtomicU64; FIRST_RECORDED],
+}
+
+/// How many counted allocations [`CountingAllocator::first_allocations`] can name.
+pub const FIRST_RECORDED: usize = 8;
+
+/// One recorded allocation: the kernel's thread id, that thread's name (from
+/// `/proc/self/task/<tid>/comm`, read after counting stopped; `?` when the thread has exited
+/// or the platform has no such file) and the size in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedAllocation {
+    pub thread_id: u32,
+    pub thread_name: String,
+    pub bytes: u64,
+}
+
+/// The kernel's id of the calling thread (a system call: no allocation).
+fn thread_id() -> u32 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions and cannot fail.
+        (unsafe { libc::gettid() }) as u32
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
 }
 
 thread_local! {
@@ -39,7 +68,31 @@ impl CountingAllocator {
             this_thread_only: AtomicBool::new(false),
             allocations: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            first: [const { AtomicU64::new(0) }; FIRST_RECORDED],
         }
+    }
+
+    /// The first (up to [`FIRST_RECORDED`]) allocations counted since the last start, with
+    /// the threads that made them. Call it after `stop`, while the threads still run: it
+    /// allocates, and a thread's name is only readable while it lives.
+    pub fn first_allocations(&self) -> Vec<RecordedAllocation> {
+        let n = (self.allocations.load(Ordering::SeqCst) as usize).min(FIRST_RECORDED);
+        self.first[..n]
+            .iter()
+            .map(|e| {
+                let v = e.load(Ordering::SeqCst);
+                let thread_id = (v >> 32) as u32;
+                let thread_name =
+                    std::fs::read_to_string(format!("/proc/self/task/{thread_id}/comm"))
+                        .map(|s| s.trim().to_string())
+                        .unwrap_or_else(|_| "?".to_string());
+                RecordedAllocation {
+                    thread_id,
+                    thread_name,
+                    bytes: v & 0xFFFF_FFFF,
+                }
+            })
+            .collect()
     }
 
     /// Resets the counts and starts counting (every thread of the process).
@@ -77,8 +130,12 @@ impl CountingAllocator {
                     .try_with(std::cell::Cell::get)
                     .unwrap_or(false))
         {
-            self.allocations.fetch_add(1, Ordering::Relaxed);
+            let k = self.allocations.fetch_add(1, Ordering::Relaxed) as usize;
             self.bytes.fetch_add(size as u64, Ordering::Relaxed);
+            if let Some(slot) = self.first.get(k) {
+                let size = size.min(u32::MAX as usize) as u64;
+                slot.store(u64::from(thread_id()) << 32 | size, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -31,6 +31,10 @@ const CONTROL_FRAMES: u64 = 50;
 /// probe's allocating runs, and the frames published.
 struct Counts {
     off: (u64, u64),
+    /// Which threads made the first allocations counted with the probe off.
+    off_who: Vec<redline_tests::RecordedAllocation>,
+    /// The same with the probe on (the record's own control: it must name the probe's).
+    on_who: Vec<redline_tests::RecordedAllocation>,
     on: (u64, u64),
     probe_runs: u64,
     frames: u64,
@@ -67,6 +71,7 @@ fn count(release: ReleaseMode, mut graph: GraphBuilder) -> Counts {
     ALLOC.start();
     rt.run(FRAMES, &mut h);
     let off = ALLOC.stop();
+    let off_who = ALLOC.first_allocations();
     probe.switch_on();
     ALLOC.start();
     rt.run(CONTROL_FRAMES, &mut h);
@@ -78,11 +83,14 @@ fn count(release: ReleaseMode, mut graph: GraphBuilder) -> Counts {
         control_frames += CONTROL_FRAMES;
     }
     let on = ALLOC.stop();
+    let on_who = ALLOC.first_allocations();
     assert_eq!(rt.frames_published(), 100 + FRAMES + control_frames);
     let r = rt.report();
     Counts {
         off,
+        off_who,
         on,
+        on_who,
         probe_runs: probe.allocating_runs(),
         frames: h.frames,
         control_frames,
@@ -106,6 +114,11 @@ fn assert_control_counted(what: &str, c: &Counts) {
          the zero-allocation checks prove nothing",
         c.probe_runs
     );
+    assert!(
+        c.on_who.iter().any(|r| r.bytes == 64 && r.thread_id != 0),
+        "{what}: the record of the first allocations does not show the probe's 64 bytes: {:?}",
+        c.on_who
+    );
 }
 
 #[test]
@@ -121,7 +134,9 @@ fn no_allocation_per_frame_after_warm_up() {
         assert_eq!(c.frames, 100 + FRAMES + c.control_frames);
         assert_eq!(
             allocs, 0,
-            "{release:?}: {allocs} allocations ({bytes} bytes) in {FRAMES} frames of the demo graph"
+            "{release:?}: {allocs} allocations ({bytes} bytes) in {FRAMES} frames of the demo \
+             graph, the first by {:?}",
+            c.off_who
         );
         assert_control_counted(&format!("{release:?}, demo graph"), &c);
     }
@@ -129,7 +144,8 @@ fn no_allocation_per_frame_after_warm_up() {
     let (allocs, bytes) = c.off;
     assert_eq!(
         allocs, 0,
-        "empty graph: {allocs} allocations ({bytes} bytes)"
+        "empty graph: {allocs} allocations ({bytes} bytes), the first by {:?}",
+        c.off_who
     );
     assert_control_counted("empty graph", &c);
 
@@ -147,7 +163,9 @@ fn no_allocation_per_frame_after_warm_up() {
     let (allocs, bytes) = c.off;
     assert_eq!(
         allocs, 0,
-        "after a stage panic: {allocs} allocations ({bytes} bytes) in {FRAMES} frames"
+        "after a stage panic: {allocs} allocations ({bytes} bytes) in {FRAMES} frames, the \
+         first by {:?}",
+        c.off_who
     );
     assert_control_counted("after a stage panic", &c);
 }
