@@ -255,17 +255,8 @@ impl Lowerer<'_> {
             },
         )?;
         let beta = n.float("beta", 0.5)?;
-        let f: Box<dyn Fn(f32) -> f32> = match n.op.as_str() {
-            "Sigmoid" | "QLinearSigmoid" => Box::new(|x: f32| 1.0 / (1.0 + dm::exp(-x))),
-            "Tanh" => Box::new(|x: f32| dm::tanh(x)),
-            "HardSigmoid" => Box::new(move |x: f32| (alpha * x + beta).clamp(0.0, 1.0)),
-            // ONNX: x · max(0, min(1, x / 6 + 0.5)) (MobileNetV3's activation).
-            "HardSwish" => Box::new(|x: f32| x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)),
-            "Softplus" => Box::new(softplus),
-            // ONNX (opset 18): x · tanh(softplus(x)) (YOLOv4's activation).
-            "Mish" => Box::new(|x: f32| x * dm::tanh(softplus(x))),
-            _ => Box::new(move |x: f32| if x >= 0.0 { x } else { alpha * x }),
-        };
+        let op = n.op.as_str();
+        let f = |x: f32| activation(op, alpha, beta, x).unwrap_or(f32::NAN);
         let mut table = requant_table(x_q, y_q, f);
         for e in table.iter_mut() {
             *e = (*e).clamp(lo, hi);
@@ -446,4 +437,28 @@ fn nchw_to_nhwc(v: &[i8], s: &[usize]) -> Vec<i8> {
 /// ONNX `Softplus`: `ln(1 + exp(x))`, with the deterministic `exp` and `ln`.
 fn softplus(x: f32) -> f32 {
     dm::ln(1.0 + dm::exp(x))
+}
+
+/// The table activations' formulas (ONNX's, with the deterministic `exp`, `ln`, `tanh`),
+/// shared by their tables and by float islands (`island`) so that both give the same bits;
+/// `None` for another operator. `alpha`/`beta`: `LeakyRelu`'s and `HardSigmoid`'s.
+pub(super) fn activation(op: &str, alpha: f32, beta: f32, x: f32) -> Option<f32> {
+    Some(match op {
+        "Sigmoid" | "QLinearSigmoid" => 1.0 / (1.0 + dm::exp(-x)),
+        "Tanh" => dm::tanh(x),
+        "HardSigmoid" => (alpha * x + beta).clamp(0.0, 1.0),
+        // ONNX: x · max(0, min(1, x / 6 + 0.5)) (MobileNetV3's activation).
+        "HardSwish" => x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
+        "Softplus" => softplus(x),
+        // ONNX (opset 18): x · tanh(softplus(x)) (YOLOv4's activation).
+        "Mish" => x * dm::tanh(softplus(x)),
+        "LeakyRelu" | "QLinearLeakyRelu" => {
+            if x >= 0.0 {
+                x
+            } else {
+                alpha * x
+            }
+        }
+        _ => return None,
+    })
 }

@@ -329,10 +329,6 @@ fn arity_ok(op: &str, args: &[Arg]) -> bool {
     }
 }
 
-fn softplus(x: f32) -> f32 {
-    dm::ln(1.0 + dm::exp(x))
-}
-
 /// One island node's value for the source value `x`, earlier nodes' values in `prev`.
 fn eval(node: &IslandNode, x: f32, prev: &[f32]) -> f32 {
     let arg = |i: usize| match node.args.get(i) {
@@ -343,6 +339,10 @@ fn eval(node: &IslandNode, x: f32, prev: &[f32]) -> f32 {
     };
     let a = arg(0).unwrap_or(f32::NAN);
     let b = arg(1).unwrap_or(f32::NAN);
+    // The table operators: the same formula as their own tables.
+    if let Some(v) = super::elementwise::activation(&node.op, node.alpha, node.beta, a) {
+        return v;
+    }
     match node.op.as_str() {
         "Identity" => a,
         "Relu" => a.max(0.0),
@@ -351,20 +351,7 @@ fn eval(node: &IslandNode, x: f32, prev: &[f32]) -> f32 {
             let hi = arg(2).unwrap_or(node.beta);
             a.max(lo).min(hi)
         }
-        "Sigmoid" => 1.0 / (1.0 + dm::exp(-a)),
-        "Tanh" => dm::tanh(a),
-        "Softplus" => softplus(a),
         "Softsign" => a / (1.0 + a.abs()),
-        "Mish" => a * dm::tanh(softplus(a)),
-        "HardSigmoid" => (node.alpha * a + node.beta).clamp(0.0, 1.0),
-        "HardSwish" => a * (a * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
-        "LeakyRelu" => {
-            if a >= 0.0 {
-                a
-            } else {
-                node.alpha * a
-            }
-        }
         "Elu" => {
             if a >= 0.0 {
                 a
