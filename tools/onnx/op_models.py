@@ -264,6 +264,22 @@ def _(g):
     g.output(g.conv(d, 4, 1, pads=P0))
 
 
+# TensorRT-style Q/DQ placement (Q/DQ on convolution inputs only): the convolution's float
+# output goes on into a residual Add, or a SiLU; also the usual QDQ/QOperator variants.
+@case("trt_residual")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.relu(g.conv(g.input(X), 6, 3))
+    g.output(g.relu(g.add(g.conv(g.relu(g.conv(x, 6, 3)), 6, 3), x)))
+
+
+@case("trt_silu")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.mul(x, g.sigmoid(x)), 4, 1, pads=P0))
+
+
 # Split and Slice: strided copies in the tensor's own layout (NHWC between convolutions).
 @case("split_channels")
 def _(g):

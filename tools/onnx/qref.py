@@ -416,9 +416,49 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
     return man
 
 
+# The readers through which a TensorRT-style convolution's float output goes on.
+TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid")
+
+
+def to_trt_style(model):
+    """TensorRT-style Q/DQ placement (NVIDIA's pytorch-quantization, ModelOpt): removes
+    each QuantizeLinear -> DequantizeLinear pair on a Conv's output whose dequantized value
+    is read by Add/Sub/Mul/Div/Sigmoid, so the convolution's float output goes on into them
+    (ONNX Runtime then runs that convolution in float). Returns the number of pairs removed."""
+    g = model.graph
+    producer = {o: nd for nd in g.node for o in nd.output}
+    readers = collections.defaultdict(list)
+    for nd in g.node:
+        for i in nd.input:
+            readers[i].append(nd)
+    outputs = {o.name for o in g.output}
+    drop, rename = set(), {}
+    for q in g.node:
+        src = producer.get(q.input[0])
+        if q.op_type != "QuantizeLinear" or src is None or src.op_type != "Conv":
+            continue
+        dqs = readers[q.output[0]]
+        if not dqs or any(d.op_type != "DequantizeLinear" or d.output[0] in outputs for d in dqs):
+            continue
+        after = [r for d in dqs for r in readers[d.output[0]]]
+        if not after or any(r.op_type not in TRT_FLOAT_READERS for r in after):
+            continue
+        drop.update(id(n) for n in [q] + dqs)
+        rename.update({d.output[0]: q.input[0] for d in dqs})
+    kept = [nd for nd in g.node if id(nd) not in drop]
+    for nd in kept:
+        for k, i in enumerate(nd.input):
+            if i in rename:
+                nd.input[k] = rename[i]
+    del g.node[:]
+    g.node.extend(kept)
+    return len(rename)
+
+
 def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, formats=None):
     """Saves <name>_float.onnx and the four quantized variants with their references (or
-    only those of `formats`, e.g. ["qdq"]). Returns the list of manifest file names
+    only those of `formats`, e.g. ["qdq"]; "trt" adds <name>_trt_{s8,u8}: the QDQ model in
+    TensorRT-style placement, `to_trt_style`). Returns the list of manifest file names
     (quantized models only)."""
     rng = np.random.default_rng([seed, 1])
     samples = [make_inputs(float_model, rng) for _ in range(CALIB_SAMPLES)]
@@ -440,6 +480,18 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, f
         manifests.append(stem + ".json")
         fl = " ".join(f"{k}:{v}" for k, v in man["ort"]["float_ops"].items()) or "-"
         log(describe(qpath, qm) + f"  | ORT float ops: {fl}")
+    for atag, aq in ACTIVATIONS if formats is not None and "trt" in formats else []:
+        stem = f"{name}_trt_{atag}"
+        qpath = os.path.join(out_dir, stem + ".onnx")
+        qm = quantize(float_model, qpath, samples, oq.QuantFormat.QDQ, aq, reduce_range)
+        if to_trt_style(qm) == 0:
+            ro.fail(f"{stem}: no convolution output feeds Add/Sub/Mul/Div/Sigmoid")
+        onnx.save(qm, qpath)
+        man = write_reference(out_dir, stem, stem + ".onnx", feeds,
+                              {"format": "trt", "activations": atag, "reduce_range": reduce_range,
+                               "float_model": os.path.basename(fpath)})
+        manifests.append(stem + ".json")
+        log(describe(qpath, qm) + "  | TensorRT-style placement")
     return manifests
 
 

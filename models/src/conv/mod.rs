@@ -484,6 +484,28 @@ impl Conv2d {
         Ok(())
     }
 
+    /// The exact accumulators `bias + Σ (x − x_zp)·w` of output rows `rows`, not
+    /// requantized, into `out_rows` (`rows.len() · out_w · out_c` values, row `rows.start`
+    /// first): for a convolution whose float output goes on unquantized (a TensorRT-style
+    /// Q/DQ placement), `acc · x_scale · w_scale` is that output. The portable scalar kernel
+    /// (the SIMD kernels write requantized bytes only); the same integers on every path.
+    pub fn forward_rows_acc(
+        &self,
+        input: &[i8],
+        in_h: usize,
+        in_w: usize,
+        out_rows: &mut [i32],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        let (out_h, out_w) = self.check_input(input, in_h, in_w, self.in_c)?;
+        check_rows(&rows, out_h)?;
+        let expected = checked_len(&[rows.end - rows.start, out_w, self.out_c], "output")?;
+        exact_len(out_rows.len(), expected, "conv accumulator rows")?;
+        let (slot, view) = (self.dense_slot(), self.dense_view());
+        self.run_rows_scalar(input, in_h, in_w, out_w, out_rows, slot, view, rows);
+        Ok(())
+    }
+
     fn dense_slot(&self) -> ChannelSlot {
         ChannelSlot {
             pixel_stride: self.out_c,

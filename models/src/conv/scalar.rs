@@ -15,16 +15,42 @@ use super::{ChannelSlot, Conv2d};
 use crate::quant::requantize;
 use std::ops::Range;
 
+/// What the scalar kernel stores for one output: the requantized byte (`i8`), or the exact
+/// accumulator itself (`i32`: a convolution whose float output goes on unquantized).
+pub(super) trait ScalarOut: Copy {
+    fn from_acc(layer: &Conv2d, oc: usize, acc: i32) -> Self;
+}
+
+impl ScalarOut for i8 {
+    #[inline(always)]
+    fn from_acc(layer: &Conv2d, oc: usize, acc: i32) -> i8 {
+        requantize(
+            acc,
+            layer.multipliers[oc],
+            layer.out_q.zero_point,
+            layer.relu,
+        )
+    }
+}
+
+impl ScalarOut for i32 {
+    #[inline(always)]
+    fn from_acc(_: &Conv2d, _: usize, acc: i32) -> i32 {
+        acc
+    }
+}
+
 impl Conv2d {
-    /// The scalar reference kernel (same contract as `Conv2d::run_rows`).
+    /// The scalar reference kernel (same contract as `Conv2d::run_rows`), storing bytes or
+    /// accumulators ([`ScalarOut`]).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn run_rows_scalar(
+    pub(super) fn run_rows_scalar<O: ScalarOut>(
         &self,
         input: &[i8],
         in_h: usize,
         in_w: usize,
         out_w: usize,
-        dst: &mut [i8],
+        dst: &mut [O],
         slot: ChannelSlot,
         in_view: ChannelSlot,
         rows: Range<usize>,
@@ -32,8 +58,6 @@ impl Conv2d {
         let (in_c, k, s, p) = (self.in_c, self.k, self.stride, self.pad);
         let (px_stride, px_off) = (in_view.pixel_stride, in_view.channel_offset);
         let x_zp = i32::from(self.in_q.zero_point);
-        let y_zp = self.out_q.zero_point;
-        let relu = self.relu;
         let per_oc = k * k * in_c;
         let row_len = out_w * slot.pixel_stride;
         for (oy, out_row) in rows.zip(dst.chunks_exact_mut(row_len)) {
@@ -80,7 +104,7 @@ impl Conv2d {
                             }
                         }
                     }
-                    *o = requantize(acc, self.multipliers[oc], y_zp, relu);
+                    *o = O::from_acc(self, oc, acc);
                 }
             }
         }

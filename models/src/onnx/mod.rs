@@ -8,10 +8,10 @@
 //!   with static shapes and tensors stored inside the file. Models quantized by ONNX Runtime's
 //!   `quantize_static` (QDQ or QOperator, `int8` or `uint8` activations, per-channel or
 //!   per-tensor symmetric `int8` weights) or by PyTorch's exporter (QDQ) are the intended
-//!   input. NVIDIA's TensorRT-oriented placement (Q/DQ on convolution inputs only, a
-//!   convolution's output going on in float into `Add`, `Sigmoid`, ...) needs a float
-//!   convolution output the kernels do not write yet: its error names the node it went to
-//!   and says to quantize with `quantize_static` or run on ONNX Runtime.
+//!   input, and so is NVIDIA's TensorRT-oriented placement (Q/DQ on convolution inputs
+//!   only, a convolution's output going on in float into `Add`, `Sigmoid`, ...): such a
+//!   convolution writes `f32` from its exact integer sums and the float operators after it
+//!   run in `f32` up to the next `QuantizeLinear` (`lower::float`).
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
 //!   depthwise), ConvTranspose (one group, no dilation, explicit pads, `output_padding`: one
 //!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,

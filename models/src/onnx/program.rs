@@ -70,6 +70,47 @@ pub(crate) enum Step {
         /// holds the sum.
         residual: Option<Residual>,
     },
+    /// A convolution whose float output goes on unquantized (TensorRT-style Q/DQ placement):
+    /// `dst` (`f32`, NHWC) gets `acc · scales[c] + bias[c]`, `acc` the exact integer sum
+    /// ([`Conv2d::forward_rows_acc`]) and `scales[c] = x_scale · w_scale[c]`; ONNX Runtime
+    /// runs the same convolution in float on the dequantized values.
+    ConvFloat {
+        conv: Box<Conv2d>,
+        batch: usize,
+        in_h: usize,
+        in_w: usize,
+        out_h: usize,
+        /// Elements per output row (`out_w · out_c`).
+        row_len: usize,
+        scales: Vec<f32>,
+        bias: Vec<f32>,
+        src: usize,
+        dst: usize,
+    },
+    /// `dst[i] = (src[i] − zp) · scale` (`i8` to `f32`): a dequantized tensor read by a float
+    /// operator.
+    Dequantize {
+        src: usize,
+        dst: usize,
+        n: usize,
+        scale: f32,
+        zp: i32,
+    },
+    /// An elementwise float operator on `f32` tensors of one shape (`n` elements each).
+    FloatBinary {
+        op: FloatBinaryOp,
+        a: usize,
+        b: usize,
+        n: usize,
+        dst: usize,
+    },
+    /// A float function of one `f32` tensor (`n` elements).
+    FloatUnary {
+        op: FloatUnaryOp,
+        src: usize,
+        dst: usize,
+        n: usize,
+    },
     /// A dilated convolution's input split into its dilation phases, or its phase outputs
     /// merged back ([`Phases`]).
     Phases {
@@ -144,6 +185,47 @@ pub(crate) enum Step {
         parts: Vec<ConcatPart>,
         dst: usize,
     },
+}
+
+/// The operator of a [`Step::FloatBinary`]: IEEE `f32` `+ − × ÷`, as ONNX Runtime's float
+/// kernels compute them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatBinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl FloatBinaryOp {
+    #[inline(always)]
+    pub(crate) fn apply(self, a: f32, b: f32) -> f32 {
+        match self {
+            FloatBinaryOp::Add => a + b,
+            FloatBinaryOp::Sub => a - b,
+            FloatBinaryOp::Mul => a * b,
+            FloatBinaryOp::Div => a / b,
+        }
+    }
+}
+
+/// The function of a [`Step::FloatUnary`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum FloatUnaryOp {
+    /// `min(max(x, lo), hi)` (Relu: `lo = 0`, `hi = +inf`).
+    Clamp { lo: f32, hi: f32 },
+    /// `1 / (1 + exp(−x))` with the deterministic `exp` (the Sigmoid table's formula).
+    Sigmoid,
+}
+
+impl FloatUnaryOp {
+    #[inline(always)]
+    pub(crate) fn apply(self, x: f32) -> f32 {
+        match self {
+            FloatUnaryOp::Clamp { lo, hi } => x.max(lo).min(hi),
+            FloatUnaryOp::Sigmoid => 1.0 / (1.0 + redline_runtime::det_math::exp(-x)),
+        }
+    }
 }
 
 /// Sizes of a [`Step::DeconvMerge`]: `batch` images of `out_h × out_w × c` from `sh · sw`
@@ -589,6 +671,26 @@ impl Program {
                             }
                         };
                     }
+                    Step::ConvFloat {
+                        conv,
+                        batch,
+                        in_h,
+                        in_w,
+                        ..
+                    } => {
+                        let (oh, ow) = conv.out_hw(*in_h, *in_w);
+                        let name = format!(
+                            "conv {k}x{k}/{s} {i}>{o} {oh}x{ow} float out",
+                            k = conv.k,
+                            s = conv.stride,
+                            i = conv.in_c,
+                            o = conv.out_c
+                        );
+                        return (name, conv.macs(*in_h, *in_w) * *batch as u64);
+                    }
+                    Step::Dequantize { .. } => ("dequantize", 0),
+                    Step::FloatBinary { .. } => ("float binary", 0),
+                    Step::FloatUnary { .. } => ("float unary", 0),
                     Step::Phases { .. } => ("dilation phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
                     Step::AvgPool { .. } => ("avgpool", 0),
@@ -701,6 +803,118 @@ impl Program {
                     split_rows(lanes, base, &bufs[*dst], *n, 1, 4, &|r, out| {
                         kernels::quantize(isa, &x[r], *scale, *zp, out);
                     });
+                }
+                Step::ConvFloat {
+                    conv,
+                    batch,
+                    in_h,
+                    in_w,
+                    out_h,
+                    row_len,
+                    scales,
+                    bias,
+                    src,
+                    dst,
+                } => {
+                    let x = view(*src);
+                    let img_in = x.len() / batch.max(&1);
+                    let failed = std::sync::atomic::AtomicBool::new(false);
+                    let per_row = conv.macs(*in_h, *in_w) as usize / out_h.max(&1);
+                    let oc = conv.out_c.max(1);
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        batch * out_h,
+                        row_len * 4,
+                        per_row,
+                        &|r, out| {
+                            let Ok(acc) = bytemuck::try_cast_slice_mut::<i8, i32>(out) else {
+                                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                                return;
+                            };
+                            // Split the row range at image boundaries.
+                            let (mut row, mut o) = (r.start, 0);
+                            while row < r.end {
+                                let (b, oy) = (row / out_h, row % out_h);
+                                let end = ((b + 1) * out_h).min(r.end);
+                                let n = end - row;
+                                let img = &x[b * img_in..(b + 1) * img_in];
+                                let rows_out = &mut acc[o..o + n * row_len];
+                                if conv
+                                    .forward_rows_acc(img, *in_h, *in_w, rows_out, oy..oy + n)
+                                    .is_err()
+                                {
+                                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                o += n * row_len;
+                                row = end;
+                            }
+                            // NHWC: element i is channel i mod out_c. Written back as f32 bits.
+                            for chunk in acc.chunks_exact_mut(oc) {
+                                for ((e, &s), &b) in chunk.iter_mut().zip(scales).zip(bias) {
+                                    *e = ((*e as f32) * s + b).to_bits() as i32;
+                                }
+                            }
+                        },
+                    );
+                    if failed.into_inner() {
+                        return Err(EngineError::Run("convolution rejected its buffers"));
+                    }
+                }
+                Step::Dequantize {
+                    src,
+                    dst,
+                    n,
+                    scale,
+                    zp,
+                } => {
+                    let failed = std::sync::atomic::AtomicBool::new(false);
+                    let x = view(*src);
+                    split_rows(lanes, base, &bufs[*dst], *n, 4, 2, &|r, out| {
+                        let Ok(y) = bytemuck::try_cast_slice_mut::<i8, f32>(out) else {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            return;
+                        };
+                        for (d, &v) in y.iter_mut().zip(&x[r]) {
+                            *d = (i32::from(v) - zp) as f32 * scale;
+                        }
+                    });
+                    if failed.into_inner() {
+                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
+                    }
+                }
+                Step::FloatBinary { op, a, b, n, dst } => {
+                    let failed = std::sync::atomic::AtomicBool::new(false);
+                    let (xa, xb) = (view_f32(*a), view_f32(*b));
+                    split_rows(lanes, base, &bufs[*dst], *n, 4, 2, &|r, out| {
+                        let Ok(y) = bytemuck::try_cast_slice_mut::<i8, f32>(out) else {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            return;
+                        };
+                        for ((d, &u), &v) in y.iter_mut().zip(&xa[r.clone()]).zip(&xb[r]) {
+                            *d = op.apply(u, v);
+                        }
+                    });
+                    if failed.into_inner() {
+                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
+                    }
+                }
+                Step::FloatUnary { op, src, dst, n } => {
+                    let failed = std::sync::atomic::AtomicBool::new(false);
+                    let x = view_f32(*src);
+                    split_rows(lanes, base, &bufs[*dst], *n, 4, 2, &|r, out| {
+                        let Ok(y) = bytemuck::try_cast_slice_mut::<i8, f32>(out) else {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            return;
+                        };
+                        for (d, &v) in y.iter_mut().zip(&x[r]) {
+                            *d = op.apply(v);
+                        }
+                    });
+                    if failed.into_inner() {
+                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
+                    }
                 }
                 Step::Conv {
                     imp,

@@ -665,6 +665,20 @@ impl LaunchPlan {
                         Params::Bin(p),
                     );
                 }
+                Step::ConvFloat { .. }
+                | Step::Dequantize { .. }
+                | Step::FloatBinary { .. }
+                | Step::FloatUnary { .. } => {
+                    return Err(EngineError::Unsupported {
+                        node: format!("step {si}"),
+                        op: "float convolution output".to_string(),
+                        reason: "a convolution whose float output goes on unquantized \
+                                 (TensorRT-style Q/DQ placement) is not on the CUDA engine \
+                                 yet; run the model on the native engine or with --engine \
+                                 onnxruntime"
+                            .to_string(),
+                    })
+                }
                 Step::DeconvMerge { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

@@ -178,8 +178,17 @@ impl Lowerer<'_> {
                 "{c} input channels, {groups} groups and weights {wshape:?} do not match"
             )));
         }
-        let bias = self.bias(n, if qop { 8 } else { 2 }, oc, x_q.scale, &w_scales)?;
-        let (y_q, (lo, hi), out_name) = self.out_q(n, if qop { Some((6, 7)) } else { None })?;
+        let float_out = !qop && self.conv_output_goes_on_in_float(n);
+        let bias = if float_out {
+            vec![0; oc] // the float route adds the float bias after the integer sum
+        } else {
+            self.bias(n, if qop { 8 } else { 2 }, oc, x_q.scale, &w_scales)?
+        };
+        let (y_q, (lo, hi), out_name) = if float_out {
+            (QParams::new(1.0, 0), (-128, 127), n.outputs[0].clone())
+        } else {
+            self.out_q(n, if qop { Some((6, 7)) } else { None })?
+        };
         let win = self.window(n, h, wd, kh, kw)?;
         // OIHW -> O,kh,kw,I.
         let mut packed = vec![0i8; w.len()];
@@ -207,6 +216,37 @@ impl Lowerer<'_> {
             // (asymmetric pads can make `in + 2·pad` smaller than the kernel).
             && (h + 2 * win.pt).checked_sub(kh).map(|v| v / win.sh + 1) == Some(win.out_h)
             && (wd + 2 * win.pt).checked_sub(kw).map(|v| v / win.sw + 1) == Some(win.out_w);
+        if float_out {
+            if !(square_window && groups == 1) {
+                return Err(n.unsupported(
+                    "its float result goes on unquantized (TensorRT-style Q/DQ placement), \
+                     which the native engine runs for convolutions with a square window, equal \
+                     strides, symmetric padding and one group only; quantize its output \
+                     (onnxruntime.quantization.quantize_static) or run the model with \
+                     --engine onnxruntime",
+                ));
+            }
+            let shape = ConvShape {
+                in_c: c,
+                out_c: oc,
+                k: kh,
+                stride: win.sh,
+                pad: win.pt,
+            };
+            let layer = Conv2d::new(shape, packed, w_scales.clone(), bias, x_q, y_q, false)
+                .map_err(|e| n.unsupported(format!("cannot run this convolution: {e}")))?;
+            let scales = w_scales.iter().map(|&ws| x_q.scale * ws).collect();
+            let fbias = self.float_bias(n, 2, oc, x_q.scale, &w_scales)?;
+            return self.conv_float(
+                n,
+                layer,
+                &x,
+                [b, h, wd],
+                [oc, win.out_h, win.out_w],
+                scales,
+                fbias,
+            );
+        }
         // The dense kernels run square convolutions directly, dilated "same" ones as
         // dilation phases (a dense convolution of each phase image), and stride-1 x s ones
         // with their columns folded into channels (the same bytes read as `s` times fewer,

@@ -34,6 +34,7 @@ mod conv;
 mod deconv;
 pub(crate) use deconv::DECONV_PHASES_MAX;
 mod elementwise;
+mod float;
 mod island;
 mod quant;
 mod shape;
@@ -438,8 +439,10 @@ impl<'g> Lowerer<'g> {
             && !went.is_empty()
         {
             ". Q/DQ on convolution inputs only is how TensorRT-oriented tools (NVIDIA's \
-             pytorch-quantization, ModelOpt) place it; onnxruntime.quantization.quantize_static \
-             (QDQ) quantizes every operator's output. Quantize"
+             pytorch-quantization, ModelOpt) place it; the native engine takes a convolution's \
+             float output on only into Add, Sub, Mul, Div, Relu, Clip and Sigmoid, and \
+             onnxruntime.quantization.quantize_static (QDQ) quantizes every operator's output. \
+             Quantize"
         } else {
             "; quantize"
         };
@@ -623,6 +626,8 @@ impl<'g> Lowerer<'g> {
             "Slice" => self.slice(n),
             "Split" => self.split(n),
             "MaxPool" => self.max_pool(n),
+            "Relu" | "Clip" | "Sigmoid" if self.reads_float_tensor(n) => self.float_unary(n),
+            "Add" | "Mul" | "Div" | "Sub" if self.reads_float_tensor(n) => self.float_binary(n),
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
             "ConvTranspose" => self.conv_transpose(n),

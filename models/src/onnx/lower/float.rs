@@ -1,0 +1,268 @@
+//! Float tensors after a convolution: TensorRT-style Q/DQ placement.
+//!
+//! NVIDIA's TensorRT-oriented tools (pytorch-quantization, ModelOpt) quantize the inputs of
+//! convolutions only: a ResNet block is `Conv → Add(float, DQ(identity)) → Relu → Q` and a
+//! SiLU is `Conv → Sigmoid → Mul → Q`. The convolution's output is never quantized, so it
+//! cannot be a quantized step.
+//!
+//! # Contract
+//!
+//! - **When**: a `Conv` (QDQ form) whose result does not reach a `QuantizeLinear` through
+//!   `Relu`/`Clip`, every reader of which is one of [`FLOAT_READERS`], with a square window,
+//!   equal strides, symmetric padding and one group (ResNet's, RegNet's and YOLO's
+//!   convolutions). Any other convolution keeps its error.
+//! - **Semantics**: the convolution writes `f32` = `acc · x_scale · w_scale[c] + bias[c]`,
+//!   `acc` the exact integer sum ([`Step::ConvFloat`]; `bias` in float as the model stores
+//!   it). `Add`, `Sub`, `Mul`, `Div` of two float tensors of one shape, a float tensor and a
+//!   dequantized one (dequantized first: [`Step::Dequantize`]), `Relu`, `Clip` and `Sigmoid`
+//!   run in `f32` ([`Step::FloatBinary`], [`Step::FloatUnary`]); the `QuantizeLinear` at the
+//!   end is the graph-input quantize step. ONNX Runtime runs the convolution in float on the
+//!   dequantized values (another summation order) and its Sigmoid with its own `exp`, so a
+//!   quantized result may differ from it by one step in rare elements (the `trt_*` models of
+//!   the agreement test count them).
+//! - **Cost**: the convolution runs on the portable scalar kernel (the SIMD kernels write
+//!   requantized bytes only), several times slower per multiply-add than the dense SIMD
+//!   kernels; every float tensor is 4 bytes per element in the arena.
+//!
+//! # Never
+//!
+//! Changes the lowering of a convolution whose output is quantized.
+
+use super::*;
+use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp};
+
+/// The operators a float convolution output may feed.
+pub(super) const FLOAT_READERS: &[&str] = &["Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid"];
+
+impl Lowerer<'_> {
+    /// True when convolution `n`'s float output takes the float route: it is not quantized
+    /// (through `Relu`/`Clip`), not a graph output, and every reader is a float operator.
+    pub(super) fn conv_output_goes_on_in_float(&self, n: &Node) -> bool {
+        let Some(out) = n.outputs.first() else {
+            return false;
+        };
+        if self.find_q(n).is_ok() || self.outputs.contains(out) {
+            return false;
+        }
+        match self.consumers.get(out) {
+            Some(readers) if !readers.is_empty() => readers
+                .iter()
+                .all(|&c| FLOAT_READERS.contains(&self.g.nodes[c].op.as_str())),
+            _ => false,
+        }
+    }
+
+    /// The float bias of a convolution with `oc` output channels: none (zeros), float, or
+    /// dequantized from integers (per output channel or one for all).
+    pub(super) fn float_bias(
+        &self,
+        n: &Node,
+        idx: usize,
+        oc: usize,
+        x_scale: f32,
+        w_scales: &[f32],
+    ) -> Result<Vec<f32>, EngineError> {
+        if n.input(idx).is_none() {
+            return Ok(vec![0.0; oc]);
+        }
+        let per = |v: &[f32], i: usize| v[if v.len() == 1 { 0 } else { i.min(v.len() - 1) }];
+        let b: Vec<f32> = match self.input(n, idx)? {
+            Val::C(
+                c @ Const {
+                    data: ConstData::F32(_),
+                    ..
+                },
+            ) => c.to_f32(),
+            // Integers without their own scale: the convention x_scale · w_scale.
+            Val::C(c) => c
+                .to_f32()
+                .iter()
+                .enumerate()
+                .map(|(i, &q)| q * (x_scale * per(w_scales, i)))
+                .collect(),
+            Val::DqC {
+                data, scales, zps, ..
+            } => {
+                let zf: Vec<f32> = zps.iter().map(|&z| z as f32).collect();
+                data.to_f32()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &q)| {
+                        let z = if zf.is_empty() { 0.0 } else { per(&zf, i) };
+                        (q - z) * per(&scales, i)
+                    })
+                    .collect()
+            }
+            v => {
+                return Err(
+                    n.unsupported(format!("bias is {}; it must be a constant", kind_name(&v)))
+                )
+            }
+        };
+        if b.len() != oc {
+            return Err(n.unsupported(format!(
+                "bias has {} values for {oc} output channels",
+                b.len()
+            )));
+        }
+        Ok(b)
+    }
+
+    /// Pushes the float-output convolution `layer` (its integer bias zero) of NHWC input
+    /// `x` and names its output `f32` tensor.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn conv_float(
+        &mut self,
+        n: &Node,
+        layer: Conv2d,
+        x: &T,
+        [b, h, w]: [usize; 3],
+        [oc, out_h, out_w]: [usize; 3],
+        scales: Vec<f32>,
+        bias: Vec<f32>,
+    ) -> Result<(), EngineError> {
+        self.touch(x.buf);
+        let dst = self.new_buf(b * out_h * out_w * oc * 4);
+        self.steps.push(Step::ConvFloat {
+            conv: Box::new(layer),
+            batch: b,
+            in_h: h,
+            in_w: w,
+            out_h,
+            row_len: out_w * oc,
+            scales,
+            bias,
+            src: x.buf,
+            dst,
+        });
+        self.set(
+            &n.outputs[0],
+            Val::F32(T {
+                buf: dst,
+                shape: vec![b, oc, out_h, out_w],
+                layout: Layout::Nhwc,
+                q: QParams::new(1.0, 0),
+            }),
+        );
+        Ok(())
+    }
+
+    /// True when one of `n`'s inputs is a float tensor computed in the engine (the float
+    /// route's `Add`, `Relu`, ... rather than the quantized ones).
+    pub(super) fn reads_float_tensor(&self, n: &Node) -> bool {
+        n.inputs
+            .iter()
+            .any(|name| matches!(self.vals.get(name), Some(Val::F32(_))))
+    }
+
+    /// Input `i` of `n` as an `f32` tensor in `layout`: a float tensor as it is, a
+    /// dequantized one through a [`Step::Dequantize`].
+    fn float_operand(&mut self, n: &Node, i: usize, layout: Layout) -> Result<T, EngineError> {
+        match self.input(n, i)? {
+            Val::F32(t) if t.layout == layout || t.shape.len() != 4 => Ok(t),
+            Val::Dq(t) => {
+                let t = match layout {
+                    Layout::Nhwc if t.shape.len() == 4 => self.nhwc(t)?,
+                    _ => self.row_major(t)?,
+                };
+                let len = t.shape.iter().product::<usize>();
+                self.touch(t.buf);
+                let dst = self.new_buf(len * 4);
+                self.steps.push(Step::Dequantize {
+                    src: t.buf,
+                    dst,
+                    n: len,
+                    scale: t.q.scale,
+                    zp: i32::from(t.q.zero_point),
+                });
+                Ok(T {
+                    buf: dst,
+                    q: QParams::new(1.0, 0),
+                    ..t
+                })
+            }
+            v => Err(n.unsupported(format!(
+                "input {i} is {}; a float operator after a convolution whose output is not \
+                 quantized (TensorRT-style Q/DQ placement) reads float tensors of the same \
+                 layout or dequantized ones only; run the model with --engine onnxruntime",
+                kind_name(&v)
+            ))),
+        }
+    }
+
+    /// `Add`, `Sub`, `Mul` or `Div` with a float operand: in `f32`, same shapes only.
+    pub(super) fn float_binary(&mut self, n: &Node) -> Result<(), EngineError> {
+        let layout = [0, 1]
+            .iter()
+            .find_map(|&i| match n.input(i).and_then(|s| self.vals.get(s)) {
+                Some(Val::F32(t)) => Some(t.layout),
+                _ => None,
+            })
+            .unwrap_or(Layout::RowMajor);
+        let a = self.float_operand(n, 0, layout)?;
+        let b = self.float_operand(n, 1, layout)?;
+        if a.shape != b.shape {
+            return Err(n.unsupported(format!(
+                "float operands of shapes {:?} and {:?}: after a convolution whose output is \
+                 not quantized, the native engine runs float operators on equal shapes only; \
+                 run the model with --engine onnxruntime",
+                a.shape, b.shape
+            )));
+        }
+        let op = match n.op.as_str() {
+            "Add" => FloatBinaryOp::Add,
+            "Sub" => FloatBinaryOp::Sub,
+            "Mul" => FloatBinaryOp::Mul,
+            _ => FloatBinaryOp::Div,
+        };
+        let len = a.shape.iter().product::<usize>();
+        self.touch(a.buf);
+        self.touch(b.buf);
+        let dst = self.new_buf(len * 4);
+        self.steps.push(Step::FloatBinary {
+            op,
+            a: a.buf,
+            b: b.buf,
+            n: len,
+            dst,
+        });
+        self.set(&n.outputs[0], Val::F32(T { buf: dst, ..a }));
+        Ok(())
+    }
+
+    /// `Relu`, `Clip` or `Sigmoid` of a float tensor, in `f32`.
+    pub(super) fn float_unary(&mut self, n: &Node) -> Result<(), EngineError> {
+        let Val::F32(t) = self.input(n, 0)? else {
+            return Err(n.unsupported("expected a float input"));
+        };
+        let op = match n.op.as_str() {
+            "Relu" => FloatUnaryOp::Clamp {
+                lo: 0.0,
+                hi: f32::INFINITY,
+            },
+            "Clip" => {
+                let (lo, hi) = self.clip_bounds(n)?;
+                FloatUnaryOp::Clamp { lo, hi }
+            }
+            "Sigmoid" => FloatUnaryOp::Sigmoid,
+            _ => {
+                return Err(n.unsupported(
+                    "after a convolution whose output is not quantized (TensorRT-style Q/DQ \
+                     placement), the native engine runs Add, Sub, Mul, Div, Relu, Clip and \
+                     Sigmoid in float; run the model with --engine onnxruntime",
+                ))
+            }
+        };
+        let len = t.shape.iter().product::<usize>();
+        self.touch(t.buf);
+        let dst = self.new_buf(len * 4);
+        self.steps.push(Step::FloatUnary {
+            op,
+            src: t.buf,
+            dst,
+            n: len,
+        });
+        self.set(&n.outputs[0], Val::F32(T { buf: dst, ..t }));
+        Ok(())
+    }
+}
