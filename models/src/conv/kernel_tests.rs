@@ -11,7 +11,7 @@
 //! Contract: the suite only forces paths with [`Conv2d::set_path`]; it never reads
 //! `REDLINE_KERNEL`. Cost: a few seconds per path with the dev profile.
 
-use super::reference::reference_forward_i64;
+use super::reference::{reference_acc_i64, reference_forward_i64};
 use super::{ChannelSlot, Conv2d, ConvShape, KernelPath};
 use crate::network::{Backbone, NetConfig};
 use crate::quant::QParams;
@@ -33,7 +33,8 @@ macro_rules! kernel_tests {
             backbone_layers_equal_the_reference,
             full_channel_groups_in_a_slot_are_exact,
             input_channel_views_equal_the_dense_copy,
-            grouped_calls_equal_the_groups_one_by_one
+            grouped_calls_equal_the_groups_one_by_one,
+            accumulators_equal_the_exact_sums
         );
     };
     (@each $path:expr; $($name:ident),*) => {
@@ -226,6 +227,25 @@ pub(crate) fn equals_the_exact_reference_on_random_layers(path: KernelPath) {
         prop_assume!(oh > 0 && ow > 0);
         let want = reference_forward_i64(&c.conv, &c.input, h, w).unwrap();
         prop_assert_eq!(run(&c.conv, path, &c.input, h, w), want);
+        Ok(())
+    });
+}
+
+/// `forward_rows_acc` (a float-output convolution's exact sums, no requantization) equals
+/// the exact `i64` accumulators on random layers, for a row split at a random row.
+pub(crate) fn accumulators_equal_the_exact_sums(path: KernelPath) {
+    check(96, (layer_strategy(70, 16), 0usize..=16), |((shape, h, w, relu, seed), cut)| {
+        let c = random_case(shape, h, w, relu, seed);
+        let (oh, ow) = c.conv.out_hw(h, w);
+        prop_assume!(oh > 0 && ow > 0);
+        let want = reference_acc_i64(&c.conv, &c.input, h, w).unwrap();
+        let conv = on_path(&c.conv, path);
+        let cut = cut.min(oh);
+        let mut got = vec![0x5555_5555i32; oh * ow * shape.out_c];
+        let (top, bottom) = got.split_at_mut(cut * ow * shape.out_c);
+        conv.forward_rows_acc(&c.input, h, w, top, 0..cut).unwrap();
+        conv.forward_rows_acc(&c.input, h, w, bottom, cut..oh).unwrap();
+        prop_assert_eq!(got, want);
         Ok(())
     });
 }

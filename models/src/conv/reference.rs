@@ -9,22 +9,21 @@
 use super::{invalid, Conv2d, ModelError};
 use crate::quant::{dequantize, quantize};
 
-/// Exact reference of [`Conv2d::forward`]: a straightforward loop over every output, every
-/// kernel tap (padded taps read `x_zp` explicitly) and every input channel, accumulating in
-/// `i64`, then the requantization rule written out independently (`M = x_scale * w_scale /
-/// y_scale` in `f32`, `round_ties_even`, add `y_zp`, clamp). The oracle every kernel must
-/// equal bit for bit. Allocates; tests only.
-pub(crate) fn reference_forward_i64(
+/// Exact accumulators `bias + Σ (x − x_zp)·w` of every output (`out_h·out_w·out_c`,
+/// NHWC): a straightforward loop over every kernel tap (padded taps read `x_zp`
+/// explicitly) and every input channel in `i64`, then checked to fit `i32`. The oracle of
+/// [`Conv2d::forward_rows_acc`] and the first half of [`reference_forward_i64`]. Allocates;
+/// tests only.
+pub(crate) fn reference_acc_i64(
     conv: &Conv2d,
     input: &[i8],
     in_h: usize,
     in_w: usize,
-) -> Result<Vec<i8>, ModelError> {
+) -> Result<Vec<i32>, ModelError> {
     let (oh, ow) = conv.check_input(input, in_h, in_w, conv.in_c)?;
     let (ic_n, oc_n, k) = (conv.in_c, conv.out_c, conv.k);
     let x_zp = i64::from(conv.in_q.zero_point);
-    let y_zp = i64::from(conv.out_q.zero_point);
-    let mut out = vec![0i8; oh * ow * oc_n];
+    let mut out = vec![0i32; oh * ow * oc_n];
     for oy in 0..oh {
         for ox in 0..ow {
             for oc in 0..oc_n {
@@ -46,17 +45,39 @@ pub(crate) fn reference_forward_i64(
                         }
                     }
                 }
-                let acc = i32::try_from(acc).map_err(|_| {
+                out[(oy * ow + ox) * oc_n + oc] = i32::try_from(acc).map_err(|_| {
                     invalid(format!("reference accumulator {acc} does not fit in i32"))
                 })?;
-                let m = conv.in_q.scale * conv.w_scales[oc] / conv.out_q.scale;
-                let r = (acc as f32 * m).round_ties_even() as i64 + y_zp;
-                let lo = if conv.relu { y_zp } else { -128 };
-                out[(oy * ow + ox) * oc_n + oc] = r.clamp(lo, 127) as i8;
             }
         }
     }
     Ok(out)
+}
+
+/// Exact reference of [`Conv2d::forward`]: the exact accumulators ([`reference_acc_i64`]),
+/// then the requantization rule written out independently (`M = x_scale * w_scale /
+/// y_scale` in `f32`, `round_ties_even`, add `y_zp`, clamp). The oracle every kernel must
+/// equal bit for bit. Allocates; tests only.
+pub(crate) fn reference_forward_i64(
+    conv: &Conv2d,
+    input: &[i8],
+    in_h: usize,
+    in_w: usize,
+) -> Result<Vec<i8>, ModelError> {
+    let accs = reference_acc_i64(conv, input, in_h, in_w)?;
+    let oc_n = conv.out_c;
+    let y_zp = i64::from(conv.out_q.zero_point);
+    let lo = if conv.relu { y_zp } else { -128 };
+    Ok(accs
+        .iter()
+        .enumerate()
+        .map(|(i, &acc)| {
+            let oc = i % oc_n;
+            let m = conv.in_q.scale * conv.w_scales[oc] / conv.out_q.scale;
+            let r = (acc as f32 * m).round_ties_even() as i64 + y_zp;
+            r.clamp(lo, 127) as i8
+        })
+        .collect())
 }
 
 /// Float reference of the layer on real-valued activations: weights dequantized

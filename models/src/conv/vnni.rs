@@ -14,6 +14,8 @@
 //!   the default MXCSR rounding (round half to even, like `round_ties_even`), then `+ y_zp`.
 //! - Register blocking: up to 4 blocks of 16 output channels × up to 12 pixels per tile;
 //!   the last block is masked to the layer's channels.
+//! - Output: requantized bytes, or (`i32` output, [`super::Conv2d::forward_rows_acc`]) the
+//!   accumulators themselves, `bias + Σ (x − x_zp)·w`, stored before any requantization.
 //!
 //! # Cost
 //!
@@ -38,6 +40,37 @@ use super::staging::{
 use super::{ChannelSlot, Conv2d};
 use std::arch::x86_64::*;
 use std::ops::Range;
+
+/// What the VNNI kernel stores: requantized bytes (`i8`) or the accumulators themselves
+/// (`i32`: [`super::Conv2d::forward_rows_acc`]).
+pub(super) trait VnniOutElem: Copy {
+    /// The output as `i32` accumulators, when that is what this element type is.
+    fn as_acc_ptr(p: *mut Self) -> Option<*mut i32>;
+    /// The output as requantized bytes, when that is what this element type is.
+    fn as_byte_ptr(p: *mut Self) -> Option<*mut i8>;
+}
+
+impl VnniOutElem for i8 {
+    #[inline(always)]
+    fn as_acc_ptr(_: *mut i8) -> Option<*mut i32> {
+        None
+    }
+    #[inline(always)]
+    fn as_byte_ptr(p: *mut i8) -> Option<*mut i8> {
+        Some(p)
+    }
+}
+
+impl VnniOutElem for i32 {
+    #[inline(always)]
+    fn as_acc_ptr(p: *mut i32) -> Option<*mut i32> {
+        Some(p)
+    }
+    #[inline(always)]
+    fn as_byte_ptr(_: *mut i32) -> Option<*mut i8> {
+        None
+    }
+}
 
 /// Per-call constants of the VNNI requantization.
 struct VnniOut {
@@ -75,12 +108,12 @@ impl VnniOut {
 ///   `rows ⊆ 0..out_h`; `slot.channel_offset + layers.len() · out_c <= slot.pixel_stride`;
 ///   and `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn vnni_rows(
+pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
     plan: &Plan,
     layers: &[Conv2d],
     g: &Geom,
     input: &[i8],
-    dst: &mut [i8],
+    dst: &mut [E],
     slot: ChannelSlot,
     rows: Range<usize>,
 ) {
@@ -184,10 +217,10 @@ pub(super) unsafe fn vnni_rows(
                     // `orow` (`out_off + out_c <= pixel_stride` by this function's contract).
                     unsafe {
                         match ob {
-                            1 => vnni_pixels::<1, 12>(&t, npx, obase, slot.pixel_stride),
-                            2 => vnni_pixels::<2, 12>(&t, npx, obase, slot.pixel_stride),
-                            3 => vnni_pixels::<3, 8>(&t, npx, obase, slot.pixel_stride),
-                            _ => vnni_pixels::<4, 6>(&t, npx, obase, slot.pixel_stride),
+                            1 => vnni_pixels::<E, 1, 12>(&t, npx, obase, slot.pixel_stride),
+                            2 => vnni_pixels::<E, 2, 12>(&t, npx, obase, slot.pixel_stride),
+                            3 => vnni_pixels::<E, 3, 8>(&t, npx, obase, slot.pixel_stride),
+                            _ => vnni_pixels::<E, 4, 6>(&t, npx, obase, slot.pixel_stride),
                         }
                     }
                 }
@@ -232,10 +265,10 @@ impl VnniTile<'_> {
 /// `OB · t.block_stride <= t.w.len()`; and `out[x · ops + j · 16 + l]` is inside `out` for
 /// every pixel `x < npx`, block `j < OB` and lane `l` set in `t.masks[j]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn vnni_pixels<const OB: usize, const NP: usize>(
+unsafe fn vnni_pixels<E: VnniOutElem, const OB: usize, const NP: usize>(
     t: &VnniTile<'_>,
     npx: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     // Tiles as equal as possible: ⌈npx / NP⌉ of them, `npx / tiles` pixels each or one
@@ -255,18 +288,18 @@ unsafe fn vnni_pixels<const OB: usize, const NP: usize>(
         // SAFETY: pixels `x..x + n` are `< npx`, so this function's bounds cover them.
         unsafe {
             match n {
-                n if n == NP => vnni_tile::<OB, NP>(t, x, o, ops),
-                1 => vnni_tile::<OB, 1>(t, x, o, ops),
-                2 => vnni_tile::<OB, 2>(t, x, o, ops),
-                3 => vnni_tile::<OB, 3>(t, x, o, ops),
-                4 => vnni_tile::<OB, 4>(t, x, o, ops),
-                5 => vnni_tile::<OB, 5>(t, x, o, ops),
-                6 => vnni_tile::<OB, 6>(t, x, o, ops),
-                7 => vnni_tile::<OB, 7>(t, x, o, ops),
-                8 => vnni_tile::<OB, 8>(t, x, o, ops),
-                9 => vnni_tile::<OB, 9>(t, x, o, ops),
-                10 => vnni_tile::<OB, 10>(t, x, o, ops),
-                _ => vnni_tile::<OB, 11>(t, x, o, ops),
+                n if n == NP => vnni_tile::<E, OB, NP>(t, x, o, ops),
+                1 => vnni_tile::<E, OB, 1>(t, x, o, ops),
+                2 => vnni_tile::<E, OB, 2>(t, x, o, ops),
+                3 => vnni_tile::<E, OB, 3>(t, x, o, ops),
+                4 => vnni_tile::<E, OB, 4>(t, x, o, ops),
+                5 => vnni_tile::<E, OB, 5>(t, x, o, ops),
+                6 => vnni_tile::<E, OB, 6>(t, x, o, ops),
+                7 => vnni_tile::<E, OB, 7>(t, x, o, ops),
+                8 => vnni_tile::<E, OB, 8>(t, x, o, ops),
+                9 => vnni_tile::<E, OB, 9>(t, x, o, ops),
+                10 => vnni_tile::<E, OB, 10>(t, x, o, ops),
+                _ => vnni_tile::<E, OB, 11>(t, x, o, ops),
             }
         }
         x += n;
@@ -284,10 +317,10 @@ unsafe fn vnni_pixels<const OB: usize, const NP: usize>(
 /// every `n < NP`, `j < OB` and lane `l` set in `t.masks[j]`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn vnni_tile<const OB: usize, const NP: usize>(
+unsafe fn vnni_tile<E: VnniOutElem, const OB: usize, const NP: usize>(
     t: &VnniTile<'_>,
     x0: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     debug_assert!(t.read_end(x0 + NP - 1) <= t.srow.len());
@@ -329,6 +362,23 @@ unsafe fn vnni_tile<const OB: usize, const NP: usize>(
             }
         }
     }
+    if let Some(p) = E::as_acc_ptr(out.as_mut_ptr()) {
+        // Accumulator output: `bias + Σ (x − x_zp)·w` per lane, as the contract says the
+        // accumulator holds it, stored without requantization.
+        for (n, an) in acc.iter().enumerate() {
+            for j in 0..OB {
+                // SAFETY: stores only the lanes set in `masks[j]`, at element
+                // `n·ops + j·16 + l` of `out` (an `i32` slice here), inside it by this
+                // function's precondition (n < NP, j < OB).
+                unsafe { _mm512_mask_storeu_epi32(p.add(n * ops + j * 16), t.masks[j], an[j]) };
+            }
+        }
+        return;
+    }
+    // The byte output (the only other element type).
+    let Some(out) = E::as_byte_ptr(out.as_mut_ptr()) else {
+        return;
+    };
     if OB == 4 && t.four_full {
         // Four full blocks: 64 contiguous output bytes per pixel. Pack the four vectors of
         // i32 (each already in [-128, 127], so neither pack saturates) to bytes with two
@@ -348,7 +398,7 @@ unsafe fn vnni_tile<const OB: usize, const NP: usize>(
             let b = _mm512_permutexvar_epi32(order, b);
             // SAFETY: 64 bytes at `n·ops`: `four_full` says lanes `0..16` of blocks `0..4`
             // are all set in `masks`, so `n·ops + 3·16 + 15` is inside `out` by this function's precondition.
-            unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(n * ops) as *mut _, b) };
+            unsafe { _mm512_storeu_si512(out.add(n * ops) as *mut _, b) };
         }
         return;
     }
@@ -357,7 +407,7 @@ unsafe fn vnni_tile<const OB: usize, const NP: usize>(
             let b = _mm512_cvtepi32_epi8(t.out.requant(an[j], t.mult[j]));
             // SAFETY: stores only the lanes set in `masks[j]`, at `n·ops + j·16 + l`,
             // inside `out` by this function's precondition (n < NP, j < OB).
-            unsafe { _mm_mask_storeu_epi8(out.as_mut_ptr().add(n * ops + j * 16), t.masks[j], b) };
+            unsafe { _mm_mask_storeu_epi8(out.add(n * ops + j * 16), t.masks[j], b) };
         }
     }
 }
