@@ -50,14 +50,14 @@ use std::ops::Range;
 ///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn avx2_rows(
+pub(super) unsafe fn avx2_rows<E: Avx2OutElem>(
     plan: &Plan,
     packed: &Packed,
     g: &Geom,
     bias: &[i32],
     mult: &[f32],
     input: &[i8],
-    dst: &mut [i8],
+    dst: &mut [E],
     slot: ChannelSlot,
     rows: Range<usize>,
 ) {
@@ -134,9 +134,9 @@ pub(super) unsafe fn avx2_rows(
                 // `b·8..out_c` of the slot start at `obase[x · pixel_stride]` inside `orow`.
                 unsafe {
                     if ob == 1 {
-                        avx2_pixels::<1, 8>(&t, npx, obase, slot.pixel_stride);
+                        avx2_pixels::<E, 1, 8>(&t, npx, obase, slot.pixel_stride);
                     } else {
-                        avx2_pixels::<2, 4>(&t, npx, obase, slot.pixel_stride);
+                        avx2_pixels::<E, 2, 4>(&t, npx, obase, slot.pixel_stride);
                     }
                 }
                 b += ob;
@@ -180,16 +180,16 @@ impl Avx2Tile<'_> {
 /// `OB · t.block_stride <= t.w.len()`; and `out[x · ops + j · 8 + l]` is inside `out` for
 /// every pixel `x < npx`, block `j < OB` and lane `l < t.valid[j]`.
 #[target_feature(enable = "avx2")]
-unsafe fn avx2_pixels<const OB: usize, const NP: usize>(
+unsafe fn avx2_pixels<E: Avx2OutElem, const OB: usize, const NP: usize>(
     t: &Avx2Tile<'_>,
     npx: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     let mut x = 0;
     while x + NP <= npx {
         // SAFETY: pixels `x..x + NP` are `< npx`, so this function's bounds cover them.
-        unsafe { avx2_tile::<OB, NP>(t, x, &mut out[x * ops..], ops) };
+        unsafe { avx2_tile::<E, OB, NP>(t, x, &mut out[x * ops..], ops) };
         x += NP;
     }
     let rem = npx - x;
@@ -200,13 +200,13 @@ unsafe fn avx2_pixels<const OB: usize, const NP: usize>(
     // SAFETY: pixels `x..npx` (`rem < NP` of them), covered by this function's bounds.
     unsafe {
         match rem {
-            1 => avx2_tile::<OB, 1>(t, x, o, ops),
-            2 => avx2_tile::<OB, 2>(t, x, o, ops),
-            3 => avx2_tile::<OB, 3>(t, x, o, ops),
-            4 => avx2_tile::<OB, 4>(t, x, o, ops),
-            5 => avx2_tile::<OB, 5>(t, x, o, ops),
-            6 => avx2_tile::<OB, 6>(t, x, o, ops),
-            _ => avx2_tile::<OB, 7>(t, x, o, ops),
+            1 => avx2_tile::<E, OB, 1>(t, x, o, ops),
+            2 => avx2_tile::<E, OB, 2>(t, x, o, ops),
+            3 => avx2_tile::<E, OB, 3>(t, x, o, ops),
+            4 => avx2_tile::<E, OB, 4>(t, x, o, ops),
+            5 => avx2_tile::<E, OB, 5>(t, x, o, ops),
+            6 => avx2_tile::<E, OB, 6>(t, x, o, ops),
+            _ => avx2_tile::<E, OB, 7>(t, x, o, ops),
         }
     }
 }
@@ -221,10 +221,10 @@ unsafe fn avx2_pixels<const OB: usize, const NP: usize>(
 /// every `n < NP`, `j < OB` and `l < t.valid[j]`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn avx2_tile<const OB: usize, const NP: usize>(
+unsafe fn avx2_tile<E: Avx2OutElem, const OB: usize, const NP: usize>(
     t: &Avx2Tile<'_>,
     x0: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     debug_assert!(t.read_end(x0 + NP - 1) <= t.srow.len());
@@ -272,7 +272,41 @@ unsafe fn avx2_tile<const OB: usize, const NP: usize>(
     for (n, an) in acc.iter().enumerate() {
         for j in 0..OB {
             let o = n * ops + j * 8;
-            q.store(an[j], t.mult[j], &mut out[o..o + t.valid[j]]);
+            // SAFETY: the CPU supports AVX2 (this function's precondition).
+            unsafe { E::store8(&q, an[j], t.mult[j], &mut out[o..o + t.valid[j]]) };
+        }
+    }
+}
+
+/// What the AVX2 kernels store for 8 accumulator lanes: requantized bytes (`i8`) or the
+/// accumulators themselves (`i32`: [`super::Conv2d::forward_rows_acc`]).
+pub(super) trait Avx2OutElem: Copy {
+    /// Stores the first `out.len()` (at most 8) lanes of `acc`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU supports AVX2.
+    unsafe fn store8(q: &Requant8, acc: __m256i, mult: __m256, out: &mut [Self]);
+}
+
+impl Avx2OutElem for i8 {
+    #[inline(always)]
+    unsafe fn store8(q: &Requant8, acc: __m256i, mult: __m256, out: &mut [i8]) {
+        // SAFETY: the CPU supports AVX2 (this function's precondition).
+        unsafe { q.store(acc, mult, out) }
+    }
+}
+
+impl Avx2OutElem for i32 {
+    #[inline(always)]
+    unsafe fn store8(_: &Requant8, acc: __m256i, _: __m256, out: &mut [i32]) {
+        // The accumulators `bias + Σ (x − x_zp)·w`, not requantized.
+        let mut lanes = [0i32; 8];
+        // SAFETY: `lanes` is an 8-lane `i32` array, exactly one 256-bit store; the CPU
+        // supports AVX2 (this function's precondition).
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, acc) };
+        for (d, &v) in out.iter_mut().zip(&lanes) {
+            *d = v;
         }
     }
 }

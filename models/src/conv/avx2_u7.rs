@@ -29,6 +29,7 @@
 // multipliers, lane counts) in lockstep; index loops say that most plainly.
 #![allow(clippy::needless_range_loop)]
 
+use super::avx2::Avx2OutElem;
 use super::dispatch::Geom;
 use super::packing::Packed;
 use super::staging::{
@@ -52,14 +53,14 @@ use std::ops::Range;
 ///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn avx2_u7_rows(
+pub(super) unsafe fn avx2_u7_rows<E: Avx2OutElem>(
     plan: &Plan,
     packed: &Packed,
     g: &Geom,
     bias: &[i32],
     mult: &[f32],
     input: &[i8],
-    dst: &mut [i8],
+    dst: &mut [E],
     slot: ChannelSlot,
     rows: Range<usize>,
 ) {
@@ -145,9 +146,9 @@ pub(super) unsafe fn avx2_u7_rows(
                 // `obase[x · pixel_stride]` inside `orow`.
                 unsafe {
                     if ob == 1 {
-                        u7_pixels::<1, 8>(&t, npx, obase, slot.pixel_stride);
+                        u7_pixels::<E, 1, 8>(&t, npx, obase, slot.pixel_stride);
                     } else {
-                        u7_pixels::<2, 4>(&t, npx, obase, slot.pixel_stride);
+                        u7_pixels::<E, 2, 4>(&t, npx, obase, slot.pixel_stride);
                     }
                 }
                 b += ob;
@@ -193,16 +194,16 @@ impl U7Tile<'_> {
 /// `out[x · ops + j · 8 + l]` is inside `out` for every pixel `x < npx`, block `j < OB`
 /// and lane `l < t.valid[j]`.
 #[target_feature(enable = "avx2")]
-unsafe fn u7_pixels<const OB: usize, const NP: usize>(
+unsafe fn u7_pixels<E: Avx2OutElem, const OB: usize, const NP: usize>(
     t: &U7Tile<'_>,
     npx: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     let mut x = 0;
     while x + NP <= npx {
         // SAFETY: pixels `x..x + NP` are `< npx`, so this function's bounds cover them.
-        unsafe { u7_tile::<OB, NP>(t, x, &mut out[x * ops..], ops) };
+        unsafe { u7_tile::<E, OB, NP>(t, x, &mut out[x * ops..], ops) };
         x += NP;
     }
     let rem = npx - x;
@@ -213,13 +214,13 @@ unsafe fn u7_pixels<const OB: usize, const NP: usize>(
     // SAFETY: pixels `x..npx` (`rem < NP` of them), covered by this function's bounds.
     unsafe {
         match rem {
-            1 => u7_tile::<OB, 1>(t, x, o, ops),
-            2 => u7_tile::<OB, 2>(t, x, o, ops),
-            3 => u7_tile::<OB, 3>(t, x, o, ops),
-            4 => u7_tile::<OB, 4>(t, x, o, ops),
-            5 => u7_tile::<OB, 5>(t, x, o, ops),
-            6 => u7_tile::<OB, 6>(t, x, o, ops),
-            _ => u7_tile::<OB, 7>(t, x, o, ops),
+            1 => u7_tile::<E, OB, 1>(t, x, o, ops),
+            2 => u7_tile::<E, OB, 2>(t, x, o, ops),
+            3 => u7_tile::<E, OB, 3>(t, x, o, ops),
+            4 => u7_tile::<E, OB, 4>(t, x, o, ops),
+            5 => u7_tile::<E, OB, 5>(t, x, o, ops),
+            6 => u7_tile::<E, OB, 6>(t, x, o, ops),
+            _ => u7_tile::<E, OB, 7>(t, x, o, ops),
         }
     }
 }
@@ -236,10 +237,10 @@ unsafe fn u7_pixels<const OB: usize, const NP: usize>(
 /// `l < t.valid[j]`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn u7_tile<const OB: usize, const NP: usize>(
+unsafe fn u7_tile<E: Avx2OutElem, const OB: usize, const NP: usize>(
     t: &U7Tile<'_>,
     x0: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     debug_assert!(t.read_end(x0 + NP - 1) <= t.srow.len());
@@ -288,7 +289,8 @@ unsafe fn u7_tile<const OB: usize, const NP: usize>(
     for (n, an) in acc.iter().enumerate() {
         for j in 0..OB {
             let o = n * ops + j * 8;
-            q.store(an[j], t.mult[j], &mut out[o..o + t.valid[j]]);
+            // SAFETY: the CPU supports AVX2 (this function's precondition).
+            unsafe { E::store8(&q, an[j], t.mult[j], &mut out[o..o + t.valid[j]]) };
         }
     }
 }

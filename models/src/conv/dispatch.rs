@@ -152,6 +152,20 @@ pub(super) struct Geom {
     pub relu: bool,
 }
 
+/// What a SIMD kernel stores: requantized bytes (`i8`) or the exact accumulators (`i32`,
+/// [`super::Conv2d::forward_rows_acc`]); every kernel of this target stores both.
+#[cfg(target_arch = "x86_64")]
+pub(super) trait KernelOut: super::vnni::VnniOutElem + super::avx2::Avx2OutElem {}
+/// What a SIMD kernel stores (see the x86-64 definition).
+#[cfg(target_arch = "aarch64")]
+pub(super) trait KernelOut: super::neon::NeonOutElem {}
+/// What a SIMD kernel stores (no SIMD kernel on this target).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(super) trait KernelOut: Copy {}
+
+impl KernelOut for i8 {}
+impl KernelOut for i32 {}
+
 /// Runs output rows `rows` of `layers` on `path`; `dst` holds exactly those rows
 /// (`rows.len() · out_w · slot.pixel_stride`). One layer, or the groups of a grouped
 /// convolution: layer `i` reads input channels `g.in_view.channel_offset + i · in_c` on and
@@ -159,61 +173,14 @@ pub(super) struct Geom {
 /// return `false` for several layers). Returns `false` (nothing written) when the path
 /// cannot run them (scalar path, weights not packed, or a kernel window wider than the
 /// stage buffer): the caller then runs them one by one. Sizes were checked by the caller,
-/// and every layer has the geometry `g` describes.
-/// [`run_simd_rows`] for one dense layer writing its exact `i32` accumulators
-/// ([`super::Conv2d::forward_rows_acc`]): the VNNI path only (the others write bytes);
-/// `false` (nothing written) elsewhere, and the caller runs the scalar kernel.
-pub(super) fn run_simd_rows_acc(
-    path: KernelPath,
-    layer: &Conv2d,
-    g: &Geom,
-    input: &[i8],
-    dst: &mut [i32],
-    rows: Range<usize>,
-) -> bool {
-    if path != KernelPath::Avx512Vnni || !path.is_available() {
-        return false;
-    }
-    if !(layer.packed.has(path) && layer.bias.len() == g.out_c && layer.multipliers.len() == g.out_c)
-    {
-        return false;
-    }
-    let Some(plan) = Plan::new(g, 1) else {
-        return false;
-    };
-    if rows.is_empty() {
-        return true;
-    }
-    let slot = ChannelSlot {
-        pixel_stride: g.out_c,
-        channel_offset: 0,
-    };
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: `vnni_rows`' preconditions, as in `run_simd_rows`: the CPU has AVX-512
-        // F/BW/VL/VNNI (`is_available`), the layer's VNNI weights are packed (`has`), bias
-        // and multipliers have `out_c` entries (checked above), `plan` is `Plan::new(g, 1)`;
-        // the caller (`Conv2d::forward_rows_acc`, after its checks) guarantees `input` is
-        // `in_h·in_w·in_c` (a dense view), `dst` is `rows.len()·out_w·out_c` and `rows ⊆
-        // 0..out_h`; the dense slot fits.
-        unsafe {
-            super::vnni::vnni_rows(&plan, std::slice::from_ref(layer), g, input, dst, slot, rows)
-        };
-        true
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (input, dst, slot, plan);
-        false
-    }
-}
-
-pub(super) fn run_simd_rows(
+/// and every layer has the geometry `g` describes. `E`: bytes, or the exact `i32`
+/// accumulators (a float-output convolution's, one layer).
+pub(super) fn run_simd_rows<E: KernelOut>(
     path: KernelPath,
     layers: &[Conv2d],
     g: &Geom,
     input: &[i8],
-    dst: &mut [i8],
+    dst: &mut [E],
     slot: ChannelSlot,
     rows: Range<usize>,
 ) -> bool {

@@ -60,7 +60,8 @@ macro_rules! seven_bit_kernel_tests {
             rows_outside_the_range_are_untouched,
             padding_reads_the_input_zero_point,
             layers_wider_than_one_stage_chunk_are_exact,
-            input_channel_views_equal_the_dense_copy
+            input_channel_views_equal_the_dense_copy,
+            accumulators_equal_the_exact_sums
         );
     };
     (@each $path:expr; $($name:ident),*) => {
@@ -234,20 +235,25 @@ pub(crate) fn equals_the_exact_reference_on_random_layers(path: KernelPath) {
 /// `forward_rows_acc` (a float-output convolution's exact sums, no requantization) equals
 /// the exact `i64` accumulators on random layers, for a row split at a random row.
 pub(crate) fn accumulators_equal_the_exact_sums(path: KernelPath) {
-    check(96, (layer_strategy(70, 16), 0usize..=16), |((shape, h, w, relu, seed), cut)| {
-        let c = random_case(shape, h, w, relu, seed);
-        let (oh, ow) = c.conv.out_hw(h, w);
-        prop_assume!(oh > 0 && ow > 0);
-        let want = reference_acc_i64(&c.conv, &c.input, h, w).unwrap();
-        let conv = on_path(&c.conv, path);
-        let cut = cut.min(oh);
-        let mut got = vec![0x5555_5555i32; oh * ow * shape.out_c];
-        let (top, bottom) = got.split_at_mut(cut * ow * shape.out_c);
-        conv.forward_rows_acc(&c.input, h, w, top, 0..cut).unwrap();
-        conv.forward_rows_acc(&c.input, h, w, bottom, cut..oh).unwrap();
-        prop_assert_eq!(got, want);
-        Ok(())
-    });
+    check(
+        96,
+        (layer_strategy(70, 16), 0usize..=16),
+        |((shape, h, w, relu, seed), cut)| {
+            let c = random_case(shape, h, w, relu, seed);
+            let (oh, ow) = c.conv.out_hw(h, w);
+            prop_assume!(oh > 0 && ow > 0);
+            let want = reference_acc_i64(&c.conv, &c.input, h, w).unwrap();
+            let conv = on_path(&c.conv, path);
+            let cut = cut.min(oh);
+            let mut got = vec![0x5555_5555i32; oh * ow * shape.out_c];
+            let (top, bottom) = got.split_at_mut(cut * ow * shape.out_c);
+            conv.forward_rows_acc(&c.input, h, w, top, 0..cut).unwrap();
+            conv.forward_rows_acc(&c.input, h, w, bottom, cut..oh)
+                .unwrap();
+            prop_assert_eq!(got, want);
+            Ok(())
+        },
+    );
 }
 
 /// Any static split of the output rows, run in any order through `forward_rows` (whole

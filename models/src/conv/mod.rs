@@ -91,7 +91,7 @@ mod scalar;
 mod vnni;
 
 pub use dispatch::KernelPath;
-use dispatch::{run_simd_rows, run_simd_rows_acc, Geom};
+use dispatch::{run_simd_rows, Geom};
 pub use error::ModelError;
 pub(crate) use error::{checked_len, exact_len};
 use packing::Packed;
@@ -487,9 +487,8 @@ impl Conv2d {
     /// The exact accumulators `bias + Σ (x − x_zp)·w` of output rows `rows`, not
     /// requantized, into `out_rows` (`rows.len() · out_w · out_c` values, row `rows.start`
     /// first): for a convolution whose float output goes on unquantized (a TensorRT-style
-    /// Q/DQ placement), `acc · x_scale · w_scale` is that output. On the VNNI kernel where
-    /// the layer runs there, else on the portable scalar kernel (the AVX2 and NEON kernels
-    /// write requantized bytes only); the same integers on every path.
+    /// Q/DQ placement), `acc · x_scale · w_scale` is that output. On the layer's kernel path
+    /// (every SIMD kernel stores either form); the same integers on every path.
     pub fn forward_rows_acc(
         &self,
         input: &[i8],
@@ -504,7 +503,8 @@ impl Conv2d {
         exact_len(out_rows.len(), expected, "conv accumulator rows")?;
         let (slot, view) = (self.dense_slot(), self.dense_view());
         let geom = self.geom(in_h, in_w, out_w, view);
-        if !run_simd_rows_acc(self.path, self, &geom, input, out_rows, rows.clone()) {
+        let one = std::slice::from_ref(self);
+        if !run_simd_rows(self.path, one, &geom, input, out_rows, slot, rows.clone()) {
             self.run_rows_scalar(input, in_h, in_w, out_w, out_rows, slot, view, rows);
         }
         Ok(())

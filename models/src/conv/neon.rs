@@ -14,6 +14,8 @@
 //!   multiply signed bytes by signed bytes without saturation and all intermediate
 //!   arithmetic is wrapping `i32`; the true value fits in `i32` ([`super::Conv2d::new`]
 //!   proves it), so the result is exact.
+//! - Output: requantized bytes, or (`i32` output, [`super::Conv2d::forward_rows_acc`]) those
+//!   accumulators themselves, stored before any requantization ([`NeonOutElem`]).
 //! - `sdot` weights: the 4-tap layout the VNNI kernel reads (`[block16][ky][g4][16 oc][4
 //!   taps]`, [`super::packing`]): one tap group of a 16-channel block is four 128-bit
 //!   registers, lane `l` of register `r` holding channel `4r + l`'s four taps. One 16-byte
@@ -94,7 +96,7 @@ pub(super) enum Kind {
 ///   `dst.len() == rows.len() · out_w · slot.pixel_stride`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "neon")]
-pub(super) unsafe fn neon_rows(
+pub(super) unsafe fn neon_rows<E: NeonOutElem>(
     kind: Kind,
     plan: &Plan,
     packed: &Packed,
@@ -102,7 +104,7 @@ pub(super) unsafe fn neon_rows(
     bias: &[i32],
     mult: &[f32],
     input: &[i8],
-    dst: &mut [i8],
+    dst: &mut [E],
     slot: ChannelSlot,
     rows: Range<usize>,
 ) {
@@ -212,6 +214,34 @@ pub(super) unsafe fn neon_rows(
     }
 }
 
+/// What the NEON kernels store for one pixel's 16 accumulators: requantized bytes (`i8`)
+/// or the accumulators themselves (`i32`: [`super::Conv2d::forward_rows_acc`]).
+pub(super) trait NeonOutElem: Copy {
+    /// Stores `t.channels` outputs of one pixel at the start of `dst`.
+    fn store_pixel(t: &NeonTile<'_>, acc: &[int32x4_t; 4], dst: &mut [Self]);
+}
+
+impl NeonOutElem for i8 {
+    #[inline(always)]
+    fn store_pixel(t: &NeonTile<'_>, acc: &[int32x4_t; 4], dst: &mut [i8]) {
+        // SAFETY: `requant_store` needs NEON, which every aarch64 target has (baseline).
+        unsafe { t.requant_store(acc, dst) }
+    }
+}
+
+impl NeonOutElem for i32 {
+    #[inline(always)]
+    fn store_pixel(t: &NeonTile<'_>, acc: &[int32x4_t; 4], dst: &mut [i32]) {
+        // The accumulators `bias + Σ (x − x_zp)·w`, not requantized.
+        let mut tmp = [0i32; 16];
+        for (r, a) in acc.iter().enumerate() {
+            // SAFETY: 4 values at `4r`, `r < 4`, inside the array of 16.
+            unsafe { vst1q_s32(tmp.as_mut_ptr().add(4 * r), *a) };
+        }
+        dst[..t.channels].copy_from_slice(&tmp[..t.channels]);
+    }
+}
+
 /// Per-call constants of the requantization.
 struct NeonOut {
     lo: float32x4_t,
@@ -220,7 +250,7 @@ struct NeonOut {
 }
 
 /// Inputs of one tile that do not depend on the pixel.
-struct NeonTile<'a> {
+pub(super) struct NeonTile<'a> {
     /// The staged rows from this output row's first input row to the end of the stage.
     srow: &'a [i8],
     row_bytes: usize,
@@ -283,18 +313,18 @@ impl NeonTile<'_> {
 /// `w.len() == k · g4 · 64`; and `out[x · ops + l]` is inside `out` for every pixel
 /// `x < npx` and channel `l < t.channels`.
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_pixels(
+unsafe fn dot_pixels<E: NeonOutElem>(
     t: &NeonTile<'_>,
     w: &[i8],
     init: [int32x4_t; 4],
     npx: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     let mut x = 0;
     while x + NP <= npx {
         // SAFETY: pixels `x..x + NP` are `< npx`, so this function's bounds cover them.
-        unsafe { dot_tile::<NP>(t, w, init, x, &mut out[x * ops..], ops) };
+        unsafe { dot_tile::<E, NP>(t, w, init, x, &mut out[x * ops..], ops) };
         x += NP;
     }
     if x == npx {
@@ -304,9 +334,9 @@ unsafe fn dot_pixels(
     // SAFETY: pixels `x..npx` (fewer than `NP`), covered by this function's bounds.
     unsafe {
         match npx - x {
-            1 => dot_tile::<1>(t, w, init, x, o, ops),
-            2 => dot_tile::<2>(t, w, init, x, o, ops),
-            _ => dot_tile::<3>(t, w, init, x, o, ops),
+            1 => dot_tile::<E, 1>(t, w, init, x, o, ops),
+            2 => dot_tile::<E, 2>(t, w, init, x, o, ops),
+            _ => dot_tile::<E, 3>(t, w, init, x, o, ops),
         }
     }
 }
@@ -388,12 +418,12 @@ unsafe fn dot_group<const L: i32, const P: usize>(
 /// `l < t.channels`.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_tile<const P: usize>(
+unsafe fn dot_tile<E: NeonOutElem, const P: usize>(
     t: &NeonTile<'_>,
     w: &[i8],
     init: [int32x4_t; 4],
     x0: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     debug_assert!(t.dot_read_end(x0 + P - 1) <= t.srow.len());
@@ -433,7 +463,7 @@ unsafe fn dot_tile<const P: usize>(
         }
     }
     for (n, an) in acc.iter().enumerate() {
-        t.requant_store(an, &mut out[n * ops..]);
+        E::store_pixel(t, an, &mut out[n * ops..]);
     }
 }
 
@@ -446,18 +476,18 @@ unsafe fn dot_tile<const P: usize>(
 /// `w.len() == k · g8 · 128`; and `out[x · ops + l]` is inside `out` for every pixel
 /// `x < npx` and channel `l < t.channels`.
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn mm_pixels(
+unsafe fn mm_pixels<E: NeonOutElem>(
     t: &NeonTile<'_>,
     w: &[i8],
     init: [int32x4_t; 8],
     npx: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     let mut x = 0;
     while x + 4 <= npx {
         // SAFETY: pixels `x..x + 4` are `< npx`, so this function's bounds cover them.
-        unsafe { mm_tile::<2>(t, w, init, x, 4, &mut out[x * ops..], ops) };
+        unsafe { mm_tile::<E, 2>(t, w, init, x, 4, &mut out[x * ops..], ops) };
         x += 4;
     }
     if x == npx {
@@ -468,9 +498,9 @@ unsafe fn mm_pixels(
     // SAFETY: pixels `x..npx` (`rem < 4` of them), covered by this function's bounds.
     unsafe {
         if rem <= 2 {
-            mm_tile::<1>(t, w, init, x, rem, o, ops);
+            mm_tile::<E, 1>(t, w, init, x, rem, o, ops);
         } else {
-            mm_tile::<2>(t, w, init, x, rem, o, ops);
+            mm_tile::<E, 2>(t, w, init, x, rem, o, ops);
         }
     }
 }
@@ -486,13 +516,13 @@ unsafe fn mm_pixels(
 /// and `l < t.channels`.
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn mm_tile<const PP: usize>(
+unsafe fn mm_tile<E: NeonOutElem, const PP: usize>(
     t: &NeonTile<'_>,
     w: &[i8],
     init: [int32x4_t; 8],
     x0: usize,
     np: usize,
-    out: &mut [i8],
+    out: &mut [E],
     ops: usize,
 ) {
     debug_assert!(np + 1 >= 2 * PP && np <= 2 * PP);
@@ -545,7 +575,7 @@ unsafe fn mm_tile<const PP: usize>(
                     vzip2q_s64(lo, hi)
                 })
             });
-            t.requant_store(&px, &mut out[n * ops..]);
+            E::store_pixel(t, &px, &mut out[n * ops..]);
         }
     }
 }

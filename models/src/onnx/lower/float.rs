@@ -20,10 +20,8 @@
 //!   dequantized values (another summation order) and its Sigmoid with its own `exp`, so a
 //!   quantized result may differ from it by one step in rare elements (the `trt_*` models of
 //!   the agreement test count them).
-//! - **Cost**: the convolution runs on the VNNI kernel (its exact accumulators stored
-//!   before requantization) where the layer runs there, else on the portable scalar kernel
-//!   (the AVX2 and NEON kernels write requantized bytes only: several times slower per
-//!   multiply-add there); every float tensor is 4 bytes per element in the arena, and each
+//! - **Cost**: the convolution runs on its dense kernel (VNNI, AVX2, NEON or scalar), which
+//!   stores the exact accumulators instead of requantized bytes; every float tensor is 4 bytes per element in the arena, and each
 //!   float operator is one pass over it. ResNet-18 in this placement (the QDQ model with the
 //!   11 Q/DQ pairs on convolution outputs that feed its residual Adds removed), one thread
 //!   on the AVX-512 VM: 4.9 ms against ONNX Runtime's 14.0 ms (u8) and 63.5 ms (s8), which
