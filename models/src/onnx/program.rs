@@ -197,35 +197,14 @@ pub(crate) enum FloatBinaryOp {
     Div,
 }
 
-impl FloatBinaryOp {
-    #[inline(always)]
-    pub(crate) fn apply(self, a: f32, b: f32) -> f32 {
-        match self {
-            FloatBinaryOp::Add => a + b,
-            FloatBinaryOp::Sub => a - b,
-            FloatBinaryOp::Mul => a * b,
-            FloatBinaryOp::Div => a / b,
-        }
-    }
-}
-
 /// The function of a [`Step::FloatUnary`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum FloatUnaryOp {
     /// `min(max(x, lo), hi)` (Relu: `lo = 0`, `hi = +inf`).
     Clamp { lo: f32, hi: f32 },
-    /// `1 / (1 + exp(−x))` with the deterministic `exp` (the Sigmoid table's formula).
+    /// `1 / (1 + exp(−x))` with a vectorisable `exp` of basic `f32` operations
+    /// ([`kernels::float::exp_poly`]; the same bits on every ISA).
     Sigmoid,
-}
-
-impl FloatUnaryOp {
-    #[inline(always)]
-    pub(crate) fn apply(self, x: f32) -> f32 {
-        match self {
-            FloatUnaryOp::Clamp { lo, hi } => x.max(lo).min(hi),
-            FloatUnaryOp::Sigmoid => 1.0 / (1.0 + redline_runtime::det_math::exp(-x)),
-        }
-    }
 }
 
 /// Sizes of a [`Step::DeconvMerge`]: `batch` images of `out_h × out_w × c` from `sh · sw`
@@ -876,9 +855,7 @@ impl Program {
                             failed.store(true, std::sync::atomic::Ordering::Relaxed);
                             return;
                         };
-                        for (d, &v) in y.iter_mut().zip(&x[r]) {
-                            *d = (i32::from(v) - zp) as f32 * scale;
-                        }
+                        kernels::float::dequantize(isa, &x[r], *scale, *zp, y);
                     });
                     if failed.into_inner() {
                         return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
@@ -892,9 +869,7 @@ impl Program {
                             failed.store(true, std::sync::atomic::Ordering::Relaxed);
                             return;
                         };
-                        for ((d, &u), &v) in y.iter_mut().zip(&xa[r.clone()]).zip(&xb[r]) {
-                            *d = op.apply(u, v);
-                        }
+                        kernels::float::binary(isa, *op, &xa[r.clone()], &xb[r], y);
                     });
                     if failed.into_inner() {
                         return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
@@ -908,9 +883,7 @@ impl Program {
                             failed.store(true, std::sync::atomic::Ordering::Relaxed);
                             return;
                         };
-                        for (d, &v) in y.iter_mut().zip(&x[r]) {
-                            *d = op.apply(v);
-                        }
+                        kernels::float::unary(isa, *op, &x[r], y);
                     });
                     if failed.into_inner() {
                         return Err(EngineError::Run("a float buffer is not 4-byte aligned"));

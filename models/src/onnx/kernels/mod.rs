@@ -19,6 +19,7 @@ use super::isa::{multiversion, Isa};
 use std::ops::Range;
 
 mod binary;
+pub(crate) mod float;
 mod layout;
 mod pool;
 #[cfg(test)]

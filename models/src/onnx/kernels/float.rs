@@ -1,0 +1,156 @@
+//! The `f32` loops of the float route (`lower::float`: a convolution's float output going on
+//! unquantized): dequantize, elementwise binaries, clamps and the logistic sigmoid.
+//!
+//! Contract: each loop is the same IEEE-754 operations in the same order on every width
+//! (compiled again for AVX2 and AVX-512 by `multiversion!`; Rust never fuses `a * b + c`),
+//! so the same bits on every ISA, lane count and machine. The sigmoid's `exp` is
+//! [`exp_poly`]: pure `f32` arithmetic (no library call), so that it vectorises; accurate to
+//! a few ulp, and not the bits of `det_math::exp` (which the quantized Sigmoid table uses).
+//! Cost: one pass over the tensor. Never allocates or panics.
+
+use super::super::isa::multiversion;
+use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp};
+
+/// `e^x` in `f32` from basic operations only: `x = n·ln2 + r` (`n` rounded to nearest with
+/// the `1.5·2^23` trick, `ln2` split in a high part exact in `f32` and a low part),
+/// `e^r` by a degree-6 Taylor polynomial in Horner form on `|r| <= ln2/2`, then `·2^n`
+/// through the exponent bits. `x` is clamped to `[-87, 88]` (the result then stays a
+/// normal `f32`; `e^-87` against the sigmoid's `1` is far below half an ulp). A few ulp
+/// from the correctly rounded result; NaN in gives NaN out.
+#[inline(always)]
+pub(crate) fn exp_poly(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75; // 0x3f317200: 16 significant bits, n·LN2_HI exact
+    const LN2_LO: f32 = 1.428_606_8e-6; // ln 2 − LN2_HI
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    let nan = x.is_nan();
+    let x = x.clamp(-87.0, 88.0);
+    let t = x * LOG2E + MAGIC;
+    let n = t - MAGIC; // round(x · log2 e), exact
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0 / 720.0;
+    let p = p * r + 1.0 / 120.0;
+    let p = p * r + 1.0 / 24.0;
+    let p = p * r + 1.0 / 6.0;
+    let p = p * r + 0.5;
+    let p = p * r + 1.0;
+    let p = p * r + 1.0;
+    // 2^n for n in [-126, 127]: the exponent field n + 127.
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if nan {
+        f32::NAN
+    } else {
+        p * scale
+    }
+}
+
+/// The float route's sigmoid: `1 / (1 + e^−x)` with [`exp_poly`].
+#[inline(always)]
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp_poly(-x))
+}
+
+multiversion! {
+    /// `out[i] = (x[i] − zp) · scale` (ONNX `DequantizeLinear`).
+    pub(crate) fn dequantize(x: &[i8], scale: f32, zp: i32, out: &mut [f32]) {
+        for (d, &v) in out.iter_mut().zip(x) {
+            *d = (i32::from(v) - zp) as f32 * scale;
+        }
+    }
+}
+
+multiversion! {
+    /// `out[i] = op(a[i], b[i])`.
+    pub(crate) fn binary(op: FloatBinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+        match op {
+            FloatBinaryOp::Add => out.iter_mut().zip(a).zip(b).for_each(|((d, &u), &v)| *d = u + v),
+            FloatBinaryOp::Sub => out.iter_mut().zip(a).zip(b).for_each(|((d, &u), &v)| *d = u - v),
+            FloatBinaryOp::Mul => out.iter_mut().zip(a).zip(b).for_each(|((d, &u), &v)| *d = u * v),
+            FloatBinaryOp::Div => out.iter_mut().zip(a).zip(b).for_each(|((d, &u), &v)| *d = u / v),
+        }
+    }
+}
+
+multiversion! {
+    /// `out[i] = op(x[i])`.
+    pub(crate) fn unary(op: FloatUnaryOp, x: &[f32], out: &mut [f32]) {
+        match op {
+            FloatUnaryOp::Clamp { lo, hi } => {
+                out.iter_mut().zip(x).for_each(|(d, &v)| *d = v.max(lo).min(hi))
+            }
+            FloatUnaryOp::Sigmoid => out.iter_mut().zip(x).for_each(|(d, &v)| *d = sigmoid(v)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::isa::Isa;
+    use redline_runtime::rng::SplitMix64;
+
+    #[test]
+    #[allow(clippy::disallowed_methods)]
+    fn exp_poly_is_within_a_few_ulp_of_f64() {
+        let mut r = SplitMix64::new(41);
+        let mut worst = 0f64;
+        for _ in 0..200_000 {
+            let x = r.uniform(-87.0, 88.0);
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_poly(x));
+            let ulp = f64::from(f32::EPSILON) * want;
+            worst = worst.max((got - want).abs() / ulp);
+        }
+        assert!(worst <= 4.0, "exp_poly is {worst} ulp off");
+        assert!(exp_poly(f32::NAN).is_nan());
+        assert_eq!(exp_poly(0.0), 1.0);
+        assert!(exp_poly(-1000.0) > 0.0 && exp_poly(1000.0).is_finite());
+        assert!(sigmoid(-1000.0) < 1e-37);
+        assert_eq!(sigmoid(1000.0), 1.0);
+    }
+
+    #[test]
+    fn float_loops_give_the_same_bits_on_every_width() {
+        let mut g = SplitMix64::new(7);
+        for n in [1usize, 15, 16, 17, 1000, 4099] {
+            let a: Vec<f32> = (0..n).map(|_| g.uniform(-30.0, 30.0)).collect();
+            let b: Vec<f32> = (0..n).map(|_| g.uniform(-3.0, 3.0)).collect();
+            let q: Vec<i8> = (0..n).map(|_| g.next_i8()).collect();
+            let run = |isa: Isa| {
+                let mut outs = vec![vec![0f32; n]; 7];
+                dequantize(isa, &q, 0.037, -5, &mut outs[0]);
+                for (k, op) in [
+                    FloatBinaryOp::Add,
+                    FloatBinaryOp::Sub,
+                    FloatBinaryOp::Mul,
+                    FloatBinaryOp::Div,
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    binary(isa, op, &a, &b, &mut outs[1 + k]);
+                }
+                unary(isa, FloatUnaryOp::Sigmoid, &a, &mut outs[5]);
+                let clamp = FloatUnaryOp::Clamp { lo: 0.0, hi: 6.0 };
+                unary(isa, clamp, &a, &mut outs[6]);
+                outs.iter()
+                    .map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()
+            };
+            let want = run(Isa::PORTABLE);
+            // The portable build is the scalar formula, element by element.
+            for i in 0..n {
+                assert_eq!(want[5][i], sigmoid(a[i]).to_bits());
+                assert_eq!(want[4][i], (a[i] / b[i]).to_bits());
+            }
+            for isa in Isa::available() {
+                assert_eq!(
+                    run(isa),
+                    want,
+                    "{} differs from portable, n {n}",
+                    isa.name()
+                );
+            }
+        }
+    }
+}
