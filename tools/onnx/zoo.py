@@ -230,9 +230,9 @@ def main():
     ap.add_argument("--reduce-range", action="store_true",
                     help="7-bit weights (quantize_static reduce_range=True): keeps ORT's u8 x s8 AVX2 kernel "
                          "(no VNNI) from saturating its int16 pair sums, see README.md")
-    ap.add_argument("--trt", action="store_true",
-                    help="also <name>_trt_{s8,u8}: the QDQ model in TensorRT-style Q/DQ placement "
-                         "(qref.to_trt_style)")
+    ap.add_argument("--trt", nargs="*", metavar="NAME", default=None,
+                    help="also <name>_trt_{s8,u8} for these models (all when none is named): the QDQ "
+                         "model in TensorRT-style Q/DQ placement (qref.to_trt_style)")
     args = ap.parse_args()
     names = args.only or list(MODELS)
     for n in names:
@@ -244,12 +244,15 @@ def main():
     if os.path.isfile(idx_path):
         with open(idx_path, "r", encoding="utf-8") as f:
             manifests = set(json.load(f).get("manifests", []))
+    def trt(n):
+        return args.trt is not None and (not args.trt or n in args.trt)
+
     for i, n in enumerate(names):
         t0 = time.perf_counter()
         model = MODELS[n](args.seed * 1000 + list(MODELS).index(n))
         manifests |= set(qref.build_all(args.out_dir, n, model, args.seed * 1000 + list(MODELS).index(n),
                                              reduce_range=args.reduce_range,
-                                             formats=["qdq", "qop", "trt"] if args.trt else None))
+                                             formats=["qdq", "qop", "trt"] if trt(n) else None))
         print(f"# {n}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     qref.write_index(args.out_dir, manifests)
 
