@@ -587,6 +587,35 @@ fn split_rows(
     );
 }
 
+/// [`split_rows`] over the `n` `f32` elements of buffer `d` (one element per row, a cheap
+/// elementwise step): `f(element range, those elements of d)`. An error if a chunk is not
+/// 4-byte aligned (planned buffers are 64-byte aligned, so never).
+fn split_rows_f32(
+    lanes: &dyn Lanes,
+    base: SendPtr,
+    d: &Buffer,
+    n: usize,
+    f: &(dyn Fn(Range<usize>, &mut [f32]) + Sync),
+) -> Result<(), EngineError> {
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    split_rows(
+        lanes,
+        base,
+        d,
+        n,
+        4,
+        2,
+        &|r, out| match bytemuck::try_cast_slice_mut::<i8, f32>(out) {
+            Ok(y) => f(r, y),
+            Err(_) => failed.store(true, std::sync::atomic::Ordering::Relaxed),
+        },
+    );
+    if failed.into_inner() {
+        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
+    }
+    Ok(())
+}
+
 /// [`split_rows`] into `chunks` chunks.
 fn split_rows_in(
     lanes: &dyn Lanes,
@@ -848,46 +877,22 @@ impl Program {
                     scale,
                     zp,
                 } => {
-                    let failed = std::sync::atomic::AtomicBool::new(false);
                     let x = view(*src);
-                    split_rows(lanes, base, &bufs[*dst], *n, 4, 2, &|r, out| {
-                        let Ok(y) = bytemuck::try_cast_slice_mut::<i8, f32>(out) else {
-                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                            return;
-                        };
+                    split_rows_f32(lanes, base, &bufs[*dst], *n, &|r, y| {
                         kernels::float::dequantize(isa, &x[r], *scale, *zp, y);
-                    });
-                    if failed.into_inner() {
-                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
-                    }
+                    })?;
                 }
                 Step::FloatBinary { op, a, b, n, dst } => {
-                    let failed = std::sync::atomic::AtomicBool::new(false);
                     let (xa, xb) = (view_f32(*a), view_f32(*b));
-                    split_rows(lanes, base, &bufs[*dst], *n, 4, 2, &|r, out| {
-                        let Ok(y) = bytemuck::try_cast_slice_mut::<i8, f32>(out) else {
-                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                            return;
-                        };
+                    split_rows_f32(lanes, base, &bufs[*dst], *n, &|r, y| {
                         kernels::float::binary(isa, *op, &xa[r.clone()], &xb[r], y);
-                    });
-                    if failed.into_inner() {
-                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
-                    }
+                    })?;
                 }
                 Step::FloatUnary { op, src, dst, n } => {
-                    let failed = std::sync::atomic::AtomicBool::new(false);
                     let x = view_f32(*src);
-                    split_rows(lanes, base, &bufs[*dst], *n, 4, 2, &|r, out| {
-                        let Ok(y) = bytemuck::try_cast_slice_mut::<i8, f32>(out) else {
-                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                            return;
-                        };
+                    split_rows_f32(lanes, base, &bufs[*dst], *n, &|r, y| {
                         kernels::float::unary(isa, *op, &x[r], y);
-                    });
-                    if failed.into_inner() {
-                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
-                    }
+                    })?;
                 }
                 Step::Conv {
                     imp,

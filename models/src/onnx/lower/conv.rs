@@ -141,18 +141,9 @@ impl Lowerer<'_> {
                     })
                     .collect()
             }
-            v => {
-                return Err(
-                    n.unsupported(format!("bias is {}; it must be a constant", kind_name(&v)))
-                )
-            }
+            v => return Err(bias_not_constant(n, &v)),
         };
-        if b.len() != oc {
-            return Err(n.unsupported(format!(
-                "bias has {} values for {oc} output channels",
-                b.len()
-            )));
-        }
+        check_bias_len(n, b.len(), oc)?;
         Ok(b)
     }
 
@@ -627,4 +618,17 @@ fn dilation_phases(win: &Window, h: usize, w: usize, groups: usize) -> Option<Ph
         && win.out_h == h
         && win.out_w == w)
         .then_some(Phases { dh, dw, h, w })
+}
+
+/// A convolution's bias input that is not a constant.
+pub(super) fn bias_not_constant(n: &Node, v: &Val) -> EngineError {
+    n.unsupported(format!("bias is {}; it must be a constant", kind_name(v)))
+}
+
+/// A bias must have one value per output channel.
+pub(super) fn check_bias_len(n: &Node, len: usize, oc: usize) -> Result<(), EngineError> {
+    if len != oc {
+        return Err(n.unsupported(format!("bias has {len} values for {oc} output channels")));
+    }
+    Ok(())
 }

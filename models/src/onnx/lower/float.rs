@@ -98,18 +98,9 @@ impl Lowerer<'_> {
                     })
                     .collect()
             }
-            v => {
-                return Err(
-                    n.unsupported(format!("bias is {}; it must be a constant", kind_name(&v)))
-                )
-            }
+            v => return Err(super::conv::bias_not_constant(n, &v)),
         };
-        if b.len() != oc {
-            return Err(n.unsupported(format!(
-                "bias has {} values for {oc} output channels",
-                b.len()
-            )));
-        }
+        super::conv::check_bias_len(n, b.len(), oc)?;
         Ok(b)
     }
 
