@@ -1,7 +1,8 @@
 //! Lowering: from the ONNX graph (QDQ or QOperator form) to a [`Program`] of quantized steps.
 //!
 //! Every value of the graph is tracked as one of [`Val`]: a float buffer (a graph input
-//! before its `QuantizeLinear`), a quantized `i8` buffer, the dequantized view of one
+//! before its `QuantizeLinear`, or a tensor of the float route after a convolution whose
+//! output is not quantized), a quantized `i8` buffer, the dequantized view of one
 //! (`DequantizeLinear` output: no buffer, no work), or a constant. Float operators whose
 //! inputs are dequantized views and whose output reaches a `QuantizeLinear` (through
 //! optional `Relu`/`Clip`) are fused into one quantized step with that quantization; the
@@ -18,7 +19,9 @@
 //! conversions and the dispatch by operator; `quant` (Quantize/DequantizeLinear), `shape`
 //! (the shape operators), `conv` (convolutions and matrix products), `elementwise` (Add,
 //! Mul, table operators, Concat), `island` (chains of elementwise float operators on one
-//! quantized tensor, as one table) and `window` (pooling, Resize) lower one family each.
+//! quantized tensor, as one table), `float` (a convolution's float output going on
+//! unquantized: TensorRT-style placement) and `window` (pooling, Resize) lower one family
+//! each.
 
 use super::dense_routes::{ColumnFold, Phases};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
