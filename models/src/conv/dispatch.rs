@@ -152,16 +152,19 @@ pub(super) struct Geom {
     pub relu: bool,
 }
 
-/// What a SIMD kernel stores: requantized bytes (`i8`) or the exact accumulators (`i32`,
+/// What a kernel stores: requantized bytes (`i8`) or the exact accumulators (`i32`,
 /// [`super::Conv2d::forward_rows_acc`]); every kernel of this target stores both.
 #[cfg(target_arch = "x86_64")]
-pub(super) trait KernelOut: super::vnni::VnniOutElem + super::avx2::Avx2OutElem {}
-/// What a SIMD kernel stores (see the x86-64 definition).
+pub(super) trait KernelOut:
+    super::scalar::ScalarOut + super::vnni::VnniOutElem + super::avx2::Avx2OutElem
+{
+}
+/// What a kernel stores (see the x86-64 definition).
 #[cfg(target_arch = "aarch64")]
-pub(super) trait KernelOut: super::neon::NeonOutElem {}
-/// What a SIMD kernel stores (no SIMD kernel on this target).
+pub(super) trait KernelOut: super::scalar::ScalarOut + super::neon::NeonOutElem {}
+/// What a kernel stores (the scalar kernel only on this target).
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(super) trait KernelOut: Copy {}
+pub(super) trait KernelOut: super::scalar::ScalarOut {}
 
 impl KernelOut for i8 {}
 impl KernelOut for i32 {}

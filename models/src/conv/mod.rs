@@ -91,7 +91,7 @@ mod scalar;
 mod vnni;
 
 pub use dispatch::KernelPath;
-use dispatch::{run_simd_rows, Geom};
+use dispatch::{run_simd_rows, Geom, KernelOut};
 pub use error::ModelError;
 pub(crate) use error::{checked_len, exact_len};
 use packing::Packed;
@@ -468,20 +468,8 @@ impl Conv2d {
         slot: ChannelSlot,
         rows: Range<usize>,
     ) -> Result<(), ModelError> {
-        in_view.check_fits(
-            self.in_c,
-            "input channel view (pixel_stride vs channel_offset + in_c)",
-        )?;
-        let (out_h, out_w) = self.check_input(input, in_h, in_w, in_view.pixel_stride)?;
-        check_rows(&rows, out_h)?;
-        slot.check_fits(
-            self.out_c,
-            "channel slot (pixel_stride vs channel_offset + out_c)",
-        )?;
-        let expected = checked_len(&[rows.end - rows.start, out_w, slot.pixel_stride], "output")?;
-        exact_len(out_rows.len(), expected, "conv output rows")?;
-        self.run_rows(input, in_h, in_w, out_w, out_rows, slot, in_view, rows);
-        Ok(())
+        let geom = (in_h, in_w, in_view, slot);
+        self.checked_rows(input, geom, out_rows, rows, "conv output rows")
     }
 
     /// The exact accumulators `bias + Σ (x − x_zp)·w` of output rows `rows`, not
@@ -497,16 +485,34 @@ impl Conv2d {
         out_rows: &mut [i32],
         rows: Range<usize>,
     ) -> Result<(), ModelError> {
-        let (out_h, out_w) = self.check_input(input, in_h, in_w, self.in_c)?;
+        let geom = (in_h, in_w, self.dense_view(), self.dense_slot());
+        self.checked_rows(input, geom, out_rows, rows, "conv accumulator rows")
+    }
+
+    /// Checks a call of [`Conv2d::forward_rows_view`] or [`Conv2d::forward_rows_acc`]
+    /// (`geom`: input height and width, input view, output slot) and runs it: bytes or
+    /// accumulators, the same checks.
+    fn checked_rows<E: KernelOut>(
+        &self,
+        input: &[i8],
+        (in_h, in_w, in_view, slot): (usize, usize, ChannelSlot, ChannelSlot),
+        out_rows: &mut [E],
+        rows: Range<usize>,
+        what: &'static str,
+    ) -> Result<(), ModelError> {
+        in_view.check_fits(
+            self.in_c,
+            "input channel view (pixel_stride vs channel_offset + in_c)",
+        )?;
+        let (out_h, out_w) = self.check_input(input, in_h, in_w, in_view.pixel_stride)?;
         check_rows(&rows, out_h)?;
-        let expected = checked_len(&[rows.end - rows.start, out_w, self.out_c], "output")?;
-        exact_len(out_rows.len(), expected, "conv accumulator rows")?;
-        let (slot, view) = (self.dense_slot(), self.dense_view());
-        let geom = self.geom(in_h, in_w, out_w, view);
-        let one = std::slice::from_ref(self);
-        if !run_simd_rows(self.path, one, &geom, input, out_rows, slot, rows.clone()) {
-            self.run_rows_scalar(input, in_h, in_w, out_w, out_rows, slot, view, rows);
-        }
+        slot.check_fits(
+            self.out_c,
+            "channel slot (pixel_stride vs channel_offset + out_c)",
+        )?;
+        let expected = checked_len(&[rows.end - rows.start, out_w, slot.pixel_stride], "output")?;
+        exact_len(out_rows.len(), expected, what)?;
+        self.run_rows(input, in_h, in_w, out_w, out_rows, slot, in_view, rows);
         Ok(())
     }
 
@@ -576,13 +582,13 @@ impl Conv2d {
     /// `in_h*in_w*in_view.pixel_stride` and the view fits, `dst` is `rows.len() * out_w *
     /// slot.pixel_stride`, `rows ⊆ 0..out_h`, the slot fits.
     #[allow(clippy::too_many_arguments)]
-    fn run_rows(
+    fn run_rows<E: KernelOut>(
         &self,
         input: &[i8],
         in_h: usize,
         in_w: usize,
         out_w: usize,
-        dst: &mut [i8],
+        dst: &mut [E],
         slot: ChannelSlot,
         in_view: ChannelSlot,
         rows: Range<usize>,
