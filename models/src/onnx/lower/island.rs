@@ -11,12 +11,12 @@
 //!
 //! # Contract
 //!
-//! - **When**: a node of [`ISLAND_OPS`] whose non-constant inputs are all the same
-//!   dequantized tensor starts an island when the operators of the native set cannot lower
-//!   it (its float result does not reach a `QuantizeLinear` through `Relu`/`Clip` only, or
-//!   it is an operator only islands run: `Div`, `Sub`, `Exp`, `Erf`, ...). The island grows
-//!   over the later nodes (graph order) of [`ISLAND_OPS`] that read at least one island value
-//!   and otherwise only that tensor or constants. It is lowered when exactly one of its
+//! - **When**: an island operator ([`is_island_op`]) whose non-constant inputs are all the
+//!   same dequantized tensor starts an island when the operators of the native set cannot
+//!   lower it (its float result does not reach a `QuantizeLinear` through `Relu`/`Clip`
+//!   only, or it is an operator only islands run: `Div`, `Sub`, `Exp`, `Erf`, ...). The
+//!   island grows over the later island operators (graph order) that read at least one
+//!   island value and otherwise only that tensor or constants. It is lowered when exactly one of its
 //!   values is read outside it, by exactly one per-tensor `QuantizeLinear`, and none is a
 //!   graph output; otherwise the node lowers as before (and its error names it).
 //! - **Constants**: scalars only (one element, rank at most the tensor's; plain or
@@ -43,38 +43,8 @@
 use super::*;
 use redline_runtime::det_math as dm;
 
-/// Elementwise float operators an island may hold (one or two inputs, or `Clip`'s bounds).
-pub(super) const ISLAND_OPS: &[&str] = &[
-    "Identity",
-    "Relu",
-    "Clip",
-    "Sigmoid",
-    "Tanh",
-    "Softplus",
-    "Softsign",
-    "Mish",
-    "HardSigmoid",
-    "HardSwish",
-    "LeakyRelu",
-    "Elu",
-    "Exp",
-    "Log",
-    "Erf",
-    "Neg",
-    "Abs",
-    "Sqrt",
-    "Reciprocal",
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Max",
-    "Min",
-];
-
-/// Operators of [`ISLAND_OPS`] that the native set lowers on their own (when their result
-/// is quantized): an island starts at one of these only when that lowering cannot apply.
+/// Island operators the native set also lowers on their own (when their result is
+/// quantized): an island starts at one of these only when that lowering cannot apply.
 const LOWERED_ALONE: &[&str] = &[
     "Identity",
     "Relu",
@@ -89,6 +59,31 @@ const LOWERED_ALONE: &[&str] = &[
     "Add",
     "Mul",
 ];
+
+/// Island operators outside the quantized set (`Div` and `Sub` of two quantized tensors
+/// lower as binaries when they are not an island).
+const ISLAND_ONLY: &[&str] = &[
+    "Softsign",
+    "Elu",
+    "Exp",
+    "Log",
+    "Erf",
+    "Neg",
+    "Abs",
+    "Sqrt",
+    "Reciprocal",
+    "Sub",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+];
+
+/// True for the elementwise float operators an island may hold (one or two inputs, or
+/// `Clip`'s bounds): [`LOWERED_ALONE`] and [`ISLAND_ONLY`].
+pub(super) fn is_island_op(op: &str) -> bool {
+    LOWERED_ALONE.contains(&op) || ISLAND_ONLY.contains(&op)
+}
 
 /// What an island reads: the tensor, or a scalar constant.
 #[derive(Clone, Copy)]
@@ -119,7 +114,7 @@ impl Lowerer<'_> {
     pub(super) fn float_island(&mut self, i: usize) -> Result<bool, EngineError> {
         let n = &self.g.nodes[i];
         let op = n.op.as_str();
-        if !ISLAND_OPS.contains(&op) || matches!(op, "Relu" | "Clip" | "Identity") {
+        if !is_island_op(op) || matches!(op, "Relu" | "Clip" | "Identity") {
             return Ok(false);
         }
         if LOWERED_ALONE.contains(&op) && self.find_q(n).is_ok() {
@@ -157,7 +152,7 @@ impl Lowerer<'_> {
                 break;
             }
             let m = &self.g.nodes[j];
-            if self.done.contains(&j) || !ISLAND_OPS.contains(&m.op.as_str()) {
+            if self.done.contains(&j) || !is_island_op(&m.op) {
                 continue;
             }
             let mut reads_island = false;
