@@ -76,6 +76,20 @@ debian_cargo() {
     PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc CARGO_PROFILE_DEV_DEBUG=false \
         /usr/bin/cargo "$@"
 }
+# Runs `cargo test ARGS` for aarch64 under qemu (timing tests skipped) within SECONDS;
+# a hang fails the step and says so (the comments at the calls say why each has one).
+# Usage: tests_within SECONDS WHAT ARGS...
+tests_within() {
+    local seconds=$1 what=$2 rc=0
+    shift 2
+    timeout "$seconds" bash -c "$(declare -f debian_cargo); debian_cargo test --target $target $* -- --skip timing --skip latency" || rc=$?
+    if [ "$rc" = 124 ]; then
+        echo "   FAILED: $what hung under qemu for $seconds s (see the comment above this step; rerun)" >&2
+        exit 1
+    elif [ "$rc" != 0 ]; then
+        exit "$rc"
+    fi
+}
 unit_tests=(-p redline-models -p redline-runtime -p redline-pipeline --lib)
 determinism_tests=(-p redline-tests --test runtime_determinism)
 
@@ -93,14 +107,7 @@ step "tests under qemu -cpu cortex-a76 (INT8 kernels, runtime incl. real-time, p
 # forked child of the emulated test binary never exec'd (qemu-user's fork in a threaded
 # process can deadlock). The step takes about 2 min; the timeout makes a hang fail it and
 # say so instead of stalling CI until its own limit.
-rc=0
-timeout 600 bash -c "$(declare -f debian_cargo); debian_cargo test --target $target ${unit_tests[*]} -- --skip timing --skip latency" || rc=$?
-if [ "$rc" = 124 ]; then
-    echo "   FAILED: the aarch64 unit tests hung under qemu for 600 s (see the comment above this step; rerun)" >&2
-    exit 1
-elif [ "$rc" != 0 ]; then
-    exit "$rc"
-fi
+tests_within 600 "the aarch64 unit tests" "${unit_tests[@]}"
 # runtime_determinism used to hang under qemu in about one run in four (2026-11-26: 2 of 6,
 # and 3 of 12 with two CPU hogs running; never natively). The cause: the runtime's
 # offer/open_gate hand-off (runtime/src/exec.rs) is a SeqCst store-then-load pair on each
@@ -108,14 +115,7 @@ fi
 # pair reorder, so neither side dispatched the job and the lockstep frame waited for ever.
 # A SeqCst fence between each store and load fixed it (0 of 24 with the same CPU hogs). The
 # timeout stays so that a hang of any cause fails the step quickly and says so.
-rc=0
-timeout 300 bash -c "$(declare -f debian_cargo); debian_cargo test --target $target ${determinism_tests[*]} -- --skip timing --skip latency" || rc=$?
-if [ "$rc" = 124 ]; then
-    echo "   FAILED: runtime_determinism hung under qemu for 300 s (see the comment above this step)" >&2
-    exit 1
-elif [ "$rc" != 0 ]; then
-    exit "$rc"
-fi
+tests_within 300 runtime_determinism "${determinism_tests[@]}"
 
 step "INT8 kernel tests under qemu -cpu max (the i8mm kernel: cortex-a76 has no i8mm and skips it)"
 QEMU_CPU=max debian_cargo test --target $target -p redline-models --lib -- conv::
