@@ -647,7 +647,6 @@ impl Program {
                     let img_in = x.len() / batch.max(&1);
                     let failed = std::sync::atomic::AtomicBool::new(false);
                     let per_row = conv.macs(*in_h, *in_w) as usize / out_h.max(&1);
-                    let oc = conv.out_c.max(1);
                     split_rows(
                         lanes,
                         base,
@@ -670,12 +669,7 @@ impl Program {
                                     failed.store(true, std::sync::atomic::Ordering::Relaxed);
                                 }
                             }
-                            // NHWC: element i is channel i mod out_c. Written back as f32 bits.
-                            for chunk in acc.chunks_exact_mut(oc) {
-                                for ((e, &s), &b) in chunk.iter_mut().zip(scales).zip(bias) {
-                                    *e = ((*e as f32) * s + b).to_bits() as i32;
-                                }
-                            }
+                            kernels::float::acc_to_f32(isa, acc, scales, bias);
                         },
                     );
                     if failed.into_inner() {

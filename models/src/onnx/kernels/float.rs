@@ -1,5 +1,6 @@
 //! The `f32` loops of the float route (`lower::float`: a convolution's float output going on
-//! unquantized): dequantize, elementwise binaries, clamps and the logistic sigmoid.
+//! unquantized): its accumulators to `f32`, dequantize, elementwise binaries, clamps and the
+//! logistic sigmoid.
 //!
 //! Contract: each loop is the same IEEE-754 operations in the same order on every width
 //! (compiled again for AVX2 and AVX-512 by `multiversion!`; Rust never fuses `a * b + c`),
@@ -48,6 +49,18 @@ pub(crate) fn exp_poly(x: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp_poly(-x))
+}
+
+multiversion! {
+    /// A float-output convolution's NHWC accumulators, in place, to the `f32` bits of
+    /// `acc · scales[c] + bias[c]` (`c` = element index mod the channel count).
+    pub(crate) fn acc_to_f32(acc: &mut [i32], scales: &[f32], bias: &[f32]) {
+        for px in acc.chunks_exact_mut(scales.len().max(1)) {
+            for ((e, &s), &b) in px.iter_mut().zip(scales).zip(bias) {
+                *e = ((*e as f32) * s + b).to_bits() as i32;
+            }
+        }
+    }
 }
 
 multiversion! {
@@ -133,12 +146,22 @@ mod tests {
                 unary(isa, FloatUnaryOp::Sigmoid, &a, &mut outs[5]);
                 let clamp = FloatUnaryOp::Clamp { lo: 0.0, hi: 6.0 };
                 unary(isa, clamp, &a, &mut outs[6]);
+                // Three channels' scale and bias over whole pixels.
+                let mut acc: Vec<i32> = q.iter().map(|&v| i32::from(v) * 977).collect();
+                let px = n - n % 3;
+                acc_to_f32(isa, &mut acc[..px], &[0.5, 1e-3, 7.25], &[0.0, -2.5, 1e3]);
+                outs.push(acc.iter().map(|&e| f32::from_bits(e as u32)).collect());
                 outs.iter()
                     .map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
                     .collect::<Vec<_>>()
             };
             let want = run(Isa::PORTABLE);
             // The portable build is the scalar formula, element by element.
+            for i in 0..n - n % 3 {
+                let (s, b) = ([0.5, 1e-3, 7.25][i % 3], [0.0, -2.5, 1e3][i % 3]);
+                let acc = i32::from(q[i]) * 977;
+                assert_eq!(want[7][i], (acc as f32 * s + b).to_bits());
+            }
             for i in 0..n {
                 assert_eq!(want[5][i], sigmoid(a[i]).to_bits());
                 assert_eq!(want[4][i], (a[i] / b[i]).to_bits());
