@@ -263,6 +263,21 @@ fn bench_against_onnxruntime_compares_outputs() {
     let r = v["ratio_p50"].as_f64().unwrap();
     let want = v["p50_ms"].as_f64().unwrap() / v["against_p50_ms"].as_f64().unwrap();
     assert!((r - want).abs() < 1e-9, "{v}");
+    // ORT's workers stop spinning after each run unless asked to keep on.
+    assert_eq!(v["ort_spin_after_run"], false, "{v}");
+    let v = bench_json(&[
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--threads",
+        "2",
+        "--engine",
+        "onnxruntime",
+        "--ort-spin-after-run",
+    ])
+    .unwrap();
+    assert_eq!(v["ort_spin_after_run"], true, "{v}");
 }
 
 #[test]

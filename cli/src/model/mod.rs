@@ -16,7 +16,8 @@
 //!   (`engine::Inline`); with N > 1 it runs as the one stage of a redline runtime with N lanes and
 //!   one frame slot, frames released as fast as possible, the engine splitting its rows over
 //!   the lanes with `parallel_for`: what the pipeline does. ONNX Runtime gets N intra-op
-//!   threads.
+//!   threads, which stop spinning at the end of each run unless `--ort-spin-after-run`
+//!   (`OrtOptions::spin_after_run`: spinning on, they slow the other engine's next runs).
 //! - **Timing**: each sample is one `Engine::run`, timed with `Instant` around the call only
 //!   (inside the stage for the runtime route: the release/publish overhead is not counted).
 //!   Warm-up iterations are not recorded. With `--against`, the two engines alternate in
@@ -178,9 +179,26 @@ pub struct BenchArgs {
     /// (`session.qdqisint8allowed`, as the reference files do); `false` is ORT's default.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub ort_qdq_int8: bool,
+    /// onnxruntime: let its intra-op workers spin on after each run, as ORT's own default
+    /// does. Off by default: spinning workers take the cores from the other engine's next
+    /// run when the two alternate (`session.force_spinning_stop`).
+    #[arg(long)]
+    pub ort_spin_after_run: bool,
     /// Print one JSON object instead of the text report (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
+}
+
+impl BenchArgs {
+    /// The ONNX Runtime session these flags ask for (the CPU provider).
+    pub fn ort_options(&self) -> OrtOptions {
+        OrtOptions {
+            threads: self.threads.max(1) as usize,
+            qdq_int8_allowed: self.ort_qdq_int8,
+            spin_after_run: self.ort_spin_after_run,
+            ..OrtOptions::default()
+        }
+    }
 }
 
 pub fn run(c: ModelCommand) -> Result<()> {
@@ -218,7 +236,7 @@ fn info(a: InfoArgs) -> Result<()> {
         &OrtOptions {
             threads: 1,
             qdq_int8_allowed: true,
-            tensorrt: None,
+            ..OrtOptions::default()
         },
     );
     // The CUDA engine: loaded on GPU 0 when this build and machine have one; otherwise the
@@ -583,11 +601,11 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
 
 fn bench(a: BenchArgs) -> Result<()> {
     let threads = a.threads as usize;
-    let e_main = load_engine(a.engine, &a.model, threads, a.ort_qdq_int8)?;
+    let e_main = load_engine(a.engine, &a.model, &a.ort_options())?;
     let in_specs = e_main.inputs().to_vec();
     let e_other = match a.against {
         Some(k) => {
-            let e = load_engine(k, &a.model, threads, a.ort_qdq_int8)?;
+            let e = load_engine(k, &a.model, &a.ort_options())?;
             if e.inputs() != in_specs.as_slice() || e.outputs() != e_main.outputs() {
                 bail!(
                     "the engines disagree on the model's tensors: {} -> {} vs {} -> {}",
@@ -695,6 +713,7 @@ fn bench(a: BenchArgs) -> Result<()> {
         "mean_ms": st.mean,
         "gmacs": gmacs,
         "wall_s": wall,
+        "ort_spin_after_run": a.ort_spin_after_run,
     });
     let mut text = vec![format!(
         "{:<12} {:>10} {:>10} {:>10} {:>10}",

@@ -18,15 +18,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Loads `path` on the engine `arg` names with `threads` threads (ONNX Runtime's intra-op
-/// pool; the native engine's threads are the caller's lanes, so `threads` is not used for
-/// it; the CUDA engine runs on GPU 0, with graph replay unless `arg` is `cuda-stream`).
-pub fn load_engine(
-    arg: EngineArg,
-    path: &Path,
-    threads: usize,
-    ort_qdq_int8: bool,
-) -> Result<Box<dyn Engine>> {
+/// Loads `path` on the engine `arg` names; ONNX Runtime with `ort` (its `threads` are its
+/// intra-op pool; the native engine's threads are the caller's lanes, so `ort` is not used
+/// for it; the CUDA engine runs on GPU 0, with graph replay unless `arg` is `cuda-stream`).
+pub fn load_engine(arg: EngineArg, path: &Path, ort: &OrtOptions) -> Result<Box<dyn Engine>> {
     let kind = EngineKind::from(arg);
     let who = match arg {
         EngineArg::Native => "the native engine",
@@ -42,14 +37,7 @@ pub fn load_engine(
             };
             CudaEngine::load(path, &opts).map(|e| Box::new(e) as Box<dyn Engine>)
         }
-        _ => {
-            let opts = OrtOptions {
-                threads,
-                qdq_int8_allowed: ort_qdq_int8,
-                tensorrt: None,
-            };
-            load_engine_with(path, kind, &opts)
-        }
+        _ => load_engine_with(path, kind, ort),
     };
     loaded.map_err(|e| anyhow!("{who} cannot run {}: {e}", path.display()))
 }
@@ -374,7 +362,7 @@ pub(super) fn open_runner(
         }
         return Ok(Box::new(StagedRunner { engine: e }));
     }
-    let e = load_engine(arg, &a.model, a.threads as usize, a.ort_qdq_int8)?;
+    let e = load_engine(arg, &a.model, &a.ort_options())?;
     make_runner(e, arg, a.threads as usize, inputs)
 }
 

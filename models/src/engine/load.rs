@@ -30,7 +30,7 @@ fn ort_options() -> OrtOptions {
     OrtOptions {
         threads: 1,
         qdq_int8_allowed: true,
-        tensorrt: None,
+        ..OrtOptions::default()
     }
 }
 

@@ -45,9 +45,15 @@
 //! - ONNX Runtime **allocates inside every run** (the input `OrtValue` wrappers, its
 //!   intermediate tensors unless its memory pattern covers them, bookkeeping), so it breaks
 //!   the zero-allocation rule of `Stage::run`.
-//! - It **owns its own thread pool** (`threads - 1` intra-op worker threads, which spin-wait
-//!   briefly after each run, ORT's default): the `lanes` argument of [`Engine::run`] is ignored, and the
-//!   workers are neither pinned nor SCHED_FIFO like redline's lanes.
+//! - It **owns its own thread pool** (`threads - 1` intra-op worker threads): the `lanes`
+//!   argument of [`Engine::run`] is ignored, and the workers are neither pinned nor
+//!   SCHED_FIFO like redline's lanes. The workers spin-wait inside a run, as ORT's default
+//!   has them, but stop at its end ([`OrtOptions::spin_after_run`] `false`, ORT's
+//!   `session.force_spinning_stop`): left spinning, they take the cores from whatever runs
+//!   next. In an alternated benchmark that is the other engine: on the 2-core VM, native
+//!   ResNet-18 on 2 threads had P99 7.4–9.3 ms against ONNX Runtime with spinning left on,
+//!   2.5–2.9 ms with it stopped, while ONNX Runtime's own P50 stayed 2.6–2.9 ms
+//!   (`redline model bench … --threads 2 --against onnxruntime`, three runs each).
 //! - Its results are **not bit-identical across CPUs or thread counts**: ORT picks kernels
 //!   by instruction set (e.g. u8 x s8 products saturate on AVX2 but not with VNNI) and its
 //!   float reductions depend on the thread split.
@@ -87,6 +93,11 @@ pub struct OrtOptions {
     /// Run on ONNX Runtime's TensorRT execution provider instead of the CPU provider
     /// ([`super::tensorrt`]; needs the `tensorrt` feature, otherwise a load error).
     pub tensorrt: Option<super::tensorrt::TensorRtProvider>,
+    /// Let the intra-op workers keep spin-waiting after a run ends (ORT's own default).
+    /// `false` (the default here) sets `session.force_spinning_stop`: they spin during a
+    /// run and go to sleep at its end, so they do not take the cores from the next stage or
+    /// engine (see the module docs). No effect with one thread (no workers).
+    pub spin_after_run: bool,
 }
 
 impl Default for OrtOptions {
@@ -95,6 +106,7 @@ impl Default for OrtOptions {
             threads: 1,
             qdq_int8_allowed: false,
             tensorrt: None,
+            spin_after_run: false,
         }
     }
 }
@@ -449,7 +461,12 @@ fn builder(
             "session.qdqisint8allowed",
             if opts.qdq_int8_allowed { "1" } else { "0" },
         )
-        .map_err(option_err("session.qdqisint8allowed"))?;
+        .map_err(option_err("session.qdqisint8allowed"))?
+        .with_config_entry(
+            "session.force_spinning_stop",
+            if opts.spin_after_run { "0" } else { "1" },
+        )
+        .map_err(option_err("session.force_spinning_stop"))?;
     if let Some(t) = &opts.tensorrt {
         b = with_tensorrt(b, t)?;
     }

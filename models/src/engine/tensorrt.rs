@@ -217,6 +217,7 @@ pub fn load_bytes(
                 precision: opts.precision,
                 cache_dir: dir.clone(),
             }),
+            ..OrtOptions::default()
         };
         let mut e = OrtEngine::from_bytes(bytes, name, &ort)?;
         if let Ok(n) = crate::onnx::NativeEngine::from_bytes(bytes, &name.to_string_lossy()) {
