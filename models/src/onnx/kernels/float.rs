@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn round_magic_rounds_to_nearest_even_and_its_integer_is_that_value() {
         let mut r = SplitMix64::new(5);
-        let mut check = |v: f32| {
+        let check = |v: f32| {
             let (f, i) = round_magic(v);
             assert_eq!(f, v.round_ties_even(), "{v}");
             assert_eq!(i, f as i32, "{v}");
