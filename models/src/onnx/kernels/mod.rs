@@ -235,6 +235,22 @@ impl GeneralConv {
         Ok(())
     }
 
+    /// [`GeneralConv::run`] storing the exact accumulators (`bias + Σ (x − x_zp)·w`)
+    /// instead of requantized bytes: a float-output convolution's (TensorRT-style
+    /// placement). Depthwise convolutions run [`depthwise_rows_acc`] (the same vectorised
+    /// loop), others the patch or tap-by-tap loop; [`GeneralConv::grouped`]'s dense layers are
+    /// not used (the lowering leaves them empty for this route).
+    pub fn run_acc(&self, isa: Isa, input: &[i8], out: &mut [i32], rows: Range<usize>) {
+        let taps = self.win.kh * self.win.kw * self.in_c;
+        if !self.depthwise.is_empty() {
+            depthwise_rows_acc(isa, self, input, out, rows);
+        } else if self.groups == 1 && taps <= PATCH_MAX {
+            self.run_patches(input, out, rows);
+        } else {
+            self.run_taps(input, out, rows);
+        }
+    }
+
     /// [`GeneralConv::run`] on the per-group dense layers.
     fn run_grouped(
         &self,
@@ -267,7 +283,7 @@ impl GeneralConv {
         Ok(())
     }
 
-    fn run_patches(&self, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+    fn run_patches<O: ConvOut>(&self, input: &[i8], out: &mut [O], rows: Range<usize>) {
         let w = &self.win;
         let c = self.in_c;
         let taps = w.kh * w.kw * c;
@@ -301,19 +317,14 @@ impl GeneralConv {
                         .zip(wt)
                         .map(|(&a, &b)| i32::from(a) * i32::from(b))
                         .sum();
-                    out[o] = requant_f32(
-                        (self.bias[oc] + dot) as f32 * self.multipliers[oc],
-                        self.y_zp,
-                        self.lo,
-                        self.hi,
-                    );
+                    out[o] = O::from_acc(self.bias[oc] + dot, self.multipliers[oc], self);
                     o += 1;
                 }
             }
         }
     }
 
-    fn run_taps(&self, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+    pub(crate) fn run_taps<O: ConvOut>(&self, input: &[i8], out: &mut [O], rows: Range<usize>) {
         let w = &self.win;
         let icg = self.in_c / self.groups;
         let ocg = self.out_c / self.groups;
@@ -335,16 +346,33 @@ impl GeneralConv {
                             acc += (i32::from(*xv) - self.x_zp) * i32::from(*wv);
                         }
                     }
-                    out[o] = requant_f32(
-                        acc as f32 * self.multipliers[oc],
-                        self.y_zp,
-                        self.lo,
-                        self.hi,
-                    );
+                    out[o] = O::from_acc(acc, self.multipliers[oc], self);
                     o += 1;
                 }
             }
         }
+    }
+}
+
+/// What a general convolution stores per output: the requantized byte (`i8`), or the exact
+/// accumulator `bias + Σ (x − x_zp)·w` (`i32`: a float-output convolution's,
+/// [`GeneralConv::run_acc`]).
+pub(crate) trait ConvOut: Copy + Default {
+    /// The output of accumulator `acc` of channel multiplier `m`.
+    fn from_acc(acc: i32, m: f32, conv: &GeneralConv) -> Self;
+}
+
+impl ConvOut for i8 {
+    #[inline(always)]
+    fn from_acc(acc: i32, m: f32, conv: &GeneralConv) -> i8 {
+        requant_f32(acc as f32 * m, conv.y_zp, conv.lo, conv.hi)
+    }
+}
+
+impl ConvOut for i32 {
+    #[inline(always)]
+    fn from_acc(acc: i32, _: f32, _: &GeneralConv) -> i32 {
+        acc
     }
 }
 
@@ -372,13 +400,13 @@ const DEPTHWISE_PIXELS: usize = 4;
 /// offsets `origins`: `taps` are (input offset from a window's start, weight offset) of the
 /// taps inside the image; writes pixel `p` at `dst[p · c + cb ..]`.
 #[inline(always)]
-fn depthwise_block<const B: usize, const P: usize>(
+fn depthwise_block<const B: usize, const P: usize, O: ConvOut>(
     conv: &GeneralConv,
     x: &[i8],
     taps: &[(usize, usize)],
     origins: [usize; P],
     cb: usize,
-    dst: &mut [i8],
+    dst: &mut [O],
 ) {
     // In [-128, 127]: the lowering's zero points are i8.
     let zp = conv.x_zp as i16;
@@ -399,7 +427,7 @@ fn depthwise_block<const B: usize, const P: usize>(
     for (p, a) in acc.iter().enumerate() {
         let d = &mut dst[p * c + cb..p * c + cb + B];
         for ((d, &a), &m) in d.iter_mut().zip(a).zip(ms) {
-            *d = requant_f32(a as f32 * m, conv.y_zp, conv.lo, conv.hi);
+            *d = O::from_acc(a, m, conv);
         }
     }
 }
@@ -407,20 +435,20 @@ fn depthwise_block<const B: usize, const P: usize>(
 /// Channels `from..c` of one output pixel (window at input offset `origin`), one at a time:
 /// the same sums as [`depthwise_block`].
 #[inline(always)]
-fn depthwise_tail(
+fn depthwise_tail<O: ConvOut>(
     conv: &GeneralConv,
     x: &[i8],
     taps: &[(usize, usize)],
     origin: usize,
     from: usize,
-    dst: &mut [i8],
+    dst: &mut [O],
 ) {
     for ch in from..conv.in_c {
         let mut a = conv.bias[ch];
         for &(xo, wo) in taps {
             a += (i32::from(x[origin + xo + ch]) - conv.x_zp) * i32::from(conv.depthwise[wo + ch]);
         }
-        dst[ch] = requant_f32(a as f32 * conv.multipliers[ch], conv.y_zp, conv.lo, conv.hi);
+        dst[ch] = O::from_acc(a, conv.multipliers[ch], conv);
     }
 }
 
@@ -428,24 +456,24 @@ fn depthwise_tail(
 /// [`DEPTHWISE_BLOCK`]s, the 16- and 8-channel blocks `widths` (first channel, width), then
 /// the channels from `tail` one at a time.
 #[inline(always)]
-fn depthwise_pixels<const P: usize>(
+fn depthwise_pixels<const P: usize, O: ConvOut>(
     conv: &GeneralConv,
     x: &[i8],
     taps: &[(usize, usize)],
     origins: [usize; P],
     widths: &[(usize, usize)],
     tail: usize,
-    dst: &mut [i8],
+    dst: &mut [O],
 ) {
     let c = conv.in_c;
     for cb in (0..c / DEPTHWISE_BLOCK).map(|i| i * DEPTHWISE_BLOCK) {
-        depthwise_block::<DEPTHWISE_BLOCK, P>(conv, x, taps, origins, cb, dst);
+        depthwise_block::<DEPTHWISE_BLOCK, P, O>(conv, x, taps, origins, cb, dst);
     }
     for &(cb, b) in widths {
         if b == 16 {
-            depthwise_block::<16, P>(conv, x, taps, origins, cb, dst);
+            depthwise_block::<16, P, O>(conv, x, taps, origins, cb, dst);
         } else {
-            depthwise_block::<8, P>(conv, x, taps, origins, cb, dst);
+            depthwise_block::<8, P, O>(conv, x, taps, origins, cb, dst);
         }
     }
     for (p, &origin) in origins.iter().enumerate() {
@@ -453,85 +481,103 @@ fn depthwise_pixels<const P: usize>(
     }
 }
 
+/// Output rows `rows` of the depthwise convolution `conv` (its `depthwise` weights
+/// prepared), NHWC `input` into `out` (those rows only).
+///
+/// Each output row lists its taps inside the image once (input offset, weight offset);
+/// [`DEPTHWISE_PIXELS`] neighbouring pixels whose windows lie inside the image's columns
+/// are computed together from that list, a pixel at the left or right edge from its own
+/// shorter list. Channels go in blocks of [`DEPTHWISE_BLOCK`] whose sums stay in
+/// registers over the taps, then one block of 16 and one of 8 where the channels left
+/// fill them, the rest one at a time. `(x − x_zp)·w` is at most
+/// 255·128 in magnitude, so the product is exact in `i16` and widened to `i32` to
+/// accumulate. The same integer sums as the tap-by-tap loop (integer addition in any
+/// order), the same requantization: the same bytes (test
+/// `depthwise_matches_the_tap_by_tap_loop_on_every_width`).
+#[inline(always)]
+fn depthwise_rows_in<O: ConvOut>(
+    conv: &GeneralConv,
+    input: &[i8],
+    out: &mut [O],
+    rows: Range<usize>,
+) {
+    let w = &conv.win;
+    let c = conv.in_c;
+    let img = w.in_h * w.in_w * c;
+    // Channel blocks: (first channel, width), then the channels one at a time from `tail`.
+    let mut widths = [(0usize, 0usize); 3];
+    let (mut nb, mut tail) = (0, c / DEPTHWISE_BLOCK * DEPTHWISE_BLOCK);
+    for b in [16, 8] {
+        if c - tail >= b {
+            widths[nb] = (tail, b);
+            nb += 1;
+            tail += b;
+        }
+    }
+    let widths = &widths[..nb];
+    // Output columns whose windows lie inside the image's columns: `lo..hi`.
+    let lo = w.pl.div_ceil(w.sw.max(1));
+    let span = (w.kw - 1) * w.dw;
+    let hi = if w.in_w + w.pl > span {
+        ((w.in_w - 1 + w.pl - span) / w.sw.max(1) + 1).min(w.out_w)
+    } else {
+        0
+    };
+    let mut o = 0;
+    for r in rows {
+        let (b, oy) = (r / w.out_h, r % w.out_h);
+        let x = &input[b * img..(b + 1) * img];
+        // Every column tap of the rows inside the image, from a window's first column.
+        let mut row = [(0usize, 0usize); DEPTHWISE_TAPS_MAX];
+        let mut n = 0;
+        for ty in w.rows_inside(oy) {
+            let iy = oy * w.sh + ty * w.dh - w.pt;
+            for tx in 0..w.kw {
+                row[n] = ((iy * w.in_w + tx * w.dw) * c, (ty * w.kw + tx) * c);
+                n += 1;
+            }
+        }
+        let row = &row[..n];
+        let line = &mut out[o..o + w.out_w * c];
+        o += w.out_w * c;
+        let mut ox = 0;
+        while ox < w.out_w {
+            let dst = &mut line[ox * c..];
+            if ox >= lo && ox + DEPTHWISE_PIXELS <= hi {
+                let origins: [usize; DEPTHWISE_PIXELS] =
+                    std::array::from_fn(|p| ((ox + p) * w.sw - w.pl) * c);
+                depthwise_pixels(conv, x, row, origins, widths, tail, dst);
+                ox += DEPTHWISE_PIXELS;
+                continue;
+            }
+            let mut edge = [(0usize, 0usize); DEPTHWISE_TAPS_MAX];
+            let (taps, origin) = if ox >= lo && ox < hi {
+                (row, (ox * w.sw - w.pl) * c)
+            } else {
+                let mut m = 0;
+                for (t, px) in w.pixel_taps(oy, ox) {
+                    edge[m] = (px * c, t * c);
+                    m += 1;
+                }
+                (&edge[..m], 0)
+            };
+            depthwise_pixels(conv, x, taps, [origin], widths, tail, dst);
+            ox += 1;
+        }
+    }
+}
+
 multiversion! {
-    /// Output rows `rows` of the depthwise convolution `conv` (its `depthwise` weights
-    /// prepared), NHWC `input` into `out` (those rows only).
-    ///
-    /// Each output row lists its taps inside the image once (input offset, weight offset);
-    /// [`DEPTHWISE_PIXELS`] neighbouring pixels whose windows lie inside the image's columns
-    /// are computed together from that list, a pixel at the left or right edge from its own
-    /// shorter list. Channels go in blocks of [`DEPTHWISE_BLOCK`] whose sums stay in
-    /// registers over the taps, then one block of 16 and one of 8 where the channels left
-    /// fill them, the rest one at a time. `(x − x_zp)·w` is at most
-    /// 255·128 in magnitude, so the product is exact in `i16` and widened to `i32` to
-    /// accumulate. The same integer sums as the tap-by-tap loop (integer addition in any
-    /// order), the same requantization: the same bytes (test
-    /// `depthwise_matches_the_tap_by_tap_loop_on_every_width`).
+    /// [`depthwise_rows_in`] storing requantized bytes.
     pub(crate) fn depthwise_rows(conv: &GeneralConv, input: &[i8], out: &mut [i8], rows: Range<usize>) {
-        let w = &conv.win;
-        let c = conv.in_c;
-        let img = w.in_h * w.in_w * c;
-        // Channel blocks: (first channel, width), then the channels one at a time from `tail`.
-        let mut widths = [(0usize, 0usize); 3];
-        let (mut nb, mut tail) = (0, c / DEPTHWISE_BLOCK * DEPTHWISE_BLOCK);
-        for b in [16, 8] {
-            if c - tail >= b {
-                widths[nb] = (tail, b);
-                nb += 1;
-                tail += b;
-            }
-        }
-        let widths = &widths[..nb];
-        // Output columns whose windows lie inside the image's columns: `lo..hi`.
-        let lo = w.pl.div_ceil(w.sw.max(1));
-        let span = (w.kw - 1) * w.dw;
-        let hi = if w.in_w + w.pl > span {
-            ((w.in_w - 1 + w.pl - span) / w.sw.max(1) + 1).min(w.out_w)
-        } else {
-            0
-        };
-        let mut o = 0;
-        for r in rows {
-            let (b, oy) = (r / w.out_h, r % w.out_h);
-            let x = &input[b * img..(b + 1) * img];
-            // Every column tap of the rows inside the image, from a window's first column.
-            let mut row = [(0usize, 0usize); DEPTHWISE_TAPS_MAX];
-            let mut n = 0;
-            for ty in w.rows_inside(oy) {
-                let iy = oy * w.sh + ty * w.dh - w.pt;
-                for tx in 0..w.kw {
-                    row[n] = ((iy * w.in_w + tx * w.dw) * c, (ty * w.kw + tx) * c);
-                    n += 1;
-                }
-            }
-            let row = &row[..n];
-            let line = &mut out[o..o + w.out_w * c];
-            o += w.out_w * c;
-            let mut ox = 0;
-            while ox < w.out_w {
-                let dst = &mut line[ox * c..];
-                if ox >= lo && ox + DEPTHWISE_PIXELS <= hi {
-                    let origins: [usize; DEPTHWISE_PIXELS] =
-                        std::array::from_fn(|p| ((ox + p) * w.sw - w.pl) * c);
-                    depthwise_pixels(conv, x, row, origins, widths, tail, dst);
-                    ox += DEPTHWISE_PIXELS;
-                    continue;
-                }
-                let mut edge = [(0usize, 0usize); DEPTHWISE_TAPS_MAX];
-                let (taps, origin) = if ox >= lo && ox < hi {
-                    (row, (ox * w.sw - w.pl) * c)
-                } else {
-                    let mut m = 0;
-                    for (t, px) in w.pixel_taps(oy, ox) {
-                        edge[m] = (px * c, t * c);
-                        m += 1;
-                    }
-                    (&edge[..m], 0)
-                };
-                depthwise_pixels(conv, x, taps, [origin], widths, tail, dst);
-                ox += 1;
-            }
-        }
+        depthwise_rows_in(conv, input, out, rows)
+    }
+}
+
+multiversion! {
+    /// [`depthwise_rows_in`] storing the exact accumulators (a float-output convolution's).
+    pub(crate) fn depthwise_rows_acc(conv: &GeneralConv, input: &[i8], out: &mut [i32], rows: Range<usize>) {
+        depthwise_rows_in(conv, input, out, rows)
     }
 }
 

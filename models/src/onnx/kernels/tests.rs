@@ -537,6 +537,85 @@ fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
                 conv.run(isa, &x, b, rows / 2..rows).unwrap();
                 assert_eq!(got, want, "{} on {h}x{w}x{c} {kh}x{kw}/{s}", isa.name());
             }
+            // The accumulators (a float-output convolution's): the tap loop's sums, which
+            // requantize to its bytes, on every width and split.
+            let mut want_acc = vec![0i32; want.len()];
+            conv.run_taps(&x, &mut want_acc, 0..rows);
+            let requantized: Vec<i8> = want_acc
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| <i8 as ConvOut>::from_acc(a, conv.multipliers[i % c], &conv))
+                .collect();
+            assert_eq!(requantized, want, "{h}x{w}x{c}: the sums behind the bytes");
+            for isa in Isa::available() {
+                let mut got = vec![0i32; want.len()];
+                let split = rows / 2 * out_w * c;
+                let (a, b) = got.split_at_mut(split);
+                conv.run_acc(isa, &x, a, 0..rows / 2);
+                conv.run_acc(isa, &x, b, rows / 2..rows);
+                assert_eq!(got, want_acc, "{} accumulators on {h}x{w}x{c}", isa.name());
+            }
         }
+    }
+}
+
+#[test]
+fn general_accumulators_are_the_sums_behind_the_bytes() {
+    // Not depthwise: a rectangular kernel with asymmetric pads (the patch loop) and a
+    // grouped one (the tap loop), each against its own bytes, over two row ranges.
+    let mut g = SplitMix64::stream(16, 0);
+    for (c, oc, groups, kh, kw, s) in [(5, 7, 1, 3, 2, 1), (8, 12, 4, 3, 3, 2)] {
+        let (h, w, pt, pl) = (7, 6, 1, 0);
+        let out_h = (h + 2 * pt - kh) / s + 1;
+        let out_w = (w + pl - kw) / s + 1;
+        let win = Window {
+            in_h: h,
+            in_w: w,
+            out_h,
+            out_w,
+            kh,
+            kw,
+            sh: s,
+            sw: s,
+            dh: 1,
+            dw: 1,
+            pt,
+            pl,
+        };
+        let conv = GeneralConv {
+            win,
+            in_c: c,
+            out_c: oc,
+            groups,
+            weights: (0..oc * kh * kw * c / groups).map(|_| g.next_i8()).collect(),
+            bias: (0..oc).map(|_| g.below(2001) as i32 - 1000).collect(),
+            multipliers: (0..oc).map(|_| g.uniform(1e-4, 4e-3)).collect(),
+            x_zp: -3,
+            y_zp: 5,
+            lo: -128,
+            hi: 127,
+            depthwise: Vec::new(),
+            grouped: Vec::new(),
+        }
+        .prepared();
+        assert!(conv.depthwise.is_empty());
+        let x: Vec<i8> = (0..h * w * c).map(|_| g.next_i8()).collect();
+        let n = out_h * out_w * oc;
+        let mut bytes = vec![0i8; n];
+        conv.run(Isa::PORTABLE, &x, &mut bytes, 0..out_h).unwrap();
+        let mut acc = vec![0i32; n];
+        let (a, b) = acc.split_at_mut(out_h / 2 * out_w * oc);
+        conv.run_acc(Isa::PORTABLE, &x, a, 0..out_h / 2);
+        conv.run_acc(Isa::PORTABLE, &x, b, out_h / 2..out_h);
+        let requantized: Vec<i8> = acc
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| <i8 as ConvOut>::from_acc(a, conv.multipliers[i % oc], &conv))
+            .collect();
+        assert_eq!(requantized, bytes, "{c}>{oc} /{groups} {kh}x{kw}");
+        let mut taps = vec![0i32; n];
+        conv.run_taps(&x, &mut taps, 0..out_h);
+        assert_eq!(acc, taps, "{c}>{oc} /{groups} {kh}x{kw}");
+        assert!(acc.iter().any(|&v| v != acc[0]));
     }
 }
