@@ -280,6 +280,23 @@ def _(g):
     g.output(g.conv(g.mul(x, g.sigmoid(x)), 4, 1, pads=P0))
 
 
+# EfficientNet's and MobileNetV3's blocks in that placement: a depthwise convolution (and a
+# rectangular one with asymmetric padding, on the general kernel) whose float output goes
+# into a SiLU.
+@case("trt_depthwise_silu")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input((1, 8, 13, 11)), 8, 3, group=8)
+    g.output(g.conv(g.mul(x, g.sigmoid(x)), 4, 1, pads=P0))
+
+
+@case("trt_rect_silu")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input(X), 6, (3, 1), pads=[0, 1, 2, 0])
+    g.output(g.conv(g.mul(x, g.sigmoid(x)), 4, 1, pads=P0))
+
+
 # Split and Slice: strided copies in the tensor's own layout (NHWC between convolutions).
 @case("split_channels")
 def _(g):

@@ -334,8 +334,8 @@ fn info(a: InfoArgs) -> Result<()> {
             if s.general_macs > 0 {
                 println!(
                     "               general kernel: {} per run (depthwise, rectangular, \
-                     strided-dilated, or grouped with a non-square window: 5-15x slower \
-                     per MAC than the dense kernels)",
+                     strided-dilated, grouped with a non-square window, or grouped with a \
+                     float output: 5-15x slower per MAC than the dense kernels)",
                     fmt_macs(s.general_macs)
                 );
             }

@@ -82,7 +82,9 @@ pub(crate) enum Step {
     /// ([`Conv2d::forward_rows_acc`]) and `scales[c] = x_scale · w_scale[c]`; ONNX Runtime
     /// runs the same convolution in float on the dequantized values.
     ConvFloat {
-        conv: Box<Conv2d>,
+        /// The dense kernel ([`Conv2d::forward_rows_acc`]) or the general one
+        /// ([`GeneralConv::run_acc`]: depthwise, grouped, rectangular), integer bias zero.
+        imp: ConvImpl,
         batch: usize,
         in_h: usize,
         in_w: usize,
@@ -455,6 +457,41 @@ fn split_rows_in(
     });
 }
 
+/// A convolution step's name in profiles (`conv 3x3/1 64>64 56x56`; the general kernel's
+/// with a star unless it runs dense per-group layers, and its groups) followed by `suffix`,
+/// and its multiply-accumulates over `batch` images.
+fn conv_name(
+    imp: &ConvImpl,
+    batch: usize,
+    in_h: usize,
+    in_w: usize,
+    suffix: &str,
+) -> (String, u64) {
+    match imp {
+        ConvImpl::Dense(c) => {
+            let (oh, ow) = c.out_hw(in_h, in_w);
+            let name = format!(
+                "conv {k}x{k}/{s} {i}>{o} {oh}x{ow}{suffix}",
+                k = c.k,
+                s = c.stride,
+                i = c.in_c,
+                o = c.out_c
+            );
+            (name, c.macs(in_h, in_w) * batch as u64)
+        }
+        ConvImpl::General(g) => {
+            let w = &g.win;
+            // Grouped ones on the dense kernels carry no star.
+            let star = if g.grouped.is_empty() { "*" } else { "" };
+            let name = format!(
+                "conv{star} {}x{}/{} {}>{} g{} {}x{}{suffix}",
+                w.kh, w.kw, w.sh, g.in_c, g.out_c, g.groups, w.out_h, w.out_w
+            );
+            (name, g.macs(batch))
+        }
+    }
+}
+
 impl Program {
     /// Name and multiply-accumulates of every step.
     pub fn step_macs(&self) -> Vec<(String, u64)> {
@@ -474,47 +511,15 @@ impl Program {
                         ..
                     } => {
                         let add = if residual.is_some() { " + add" } else { "" };
-                        return match imp {
-                            ConvImpl::Dense(c) => {
-                                let (oh, ow) = c.out_hw(*in_h, *in_w);
-                                let name = format!(
-                                    "conv {k}x{k}/{s} {i}>{o} {oh}x{ow}{add}",
-                                    k = c.k,
-                                    s = c.stride,
-                                    i = c.in_c,
-                                    o = c.out_c
-                                );
-                                (name, c.macs(*in_h, *in_w) * *batch as u64)
-                            }
-                            ConvImpl::General(g) => {
-                                let w = &g.win;
-                                // Grouped ones on the dense kernels carry no star.
-                                let star = if g.grouped.is_empty() { "*" } else { "" };
-                                let name = format!(
-                                    "conv{star} {}x{}/{} {}>{} g{} {}x{}{add}",
-                                    w.kh, w.kw, w.sh, g.in_c, g.out_c, g.groups, w.out_h, w.out_w
-                                );
-                                (name, g.macs(*batch))
-                            }
-                        };
+                        return conv_name(imp, *batch, *in_h, *in_w, add);
                     }
                     Step::ConvFloat {
-                        conv,
+                        imp,
                         batch,
                         in_h,
                         in_w,
                         ..
-                    } => {
-                        let (oh, ow) = conv.out_hw(*in_h, *in_w);
-                        let name = format!(
-                            "conv {k}x{k}/{s} {i}>{o} {oh}x{ow} float out",
-                            k = conv.k,
-                            s = conv.stride,
-                            i = conv.in_c,
-                            o = conv.out_c
-                        );
-                        return (name, conv.macs(*in_h, *in_w) * *batch as u64);
-                    }
+                    } => return conv_name(imp, *batch, *in_h, *in_w, " float out"),
                     Step::Dequantize { .. } => ("dequantize", 0),
                     Step::FloatBinary { .. } => ("float binary", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
@@ -540,6 +545,11 @@ impl Program {
             .iter()
             .map(|s| match s {
                 Step::Conv {
+                    imp: ConvImpl::General(g),
+                    batch,
+                    ..
+                }
+                | Step::ConvFloat {
                     imp: ConvImpl::General(g),
                     batch,
                     ..
@@ -632,7 +642,7 @@ impl Program {
                     });
                 }
                 Step::ConvFloat {
-                    conv,
+                    imp,
                     batch,
                     in_h,
                     in_w,
@@ -646,7 +656,10 @@ impl Program {
                     let x = view(*src);
                     let img_in = x.len() / batch.max(&1);
                     let failed = std::sync::atomic::AtomicBool::new(false);
-                    let per_row = conv.macs(*in_h, *in_w) as usize / out_h.max(&1);
+                    let per_row = match imp {
+                        ConvImpl::Dense(c) => c.macs(*in_h, *in_w) as usize / out_h.max(&1),
+                        ConvImpl::General(g) => g.macs(1) as usize / out_h.max(&1),
+                    };
                     split_rows(
                         lanes,
                         base,
@@ -659,15 +672,21 @@ impl Program {
                                 failed.store(true, std::sync::atomic::Ordering::Relaxed);
                                 return;
                             };
-                            for (b, oy, o) in image_rows(r.clone(), *out_h) {
-                                let img = &x[b * img_in..(b + 1) * img_in];
-                                let rows_out = &mut acc[o.start * row_len..o.end * row_len];
-                                if conv
-                                    .forward_rows_acc(img, *in_h, *in_w, rows_out, oy)
-                                    .is_err()
-                                {
-                                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            match imp {
+                                ConvImpl::Dense(conv) => {
+                                    for (b, oy, o) in image_rows(r.clone(), *out_h) {
+                                        let img = &x[b * img_in..(b + 1) * img_in];
+                                        let rows_out = &mut acc[o.start * row_len..o.end * row_len];
+                                        if conv
+                                            .forward_rows_acc(img, *in_h, *in_w, rows_out, oy)
+                                            .is_err()
+                                        {
+                                            failed
+                                                .store(true, std::sync::atomic::Ordering::Relaxed);
+                                        }
+                                    }
                                 }
+                                ConvImpl::General(g) => g.run_acc(isa, x, acc, r.clone()),
                             }
                             kernels::float::acc_to_f32(isa, acc, scales, bias);
                         },

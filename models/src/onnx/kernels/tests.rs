@@ -587,7 +587,9 @@ fn general_accumulators_are_the_sums_behind_the_bytes() {
             in_c: c,
             out_c: oc,
             groups,
-            weights: (0..oc * kh * kw * c / groups).map(|_| g.next_i8()).collect(),
+            weights: (0..oc * kh * kw * c / groups)
+                .map(|_| g.next_i8())
+                .collect(),
             bias: (0..oc).map(|_| g.below(2001) as i32 - 1000).collect(),
             multipliers: (0..oc).map(|_| g.uniform(1e-4, 4e-3)).collect(),
             x_zp: -3,

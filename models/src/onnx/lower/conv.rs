@@ -208,29 +208,45 @@ impl Lowerer<'_> {
             && (h + 2 * win.pt).checked_sub(kh).map(|v| v / win.sh + 1) == Some(win.out_h)
             && (wd + 2 * win.pt).checked_sub(kw).map(|v| v / win.sw + 1) == Some(win.out_w);
         if float_out {
-            if !(square_window && groups == 1) {
-                return Err(n.unsupported(
-                    "its float result goes on unquantized (TensorRT-style Q/DQ placement), \
-                     which the native engine runs for convolutions with a square window, equal \
-                     strides, symmetric padding and one group only; quantize its output \
-                     (onnxruntime.quantization.quantize_static) or run the model with \
-                     --engine onnxruntime",
-                ));
-            }
-            let shape = ConvShape {
-                in_c: c,
-                out_c: oc,
-                k: kh,
-                stride: win.sh,
-                pad: win.pt,
-            };
-            let layer = Conv2d::new(shape, packed, w_scales.clone(), bias, x_q, y_q, false)
-                .map_err(|e| n.unsupported(format!("cannot run this convolution: {e}")))?;
             let scales = w_scales.iter().map(|&ws| x_q.scale * ws).collect();
             let fbias = self.float_bias(n, 2, oc, x_q.scale, &w_scales)?;
+            let imp = if square_window && groups == 1 {
+                let shape = ConvShape {
+                    in_c: c,
+                    out_c: oc,
+                    k: kh,
+                    stride: win.sh,
+                    pad: win.pt,
+                };
+                let layer = Conv2d::new(shape, packed, w_scales.clone(), bias, x_q, y_q, false)
+                    .map_err(|e| n.unsupported(format!("cannot run this convolution: {e}")))?;
+                ConvImpl::Dense(Box::new(layer))
+            } else {
+                // Depthwise (its vectorised kernel), grouped, rectangular, dilated or
+                // asymmetrically padded: the general kernel's exact sums. Requantization
+                // settings are unused on this route.
+                ConvImpl::General(Box::new(
+                    GeneralConv {
+                        win,
+                        in_c: c,
+                        out_c: oc,
+                        groups,
+                        weights: packed,
+                        bias,
+                        multipliers: vec![1.0; oc],
+                        x_zp: i32::from(x_q.zero_point),
+                        y_zp: 0,
+                        lo: -128,
+                        hi: 127,
+                        depthwise: Vec::new(),
+                        grouped: Vec::new(),
+                    }
+                    .prepared(),
+                ))
+            };
             return self.conv_float(
                 n,
-                layer,
+                imp,
                 &x,
                 [b, h, wd],
                 [oc, win.out_h, win.out_w],

@@ -8,9 +8,12 @@
 //! # Contract
 //!
 //! - **When**: a `Conv` (QDQ form) whose result does not reach a `QuantizeLinear` through
-//!   `Relu`/`Clip`, every reader of which is one of [`FLOAT_READERS`], with a square window,
-//!   equal strides, symmetric padding and one group (ResNet's, RegNet's and YOLO's
-//!   convolutions). Any other convolution keeps its error.
+//!   `Relu`/`Clip` and every reader of which is one of [`FLOAT_READERS`]. One with a square
+//!   window, equal strides, symmetric padding and one group (ResNet's, RegNet's and YOLO's
+//!   convolutions) runs on its dense kernel; any other (EfficientNet's and MobileNetV3's
+//!   depthwise ones, grouped, rectangular, dilated, asymmetrically padded) on the general
+//!   kernel ([`GeneralConv::run_acc`]: depthwise through its vectorised loop, the rest
+//!   through the patch or tap loop, not the per-group dense layers).
 //! - **Semantics**: the convolution writes `f32` = `acc · x_scale · w_scale[c] + bias[c]`,
 //!   `acc` the exact integer sum ([`Step::ConvFloat`]; `bias` in float as the model stores
 //!   it). `Add`, `Sub`, `Mul`, `Div` of two float tensors of one shape, a float tensor and a
@@ -19,7 +22,8 @@
 //!   end is the graph-input quantize step. ONNX Runtime runs the convolution in float on the
 //!   dequantized values (another summation order) and its Sigmoid with its own `exp`, so a
 //!   quantized result may differ from it by one step in rare elements (the `trt_*` models of
-//!   the agreement test count them).
+//!   the agreement test count them); after many such layers more: EfficientNet-B0 (49 SiLUs
+//!   in float) up to two steps in a third of its logits.
 //! - **Cost**: the convolution runs on its dense kernel (VNNI, AVX2, NEON or scalar), which
 //!   stores the exact accumulators instead of requantized bytes; every float tensor is 4
 //!   bytes per element in the arena, and each float operator is one vectorised pass over it
@@ -27,7 +31,9 @@
 //!   model with the 11 Q/DQ pairs on convolution outputs that feed its residual Adds
 //!   removed) 4.2 ms against ONNX Runtime's 13.5 ms (u8; 63.5 ms s8), which runs those
 //!   convolutions in float, 103 of 1000 logits one step apart; the YOLOv5n-style detector
-//!   (57 SiLUs in float) 11.9 ms against 25.4 ms.
+//!   (57 SiLUs in float) 8.1 ms against 24–26 ms; EfficientNet-B0 (its 16 depthwise
+//!   convolutions on the general kernel's depthwise loop, 20–25 GMAC/s as in its quantized
+//!   form) 6.5 ms against 19.2 ms.
 //!
 //! # Never
 //!
@@ -104,13 +110,13 @@ impl Lowerer<'_> {
         Ok(b)
     }
 
-    /// Pushes the float-output convolution `layer` (its integer bias zero) of NHWC input
-    /// `x` and names its output `f32` tensor.
+    /// Pushes the float-output convolution `imp` (its integer bias zero) of NHWC input `x`
+    /// and names its output `f32` tensor.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn conv_float(
         &mut self,
         n: &Node,
-        layer: Conv2d,
+        imp: ConvImpl,
         x: &T,
         [b, h, w]: [usize; 3],
         [oc, out_h, out_w]: [usize; 3],
@@ -120,7 +126,7 @@ impl Lowerer<'_> {
         self.touch(x.buf);
         let dst = self.new_buf(b * out_h * out_w * oc * 4);
         self.steps.push(Step::ConvFloat {
-            conv: Box::new(layer),
+            imp,
             batch: b,
             in_h: h,
             in_w: w,
