@@ -204,7 +204,11 @@ for _op, _attrs in [("Tanh", {}), ("LeakyRelu", {"alpha": 0.1}), ("HardSigmoid",
                     ("HardSwish", {}), ("Softplus", {})]:
     def _unary(g, op=_op, attrs=_attrs):
         # Between two convolutions: quantize_static leaves an operator it does not know in
-        # float, and the next convolution's input is what quantizes its output.
+        # float, and the next convolution's input is what quantizes its output. Those the
+        # float route runs also in TensorRT-style placement (the convolution's float output
+        # into the activation).
+        if op in ("HardSigmoid", "HardSwish", "LeakyRelu"):
+            g.formats = ["qdq", "qop", "trt"]
         x = g.conv(g.input(X), 6, 3)
         g.output(g.conv(g.node(op, [x], g.shape[x], **attrs), 4, 1, pads=[0, 0, 0, 0]))
 

@@ -417,13 +417,13 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
 
 
 # The readers through which a TensorRT-style convolution's float output goes on.
-TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid")
+TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu")
 
 
 def to_trt_style(model):
     """TensorRT-style Q/DQ placement (NVIDIA's pytorch-quantization, ModelOpt): removes
     each QuantizeLinear -> DequantizeLinear pair on a Conv's output whose dequantized value
-    is read by Add/Sub/Mul/Div/Sigmoid, so the convolution's float output goes on into them
+    is read by Add/Sub/Mul/Div/Sigmoid/HardSigmoid/HardSwish/LeakyRelu, so the convolution's float output goes on into them
     (ONNX Runtime then runs that convolution in float). Returns the number of pairs removed."""
     g = model.graph
     producer = {o: nd for nd in g.node for o in nd.output}
@@ -485,7 +485,7 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, f
         qpath = os.path.join(out_dir, stem + ".onnx")
         qm = quantize(float_model, qpath, samples, oq.QuantFormat.QDQ, aq, reduce_range)
         if to_trt_style(qm) == 0:
-            ro.fail(f"{stem}: no convolution output feeds Add/Sub/Mul/Div/Sigmoid")
+            ro.fail(f"{stem}: no convolution output feeds {'/'.join(TRT_FLOAT_READERS)}")
         onnx.save(qm, qpath)
         man = write_reference(out_dir, stem, stem + ".onnx", feeds,
                               {"format": "trt", "activations": atag, "reduce_range": reduce_range,

@@ -214,6 +214,12 @@ pub(crate) enum FloatUnaryOp {
     /// `1 / (1 + exp(−x))` with a vectorisable `exp` of basic `f32` operations
     /// ([`kernels::float::exp_poly`]; the same bits on every ISA).
     Sigmoid,
+    /// `clamp(alpha · x + beta, 0, 1)`.
+    HardSigmoid { alpha: f32, beta: f32 },
+    /// `x · clamp(x · (1/6) + 0.5, 0, 1)` (MobileNetV3's activation).
+    HardSwish,
+    /// `x` where `x >= 0`, else `alpha · x`.
+    LeakyRelu { alpha: f32 },
 }
 
 /// Sizes of a [`Step::DeconvMerge`]: `batch` images of `out_h × out_w × c` from `sh · sw`

@@ -64,6 +64,13 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp_poly(-x))
 }
 
+/// `clamp(alpha · x + beta, 0, 1)`: the quantized route's formula (`lower::activation`),
+/// so both routes give the same value (NaN stays NaN).
+#[inline(always)]
+fn hard_sigmoid(alpha: f32, beta: f32, x: f32) -> f32 {
+    (alpha * x + beta).clamp(0.0, 1.0)
+}
+
 multiversion! {
     /// A float-output convolution's NHWC accumulators, in place, to the `f32` bits of
     /// `acc · scales[c] + bias[c]` (`c` = element index mod the channel count).
@@ -105,6 +112,18 @@ multiversion! {
                 out.iter_mut().zip(x).for_each(|(d, &v)| *d = v.max(lo).min(hi))
             }
             FloatUnaryOp::Sigmoid => out.iter_mut().zip(x).for_each(|(d, &v)| *d = sigmoid(v)),
+            FloatUnaryOp::HardSigmoid { alpha, beta } => out
+                .iter_mut()
+                .zip(x)
+                .for_each(|(d, &v)| *d = hard_sigmoid(alpha, beta, v)),
+            FloatUnaryOp::HardSwish => out
+                .iter_mut()
+                .zip(x)
+                .for_each(|(d, &v)| *d = v * hard_sigmoid(1.0 / 6.0, 0.5, v)),
+            FloatUnaryOp::LeakyRelu { alpha } => out
+                .iter_mut()
+                .zip(x)
+                .for_each(|(d, &v)| *d = if v >= 0.0 { v } else { alpha * v }),
         }
     }
 }
@@ -192,6 +211,18 @@ mod tests {
                 let px = n - n % 3;
                 acc_to_f32(isa, &mut acc[..px], &[0.5, 1e-3, 7.25], &[0.0, -2.5, 1e3]);
                 outs.push(acc.iter().map(|&e| f32::from_bits(e as u32)).collect());
+                for op in [
+                    FloatUnaryOp::HardSigmoid {
+                        alpha: 0.2,
+                        beta: 0.5,
+                    },
+                    FloatUnaryOp::HardSwish,
+                    FloatUnaryOp::LeakyRelu { alpha: 0.1 },
+                ] {
+                    let mut y = vec![0f32; n];
+                    unary(isa, op, &a, &mut y);
+                    outs.push(y);
+                }
                 outs.iter()
                     .map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
                     .collect::<Vec<_>>()
@@ -206,6 +237,12 @@ mod tests {
             for i in 0..n {
                 assert_eq!(want[5][i], sigmoid(a[i]).to_bits());
                 assert_eq!(want[4][i], (a[i] / b[i]).to_bits());
+                // The quantized route's formulas (their tables), element by element.
+                let act = |op| crate::onnx::lower::activation(op, 0.2, 0.5, a[i]).unwrap();
+                assert_eq!(want[8][i], act("HardSigmoid").to_bits());
+                assert_eq!(want[9][i], act("HardSwish").to_bits());
+                let leaky = crate::onnx::lower::activation("LeakyRelu", 0.1, 0.0, a[i]).unwrap();
+                assert_eq!(want[10][i], leaky.to_bits());
             }
             for isa in Isa::available() {
                 assert_eq!(

@@ -442,7 +442,7 @@ fn softplus(x: f32) -> f32 {
 /// The table activations' formulas (ONNX's, with the deterministic `exp`, `ln`, `tanh`),
 /// shared by their tables and by float islands (`island`) so that both give the same bits;
 /// `None` for another operator. `alpha`/`beta`: `LeakyRelu`'s and `HardSigmoid`'s.
-pub(super) fn activation(op: &str, alpha: f32, beta: f32, x: f32) -> Option<f32> {
+pub(crate) fn activation(op: &str, alpha: f32, beta: f32, x: f32) -> Option<f32> {
     Some(match op {
         "Sigmoid" | "QLinearSigmoid" => 1.0 / (1.0 + dm::exp(-x)),
         "Tanh" => dm::tanh(x),

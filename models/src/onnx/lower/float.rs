@@ -17,7 +17,8 @@
 //! - **Semantics**: the convolution writes `f32` = `acc · x_scale · w_scale[c] + bias[c]`,
 //!   `acc` the exact integer sum ([`Step::ConvFloat`]; `bias` in float as the model stores
 //!   it). `Add`, `Sub`, `Mul`, `Div` of two float tensors of one shape, a float tensor and a
-//!   dequantized one (dequantized first: [`Step::Dequantize`]), `Relu`, `Clip` and `Sigmoid`
+//!   dequantized one (dequantized first: [`Step::Dequantize`]), `Relu`, `Clip`, `Sigmoid`,
+//!   `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's and YOLOv3's activations)
 //!   run in `f32` ([`Step::FloatBinary`], [`Step::FloatUnary`]); the `QuantizeLinear` at the
 //!   end is the graph-input quantize step. ONNX Runtime runs the convolution in float on the
 //!   dequantized values (another summation order) and its Sigmoid with its own `exp`, so a
@@ -43,7 +44,18 @@ use super::*;
 use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp};
 
 /// The operators a float convolution output may feed.
-pub(super) const FLOAT_READERS: &[&str] = &["Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid"];
+pub(super) const FLOAT_READERS: &[&str] = &[
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Relu",
+    "Clip",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+];
 
 impl Lowerer<'_> {
     /// True when convolution `n`'s float output takes the float route: it is not quantized
@@ -232,7 +244,9 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// `Relu`, `Clip` or `Sigmoid` of a float tensor, in `f32`.
+    /// `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` or `LeakyRelu` of a float
+    /// tensor, in `f32` (the last three with the quantized route's formulas,
+    /// `elementwise::activation`).
     pub(super) fn float_unary(&mut self, n: &Node) -> Result<(), EngineError> {
         let Val::F32(t) = self.input(n, 0)? else {
             return Err(n.unsupported("expected a float input"));
@@ -247,11 +261,20 @@ impl Lowerer<'_> {
                 FloatUnaryOp::Clamp { lo, hi }
             }
             "Sigmoid" => FloatUnaryOp::Sigmoid,
+            "HardSigmoid" => FloatUnaryOp::HardSigmoid {
+                alpha: n.float("alpha", 0.2)?,
+                beta: n.float("beta", 0.5)?,
+            },
+            "HardSwish" => FloatUnaryOp::HardSwish,
+            "LeakyRelu" => FloatUnaryOp::LeakyRelu {
+                alpha: n.float("alpha", 0.01)?,
+            },
             _ => {
                 return Err(n.unsupported(
                     "after a convolution whose output is not quantized (TensorRT-style Q/DQ \
-                     placement), the native engine runs Add, Sub, Mul, Div, Relu, Clip and \
-                     Sigmoid in float; run the model with --engine onnxruntime",
+                     placement), the native engine runs Add, Sub, Mul, Div, Relu, Clip, \
+                     Sigmoid, HardSigmoid, HardSwish and LeakyRelu in float; run the model \
+                     with --engine onnxruntime",
                 ))
             }
         };

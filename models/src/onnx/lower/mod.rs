@@ -37,6 +37,8 @@ mod conv;
 mod deconv;
 pub(crate) use deconv::DECONV_PHASES_MAX;
 mod elementwise;
+#[cfg(test)]
+pub(crate) use elementwise::activation;
 mod float;
 mod island;
 mod quant;
@@ -629,7 +631,11 @@ impl<'g> Lowerer<'g> {
             "Slice" => self.slice(n),
             "Split" => self.split(n),
             "MaxPool" => self.max_pool(n),
-            "Relu" | "Clip" | "Sigmoid" if self.reads_float_tensor(n) => self.float_unary(n),
+            "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu"
+                if self.reads_float_tensor(n) =>
+            {
+                self.float_unary(n)
+            }
             "Add" | "Mul" | "Div" | "Sub" if self.reads_float_tensor(n) => self.float_binary(n),
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
