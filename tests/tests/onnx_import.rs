@@ -282,6 +282,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "trt_silu",
             "trt_depthwise_silu",
             "trt_rect_silu",
+            "trt_se_scale",
             "c2f_block",
             "slice_focus",
             "deconv_k4s2p1",

@@ -301,6 +301,26 @@ def _(g):
     g.output(g.conv(g.mul(x, g.sigmoid(x)), 4, 1, pads=P0))
 
 
+# A squeeze-and-excitation gate scaling a convolution's float output: Mul of [1, C, H, W]
+# and [1, C, 1, 1], broadcast over the pixels (also in the gate's order, Div as well).
+@case("trt_se_scale")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input(X), 6, 3)
+    y = g.conv(x, 6, 3)
+    s = g.sigmoid(g.conv(g.gap(x), 6, 1, pads=P0))
+    g.output(g.conv(g.mul(s, y), 4, 1, pads=P0))
+
+
+@case("trt_se_div")
+def _(g):
+    g.formats = ["qdq", "trt"]
+    x = g.conv(g.input(X), 6, 3)
+    y = g.conv(x, 6, 3)
+    s = g.add(g.sigmoid(g.conv(g.gap(x), 6, 1, pads=P0)), g.const(np.float32(0.5)))
+    g.output(g.conv(g.node("Div", [y, s], g.shape[y]), 4, 1, pads=P0))
+
+
 # Split and Slice: strided copies in the tensor's own layout (NHWC between convolutions).
 @case("split_channels")
 def _(g):

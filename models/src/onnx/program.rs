@@ -113,6 +113,20 @@ pub(crate) enum Step {
         n: usize,
         dst: usize,
     },
+    /// An elementwise float operator between an NHWC `f32` tensor `full` (`pixels` pixels of
+    /// `c` channels, `per_image` pixels per image) and a per-channel one `chan` (`c` values
+    /// per image: a `[N, C, 1, 1]` tensor, as a squeeze-and-excitation gate), broadcast over
+    /// each image's pixels; `full` is the operator's first operand when `full_is_a`.
+    FloatBinaryChannels {
+        op: FloatBinaryOp,
+        full: usize,
+        chan: usize,
+        full_is_a: bool,
+        c: usize,
+        pixels: usize,
+        per_image: usize,
+        dst: usize,
+    },
     /// A float function of one `f32` tensor (`n` elements).
     FloatUnary {
         op: FloatUnaryOp,
@@ -528,6 +542,7 @@ impl Program {
                     } => return conv_name(imp, *batch, *in_h, *in_w, " float out"),
                     Step::Dequantize { .. } => ("dequantize", 0),
                     Step::FloatBinary { .. } => ("float binary", 0),
+                    Step::FloatBinaryChannels { .. } => ("float binary per channel", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::Phases { .. } => ("dilation phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
@@ -718,6 +733,35 @@ impl Program {
                     split_rows_f32(lanes, base, &bufs[*dst], *n, &|r, y| {
                         kernels::float::binary(isa, *op, &xa[r.clone()], &xb[r], y);
                     })?;
+                }
+                Step::FloatBinaryChannels {
+                    op,
+                    full,
+                    chan,
+                    full_is_a,
+                    c,
+                    pixels,
+                    per_image,
+                    dst,
+                } => {
+                    let (xf, xc) = (view_f32(*full), view_f32(*chan));
+                    let (c, per_image) = (*c, (*per_image).max(1));
+                    let failed = std::sync::atomic::AtomicBool::new(false);
+                    split_rows(lanes, base, &bufs[*dst], *pixels, c * 4, c, &|r, out| {
+                        let Ok(y) = bytemuck::try_cast_slice_mut::<i8, f32>(out) else {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            return;
+                        };
+                        for (p, y) in r.clone().zip(y.chunks_exact_mut(c.max(1))) {
+                            let img = p / per_image;
+                            let (u, v) = (&xf[p * c..(p + 1) * c], &xc[img * c..(img + 1) * c]);
+                            let (a, b) = if *full_is_a { (u, v) } else { (v, u) };
+                            kernels::float::binary(isa, *op, a, b, y);
+                        }
+                    });
+                    if failed.into_inner() {
+                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
+                    }
                 }
                 Step::FloatUnary { op, src, dst, n } => {
                     let x = view_f32(*src);

@@ -668,6 +668,7 @@ impl LaunchPlan {
                 Step::ConvFloat { .. }
                 | Step::Dequantize { .. }
                 | Step::FloatBinary { .. }
+                | Step::FloatBinaryChannels { .. }
                 | Step::FloatUnary { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

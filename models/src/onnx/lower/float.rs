@@ -17,7 +17,9 @@
 //! - **Semantics**: the convolution writes `f32` = `acc · x_scale · w_scale[c] + bias[c]`,
 //!   `acc` the exact integer sum ([`Step::ConvFloat`]; `bias` in float as the model stores
 //!   it). `Add`, `Sub`, `Mul`, `Div` of two float tensors of one shape, a float tensor and a
-//!   dequantized one (dequantized first: [`Step::Dequantize`]), `Relu`, `Clip`, `Sigmoid`,
+//!   dequantized one (dequantized first: [`Step::Dequantize`]), or an `[N, C, H, W]` tensor
+//!   and an `[N, C, 1, 1]` one (a squeeze-and-excitation gate, broadcast over the pixels:
+//!   [`Step::FloatBinaryChannels`]), `Relu`, `Clip`, `Sigmoid`,
 //!   `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's and YOLOv3's activations)
 //!   run in `f32` ([`Step::FloatBinary`], [`Step::FloatUnary`]); the `QuantizeLinear` at the
 //!   end is the graph-input quantize step. ONNX Runtime runs the convolution in float on the
@@ -215,20 +217,50 @@ impl Lowerer<'_> {
             .unwrap_or(Layout::RowMajor);
         let a = self.float_operand(n, 0, layout)?;
         let b = self.float_operand(n, 1, layout)?;
+        // A per-channel operand `[N, C, 1, 1]` against an NHWC `[N, C, H, W]` one (a
+        // squeeze-and-excitation gate): broadcast over each image's pixels.
+        let per_channel = |full: &T, chan: &T| {
+            full.shape.len() == 4
+                && full.layout == Layout::Nhwc
+                && chan.shape.len() == 4
+                && chan.shape[..2] == full.shape[..2]
+                && chan.shape[2..] == [1, 1]
+                && full.shape[2..] != [1, 1]
+        };
+        for (full, chan, full_is_a) in [(&a, &b, true), (&b, &a, false)] {
+            if per_channel(full, chan) {
+                let [nb, c, h, w] = dims4(&full.shape);
+                self.touch(full.buf);
+                self.touch(chan.buf);
+                let dst = self.new_buf(nb * c * h * w * 4);
+                self.steps.push(Step::FloatBinaryChannels {
+                    op: float_binary_op(n),
+                    full: full.buf,
+                    chan: chan.buf,
+                    full_is_a,
+                    c,
+                    pixels: nb * h * w,
+                    per_image: h * w,
+                    dst,
+                });
+                let out = T {
+                    buf: dst,
+                    ..full.clone()
+                };
+                self.set(&n.outputs[0], Val::F32(out));
+                return Ok(());
+            }
+        }
         if a.shape != b.shape {
             return Err(n.unsupported(format!(
                 "float operands of shapes {:?} and {:?}: after a convolution whose output is \
-                 not quantized, the native engine runs float operators on equal shapes only; \
-                 run the model with --engine onnxruntime",
+                 not quantized, the native engine runs float operators on equal shapes, or an \
+                 [N, C, H, W] tensor with an [N, C, 1, 1] one, only; run the model with \
+                 --engine onnxruntime",
                 a.shape, b.shape
             )));
         }
-        let op = match n.op.as_str() {
-            "Add" => FloatBinaryOp::Add,
-            "Sub" => FloatBinaryOp::Sub,
-            "Mul" => FloatBinaryOp::Mul,
-            _ => FloatBinaryOp::Div,
-        };
+        let op = float_binary_op(n);
         let len = a.shape.iter().product::<usize>();
         self.touch(a.buf);
         self.touch(b.buf);
@@ -289,5 +321,15 @@ impl Lowerer<'_> {
         });
         self.set(&n.outputs[0], Val::F32(T { buf: dst, ..t }));
         Ok(())
+    }
+}
+
+/// The float operator of an `Add`, `Sub`, `Mul` or `Div` node.
+fn float_binary_op(n: &Node) -> FloatBinaryOp {
+    match n.op.as_str() {
+        "Add" => FloatBinaryOp::Add,
+        "Sub" => FloatBinaryOp::Sub,
+        "Mul" => FloatBinaryOp::Mul,
+        _ => FloatBinaryOp::Div,
     }
 }
