@@ -630,3 +630,67 @@ fn elementwise_tables_fuse_with_the_same_outputs() {
         same_outputs_fused_and_not(&mut fused, &mut plain, name);
     }
 }
+
+/// A NaN in a float graph input quantizes as ONNX Runtime's `QuantizeLinear` quantizes it:
+/// to the lowest value (uint8 0, int8 −128), on every lane count; infinities saturate.
+#[test]
+fn nan_and_infinite_inputs_quantize_as_onnx_runtime_does() {
+    if !python_ok() || redline_models::engine::onnxruntime::find_library().is_err() {
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime is missing; the NaN input test did not run"
+        );
+        return;
+    }
+    use redline_models::engine::onnxruntime::{OrtEngine, OrtOptions};
+    let dir = redline_tests::temp_dir("onnx-nan");
+    generate(
+        "op_models.py",
+        &dir,
+        &["--only", "conv_k1", "add_two_inputs", "--random", "0"],
+    );
+    let mut checked = 0;
+    for m in manifests(&dir) {
+        let text = std::fs::read_to_string(&m).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let model = dir.join(v["model"].as_str().unwrap());
+        let mut native = NativeEngine::load(&model).unwrap();
+        let opts = OrtOptions {
+            qdq_int8_allowed: true,
+            ..OrtOptions::default()
+        };
+        let mut ort = OrtEngine::load(&model, &opts).unwrap();
+        // A ramp of floats with NaN, +inf and −inf among them.
+        let ins: Vec<Vec<u8>> = native
+            .inputs()
+            .iter()
+            .map(|s| {
+                (0..s.byte_len() / 4)
+                    .flat_map(|k| {
+                        let x = match k % 5 {
+                            0 => f32::NAN,
+                            1 => f32::INFINITY,
+                            2 => f32::NEG_INFINITY,
+                            _ => (k % 17) as f32 * 0.25 - 2.0,
+                        };
+                        x.to_le_bytes()
+                    })
+                    .collect()
+            })
+            .collect();
+        let want = run_outputs_any(&mut ort, &ins);
+        for lanes in [&Inline as &dyn Lanes, &Threads(3)] {
+            let got = run_outputs(&mut native, &ins, lanes);
+            for (g, w) in got.iter().zip(&want) {
+                let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
+                assert_eq!(differ, 0, "{}: {differ} bytes differ", model.display());
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 8, "conv_k1 and add_two_inputs in four forms each");
+}
+
+/// The outputs of one run of any engine on `ins`, on the calling thread.
+fn run_outputs_any(e: &mut dyn redline_models::engine::Engine, ins: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    redline_models::engine::run_once(e, ins, &Inline).unwrap()
+}

@@ -405,12 +405,13 @@ struct QuantP {
     float scale;
 };
 
-// QuantizeLinear: requant(x / scale) (a division, as ONNX Runtime).
+// QuantizeLinear: requant(x / scale) (a division, as ONNX Runtime); NaN -> -128, the lowest
+// value, as ONNX Runtime and the CPU's `kernels::quantize`.
 extern "C" __global__ void quantize(const QuantP p) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.n) return;
     float v = __fdiv_rn(((const float*)p.x)[i], p.scale);
-    ((i8*)p.y)[i] = (i8)requant(v, p.zp, -128, 127);
+    ((i8*)p.y)[i] = isnan(v) ? (i8)-128 : (i8)requant(v, p.zp, -128, 127);
 }
 
 struct LutP {

@@ -714,9 +714,13 @@ unsafe fn lut_neon(table: &[i8; 256], input: &[i8], out: &mut [i8]) {
 multiversion! {
     /// `QuantizeLinear` of `f32` values: `saturate(round_half_even(x / scale) + zp)` (ONNX
     /// semantics, as ONNX Runtime computes it: a division, not a multiply by the reciprocal).
+    /// NaN (a float route's `0 / 0`, a NaN in a float graph input) gives the lowest value,
+    /// `-128` (`0` of a uint8 model), as ONNX Runtime's `QuantizeLinear` does (its clamp to
+    /// the lower bound comes first) and as float islands do.
     pub(crate) fn quantize(input: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
         for (d, s) in out.iter_mut().zip(input) {
-            *d = requant_f32(*s / scale, zp, i8::MIN, i8::MAX);
+            let q = requant_f32(*s / scale, zp, i8::MIN, i8::MAX);
+            *d = if s.is_nan() { i8::MIN } else { q };
         }
     }
 }
