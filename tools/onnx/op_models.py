@@ -321,6 +321,17 @@ def _(g):
     g.output(g.conv(g.node("Div", [y, s], g.shape[y]), 4, 1, pads=P0))
 
 
+# An FPN-style merge in that placement: one convolution's float output upsampled (nearest)
+# and concatenated with another's, in float up to the next convolution's input.
+@case("trt_concat_resize")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.input((1, 4, 12, 10))
+    a = g.conv(x, 6, 3)
+    b = g.resize(g.conv(x, 5, 3, stride=2), "nearest", scale=2)
+    g.output(g.conv(g.concat([a, b]), 4, 1, pads=P0))
+
+
 # Split and Slice: strided copies in the tensor's own layout (NHWC between convolutions).
 @case("split_channels")
 def _(g):

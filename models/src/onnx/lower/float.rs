@@ -19,7 +19,9 @@
 //!   it). `Add`, `Sub`, `Mul`, `Div` of two float tensors of one shape, a float tensor and a
 //!   dequantized one (dequantized first: [`Step::Dequantize`]), or an `[N, C, H, W]` tensor
 //!   and an `[N, C, 1, 1]` one (a squeeze-and-excitation gate, broadcast over the pixels:
-//!   [`Step::FloatBinaryChannels`]), `Relu`, `Clip`, `Sigmoid`,
+//!   [`Step::FloatBinaryChannels`]), `Concat` (channels of NHWC tensors, any axis of
+//!   row-major ones: the concat step copying 4-byte elements) and nearest `Resize` (the
+//!   resize step copying 4-byte pixels; linear is refused with its reason), `Relu`, `Clip`, `Sigmoid`,
 //!   `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's and YOLOv3's activations)
 //!   run in `f32` ([`Step::FloatBinary`], [`Step::FloatUnary`]); the `QuantizeLinear` at the
 //!   end is the graph-input quantize step. ONNX Runtime runs the convolution in float on the
@@ -43,7 +45,7 @@
 //! Changes the lowering of a convolution whose output is quantized.
 
 use super::*;
-use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp};
+use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, Operand};
 
 /// The operators a float convolution output may feed.
 pub(super) const FLOAT_READERS: &[&str] = &[
@@ -57,6 +59,9 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "HardSigmoid",
     "HardSwish",
     "LeakyRelu",
+    "Concat",
+    "Resize",
+    "Upsample",
 ];
 
 impl Lowerer<'_> {
@@ -320,6 +325,78 @@ impl Lowerer<'_> {
             n: len,
         });
         self.set(&n.outputs[0], Val::F32(T { buf: dst, ..t }));
+        Ok(())
+    }
+
+    /// `Concat` with a float input: every input as `f32` (dequantized ones first), in the
+    /// layout of the first float one, copied by the concat step as 4-byte elements with no
+    /// requantization (the values ONNX Runtime concatenates). NHWC tensors concatenate along
+    /// channels only; row-major ones along any axis.
+    pub(super) fn float_concat(&mut self, n: &Node) -> Result<(), EngineError> {
+        let layout = n
+            .inputs
+            .iter()
+            .find_map(|i| match self.vals.get(i) {
+                Some(Val::F32(t)) => Some(t.layout),
+                _ => None,
+            })
+            .unwrap_or(Layout::RowMajor);
+        let mut parts = Vec::new();
+        for i in 0..n.inputs.len() {
+            parts.push(self.float_operand(n, i, layout)?);
+        }
+        let first = parts[0].shape.clone();
+        let rank = first.len() as i64;
+        let axis = n.int("axis", 1)?;
+        let axis = if axis < 0 { axis + rank } else { axis } as usize;
+        let nhwc = layout == Layout::Nhwc && rank == 4;
+        if axis >= first.len() || (nhwc && axis != 1) {
+            return Err(n.unsupported(format!(
+                "a float Concat along axis {axis} of {first:?} tensors; after a convolution \
+                 whose output is not quantized the native engine concatenates float tensors \
+                 along channels (NHWC) only; run the model with --engine onnxruntime"
+            )));
+        }
+        let mut out_shape = first.clone();
+        out_shape[axis] = 0;
+        let mut steps_parts = Vec::new();
+        for t in &parts {
+            let s = &t.shape;
+            if s.len() != first.len() || (0..s.len()).any(|d| d != axis && s[d] != first[d]) {
+                return Err(n.unsupported(format!(
+                    "input shape {s:?} does not match {first:?} outside axis {axis}"
+                )));
+            }
+            out_shape[axis] += s[axis];
+            let inner: usize = if nhwc {
+                s[1]
+            } else {
+                s[axis..].iter().product()
+            };
+            steps_parts.push((Operand::Buf(t.buf), inner * 4, None));
+        }
+        for t in &parts {
+            self.touch(t.buf);
+        }
+        let outer: usize = if nhwc {
+            out_shape[0] * out_shape[2] * out_shape[3]
+        } else {
+            out_shape[..axis].iter().product()
+        };
+        let len: usize = out_shape.iter().product();
+        let dst = self.new_buf(len * 4);
+        self.steps.push(Step::Concat {
+            outer,
+            parts: steps_parts,
+            dst,
+        });
+        let out = T {
+            buf: dst,
+            shape: out_shape,
+            layout,
+            q: QParams::new(1.0, 0),
+        };
+        self.set(&n.outputs[0], Val::F32(out));
         Ok(())
     }
 }

@@ -637,6 +637,7 @@ impl<'g> Lowerer<'g> {
                 self.float_unary(n)
             }
             "Add" | "Mul" | "Div" | "Sub" if self.reads_float_tensor(n) => self.float_binary(n),
+            "Concat" if self.reads_float_tensor(n) => self.float_concat(n),
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
             "ConvTranspose" => self.conv_transpose(n),

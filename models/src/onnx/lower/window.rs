@@ -181,8 +181,12 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn resize(&mut self, n: &Node) -> Result<(), EngineError> {
-        let t = match self.input(n, 0)? {
-            Val::Dq(t) | Val::Q(t) => t,
+        // A float tensor (TensorRT-style placement: a convolution's float output upsampled)
+        // resizes as `f32` pixels: 4 bytes an element through the same nearest-neighbour
+        // copy, so exactly the values ONNX Runtime picks.
+        let (t, float) = match self.input(n, 0)? {
+            Val::Dq(t) | Val::Q(t) => (t, false),
+            Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => (t, true),
             v => return Err(n.unsupported(format!("cannot resize {}", kind_name(&v)))),
         };
         let was_q = matches!(self.input(n, 0)?, Val::Q(_));
@@ -199,7 +203,7 @@ impl Lowerer<'_> {
         if n.int("antialias", 0)? != 0 || n.ints("axes")?.is_some() {
             return Err(n.unsupported("antialias and axes are not supported"));
         }
-        let t = self.nhwc(t)?;
+        let t = if float { t } else { self.nhwc(t)? };
         let [b, c, h, w] = dims4(&t.shape);
         // Output size from `sizes` (input 3) or `scales` (input 2; Upsample: input 1).
         let scales_idx = if n.op == "Upsample" { 1 } else { 2 };
@@ -293,8 +297,38 @@ impl Lowerer<'_> {
                 })
                 .collect()
         };
+        if float && linear {
+            return Err(n.unsupported(
+                "a linear Resize of a float tensor (a convolution's output not quantized: \
+                 TensorRT-style Q/DQ placement); the native engine resizes float tensors with \
+                 mode nearest only. Quantize the convolution's output or run the model with \
+                 --engine onnxruntime",
+            ));
+        }
         let ys = taps(oh, h, sy)?;
         let xs = taps(ow, w, sx)?;
+        if float {
+            self.touch(t.buf);
+            let dst = self.new_buf(b * c * oh * ow * 4);
+            self.steps.push(Step::Resize {
+                in_h: h,
+                in_w: w,
+                c: c * 4,
+                batch: b,
+                ys,
+                xs,
+                mode: Interp::Nearest,
+                src: t.buf,
+                dst,
+            });
+            let out = T {
+                buf: dst,
+                shape: vec![b, c, oh, ow],
+                ..t
+            };
+            self.set(&n.outputs[0], Val::F32(out));
+            return Ok(());
+        }
         // Linear needs a requantization to the following Q; nearest is exact.
         let (y_q, out_name, is_q) = if linear && !was_q {
             let (q, _clamp, name) = self.out_q(n, None)?;
