@@ -332,6 +332,29 @@ def _(g):
     g.output(g.conv(g.concat([a, b]), 4, 1, pads=P0))
 
 
+# Pooling and a classifier head in that placement: a convolution's float output max-pooled,
+# globally averaged, or flattened (1x1 pixels) into a Gemm.
+@case("trt_maxpool")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.maxpool(x, 3, 2, pads=(1, 1, 1, 1)), 4, 1, pads=P0))
+
+
+@case("trt_gap")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.gap(x), 4, 1, pads=P0))
+
+
+@case("trt_flatten_gemm")
+def _(g):
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input((1, 3, 5, 5)), 8, 5, pads=P0)
+    g.output(g.gemm(g.flatten(x), 6))
+
+
 # Split and Slice: strided copies in the tensor's own layout (NHWC between convolutions).
 @case("split_channels")
 def _(g):

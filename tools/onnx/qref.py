@@ -418,13 +418,14 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
 
 # The readers through which a TensorRT-style convolution's float output goes on.
 TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu",
-                     "Concat", "Resize")
+                     "Concat", "Resize", "MaxPool", "GlobalAveragePool", "Flatten")
 
 
 def to_trt_style(model):
     """TensorRT-style Q/DQ placement (NVIDIA's pytorch-quantization, ModelOpt): removes
     each QuantizeLinear -> DequantizeLinear pair on a Conv's output whose dequantized value
-    is read by Add/Sub/Mul/Div/Sigmoid/HardSigmoid/HardSwish/LeakyRelu/Concat/Resize, so the convolution's float output goes on into them
+    is read by Add/Sub/Mul/Div/Sigmoid/HardSigmoid/HardSwish/LeakyRelu/Concat/Resize/MaxPool/
+    GlobalAveragePool/Flatten, so the convolution's float output goes on into them
     (ONNX Runtime then runs that convolution in float). Returns the number of pairs removed."""
     g = model.graph
     producer = {o: nd for nd in g.node for o in nd.output}

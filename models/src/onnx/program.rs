@@ -144,6 +144,23 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
     },
+    /// [`Step::MaxPool`] of an `f32` NHWC tensor (a float route's).
+    FloatMaxPool {
+        win: Window,
+        c: usize,
+        batch: usize,
+        src: usize,
+        dst: usize,
+    },
+    /// The mean over each image's `hw` pixels of an `f32` NHWC tensor, per channel (a float
+    /// route's `GlobalAveragePool`): a sum in pixel order, then one division by `hw`.
+    FloatGlobalAvgPool {
+        c: usize,
+        hw: usize,
+        batch: usize,
+        src: usize,
+        dst: usize,
+    },
     MaxPool {
         win: Window,
         c: usize,
@@ -543,6 +560,8 @@ impl Program {
                     Step::Dequantize { .. } => ("dequantize", 0),
                     Step::FloatBinary { .. } => ("float binary", 0),
                     Step::FloatBinaryChannels { .. } => ("float binary per channel", 0),
+                    Step::FloatMaxPool { .. } => ("float maxpool", 0),
+                    Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::Phases { .. } => ("dilation phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
@@ -762,6 +781,45 @@ impl Program {
                     if failed.into_inner() {
                         return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
                     }
+                }
+                Step::FloatMaxPool {
+                    win,
+                    c,
+                    batch,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let row_len = win.out_w * c;
+                    let failed = std::sync::atomic::AtomicBool::new(false);
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        batch * win.out_h,
+                        row_len * 4,
+                        row_len * win.kh * win.kw,
+                        &|r, out| match bytemuck::try_cast_slice_mut::<i8, f32>(out) {
+                            Ok(y) => kernels::max_pool_f32(isa, win, *c, x, y, r),
+                            Err(_) => failed.store(true, std::sync::atomic::Ordering::Relaxed),
+                        },
+                    );
+                    if failed.into_inner() {
+                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
+                    }
+                }
+                Step::FloatGlobalAvgPool {
+                    c,
+                    hw,
+                    batch,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let (c, hw) = (*c, *hw);
+                    split_rows_f32(lanes, base, &bufs[*dst], batch * c, &|r, y| {
+                        kernels::float::global_avg_pool(isa, c, hw, x, r.start, y);
+                    })?;
                 }
                 Step::FloatUnary { op, src, dst, n } => {
                     let x = view_f32(*src);

@@ -669,6 +669,8 @@ impl LaunchPlan {
                 | Step::Dequantize { .. }
                 | Step::FloatBinary { .. }
                 | Step::FloatBinaryChannels { .. }
+                | Step::FloatMaxPool { .. }
+                | Step::FloatGlobalAvgPool { .. }
                 | Step::FloatUnary { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

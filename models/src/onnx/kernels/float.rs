@@ -105,6 +105,36 @@ multiversion! {
 }
 
 multiversion! {
+    /// Elements `first..first + out.len()` of the per-image, per-channel means of the NHWC
+    /// tensor `x` (`c` channels, `hw` pixels an image; element `e` is image `e / c`,
+    /// channel `e % c`): each channel summed over the image's pixels in pixel order (the
+    /// same order on every width: the vector lanes are channels), then divided once by
+    /// `hw`.
+    pub(crate) fn global_avg_pool(c: usize, hw: usize, x: &[f32], first: usize, out: &mut [f32]) {
+        let c = c.max(1);
+        let end = first + out.len();
+        let mut e = first;
+        while e < end {
+            let (img, c0) = (e / c, e % c);
+            let c1 = (c0 + (end - e)).min(c);
+            let y = &mut out[e - first..e - first + (c1 - c0)];
+            y.fill(0.0);
+            for p in 0..hw {
+                let at = (img * hw + p) * c;
+                for (d, &v) in y.iter_mut().zip(&x[at + c0..at + c1]) {
+                    *d += v;
+                }
+            }
+            let n = hw as f32;
+            for d in y.iter_mut() {
+                *d /= n;
+            }
+            e += c1 - c0;
+        }
+    }
+}
+
+multiversion! {
     /// `out[i] = op(x[i])`.
     pub(crate) fn unary(op: FloatUnaryOp, x: &[f32], out: &mut [f32]) {
         match op {

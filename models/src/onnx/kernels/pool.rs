@@ -5,75 +5,123 @@ use super::{requant_f32, Window};
 use crate::onnx::isa::multiversion;
 use std::ops::Range;
 
-multiversion! {
-    /// Max pooling over NHWC `c`-channel images; rows over `batch * out_h`. Padded taps are
-    /// ignored (ONNX semantics); a window with no tap inside the image yields `i8::MIN`.
-    ///
-    /// Separable: for each output row, the maximum over the kernel's input rows is taken
-    /// first, across whole rows (long contiguous loops), into a stack buffer of
-    /// [`POOL_SCRATCH`] bytes, then over the kernel's columns pixel by pixel; the output
-    /// columns are taken in runs whose input columns fit that buffer. Max is associative,
-    /// so this is the same result as tap by tap.
-    pub(crate) fn max_pool(win: &Window, c: usize, input: &[i8], out: &mut [i8], rows: Range<usize>) {
-        let img = win.in_h * win.in_w * c;
-        let row_bytes = win.in_w * c;
-        // Input columns one output column's window spans.
-        let span = (win.kw - 1) * win.dw + 1;
-        let run = if span * c <= POOL_SCRATCH {
-            // Output columns per run: their input columns (clipped to the image) fit.
-            (POOL_SCRATCH / c - span) / win.sw + 1
-        } else {
-            0
-        };
-        let mut cols = [i8::MIN; POOL_SCRATCH];
-        let mut o = 0;
-        for r in rows {
-            let (b, oy) = (r / win.out_h, r % win.out_h);
-            let x = &input[b * img..(b + 1) * img];
-            if run == 0 {
-                // A window wider than the buffer: tap by tap.
-                for ox in 0..win.out_w {
-                    let dst = &mut out[o..o + c];
-                    dst.fill(i8::MIN);
-                    for (_, px) in win.pixel_taps(oy, ox) {
-                        for (d, s) in dst.iter_mut().zip(&x[px * c..(px + 1) * c]) {
-                            *d = (*d).max(*s);
-                        }
+/// Max pooling over NHWC `c`-channel images; rows over `batch * out_h`. Padded taps are
+/// ignored (ONNX semantics); a window with no tap inside the image yields the lowest
+/// value (`i8::MIN`, `-inf`).
+///
+/// Separable: for each output row, the maximum over the kernel's input rows is taken
+/// first, across whole rows (long contiguous loops), into a stack buffer of
+/// [`POOL_SCRATCH`] bytes (`cols`), then over the kernel's columns pixel by pixel; the output
+/// columns are taken in runs whose input columns fit that buffer. Max is associative,
+/// so this is the same result as tap by tap.
+#[inline(always)]
+fn max_pool_in<T: PoolElem>(
+    win: &Window,
+    c: usize,
+    input: &[T],
+    out: &mut [T],
+    rows: Range<usize>,
+    cols: &mut [T],
+) {
+    let img = win.in_h * win.in_w * c;
+    let row_bytes = win.in_w * c;
+    // Input columns one output column's window spans.
+    let span = (win.kw - 1) * win.dw + 1;
+    let run = if span * c <= cols.len() {
+        // Output columns per run: their input columns (clipped to the image) fit.
+        (cols.len() / c - span) / win.sw + 1
+    } else {
+        0
+    };
+    let mut o = 0;
+    for r in rows {
+        let (b, oy) = (r / win.out_h, r % win.out_h);
+        let x = &input[b * img..(b + 1) * img];
+        if run == 0 {
+            // A window wider than the buffer: tap by tap.
+            for ox in 0..win.out_w {
+                let dst = &mut out[o..o + c];
+                dst.fill(T::LOWEST);
+                for (_, px) in win.pixel_taps(oy, ox) {
+                    for (d, s) in dst.iter_mut().zip(&x[px * c..(px + 1) * c]) {
+                        *d = (*d).maxv(*s);
                     }
-                    o += c;
                 }
-                continue;
+                o += c;
             }
-            let mut ox0 = 0;
-            while ox0 < win.out_w {
-                let ox1 = (ox0 + run).min(win.out_w);
-                // Input columns [x0, x1) of these output columns, clipped to the image.
-                let x0 = win.ix(ox0, 0).max(0) as usize;
-                let x1 = (win.ix(ox1 - 1, win.kw - 1) + 1).clamp(0, win.in_w as isize) as usize;
-                let x1 = x1.max(x0);
-                let col = &mut cols[..(x1 - x0) * c];
-                col.fill(i8::MIN);
-                for ky in win.rows_inside(oy) {
-                    let iy = win.iy(oy, ky) as usize;
-                    let src = &x[iy * row_bytes + x0 * c..iy * row_bytes + x1 * c];
-                    for (d, s) in col.iter_mut().zip(src) {
-                        *d = (*d).max(*s);
-                    }
-                }
-                for ox in ox0..ox1 {
-                    let dst = &mut out[o..o + c];
-                    dst.fill(i8::MIN);
-                    for kx in win.cols_inside(ox) {
-                        let base = (win.ix(ox, kx) as usize - x0) * c;
-                        for (d, s) in dst.iter_mut().zip(&col[base..base + c]) {
-                            *d = (*d).max(*s);
-                        }
-                    }
-                    o += c;
-                }
-                ox0 = ox1;
-            }
+            continue;
         }
+        let mut ox0 = 0;
+        while ox0 < win.out_w {
+            let ox1 = (ox0 + run).min(win.out_w);
+            // Input columns [x0, x1) of these output columns, clipped to the image.
+            let x0 = win.ix(ox0, 0).max(0) as usize;
+            let x1 = (win.ix(ox1 - 1, win.kw - 1) + 1).clamp(0, win.in_w as isize) as usize;
+            let x1 = x1.max(x0);
+            let col = &mut cols[..(x1 - x0) * c];
+            col.fill(T::LOWEST);
+            for ky in win.rows_inside(oy) {
+                let iy = win.iy(oy, ky) as usize;
+                let src = &x[iy * row_bytes + x0 * c..iy * row_bytes + x1 * c];
+                for (d, s) in col.iter_mut().zip(src) {
+                    *d = (*d).maxv(*s);
+                }
+            }
+            for ox in ox0..ox1 {
+                let dst = &mut out[o..o + c];
+                dst.fill(T::LOWEST);
+                for kx in win.cols_inside(ox) {
+                    let base = (win.ix(ox, kx) as usize - x0) * c;
+                    for (d, s) in dst.iter_mut().zip(&col[base..base + c]) {
+                        *d = (*d).maxv(*s);
+                    }
+                }
+                o += c;
+            }
+            ox0 = ox1;
+        }
+    }
+}
+
+/// What [`max_pool_in`] pools: bytes, or `f32` (a float route's tensor).
+trait PoolElem: Copy {
+    /// The value of a window with no tap inside the image.
+    const LOWEST: Self;
+    /// The larger of `self` and `x`.
+    fn maxv(self, x: Self) -> Self;
+}
+
+impl PoolElem for i8 {
+    const LOWEST: i8 = i8::MIN;
+    #[inline(always)]
+    fn maxv(self, x: i8) -> i8 {
+        self.max(x)
+    }
+}
+
+impl PoolElem for f32 {
+    const LOWEST: f32 = f32::NEG_INFINITY;
+    #[inline(always)]
+    fn maxv(self, x: f32) -> f32 {
+        // `f32::max`: a NaN operand gives the other one.
+        self.max(x)
+    }
+}
+
+multiversion! {
+    /// [`max_pool_in`] on bytes.
+    pub(crate) fn max_pool(win: &Window, c: usize, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let mut cols = [i8::MIN; POOL_SCRATCH];
+        max_pool_in(win, c, input, out, rows, &mut cols)
+    }
+}
+
+multiversion! {
+    /// [`max_pool_in`] on `f32` (TensorRT-style placement: a convolution's float output
+    /// max-pooled), the same stack budget.
+    pub(crate) fn max_pool_f32(win: &Window, c: usize, input: &[f32], out: &mut [f32], rows: Range<usize>) {
+        let mut cols = [f32::NEG_INFINITY; POOL_SCRATCH / 4];
+        max_pool_in(win, c, input, out, rows, &mut cols)
     }
 }
 

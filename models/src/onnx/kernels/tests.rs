@@ -300,6 +300,49 @@ fn max_pool_gives_the_same_bytes_on_every_width() {
             max_pool(isa, &win, c, &x, &mut got, 0..2 * out_h);
             assert_eq!(got, want, "{}", isa.name());
         }
+        // The f32 pool (a float route's) on the same values scaled: an increasing map
+        // commutes with max, so it gives the bytes' maxima scaled, on every width and in
+        // two row ranges.
+        let xf: Vec<f32> = x.iter().map(|&v| f32::from(v) * 0.37).collect();
+        let wantf: Vec<f32> = want.iter().map(|&v| f32::from(v) * 0.37).collect();
+        for isa in Isa::available() {
+            let mut got = vec![0f32; want.len()];
+            let (a, b) = got.split_at_mut(out_h * out_w * c);
+            max_pool_f32(isa, &win, c, &xf, a, 0..out_h);
+            max_pool_f32(isa, &win, c, &xf, b, out_h..2 * out_h);
+            assert_eq!(got, wantf, "f32 on {}", isa.name());
+        }
+    }
+}
+
+#[test]
+fn float_global_average_pool_is_the_sum_in_pixel_order_over_hw() {
+    let mut g = SplitMix64::stream(17, 0);
+    for (batch, hw, c) in [(1, 49, 64), (2, 7, 17), (3, 1, 5), (2, 12, 40)] {
+        let x: Vec<f32> = (0..batch * hw * c).map(|_| g.uniform(-5.0, 5.0)).collect();
+        let want: Vec<f32> = (0..batch * c)
+            .map(|e| {
+                let (img, ch) = (e / c, e % c);
+                let mut s = 0f32;
+                for p in 0..hw {
+                    s += x[(img * hw + p) * c + ch];
+                }
+                s / hw as f32
+            })
+            .collect();
+        for isa in Isa::available() {
+            // Whole, and split at an element inside an image's channels.
+            let mut got = vec![0f32; want.len()];
+            crate::onnx::kernels::float::global_avg_pool(isa, c, hw, &x, 0, &mut got);
+            assert_eq!(got, want, "{} {batch}x{hw}x{c}", isa.name());
+            let cut = c / 2 + c * (batch - 1);
+            let (a, b) = got.split_at_mut(cut);
+            a.fill(0.0);
+            b.fill(0.0);
+            crate::onnx::kernels::float::global_avg_pool(isa, c, hw, &x, 0, a);
+            crate::onnx::kernels::float::global_avg_pool(isa, c, hw, &x, cut, b);
+            assert_eq!(got, want, "{} split {batch}x{hw}x{c}", isa.name());
+        }
     }
 }
 

@@ -21,7 +21,11 @@
 //!   and an `[N, C, 1, 1]` one (a squeeze-and-excitation gate, broadcast over the pixels:
 //!   [`Step::FloatBinaryChannels`]), `Concat` (channels of NHWC tensors, any axis of
 //!   row-major ones: the concat step copying 4-byte elements) and nearest `Resize` (the
-//!   resize step copying 4-byte pixels; linear is refused with its reason), `Relu`, `Clip`, `Sigmoid`,
+//!   resize step copying 4-byte pixels; linear is refused with its reason), `MaxPool`
+//!   ([`Step::FloatMaxPool`], the byte kernel's body on `f32`), `GlobalAveragePool`
+//!   ([`Step::FloatGlobalAvgPool`]: a sum in pixel order, then one division, where ONNX
+//!   Runtime sums in its own order: a last-bit difference may move a quantized value by one
+//!   step) and `Flatten`/`Reshape` of a tensor already in row-major order (1×1 pixels), `Relu`, `Clip`, `Sigmoid`,
 //!   `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's and YOLOv3's activations)
 //!   run in `f32` ([`Step::FloatBinary`], [`Step::FloatUnary`]); the `QuantizeLinear` at the
 //!   end is the graph-input quantize step. ONNX Runtime runs the convolution in float on the
@@ -62,6 +66,10 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Concat",
     "Resize",
     "Upsample",
+    "MaxPool",
+    "GlobalAveragePool",
+    "Flatten",
+    "Reshape",
 ];
 
 impl Lowerer<'_> {
@@ -395,6 +403,37 @@ impl Lowerer<'_> {
             shape: out_shape,
             layout,
             q: QParams::new(1.0, 0),
+        };
+        self.set(&n.outputs[0], Val::F32(out));
+        Ok(())
+    }
+
+    /// `GlobalAveragePool` of a float NHWC tensor: the per-channel mean in `f32`
+    /// ([`Step::FloatGlobalAvgPool`]).
+    pub(super) fn float_global_avg_pool(&mut self, n: &Node) -> Result<(), EngineError> {
+        let t = match self.input(n, 0)? {
+            Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => t,
+            v => {
+                return Err(n.unsupported(format!(
+                    "cannot average {}: a float tensor must be 4-D NHWC",
+                    kind_name(&v)
+                )))
+            }
+        };
+        let [b, c, h, w] = dims4(&t.shape);
+        self.touch(t.buf);
+        let dst = self.new_buf(b * c * 4);
+        self.steps.push(Step::FloatGlobalAvgPool {
+            c,
+            hw: h * w,
+            batch: b,
+            src: t.buf,
+            dst,
+        });
+        let out = T {
+            buf: dst,
+            shape: vec![b, c, 1, 1],
+            ..t
         };
         self.set(&n.outputs[0], Val::F32(out));
         Ok(())

@@ -445,9 +445,10 @@ impl<'g> Lowerer<'g> {
         {
             ". Q/DQ on convolution inputs only is how TensorRT-oriented tools (NVIDIA's \
              pytorch-quantization, ModelOpt) place it; the native engine takes a convolution's \
-             float output on only into Add, Sub, Mul, Div, Relu, Clip and Sigmoid, and \
-             onnxruntime.quantization.quantize_static (QDQ) quantizes every operator's output. \
-             Quantize"
+             float output on only into Add, Sub, Mul, Div, Relu, Clip, Sigmoid, HardSigmoid, \
+             HardSwish, LeakyRelu, Concat, nearest Resize, MaxPool, GlobalAveragePool and \
+             Flatten/Reshape (1x1 pixels), and onnxruntime.quantization.quantize_static (QDQ) \
+             quantizes every operator's output. Quantize"
         } else {
             "; quantize"
         };
@@ -638,6 +639,7 @@ impl<'g> Lowerer<'g> {
             }
             "Add" | "Mul" | "Div" | "Sub" if self.reads_float_tensor(n) => self.float_binary(n),
             "Concat" if self.reads_float_tensor(n) => self.float_concat(n),
+            "GlobalAveragePool" if self.reads_float_tensor(n) => self.float_global_avg_pool(n),
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
             "ConvTranspose" => self.conv_transpose(n),

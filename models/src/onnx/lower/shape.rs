@@ -20,6 +20,22 @@ impl Lowerer<'_> {
                 );
                 return Ok(());
             }
+            // A float tensor (TensorRT-style placement: a pooled feature before the
+            // classifier) whose memory order is already row-major: a relabelling, no copy.
+            // NHWC with 1×1 pixels is row-major too.
+            Val::F32(t)
+                if t.layout == Layout::RowMajor
+                    || (t.shape.len() == 4 && t.shape[2] == 1 && t.shape[3] == 1) =>
+            {
+                let shape = self.new_shape(n, &t.shape)?;
+                let t = T {
+                    shape,
+                    layout: Layout::RowMajor,
+                    ..t
+                };
+                self.set(&n.outputs[0], Val::F32(t));
+                return Ok(());
+            }
             v => return Err(n.unsupported(format!("cannot reshape {}", kind_name(&v)))),
         };
         let shape = self.new_shape(n, &t.shape)?;

@@ -79,7 +79,15 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn max_pool(&mut self, n: &Node) -> Result<(), EngineError> {
-        let (t, is_q) = self.movable(n, "max-pool")?;
+        // A float tensor (TensorRT-style placement) pools as `f32`: `FloatMaxPool`.
+        let float = match self.input(n, 0)? {
+            Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => Some(t),
+            _ => None,
+        };
+        let (t, is_q) = match float.clone() {
+            Some(t) => (t, false),
+            None => self.movable(n, "max-pool")?,
+        };
         if n.outputs.len() > 1 && !n.outputs[1].is_empty() {
             return Err(n.unsupported("the Indices output is not supported"));
         }
@@ -92,10 +100,27 @@ impl Lowerer<'_> {
         if k.len() != 2 {
             return Err(n.unsupported("only 2-D pooling is supported"));
         }
-        let t = self.nhwc(t)?;
+        let t = if float.is_some() { t } else { self.nhwc(t)? };
         let [b, c, h, w] = dims4(&t.shape);
         let win = self.window(n, h, w, k[0] as usize, k[1] as usize)?;
         self.touch(t.buf);
+        if float.is_some() {
+            let dst = self.new_buf(b * c * win.out_h * win.out_w * 4);
+            self.steps.push(Step::FloatMaxPool {
+                win,
+                c,
+                batch: b,
+                src: t.buf,
+                dst,
+            });
+            let out = T {
+                buf: dst,
+                shape: vec![b, c, win.out_h, win.out_w],
+                ..t
+            };
+            self.set(&n.outputs[0], Val::F32(out));
+            return Ok(());
+        }
         let dst = self.new_buf(b * c * win.out_h * win.out_w);
         self.steps.push(Step::MaxPool {
             win,
