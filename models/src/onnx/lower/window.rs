@@ -104,38 +104,43 @@ impl Lowerer<'_> {
         let [b, c, h, w] = dims4(&t.shape);
         let win = self.window(n, h, w, k[0] as usize, k[1] as usize)?;
         self.touch(t.buf);
-        if float.is_some() {
-            let dst = self.new_buf(b * c * win.out_h * win.out_w * 4);
-            self.steps.push(Step::FloatMaxPool {
-                win,
-                c,
-                batch: b,
-                src: t.buf,
-                dst,
-            });
-            let out = T {
-                buf: dst,
-                shape: vec![b, c, win.out_h, win.out_w],
-                ..t
-            };
-            self.set(&n.outputs[0], Val::F32(out));
-            return Ok(());
-        }
-        let dst = self.new_buf(b * c * win.out_h * win.out_w);
-        self.steps.push(Step::MaxPool {
-            win,
-            c,
-            batch: b,
-            src: t.buf,
-            dst,
-        });
-        let out = T {
-            buf: dst,
-            shape: vec![b, c, win.out_h, win.out_w],
+        let (shape, src) = (vec![b, c, win.out_h, win.out_w], t.buf);
+        let out = |buf| T {
+            buf,
+            shape,
             layout: Layout::Nhwc,
             q: t.q,
         };
-        self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
+        let (step, out) = if float.is_some() {
+            let dst = self.new_buf(b * c * win.out_h * win.out_w * 4);
+            let step = Step::FloatMaxPool {
+                win,
+                c,
+                batch: b,
+                src,
+                dst,
+            };
+            (step, Val::F32(out(dst)))
+        } else {
+            let dst = self.new_buf(b * c * win.out_h * win.out_w);
+            let step = Step::MaxPool {
+                win,
+                c,
+                batch: b,
+                src,
+                dst,
+            };
+            (
+                step,
+                if is_q {
+                    Val::Q(out(dst))
+                } else {
+                    Val::Dq(out(dst))
+                },
+            )
+        };
+        self.steps.push(step);
+        self.set(&n.outputs[0], out);
         Ok(())
     }
 
