@@ -76,7 +76,7 @@ fn has_float_formula_op(manifest: &Path) -> bool {
     let m: serde_json::Value = serde_json::from_str(&text).unwrap();
     // TensorRT-style placement: ONNX Runtime runs the convolutions with float outputs in
     // float (another summation order than the exact integer sums).
-    if m["format"] == "trt" {
+    if m["format"] == "trt" || m["format"] == "strict" {
         return true;
     }
     let ops = m["ops"].as_object().cloned().unwrap_or_default();
@@ -159,14 +159,17 @@ fn native_engine_agrees_with_onnx_runtime() {
             "--trt",
             "resnet18",
             "efficientnet",
+            "--strict",
+            "resnet18",
+            "mobilenetv2",
         ],
     );
     let (e1, t1) = check_dir(&ops, false);
     let (e2, t2) = check_dir(&ops_rr, true);
     let (e3, t3) = check_dir(&zoo, false);
-    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2, RegNetX, YOLO and EfficientNet variants (ResNet-18 and EfficientNet also in TensorRT-style placement)");
+    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2, RegNetX, YOLO and EfficientNet variants (ResNet-18 and EfficientNet also in TensorRT-style placement, ResNet-18 and MobileNetV2 with Q/DQ on convolution inputs only)");
     assert!(
-        t1 > 300 && t2 > 300 && t3 == 24,
+        t1 > 300 && t2 > 300 && t3 == 28,
         "generated model counts changed: {t1} {t2} {t3}"
     );
     // ResNet-18, MobileNetV2, RegNetX and YOLO with int8 activations are bit-exact in both
@@ -195,6 +198,12 @@ fn native_engine_agrees_with_onnx_runtime() {
         ("resnet18_trt_u8.json", 1.0, 1),
         ("efficientnet_trt_s8.json", 2.0, 2),
         ("efficientnet_trt_u8.json", 2.0, 2),
+        // Q/DQ on convolution and Gemm inputs only (`qref.to_trt_strict`): the stem's and
+        // the head's MaxPool, GlobalAveragePool and Flatten, every residual Add in float.
+        ("resnet18_strict_s8.json", 1.0, 1),
+        ("resnet18_strict_u8.json", 1.0, 1),
+        ("mobilenetv2_strict_s8.json", 1.0, 2),
+        ("mobilenetv2_strict_u8.json", 1.0, 2),
     ] {
         let a = check_manifest(&zoo.join(f), &Inline).unwrap();
         for o in &a.outputs {

@@ -457,10 +457,53 @@ def to_trt_style(model):
     return len(rename)
 
 
+STRICT_QUANTIZED_READERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def to_trt_strict(model):
+    """Q/DQ on the inputs of convolutions and matrix products only (as an exporter that
+    quantizes those layers' inputs and nothing else writes it): removes every
+    QuantizeLinear -> DequantizeLinear pair on a computed activation none of whose
+    dequantized readers is a Conv/ConvTranspose/Gemm/MatMul and which is not a graph
+    output, so everything between such layers runs in float. The graph input's quantization
+    stays. quantize_static folds a ReLU after a convolution into its QuantizeLinear's range;
+    removing that pair drops the ReLU, so the result computes another function than the float
+    model: an agreement test of two engines on the same graph, not a model to deploy.
+    Returns the number of pairs removed."""
+    g = model.graph
+    producer = {o: nd for nd in g.node for o in nd.output}
+    readers = collections.defaultdict(list)
+    for nd in g.node:
+        for i in nd.input:
+            readers[i].append(nd)
+    outputs = {o.name for o in g.output}
+    drop, rename = set(), {}
+    for q in g.node:
+        if q.op_type != "QuantizeLinear" or q.input[0] not in producer:
+            continue
+        dqs = readers[q.output[0]]
+        if not dqs or any(d.op_type != "DequantizeLinear" or d.output[0] in outputs for d in dqs):
+            continue
+        after = [r for d in dqs for r in readers[d.output[0]]]
+        if any(r.op_type in STRICT_QUANTIZED_READERS for r in after):
+            continue
+        drop.update(id(n) for n in [q] + dqs)
+        rename.update({d.output[0]: q.input[0] for d in dqs})
+    kept = [nd for nd in g.node if id(nd) not in drop]
+    for nd in kept:
+        for k, i in enumerate(nd.input):
+            if i in rename:
+                nd.input[k] = rename[i]
+    del g.node[:]
+    g.node.extend(kept)
+    return len(rename)
+
+
 def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, formats=None):
     """Saves <name>_float.onnx and the four quantized variants with their references (or
     only those of `formats`, e.g. ["qdq"]; "trt" adds <name>_trt_{s8,u8}: the QDQ model in
-    TensorRT-style placement, `to_trt_style`). Returns the list of manifest file names
+    TensorRT-style placement, `to_trt_style`; "strict" adds <name>_strict_{s8,u8}: Q/DQ on
+    convolution and matrix-product inputs only, `to_trt_strict`). Returns the list of manifest file names
     (quantized models only)."""
     rng = np.random.default_rng([seed, 1])
     samples = [make_inputs(float_model, rng) for _ in range(CALIB_SAMPLES)]
@@ -494,6 +537,18 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, f
                                "float_model": os.path.basename(fpath)})
         manifests.append(stem + ".json")
         log(describe(qpath, qm) + "  | TensorRT-style placement")
+    for atag, aq in ACTIVATIONS if formats is not None and "strict" in formats else []:
+        stem = f"{name}_strict_{atag}"
+        qpath = os.path.join(out_dir, stem + ".onnx")
+        qm = quantize(float_model, qpath, samples, oq.QuantFormat.QDQ, aq, reduce_range)
+        if to_trt_strict(qm) == 0:
+            ro.fail(f"{stem}: every quantized activation feeds a convolution already")
+        onnx.save(qm, qpath)
+        write_reference(out_dir, stem, stem + ".onnx", feeds,
+                        {"format": "strict", "activations": atag, "reduce_range": reduce_range,
+                         "float_model": os.path.basename(fpath)})
+        manifests.append(stem + ".json")
+        log(describe(qpath, qm) + "  | Q/DQ on convolution and Gemm inputs only")
     return manifests
 
 

@@ -233,6 +233,9 @@ def main():
     ap.add_argument("--trt", nargs="*", metavar="NAME", default=None,
                     help="also <name>_trt_{s8,u8} for these models (all when none is named): the QDQ "
                          "model in TensorRT-style Q/DQ placement (qref.to_trt_style)")
+    ap.add_argument("--strict", nargs="*", metavar="NAME", default=None,
+                    help="also <name>_strict_{s8,u8} for these models (all when none is named): the "
+                         "QDQ model with Q/DQ on convolution and Gemm inputs only (qref.to_trt_strict)")
     args = ap.parse_args()
     names = args.only or list(MODELS)
     for n in names:
@@ -247,12 +250,19 @@ def main():
     def trt(n):
         return args.trt is not None and (not args.trt or n in args.trt)
 
+    def strict(n):
+        return args.strict is not None and (not args.strict or n in args.strict)
+
+    def formats(n):
+        extra = (["trt"] if trt(n) else []) + (["strict"] if strict(n) else [])
+        return ["qdq", "qop"] + extra if extra else None
+
     for i, n in enumerate(names):
         t0 = time.perf_counter()
         model = MODELS[n](args.seed * 1000 + list(MODELS).index(n))
         manifests |= set(qref.build_all(args.out_dir, n, model, args.seed * 1000 + list(MODELS).index(n),
                                              reduce_range=args.reduce_range,
-                                             formats=["qdq", "qop", "trt"] if trt(n) else None))
+                                             formats=formats(n)))
         print(f"# {n}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     qref.write_index(args.out_dir, manifests)
 
