@@ -421,12 +421,12 @@ TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "Hard
                      "Concat", "Resize", "MaxPool", "GlobalAveragePool", "Flatten")
 
 
-def to_trt_style(model):
-    """TensorRT-style Q/DQ placement (NVIDIA's pytorch-quantization, ModelOpt): removes
-    each QuantizeLinear -> DequantizeLinear pair on a Conv's output whose dequantized value
-    is read by Add/Sub/Mul/Div/Sigmoid/HardSigmoid/HardSwish/LeakyRelu/Concat/Resize/MaxPool/
-    GlobalAveragePool/Flatten, so the convolution's float output goes on into them
-    (ONNX Runtime then runs that convolution in float). Returns the number of pairs removed."""
+def remove_qdq_pairs(model, removable):
+    """Removes each QuantizeLinear -> DequantizeLinear pair on a computed activation for which
+    `removable(producer, readers)` holds (`producer` the node computing the quantized value,
+    `readers` the nodes reading its dequantized value), unless a DequantizeLinear of it is a
+    graph output: its readers then read the float value. Returns the number of pairs
+    removed."""
     g = model.graph
     producer = {o: nd for nd in g.node for o in nd.output}
     readers = collections.defaultdict(list)
@@ -437,13 +437,12 @@ def to_trt_style(model):
     drop, rename = set(), {}
     for q in g.node:
         src = producer.get(q.input[0])
-        if q.op_type != "QuantizeLinear" or src is None or src.op_type != "Conv":
+        if q.op_type != "QuantizeLinear" or src is None:
             continue
         dqs = readers[q.output[0]]
         if not dqs or any(d.op_type != "DequantizeLinear" or d.output[0] in outputs for d in dqs):
             continue
-        after = [r for d in dqs for r in readers[d.output[0]]]
-        if not after or any(r.op_type not in TRT_FLOAT_READERS for r in after):
+        if not removable(src, [r for d in dqs for r in readers[d.output[0]]]):
             continue
         drop.update(id(n) for n in [q] + dqs)
         rename.update({d.output[0]: q.input[0] for d in dqs})
@@ -455,6 +454,16 @@ def to_trt_style(model):
     del g.node[:]
     g.node.extend(kept)
     return len(rename)
+
+
+def to_trt_style(model):
+    """TensorRT-style Q/DQ placement (NVIDIA's pytorch-quantization, ModelOpt): removes
+    each QuantizeLinear -> DequantizeLinear pair on a Conv's output whose dequantized value
+    is read by Add/Sub/Mul/Div/Sigmoid/HardSigmoid/HardSwish/LeakyRelu/Concat/Resize/MaxPool/
+    GlobalAveragePool/Flatten, so the convolution's float output goes on into them
+    (ONNX Runtime then runs that convolution in float). Returns the number of pairs removed."""
+    return remove_qdq_pairs(model, lambda src, after: src.op_type == "Conv" and bool(after)
+                            and all(r.op_type in TRT_FLOAT_READERS for r in after))
 
 
 STRICT_QUANTIZED_READERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -470,33 +479,18 @@ def to_trt_strict(model):
     removing that pair drops the ReLU, so the result computes another function than the float
     model: an agreement test of two engines on the same graph, not a model to deploy.
     Returns the number of pairs removed."""
-    g = model.graph
-    producer = {o: nd for nd in g.node for o in nd.output}
-    readers = collections.defaultdict(list)
-    for nd in g.node:
-        for i in nd.input:
-            readers[i].append(nd)
-    outputs = {o.name for o in g.output}
-    drop, rename = set(), {}
-    for q in g.node:
-        if q.op_type != "QuantizeLinear" or q.input[0] not in producer:
-            continue
-        dqs = readers[q.output[0]]
-        if not dqs or any(d.op_type != "DequantizeLinear" or d.output[0] in outputs for d in dqs):
-            continue
-        after = [r for d in dqs for r in readers[d.output[0]]]
-        if any(r.op_type in STRICT_QUANTIZED_READERS for r in after):
-            continue
-        drop.update(id(n) for n in [q] + dqs)
-        rename.update({d.output[0]: q.input[0] for d in dqs})
-    kept = [nd for nd in g.node if id(nd) not in drop]
-    for nd in kept:
-        for k, i in enumerate(nd.input):
-            if i in rename:
-                nd.input[k] = rename[i]
-    del g.node[:]
-    g.node.extend(kept)
-    return len(rename)
+    return remove_qdq_pairs(model, lambda src, after: not any(
+        r.op_type in STRICT_QUANTIZED_READERS for r in after))
+
+
+# The placements derived from the QDQ model: format tag -> (transform, what it means when
+# it removes nothing, log label).
+PLACEMENTS = {
+    "trt": (to_trt_style, f"no convolution output feeds {'/'.join(TRT_FLOAT_READERS)}",
+            "TensorRT-style placement"),
+    "strict": (to_trt_strict, "every quantized activation feeds a convolution already",
+               "Q/DQ on convolution and Gemm inputs only"),
+}
 
 
 def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, formats=None):
@@ -525,30 +519,19 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, f
         manifests.append(stem + ".json")
         fl = " ".join(f"{k}:{v}" for k, v in man["ort"]["float_ops"].items()) or "-"
         log(describe(qpath, qm) + f"  | ORT float ops: {fl}")
-    for atag, aq in ACTIVATIONS if formats is not None and "trt" in formats else []:
-        stem = f"{name}_trt_{atag}"
-        qpath = os.path.join(out_dir, stem + ".onnx")
-        qm = quantize(float_model, qpath, samples, oq.QuantFormat.QDQ, aq, reduce_range)
-        if to_trt_style(qm) == 0:
-            ro.fail(f"{stem}: no convolution output feeds {'/'.join(TRT_FLOAT_READERS)}")
-        onnx.save(qm, qpath)
-        man = write_reference(out_dir, stem, stem + ".onnx", feeds,
-                              {"format": "trt", "activations": atag, "reduce_range": reduce_range,
-                               "float_model": os.path.basename(fpath)})
-        manifests.append(stem + ".json")
-        log(describe(qpath, qm) + "  | TensorRT-style placement")
-    for atag, aq in ACTIVATIONS if formats is not None and "strict" in formats else []:
-        stem = f"{name}_strict_{atag}"
-        qpath = os.path.join(out_dir, stem + ".onnx")
-        qm = quantize(float_model, qpath, samples, oq.QuantFormat.QDQ, aq, reduce_range)
-        if to_trt_strict(qm) == 0:
-            ro.fail(f"{stem}: every quantized activation feeds a convolution already")
-        onnx.save(qm, qpath)
-        write_reference(out_dir, stem, stem + ".onnx", feeds,
-                        {"format": "strict", "activations": atag, "reduce_range": reduce_range,
-                         "float_model": os.path.basename(fpath)})
-        manifests.append(stem + ".json")
-        log(describe(qpath, qm) + "  | Q/DQ on convolution and Gemm inputs only")
+    for tag, (transform, none_removed, label) in PLACEMENTS.items():
+        for atag, aq in ACTIVATIONS if formats is not None and tag in formats else []:
+            stem = f"{name}_{tag}_{atag}"
+            qpath = os.path.join(out_dir, stem + ".onnx")
+            qm = quantize(float_model, qpath, samples, oq.QuantFormat.QDQ, aq, reduce_range)
+            if transform(qm) == 0:
+                ro.fail(f"{stem}: {none_removed}")
+            onnx.save(qm, qpath)
+            write_reference(out_dir, stem, stem + ".onnx", feeds,
+                            {"format": tag, "activations": atag, "reduce_range": reduce_range,
+                             "float_model": os.path.basename(fpath)})
+            manifests.append(stem + ".json")
+            log(describe(qpath, qm) + f"  | {label}")
     return manifests
 
 

@@ -247,14 +247,10 @@ def main():
     if os.path.isfile(idx_path):
         with open(idx_path, "r", encoding="utf-8") as f:
             manifests = set(json.load(f).get("manifests", []))
-    def trt(n):
-        return args.trt is not None and (not args.trt or n in args.trt)
-
-    def strict(n):
-        return args.strict is not None and (not args.strict or n in args.strict)
-
     def formats(n):
-        extra = (["trt"] if trt(n) else []) + (["strict"] if strict(n) else [])
+        # --trt / --strict with no names: every model; with names: those.
+        extra = [tag for tag, sel in (("trt", args.trt), ("strict", args.strict))
+                 if sel is not None and (not sel or n in sel)]
         return ["qdq", "qop"] + extra if extra else None
 
     for i, n in enumerate(names):
