@@ -6,9 +6,10 @@
 //! are always disjoint. A step splits its output rows into a fixed number of chunks that
 //! depends only on its shape, so the result is the same on any number of lanes.
 //!
-//! Files: this one holds the steps, the arena plan and the run loop; `fusion` the passes
-//! that rewrite a lowered program (a residual `Add` into its convolution, elementwise steps
-//! into one table).
+//! Files: this one holds the steps, the arena plan and the run loop; `chunks` how a step
+//! splits its rows into chunks over the lanes (the static partition, the arena pointer the
+//! lanes share); `fusion` the passes that rewrite a lowered program (a residual `Add` into
+//! its convolution, elementwise steps into one table).
 
 use super::dense_routes::Phases;
 use super::isa::Isa;
@@ -17,7 +18,11 @@ use crate::conv::Conv2d;
 use crate::engine::{EngineError, Lanes};
 use std::ops::Range;
 
+mod chunks;
 mod fusion;
+use chunks::{
+    conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_in, SendPtr,
+};
 pub(crate) use fusion::{fuse_residual_adds, fuse_tables};
 
 /// Arena alignment of every buffer (cache line).
@@ -349,151 +354,6 @@ pub(crate) fn plan(buffers: &mut [Buffer]) -> usize {
     total.div_ceil(ALIGN) * ALIGN
 }
 
-/// Weights above this many bytes (a quarter of a 1 MiB L2) make a convolution split its
-/// rows into at most [`WIDE_WEIGHTS_CHUNKS`] chunks ([`conv_chunks`]).
-const WIDE_WEIGHTS_BYTES: usize = 256 * 1024;
-/// See [`WIDE_WEIGHTS_BYTES`].
-const WIDE_WEIGHTS_CHUNKS: usize = 4;
-
-/// The chunk count of a convolution's `rows` output rows costing `per_row` each, its
-/// weights `weight_bytes` long: [`chunks_for`], but at most [`WIDE_WEIGHTS_CHUNKS`] when
-/// the weights outgrow L2. Each chunk streams all the layer's weights through the cache
-/// once (channel blocks outermost inside a chunk), so ResNet-18's 7×7 layers (2.4 MB of
-/// weights, 7 rows) read them 7 times in 7 chunks and 4 times in 4: ResNet-18 on one
-/// thread 4.25 → 4.04 ms P50 on the newer EPYC (`redline model bench`, 4 alternated
-/// pairs). Four chunks still feed four lanes; the outputs never depend on the split.
-fn conv_chunks(rows: usize, per_row: usize, weight_bytes: usize) -> usize {
-    let chunks = chunks_for(rows, per_row);
-    if weight_bytes > WIDE_WEIGHTS_BYTES {
-        chunks.min(WIDE_WEIGHTS_CHUNKS)
-    } else {
-        chunks
-    }
-}
-
-/// Fixed chunk count for `items` rows costing `per_item` units each: enough chunks for two
-/// to eight lanes, never more than the rows, independent of the lane count.
-fn chunks_for(items: usize, per_item: usize) -> usize {
-    let work = items.saturating_mul(per_item.max(1));
-    (work / 32_768).clamp(1, 16).min(items.max(1))
-}
-
-/// A raw pointer that may cross to the lanes (each chunk writes its own disjoint range).
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8);
-// SAFETY: the pointer is only dereferenced through `elems_mut`, whose callers hand every
-// chunk a disjoint byte range of one live buffer (see `split_rows`).
-unsafe impl Send for SendPtr {}
-// SAFETY: as above: shared between lanes, but each lane writes only its own chunk.
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    /// Elements `first..first + len` (of type `T`) of the buffer at byte `offset`.
-    ///
-    /// # Safety
-    /// `offset + (first + len) · size_of::<T>()` must lie inside that buffer, `offset` must
-    /// be aligned for `T`, and no other live reference may cover those elements.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn elems_mut<T>(&self, offset: usize, first: usize, len: usize) -> &mut [T] {
-        // SAFETY: guaranteed by the caller (bounds, alignment, exclusivity); T is i8 or u8
-        // here and buffers start at `ALIGN`-byte offsets of the aligned arena.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset).cast::<T>().add(first), len) }
-    }
-}
-
-/// Splits rows `0..rows` of `row_len` bytes each of buffer `d` into the static partition of
-/// [`chunks_for`] and runs `f(row range, those rows of d)` on each chunk over the lanes.
-fn split_rows(
-    lanes: &dyn Lanes,
-    base: SendPtr,
-    d: &Buffer,
-    rows: usize,
-    row_len: usize,
-    cost_per_row: usize,
-    f: &(dyn Fn(Range<usize>, &mut [i8]) + Sync),
-) {
-    split_rows_in(
-        lanes,
-        base,
-        d,
-        rows,
-        row_len,
-        chunks_for(rows, cost_per_row),
-        f,
-    );
-}
-
-/// Rows `r` of a batch of images of `out_h` rows each, split at image boundaries: (image,
-/// its rows, their place in `r` counted from `r.start`). A convolution runs one image at a
-/// time.
-fn image_rows(
-    r: Range<usize>,
-    out_h: usize,
-) -> impl Iterator<Item = (usize, Range<usize>, Range<usize>)> {
-    let out_h = out_h.max(1);
-    let start = r.start;
-    let mut row = r.start;
-    std::iter::from_fn(move || {
-        if row >= r.end {
-            return None;
-        }
-        let (b, oy) = (row / out_h, row % out_h);
-        let end = ((b + 1) * out_h).min(r.end);
-        let item = (b, oy..oy + (end - row), row - start..end - start);
-        row = end;
-        Some(item)
-    })
-}
-
-/// [`split_rows`] over the `n` `f32` elements of buffer `d` (one element per row, a cheap
-/// elementwise step): `f(element range, those elements of d)`. An error if a chunk is not
-/// 4-byte aligned (planned buffers are 64-byte aligned, so never).
-fn split_rows_f32(
-    lanes: &dyn Lanes,
-    base: SendPtr,
-    d: &Buffer,
-    n: usize,
-    f: &(dyn Fn(Range<usize>, &mut [f32]) + Sync),
-) -> Result<(), EngineError> {
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    split_rows(
-        lanes,
-        base,
-        d,
-        n,
-        4,
-        2,
-        &|r, out| match bytemuck::try_cast_slice_mut::<i8, f32>(out) {
-            Ok(y) => f(r, y),
-            Err(_) => failed.store(true, std::sync::atomic::Ordering::Relaxed),
-        },
-    );
-    if failed.into_inner() {
-        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
-    }
-    Ok(())
-}
-
-/// [`split_rows`] into `chunks` chunks.
-fn split_rows_in(
-    lanes: &dyn Lanes,
-    base: SendPtr,
-    d: &Buffer,
-    rows: usize,
-    row_len: usize,
-    chunks: usize,
-    f: &(dyn Fn(Range<usize>, &mut [i8]) + Sync),
-) {
-    debug_assert!(rows * row_len <= d.bytes);
-    lanes.for_each_chunk(rows, chunks, &|r: Range<usize>| {
-        // SAFETY: rows `r` of `d` lie inside it (`rows · row_len <= d.bytes`); the chunks
-        // of one call are disjoint, and `d` is the step's output, planned disjoint from
-        // every buffer live at the step.
-        let out = unsafe { base.elems_mut::<i8>(d.offset, r.start * row_len, r.len() * row_len) };
-        f(r, out);
-    });
-}
-
 /// A convolution step's name in profiles (`conv 3x3/1 64>64 56x56`; the general kernel's
 /// with a star unless it runs dense per-group layers, and its groups) followed by `suffix`,
 /// and its multiply-accumulates over `batch` images.
@@ -743,13 +603,13 @@ impl Program {
                     zp,
                 } => {
                     let x = view(*src);
-                    split_rows_f32(lanes, base, &bufs[*dst], *n, &|r, y| {
+                    split_rows_f32(lanes, base, &bufs[*dst], elementwise(*n), &|r, y| {
                         kernels::float::dequantize(isa, &x[r], *scale, *zp, y);
                     })?;
                 }
                 Step::FloatBinary { op, a, b, n, dst } => {
                     let (xa, xb) = (view_f32(*a), view_f32(*b));
-                    split_rows_f32(lanes, base, &bufs[*dst], *n, &|r, y| {
+                    split_rows_f32(lanes, base, &bufs[*dst], elementwise(*n), &|r, y| {
                         kernels::float::binary(isa, *op, &xa[r.clone()], &xb[r], y);
                     })?;
                 }
@@ -765,22 +625,14 @@ impl Program {
                 } => {
                     let (xf, xc) = (view_f32(*full), view_f32(*chan));
                     let (c, per_image) = (*c, (*per_image).max(1));
-                    let failed = std::sync::atomic::AtomicBool::new(false);
-                    split_rows(lanes, base, &bufs[*dst], *pixels, c * 4, c, &|r, out| {
-                        let Ok(y) = bytemuck::try_cast_slice_mut::<i8, f32>(out) else {
-                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                            return;
-                        };
-                        for (p, y) in r.clone().zip(y.chunks_exact_mut(c.max(1))) {
+                    split_rows_f32(lanes, base, &bufs[*dst], (*pixels, c, c), &|r, y| {
+                        for (p, y) in r.zip(y.chunks_exact_mut(c.max(1))) {
                             let img = p / per_image;
                             let (u, v) = (&xf[p * c..(p + 1) * c], &xc[img * c..(img + 1) * c]);
                             let (a, b) = if *full_is_a { (u, v) } else { (v, u) };
                             kernels::float::binary(isa, *op, a, b, y);
                         }
-                    });
-                    if failed.into_inner() {
-                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
-                    }
+                    })?;
                 }
                 Step::FloatMaxPool {
                     win,
@@ -791,22 +643,10 @@ impl Program {
                 } => {
                     let x = view_f32(*src);
                     let row_len = win.out_w * c;
-                    let failed = std::sync::atomic::AtomicBool::new(false);
-                    split_rows(
-                        lanes,
-                        base,
-                        &bufs[*dst],
-                        batch * win.out_h,
-                        row_len * 4,
-                        row_len * win.kh * win.kw,
-                        &|r, out| match bytemuck::try_cast_slice_mut::<i8, f32>(out) {
-                            Ok(y) => kernels::max_pool_f32(isa, win, *c, x, y, r),
-                            Err(_) => failed.store(true, std::sync::atomic::Ordering::Relaxed),
-                        },
-                    );
-                    if failed.into_inner() {
-                        return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
-                    }
+                    let rows = (batch * win.out_h, row_len, row_len * win.kh * win.kw);
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                        kernels::max_pool_f32(isa, win, *c, x, y, r)
+                    })?;
                 }
                 Step::FloatGlobalAvgPool {
                     c,
@@ -817,13 +657,13 @@ impl Program {
                 } => {
                     let x = view_f32(*src);
                     let (c, hw) = (*c, *hw);
-                    split_rows_f32(lanes, base, &bufs[*dst], batch * c, &|r, y| {
+                    split_rows_f32(lanes, base, &bufs[*dst], elementwise(batch * c), &|r, y| {
                         kernels::float::global_avg_pool(isa, c, hw, x, r.start, y);
                     })?;
                 }
                 Step::FloatUnary { op, src, dst, n } => {
                     let x = view_f32(*src);
-                    split_rows_f32(lanes, base, &bufs[*dst], *n, &|r, y| {
+                    split_rows_f32(lanes, base, &bufs[*dst], elementwise(*n), &|r, y| {
                         kernels::float::unary(isa, *op, &x[r], y);
                     })?;
                 }
@@ -1083,32 +923,5 @@ impl Program {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn image_rows_split_a_row_range_at_image_boundaries() {
-        let got: Vec<_> = super::image_rows(3..11, 4).collect();
-        assert_eq!(got, vec![(0, 3..4, 0..1), (1, 0..4, 1..5), (2, 0..3, 5..8)]);
-        assert_eq!(super::image_rows(5..5, 4).count(), 0);
-    }
-
-    use super::*;
-
-    #[test]
-    fn wide_weights_cap_the_chunks_and_nothing_else_does() {
-        // ResNet-18's 7×7 layer: 7 rows, 2.4 MB of weights.
-        let per_row = 512 * 9 * 512 * 7;
-        assert_eq!(chunks_for(7, per_row), 7);
-        assert_eq!(conv_chunks(7, per_row, 2_359_296), WIDE_WEIGHTS_CHUNKS);
-        // Small weights: the shape's own count; never more chunks than rows, never 0.
-        assert_eq!(conv_chunks(7, per_row, 36_864), 7);
-        assert_eq!(conv_chunks(56, 1 << 20, WIDE_WEIGHTS_BYTES), 16);
-        assert_eq!(conv_chunks(56, 1 << 20, WIDE_WEIGHTS_BYTES + 1), 4);
-        assert_eq!(conv_chunks(2, 1 << 20, 10 << 20), 2);
-        assert_eq!(conv_chunks(1, 1, 10 << 20), 1);
-        assert_eq!(conv_chunks(0, 0, 0), 1);
     }
 }
