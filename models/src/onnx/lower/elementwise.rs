@@ -355,16 +355,7 @@ impl Lowerer<'_> {
                 }
                 _ => return Err(invalid("concat operand missing".into())),
             };
-            if shape.len() != first_shape.len()
-                || shape
-                    .iter()
-                    .enumerate()
-                    .any(|(d, &s)| d != axis && s != first_shape[d])
-            {
-                return Err(n.unsupported(format!(
-                    "input shape {shape:?} does not match {first_shape:?} outside axis {axis}"
-                )));
-            }
+            let inner = concat_inner(n, &shape, &first_shape, axis, nhwc)?;
             // A constant of a channel concat in NHWC work order (e.g. a CoordConv-style
             // position map beside the features), NCHW in the file (4-D: checked above), is
             // permuted once here, at load.
@@ -373,11 +364,6 @@ impl Lowerer<'_> {
                 o => o,
             };
             out_shape[axis] += shape[axis];
-            let inner: usize = if nhwc {
-                shape[1]
-            } else {
-                shape[axis..].iter().product()
-            };
             let table = (q != y_q || clamp != (-128, 127)).then(|| {
                 let mut t = requant_table(q, y_q, |x| x);
                 for e in t.iter_mut() {
@@ -392,11 +378,7 @@ impl Lowerer<'_> {
                 self.touch(*b);
             }
         }
-        let outer: usize = if nhwc {
-            out_shape[0] * out_shape[2] * out_shape[3]
-        } else {
-            out_shape[..axis].iter().product()
-        };
+        let outer = concat_outer(&out_shape, axis, nhwc);
         let len: usize = out_shape.iter().product();
         let dst = self.new_buf(len);
         self.steps.push(Step::Concat {
@@ -412,6 +394,37 @@ impl Lowerer<'_> {
         };
         self.set(&out_name, if q_out { Val::Q(t) } else { Val::Dq(t) });
         Ok(())
+    }
+}
+
+/// The elements one input of shape `shape` contributes to each block of a concat along
+/// `axis` (`nhwc`: a channel concat of NHWC tensors, blocks of one pixel), after checking
+/// that it matches the first input's shape `first` outside `axis`.
+pub(super) fn concat_inner(
+    n: &Node,
+    shape: &[usize],
+    first: &[usize],
+    axis: usize,
+    nhwc: bool,
+) -> Result<usize, EngineError> {
+    if shape.len() != first.len() || (0..shape.len()).any(|d| d != axis && shape[d] != first[d]) {
+        return Err(n.unsupported(format!(
+            "input shape {shape:?} does not match {first:?} outside axis {axis}"
+        )));
+    }
+    Ok(if nhwc {
+        shape[1]
+    } else {
+        shape[axis..].iter().product()
+    })
+}
+
+/// The blocks of a concat along `axis` with output shape `out_shape` (see [`concat_inner`]).
+pub(super) fn concat_outer(out_shape: &[usize], axis: usize, nhwc: bool) -> usize {
+    if nhwc {
+        out_shape[0] * out_shape[2] * out_shape[3]
+    } else {
+        out_shape[..axis].iter().product()
     }
 }
 

@@ -16,23 +16,27 @@
 //!   through the patch or tap loop, not the per-group dense layers).
 //! - **Semantics**: the convolution writes `f32` = `acc · x_scale · w_scale[c] + bias[c]`,
 //!   `acc` the exact integer sum ([`Step::ConvFloat`]; `bias` in float as the model stores
-//!   it). `Add`, `Sub`, `Mul`, `Div` of two float tensors of one shape, a float tensor and a
-//!   dequantized one (dequantized first: [`Step::Dequantize`]), or an `[N, C, H, W]` tensor
-//!   and an `[N, C, 1, 1]` one (a squeeze-and-excitation gate, broadcast over the pixels:
-//!   [`Step::FloatBinaryChannels`]), `Concat` (channels of NHWC tensors, any axis of
-//!   row-major ones: the concat step copying 4-byte elements) and nearest `Resize` (the
-//!   resize step copying 4-byte pixels; linear is refused with its reason), `MaxPool`
-//!   ([`Step::FloatMaxPool`], the byte kernel's body on `f32`), `GlobalAveragePool`
-//!   ([`Step::FloatGlobalAvgPool`]: a sum in pixel order, then one division, where ONNX
-//!   Runtime sums in its own order: a last-bit difference may move a quantized value by one
-//!   step) and `Flatten`/`Reshape` of a tensor already in row-major order (1×1 pixels), `Relu`, `Clip`, `Sigmoid`,
-//!   `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's and YOLOv3's activations)
-//!   run in `f32` ([`Step::FloatBinary`], [`Step::FloatUnary`]); the `QuantizeLinear` at the
-//!   end is the graph-input quantize step. ONNX Runtime runs the convolution in float on the
-//!   dequantized values (another summation order) and its Sigmoid with its own `exp`, so a
-//!   quantized result may differ from it by one step in rare elements (the `trt_*` models of
-//!   the agreement test count them); after many such layers more: EfficientNet-B0 (49 SiLUs
-//!   in float) up to two steps in a third of its logits.
+//!   it). After it, in `f32`:
+//!   - `Add`, `Sub`, `Mul`, `Div` of two float tensors of one shape or of a float tensor
+//!     and a dequantized one (dequantized first: [`Step::Dequantize`]),
+//!     [`Step::FloatBinary`]; of an `[N, C, H, W]` tensor and an `[N, C, 1, 1]` one (a
+//!     squeeze-and-excitation gate, broadcast over the pixels), [`Step::FloatBinaryChannels`];
+//!   - `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's
+//!     and YOLOv3's activations), [`Step::FloatUnary`];
+//!   - `Concat` (channels of NHWC tensors, any axis of row-major ones) and nearest `Resize`:
+//!     the byte steps copying 4-byte elements (a linear Resize is refused with its reason);
+//!   - `MaxPool` ([`Step::FloatMaxPool`], the byte kernel's body on `f32`) and
+//!     `GlobalAveragePool` ([`Step::FloatGlobalAvgPool`]: a sum in pixel order, then one
+//!     division; ONNX Runtime sums in its own order, so a last bit may move a quantized
+//!     value by one step);
+//!   - `Flatten`/`Reshape` of a tensor already in row-major order (1×1 pixels): a
+//!     relabelling.
+//!
+//!   The `QuantizeLinear` at the end is the graph-input quantize step. ONNX Runtime runs the
+//!   convolution in float on the dequantized values (another summation order) and its Sigmoid with
+//!   its own `exp`, so a quantized result may differ from it by one step in rare elements (the
+//!   `trt_*` models of the agreement test count them); after many such layers more: EfficientNet-B0
+//!   (49 SiLUs in float) up to two steps in a third of its logits.
 //! - **Cost**: the convolution runs on its dense kernel (VNNI, AVX2, NEON or scalar), which
 //!   stores the exact accumulators instead of requantized bytes; every float tensor is 4
 //!   bytes per element in the arena, and each float operator is one vectorised pass over it
@@ -369,28 +373,14 @@ impl Lowerer<'_> {
         out_shape[axis] = 0;
         let mut steps_parts = Vec::new();
         for t in &parts {
-            let s = &t.shape;
-            if s.len() != first.len() || (0..s.len()).any(|d| d != axis && s[d] != first[d]) {
-                return Err(n.unsupported(format!(
-                    "input shape {s:?} does not match {first:?} outside axis {axis}"
-                )));
-            }
-            out_shape[axis] += s[axis];
-            let inner: usize = if nhwc {
-                s[1]
-            } else {
-                s[axis..].iter().product()
-            };
+            let inner = super::elementwise::concat_inner(n, &t.shape, &first, axis, nhwc)?;
+            out_shape[axis] += t.shape[axis];
             steps_parts.push((Operand::Buf(t.buf), inner * 4, None));
         }
         for t in &parts {
             self.touch(t.buf);
         }
-        let outer: usize = if nhwc {
-            out_shape[0] * out_shape[2] * out_shape[3]
-        } else {
-            out_shape[..axis].iter().product()
-        };
+        let outer = super::elementwise::concat_outer(&out_shape, axis, nhwc);
         let len: usize = out_shape.iter().product();
         let dst = self.new_buf(len * 4);
         self.steps.push(Step::Concat {

@@ -11,14 +11,15 @@
 //!
 //! # Contract
 //!
-//! - **When**: an island operator ([`is_island_op`]) whose non-constant inputs are all the
-//!   same dequantized tensor starts an island when the operators of the native set cannot
+//! - **When**: an island operator ([`is_island_op`]) whose non-constant inputs are all the same
+//!   dequantized tensor starts an island when the operators of the native set cannot
 //!   lower it (its float result does not reach a `QuantizeLinear` through `Relu`/`Clip`
 //!   only, or it is an operator only islands run: `Div`, `Sub`, `Exp`, `Erf`, ...). The
 //!   island grows over the later island operators (graph order) that read at least one
-//!   island value and otherwise only that tensor or constants. It is lowered when exactly one of its
-//!   values is read outside it, by exactly one per-tensor `QuantizeLinear`, and none is a
-//!   graph output; otherwise the node lowers as before (and its error names it).
+//!   island value and otherwise only that tensor or constants. It is lowered when exactly
+//!   one of its values is read outside it, by exactly one per-tensor `QuantizeLinear`,
+//!   and none is a graph output; otherwise the node lowers as before (and its error names
+//!   it).
 //! - **Constants**: scalars only (one element, rank at most the tensor's; plain or
 //!   `DequantizeLinear` of an integer constant). A per-channel constant would need one table
 //!   per channel: not an island.

@@ -79,14 +79,14 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn max_pool(&mut self, n: &Node) -> Result<(), EngineError> {
-        // A float tensor (TensorRT-style placement) pools as `f32`: `FloatMaxPool`.
-        let float = match self.input(n, 0)? {
-            Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => Some(t),
-            _ => None,
-        };
-        let (t, is_q) = match float.clone() {
-            Some(t) => (t, false),
-            None => self.movable(n, "max-pool")?,
+        // A float tensor (TensorRT-style placement) pools as `f32` (`FloatMaxPool`), a
+        // quantized one as bytes.
+        let (t, float, is_q) = match self.input(n, 0)? {
+            Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => (t, true, false),
+            _ => {
+                let (t, is_q) = self.movable(n, "max-pool")?;
+                (t, false, is_q)
+            }
         };
         if n.outputs.len() > 1 && !n.outputs[1].is_empty() {
             return Err(n.unsupported("the Indices output is not supported"));
@@ -100,46 +100,41 @@ impl Lowerer<'_> {
         if k.len() != 2 {
             return Err(n.unsupported("only 2-D pooling is supported"));
         }
-        let t = if float.is_some() { t } else { self.nhwc(t)? };
+        let t = if float { t } else { self.nhwc(t)? };
         let [b, c, h, w] = dims4(&t.shape);
         let win = self.window(n, h, w, k[0] as usize, k[1] as usize)?;
         self.touch(t.buf);
-        let (shape, src) = (vec![b, c, win.out_h, win.out_w], t.buf);
-        let out = |buf| T {
-            buf,
-            shape,
+        let len = b * c * win.out_h * win.out_w;
+        let dst = self.new_buf(if float { len * 4 } else { len });
+        let src = t.buf;
+        self.steps.push(if float {
+            Step::FloatMaxPool {
+                win,
+                c,
+                batch: b,
+                src,
+                dst,
+            }
+        } else {
+            Step::MaxPool {
+                win,
+                c,
+                batch: b,
+                src,
+                dst,
+            }
+        });
+        let out = T {
+            buf: dst,
+            shape: vec![b, c, win.out_h, win.out_w],
             layout: Layout::Nhwc,
             q: t.q,
         };
-        let (step, out) = if float.is_some() {
-            let dst = self.new_buf(b * c * win.out_h * win.out_w * 4);
-            let step = Step::FloatMaxPool {
-                win,
-                c,
-                batch: b,
-                src,
-                dst,
-            };
-            (step, Val::F32(out(dst)))
-        } else {
-            let dst = self.new_buf(b * c * win.out_h * win.out_w);
-            let step = Step::MaxPool {
-                win,
-                c,
-                batch: b,
-                src,
-                dst,
-            };
-            (
-                step,
-                if is_q {
-                    Val::Q(out(dst))
-                } else {
-                    Val::Dq(out(dst))
-                },
-            )
+        let out = match (float, is_q) {
+            (true, _) => Val::F32(out),
+            (false, true) => Val::Q(out),
+            (false, false) => Val::Dq(out),
         };
-        self.steps.push(step);
         self.set(&n.outputs[0], out);
         Ok(())
     }
