@@ -10,21 +10,8 @@
 //! Cost: one pass over the tensor. Never allocates or panics.
 
 use super::super::isa::multiversion;
+use super::round_magic;
 use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp};
-
-/// `1.5 · 2^23`: added to an `f32` of magnitude below `2^22`, it leaves that value rounded
-/// to an integer (to nearest, ties to even) in the sum's low mantissa bits.
-const MAGIC: f32 = 12_582_912.0;
-
-/// `v` rounded to the nearest integer (ties to even), as `f32` and as `i32`, for
-/// `|v| < 2^22`. The integer is read from the bits of `v + MAGIC`, which vectorises: a
-/// saturating `as i32` conversion made LLVM convert lane by lane, and left the sigmoid
-/// loop about 10× slower.
-#[inline(always)]
-fn round_magic(v: f32) -> (f32, i32) {
-    let t = v + MAGIC;
-    (t - MAGIC, t.to_bits() as i32 - MAGIC.to_bits() as i32)
-}
 
 /// `e^x` in `f32` from basic operations only: `x = n·ln2 + r` (`n` rounded to nearest with
 /// [`round_magic`], `ln2` split in a high part exact in `f32` and a low part), `e^r` by a

@@ -34,32 +34,50 @@ pub(crate) use pool::{avg_pool, max_pool, max_pool_f32, AvgParams};
 /// pattern is then `MAGIC.to_bits() + n`, because floats in `[2^23, 2^24)` are one apart.
 const MAGIC: f32 = 12_582_912.0;
 
+/// `v` rounded to the nearest integer (ties to even), as `f32` and as `i32`, for
+/// `|v| < 2^22` (see [`MAGIC`]). The integer is read from the bits of `v + MAGIC`, which
+/// vectorises: a saturating `as i32` conversion makes LLVM convert lane by lane (it left
+/// the float route's sigmoid loop about 10× slower).
+#[inline(always)]
+pub(crate) fn round_magic(v: f32) -> (f32, i32) {
+    let t = v + MAGIC;
+    (
+        t - MAGIC,
+        (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32),
+    )
+}
+
 /// Saturating `i8` of `round_half_even(v) + zp`, clamped into `[lo, hi]`; NaN gives 0.
 /// `v` is clamped to ±1024 first (beyond that every result saturates anyway).
 ///
-/// All integer after one float add (the magic-number rounding read back as bits, see
-/// [`MAGIC`]), so a loop of it vectorises on every ISA; `f32::round_ties_even` is a libm
+/// All integer after one float add (the magic-number rounding read back as bits,
+/// [`round_magic`]), so a loop of it vectorises on every ISA; `f32::round_ties_even` is a libm
 /// call on baseline x86-64 and a float-to-`i8` cast is scalarised. The same integers as
 /// the float formula `clamp(round(v) + zp, lo, hi) as i8` (test
 /// `requant_matches_the_float_formula`).
 #[inline(always)]
 pub(crate) fn requant_f32(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
-    let t = v.clamp(-1024.0, 1024.0) + MAGIC;
-    let n = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32) + zp;
+    requant_f32_or(v, zp, lo, hi, 0)
+}
+
+/// [`requant_f32`] with `nan` for a NaN `v` (`QuantizeLinear`'s rule: the lowest value).
+#[inline(always)]
+fn requant_f32_or(v: f32, zp: i32, lo: i8, hi: i8, nan: i8) -> i8 {
+    let n = round_magic(v.clamp(-1024.0, 1024.0)).1 + zp;
     let q = n.max(i32::from(lo)).min(i32::from(hi)) as i8;
     if v.is_nan() {
-        0
+        nan
     } else {
         q
     }
 }
 
 /// `v as i8` for an integral `v` in `[-128, 127]` (NaN gives 0, as the cast does), through
-/// the bits of `v + MAGIC` ([`MAGIC`]): integer code that vectorises, where the float-to-`i8`
+/// the bits of `v + MAGIC` ([`round_magic`]): integer code that vectorises, where the float-to-`i8`
 /// cast is scalarised.
 #[inline(always)]
 fn integral_to_i8(v: f32) -> i8 {
-    let n = ((v + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32) as i8;
+    let n = round_magic(v).1 as i8;
     if v.is_nan() {
         0
     } else {
@@ -719,8 +737,7 @@ multiversion! {
     /// the lower bound comes first) and as float islands do.
     pub(crate) fn quantize(input: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
         for (d, s) in out.iter_mut().zip(input) {
-            let q = requant_f32(*s / scale, zp, i8::MIN, i8::MAX);
-            *d = if s.is_nan() { i8::MIN } else { q };
+            *d = requant_f32_or(*s / scale, zp, i8::MIN, i8::MAX, i8::MIN);
         }
     }
 }
