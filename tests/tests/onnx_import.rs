@@ -76,7 +76,7 @@ fn has_float_formula_op(manifest: &Path) -> bool {
     let m: serde_json::Value = serde_json::from_str(&text).unwrap();
     // TensorRT-style placement: ONNX Runtime runs the convolutions with float outputs in
     // float (another summation order than the exact integer sums).
-    if m["format"] == "trt" || m["format"] == "strict" {
+    if m["format"] == "trt" || m["format"] == "strict" || m["format"] == "strictfq" {
         return true;
     }
     let ops = m["ops"].as_object().cloned().unwrap_or_default();
@@ -162,14 +162,16 @@ fn native_engine_agrees_with_onnx_runtime() {
             "--strict",
             "resnet18",
             "mobilenetv2",
+            "--strictfq",
+            "mobilenetv2",
         ],
     );
     let (e1, t1) = check_dir(&ops, false);
     let (e2, t2) = check_dir(&ops_rr, true);
     let (e3, t3) = check_dir(&zoo, false);
-    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2, RegNetX, YOLO and EfficientNet variants (ResNet-18 and EfficientNet also in TensorRT-style placement, ResNet-18 and MobileNetV2 with Q/DQ on convolution inputs only)");
+    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2, RegNetX, YOLO and EfficientNet variants (ResNet-18 and EfficientNet also in TensorRT-style placement, ResNet-18 and MobileNetV2 with Q/DQ on convolution inputs only, MobileNetV2 so and with float weights)");
     assert!(
-        t1 > 300 && t2 > 300 && t3 == 28,
+        t1 > 300 && t2 > 300 && t3 == 30,
         "generated model counts changed: {t1} {t2} {t3}"
     );
     // ResNet-18, MobileNetV2, RegNetX and YOLO with int8 activations are bit-exact in both
@@ -204,6 +206,10 @@ fn native_engine_agrees_with_onnx_runtime() {
         ("resnet18_strict_u8.json", 1.0, 1),
         ("mobilenetv2_strict_s8.json", 1.0, 2),
         ("mobilenetv2_strict_u8.json", 1.0, 2),
+        // The same with float weights and a Q/DQ pair on each, as NVIDIA's toolkits export
+        // (`qref.to_strict_float_weights`).
+        ("mobilenetv2_strictfq_s8.json", 1.0, 2),
+        ("mobilenetv2_strictfq_u8.json", 1.0, 2),
     ] {
         let a = check_manifest(&zoo.join(f), &Inline).unwrap();
         for o in &a.outputs {
@@ -216,6 +222,28 @@ fn native_engine_agrees_with_onnx_runtime() {
                 o.max_steps
             );
         }
+    }
+    // Float weights with a Q/DQ pair quantize at load to the integers the int8 initializers
+    // hold: the same outputs, byte for byte.
+    for act in ["s8", "u8"] {
+        let load = |tag: &str| {
+            NativeEngine::load(&zoo.join(format!("mobilenetv2_{tag}_{act}.onnx"))).unwrap()
+        };
+        let (mut int8_weights, mut float_weights) = (load("strict"), load("strictfq"));
+        let ins: Vec<Vec<u8>> = int8_weights
+            .inputs()
+            .iter()
+            .map(|s| {
+                (0..s.byte_len() / 4)
+                    .flat_map(|k| ((k * 7919 % 601) as f32 / 100.0 - 3.0).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            run_outputs(&mut int8_weights, &ins, &Inline),
+            run_outputs(&mut float_weights, &ins, &Inline),
+            "MobileNetV2 ({act}) with float weights gives other outputs"
+        );
     }
     // RegNetX's grouped convolutions run per-group dense layers, none the general kernel.
     let info = redline_models::onnx::inspect(&zoo.join("regnetx_qdq_s8.onnx")).unwrap();
@@ -489,6 +517,14 @@ q_then([h.make_node("DequantizeLinear", ["wt", "wts", "wtz"], ["wtf"]),
         h.make_node("ConvTranspose", ["f", "wtf"], ["c"], name="grouped_deconv", group=3, strides=[2, 2]),
         h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
        "deconv_grouped", [y], [wt, wts, wtz, ys])
+# Float weights with a per-channel Q/DQ pair whose scales do not match the output channels.
+w5 = nh.from_array(np.ones((4, 3, 3, 3), np.float32), "w5"); s3 = nh.from_array(np.full(3, 0.01, np.float32), "s3")
+z3 = nh.from_array(np.zeros(3, np.int8), "z3")
+q_then([h.make_node("QuantizeLinear", ["w5", "s3", "z3"], ["w5q"], name="weight_q", axis=0),
+        h.make_node("DequantizeLinear", ["w5q", "s3", "z3"], ["w5f"], axis=0),
+        h.make_node("Conv", ["f", "w5f"], ["c"], pads=[1, 1, 1, 1]),
+        h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
+       "weight_scales", [y], [w5, s3, z3, ys])
 # Gemm with transA = 1.
 x2 = h.make_tensor_value_info("x", T.FLOAT, [6, 4])
 g8 = nh.from_array(np.ones((6, 5), np.int8), "g8"); gs = nh.from_array(np.array(0.01, np.float32), "gs")
@@ -558,6 +594,13 @@ fn every_rejection_says_what_and_what_to_do() {
     let m = err("asymmetric_weights.onnx");
     assert!(
         m.contains("asym_conv") && m.contains("symmetric weights"),
+        "{m}"
+    );
+    let m = err("weight_scales.onnx");
+    assert!(
+        m.contains("weight_q")
+            && m.contains("3 scales do not match axis 0")
+            && m.contains("[4, 3, 3, 3]"),
         "{m}"
     );
     let m = err("gemm_transa.onnx");

@@ -679,6 +679,15 @@ def random_graph(g, rng):
         g.output(o)
 
 
+# Cases also written with float weights and a Q/DQ pair on each (`qref.to_float_weights`,
+# as PyTorch's QAT export, pytorch-quantization and ModelOpt write weights): per-channel
+# weights of every layout the importer reads (dense, grouped, depthwise, transposed, Gemm
+# with and without transB, MatMul).
+FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
+                      "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
+                      "deconv_k4s2p1", "trt_residual")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
@@ -700,8 +709,11 @@ def main():
         seed = args.seed * 100_003 + list(CASES).index(n)
         g = qref.Graph(n, seed)
         CASES[n](g)
+        formats = getattr(g, "formats", None)
+        if n in FLOAT_WEIGHT_CASES:
+            formats = (formats or ["qdq", "qop"]) + ["fq"]
         manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range,
-                                    formats=getattr(g, "formats", None))
+                                    formats=formats)
     for r in range(args.random):
         n = f"rand{r:02d}"
         seed = args.seed * 100_003 + 50_000 + r

@@ -483,6 +483,55 @@ def to_trt_strict(model):
         r.op_type in STRICT_QUANTIZED_READERS for r in after))
 
 
+def to_float_weights(model):
+    """Float weights with a QuantizeLinear -> DequantizeLinear pair, as PyTorch's QAT export,
+    pytorch-quantization and ModelOpt write them: each DequantizeLinear of an int8/uint8
+    initializer of rank >= 2 reads instead a QuantizeLinear (same scales, zero points and
+    axis) of the float initializer ((q - zp) * scale, exactly representable). The quantized
+    integers, and so every engine's result, stay the same. Returns the number of weights
+    rewritten."""
+    from onnx import helper, numpy_helper
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    nodes, done = [], 0
+    for nd in g.node:
+        w = inits.get(nd.input[0]) if nd.op_type == "DequantizeLinear" else None
+        q = numpy_helper.to_array(w) if w is not None else None
+        if q is not None and q.dtype in (np.int8, np.uint8) and q.ndim >= 2:
+            scale = numpy_helper.to_array(inits[nd.input[1]]).astype(np.float32)
+            has_zp = len(nd.input) > 2 and nd.input[2] != ""
+            zp = numpy_helper.to_array(inits[nd.input[2]]) if has_zp else np.zeros(1, q.dtype)
+            axis = next((a.i for a in nd.attribute if a.name == "axis"), 1)
+            shape = [1] * q.ndim
+            if scale.size > 1:
+                shape[axis] = -1
+            f = (q.astype(np.float32) - zp.astype(np.float32).reshape(shape)) * scale.reshape(shape)
+            fname, qname = f"{nd.input[0]}_float{done}", f"{nd.input[0]}_fakequant{done}"
+            g.initializer.append(numpy_helper.from_array(f.astype(np.float32), fname))
+            qn = helper.make_node("QuantizeLinear", [fname] + list(nd.input[1:]), [qname],
+                                  name=f"{nd.name or qname}_weight_quantize")
+            qn.attribute.extend(a for a in nd.attribute if a.name == "axis")
+            nodes.append(qn)
+            nd.input[0] = qname
+            done += 1
+        nodes.append(nd)
+    del g.node[:]
+    g.node.extend(nodes)
+    used = {i for nd in g.node for i in nd.input}
+    kept = [i for i in g.initializer if i.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    return done
+
+
+def to_strict_float_weights(model):
+    """`to_trt_strict` and `to_float_weights` together, as NVIDIA's toolkits export a model:
+    Q/DQ on convolution and Gemm inputs only, float weights with their own Q/DQ pair.
+    Returns the number of pairs removed (the weights must all be rewritten as well)."""
+    removed = to_trt_strict(model)
+    return removed if to_float_weights(model) > 0 else 0
+
+
 # The placements derived from the QDQ model: format tag -> (transform, what it means when
 # it removes nothing, log label).
 PLACEMENTS = {
@@ -490,6 +539,11 @@ PLACEMENTS = {
             "TensorRT-style placement"),
     "strict": (to_trt_strict, "every quantized activation feeds a convolution already",
                "Q/DQ on convolution and Gemm inputs only"),
+    "fq": (to_float_weights, "no int8/uint8 weight initializer is dequantized",
+           "float weights with a Q/DQ pair"),
+    "strictfq": (to_strict_float_weights,
+                 "every quantized activation feeds a convolution already, or no weight is int8",
+                 "Q/DQ on convolution and Gemm inputs only, float weights with a Q/DQ pair"),
 }
 
 
@@ -497,7 +551,8 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, f
     """Saves <name>_float.onnx and the four quantized variants with their references (or
     only those of `formats`, e.g. ["qdq"]; "trt" adds <name>_trt_{s8,u8}: the QDQ model in
     TensorRT-style placement, `to_trt_style`; "strict" adds <name>_strict_{s8,u8}: Q/DQ on
-    convolution and matrix-product inputs only, `to_trt_strict`). Returns the list of manifest file names
+    convolution and matrix-product inputs only, `to_trt_strict`; "fq" <name>_fq_{s8,u8}: float
+    weights with a Q/DQ pair, `to_float_weights`; "strictfq" both). Returns the list of manifest file names
     (quantized models only)."""
     rng = np.random.default_rng([seed, 1])
     samples = [make_inputs(float_model, rng) for _ in range(CALIB_SAMPLES)]

@@ -236,6 +236,10 @@ def main():
     ap.add_argument("--strict", nargs="*", metavar="NAME", default=None,
                     help="also <name>_strict_{s8,u8} for these models (all when none is named): the "
                          "QDQ model with Q/DQ on convolution and Gemm inputs only (qref.to_trt_strict)")
+    ap.add_argument("--strictfq", nargs="*", metavar="NAME", default=None,
+                    help="also <name>_strictfq_{s8,u8} for these models (all when none is named): "
+                         "Q/DQ on convolution and Gemm inputs only and float weights with a Q/DQ "
+                         "pair, as NVIDIA's toolkits export (qref.to_strict_float_weights)")
     args = ap.parse_args()
     names = args.only or list(MODELS)
     for n in names:
@@ -248,8 +252,9 @@ def main():
         with open(idx_path, "r", encoding="utf-8") as f:
             manifests = set(json.load(f).get("manifests", []))
     def formats(n):
-        # --trt / --strict with no names: every model; with names: those.
-        extra = [tag for tag, sel in (("trt", args.trt), ("strict", args.strict))
+        # --trt / --strict / --strictfq with no names: every model; with names: those.
+        extra = [tag for tag, sel in (("trt", args.trt), ("strict", args.strict),
+                                      ("strictfq", args.strictfq))
                  if sel is not None and (not sel or n in sel)]
         return ["qdq", "qop"] + extra if extra else None
 

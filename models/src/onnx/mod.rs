@@ -11,7 +11,12 @@
 //!   input, and so is NVIDIA's TensorRT-oriented placement (Q/DQ on convolution inputs
 //!   only, a convolution's output going on in float into `Add`, `Sigmoid`, ...): such a
 //!   convolution writes `f32` from its exact integer sums and the float operators after it
-//!   run in `f32` up to the next `QuantizeLinear` (`lower::float`).
+//!   run in `f32` up to the next `QuantizeLinear` (`lower::float`). Weights may be `int8`
+//!   initializers read by a `DequantizeLinear`, or float initializers with a
+//!   `QuantizeLinear` → `DequantizeLinear` pair (per tensor or per channel along any axis,
+//!   as PyTorch's QAT export, pytorch-quantization and ModelOpt write them): that
+//!   `QuantizeLinear` runs once at load, with ONNX Runtime's rounding, so both forms give
+//!   the same integers and the same outputs (`lower::quant`).
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
 //!   depthwise), ConvTranspose (one group, no dilation, explicit pads, `output_padding`: one
 //!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
@@ -26,7 +31,7 @@
 //!   DequantizeLinear, and the QOperator forms QLinearConv, QLinearMatMul, QGemm,
 //!   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
 //!   QLinearGlobalAveragePool, QLinearConcat. Anything else, a float operator whose result is
-//!   not quantized, a dynamic shape or float weights is an [`EngineError`] naming the node,
+//!   not quantized, a dynamic shape or float weights without a Q/DQ pair is an [`EngineError`] naming the node,
 //!   the operator and what to do (usually: quantize it, or run with `--engine onnxruntime`).
 //! - **Semantics**: ONNX's, in the integer form ONNX Runtime runs after its QDQ fusions:
 //!   `y = saturate(round_half_even(acc * x_scale * w_scale / y_scale) + y_zp)` for

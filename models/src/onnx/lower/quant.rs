@@ -5,8 +5,16 @@ use super::*;
 
 impl Lowerer<'_> {
     pub(super) fn quantize_linear(&mut self, n: &Node) -> Result<(), EngineError> {
+        if let Val::C(c) = self.input(n, 0)? {
+            let v = self.quantize_constant(n, &c)?;
+            self.set(&n.outputs[0], v);
+            return Ok(());
+        }
         if self.q_axis_per_channel(n)? {
-            return Err(n.unsupported("per-channel quantization of an activation is not supported"));
+            return Err(n.unsupported(
+                "per-channel quantization of a computed activation is not supported (only \
+                 of constant weights): quantize activations per tensor",
+            ));
         }
         let q = self.qparams(n, 1, 2)?;
         let v = match self.input(n, 0)? {
@@ -24,23 +32,79 @@ impl Lowerer<'_> {
                 Val::Q(T { buf: dst, q, ..t })
             }
             Val::Dq(t) => Val::Q(self.requant(t, q)),
-            Val::C(c) => {
-                let f = c.to_f32();
-                let data: Vec<i8> = f.iter().map(|&x| crate::quant::quantize(x, q)).collect();
-                Val::DqC {
-                    data: Const {
-                        shape: c.shape.clone(),
-                        data: ConstData::I8(data),
-                    },
-                    scales: vec![q.scale],
-                    zps: vec![i32::from(q.zero_point)],
-                    axis: 0,
-                }
-            }
             v => return Err(n.unsupported(format!("cannot quantize {}", kind_name(&v)))),
         };
         self.set(&n.outputs[0], v);
         Ok(())
+    }
+
+    /// `QuantizeLinear` of a constant, computed at load: float weights with a Q/DQ pair (as
+    /// PyTorch's QAT export, pytorch-quantization and ModelOpt write them), per tensor or per
+    /// slice along `axis`. The integers are `kernels::quantize`'s (ONNX Runtime's, NaN
+    /// included); they are kept in the `i8` domain (a `uint8` zero point becomes `zp - 128`
+    /// and the values `x ^ 0x80`) with their parameters, which a `QLinear*` node reads and a
+    /// `DequantizeLinear` replaces with its own.
+    fn quantize_constant(&self, n: &Node, c: &Const) -> Result<Val, EngineError> {
+        let s = self.konst(n, 1)?;
+        let ConstData::F32(scales) = &s.data else {
+            return Err(n.unsupported("the scale must be float32"));
+        };
+        if let Some(bad) = scales.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(n.unsupported(format!("scale {bad} must be finite and positive")));
+        }
+        let zps: Vec<i32> = match n.input(2) {
+            Some(_) => {
+                let z = self.konst(n, 2)?;
+                (0..z.len())
+                    .map(|i| zp_i8(&z.data, i))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| n.unsupported("the zero point must be int8 or uint8"))?
+            }
+            None => vec![-128; scales.len()], // absent: uint8 zero point 0
+        };
+        if zps.len() != scales.len() {
+            return Err(n.unsupported(format!(
+                "{} scales but {} zero points",
+                scales.len(),
+                zps.len()
+            )));
+        }
+        let rank = c.shape.len() as i64;
+        let axis = n.int("axis", 1)?;
+        let axis = if axis < 0 { axis + rank } else { axis };
+        let (channels, inner) = if scales.len() == 1 {
+            (1, c.len().max(1))
+        } else if (0..rank).contains(&axis) && c.shape[axis as usize] == scales.len() {
+            let a = axis as usize;
+            (scales.len(), c.shape[a + 1..].iter().product::<usize>())
+        } else {
+            return Err(n.unsupported(format!(
+                "{} scales do not match axis {axis} of a constant of shape {:?}",
+                scales.len(),
+                c.shape
+            )));
+        };
+        let values = c.to_f32();
+        let mut data = vec![0i8; values.len()];
+        for (i, (x, d)) in values.iter().zip(data.iter_mut()).enumerate() {
+            let ch = (i / inner) % channels;
+            super::super::kernels::quantize(
+                Isa::PORTABLE,
+                std::slice::from_ref(x),
+                scales[ch],
+                zps[ch],
+                std::slice::from_mut(d),
+            );
+        }
+        Ok(Val::DqC {
+            data: Const {
+                shape: c.shape.clone(),
+                data: ConstData::I8(data),
+            },
+            scales: scales.clone(),
+            zps,
+            axis: if channels == 1 { 0 } else { axis as usize },
+        })
     }
 
     /// `t` re-expressed with quantization `q` (a table step when the parameters differ).
@@ -111,6 +175,23 @@ impl Lowerer<'_> {
                 };
                 let zps = explicit_zps
                     .unwrap_or_else(|| vec![if is_u8 { -128 } else { 0 }; scales.len().max(1)]);
+                Val::DqC {
+                    data,
+                    scales,
+                    zps,
+                    axis: axis.max(0) as usize,
+                }
+            }
+            // A Q/DQ pair on a constant (fake-quantized weights): the quantized integers
+            // with this node's parameters (those of its QuantizeLinear, as exporters write
+            // them). Without a zero point the integers' type decides, as above.
+            Val::DqC { data, .. } => {
+                let rank = data.shape.len() as i64;
+                let axis = if axis < 0 { axis + rank } else { axis };
+                let zps = explicit_zps.unwrap_or_else(|| {
+                    let zp = if self.is_u8(&n.inputs[0]) { -128 } else { 0 };
+                    vec![zp; scales.len().max(1)]
+                });
                 Val::DqC {
                     data,
                     scales,
