@@ -9,12 +9,12 @@
 mod common;
 use common::{redline, show};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 const FRAMES: &str = "45";
 
-fn dir(name: &str) -> PathBuf {
+fn dir(name: &str) -> common::Dir {
     common::fresh_dir("record-cli", name)
 }
 
@@ -99,7 +99,6 @@ fn recording_is_read_back_by_python_and_leaves_the_output_hash_alone() {
         Some(std::fs::metadata(&mcap).unwrap().len())
     );
     python_check(&mcap, &recorded);
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// A critical stage (planning) panics: its fallback stands in from then on (degraded frames)
@@ -142,7 +141,6 @@ fn a_degraded_replay_is_recorded_as_the_report_tells_it() {
         r["runtime"]
     );
     python_check(&mcap, &rep);
-    let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]

@@ -36,22 +36,27 @@ use redline_runtime::metrics::LatencyHistogram;
 /// the slowed `tracking` stage would never run at all (seen in a full workspace run).
 static REPLAYS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn dir(name: &str) -> PathBuf {
+fn dir(name: &str) -> common::Dir {
     common::fresh_dir("regress-cli", name)
 }
 
-/// A short log (4 s, 120 frames), written once for all tests.
+/// A short log (4 s, 120 frames), written once for all tests, in the build's temporary
+/// directory (`target/tmp`): the next run replaces it (written under this process's name,
+/// then renamed, so two runs at once each read a whole log; the log is seeded, so both
+/// write the same one) instead of leaving one per run behind.
 fn log() -> &'static Path {
     static LOG: OnceLock<PathBuf> = OnceLock::new();
     LOG.get_or_init(|| {
-        let d = dir("log");
-        let p = d.join("drive.mcap");
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let p = tmp.join("regress-cli-drive.mcap");
+        let part = tmp.join(format!("regress-cli-drive.{}.mcap", std::process::id()));
         let o = redline()
             .args(["sim", "generate", "--seconds", "4", "-o"])
-            .arg(&p)
+            .arg(&part)
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", show(&o));
+        std::fs::rename(&part, &p).unwrap();
         p
     })
 }
@@ -291,7 +296,6 @@ fn baseline_update_compare_and_exit_codes() {
     let m = Measurement::load(&d.join("same/measurement.json")).unwrap();
     let samples = m.histogram(END_TO_END).unwrap().unwrap().count();
     check_hlog_with_hdrhistogram_py(&d.join("same/latency.hlog"), m.reps.len(), samples);
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// A stored measurement: one replay whose end-to-end and `backbone` histograms hold
@@ -406,7 +410,6 @@ fn merge_adds_stored_measurements_losslessly() {
         let svg = std::fs::read_to_string(d.join("plots").join(f)).unwrap();
         assert!(svg.contains("merged: P50"), "{f}");
     }
-    let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]
@@ -447,7 +450,6 @@ fn ab_runs_both_builds_alternately() {
         out.contains("REGRESSION") && out.contains("  tracking p50:"),
         "{out}"
     );
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// Reads the interval log with HdrHistogram_py (`pip install hdrhistogram`): every

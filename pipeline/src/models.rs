@@ -478,10 +478,16 @@ mod tests {
     use crate::config::ModelRef;
     use crate::perception::BevSampling;
 
-    fn write(name: &str, bytes: &[u8]) -> PathBuf {
-        let p = std::env::temp_dir().join(format!("redline-models-{}-{name}", std::process::id()));
-        std::fs::write(&p, bytes).expect("write");
-        p
+    /// `bytes` in a temporary file named `redline-models-XXXXXX-{name}`, removed when the
+    /// returned path is dropped.
+    fn write(name: &str, bytes: &[u8]) -> tempfile::TempPath {
+        let mut f = tempfile::Builder::new()
+            .prefix("redline-models-")
+            .suffix(&format!("-{name}"))
+            .tempfile()
+            .expect("temp file");
+        std::io::Write::write_all(&mut f, bytes).expect("write");
+        f.into_temp_path()
     }
 
     /// `load_models` for `cfg` on `cams` cameras and the default grid.
@@ -507,7 +513,10 @@ mod tests {
 
     /// A seeded-network config whose three models are the built-in files with `props`
     /// (one slice per model: backbone, det_head, seg_head) in their metadata.
-    fn seeded_files(tag: &str, props: [&[(&str, &str)]; 3]) -> PipelineConfig {
+    fn seeded_files(
+        tag: &str,
+        props: [&[(&str, &str)]; 3],
+    ) -> (PipelineConfig, Vec<tempfile::TempPath>) {
         let mut cfg = PipelineConfig {
             network: Network::Seeded,
             ..PipelineConfig::default()
@@ -518,11 +527,14 @@ mod tests {
             &mut cfg.models.det_head,
             &mut cfg.models.seg_head,
         ];
+        let mut written = Vec::new();
         for (i, (r, bytes)) in refs.into_iter().zip(files).enumerate() {
             let name = format!("{tag}-{i}.onnx");
-            r.path = Some(write(&name, &with_metadata(bytes, props[i])));
+            let file = write(&name, &with_metadata(bytes, props[i]));
+            r.path = Some(file.to_path_buf());
+            written.push(file);
         }
-        cfg
+        (cfg, written)
     }
 
     #[test]
@@ -604,7 +616,7 @@ mod tests {
         );
         // A bad declaration names the model and the key.
         let bad: &[(&str, &str)] = &[(META_CAMERA_HFOV_DEG, "40,eighty")];
-        let msg = load_for(&seeded_files("rig", [bad, &[], &[]]), trained::CAMERAS)
+        let msg = load_for(&seeded_files("rig", [bad, &[], &[]]).0, trained::CAMERAS)
             .unwrap_err()
             .to_string();
         assert!(
@@ -621,23 +633,23 @@ mod tests {
         ];
         // Declared by the files, not set in the config: the files' (the seeded network's
         // default would be nearest).
-        let cfg = seeded_files("declared", [row, row, row]);
+        let (cfg, _files) = seeded_files("declared", [row, row, row]);
         let m = load_for(&cfg, trained::CAMERAS).expect("loads");
         assert_eq!(m.view.lifts, [0.5]);
         assert_eq!(m.view.sampling, BevSampling::RowLinear);
         // Declared by one model only: still the run's.
-        let cfg = seeded_files("one", [&[], row, &[]]);
+        let (cfg, _files) = seeded_files("one", [&[], row, &[]]);
         assert_eq!(
             load_for(&cfg, trained::CAMERAS).expect("loads").view,
             m.view
         );
         // Nothing declared: the config's defaults.
-        let cfg = seeded_files("none", [&[], &[], &[]]);
+        let (cfg, _files) = seeded_files("none", [&[], &[], &[]]);
         let v = load_for(&cfg, trained::CAMERAS).expect("loads").view;
         assert_eq!((v.lifts, v.sampling), (vec![0.5], BevSampling::Nearest));
         // Two models that disagree.
         let near: &[(&str, &str)] = &[(META_BEV_SAMPLING, "nearest")];
-        let msg = load_for(&seeded_files("split", [row, near, row]), trained::CAMERAS)
+        let msg = load_for(&seeded_files("split", [row, near, row]).0, trained::CAMERAS)
             .unwrap_err()
             .to_string();
         assert!(
@@ -655,7 +667,7 @@ mod tests {
             (META_BEV_LIFT_M, "nan"),
         ] {
             let props: &[(&str, &str)] = &[(key, bad)];
-            let msg = load_for(&seeded_files("bad", [&[], &[], props]), trained::CAMERAS)
+            let msg = load_for(&seeded_files("bad", [&[], &[], props]).0, trained::CAMERAS)
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -665,7 +677,7 @@ mod tests {
         }
         // Declared heights the heads do not take: the channel check says how many they do.
         let two: &[(&str, &str)] = &[(META_BEV_LIFT_M, "0.5,0")];
-        let msg = load_for(&seeded_files("two", [two, two, two]), trained::CAMERAS)
+        let msg = load_for(&seeded_files("two", [two, two, two]).0, trained::CAMERAS)
             .unwrap_err()
             .to_string();
         assert!(msg.contains("it takes 1 lift height(s)"), "{msg}");
@@ -733,8 +745,9 @@ mod tests {
             ..PipelineConfig::default()
         };
         // A detection head where the backbone belongs.
+        let file = write("det-as-backbone.onnx", builtin::DET_HEAD);
         cfg.models.backbone = ModelRef {
-            path: Some(write("det-as-backbone.onnx", builtin::DET_HEAD)),
+            path: Some(file.to_path_buf()),
             ..ModelRef::default()
         };
         let e = load_for(&cfg, trained::CAMERAS).unwrap_err();
@@ -748,7 +761,8 @@ mod tests {
             network: Network::Seeded,
             ..PipelineConfig::default()
         };
-        cfg.models.det_head.path = Some(write("seg-as-det.onnx", builtin::SEG_HEAD));
+        let file = write("seg-as-det.onnx", builtin::SEG_HEAD);
+        cfg.models.det_head.path = Some(file.to_path_buf());
         let msg = load_for(&cfg, trained::CAMERAS).unwrap_err().to_string();
         assert!(
             msg.contains("det_head model") && msg.contains("heatmap + 6 box channels"),
@@ -768,7 +782,8 @@ mod tests {
             &builtin::options(),
         )
         .expect("write");
-        cfg.models.backbone.path = Some(write("bb64.onnx", &other.backbone));
+        let file = write("bb64.onnx", &other.backbone);
+        cfg.models.backbone.path = Some(file.to_path_buf());
         let msg = load_for(&cfg, trained::CAMERAS).unwrap_err().to_string();
         assert!(
             msg.contains("det_head model") && msg.contains("[1, 48, 80, 64]"),

@@ -8,7 +8,7 @@
 //! [`scenario_log`] make short synthetic drives.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -206,12 +206,46 @@ pub fn small_scenario(seed: u64, seconds: f64) -> ScenarioConfig {
     }
 }
 
-/// A fresh temporary directory for one test.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("redline-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh temporary directory for one test, `redline-test-{name}-XXXXXX` under the system's
+/// temporary directory. Dropping it removes it with what the test wrote, unless the thread is
+/// panicking: a failed test's files stay for inspection, and the path is printed.
+pub fn temp_dir(name: &str) -> TestDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("redline-test-{name}-"))
+        .tempdir()
+        .expect("temp dir");
+    TestDir(Some(dir))
+}
+
+/// See [`temp_dir`]; derefs to its [`Path`].
+#[derive(Debug)]
+pub struct TestDir(Option<tempfile::TempDir>);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0
+            .as_ref()
+            .map(tempfile::TempDir::path)
+            .expect("the directory lives until dropped")
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        self
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            if std::thread::panicking() {
+                let kept = dir.keep();
+                eprintln!("test failed: its files are kept in {}", kept.display());
+            }
+        }
+    }
 }
 
 /// Writes a scenario log at `path` (all frames) and returns the scenario.

@@ -257,7 +257,6 @@ fn the_driving_graph_on_cuda_gives_the_pinned_replay_hash() {
         hashes[1], hashes[0],
         "the driving graph on CUDA gives other outputs"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

@@ -221,7 +221,6 @@ fn faulty_logs_are_replayed_with_recorded_issues_and_no_panic() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("missing.mcap"), "{e}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A frame source with a bug: the first read of frame `panic_at` panics (the sensors stage

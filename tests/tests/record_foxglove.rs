@@ -52,7 +52,8 @@ fn a_recorded_replay_reads_back_with_foxglove_schemas_and_the_same_hash() {
         None,
     )
     .expect("plain replay");
-    let path = temp_dir("record-foxglove").join("out.mcap");
+    let dir = temp_dir("record-foxglove");
+    let path = dir.join("out.mcap");
     let (recorder, mut publisher) =
         Recorder::start(RecorderConfig::new(&path, modes(&cfg))).expect("recorder starts");
     let (recorded, _) = replay_tapped(

@@ -486,5 +486,4 @@ fn a_baseline_on_disk_reads_back_identical() {
         .rows
         .iter()
         .all(|r| r.ratio.is_none_or(|x| (x - 1.0).abs() < 1e-12)));
-    let _ = std::fs::remove_dir_all(dir);
 }

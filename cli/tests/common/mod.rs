@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// The `redline` binary of this build.
@@ -11,13 +11,29 @@ pub fn redline() -> Command {
     Command::new(env!("CARGO_BIN_EXE_redline"))
 }
 
-/// A fresh, empty temporary directory `redline-{suite}-{pid}-{name}` (emptied if a
-/// previous run left it).
-pub fn fresh_dir(suite: &str, name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("redline-{suite}-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh, empty temporary directory `redline-{suite}-{name}-XXXXXX`, removed with its
+/// files when the returned value is dropped.
+pub fn fresh_dir(suite: &str, name: &str) -> Dir {
+    Dir(tempfile::Builder::new()
+        .prefix(&format!("redline-{suite}-{name}-"))
+        .tempdir()
+        .unwrap())
+}
+
+/// See [`fresh_dir`]; derefs to its path.
+pub struct Dir(tempfile::TempDir);
+
+impl std::ops::Deref for Dir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for Dir {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
 }
 
 /// `o`'s exit code, stdout and stderr, for assertion messages.

@@ -3,7 +3,7 @@
 //! the writer of the 10-frame log, and checks that a message read back is the one written.
 
 use redline_runtime::det_math as dm;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use redline_pipeline::camera::CameraSpec;
 use redline_sim::log::{
@@ -20,10 +20,13 @@ pub const W: u32 = 160;
 /// Image height, px.
 pub const H: u32 = 96;
 
-pub fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("redline-sim-log-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A path `redline-sim-log-{pid}-{name}` in the temporary directory; the file written there
+/// is removed when the returned path is dropped.
+pub fn tmp(name: &str) -> tempfile::TempPath {
+    tempfile::TempPath::try_from_path(
+        std::env::temp_dir().join(format!("redline-sim-log-{}-{name}", std::process::id())),
+    )
+    .expect("an absolute temporary path")
 }
 
 pub fn rig() -> Vec<CameraSpec> {

@@ -33,14 +33,15 @@ fn nothing_found_says_how_to_install() {
 
 #[test]
 fn a_package_without_the_library_says_how_to_install() {
-    let dir = scratch_dir("empty-pkg");
+    let scratch = scratch_dir("empty-pkg");
+    let dir = scratch.path();
     std::fs::create_dir_all(dir.join("capi")).unwrap();
     std::fs::write(
         dir.join("capi").join("libonnxruntime_providers_shared.so"),
         b"x",
     )
     .unwrap();
-    let e = find_library_with(None, || Some(dir.clone())).unwrap_err();
+    let e = find_library_with(None, || Some(dir.to_path_buf())).unwrap_err();
     let m = e.to_string();
     assert!(
         m.contains("capi") && m.contains("pip install onnxruntime"),
@@ -51,7 +52,8 @@ fn a_package_without_the_library_says_how_to_install() {
 #[test]
 #[cfg(all(unix, not(target_os = "macos")))]
 fn the_package_library_is_found_in_capi() {
-    let dir = scratch_dir("pkg");
+    let scratch = scratch_dir("pkg");
+    let dir = scratch.path();
     let capi = dir.join("capi");
     std::fs::create_dir_all(&capi).unwrap();
     for f in [
@@ -61,17 +63,18 @@ fn the_package_library_is_found_in_capi() {
     ] {
         std::fs::write(capi.join(f), b"x").unwrap();
     }
-    let found = find_library_with(None, || Some(dir.clone())).unwrap();
+    let found = find_library_with(None, || Some(dir.to_path_buf())).unwrap();
     assert_eq!(found, capi.join("libonnxruntime.so.1.32.0"));
     // The unversioned name wins when both are there.
     std::fs::write(capi.join("libonnxruntime.so"), b"x").unwrap();
-    let found = find_library_with(None, || Some(dir.clone())).unwrap();
+    let found = find_library_with(None, || Some(dir.to_path_buf())).unwrap();
     assert_eq!(found, capi.join("libonnxruntime.so"));
 }
 
 #[test]
 fn an_existing_env_path_wins() {
-    let dir = scratch_dir("env");
+    let scratch = scratch_dir("env");
+    let dir = scratch.path();
     let f = dir.join("libonnxruntime.so");
     std::fs::write(&f, b"x").unwrap();
     let got = find_library_with(Some(f.clone().into()), || {
@@ -86,12 +89,12 @@ fn options_default_to_one_thread() {
     assert_eq!(OrtOptions::default().threads, 1);
 }
 
-/// A fresh folder for one test (tests run in parallel in one process).
-fn scratch_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("redline-ort-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh folder for one test (tests run in parallel in one process), removed when dropped.
+fn scratch_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("redline-ort-test-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -334,7 +337,8 @@ fn bad_files_are_clear_errors() {
     if !runtime_or_skip("bad_files_are_clear_errors") {
         return;
     }
-    let dir = scratch_dir("bad");
+    let scratch = scratch_dir("bad");
+    let dir = scratch.path();
     let junk = dir.join("junk.onnx");
     std::fs::write(&junk, b"this is not a protobuf").unwrap();
     let err = OrtEngine::load(&junk, &OrtOptions::default()).unwrap_err();
