@@ -503,13 +503,13 @@ q_then([h.make_node("DequantizeLinear", ["w3", "gs", "gz"], ["w3f"]),
        "trt_residual", [y], [w3, gs, gz, ys])
 # A float island whose result is not quantized: Exp's float output is the graph's output.
 q_then([h.make_node("Exp", ["f"], ["y"], name="float_exp")], "island_unquantized", [y], [])
-# A convolution's float output resized bilinearly (the float route resizes nearest only).
+# A convolution's float output resized bicubically (the native engine resizes nearest and linear).
 sc = nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")
 q_then([h.make_node("DequantizeLinear", ["w3", "gs", "gz"], ["w3f"]),
         h.make_node("Conv", ["f", "w3f"], ["c"], name="trt_conv2", pads=[1, 1, 1, 1]),
-        h.make_node("Resize", ["c", "", "sc"], ["r"], name="float_linear_resize", mode="linear"),
+        h.make_node("Resize", ["c", "", "sc"], ["r"], name="float_cubic_resize", mode="cubic"),
         h.make_node("QuantizeLinear", ["r", "ys", "z"], ["rq"]), h.make_node("DequantizeLinear", ["rq", "ys", "z"], ["y"])],
-       "float_resize_linear", [y], [w3, gs, gz, ys, sc])
+       "float_resize_cubic", [y], [w3, gs, gz, ys, sc])
 # A grouped ConvTranspose (int8 weights [in, out / group, kh, kw], symmetric).
 wt = nh.from_array(np.ones((3, 2, 4, 4), np.int8), "wt"); wts = nh.from_array(np.array(0.01, np.float32), "wts")
 wtz = nh.from_array(np.array(0, np.int8), "wtz")
@@ -654,11 +654,10 @@ fn every_rejection_says_what_and_what_to_do() {
             && m.contains("--engine onnxruntime"),
         "{m}"
     );
-    let m = err("float_resize_linear.onnx");
+    let m = err("float_resize_cubic.onnx");
     assert!(
-        m.contains("float_linear_resize")
-            && m.contains("linear Resize of a float tensor")
-            && m.contains("nearest only")
+        m.contains("float_cubic_resize")
+            && m.contains("mode cubic is not supported (nearest, linear)")
             && m.contains("--engine onnxruntime"),
         "{m}"
     );

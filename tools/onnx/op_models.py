@@ -332,6 +332,27 @@ def _(g):
     g.output(g.conv(g.concat([a, b]), 4, 1, pads=P0))
 
 
+# The same merge with a bilinear upsampling (CenterNet's and FPN's heads): half-pixel x2
+# into a residual Add, and align-corners to odd sizes into a Concat. "strict" also runs the
+# Add, the Concat and the Resize's output in float.
+@case("trt_add_resize_bilinear")
+def _(g):
+    g.formats = ["qdq", "trt", "strict"]
+    x = g.input((1, 4, 12, 10))
+    a = g.conv(x, 6, 3)
+    b = g.resize(g.conv(x, 6, 3, stride=2), "linear", scale=2)
+    g.output(g.conv(g.add(a, b), 4, 1, pads=P0))
+
+
+@case("trt_concat_resize_bilinear_sizes")
+def _(g):
+    g.formats = ["qdq", "trt", "strict"]
+    x = g.input((1, 4, 13, 11))
+    a = g.conv(x, 6, 3)
+    b = g.resize(g.conv(x, 5, 3, stride=2), "linear", size=(13, 11), ctm="align_corners")
+    g.output(g.conv(g.concat([a, b]), 4, 1, pads=P0))
+
+
 # Pooling and a classifier head in that placement: a convolution's float output max-pooled,
 # globally averaged, or flattened (1x1 pixels) into a Gemm.
 @case("trt_maxpool")

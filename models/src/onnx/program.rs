@@ -157,6 +157,19 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
     },
+    /// Bilinear resize of `f32` NHWC images (a float route's linear `Resize`), with ONNX
+    /// Runtime's float formula (`kernels::float::resize_linear`); rows over
+    /// `batch * ys.len()`. A float nearest resize is a [`Step::Resize`] of 4-byte elements.
+    FloatResize {
+        in_h: usize,
+        in_w: usize,
+        c: usize,
+        batch: usize,
+        ys: Vec<Tap>,
+        xs: Vec<Tap>,
+        src: usize,
+        dst: usize,
+    },
     /// The mean over each image's `hw` pixels of an `f32` NHWC tensor, per channel (a float
     /// route's `GlobalAveragePool`): a sum in pixel order, then one division by `hw`.
     FloatGlobalAvgPool {
@@ -422,6 +435,7 @@ impl Program {
                     Step::FloatBinaryChannels { .. } => ("float binary per channel", 0),
                     Step::FloatMaxPool { .. } => ("float maxpool", 0),
                     Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
+                    Step::FloatResize { .. } => ("float resize", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::Phases { .. } => ("dilation phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
@@ -659,6 +673,23 @@ impl Program {
                     let (c, hw) = (*c, *hw);
                     split_rows_f32(lanes, base, &bufs[*dst], elementwise(batch * c), &|r, y| {
                         kernels::float::global_avg_pool(isa, c, hw, x, r.start, y);
+                    })?;
+                }
+                Step::FloatResize {
+                    in_h,
+                    in_w,
+                    c,
+                    batch,
+                    ys,
+                    xs,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let row_len = xs.len() * c;
+                    let rows = (batch * ys.len(), row_len, row_len * 4);
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                        kernels::float::resize_linear(isa, *in_h, *in_w, *c, ys, xs, x, y, r)
                     })?;
                 }
                 Step::FloatUnary { op, src, dst, n } => {

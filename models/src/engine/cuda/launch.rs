@@ -671,6 +671,7 @@ impl LaunchPlan {
                 | Step::FloatBinaryChannels { .. }
                 | Step::FloatMaxPool { .. }
                 | Step::FloatGlobalAvgPool { .. }
+                | Step::FloatResize { .. }
                 | Step::FloatUnary { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

@@ -1,6 +1,6 @@
 //! The `f32` loops of the float route (`lower::float`: a convolution's float output going on
 //! unquantized): its accumulators to `f32`, dequantize, elementwise binaries, clamps and the
-//! logistic sigmoid.
+//! logistic sigmoid, global average pooling and bilinear resize.
 //!
 //! Contract: each loop is the same IEEE-754 operations in the same order on every width
 //! (compiled again for AVX2 and AVX-512 by `multiversion!`; Rust never fuses `a * b + c`),
@@ -10,8 +10,9 @@
 //! Cost: one pass over the tensor. Never allocates or panics.
 
 use super::super::isa::multiversion;
-use super::round_magic;
+use super::{round_magic, Tap};
 use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp};
+use std::ops::Range;
 
 /// `e^x` in `f32` from basic operations only: `x = n·ln2 + r` (`n` rounded to nearest with
 /// [`round_magic`], `ln2` split in a high part exact in `f32` and a low part), `e^r` by a
@@ -117,6 +118,46 @@ multiversion! {
                 *d /= n;
             }
             e += c1 - c0;
+        }
+    }
+}
+
+multiversion! {
+    /// Rows `rows` (over `batch * ys.len()`) of the bilinear resize of the NHWC `f32` images
+    /// `x` (`in_h × in_w`, `c` channels), with ONNX Runtime's float formula: along each axis
+    /// the weights of the two taps are `1 − w1` and `w1`, or `0.5` and `0.5` where both taps
+    /// are the same pixel (the clamped border), and each output is
+    /// `wx0·wy0·a + wx1·wy0·b + wx0·wy1·e + wx1·wy1·f` (`a`, `b` the top row's taps, `e`,
+    /// `f` the bottom row's), products and sums left to right. The lanes are channels.
+    pub(crate) fn resize_linear(
+        in_h: usize,
+        in_w: usize,
+        c: usize,
+        ys: &[Tap],
+        xs: &[Tap],
+        x: &[f32],
+        out: &mut [f32],
+        rows: Range<usize>,
+    ) {
+        let weights = |t: &Tap| if t.i0 == t.i1 { (0.5f32, 0.5f32) } else { (1.0 - t.w1, t.w1) };
+        let (out_h, img) = (ys.len(), in_h * in_w * c);
+        let mut o = 0;
+        for r in rows {
+            let (b, ty) = (r / out_h, ys[r % out_h]);
+            let x = &x[b * img..(b + 1) * img];
+            let (wy0, wy1) = weights(&ty);
+            for tx in xs {
+                let (wx0, wx1) = weights(tx);
+                let (w00, w01, w10, w11) = (wx0 * wy0, wx1 * wy0, wx0 * wy1, wx1 * wy1);
+                let at = |yi: usize, xi: usize| &x[(yi * in_w + xi) * c..(yi * in_w + xi + 1) * c];
+                let (a, b) = (at(ty.i0, tx.i0), at(ty.i0, tx.i1));
+                let (e, f) = (at(ty.i1, tx.i0), at(ty.i1, tx.i1));
+                let corners = a.iter().zip(b).zip(e.iter().zip(f));
+                for (d, ((a, b), (e, f))) in out[o..o + c].iter_mut().zip(corners) {
+                    *d = w00 * a + w01 * b + w10 * e + w11 * f;
+                }
+                o += c;
+            }
         }
     }
 }

@@ -435,6 +435,73 @@ fn resize_gives_the_same_bytes_on_every_width() {
     }
 }
 
+#[test]
+fn float_linear_resize_is_onnx_runtimes_formula_on_every_width_and_split() {
+    let mut g = SplitMix64::stream(16, 0);
+    let (in_h, in_w, c) = (4, 6, 21);
+    let x: Vec<f32> = (0..2 * in_h * in_w * c)
+        .map(|_| g.uniform(-5.0, 5.0))
+        .collect();
+    // Half-pixel upsampling taps: clamped at both edges (the last ones on one pixel twice,
+    // where ONNX Runtime weighs both halves), uneven weights between.
+    let taps = |n_in: usize, n_out: usize| -> Vec<Tap> {
+        (0..n_out)
+            .map(|o| {
+                let f = ((o as f32 + 0.5) * n_in as f32 / n_out as f32 - 0.5)
+                    .clamp(0.0, (n_in - 1) as f32);
+                let i0 = f as usize;
+                let i1 = (i0 + 1).min(n_in - 1);
+                Tap {
+                    i0,
+                    i1,
+                    w1: f - i0 as f32,
+                }
+            })
+            .collect()
+    };
+    let (ys, xs) = (taps(in_h, 9), taps(in_w, 13));
+    assert!(ys.iter().chain(&xs).any(|t| t.i0 == t.i1) && ys.iter().any(|t| t.w1 > 0.0));
+    let rows = 2 * ys.len();
+    let row_len = xs.len() * c;
+    let mut want = vec![0f32; rows * row_len];
+    // ONNX Runtime's UpsampleBilinear: dx1 = |x - x1|, dx2 = |x - x2| (0.5 each where
+    // x1 == x2), dx2·dy2·X11 + dx1·dy2·X21 + dx2·dy1·X12 + dx1·dy1·X22 left to right.
+    for (i, w) in want.iter_mut().enumerate() {
+        let (ch, px) = (i % c, i / c);
+        let (b, oy, ox) = (
+            px / (ys.len() * xs.len()),
+            px / xs.len() % ys.len(),
+            px % xs.len(),
+        );
+        let (ty, tx) = (ys[oy], xs[ox]);
+        let d = |t: Tap| {
+            if t.i0 == t.i1 {
+                (0.5, 0.5)
+            } else {
+                (t.w1, 1.0 - t.w1)
+            }
+        };
+        let ((dx1, dx2), (dy1, dy2)) = (d(tx), d(ty));
+        let at = |y: usize, xx: usize| x[((b * in_h + y) * in_w + xx) * c + ch];
+        *w = dx2 * dy2 * at(ty.i0, tx.i0)
+            + dx1 * dy2 * at(ty.i0, tx.i1)
+            + dx2 * dy1 * at(ty.i1, tx.i0)
+            + dx1 * dy1 * at(ty.i1, tx.i1);
+    }
+    for isa in Isa::available() {
+        let mut got = vec![0f32; want.len()];
+        let (a, b) = got.split_at_mut(5 * row_len);
+        float::resize_linear(isa, in_h, in_w, c, &ys, &xs, &x, a, 0..5);
+        float::resize_linear(isa, in_h, in_w, c, &ys, &xs, &x, b, 5..rows);
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{}",
+            isa.name()
+        );
+    }
+}
+
 /// The plain definition: output element `j` is the input element at `j`'s index
 /// scattered through the permuted strides.
 fn transpose_reference(out_shape: &[usize], strides: &[usize], x: &[i8]) -> Vec<i8> {

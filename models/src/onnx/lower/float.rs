@@ -24,7 +24,9 @@
 //!   - `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's
 //!     and YOLOv3's activations), [`Step::FloatUnary`];
 //!   - `Concat` (channels of NHWC tensors, any axis of row-major ones) and nearest `Resize`:
-//!     the byte steps copying 4-byte elements (a linear Resize is refused with its reason);
+//!     the byte steps copying 4-byte elements; linear `Resize` ([`Step::FloatResize`], ONNX
+//!     Runtime's float formula and order: bit-exact with it on the `trt_*resize_bilinear*`
+//!     op models);
 //!   - `MaxPool` ([`Step::FloatMaxPool`], the byte kernel's body on `f32`) and
 //!     `GlobalAveragePool` ([`Step::FloatGlobalAvgPool`]: a sum in pixel order, then one
 //!     division; ONNX Runtime sums in its own order, so a last bit may move a quantized

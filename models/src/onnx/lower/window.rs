@@ -207,8 +207,9 @@ impl Lowerer<'_> {
 
     pub(super) fn resize(&mut self, n: &Node) -> Result<(), EngineError> {
         // A float tensor (TensorRT-style placement: a convolution's float output upsampled)
-        // resizes as `f32` pixels: 4 bytes an element through the same nearest-neighbour
-        // copy, so exactly the values ONNX Runtime picks.
+        // resizes as `f32` pixels: nearest as 4 bytes an element through the same copy, so
+        // exactly the values ONNX Runtime picks; linear with ONNX Runtime's float formula
+        // (`Step::FloatResize`).
         let (t, float) = match self.input(n, 0)? {
             Val::Dq(t) | Val::Q(t) => (t, false),
             Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => (t, true),
@@ -260,7 +261,12 @@ impl Lowerer<'_> {
         let linear = match mode.as_str() {
             "nearest" => false,
             "linear" | "bilinear" => true,
-            m => return Err(n.unsupported(format!("mode {m} is not supported (nearest, linear)"))),
+            m => {
+                return Err(n.unsupported(format!(
+                    "mode {m} is not supported (nearest, linear): export the model with one of \
+                     those or run it with --engine onnxruntime"
+                )))
+            }
         };
         let taps = |out: usize, inp: usize, scale: f32| -> Result<Vec<Tap>, EngineError> {
             (0..out)
@@ -322,16 +328,29 @@ impl Lowerer<'_> {
                 })
                 .collect()
         };
-        if float && linear {
-            return Err(n.unsupported(
-                "a linear Resize of a float tensor (a convolution's output not quantized: \
-                 TensorRT-style Q/DQ placement); the native engine resizes float tensors with \
-                 mode nearest only. Quantize the convolution's output or run the model with \
-                 --engine onnxruntime",
-            ));
-        }
         let ys = taps(oh, h, sy)?;
         let xs = taps(ow, w, sx)?;
+        if float && linear {
+            self.touch(t.buf);
+            let dst = self.new_buf(b * c * oh * ow * 4);
+            self.steps.push(Step::FloatResize {
+                in_h: h,
+                in_w: w,
+                c,
+                batch: b,
+                ys,
+                xs,
+                src: t.buf,
+                dst,
+            });
+            let out = T {
+                buf: dst,
+                shape: vec![b, c, oh, ow],
+                ..t
+            };
+            self.set(&n.outputs[0], Val::F32(out));
+            return Ok(());
+        }
         if float {
             self.touch(t.buf);
             let dst = self.new_buf(b * c * oh * ow * 4);
