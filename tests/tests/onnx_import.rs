@@ -492,13 +492,13 @@ q_then([h.make_node("Slice", ["f", "st2", "en2", "ax2"], ["y"], name="twice")], 
 y2 = h.make_tensor_value_info("y2", T.FLOAT, None)
 q_then([h.make_node("Split", ["f", "sz"], ["y", "y2"], name="bad_split", axis=1)], "split_sizes", [y, y2],
        [i64("sz", [1, 1])])
-# TensorRT-style Q/DQ placement with the convolution's float output going into an
-# AveragePool (not one of the float route's operators).
+# TensorRT-style Q/DQ placement with the convolution's float output going into a Softmax
+# (not one of the float route's operators).
 gs = nh.from_array(np.array(0.01, np.float32), "gs"); gz = nh.from_array(np.array(0, np.int8), "gz")
 w3 = nh.from_array(np.ones((3, 3, 3, 3), np.int8), "w3")
 q_then([h.make_node("DequantizeLinear", ["w3", "gs", "gz"], ["w3f"]),
         h.make_node("Conv", ["f", "w3f"], ["c"], name="trt_conv", pads=[1, 1, 1, 1]),
-        h.make_node("AveragePool", ["c"], ["sum"], name="trt_pool", kernel_shape=[2, 2]), h.make_node("Relu", ["sum"], ["r"]),
+        h.make_node("Softmax", ["c"], ["sum"], name="trt_softmax", axis=1), h.make_node("Relu", ["sum"], ["r"]),
         h.make_node("QuantizeLinear", ["r", "ys", "z"], ["rq"]), h.make_node("DequantizeLinear", ["rq", "ys", "z"], ["y"])],
        "trt_residual", [y], [w3, gs, gz, ys])
 # A float island whose result is not quantized: Exp's float output is the graph's output.
@@ -640,7 +640,7 @@ fn every_rejection_says_what_and_what_to_do() {
     let m = err("trt_residual.onnx");
     assert!(
         m.contains("trt_conv")
-            && m.contains("\"trt_pool\", op AveragePool")
+            && m.contains("\"trt_softmax\", op Softmax")
             && m.contains("TensorRT")
             && m.contains("quantize_static")
             && m.contains("--engine onnxruntime"),

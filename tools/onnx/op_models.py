@@ -362,6 +362,24 @@ def _(g):
     g.output(g.conv(g.maxpool(x, 3, 2, pads=(1, 1, 1, 1)), 4, 1, pads=P0))
 
 
+# Average pooling of a float output: padded 3x3/2 without and with the padding counted,
+# and a ceil-mode 2x2/2 window hanging past the image (ResNet-D's shortcut, pooled heads).
+@case("trt_avgpool")
+def _(g):
+    g.formats = ["qdq", "qop", "trt", "strict"]
+    x = g.conv(g.input(X), 6, 3)
+    a = g.avgpool(x, 3, 2, pads=(1, 1, 1, 1))
+    b = g.avgpool(g.conv(x, 6, 3), 3, 2, pads=(1, 1, 1, 1), count_include_pad=1)
+    g.output(g.conv(g.add(a, b), 4, 1, pads=P0))
+
+
+@case("trt_avgpool_ceil")
+def _(g):
+    g.formats = ["qdq", "qop", "trt", "strict"]
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.avgpool(x, 2, 2, ceil_mode=1), 4, 1, pads=P0))
+
+
 @case("trt_gap")
 def _(g):
     g.formats = ["qdq", "qop", "trt"]

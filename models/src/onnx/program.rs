@@ -157,6 +157,16 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
     },
+    /// Average pooling of an `f32` NHWC tensor (a float route's `AveragePool`): window sums
+    /// in window order, one division (`kernels::avg_pool_f32`).
+    FloatAvgPool {
+        win: Window,
+        c: usize,
+        batch: usize,
+        count_include_pad: bool,
+        src: usize,
+        dst: usize,
+    },
     /// Bilinear resize of `f32` NHWC images (a float route's linear `Resize`), with ONNX
     /// Runtime's float formula (`kernels::float::resize_linear`); rows over
     /// `batch * ys.len()`. A float nearest resize is a [`Step::Resize`] of 4-byte elements.
@@ -436,6 +446,7 @@ impl Program {
                     Step::FloatMaxPool { .. } => ("float maxpool", 0),
                     Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
                     Step::FloatResize { .. } => ("float resize", 0),
+                    Step::FloatAvgPool { .. } => ("float avgpool", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::Phases { .. } => ("dilation phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
@@ -673,6 +684,21 @@ impl Program {
                     let (c, hw) = (*c, *hw);
                     split_rows_f32(lanes, base, &bufs[*dst], elementwise(batch * c), &|r, y| {
                         kernels::float::global_avg_pool(isa, c, hw, x, r.start, y);
+                    })?;
+                }
+                Step::FloatAvgPool {
+                    win,
+                    c,
+                    batch,
+                    count_include_pad,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let row_len = win.out_w * c;
+                    let rows = (batch * win.out_h, row_len, row_len * win.kh * win.kw);
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                        kernels::avg_pool_f32(isa, win, *c, *count_include_pad, x, y, r)
                     })?;
                 }
                 Step::FloatResize {

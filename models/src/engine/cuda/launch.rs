@@ -672,6 +672,7 @@ impl LaunchPlan {
                 | Step::FloatMaxPool { .. }
                 | Step::FloatGlobalAvgPool { .. }
                 | Step::FloatResize { .. }
+                | Step::FloatAvgPool { .. }
                 | Step::FloatUnary { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

@@ -27,7 +27,7 @@ mod tests;
 
 pub(crate) use binary::{dense_strides, Binary, BinaryKind};
 pub(crate) use layout::{resize, transpose, Interp, Tap};
-pub(crate) use pool::{avg_pool, max_pool, max_pool_f32, AvgParams};
+pub(crate) use pool::{avg_pool, avg_pool_f32, max_pool, max_pool_f32, AvgParams};
 
 /// `1.5 · 2^23`: adding it to `|v| <= 2^22` rounds `v` half to even to an integer `n` (exact
 /// under IEEE-754 round-to-nearest-even, which Rust never changes), and the sum's bit

@@ -141,6 +141,70 @@ pub(crate) struct AvgParams {
     pub hi: i8,
 }
 
+/// The divisor of output pixel `(oy, ox)`'s average: its taps inside the image, plus those
+/// on the explicit padding when `count_include_pad` (taps past it, in ceil mode, never
+/// count); at least 1.
+fn avg_count(win: &Window, oy: usize, ox: usize, count_include_pad: bool) -> u32 {
+    let (mut inside, mut padded) = (0u32, 0u32);
+    for ky in 0..win.kh {
+        let iy = win.iy(oy, ky);
+        let in_pad_y = iy >= -(win.pt as isize) && iy < (win.in_h + win.pt) as isize;
+        for kx in 0..win.kw {
+            let ix = win.ix(ox, kx);
+            if iy < 0 || iy >= win.in_h as isize || ix < 0 || ix >= win.in_w as isize {
+                let in_pad_x = ix >= -(win.pl as isize) && ix < (win.in_w + win.pl) as isize;
+                if in_pad_y && in_pad_x {
+                    padded += 1;
+                }
+            } else {
+                inside += 1;
+            }
+        }
+    }
+    if count_include_pad {
+        inside + padded
+    } else {
+        inside
+    }
+    .max(1)
+}
+
+multiversion! {
+    /// Average pooling of `f32` NHWC images (a float route's `AveragePool`): each output
+    /// channel the sum of its window's taps inside the image in window order (rows, then
+    /// columns), divided once by [`avg_count`]'s divisor. The lanes are channels, so every
+    /// width adds in the same order. Rows over `batch * out_h`.
+    pub(crate) fn avg_pool_f32(
+        win: &Window,
+        c: usize,
+        count_include_pad: bool,
+        input: &[f32],
+        out: &mut [f32],
+        rows: Range<usize>,
+    ) {
+        let img = win.in_h * win.in_w * c;
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / win.out_h, r % win.out_h);
+            let x = &input[b * img..(b + 1) * img];
+            for ox in 0..win.out_w {
+                let n = avg_count(win, oy, ox, count_include_pad) as f32;
+                let y = &mut out[o..o + c];
+                y.fill(0.0);
+                for (_, px) in win.pixel_taps(oy, ox) {
+                    for (d, v) in y.iter_mut().zip(&x[px * c..px * c + c]) {
+                        *d += v;
+                    }
+                }
+                for d in y.iter_mut() {
+                    *d /= n;
+                }
+                o += c;
+            }
+        }
+    }
+}
+
 /// Average pooling over NHWC images (also global average pooling: a window the size of the
 /// image). Rows over `batch * out_h`. Channels are summed in blocks of 64 in a stack array.
 pub(crate) fn avg_pool(
@@ -159,31 +223,7 @@ pub(crate) fn avg_pool(
         let (b, oy) = (r / win.out_h, r % win.out_h);
         let x = &input[b * img..(b + 1) * img];
         for ox in 0..win.out_w {
-            // Count the taps once per output pixel.
-            let (mut inside, mut padded) = (0u32, 0u32);
-            for ky in 0..win.kh {
-                let iy = win.iy(oy, ky);
-                let in_pad_y = iy >= -(win.pt as isize) && iy < (win.in_h + win.pt) as isize;
-                for kx in 0..win.kw {
-                    let ix = win.ix(ox, kx);
-                    if iy < 0 || iy >= win.in_h as isize || ix < 0 || ix >= win.in_w as isize {
-                        // Taps past the explicit padding (ceil mode) never count.
-                        let in_pad_x =
-                            ix >= -(win.pl as isize) && ix < (win.in_w + win.pl) as isize;
-                        if in_pad_y && in_pad_x {
-                            padded += 1;
-                        }
-                    } else {
-                        inside += 1;
-                    }
-                }
-            }
-            let count = if p.count_include_pad {
-                inside + padded
-            } else {
-                inside
-            }
-            .max(1);
+            let count = avg_count(win, oy, ox, p.count_include_pad);
             let scale = p.x_scale / (p.y_scale * count as f32);
             let mut c0 = 0;
             while c0 < c {

@@ -248,6 +248,83 @@ fn table_lookups_give_the_table_entry_on_every_width() {
 }
 
 #[test]
+fn float_average_pool_is_its_definition_on_every_width_and_split() {
+    let mut g = SplitMix64::stream(17, 0);
+    // (h, w, c, k, stride, pad, dilation, ceil mode): padded windows, one hanging past the
+    // padding in ceil mode (those taps never count), dilation, many channels.
+    for (h, w, c, k, s, p, dl, ceil) in [
+        (9, 7, 37, 3, 2, 1, 1, false),
+        (5, 7, 6, 2, 2, 0, 1, true),
+        (8, 8, 17, 3, 1, 1, 2, false),
+        (4, 30, 600, 3, 2, 1, 1, true),
+    ] {
+        let span = |n: usize| n + 2 * p - (k - 1) * dl - 1;
+        let out = |n: usize| {
+            if ceil {
+                span(n).div_ceil(s) + 1
+            } else {
+                span(n) / s + 1
+            }
+        };
+        let (out_h, out_w) = (out(h), out(w));
+        let win = Window {
+            in_h: h,
+            in_w: w,
+            out_h,
+            out_w,
+            kh: k,
+            kw: k,
+            sh: s,
+            sw: s,
+            dh: dl,
+            dw: dl,
+            pt: p,
+            pl: p,
+        };
+        let x: Vec<f32> = (0..2 * h * w * c).map(|_| g.uniform(-5.0, 5.0)).collect();
+        for include_pad in [false, true] {
+            // The definition: the taps inside the image summed in window order, divided by
+            // their count (plus the padded taps' when they count).
+            let mut want = vec![0f32; 2 * out_h * out_w * c];
+            for (i, v) in want.iter_mut().enumerate() {
+                let (ch, px) = (i % c, i / c);
+                let (b, oy, ox) = (px / (out_h * out_w), px / out_w % out_h, px % out_w);
+                let (mut sum, mut n) = (0f32, 0u32);
+                for ky in 0..k {
+                    for kx in 0..k {
+                        let iy = (oy * s + ky * dl) as isize - p as isize;
+                        let ix = (ox * s + kx * dl) as isize - p as isize;
+                        let inside = |v: isize, len: usize| v >= 0 && (v as usize) < len;
+                        let padded =
+                            |v: isize, len: usize| v >= -(p as isize) && v < (len + p) as isize;
+                        if inside(iy, h) && inside(ix, w) {
+                            sum += x[((b * h + iy as usize) * w + ix as usize) * c + ch];
+                            n += 1;
+                        } else if include_pad && padded(iy, h) && padded(ix, w) {
+                            n += 1;
+                        }
+                    }
+                }
+                *v = sum / n.max(1) as f32;
+            }
+            for isa in Isa::available() {
+                let mut got = vec![0f32; want.len()];
+                let cut = out_h / 2 * out_w * c;
+                let (lo, hi) = got.split_at_mut(cut);
+                avg_pool_f32(isa, &win, c, include_pad, &x, lo, 0..out_h / 2);
+                avg_pool_f32(isa, &win, c, include_pad, &x, hi, out_h / 2..2 * out_h);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{} {h}x{w}x{c} k{k} s{s} p{p} d{dl} ceil {ceil} include_pad {include_pad}",
+                    isa.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn max_pool_gives_the_same_bytes_on_every_width() {
     let mut g = SplitMix64::stream(13, 0);
     // (h, w, c, k, stride, pad, dilation): one run per row, several runs per row (600

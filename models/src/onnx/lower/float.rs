@@ -27,7 +27,10 @@
 //!     the byte steps copying 4-byte elements; linear `Resize` ([`Step::FloatResize`], ONNX
 //!     Runtime's float formula and order: bit-exact with it on the `trt_*resize_bilinear*`
 //!     op models);
-//!   - `MaxPool` ([`Step::FloatMaxPool`], the byte kernel's body on `f32`) and
+//!   - `MaxPool` ([`Step::FloatMaxPool`], the byte kernel's body on `f32`), `AveragePool`
+//!     ([`Step::FloatAvgPool`]: window sums in window order, one division; bit-exact with
+//!     ONNX Runtime on the `trt_avgpool*` op models; also of a dequantized tensor whose pool
+//!     is not quantized) and
 //!     `GlobalAveragePool` ([`Step::FloatGlobalAvgPool`]: a sum in pixel order, then one
 //!     division; ONNX Runtime sums in its own order, so a last bit may move a quantized
 //!     value by one step);
@@ -73,6 +76,7 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Resize",
     "Upsample",
     "MaxPool",
+    "AveragePool",
     "GlobalAveragePool",
     "Flatten",
     "Reshape",
@@ -192,7 +196,12 @@ impl Lowerer<'_> {
 
     /// Input `i` of `n` as an `f32` tensor in `layout`: a float tensor as it is, a
     /// dequantized one through a [`Step::Dequantize`].
-    fn float_operand(&mut self, n: &Node, i: usize, layout: Layout) -> Result<T, EngineError> {
+    pub(super) fn float_operand(
+        &mut self,
+        n: &Node,
+        i: usize,
+        layout: Layout,
+    ) -> Result<T, EngineError> {
         match self.input(n, i)? {
             Val::F32(t) if t.layout == layout || t.shape.len() != 4 => Ok(t),
             Val::Dq(t) => {

@@ -141,6 +141,16 @@ impl Lowerer<'_> {
 
     pub(super) fn avg_pool(&mut self, n: &Node) -> Result<(), EngineError> {
         let qop = n.op.starts_with("QLinear");
+        match self.input(n, 0)? {
+            Val::F32(t) => return self.float_avg_pool(n, t),
+            // A quantized tensor pooled into a float operator (Q/DQ on convolution inputs
+            // only: no QuantizeLinear after the pool): dequantized, then pooled in float.
+            Val::Dq(_) if !qop && !n.op.contains("Global") && self.find_q(n).is_err() => {
+                let t = self.float_operand(n, 0, Layout::Nhwc)?;
+                return self.float_avg_pool(n, t);
+            }
+            _ => {}
+        }
         let t = self.act(n, 0)?;
         let x_q = if qop { self.qparams(n, 1, 2)? } else { t.q };
         let (y_q, (lo, hi), out_name) = self.out_q(n, if qop { Some((3, 4)) } else { None })?;
@@ -202,6 +212,40 @@ impl Lowerer<'_> {
                 q: y_q,
             }),
         );
+        Ok(())
+    }
+
+    /// `AveragePool` of a float tensor (TensorRT-style placement: a convolution's float
+    /// output pooled, or a dequantized tensor whose pool is not quantized):
+    /// [`Step::FloatAvgPool`], the output in float.
+    fn float_avg_pool(&mut self, n: &Node, t: T) -> Result<(), EngineError> {
+        if t.layout != Layout::Nhwc || t.shape.len() != 4 {
+            return Err(n.unsupported("only 2-D pooling of NCHW tensors is supported"));
+        }
+        let k = n
+            .ints("kernel_shape")?
+            .ok_or_else(|| n.unsupported("kernel_shape is required"))?;
+        if k.len() != 2 {
+            return Err(n.unsupported("only 2-D pooling is supported"));
+        }
+        let [b, c, h, w] = dims4(&t.shape);
+        let win = self.window(n, h, w, k[0] as usize, k[1] as usize)?;
+        self.touch(t.buf);
+        let dst = self.new_buf(b * c * win.out_h * win.out_w * 4);
+        self.steps.push(Step::FloatAvgPool {
+            win,
+            c,
+            batch: b,
+            count_include_pad: n.int("count_include_pad", 0)? != 0,
+            src: t.buf,
+            dst,
+        });
+        let out = T {
+            buf: dst,
+            shape: vec![b, c, win.out_h, win.out_w],
+            ..t
+        };
+        self.set(&n.outputs[0], Val::F32(out));
         Ok(())
     }
 
