@@ -19,6 +19,7 @@ import sys
 import time
 
 import numpy as np
+import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redline_onnx as ro  # noqa: E402
@@ -611,6 +612,64 @@ def _(g):
 def _(g):  # [1,C,H,W] -> [1,C,H*W] -> [1,H*W,C] (detection-head style)
     y = g.conv(g.input(X), 7, 3)
     g.output(g.transpose(g.reshape(y, [1, 7, -1]), [0, 2, 1]))
+
+
+# Shapes computed in the graph, as PyTorch's exporter writes `x.view(x.size(0), -1)`,
+# `x.reshape(b, c, h * w)` and `F.interpolate(x, size=y.shape[-2:])`: Shape, Gather, Slice,
+# Mul, Unsqueeze, Concat and Cast on the way to a Reshape or a Resize's sizes.
+def shape_of(g, x, idx):
+    i64 = lambda v: g.const(np.array(v, dtype=np.int64), "i")
+    sh = g.node("Shape", [x], (len(g.shape[x]),))
+    return [g.node("Unsqueeze", [g.node("Gather", [sh, i64(i)], (), axis=0), i64([0])], (1,)) for i in idx], sh
+
+
+@case("head_view_size")
+def _(g):
+    g.formats = ["qdq", "qop", "strict"]
+    y = g.conv(g.input(X), 7, 3)
+    (b,), _ = shape_of(g, y, [0])
+    flat = g.node("Concat", [b, g.const(np.array([-1], dtype=np.int64), "i")], (2,), axis=0)
+    g.output(g.gemm(g.node("Reshape", [y, flat], (1, 7 * 13 * 11)), 6))
+
+
+@case("head_reshape_hw")
+def _(g):
+    y = g.conv(g.input(X), 7, 3)
+    (b, c, h, w), _ = shape_of(g, y, [0, 1, 2, 3])
+    shape = g.node("Concat", [b, c, g.node("Mul", [h, w], (1,))], (3,), axis=0)
+    g.output(g.transpose(g.node("Reshape", [y, shape], (1, 7, 13 * 11)), [0, 2, 1]))
+
+
+# The arithmetic of a dynamic-axes export: Range indices into Gather, ConstantOfShape, Div,
+# and Reshape's 0 ("copy this dimension") resolved through Equal and Where.
+@case("head_shape_arithmetic")
+def _(g):
+    y = g.conv(g.input(X), 7, 3)
+    i64 = lambda v: g.const(np.array(v, dtype=np.int64), "i")
+    dims = g.node("Shape", [y], (4,))
+    nc = g.node("Gather", [dims, g.node("Range", [i64(0), i64(2), i64(1)], (2,))], (2,), axis=0)
+    ones = g.node("ConstantOfShape", [g.node("Shape", [nc], (1,))], (2,),
+                  value=onnx.helper.make_tensor("one", onnx.TensorProto.INT64, [1], [1]))
+    nc = g.node("Div", [g.node("Mul", [nc, ones], (2,)), ones], (2,))
+    target = g.node("Concat", [g.node("Mul", [nc, i64([0, 1])], (2,)), i64([-1])], (3,), axis=0)
+    copy = g.node("Slice", [dims, i64([0]), i64([3]), i64([0])], (3,))
+    target = g.node("Where", [g.node("Equal", [target, i64([0])], (3,)), copy, target], (3,))
+    g.output(g.transpose(g.node("Reshape", [y, target], (1, 7, 13 * 11)), [0, 2, 1]))
+
+
+@case("fpn_resize_to_shape")
+def _(g):
+    g.formats = ["qdq", "qop", "trt", "strict"]
+    x = g.input((1, 4, 12, 10))
+    a = g.conv(x, 6, 3)
+    b = g.conv(x, 6, 3, stride=2)
+    i64 = lambda v: g.const(np.array(v, dtype=np.int64), "i")
+    hw = g.node("Slice", [g.node("Shape", [a], (4,)), i64([2]), i64([4]), i64([0])], (2,))
+    nc = g.node("Slice", [g.node("Shape", [b], (4,)), i64([0]), i64([2]), i64([0])], (2,))
+    sizes = g.node("Cast", [g.node("Concat", [nc, hw], (4,), axis=0)], (4,), to=7)
+    up = g.node("Resize", [b, "", "", sizes], (1, 6, 12, 10), mode="nearest",
+                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    g.output(g.conv(g.add(a, up), 4, 1, pads=P0))
 
 
 @case("head_nhwc_reshape")

@@ -418,7 +418,7 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
 
 # The readers through which a TensorRT-style convolution's float output goes on.
 TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu",
-                     "Concat", "Resize", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten")
+                     "Concat", "Resize", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Shape")
 
 
 def remove_qdq_pairs(model, removable):
@@ -459,8 +459,8 @@ def remove_qdq_pairs(model, removable):
 def to_trt_style(model):
     """TensorRT-style Q/DQ placement (NVIDIA's pytorch-quantization, ModelOpt): removes
     each QuantizeLinear -> DequantizeLinear pair on a Conv's output whose dequantized value
-    is read by Add/Sub/Mul/Div/Sigmoid/HardSigmoid/HardSwish/LeakyRelu/Concat/Resize/MaxPool/
-    GlobalAveragePool/Flatten, so the convolution's float output goes on into them
+    is read only by operators of TRT_FLOAT_READERS, so the convolution's float output goes on
+    into them
     (ONNX Runtime then runs that convolution in float). Returns the number of pairs removed."""
     return remove_qdq_pairs(model, lambda src, after: src.op_type == "Conv" and bool(after)
                             and all(r.op_type in TRT_FLOAT_READERS for r in after))

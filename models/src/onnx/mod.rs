@@ -27,7 +27,10 @@
 //!   `QuantizeLinear`: one table, `lower::island`), MaxPool, AveragePool, GlobalAveragePool, Concat, Resize / Upsample
 //!   (nearest; linear), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice (constant
 //!   starts/ends/axes, positive steps) and Split (strided copies in the tensor's own
-//!   layout), Identity, Constant, QuantizeLinear,
+//!   layout), shape arithmetic evaluated at load (`Shape` of any tensor; `Gather`,
+//!   `Concat`, `Cast`, `Slice`, `Add`, `Sub`, `Mul`, `Div`, `Equal`, `Where`,
+//!   `ConstantOfShape` and `Range` of constants: `lower::fold`), Identity, Constant,
+//!   QuantizeLinear,
 //!   DequantizeLinear, and the QOperator forms QLinearConv, QLinearMatMul, QGemm,
 //!   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
 //!   QLinearGlobalAveragePool, QLinearConcat. Anything else, a float operator whose result is

@@ -80,6 +80,7 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "GlobalAveragePool",
     "Flatten",
     "Reshape",
+    "Shape",
 ];
 
 impl Lowerer<'_> {

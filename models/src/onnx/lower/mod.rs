@@ -40,6 +40,7 @@ mod elementwise;
 #[cfg(test)]
 pub(crate) use elementwise::activation;
 mod float;
+mod fold;
 mod island;
 mod quant;
 mod shape;
@@ -554,6 +555,29 @@ impl<'g> Lowerer<'g> {
         })
     }
 
+    /// [`Self::row_major`] of an `f32` NHWC tensor (a float route's, before a `Reshape` or
+    /// `Flatten` of more than 1×1 pixels): the same byte transpose with each element's 4
+    /// bytes as an innermost axis.
+    fn row_major_f32(&mut self, t: T) -> T {
+        let s = &t.shape;
+        if t.layout == Layout::RowMajor || s.len() != 4 || s[1] == 1 || s[2] * s[3] == 1 {
+            return T {
+                layout: Layout::RowMajor,
+                ..t
+            };
+        }
+        let phys = T {
+            shape: vec![s[0], s[2], s[3], s[1], 4],
+            ..t.clone()
+        };
+        let out = self.permute_copy(&phys, &[0, 3, 1, 2, 4]);
+        T {
+            buf: out,
+            layout: Layout::RowMajor,
+            ..t
+        }
+    }
+
     /// Copies the row-major tensor `t` (physical shape `t.shape`) permuted by `perm`.
     fn permute_copy(&mut self, t: &T, perm: &[usize]) -> usize {
         let in_shape = &t.shape;
@@ -586,7 +610,7 @@ impl<'g> Lowerer<'g> {
                 n.domain
             )));
         }
-        if self.float_island(i)? {
+        if self.float_island(i)? || self.fold_constant(n)? {
             return Ok(());
         }
         match op {
@@ -665,8 +689,8 @@ impl<'g> Lowerer<'g> {
                  Add, Mul, \
                  Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, \
                  MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, Reshape, Flatten, \
-                 Transpose, Squeeze, Unsqueeze, Slice, Split and their QLinear forms); run the \
-                 model with --engine onnxruntime",
+                 Transpose, Squeeze, Unsqueeze, Slice, Split and their QLinear forms, and \
+                 shape arithmetic on constants); run the model with --engine onnxruntime",
             )),
         }
     }

@@ -21,17 +21,13 @@ impl Lowerer<'_> {
                 return Ok(());
             }
             // A float tensor (TensorRT-style placement: a pooled feature before the
-            // classifier) whose memory order is already row-major: a relabelling, no copy.
-            // NHWC with 1×1 pixels is row-major too.
-            Val::F32(t)
-                if t.layout == Layout::RowMajor
-                    || (t.shape.len() == 4 && t.shape[2] == 1 && t.shape[3] == 1) =>
-            {
+            // classifier, a head's map flattened): in row-major order (a relabelling when it
+            // already is, as NHWC with 1×1 pixels; else one transpose), then relabelled.
+            Val::F32(t) if t.layout == Layout::RowMajor || t.shape.len() == 4 => {
                 let shape = self.new_shape(n, &t.shape)?;
                 let t = T {
                     shape,
-                    layout: Layout::RowMajor,
-                    ..t
+                    ..self.row_major_f32(t)
                 };
                 self.set(&n.outputs[0], Val::F32(t));
                 return Ok(());

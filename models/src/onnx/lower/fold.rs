@@ -1,0 +1,649 @@
+//! Shape arithmetic evaluated at load: `Shape` of any tensor (its static shape), and
+//! `Gather`, `Concat`, `Cast`, `Slice`, `Add`, `Sub`, `Mul`, `Div`, `Equal`, `Where`,
+//! `ConstantOfShape` and `Range` of constants, as PyTorch's exporter writes
+//! `x.view(x.size(0), -1)` or `x.reshape(b, c, h * w)`: `Shape → Gather → Unsqueeze →
+//! Concat → Reshape`. Each such node becomes a constant (`Val::C`) that `Reshape`,
+//! `Unsqueeze`, `Resize`, ... read as if the file had stored it, so a model needs no
+//! onnxsim pass first.
+//!
+//! Contract: a node folds only when every input is a constant (`Shape` only needs its
+//! input's static shape); the result is what ONNX Runtime computes for those operators
+//! (numpy broadcasting, integer division truncating toward zero as C does, float arithmetic
+//! in `f32`). A node with a computed input is left to the engine (which refuses the
+//! arithmetic ones with its usual message). Cost: load time only, proportional to the
+//! constants' sizes; nothing runs per frame. Never panics: bad indices, shapes that do not
+//! broadcast and types it does not handle are errors naming the node.
+
+use super::super::graph::dtype;
+use super::*;
+
+/// Constants larger than this are not folded (they are weights, not shapes).
+const MAX_FOLDED: usize = 1 << 20;
+
+impl Lowerer<'_> {
+    /// Folds `n` into a constant when it is shape arithmetic on constants (see the module
+    /// docs). Returns whether it did.
+    pub(super) fn fold_constant(&mut self, n: &Node) -> Result<bool, EngineError> {
+        let c = match n.op.as_str() {
+            "Shape" => {
+                let shape = self.static_shape(n)?;
+                let rank = shape.len() as i64;
+                let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
+                let start = clamp(n.int("start", 0)?);
+                let end = clamp(n.int("end", rank)?).max(start);
+                let dims: Vec<i64> = shape[start..end].iter().map(|&d| d as i64).collect();
+                Const {
+                    shape: vec![dims.len()],
+                    data: ConstData::I64(dims),
+                }
+            }
+            "Gather" | "Concat" | "Cast" | "Slice" | "Add" | "Sub" | "Mul" | "Div" | "Equal"
+            | "Where" | "ConstantOfShape" | "Range" => {
+                let Some(ins) = self.constant_inputs(n) else {
+                    return Ok(false);
+                };
+                if ins.iter().flatten().any(|c| c.len() > MAX_FOLDED) {
+                    return Ok(false);
+                }
+                match n.op.as_str() {
+                    "Gather" => gather(n, &ins)?,
+                    "Concat" => concat(n, &ins)?,
+                    "Cast" => cast(n, arg(n, &ins, 0)?)?,
+                    "Slice" => slice(n, &ins)?,
+                    "ConstantOfShape" => constant_of_shape(n, arg(n, &ins, 0)?)?,
+                    "Range" => range(n, &ins)?,
+                    "Where" => where_(n, &ins)?,
+                    op => binary(n, op, arg(n, &ins, 0)?, arg(n, &ins, 1)?)?,
+                }
+            }
+            _ => return Ok(false),
+        };
+        self.set(&n.outputs[0], Val::C(c));
+        Ok(true)
+    }
+
+    /// The shape of `n`'s first input, whatever its kind.
+    fn static_shape(&self, n: &Node) -> Result<Vec<usize>, EngineError> {
+        Ok(match self.input(n, 0)? {
+            Val::F32(t) | Val::Q(t) | Val::Dq(t) => t.shape,
+            Val::C(c) | Val::DqC { data: c, .. } => c.shape,
+        })
+    }
+
+    /// Every input of `n` as a constant (`None` for an omitted optional input), or `None`
+    /// when one is computed.
+    fn constant_inputs(&self, n: &Node) -> Option<Vec<Option<Const>>> {
+        n.inputs
+            .iter()
+            .map(|name| {
+                if name.is_empty() {
+                    return Some(None);
+                }
+                match self.vals.get(name) {
+                    Some(Val::C(c)) => Some(Some(c.clone())),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+fn arg<'a>(n: &Node, ins: &'a [Option<Const>], i: usize) -> Result<&'a Const, EngineError> {
+    ins.get(i)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| n.unsupported(format!("input {i} is missing")))
+}
+
+/// A constant's values as `f64` (exact for every integer a shape holds).
+fn values(c: &Const) -> Vec<f64> {
+    match &c.data {
+        ConstData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        ConstData::I8(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        ConstData::U8(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        ConstData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        ConstData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+    }
+}
+
+/// `c`'s elements at `idx` (in order), same type and the given shape.
+fn pick(c: &Const, idx: &[usize], shape: Vec<usize>) -> Const {
+    fn take<T: Copy>(v: &[T], idx: &[usize]) -> Vec<T> {
+        idx.iter().map(|&i| v[i]).collect()
+    }
+    let data = match &c.data {
+        ConstData::F32(v) => ConstData::F32(take(v, idx)),
+        ConstData::I8(v) => ConstData::I8(take(v, idx)),
+        ConstData::U8(v) => ConstData::U8(take(v, idx)),
+        ConstData::I32(v) => ConstData::I32(take(v, idx)),
+        ConstData::I64(v) => ConstData::I64(take(v, idx)),
+    };
+    Const { shape, data }
+}
+
+/// `axis` (possibly negative) of a rank-`rank` tensor, or an error naming the node.
+fn norm_axis(n: &Node, axis: i64, rank: usize) -> Result<usize, EngineError> {
+    let a = if axis < 0 { axis + rank as i64 } else { axis };
+    if (0..rank.max(1) as i64).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(n.unsupported(format!("axis {axis} is out of range for rank {rank}")))
+    }
+}
+
+fn gather(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
+    let (data, idx) = (arg(n, ins, 0)?, arg(n, ins, 1)?);
+    let rank = data.shape.len();
+    if rank == 0 {
+        return Err(n.unsupported("Gather of a scalar"));
+    }
+    let axis = norm_axis(n, n.int("axis", 0)?, rank)?;
+    let dim = data.shape[axis];
+    let indices = idx
+        .to_i64()
+        .ok_or_else(|| n.unsupported("Gather indices must be integers"))?;
+    let indices: Vec<usize> = indices
+        .iter()
+        .map(|&i| {
+            let j = if i < 0 { i + dim as i64 } else { i };
+            if (0..dim as i64).contains(&j) {
+                Ok(j as usize)
+            } else {
+                Err(n.unsupported(format!("Gather index {i} is out of range for {dim}")))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let outer: usize = data.shape[..axis].iter().product();
+    let inner: usize = data.shape[axis + 1..].iter().product();
+    let mut at = Vec::with_capacity(outer * indices.len() * inner);
+    for o in 0..outer {
+        for &i in &indices {
+            at.extend((0..inner).map(|k| (o * dim + i) * inner + k));
+        }
+    }
+    let shape = [&data.shape[..axis], &idx.shape[..], &data.shape[axis + 1..]].concat();
+    Ok(pick(data, &at, shape))
+}
+
+fn concat(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
+    let parts: Vec<&Const> = ins.iter().flatten().collect();
+    let first = parts
+        .first()
+        .ok_or_else(|| n.unsupported("Concat of nothing"))?;
+    let rank = first.shape.len();
+    let axis = norm_axis(n, n.int("axis", 0)?, rank)?;
+    let same = |c: &Const| {
+        c.shape.len() == rank
+            && std::mem::discriminant(&c.data) == std::mem::discriminant(&first.data)
+            && (0..rank).all(|d| d == axis || c.shape[d] == first.shape[d])
+    };
+    if !parts.iter().all(|c| same(c)) {
+        return Err(n.unsupported("Concat of constants of other types or shapes"));
+    }
+    let outer: usize = first.shape[..axis].iter().product();
+    let inner: usize = first.shape[axis + 1..].iter().product();
+    let mut shape = first.shape.clone();
+    shape[axis] = parts.iter().map(|c| c.shape[axis]).sum();
+    // One flat constant of all parts, then the indices of the concatenation into it.
+    let mut offset = 0;
+    let mut starts = Vec::new();
+    for c in &parts {
+        starts.push(offset);
+        offset += c.len();
+    }
+    let mut at = Vec::with_capacity(offset);
+    for o in 0..outer {
+        for (c, s) in parts.iter().zip(&starts) {
+            let block = c.shape[axis] * inner;
+            at.extend((0..block).map(|k| s + o * block + k));
+        }
+    }
+    let all = Const {
+        shape: vec![offset],
+        data: match &first.data {
+            ConstData::F32(_) => ConstData::F32(parts.iter().flat_map(|c| c.to_f32()).collect()),
+            _ => ConstData::I64(
+                parts
+                    .iter()
+                    .flat_map(|c| c.to_i64().unwrap_or_default())
+                    .collect(),
+            ),
+        },
+    };
+    let out = pick(&all, &at, shape);
+    // Integer parts keep their type.
+    Ok(match &first.data {
+        ConstData::F32(_) | ConstData::I64(_) => out,
+        _ => cast_to(n, &out, elem_code(&first.data))?,
+    })
+}
+
+fn elem_code(d: &ConstData) -> i64 {
+    match d {
+        ConstData::F32(_) => i64::from(dtype::FLOAT),
+        ConstData::I8(_) => i64::from(dtype::INT8),
+        ConstData::U8(_) => i64::from(dtype::UINT8),
+        ConstData::I32(_) => i64::from(dtype::INT32),
+        ConstData::I64(_) => i64::from(dtype::INT64),
+    }
+}
+
+fn cast(n: &Node, c: &Const) -> Result<Const, EngineError> {
+    let to = n
+        .attrs
+        .get("to")
+        .and_then(|a| match a {
+            Attr::Int(v) => Some(*v),
+            _ => None,
+        })
+        .ok_or_else(|| n.unsupported("Cast needs its `to` attribute"))?;
+    cast_to(n, c, to)
+}
+
+/// `c` converted to ONNX element type `to` (float to integer truncates toward zero, as C
+/// casts do; integers saturate into the narrower types' ranges).
+fn cast_to(n: &Node, c: &Const, to: i64) -> Result<Const, EngineError> {
+    let v = values(c);
+    let data = match i32::try_from(to).unwrap_or(-1) {
+        dtype::FLOAT => ConstData::F32(v.iter().map(|&x| x as f32).collect()),
+        dtype::INT64 => ConstData::I64(v.iter().map(|&x| x as i64).collect()),
+        dtype::INT32 => ConstData::I32(v.iter().map(|&x| x as i32).collect()),
+        dtype::INT8 => ConstData::I8(v.iter().map(|&x| x as i8).collect()),
+        dtype::UINT8 => ConstData::U8(v.iter().map(|&x| x as u8).collect()),
+        _ => {
+            return Err(n.unsupported(format!(
+                "Cast of a constant to element type {to} is not supported (float32, int64, \
+                 int32, int8, uint8)"
+            )))
+        }
+    };
+    Ok(Const {
+        shape: c.shape.clone(),
+        data,
+    })
+}
+
+/// Numpy broadcasting of two shapes, or `None`.
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[usize], d: usize| {
+        let off = rank - s.len();
+        if d < off {
+            1
+        } else {
+            s[d - off]
+        }
+    };
+    (0..rank)
+        .map(|d| match (dim(a, d), dim(b, d)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The flat index into a tensor of `shape` (broadcast to `out`) of output element `i`.
+fn broadcast_index(shape: &[usize], out: &[usize], mut i: usize) -> usize {
+    let (mut idx, mut stride) = (0, 1);
+    for d in (0..out.len()).rev() {
+        let coord = i % out[d];
+        i /= out[d];
+        let off = out.len() - shape.len();
+        if d >= off {
+            let s = shape[d - off];
+            if s != 1 {
+                idx += coord * stride;
+            }
+            stride *= s;
+        }
+    }
+    idx
+}
+
+fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError> {
+    let shape = broadcast(&a.shape, &b.shape).ok_or_else(|| {
+        n.unsupported(format!(
+            "shapes {:?} and {:?} do not broadcast",
+            a.shape, b.shape
+        ))
+    })?;
+    let len: usize = shape.iter().product();
+    let pairs = (0..len).map(|i| {
+        (
+            broadcast_index(&a.shape, &shape, i),
+            broadcast_index(&b.shape, &shape, i),
+        )
+    });
+    let data = match (&a.data, &b.data) {
+        (ConstData::F32(x), ConstData::F32(y)) => {
+            let f = |p: f32, q: f32| match op {
+                "Add" => p + q,
+                "Sub" => p - q,
+                "Mul" => p * q,
+                "Div" => p / q,
+                _ => f32::from(u8::from(p == q)),
+            };
+            let v: Vec<f32> = pairs.map(|(i, j)| f(x[i], y[j])).collect();
+            if op == "Equal" {
+                ConstData::U8(v.iter().map(|&x| x as u8).collect())
+            } else {
+                ConstData::F32(v)
+            }
+        }
+        (ConstData::F32(_), _) | (_, ConstData::F32(_)) => {
+            return Err(n.unsupported("arithmetic on a float and an integer constant"))
+        }
+        _ => {
+            let (x, y) = (
+                a.to_i64().unwrap_or_default(),
+                b.to_i64().unwrap_or_default(),
+            );
+            let mut out = Vec::with_capacity(len);
+            for (i, j) in pairs {
+                let (p, q) = (x[i], y[j]);
+                out.push(match op {
+                    "Add" => p.wrapping_add(q),
+                    "Sub" => p.wrapping_sub(q),
+                    "Mul" => p.wrapping_mul(q),
+                    "Div" => p
+                        .checked_div(q)
+                        .ok_or_else(|| n.unsupported("integer division by zero"))?,
+                    _ => i64::from(p == q),
+                });
+            }
+            if op == "Equal" {
+                ConstData::U8(out.iter().map(|&x| x as u8).collect())
+            } else {
+                let c = Const {
+                    shape: shape.clone(),
+                    data: ConstData::I64(out),
+                };
+                return cast_to(n, &c, elem_code(&a.data));
+            }
+        }
+    };
+    Ok(Const { shape, data })
+}
+
+fn where_(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
+    let (cond, x, y) = (arg(n, ins, 0)?, arg(n, ins, 1)?, arg(n, ins, 2)?);
+    if std::mem::discriminant(&x.data) != std::mem::discriminant(&y.data) {
+        return Err(n.unsupported("Where of constants of two types"));
+    }
+    let shape = broadcast(&cond.shape, &x.shape)
+        .and_then(|s| broadcast(&s, &y.shape))
+        .ok_or_else(|| n.unsupported("Where's shapes do not broadcast"))?;
+    let c = values(cond);
+    let len: usize = shape.iter().product();
+    // Both branches laid end to end; pick from the first or the second.
+    let both = concat_flat(x, y);
+    let at: Vec<usize> = (0..len)
+        .map(|i| {
+            if c[broadcast_index(&cond.shape, &shape, i)] != 0.0 {
+                broadcast_index(&x.shape, &shape, i)
+            } else {
+                x.len() + broadcast_index(&y.shape, &shape, i)
+            }
+        })
+        .collect();
+    Ok(pick(&both, &at, shape))
+}
+
+/// `x`'s and `y`'s elements (same type) in one flat constant.
+fn concat_flat(x: &Const, y: &Const) -> Const {
+    fn join<T: Copy>(a: &[T], b: &[T]) -> Vec<T> {
+        [a, b].concat()
+    }
+    let data = match (&x.data, &y.data) {
+        (ConstData::F32(a), ConstData::F32(b)) => ConstData::F32(join(a, b)),
+        (ConstData::I8(a), ConstData::I8(b)) => ConstData::I8(join(a, b)),
+        (ConstData::U8(a), ConstData::U8(b)) => ConstData::U8(join(a, b)),
+        (ConstData::I32(a), ConstData::I32(b)) => ConstData::I32(join(a, b)),
+        _ => ConstData::I64(
+            [
+                x.to_i64().unwrap_or_default(),
+                y.to_i64().unwrap_or_default(),
+            ]
+            .concat(),
+        ),
+    };
+    Const {
+        shape: vec![x.len() + y.len()],
+        data,
+    }
+}
+
+/// `Slice` of a constant along any axes, positive or negative steps.
+fn slice(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
+    let data = arg(n, ins, 0)?;
+    let ints = |i: usize| -> Result<Option<Vec<i64>>, EngineError> {
+        ins.get(i)
+            .and_then(Option::as_ref)
+            .map(|c| {
+                c.to_i64()
+                    .ok_or_else(|| n.unsupported(format!("input {i} must hold integers")))
+            })
+            .transpose()
+    };
+    let (starts, ends) = match (ints(1)?, ints(2)?) {
+        (Some(s), Some(e)) => (s, e),
+        // Opset < 10: attributes.
+        _ => (
+            n.ints("starts")?.unwrap_or_default(),
+            n.ints("ends")?.unwrap_or_default(),
+        ),
+    };
+    let rank = data.shape.len();
+    let axes = match ints(3)? {
+        Some(a) => a,
+        None => n
+            .ints("axes")?
+            .unwrap_or_else(|| (0..starts.len() as i64).collect()),
+    };
+    let steps = ints(4)?.unwrap_or_else(|| vec![1; starts.len()]);
+    if starts.len() != ends.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(n.unsupported("starts, ends, axes and steps differ in length"));
+    }
+    // Per axis: (first index, step, count).
+    let mut sel: Vec<(i64, i64, usize)> = data.shape.iter().map(|&d| (0, 1, d)).collect();
+    for k in 0..starts.len() {
+        let a = norm_axis(n, axes[k], rank)?;
+        let (dim, step) = (data.shape[a] as i64, steps[k]);
+        if step == 0 {
+            return Err(n.unsupported("a Slice step of 0"));
+        }
+        let fix = |v: i64| if v < 0 { v + dim } else { v };
+        let (first, count) = if step > 0 {
+            let s = fix(starts[k]).clamp(0, dim);
+            let e = fix(ends[k]).clamp(0, dim);
+            (s, if e > s { (e - s + step - 1) / step } else { 0 })
+        } else {
+            let s = fix(starts[k]).clamp(-1, dim - 1);
+            let e = fix(ends[k]).clamp(-1, dim - 1);
+            (
+                s,
+                if s > e {
+                    (s - e + (-step) - 1) / (-step)
+                } else {
+                    0
+                },
+            )
+        };
+        sel[a] = (first, step, count as usize);
+    }
+    let shape: Vec<usize> = sel.iter().map(|s| s.2).collect();
+    let len: usize = shape.iter().product();
+    let at: Vec<usize> = (0..len)
+        .map(|mut i| {
+            let (mut idx, mut stride) = (0usize, 1usize);
+            for d in (0..rank).rev() {
+                let coord = i % shape[d];
+                i /= shape[d];
+                let (first, step, _) = sel[d];
+                idx += (first + coord as i64 * step) as usize * stride;
+                stride *= data.shape[d];
+            }
+            idx
+        })
+        .collect();
+    Ok(pick(data, &at, shape))
+}
+
+fn constant_of_shape(n: &Node, shape: &Const) -> Result<Const, EngineError> {
+    let dims = shape
+        .to_i64()
+        .ok_or_else(|| n.unsupported("ConstantOfShape's shape must be integers"))?;
+    if dims.iter().any(|&d| d < 0) {
+        return Err(n.unsupported(format!("negative dimension in {dims:?}")));
+    }
+    let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    let len: usize = shape.iter().product();
+    if len > MAX_FOLDED {
+        return Err(n.unsupported(format!("a constant of {len} elements")));
+    }
+    let value = match n.attrs.get("value") {
+        Some(Attr::Tensor(c)) if c.len() == 1 => c.clone(),
+        Some(_) => return Err(n.unsupported("the value must be one element")),
+        None => Const {
+            shape: vec![1],
+            data: ConstData::F32(vec![0.0]),
+        },
+    };
+    Ok(pick(&value, &vec![0; len], shape))
+}
+
+fn range(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
+    let scalar = |i: usize| -> Result<f64, EngineError> {
+        values(arg(n, ins, i)?)
+            .first()
+            .copied()
+            .ok_or_else(|| n.unsupported(format!("input {i} is empty")))
+    };
+    let (start, limit, delta) = (scalar(0)?, scalar(1)?, scalar(2)?);
+    if delta == 0.0 {
+        return Err(n.unsupported("a Range delta of 0"));
+    }
+    let count = ((limit - start) / delta).ceil().max(0.0) as usize;
+    if count > MAX_FOLDED {
+        return Err(n.unsupported(format!("a Range of {count} elements")));
+    }
+    match &arg(n, ins, 0)?.data {
+        // ONNX Runtime adds `delta` to a running value in the tensor's type.
+        ConstData::F32(_) => {
+            let (mut x, d) = (start as f32, delta as f32);
+            let v = (0..count)
+                .map(|_| {
+                    let y = x;
+                    x += d;
+                    y
+                })
+                .collect();
+            Ok(Const {
+                shape: vec![count],
+                data: ConstData::F32(v),
+            })
+        }
+        d => {
+            let (s, step) = (start as i64, delta as i64);
+            let v = (0..count as i64).map(|i| s + i * step).collect();
+            let c = Const {
+                shape: vec![count],
+                data: ConstData::I64(v),
+            };
+            cast_to(n, &c, elem_code(d))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(op: &str, attrs: &[(&str, Attr)]) -> Node {
+        Node {
+            name: format!("{op}_test"),
+            op: op.to_string(),
+            domain: String::new(),
+            inputs: vec![],
+            outputs: vec!["y".into()],
+            attrs: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        }
+    }
+
+    fn ints(shape: &[usize], v: &[i64]) -> Option<Const> {
+        Some(Const {
+            shape: shape.to_vec(),
+            data: ConstData::I64(v.to_vec()),
+        })
+    }
+
+    #[test]
+    fn slices_gathers_and_broadcasts_as_numpy_does() {
+        // x = arange(12).reshape(3, 4); x[::-1, 3:0:-2] = [[11, 9], [7, 5], [3, 1]].
+        let x = ints(&[3, 4], &(0..12).collect::<Vec<_>>());
+        let s = slice(
+            &node("Slice", &[]),
+            &[
+                x.clone(),
+                ints(&[2], &[-1, 3]),
+                ints(&[2], &[i64::MIN, 0]),
+                ints(&[2], &[0, 1]),
+                ints(&[2], &[-1, -2]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s, ints(&[3, 2], &[11, 9, 7, 5, 3, 1]).unwrap());
+        // x[:, [-1, 0]] (Gather axis 1, a negative index).
+        let gather_1 = node("Gather", &[("axis", Attr::Int(1))]);
+        let g = gather(&gather_1, &[x.clone(), ints(&[2], &[-1, 0])]).unwrap();
+        assert_eq!(g, ints(&[3, 2], &[3, 0, 7, 4, 11, 8]).unwrap());
+        assert!(gather(&gather_1, &[x.clone(), ints(&[1], &[4])]).is_err());
+        // [3, 1] - [4] broadcasts to [3, 4]; integer division truncates toward zero.
+        let col = ints(&[3, 1], &[10, -7, 0]).unwrap();
+        let row = ints(&[4], &[1, 2, 3, 4]).unwrap();
+        let d = binary(&node("Div", &[]), "Div", &col, &row).unwrap();
+        assert_eq!(
+            d,
+            ints(&[3, 4], &[10, 5, 3, 2, -7, -3, -2, -1, 0, 0, 0, 0]).unwrap()
+        );
+        let bad = ints(&[2], &[1, 2]).unwrap();
+        assert!(binary(&node("Add", &[]), "Add", &row, &bad).is_err());
+        let zero = ints(&[1], &[0]).unwrap();
+        assert!(binary(&node("Div", &[]), "Div", &row, &zero).is_err());
+    }
+
+    #[test]
+    fn float_range_accumulates_and_casts_truncate() {
+        let f = |v: f32| {
+            Some(Const {
+                shape: vec![],
+                data: ConstData::F32(vec![v]),
+            })
+        };
+        // 0.1 added nine times is not 0.9 (ONNX Runtime adds to a running value).
+        let r = range(&node("Range", &[]), &[f(0.0), f(1.0), f(0.1)]).unwrap();
+        let mut x = 0f32;
+        let want: Vec<f32> = (0..10)
+            .map(|_| {
+                let y = x;
+                x += 0.1;
+                y
+            })
+            .collect();
+        assert_eq!(r.data, ConstData::F32(want));
+        let c = Const {
+            shape: vec![3],
+            data: ConstData::F32(vec![2.7, -2.7, 300.0]),
+        };
+        let to = |t: i32| node("Cast", &[("to", Attr::Int(i64::from(t)))]);
+        assert_eq!(
+            cast(&to(dtype::INT64), &c).unwrap().data,
+            ConstData::I64(vec![2, -2, 300])
+        );
+        assert!(cast(&to(11), &c).is_err(), "float64 is not handled");
+    }
+}
