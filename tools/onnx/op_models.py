@@ -786,6 +786,13 @@ FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwis
                       "deconv_k4s2p1", "trt_residual")
 
 
+# Cases also written with Q/DQ on convolution and Gemm inputs only (`qref.to_trt_strict`):
+# their slices, splits, transposes and reshapes move a convolution's float output.
+STRICT_CASES = ("slice_channels", "slice_focus", "split_channels", "split_height_equal",
+                "c2f_block", "head_reshape_transpose", "head_nhwc_reshape", "head_reshape_hw",
+                "head_shape_arithmetic")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
@@ -810,6 +817,8 @@ def main():
         formats = getattr(g, "formats", None)
         if n in FLOAT_WEIGHT_CASES:
             formats = (formats or ["qdq", "qop"]) + ["fq"]
+        if n in STRICT_CASES:
+            formats = (formats or ["qdq", "qop"]) + ["strict"]
         manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range,
                                     formats=formats)
     for r in range(args.random):

@@ -418,7 +418,8 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
 
 # The readers through which a TensorRT-style convolution's float output goes on.
 TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu",
-                     "Concat", "Resize", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Shape")
+                     "Concat", "Resize", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Shape",
+                     "Slice", "Split", "Transpose")
 
 
 def remove_qdq_pairs(model, removable):

@@ -34,8 +34,10 @@
 //!     `GlobalAveragePool` ([`Step::FloatGlobalAvgPool`]: a sum in pixel order, then one
 //!     division; ONNX Runtime sums in its own order, so a last bit may move a quantized
 //!     value by one step);
-//!   - `Flatten`/`Reshape` of a tensor already in row-major order (1×1 pixels): a
-//!     relabelling.
+//!   - `Flatten`/`Reshape` (a relabelling of a tensor already in row-major order, as 1×1
+//!     pixels are; else one transpose to it first), `Transpose`, `Slice` and `Split`: the
+//!     byte steps' strided copies with each element's 4 bytes as an innermost axis;
+//!   - `Shape` (and the shape arithmetic after it, `lower::fold`).
 //!
 //!   The `QuantizeLinear` at the end is the graph-input quantize step. ONNX Runtime runs the
 //!   convolution in float on the dequantized values (another summation order) and its Sigmoid with
@@ -81,6 +83,9 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Flatten",
     "Reshape",
     "Shape",
+    "Slice",
+    "Split",
+    "Transpose",
 ];
 
 impl Lowerer<'_> {

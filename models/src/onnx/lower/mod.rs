@@ -522,7 +522,7 @@ impl<'g> Lowerer<'g> {
             });
         }
         // Physical [N,C,H,W] -> [N,H,W,C].
-        let out = self.permute_copy(&t, &[0, 2, 3, 1]);
+        let out = self.permute_copy(&t, &[0, 2, 3, 1], 1);
         Ok(T {
             buf: out,
             layout: Layout::Nhwc,
@@ -547,7 +547,7 @@ impl<'g> Lowerer<'g> {
             shape: vec![s[0], s[2], s[3], s[1]],
             ..t.clone()
         };
-        let out = self.permute_copy(&phys, &[0, 3, 1, 2]);
+        let out = self.permute_copy(&phys, &[0, 3, 1, 2], 1);
         Ok(T {
             buf: out,
             layout: Layout::RowMajor,
@@ -567,10 +567,10 @@ impl<'g> Lowerer<'g> {
             };
         }
         let phys = T {
-            shape: vec![s[0], s[2], s[3], s[1], 4],
+            shape: vec![s[0], s[2], s[3], s[1]],
             ..t.clone()
         };
-        let out = self.permute_copy(&phys, &[0, 3, 1, 2, 4]);
+        let out = self.permute_copy(&phys, &[0, 3, 1, 2], 4);
         T {
             buf: out,
             layout: Layout::RowMajor,
@@ -578,9 +578,16 @@ impl<'g> Lowerer<'g> {
         }
     }
 
-    /// Copies the row-major tensor `t` (physical shape `t.shape`) permuted by `perm`.
-    fn permute_copy(&mut self, t: &T, perm: &[usize]) -> usize {
-        let in_shape = &t.shape;
+    /// Copies the row-major tensor `t` (physical shape `t.shape`, `elem` bytes an element)
+    /// permuted by `perm`: one byte transpose, an element's bytes its innermost axis when
+    /// `elem > 1`.
+    fn permute_copy(&mut self, t: &T, perm: &[usize], elem: usize) -> usize {
+        let mut in_shape = t.shape.clone();
+        let mut perm = perm.to_vec();
+        if elem > 1 {
+            perm.push(in_shape.len());
+            in_shape.push(elem);
+        }
         let mut in_strides = vec![1usize; in_shape.len()];
         for d in (0..in_shape.len().saturating_sub(1)).rev() {
             in_strides[d] = in_strides[d + 1] * in_shape[d + 1];

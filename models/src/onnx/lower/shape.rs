@@ -124,7 +124,7 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn transpose(&mut self, n: &Node) -> Result<(), EngineError> {
-        let (t, is_q) = self.movable(n, "transpose")?;
+        let (t, kind) = self.movable(n, "transpose")?;
         let rank = t.shape.len();
         let perm: Vec<usize> = match n.ints("perm")? {
             Some(p) => p.iter().map(|&x| x as usize).collect(),
@@ -150,8 +150,11 @@ impl Lowerer<'_> {
                 ..t
             }
         } else {
-            let t = self.row_major(t)?;
-            let buf = self.permute_copy(&t, &perm);
+            let t = match kind {
+                Moved::F32 => self.row_major_f32(t),
+                _ => self.row_major(t)?,
+            };
+            let buf = self.permute_copy(&t, &perm, kind.elem_bytes());
             T {
                 buf,
                 shape,
@@ -159,14 +162,14 @@ impl Lowerer<'_> {
                 ..t
             }
         };
-        self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
+        self.set(&n.outputs[0], kind.wrap(out));
         Ok(())
     }
 
     /// ONNX `Slice` (starts, ends and optional axes and steps as constants; positive steps)
     /// as one strided copy.
     pub(super) fn slice(&mut self, n: &Node) -> Result<(), EngineError> {
-        let (t, is_q) = self.movable(n, "slice")?;
+        let (t, kind) = self.movable(n, "slice")?;
         let ints = |s: &Self, i: usize, what: &str| -> Result<Option<Vec<i64>>, EngineError> {
             if n.input(i).is_none() {
                 return Ok(None);
@@ -214,8 +217,8 @@ impl Lowerer<'_> {
             }
             sel.push((a, s1 as usize, k as usize, count as usize));
         }
-        let out = self.strided_part(&t, &sel);
-        self.set(&n.outputs[0], if is_q { Val::Q(out) } else { Val::Dq(out) });
+        let out = self.strided_part(&t, &sel, kind.elem_bytes());
+        self.set(&n.outputs[0], kind.wrap(out));
         Ok(())
     }
 
@@ -223,7 +226,7 @@ impl Lowerer<'_> {
     /// or equal parts, the last one smaller when `num_outputs` does not divide the axis):
     /// one strided copy per output.
     pub(super) fn split(&mut self, n: &Node) -> Result<(), EngineError> {
-        let (t, is_q) = self.movable(n, "split")?;
+        let (t, kind) = self.movable(n, "split")?;
         let a = axis_index(n, n.int("axis", 0)?, t.shape.len())?;
         let dim = t.shape[a];
         let parts = n.outputs.len();
@@ -253,28 +256,29 @@ impl Lowerer<'_> {
         for (name, &len) in n.outputs.iter().zip(&sizes) {
             // An omitted output is not copied.
             if !name.is_empty() {
-                let out = self.strided_part(&t, &[(a, start, 1, len)]);
-                self.set(name, if is_q { Val::Q(out) } else { Val::Dq(out) });
+                let out = self.strided_part(&t, &[(a, start, 1, len)], kind.elem_bytes());
+                self.set(name, kind.wrap(out));
             }
             start += len;
         }
         Ok(())
     }
 
-    /// The quantized (or dequantized) tensor a data-movement operator takes, and whether it
-    /// is quantized; anything else is an error saying the node cannot `what` it.
-    pub(super) fn movable(&self, n: &Node, what: &str) -> Result<(T, bool), EngineError> {
+    /// The tensor a data-movement operator takes (quantized, dequantized, or a float route's
+    /// `f32`) and its kind; anything else is an error saying the node cannot `what` it.
+    pub(super) fn movable(&self, n: &Node, what: &str) -> Result<(T, Moved), EngineError> {
         match self.input(n, 0)? {
-            Val::Q(t) => Ok((t, true)),
-            Val::Dq(t) => Ok((t, false)),
+            Val::Q(t) => Ok((t, Moved::Q)),
+            Val::Dq(t) => Ok((t, Moved::Dq)),
+            Val::F32(t) => Ok((t, Moved::F32)),
             v => Err(n.unsupported(format!("cannot {what} {}", kind_name(&v)))),
         }
     }
 
     /// A copy of the part of `t` that `sel` picks, as (logical axis, first index, step,
     /// count) per cut axis, in `t`'s own memory layout (NHWC stays NHWC): one strided
-    /// copy step.
-    fn strided_part(&mut self, t: &T, sel: &[(usize, usize, usize, usize)]) -> T {
+    /// copy step of `elem`-byte elements (their bytes an innermost axis of the copy).
+    fn strided_part(&mut self, t: &T, sel: &[(usize, usize, usize, usize)], elem: usize) -> T {
         let nhwc = t.layout == Layout::Nhwc && t.shape.len() == 4;
         // Logical axis -> physical dimension.
         let phys = |a: usize| if nhwc { [0, 3, 1, 2][a] } else { a };
@@ -296,6 +300,12 @@ impl Lowerer<'_> {
             strides[p] *= step;
             pshape[p] = count;
             shape[a] = count;
+        }
+        if elem > 1 {
+            strides.iter_mut().for_each(|s| *s *= elem);
+            offset *= elem;
+            pshape.push(elem);
+            strides.push(1);
         }
         self.touch(t.buf);
         let dst = self.new_buf(pshape.iter().product());
@@ -322,5 +332,36 @@ fn axis_index(n: &Node, a: i64, rank: usize) -> Result<usize, EngineError> {
         Ok(a as usize)
     } else {
         Err(n.unsupported(format!("axis {a} is outside rank {rank}")))
+    }
+}
+
+/// What kind of tensor a data-movement operator moves ([`Lowerer::movable`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Moved {
+    /// Quantized bytes (a `QuantizeLinear`'s output).
+    Q,
+    /// A dequantized view of quantized bytes.
+    Dq,
+    /// A float route's `f32` tensor.
+    F32,
+}
+
+impl Moved {
+    /// Bytes per element.
+    pub(super) fn elem_bytes(self) -> usize {
+        if self == Moved::F32 {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// `t` as a value of this kind.
+    pub(super) fn wrap(self, t: T) -> Val {
+        match self {
+            Moved::Q => Val::Q(t),
+            Moved::Dq => Val::Dq(t),
+            Moved::F32 => Val::F32(t),
+        }
     }
 }

@@ -84,8 +84,8 @@ impl Lowerer<'_> {
         let (t, float, is_q) = match self.input(n, 0)? {
             Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => (t, true, false),
             _ => {
-                let (t, is_q) = self.movable(n, "max-pool")?;
-                (t, false, is_q)
+                let (t, kind) = self.movable(n, "max-pool")?;
+                (t, false, kind == shape::Moved::Q)
             }
         };
         if n.outputs.len() > 1 && !n.outputs[1].is_empty() {
