@@ -336,6 +336,21 @@ def _(g):
 # The same merge with a bilinear upsampling (CenterNet's and FPN's heads): half-pixel x2
 # into a residual Add, and align-corners to odd sizes into a Concat. "strict" also runs the
 # Add, the Concat and the Resize's output in float.
+# Float operators with constant operands after a convolution's float output: a scalar
+# minus the tensor, a per-channel scale, a per-channel divisor and a whole-tensor offset.
+@case("trt_constant_operands")
+def _(g):
+    # Strict only: quantize_static quantizes the [6, 1, 1] divisor per channel, which the
+    # quantized Div (QDQ and TensorRT-style forms) does not take.
+    g.formats = ["strict"]
+    x = g.conv(g.input(X), 6, 3)
+    y = g.node("Sub", [g.const(np.float32(1.5)), x], g.shape[x])
+    y = g.mul(y, g.const(g.rng.uniform(0.5, 2.0, (1, 6, 1, 1)).astype(np.float32)))
+    y = g.node("Div", [y, g.const(g.rng.uniform(0.5, 2.0, (6, 1, 1)).astype(np.float32))], g.shape[y])
+    y = g.add(y, g.const(g.rng.uniform(-1.0, 1.0, (1, 6, 13, 11)).astype(np.float32)))
+    g.output(g.conv(y, 4, 1, pads=P0))
+
+
 @case("trt_add_resize_bilinear")
 def _(g):
     g.formats = ["qdq", "trt", "strict"]
@@ -787,10 +802,11 @@ FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwis
 
 
 # Cases also written with Q/DQ on convolution and Gemm inputs only (`qref.to_trt_strict`):
-# their slices, splits, transposes and reshapes move a convolution's float output.
+# their slices, splits, transposes and reshapes move a convolution's float output, and
+# constant operands meet it.
 STRICT_CASES = ("slice_channels", "slice_focus", "split_channels", "split_height_equal",
                 "c2f_block", "head_reshape_transpose", "head_nhwc_reshape", "head_reshape_hw",
-                "head_shape_arithmetic")
+                "head_shape_arithmetic", "hardswish_decomposed", "hardswish_chain", "trt_se_div")
 
 
 def main():

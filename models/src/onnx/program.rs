@@ -118,6 +118,18 @@ pub(crate) enum Step {
         n: usize,
         dst: usize,
     },
+    /// An elementwise float operator between an `f32` tensor `x` (`n` elements) and a
+    /// constant broadcast to its shape, stored as one period of `konst.len()` elements that
+    /// repeats along `x`'s memory (one value: a scalar; `C` values on an NHWC tensor: a
+    /// per-channel constant; `n`: a whole tensor); `x` is the first operand when `x_is_a`.
+    FloatBinaryConst {
+        op: FloatBinaryOp,
+        x: usize,
+        konst: Vec<f32>,
+        x_is_a: bool,
+        n: usize,
+        dst: usize,
+    },
     /// An elementwise float operator between an NHWC `f32` tensor `full` (`pixels` pixels of
     /// `c` channels, `per_image` pixels per image) and a per-channel one `chan` (`c` values
     /// per image: a `[N, C, 1, 1]` tensor, as a squeeze-and-excitation gate), broadcast over
@@ -443,6 +455,7 @@ impl Program {
                     Step::Dequantize { .. } => ("dequantize", 0),
                     Step::FloatBinary { .. } => ("float binary", 0),
                     Step::FloatBinaryChannels { .. } => ("float binary per channel", 0),
+                    Step::FloatBinaryConst { .. } => ("float binary with a constant", 0),
                     Step::FloatMaxPool { .. } => ("float maxpool", 0),
                     Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
                     Step::FloatResize { .. } => ("float resize", 0),
@@ -637,6 +650,36 @@ impl Program {
                     split_rows_f32(lanes, base, &bufs[*dst], elementwise(*n), &|r, y| {
                         kernels::float::binary(isa, *op, &xa[r.clone()], &xb[r], y);
                     })?;
+                }
+                Step::FloatBinaryConst {
+                    op,
+                    x,
+                    konst,
+                    x_is_a,
+                    n,
+                    dst,
+                } => {
+                    let x = view_f32(*x);
+                    let (op, x_is_a, period) = (*op, *x_is_a, konst.len().max(1));
+                    if period == 1 {
+                        let k = konst.first().copied().unwrap_or(0.0);
+                        split_rows_f32(lanes, base, &bufs[*dst], elementwise(*n), &|r, y| {
+                            kernels::float::binary_scalar(isa, op, &x[r], k, x_is_a, y);
+                        })?;
+                    } else {
+                        let rows = (n / period, period, period);
+                        split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                            for (row, y) in r.zip(y.chunks_exact_mut(period)) {
+                                let u = &x[row * period..(row + 1) * period];
+                                let (a, b) = if x_is_a {
+                                    (u, &konst[..])
+                                } else {
+                                    (&konst[..], u)
+                                };
+                                kernels::float::binary(isa, op, a, b, y);
+                            }
+                        })?;
+                    }
                 }
                 Step::FloatBinaryChannels {
                     op,

@@ -669,6 +669,7 @@ impl LaunchPlan {
                 | Step::Dequantize { .. }
                 | Step::FloatBinary { .. }
                 | Step::FloatBinaryChannels { .. }
+                | Step::FloatBinaryConst { .. }
                 | Step::FloatMaxPool { .. }
                 | Step::FloatGlobalAvgPool { .. }
                 | Step::FloatResize { .. }

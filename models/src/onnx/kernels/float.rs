@@ -93,6 +93,23 @@ multiversion! {
 }
 
 multiversion! {
+    /// `out[i] = op(x[i], k)`, or `op(k, x[i])` unless `x_is_a`.
+    pub(crate) fn binary_scalar(op: FloatBinaryOp, x: &[f32], k: f32, x_is_a: bool, out: &mut [f32]) {
+        let each = out.iter_mut().zip(x);
+        // IEEE addition and multiplication commute bit for bit; subtraction and division
+        // keep the operands' order.
+        match (op, x_is_a) {
+            (FloatBinaryOp::Add, _) => each.for_each(|(d, &u)| *d = u + k),
+            (FloatBinaryOp::Mul, _) => each.for_each(|(d, &u)| *d = u * k),
+            (FloatBinaryOp::Sub, true) => each.for_each(|(d, &u)| *d = u - k),
+            (FloatBinaryOp::Sub, false) => each.for_each(|(d, &u)| *d = k - u),
+            (FloatBinaryOp::Div, true) => each.for_each(|(d, &u)| *d = u / k),
+            (FloatBinaryOp::Div, false) => each.for_each(|(d, &u)| *d = k / u),
+        }
+    }
+}
+
+multiversion! {
     /// Elements `first..first + out.len()` of the per-image, per-channel means of the NHWC
     /// tensor `x` (`c` channels, `hw` pixels an image; element `e` is image `e / c`,
     /// channel `e % c`): each channel summed over the image's pixels in pixel order (the

@@ -21,6 +21,9 @@
 //!     and a dequantized one (dequantized first: [`Step::Dequantize`]),
 //!     [`Step::FloatBinary`]; of an `[N, C, H, W]` tensor and an `[N, C, 1, 1]` one (a
 //!     squeeze-and-excitation gate, broadcast over the pixels), [`Step::FloatBinaryChannels`];
+//!     of a float tensor and a constant (float or dequantized; a scalar as in a decomposed
+//!     hard-swish, per channel, or any shape that broadcasts), [`Step::FloatBinaryConst`]
+//!     (the constant broadcast at load to one repeating period of the tensor's memory);
 //!   - `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's
 //!     and YOLOv3's activations), [`Step::FloatUnary`];
 //!   - `Concat` (channels of NHWC tensors, any axis of row-major ones) and nearest `Resize`:
@@ -249,6 +252,31 @@ impl Lowerer<'_> {
                 _ => None,
             })
             .unwrap_or(Layout::RowMajor);
+        // A constant operand (`x + 3`, `x * 0.5`, a per-channel scale): broadcast to the
+        // other operand's shape at load.
+        for (ci, xi) in [(1, 0), (0, 1)] {
+            if let Some(c) = n
+                .input(ci)
+                .and_then(|_| self.input(n, ci).ok())
+                .and_then(|v| constant_f32(&v))
+            {
+                let x = self.float_operand(n, xi, layout)?;
+                let konst = broadcast_constant(n, &c, &x)?;
+                let len = x.shape.iter().product::<usize>();
+                self.touch(x.buf);
+                let dst = self.new_buf(len * 4);
+                self.steps.push(Step::FloatBinaryConst {
+                    op: float_binary_op(n),
+                    x: x.buf,
+                    konst,
+                    x_is_a: xi == 0,
+                    n: len,
+                    dst,
+                });
+                self.set(&n.outputs[0], Val::F32(T { buf: dst, ..x }));
+                return Ok(());
+            }
+        }
         let a = self.float_operand(n, 0, layout)?;
         let b = self.float_operand(n, 1, layout)?;
         // A per-channel operand `[N, C, 1, 1]` against an NHWC `[N, C, H, W]` one (a
@@ -448,6 +476,92 @@ impl Lowerer<'_> {
 }
 
 /// The float operator of an `Add`, `Sub`, `Mul` or `Div` node.
+/// A constant's `f32` values: a float or integer initializer as it is, a dequantized integer
+/// one as ONNX Runtime's `DequantizeLinear` computes it (`(q − zp) · scale` per slice along
+/// its axis); `None` for a computed value.
+fn constant_f32(v: &Val) -> Option<Const> {
+    match v {
+        Val::C(c) => Some(Const {
+            shape: c.shape.clone(),
+            data: ConstData::F32(c.to_f32()),
+        }),
+        Val::DqC {
+            data,
+            scales,
+            zps,
+            axis,
+        } => {
+            let q = data.to_f32();
+            let (slices, inner) = if scales.len() > 1 && *axis < data.shape.len() {
+                (
+                    scales.len(),
+                    data.shape[axis + 1..].iter().product::<usize>(),
+                )
+            } else {
+                (1, q.len().max(1))
+            };
+            let values = q
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let s = (i / inner) % slices;
+                    Some((x - zps.get(s).copied().unwrap_or(0) as f32) * *scales.get(s)?)
+                })
+                .collect::<Option<Vec<f32>>>()?;
+            Some(Const {
+                shape: data.shape.clone(),
+                data: ConstData::F32(values),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The float constant `c` broadcast to `x`'s shape, in `x`'s memory order, as one period
+/// of the smallest repeat that tiles it (a suffix of the physical dimensions: one value for a
+/// scalar, `C` for a per-channel constant on an NHWC tensor, else more).
+fn broadcast_constant(n: &Node, c: &Const, x: &T) -> Result<Vec<f32>, EngineError> {
+    let ConstData::F32(values) = &c.data else {
+        return Err(n.unsupported("a float operator's constant operand must be float32"));
+    };
+    if fold::broadcast(&c.shape, &x.shape).as_deref() != Some(&x.shape[..]) {
+        return Err(n.unsupported(format!(
+            "a constant of shape {:?} does not broadcast to the tensor's {:?}",
+            c.shape, x.shape
+        )));
+    }
+    // Physical dimensions, and each physical position's logical index.
+    let nhwc = x.layout == Layout::Nhwc && x.shape.len() == 4;
+    let phys: Vec<usize> = if nhwc {
+        let s = &x.shape;
+        vec![s[0], s[2], s[3], s[1]]
+    } else {
+        x.shape.clone()
+    };
+    let len: usize = phys.iter().product();
+    let logical = |p: usize| {
+        if nhwc {
+            let [_, c_, h, w] = dims4(&x.shape);
+            let (ch, px) = (p % c_, p / c_);
+            let (b, y, xx) = (px / (h * w), px / w % h, px % w);
+            ((b * c_ + ch) * h + y) * w + xx
+        } else {
+            p
+        }
+    };
+    let mut period = 1;
+    for d in std::iter::once(1).chain(phys.iter().rev().copied()) {
+        period *= d;
+        let at = |p: usize| values[fold::broadcast_index(&c.shape, &x.shape, logical(p))];
+        if period > 0 && (period..len).all(|p| at(p).to_bits() == at(p % period).to_bits()) {
+            return Ok((0..period).map(at).collect());
+        }
+    }
+    Ok((0..len)
+        .map(|p| values[fold::broadcast_index(&c.shape, &x.shape, logical(p))])
+        .collect())
+}
+
 fn float_binary_op(n: &Node) -> FloatBinaryOp {
     match n.op.as_str() {
         "Add" => FloatBinaryOp::Add,

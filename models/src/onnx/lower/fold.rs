@@ -263,7 +263,7 @@ fn cast_to(n: &Node, c: &Const, to: i64) -> Result<Const, EngineError> {
 }
 
 /// Numpy broadcasting of two shapes, or `None`.
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let rank = a.len().max(b.len());
     let dim = |s: &[usize], d: usize| {
         let off = rank - s.len();
@@ -284,7 +284,7 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// The flat index into a tensor of `shape` (broadcast to `out`) of output element `i`.
-fn broadcast_index(shape: &[usize], out: &[usize], mut i: usize) -> usize {
+pub(super) fn broadcast_index(shape: &[usize], out: &[usize], mut i: usize) -> usize {
     let (mut idx, mut stride) = (0, 1);
     for d in (0..out.len()).rev() {
         let coord = i % out[d];
