@@ -418,6 +418,7 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
 
 # The readers through which a TensorRT-style convolution's float output goes on.
 TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu",
+                     "Neg", "Exp", "Tanh", "Softplus", "Mish",
                      "Concat", "Resize", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Shape",
                      "Slice", "Split", "Transpose")
 

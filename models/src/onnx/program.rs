@@ -291,6 +291,16 @@ pub(crate) enum FloatUnaryOp {
     HardSwish,
     /// `x` where `x >= 0`, else `alpha · x`.
     LeakyRelu { alpha: f32 },
+    /// `−x`.
+    Neg,
+    /// `e^x` ([`kernels::float::exp_poly`]).
+    Exp,
+    /// `tanh x` ([`kernels::float::tanh_poly`]).
+    Tanh,
+    /// `ln(1 + e^x)` ([`kernels::float::softplus`]).
+    Softplus,
+    /// `x · tanh(softplus(x))` (YOLOv4's activation).
+    Mish,
 }
 
 /// Sizes of a [`Step::DeconvMerge`]: `batch` images of `out_h × out_w × c` from `sh · sw`

@@ -25,7 +25,9 @@
 //!     hard-swish, per channel, or any shape that broadcasts), [`Step::FloatBinaryConst`]
 //!     (the constant broadcast at load to one repeating period of the tensor's memory);
 //!   - `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's
-//!     and YOLOv3's activations), [`Step::FloatUnary`];
+//!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus` and `Mish` (YOLOv4's;
+//!     `exp`, `ln` and `tanh` as vectorisable polynomials of a few ulp, `kernels::float`),
+//!     [`Step::FloatUnary`];
 //!   - `Concat` (channels of NHWC tensors, any axis of row-major ones) and nearest `Resize`:
 //!     the byte steps copying 4-byte elements; linear `Resize` ([`Step::FloatResize`], ONNX
 //!     Runtime's float formula and order: bit-exact with it on the `trt_*resize_bilinear*`
@@ -77,6 +79,11 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "HardSigmoid",
     "HardSwish",
     "LeakyRelu",
+    "Neg",
+    "Exp",
+    "Tanh",
+    "Softplus",
+    "Mish",
     "Concat",
     "Resize",
     "Upsample",
@@ -363,12 +370,17 @@ impl Lowerer<'_> {
             "LeakyRelu" => FloatUnaryOp::LeakyRelu {
                 alpha: n.float("alpha", 0.01)?,
             },
+            "Neg" => FloatUnaryOp::Neg,
+            "Exp" => FloatUnaryOp::Exp,
+            "Tanh" => FloatUnaryOp::Tanh,
+            "Softplus" => FloatUnaryOp::Softplus,
+            "Mish" => FloatUnaryOp::Mish,
             _ => {
                 return Err(n.unsupported(
                     "after a convolution whose output is not quantized (TensorRT-style Q/DQ \
                      placement), the native engine runs Add, Sub, Mul, Div, Relu, Clip, \
-                     Sigmoid, HardSigmoid, HardSwish and LeakyRelu in float; run the model \
-                     with --engine onnxruntime",
+                     Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Neg, Exp, Tanh, Softplus and Mish \
+                     in float; run the model with --engine onnxruntime",
                 ))
             }
         };

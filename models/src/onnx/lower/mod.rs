@@ -663,7 +663,8 @@ impl<'g> Lowerer<'g> {
             "Slice" => self.slice(n),
             "Split" => self.split(n),
             "MaxPool" => self.max_pool(n),
-            "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu"
+            "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Neg"
+            | "Exp" | "Tanh" | "Softplus" | "Mish"
                 if self.reads_float_tensor(n) =>
             {
                 self.float_unary(n)
