@@ -299,7 +299,7 @@ pub(crate) enum FloatUnaryOp {
     Tanh,
     /// `ln(1 + e^x)` ([`kernels::float::softplus`]).
     Softplus,
-    /// `x · tanh(softplus(x))` (YOLOv4's activation).
+    /// `x · tanh(softplus(x))` (YOLOv4's activation; [`kernels::float::mish`]).
     Mish,
 }
 

@@ -26,7 +26,8 @@
 //!     (the constant broadcast at load to one repeating period of the tensor's memory);
 //!   - `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's
 //!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus` and `Mish` (YOLOv4's;
-//!     `exp`, `ln` and `tanh` as vectorisable polynomials of a few ulp, `kernels::float`),
+//!     vectorisable `f32` formulas within a few ulp: `exp` and `tanh` polynomials, a
+//!     `ln(1 + y)` series, Mish in closed form with one `exp`; `kernels::float`),
 //!     [`Step::FloatUnary`];
 //!   - `Concat` (channels of NHWC tensors, any axis of row-major ones) and nearest `Resize`:
 //!     the byte steps copying 4-byte elements; linear `Resize` ([`Step::FloatResize`], ONNX
