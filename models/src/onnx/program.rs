@@ -21,7 +21,8 @@ use std::ops::Range;
 mod chunks;
 mod fusion;
 use chunks::{
-    conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_in, SendPtr,
+    conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_in, window_rows,
+    SendPtr,
 };
 pub(crate) use fusion::{fuse_residual_adds, fuse_tables};
 
@@ -720,8 +721,7 @@ impl Program {
                     dst,
                 } => {
                     let x = view_f32(*src);
-                    let row_len = win.out_w * c;
-                    let rows = (batch * win.out_h, row_len, row_len * win.kh * win.kw);
+                    let rows = window_rows(win, *c, *batch);
                     split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
                         kernels::max_pool_f32(isa, win, *c, x, y, r)
                     })?;
@@ -748,8 +748,7 @@ impl Program {
                     dst,
                 } => {
                     let x = view_f32(*src);
-                    let row_len = win.out_w * c;
-                    let rows = (batch * win.out_h, row_len, row_len * win.kh * win.kw);
+                    let rows = window_rows(win, *c, *batch);
                     split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
                         kernels::avg_pool_f32(isa, win, *c, *count_include_pad, x, y, r)
                     })?;
@@ -879,20 +878,10 @@ impl Program {
                     dst,
                 } => {
                     let x = view(*src);
-                    let row_len = win.out_w * c;
-                    let cost = row_len * win.kh * win.kw;
-                    let d = &bufs[*dst];
-                    split_rows(
-                        lanes,
-                        base,
-                        d,
-                        batch * win.out_h,
-                        row_len,
-                        cost,
-                        &|r, out| {
-                            kernels::max_pool(isa, win, *c, x, out, r);
-                        },
-                    );
+                    let (rows, row_len, cost) = window_rows(win, *c, *batch);
+                    split_rows(lanes, base, &bufs[*dst], rows, row_len, cost, &|r, out| {
+                        kernels::max_pool(isa, win, *c, x, out, r);
+                    });
                 }
                 Step::AvgPool {
                     win,
@@ -903,20 +892,10 @@ impl Program {
                     dst,
                 } => {
                     let x = view(*src);
-                    let row_len = win.out_w * c;
-                    let cost = row_len * win.kh * win.kw;
-                    let d = &bufs[*dst];
-                    split_rows(
-                        lanes,
-                        base,
-                        d,
-                        batch * win.out_h,
-                        row_len,
-                        cost,
-                        &|r, out| {
-                            kernels::avg_pool(win, *c, p, x, out, r);
-                        },
-                    );
+                    let (rows, row_len, cost) = window_rows(win, *c, *batch);
+                    split_rows(lanes, base, &bufs[*dst], rows, row_len, cost, &|r, out| {
+                        kernels::avg_pool(win, *c, p, x, out, r);
+                    });
                 }
                 Step::Lut { table, n, src, dst } => {
                     let x = view(*src);

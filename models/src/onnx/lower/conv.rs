@@ -489,7 +489,7 @@ impl Lowerer<'_> {
             if qop { Some((ws_idx, wz_idx)) } else { None },
         )?;
         // Rows: every leading dimension of x.
-        let x = self.row_major(x)?;
+        let x = self.row_major(x, 1);
         let xs = x.shape.clone();
         if xs.last().copied() != Some(k) {
             return Err(n.unsupported(format!(

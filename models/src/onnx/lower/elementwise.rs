@@ -119,7 +119,7 @@ impl Lowerer<'_> {
                     let t = if nhwc && t.shape.len() == 4 {
                         self.nhwc(t)?
                     } else {
-                        self.row_major(t)?
+                        self.row_major(t, 1)
                     };
                     (t.shape.clone(), Some(t), None)
                 }
@@ -343,7 +343,7 @@ impl Lowerer<'_> {
                     let t = if nhwc {
                         self.nhwc(t)?
                     } else {
-                        self.row_major(t)?
+                        self.row_major(t, 1)
                     };
                     (t.shape.clone(), Operand::Buf(t.buf))
                 }

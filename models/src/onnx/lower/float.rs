@@ -224,7 +224,7 @@ impl Lowerer<'_> {
             Val::Dq(t) => {
                 let t = match layout {
                     Layout::Nhwc if t.shape.len() == 4 => self.nhwc(t)?,
-                    _ => self.row_major(t)?,
+                    _ => self.row_major(t, 1),
                 };
                 let len = t.shape.iter().product::<usize>();
                 self.touch(t.buf);

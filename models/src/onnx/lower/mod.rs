@@ -233,7 +233,7 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
                 })
             }
         };
-        let t = l.row_major(t)?;
+        let t = l.row_major(t, 1);
         l.touch(t.buf);
         l.steps.push(Step::Output {
             index,
@@ -530,35 +530,10 @@ impl<'g> Lowerer<'g> {
         })
     }
 
-    /// Converts to row-major memory order, inserting a copy when needed.
-    fn row_major(&mut self, t: T) -> Result<T, EngineError> {
-        if t.layout == Layout::RowMajor {
-            return Ok(t);
-        }
-        let s = &t.shape;
-        if s[1] == 1 || s[2] * s[3] == 1 {
-            return Ok(T {
-                layout: Layout::RowMajor,
-                ..t
-            });
-        }
-        // Physical [N,H,W,C] -> [N,C,H,W].
-        let phys = T {
-            shape: vec![s[0], s[2], s[3], s[1]],
-            ..t.clone()
-        };
-        let out = self.permute_copy(&phys, &[0, 3, 1, 2], 1);
-        Ok(T {
-            buf: out,
-            layout: Layout::RowMajor,
-            ..t
-        })
-    }
-
-    /// [`Self::row_major`] of an `f32` NHWC tensor (a float route's, before a `Reshape` or
-    /// `Flatten` of more than 1×1 pixels): the same byte transpose with each element's 4
-    /// bytes as an innermost axis.
-    fn row_major_f32(&mut self, t: T) -> T {
+    /// Converts to row-major memory order, inserting a copy when needed (a byte transpose;
+    /// `elem` bytes an element, 4 for a float route's `f32` tensor: its bytes an innermost
+    /// axis of the copy).
+    fn row_major(&mut self, t: T, elem: usize) -> T {
         let s = &t.shape;
         if t.layout == Layout::RowMajor || s.len() != 4 || s[1] == 1 || s[2] * s[3] == 1 {
             return T {
@@ -566,11 +541,12 @@ impl<'g> Lowerer<'g> {
                 ..t
             };
         }
+        // Physical [N,H,W,C] -> [N,C,H,W].
         let phys = T {
             shape: vec![s[0], s[2], s[3], s[1]],
             ..t.clone()
         };
-        let out = self.permute_copy(&phys, &[0, 3, 1, 2], 4);
+        let out = self.permute_copy(&phys, &[0, 3, 1, 2], elem);
         T {
             buf: out,
             layout: Layout::RowMajor,

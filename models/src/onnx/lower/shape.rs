@@ -27,7 +27,7 @@ impl Lowerer<'_> {
                 let shape = self.new_shape(n, &t.shape)?;
                 let t = T {
                     shape,
-                    ..self.row_major_f32(t)
+                    ..self.row_major(t, 4)
                 };
                 self.set(&n.outputs[0], Val::F32(t));
                 return Ok(());
@@ -35,7 +35,7 @@ impl Lowerer<'_> {
             v => return Err(n.unsupported(format!("cannot reshape {}", kind_name(&v)))),
         };
         let shape = self.new_shape(n, &t.shape)?;
-        let t = self.row_major(t)?;
+        let t = self.row_major(t, 1);
         let t = T { shape, ..t };
         self.set(&n.outputs[0], if is_q { Val::Q(t) } else { Val::Dq(t) });
         Ok(())
@@ -150,10 +150,7 @@ impl Lowerer<'_> {
                 ..t
             }
         } else {
-            let t = match kind {
-                Moved::F32 => self.row_major_f32(t),
-                _ => self.row_major(t)?,
-            };
+            let t = self.row_major(t, kind.elem_bytes());
             let buf = self.permute_copy(&t, &perm, kind.elem_bytes());
             T {
                 buf,

@@ -374,40 +374,33 @@ impl Lowerer<'_> {
         };
         let ys = taps(oh, h, sy)?;
         let xs = taps(ow, w, sx)?;
-        if float && linear {
-            self.touch(t.buf);
-            let dst = self.new_buf(b * c * oh * ow * 4);
-            self.steps.push(Step::FloatResize {
-                in_h: h,
-                in_w: w,
-                c,
-                batch: b,
-                ys,
-                xs,
-                src: t.buf,
-                dst,
-            });
-            let out = T {
-                buf: dst,
-                shape: vec![b, c, oh, ow],
-                ..t
-            };
-            self.set(&n.outputs[0], Val::F32(out));
-            return Ok(());
-        }
         if float {
+            // Linear: ONNX Runtime's float formula; nearest: the byte copy of 4-byte elements.
             self.touch(t.buf);
-            let dst = self.new_buf(b * c * oh * ow * 4);
-            self.steps.push(Step::Resize {
-                in_h: h,
-                in_w: w,
-                c: c * 4,
-                batch: b,
-                ys,
-                xs,
-                mode: Interp::Nearest,
-                src: t.buf,
-                dst,
+            let (src, dst) = (t.buf, self.new_buf(b * c * oh * ow * 4));
+            self.steps.push(if linear {
+                Step::FloatResize {
+                    in_h: h,
+                    in_w: w,
+                    c,
+                    batch: b,
+                    ys,
+                    xs,
+                    src,
+                    dst,
+                }
+            } else {
+                Step::Resize {
+                    in_h: h,
+                    in_w: w,
+                    c: c * 4,
+                    batch: b,
+                    ys,
+                    xs,
+                    mode: Interp::Nearest,
+                    src,
+                    dst,
+                }
             });
             let out = T {
                 buf: dst,

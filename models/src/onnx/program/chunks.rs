@@ -9,6 +9,7 @@
 
 use super::Buffer;
 use crate::engine::{EngineError, Lanes};
+use crate::onnx::kernels::Window;
 use std::ops::Range;
 
 /// Weights above this many bytes (a quarter of a 1 MiB L2) make a convolution split its
@@ -139,6 +140,13 @@ pub(super) fn split_rows_f32(
 /// The rows of an elementwise float step over `n` elements: one element a row, a cheap one.
 pub(super) fn elementwise(n: usize) -> (usize, usize, usize) {
     (n, 1, 2)
+}
+
+/// The rows of a pooling step (`batch · out_h` output rows of `out_w · c` elements, each
+/// element reading the window's `kh · kw` taps): (rows, row elements, cost of a row).
+pub(super) fn window_rows(win: &Window, c: usize, batch: usize) -> (usize, usize, usize) {
+    let row_len = win.out_w * c;
+    (batch * win.out_h, row_len, row_len * win.kh * win.kw)
 }
 
 /// [`split_rows`] into `chunks` chunks.
