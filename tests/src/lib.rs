@@ -237,6 +237,12 @@ impl AsRef<Path> for TestDir {
     }
 }
 
+impl AsRef<std::ffi::OsStr> for TestDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.as_os_str()
+    }
+}
+
 impl Drop for TestDir {
     fn drop(&mut self) {
         if let Some(dir) = self.0.take() {

@@ -172,7 +172,9 @@ fn cuda_outputs_equal_the_native_engine_on_the_operator_models() {
     if !gpu("operator models") {
         return;
     }
-    // A folder of models made by tools/onnx/op_models.py (here or by the check script).
+    // A folder of models made by tools/onnx/op_models.py (here or by the check script); one
+    // made here is removed when the test ends.
+    let mut scratch = None;
     let dir = match std::env::var("REDLINE_CUDA_OP_MODELS") {
         Ok(d) => PathBuf::from(d),
         Err(_) => {
@@ -191,7 +193,7 @@ fn cuda_outputs_equal_the_native_engine_on_the_operator_models() {
                 );
                 return;
             }
-            d
+            scratch.insert(d).to_path_buf()
         }
     };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
