@@ -807,7 +807,8 @@ FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwis
 STRICT_CASES = ("slice_channels", "slice_focus", "split_channels", "split_height_equal",
                 "c2f_block", "head_reshape_transpose", "head_nhwc_reshape", "head_reshape_hw",
                 "head_shape_arithmetic", "hardswish_decomposed", "hardswish_chain", "trt_se_div",
-                "tanh", "softplus", "mish", "mish_decomposed", "silu_exp_div")
+                "tanh", "softplus", "mish", "mish_decomposed", "silu_exp_div",
+                "concat_const_channels")
 
 
 def main():

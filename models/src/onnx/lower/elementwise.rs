@@ -429,12 +429,12 @@ pub(super) fn concat_outer(out_shape: &[usize], axis: usize, nhwc: bool) -> usiz
 }
 
 /// `v`, a rank-4 tensor of shape `s` in NCHW order, in NHWC order (a copy; load time only).
-fn nchw_to_nhwc(v: &[i8], s: &[usize]) -> Vec<i8> {
+pub(super) fn nchw_to_nhwc<E: Copy + Default>(v: &[E], s: &[usize]) -> Vec<E> {
     let (n0, c0, h0, w0) = (s[0], s[1], s[2], s[3]);
     if c0 == 1 || h0 * w0 == 1 {
         return v.to_vec();
     }
-    let mut out = vec![0i8; v.len()];
+    let mut out = vec![E::default(); v.len()];
     for i0 in 0..n0 {
         for ci in 0..c0 {
             for y in 0..h0 {

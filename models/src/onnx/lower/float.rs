@@ -29,7 +29,9 @@
 //!     vectorisable `f32` formulas within a few ulp: `exp` and `tanh` polynomials, a
 //!     `ln(1 + y)` series, Mish in closed form with one `exp`; `kernels::float`),
 //!     [`Step::FloatUnary`];
-//!   - `Concat` (channels of NHWC tensors, any axis of row-major ones) and nearest `Resize`:
+//!   - `Concat` (channels of NHWC tensors, any axis of row-major ones; a constant input,
+//!     such as a CoordConv-style position map, as `f32` bytes the step holds) and nearest
+//!     `Resize`:
 //!     the byte steps copying 4-byte elements; linear `Resize` ([`Step::FloatResize`], ONNX
 //!     Runtime's float formula and order: bit-exact with it on the `trt_*resize_bilinear*`
 //!     op models);
@@ -411,11 +413,23 @@ impl Lowerer<'_> {
                 _ => None,
             })
             .unwrap_or(Layout::RowMajor);
+        // Each input's shape and operand: a float or dequantized tensor's buffer, or a
+        // constant (a CoordConv-style position map) as `f32` bytes held by the step.
         let mut parts = Vec::new();
         for i in 0..n.inputs.len() {
-            parts.push(self.float_operand(n, i, layout)?);
+            let konst = n
+                .input(i)
+                .and_then(|_| self.input(n, i).ok())
+                .and_then(|v| constant_f32(&v));
+            parts.push(match konst {
+                Some(c) => (c.shape.clone(), Err(c)),
+                None => {
+                    let t = self.float_operand(n, i, layout)?;
+                    (t.shape.clone(), Ok(t.buf))
+                }
+            });
         }
-        let first = parts[0].shape.clone();
+        let first = parts[0].0.clone();
         let rank = first.len() as i64;
         let axis = n.int("axis", 1)?;
         let axis = if axis < 0 { axis + rank } else { axis } as usize;
@@ -430,13 +444,35 @@ impl Lowerer<'_> {
         let mut out_shape = first.clone();
         out_shape[axis] = 0;
         let mut steps_parts = Vec::new();
-        for t in &parts {
-            let inner = super::elementwise::concat_inner(n, &t.shape, &first, axis, nhwc)?;
-            out_shape[axis] += t.shape[axis];
-            steps_parts.push((Operand::Buf(t.buf), inner * 4, None));
+        for (shape, part) in &parts {
+            let inner = super::elementwise::concat_inner(n, shape, &first, axis, nhwc)?;
+            out_shape[axis] += shape[axis];
+            let operand = match part {
+                Ok(buf) => Operand::Buf(*buf),
+                Err(c) => {
+                    let ConstData::F32(v) = &c.data else {
+                        return Err(invalid("a float constant holds float32".into()));
+                    };
+                    // NCHW in the file, NHWC in the work order: permuted once, here.
+                    let v = if nhwc {
+                        super::elementwise::nchw_to_nhwc(v, shape)
+                    } else {
+                        v.clone()
+                    };
+                    Operand::Const(
+                        v.iter()
+                            .flat_map(|x| x.to_le_bytes())
+                            .map(|b| b as i8)
+                            .collect(),
+                    )
+                }
+            };
+            steps_parts.push((operand, inner * 4, None));
         }
-        for t in &parts {
-            self.touch(t.buf);
+        for (_, part) in &parts {
+            if let Ok(buf) = part {
+                self.touch(*buf);
+            }
         }
         let outer = super::elementwise::concat_outer(&out_shape, axis, nhwc);
         let len: usize = out_shape.iter().product();
