@@ -808,7 +808,7 @@ STRICT_CASES = ("slice_channels", "slice_focus", "split_channels", "split_height
                 "c2f_block", "head_reshape_transpose", "head_nhwc_reshape", "head_reshape_hw",
                 "head_shape_arithmetic", "hardswish_decomposed", "hardswish_chain", "trt_se_div",
                 "tanh", "softplus", "mish", "mish_decomposed", "silu_exp_div",
-                "concat_const_channels")
+                "concat_const_channels", "gelu_erf")
 
 
 def main():

@@ -302,6 +302,8 @@ pub(crate) enum FloatUnaryOp {
     Softplus,
     /// `x · tanh(softplus(x))` (YOLOv4's activation; [`kernels::float::mish`]).
     Mish,
+    /// `erf x` (GELU's; [`kernels::float::erf_poly`]).
+    Erf,
 }
 
 /// Sizes of a [`Step::DeconvMerge`]: `batch` images of `out_h × out_w × c` from `sh · sw`

@@ -88,6 +88,61 @@ pub(crate) fn mish(x: f32) -> f32 {
     }
 }
 
+/// `erf x` below `|x| = 1`: `x · P(x²)`, `P` (degree 7) a least-squares fit of `erf(x)/x`
+/// (relative error 3e-11 in `f64`); a few ulp in `f32`. [`erf_tail`] takes over from 1.
+#[inline(always)]
+pub(crate) fn erf_small(x: f32) -> f32 {
+    let z = x * x;
+    let p = -9.634_991e-6;
+    let p = p * z + 1.125_464_04e-4;
+    let p = p * z - 8.482_507_5e-4;
+    let p = p * z + 5.220_923e-3;
+    let p = p * z - 2.686_539_3e-2;
+    let p = p * z + 1.128_378_2e-1;
+    let p = p * z - 3.761_263_8e-1;
+    let p = p * z + std::f32::consts::FRAC_2_SQRT_PI; // the fit gave this f32 too
+    x * p
+}
+
+/// `erf x` from `|x| = 1` on: `1 − e^−x² · Q(1/|x|)` up to 4 with the sign put back, `±1`
+/// beyond (`erfc 4` is below half an ulp of 1); `Q` (degree 9) a least-squares fit of
+/// `erfc(x)·e^x²` (relative error 2e-8 in `f64`); within about 1e-7 in `f32`. Below 1 it
+/// is not `erf`.
+#[inline(always)]
+pub(crate) fn erf_tail(x: f32) -> f32 {
+    let a = x.abs();
+    let u = 1.0 / a.clamp(1.0, 4.0);
+    let q = 2.967_723_6e-2;
+    let q = q * u - 1.740_014_4e-1;
+    let q = q * u + 4.245_884_4e-1;
+    let q = q * u - 5.183_95e-1;
+    let q = q * u + 2.225_583e-1;
+    let q = q * u + 2.390_853_8e-1;
+    let q = q * u - 3.789_607_6e-1;
+    let q = q * u + 2.122_417_3e-2;
+    let q = q * u + 5.616_815e-1;
+    let q = q * u + 1.257_577_8e-4;
+    let y = 1.0 - exp_poly(-(a * a).min(16.0)) * q;
+    let y = if a >= 4.0 { 1.0 } else { y };
+    if x < 0.0 {
+        -y
+    } else {
+        y
+    }
+}
+
+/// `erf x` (GELU's): [`erf_small`] below `|x| = 1`, [`erf_tail`] from there; what the `Erf`
+/// step computes, which runs the two as separate passes over the tensor (one loop with
+/// both stayed scalar: 2.6 ms a million elements on AVX-512 against 0.8 for the two).
+#[cfg(test)]
+fn erf_poly(x: f32) -> f32 {
+    if x.abs() < 1.0 || x.is_nan() {
+        erf_small(x)
+    } else {
+        erf_tail(x)
+    }
+}
+
 /// `tanh x`: below `|x| = 0.625` an odd polynomial (Cephes' `tanhf` coefficients), above it
 /// `1 − 2/(e^2|x| + 1)` with [`exp_poly`], the sign put back (`|x|` capped at 20, where it is `±1`). A few
 /// ulp from the correctly rounded result.
@@ -260,6 +315,15 @@ multiversion! {
             FloatUnaryOp::Tanh => out.iter_mut().zip(x).for_each(|(d, &v)| *d = tanh_poly(v)),
             FloatUnaryOp::Softplus => out.iter_mut().zip(x).for_each(|(d, &v)| *d = softplus(v)),
             FloatUnaryOp::Mish => out.iter_mut().zip(x).for_each(|(d, &v)| *d = mish(v)),
+            FloatUnaryOp::Erf => {
+                out.iter_mut().zip(x).for_each(|(d, &v)| *d = erf_small(v));
+                out.iter_mut().zip(x).for_each(|(d, &v)| {
+                    let t = erf_tail(v);
+                    if v.abs() >= 1.0 {
+                        *d = t;
+                    }
+                });
+            }
         }
     }
 }
@@ -310,6 +374,24 @@ mod tests {
         // Two functions of a few ulp each.
         assert!(sp <= 6.0, "softplus is {sp} ulp off");
         assert!(mi <= 8.0, "mish is {mi} ulp off");
+        // erf: relative below |x| = 1, absolute above (its value tends to ±1).
+        let (mut er_small, mut er_large) = (0f64, 0f64);
+        for _ in 0..200_000 {
+            let x = r.uniform(-6.0, 6.0);
+            let (got, want) = (erf_poly(x), libm::erf(f64::from(x)));
+            if x.abs() < 1.0 {
+                er_small = er_small.max(ulps(got, want));
+            } else {
+                er_large = er_large.max((f64::from(got) - want).abs());
+            }
+        }
+        assert!(er_small <= 4.0, "erf_poly is {er_small} ulp off below 1");
+        assert!(er_large <= 1.5e-7, "erf_poly is {er_large} off above 1");
+        assert_eq!(
+            (erf_poly(0.0), erf_poly(5.0), erf_poly(-5.0)),
+            (0.0, 1.0, -1.0)
+        );
+        assert!(erf_poly(f32::NAN).is_nan());
         assert_eq!(tanh_poly(0.0), 0.0);
         assert_eq!(tanh_poly(50.0), 1.0);
         assert_eq!(tanh_poly(-50.0), -1.0);
@@ -391,6 +473,7 @@ mod tests {
                     FloatUnaryOp::Tanh,
                     FloatUnaryOp::Softplus,
                     FloatUnaryOp::Mish,
+                    FloatUnaryOp::Erf,
                 ] {
                     let mut y = vec![0f32; n];
                     unary(isa, op, &a, &mut y);
@@ -420,6 +503,7 @@ mod tests {
                 assert_eq!(want[12][i], tanh_poly(a[i]).to_bits());
                 assert_eq!(want[13][i], softplus(a[i]).to_bits());
                 assert_eq!(want[14][i], mish(a[i]).to_bits());
+                assert_eq!(want[15][i], erf_poly(a[i]).to_bits());
             }
             for isa in Isa::available() {
                 assert_eq!(

@@ -25,9 +25,10 @@
 //!     hard-swish, per channel, or any shape that broadcasts), [`Step::FloatBinaryConst`]
 //!     (the constant broadcast at load to one repeating period of the tensor's memory);
 //!   - `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's
-//!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus` and `Mish` (YOLOv4's;
-//!     vectorisable `f32` formulas within a few ulp: `exp` and `tanh` polynomials, a
-//!     `ln(1 + y)` series, Mish in closed form with one `exp`; `kernels::float`),
+//!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus`, `Mish` (YOLOv4's) and
+//!     `Erf` (GELU's) (vectorisable `f32` formulas within a few ulp: `exp`, `tanh` and `erf`
+//!     polynomials, a `ln(1 + y)` series, Mish in closed form with one `exp`;
+//!     `kernels::float`),
 //!     [`Step::FloatUnary`];
 //!   - `Concat` (channels of NHWC tensors, any axis of row-major ones; a constant input,
 //!     such as a CoordConv-style position map, as `f32` bytes the step holds) and nearest
@@ -87,6 +88,7 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Tanh",
     "Softplus",
     "Mish",
+    "Erf",
     "Concat",
     "Resize",
     "Upsample",
@@ -378,11 +380,12 @@ impl Lowerer<'_> {
             "Tanh" => FloatUnaryOp::Tanh,
             "Softplus" => FloatUnaryOp::Softplus,
             "Mish" => FloatUnaryOp::Mish,
+            "Erf" => FloatUnaryOp::Erf,
             _ => {
                 return Err(n.unsupported(
                     "after a convolution whose output is not quantized (TensorRT-style Q/DQ \
                      placement), the native engine runs Add, Sub, Mul, Div, Relu, Clip, \
-                     Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Neg, Exp, Tanh, Softplus and Mish \
+                     Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Neg, Exp, Tanh, Softplus, Mish and Erf \
                      in float; run the model with --engine onnxruntime",
                 ))
             }

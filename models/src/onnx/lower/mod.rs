@@ -640,7 +640,7 @@ impl<'g> Lowerer<'g> {
             "Split" => self.split(n),
             "MaxPool" => self.max_pool(n),
             "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Neg"
-            | "Exp" | "Tanh" | "Softplus" | "Mish"
+            | "Exp" | "Tanh" | "Softplus" | "Mish" | "Erf"
                 if self.reads_float_tensor(n) =>
             {
                 self.float_unary(n)
