@@ -18,26 +18,15 @@ use crate::conv::Conv2d;
 use crate::engine::{EngineError, Lanes};
 use std::ops::Range;
 
+mod arena;
 mod chunks;
 mod fusion;
+pub(crate) use arena::{plan, Buffer, ALIGN};
 use chunks::{
     conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_in, window_rows,
     SendPtr,
 };
 pub(crate) use fusion::{fuse_residual_adds, fuse_tables};
-
-/// Arena alignment of every buffer (cache line).
-pub(crate) const ALIGN: usize = 64;
-
-/// A buffer of the arena.
-#[derive(Clone, Debug)]
-pub(crate) struct Buffer {
-    pub bytes: usize,
-    pub offset: usize,
-    /// First and last step that touch it (graph inputs: first = 0).
-    pub first: usize,
-    pub last: usize,
-}
 
 /// The square dense fast path or the general convolution.
 #[derive(Clone, Debug)]
@@ -162,21 +151,13 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
     },
-    /// [`Step::MaxPool`] of an `f32` NHWC tensor (a float route's).
-    FloatMaxPool {
+    /// Max or average pooling of an `f32` NHWC tensor (a float route's `MaxPool`,
+    /// `AveragePool`).
+    FloatPool {
+        kind: FloatPool,
         win: Window,
         c: usize,
         batch: usize,
-        src: usize,
-        dst: usize,
-    },
-    /// Average pooling of an `f32` NHWC tensor (a float route's `AveragePool`): window sums
-    /// in window order, one division (`kernels::avg_pool_f32`).
-    FloatAvgPool {
-        win: Window,
-        c: usize,
-        batch: usize,
-        count_include_pad: bool,
         src: usize,
         dst: usize,
     },
@@ -278,6 +259,15 @@ pub(crate) enum FloatBinaryOp {
     Div,
 }
 
+/// Which pooling a [`Step::FloatPool`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatPool {
+    /// The byte kernel's body on `f32` (`kernels::max_pool_f32`).
+    Max,
+    /// Window sums in window order, one division (`kernels::avg_pool_f32`).
+    Avg { count_include_pad: bool },
+}
+
 /// The function of a [`Step::FloatUnary`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum FloatUnaryOp {
@@ -372,36 +362,6 @@ pub(crate) struct Program {
     pub isa: Isa,
 }
 
-/// Assigns offsets: largest buffers first, each at the lowest aligned offset that overlaps no
-/// already placed buffer whose lifetime overlaps its own. Returns the arena size.
-pub(crate) fn plan(buffers: &mut [Buffer]) -> usize {
-    let mut order: Vec<usize> = (0..buffers.len()).collect();
-    order.sort_by(|&a, &b| buffers[b].bytes.cmp(&buffers[a].bytes).then(a.cmp(&b)));
-    let mut placed: Vec<usize> = Vec::with_capacity(buffers.len());
-    let mut total = 0;
-    for &i in &order {
-        let (f, l, size) = (buffers[i].first, buffers[i].last, buffers[i].bytes.max(1));
-        let mut busy: Vec<(usize, usize)> = placed
-            .iter()
-            .map(|&j| &buffers[j])
-            .filter(|b| b.first <= l && f <= b.last)
-            .map(|b| (b.offset, b.offset + b.bytes.max(1)))
-            .collect();
-        busy.sort_unstable();
-        let mut off = 0;
-        for (s, e) in busy {
-            if off + size <= s {
-                break;
-            }
-            off = off.max(e.div_ceil(ALIGN) * ALIGN);
-        }
-        buffers[i].offset = off;
-        total = total.max(off + size);
-        placed.push(i);
-    }
-    total.div_ceil(ALIGN) * ALIGN
-}
-
 /// A convolution step's name in profiles (`conv 3x3/1 64>64 56x56`; the general kernel's
 /// with a star unless it runs dense per-group layers, and its groups) followed by `suffix`,
 /// and its multiply-accumulates over `batch` images.
@@ -469,10 +429,13 @@ impl Program {
                     Step::FloatBinary { .. } => ("float binary", 0),
                     Step::FloatBinaryChannels { .. } => ("float binary per channel", 0),
                     Step::FloatBinaryConst { .. } => ("float binary with a constant", 0),
-                    Step::FloatMaxPool { .. } => ("float maxpool", 0),
+                    Step::FloatPool {
+                        kind: FloatPool::Max,
+                        ..
+                    } => ("float maxpool", 0),
+                    Step::FloatPool { .. } => ("float avgpool", 0),
                     Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
                     Step::FloatResize { .. } => ("float resize", 0),
-                    Step::FloatAvgPool { .. } => ("float avgpool", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::Phases { .. } => ("dilation phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
@@ -715,7 +678,8 @@ impl Program {
                         }
                     })?;
                 }
-                Step::FloatMaxPool {
+                Step::FloatPool {
+                    kind,
                     win,
                     c,
                     batch,
@@ -724,8 +688,11 @@ impl Program {
                 } => {
                     let x = view_f32(*src);
                     let rows = window_rows(win, *c, *batch);
-                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
-                        kernels::max_pool_f32(isa, win, *c, x, y, r)
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| match *kind {
+                        FloatPool::Max => kernels::max_pool_f32(isa, win, *c, x, y, r),
+                        FloatPool::Avg { count_include_pad } => {
+                            kernels::avg_pool_f32(isa, win, *c, count_include_pad, x, y, r)
+                        }
                     })?;
                 }
                 Step::FloatGlobalAvgPool {
@@ -739,20 +706,6 @@ impl Program {
                     let (c, hw) = (*c, *hw);
                     split_rows_f32(lanes, base, &bufs[*dst], elementwise(batch * c), &|r, y| {
                         kernels::float::global_avg_pool(isa, c, hw, x, r.start, y);
-                    })?;
-                }
-                Step::FloatAvgPool {
-                    win,
-                    c,
-                    batch,
-                    count_include_pad,
-                    src,
-                    dst,
-                } => {
-                    let x = view_f32(*src);
-                    let rows = window_rows(win, *c, *batch);
-                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
-                        kernels::avg_pool_f32(isa, win, *c, *count_include_pad, x, y, r)
                     })?;
                 }
                 Step::FloatResize {

@@ -670,10 +670,9 @@ impl LaunchPlan {
                 | Step::FloatBinary { .. }
                 | Step::FloatBinaryChannels { .. }
                 | Step::FloatBinaryConst { .. }
-                | Step::FloatMaxPool { .. }
+                | Step::FloatPool { .. }
                 | Step::FloatGlobalAvgPool { .. }
                 | Step::FloatResize { .. }
-                | Step::FloatAvgPool { .. }
                 | Step::FloatUnary { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

@@ -267,20 +267,7 @@ fn float_average_pool_is_its_definition_on_every_width_and_split() {
             }
         };
         let (out_h, out_w) = (out(h), out(w));
-        let win = Window {
-            in_h: h,
-            in_w: w,
-            out_h,
-            out_w,
-            kh: k,
-            kw: k,
-            sh: s,
-            sw: s,
-            dh: dl,
-            dw: dl,
-            pt: p,
-            pl: p,
-        };
+        let win = test_window((h, w), (out_h, out_w), (k, k), s, dl, (p, p));
         let x: Vec<f32> = (0..2 * h * w * c).map(|_| g.uniform(-5.0, 5.0)).collect();
         for include_pad in [false, true] {
             // The definition: the taps inside the image summed in window order, divided by
@@ -339,20 +326,7 @@ fn max_pool_gives_the_same_bytes_on_every_width() {
     ] {
         let out_h = (h + 2 * p - (k - 1) * dl - 1) / s + 1;
         let out_w = (w + 2 * p - (k - 1) * dl - 1) / s + 1;
-        let win = Window {
-            in_h: h,
-            in_w: w,
-            out_h,
-            out_w,
-            kh: k,
-            kw: k,
-            sh: s,
-            sw: s,
-            dh: dl,
-            dw: dl,
-            pt: p,
-            pl: p,
-        };
+        let win = test_window((h, w), (out_h, out_w), (k, k), s, dl, (p, p));
         let x = bytes(&mut g, 2 * h * w * c);
         let mut want = vec![0i8; 2 * out_h * out_w * c];
         max_pool(Isa::PORTABLE, &win, c, &x, &mut want, 0..2 * out_h);
@@ -669,20 +643,7 @@ fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
     for (h, w, c, kh, kw, s, [pt, pl, pb, pr], dl) in cases {
         let out_h = (h + pt + pb - (kh - 1) * dl - 1) / s + 1;
         let out_w = (w + pl + pr - (kw - 1) * dl - 1) / s + 1;
-        let win = Window {
-            in_h: h,
-            in_w: w,
-            out_h,
-            out_w,
-            kh,
-            kw,
-            sh: s,
-            sw: s,
-            dh: dl,
-            dw: dl,
-            pt,
-            pl,
-        };
+        let win = test_window((h, w), (out_h, out_w), (kh, kw), s, dl, (pt, pl));
         // -128 among the weights (the taps one by one) or not (the taps in pairs).
         for (x_zp, y_zp, lo, hi, extreme) in [
             (-128, -128, -128, 127, true),
@@ -769,20 +730,7 @@ fn general_accumulators_are_the_sums_behind_the_bytes() {
         let (h, w, pt, pl) = (7, 6, 1, 0);
         let out_h = (h + 2 * pt - kh) / s + 1;
         let out_w = (w + pl - kw) / s + 1;
-        let win = Window {
-            in_h: h,
-            in_w: w,
-            out_h,
-            out_w,
-            kh,
-            kw,
-            sh: s,
-            sw: s,
-            dh: 1,
-            dw: 1,
-            pt,
-            pl,
-        };
+        let win = test_window((h, w), (out_h, out_w), (kh, kw), s, 1, (pt, pl));
         let conv = GeneralConv {
             win,
             in_c: c,
@@ -820,5 +768,30 @@ fn general_accumulators_are_the_sums_behind_the_bytes() {
         conv.run_taps(&x, &mut taps, 0..out_h);
         assert_eq!(acc, taps, "{c}>{oc} /{groups} {kh}x{kw}");
         assert!(acc.iter().any(|&v| v != acc[0]));
+    }
+}
+
+/// A window over an `h × w` input with equal strides and dilations in both directions.
+fn test_window(
+    (in_h, in_w): (usize, usize),
+    (out_h, out_w): (usize, usize),
+    (kh, kw): (usize, usize),
+    s: usize,
+    dl: usize,
+    (pt, pl): (usize, usize),
+) -> Window {
+    Window {
+        in_h,
+        in_w,
+        out_h,
+        out_w,
+        kh,
+        kw,
+        sh: s,
+        sw: s,
+        dh: dl,
+        dw: dl,
+        pt,
+        pl,
     }
 }

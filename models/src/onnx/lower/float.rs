@@ -36,8 +36,8 @@
 //!     the byte steps copying 4-byte elements; linear `Resize` ([`Step::FloatResize`], ONNX
 //!     Runtime's float formula and order: bit-exact with it on the `trt_*resize_bilinear*`
 //!     op models);
-//!   - `MaxPool` ([`Step::FloatMaxPool`], the byte kernel's body on `f32`), `AveragePool`
-//!     ([`Step::FloatAvgPool`]: window sums in window order, one division; bit-exact with
+//!   - `MaxPool` and `AveragePool` ([`Step::FloatPool`]: the byte max-pool kernel's body
+//!     on `f32`; window sums in window order, one division; average pooling bit-exact with
 //!     ONNX Runtime on the `trt_avgpool*` op models; also of a dequantized tensor whose pool
 //!     is not quantized) and
 //!     `GlobalAveragePool` ([`Step::FloatGlobalAvgPool`]: a sum in pixel order, then one
@@ -531,7 +531,7 @@ impl Lowerer<'_> {
 /// A constant's `f32` values: a float or integer initializer as it is, a dequantized integer
 /// one as ONNX Runtime's `DequantizeLinear` computes it (`(q − zp) · scale` per slice along
 /// its axis); `None` for a computed value.
-fn constant_f32(v: &Val) -> Option<Const> {
+pub(super) fn constant_f32(v: &Val) -> Option<Const> {
     match v {
         Val::C(c) => Some(Const {
             shape: c.shape.clone(),

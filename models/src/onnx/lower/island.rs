@@ -296,14 +296,8 @@ fn same_tensor(a: &T, b: &T) -> bool {
 
 /// The value of a one-element constant (plain, or dequantized from an integer constant).
 fn scalar(v: &Val) -> Option<f32> {
-    match v {
-        Val::C(c) if c.len() == 1 => c.to_f32().first().copied(),
-        Val::DqC {
-            data, scales, zps, ..
-        } if data.len() == 1 => {
-            let q = *data.to_f32().first()?;
-            Some((q - *zps.first()? as f32) * *scales.first()?)
-        }
+    match super::float::constant_f32(v)?.data {
+        ConstData::F32(x) if x.len() == 1 => x.first().copied(),
         _ => None,
     }
 }

@@ -78,8 +78,20 @@ impl Lowerer<'_> {
         })
     }
 
+    /// The window of a 2-D pooling node (its `kernel_shape`, strides, pads, ...) over an
+    /// `h × w` input.
+    fn pool_window(&self, n: &Node, h: usize, w: usize) -> Result<Window, EngineError> {
+        let k = n
+            .ints("kernel_shape")?
+            .ok_or_else(|| n.unsupported("kernel_shape is required"))?;
+        if k.len() != 2 {
+            return Err(n.unsupported("only 2-D pooling is supported"));
+        }
+        self.window(n, h, w, k[0] as usize, k[1] as usize)
+    }
+
     pub(super) fn max_pool(&mut self, n: &Node) -> Result<(), EngineError> {
-        // A float tensor (TensorRT-style placement) pools as `f32` (`FloatMaxPool`), a
+        // A float tensor (TensorRT-style placement) pools as `f32` (`FloatPool`), a
         // quantized one as bytes.
         let (t, float, is_q) = match self.input(n, 0)? {
             Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => (t, true, false),
@@ -94,21 +106,16 @@ impl Lowerer<'_> {
         if n.int("storage_order", 0)? != 0 {
             return Err(n.unsupported("storage_order 1 is not supported"));
         }
-        let k = n
-            .ints("kernel_shape")?
-            .ok_or_else(|| n.unsupported("kernel_shape is required"))?;
-        if k.len() != 2 {
-            return Err(n.unsupported("only 2-D pooling is supported"));
-        }
         let t = if float { t } else { self.nhwc(t)? };
         let [b, c, h, w] = dims4(&t.shape);
-        let win = self.window(n, h, w, k[0] as usize, k[1] as usize)?;
+        let win = self.pool_window(n, h, w)?;
         self.touch(t.buf);
         let len = b * c * win.out_h * win.out_w;
         let dst = self.new_buf(if float { len * 4 } else { len });
         let src = t.buf;
         self.steps.push(if float {
-            Step::FloatMaxPool {
+            Step::FloatPool {
+                kind: FloatPool::Max,
                 win,
                 c,
                 batch: b,
@@ -176,13 +183,7 @@ impl Lowerer<'_> {
                 pl: 0,
             }
         } else {
-            let k = n
-                .ints("kernel_shape")?
-                .ok_or_else(|| n.unsupported("kernel_shape is required"))?;
-            if k.len() != 2 {
-                return Err(n.unsupported("only 2-D pooling is supported"));
-            }
-            self.window(n, h, w, k[0] as usize, k[1] as usize)?
+            self.pool_window(n, h, w)?
         };
         let p = AvgParams {
             x_zp: i32::from(x_q.zero_point),
@@ -217,26 +218,22 @@ impl Lowerer<'_> {
 
     /// `AveragePool` of a float tensor (TensorRT-style placement: a convolution's float
     /// output pooled, or a dequantized tensor whose pool is not quantized):
-    /// [`Step::FloatAvgPool`], the output in float.
+    /// [`Step::FloatPool`], the output in float.
     fn float_avg_pool(&mut self, n: &Node, t: T) -> Result<(), EngineError> {
         if t.layout != Layout::Nhwc || t.shape.len() != 4 {
             return Err(n.unsupported("only 2-D pooling of NCHW tensors is supported"));
         }
-        let k = n
-            .ints("kernel_shape")?
-            .ok_or_else(|| n.unsupported("kernel_shape is required"))?;
-        if k.len() != 2 {
-            return Err(n.unsupported("only 2-D pooling is supported"));
-        }
         let [b, c, h, w] = dims4(&t.shape);
-        let win = self.window(n, h, w, k[0] as usize, k[1] as usize)?;
+        let win = self.pool_window(n, h, w)?;
         self.touch(t.buf);
         let dst = self.new_buf(b * c * win.out_h * win.out_w * 4);
-        self.steps.push(Step::FloatAvgPool {
+        self.steps.push(Step::FloatPool {
+            kind: FloatPool::Avg {
+                count_include_pad: n.int("count_include_pad", 0)? != 0,
+            },
             win,
             c,
             batch: b,
-            count_include_pad: n.int("count_include_pad", 0)? != 0,
             src: t.buf,
             dst,
         });
