@@ -4,8 +4,9 @@
 //! code for AVX2 and AVX-512 on x86-64 ([`multiversion!`]).
 //!
 //! Contract: the wide builds run the *same* IEEE-754 operations in the same order as the
-//! portable one (Rust never contracts to FMA and never reassociates float arithmetic), so
-//! every path gives the same bits; the tests compare them on random data. An [`Isa`] other
+//! portable one (Rust never contracts to FMA and never reassociates float arithmetic; an
+//! explicit `mul_add` is one correctly rounded operation on every build, an instruction on
+//! the wide ones and `fmaf` on SSE2), so every path gives the same bits; the tests compare them on random data. An [`Isa`] other
 //! than the portable one exists only on a CPU that reported its features at run time, which
 //! is what makes calling the wrappers sound. Cost: one `match` per call. Never: reads the
 //! environment after construction, or depends on which width ran.
@@ -21,7 +22,7 @@ pub(crate) struct Isa(Width);
 enum Width {
     /// Baseline code of the target (SSE2 on x86-64, NEON on aarch64).
     Portable,
-    /// x86-64 with AVX2 (detected).
+    /// x86-64 with AVX2 and FMA (detected: an explicit `mul_add` is one instruction).
     Avx2,
     /// x86-64 with AVX-512 F, BW and VL (detected).
     Avx512,
@@ -39,7 +40,8 @@ impl Isa {
             let avx512 = std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
                 && std::arch::is_x86_feature_detected!("avx512vl");
-            let avx2 = std::arch::is_x86_feature_detected!("avx2");
+            let avx2 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma");
             match path {
                 KernelPath::Avx512Vnni if avx512 => return Isa(Width::Avx512),
                 KernelPath::Avx512Vnni | KernelPath::Avx2 if avx2 => return Isa(Width::Avx2),
@@ -100,7 +102,7 @@ macro_rules! multiversion {
             fn body($($arg: $ty),*) $body
 
             #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2")]
+            #[target_feature(enable = "avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             fn avx2($($arg: $ty),*) {
                 body($($arg),*)
@@ -121,7 +123,8 @@ macro_rules! multiversion {
                     return unsafe { avx512($($arg),*) };
                 }
                 if isa.is_avx2() {
-                    // SAFETY: an AVX2 `Isa` is only constructed after `avx2` was detected.
+                    // SAFETY: an AVX2 `Isa` is only constructed after `avx2` and `fma` were
+                    // detected.
                     return unsafe { avx2($($arg),*) };
                 }
             }

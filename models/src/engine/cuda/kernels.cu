@@ -532,7 +532,7 @@ extern "C" __global__ void pool(const PoolP p) {
 struct BinP {
     u64 a, b, y;
     int n, rank, mul;
-    float ra, rb, fixed, sa, sb, sy;
+    float ra, rb, fixed, off, sa, sb, sy;
     int za, zb, zy, lo, hi;
     // 1 when the operand's strides are the output's own (its element i is element i).
     int dense_a, dense_b;
@@ -563,8 +563,11 @@ extern "C" __global__ void binary(const BinP p) {
         float vb = __fmul_rn((float)(b - p.zb), p.sb);
         r = requant(__fdiv_rn(__fmul_rn(va, vb), p.sy), p.zy, p.lo, p.hi);
     } else {
-        float v = __fadd_rn(__fadd_rn(p.fixed, __fmul_rn((float)a, p.ra)), __fmul_rn((float)b, p.rb));
-        r = requant(v, 0, p.lo, p.hi);
+        // The stored integers (`off`: 128 for uint8 tensors) and two fused multiply-adds,
+        // as the CPU's `add_one`.
+        float fa = __fadd_rn((float)a, p.off), fb = __fadd_rn((float)b, p.off);
+        float v = __fmaf_rn(fa, p.ra, __fmaf_rn(fb, p.rb, p.fixed));
+        r = requant(v, -(int)p.off, p.lo, p.hi);
     }
     ((i8*)p.y)[i] = (i8)r;
 }

@@ -618,9 +618,9 @@ impl LaunchPlan {
                         Operand::Const(v) => c.push_i8(v),
                     };
                     let (pa, pb) = (operand(a), operand(b));
-                    let (mul, ra, rb, fixed) = match op.kind {
-                        BinaryKind::Add { ra, rb, fixed } => (0, ra, rb, fixed),
-                        BinaryKind::Mul => (1, 0.0, 0.0, 0.0),
+                    let (mul, ra, rb, fixed, off) = match op.kind {
+                        BinaryKind::Add(p) => (0, p.ra, p.rb, p.fixed, p.off),
+                        BinaryKind::Mul => (1, 0.0, 0.0, 0.0, 0.0),
                         BinaryKind::Div | BinaryKind::Sub => {
                             return Err(EngineError::Unsupported {
                                 node: format!("step {si}"),
@@ -644,6 +644,7 @@ impl LaunchPlan {
                         ra,
                         rb,
                         fixed,
+                        off,
                         sa: op.sa,
                         sb: op.sb,
                         sy: op.sy,

@@ -128,6 +128,7 @@ pub struct BinP {
     pub ra: f32,
     pub rb: f32,
     pub fixed: f32,
+    pub off: f32,
     pub sa: f32,
     pub sb: f32,
     pub sy: f32,

@@ -25,7 +25,7 @@ mod pool;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use binary::{dense_strides, Binary, BinaryKind};
+pub(crate) use binary::{add_fixed, dense_strides, AddParams, Binary, BinaryKind};
 pub(crate) use layout::{resize, transpose, Interp, Tap};
 pub(crate) use pool::{avg_pool, avg_pool_f32, max_pool, max_pool_f32, AvgParams};
 

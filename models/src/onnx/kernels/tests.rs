@@ -1,7 +1,15 @@
 //! Every vector width against the portable build, and the rewritten kernels against their
 //! plain formulas.
 
-use super::binary::{add_contiguous, add_one, mul_contiguous, mul_one};
+use super::binary::{add_contiguous, add_one, mul_contiguous, mul_one, AddParams};
+
+/// An `Add` on `int8` tensors (`off` 0) with scale ratios that round often.
+const ADD: AddParams = AddParams {
+    ra: 0.71,
+    rb: 1.37,
+    fixed: -3.25,
+    off: 0.0,
+};
 use super::*;
 use redline_runtime::rng::SplitMix64;
 
@@ -88,11 +96,18 @@ fn elementwise_loops_give_the_same_bytes_on_every_width() {
             })
             .collect();
         let mul = test_binary(BinaryKind::Mul, vec![n], vec![1], vec![1]);
+        // Stored `uint8` operands (`off`): the relu'd one.
+        const ADD_U8: AddParams = AddParams {
+            ra: 0.5,
+            rb: 0.5,
+            fixed: 0.5,
+            off: 128.0,
+        };
         let run = |isa: Isa| {
             let mut add = vec![0i8; n];
-            add_contiguous(isa, 0.71, 1.37, -3.25, -128, 127, &a, &b, &mut add);
+            add_contiguous(isa, ADD, -128, 127, &a, &b, &mut add);
             let mut relu_add = vec![0i8; n];
-            add_contiguous(isa, 0.5, 0.5, 0.5, 0, 127, &a, &b, &mut relu_add);
+            add_contiguous(isa, ADD_U8, 0, 127, &a, &b, &mut relu_add);
             let mut m = vec![0i8; n];
             mul_contiguous(isa, &mul, &a, &b, &mut m);
             let mut q = vec![0i8; n];
@@ -102,7 +117,8 @@ fn elementwise_loops_give_the_same_bytes_on_every_width() {
         let want = run(Isa::PORTABLE);
         // The portable build is the scalar formula, element by element.
         for i in 0..n {
-            assert_eq!(want.0[i], add_one(0.71, 1.37, -3.25, -128, 127, a[i], b[i]));
+            assert_eq!(want.0[i], add_one(ADD, -128, 127, a[i], b[i]));
+            assert_eq!(want.1[i], add_one(ADD_U8, 0, 127, a[i], b[i]));
             assert_eq!(want.2[i], mul_one(&mul, a[i], b[i]));
             // NaN quantizes to the lowest value, as ONNX Runtime's QuantizeLinear.
             let q = if f[i].is_nan() {
@@ -189,11 +205,7 @@ fn broadcast_binaries_follow_their_strides_for_any_split() {
         BinaryKind::Mul,
         BinaryKind::Div,
         BinaryKind::Sub,
-        BinaryKind::Add {
-            ra: 0.71,
-            rb: 1.37,
-            fixed: -3.25,
-        },
+        BinaryKind::Add(ADD),
     ]
     .into_iter()
     .flat_map(|k| others.iter().map(move |o| (k, o)))

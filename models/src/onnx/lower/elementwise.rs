@@ -187,10 +187,28 @@ impl Lowerer<'_> {
         }
         let op = Binary {
             kind: if is_add {
+                // ONNX Runtime's kernel works on the stored integers: `uint8` ones when both
+                // operands and the output are (`AddParams::off`), with `uint8` zero points.
+                let u8_add = [n.input(0), n.input(if qop { 3 } else { 1 })]
+                    .into_iter()
+                    .all(|i| i.is_some_and(|i| self.is_u8(i)))
+                    && self.is_u8(&out_name);
+                let off: i16 = if u8_add { 128 } else { 0 };
+                let stored = |z: i8| f32::from(i16::from(z) + off);
                 let (ra, rb) = (aq.scale / y_q.scale, bq.scale / y_q.scale);
-                let fixed = f32::from(y_q.zero_point)
-                    - (ra * f32::from(aq.zero_point) + rb * f32::from(bq.zero_point));
-                BinaryKind::Add { ra, rb, fixed }
+                let fixed = add_fixed(
+                    ra,
+                    rb,
+                    stored(aq.zero_point),
+                    stored(bq.zero_point),
+                    stored(y_q.zero_point),
+                );
+                BinaryKind::Add(AddParams {
+                    ra,
+                    rb,
+                    fixed,
+                    off: f32::from(off),
+                })
             } else {
                 match n.op.as_str() {
                     "Div" => BinaryKind::Div,

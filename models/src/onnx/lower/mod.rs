@@ -26,7 +26,9 @@
 use super::dense_routes::{ColumnFold, Phases};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
 use super::isa::Isa;
-use super::kernels::{AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window};
+use super::kernels::{
+    add_fixed, AddParams, AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window,
+};
 use super::program::{Buffer, ConvImpl, DeconvGeom, FloatPool, OutKind, PhaseDir, Program, Step};
 use crate::conv::{Conv2d, ConvShape, KernelPath};
 use crate::engine::{ElemType, EngineError, TensorSpec};
