@@ -534,6 +534,64 @@ def to_strict_float_weights(model):
     return removed if to_float_weights(model) > 0 else 0
 
 
+def to_pytorch_export(model):
+    """The QDQ model written as PyTorch's exporter writes a quantized model
+    (`torch.onnx.export` of a `torch.ao.quantization.convert`ed module; checked against
+    torchvision's quantizable ResNet-18 with torch 2.15): every initializer becomes a
+    `Constant` node just before the node that reads it (one per reader: a QuantizeLinear's
+    scale is then defined after the Conv whose output it quantizes); a `Cast` to the
+    tensor's own type sits between each QuantizeLinear and each node reading it; an int32
+    bias's DequantizeLinear gets a zero point of shape [1] made by ConstantOfShape and Cast,
+    beside its per-channel scales. The values, and so every engine's result, stay the same.
+    Returns the number of Casts inserted."""
+    from onnx import helper, numpy_helper, TensorProto
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    zp_type = {}
+    for nd in g.node:
+        if nd.op_type == "QuantizeLinear":
+            z = inits.get(nd.input[2]) if len(nd.input) > 2 else None
+            zp_type[nd.output[0]] = z.data_type if z is not None else TensorProto.UINT8
+    nodes, casts, k = [], 0, 0
+    for nd in g.node:
+        for j, name in enumerate(nd.input):
+            if name in zp_type:
+                cname = f"{nd.name or 'node'}_cast{k}"
+                nodes.append(helper.make_node("Cast", [name], [cname], name=cname, to=zp_type[name]))
+                nd.input[j], k, casts = cname, k + 1, casts + 1
+            elif name in inits:
+                cname = f"{nd.name or 'node'}_const{k}"
+                t = onnx.TensorProto()
+                t.CopyFrom(inits[name])
+                t.name = ""
+                nodes.append(helper.make_node("Constant", [], [cname], name=cname, value=t))
+                nd.input[j], k = cname, k + 1
+        nodes.append(nd)
+    # int32 biases: a [1] zero point from ConstantOfShape and Cast, as PyTorch writes it.
+    out = []
+    for nd in nodes:
+        if nd.op_type == "DequantizeLinear":
+            src = next((c for c in nodes if c.op_type == "Constant" and c.output[0] == nd.input[0]), None)
+            if src is not None and src.attribute[0].t.data_type == TensorProto.INT32:
+                base = f"{nd.name or 'dq'}_zp{k}"
+                k += 1
+                shape = numpy_helper.from_array(np.array([1], np.int64))
+                out.append(helper.make_node("Constant", [], [base + "_shape"], value=shape))
+                out.append(helper.make_node(
+                    "ConstantOfShape", [base + "_shape"], [base + "_zeros"],
+                    value=numpy_helper.from_array(np.array([0], np.int32))))
+                out.append(helper.make_node("Cast", [base + "_zeros"], [base], to=TensorProto.INT32))
+                if len(nd.input) > 2:
+                    nd.input[2] = base
+                else:
+                    nd.input.append(base)
+        out.append(nd)
+    del g.node[:]
+    g.node.extend(out)
+    del g.initializer[:]
+    return casts
+
+
 # The placements derived from the QDQ model: format tag -> (transform, what it means when
 # it removes nothing, log label).
 PLACEMENTS = {
@@ -543,6 +601,8 @@ PLACEMENTS = {
                "Q/DQ on convolution and Gemm inputs only"),
     "fq": (to_float_weights, "no int8/uint8 weight initializer is dequantized",
            "float weights with a Q/DQ pair"),
+    "pt": (to_pytorch_export, "no QuantizeLinear output is read",
+           "written as PyTorch's exporter writes a quantized model"),
     "strictfq": (to_strict_float_weights,
                  "every quantized activation feeds a convolution already, or no weight is int8",
                  "Q/DQ on convolution and Gemm inputs only, float weights with a Q/DQ pair"),

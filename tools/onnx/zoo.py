@@ -240,6 +240,10 @@ def main():
                     help="also <name>_strictfq_{s8,u8} for these models (all when none is named): "
                          "Q/DQ on convolution and Gemm inputs only and float weights with a Q/DQ "
                          "pair, as NVIDIA's toolkits export (qref.to_strict_float_weights)")
+    ap.add_argument("--pt", nargs="*", metavar="NAME", default=None,
+                    help="also <name>_pt_{s8,u8} for these models (all when none is named): the "
+                         "QDQ model written as PyTorch's exporter writes a quantized model "
+                         "(qref.to_pytorch_export)")
     args = ap.parse_args()
     names = args.only or list(MODELS)
     for n in names:
@@ -252,9 +256,9 @@ def main():
         with open(idx_path, "r", encoding="utf-8") as f:
             manifests = set(json.load(f).get("manifests", []))
     def formats(n):
-        # --trt / --strict / --strictfq with no names: every model; with names: those.
+        # --trt / --strict / --strictfq / --pt with no names: every model; with names: those.
         extra = [tag for tag, sel in (("trt", args.trt), ("strict", args.strict),
-                                      ("strictfq", args.strictfq))
+                                      ("strictfq", args.strictfq), ("pt", args.pt))
                  if sel is not None and (not sel or n in sel)]
         return ["qdq", "qop"] + extra if extra else None
 

@@ -321,13 +321,23 @@ impl<'g> Lowerer<'g> {
         b.last = b.last.max(step);
     }
 
+    /// The value `name`: what an earlier node, initializer or input defined, or a
+    /// `Constant` node's value even before that node's turn (a fusion that looks ahead
+    /// reads the parameters of a later node, which PyTorch's exporter writes as `Constant`
+    /// nodes just before it).
     fn get(&self, name: &str, what: &str) -> Result<Val, EngineError> {
-        self.vals.get(name).cloned().ok_or_else(|| {
-            invalid(format!(
-                "{what} reads {name:?}, which no earlier node, initializer or input defines \
+        if let Some(v) = self.vals.get(name) {
+            return Ok(v.clone());
+        }
+        self.g
+            .constant(name)
+            .map(|c| Val::C(c.clone()))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{what} reads {name:?}, which no earlier node, initializer or input defines \
                  (the graph must be topologically sorted)"
-            ))
-        })
+                ))
+            })
     }
 
     fn input(&self, n: &Node, i: usize) -> Result<Val, EngineError> {
@@ -636,6 +646,7 @@ impl<'g> Lowerer<'g> {
                 self.set(&n.outputs[0], v);
                 Ok(())
             }
+            "Cast" => self.cast(n),
             "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => self.reshape_like(n),
             "Transpose" => self.transpose(n),
             "Slice" => self.slice(n),
@@ -679,6 +690,39 @@ impl<'g> Lowerer<'g> {
                  shape arithmetic on constants); run the model with --engine onnxruntime",
             )),
         }
+    }
+}
+
+impl Lowerer<'_> {
+    /// `Cast` of a computed tensor (a constant's is folded, `fold`): only to the type it
+    /// already has, which changes nothing. PyTorch's export of a quantized model writes one
+    /// between each `QuantizeLinear` and the `DequantizeLinear` after it (`uint8` to
+    /// `uint8`); a float tensor (computed in float or dequantized) cast to `float32` is
+    /// the same. Any other cast changes values the native engine keeps quantized: an error
+    /// that names both types.
+    fn cast(&mut self, n: &Node) -> Result<(), EngineError> {
+        let to = n.int("to", 0)?;
+        let v = self.input(n, 0)?;
+        let from = match &v {
+            Val::Q(_) if self.is_u8(&n.inputs[0]) => super::graph::dtype::UINT8,
+            Val::Q(_) => super::graph::dtype::INT8,
+            Val::F32(_) | Val::Dq(_) => super::graph::dtype::FLOAT,
+            Val::C(_) | Val::DqC { .. } => {
+                return Err(n.unsupported("a cast of a constant that could not be folded"))
+            }
+        };
+        if i64::from(from) != to {
+            return Err(n.unsupported(format!(
+                "a cast of {} ({}) to {}: the native engine keeps this tensor as it is and \
+                 runs only casts to the same type; remove the cast or run the model with \
+                 --engine onnxruntime",
+                kind_name(&v),
+                super::graph::type_name(from),
+                i32::try_from(to).map_or("an unknown type", super::graph::type_name)
+            )));
+        }
+        self.set(&n.outputs[0], v);
+        Ok(())
     }
 }
 

@@ -224,7 +224,7 @@ impl Lowerer<'_> {
             let zp_index = super::super::graph::output_quant_inputs(&p.op).map(|(_, z)| z);
             match zp_index {
                 Some(i) => {
-                    return match p.input(i).and_then(|z| self.g.consts.get(z)) {
+                    return match p.input(i).and_then(|z| self.g.constant(z)) {
                         Some(c) => matches!(c.data, ConstData::U8(_)),
                         None => p.op == "QuantizeLinear" && p.input(i).is_none(),
                     }
