@@ -592,6 +592,81 @@ def to_pytorch_export(model):
     return casts
 
 
+def to_modelopt_export(model, seed=0):
+    """The QDQ model as NVIDIA's ModelOpt exports a network it quantized for TensorRT
+    (`mtq.quantize(model, INT8_DEFAULT_CFG)`, `torch.onnx.export`; checked against
+    torchvision's ResNet-18 with ModelOpt 0.47): Q/DQ on convolution and Gemm inputs only,
+    float weights with their own Q/DQ pair (`to_strict_float_weights`), each convolution's
+    bias a BatchNormalization after it (ModelOpt leaves BatchNorm for TensorRT to fold; here
+    with seeded random statistics, so the function differs from the QDQ model's), a
+    Cast to float32 on each residual Add's skip input, and the output's Q/DQ pair removed
+    (float logits). Returns the number of BatchNormalizations inserted."""
+    from onnx import helper, numpy_helper, TensorProto
+    if to_strict_float_weights(model) == 0:
+        return 0
+    g = model.graph
+    rng = np.random.default_rng([seed, 11])
+    inits = {i.name: i for i in g.initializer}
+    outputs = {o.name for o in g.output}
+    dq_of = {n.output[0]: n for n in g.node if n.op_type == "DequantizeLinear"}
+
+    def float_bias(name):
+        # A float initializer, or quantize_static's int32 bias and its DequantizeLinear.
+        if name in inits:
+            return numpy_helper.to_array(inits[name]).astype(np.float32)
+        dq = dq_of.get(name)
+        if dq is None or dq.input[0] not in inits:
+            return None
+        q = numpy_helper.to_array(inits[dq.input[0]]).astype(np.float64)
+        scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float64)
+        return (q * scale).astype(np.float32)
+
+    nodes, bns = [], 0
+    for nd in g.node:
+        nodes.append(nd)
+        bias = float_bias(nd.input[2]) if nd.op_type == "Conv" and len(nd.input) > 2 else None
+        if bias is not None:
+            c = bias.size
+            stats = {"gamma": rng.uniform(0.5, 1.5, c), "beta": bias,
+                     "mean": rng.normal(0.0, 0.1, c), "var": rng.uniform(0.5, 2.0, c)}
+            names = []
+            for k, v in stats.items():
+                names.append(f"{nd.name}_bn_{k}")
+                g.initializer.append(numpy_helper.from_array(np.asarray(v, np.float32), names[-1]))
+            del nd.input[2]
+            conv_out = nd.output[0] + "_prebn"
+            bn = helper.make_node("BatchNormalization", [conv_out] + names, [nd.output[0]],
+                                  name=f"{nd.name}_bn", epsilon=1e-5)
+            nd.output[0] = conv_out
+            nodes.append(bn)
+            bns += 1
+    # A Cast to float32 on each residual Add's dequantized skip input.
+    producer = {o: n for n in nodes for o in n.output}
+    out = []
+    for nd in nodes:
+        if nd.op_type == "Add":
+            for j, i in enumerate(nd.input):
+                src = producer.get(i)
+                if src is not None and src.op_type == "DequantizeLinear":
+                    cname = f"{nd.name}_skip_cast{j}"
+                    out.append(helper.make_node("Cast", [i], [cname], name=cname, to=TensorProto.FLOAT))
+                    nd.input[j] = cname
+        out.append(nd)
+    # The output's Q/DQ pair removed: the producer writes the graph output in float.
+    for o in outputs:
+        dq = next((n for n in out if n.op_type == "DequantizeLinear" and n.output[0] == o), None)
+        q = next((n for n in out if dq is not None and n.op_type == "QuantizeLinear"
+                  and n.output[0] == dq.input[0]), None)
+        if q is None:
+            continue
+        src = next(n for n in out if q.input[0] in n.output)
+        src.output[list(src.output).index(q.input[0])] = o
+        out = [n for n in out if n is not q and n is not dq]
+    del g.node[:]
+    g.node.extend(out)
+    return bns
+
+
 # The placements derived from the QDQ model: format tag -> (transform, what it means when
 # it removes nothing, log label).
 PLACEMENTS = {
@@ -601,6 +676,8 @@ PLACEMENTS = {
                "Q/DQ on convolution and Gemm inputs only"),
     "fq": (to_float_weights, "no int8/uint8 weight initializer is dequantized",
            "float weights with a Q/DQ pair"),
+    "modelopt": (to_modelopt_export, "no convolution has a bias to turn into a BatchNorm",
+                 "as ModelOpt exports it (BatchNorm after each convolution, float logits)"),
     "pt": (to_pytorch_export, "no QuantizeLinear output is read",
            "written as PyTorch's exporter writes a quantized model"),
     "strictfq": (to_strict_float_weights,

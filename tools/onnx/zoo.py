@@ -244,6 +244,9 @@ def main():
                     help="also <name>_pt_{s8,u8} for these models (all when none is named): the "
                          "QDQ model written as PyTorch's exporter writes a quantized model "
                          "(qref.to_pytorch_export)")
+    ap.add_argument("--modelopt", nargs="*", metavar="NAME", default=None,
+                    help="also <name>_modelopt_{s8,u8}: the QDQ model as NVIDIA's ModelOpt "
+                         "exports it (qref.to_modelopt_export)")
     args = ap.parse_args()
     names = args.only or list(MODELS)
     for n in names:
@@ -258,7 +261,8 @@ def main():
     def formats(n):
         # --trt / --strict / --strictfq / --pt with no names: every model; with names: those.
         extra = [tag for tag, sel in (("trt", args.trt), ("strict", args.strict),
-                                      ("strictfq", args.strictfq), ("pt", args.pt))
+                                      ("strictfq", args.strictfq), ("pt", args.pt),
+                                      ("modelopt", args.modelopt))
                  if sel is not None and (not sel or n in sel)]
         return ["qdq", "qop"] + extra if extra else None
 

@@ -497,12 +497,6 @@ impl Lowerer<'_> {
             )));
         }
         let m: usize = xs[..xs.len() - 1].iter().product();
-        let bias = if b_idx == usize::MAX {
-            vec![0; oc]
-        } else {
-            self.bias(n, b_idx, oc, x_q.scale, &w_scales)?
-        };
-        let (y_q, (lo, hi), out_name) = self.out_q(n, y_idx)?;
         let mut packed = vec![0i8; k * oc];
         for o in 0..oc {
             for i in 0..k {
@@ -511,6 +505,49 @@ impl Lowerer<'_> {
         }
         self.weight_bytes += packed.len() + oc * 4;
         self.macs += (m * k * oc) as u64;
+        let mut out_shape = xs[..xs.len() - 1].to_vec();
+        out_shape.push(oc);
+        if !qop && self.conv_output_goes_on_in_float(n) {
+            // Float output (the float route's convolution on one image of 1 x m pixels):
+            // `acc · x_scale · w_scale + bias`, the bias in float as the model stores it.
+            let scales = w_scales.iter().map(|&ws| x_q.scale * ws).collect();
+            let fbias = if b_idx == usize::MAX {
+                vec![0.0; oc]
+            } else {
+                self.float_bias(n, b_idx, oc, x_q.scale, &w_scales)?
+            };
+            let shape = ConvShape {
+                in_c: k,
+                out_c: oc,
+                k: 1,
+                stride: 1,
+                pad: 0,
+            };
+            let layer = Conv2d::new(shape, packed, w_scales, vec![0; oc], x_q, x_q, false)
+                .map_err(|e| n.unsupported(format!("{e}")))?;
+            let image = T {
+                shape: vec![1, k, 1, m],
+                ..x
+            };
+            let imp = ConvImpl::Dense(Box::new(layer));
+            self.conv_float(n, imp, &image, [1, 1, m], [oc, 1, m], scales, fbias)?;
+            // NHWC `[1, 1, m, oc]` is row-major `[.., oc]`: the same bytes.
+            if let Some(Val::F32(t)) = self.vals.get(&n.outputs[0]).cloned() {
+                let t = T {
+                    shape: out_shape,
+                    layout: Layout::RowMajor,
+                    ..t
+                };
+                self.set(&n.outputs[0], Val::F32(t));
+            }
+            return Ok(());
+        }
+        let bias = if b_idx == usize::MAX {
+            vec![0; oc]
+        } else {
+            self.bias(n, b_idx, oc, x_q.scale, &w_scales)?
+        };
+        let (y_q, (lo, hi), out_name) = self.out_q(n, y_idx)?;
         let relu = lo == y_q.zero_point;
         let layer = Conv2d::new(
             ConvShape {
@@ -545,13 +582,11 @@ impl Lowerer<'_> {
             clamp,
             residual: None,
         });
-        let mut shape = xs[..xs.len() - 1].to_vec();
-        shape.push(oc);
         self.set(
             &out_name,
             Val::Q(T {
                 buf: dst,
-                shape,
+                shape: out_shape,
                 layout: Layout::RowMajor,
                 q: y_q,
             }),

@@ -24,6 +24,10 @@
 //!     of a float tensor and a constant (float or dequantized; a scalar as in a decomposed
 //!     hard-swish, per channel, or any shape that broadcasts), [`Step::FloatBinaryConst`]
 //!     (the constant broadcast at load to one repeating period of the tensor's memory);
+//!   - `BatchNormalization` in inference mode (ModelOpt leaves it after each convolution
+//!     for TensorRT to fold): per channel `x·s + t`, `s` and `t` computed at load as ONNX
+//!     Runtime's CPU kernel computes them, two [`Step::FloatBinaryConst`]; `Cast` to
+//!     `float32`: nothing;
 //!   - `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's
 //!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus`, `Mish` (YOLOv4's) and
 //!     `Erf` (GELU's) (vectorisable `f32` formulas within a few ulp: `exp`, `tanh` and `erf`
@@ -101,24 +105,27 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Slice",
     "Split",
     "Transpose",
+    "BatchNormalization",
+    "Cast",
 ];
 
 impl Lowerer<'_> {
-    /// True when convolution `n`'s float output takes the float route: it is not quantized
-    /// (through `Relu`/`Clip`), not a graph output, and every reader is a float operator.
+    /// True when convolution or matrix product `n`'s float output takes the float route:
+    /// it is not quantized (through `Relu`/`Clip`), and every reader is a float operator;
+    /// or it is a graph output (a classifier's logits, a detection head's maps, as NVIDIA's
+    /// toolkits export them: the output is then `float32` from the exact sums).
     pub(super) fn conv_output_goes_on_in_float(&self, n: &Node) -> bool {
         let Some(out) = n.outputs.first() else {
             return false;
         };
-        if self.find_q(n).is_ok() || self.outputs.contains(out) {
+        if self.find_q(n).is_ok() {
             return false;
         }
-        match self.consumers.get(out) {
-            Some(readers) if !readers.is_empty() => readers
-                .iter()
-                .all(|&c| FLOAT_READERS.contains(&self.g.nodes[c].op.as_str())),
-            _ => false,
-        }
+        let readers = self.consumers.get(out).map(Vec::as_slice).unwrap_or(&[]);
+        let float_readers = readers
+            .iter()
+            .all(|&c| FLOAT_READERS.contains(&self.g.nodes[c].op.as_str()));
+        float_readers && (!readers.is_empty() || self.outputs.contains(out))
     }
 
     /// The float bias of a convolution with `oc` output channels: none (zeros), float, or
@@ -256,6 +263,76 @@ impl Lowerer<'_> {
     }
 
     /// `Add`, `Sub`, `Mul` or `Div` with a float operand: in `f32`, same shapes only.
+    /// `BatchNormalization` in inference mode on a float route's tensor (a convolution's
+    /// float output, as NVIDIA's ModelOpt exports a network whose BatchNorm it leaves to
+    /// TensorRT to fold; or a dequantized one): per channel `y = x·s + t` with `s = γ ·
+    /// (1 / √(var + ε))` and `t = β − mean·s`, computed at load in `f32` in that order, then
+    /// two steps (a multiply and an add by per-channel constants): ONNX Runtime's CPU kernel
+    /// to the bit (0 of 16,384 outputs differ on a test tensor; `(x − mean)·…` orders and a
+    /// fused multiply-add each differed in a third to a half).
+    pub(super) fn float_batch_norm(&mut self, n: &Node) -> Result<(), EngineError> {
+        if n.int("training_mode", 0)? != 0 {
+            return Err(
+                n.unsupported("training mode (batch statistics): export the model in eval mode")
+            );
+        }
+        if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err(n.unsupported(
+                "running mean and variance outputs (training mode): export in eval mode",
+            ));
+        }
+        let layout = match self.input(n, 0)? {
+            Val::F32(t) | Val::Dq(t) if t.shape.len() == 4 => t.layout,
+            _ => Layout::RowMajor,
+        };
+        let x = self.float_operand(n, 0, layout)?;
+        let c = x.shape.get(1).copied().unwrap_or(0);
+        let param = |i: usize, what: &str| -> Result<Vec<f32>, EngineError> {
+            let v = self.input(n, i)?;
+            match constant_f32(&v) {
+                Some(Const {
+                    data: ConstData::F32(v),
+                    ..
+                }) if v.len() == c => Ok(v),
+                _ => Err(n.unsupported(format!(
+                    "its {what} must be a constant of {c} values (one per channel)"
+                ))),
+            }
+        };
+        let (gamma, beta) = (param(1, "scale")?, param(2, "bias")?);
+        let (mean, var) = (param(3, "mean")?, param(4, "variance")?);
+        let eps = n.float("epsilon", 1e-5)?;
+        let scale: Vec<f32> = (0..c)
+            .map(|k| 1.0 / (var[k] + eps).sqrt() * gamma[k])
+            .collect();
+        let shift: Vec<f32> = (0..c).map(|k| beta[k] - mean[k] * scale[k]).collect();
+        // Per-channel constants shaped to broadcast along axis 1.
+        let mut shape = vec![1; x.shape.len()];
+        shape[1] = c;
+        let mut cur = x;
+        for (op, values) in [(FloatBinaryOp::Mul, scale), (FloatBinaryOp::Add, shift)] {
+            let konst = Const {
+                shape: shape.clone(),
+                data: ConstData::F32(values),
+            };
+            let konst = broadcast_constant(n, &konst, &cur)?;
+            let len = cur.shape.iter().product::<usize>();
+            self.touch(cur.buf);
+            let dst = self.new_buf(len * 4);
+            self.steps.push(Step::FloatBinaryConst {
+                op,
+                x: cur.buf,
+                konst,
+                x_is_a: true,
+                n: len,
+                dst,
+            });
+            cur = T { buf: dst, ..cur };
+        }
+        self.set(&n.outputs[0], Val::F32(cur));
+        Ok(())
+    }
+
     pub(super) fn float_binary(&mut self, n: &Node) -> Result<(), EngineError> {
         let layout = [0, 1]
             .iter()
@@ -500,6 +577,11 @@ impl Lowerer<'_> {
     pub(super) fn float_global_avg_pool(&mut self, n: &Node) -> Result<(), EngineError> {
         let t = match self.input(n, 0)? {
             Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => t,
+            // A dequantized tensor whose average is not quantized again (ModelOpt's
+            // classifier head: DQ → GlobalAveragePool → Flatten → Q): dequantized first.
+            Val::Dq(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => {
+                self.float_operand(n, 0, Layout::Nhwc)?
+            }
             v => {
                 return Err(n.unsupported(format!(
                     "cannot average {}: a float tensor must be 4-D NHWC",

@@ -220,14 +220,17 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
                     ElemType::F32,
                 )
             }
+            // A float tensor (a convolution's or matrix product's float output, or what
+            // the float route made of it): its bytes.
+            (Val::F32(t), Some(ElemType::F32) | None) => (t, OutKind::Copy, ElemType::F32),
             (Val::Q(t), Some(ElemType::U8)) => (t, OutKind::FlipU8, ElemType::U8),
             (Val::Q(t), Some(ElemType::I8) | None) => (t, OutKind::Copy, ElemType::I8),
             (v, e) => {
                 return Err(EngineError::Invalid {
                     reason: format!(
                         "graph output {} is {} ({:?}): the native engine produces outputs that \
-                         are quantized (int8/uint8) or dequantized from quantized tensors \
-                         (float32); run this model with --engine onnxruntime",
+                         are quantized (int8/uint8), dequantized from quantized tensors or \
+                         computed in float (float32); run this model with --engine onnxruntime",
                         vo.name,
                         e.map(|e| e.name()).unwrap_or("untyped"),
                         kind_name(&v)
@@ -235,7 +238,14 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
                 })
             }
         };
-        let t = l.row_major(t, 1);
+        let t = l.row_major(
+            t,
+            if elem == ElemType::F32 && kind == OutKind::Copy {
+                4
+            } else {
+                1
+            },
+        );
         l.touch(t.buf);
         l.steps.push(Step::Output {
             index,
@@ -660,7 +670,10 @@ impl<'g> Lowerer<'g> {
             }
             "Add" | "Mul" | "Div" | "Sub" if self.reads_float_tensor(n) => self.float_binary(n),
             "Concat" if self.reads_float_tensor(n) => self.float_concat(n),
-            "GlobalAveragePool" if self.reads_float_tensor(n) => self.float_global_avg_pool(n),
+            "BatchNormalization" => self.float_batch_norm(n),
+            "GlobalAveragePool" if self.reads_float_tensor(n) || self.find_q(n).is_err() => {
+                self.float_global_avg_pool(n)
+            }
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
             "ConvTranspose" => self.conv_transpose(n),
@@ -686,7 +699,8 @@ impl<'g> Lowerer<'g> {
                  Add, Mul, \
                  Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, \
                  MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, Reshape, Flatten, \
-                 Transpose, Squeeze, Unsqueeze, Slice, Split and their QLinear forms, and \
+                 Transpose, Squeeze, Unsqueeze, Slice, Split and their QLinear forms, \
+                 BatchNormalization after a float convolution, Cast to the same type, and \
                  shape arithmetic on constants); run the model with --engine onnxruntime",
             )),
         }
