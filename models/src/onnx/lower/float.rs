@@ -316,21 +316,27 @@ impl Lowerer<'_> {
                 data: ConstData::F32(values),
             };
             let konst = broadcast_constant(n, &konst, &cur)?;
-            let len = cur.shape.iter().product::<usize>();
-            self.touch(cur.buf);
-            let dst = self.new_buf(len * 4);
-            self.steps.push(Step::FloatBinaryConst {
-                op,
-                x: cur.buf,
-                konst,
-                x_is_a: true,
-                n: len,
-                dst,
-            });
-            cur = T { buf: dst, ..cur };
+            cur = self.push_binary_const(op, cur, konst, true);
         }
         self.set(&n.outputs[0], Val::F32(cur));
         Ok(())
+    }
+
+    /// Pushes `x op konst` (`konst op x` unless `x_is_a`; `konst` one repeating period of
+    /// `x`'s memory, [`broadcast_constant`]) and returns the result's tensor.
+    fn push_binary_const(&mut self, op: FloatBinaryOp, x: T, konst: Vec<f32>, x_is_a: bool) -> T {
+        let len = x.shape.iter().product::<usize>();
+        self.touch(x.buf);
+        let dst = self.new_buf(len * 4);
+        self.steps.push(Step::FloatBinaryConst {
+            op,
+            x: x.buf,
+            konst,
+            x_is_a,
+            n: len,
+            dst,
+        });
+        T { buf: dst, ..x }
     }
 
     pub(super) fn float_binary(&mut self, n: &Node) -> Result<(), EngineError> {
@@ -351,18 +357,8 @@ impl Lowerer<'_> {
             {
                 let x = self.float_operand(n, xi, layout)?;
                 let konst = broadcast_constant(n, &c, &x)?;
-                let len = x.shape.iter().product::<usize>();
-                self.touch(x.buf);
-                let dst = self.new_buf(len * 4);
-                self.steps.push(Step::FloatBinaryConst {
-                    op: float_binary_op(n),
-                    x: x.buf,
-                    konst,
-                    x_is_a: xi == 0,
-                    n: len,
-                    dst,
-                });
-                self.set(&n.outputs[0], Val::F32(T { buf: dst, ..x }));
+                let y = self.push_binary_const(float_binary_op(n), x, konst, xi == 0);
+                self.set(&n.outputs[0], Val::F32(y));
                 return Ok(());
             }
         }
