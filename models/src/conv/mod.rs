@@ -634,6 +634,32 @@ impl Conv2d {
         out_rows: &mut [i8],
         rows: Range<usize>,
     ) -> Result<(), ModelError> {
+        Self::groups_rows(layers, input, in_h, in_w, out_rows, rows)
+    }
+
+    /// [`Conv2d::forward_rows_groups`] storing each group's exact accumulators (`bias +
+    /// Σ (x − x_zp)·w`, as [`Conv2d::forward_rows_acc`]) instead of requantized bytes: a
+    /// grouped convolution whose float output goes on unquantized.
+    pub fn forward_rows_groups_acc(
+        layers: &[Conv2d],
+        input: &[i8],
+        in_h: usize,
+        in_w: usize,
+        out_rows: &mut [i32],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
+        Self::groups_rows(layers, input, in_h, in_w, out_rows, rows)
+    }
+
+    /// The groups' checks and run, bytes or accumulators.
+    fn groups_rows<E: KernelOut>(
+        layers: &[Conv2d],
+        input: &[i8],
+        in_h: usize,
+        in_w: usize,
+        out_rows: &mut [E],
+        rows: Range<usize>,
+    ) -> Result<(), ModelError> {
         let Some(first) = layers.first() else {
             return Ok(());
         };

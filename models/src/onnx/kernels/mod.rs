@@ -16,6 +16,7 @@
 //! convolution, tables and `QuantizeLinear`.
 
 use super::isa::{multiversion, Isa};
+use crate::conv::Conv2d;
 use std::ops::Range;
 
 mod binary;
@@ -190,6 +191,16 @@ pub(crate) struct GeneralConv {
 /// Largest ungrouped patch (`kh · kw · in_c`) [`GeneralConv::run`] gathers on the stack.
 const PATCH_MAX: usize = 4608;
 
+/// [`Conv2d::forward_rows_groups`] or its accumulator form.
+type GroupsFn<O> = fn(
+    &[Conv2d],
+    &[i8],
+    usize,
+    usize,
+    &mut [O],
+    Range<usize>,
+) -> Result<(), crate::conv::ModelError>;
+
 impl GeneralConv {
     /// This convolution with its depthwise weights laid out for [`depthwise_rows`] when it
     /// is depthwise (`groups == in_c == out_c`, at most [`DEPTHWISE_TAPS_MAX`] taps);
@@ -241,7 +252,7 @@ impl GeneralConv {
     ) -> Result<(), crate::conv::ModelError> {
         let taps = self.win.kh * self.win.kw * self.in_c;
         if !self.grouped.is_empty() {
-            return self.run_grouped(input, out, rows);
+            return self.run_grouped(input, out, rows, Conv2d::forward_rows_groups);
         }
         if !self.depthwise.is_empty() {
             depthwise_rows(isa, self, input, out, rows);
@@ -260,7 +271,13 @@ impl GeneralConv {
     /// not used (the lowering leaves them empty for this route).
     pub fn run_acc(&self, isa: Isa, input: &[i8], out: &mut [i32], rows: Range<usize>) {
         let taps = self.win.kh * self.win.kw * self.in_c;
-        if !self.depthwise.is_empty() {
+        if !self.grouped.is_empty() {
+            // The lowering's checks rule out a refusal; the tap loop's sums are the same.
+            let dense = self.run_grouped(input, out, rows.clone(), Conv2d::forward_rows_groups_acc);
+            if dense.is_err() {
+                self.run_taps(input, out, rows);
+            }
+        } else if !self.depthwise.is_empty() {
             depthwise_rows_acc(isa, self, input, out, rows);
         } else if self.groups == 1 && taps <= PATCH_MAX {
             self.run_patches(input, out, rows);
@@ -269,12 +286,14 @@ impl GeneralConv {
         }
     }
 
-    /// [`GeneralConv::run`] on the per-group dense layers.
-    fn run_grouped(
+    /// [`GeneralConv::run`] (`groups` = [`Conv2d::forward_rows_groups`]) or
+    /// [`GeneralConv::run_acc`] (its `_acc` form) on the per-group dense layers.
+    fn run_grouped<O>(
         &self,
         input: &[i8],
-        out: &mut [i8],
+        out: &mut [O],
         rows: Range<usize>,
+        groups: GroupsFn<O>,
     ) -> Result<(), crate::conv::ModelError> {
         let w = &self.win;
         let img = w.in_h * w.in_w * self.in_c;
@@ -287,14 +306,7 @@ impl GeneralConv {
             let n = (w.out_h - oy).min(rows.end - r);
             let x = &input[b * img..(b + 1) * img];
             let dst = &mut out[o..o + n * row_len];
-            crate::conv::Conv2d::forward_rows_groups(
-                &self.grouped,
-                x,
-                w.in_h,
-                w.in_w,
-                dst,
-                oy..oy + n,
-            )?;
+            groups(&self.grouped, x, w.in_h, w.in_w, dst, oy..oy + n)?;
             r += n;
             o += n * row_len;
         }

@@ -734,6 +734,82 @@ fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
 }
 
 #[test]
+fn grouped_dense_accumulators_equal_the_tap_loop() {
+    // A float-output grouped convolution (RegNet's, as ModelOpt exports it) on its per-group
+    // dense layers: the same exact sums as the tap loop, on the layers' kernel path and the
+    // scalar one, over two row ranges; a batch of two images.
+    use crate::conv::{ConvShape, KernelPath};
+    use crate::quant::QParams;
+    let mut g = SplitMix64::stream(17, 0);
+    for (icg, ocg, groups, k, s) in [(8, 8, 3, 3, 2), (8, 16, 2, 3, 1), (5, 3, 4, 1, 1)] {
+        let (h, w, pad) = (7, 6, k / 2);
+        let (c, oc) = (icg * groups, ocg * groups);
+        let out_h = (h + 2 * pad - k) / s + 1;
+        let out_w = (w + 2 * pad - k) / s + 1;
+        let win = test_window((h, w), (out_h, out_w), (k, k), s, 1, (pad, pad));
+        let weights: Vec<i8> = (0..oc * k * k * icg).map(|_| g.next_i8()).collect();
+        let bias: Vec<i32> = (0..oc).map(|_| g.below(2001) as i32 - 1000).collect();
+        let x_q = QParams::new(0.02, -3);
+        for path in [KernelPath::best(), KernelPath::Scalar] {
+            let per_group = ocg * k * k * icg;
+            let shape = ConvShape {
+                in_c: icg,
+                out_c: ocg,
+                k,
+                stride: s,
+                pad,
+            };
+            let grouped: Vec<Conv2d> = (0..groups)
+                .map(|gi| {
+                    let oc_range = gi * ocg..(gi + 1) * ocg;
+                    let mut l = Conv2d::new(
+                        shape,
+                        weights[gi * per_group..(gi + 1) * per_group].to_vec(),
+                        vec![0.01; ocg],
+                        bias[oc_range].to_vec(),
+                        x_q,
+                        x_q,
+                        false,
+                    )
+                    .unwrap();
+                    l.set_path(path).unwrap();
+                    l
+                })
+                .collect();
+            let conv = GeneralConv {
+                win,
+                in_c: c,
+                out_c: oc,
+                groups,
+                weights: weights.clone(),
+                bias: bias.clone(),
+                multipliers: vec![1.0; oc],
+                x_zp: i32::from(x_q.zero_point),
+                y_zp: 0,
+                lo: -128,
+                hi: 127,
+                depthwise: Vec::new(),
+                grouped,
+            }
+            .prepared();
+            let x: Vec<i8> = (0..2 * h * w * c).map(|_| g.next_i8()).collect();
+            let rows = 2 * out_h;
+            let n = rows * out_w * oc;
+            let mut want = vec![0i32; n];
+            conv.run_taps(&x, &mut want, 0..rows);
+            let mut got = vec![0i32; n];
+            let (a, b) = got.split_at_mut(3 * out_w * oc);
+            conv.run_acc(Isa::PORTABLE, &x, a, 0..3);
+            conv.run_acc(Isa::PORTABLE, &x, b, 3..rows);
+            assert_eq!(
+                got, want,
+                "{groups} groups of {icg}>{ocg} {k}x{k}/{s} on {path:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn general_accumulators_are_the_sums_behind_the_bytes() {
     // Not depthwise: a rectangular kernel with asymmetric pads (the patch loop) and a
     // grouped one (the tap loop), each against its own bytes, over two row ranges.

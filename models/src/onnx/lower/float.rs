@@ -12,8 +12,9 @@
 //!   window, equal strides, symmetric padding and one group (ResNet's, RegNet's and YOLO's
 //!   convolutions) runs on its dense kernel; any other (EfficientNet's and MobileNetV3's
 //!   depthwise ones, grouped, rectangular, dilated, asymmetrically padded) on the general
-//!   kernel ([`GeneralConv::run_acc`]: depthwise through its vectorised loop, the rest
-//!   through the patch or tap loop, not the per-group dense layers).
+//!   kernel ([`GeneralConv::run_acc`]: depthwise through its vectorised loop, grouped ones
+//!   with a square window through one dense layer per group storing its exact sums
+//!   (`Conv2d::forward_rows_groups_acc`), the rest through the patch or tap loop).
 //! - **Semantics**: the convolution writes `f32` = `acc · x_scale · w_scale[c] + bias[c]`,
 //!   `acc` the exact integer sum ([`Step::ConvFloat`]; `bias` in float as the model stores
 //!   it). After it, in `f32`:
