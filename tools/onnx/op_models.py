@@ -340,9 +340,9 @@ def _(g):
 # minus the tensor, a per-channel scale, a per-channel divisor and a whole-tensor offset.
 @case("trt_constant_operands")
 def _(g):
-    # Strict only: quantize_static quantizes the [6, 1, 1] divisor per channel, which the
-    # quantized Div (QDQ and TensorRT-style forms) does not take.
-    g.formats = ["strict"]
+    # quantize_static quantizes the [6, 1, 1] divisor per channel: in QDQ form the Div then
+    # runs in float between DequantizeLinear and QuantizeLinear, in ONNX Runtime as natively.
+    g.formats = ["qdq", "strict"]
     x = g.conv(g.input(X), 6, 3)
     y = g.node("Sub", [g.const(np.float32(1.5)), x], g.shape[x])
     y = g.mul(y, g.const(g.rng.uniform(0.5, 2.0, (1, 6, 1, 1)).astype(np.float32)))

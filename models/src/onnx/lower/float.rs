@@ -223,6 +223,18 @@ impl Lowerer<'_> {
             .any(|name| matches!(self.vals.get(name), Some(Val::F32(_))))
     }
 
+    /// True when an input of `n` is a float constant (quantize_static leaves a `Div`'s or
+    /// `Sub`'s unquantized) or one dequantized per channel: no quantized operator takes
+    /// one, ONNX Runtime included (it runs such an operator in float between
+    /// `DequantizeLinear` and `QuantizeLinear`), so the float route does, the same way.
+    pub(super) fn reads_float_constant(&self, n: &Node) -> bool {
+        n.inputs.iter().any(|name| match self.get(name, "") {
+            Ok(Val::DqC { scales, .. }) => scales.len() > 1,
+            Ok(Val::C(c)) => matches!(c.data, ConstData::F32(_)),
+            _ => false,
+        })
+    }
+
     /// Input `i` of `n` as an `f32` tensor in `layout`: a float tensor as it is, a
     /// dequantized one through a [`Step::Dequantize`].
     pub(super) fn float_operand(

@@ -668,7 +668,11 @@ impl<'g> Lowerer<'g> {
             {
                 self.float_unary(n)
             }
-            "Add" | "Mul" | "Div" | "Sub" if self.reads_float_tensor(n) => self.float_binary(n),
+            "Add" | "Mul" | "Div" | "Sub"
+                if self.reads_float_tensor(n) || self.reads_float_constant(n) =>
+            {
+                self.float_binary(n)
+            }
             "Concat" if self.reads_float_tensor(n) => self.float_concat(n),
             "BatchNormalization" => self.float_batch_norm(n),
             "GlobalAveragePool" if self.reads_float_tensor(n) || self.find_q(n).is_err() => {
