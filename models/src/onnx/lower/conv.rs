@@ -227,15 +227,21 @@ impl Lowerer<'_> {
                 // settings are unused on this route. Grouped with a square window: one
                 // dense layer per group, storing its exact sums (RegNetX-200MF as ModelOpt
                 // exports it: 14.4 -> 1.8 ms on one thread against the tap loop).
-                let depthwise = crate::onnx::kernels::runs_depthwise_kernel(c, oc, groups, kh * kw);
-                let grouped = if groups > 1 && !depthwise && square_window {
-                    grouped_layers(
-                        &packed, groups, oc, icg, kh, win.sh, win.pt, &w_scales, &bias, x_q, x_q,
-                        false,
-                    )
-                } else {
-                    Vec::new()
-                };
+                let grouped = grouped_layers(
+                    &packed,
+                    square_window,
+                    groups,
+                    oc,
+                    icg,
+                    kh,
+                    win.sh,
+                    win.pt,
+                    &w_scales,
+                    &bias,
+                    x_q,
+                    x_q,
+                    false,
+                );
                 ConvImpl::General(Box::new(
                     GeneralConv {
                         win,
@@ -255,8 +261,7 @@ impl Lowerer<'_> {
                     .prepared(),
                 ))
             };
-            return self.conv_float(
-                n,
+            let y = self.conv_float(
                 imp,
                 &x,
                 [b, h, wd],
@@ -264,6 +269,8 @@ impl Lowerer<'_> {
                 scales,
                 fbias,
             );
+            self.set(&n.outputs[0], Val::F32(y));
+            return Ok(());
         }
         // The dense kernels run square convolutions directly, dilated "same" ones as
         // dilation phases (a dense convolution of each phase image), and stride-1 x s ones
@@ -321,16 +328,21 @@ impl Lowerer<'_> {
                     .iter()
                     .map(|&ws| crate::quant::requant_multiplier(x_q.scale, ws, y_q.scale))
                     .collect();
-                // Grouped (not depthwise: that has a kernel of its own) with a square
-                // window: one dense layer per group.
-                let depthwise = crate::onnx::kernels::runs_depthwise_kernel(c, oc, groups, kh * kw);
-                let grouped = if groups > 1 && !depthwise && square_window {
-                    grouped_layers(
-                        &packed, groups, oc, icg, kh, win.sh, pad, &w_scales, &bias, x_q, y_q, relu,
-                    )
-                } else {
-                    Vec::new()
-                };
+                let grouped = grouped_layers(
+                    &packed,
+                    square_window,
+                    groups,
+                    oc,
+                    icg,
+                    kh,
+                    win.sh,
+                    pad,
+                    &w_scales,
+                    &bias,
+                    x_q,
+                    y_q,
+                    relu,
+                );
                 let clamp = if grouped.is_empty() {
                     None
                 } else {
@@ -536,21 +548,15 @@ impl Lowerer<'_> {
             };
             let layer = Conv2d::new(shape, packed, w_scales, vec![0; oc], x_q, x_q, false)
                 .map_err(|e| n.unsupported(format!("{e}")))?;
-            let image = T {
-                shape: vec![1, k, 1, m],
-                ..x
-            };
             let imp = ConvImpl::Dense(Box::new(layer));
-            self.conv_float(n, imp, &image, [1, 1, m], [oc, 1, m], scales, fbias)?;
-            // NHWC `[1, 1, m, oc]` is row-major `[.., oc]`: the same bytes.
-            if let Some(Val::F32(t)) = self.vals.get(&n.outputs[0]).cloned() {
-                let t = T {
-                    shape: out_shape,
-                    layout: Layout::RowMajor,
-                    ..t
-                };
-                self.set(&n.outputs[0], Val::F32(t));
-            }
+            let y = self.conv_float(imp, &x, [1, 1, m], [oc, 1, m], scales, fbias);
+            // NHWC `[1, oc, 1, m]` is row-major `[.., oc]`: the same bytes.
+            let y = T {
+                shape: out_shape,
+                layout: Layout::RowMajor,
+                ..y
+            };
+            self.set(&n.outputs[0], Val::F32(y));
             return Ok(());
         }
         let bias = if b_idx == usize::MAX {
@@ -619,11 +625,14 @@ enum DenseRoute {
 
 /// One dense layer per group of a grouped convolution (see [`GeneralConv::grouped`]):
 /// group `g` takes output channels `g·ocg..(g + 1)·ocg` of `weights` (`[oc][k][k][icg]`, so
-/// one contiguous run per group), their scales and biases. Empty when a group's layer is
-/// refused (its accumulator bound): the step then keeps the tap loop.
+/// one contiguous run per group), their scales and biases. Empty, and the step keeps the
+/// tap loop, unless the convolution is grouped with a square window (`square_window`) and
+/// not depthwise (that has a kernel of its own), or when a group's layer is refused (its
+/// accumulator bound).
 #[allow(clippy::too_many_arguments)]
 fn grouped_layers(
     weights: &[i8],
+    square_window: bool,
     groups: usize,
     oc: usize,
     icg: usize,
@@ -636,6 +645,10 @@ fn grouped_layers(
     y_q: QParams,
     relu: bool,
 ) -> Vec<Conv2d> {
+    let depthwise = crate::onnx::kernels::runs_depthwise_kernel(icg * groups, oc, groups, k * k);
+    if groups <= 1 || depthwise || !square_window {
+        return Vec::new();
+    }
     let ocg = oc / groups;
     let per_group = ocg * k * k * icg;
     let shape = ConvShape {

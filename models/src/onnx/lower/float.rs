@@ -177,18 +177,16 @@ impl Lowerer<'_> {
     }
 
     /// Pushes the float-output convolution `imp` (its integer bias zero) of NHWC input `x`
-    /// and names its output `f32` tensor.
-    #[allow(clippy::too_many_arguments)]
+    /// and returns its output `f32` tensor (NHWC `[b, oc, out_h, out_w]`).
     pub(super) fn conv_float(
         &mut self,
-        n: &Node,
         imp: ConvImpl,
         x: &T,
         [b, h, w]: [usize; 3],
         [oc, out_h, out_w]: [usize; 3],
         scales: Vec<f32>,
         bias: Vec<f32>,
-    ) -> Result<(), EngineError> {
+    ) -> T {
         self.touch(x.buf);
         let dst = self.new_buf(b * out_h * out_w * oc * 4);
         self.steps.push(Step::ConvFloat {
@@ -203,16 +201,12 @@ impl Lowerer<'_> {
             src: x.buf,
             dst,
         });
-        self.set(
-            &n.outputs[0],
-            Val::F32(T {
-                buf: dst,
-                shape: vec![b, oc, out_h, out_w],
-                layout: Layout::Nhwc,
-                q: QParams::new(1.0, 0),
-            }),
-        );
-        Ok(())
+        T {
+            buf: dst,
+            shape: vec![b, oc, out_h, out_w],
+            layout: Layout::Nhwc,
+            q: QParams::new(1.0, 0),
+        }
     }
 
     /// True when one of `n`'s inputs is a float tensor computed in the engine (the float
@@ -275,7 +269,6 @@ impl Lowerer<'_> {
         }
     }
 
-    /// `Add`, `Sub`, `Mul` or `Div` with a float operand: in `f32`, same shapes only.
     /// `BatchNormalization` in inference mode on a float route's tensor (a convolution's
     /// float output, as NVIDIA's ModelOpt exports a network whose BatchNorm it leaves to
     /// TensorRT to fold; or a dequantized one): per channel `y = x·s + t` with `s = γ ·
@@ -352,6 +345,7 @@ impl Lowerer<'_> {
         T { buf: dst, ..x }
     }
 
+    /// `Add`, `Sub`, `Mul` or `Div` with a float operand: in `f32`, same shapes only.
     pub(super) fn float_binary(&mut self, n: &Node) -> Result<(), EngineError> {
         let layout = [0, 1]
             .iter()

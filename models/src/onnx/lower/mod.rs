@@ -208,7 +208,8 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
     let mut outputs = Vec::new();
     for (index, vo) in g.outputs.iter().enumerate() {
         let v = l.get(&vo.name, &format!("graph output {}", vo.name))?;
-        let (t, kind, elem) = match (v, vo.elem) {
+        // `elem_bytes`: bytes of one element of the buffer the output reads.
+        let (t, kind, elem, elem_bytes) = match (v, vo.elem) {
             (Val::Dq(t), Some(ElemType::F32) | None) => {
                 let q = t.q;
                 (
@@ -218,13 +219,14 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
                         zp: i32::from(q.zero_point),
                     },
                     ElemType::F32,
+                    1,
                 )
             }
             // A float tensor (a convolution's or matrix product's float output, or what
             // the float route made of it): its bytes.
-            (Val::F32(t), Some(ElemType::F32) | None) => (t, OutKind::Copy, ElemType::F32),
-            (Val::Q(t), Some(ElemType::U8)) => (t, OutKind::FlipU8, ElemType::U8),
-            (Val::Q(t), Some(ElemType::I8) | None) => (t, OutKind::Copy, ElemType::I8),
+            (Val::F32(t), Some(ElemType::F32) | None) => (t, OutKind::Copy, ElemType::F32, 4),
+            (Val::Q(t), Some(ElemType::U8)) => (t, OutKind::FlipU8, ElemType::U8, 1),
+            (Val::Q(t), Some(ElemType::I8) | None) => (t, OutKind::Copy, ElemType::I8, 1),
             (v, e) => {
                 return Err(EngineError::Invalid {
                     reason: format!(
@@ -238,14 +240,7 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
                 })
             }
         };
-        let t = l.row_major(
-            t,
-            if elem == ElemType::F32 && kind == OutKind::Copy {
-                4
-            } else {
-                1
-            },
-        );
+        let t = l.row_major(t, elem_bytes);
         l.touch(t.buf);
         l.steps.push(Step::Output {
             index,
