@@ -19,6 +19,8 @@ import os
 import sys
 import warnings
 
+from torch_export import calibrate, export_onnx
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -49,17 +51,8 @@ def main():
             for _ in range(8):
                 m(torch.randn(4, 3, 224, 224))
         m.eval()
-
-        def calibrate(model):
-            with torch.no_grad():
-                for _ in range(args.calibration):
-                    model(torch.randn(1, 3, 224, 224))
-
-        m = mtq.quantize(m, mtq.INT8_DEFAULT_CFG, calibrate)
-        path = os.path.join(args.out_dir, f"{name}_modelopt.onnx")
-        torch.onnx.export(m, (torch.randn(1, 3, 224, 224),), path, opset_version=17,
-                          dynamo=False, input_names=["input"], output_names=["logits"])
-        print(f"{path}: {os.path.getsize(path)} bytes (torch {torch.__version__})")
+        m = mtq.quantize(m, mtq.INT8_DEFAULT_CFG, lambda model: calibrate(model, args.calibration))
+        export_onnx(m, os.path.join(args.out_dir, f"{name}_modelopt.onnx"))
 
 
 if __name__ == "__main__":

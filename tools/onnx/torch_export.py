@@ -41,14 +41,26 @@ def main():
         m.fuse_model(is_qat=False)
         m.qconfig = tq.get_default_qconfig("x86")
         tq.prepare(m, inplace=True)
-        with torch.no_grad():
-            for _ in range(args.calibration):
-                m(torch.randn(1, 3, 224, 224))
+        calibrate(m, args.calibration)
         tq.convert(m, inplace=True)
-        path = os.path.join(args.out_dir, f"{name}_torch_u8.onnx")
-        torch.onnx.export(m, (torch.randn(1, 3, 224, 224),), path, opset_version=17,
-                          dynamo=False, input_names=["input"], output_names=["logits"])
-        print(f"{path}: {os.path.getsize(path)} bytes (torch {torch.__version__})")
+        export_onnx(m, os.path.join(args.out_dir, f"{name}_torch_u8.onnx"))
+
+
+def calibrate(model, images):
+    """Runs `model` on `images` seeded random 1x3x224x224 images, without gradients."""
+    import torch
+    with torch.no_grad():
+        for _ in range(images):
+            model(torch.randn(1, 3, 224, 224))
+
+
+def export_onnx(model, path):
+    """`torch.onnx.export` as both real-export scripts use it: the TorchScript exporter
+    (`dynamo=False`), opset 17, input `input`, output `logits`; prints the file's size."""
+    import torch
+    torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, opset_version=17,
+                      dynamo=False, input_names=["input"], output_names=["logits"])
+    print(f"{path}: {os.path.getsize(path)} bytes (torch {torch.__version__})")
 
 
 if __name__ == "__main__":
