@@ -1,6 +1,7 @@
 //! Shape arithmetic evaluated at load: `Shape` of any tensor (its static shape), and
 //! `Gather`, `Concat`, `Cast`, `Slice`, `Add`, `Sub`, `Mul`, `Div`, `Equal`, `Where`,
-//! `ConstantOfShape` and `Range` of constants, as PyTorch's exporter writes
+//! `ConstantOfShape`, `Range` and `Expand` of constants (YOLOv8's anchor grid is `Range` and
+//! `Expand` of constants), as PyTorch's exporter writes
 //! `x.view(x.size(0), -1)` or `x.reshape(b, c, h * w)`: `Shape → Gather → Unsqueeze →
 //! Concat → Reshape`. Each such node becomes a constant (`Val::C`) that `Reshape`,
 //! `Unsqueeze`, `Resize`, ... read as if the file had stored it, so a model needs no
@@ -38,7 +39,7 @@ impl Lowerer<'_> {
                 }
             }
             "Gather" | "Concat" | "Cast" | "Slice" | "Add" | "Sub" | "Mul" | "Div" | "Equal"
-            | "Where" | "ConstantOfShape" | "Range" => {
+            | "Where" | "ConstantOfShape" | "Range" | "Expand" => {
                 let Some(ins) = self.constant_inputs(n) else {
                     return Ok(false);
                 };
@@ -53,6 +54,7 @@ impl Lowerer<'_> {
                     "ConstantOfShape" => constant_of_shape(n, arg(n, &ins, 0)?)?,
                     "Range" => range(n, &ins)?,
                     "Where" => where_(n, &ins)?,
+                    "Expand" => expand(n, arg(n, &ins, 0)?, arg(n, &ins, 1)?)?,
                     op => binary(n, op, arg(n, &ins, 0)?, arg(n, &ins, 1)?)?,
                 }
             }
@@ -488,6 +490,29 @@ fn slice(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
         })
         .collect();
     Ok(pick(data, &at, shape))
+}
+
+/// ONNX `Expand`: `x` broadcast (both ways, as numpy) with the shape `shape` holds.
+fn expand(n: &Node, x: &Const, shape: &Const) -> Result<Const, EngineError> {
+    let dims = shape
+        .to_i64()
+        .filter(|d| d.iter().all(|&v| v >= 0))
+        .ok_or_else(|| n.unsupported("Expand's shape must be non-negative integers"))?;
+    let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    let out = broadcast(&x.shape, &dims).ok_or_else(|| {
+        n.unsupported(format!(
+            "Expand of a {:?} constant to {dims:?}: the shapes do not broadcast",
+            x.shape
+        ))
+    })?;
+    let len: usize = out.iter().product();
+    if len > MAX_FOLDED {
+        return Err(n.unsupported(format!("a constant of {len} elements")));
+    }
+    let at: Vec<usize> = (0..len)
+        .map(|i| broadcast_index(&x.shape, &out, i))
+        .collect();
+    Ok(pick(x, &at, out))
 }
 
 fn constant_of_shape(n: &Node, shape: &Const) -> Result<Const, EngineError> {

@@ -5,7 +5,9 @@ use super::*;
 
 impl Lowerer<'_> {
     pub(super) fn quantize_linear(&mut self, n: &Node) -> Result<(), EngineError> {
-        if let Val::C(c) = self.input(n, 0)? {
+        // A constant, or a dequantized one quantized again (PyTorch's exporter shares equal
+        // parameters, so one bias can be a convolution's int32 bias and an `Add`'s operand).
+        if let Some(c) = super::float::constant_f32(&self.input(n, 0)?) {
             let v = self.quantize_constant(n, &c)?;
             self.set(&n.outputs[0], v);
             return Ok(());
