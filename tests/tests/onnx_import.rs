@@ -83,10 +83,20 @@ fn has_float_formula_op(manifest: &Path) -> bool {
     let name = manifest.file_name().unwrap().to_string_lossy().to_string();
     ops.keys()
         .any(|k| (k.contains("AveragePool") && !k.contains("Global")) || k.ends_with("Mul"))
+        || ort_fused_softmax(manifest)
         || (ops.keys().any(|k| k.contains("Resize"))
             && (name.contains("bilinear")
                 || name.starts_with("rand")
                 || name.contains("centernet")))
+}
+
+/// True when ONNX Runtime's optimized graph of the model holds its fused `QLinearSoftmax`.
+fn ort_fused_softmax(manifest: &Path) -> bool {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    m["ort"]["optimized_ops"]
+        .as_object()
+        .is_some_and(|ops| ops.contains_key("com.microsoft.QLinearSoftmax"))
 }
 
 fn check_dir(dir: &Path, bounded_u8: bool) -> (usize, usize) {
@@ -117,9 +127,19 @@ fn check_dir(dir: &Path, bounded_u8: bool) -> (usize, usize) {
             has_float_formula_op(&m),
             "{name}: not bit-exact although ONNX Runtime's integer path is exact for its operators"
         );
+        // ONNX Runtime fuses DequantizeLinear -> Softmax -> QuantizeLinear into its
+        // table-based QLinearSoftmax, which scales by floor(1 / y_scale): 254 where
+        // quantize_static gives the softmax 1/255. The native engine computes the softmax in
+        // float and quantizes it (ONNX's semantics): one step apart in the elements where
+        // the 254/255 scale rounds the other way, more after a layer that sums them (YOLOv8's
+        // distribution decode, `dfl_softmax`: measured 3 steps, in 282 of its 572 outputs).
+        let fused_softmax = ort_fused_softmax(&m);
+        // At most half of an output's elements may differ (three fifths with the fused
+        // softmax), by at most 4 steps.
+        let (num, den) = if fused_softmax { (3, 5) } else { (1, 2) };
         for o in &a.outputs {
             assert!(
-                o.differing * 2 <= o.total && o.max_steps <= 4.0,
+                o.differing * den <= o.total * num && o.max_steps <= 4.0,
                 "{name}: {} differs beyond the bound ({}/{}, {} steps)",
                 o.name,
                 o.differing,
@@ -406,6 +426,9 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "conv_dil2_s2",
             "resize_bilinear_x2",
             "gap",
+            "softmax_width",
+            "layernorm_nhwc",
+            "dfl_softmax",
             "--random",
             "6",
         ],
@@ -546,7 +569,7 @@ xd = h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 8, 8])
 save(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [xd], [y]), "dynamic")
 s = nh.from_array(np.array(0.1, np.float32), "s"); z = nh.from_array(np.array(0, np.int8), "z")
 save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]),
-                   h.make_node("Softmax", ["f"], ["y"], name="the_softmax")], "g", [x], [y], [s, z]), "softmax")
+                   h.make_node("Hardmax", ["f"], ["y"], name="the_hardmax")], "g", [x], [y], [s, z]), "hardmax")
 # Asymmetric uint8 weights (zero point 3): the native engine needs symmetric weights.
 wq = nh.from_array(np.full((4, 3, 3, 3), 7, np.uint8), "wq"); ws = nh.from_array(np.array(0.01, np.float32), "ws")
 wz = nh.from_array(np.array(3, np.uint8), "wz"); ys = nh.from_array(np.array(0.2, np.float32), "ys")
@@ -567,13 +590,13 @@ q_then([h.make_node("Slice", ["f", "st2", "en2", "ax2"], ["y"], name="twice")], 
 y2 = h.make_tensor_value_info("y2", T.FLOAT, None)
 q_then([h.make_node("Split", ["f", "sz"], ["y", "y2"], name="bad_split", axis=1)], "split_sizes", [y, y2],
        [i64("sz", [1, 1])])
-# TensorRT-style Q/DQ placement with the convolution's float output going into a Softmax
+# TensorRT-style Q/DQ placement with the convolution's float output going into a Hardmax
 # (not one of the float route's operators).
 gs = nh.from_array(np.array(0.01, np.float32), "gs"); gz = nh.from_array(np.array(0, np.int8), "gz")
 w3 = nh.from_array(np.ones((3, 3, 3, 3), np.int8), "w3")
 q_then([h.make_node("DequantizeLinear", ["w3", "gs", "gz"], ["w3f"]),
         h.make_node("Conv", ["f", "w3f"], ["c"], name="trt_conv", pads=[1, 1, 1, 1]),
-        h.make_node("Softmax", ["c"], ["sum"], name="trt_softmax", axis=1), h.make_node("Relu", ["sum"], ["r"]),
+        h.make_node("Hardmax", ["c"], ["sum"], name="trt_hardmax", axis=1), h.make_node("Relu", ["sum"], ["r"]),
         h.make_node("QuantizeLinear", ["r", "ys", "z"], ["rq"]), h.make_node("DequantizeLinear", ["rq", "ys", "z"], ["y"])],
        "trt_residual", [y], [w3, gs, gz, ys])
 # A float island whose result is not quantized: Exp's float output is the graph's output.
@@ -668,9 +691,9 @@ fn every_rejection_says_what_and_what_to_do() {
         m.contains("dynamic dimension 0") && m.contains("static"),
         "{m}"
     );
-    let m = err("softmax.onnx");
+    let m = err("hardmax.onnx");
     assert!(
-        m.contains("the_softmax") && m.contains("Softmax") && m.contains("--engine onnxruntime"),
+        m.contains("the_hardmax") && m.contains("Hardmax") && m.contains("--engine onnxruntime"),
         "{m}"
     );
     let m = err("asymmetric_weights.onnx");
@@ -734,7 +757,7 @@ fn every_rejection_says_what_and_what_to_do() {
     let m = err("trt_residual.onnx");
     assert!(
         m.contains("trt_conv")
-            && m.contains("\"trt_softmax\", op Softmax")
+            && m.contains("\"trt_hardmax\", op Hardmax")
             && m.contains("TensorRT")
             && m.contains("quantize_static")
             && m.contains("--engine onnxruntime"),
@@ -856,4 +879,74 @@ fn nan_and_infinite_inputs_quantize_as_onnx_runtime_does() {
 /// The outputs of one run of any engine on `ins`, on the calling thread.
 fn run_outputs_any(e: &mut dyn redline_models::engine::Engine, ins: &[Vec<u8>]) -> Vec<Vec<u8>> {
     redline_models::engine::run_once(e, ins, &Inline).unwrap()
+}
+
+/// Softmax before opset 13 normalizes every axis from `axis` on as one row (here C·H·W of an
+/// NHWC tensor, so the engine copies it to row-major order first); from opset 13 one axis.
+/// Float outputs straight from the normalization, against ONNX Runtime's float kernels: the
+/// softmax's `exp` is not ONNX Runtime's, so within a few ulp; LogSoftmax and
+/// LayerNormalization within a few ulp too (ONNX Runtime's summation orders differ).
+#[test]
+fn softmax_axes_by_opset_and_float_outputs_agree_with_onnx_runtime() {
+    if !python_ok() {
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime is missing; the softmax test did not run"
+        );
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-softmax");
+    let script = r#"
+import sys, numpy as np, onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+sys.path.insert(0, sys.argv[2])
+import qref
+d = sys.argv[1]
+rng = np.random.default_rng(5)
+x = h.make_tensor_value_info("x", T.FLOAT, [1, 6, 5, 7])
+y = h.make_tensor_value_info("y", T.FLOAT, None)
+s = nh.from_array(np.array(0.05, np.float32), "s"); z = nh.from_array(np.array(3, np.int8), "z")
+def model(name, opset, node, inits=()):
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]), node]
+    m = h.make_model(h.make_graph(nodes, "g", [x], [y], [s, z, *inits]), opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, f"{d}/{name}.onnx")
+    feeds = {"x": rng.normal(0, 2, (1, 6, 5, 7)).astype(np.float32)}
+    qref.write_reference(d, name, f"{name}.onnx", feeds, {"format": "qdq"})
+model("softmax_opset11_axis1", 11, h.make_node("Softmax", ["f"], ["y"], axis=1))
+model("softmax_opset11_axis2", 11, h.make_node("Softmax", ["f"], ["y"], axis=2))
+model("softmax_opset13_axis1", 13, h.make_node("Softmax", ["f"], ["y"], axis=1))
+model("logsoftmax_opset13", 13, h.make_node("LogSoftmax", ["f"], ["y"]))
+g = nh.from_array(rng.uniform(0.5, 1.5, (5, 7)).astype(np.float32), "g")
+b = nh.from_array(rng.normal(0, 0.3, (1, 7)).astype(np.float32), "b")
+model("layernorm_axis2", 17, h.make_node("LayerNormalization", ["f", "g", "b"], ["y"], axis=2), [g, b])
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&dir)
+        .arg(repo().join("tools/onnx"))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ms = manifests(&dir);
+    assert_eq!(ms.len(), 5, "{ms:?}");
+    for m in ms {
+        let name = m.file_name().unwrap().to_string_lossy().to_string();
+        let a: Agreement = check_manifest(&m, &Inline).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for o in &a.outputs {
+            println!(
+                "{name}: {} of {} differ, max {:e}",
+                o.differing, o.total, o.max_abs_diff
+            );
+            assert!(
+                o.max_abs_diff <= 2e-6,
+                "{name}: {} differs by {}",
+                o.name,
+                o.max_abs_diff
+            );
+        }
+    }
 }

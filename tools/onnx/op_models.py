@@ -792,6 +792,73 @@ def random_graph(g, rng):
         g.output(o)
 
 
+# Softmax, LogSoftmax and LayerNormalization: quantize_static leaves them in float between
+# DequantizeLinear and QuantizeLinear (QDQ only: its QOperator form is a com.microsoft
+# operator); the native engine runs them on the float route. Channels of an NHWC tensor are
+# contiguous rows; a softmax over H or W normalizes rows strided across the channels. ONNX
+# Runtime fuses DQ -> Softmax -> Q into its table-based QLinearSoftmax, which scales by
+# floor(1 / y_scale) (254 for the 1/255 that quantize_static gives a softmax): the softmax
+# cases output the softmax itself, so the difference is counted in its own steps.
+def _norm_case(build, opset=None, head=True):
+    def case_fn(g):
+        g.formats = ["qdq"]
+        if opset:
+            g.opset = opset
+        y = build(g, g.conv(g.input(X), 6, 3))
+        g.output(g.conv(y, 4, 1, pads=P0) if head else y)
+    return case_fn
+
+
+def _softmax(op, axis):
+    return lambda g, x: g.node(op, [x], g.shape[x], axis=axis)
+
+
+CASES["softmax_channels"] = _norm_case(_softmax("Softmax", 1), head=False)
+CASES["softmax_width"] = _norm_case(_softmax("Softmax", -1), head=False)
+CASES["softmax_height"] = _norm_case(_softmax("Softmax", 2), head=False)
+CASES["logsoftmax_channels"] = _norm_case(_softmax("LogSoftmax", 1))
+
+
+def _layer_norm_nhwc(g, x):
+    """ConvNeXt's LayerNorm2d: to NHWC, LayerNormalization over channels, back."""
+    c = g.shape[x][1]
+    t = g.transpose(x, [0, 2, 3, 1])
+    ln = g.node("LayerNormalization", [t, g.const(g.rng.uniform(0.5, 1.5, c).astype(np.float32), "s"),
+                                       g.const(g.rng.normal(0.0, 0.2, c).astype(np.float32), "b")],
+                g.shape[t], axis=-1, epsilon=1e-6)
+    return g.transpose(ln, [0, 3, 1, 2])
+
+
+CASES["layernorm_nhwc"] = _norm_case(_layer_norm_nhwc, opset=17)
+
+
+@case("layernorm_tokens")
+def _(g):
+    # A transformer's tokens: [1, C, H, W] -> [1, H*W, C], LayerNormalization (no bias) over
+    # the features, a linear layer.
+    g.formats = ["qdq"]
+    g.opset = 17
+    x = g.conv(g.input(X), 6, 3)
+    t = g.transpose(g.reshape(x, [1, 6, -1]), [0, 2, 1])
+    ln = g.node("LayerNormalization", [t, g.const(g.rng.uniform(0.5, 1.5, 6).astype(np.float32), "s")],
+                g.shape[t], axis=-1)
+    g.output(g.matmul(ln, 5))
+
+
+@case("dfl_softmax")
+def _(g):
+    # YOLOv8's distribution focal loss decode: 4 x 8 bins per pixel, softmax over the bins,
+    # their expectation by a fixed 1x1 convolution (weights 0..7).
+    g.formats = ["qdq"]
+    x = g.conv(g.input(X), 32, 1, pads=P0)
+    hw = X[2] * X[3]
+    t = g.transpose(g.reshape(x, [1, 4, 8, hw]), [0, 2, 1, 3])
+    sm = g.node("Softmax", [t], g.shape[t], axis=1)
+    w = g.const(np.arange(8, dtype=np.float32).reshape(1, 8, 1, 1), "w")
+    y = g.node("Conv", [sm, w], (1, 1, 4, hw), kernel_shape=[1, 1])
+    g.output(g.reshape(y, [1, 4, hw]))
+
+
 # Cases also written with float weights and a Q/DQ pair on each (`qref.to_float_weights`,
 # as PyTorch's QAT export, pytorch-quantization and ModelOpt write weights): per-channel
 # weights of every layout the importer reads (dense, grouped, depthwise, transposed, Gemm
@@ -808,7 +875,8 @@ STRICT_CASES = ("slice_channels", "slice_focus", "split_channels", "split_height
                 "c2f_block", "head_reshape_transpose", "head_nhwc_reshape", "head_reshape_hw",
                 "head_shape_arithmetic", "hardswish_decomposed", "hardswish_chain", "trt_se_div",
                 "tanh", "softplus", "mish", "mish_decomposed", "silu_exp_div",
-                "concat_const_channels", "gelu_erf")
+                "concat_const_channels", "gelu_erf", "softmax_channels", "softmax_width",
+                "layernorm_nhwc")
 
 
 def main():

@@ -141,6 +141,18 @@ pub(crate) enum Step {
         dst: usize,
         n: usize,
     },
+    /// A normalization over one axis of an `f32` tensor (a float route's `Softmax`,
+    /// `LogSoftmax`, `LayerNormalization`): `blocks` blocks of `len · inner` elements, each
+    /// `inner` rows of `len` values strided `inner` apart, every row normalized on its own
+    /// (`kernels::float::normalize`).
+    FloatNorm {
+        op: NormOp,
+        blocks: usize,
+        len: usize,
+        inner: usize,
+        src: usize,
+        dst: usize,
+    },
     /// A dilated convolution's input split into its dilation phases, or its phase outputs
     /// merged back ([`Phases`]).
     Phases {
@@ -296,6 +308,22 @@ pub(crate) enum FloatUnaryOp {
     Erf,
 }
 
+/// The normalization of a [`Step::FloatNorm`] row (`kernels::float::normalize`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum NormOp {
+    /// `e^(x − max) / Σ e^(x − max)`, the exponentials by [`kernels::float::exp_poly`].
+    Softmax,
+    /// `(x − max) − ln Σ e^(x − max)`.
+    LogSoftmax,
+    /// `(x − mean) / √(variance + eps) · scale (+ bias)`, `scale` and `bias` one value per
+    /// row element.
+    LayerNorm {
+        eps: f32,
+        scale: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
+}
+
 /// Sizes of a [`Step::DeconvMerge`]: `batch` images of `out_h × out_w × c` from `sh · sw`
 /// phase images of `ph × pw × c`, offset by the leading pads `pt`, `pl`.
 #[derive(Clone, Copy, Debug)]
@@ -437,6 +465,11 @@ impl Program {
                     Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
                     Step::FloatResize { .. } => ("float resize", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
+                    Step::FloatNorm {
+                        op: NormOp::LayerNorm { .. },
+                        ..
+                    } => ("float layernorm", 0),
+                    Step::FloatNorm { .. } => ("float softmax", 0),
                     Step::Phases { .. } => ("dilation phases", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
                     Step::AvgPool { .. } => ("avgpool", 0),
@@ -729,6 +762,21 @@ impl Program {
                     let x = view_f32(*src);
                     split_rows_f32(lanes, base, &bufs[*dst], elementwise(*n), &|r, y| {
                         kernels::float::unary(isa, *op, &x[r], y);
+                    })?;
+                }
+                Step::FloatNorm {
+                    op,
+                    blocks,
+                    len,
+                    inner,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let (len, inner) = (*len, *inner);
+                    let rows = (*blocks, len * inner, len * inner * 8);
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                        kernels::float::normalize(isa, op, len, inner, x, r.start, y);
                     })?;
                 }
                 Step::Conv {

@@ -674,7 +674,8 @@ impl LaunchPlan {
                 | Step::FloatPool { .. }
                 | Step::FloatGlobalAvgPool { .. }
                 | Step::FloatResize { .. }
-                | Step::FloatUnary { .. } => {
+                | Step::FloatUnary { .. }
+                | Step::FloatNorm { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),
                         op: "float convolution output".to_string(),

@@ -11,7 +11,7 @@
 
 use super::super::isa::multiversion;
 use super::{round_magic, Tap};
-use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp};
+use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp};
 use std::ops::Range;
 
 /// `e^x` in `f32` from basic operations only: `x = n·ln2 + r` (`n` rounded to nearest with
@@ -328,6 +328,159 @@ multiversion! {
     }
 }
 
+/// Normalizes the contiguous row `x` into `out` (same length): what a row of a
+/// [`Step::FloatNorm`](crate::onnx::program::Step::FloatNorm) computes, every sum over the
+/// row in index order.
+///
+/// - Softmax: `m = max`, `e_j = exp_poly(x_j − m)`, `s = Σ e_j`, `y_j = e_j · (1/s)` (ONNX
+///   Runtime's order: its MLAS kernel also multiplies by the reciprocal).
+/// - LogSoftmax: `y_j = (x_j − m) − ln s` (`ln` from `det_math`, once a row).
+/// - LayerNormalization: ONNX Runtime's CPU kernel in `f32`: `μ = (Σ x_j) / n`,
+///   `σ = √((Σ x_j²) / n − μ² + ε)`, `y_j = (x_j − μ) / σ · γ_j (+ β_j)`.
+#[inline(always)]
+fn norm_row(op: &NormOp, x: &[f32], out: &mut [f32]) {
+    match op {
+        NormOp::Softmax | NormOp::LogSoftmax => {
+            let m = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            // The exponentials in one pass (it vectorises), their sum in order in another.
+            for (y, &v) in out.iter_mut().zip(x) {
+                *y = exp_poly(v - m);
+            }
+            let s = out.iter().fold(0.0f32, |s, &e| s + e);
+            if matches!(op, NormOp::Softmax) {
+                let r = 1.0 / s;
+                out.iter_mut().for_each(|y| *y *= r);
+            } else {
+                let l = redline_runtime::det_math::ln(s);
+                for (y, &v) in out.iter_mut().zip(x) {
+                    *y = (v - m) - l;
+                }
+            }
+        }
+        NormOp::LayerNorm { eps, scale, bias } => {
+            let (mut sum, mut sq) = (0.0f32, 0.0f32);
+            for &v in x {
+                sum += v;
+                sq += v * v;
+            }
+            let n = x.len() as f32;
+            let mean = sum / n;
+            let sd = (sq / n - mean * mean + eps).sqrt();
+            let ys = out.iter_mut().zip(x).zip(scale);
+            match bias {
+                Some(b) => ys
+                    .zip(b)
+                    .for_each(|(((y, &v), &g), &b)| *y = (v - mean) / sd * g + b),
+                None => ys.for_each(|((y, &v), &g)| *y = (v - mean) / sd * g),
+            }
+        }
+    }
+}
+
+/// Lanes of a strided row block: [`norm_rows`] normalizes this many neighbouring rows at
+/// once, one per vector lane.
+const NORM_BLOCK: usize = 16;
+
+/// [`norm_row`] for the `w <= NORM_BLOCK` neighbouring rows starting at `x[0]`, each row's
+/// `len` elements `inner` apart: the same operations in the same order per row, with the
+/// rows in the vector lanes.
+#[inline(always)]
+fn norm_block(op: &NormOp, len: usize, inner: usize, w: usize, x: &[f32], out: &mut [f32]) {
+    let row = |j: usize| j * inner..j * inner + w;
+    match op {
+        NormOp::Softmax | NormOp::LogSoftmax => {
+            let mut m = [f32::NEG_INFINITY; NORM_BLOCK];
+            for j in 0..len {
+                for (m, &v) in m.iter_mut().zip(&x[row(j)]) {
+                    *m = m.max(v);
+                }
+            }
+            let mut s = [0.0f32; NORM_BLOCK];
+            for j in 0..len {
+                let (xs, ys) = (&x[row(j)], &mut out[row(j)]);
+                for ((s, y), (&v, &m)) in s.iter_mut().zip(ys).zip(xs.iter().zip(&m)) {
+                    let e = exp_poly(v - m);
+                    *y = e;
+                    *s += e;
+                }
+            }
+            if matches!(op, NormOp::Softmax) {
+                let mut r = [0.0f32; NORM_BLOCK];
+                for (r, &s) in r.iter_mut().zip(&s) {
+                    *r = 1.0 / s;
+                }
+                for j in 0..len {
+                    for (y, &r) in out[row(j)].iter_mut().zip(&r) {
+                        *y *= r;
+                    }
+                }
+            } else {
+                let mut l = [0.0f32; NORM_BLOCK];
+                for (l, &s) in l[..w].iter_mut().zip(&s) {
+                    *l = redline_runtime::det_math::ln(s);
+                }
+                for j in 0..len {
+                    let (xs, ys) = (&x[row(j)], &mut out[row(j)]);
+                    for ((y, &v), (&m, &l)) in ys.iter_mut().zip(xs).zip(m.iter().zip(&l)) {
+                        *y = (v - m) - l;
+                    }
+                }
+            }
+        }
+        NormOp::LayerNorm { eps, scale, bias } => {
+            let (mut sum, mut sq) = ([0.0f32; NORM_BLOCK], [0.0f32; NORM_BLOCK]);
+            for j in 0..len {
+                for ((s, q), &v) in sum.iter_mut().zip(sq.iter_mut()).zip(&x[row(j)]) {
+                    *s += v;
+                    *q += v * v;
+                }
+            }
+            let n = len as f32;
+            let (mut mean, mut sd) = ([0.0f32; NORM_BLOCK], [0.0f32; NORM_BLOCK]);
+            for k in 0..NORM_BLOCK {
+                mean[k] = sum[k] / n;
+                sd[k] = (sq[k] / n - mean[k] * mean[k] + eps).sqrt();
+            }
+            for j in 0..len {
+                let (g, b) = (scale[j], bias.as_ref().map(|b| b[j]));
+                let (xs, ys) = (&x[row(j)], &mut out[row(j)]);
+                for ((y, &v), (&mu, &sd)) in ys.iter_mut().zip(xs).zip(mean.iter().zip(&sd)) {
+                    let t = (v - mu) / sd * g;
+                    *y = match b {
+                        Some(b) => t + b,
+                        None => t,
+                    };
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Blocks `first..` of a [`Step::FloatNorm`](crate::onnx::program::Step::FloatNorm)
+    /// (each block `len · inner` elements: `inner` rows of `len` values strided `inner`
+    /// apart), as many as `out` holds. Contiguous rows (`inner == 1`) go one at a time
+    /// ([`norm_row`]: their exponentials vectorise, their sums are sequential); strided ones
+    /// [`NORM_BLOCK`] at a time, one per lane ([`norm_block`]). Both give each row's bits of
+    /// [`norm_row`].
+    pub(crate) fn normalize(op: &NormOp, len: usize, inner: usize, x: &[f32], first: usize, out: &mut [f32]) {
+        let block = (len * inner).max(1);
+        for (b, y) in out.chunks_exact_mut(block).enumerate() {
+            let xb = &x[(first + b) * block..(first + b + 1) * block];
+            if inner == 1 {
+                norm_row(op, xb, y);
+                continue;
+            }
+            let mut i = 0;
+            while i < inner {
+                let w = NORM_BLOCK.min(inner - i);
+                norm_block(op, len, inner, w, &xb[i..], &mut y[i..]);
+                i += w;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,5 +667,85 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Softmax, LogSoftmax and LayerNormalization rows: the same bits whether a row is
+    /// contiguous or strided across neighbouring rows (the block path), on every vector
+    /// width, and close to an `f64` reference.
+    #[test]
+    #[allow(clippy::disallowed_methods)]
+    fn normalize_rows_are_layout_and_width_independent_and_accurate() {
+        let mut g = SplitMix64::new(11);
+        let (len, rows) = (37usize, 21usize);
+        // Row-major [rows, len] and its transpose [len, rows] (rows strided `rows` apart).
+        let x: Vec<f32> = (0..rows * len).map(|_| g.uniform(-12.0, 12.0)).collect();
+        let xt: Vec<f32> = (0..rows * len)
+            .map(|i| x[(i % rows) * len + i / rows])
+            .collect();
+        let scale: Vec<f32> = (0..len).map(|_| g.uniform(0.5, 1.5)).collect();
+        let bias: Vec<f32> = (0..len).map(|_| g.uniform(-0.3, 0.3)).collect();
+        let ops = [
+            NormOp::Softmax,
+            NormOp::LogSoftmax,
+            NormOp::LayerNorm {
+                eps: 1e-5,
+                scale: scale.clone(),
+                bias: Some(bias.clone()),
+            },
+            NormOp::LayerNorm {
+                eps: 1e-5,
+                scale: scale.clone(),
+                bias: None,
+            },
+        ];
+        for op in &ops {
+            let mut want = vec![0f32; rows * len];
+            normalize(Isa::PORTABLE, op, len, 1, &x, 0, &mut want);
+            for isa in Isa::available() {
+                // Contiguous rows, in two calls (blocks 0..5 and 5..).
+                let mut y = vec![0f32; rows * len];
+                let (a, b) = y.split_at_mut(5 * len);
+                normalize(isa, op, len, 1, &x, 0, a);
+                normalize(isa, op, len, 1, &x, 5, b);
+                assert_eq!(bits(&y), bits(&want), "{op:?} contiguous on {}", isa.name());
+                // The same rows strided: one block of `rows` rows.
+                let mut yt = vec![0f32; rows * len];
+                normalize(isa, op, len, rows, &xt, 0, &mut yt);
+                let back: Vec<f32> = (0..rows * len)
+                    .map(|i| yt[(i % len) * rows + i / len])
+                    .collect();
+                assert_eq!(bits(&back), bits(&want), "{op:?} strided on {}", isa.name());
+            }
+            // Against f64.
+            for r in 0..rows {
+                let row: Vec<f64> = x[r * len..(r + 1) * len]
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect();
+                let m = row.iter().cloned().fold(f64::MIN, f64::max);
+                let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                let mean = row.iter().sum::<f64>() / len as f64;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len as f64;
+                for (j, &v) in row.iter().enumerate() {
+                    let exact = match op {
+                        NormOp::Softmax => (v - m).exp() / s,
+                        NormOp::LogSoftmax => (v - m) - s.ln(),
+                        NormOp::LayerNorm { bias, .. } => {
+                            (v - mean) / (var + 1e-5).sqrt() * f64::from(scale[j])
+                                + bias.as_ref().map_or(0.0, |b| f64::from(b[j]))
+                        }
+                    };
+                    let got = f64::from(want[r * len + j]);
+                    assert!(
+                        (got - exact).abs() <= 1e-5 * exact.abs().max(1.0),
+                        "{op:?} row {r} [{j}]: {got} against {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
     }
 }

@@ -51,7 +51,15 @@
 //!   - `Flatten`/`Reshape` (a relabelling of a tensor already in row-major order, as 1×1
 //!     pixels are; else one transpose to it first), `Transpose`, `Slice` and `Split`: the
 //!     byte steps' strided copies with each element's 4 bytes as an innermost axis;
-//!   - `Shape` (and the shape arithmetic after it, `lower::fold`).
+//!   - `Shape` (and the shape arithmetic after it, `lower::fold`);
+//!   - `Softmax`, `LogSoftmax` and `LayerNormalization` of a float or dequantized tensor
+//!     ([`Step::FloatNorm`]; [`Lowerer::float_norm`]): every row normalized on its own, its
+//!     sums in index order (the same bits on every ISA and lane count, and whether the row
+//!     is contiguous or strided across channels); the softmax's `exp` is `exp_poly`, the
+//!     layer norm ONNX Runtime's CPU formula in `f32`. ONNX Runtime fuses a quantized
+//!     softmax (`DequantizeLinear → Softmax → QuantizeLinear`) into its table-based
+//!     `QLinearSoftmax`, which multiplies by `floor(1 / y_scale)` (254 for a 1/255 scale):
+//!     native's result, the float softmax quantized, is one step above it in some elements.
 //!
 //!   The `QuantizeLinear` at the end is the graph-input quantize step. ONNX Runtime runs the
 //!   convolution in float on the dequantized values (another summation order) and its Sigmoid with
@@ -72,9 +80,13 @@
 //! # Never
 //!
 //! Changes the lowering of a convolution whose output is quantized.
+//!
+//! Cost of the normalizations: one pass to reduce and one to write per row; a contiguous
+//! row's sums are sequential (latency-bound: ConvNeXt-Tiny's 56×56×96 LayerNorm 0.25 ms on
+//! one Zen 4 core), strided rows run 16 to the vector.
 
 use super::*;
-use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, Operand};
+use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp, Operand};
 
 /// The operators a float convolution output may feed.
 pub(super) const FLOAT_READERS: &[&str] = &[
@@ -108,6 +120,9 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Transpose",
     "BatchNormalization",
     "Cast",
+    "Softmax",
+    "LogSoftmax",
+    "LayerNormalization",
 ];
 
 impl Lowerer<'_> {
@@ -610,6 +625,155 @@ impl Lowerer<'_> {
         self.set(&n.outputs[0], Val::F32(out));
         Ok(())
     }
+}
+
+impl Lowerer<'_> {
+    /// `Softmax`, `LogSoftmax` or `LayerNormalization` of a float tensor (a convolution's
+    /// float output, or a dequantized tensor, as `quantize_static` leaves a softmax between
+    /// `DequantizeLinear` and `QuantizeLinear`): one [`Step::FloatNorm`] over the axes the
+    /// operator normalizes, in the tensor's own layout when those axes are one run of its
+    /// memory order (channels of an NHWC tensor, trailing axes of a row-major one), else
+    /// after one copy to row-major order.
+    ///
+    /// Axes: `Softmax`/`LogSoftmax` from opset 13 the one axis `axis` (default −1); before,
+    /// every axis from `axis` (default 1) on, as one row. `LayerNormalization`: every axis
+    /// from `axis` (default −1) on, with `Scale` and optional `B` constants that broadcast
+    /// to those axes (expanded at load to one value per row element).
+    pub(super) fn float_norm(&mut self, n: &Node) -> Result<(), EngineError> {
+        let layout = match self.input(n, 0)? {
+            Val::F32(t) | Val::Dq(t) => t.layout,
+            v => {
+                return Err(n.unsupported(format!(
+                    "input 0 is {}; the native engine runs {} on float or dequantized tensors \
+                     (QDQ); run the model with --engine onnxruntime",
+                    kind_name(&v),
+                    n.op
+                )))
+            }
+        };
+        let x = self.float_operand(n, 0, layout)?;
+        let rank = x.shape.len() as i64;
+        let layer_norm = n.op == "LayerNormalization";
+        let default_axis = if layer_norm || self.g.opset >= 13 {
+            -1
+        } else {
+            1
+        };
+        let axis = n.int("axis", default_axis)?;
+        let a0 = if axis < 0 { axis + rank } else { axis };
+        if !(0..rank).contains(&a0) {
+            return Err(n.unsupported(format!("axis {axis} is outside a tensor of rank {rank}")));
+        }
+        let a0 = a0 as usize;
+        let a1 = if layer_norm || self.g.opset < 13 {
+            rank as usize
+        } else {
+            a0 + 1
+        };
+        let x = match norm_geometry(&x, a0, a1) {
+            Some(_) => x,
+            None => self.row_major(x, 4),
+        };
+        let Some((blocks, len, inner)) = norm_geometry(&x, a0, a1) else {
+            return Err(invalid(format!("no row-major geometry for {:?}", x.shape)));
+        };
+        let op = match n.op.as_str() {
+            "Softmax" => NormOp::Softmax,
+            "LogSoftmax" => NormOp::LogSoftmax,
+            _ => {
+                if n.int("stash_type", 1)? != 1 {
+                    return Err(n.unsupported(
+                        "stash_type other than 1 (float32 statistics) is not supported",
+                    ));
+                }
+                let axes = &x.shape[a0..];
+                let param = |i: usize, what: &str| -> Result<Option<Vec<f32>>, EngineError> {
+                    if n.input(i).is_none() {
+                        return Ok(None);
+                    }
+                    let mismatch = || {
+                        n.unsupported(format!(
+                            "its {what} must be a constant that broadcasts to the normalized \
+                             axes {axes:?}"
+                        ))
+                    };
+                    // Leading axes of 1 beyond the normalized ones (`[1, 1, C]`) dropped.
+                    let fits = |c: &Const| {
+                        let extra = c.shape.len().saturating_sub(axes.len());
+                        let shape = &c.shape[extra..];
+                        (c.shape[..extra].iter().all(|&d| d == 1)
+                            && fold::broadcast(shape, axes).as_deref() == Some(axes))
+                        .then(|| shape.to_vec())
+                    };
+                    let (c, shape) = match constant_f32(&self.input(n, i)?) {
+                        Some(c) => match fits(&c) {
+                            Some(shape) => (c, shape),
+                            None => return Err(mismatch()),
+                        },
+                        None => return Err(mismatch()),
+                    };
+                    let ConstData::F32(v) = &c.data else {
+                        return Err(invalid("a float constant holds float32".into()));
+                    };
+                    Ok(Some(
+                        (0..len)
+                            .map(|j| v[fold::broadcast_index(&shape, axes, j)])
+                            .collect(),
+                    ))
+                };
+                let Some(scale) = param(1, "scale")? else {
+                    return Err(n.unsupported("its scale input is missing"));
+                };
+                NormOp::LayerNorm {
+                    eps: n.float("epsilon", 1e-5)?,
+                    scale,
+                    bias: param(2, "bias")?,
+                }
+            }
+        };
+        if n.outputs
+            .iter()
+            .skip(1)
+            .any(|o| !o.is_empty() && self.consumers.contains_key(o))
+        {
+            return Err(n.unsupported(
+                "its mean and inverse standard deviation outputs are read; the native engine \
+                 computes the normalized output only",
+            ));
+        }
+        self.touch(x.buf);
+        let dst = self.new_buf(blocks * len * inner * 4);
+        self.steps.push(Step::FloatNorm {
+            op,
+            blocks,
+            len,
+            inner,
+            src: x.buf,
+            dst,
+        });
+        self.set(&n.outputs[0], Val::F32(T { buf: dst, ..x }));
+        Ok(())
+    }
+}
+
+/// `(blocks, len, inner)` of a normalization over logical axes `a0..a1` of `t`: the axes
+/// must be one run of its memory order, in order (any run of a row-major tensor; for an
+/// NHWC one: `C`, `H`, `W`, `H..W` or `N`); `None` otherwise.
+fn norm_geometry(t: &T, a0: usize, a1: usize) -> Option<(usize, usize, usize)> {
+    let s = &t.shape;
+    let (phys, p0, p1) = if t.layout == Layout::Nhwc && s.len() == 4 {
+        // Logical axis -> physical position in [N, H, W, C].
+        let pos = [0, 3, 1, 2];
+        let (p0, p1) = (pos[a0], pos[a1 - 1] + 1);
+        if (a0..a1).any(|a| pos[a] != p0 + (a - a0)) {
+            return None;
+        }
+        (vec![s[0], s[2], s[3], s[1]], p0, p1)
+    } else {
+        (s.clone(), a0, a1)
+    };
+    let prod = |r: &[usize]| r.iter().product::<usize>();
+    Some((prod(&phys[..p0]), prod(&phys[p0..p1]), prod(&phys[p1..])))
 }
 
 /// The float operator of an `Add`, `Sub`, `Mul` or `Div` node.
