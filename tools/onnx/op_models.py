@@ -859,6 +859,36 @@ def _(g):
     g.output(g.reshape(y, [1, 4, hw]))
 
 
+@case("expand_grid")
+def _(g):
+    # YOLOv8's anchor grid: Range and Expand of constants (folded at load), concatenated
+    # beside the features as a position map.
+    x = g.conv(g.input(X), 6, 3)
+    _, _, hh, ww = g.shape[x]
+    i64 = lambda v: g.const(np.array(v, dtype=np.int64), "i")
+    f32 = lambda v: g.const(np.array(v, dtype=np.float32), "f")
+    cols = g.node("Range", [f32(0.0), f32(float(ww)), f32(1.0)], (ww,))
+    grid = g.node("Expand", [cols, i64([1, 1, hh, ww])], (1, 1, hh, ww))
+    g.output(g.conv(g.concat([x, grid]), 4, 3))
+
+
+@case("shared_bias")
+def _(g):
+    # PyTorch's exporter shares equal parameters: one tensor is a convolution's bias (an
+    # int32 DequantizeLinear after quantize_static) and, through an Identity, the bias Add
+    # of a per-pixel linear layer (a QuantizeLinear of that dequantized constant), as in
+    # torchvision's ConvNeXt.
+    g.formats = ["qdq"]
+    x = g.input(X)
+    y = g.conv(x, 6, 3)
+    bias = g.nodes[-1].input[2]
+    t = g.transpose(y, [0, 2, 3, 1])
+    lin = g.matmul(t, 6)
+    shared = g.node("Identity", [bias], (6,))
+    z = g.add(lin, shared)
+    g.output(g.conv(g.transpose(z, [0, 3, 1, 2]), 4, 1, pads=P0))
+
+
 # Cases also written with float weights and a Q/DQ pair on each (`qref.to_float_weights`,
 # as PyTorch's QAT export, pytorch-quantization and ModelOpt write weights): per-channel
 # weights of every layout the importer reads (dense, grouped, depthwise, transposed, Gemm
