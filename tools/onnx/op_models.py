@@ -73,6 +73,20 @@ conv_case("conv_dil2_s2", k=3, dilation=2, stride=2)
 conv_case("conv_dil2x1", k=3, dilation=(2, 1))
 conv_case("conv_dil4x2", k=3, dilation=(4, 2))
 conv_case("conv_dil1x3_k5", k=5, dilation=(1, 3))
+# Dilations as large as the image (DeepLabV3's ASPP at rates 24 and 36 on a 20x20 map): the
+# taps that read padding only are dropped at load, leaving a 1x1 (or 1xk) convolution.
+conv_case("conv_dil16_beyond_image", k=3, dilation=16)
+conv_case("conv_dil16x2_rows_beyond", k=3, dilation=(16, 2))
+conv_case("conv_depthwise_dil16", k=3, dilation=16, group=5, cout=5)
+
+
+@case("trt_dil16_residual")
+def _(g):
+    # The same trimming on the float route: the dilated convolution's float output goes on
+    # into a residual Add (TensorRT-style placement).
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.relu(g.add(x, g.conv(x, 6, 3, dilation=16))), 4, 1, pads=P0))
 
 
 @case("conv_s1x2")

@@ -193,6 +193,8 @@ impl Lowerer<'_> {
                 }
             }
         }
+        let (win, packed) = trim_dead_taps(win, packed, oc, icg);
+        let (kh, kw) = (win.kh, win.kw);
         self.weight_bytes += packed.len() + bias.len() * 4;
         let macs = (b * win.out_h * win.out_w * oc * kh * kw * icg) as u64;
         self.macs += macs;
@@ -675,6 +677,58 @@ fn grouped_layers(
         .unwrap_or_default()
 }
 
+/// `win` and its `O,kh,kw,I` weights `packed` (`oc` output channels of `icg` inputs) without
+/// the kernel rows and columns at its edges that read padding only, for every output pixel:
+/// a dilation as large as the image (DeepLabV3's ASPP at rates 24 and 36 on a 20×20 map)
+/// leaves only the centre tap, a 1×1 convolution. A padding tap adds nothing to the exact
+/// sum (it reads `x − zp = 0`), so the outputs are the same; the multiply-adds and the
+/// dilation-phase images of such a layer are not. Unchanged when nothing is dead, or when
+/// dropping would need a negative padding.
+fn trim_dead_taps(win: Window, packed: Vec<i8>, oc: usize, icg: usize) -> (Window, Vec<i8>) {
+    // Taps `t` of a `k`-tap axis whose input index is inside `0..len` for some output.
+    let live = |k: usize, d: usize, s: usize, pad: usize, len: usize, out: usize| {
+        let alive = |t: usize| {
+            (0..out).any(|o| {
+                let i = (o * s + t * d) as isize - pad as isize;
+                (0..len as isize).contains(&i)
+            })
+        };
+        let first = (0..k).find(|&t| alive(t));
+        let last = (0..k).rev().find(|&t| alive(t));
+        match (first, last) {
+            (Some(f), Some(l)) if f * d <= pad => Some((f, l)),
+            _ => None,
+        }
+    };
+    let rows = live(win.kh, win.dh, win.sh, win.pt, win.in_h, win.out_h);
+    let cols = live(win.kw, win.dw, win.sw, win.pl, win.in_w, win.out_w);
+    let (Some((r0, r1)), Some((c0, c1))) = (rows, cols) else {
+        return (win, packed);
+    };
+    if (r0, r1, c0, c1) == (0, win.kh - 1, 0, win.kw - 1) {
+        return (win, packed);
+    }
+    let (kh, kw) = (r1 - r0 + 1, c1 - c0 + 1);
+    let mut out = Vec::with_capacity(oc * kh * kw * icg);
+    for o in 0..oc {
+        for y in r0..=r1 {
+            let at = ((o * win.kh + y) * win.kw + c0) * icg;
+            out.extend_from_slice(&packed[at..at + kw * icg]);
+        }
+    }
+    let trimmed = Window {
+        kh,
+        kw,
+        pt: win.pt - r0 * win.dh,
+        pl: win.pl - c0 * win.dw,
+        // One tap left on an axis: its dilation no longer matters.
+        dh: if kh == 1 { 1 } else { win.dh },
+        dw: if kw == 1 { 1 } else { win.dw },
+        ..win
+    };
+    (trimmed, out)
+}
+
 /// The dilation phases of a convolution that can run on the dense kernels that way: a
 /// square odd kernel, dilation `dh × dw` other than 1 × 1 (the two may differ), stride 1,
 /// one group and "same" zero padding (`dh · (k / 2)` above and below, `dw · (k / 2)` left
@@ -706,4 +760,71 @@ pub(super) fn check_bias_len(n: &Node, len: usize, oc: usize) -> Result<(), Engi
         return Err(n.unsupported(format!("bias has {len} values for {oc} output channels")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(k: usize, d: (usize, usize), pad: (usize, usize), (h, w): (usize, usize)) -> Window {
+        Window {
+            in_h: h,
+            in_w: w,
+            out_h: h + 2 * pad.0 - d.0 * (k - 1),
+            out_w: w + 2 * pad.1 - d.1 * (k - 1),
+            kh: k,
+            kw: k,
+            sh: 1,
+            sw: 1,
+            dh: d.0,
+            dw: d.1,
+            pt: pad.0,
+            pl: pad.1,
+        }
+    }
+
+    /// A 3×3 kernel dilated past a 20×20 map keeps its centre tap only, a 1×1 layer with
+    /// those weights; past the rows only, its middle row; a dilation that reaches the image
+    /// keeps everything.
+    #[test]
+    fn taps_that_read_padding_only_are_dropped() {
+        let (oc, icg) = (2, 3);
+        let packed: Vec<i8> = (0..oc * 9 * icg).map(|v| v as i8).collect();
+        let (w, p) = trim_dead_taps(
+            window(3, (36, 36), (36, 36), (20, 20)),
+            packed.clone(),
+            oc,
+            icg,
+        );
+        assert_eq!(
+            (w.kh, w.kw, w.pt, w.pl, w.dh, w.dw, w.out_h),
+            (1, 1, 0, 0, 1, 1, 20)
+        );
+        // Output channel o's centre tap: (o·9 + 4)·icg ...
+        let centre: Vec<i8> = (0..oc)
+            .flat_map(|o| (0..icg).map(move |c| ((o * 9 + 4) * icg + c) as i8))
+            .collect();
+        assert_eq!(p, centre);
+        let (w, p) = trim_dead_taps(
+            window(3, (24, 2), (24, 2), (20, 20)),
+            packed.clone(),
+            oc,
+            icg,
+        );
+        assert_eq!((w.kh, w.kw, w.pt, w.pl, w.dh, w.dw), (1, 3, 0, 2, 1, 2));
+        assert_eq!(p.len(), oc * 3 * icg);
+        assert_eq!(
+            &p[..3 * icg],
+            &packed[3 * icg..6 * icg],
+            "row 1 of output channel 0"
+        );
+        let (w, p) = trim_dead_taps(
+            window(3, (12, 12), (12, 12), (20, 20)),
+            packed.clone(),
+            oc,
+            icg,
+        );
+        assert_eq!((w.kh, w.kw, w.pt), (3, 3, 12));
+        assert_eq!(p, packed);
+    }
 }
