@@ -599,6 +599,8 @@ q_then([h.make_node("DequantizeLinear", ["w3", "gs", "gz"], ["w3f"]),
         h.make_node("Hardmax", ["c"], ["sum"], name="trt_hardmax", axis=1), h.make_node("Relu", ["sum"], ["r"]),
         h.make_node("QuantizeLinear", ["r", "ys", "z"], ["rq"]), h.make_node("DequantizeLinear", ["rq", "ys", "z"], ["y"])],
        "trt_residual", [y], [w3, gs, gz, ys])
+# A mean over channels (not a global average pool).
+q_then([h.make_node("ReduceMean", ["f"], ["y"], name="mean_c", axes=[1])], "reduce_channels", [y], [])
 # A float island whose result is not quantized: Exp's float output is the graph's output.
 q_then([h.make_node("Exp", ["f"], ["y"], name="float_exp")], "island_unquantized", [y], [])
 # A convolution's float output resized bicubically (the native engine resizes nearest and linear).
@@ -761,6 +763,11 @@ fn every_rejection_says_what_and_what_to_do() {
             && m.contains("TensorRT")
             && m.contains("quantize_static")
             && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("reduce_channels.onnx");
+    assert!(
+        m.contains("mean_c") && m.contains("axes [1]") && m.contains("[2, 3]"),
         "{m}"
     );
     let m = err("island_unquantized.onnx");

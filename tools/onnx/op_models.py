@@ -903,6 +903,19 @@ def _(g):
     g.output(g.conv(g.transpose(z, [0, 3, 1, 2]), 4, 1, pads=P0))
 
 
+@case("reduce_mean_spatial")
+def _(g):
+    # x.mean((2, 3)) before a classifier (ShuffleNetV2, MNASNet) and, kept 4-D, a
+    # squeeze-and-excitation's squeeze: ReduceMean over H and W (left in float by
+    # quantize_static) is a global average pool.
+    g.formats = ["qdq"]
+    x = g.conv(g.input(X), 7, 3)
+    flat = g.node("ReduceMean", [x], (1, 7), axes=[2, 3], keepdims=0)
+    kept = g.node("ReduceMean", [x], (1, 7, 1, 1), axes=[-1, -2])
+    g.output(g.gemm(flat, 5), "logits")
+    g.output(g.mul(x, g.sigmoid(g.conv(kept, 7, 1, pads=P0))), "gated")
+
+
 # Cases also written with float weights and a Q/DQ pair on each (`qref.to_float_weights`,
 # as PyTorch's QAT export, pytorch-quantization and ModelOpt write weights): per-channel
 # weights of every layout the importer reads (dense, grouped, depthwise, transposed, Gemm

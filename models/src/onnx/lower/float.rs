@@ -123,6 +123,7 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Softmax",
     "LogSoftmax",
     "LayerNormalization",
+    "ReduceMean",
 ];
 
 impl Lowerer<'_> {
@@ -752,6 +753,60 @@ impl Lowerer<'_> {
             dst,
         });
         self.set(&n.outputs[0], Val::F32(T { buf: dst, ..x }));
+        Ok(())
+    }
+}
+
+impl Lowerer<'_> {
+    /// `ReduceMean` over the two spatial axes of a 4-D float or dequantized tensor
+    /// (`x.mean((2, 3))`, ShuffleNetV2's and MNASNet's classifier pooling, a squeeze-and-
+    /// excitation's squeeze): a global average pool in `f32` ([`Step::FloatGlobalAvgPool`]),
+    /// `[N, C]` without `keepdims`. The axes come from the attribute (opset < 18) or the
+    /// second input; any other reduction is refused by name.
+    pub(super) fn reduce_mean(&mut self, n: &Node) -> Result<(), EngineError> {
+        let rank = match self.input(n, 0)? {
+            Val::F32(t) | Val::Dq(t) => t.shape.len() as i64,
+            v => {
+                return Err(n.unsupported(format!(
+                    "input 0 is {}; the native engine averages float or dequantized tensors \
+                     (QDQ) only; run the model with --engine onnxruntime",
+                    kind_name(&v)
+                )))
+            }
+        };
+        let axes = match n.ints("axes")? {
+            Some(a) => Some(a),
+            None => match n.input(1) {
+                Some(_) => self.konst(n, 1)?.to_i64(),
+                None => None,
+            },
+        };
+        let mut axes: Vec<i64> = axes
+            .unwrap_or_default()
+            .iter()
+            .map(|&a| if a < 0 { a + rank } else { a })
+            .collect();
+        axes.sort_unstable();
+        if rank != 4 || axes != [2, 3] {
+            return Err(n.unsupported(format!(
+                "a mean over axes {axes:?} of a rank-{rank} tensor; the native engine reduces \
+                 over the spatial axes [2, 3] of a 4-D tensor only (a global average pool); run \
+                 the model with --engine onnxruntime"
+            )));
+        }
+        self.float_global_avg_pool(n)?;
+        if n.int("keepdims", 1)? == 0 {
+            if let Some(Val::F32(t)) = self.vals.get(&n.outputs[0]).cloned() {
+                let shape = t.shape[..2].to_vec();
+                // 1×1 pixels: NHWC and row-major are the same bytes.
+                let t = T {
+                    shape,
+                    layout: Layout::RowMajor,
+                    ..t
+                };
+                self.set(&n.outputs[0], Val::F32(t));
+            }
+        }
         Ok(())
     }
 }

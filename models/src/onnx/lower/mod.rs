@@ -671,6 +671,7 @@ impl<'g> Lowerer<'g> {
             "Concat" if self.reads_float_tensor(n) => self.float_concat(n),
             "BatchNormalization" => self.float_batch_norm(n),
             "Softmax" | "LogSoftmax" | "LayerNormalization" => self.float_norm(n),
+            "ReduceMean" => self.reduce_mean(n),
             "GlobalAveragePool" if self.reads_float_tensor(n) || self.find_q(n).is_err() => {
                 self.float_global_avg_pool(n)
             }
@@ -700,8 +701,9 @@ impl<'g> Lowerer<'g> {
                  Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, \
                  MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, Reshape, Flatten, \
                  Transpose, Squeeze, Unsqueeze, Slice, Split and their QLinear forms, \
-                 BatchNormalization after a float convolution, Softmax, LogSoftmax and \
-                 LayerNormalization of float or dequantized tensors, Cast to the same type, and \
+                 BatchNormalization after a float convolution, Softmax, LogSoftmax, \
+                 LayerNormalization and spatial ReduceMean of float or dequantized tensors, Cast \
+                 to the same type, and \
                  shape arithmetic on constants); run the model with --engine onnxruntime",
             )),
         }
