@@ -132,7 +132,8 @@ fn check_dir(dir: &Path, bounded_u8: bool) -> (usize, usize) {
         // quantize_static gives the softmax 1/255. The native engine computes the softmax in
         // float and quantizes it (ONNX's semantics): one step apart in the elements where
         // the 254/255 scale rounds the other way, more after a layer that sums them (YOLOv8's
-        // distribution decode, `dfl_softmax`: measured 3 steps, in 282 of its 572 outputs).
+        // distribution decode, `dfl_softmax`: measured 3 steps, in 282 of its 572 outputs;
+        // the `attention` layer's tokens: 3 steps in 113 of 715).
         let fused_softmax = ort_fused_softmax(&m);
         // At most half of an output's elements may differ (three fifths with the fused
         // softmax), by at most 4 steps.
@@ -429,6 +430,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "softmax_width",
             "layernorm_nhwc",
             "dfl_softmax",
+            "attention",
             "--random",
             "6",
         ],

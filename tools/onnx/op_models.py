@@ -916,6 +916,30 @@ def _(g):
     g.output(g.mul(x, g.sigmoid(g.conv(kept, 7, 1, pads=P0))), "gated")
 
 
+@case("attention")
+def _(g):
+    # One attention layer on a conv's pixels as tokens, two heads: q·kᵀ and softmax·v are
+    # products of two computed tensors (QLinearMatMul with a computed B in ONNX Runtime), the
+    # scores scaled by 1/√d, the first token taken by a Gather (a class token). QDQ only:
+    # quantize_static's QOperator form holds com.microsoft.QLinearSoftmax.
+    g.formats = ["qdq"]
+    x = g.conv(g.input(X), 8, 3)
+    t = g.transpose(g.reshape(x, [1, 8, -1]), [0, 2, 1])  # [1, T, 8]
+    T = g.shape[t][1]
+
+    def heads(y):  # [1, T, 8] -> [1, 2, T, 4]
+        return g.transpose(g.reshape(y, [1, T, 2, 4]), [0, 2, 1, 3])
+    q, k, v = heads(g.matmul(t, 8)), heads(g.matmul(t, 8)), heads(g.matmul(t, 8))
+    scores = g.node("MatMul", [q, g.transpose(k, [0, 1, 3, 2])], (1, 2, T, T))
+    scores = g.node("Div", [scores, g.const(np.float32(2.0))], (1, 2, T, T))
+    p = g.node("Softmax", [scores], (1, 2, T, T), axis=-1)
+    o = g.node("MatMul", [p, v], (1, 2, T, 4))
+    o = g.reshape(g.transpose(o, [0, 2, 1, 3]), [1, T, 8])
+    g.output(g.matmul(o, 5), "tokens")
+    first = g.node("Gather", [o, g.const(np.array(0, dtype=np.int64), "i")], (1, 8), axis=1)
+    g.output(g.gemm(first, 3), "cls")
+
+
 # Cases also written with float weights and a Q/DQ pair on each (`qref.to_float_weights`,
 # as PyTorch's QAT export, pytorch-quantization and ModelOpt write weights): per-channel
 # weights of every layout the importer reads (dense, grouped, depthwise, transposed, Gemm

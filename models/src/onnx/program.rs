@@ -13,7 +13,9 @@
 
 use super::dense_routes::Phases;
 use super::isa::Isa;
-use super::kernels::{self, AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window};
+use super::kernels::{
+    self, AvgParams, Binary, BinaryKind, GeneralConv, Interp, MatMulDims, MatMulOut, Tap, Window,
+};
 use crate::conv::Conv2d;
 use crate::engine::{EngineError, Lanes};
 use std::ops::Range;
@@ -151,6 +153,17 @@ pub(crate) enum Step {
         len: usize,
         inner: usize,
         src: usize,
+        dst: usize,
+    },
+    /// The matrix product of two computed `i8` tensors (`kernels::matmul_rows`): `a` row-major
+    /// `[batch, m, k]`, `b` row-major `[batch or 1, k, n]`; `dst` `[batch, m, n]`, `i8` or
+    /// `f32` as `how` says.
+    MatMulDyn {
+        dims: MatMulDims,
+        a: usize,
+        b: usize,
+        zps: (i32, i32),
+        how: MatMulOut,
         dst: usize,
     },
     /// A dilated convolution's input split into its dilation phases, or its phase outputs
@@ -465,6 +478,9 @@ impl Program {
                     Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
                     Step::FloatResize { .. } => ("float resize", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
+                    Step::MatMulDyn { dims: d, .. } => {
+                        ("matmul of two tensors", (d.batch * d.m * d.k * d.n) as u64)
+                    }
                     Step::FloatNorm {
                         op: NormOp::LayerNorm { .. },
                         ..
@@ -763,6 +779,33 @@ impl Program {
                     split_rows_f32(lanes, base, &bufs[*dst], elementwise(*n), &|r, y| {
                         kernels::float::unary(isa, *op, &x[r], y);
                     })?;
+                }
+                Step::MatMulDyn {
+                    dims,
+                    a,
+                    b,
+                    zps,
+                    how,
+                    dst,
+                } => {
+                    let (a, b) = (view(*a), view(*b));
+                    let elem = if matches!(how, MatMulOut::Float { .. }) {
+                        4
+                    } else {
+                        1
+                    };
+                    let row_len = dims.n * elem;
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        dims.batch * dims.m,
+                        row_len,
+                        dims.n * dims.k,
+                        &|r, out| {
+                            kernels::matmul_rows(isa, *dims, a, b, *zps, *how, r.start, out);
+                        },
+                    );
                 }
                 Step::FloatNorm {
                     op,

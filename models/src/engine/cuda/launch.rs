@@ -675,7 +675,8 @@ impl LaunchPlan {
                 | Step::FloatGlobalAvgPool { .. }
                 | Step::FloatResize { .. }
                 | Step::FloatUnary { .. }
-                | Step::FloatNorm { .. } => {
+                | Step::FloatNorm { .. }
+                | Step::MatMulDyn { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),
                         op: "float convolution output".to_string(),

@@ -22,12 +22,14 @@ use std::ops::Range;
 mod binary;
 pub(crate) mod float;
 mod layout;
+mod matmul;
 mod pool;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use binary::{add_fixed, dense_strides, AddParams, Binary, BinaryKind};
 pub(crate) use layout::{resize, transpose, Interp, Tap};
+pub(crate) use matmul::{matmul_rows, MatMulDims, MatMulOut};
 pub(crate) use pool::{avg_pool, avg_pool_f32, max_pool, max_pool_f32, AvgParams};
 
 /// `1.5 · 2^23`: adding it to `|v| <= 2^22` rounds `v` half to even to an integer `n` (exact

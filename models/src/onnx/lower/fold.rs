@@ -1,7 +1,8 @@
 //! Shape arithmetic evaluated at load: `Shape` of any tensor (its static shape), and
 //! `Gather`, `Concat`, `Cast`, `Slice`, `Add`, `Sub`, `Mul`, `Div`, `Equal`, `Where`,
-//! `ConstantOfShape`, `Range` and `Expand` of constants (YOLOv8's anchor grid is `Range` and
-//! `Expand` of constants), as PyTorch's exporter writes
+//! `ConstantOfShape`, `Range`, `Expand`, `Mod` and `Sqrt` of constants (YOLOv8's anchor
+//! grid is `Range` and `Expand` of constants; a transformer's head split and `√d` are `Mod`
+//! and `Sqrt` of its shape), as PyTorch's exporter writes
 //! `x.view(x.size(0), -1)` or `x.reshape(b, c, h * w)`: `Shape → Gather → Unsqueeze →
 //! Concat → Reshape`. Each such node becomes a constant (`Val::C`) that `Reshape`,
 //! `Unsqueeze`, `Resize`, ... read as if the file had stored it, so a model needs no
@@ -39,7 +40,7 @@ impl Lowerer<'_> {
                 }
             }
             "Gather" | "Concat" | "Cast" | "Slice" | "Add" | "Sub" | "Mul" | "Div" | "Equal"
-            | "Where" | "ConstantOfShape" | "Range" | "Expand" => {
+            | "Where" | "ConstantOfShape" | "Range" | "Expand" | "Mod" | "Sqrt" => {
                 let Some(ins) = self.constant_inputs(n) else {
                     return Ok(false);
                 };
@@ -55,6 +56,7 @@ impl Lowerer<'_> {
                     "Range" => range(n, &ins)?,
                     "Where" => where_(n, &ins)?,
                     "Expand" => expand(n, arg(n, &ins, 0)?, arg(n, &ins, 1)?)?,
+                    "Sqrt" => sqrt(n, arg(n, &ins, 0)?)?,
                     op => binary(n, op, arg(n, &ins, 0)?, arg(n, &ins, 1)?)?,
                 }
             }
@@ -304,6 +306,10 @@ pub(super) fn broadcast_index(shape: &[usize], out: &[usize], mut i: usize) -> u
 }
 
 fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError> {
+    let fmod = n.int("fmod", 0)? != 0;
+    if op == "Mod" && !fmod && matches!(a.data, ConstData::F32(_)) {
+        return Err(n.unsupported("Mod of floats needs fmod = 1"));
+    }
     let shape = broadcast(&a.shape, &b.shape).ok_or_else(|| {
         n.unsupported(format!(
             "shapes {:?} and {:?} do not broadcast",
@@ -324,6 +330,8 @@ fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError
                 "Sub" => p - q,
                 "Mul" => p * q,
                 "Div" => p / q,
+                // ONNX requires fmod = 1 for floats: C's fmod, the dividend's sign.
+                "Mod" => p % q,
                 _ => f32::from(u8::from(p == q)),
             };
             let v: Vec<f32> = pairs.map(|(i, j)| f(x[i], y[j])).collect();
@@ -351,6 +359,17 @@ fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError
                     "Div" => p
                         .checked_div(q)
                         .ok_or_else(|| n.unsupported("integer division by zero"))?,
+                    // fmod = 1: the dividend's sign (C); 0: the divisor's (Python).
+                    "Mod" => {
+                        let r = p
+                            .checked_rem(q)
+                            .ok_or_else(|| n.unsupported("integer modulo by zero"))?;
+                        if fmod || r == 0 || (r < 0) == (q < 0) {
+                            r
+                        } else {
+                            r + q
+                        }
+                    }
                     _ => i64::from(p == q),
                 });
             }
@@ -490,6 +509,17 @@ fn slice(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
         })
         .collect();
     Ok(pick(data, &at, shape))
+}
+
+/// ONNX `Sqrt` of a float constant (an attention's `√d` from the shape), in `f32`.
+fn sqrt(n: &Node, x: &Const) -> Result<Const, EngineError> {
+    let ConstData::F32(v) = &x.data else {
+        return Err(n.unsupported("Sqrt of an integer constant"));
+    };
+    Ok(Const {
+        shape: x.shape.clone(),
+        data: ConstData::F32(v.iter().map(|v| v.sqrt()).collect()),
+    })
 }
 
 /// ONNX `Expand`: `x` broadcast (both ways, as numpy) with the shape `shape` holds.

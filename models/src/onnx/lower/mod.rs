@@ -44,6 +44,7 @@ pub(crate) use elementwise::activation;
 mod float;
 mod fold;
 mod island;
+mod matmul;
 mod quant;
 mod shape;
 mod window;
@@ -655,6 +656,7 @@ impl<'g> Lowerer<'g> {
             "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => self.reshape_like(n),
             "Transpose" => self.transpose(n),
             "Slice" => self.slice(n),
+            "Gather" => self.gather(n),
             "Split" => self.split(n),
             "MaxPool" => self.max_pool(n),
             "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Neg"
@@ -678,6 +680,9 @@ impl<'g> Lowerer<'g> {
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
             "ConvTranspose" => self.conv_transpose(n),
+            "MatMul" | "QLinearMatMul" if self.second_operand_computed(n) => {
+                self.matmul_two_tensors(n)
+            }
             "Gemm" | "MatMul" | "QLinearMatMul" | "QGemm" => self.matmul(n),
             "Add" | "Mul" | "Div" | "Sub" | "QLinearAdd" | "QLinearMul" => self.binary(n),
             "Sigmoid" | "QLinearSigmoid" | "Tanh" | "LeakyRelu" | "QLinearLeakyRelu"

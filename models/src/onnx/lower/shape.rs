@@ -219,6 +219,44 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// ONNX `Gather` of a computed tensor with one constant index (a scalar, which drops
+    /// the axis, or a one-element list, which keeps it): a slice of that axis, one strided
+    /// copy (a transformer taking q, k and v from one packed tensor, or its class token).
+    /// Several indices are refused by name.
+    pub(super) fn gather(&mut self, n: &Node) -> Result<(), EngineError> {
+        let (t, kind) = self.movable(n, "gather")?;
+        let a = axis_index(n, n.int("axis", 0)?, t.shape.len())?;
+        let idx = self.konst(n, 1)?;
+        let (Some(values), true) = (idx.to_i64(), idx.len() == 1) else {
+            return Err(n.unsupported(
+                "only one constant index is supported (a computed tensor is gathered as a \
+                 slice); run the model with --engine onnxruntime",
+            ));
+        };
+        let dim = t.shape[a] as i64;
+        let i = if values[0] < 0 {
+            values[0] + dim
+        } else {
+            values[0]
+        };
+        if !(0..dim).contains(&i) {
+            return Err(n.unsupported(format!("index {} is outside an axis of {dim}", values[0])));
+        }
+        let scalar = idx.shape.is_empty();
+        // Dropping an axis of an NHWC tensor changes its meaning: row-major first.
+        let t = if scalar {
+            self.row_major(t, kind.elem_bytes())
+        } else {
+            t
+        };
+        let mut out = self.strided_part(&t, &[(a, i as usize, 1, 1)], kind.elem_bytes());
+        if scalar {
+            out.shape.remove(a);
+        }
+        self.set(&n.outputs[0], kind.wrap(out));
+        Ok(())
+    }
+
     /// ONNX `Split` (sizes from the `split` input, the `split` attribute before opset 13,
     /// or equal parts, the last one smaller when `num_outputs` does not divide the axis):
     /// one strided copy per output.
