@@ -601,6 +601,12 @@ q_then([h.make_node("DequantizeLinear", ["w3", "gs", "gz"], ["w3f"]),
         h.make_node("Hardmax", ["c"], ["sum"], name="trt_hardmax", axis=1), h.make_node("Relu", ["sum"], ["r"]),
         h.make_node("QuantizeLinear", ["r", "ys", "z"], ["rq"]), h.make_node("DequantizeLinear", ["rq", "ys", "z"], ["y"])],
        "trt_residual", [y], [w3, gs, gz, ys])
+# A Gather of two indices from a computed tensor (one index is a slice; two are refused).
+q_then([h.make_node("Gather", ["f", "gi"], ["y"], name="two_rows", axis=2)], "gather_two", [y],
+       [i64("gi", [0, 2])])
+# A product of two computed tensors whose first operand would be broadcast.
+q_then([h.make_node("Reshape", ["f", "rs"], ["f2"]), h.make_node("MatMul", ["f2", "f"], ["y"], name="bcast_mm")],
+       "matmul_broadcast_a", [y], [i64("rs", [24, 8])])
 # A mean over channels (not a global average pool).
 q_then([h.make_node("ReduceMean", ["f"], ["y"], name="mean_c", axes=[1])], "reduce_channels", [y], [])
 # A float island whose result is not quantized: Exp's float output is the graph's output.
@@ -765,6 +771,16 @@ fn every_rejection_says_what_and_what_to_do() {
             && m.contains("TensorRT")
             && m.contains("quantize_static")
             && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("gather_two.onnx");
+    assert!(
+        m.contains("two_rows") && m.contains("one constant index"),
+        "{m}"
+    );
+    let m = err("matmul_broadcast_a.onnx");
+    assert!(
+        m.contains("bcast_mm") && m.contains("equal batch axes"),
         "{m}"
     );
     let m = err("reduce_channels.onnx");

@@ -671,6 +671,39 @@ mod tests {
         assert!(binary(&node("Div", &[]), "Div", &row, &zero).is_err());
     }
 
+    /// `Mod` with the divisor's sign (Python, fmod = 0) and the dividend's (C, fmod = 1),
+    /// `Sqrt` of floats, and `Expand` both ways, as numpy computes them.
+    #[test]
+    fn mod_sqrt_and_expand_as_numpy_does() {
+        let p = ints(&[4], &[7, -7, 7, -7]).unwrap();
+        let q = ints(&[4], &[3, 3, -3, -3]).unwrap();
+        let python = binary(&node("Mod", &[]), "Mod", &p, &q).unwrap();
+        assert_eq!(python, ints(&[4], &[1, 2, -2, -1]).unwrap());
+        let c = binary(&node("Mod", &[("fmod", Attr::Int(1))]), "Mod", &p, &q).unwrap();
+        assert_eq!(c, ints(&[4], &[1, -1, 1, -1]).unwrap());
+        let zero = ints(&[1], &[0]).unwrap();
+        assert!(binary(&node("Mod", &[]), "Mod", &p, &zero).is_err());
+        let f = Const {
+            shape: vec![2],
+            data: ConstData::F32(vec![64.0, 2.0]),
+        };
+        assert!(
+            binary(&node("Mod", &[]), "Mod", &f, &f).is_err(),
+            "floats need fmod = 1"
+        );
+        let r = sqrt(&node("Sqrt", &[]), &f).unwrap();
+        assert_eq!(r.data, ConstData::F32(vec![8.0, std::f32::consts::SQRT_2]));
+        // [3, 1] expanded to [2, 1, 4]: [2, 3, 4]; a shape of 1 keeps the input's 3.
+        let col = ints(&[3, 1], &[1, 2, 3]).unwrap();
+        let e = expand(&node("Expand", &[]), &col, &ints(&[3], &[2, 1, 4]).unwrap()).unwrap();
+        assert_eq!(e.shape, vec![2, 3, 4]);
+        assert_eq!(
+            e.to_i64().unwrap(),
+            [[1i64; 4], [2; 4], [3; 4], [1; 4], [2; 4], [3; 4]].concat()
+        );
+        assert!(expand(&node("Expand", &[]), &col, &ints(&[2], &[2, 1]).unwrap()).is_err());
+    }
+
     #[test]
     fn float_range_accumulates_and_casts_truncate() {
         let f = |v: f32| {

@@ -462,14 +462,16 @@ impl<'g> Lowerer<'g> {
         let trt_hint = if matches!(n.op.as_str(), "Conv" | "ConvTranspose" | "Gemm" | "MatMul")
             && !went.is_empty()
         {
-            ". Q/DQ on convolution inputs only is how TensorRT-oriented tools (NVIDIA's \
-             pytorch-quantization, ModelOpt) place it; the native engine takes a convolution's \
-             float output on only into Add, Sub, Mul, Div, Relu, Clip, Sigmoid, HardSigmoid, \
-             HardSwish, LeakyRelu, Concat, nearest Resize, MaxPool, GlobalAveragePool and \
-             Flatten/Reshape (1x1 pixels), and onnxruntime.quantization.quantize_static (QDQ) \
-             quantizes every operator's output. Quantize"
+            format!(
+                ". Q/DQ on convolution inputs only is how TensorRT-oriented tools (NVIDIA's \
+                 pytorch-quantization, ModelOpt) place it; the native engine takes a \
+                 convolution's float output on only into {}, and \
+                 onnxruntime.quantization.quantize_static (QDQ) quantizes every operator's \
+                 output. Quantize",
+                float::FLOAT_READERS.join(", ")
+            )
         } else {
-            "; quantize"
+            "; quantize".to_string()
         };
         Err(n.unsupported(format!(
             "its float result does not go (through Relu/Clip only) to a QuantizeLinear{went}: \
