@@ -815,7 +815,7 @@ def random_graph(g, rng):
 # cases output the softmax itself, so the difference is counted in its own steps.
 def _norm_case(build, opset=None, head=True):
     def case_fn(g):
-        g.formats = ["qdq"]
+        g.formats = ["qdq", "qop"]
         if opset:
             g.opset = opset
         y = build(g, g.conv(g.input(X), 6, 3))
@@ -920,9 +920,9 @@ def _(g):
 def _(g):
     # One attention layer on a conv's pixels as tokens, two heads: q·kᵀ and softmax·v are
     # products of two computed tensors (QLinearMatMul with a computed B in ONNX Runtime), the
-    # scores scaled by 1/√d, the first token taken by a Gather (a class token). QDQ only:
-    # quantize_static's QOperator form holds com.microsoft.QLinearSoftmax.
-    g.formats = ["qdq"]
+    # scores scaled by 1/√d, the first token taken by a Gather (a class token). Its QOperator
+    # form holds com.microsoft.QLinearSoftmax.
+    g.formats = ["qdq", "qop"]
     x = g.conv(g.input(X), 8, 3)
     t = g.transpose(g.reshape(x, [1, 8, -1]), [0, 2, 1])  # [1, T, 8]
     T = g.shape[t][1]

@@ -60,6 +60,8 @@
 //!     softmax (`DequantizeLinear → Softmax → QuantizeLinear`) into its table-based
 //!     `QLinearSoftmax`, which multiplies by `floor(1 / y_scale)` (254 for a 1/255 scale):
 //!     native's result, the float softmax quantized, is one step above it in some elements.
+//!     `com.microsoft.QLinearSoftmax` (the QOperator form) runs the same way between a
+//!     dequantize and a quantize step ([`Lowerer::qlinear_softmax`]).
 //!
 //!   The `QuantizeLinear` at the end is the graph-input quantize step. ONNX Runtime runs the
 //!   convolution in float on the dequantized values (another summation order) and its Sigmoid with
@@ -260,21 +262,7 @@ impl Lowerer<'_> {
                     Layout::Nhwc if t.shape.len() == 4 => self.nhwc(t)?,
                     _ => self.row_major(t, 1),
                 };
-                let len = t.shape.iter().product::<usize>();
-                self.touch(t.buf);
-                let dst = self.new_buf(len * 4);
-                self.steps.push(Step::Dequantize {
-                    src: t.buf,
-                    dst,
-                    n: len,
-                    scale: t.q.scale,
-                    zp: i32::from(t.q.zero_point),
-                });
-                Ok(T {
-                    buf: dst,
-                    q: QParams::new(1.0, 0),
-                    ..t
-                })
+                Ok(self.dequantized(t))
             }
             v => Err(n.unsupported(format!(
                 "input {i} is {}; a float operator after a convolution whose output is not \
@@ -282,6 +270,25 @@ impl Lowerer<'_> {
                  layout or dequantized ones only; run the model with --engine onnxruntime",
                 kind_name(&v)
             ))),
+        }
+    }
+
+    /// The quantized tensor `t` as `f32` in its own layout ([`Step::Dequantize`]).
+    pub(super) fn dequantized(&mut self, t: T) -> T {
+        let len = t.shape.iter().product::<usize>();
+        self.touch(t.buf);
+        let dst = self.new_buf(len * 4);
+        self.steps.push(Step::Dequantize {
+            src: t.buf,
+            dst,
+            n: len,
+            scale: t.q.scale,
+            zp: i32::from(t.q.zero_point),
+        });
+        T {
+            buf: dst,
+            q: QParams::new(1.0, 0),
+            ..t
         }
     }
 
@@ -653,20 +660,55 @@ impl Lowerer<'_> {
             }
         };
         let x = self.float_operand(n, 0, layout)?;
+        let y = self.norm_of(n, x, self.g.opset)?;
+        self.set(&n.outputs[0], Val::F32(y));
+        Ok(())
+    }
+
+    /// ONNX Runtime's `com.microsoft.QLinearSoftmax` (`quantize_static`'s QOperator form of
+    /// a softmax): the input dequantized with its `X_scale`/`x_zero_point`, the float
+    /// softmax of [`Lowerer::float_norm`] (axes as the node's `opset` attribute says), then
+    /// quantized with `Y_scale`/`y_zero_point` — ONNX's softmax, not ONNX Runtime's table
+    /// (which scales by `floor(1 / Y_scale)`).
+    pub(super) fn qlinear_softmax(&mut self, n: &Node) -> Result<(), EngineError> {
+        let t = self.act(n, 0)?;
+        let (x_q, y_q) = (self.qparams(n, 1, 2)?, self.qparams(n, 3, 4)?);
+        let x = self.dequantized(T { q: x_q, ..t });
+        let y = self.norm_of(n, x, n.int("opset", 13)?)?;
+        let len = y.shape.iter().product::<usize>();
+        self.touch(y.buf);
+        let dst = self.new_buf(len);
+        self.steps.push(Step::Quantize {
+            src: y.buf,
+            dst,
+            n: len,
+            scale: y_q.scale,
+            zp: i32::from(y_q.zero_point),
+        });
+        self.set(
+            &n.outputs[0],
+            Val::Q(T {
+                buf: dst,
+                q: y_q,
+                ..y
+            }),
+        );
+        Ok(())
+    }
+
+    /// The normalization `n` (Softmax, LogSoftmax — `opset` says which axes — or
+    /// LayerNormalization) of the float tensor `x`: one [`Step::FloatNorm`].
+    fn norm_of(&mut self, n: &Node, x: T, opset: i64) -> Result<T, EngineError> {
         let rank = x.shape.len() as i64;
         let layer_norm = n.op == "LayerNormalization";
-        let default_axis = if layer_norm || self.g.opset >= 13 {
-            -1
-        } else {
-            1
-        };
+        let default_axis = if layer_norm || opset >= 13 { -1 } else { 1 };
         let axis = n.int("axis", default_axis)?;
         let a0 = if axis < 0 { axis + rank } else { axis };
         if !(0..rank).contains(&a0) {
             return Err(n.unsupported(format!("axis {axis} is outside a tensor of rank {rank}")));
         }
         let a0 = a0 as usize;
-        let a1 = if layer_norm || self.g.opset < 13 {
+        let a1 = if layer_norm || opset < 13 {
             rank as usize
         } else {
             a0 + 1
@@ -679,7 +721,7 @@ impl Lowerer<'_> {
             return Err(invalid(format!("no row-major geometry for {:?}", x.shape)));
         };
         let op = match n.op.as_str() {
-            "Softmax" => NormOp::Softmax,
+            "Softmax" | "QLinearSoftmax" => NormOp::Softmax,
             "LogSoftmax" => NormOp::LogSoftmax,
             _ => {
                 if n.int("stash_type", 1)? != 1 {
@@ -752,8 +794,7 @@ impl Lowerer<'_> {
             src: x.buf,
             dst,
         });
-        self.set(&n.outputs[0], Val::F32(T { buf: dst, ..x }));
-        Ok(())
+        Ok(T { buf: dst, ..x })
     }
 }
 

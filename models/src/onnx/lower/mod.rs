@@ -675,6 +675,7 @@ impl<'g> Lowerer<'g> {
             "Concat" if self.reads_float_tensor(n) => self.float_concat(n),
             "BatchNormalization" => self.float_batch_norm(n),
             "Softmax" | "LogSoftmax" | "LayerNormalization" => self.float_norm(n),
+            "QLinearSoftmax" => self.qlinear_softmax(n),
             "ReduceMean" => self.reduce_mean(n),
             "GlobalAveragePool" if self.reads_float_tensor(n) || self.find_q(n).is_err() => {
                 self.float_global_avg_pool(n)
