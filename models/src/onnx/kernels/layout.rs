@@ -51,6 +51,33 @@ pub(crate) fn transpose(
                     o += rows * inner;
                     continue;
                 }
+                if step == 1 {
+                    // Rows contiguous in the input too (a head split moving runs of 64
+                    // features): one copy a row.
+                    for (r, d) in dst.chunks_exact_mut(inner.max(1)).enumerate() {
+                        let at = off + r * mid_step;
+                        d.copy_from_slice(&input[at..at + inner]);
+                    }
+                    i += rows * inner;
+                    o += rows * inner;
+                    continue;
+                }
+                if mid_step == 1 && step > 1 && rows >= TILE && inner >= TILE {
+                    // A 2-D transpose (each input row of `rows` bytes becomes a column of
+                    // `dst`): whole tiles at a time, the ragged edges below.
+                    transpose_tiles(isa, input, off, step, rows, inner, dst);
+                    let (rt, kt) = (rows / TILE * TILE, inner / TILE * TILE);
+                    for k in 0..inner {
+                        let src = off + k * step;
+                        let r_from = if k < kt { rt } else { 0 };
+                        for r in r_from..rows {
+                            dst[r * inner + k] = input[src + r];
+                        }
+                    }
+                    i += rows * inner;
+                    o += rows * inner;
+                    continue;
+                }
                 for k in 0..inner {
                     let src = off + k * step;
                     for (r, d) in dst[k..].iter_mut().step_by(inner).enumerate() {
@@ -78,6 +105,48 @@ pub(crate) fn transpose(
             rem /= out_shape[d];
         }
         out[o] = input[off];
+    }
+}
+
+/// Side of the square tiles [`transpose_tiles`] moves.
+const TILE: usize = 16;
+
+multiversion! {
+    /// The whole [`TILE`]-square tiles of a 2-D byte transpose: `dst[r · inner + k] =
+    /// input[off + k · step + r]` for `r < rows / TILE · TILE`, `k < inner / TILE · TILE`.
+    /// Each tile is read as `TILE` contiguous input rows into a fixed-size block and written
+    /// out as `TILE` contiguous output rows.
+    fn transpose_tiles(
+        input: &[i8],
+        off: usize,
+        step: usize,
+        rows: usize,
+        inner: usize,
+        dst: &mut [i8],
+    ) {
+        for k0 in (0..inner / TILE * TILE).step_by(TILE) {
+            for r0 in (0..rows / TILE * TILE).step_by(TILE) {
+                let mut tile = [[0i8; TILE]; TILE];
+                for (k, t) in tile.iter_mut().enumerate() {
+                    let at = off + (k0 + k) * step + r0;
+                    if let Some(src) = input.get(at..at + TILE) {
+                        t.copy_from_slice(src);
+                    }
+                }
+                let mut turned = [[0i8; TILE]; TILE];
+                for (k, row) in tile.iter().enumerate() {
+                    for (r, &v) in row.iter().enumerate() {
+                        turned[r][k] = v;
+                    }
+                }
+                for (r, row) in turned.iter().enumerate() {
+                    let at = (r0 + r) * inner + k0;
+                    if let Some(d) = dst.get_mut(at..at + TILE) {
+                        d.copy_from_slice(row);
+                    }
+                }
+            }
+        }
     }
 }
 

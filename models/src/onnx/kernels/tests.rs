@@ -601,6 +601,14 @@ fn transpose_matches_its_definition_for_any_split() {
     for (b, h, w) in [(1, 7, 9), (2, 5, 33), (1, 31, 67)] {
         cases.push((vec![b, 3, h, w], vec![0, 2, 3, 1]));
     }
+    // 2-D transposes in whole 16 x 16 tiles and ragged edges (an attention's kᵀ), and
+    // contiguous runs moved whole (a head split).
+    cases.push((vec![37, 50], vec![1, 0]));
+    cases.push((vec![2, 3, 33, 70], vec![0, 1, 3, 2]));
+    cases.push((vec![1, 12, 197, 64], vec![0, 1, 3, 2]));
+    cases.push((vec![16, 16], vec![1, 0]));
+    cases.push((vec![197, 12, 64], vec![1, 0, 2]));
+    cases.push((vec![1, 12, 197, 64], vec![2, 0, 1, 3]));
     for (case, (shape, perm)) in cases.iter().enumerate() {
         let rank = shape.len();
         let mut in_strides = vec![1usize; rank];
