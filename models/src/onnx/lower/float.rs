@@ -675,24 +675,8 @@ impl Lowerer<'_> {
         let (x_q, y_q) = (self.qparams(n, 1, 2)?, self.qparams(n, 3, 4)?);
         let x = self.dequantized(T { q: x_q, ..t });
         let y = self.norm_of(n, x, n.int("opset", 13)?)?;
-        let len = y.shape.iter().product::<usize>();
-        self.touch(y.buf);
-        let dst = self.new_buf(len);
-        self.steps.push(Step::Quantize {
-            src: y.buf,
-            dst,
-            n: len,
-            scale: y_q.scale,
-            zp: i32::from(y_q.zero_point),
-        });
-        self.set(
-            &n.outputs[0],
-            Val::Q(T {
-                buf: dst,
-                q: y_q,
-                ..y
-            }),
-        );
+        let y = self.quantized(y, y_q);
+        self.set(&n.outputs[0], Val::Q(y));
         Ok(())
     }
 

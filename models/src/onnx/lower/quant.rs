@@ -20,24 +20,27 @@ impl Lowerer<'_> {
         }
         let q = self.qparams(n, 1, 2)?;
         let v = match self.input(n, 0)? {
-            Val::F32(t) => {
-                let len = t.shape.iter().product::<usize>();
-                self.touch(t.buf);
-                let dst = self.new_buf(len);
-                self.steps.push(Step::Quantize {
-                    src: t.buf,
-                    dst,
-                    n: len,
-                    scale: q.scale,
-                    zp: i32::from(q.zero_point),
-                });
-                Val::Q(T { buf: dst, q, ..t })
-            }
+            Val::F32(t) => Val::Q(self.quantized(t, q)),
             Val::Dq(t) => Val::Q(self.requant(t, q)),
             v => return Err(n.unsupported(format!("cannot quantize {}", kind_name(&v)))),
         };
         self.set(&n.outputs[0], v);
         Ok(())
+    }
+
+    /// The `f32` tensor `t` quantized with `q` ([`Step::Quantize`]).
+    pub(super) fn quantized(&mut self, t: T, q: QParams) -> T {
+        let len = t.shape.iter().product::<usize>();
+        self.touch(t.buf);
+        let dst = self.new_buf(len);
+        self.steps.push(Step::Quantize {
+            src: t.buf,
+            dst,
+            n: len,
+            scale: q.scale,
+            zp: i32::from(q.zero_point),
+        });
+        T { buf: dst, q, ..t }
     }
 
     /// `QuantizeLinear` of a constant, computed at load: float weights with a Q/DQ pair (as
