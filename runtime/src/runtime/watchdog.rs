@@ -95,6 +95,12 @@ pub(crate) fn spawn(
 ) -> Result<JoinHandle<()>, RuntimeError> {
     let mut req = rt_request.clone();
     req.fifo_priority = req.fifo_priority.map(|p| (p + 2).min(99));
+    // The per-lane flags are allocated here, on the starting thread: allocated by the
+    // watchdog itself they could land after the runtime had started (a loaded machine starts
+    // the thread late), inside a zero-allocation window (`runtime_zero_alloc` caught two
+    // 16-byte allocations by "redline-watchdog" that way).
+    let n_lanes = shared.lanes.lanes.len();
+    let flags = (vec![NONE; n_lanes], vec![NONE; n_lanes]);
     std::thread::Builder::new()
         .name("redline-watchdog".into())
         .spawn(move || {
@@ -106,7 +112,7 @@ pub(crate) fn spawn(
             // it, and `run` re-raises it (see `containment`).
             let returned =
                 crate::containment::contain_thread(&shared.escaped, "the watchdog thread", || {
-                    watchdog_main(&shared)
+                    watchdog_main(&shared, flags)
                 });
             if !returned {
                 shared.wake_scheduler();
@@ -119,10 +125,10 @@ pub(crate) fn spawn(
 }
 
 /// The body of the watchdog thread (see the module docs for the detection delay).
-fn watchdog_main(shared: &Shared) {
-    let n_lanes = shared.lanes.lanes.len();
-    let mut budget_flagged = vec![NONE; n_lanes];
-    let mut hang_flagged = vec![NONE; n_lanes];
+/// `flags`: the start time each lane's budget overrun and hang were last flagged for, one
+/// entry per lane, allocated by [`spawn`].
+fn watchdog_main(shared: &Shared, flags: (Vec<u64>, Vec<u64>)) {
+    let (mut budget_flagged, mut hang_flagged) = flags;
     let w = shared.watch;
     while !shared.shutdown.load(Ordering::Acquire) {
         let now = shared.now_ns();
