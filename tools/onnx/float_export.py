@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Exports float PyTorch networks to ONNX and quantizes them with ONNX Runtime's
+`quantize_static` (QDQ, per-channel int8 weights, int8 and uint8 activations), with ONNX
+Runtime's reference outputs, as a user with a float model does: torchvision classifiers
+(any name in torchvision.models, e.g. convnext_tiny, vit_b_16, shufflenet_v2_x1_0),
+torchvision segmentation networks (`seg_` + a name in torchvision.models.segmentation, e.g.
+seg_deeplabv3_mobilenet_v3_large, at 320x320, its "out" map) and Ultralytics detectors
+(`ultralytics:` + a model yaml, e.g. ultralytics:yolov8n.yaml, at 320x320, BatchNorm fused).
+Weights are random (`weights=None`, the yaml alone): nothing is downloaded. Export: the
+TorchScript exporter (`dynamo=False`), opset 17.
+
+Needs torch and torchvision (and ultralytics for its models): large, not installed by CI;
+the CI checks the operators these exports hold with tools/onnx/op_models.py.
+
+Usage: python3 tools/onnx/float_export.py OUT_DIR --model convnext_tiny vit_b_16 ...
+Then:  redline model bench OUT_DIR/<model>_qdq_u8.onnx --against onnxruntime \\
+           --input OUT_DIR/<model>_qdq_u8.in0.bin
+"""
+import argparse
+import os
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def build(name):
+    """The float network and its input size."""
+    import torch
+    import torchvision
+    if name.startswith("ultralytics:"):
+        os.environ.setdefault("YOLO_OFFLINE", "1")
+        from ultralytics import YOLO
+        net = YOLO(name.split(":", 1)[1]).model.fuse().eval()
+        for m in net.modules():  # the export head: one output tensor, as `model.export` writes
+            if hasattr(m, "export"):
+                m.export = True
+            if hasattr(m, "format"):
+                m.format = "onnx"
+        return net, 320
+    if name.startswith("seg_"):
+        ctor = getattr(torchvision.models.segmentation, name[4:])
+        inner = ctor(weights=None, weights_backbone=None, num_classes=21, aux_loss=False).eval()
+
+        class Out(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x)["out"]
+        return Out(inner).eval(), 320
+    return getattr(torchvision.models, name)(weights=None).eval(), 224
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--model", nargs="+", required=True, metavar="NAME")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    try:
+        import onnx
+        import torch
+        import torchvision  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"float_export.py: {e}; install them with: python3 -m pip install torch torchvision onnx onnxruntime")
+    import qref
+    warnings.filterwarnings("ignore")
+    os.makedirs(args.out_dir, exist_ok=True)
+    failed = 0
+    for name in args.model:
+        t0 = time.time()
+        stem = name.split(":", 1)[-1].replace(".yaml", "")
+        try:
+            torch.manual_seed(0)
+            net, size = build(name)
+            path = os.path.join(args.out_dir, f"{stem}_export.onnx")
+            torch.onnx.export(net, torch.randn(1, 3, size, size), path, opset_version=17, dynamo=False,
+                              input_names=["x"], output_names=["y"])
+            qref.build_all(args.out_dir, stem, onnx.load(path), args.seed, formats=["qdq"])
+            print(f"# {stem}: {time.time() - t0:.0f} s", file=sys.stderr)
+        except Exception as e:  # report and go on with the next model
+            failed += 1
+            print(f"float_export.py: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
