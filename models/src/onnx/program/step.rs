@@ -1,0 +1,372 @@
+//! What a step of a [`Program`](super::Program) is: [`Step`] and the operand, operator
+//! and geometry types its variants hold. Data only: lowering (`onnx::lower`) builds them,
+//! [`Program::run_range`](super::Program::run_range) executes them, the fusion passes
+//! rewrite them.
+
+use super::super::dense_routes::Phases;
+use super::super::kernels::{
+    AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, Tap, Window,
+};
+use crate::conv::Conv2d;
+
+/// The square dense fast path or the general convolution.
+#[derive(Clone, Debug)]
+pub(crate) enum ConvImpl {
+    Dense(Box<Conv2d>),
+    General(Box<GeneralConv>),
+}
+
+/// One step of the program. `src`/`dst` are buffer indices.
+#[derive(Clone, Debug)]
+pub(crate) enum Step {
+    /// Copy graph input `index` into `dst`; `flip` turns `u8` into the internal `i8` form.
+    Input {
+        index: usize,
+        dst: usize,
+        flip: bool,
+    },
+    /// Write `src` into graph output `index`: as is, flipped to `u8`, or dequantized to f32.
+    Output {
+        index: usize,
+        src: usize,
+        kind: OutKind,
+    },
+    Quantize {
+        src: usize,
+        dst: usize,
+        n: usize,
+        scale: f32,
+        zp: i32,
+    },
+    Conv {
+        imp: ConvImpl,
+        batch: usize,
+        in_h: usize,
+        in_w: usize,
+        out_h: usize,
+        row_len: usize,
+        src: usize,
+        dst: usize,
+        clamp: Option<(i8, i8)>,
+        /// A residual `Add` of the convolution's output and another tensor, applied to each
+        /// chunk of rows as soon as they are computed ([`fuse_residual_adds`]); `dst` then
+        /// holds the sum.
+        residual: Option<Residual>,
+    },
+    /// A convolution whose float output goes on unquantized (TensorRT-style Q/DQ placement):
+    /// `dst` (`f32`, NHWC) gets `acc · scales[c] + bias[c]`, `acc` the exact integer sum
+    /// ([`Conv2d::forward_rows_acc`]) and `scales[c] = x_scale · w_scale[c]`; ONNX Runtime
+    /// runs the same convolution in float on the dequantized values.
+    ConvFloat {
+        /// The dense kernel ([`Conv2d::forward_rows_acc`]) or the general one
+        /// ([`GeneralConv::run_acc`]: depthwise, grouped, rectangular), integer bias zero.
+        imp: ConvImpl,
+        batch: usize,
+        in_h: usize,
+        in_w: usize,
+        out_h: usize,
+        /// Elements per output row (`out_w · out_c`).
+        row_len: usize,
+        scales: Vec<f32>,
+        bias: Vec<f32>,
+        src: usize,
+        dst: usize,
+    },
+    /// `dst[i] = (src[i] − zp) · scale` (`i8` to `f32`): a dequantized tensor read by a float
+    /// operator.
+    Dequantize {
+        src: usize,
+        dst: usize,
+        n: usize,
+        scale: f32,
+        zp: i32,
+    },
+    /// An elementwise float operator on `f32` tensors of one shape (`n` elements each).
+    FloatBinary {
+        op: FloatBinaryOp,
+        a: usize,
+        b: usize,
+        n: usize,
+        dst: usize,
+    },
+    /// An elementwise float operator between an `f32` tensor `x` (`n` elements) and a
+    /// constant broadcast to its shape, stored as one period of `konst.len()` elements that
+    /// repeats along `x`'s memory (one value: a scalar; `C` values on an NHWC tensor: a
+    /// per-channel constant; `n`: a whole tensor); `x` is the first operand when `x_is_a`.
+    FloatBinaryConst {
+        op: FloatBinaryOp,
+        x: usize,
+        konst: Vec<f32>,
+        x_is_a: bool,
+        n: usize,
+        dst: usize,
+    },
+    /// An elementwise float operator between an NHWC `f32` tensor `full` (`pixels` pixels of
+    /// `c` channels, `per_image` pixels per image) and a per-channel one `chan` (`c` values
+    /// per image: a `[N, C, 1, 1]` tensor, as a squeeze-and-excitation gate), broadcast over
+    /// each image's pixels; `full` is the operator's first operand when `full_is_a`.
+    FloatBinaryChannels {
+        op: FloatBinaryOp,
+        full: usize,
+        chan: usize,
+        full_is_a: bool,
+        c: usize,
+        pixels: usize,
+        per_image: usize,
+        dst: usize,
+    },
+    /// A float function of one `f32` tensor (`n` elements).
+    FloatUnary {
+        op: FloatUnaryOp,
+        src: usize,
+        dst: usize,
+        n: usize,
+    },
+    /// A normalization over one axis of an `f32` tensor (a float route's `Softmax`,
+    /// `LogSoftmax`, `LayerNormalization`): `blocks` blocks of `len · inner` elements, each
+    /// `inner` rows of `len` values strided `inner` apart, every row normalized on its own
+    /// (`kernels::float::normalize`).
+    FloatNorm {
+        op: NormOp,
+        blocks: usize,
+        len: usize,
+        inner: usize,
+        src: usize,
+        dst: usize,
+    },
+    /// The matrix product of two computed `i8` tensors (`kernels::matmul_rows`): `a` row-major
+    /// `[batch, m, k]`, `b` row-major `[batch or 1, k, n]`; `dst` `[batch, m, n]`, `i8` or
+    /// `f32` as `how` says.
+    MatMulDyn {
+        dims: MatMulDims,
+        a: usize,
+        b: usize,
+        zps: (i32, i32),
+        how: MatMulOut,
+        dst: usize,
+    },
+    /// A dilated convolution's input split into its dilation phases, or its phase outputs
+    /// merged back ([`Phases`]).
+    Phases {
+        phases: Phases,
+        dir: PhaseDir,
+        c: usize,
+        batch: usize,
+        src: usize,
+        dst: usize,
+    },
+    /// Max or average pooling of an `f32` NHWC tensor (a float route's `MaxPool`,
+    /// `AveragePool`).
+    FloatPool {
+        kind: FloatPool,
+        win: Window,
+        c: usize,
+        batch: usize,
+        src: usize,
+        dst: usize,
+    },
+    /// Bilinear resize of `f32` NHWC images (a float route's linear `Resize`), with ONNX
+    /// Runtime's float formula (`kernels::float::resize_linear`); rows over
+    /// `batch * ys.len()`. A float nearest resize is a [`Step::Resize`] of 4-byte elements.
+    FloatResize {
+        in_h: usize,
+        in_w: usize,
+        c: usize,
+        batch: usize,
+        ys: Vec<Tap>,
+        xs: Vec<Tap>,
+        src: usize,
+        dst: usize,
+    },
+    /// The mean over each image's `hw` pixels of an `f32` NHWC tensor, per channel (a float
+    /// route's `GlobalAveragePool`): a sum in pixel order, then one division by `hw`.
+    FloatGlobalAvgPool {
+        c: usize,
+        hw: usize,
+        batch: usize,
+        src: usize,
+        dst: usize,
+    },
+    MaxPool {
+        win: Window,
+        c: usize,
+        batch: usize,
+        src: usize,
+        dst: usize,
+    },
+    AvgPool {
+        win: Window,
+        c: usize,
+        batch: usize,
+        p: AvgParams,
+        src: usize,
+        dst: usize,
+    },
+    Lut {
+        table: Box<[i8; 256]>,
+        n: usize,
+        src: usize,
+        dst: usize,
+    },
+    Binary {
+        op: Box<Binary>,
+        a: Operand,
+        b: Operand,
+        n: usize,
+        dst: usize,
+    },
+    /// The output of a `ConvTranspose` put together from its phase convolutions
+    /// (`lower::deconv`): output pixel `(o_y, o_x)` of image `n` is pixel
+    /// `((o_y + pt) / sh, (o_x + pl) / sw)` of image `n` of phase
+    /// `((o_y + pt) mod sh) · sw + (o_x + pl) mod sw`.
+    DeconvMerge {
+        geom: DeconvGeom,
+        phases: Vec<usize>,
+        dst: usize,
+    },
+    /// A strided copy: output element `j` (row-major over `out_shape`) is input element
+    /// `offset + Σ j_d · strides[d]` (a transpose, a slice, a split part).
+    Transpose {
+        out_shape: Vec<usize>,
+        strides: Vec<usize>,
+        offset: usize,
+        src: usize,
+        dst: usize,
+    },
+    Resize {
+        in_h: usize,
+        in_w: usize,
+        c: usize,
+        batch: usize,
+        ys: Vec<Tap>,
+        xs: Vec<Tap>,
+        mode: Interp,
+        src: usize,
+        dst: usize,
+    },
+    /// Concatenation: `outer` blocks; input `i` contributes `inner[i]` contiguous bytes per
+    /// block (mapped through its table when it has one).
+    Concat {
+        outer: usize,
+        parts: Vec<ConcatPart>,
+        dst: usize,
+    },
+}
+
+/// The operator of a [`Step::FloatBinary`]: IEEE `f32` `+ − × ÷`, as ONNX Runtime's float
+/// kernels compute them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatBinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// Which pooling a [`Step::FloatPool`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatPool {
+    /// The byte kernel's body on `f32` (`kernels::max_pool_f32`).
+    Max,
+    /// Window sums in window order, one division (`kernels::avg_pool_f32`).
+    Avg { count_include_pad: bool },
+}
+
+/// The function of a [`Step::FloatUnary`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum FloatUnaryOp {
+    /// `min(max(x, lo), hi)` (Relu: `lo = 0`, `hi = +inf`).
+    Clamp { lo: f32, hi: f32 },
+    /// `1 / (1 + exp(−x))` with a vectorisable `exp` of basic `f32` operations
+    /// ([`kernels::float::exp_poly`]; the same bits on every ISA).
+    Sigmoid,
+    /// `clamp(alpha · x + beta, 0, 1)`.
+    HardSigmoid { alpha: f32, beta: f32 },
+    /// `x · clamp(x · (1/6) + 0.5, 0, 1)` (MobileNetV3's activation).
+    HardSwish,
+    /// `x` where `x >= 0`, else `alpha · x`.
+    LeakyRelu { alpha: f32 },
+    /// `−x`.
+    Neg,
+    /// `e^x` ([`kernels::float::exp_poly`]).
+    Exp,
+    /// `tanh x` ([`kernels::float::tanh_poly`]).
+    Tanh,
+    /// `ln(1 + e^x)` ([`kernels::float::softplus`]).
+    Softplus,
+    /// `x · tanh(softplus(x))` (YOLOv4's activation; [`kernels::float::mish`]).
+    Mish,
+    /// `erf x` (GELU's; [`kernels::float::erf_poly`]).
+    Erf,
+}
+
+/// The normalization of a [`Step::FloatNorm`] row (`kernels::float::normalize`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum NormOp {
+    /// `e^(x − max) / Σ e^(x − max)`, the exponentials by [`kernels::float::exp_poly`].
+    Softmax,
+    /// `(x − max) − ln Σ e^(x − max)`.
+    LogSoftmax,
+    /// `(x − mean) / √(variance + eps) · scale (+ bias)`, `scale` and `bias` one value per
+    /// row element.
+    LayerNorm {
+        eps: f32,
+        scale: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
+}
+
+/// Sizes of a [`Step::DeconvMerge`]: `batch` images of `out_h × out_w × c` from `sh · sw`
+/// phase images of `ph × pw × c`, offset by the leading pads `pt`, `pl`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeconvGeom {
+    pub batch: usize,
+    pub c: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub pt: usize,
+    pub pl: usize,
+    pub ph: usize,
+    pub pw: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+/// A residual `Add` fused into the convolution that computes one of its operands.
+#[derive(Clone, Debug)]
+pub(crate) struct Residual {
+    /// The `Add` (its operands dense, the shape of the convolution's output).
+    pub op: Box<Binary>,
+    /// The other operand's buffer.
+    pub other: usize,
+    /// True when the convolution's output is the `Add`'s first operand.
+    pub conv_is_a: bool,
+}
+
+/// Which way a [`Step::Phases`] copies.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PhaseDir {
+    /// Image to phase images ([`Phases::split`]), padding with `fill` (the input's zero point).
+    Split { fill: i8 },
+    /// Phase images to image ([`Phases::merge`]).
+    Merge,
+}
+
+/// One input of a concatenation: its data, the bytes it contributes per outer block, and
+/// the requantization table when its quantization differs from the output's.
+pub(crate) type ConcatPart = (Operand, usize, Option<Box<[i8; 256]>>);
+
+/// How a graph output is written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum OutKind {
+    Copy,
+    FlipU8,
+    Dequantize { scale: f32, zp: i32 },
+}
+
+/// An operand: a buffer, or a constant held by the program.
+#[derive(Clone, Debug)]
+pub(crate) enum Operand {
+    Buf(usize),
+    Const(Vec<i8>),
+}
