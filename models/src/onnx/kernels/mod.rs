@@ -149,7 +149,13 @@ impl Window {
 /// `start`) whose input index `start + t·dilation − pad` lies in `0..len`: one range, as
 /// the index grows with `t`.
 #[inline]
-fn taps_inside(start: usize, pad: usize, dilation: usize, k: usize, len: usize) -> Range<usize> {
+pub(crate) fn taps_inside(
+    start: usize,
+    pad: usize,
+    dilation: usize,
+    k: usize,
+    len: usize,
+) -> Range<usize> {
     // First t with start + t·d >= bound.
     let first = |bound: usize| {
         if start >= bound {

@@ -2,6 +2,7 @@
 //! `QLinearMatMul`, `QGemm`): weights, bias, output quantization and the kernel choice.
 
 use super::*;
+use crate::onnx::kernels::taps_inside;
 
 impl Lowerer<'_> {
     /// Output quantization and clamp for a float op (QDQ: the following QuantizeLinear) or
@@ -685,20 +686,18 @@ fn grouped_layers(
 /// dilation-phase images of such a layer are not. Unchanged when nothing is dead, or when
 /// dropping would need a negative padding.
 fn trim_dead_taps(win: Window, packed: Vec<i8>, oc: usize, icg: usize) -> (Window, Vec<i8>) {
-    // Taps `t` of a `k`-tap axis whose input index is inside `0..len` for some output.
+    // The taps of a `k`-tap axis that some output reads inside `0..len` (each output's
+    // are one range, `taps_inside`, as the kernels skip the rest).
     let live = |k: usize, d: usize, s: usize, pad: usize, len: usize, out: usize| {
-        let alive = |t: usize| {
-            (0..out).any(|o| {
-                let i = (o * s + t * d) as isize - pad as isize;
-                (0..len as isize).contains(&i)
-            })
-        };
-        let first = (0..k).find(|&t| alive(t));
-        let last = (0..k).rev().find(|&t| alive(t));
-        match (first, last) {
-            (Some(f), Some(l)) if f * d <= pad => Some((f, l)),
-            _ => None,
+        let (mut first, mut end) = (k, 0);
+        for o in 0..out {
+            let r = taps_inside(o * s, pad, d, k, len);
+            if !r.is_empty() {
+                first = first.min(r.start);
+                end = end.max(r.end);
+            }
         }
+        (first < end && first * d <= pad).then(|| (first, end - 1))
     };
     let rows = live(win.kh, win.dh, win.sh, win.pt, win.in_h, win.out_h);
     let cols = live(win.kw, win.dw, win.sw, win.pl, win.in_w, win.out_w);

@@ -576,8 +576,13 @@ impl<'g> Lowerer<'g> {
 
     /// Copies the row-major tensor `t` (physical shape `t.shape`, `elem` bytes an element)
     /// permuted by `perm`: one byte transpose, an element's bytes its innermost axis when
-    /// `elem > 1`.
+    /// `elem > 1`. A permutation that moves only axes of size 1 (a transformer's
+    /// `[T, 1, C]` to `[1, T, C]`) keeps the bytes in their order: `t`'s own buffer, no step.
     fn permute_copy(&mut self, t: &T, perm: &[usize], elem: usize) -> usize {
+        let moved = perm.iter().filter(|&&p| t.shape[p] != 1);
+        if moved.clone().zip(moved.skip(1)).all(|(a, b)| a < b) {
+            return t.buf;
+        }
         let mut in_shape = t.shape.clone();
         let mut perm = perm.to_vec();
         if elem > 1 {

@@ -151,14 +151,7 @@ impl Lowerer<'_> {
             }
         } else {
             let t = self.row_major(t, kind.elem_bytes());
-            // Only axes of size 1 move (a transformer's [T, 1, C] -> [1, T, C]): the same
-            // bytes in the same order, relabelled.
-            let moved: Vec<usize> = perm.iter().copied().filter(|&p| t.shape[p] != 1).collect();
-            let buf = if moved.windows(2).all(|w| w[0] < w[1]) {
-                t.buf
-            } else {
-                self.permute_copy(&t, &perm, kind.elem_bytes())
-            };
+            let buf = self.permute_copy(&t, &perm, kind.elem_bytes());
             T {
                 buf,
                 shape,
