@@ -13,7 +13,7 @@
 //! its convolution, elementwise steps into one table).
 
 use super::isa::Isa;
-use super::kernels::{self, BinaryKind, MatMulOut};
+use super::kernels::{self, BinaryKind};
 use crate::engine::{EngineError, Lanes};
 use std::ops::Range;
 
@@ -429,18 +429,12 @@ impl Program {
                     dst,
                 } => {
                     let (a, b) = (view(*a), view(*b));
-                    let elem = if matches!(how, MatMulOut::Float { .. }) {
-                        4
-                    } else {
-                        1
-                    };
-                    let row_len = dims.n * elem;
                     split_rows(
                         lanes,
                         base,
                         &bufs[*dst],
                         dims.batch * dims.m,
-                        row_len,
+                        dims.n * how.elem_bytes(),
                         dims.n * dims.k,
                         &|r, out| {
                             kernels::matmul_rows(isa, *dims, a, b, *zps, *how, r.start, out);

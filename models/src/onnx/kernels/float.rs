@@ -377,7 +377,7 @@ fn norm_row(op: &NormOp, x: &[f32], out: &mut [f32]) {
     }
 }
 
-/// Lanes of a strided row block: [`norm_rows`] normalizes this many neighbouring rows at
+/// Lanes of a strided row block: [`normalize`] normalizes this many neighbouring rows at
 /// once, one per vector lane.
 const NORM_BLOCK: usize = 16;
 

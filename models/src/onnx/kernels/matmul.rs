@@ -20,6 +20,16 @@ pub(crate) enum MatMulOut {
     Float { scale: f32 },
 }
 
+impl MatMulOut {
+    /// Bytes of one output element: 1 (`i8`) or 4 (`f32`).
+    pub(crate) fn elem_bytes(self) -> usize {
+        match self {
+            MatMulOut::Quantized { .. } => 1,
+            MatMulOut::Float { .. } => 4,
+        }
+    }
+}
+
 /// Sizes of one [`matmul_rows`] call's products: `batch` products of an `m × k` matrix by a
 /// `k × n` one; `b_batched` false when every product takes the same `b`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,9 +61,8 @@ multiversion! {
         first: usize,
         out: &mut [i8],
     ) {
-        let elem = if matches!(how, MatMulOut::Float { .. }) { 4 } else { 1 };
         let (k, n) = (d.k, d.n);
-        let row_bytes = (n * elem).max(1);
+        let row_bytes = (n * how.elem_bytes()).max(1);
         let rows = out.len() / row_bytes;
         let mut r = 0;
         while r < rows {

@@ -697,12 +697,15 @@ impl Lowerer<'_> {
         } else {
             a0 + 1
         };
-        let x = match norm_geometry(&x, a0, a1) {
-            Some(_) => x,
-            None => self.row_major(x, 4),
-        };
-        let Some((blocks, len, inner)) = norm_geometry(&x, a0, a1) else {
-            return Err(invalid(format!("no row-major geometry for {:?}", x.shape)));
+        // In the tensor's own layout when the axes are one run of it; row-major always is.
+        let (x, (blocks, len, inner)) = match norm_geometry(&x, a0, a1) {
+            Some(g) => (x, g),
+            None => {
+                let x = self.row_major(x, 4);
+                let g = norm_geometry(&x, a0, a1)
+                    .ok_or_else(|| invalid(format!("no row-major geometry for {:?}", x.shape)))?;
+                (x, g)
+            }
         };
         let op = match n.op.as_str() {
             "Softmax" | "QLinearSoftmax" => NormOp::Softmax,
@@ -718,35 +721,15 @@ impl Lowerer<'_> {
                     if n.input(i).is_none() {
                         return Ok(None);
                     }
-                    let mismatch = || {
-                        n.unsupported(format!(
-                            "its {what} must be a constant that broadcasts to the normalized \
-                             axes {axes:?}"
-                        ))
-                    };
-                    // Leading axes of 1 beyond the normalized ones (`[1, 1, C]`) dropped.
-                    let fits = |c: &Const| {
-                        let extra = c.shape.len().saturating_sub(axes.len());
-                        let shape = &c.shape[extra..];
-                        (c.shape[..extra].iter().all(|&d| d == 1)
-                            && fold::broadcast(shape, axes).as_deref() == Some(axes))
-                        .then(|| shape.to_vec())
-                    };
-                    let (c, shape) = match constant_f32(&self.input(n, i)?) {
-                        Some(c) => match fits(&c) {
-                            Some(shape) => (c, shape),
-                            None => return Err(mismatch()),
-                        },
-                        None => return Err(mismatch()),
-                    };
-                    let ConstData::F32(v) = &c.data else {
-                        return Err(invalid("a float constant holds float32".into()));
-                    };
-                    Ok(Some(
-                        (0..len)
-                            .map(|j| v[fold::broadcast_index(&shape, axes, j)])
-                            .collect(),
-                    ))
+                    constant_f32(&self.input(n, i)?)
+                        .and_then(|c| per_row_element(&c, axes))
+                        .map(Some)
+                        .ok_or_else(|| {
+                            n.unsupported(format!(
+                                "its {what} must be a constant that broadcasts to the \
+                                 normalized axes {axes:?}"
+                            ))
+                        })
                 };
                 let Some(scale) = param(1, "scale")? else {
                     return Err(n.unsupported("its scale input is missing"));
@@ -758,11 +741,8 @@ impl Lowerer<'_> {
                 }
             }
         };
-        if n.outputs
-            .iter()
-            .skip(1)
-            .any(|o| !o.is_empty() && self.consumers.contains_key(o))
-        {
+        let read = |o: &String| self.consumers.contains_key(o) || self.outputs.contains(o);
+        if n.outputs.iter().skip(1).any(|o| !o.is_empty() && read(o)) {
             return Err(n.unsupported(
                 "its mean and inverse standard deviation outputs are read; the native engine \
                  computes the normalized output only",
@@ -834,6 +814,28 @@ impl Lowerer<'_> {
         }
         Ok(())
     }
+}
+
+/// The float constant `c` as one value per element of a row over `axes` (their product,
+/// in row-major order), broadcast as numpy does; leading axes of 1 beyond the normalized
+/// ones (`[1, 1, C]`) allowed. `None` when it does not broadcast or is not `f32`.
+fn per_row_element(c: &Const, axes: &[usize]) -> Option<Vec<f32>> {
+    let ConstData::F32(v) = &c.data else {
+        return None;
+    };
+    let extra = c.shape.len().saturating_sub(axes.len());
+    let shape = &c.shape[extra..];
+    if c.shape[..extra].iter().any(|&d| d != 1)
+        || fold::broadcast(shape, axes).as_deref() != Some(axes)
+    {
+        return None;
+    }
+    let len: usize = axes.iter().product();
+    Some(
+        (0..len)
+            .map(|j| v[fold::broadcast_index(shape, axes, j)])
+            .collect(),
+    )
 }
 
 /// `(blocks, len, inner)` of a normalization over logical axes `a0..a1` of `t`: the axes

@@ -79,10 +79,9 @@ impl Lowerer<'_> {
         self.macs += (batch * m * k * nn) as u64;
         let mut shape = a.shape[..ra - 1].to_vec();
         shape.push(nn);
-        let elem = if float_out { 4 } else { 1 };
         self.touch(a.buf);
         self.touch(b.buf);
-        let dst = self.new_buf(batch * m * nn * elem);
+        let dst = self.new_buf(batch * m * nn * how.elem_bytes());
         self.steps.push(Step::MatMulDyn {
             dims,
             a: a.buf,
