@@ -18,6 +18,8 @@ pub(crate) mod dtype {
     pub const INT8: i32 = 3;
     pub const INT32: i32 = 6;
     pub const INT64: i32 = 7;
+    /// One byte per element, 0 or 1; held as `ConstData::U8`.
+    pub const BOOL: i32 = 9;
 }
 
 /// A constant tensor (initializer or `Constant` node output), decoded.
@@ -244,7 +246,7 @@ pub(crate) fn decode_tensor(t: &pb::TensorProto, what: &str) -> Result<Const, St
         } else {
             t.int32_data.iter().map(|&v| v as i8).collect()
         }),
-        dtype::UINT8 => ConstData::U8(if has_raw {
+        dtype::UINT8 | dtype::BOOL => ConstData::U8(if has_raw {
             raw.to_vec()
         } else {
             t.int32_data.iter().map(|&v| v as u8).collect()
@@ -262,7 +264,7 @@ pub(crate) fn decode_tensor(t: &pb::TensorProto, what: &str) -> Result<Const, St
         other => {
             return Err(format!(
                 "tensor {what} has ONNX data type {other} ({}); supported: float32, int8, uint8, \
-                 int32, int64",
+                 int32, int64, bool",
                 type_name(other)
             ))
         }

@@ -39,8 +39,10 @@ impl Lowerer<'_> {
                     data: ConstData::I64(dims),
                 }
             }
-            "Gather" | "Concat" | "Cast" | "Slice" | "Add" | "Sub" | "Mul" | "Div" | "Equal"
-            | "Where" | "ConstantOfShape" | "Range" | "Expand" | "Mod" | "Sqrt" => {
+            "Gather" | "Concat" | "Cast" | "Slice" | "Add" | "Sub" | "Mul" | "Div" | "Pow"
+            | "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or"
+            | "Not" | "Where" | "ConstantOfShape" | "Range" | "Expand" | "Mod" | "Sqrt"
+            | "ScatterND" | "Transpose" => {
                 let Some(ins) = self.constant_inputs(n) else {
                     return Ok(false);
                 };
@@ -57,6 +59,9 @@ impl Lowerer<'_> {
                     "Where" => where_(n, &ins)?,
                     "Expand" => expand(n, arg(n, &ins, 0)?, arg(n, &ins, 1)?)?,
                     "Sqrt" => sqrt(n, arg(n, &ins, 0)?)?,
+                    "Not" => not(n, arg(n, &ins, 0)?)?,
+                    "ScatterND" => scatter_nd(n, &ins)?,
+                    "Transpose" => transpose(n, arg(n, &ins, 0)?)?,
                     op => binary(n, op, arg(n, &ins, 0)?, arg(n, &ins, 1)?)?,
                 }
             }
@@ -253,10 +258,11 @@ fn cast_to(n: &Node, c: &Const, to: i64) -> Result<Const, EngineError> {
         dtype::INT32 => ConstData::I32(v.iter().map(|&x| x as i32).collect()),
         dtype::INT8 => ConstData::I8(v.iter().map(|&x| x as i8).collect()),
         dtype::UINT8 => ConstData::U8(v.iter().map(|&x| x as u8).collect()),
+        dtype::BOOL => ConstData::U8(v.iter().map(|&x| u8::from(x != 0.0)).collect()),
         _ => {
             return Err(n.unsupported(format!(
                 "Cast of a constant to element type {to} is not supported (float32, int64, \
-                 int32, int8, uint8)"
+                 int32, int8, uint8, bool)"
             )))
         }
     };
@@ -323,22 +329,26 @@ fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError
             broadcast_index(&b.shape, &shape, i),
         )
     });
+    // ONNX Runtime squares and cubes by multiplying when the exponent is one scalar.
+    let scalar_exponent = b.len() == 1;
     let data = match (&a.data, &b.data) {
         (ConstData::F32(x), ConstData::F32(y)) => {
-            let f = |p: f32, q: f32| match op {
-                "Add" => p + q,
-                "Sub" => p - q,
-                "Mul" => p * q,
-                "Div" => p / q,
-                // ONNX requires fmod = 1 for floats: C's fmod, the dividend's sign.
-                "Mod" => p % q,
-                _ => f32::from(u8::from(p == q)),
-            };
-            let v: Vec<f32> = pairs.map(|(i, j)| f(x[i], y[j])).collect();
-            if op == "Equal" {
-                ConstData::U8(v.iter().map(|&x| x as u8).collect())
+            if is_predicate(op) {
+                let v = pairs.map(|(i, j)| u8::from(predicate(op, x[i], y[j])));
+                ConstData::U8(v.collect())
             } else {
-                ConstData::F32(v)
+                let f = |p: f32, q: f32| match op {
+                    "Add" => p + q,
+                    "Sub" => p - q,
+                    "Mul" => p * q,
+                    "Div" => p / q,
+                    "Pow" if scalar_exponent && q == 2.0 => p * p,
+                    "Pow" if scalar_exponent && q == 3.0 => p * p * p,
+                    "Pow" => redline_runtime::det_math::powf(p, q),
+                    // ONNX requires fmod = 1 for floats: C's fmod, the dividend's sign.
+                    _ => p % q,
+                };
+                ConstData::F32(pairs.map(|(i, j)| f(x[i], y[j])).collect())
             }
         }
         (ConstData::F32(_), _) | (_, ConstData::F32(_)) => {
@@ -349,6 +359,11 @@ fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError
                 a.to_i64().unwrap_or_default(),
                 b.to_i64().unwrap_or_default(),
             );
+            if is_predicate(op) {
+                let v = pairs.map(|(i, j)| u8::from(predicate(op, x[i], y[j])));
+                let data = ConstData::U8(v.collect());
+                return Ok(Const { shape, data });
+            }
             let mut out = Vec::with_capacity(len);
             for (i, j) in pairs {
                 let (p, q) = (x[i], y[j]);
@@ -359,8 +374,10 @@ fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError
                     "Div" => p
                         .checked_div(q)
                         .ok_or_else(|| n.unsupported("integer division by zero"))?,
+                    // As ONNX Runtime: `pow` in double, converted back.
+                    "Pow" => redline_runtime::det_math::powf(p as f64, q as f64) as i64,
                     // fmod = 1: the dividend's sign (C); 0: the divisor's (Python).
-                    "Mod" => {
+                    _ => {
                         let r = p
                             .checked_rem(q)
                             .ok_or_else(|| n.unsupported("integer modulo by zero"))?;
@@ -370,21 +387,174 @@ fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError
                             r + q
                         }
                     }
-                    _ => i64::from(p == q),
                 });
             }
-            if op == "Equal" {
-                ConstData::U8(out.iter().map(|&x| x as u8).collect())
-            } else {
-                let c = Const {
-                    shape: shape.clone(),
-                    data: ConstData::I64(out),
-                };
-                return cast_to(n, &c, elem_code(&a.data));
-            }
+            let c = Const {
+                shape: shape.clone(),
+                data: ConstData::I64(out),
+            };
+            return cast_to(n, &c, elem_code(&a.data));
         }
     };
     Ok(Const { shape, data })
+}
+
+/// Whether `op` is a comparison or logical operator (its result is a bool tensor).
+fn is_predicate(op: &str) -> bool {
+    matches!(
+        op,
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or"
+    )
+}
+
+/// The comparison or logical operator `op` (see [`is_predicate`]) of two elements; `And`
+/// and `Or` read nonzero as true.
+fn predicate<T: PartialOrd + Default>(op: &str, p: T, q: T) -> bool {
+    let zero = T::default();
+    match op {
+        "Equal" => p == q,
+        "Less" => p < q,
+        "Greater" => p > q,
+        "LessOrEqual" => p <= q,
+        "GreaterOrEqual" => p >= q,
+        "And" => p != zero && q != zero,
+        _ => p != zero || q != zero,
+    }
+}
+
+/// ONNX `Transpose` of a constant (`perm`, or reversed axes).
+fn transpose(n: &Node, x: &Const) -> Result<Const, EngineError> {
+    let rank = x.shape.len();
+    let perm: Vec<usize> = match n.ints("perm")? {
+        Some(p) => p
+            .iter()
+            .map(|&a| norm_axis(n, a, rank))
+            .collect::<Result<_, _>>()?,
+        None => (0..rank).rev().collect(),
+    };
+    let mut seen = perm.clone();
+    seen.sort_unstable();
+    if seen != (0..rank).collect::<Vec<_>>() {
+        return Err(n.unsupported(format!("perm {perm:?} is not a permutation of 0..{rank}")));
+    }
+    let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
+    let mut strides = vec![1; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * x.shape[d + 1];
+    }
+    let len = x.len();
+    let at: Vec<usize> = (0..len)
+        .map(|mut i| {
+            let mut idx = 0;
+            for d in (0..rank).rev() {
+                idx += (i % shape[d]) * strides[perm[d]];
+                i /= shape[d];
+            }
+            idx
+        })
+        .collect();
+    Ok(pick(x, &at, shape))
+}
+
+/// ONNX `Not` of a bool constant.
+fn not(n: &Node, x: &Const) -> Result<Const, EngineError> {
+    let ConstData::U8(v) = &x.data else {
+        return Err(n.unsupported("Not of a constant that is not bool"));
+    };
+    Ok(Const {
+        shape: x.shape.clone(),
+        data: ConstData::U8(v.iter().map(|&b| u8::from(b == 0)).collect()),
+    })
+}
+
+/// ONNX `ScatterND` of constants (a shifted-window attention's mask is written this way):
+/// `data` with the slices `indices` names replaced by (or, with `reduction`, combined with)
+/// `updates`, in the order the indices are listed.
+fn scatter_nd(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
+    let (data, indices, updates) = (arg(n, ins, 0)?, arg(n, ins, 1)?, arg(n, ins, 2)?);
+    let reduction = n.string("reduction", "none")?;
+    if std::mem::discriminant(&data.data) != std::mem::discriminant(&updates.data) {
+        return Err(n.unsupported("ScatterND's data and updates differ in type"));
+    }
+    let idx = indices
+        .to_i64()
+        .ok_or_else(|| n.unsupported("ScatterND's indices must be integers"))?;
+    let k = *indices
+        .shape
+        .last()
+        .ok_or_else(|| n.unsupported("ScatterND's indices must have rank 1 or more"))?;
+    let rank = data.shape.len();
+    let lead = &indices.shape[..indices.shape.len() - 1];
+    let expect = [lead, &data.shape[k.min(rank)..]].concat();
+    if k == 0 || k > rank || updates.shape != expect {
+        return Err(n.unsupported(format!(
+            "ScatterND of data {:?}, indices {:?} and updates {:?}: the shapes do not fit",
+            data.shape, indices.shape, updates.shape
+        )));
+    }
+    let slice: usize = data.shape[k..].iter().product();
+    // Every updated element's (destination in data, source in updates), in order.
+    let mut at: Vec<usize> = (0..data.len()).collect();
+    let mut writes = Vec::with_capacity(updates.len());
+    for (u, tuple) in idx.chunks(k).enumerate() {
+        let mut base = 0usize;
+        for (d, &i) in tuple.iter().enumerate() {
+            let dim = data.shape[d] as i64;
+            let j = if i < 0 { i + dim } else { i };
+            if !(0..dim).contains(&j) {
+                return Err(n.unsupported(format!(
+                    "ScatterND index {i} is out of range for dimension {d} of size {dim}"
+                )));
+            }
+            base = base * data.shape[d] + j as usize;
+        }
+        for e in 0..slice {
+            writes.push((base * slice + e, u * slice + e));
+        }
+    }
+    if reduction == "none" {
+        // Replacement: the last write to an element wins, as the indices are applied in order.
+        for &(dst, src) in &writes {
+            at[dst] = data.len() + src;
+        }
+        return Ok(pick(&concat_flat(data, updates), &at, data.shape.clone()));
+    }
+    fn reduce<T: Copy + PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
+        how: &str,
+        v: &mut [T],
+        u: &[T],
+        writes: &[(usize, usize)],
+    ) -> bool {
+        for &(dst, src) in writes {
+            let (p, q) = (v[dst], u[src]);
+            v[dst] = match how {
+                "add" => p + q,
+                "mul" => p * q,
+                "max" if q > p => q,
+                "min" if q < p => q,
+                "max" | "min" => p,
+                _ => return false,
+            };
+        }
+        true
+    }
+    let c = match (&data.data, &updates.data) {
+        (ConstData::F32(v), ConstData::F32(u)) => {
+            let mut v = v.clone();
+            reduce(&reduction, &mut v, u, &writes).then_some(ConstData::F32(v))
+        }
+        _ => {
+            let mut v = data.to_i64().unwrap_or_default();
+            let u = updates.to_i64().unwrap_or_default();
+            reduce(&reduction, &mut v, &u, &writes).then_some(ConstData::I64(v))
+        }
+    }
+    .ok_or_else(|| n.unsupported(format!("ScatterND reduction {reduction:?}")))?;
+    let c = Const {
+        shape: data.shape.clone(),
+        data: c,
+    };
+    cast_to(n, &c, elem_code(&data.data))
 }
 
 fn where_(n: &Node, ins: &[Option<Const>]) -> Result<Const, EngineError> {
@@ -733,5 +903,80 @@ mod tests {
             ConstData::I64(vec![2, -2, 300])
         );
         assert!(cast(&to(11), &c).is_err(), "float64 is not handled");
+    }
+
+    #[test]
+    fn swin_mask_arithmetic_folds_as_onnx_defines_it() {
+        let f = |shape: &[usize], v: &[f32]| Const {
+            shape: shape.to_vec(),
+            data: ConstData::F32(v.to_vec()),
+        };
+        // Pow: ONNX Runtime squares by multiplying; other exponents through powf.
+        let p = binary(&node("Pow", &[]), "Pow", &f(&[], &[32.0]), &f(&[], &[-0.5])).unwrap();
+        assert_eq!(p.data, ConstData::F32(vec![(1.0 / 32f64.sqrt()) as f32]));
+        let sq = binary(
+            &node("Pow", &[]),
+            "Pow",
+            &f(&[2], &[1.1, -3.0]),
+            &f(&[], &[2.0]),
+        );
+        assert_eq!(sq.unwrap().data, ConstData::F32(vec![1.1 * 1.1, 9.0]));
+        let ip = binary(
+            &node("Pow", &[]),
+            "Pow",
+            &ints(&[2], &[3, -2]).unwrap(),
+            &ints(&[], &[3]).unwrap(),
+        );
+        assert_eq!(ip.unwrap().data, ConstData::I64(vec![27, -8]));
+        // Comparisons and logic give bools (one byte each); Not flips them.
+        let row = ints(&[3], &[1, 2, 3]).unwrap();
+        let two = ints(&[], &[2]).unwrap();
+        let lt = binary(&node("Less", &[]), "Less", &row, &two).unwrap();
+        assert_eq!(lt.data, ConstData::U8(vec![1, 0, 0]));
+        let ge = binary(&node("GreaterOrEqual", &[]), "GreaterOrEqual", &row, &two).unwrap();
+        assert_eq!(ge.data, ConstData::U8(vec![0, 1, 1]));
+        let or = binary(&node("Or", &[]), "Or", &lt, &ge).unwrap();
+        assert_eq!(or.data, ConstData::U8(vec![1, 1, 1]));
+        assert_eq!(
+            not(&node("Not", &[]), &lt).unwrap().data,
+            ConstData::U8(vec![0, 1, 1])
+        );
+        assert!(not(&node("Not", &[]), &row).is_err(), "Not of int64");
+        // Cast to bool: nonzero is true.
+        let to_bool = node("Cast", &[("to", Attr::Int(i64::from(dtype::BOOL)))]);
+        let b = cast(&to_bool, &f(&[3], &[0.0, -0.5, 2.0])).unwrap();
+        assert_eq!(b.data, ConstData::U8(vec![0, 1, 1]));
+        // Transpose: numpy's.
+        let m = ints(&[2, 3], &[0, 1, 2, 3, 4, 5]).unwrap();
+        let t = transpose(&node("Transpose", &[]), &m).unwrap();
+        assert_eq!(
+            (t.shape, t.data),
+            (vec![3, 2], ConstData::I64(vec![0, 3, 1, 4, 2, 5]))
+        );
+        let perm = node("Transpose", &[("perm", Attr::Ints(vec![0, 0]))]);
+        assert!(transpose(&perm, &m).is_err());
+    }
+
+    #[test]
+    fn scatter_nd_writes_slices_in_order() {
+        let data = ints(&[3, 2], &[0; 6]);
+        // Rows 2 and 0 replaced (the last write of a repeated index wins), then added.
+        let idx = ints(&[3, 1], &[2, 0, 2]);
+        let upd = ints(&[3, 2], &[1, 2, 3, 4, 5, 6]);
+        let none = node("ScatterND", &[]);
+        let r = scatter_nd(&none, &[data.clone(), idx.clone(), upd.clone()]).unwrap();
+        assert_eq!(r.data, ConstData::I64(vec![3, 4, 0, 0, 5, 6]));
+        let add = node("ScatterND", &[("reduction", Attr::Str("add".into()))]);
+        let r = scatter_nd(&add, &[data.clone(), idx.clone(), upd.clone()]).unwrap();
+        assert_eq!(r.data, ConstData::I64(vec![3, 4, 0, 0, 6, 8]));
+        // Element indices (k = rank).
+        let one = ints(&[2, 2], &[1, 1, 0, 1]);
+        let vals = ints(&[2], &[7, 9]);
+        let r = scatter_nd(&none, &[data.clone(), one, vals]).unwrap();
+        assert_eq!(r.data, ConstData::I64(vec![0, 9, 0, 7, 0, 0]));
+        // Out of range and misshapen updates are errors.
+        let bad = ints(&[1, 1], &[3]);
+        assert!(scatter_nd(&none, &[data.clone(), bad, ints(&[1, 2], &[1, 2])]).is_err());
+        assert!(scatter_nd(&none, &[data, idx, ints(&[3], &[1, 2, 3])]).is_err());
     }
 }
