@@ -132,6 +132,7 @@ impl Program {
                     Step::Lut { .. } => ("table", 0),
                     Step::Binary { .. } => ("binary", 0),
                     Step::Transpose { .. } => ("transpose", 0),
+                    Step::Pad { .. } => ("pad", 0),
                     Step::DeconvMerge { .. } => ("deconv merge", 0),
                     Step::Resize { .. } => ("resize", 0),
                     Step::Concat { .. } => ("concat", 0),
@@ -640,6 +641,21 @@ impl Program {
                     split_rows(lanes, base, &bufs[*dst], n, 1, 2, &|r, out| {
                         kernels::transpose(isa, out_shape, strides, x, out, r);
                     });
+                }
+                Step::Pad { geom, src, dst } => {
+                    let x = view(*src);
+                    let (rows, row_bytes) = (geom.rows(), geom.row_bytes());
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        rows,
+                        row_bytes,
+                        row_bytes,
+                        &|r, out| {
+                            kernels::pad(geom, x, out, r);
+                        },
+                    );
                 }
                 Step::Resize {
                     in_h,

@@ -558,7 +558,18 @@ extern "C" __global__ void binary(const BinP p) {
     int a = ((const i8*)p.a)[oa];
     int b = ((const i8*)p.b)[ob];
     int r;
-    if (p.mul) {
+    if (p.mul == 2) {
+        // ONNX Runtime's QLinearMul (x86 MLAS), as the CPU's `qlinear_mul_one`: `ra` is the
+        // ratio sa * sb / sy, `fixed` the stored output zero point, `off` 128 for uint8.
+        int prod = (a - p.za) * (b - p.zb);
+        float w = __fadd_rn(__fmul_rn((float)prod, p.ra), p.fixed);
+        // cvtps2dq: half to even, and INT_MIN outside the int range (and for NaN).
+        int s = (w >= -2147483648.0f && w < 2147483648.0f) ? __float2int_rn(w) : (-2147483647 - 1);
+        int off = (int)p.off;
+        s = min(max(s, -32768), 32767);
+        s = min(max(s, -128 + off), 127 + off);
+        r = min(max(s - off, p.lo), p.hi);
+    } else if (p.mul == 1) {
         float va = __fmul_rn((float)(a - p.za), p.sa);
         float vb = __fmul_rn((float)(b - p.zb), p.sb);
         r = requant(__fdiv_rn(__fmul_rn(va, vb), p.sy), p.zy, p.lo, p.hi);

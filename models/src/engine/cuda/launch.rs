@@ -620,7 +620,8 @@ impl LaunchPlan {
                     let (pa, pb) = (operand(a), operand(b));
                     let (mul, ra, rb, fixed, off) = match op.kind {
                         BinaryKind::Add(p) => (0, p.ra, p.rb, p.fixed, p.off),
-                        BinaryKind::Mul => (1, 0.0, 0.0, 0.0, 0.0),
+                        BinaryKind::Mul(m) => (2, m.ratio, 0.0, m.zy_stored, m.off as f32),
+                        BinaryKind::MulDequantized => (1, 0.0, 0.0, 0.0, 0.0),
                         BinaryKind::Div | BinaryKind::Sub => {
                             return Err(EngineError::Unsupported {
                                 node: format!("step {si}"),
@@ -684,6 +685,15 @@ impl LaunchPlan {
                                  (TensorRT-style Q/DQ placement) is not on the CUDA engine \
                                  yet; run the model on the native engine or with --engine \
                                  onnxruntime"
+                            .to_string(),
+                    })
+                }
+                Step::Pad { .. } => {
+                    return Err(EngineError::Unsupported {
+                        node: format!("step {si}"),
+                        op: "Pad".to_string(),
+                        reason: "Pad (other than by zeros) is not on the CUDA engine yet; run \
+                                 the model on the native engine or with --engine onnxruntime"
                             .to_string(),
                     })
                 }

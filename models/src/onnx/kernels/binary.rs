@@ -10,8 +10,13 @@ use std::ops::Range;
 pub(crate) enum BinaryKind {
     /// ONNX Runtime's x86 `QLinearAdd`, operation for operation ([`AddParams`]).
     Add(AddParams),
-    /// `y = ((a - za) sa * (b - zb) sb) / sy`.
-    Mul,
+    /// ONNX Runtime's `QLinearMul` on x86-64 (MLAS), operation for operation
+    /// ([`MulParams`]): what it runs for a `QLinearMul` and for a QDQ `Mul` whose operands
+    /// and output share one type.
+    Mul(MulParams),
+    /// `y = ((a - za) sa * (b - zb) sb) / sy`: float `Mul` between dequantized operands, as
+    /// ONNX Runtime runs a QDQ `Mul` it does not fuse (operands of two types).
+    MulDequantized,
     /// `y = ((a - za) sa / ((b - zb) sb)) / sy`: ONNX Runtime has no quantized `Div` and
     /// runs `DequantizeLinear → Div → QuantizeLinear` in float, these operations in this
     /// order. A zero divisor gives ±inf (saturated) or, for `0 / 0`, NaN, which quantizes
@@ -37,6 +42,34 @@ pub(crate) struct AddParams {
     pub rb: f32,
     pub fixed: f32,
     pub off: f32,
+}
+
+/// `y = sat(round_even((a - za)(b - zb) · ratio + zy_stored)) − off`, then clamped to the
+/// operator's `[lo, hi]`: ONNX Runtime's `MlasQLinearMul` on x86-64. The product of the
+/// two debiased integers is exact (16 × 16 bits); `ratio = (sa · sb) / sy` is one `f32`;
+/// the multiply and the add round separately (no fused multiply-add); the conversion
+/// rounds half to even and gives `i32::MIN` outside the `i32` range (`cvtps2dq`); the result
+/// saturates to `i16`, then to the stored type's range. `zy_stored` is the stored
+/// zero point and `off` 128 for `uint8` tensors (held as `x − 128`), 0 for `int8`: adding
+/// the zero point in the stored domain keeps the float sum's rounding ONNX Runtime's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct MulParams {
+    pub ratio: f32,
+    pub zy_stored: f32,
+    pub off: i32,
+}
+
+impl MulParams {
+    /// The parameters for scales `sa`, `sb`, `sy`, the output's internal zero point `zy`,
+    /// and whether the tensors are stored as `uint8`.
+    pub(crate) fn new(sa: f32, sb: f32, sy: f32, zy: i32, stored_u8: bool) -> Self {
+        let off = if stored_u8 { 128 } else { 0 };
+        Self {
+            ratio: sa * sb / sy,
+            zy_stored: (zy + off) as f32,
+            off,
+        }
+    }
 }
 
 /// Parameters of a binary operator: zero points, clamp, and the broadcast strides of both
@@ -65,7 +98,8 @@ impl Binary {
     pub(crate) fn one(&self, a: i8, b: i8) -> i8 {
         match self.kind {
             BinaryKind::Add(p) => add_one(p, self.lo, self.hi, a, b),
-            BinaryKind::Mul => mul_one(self, a, b),
+            BinaryKind::Mul(m) => qlinear_mul_one(m, self.za, self.zb, self.lo, self.hi, a, b),
+            BinaryKind::MulDequantized => mul_one(self, a, b),
             BinaryKind::Div => div_one(self, a, b),
             BinaryKind::Sub => sub_one(self, a, b),
         }
@@ -75,7 +109,11 @@ impl Binary {
     fn contiguous(&self, isa: Isa, a: &[i8], b: &[i8], out: &mut [i8]) {
         match self.kind {
             BinaryKind::Add(p) => add_contiguous(isa, p, self.lo, self.hi, a, b, out),
-            BinaryKind::Mul => mul_contiguous(isa, self, a, b, out),
+            BinaryKind::Mul(m) => {
+                let (za, zb, lo, hi) = (self.za, self.zb, self.lo, self.hi);
+                qlinear_mul_contiguous(isa, m, (za, zb, lo, hi), a, b, out)
+            }
+            BinaryKind::MulDequantized => mul_contiguous(isa, self, a, b, out),
             // Rare in models (no quantizer fuses them): the portable loop.
             BinaryKind::Div | BinaryKind::Sub => {
                 for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
@@ -205,7 +243,25 @@ pub(crate) fn add_fixed(ra: f32, rb: f32, za: f32, zb: f32, zy: f32) -> f32 {
     zy - ra.mul_add(za, rb * zb)
 }
 
-/// One `Mul` element ([`BinaryKind::Mul`]).
+/// One `QLinearMul` element ([`BinaryKind::Mul`]): `a`, `b` and the result in the
+/// engine's `i8` form, `za`, `zb` internal zero points.
+#[inline(always)]
+pub(super) fn qlinear_mul_one(m: MulParams, za: i32, zb: i32, lo: i8, hi: i8, a: i8, b: i8) -> i8 {
+    let prod = (i32::from(a) - za) * (i32::from(b) - zb);
+    let w = prod as f32 * m.ratio + m.zy_stored;
+    // `cvtps2dq`: half to even; NaN and values outside `i32` give `i32::MIN`.
+    let r = if (-2_147_483_648.0..2_147_483_648.0).contains(&w) {
+        w.round_ties_even() as i32
+    } else {
+        i32::MIN
+    };
+    // `packs_epi32` to `i16`, then `packus_epi16` (uint8) or `packs_epi16` (int8).
+    let (s_lo, s_hi) = (-128 + m.off, 127 + m.off);
+    let stored = r.clamp(-32768, 32767).clamp(s_lo, s_hi);
+    ((stored - m.off) as i8).clamp(lo, hi)
+}
+
+/// One dequantized `Mul` element ([`BinaryKind::MulDequantized`]).
 #[inline(always)]
 pub(super) fn mul_one(p: &Binary, a: i8, b: i8) -> i8 {
     let (a, b) = (i32::from(a) - p.za, i32::from(b) - p.zb);
@@ -239,6 +295,22 @@ multiversion! {
     pub(super) fn add_contiguous(p: AddParams, lo: i8, hi: i8, a: &[i8], b: &[i8], out: &mut [i8]) {
         for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
             *d = add_one(p, lo, hi, *x, *y);
+        }
+    }
+}
+
+multiversion! {
+    /// [`qlinear_mul_one`] over equally long contiguous slices; `z` is (za, zb, lo, hi).
+    pub(super) fn qlinear_mul_contiguous(
+        m: MulParams,
+        z: (i32, i32, i8, i8),
+        a: &[i8],
+        b: &[i8],
+        out: &mut [i8],
+    ) {
+        let (za, zb, lo, hi) = z;
+        for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
+            *d = qlinear_mul_one(m, za, zb, lo, hi, *x, *y);
         }
     }
 }

@@ -261,3 +261,84 @@ multiversion! {
         }
     }
 }
+
+/// Where each output element of a padded tensor comes from, per dimension in memory order
+/// (an ONNX `Pad`): `maps[d][o]` is the input coordinate of output coordinate `o` along
+/// dimension `d`, or `-1` where the output holds the fill value. Built at load; the kernel
+/// only reads it.
+#[derive(Clone, Debug)]
+pub(crate) struct PadGeometry {
+    /// Output size of each dimension (memory order); the last is the row.
+    pub out_shape: Vec<usize>,
+    /// Input coordinate (or `-1`) per output coordinate, per dimension.
+    pub maps: Vec<Vec<i32>>,
+    /// Input stride of each dimension, in bytes.
+    pub in_strides: Vec<usize>,
+    /// Bytes per element.
+    pub elem: usize,
+    /// One element of the fill value (`elem` bytes).
+    pub fill: Vec<i8>,
+    /// The longest run of the last dimension copied in order: (first output element,
+    /// first input element, length); the rest of a row goes element by element.
+    pub run: (usize, usize, usize),
+}
+
+impl PadGeometry {
+    /// Output rows (every dimension but the last).
+    pub(crate) fn rows(&self) -> usize {
+        self.out_shape[..self.out_shape.len().saturating_sub(1)]
+            .iter()
+            .product()
+    }
+
+    /// Bytes per output row.
+    pub(crate) fn row_bytes(&self) -> usize {
+        self.out_shape.last().copied().unwrap_or(1) * self.elem
+    }
+}
+
+/// Output rows `rows` of the padded tensor `g` describes (`out` holds exactly those rows).
+pub(crate) fn pad(g: &PadGeometry, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+    let rank = g.out_shape.len();
+    let elem = g.elem;
+    let row_bytes = g.row_bytes();
+    let last = rank.saturating_sub(1);
+    let (run_out, run_in, run_len) = g.run;
+    for (r, row) in rows.zip(out.chunks_exact_mut(row_bytes.max(1))) {
+        // The input offset of this row's outer coordinates, or `None` where one of them
+        // is padding (the whole row is fill).
+        let mut rem = r;
+        let mut base = Some(0usize);
+        for d in (0..last).rev() {
+            let c = rem % g.out_shape[d];
+            rem /= g.out_shape[d];
+            let m = g.maps[d][c];
+            base = base.and_then(|b| (m >= 0).then(|| b + m as usize * g.in_strides[d]));
+        }
+        let Some(base) = base else {
+            for e in row.chunks_exact_mut(elem) {
+                e.copy_from_slice(&g.fill);
+            }
+            continue;
+        };
+        let step = g.in_strides.get(last).copied().unwrap_or(elem);
+        if step == elem && run_len > 0 {
+            let from = base + run_in * elem;
+            row[run_out * elem..(run_out + run_len) * elem]
+                .copy_from_slice(&input[from..from + run_len * elem]);
+        }
+        let map = g.maps.get(last).map_or(&[0][..], Vec::as_slice);
+        for (o, e) in row.chunks_exact_mut(elem).enumerate() {
+            if step == elem && (run_out..run_out + run_len).contains(&o) {
+                continue;
+            }
+            match map[o] {
+                m if m >= 0 => {
+                    let at = base + m as usize * step;
+                    e.copy_from_slice(&input[at..at + elem]);
+                }
+                _ => e.copy_from_slice(&g.fill),
+            }
+        }
+    }
+}

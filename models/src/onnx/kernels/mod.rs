@@ -27,8 +27,8 @@ mod pool;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use binary::{add_fixed, dense_strides, AddParams, Binary, BinaryKind};
-pub(crate) use layout::{resize, transpose, Interp, Tap};
+pub(crate) use binary::{add_fixed, dense_strides, AddParams, Binary, BinaryKind, MulParams};
+pub(crate) use layout::{pad, resize, transpose, Interp, PadGeometry, Tap};
 pub(crate) use matmul::{matmul_rows, MatMulDims, MatMulOut};
 pub(crate) use pool::{avg_pool, avg_pool_f32, max_pool, max_pool_f32, AvgParams};
 

@@ -1,7 +1,10 @@
 //! Every vector width against the portable build, and the rewritten kernels against their
 //! plain formulas.
 
-use super::binary::{add_contiguous, add_one, mul_contiguous, mul_one, AddParams};
+use super::binary::{
+    add_contiguous, add_one, mul_contiguous, mul_one, qlinear_mul_contiguous, qlinear_mul_one,
+    AddParams, MulParams,
+};
 
 /// An `Add` on `int8` tensors (`off` 0) with scale ratios that round often.
 const ADD: AddParams = AddParams {
@@ -95,7 +98,8 @@ fn elementwise_loops_give_the_same_bytes_on_every_width() {
                 _ => g.uniform(-40.0, 40.0),
             })
             .collect();
-        let mul = test_binary(BinaryKind::Mul, vec![n], vec![1], vec![1]);
+        let mul = test_binary(BinaryKind::MulDequantized, vec![n], vec![1], vec![1]);
+        let qmul = MulParams::new(0.031, 0.007, 0.0013, 1, true);
         // Stored `uint8` operands (`off`): the relu'd one.
         const ADD_U8: AddParams = AddParams {
             ra: 0.5,
@@ -110,6 +114,9 @@ fn elementwise_loops_give_the_same_bytes_on_every_width() {
             add_contiguous(isa, ADD_U8, 0, 127, &a, &b, &mut relu_add);
             let mut m = vec![0i8; n];
             mul_contiguous(isa, &mul, &a, &b, &mut m);
+            let mut qm = vec![0i8; n];
+            qlinear_mul_contiguous(isa, qmul, (3, -9, -128, 127), &a, &b, &mut qm);
+            m.extend(qm);
             let mut q = vec![0i8; n];
             quantize(isa, &f, 0.173, -7, &mut q);
             (add, relu_add, m, q)
@@ -120,6 +127,8 @@ fn elementwise_loops_give_the_same_bytes_on_every_width() {
             assert_eq!(want.0[i], add_one(ADD, -128, 127, a[i], b[i]));
             assert_eq!(want.1[i], add_one(ADD_U8, 0, 127, a[i], b[i]));
             assert_eq!(want.2[i], mul_one(&mul, a[i], b[i]));
+            let q = qlinear_mul_one(qmul, 3, -9, -128, 127, a[i], b[i]);
+            assert_eq!(want.2[n + i], q);
             // NaN quantizes to the lowest value, as ONNX Runtime's QuantizeLinear.
             let q = if f[i].is_nan() {
                 -128
@@ -170,6 +179,50 @@ fn div_and_sub_follow_the_float_formula_and_a_zero_divisor_saturates() {
     assert_eq!(div.one(3, -9), 1);
 }
 
+/// ONNX Runtime's `QLinearMul` where it and the dequantized product round apart: Swin-T's
+/// q·d^-0.5 (`uint8`, stored zero points 127, 0, 125; code 163 times code 255 gives 162, the
+/// dequantized product 161), and ONNX Runtime's overflow behaviour (`cvtps2dq` gives
+/// `i32::MIN`, which saturates to the lowest code).
+#[test]
+fn qlinear_mul_is_onnx_runtimes_formula() {
+    let [sa, sb, sy] = [1005026095u32, 976599726, 983658642].map(f32::from_bits);
+    let (za, zb, zy) = (127 - 128, -128, 125 - 128);
+    let m = MulParams::new(sa, sb, sy, zy, true);
+    let (a, b) = ((163 - 128) as i8, 127i8);
+    assert_eq!(
+        qlinear_mul_one(m, za, zb, -128, 127, a, b),
+        (162 - 128) as i8
+    );
+    let dequantized = Binary {
+        kind: BinaryKind::MulDequantized,
+        sa,
+        sb,
+        sy,
+        za,
+        zb,
+        zy,
+        lo: -128,
+        hi: 127,
+        shape: vec![1],
+        a_strides: vec![1],
+        b_strides: vec![1],
+    };
+    assert_eq!(dequantized.one(a, b), (161 - 128) as i8);
+    // The same bytes read as int8 (`off` 0: the zero point added as -3, not 125) round the
+    // other way: the stored domain matters (the mul_ties op models check int8 against ONNX
+    // Runtime).
+    let m8 = MulParams::new(sa, sb, sy, zy, false);
+    assert_eq!(qlinear_mul_one(m8, za, zb, -128, 127, a, b), 33);
+    // A ratio so large the product leaves the i32 range: the lowest code, as ONNX Runtime;
+    // a merely large one saturates high.
+    let huge = MulParams::new(1.0e6, 1.0e6, 1.0, 0, true);
+    assert_eq!(qlinear_mul_one(huge, 0, 0, -128, 127, 100, 100), -128);
+    let large = MulParams::new(1.0, 1.0, 1.0, 0, true);
+    assert_eq!(qlinear_mul_one(large, 0, 0, -128, 127, 100, 100), 127);
+    // The fused clamp applies after the stored range.
+    assert_eq!(qlinear_mul_one(large, 0, 0, 0, 50, 100, 100), 50);
+}
+
 /// `op` element by element from its definition: output index `i` of `shape` reads each
 /// operand at the dot product of `i`'s coordinates with that operand's strides.
 fn binary_reference(op: &Binary, a: &[i8], b: &[i8]) -> Vec<i8> {
@@ -202,7 +255,8 @@ fn broadcast_binaries_follow_their_strides_for_any_split() {
     ];
     let n: usize = shape.iter().product();
     for (kind, (strides, len)) in [
-        BinaryKind::Mul,
+        BinaryKind::Mul(MulParams::new(0.031, 0.007, 0.0013, 1, false)),
+        BinaryKind::MulDequantized,
         BinaryKind::Div,
         BinaryKind::Sub,
         BinaryKind::Add(ADD),

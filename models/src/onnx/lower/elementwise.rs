@@ -213,7 +213,25 @@ impl Lowerer<'_> {
                 match n.op.as_str() {
                     "Div" => BinaryKind::Div,
                     "Sub" => BinaryKind::Sub,
-                    _ => BinaryKind::Mul,
+                    _ => {
+                        // ONNX Runtime runs a `QLinearMul` for the operator, and for a QDQ
+                        // `Mul` whose operands and output are of one type; else it
+                        // multiplies the dequantized values in float.
+                        let u8s = [n.input(0), n.input(if qop { 3 } else { 1 })]
+                            .map(|i| i.is_some_and(|i| self.is_u8(i)));
+                        let out_u8 = self.is_u8(&out_name);
+                        if qop || u8s.iter().all(|&u| u == out_u8) {
+                            BinaryKind::Mul(MulParams::new(
+                                aq.scale,
+                                bq.scale,
+                                y_q.scale,
+                                i32::from(y_q.zero_point),
+                                out_u8,
+                            ))
+                        } else {
+                            BinaryKind::MulDequantized
+                        }
+                    }
                 }
             },
             sa: aq.scale,

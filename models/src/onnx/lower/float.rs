@@ -120,6 +120,7 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Slice",
     "Split",
     "Transpose",
+    "Pad",
     "BatchNormalization",
     "Cast",
     "Softmax",

@@ -27,7 +27,8 @@ use super::dense_routes::{ColumnFold, Phases};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
 use super::isa::Isa;
 use super::kernels::{
-    add_fixed, AddParams, AvgParams, Binary, BinaryKind, GeneralConv, Interp, Tap, Window,
+    add_fixed, AddParams, AvgParams, Binary, BinaryKind, GeneralConv, Interp, MulParams, Tap,
+    Window,
 };
 use super::program::{Buffer, ConvImpl, DeconvGeom, FloatPool, OutKind, PhaseDir, Program, Step};
 use crate::conv::{Conv2d, ConvShape, KernelPath};
@@ -45,6 +46,7 @@ mod float;
 mod fold;
 mod island;
 mod matmul;
+mod pad;
 mod quant;
 mod shape;
 mod window;
@@ -665,6 +667,7 @@ impl<'g> Lowerer<'g> {
             "Slice" => self.slice(n),
             "Gather" => self.gather(n),
             "Split" => self.split(n),
+            "Pad" => self.pad(n),
             "MaxPool" => self.max_pool(n),
             "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Neg"
             | "Exp" | "Tanh" | "Softplus" | "Mish" | "Erf"
@@ -713,7 +716,7 @@ impl<'g> Lowerer<'g> {
                  Add, Mul, \
                  Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, \
                  MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, Reshape, Flatten, \
-                 Transpose, Squeeze, Unsqueeze, Slice, Split and their QLinear forms, \
+                 Transpose, Squeeze, Unsqueeze, Slice, Split, Pad and their QLinear forms, \
                  BatchNormalization after a float convolution, Softmax, LogSoftmax, \
                  LayerNormalization and spatial ReduceMean of float or dequantized tensors, Cast \
                  to the same type, and \

@@ -360,7 +360,7 @@ impl Lowerer<'_> {
 }
 
 /// Axis `a` of a rank-`rank` tensor (negative counts from the end), or an error naming it.
-fn axis_index(n: &Node, a: i64, rank: usize) -> Result<usize, EngineError> {
+pub(super) fn axis_index(n: &Node, a: i64, rank: usize) -> Result<usize, EngineError> {
     let r = rank as i64;
     let a = if a < 0 { a + r } else { a };
     if (0..r).contains(&a) {

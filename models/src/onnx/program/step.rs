@@ -5,7 +5,7 @@
 
 use super::super::dense_routes::Phases;
 use super::super::kernels::{
-    AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, Tap, Window,
+    AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, PadGeometry, Tap, Window,
 };
 use crate::conv::Conv2d;
 
@@ -230,6 +230,13 @@ pub(crate) enum Step {
         out_shape: Vec<usize>,
         strides: Vec<usize>,
         offset: usize,
+        src: usize,
+        dst: usize,
+    },
+    /// ONNX `Pad` of a tensor in its own memory layout (`kernels::pad`): rows of the
+    /// output over the lanes.
+    Pad {
+        geom: Box<PadGeometry>,
         src: usize,
         dst: usize,
     },
