@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redline_onnx as ro  # noqa: E402
@@ -940,6 +941,72 @@ def _(g):
     g.output(g.gemm(first, 3), "cls")
 
 
+# Quantized Mul as ONNX Runtime runs it (QLinearMul: the debiased integers' product times
+# one float ratio sa·sb/sy, plus the stored zero point, rounded): a tensor by a scalar that is
+# no power of two (an attention's q·d^-0.5, which Swin writes as Pow(32, -0.5) of constants),
+# and two computed tensors of unrelated scales.
+@case("mul_scalar_scale")
+def _(g):
+    g.formats = ["qdq", "qop"]
+    x = g.conv(g.input(X), 6, 3)
+    scale = g.node("Pow", [g.const(np.float32(32.0)), g.const(np.float32(-0.5))], ())
+    g.output(g.mul(x, scale))
+
+
+@case("mul_scalar")
+def _(g):
+    g.formats = ["qdq", "qop"]
+    x = g.conv(g.input((1, 5, 24, 22)), 16, 3)
+    g.output(g.mul(x, _scalar(g, 0.17677669)))
+
+
+@case("mul_two_tensors")
+def _(g):
+    x = g.input((1, 5, 48, 40))
+    g.output(g.mul(g.conv(x, 8, 3), g.conv(x, 8, 1, pads=P0)))
+
+
+# Pad of a computed tensor: constant (the zero point), reflect, edge and wrap, with a crop
+# (a negative pad), and pads of 0 (a shifted-window transformer's Pad when the map is a
+# multiple of its window: the input itself).
+def _pad_case(mode, pads, formats=("qdq", "qop")):
+    def build(g):
+        g.formats = list(formats)
+        x = g.conv(g.input(X), 6, 3)
+        n, c, h, w = g.shape[x]
+        shp = (n, c + pads[1] + pads[5], h + pads[2] + pads[6], w + pads[3] + pads[7])
+        y = g.node("Pad", [x, g.const(np.array(pads, dtype=np.int64), "pads")], shp, mode=mode)
+        g.output(g.conv(y, 4, 1, pads=P0))
+    return build
+
+
+CASES["pad_constant"] = _pad_case("constant", [0, 0, 1, 2, 0, 0, 3, 1])
+CASES["pad_constant_channels_crop"] = _pad_case("constant", [0, 1, -1, 0, 0, 2, 0, -2])
+CASES["pad_reflect"] = _pad_case("reflect", [0, 0, 2, 1, 0, 0, 1, 3], formats=("qdq",))
+CASES["pad_edge"] = _pad_case("edge", [0, 0, 1, 3, 0, 0, 2, 0], formats=("qdq",))
+CASES["pad_zero"] = _pad_case("constant", [0] * 8)
+
+
+# A shifted-window attention mask as torchvision's Swin exports it: ScatterND writes region
+# labels into a constant, Equal/Not/Where turn them into 0 / -100, all folded at load; the mask
+# is added to a computed tensor.
+@case("scatter_mask")
+def _(g):
+    x = g.conv(g.input(X), 6, 3)
+    n, c, h, w = g.shape[x]
+    base = g.node("ConstantOfShape", [g.const(np.array([h, w], dtype=np.int64), "shape")], (h, w),
+                  value=numpy_helper.from_array(np.array([0], dtype=np.int64)))
+    idx = np.array([[i, j] for i in range(h) for j in range(w) if i >= h // 2 or j >= w // 2],
+                   dtype=np.int64)
+    labels = (idx[:, 0] >= h // 2).astype(np.int64) + 2 * (idx[:, 1] >= w // 2).astype(np.int64)
+    regions = g.node("ScatterND", [base, g.const(idx, "idx"), g.const(labels, "labels")], (h, w))
+    same = g.node("Not", [g.node("Equal", [regions, g.const(np.int64(0))], (h, w))], (h, w))
+    mask = g.node("Where", [same, g.const(np.float32(-1.5)), g.const(np.float32(0.0))], (h, w))
+    mask = g.node("Transpose", [mask], (w, h), perm=[1, 0])
+    mask = g.node("Transpose", [mask], (h, w), perm=[1, 0])
+    g.output(g.conv(g.add(x, mask), 4, 1, pads=P0))
+
+
 # Cases also written with float weights and a Q/DQ pair on each (`qref.to_float_weights`,
 # as PyTorch's QAT export, pytorch-quantization and ModelOpt write weights): per-channel
 # weights of every layout the importer reads (dense, grouped, depthwise, transposed, Gemm
@@ -957,7 +1024,63 @@ STRICT_CASES = ("slice_channels", "slice_focus", "split_channels", "split_height
                 "head_shape_arithmetic", "hardswish_decomposed", "hardswish_chain", "trt_se_div",
                 "tanh", "softplus", "mish", "mish_decomposed", "silu_exp_div",
                 "concat_const_channels", "gelu_erf", "softmax_channels", "softmax_width",
-                "layernorm_nhwc")
+                "layernorm_nhwc", "pad_constant", "pad_reflect")
+
+
+def write_mul_ties(out_dir, seed):
+    """Quantized Mul written by hand with fixed scales (`mul_ties_<form>_<type>`): every pair
+    of the 256 codes of two tensors, in QDQ form (ONNX Runtime fuses it into QLinearMul) and
+    as com.microsoft.QLinearMul. The scales and zero points are Swin-T's q·d^-0.5 Mul (whose
+    code 163 rounds the other way in the dequantized-product formula), then two random
+    triples; a Mul of dequantized operands differs from ONNX Runtime in 12 of the uint8
+    models' 196,608 pairs and 1 of the int8 models' (measured), ONNX Runtime's formula in
+    none."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng([seed, 11])
+    bits = np.array([1005026095, 976599726, 983658642], dtype=np.uint32).view(np.float32)
+    triples = [tuple(bits)] + [tuple(np.float32(rng.uniform(0.002, 0.05, 3))) for _ in range(2)]
+    manifests = []
+    for ty, (lo, hi), npty in (("u8", (0, 255), np.uint8), ("s8", (-128, 127), np.int8)):
+        tp = TensorProto.UINT8 if ty == "u8" else TensorProto.INT8
+        swin = [127, 0, 125] if ty == "u8" else [-1, -128, -3]
+        zps = swin + [int(rng.integers(lo + 40, hi - 40)) for _ in range(3 * len(triples) - 3)]
+        codes = np.arange(lo, hi + 1)
+        for form in ("qdq", "qop"):
+            nodes, inits, inputs, outputs, feeds = [], [], [], [], {}
+            for t, (sa, sb, sy) in enumerate(triples):
+                za, zb, zy = zps[3 * t:3 * t + 3]
+                names = {}
+                for k, (s_, z_) in enumerate(((sa, za), (sb, zb), (sy, zy))):
+                    names[k] = (f"s{t}_{k}", f"z{t}_{k}")
+                    inits += [helper.make_tensor(names[k][0], TensorProto.FLOAT, [], [float(s_)]),
+                              helper.make_tensor(names[k][1], tp, [], [z_])]
+                a_codes, b_codes = np.meshgrid(codes, codes, indexing="ij")
+                for k, (c, z_, s_) in enumerate(((a_codes, za, sa), (b_codes, zb, sb))):
+                    name = f"in{t}_{k}"
+                    inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [256, 256]))
+                    feeds[name] = ((c - z_) * np.float32(s_)).astype(np.float32)
+                    nodes.append(helper.make_node("QuantizeLinear", [name, *names[k]], [f"q{t}_{k}"]))
+                out = f"y{t}"
+                if form == "qdq":
+                    for k in (0, 1):
+                        nodes.append(helper.make_node("DequantizeLinear", [f"q{t}_{k}", *names[k]], [f"d{t}_{k}"]))
+                    nodes += [helper.make_node("Mul", [f"d{t}_0", f"d{t}_1"], [f"m{t}"]),
+                              helper.make_node("QuantizeLinear", [f"m{t}", *names[2]], [f"qm{t}"])]
+                else:
+                    nodes.append(helper.make_node(
+                        "QLinearMul", [f"q{t}_0", *names[0], f"q{t}_1", *names[1], *names[2]], [f"qm{t}"],
+                        domain="com.microsoft"))
+                nodes.append(helper.make_node("DequantizeLinear", [f"qm{t}", *names[2]], [out]))
+                outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, [256, 256]))
+            graph = helper.make_graph(nodes, "mul_ties", inputs, outputs, inits)
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                            helper.make_opsetid("com.microsoft", 1)])
+            stem = f"mul_ties_{form}_{ty}"
+            onnx.save(model, os.path.join(out_dir, stem + ".onnx"))
+            qref.write_reference(out_dir, stem, stem + ".onnx", feeds, {"form": form, "act": ty})
+            manifests.append(stem + ".json")
+            print(f"{stem}.onnx  hand-written QLinearMul scales, {len(triples)} x 65536 pairs")
+    return manifests
 
 
 def main():
@@ -970,7 +1093,7 @@ def main():
                     help="7-bit weights (quantize_static reduce_range=True): keeps ORT's u8 x s8 AVX2 kernel "
                          "(no VNNI) from saturating its int16 pair sums, see README.md")
     args = ap.parse_args()
-    names = args.only or list(CASES)
+    names = [n for n in (args.only or list(CASES)) if n != "mul_ties"]
     for n in names:
         if n not in CASES:
             ro.fail(f"unknown case {n!r}; known: {', '.join(CASES)}")
@@ -994,6 +1117,8 @@ def main():
         g = qref.Graph(n, seed)
         random_graph(g, np.random.default_rng([seed, 7]))
         manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range)
+    if args.only is None or "mul_ties" in args.only:
+        manifests += write_mul_ties(args.out_dir, args.seed)
     qref.write_index(args.out_dir, manifests)
     print(f"# {len(manifests)} quantized models in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
