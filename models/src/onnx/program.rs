@@ -118,6 +118,7 @@ impl Program {
                     Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
                     Step::FloatResize { .. } => ("float resize", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
+                    Step::PackB { .. } => ("pack matmul operand", 0),
                     Step::MatMulDyn { dims: d, .. } => {
                         ("matmul of two tensors", (d.batch * d.m * d.k * d.n) as u64)
                     }
@@ -421,15 +422,40 @@ impl Program {
                         kernels::float::unary(isa, *op, &x[r], y);
                     })?;
                 }
+                Step::PackB {
+                    k,
+                    n,
+                    images,
+                    src,
+                    dst,
+                } => {
+                    let (k, n, b) = (*k, *n, view(*src));
+                    let bytes = kernels::packed_matmul_bytes(k, n);
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        *images,
+                        bytes,
+                        k * n,
+                        &|r, out| {
+                            for (i, o) in r.zip(out.chunks_exact_mut(bytes.max(1))) {
+                                kernels::pack_matmul_b(k, n, &b[i * k * n..(i + 1) * k * n], o);
+                            }
+                        },
+                    );
+                }
                 Step::MatMulDyn {
                     dims,
                     a,
                     b,
+                    packed,
                     zps,
                     how,
                     dst,
                 } => {
                     let (a, b) = (view(*a), view(*b));
+                    let packed = packed.map(view);
                     split_rows(
                         lanes,
                         base,
@@ -437,8 +463,19 @@ impl Program {
                         dims.batch * dims.m,
                         dims.n * how.elem_bytes(),
                         dims.n * dims.k,
-                        &|r, out| {
-                            kernels::matmul_rows(isa, *dims, a, b, *zps, *how, r.start, out);
+                        &|r, out| match packed {
+                            Some(p) => kernels::matmul_rows_packed(
+                                isa,
+                                *dims,
+                                (a, b, p),
+                                *zps,
+                                *how,
+                                r.start,
+                                out,
+                            ),
+                            None => {
+                                kernels::matmul_rows(isa, *dims, a, b, *zps, *how, r.start, out)
+                            }
                         },
                     );
                 }

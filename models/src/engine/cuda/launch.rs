@@ -676,8 +676,7 @@ impl LaunchPlan {
                 | Step::FloatGlobalAvgPool { .. }
                 | Step::FloatResize { .. }
                 | Step::FloatUnary { .. }
-                | Step::FloatNorm { .. }
-                | Step::MatMulDyn { .. } => {
+                | Step::FloatNorm { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),
                         op: "float convolution output".to_string(),
@@ -685,6 +684,16 @@ impl LaunchPlan {
                                  (TensorRT-style Q/DQ placement) is not on the CUDA engine \
                                  yet; run the model on the native engine or with --engine \
                                  onnxruntime"
+                            .to_string(),
+                    })
+                }
+                Step::PackB { .. } | Step::MatMulDyn { .. } => {
+                    return Err(EngineError::Unsupported {
+                        node: format!("step {si}"),
+                        op: "MatMul of two computed tensors".to_string(),
+                        reason: "a product of two computed tensors (attention) is not on the \
+                                 CUDA engine yet; run the model on the native engine or with \
+                                 --engine onnxruntime"
                             .to_string(),
                     })
                 }

@@ -30,6 +30,65 @@ mod tests;
 pub(crate) use binary::{add_fixed, dense_strides, AddParams, Binary, BinaryKind, MulParams};
 pub(crate) use layout::{pad, resize, transpose, Interp, PadGeometry, Tap};
 pub(crate) use matmul::{matmul_rows, MatMulDims, MatMulOut};
+
+/// Packs row-major `b` (`k × n`) for the VNNI product into `out`
+/// ([`packed_matmul_bytes`] bytes); nothing where there is no such kernel.
+pub(crate) fn pack_matmul_b(k: usize, n: usize, b: &[i8], out: &mut [i8]) {
+    #[cfg(target_arch = "x86_64")]
+    matmul::vnni::pack(k, n, b, out);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (k, n, b, out);
+}
+
+/// [`matmul_rows`] reading `packed` (one [`pack_matmul_b`] of each image of `b`) on the
+/// AVX-512 VNNI kernel: the same bytes. Falls back to [`matmul_rows`] on `b` itself where
+/// that kernel cannot run (the lowering plans packing only where it can).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_rows_packed(
+    isa: Isa,
+    d: MatMulDims,
+    (a, b, packed): (&[i8], &[i8], &[i8]),
+    zps: (i32, i32),
+    how: MatMulOut,
+    first: usize,
+    out: &mut [i8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let images = if d.b_batched { d.batch } else { 1 };
+        let fits = a.len() >= d.batch * d.m * d.k
+            && packed.len() >= images * packed_matmul_bytes(d.k, d.n)
+            && d.k < 1 << 15
+            && out.len().is_multiple_of((d.n * how.elem_bytes()).max(1))
+            && first + out.len() / (d.n * how.elem_bytes()).max(1) <= d.batch * d.m;
+        let vnni = std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512vnni");
+        if fits && vnni {
+            // SAFETY: the CPU reported the features just above; `fits` checked the operand
+            // and output sizes `vnni::matmul_rows` requires.
+            unsafe { matmul::vnni::matmul_rows(d, a, packed, zps, how, first, out) };
+            return;
+        }
+    }
+    let _ = packed;
+    matmul_rows(isa, d, a, b, zps, how, first, out);
+}
+
+/// Bytes of one `k × n` matrix packed for the VNNI product (0 where there is no such
+/// kernel: the step is never planned there).
+pub(crate) fn packed_matmul_bytes(k: usize, n: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        matmul::vnni::packed_bytes(k, n)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (k, n);
+        0
+    }
+}
 pub(crate) use pool::{avg_pool, avg_pool_f32, max_pool, max_pool_f32, AvgParams};
 
 /// `1.5 · 2^23`: adding it to `|v| <= 2^22` rounds `v` half to even to an integer `n` (exact

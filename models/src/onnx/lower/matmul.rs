@@ -8,9 +8,10 @@
 //! output is requantized as ONNX Runtime's `QLinearMatMul` does (`acc · a_scale · b_scale /
 //! y_scale`, half to even, `+ y_zp`; a `Relu`/`Clip` before the `QuantizeLinear` fused as a
 //! clamp), or, when no `QuantizeLinear` follows, `f32` `acc · a_scale · b_scale` for the
-//! float route. Cost: `m·n·k` multiply-adds per product, without the
-//! VNNI packing the constant-weight layers get (ViT-B/16's 24 such products are 0.72 of its
-//! 17.6 GMAC). Never: a product whose batch axes broadcast the first operand.
+//! float route. Cost: `m·n·k` multiply-adds per product; on AVX-512 VNNI with `vpdpbusd`
+//! after a `Step::PackB` copies `b` into the kernel's layout (`k·n` bytes per product, once
+//! per run; ViT-B/16's 24 such products are 0.72 of its 17.6 GMAC). Never: a product whose
+//! batch axes broadcast the first operand.
 
 use super::*;
 use crate::onnx::kernels::{MatMulDims, MatMulOut};
@@ -79,13 +80,35 @@ impl Lowerer<'_> {
         self.macs += (batch * m * k * nn) as u64;
         let mut shape = a.shape[..ra - 1].to_vec();
         shape.push(nn);
+        // On AVX-512 VNNI, `b` packed once per run for `vpdpbusd` (`k < 2^15` keeps the
+        // kernel's wrapping sums exact).
+        let packed = if self.vnni && k < 1 << 15 {
+            let images = if b_batched { batch } else { 1 };
+            self.touch(b.buf);
+            let bytes = images * crate::onnx::kernels::packed_matmul_bytes(k, nn);
+            let dst = self.new_buf(bytes);
+            self.steps.push(Step::PackB {
+                k,
+                n: nn,
+                images,
+                src: b.buf,
+                dst,
+            });
+            Some(dst)
+        } else {
+            None
+        };
         self.touch(a.buf);
         self.touch(b.buf);
+        if let Some(p) = packed {
+            self.touch(p);
+        }
         let dst = self.new_buf(batch * m * nn * how.elem_bytes());
         self.steps.push(Step::MatMulDyn {
             dims,
             a: a.buf,
             b: b.buf,
+            packed,
             zps: (i32::from(a_q.zero_point), i32::from(b_q.zero_point)),
             how,
             dst,

@@ -112,8 +112,12 @@ pub(crate) struct Lowered {
 
 /// Lowers a parsed graph.
 pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
+    let path = KernelPath::from_env().map_err(|e| EngineError::Invalid {
+        reason: e.to_string(),
+    })?;
     let mut l = Lowerer {
         g,
+        vnni: path == KernelPath::Avx512Vnni,
         vals: HashMap::new(),
         steps: Vec::new(),
         buffers: Vec::new(),
@@ -257,9 +261,7 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
         });
     }
     let mut buffers = std::mem::take(&mut l.buffers);
-    let isa = Isa::for_path(KernelPath::from_env().map_err(|e| EngineError::Invalid {
-        reason: e.to_string(),
-    })?);
+    let isa = Isa::for_path(path);
     let arena_bytes = super::program::plan(&mut buffers);
     Ok(Lowered {
         program: Program {
@@ -286,6 +288,9 @@ fn kind_name(v: &Val) -> &'static str {
 
 struct Lowerer<'g> {
     g: &'g OnnxGraph,
+    /// The AVX-512 VNNI kernels run (chosen once, `KernelPath::from_env`): a product of two
+    /// computed tensors packs its second operand for them.
+    vnni: bool,
     vals: HashMap<String, Val>,
     steps: Vec<Step>,
     buffers: Vec<Buffer>,

@@ -134,13 +134,24 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
     },
+    /// `images` row-major `k × n` `i8` matrices of `src` packed for the VNNI product
+    /// (`kernels::matmul::vnni::pack`, `packed_bytes(k, n)` bytes each) into `dst`.
+    PackB {
+        k: usize,
+        n: usize,
+        images: usize,
+        src: usize,
+        dst: usize,
+    },
     /// The matrix product of two computed `i8` tensors (`kernels::matmul_rows`): `a` row-major
     /// `[batch, m, k]`, `b` row-major `[batch or 1, k, n]`; `dst` `[batch, m, n]`, `i8` or
-    /// `f32` as `how` says.
+    /// `f32` as `how` says. With `packed` (a [`Step::PackB`] of `b`), the AVX-512 VNNI
+    /// kernel reads that instead: the same bytes.
     MatMulDyn {
         dims: MatMulDims,
         a: usize,
         b: usize,
+        packed: Option<usize>,
         zps: (i32, i32),
         how: MatMulOut,
         dst: usize,
