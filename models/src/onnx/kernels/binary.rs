@@ -137,25 +137,32 @@ impl Binary {
         }
         let rank = self.shape.len();
         let inner = self.shape.last().copied().unwrap_or(1).max(1);
-        // One operand dense, the other one row of `inner` elements repeated (a per-channel
-        // vector against an NHWC tensor: squeeze-and-excitation's scale): row by row, no
-        // index arithmetic.
-        let row_of = |strides: &[usize], len: usize| {
-            len == inner
-                && strides
-                    .split_last()
-                    .is_some_and(|(&last, outer)| last == 1 && outer.iter().all(|&s| s == 0))
-        };
+        // One operand dense, the other a block of `period` elements repeated (a per-channel
+        // vector against an NHWC tensor: squeeze-and-excitation's scale; a window
+        // attention's position bias, one [heads, 49, 49] block for every window): runs of
+        // the block, no index arithmetic.
         let a_dense = a.len() == n && dense_strides(&self.a_strides, &self.shape);
         let b_dense = b.len() == n && dense_strides(&self.b_strides, &self.shape);
-        let b_row = a_dense && row_of(&self.b_strides, b.len());
-        let a_row = b_dense && row_of(&self.a_strides, a.len());
-        if a_row || b_row {
+        let b_period = if a_dense {
+            repeat_period(&self.b_strides, &self.shape, b.len())
+        } else {
+            None
+        };
+        let a_period = if b_dense {
+            repeat_period(&self.a_strides, &self.shape, a.len())
+        } else {
+            None
+        };
+        // (Short blocks that are not whole rows, a scalar among them, go element by element
+        // below: runs of a few elements cost more than they save.)
+        let long = |p: &usize| *p == inner || *p >= 64;
+        let (b_period, a_period) = (b_period.filter(long), a_period.filter(long));
+        if let Some(period) = b_period.or(a_period) {
             let (mut i, mut o) = (range.start, 0);
             while i < range.end {
-                let col = i % inner;
-                let m = (inner - col).min(range.end - i);
-                let (ra, rb) = if b_row {
+                let col = i % period;
+                let m = (period - col).min(range.end - i);
+                let (ra, rb) = if b_period.is_some() {
                     (&a[i..i + m], &b[col..col + m])
                 } else {
                     (&a[col..col + m], &b[i..i + m])
@@ -324,6 +331,22 @@ multiversion! {
     }
 }
 
+/// `Some(len)` when an operand of `len` elements with `strides` over `shape` is one block
+/// repeated: strides 0 (or extent 1) on the outer dimensions, the row-major strides of the
+/// inner ones, whose extents multiply to `len`; output element `i` then reads element
+/// `i % len`.
+pub(crate) fn repeat_period(strides: &[usize], shape: &[usize], len: usize) -> Option<usize> {
+    let mut inner = 1;
+    let mut d = shape.len();
+    // The inner, dense part.
+    while d > 0 && (strides[d - 1] == inner || shape[d - 1] == 1) && inner < len {
+        inner *= shape[d - 1];
+        d -= 1;
+    }
+    let outer_zero = (0..d).all(|e| strides[e] == 0 || shape[e] == 1);
+    (inner == len && len > 0 && outer_zero).then_some(len)
+}
+
 /// True when `strides` are the row-major strides of `shape` (a dimension of extent 1 may
 /// have any stride: its index is always 0), so an operand's element `i` is the output's `i`.
 pub(crate) fn dense_strides(strides: &[usize], shape: &[usize]) -> bool {
@@ -348,5 +371,23 @@ mod stride_tests {
         // ...but any stride over an extent-1 dimension is.
         assert!(dense_strides(&[99, 4, 1], &[1, 3, 4]));
         assert!(!dense_strides(&[1, 3], &[3, 4]));
+    }
+
+    #[test]
+    fn repeated_blocks_are_recognised() {
+        use super::repeat_period;
+        // A [heads, 49, 49] bias over [windows, heads, 49, 49].
+        let shape = [64, 3, 49, 49];
+        assert_eq!(
+            repeat_period(&[0, 49 * 49, 49, 1], &shape, 3 * 2401),
+            Some(7203)
+        );
+        // A per-channel row; a scalar.
+        assert_eq!(repeat_period(&[0, 0, 0, 1], &shape, 49), Some(49));
+        assert_eq!(repeat_period(&[0, 0, 0, 0], &shape, 1), Some(1));
+        // A per-row column repeats no block.
+        assert_eq!(repeat_period(&[0, 0, 1, 0], &shape, 49), None);
+        // Inner strides that are not dense.
+        assert_eq!(repeat_period(&[0, 0, 98, 2], &shape, 4802), None);
     }
 }

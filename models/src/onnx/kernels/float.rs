@@ -328,25 +328,66 @@ multiversion! {
     }
 }
 
+/// Partial sums per row: element `j` of a row goes into partial sum `j mod SUM_WAYS`, in
+/// index order, and the partials meet in [`sum_partials`]'s fixed tree. The same operations
+/// whether a row is contiguous (the partials a vector) or strided (one row per lane): the
+/// same bits on every ISA and layout, and a row's latency `len / 8` dependent adds, not
+/// `len`.
+const SUM_WAYS: usize = 8;
+
+/// The row sum from its [`SUM_WAYS`] partial sums: `((p0 + p4) + (p2 + p6)) + ((p1 + p5) +
+/// (p3 + p7))`.
+#[inline(always)]
+fn sum_partials(p: &[f32; SUM_WAYS]) -> f32 {
+    ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]))
+}
+
+/// `f(v)` summed over `x` in the canonical order ([`SUM_WAYS`]).
+#[inline(always)]
+fn row_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut p = [0.0f32; SUM_WAYS];
+    let mut chunks = x.chunks_exact(SUM_WAYS);
+    for c in &mut chunks {
+        for (p, &v) in p.iter_mut().zip(c) {
+            *p += f(v);
+        }
+    }
+    for (p, &v) in p.iter_mut().zip(chunks.remainder()) {
+        *p += f(v);
+    }
+    sum_partials(&p)
+}
+
 /// Normalizes the contiguous row `x` into `out` (same length): what a row of a
 /// [`Step::FloatNorm`](crate::onnx::program::Step::FloatNorm) computes, every sum over the
-/// row in index order.
+/// row in the canonical order ([`SUM_WAYS`]).
 ///
 /// - Softmax: `m = max`, `e_j = exp_poly(x_j − m)`, `s = Σ e_j`, `y_j = e_j · (1/s)` (ONNX
 ///   Runtime's order: its MLAS kernel also multiplies by the reciprocal).
 /// - LogSoftmax: `y_j = (x_j − m) − ln s` (`ln` from `det_math`, once a row).
-/// - LayerNormalization: ONNX Runtime's CPU kernel in `f32`: `μ = (Σ x_j) / n`,
+/// - LayerNormalization: ONNX Runtime's CPU formula in `f32`: `μ = (Σ x_j) / n`,
 ///   `σ = √((Σ x_j²) / n − μ² + ε)`, `y_j = (x_j − μ) / σ · γ_j (+ β_j)`.
 #[inline(always)]
 fn norm_row(op: &NormOp, x: &[f32], out: &mut [f32]) {
     match op {
         NormOp::Softmax | NormOp::LogSoftmax => {
-            let m = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            // The exponentials in one pass (it vectorises), their sum in order in another.
+            // The maximum by partial maxima (exact in any order, so it may vectorise).
+            let mut pm = [f32::NEG_INFINITY; SUM_WAYS];
+            let mut chunks = x.chunks_exact(SUM_WAYS);
+            for c in &mut chunks {
+                for (p, &v) in pm.iter_mut().zip(c) {
+                    *p = p.max(v);
+                }
+            }
+            let m = pm
+                .iter()
+                .chain(chunks.remainder())
+                .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            // The exponentials in one pass (it vectorises), their sum in another.
             for (y, &v) in out.iter_mut().zip(x) {
                 *y = exp_poly(v - m);
             }
-            let s = out.iter().fold(0.0f32, |s, &e| s + e);
+            let s = row_sum(out, |e| e);
             if matches!(op, NormOp::Softmax) {
                 let r = 1.0 / s;
                 out.iter_mut().for_each(|y| *y *= r);
@@ -358,11 +399,8 @@ fn norm_row(op: &NormOp, x: &[f32], out: &mut [f32]) {
             }
         }
         NormOp::LayerNorm { eps, scale, bias } => {
-            let (mut sum, mut sq) = (0.0f32, 0.0f32);
-            for &v in x {
-                sum += v;
-                sq += v * v;
-            }
+            let sum = row_sum(x, |v| v);
+            let sq = row_sum(x, |v| v * v);
             let n = x.len() as f32;
             let mean = sum / n;
             let sd = (sq / n - mean * mean + eps).sqrt();
@@ -381,6 +419,20 @@ fn norm_row(op: &NormOp, x: &[f32], out: &mut [f32]) {
 /// once, one per vector lane.
 const NORM_BLOCK: usize = 16;
 
+/// Each lane's row sum from its [`SUM_WAYS`] partial sums, [`sum_partials`]'s tree.
+#[inline(always)]
+fn lane_sums(parts: &[[f32; NORM_BLOCK]; SUM_WAYS]) -> [f32; NORM_BLOCK] {
+    let mut s = [0.0f32; NORM_BLOCK];
+    for (k, s) in s.iter_mut().enumerate() {
+        let mut p = [0.0f32; SUM_WAYS];
+        for (p, part) in p.iter_mut().zip(parts) {
+            *p = part[k];
+        }
+        *s = sum_partials(&p);
+    }
+    s
+}
+
 /// [`norm_row`] for the `w <= NORM_BLOCK` neighbouring rows starting at `x[0]`, each row's
 /// `len` elements `inner` apart: the same operations in the same order per row, with the
 /// rows in the vector lanes.
@@ -395,15 +447,17 @@ fn norm_block(op: &NormOp, len: usize, inner: usize, w: usize, x: &[f32], out: &
                     *m = m.max(v);
                 }
             }
-            let mut s = [0.0f32; NORM_BLOCK];
+            let mut parts = [[0.0f32; NORM_BLOCK]; SUM_WAYS];
             for j in 0..len {
                 let (xs, ys) = (&x[row(j)], &mut out[row(j)]);
-                for ((s, y), (&v, &m)) in s.iter_mut().zip(ys).zip(xs.iter().zip(&m)) {
+                let p = &mut parts[j % SUM_WAYS];
+                for ((s, y), (&v, &m)) in p.iter_mut().zip(ys).zip(xs.iter().zip(&m)) {
                     let e = exp_poly(v - m);
                     *y = e;
                     *s += e;
                 }
             }
+            let s = lane_sums(&parts);
             if matches!(op, NormOp::Softmax) {
                 let mut r = [0.0f32; NORM_BLOCK];
                 for (r, &s) in r.iter_mut().zip(&s) {
@@ -428,13 +482,16 @@ fn norm_block(op: &NormOp, len: usize, inner: usize, w: usize, x: &[f32], out: &
             }
         }
         NormOp::LayerNorm { eps, scale, bias } => {
-            let (mut sum, mut sq) = ([0.0f32; NORM_BLOCK], [0.0f32; NORM_BLOCK]);
+            let mut sum_parts = [[0.0f32; NORM_BLOCK]; SUM_WAYS];
+            let mut sq_parts = [[0.0f32; NORM_BLOCK]; SUM_WAYS];
             for j in 0..len {
-                for ((s, q), &v) in sum.iter_mut().zip(sq.iter_mut()).zip(&x[row(j)]) {
+                let (s, q) = (&mut sum_parts[j % SUM_WAYS], &mut sq_parts[j % SUM_WAYS]);
+                for ((s, q), &v) in s.iter_mut().zip(q.iter_mut()).zip(&x[row(j)]) {
                     *s += v;
                     *q += v * v;
                 }
             }
+            let (sum, sq) = (lane_sums(&sum_parts), lane_sums(&sq_parts));
             let n = len as f32;
             let (mut mean, mut sd) = ([0.0f32; NORM_BLOCK], [0.0f32; NORM_BLOCK]);
             for k in 0..NORM_BLOCK {
@@ -460,7 +517,7 @@ multiversion! {
     /// Blocks `first..` of a [`Step::FloatNorm`](crate::onnx::program::Step::FloatNorm)
     /// (each block `len · inner` elements: `inner` rows of `len` values strided `inner`
     /// apart), as many as `out` holds. Contiguous rows (`inner == 1`) go one at a time
-    /// ([`norm_row`]: their exponentials vectorise, their sums are sequential); strided ones
+    /// ([`norm_row`]: their exponentials and partial sums vectorise); strided ones
     /// [`NORM_BLOCK`] at a time, one per lane ([`norm_block`]). Both give each row's bits of
     /// [`norm_row`].
     pub(crate) fn normalize(op: &NormOp, len: usize, inner: usize, x: &[f32], first: usize, out: &mut [f32]) {
