@@ -519,43 +519,54 @@ impl Program {
                         ConvImpl::Dense(c) => c.weights.len(),
                         ConvImpl::General(g) => g.weights.len(),
                     };
-                    let chunks = conv_chunks(batch * out_h, per_row, weight_bytes);
-                    split_rows_in(
-                        lanes,
-                        base,
-                        d,
-                        batch * out_h,
-                        *row_len,
-                        chunks,
-                        &|r, out| {
-                            match imp {
-                                ConvImpl::Dense(c) => {
-                                    for (b, oy, o) in image_rows(r.clone(), *out_h) {
-                                        let img = &x[b * img_in..(b + 1) * img_in];
-                                        let rows_out = &mut out[o.start * row_len..o.end * row_len];
-                                        if c.forward_rows_into(img, *in_h, *in_w, rows_out, oy)
-                                            .is_err()
-                                        {
-                                            failed
-                                                .store(true, std::sync::atomic::Ordering::Relaxed);
-                                        }
-                                    }
+                    // A pointwise convolution (a transformer's Linear layers: one row of 197
+                    // or 3136 tokens) splits over pixels, not rows: each chunk of pixels is
+                    // convolved as a one-row image of its own (pixels are independent, so
+                    // the same bytes).
+                    let pointwise = match imp {
+                        ConvImpl::Dense(c) => c.k == 1 && c.stride == 1 && c.pad == 0,
+                        ConvImpl::General(_) => false,
+                    };
+                    let (units, unit_len, per_unit) = if pointwise {
+                        let pixels = batch * in_h * in_w;
+                        (pixels, row_len / in_w.max(&1), per_row / in_w.max(&1))
+                    } else {
+                        (batch * out_h, *row_len, per_row)
+                    };
+                    let chunks = conv_chunks(units, per_unit, weight_bytes);
+                    split_rows_in(lanes, base, d, units, unit_len, chunks, &|r, out| {
+                        match imp {
+                            ConvImpl::Dense(c) if pointwise => {
+                                let px = &x[r.start * c.in_c..r.end * c.in_c];
+                                if c.forward_rows_into(px, 1, r.len(), out, 0..1).is_err() {
+                                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
                                 }
-                                ConvImpl::General(g) => {
-                                    if g.run(isa, x, out, r.clone()).is_err() {
+                            }
+                            ConvImpl::Dense(c) => {
+                                for (b, oy, o) in image_rows(r.clone(), *out_h) {
+                                    let img = &x[b * img_in..(b + 1) * img_in];
+                                    let rows_out = &mut out[o.start * row_len..o.end * row_len];
+                                    if c.forward_rows_into(img, *in_h, *in_w, rows_out, oy)
+                                        .is_err()
+                                    {
                                         failed.store(true, std::sync::atomic::Ordering::Relaxed);
                                     }
                                 }
                             }
-                            if let Some((lo, hi)) = clamp {
-                                kernels::clamp(out, *lo, *hi);
+                            ConvImpl::General(g) => {
+                                if g.run(isa, x, out, r.clone()).is_err() {
+                                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                                }
                             }
-                            if let (Some(res), Some(other)) = (residual, residual_other) {
-                                let other = &other[r.start * row_len..r.end * row_len];
-                                res.op.add_in_place(isa, res.conv_is_a, out, other);
-                            }
-                        },
-                    );
+                        }
+                        if let Some((lo, hi)) = clamp {
+                            kernels::clamp(out, *lo, *hi);
+                        }
+                        if let (Some(res), Some(other)) = (residual, residual_other) {
+                            let other = &other[r.start * unit_len..r.end * unit_len];
+                            res.op.add_in_place(isa, res.conv_is_a, out, other);
+                        }
+                    });
                     if failed.into_inner() {
                         return Err(EngineError::Run("convolution rejected its buffers"));
                     }
