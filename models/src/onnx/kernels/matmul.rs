@@ -96,26 +96,34 @@ multiversion! {
                         }
                     }
                 }
+                let elem = how.elem_bytes();
                 for (g, acc) in acc[..group].iter().enumerate() {
                     let y = &mut out[(r + g) * row_bytes..(r + g + 1) * row_bytes];
-                    for (j, &s) in acc[..w].iter().enumerate() {
-                        match how {
-                            MatMulOut::Quantized { mult, zp, lo, hi } => {
-                                y[j0 + j] = requant_f32(s as f32 * mult, zp, lo, hi);
-                            }
-                            MatMulOut::Float { scale } => {
-                                let v = (s as f32 * scale).to_le_bytes();
-                                let at = (j0 + j) * 4;
-                                for (o, byte) in y[at..at + 4].iter_mut().zip(v) {
-                                    *o = byte as i8;
-                                }
-                            }
-                        }
-                    }
+                    store_sums(how, &acc[..w], &mut y[j0 * elem..(j0 + w) * elem]);
                 }
                 j0 += w;
             }
             r += group;
+        }
+    }
+}
+
+/// A product's output from its exact sums `sums` into `y` (`sums.len()` elements of
+/// `how.elem_bytes()` bytes): every kernel's epilogue, so every kernel's bytes.
+#[inline(always)]
+fn store_sums(how: MatMulOut, sums: &[i32], y: &mut [i8]) {
+    match how {
+        MatMulOut::Quantized { mult, zp, lo, hi } => {
+            for (o, &s) in y.iter_mut().zip(sums) {
+                *o = requant_f32(s as f32 * mult, zp, lo, hi);
+            }
+        }
+        MatMulOut::Float { scale } => {
+            for (o, &s) in y.chunks_exact_mut(4).zip(sums) {
+                for (b, v) in o.iter_mut().zip((s as f32 * scale).to_le_bytes()) {
+                    *b = v as i8;
+                }
+            }
         }
     }
 }
@@ -161,10 +169,10 @@ fn row_block(
 /// `Σ (a − a_zp)(b − b_zp)` is that minus `b_zp·Σ a_u` (per row), minus `(128 + a_zp)·Σ b`
 /// (per column, summed while packing), plus `k·(128 + a_zp)·b_zp`, all in wrapping `i32`
 /// (the true value fits: `|a − a_zp|, |b − b_zp| ≤ 255` and `k < 2^15`, checked at load).
-/// The epilogue is [`matmul_rows`]'s, element for element, so the bytes are the same.
+/// The epilogue is [`matmul_rows`]'s (`store_sums`), so the bytes are the same.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni {
-    use super::{requant_f32, MatMulDims, MatMulOut};
+    use super::{store_sums, MatMulDims, MatMulOut};
     use std::arch::x86_64::*;
 
     /// Columns per packed block (one `zmm` of `i32` sums).
@@ -285,31 +293,11 @@ pub(crate) mod vnni {
                 let w = (nb * BLOCK).min(n - j0);
                 for (g, sums) in tile[..group].iter().enumerate() {
                     let y = &mut out[(r + g) * row_bytes..(r + g + 1) * row_bytes];
-                    epilogue(how, &sums[..w], &mut y[j0 * elem..(j0 + w) * elem]);
+                    store_sums(how, &sums[..w], &mut y[j0 * elem..(j0 + w) * elem]);
                 }
                 cb += nb;
             }
             r += group;
-        }
-    }
-
-    /// [`super::matmul_rows`]'s output of exact sums `sums` into `y` (`sums.len()`
-    /// elements).
-    #[inline(always)]
-    fn epilogue(how: MatMulOut, sums: &[i32], y: &mut [i8]) {
-        match how {
-            MatMulOut::Quantized { mult, zp, lo, hi } => {
-                for (o, &s) in y.iter_mut().zip(sums) {
-                    *o = requant_f32(s as f32 * mult, zp, lo, hi);
-                }
-            }
-            MatMulOut::Float { scale } => {
-                for (o, &s) in y.chunks_exact_mut(4).zip(sums) {
-                    for (b, v) in o.iter_mut().zip((s as f32 * scale).to_le_bytes()) {
-                        *b = v as i8;
-                    }
-                }
-            }
         }
     }
 

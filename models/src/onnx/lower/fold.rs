@@ -425,18 +425,7 @@ fn predicate<T: PartialOrd + Default>(op: &str, p: T, q: T) -> bool {
 /// ONNX `Transpose` of a constant (`perm`, or reversed axes).
 fn transpose(n: &Node, x: &Const) -> Result<Const, EngineError> {
     let rank = x.shape.len();
-    let perm: Vec<usize> = match n.ints("perm")? {
-        Some(p) => p
-            .iter()
-            .map(|&a| norm_axis(n, a, rank))
-            .collect::<Result<_, _>>()?,
-        None => (0..rank).rev().collect(),
-    };
-    let mut seen = perm.clone();
-    seen.sort_unstable();
-    if seen != (0..rank).collect::<Vec<_>>() {
-        return Err(n.unsupported(format!("perm {perm:?} is not a permutation of 0..{rank}")));
-    }
+    let perm = super::shape::transpose_perm(n, rank)?;
     let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
     let mut strides = vec![1; rank];
     for d in (0..rank.saturating_sub(1)).rev() {

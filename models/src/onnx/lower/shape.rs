@@ -126,15 +126,7 @@ impl Lowerer<'_> {
     pub(super) fn transpose(&mut self, n: &Node) -> Result<(), EngineError> {
         let (t, kind) = self.movable(n, "transpose")?;
         let rank = t.shape.len();
-        let perm: Vec<usize> = match n.ints("perm")? {
-            Some(p) => p.iter().map(|&x| x as usize).collect(),
-            None => (0..rank).rev().collect(),
-        };
-        let mut seen = perm.clone();
-        seen.sort_unstable();
-        if seen != (0..rank).collect::<Vec<_>>() {
-            return Err(n.unsupported(format!("perm {perm:?} is not a permutation of 0..{rank}")));
-        }
+        let perm = transpose_perm(n, rank)?;
         let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
         let out = if rank == 4 && perm == [0, 3, 1, 2] && t.layout == Layout::RowMajor {
             // Row-major [N,H,W,C] viewed as NCHW: its memory is already NHWC.
@@ -360,6 +352,24 @@ impl Lowerer<'_> {
 }
 
 /// Axis `a` of a rank-`rank` tensor (negative counts from the end), or an error naming it.
+/// `Transpose`'s permutation of `rank` axes (its `perm`, negative axes counted from the end,
+/// or the axes reversed), or an error naming the node when it is not one.
+pub(super) fn transpose_perm(n: &Node, rank: usize) -> Result<Vec<usize>, EngineError> {
+    let perm: Vec<usize> = match n.ints("perm")? {
+        Some(p) => p
+            .iter()
+            .map(|&a| axis_index(n, a, rank))
+            .collect::<Result<_, _>>()?,
+        None => (0..rank).rev().collect(),
+    };
+    let mut seen = perm.clone();
+    seen.sort_unstable();
+    if seen != (0..rank).collect::<Vec<_>>() {
+        return Err(n.unsupported(format!("perm {perm:?} is not a permutation of 0..{rank}")));
+    }
+    Ok(perm)
+}
+
 pub(super) fn axis_index(n: &Node, a: i64, rank: usize) -> Result<usize, EngineError> {
     let r = rank as i64;
     let a = if a < 0 { a + r } else { a };
