@@ -27,9 +27,12 @@
 //!   `QuantizeLinear`: one table, `lower::island`), MaxPool, AveragePool, GlobalAveragePool, Concat, Resize / Upsample
 //!   (nearest; linear), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice (constant
 //!   starts/ends/axes, positive steps) and Split (strided copies in the tensor's own
-//!   layout), shape arithmetic evaluated at load (`Shape` of any tensor; `Gather`,
-//!   `Concat`, `Cast`, `Slice`, `Add`, `Sub`, `Mul`, `Div`, `Equal`, `Where`,
-//!   `ConstantOfShape` and `Range` of constants: `lower::fold`), Identity, Constant,
+//!   layout), Pad (`lower::pad`: every mode, in the tensor's own layout, exact on quantized
+//!   tensors), Softmax, LogSoftmax, LayerNormalization, a MatMul of two computed tensors
+//!   (attention), shape and mask arithmetic evaluated at load (`Shape` of any tensor;
+//!   `Gather`, `Concat`, `Cast`, `Slice`, `Add`, `Sub`, `Mul`, `Div`, `Mod`, `Pow`, `Sqrt`,
+//!   comparisons, `And`/`Or`/`Not`, `Where`, `ConstantOfShape`, `Range`, `Expand`,
+//!   `ScatterND` and `Transpose` of constants: `lower::fold`), Identity, Constant,
 //!   QuantizeLinear,
 //!   DequantizeLinear, and the QOperator forms QLinearConv, QLinearMatMul, QGemm,
 //!   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
@@ -40,11 +43,13 @@
 //!   `y = saturate(round_half_even(acc * x_scale * w_scale / y_scale) + y_zp)` for
 //!   convolutions and matrix products with exact `i32` accumulation (bit-exact with ONNX
 //!   Runtime's integer kernels where those are exact); `Relu`/`Clip` before a
-//!   `QuantizeLinear` are clamps on the quantized output. `Add`, `Mul`, average pooling,
-//!   linear resize and the table operators compute in `f32` from the dequantized integers
-//!   and round half to even; ONNX Runtime computes some of these with other float
-//!   formulas, so an output may differ from it by one quantization step in rare elements
-//!   (the agreement tests count them).
+//!   `QuantizeLinear` are clamps on the quantized output. `Add` and `Mul` compute ONNX
+//!   Runtime's x86 `QLinearAdd` and `QLinearMul` formulas operation for operation where ONNX
+//!   Runtime fuses them (`kernels::binary`), else the float operator on the dequantized
+//!   values as it runs it; average pooling, linear resize and the table operators compute
+//!   in `f32` from the dequantized integers and round half to even; ONNX Runtime computes
+//!   some of these with other float formulas, so an output may differ from it by one
+//!   quantization step in rare elements (the agreement tests count them).
 //! - **Which kernel a convolution runs on**: square kernels with equal strides, symmetric
 //!   padding below the kernel size and one group run on the dense SIMD kernels of
 //!   [`crate::conv::Conv2d`]. A dilated "same" convolution (odd square kernel, dilation
