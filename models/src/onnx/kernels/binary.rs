@@ -1,7 +1,7 @@
 //! Elementwise binary operators (`Add`, `Mul`) over broadcast operands, and the `Add`
 //! fused into a convolution's output; see the parent module's contract.
 
-use super::{requant_f32, Isa};
+use super::{requant_f32, round_magic, Isa};
 use crate::onnx::isa::multiversion;
 use std::ops::Range;
 
@@ -256,15 +256,19 @@ pub(crate) fn add_fixed(ra: f32, rb: f32, za: f32, zb: f32, zy: f32) -> f32 {
 pub(super) fn qlinear_mul_one(m: MulParams, za: i32, zb: i32, lo: i8, hi: i8, a: i8, b: i8) -> i8 {
     let prod = (i32::from(a) - za) * (i32::from(b) - zb);
     let w = prod as f32 * m.ratio + m.zy_stored;
-    // `cvtps2dq`: half to even; NaN and values outside `i32` give `i32::MIN`.
-    let r = if (-2_147_483_648.0..2_147_483_648.0).contains(&w) {
-        w.round_ties_even() as i32
-    } else {
-        i32::MIN
-    };
-    // `packs_epi32` to `i16`, then `packus_epi16` (uint8) or `packs_epi16` (int8).
+    // `cvtps2dq` rounds half to even and gives `i32::MIN` for NaN and values outside the
+    // `i32` range; `packs_epi32` then saturates to `i16`, and `packus_epi16` (uint8) or
+    // `packs_epi16` (int8) to the stored range: so `i32::MIN` is the lowest code, and any
+    // `|w| >= 2^22` saturates, which lets the rounding be `round_magic`'s (it vectorises).
     let (s_lo, s_hi) = (-128 + m.off, 127 + m.off);
-    let stored = r.clamp(-32768, 32767).clamp(s_lo, s_hi);
+    let r = round_magic(w.clamp(-4_000_000.0, 4_000_000.0))
+        .1
+        .clamp(s_lo, s_hi);
+    let stored = if (-2_147_483_648.0..2_147_483_648.0).contains(&w) {
+        r
+    } else {
+        s_lo
+    };
     ((stored - m.off) as i8).clamp(lo, hi)
 }
 
