@@ -519,12 +519,15 @@ impl Program {
                         ConvImpl::Dense(c) => c.weights.len(),
                         ConvImpl::General(g) => g.weights.len(),
                     };
-                    // A pointwise convolution (a transformer's Linear layers: one row of 197
-                    // or 3136 tokens) splits over pixels, not rows: each chunk of pixels is
-                    // convolved as a one-row image of its own (pixels are independent, so
-                    // the same bytes).
+                    // A pointwise convolution of too few rows to share (a transformer's
+                    // Linear layers: one row of 197 or 3136 tokens) splits over pixels, not
+                    // rows: each chunk of pixels is convolved as a one-row image of its own
+                    // (pixels are independent, so the same bytes). Images of 8 rows or more
+                    // split by rows, as every other convolution.
                     let pointwise = match imp {
-                        ConvImpl::Dense(c) => c.k == 1 && c.stride == 1 && c.pad == 0,
+                        ConvImpl::Dense(c) => {
+                            c.k == 1 && c.stride == 1 && c.pad == 0 && batch * out_h < 8
+                        }
                         ConvImpl::General(_) => false,
                     };
                     let (units, unit_len, per_unit) = if pointwise {
