@@ -67,6 +67,7 @@ def main():
     except ImportError as e:
         sys.exit(f"float_export.py: {e}; install them with: python3 -m pip install torch torchvision onnx onnxruntime")
     import qref
+    from torch_export import export_onnx
     warnings.filterwarnings("ignore")
     os.makedirs(args.out_dir, exist_ok=True)
     failed = 0
@@ -77,8 +78,7 @@ def main():
             torch.manual_seed(0)
             net, size = build(name)
             path = os.path.join(args.out_dir, f"{stem}_export.onnx")
-            torch.onnx.export(net, torch.randn(1, 3, size, size), path, opset_version=17, dynamo=False,
-                              input_names=["x"], output_names=["y"])
+            export_onnx(net, path, size, names=("x", "y"))
             qref.build_all(args.out_dir, stem, onnx.load(path), args.seed, formats=["qdq"])
             print(f"# {stem}: {time.time() - t0:.0f} s", file=sys.stderr)
         except Exception as e:  # report and go on with the next model

@@ -54,12 +54,13 @@ def calibrate(model, images):
             model(torch.randn(1, 3, 224, 224))
 
 
-def export_onnx(model, path):
-    """`torch.onnx.export` as both real-export scripts use it: the TorchScript exporter
-    (`dynamo=False`), opset 17, input `input`, output `logits`; prints the file's size."""
+def export_onnx(model, path, size=224, names=("input", "logits")):
+    """`torch.onnx.export` as the real-export scripts use it: the TorchScript exporter
+    (`dynamo=False`), opset 17, one `size`×`size` RGB input, input and output named
+    `names`; prints the file's size."""
     import torch
-    torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, opset_version=17,
-                      dynamo=False, input_names=["input"], output_names=["logits"])
+    torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, opset_version=17,
+                      dynamo=False, input_names=[names[0]], output_names=[names[1]])
     print(f"{path}: {os.path.getsize(path)} bytes (torch {torch.__version__})")
 
 
