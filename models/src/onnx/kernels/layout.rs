@@ -272,7 +272,7 @@ pub(crate) struct PadGeometry {
     pub out_shape: Vec<usize>,
     /// Input coordinate (or `-1`) per output coordinate, per dimension.
     pub maps: Vec<Vec<i32>>,
-    /// Input stride of each dimension, in bytes.
+    /// Input stride of each dimension, in bytes (the last is `elem`: rows are contiguous).
     pub in_strides: Vec<usize>,
     /// Bytes per element.
     pub elem: usize,
@@ -321,20 +321,18 @@ pub(crate) fn pad(g: &PadGeometry, input: &[i8], out: &mut [i8], rows: Range<usi
             }
             continue;
         };
-        let step = g.in_strides.get(last).copied().unwrap_or(elem);
-        if step == elem && run_len > 0 {
-            let from = base + run_in * elem;
-            row[run_out * elem..(run_out + run_len) * elem]
-                .copy_from_slice(&input[from..from + run_len * elem]);
-        }
+        // The row's elements are contiguous in the input (its stride is `elem`).
+        let from = base + run_in * elem;
+        row[run_out * elem..(run_out + run_len) * elem]
+            .copy_from_slice(&input[from..from + run_len * elem]);
         let map = g.maps.get(last).map_or(&[0][..], Vec::as_slice);
         for (o, e) in row.chunks_exact_mut(elem).enumerate() {
-            if step == elem && (run_out..run_out + run_len).contains(&o) {
+            if (run_out..run_out + run_len).contains(&o) {
                 continue;
             }
             match map[o] {
                 m if m >= 0 => {
-                    let at = base + m as usize * step;
+                    let at = base + m as usize * elem;
                     e.copy_from_slice(&input[at..at + elem]);
                 }
                 _ => e.copy_from_slice(&g.fill),

@@ -185,15 +185,16 @@ impl Lowerer<'_> {
                 _ => return Err(invalid("binary operand missing".into())),
             });
         }
+        // Which of the operands and the output the file stores as `uint8`: ONNX Runtime's
+        // quantized Add and Mul work on the stored integers.
+        let [a_u8, b_u8] = [n.input(0), n.input(if qop { 3 } else { 1 })]
+            .map(|i| i.is_some_and(|i| self.is_u8(i)));
+        let out_u8 = self.is_u8(&out_name);
         let op = Binary {
             kind: if is_add {
-                // ONNX Runtime's kernel works on the stored integers: `uint8` ones when both
-                // operands and the output are (`AddParams::off`), with `uint8` zero points.
-                let u8_add = [n.input(0), n.input(if qop { 3 } else { 1 })]
-                    .into_iter()
-                    .all(|i| i.is_some_and(|i| self.is_u8(i)))
-                    && self.is_u8(&out_name);
-                let off: i16 = if u8_add { 128 } else { 0 };
+                // `uint8` stored integers when both operands and the output are
+                // (`AddParams::off`), with `uint8` zero points.
+                let off: i16 = if a_u8 && b_u8 && out_u8 { 128 } else { 0 };
                 let stored = |z: i8| f32::from(i16::from(z) + off);
                 let (ra, rb) = (aq.scale / y_q.scale, bq.scale / y_q.scale);
                 let fixed = add_fixed(
@@ -217,10 +218,7 @@ impl Lowerer<'_> {
                         // ONNX Runtime runs a `QLinearMul` for the operator, and for a QDQ
                         // `Mul` whose operands and output are of one type; else it
                         // multiplies the dequantized values in float.
-                        let u8s = [n.input(0), n.input(if qop { 3 } else { 1 })]
-                            .map(|i| i.is_some_and(|i| self.is_u8(i)));
-                        let out_u8 = self.is_u8(&out_name);
-                        if qop || u8s.iter().all(|&u| u == out_u8) {
+                        if qop || (a_u8 == out_u8 && b_u8 == out_u8) {
                             BinaryKind::Mul(MulParams::new(
                                 aq.scale,
                                 bq.scale,
