@@ -79,8 +79,8 @@ impl Lowerer<'_> {
                 )));
             }
             shape[a] = out as usize;
-            if mode != "constant" && t.shape[a] == 0 {
-                return Err(n.unsupported("padding an empty axis"));
+            if mode == "reflect" && t.shape[a] < 2 && (b, e) != (0, 0) {
+                return Err(n.unsupported("reflect padding of an axis of one element"));
             }
         }
         // Memory order: NHWC tensors keep their layout.
@@ -101,9 +101,6 @@ impl Lowerer<'_> {
             .map(|&a| pad_map(&mode, t.shape[a], shape[a], around[a].0))
             .collect::<Option<_>>()
             .ok_or_else(|| n.unsupported("an axis is too long for a pad map"))?;
-        if mode == "reflect" && order.iter().any(|&a| t.shape[a] < 2 && around[a] != (0, 0)) {
-            return Err(n.unsupported("reflect padding of an axis of one element"));
-        }
         let run = maps.last().map_or((0, 0, 0), |m| longest_run(m));
         let geom = PadGeometry {
             out_shape: order.iter().map(|&a| shape[a]).collect(),
