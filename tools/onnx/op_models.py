@@ -1083,6 +1083,71 @@ def write_mul_ties(out_dir, seed):
     return manifests
 
 
+def write_bias_scales(out_dir, seed):
+    """QDQ convolutions whose int32 bias is dequantized with a scale other than
+    x_scale * w_scale (`bias_scales_<type>`): ONNX Runtime fuses only a bias with that scale
+    into its integer kernel and computes the others in float, as ONNX's semantics say. Four
+    convolutions of one input: the bias scale equal to the product; four times it; and one
+    bias tensor shared through Identity by two convolutions whose weight scales differ by 2
+    (as torch.onnx.export shares equal biases and quantize_static then scales the shared
+    tensor for its first reader). Every scale is a power of two, so ONNX Runtime's float
+    sums are exact and so are its roundings: the engines must agree byte for byte."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng([seed, 13])
+    manifests = []
+    sx, sy = 2.0 ** -5, 2.0 ** -2
+    for ty, tp, npty, zx, zy in (("u8", TensorProto.UINT8, np.uint8, 120, 128),
+                                 ("s8", TensorProto.INT8, np.int8, -3, 0)):
+        lo, hi = (0, 255) if ty == "u8" else (-128, 127)
+        inits = [numpy_helper.from_array(np.array(sx, np.float32), "sx"),
+                 numpy_helper.from_array(np.array(zx, npty), "zx"),
+                 numpy_helper.from_array(np.array(sy, np.float32), "sy"),
+                 numpy_helper.from_array(np.array(zy, npty), "zy")]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+                 helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"])]
+        outputs = []
+        sw_first = (2.0 ** -np.array([6, 7, 6, 8])).astype(np.float32)
+
+        def conv(k, sw, bias_name):
+            w = rng.integers(-127, 128, (4, 8, 3, 3)).astype(np.int8)
+            inits.extend([numpy_helper.from_array(w, f"w{k}"),
+                          numpy_helper.from_array(sw.astype(np.float32), f"sw{k}"),
+                          numpy_helper.from_array(np.zeros(4, np.int8), f"zw{k}")])
+            nodes.extend([helper.make_node("DequantizeLinear", [f"w{k}", f"sw{k}", f"zw{k}"], [f"wf{k}"], axis=0),
+                          helper.make_node("Conv", ["xf", f"wf{k}", bias_name], [f"c{k}"], pads=[1, 1, 1, 1]),
+                          helper.make_node("QuantizeLinear", [f"c{k}", "sy", "zy"], [f"cq{k}"]),
+                          helper.make_node("DequantizeLinear", [f"cq{k}", "sy", "zy"], [f"y{k}"])])
+            outputs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [1, 4, 6, 7]))
+
+        def bias(k, scale):
+            inits.extend([numpy_helper.from_array(rng.integers(-3000, 3000, 4).astype(np.int32), f"b{k}"),
+                          numpy_helper.from_array(scale.astype(np.float32), f"sb{k}"),
+                          numpy_helper.from_array(np.zeros(4, np.int32), f"zb{k}")])
+            nodes.append(helper.make_node("DequantizeLinear", [f"b{k}", f"sb{k}", f"zb{k}"], [f"bf{k}"], axis=0))
+            return f"bf{k}"
+
+        conv(0, sw_first, bias(0, sx * sw_first))          # as quantizers write it: fused
+        conv(1, sw_first, bias(1, 4 * sx * sw_first))      # another scale: float in ORT
+        shared = bias(2, sx * sw_first)                    # one tensor, two readers
+        nodes += [helper.make_node("Identity", [shared], ["shared_a"]),
+                  helper.make_node("Identity", [shared], ["shared_b"])]
+        conv(2, sw_first, "shared_a")
+        conv(3, sw_first / 2, "shared_b")
+        graph = helper.make_graph(nodes, "bias_scales", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 7])],
+                                  outputs, inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        onnx.checker.check_model(model, full_check=True)
+        stem = f"bias_scales_qdq_{ty}"
+        onnx.save(model, os.path.join(out_dir, stem + ".onnx"))
+        codes = rng.integers(lo, hi + 1, (1, 8, 6, 7))
+        feeds = {"x": ((codes - zx) * sx).astype(np.float32)}
+        qref.write_reference(out_dir, stem, stem + ".onnx", feeds, {"form": "qdq", "act": ty})
+        manifests.append(stem + ".json")
+        print(f"{stem}.onnx  hand-written bias scales: fused, x4, shared through Identity")
+    return manifests
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
@@ -1093,7 +1158,8 @@ def main():
                     help="7-bit weights (quantize_static reduce_range=True): keeps ORT's u8 x s8 AVX2 kernel "
                          "(no VNNI) from saturating its int16 pair sums, see README.md")
     args = ap.parse_args()
-    names = [n for n in (args.only or list(CASES)) if n != "mul_ties"]
+    hand_written = ("mul_ties", "bias_scales")
+    names = [n for n in (args.only or list(CASES)) if n not in hand_written]
     for n in names:
         if n not in CASES:
             ro.fail(f"unknown case {n!r}; known: {', '.join(CASES)}")
@@ -1119,6 +1185,8 @@ def main():
         manifests += qref.build_all(args.out_dir, n, g.model(), seed, reduce_range=args.reduce_range)
     if args.only is None or "mul_ties" in args.only:
         manifests += write_mul_ties(args.out_dir, args.seed)
+    if args.only is None or "bias_scales" in args.only:
+        manifests += write_bias_scales(args.out_dir, args.seed)
     qref.write_index(args.out_dir, manifests)
     print(f"# {len(manifests)} quantized models in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 

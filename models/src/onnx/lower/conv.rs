@@ -85,6 +85,14 @@ impl Lowerer<'_> {
     }
 
     /// Bias as `i32` with scale `x_scale * w_scale[c]` (quantized from float if needed).
+    ///
+    /// A dequantized `int32` bias is taken as it is stored only when its scale is that
+    /// product (within `f32` rounding) and its zero point 0, as quantizers write it; ONNX
+    /// Runtime then fuses the convolution into its integer kernel with those integers.
+    /// Otherwise (a torch export that shares one bias tensor between convolutions through
+    /// `Identity`, quantized once with the first one's scale) its values are
+    /// `(q - zero_point) · scale`, requantized to `x_scale · w_scale[c]` like a float bias:
+    /// ONNX Runtime computes such a convolution in float.
     pub(super) fn bias(
         &self,
         n: &Node,
@@ -104,8 +112,10 @@ impl Lowerer<'_> {
                         data: ConstData::I32(v),
                         ..
                     },
+                scales,
+                zps,
                 ..
-            } => v,
+            } if bias_scale_is_product(&scales, &zps, x_scale, w_scales, v.len()) => v,
             Val::C(Const {
                 data: ConstData::I32(v),
                 ..
@@ -746,6 +756,26 @@ fn dilation_phases(win: &Window, h: usize, w: usize, groups: usize) -> Option<Ph
         && win.out_h == h
         && win.out_w == w)
         .then_some(Phases { dh, dw, h, w })
+}
+
+/// True when a dequantized bias of `len` values has zero points 0 and, for each value,
+/// the scale `x_scale · w_scale[c]` (relative difference at most 1e-6: the quantizer's own
+/// `f32` product, whatever order it multiplied in).
+fn bias_scale_is_product(
+    scales: &[f32],
+    zps: &[i32],
+    x_scale: f32,
+    w_scales: &[f32],
+    len: usize,
+) -> bool {
+    let per = |v: &[f32], i: usize| v[if v.len() == 1 { 0 } else { i.min(v.len() - 1) }];
+    zps.iter().all(|&z| z == 0)
+        && !scales.is_empty()
+        && !w_scales.is_empty()
+        && (0..len).all(|i| {
+            let want = x_scale * per(w_scales, i);
+            (per(scales, i) - want).abs() <= 1e-6 * want.abs()
+        })
 }
 
 /// A convolution's bias input that is not a constant.
