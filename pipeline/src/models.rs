@@ -348,7 +348,9 @@ fn check_contract(
         [n, h, w, 3] if n == cams && h > 0 && w > 0 => (h, w),
         _ => {
             return Err(bb.err(format!(
-                "input {t} must be int8 [{cams}, H, W, 3] (one image per camera of the rig, NHWC)"
+                "input {t} must be int8 [{cams}, H, W, 3] (one image per camera of the rig, \
+                 NHWC; a batch axis exported as dynamic runs as 1: export the backbone with a \
+                 static batch of {cams})"
             )))
         }
     };

@@ -275,6 +275,7 @@ fn info(a: InfoArgs) -> Result<()> {
             "initializer_bytes": m.initializer_bytes,
             "inputs": tensors(&m.inputs),
             "outputs": tensors(&m.outputs),
+            "named_dims_fixed_to_1": m.named_dims,
             "ops": m.ops,
             "metadata": m.metadata.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "macs": macs,
@@ -300,6 +301,12 @@ fn info(a: InfoArgs) -> Result<()> {
     println!("inputs:");
     for (n, t, d) in &m.inputs {
         println!("  {n}: {t} {}", dims(d));
+    }
+    if !m.named_dims.is_empty() {
+        println!(
+            "  (named dimensions {}: every engine fixes them to 1)",
+            m.named_dims.join(", ")
+        );
     }
     println!("outputs:");
     for (n, t, d) in &m.outputs {

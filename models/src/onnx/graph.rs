@@ -176,6 +176,9 @@ pub(crate) struct ValueInfo {
     pub elem: Option<ElemType>,
     /// Static dimensions; `None` where the file has a symbolic or missing dimension.
     pub dims: Vec<Option<usize>>,
+    /// For each dimension, its `dim_param` name where the file names it (a symbolic
+    /// dimension such as a batch `N`); `None` for static and unnamed dimensions.
+    pub dim_names: Vec<Option<String>>,
     /// The ONNX data type code (for messages about unsupported types).
     pub raw_type: i32,
 }
@@ -314,6 +317,7 @@ fn value_info(v: &pb::ValueInfoProto) -> ValueInfo {
         name: v.name().to_string(),
         elem: None,
         dims: Vec::new(),
+        dim_names: Vec::new(),
         raw_type: 0,
     };
     if let Some(pb::type_proto::Value::TensorType(tt)) = &v.type_.value {
@@ -321,13 +325,14 @@ fn value_info(v: &pb::ValueInfoProto) -> ValueInfo {
         info.elem = elem_of(tt.elem_type());
         if let Some(shape) = tt.shape.as_ref() {
             for d in &shape.dim {
-                let dim = match &d.value {
-                    Some(pb::tensor_shape_proto::dimension::Value::DimValue(v)) if *v >= 0 => {
-                        Some(*v as usize)
-                    }
-                    _ => None,
+                use pb::tensor_shape_proto::dimension::Value;
+                let (dim, name) = match &d.value {
+                    Some(Value::DimValue(v)) if *v >= 0 => (Some(*v as usize), None),
+                    Some(Value::DimParam(p)) if !p.is_empty() => (None, Some(p.clone())),
+                    _ => (None, None),
                 };
                 info.dims.push(dim);
+                info.dim_names.push(name);
             }
         }
     }

@@ -37,8 +37,13 @@
 //!   DequantizeLinear, and the QOperator forms QLinearConv, QLinearMatMul, QGemm,
 //!   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
 //!   QLinearGlobalAveragePool, QLinearConcat. Anything else, a float operator whose result is
-//!   not quantized, a dynamic shape or float weights without a Q/DQ pair is an [`EngineError`] naming the node,
-//!   the operator and what to do (usually: quantize it, or run with `--engine onnxruntime`).
+//!   not quantized, an unnamed dynamic input dimension or float weights without a Q/DQ pair
+//!   is an [`EngineError`] naming the node, the operator and what to do (usually: quantize
+//!   it, or run with `--engine onnxruntime`).
+//! - **Shapes**: fixed at load. A *named* symbolic input dimension (`dim_param`, the batch
+//!   axis `torch.onnx.export` writes for `dynamic_axes`) is 1, as the onnxruntime backend
+//!   fixes it; every shape after it, computed ones included, follows from the inputs
+//!   ([`ModelInfo::named_dims`] lists them).
 //! - **Semantics**: ONNX's, in the integer form ONNX Runtime runs after its QDQ fusions:
 //!   `y = saturate(round_half_even(acc * x_scale * w_scale / y_scale) + y_zp)` for
 //!   convolutions and matrix products with exact `i32` accumulation (bit-exact with ONNX
@@ -296,6 +301,9 @@ pub struct ModelInfo {
     pub inputs: Vec<(String, String, Vec<Option<usize>>)>,
     /// Graph outputs as declared.
     pub outputs: Vec<(String, String, Vec<Option<usize>>)>,
+    /// The names of the inputs' named symbolic dimensions (`dim_param`, e.g. a batch axis),
+    /// each once in order of appearance: every engine fixes them to 1.
+    pub named_dims: Vec<String>,
     /// Operator histogram (`domain.op` for non-default domains).
     pub ops: BTreeMap<String, usize>,
     /// Nodes in the graph.
@@ -359,6 +367,15 @@ pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
         opset: g.opset,
         inputs: g.inputs.iter().map(vi).collect(),
         outputs: g.outputs.iter().map(vi).collect(),
+        named_dims: {
+            let mut names: Vec<String> = Vec::new();
+            for n in g.inputs.iter().flat_map(|v| v.dim_names.iter().flatten()) {
+                if !names.contains(n) {
+                    names.push(n.clone());
+                }
+            }
+            names
+        },
         ops,
         nodes: g.nodes.len(),
         initializer_bytes: g.consts.values().map(|c| c.len() * c.elem().size()).sum(),

@@ -153,15 +153,18 @@ pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
         };
         let mut shape = Vec::new();
         for (d, dim) in vi.dims.iter().enumerate() {
-            match dim {
-                Some(v) => shape.push(*v),
-                None => {
+            match (dim, vi.dim_names.get(d).and_then(Option::as_ref)) {
+                (Some(v), _) => shape.push(*v),
+                // A named symbolic dimension (`dim_param`, a batch `N` as torch.onnx.export
+                // writes for `dynamic_axes`) is 1, as the onnxruntime backend fixes it.
+                (None, Some(_)) => shape.push(1),
+                (None, None) => {
                     return Err(EngineError::Invalid {
                         reason: format!(
-                            "graph input {} has a dynamic dimension {d}: the native engine \
-                             compiles fixed shapes; export the model with static input shapes \
-                             (e.g. torch.onnx.export without dynamic_axes) or fix it with \
-                             onnxruntime.tools.make_dynamic_shape_fixed",
+                            "graph input {} has an unnamed dynamic dimension {d}: the native \
+                             engine compiles fixed shapes; export the model with static input \
+                             shapes (e.g. torch.onnx.export without dynamic_axes) or fix it \
+                             with onnxruntime.tools.make_dynamic_shape_fixed",
                             vi.name
                         ),
                     })
