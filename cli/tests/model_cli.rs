@@ -119,20 +119,22 @@ fn info_says_why_native_cannot_run_a_float_model() {
     );
     assert!(out.contains("MACs:     unknown"), "{out}");
 
-    // The dynamic batch dimension is shown as `?`, and is why neither engine compiles it.
+    // The named dynamic batch dimension `N` is shown as `?` and listed as fixed to 1 (by
+    // every engine); native then refuses the float convolution, not the shape.
     let m = fixture("tiny_dynamic_batch.onnx");
     let o = run(&["model", "info", m.to_str().unwrap(), "--json"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["inputs"][0]["shape"], serde_json::json!([null, 3, 8, 8]));
+    assert_eq!(v["named_dims_fixed_to_1"], serde_json::json!(["N"]));
     assert_eq!(v["engines"]["native"]["ok"], false);
-    assert!(v["engines"]["native"]["error"]
-        .as_str()
-        .unwrap()
-        .contains("dynamic"));
+    let why = v["engines"]["native"]["error"].as_str().unwrap();
+    assert!(why.contains("float") && !why.contains("dynamic"), "{why}");
     let o = run(&["model", "info", m.to_str().unwrap()]);
-    assert!(text(&o).0.contains("image: float32 [?, 3, 8, 8]"));
+    let out = text(&o).0;
+    assert!(out.contains("image: float32 [?, 3, 8, 8]"), "{out}");
+    assert!(out.contains("named dimensions N: every engine fixes them to 1"), "{out}");
 
     // `bench` on it fails with the same reason, no panic.
     let m = fixture("tiny_float_conv.onnx");

@@ -409,6 +409,8 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "conv_group2",
             "conv_group_width8_s2",
             "conv_group2_dil2",
+            "conv_1x7",
+            "conv_s2x1_k5x3",
             "silu",
             "gelu_erf",
             "trt_residual",
@@ -443,16 +445,17 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let model = dir.join(v["model"].as_str().unwrap());
         let mut e = NativeEngine::load(&model).unwrap();
-        // Which convolutions run on the general kernel: depthwise, strided-dilated and
-        // dilated grouped ones; a dilated "same" convolution runs on the dense kernels (as
-        // dilation phases), a grouped one with a square window as one dense layer per group.
+        // Which convolutions run on the general kernel: depthwise and dilated grouped ones;
+        // a dilated "same" convolution runs on the dense kernels (as dilation phases), a
+        // grouped one with a square window as one dense layer per group, and an ungrouped
+        // rectangular or strided-dilated one unfolded onto the pointwise dense kernel.
         let name = model.file_name().unwrap().to_string_lossy().to_string();
         let general = redline_models::onnx::inspect(&model)
             .unwrap()
             .native
             .unwrap()
             .general_macs;
-        let on_general = ["conv_depthwise", "conv_group2_dil2", "conv_dil2_s2"]
+        let on_general = ["conv_depthwise", "conv_group2_dil2"]
             .iter()
             .any(|c| name.starts_with(&format!("{c}_")));
         if name.starts_with("conv_") {
@@ -532,6 +535,17 @@ fn same_outputs_fused_and_not(
     plain: &mut NativeEngine,
     name: &str,
 ) -> Vec<Vec<u8>> {
+    let ins = same_outputs(fused, plain, name);
+    assert!(
+        fused.scratch_bytes() <= plain.scratch_bytes(),
+        "{name}: fusing grew the arena"
+    );
+    ins
+}
+
+/// Asserts that `fused` gives `plain`'s outputs, inline and on 3 lanes; returns the inputs
+/// it ran (a fixed ramp of floats).
+fn same_outputs(fused: &mut NativeEngine, plain: &mut NativeEngine, name: &str) -> Vec<Vec<u8>> {
     let ins: Vec<Vec<u8>> = fused
         .inputs()
         .iter()
@@ -552,11 +566,69 @@ fn same_outputs_fused_and_not(
         want,
         "{name}: fused on 3 lanes differs"
     );
-    assert!(
-        fused.scratch_bytes() <= plain.scratch_bytes(),
-        "{name}: fusing grew the arena"
-    );
     ins
+}
+
+/// Ungrouped convolutions off the dense routes (rectangular, strided and dilated,
+/// asymmetrically padded; quantized or float outputs) run unfolded onto the pointwise dense
+/// kernel by default: the same bytes as the general kernel's direct sums (`unfold_convs:
+/// false`), on 1 and 3 lanes, and no allocation in a run.
+#[test]
+fn unfolded_convolutions_give_the_general_kernels_outputs() {
+    if !python_ok() {
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime is missing; the unfold test did not run"
+        );
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-unfold");
+    generate(
+        "op_models.py",
+        &dir,
+        &[
+            "--only",
+            "conv_1x7",
+            "conv_7x1_s2",
+            "conv_s2x1_k5x3",
+            "conv_pads_asym",
+            "conv_dil2_s2",
+            "trt_conv_1x7_residual",
+            "--random",
+            "0",
+        ],
+    );
+    let mut checked = 0;
+    for m in manifests(&dir) {
+        let text = std::fs::read_to_string(&m).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let Some(file) = v["model"].as_str() else {
+            continue;
+        };
+        let model = dir.join(file);
+        let mut unfolded = NativeEngine::load(&model).unwrap();
+        let general_opts = NativeOptions {
+            unfold_convs: false,
+            ..NativeOptions::default()
+        };
+        let mut general = NativeEngine::load_with(&model, &general_opts).unwrap();
+        let count = |e: &NativeEngine| {
+            e.step_macs()
+                .iter()
+                .filter(|(n, _)| n == "unfold taps")
+                .count()
+        };
+        assert_eq!(count(&unfolded), 1, "{file}: {:?}", unfolded.step_macs());
+        assert_eq!(count(&general), 0, "{file}");
+        let ins = same_outputs(&mut unfolded, &mut general, file);
+        let allocs = allocations_of_one_run(&mut unfolded, &ins);
+        assert_eq!(
+            allocs, 0,
+            "{file}: the unfolded run allocated {allocs} times"
+        );
+        checked += 1;
+    }
+    println!("{checked} models with unfolded convolutions, all the general kernel's bytes");
+    assert!(checked >= 20, "only {checked} models");
 }
 
 fn bad_models(dir: &Path) {

@@ -60,6 +60,10 @@ conv_case("conv_s2", k=3, stride=2)
 conv_case("conv_s3", k=3, stride=3)
 conv_case("conv_s2x1_k5x3", k=(5, 3), stride=(2, 1))
 conv_case("conv_pads_asym", k=3, pads=[0, 1, 2, 0])
+# Inception's factorized 1x7 and 7x1 convolutions (the native engine unfolds their taps into
+# channels for its pointwise dense kernel, as every ungrouped one off the dense routes).
+conv_case("conv_1x7", k=(1, 7), pads=[0, 3, 0, 3])
+conv_case("conv_7x1_s2", k=(7, 1), stride=2, pads=[3, 0, 3, 0])
 conv_case("conv_same_upper_s2", k=3, stride=2, auto_pad="SAME_UPPER")
 conv_case("conv_same_upper_k4", k=4, auto_pad="SAME_UPPER")
 conv_case("conv_dil2", k=3, dilation=2)
@@ -88,6 +92,15 @@ def _(g):
     g.formats = ["qdq", "qop", "trt"]
     x = g.conv(g.input(X), 6, 3)
     g.output(g.conv(g.relu(g.add(x, g.conv(x, 6, 3, dilation=16))), 4, 1, pads=P0))
+
+
+@case("trt_conv_1x7_residual")
+def _(g):
+    # A 1x7 convolution whose float output goes on into a residual Add (TensorRT-style
+    # placement): unfolded onto the dense kernels on the float route too.
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.relu(g.add(x, g.conv(x, 6, (1, 7), pads=[0, 3, 0, 3]))), 4, 1, pads=P0))
 
 
 @case("conv_s1x2")

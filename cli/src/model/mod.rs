@@ -340,9 +340,9 @@ fn info(a: InfoArgs) -> Result<()> {
             );
             if s.general_macs > 0 {
                 println!(
-                    "               general kernel: {} per run (depthwise, rectangular, \
-                     strided-dilated, grouped with a non-square window, or grouped with a \
-                     float output: 5-15x slower per MAC than the dense kernels)",
+                    "               general kernel: {} per run (depthwise, grouped with a \
+                     non-square window or a float output, or too large to unfold: 5-15x \
+                     slower per MAC than the dense kernels)",
                     fmt_macs(s.general_macs)
                 );
             }

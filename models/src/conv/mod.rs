@@ -267,7 +267,10 @@ impl Conv2d {
         if worst.is_none_or(|w| w > i64::from(i32::MAX)) {
             return Err(invalid(format!(
                 "the i32 accumulator could overflow: {taps} taps * {MAX_TERM} + max|bias| \
-                 {max_bias} > {}; use fewer input channels per layer or a smaller bias",
+                 {max_bias} > {}; use fewer input channels per layer or a smaller bias (a \
+                 quantized bias near the int32 limit means a calibration that gave this \
+                 layer's input a tiny scale), or run the model on another engine \
+                 (`--engine onnxruntime`)",
                 i32::MAX
             )));
         }

@@ -133,11 +133,12 @@ use graph::OnnxGraph;
 pub(crate) use lower::Lowered;
 use program::Program;
 
-/// Lowers a parsed graph to the native program (the CUDA engine's launch plan is made from
-/// the same program).
+/// Lowers a parsed graph to the program the CUDA engine's launch plan is made from: the
+/// native engine's, except that convolutions off the dense routes stay direct (no
+/// [`dense_routes::Unfold`]: the CUDA convolution kernel takes any window).
 #[cfg_attr(not(any(redline_cuda, test)), allow(dead_code))]
 pub(crate) fn lower_graph(g: &OnnxGraph) -> Result<Lowered, EngineError> {
-    lower::lower(g)
+    lower::lower(g, false)
 }
 
 /// The native INT8 engine running one imported model.
@@ -165,6 +166,12 @@ pub struct NativeOptions {
     /// `x · sigmoid(x)`, a table of a table) into single table lookups
     /// (the same bytes: each entry comes from the steps' own formulas). Default `true`.
     pub fuse_tables: bool,
+    /// Run each ungrouped convolution the dense kernels cannot take directly (rectangular,
+    /// strided and dilated, asymmetrically padded: Inception's 1×7 and 7×1) as an unfold of
+    /// its taps into channels and a pointwise dense convolution
+    /// ([`dense_routes::Unfold`]: the same integer sums; arena grows by the unfolded image,
+    /// 16 MiB at most). Default `true`; `false` runs them on the general kernel.
+    pub unfold_convs: bool,
 }
 
 impl Default for NativeOptions {
@@ -172,6 +179,7 @@ impl Default for NativeOptions {
         NativeOptions {
             fuse_residual_adds: true,
             fuse_tables: true,
+            unfold_convs: true,
         }
     }
 }
@@ -195,7 +203,7 @@ impl NativeEngine {
     }
 
     fn from_graph(g: &OnnxGraph, opts: &NativeOptions) -> Result<NativeEngine, EngineError> {
-        let mut l = lower::lower(g)?;
+        let mut l = lower::lower(g, opts.unfold_convs)?;
         if opts.fuse_tables {
             program::fuse_tables(&mut l.program);
         }

@@ -128,6 +128,7 @@ impl Program {
                     } => ("float layernorm", 0),
                     Step::FloatNorm { .. } => ("float softmax", 0),
                     Step::Phases { .. } => ("dilation phases", 0),
+                    Step::Unfold { .. } => ("unfold taps", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
                     Step::AvgPool { .. } => ("avgpool", 0),
                     Step::Lut { .. } => ("table", 0),
@@ -600,6 +601,27 @@ impl Program {
                             PhaseDir::Split { fill } => phases.split(*c, *fill, x, out, r),
                             PhaseDir::Merge => phases.merge(*c, x, out, r),
                         },
+                    );
+                }
+                Step::Unfold {
+                    unfold,
+                    c,
+                    batch,
+                    fill,
+                    src,
+                    dst,
+                } => {
+                    let x = view(*src);
+                    let rows = batch * unfold.win.out_h;
+                    let row_len = unfold.win.out_w * unfold.channels(*c);
+                    split_rows(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        rows,
+                        row_len,
+                        row_len,
+                        &|r, out| unfold.run(*c, *fill, x, out, r),
                     );
                 }
                 Step::MaxPool {

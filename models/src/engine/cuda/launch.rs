@@ -697,6 +697,15 @@ impl LaunchPlan {
                             .to_string(),
                     })
                 }
+                Step::Unfold { .. } => {
+                    // The CUDA engine's program is lowered without unfolds
+                    // (`onnx::lower_graph`): its convolution kernel runs any window.
+                    return Err(EngineError::Invalid {
+                        reason: "the CUDA engine runs convolutions directly: an unfolded \
+                                 convolution reached it"
+                            .into(),
+                    });
+                }
                 Step::Pad { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

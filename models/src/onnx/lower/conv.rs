@@ -274,10 +274,26 @@ impl Lowerer<'_> {
                     .prepared(),
                 ))
             };
+            // Off the dense route, an ungrouped convolution runs unfolded on the dense
+            // kernels (native engine): the pointwise layer reads the unfolded image.
+            let (imp, x_in, in_hw) = match imp {
+                ConvImpl::General(g) if self.unfold_convs && groups == 1 => {
+                    let packed = &g.weights; // as packed above: [oc, kh, kw, c]
+                    match self.unfold_for_float(packed, &win, (b, c, oc), &x, &w_scales, x_q) {
+                        Some((layer, unfolded)) => (
+                            ConvImpl::Dense(Box::new(layer)),
+                            unfolded,
+                            [win.out_h, win.out_w],
+                        ),
+                        None => (ConvImpl::General(g), x.clone(), [h, wd]),
+                    }
+                }
+                imp => (imp, x.clone(), [h, wd]),
+            };
             let y = self.conv_float(
                 imp,
-                &x,
-                [b, h, wd],
+                &x_in,
+                [b, in_hw[0], in_hw[1]],
                 [oc, win.out_h, win.out_w],
                 scales,
                 fbias,
@@ -323,6 +339,21 @@ impl Lowerer<'_> {
         });
         let floor = if relu { y_q.zero_point } else { -128 };
         let dense_clamp = (lo > floor || hi < 127).then_some((lo, hi));
+        // Off the dense routes, an ungrouped convolution runs unfolded on the dense kernels
+        // (native engine), a grouped one or one too large to unfold on the general kernel.
+        if dense.is_none() && self.unfold_convs && groups == 1 {
+            if let Some(dst) = self.unfolded_conv(
+                &packed,
+                &win,
+                (b, c, oc),
+                x.buf,
+                (&w_scales, &bias),
+                (x_q, y_q, relu),
+                dense_clamp,
+            ) {
+                return self.set_conv_output(&out_name, dst, [b, oc, win.out_h, win.out_w], y_q);
+            }
+        }
         // The width the step's kernel reads its input as (the fold's is `s` times narrower).
         let mut in_w = wd;
         let (imp, clamp) = match dense {
@@ -419,6 +450,120 @@ impl Lowerer<'_> {
             }),
         );
         Ok(())
+    }
+
+    /// Emits an ungrouped convolution as an unfold of its taps into channels and a pointwise
+    /// dense convolution of the unfolded image ([`Unfold`]), when the unfolded image is
+    /// small enough and the dense layer can be built (its accumulator bound holds); returns
+    /// the output buffer (`batch × out_h × out_w × out_c`, NHWC), or `None` to leave the
+    /// convolution to the general kernel. `packed`: `[out_c, kh, kw, in_c]`.
+    #[allow(clippy::too_many_arguments)]
+    fn unfolded_conv(
+        &mut self,
+        packed: &[i8],
+        win: &Window,
+        (batch, in_c, out_c): (usize, usize, usize),
+        src: usize,
+        (w_scales, bias): (&[f32], &[i32]),
+        (x_q, y_q, relu): (QParams, QParams, bool),
+        clamp: Option<(i8, i8)>,
+    ) -> Option<usize> {
+        let unfold = Unfold::of(win, in_c, batch, 1)?;
+        let shape = ConvShape {
+            in_c: unfold.channels(in_c),
+            out_c,
+            k: 1,
+            stride: 1,
+            pad: 0,
+        };
+        let layer = Conv2d::new(
+            shape,
+            packed.to_vec(),
+            w_scales.to_vec(),
+            bias.to_vec(),
+            x_q,
+            y_q,
+            relu,
+        )
+        .ok()?;
+        self.touch(src);
+        let pixels = batch * win.out_h * win.out_w;
+        let unfolded = self.new_buf(pixels * unfold.channels(in_c));
+        self.steps.push(Step::Unfold {
+            unfold,
+            c: in_c,
+            batch,
+            fill: x_q.zero_point,
+            src,
+            dst: unfolded,
+        });
+        self.touch(unfolded);
+        let dst = self.new_buf(pixels * out_c);
+        self.steps.push(Step::Conv {
+            imp: ConvImpl::Dense(Box::new(layer)),
+            batch,
+            in_h: win.out_h,
+            in_w: win.out_w,
+            out_h: win.out_h,
+            row_len: win.out_w * out_c,
+            src: unfolded,
+            dst,
+            clamp,
+            residual: None,
+        });
+        Some(dst)
+    }
+
+    /// The float route's [`Self::unfolded_conv`]: emits the unfold of `x` and returns the
+    /// pointwise dense layer over it (bias 0: the float bias comes after the integer sum)
+    /// with the unfolded image as a tensor, or `None` (nothing emitted) when the image is
+    /// too large or the layer cannot be built.
+    fn unfold_for_float(
+        &mut self,
+        packed: &[i8],
+        win: &Window,
+        (batch, in_c, out_c): (usize, usize, usize),
+        x: &T,
+        w_scales: &[f32],
+        x_q: QParams,
+    ) -> Option<(Conv2d, T)> {
+        let unfold = Unfold::of(win, in_c, batch, 1)?;
+        let shape = ConvShape {
+            in_c: unfold.channels(in_c),
+            out_c,
+            k: 1,
+            stride: 1,
+            pad: 0,
+        };
+        let bias = vec![0; out_c];
+        let layer = Conv2d::new(
+            shape,
+            packed.to_vec(),
+            w_scales.to_vec(),
+            bias,
+            x_q,
+            x_q,
+            false,
+        )
+        .ok()?;
+        self.touch(x.buf);
+        let pixels = batch * win.out_h * win.out_w;
+        let unfolded = self.new_buf(pixels * unfold.channels(in_c));
+        self.steps.push(Step::Unfold {
+            unfold,
+            c: in_c,
+            batch,
+            fill: x_q.zero_point,
+            src: x.buf,
+            dst: unfolded,
+        });
+        let t = T {
+            buf: unfolded,
+            shape: vec![batch, unfold.channels(in_c), win.out_h, win.out_w],
+            layout: Layout::Nhwc,
+            q: x_q,
+        };
+        Some((layer, t))
     }
 
     /// Emits a dilated convolution as three steps (see [`Phases`]): split the input into

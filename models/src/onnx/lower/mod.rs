@@ -23,7 +23,7 @@
 //! unquantized: TensorRT-style placement) and `window` (pooling, Resize) lower one family
 //! each.
 
-use super::dense_routes::{ColumnFold, Phases};
+use super::dense_routes::{ColumnFold, Phases, Unfold};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
 use super::isa::Isa;
 use super::kernels::{
@@ -110,14 +110,18 @@ pub(crate) struct Lowered {
     pub weight_bytes: usize,
 }
 
-/// Lowers a parsed graph.
-pub(crate) fn lower(g: &OnnxGraph) -> Result<Lowered, EngineError> {
+/// Lowers a parsed graph; `unfold_convs`: ungrouped convolutions the dense kernels cannot
+/// take directly run as an unfold and a pointwise dense convolution
+/// ([`super::dense_routes::Unfold`]; the native engine) instead of on the general kernel
+/// (the CUDA engine, whose convolution kernel takes any window).
+pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, EngineError> {
     let path = KernelPath::from_env().map_err(|e| EngineError::Invalid {
         reason: e.to_string(),
     })?;
     let mut l = Lowerer {
         g,
         vnni: path == KernelPath::Avx512Vnni,
+        unfold_convs,
         vals: HashMap::new(),
         steps: Vec::new(),
         buffers: Vec::new(),
@@ -294,6 +298,8 @@ struct Lowerer<'g> {
     /// The AVX-512 VNNI kernels run (chosen once, `KernelPath::from_env`): a product of two
     /// computed tensors packs its second operand for them.
     vnni: bool,
+    /// Ungrouped convolutions off the dense routes run unfolded ([`lower`]).
+    unfold_convs: bool,
     vals: HashMap<String, Val>,
     steps: Vec<Step>,
     buffers: Vec<Buffer>,

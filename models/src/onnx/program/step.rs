@@ -3,7 +3,7 @@
 //! [`Program::run_range`](super::Program::run_range) executes them, the fusion passes
 //! rewrite them.
 
-use super::super::dense_routes::Phases;
+use super::super::dense_routes::{Phases, Unfold};
 use super::super::kernels::{
     AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, PadGeometry, Tap, Window,
 };
@@ -163,6 +163,17 @@ pub(crate) enum Step {
         dir: PhaseDir,
         c: usize,
         batch: usize,
+        src: usize,
+        dst: usize,
+    },
+    /// A convolution's taps gathered into channels for the pointwise dense convolution
+    /// after it ([`Unfold`]): `batch` NHWC images of `c` channels in, `batch · out_h` rows
+    /// of `out_w · kh · kw · c` bytes out, padding filled with `fill` (the zero point).
+    Unfold {
+        unfold: Unfold,
+        c: usize,
+        batch: usize,
+        fill: i8,
         src: usize,
         dst: usize,
     },
