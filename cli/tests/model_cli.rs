@@ -134,7 +134,10 @@ fn info_says_why_native_cannot_run_a_float_model() {
     let o = run(&["model", "info", m.to_str().unwrap()]);
     let out = text(&o).0;
     assert!(out.contains("image: float32 [?, 3, 8, 8]"), "{out}");
-    assert!(out.contains("named dimensions N: every engine fixes them to 1"), "{out}");
+    assert!(
+        out.contains("named dimensions N: every engine fixes them to 1"),
+        "{out}"
+    );
 
     // `bench` on it fails with the same reason, no panic.
     let m = fixture("tiny_float_conv.onnx");

@@ -40,7 +40,7 @@ fn dir(name: &str) -> common::Dir {
     common::fresh_dir("regress-cli", name)
 }
 
-/// A short log (4 s, 120 frames), written once for all tests, in the build's temporary
+/// A short log (2 s, 60 frames), written once for all tests, in the build's temporary
 /// directory (`target/tmp`): the next run replaces it (written under this process's name,
 /// then renamed, so two runs at once each read a whole log; the log is seeded, so both
 /// write the same one) instead of leaving one per run behind.
@@ -51,7 +51,7 @@ fn log() -> &'static Path {
         let p = tmp.join("regress-cli-drive.mcap");
         let part = tmp.join(format!("regress-cli-drive.{}.mcap", std::process::id()));
         let o = redline()
-            .args(["sim", "generate", "--seconds", "4", "-o"])
+            .args(["sim", "generate", "--seconds", "2", "-o"])
             .arg(&part)
             .output()
             .unwrap();

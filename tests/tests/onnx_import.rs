@@ -42,6 +42,94 @@ fn python_ok() -> bool {
         .unwrap_or(false)
 }
 
+/// Starts `python3 tools/onnx/SCRIPT DIR ARGS...` ([`wait_generator`] waits for it): the
+/// generators take most of this binary's time, and CI's two cores run two side by side.
+fn spawn_generator(script: &str, dir: &Path, extra: &[&str]) -> std::process::Child {
+    Command::new("python3")
+        .arg(repo().join("tools/onnx").join(script))
+        .arg(dir)
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs")
+}
+
+/// Waits for a generator [`spawn_generator`] started; fails the test with its stderr.
+fn wait_generator(script: &str, child: std::process::Child) {
+    let out = child.wait_with_output().expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The zoo every test here reads, written once per run of this binary (the first test to
+/// ask writes it, the others wait) into `target/tmp/onnx-import-zoo`, replaced on the next
+/// run: ResNet-18, MobileNetV2 (depthwise convolutions), RegNetX (grouped ones), a
+/// YOLOv5-style detector (SiLU tables, C3 blocks, SPPF's chained 5x5 max pools, nearest
+/// upsampling, Concat) and EfficientNet-B0, in both forms and activation types; ResNet-18
+/// and EfficientNet-B0 also in TensorRT-style placement (EfficientNet: depthwise
+/// convolutions with float outputs into SiLUs), ResNet-18 and MobileNetV2 with Q/DQ on
+/// convolution inputs only, MobileNetV2 so and with float weights, ResNet-18 as PyTorch
+/// and ModelOpt export it, RegNetX as ModelOpt does. Two generators at once, of about the
+/// same time (MobileNetV2 and EfficientNet-B0 in a directory of their own, moved in after).
+fn zoo() -> &'static Path {
+    static ZOO: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ZOO.get_or_init(|| {
+        let zoo = Path::new(env!("CARGO_TARGET_TMPDIR")).join("onnx-import-zoo");
+        let zoo_b = zoo.with_file_name("onnx-import-zoo-b");
+        for d in [&zoo, &zoo_b] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        let a = spawn_generator(
+            "zoo.py",
+            &zoo,
+            &[
+                "--only",
+                "resnet18",
+                "regnetx",
+                "yolo",
+                "--trt",
+                "resnet18",
+                "--strict",
+                "resnet18",
+                "--pt",
+                "resnet18",
+                "--modelopt",
+                "resnet18",
+                "regnetx",
+            ],
+        );
+        let b = spawn_generator(
+            "zoo.py",
+            &zoo_b,
+            &[
+                "--only",
+                "mobilenetv2",
+                "efficientnet",
+                "--trt",
+                "efficientnet",
+                "--strict",
+                "mobilenetv2",
+                "--strictfq",
+                "mobilenetv2",
+            ],
+        );
+        wait_generator("zoo.py", a);
+        wait_generator("zoo.py", b);
+        for f in std::fs::read_dir(&zoo_b).unwrap() {
+            let f = f.unwrap().path();
+            if !f.ends_with("index.json") {
+                std::fs::rename(&f, zoo.join(f.file_name().unwrap())).unwrap();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&zoo_b);
+        zoo
+    })
+}
+
 fn generate(script: &str, dir: &Path, extra: &[&str]) {
     let out = Command::new("python3")
         .arg(repo().join("tools/onnx").join(script))
@@ -161,42 +249,18 @@ fn native_engine_agrees_with_onnx_runtime() {
     let base = redline_tests::temp_dir("onnx-import");
     let ops = base.join("ops");
     let ops_rr = base.join("ops-rr");
-    let zoo = base.join("zoo");
-    generate("op_models.py", &ops, &[]);
-    generate("op_models.py", &ops_rr, &["--reduce-range"]);
-    // MobileNetV2: depthwise convolutions (the native engine's depthwise kernel) in a real
-    // network; RegNetX: grouped ones (one dense layer per group); a YOLOv5-style detector:
-    // SiLU tables, C3 blocks, SPPF's chained 5x5 max pools, nearest upsampling and Concat.
-    // ResNet-18 and EfficientNet-B0 also in TensorRT-style placement (EfficientNet: depthwise
-    // convolutions with float outputs into SiLUs).
-    generate(
-        "zoo.py",
-        &zoo,
-        &[
-            "--only",
-            "resnet18",
-            "mobilenetv2",
-            "regnetx",
-            "yolo",
-            "efficientnet",
-            "--trt",
-            "resnet18",
-            "efficientnet",
-            "--strict",
-            "resnet18",
-            "mobilenetv2",
-            "--strictfq",
-            "mobilenetv2",
-            "--pt",
-            "resnet18",
-            "--modelopt",
-            "resnet18",
-            "regnetx",
-        ],
-    );
+    // Both op-model sets while the zoo is written (`zoo()`: two generators of its own).
+    let op_models = [
+        spawn_generator("op_models.py", &ops, &[]),
+        spawn_generator("op_models.py", &ops_rr, &["--reduce-range"]),
+    ];
+    let zoo = zoo();
+    for child in op_models {
+        wait_generator("op_models.py", child);
+    }
     let (e1, t1) = check_dir(&ops, false);
     let (e2, t2) = check_dir(&ops_rr, true);
-    let (e3, t3) = check_dir(&zoo, false);
+    let (e3, t3) = check_dir(zoo, false);
     println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2, RegNetX, YOLO and EfficientNet variants (ResNet-18 and EfficientNet also in TensorRT-style placement, ResNet-18 and MobileNetV2 with Q/DQ on convolution inputs only, MobileNetV2 so and with float weights, ResNet-18 as PyTorch and ModelOpt export it, RegNetX as ModelOpt does)");
     assert!(
         t1 > 300 && t2 > 300 && t3 == 36,
@@ -315,6 +379,14 @@ fn native_engine_agrees_with_onnx_runtime() {
             run_outputs(&mut pytorch, &ins, &Inline),
             "ResNet-18 ({act}) as PyTorch exports it gives other outputs"
         );
+    }
+    // The hand-written bias scales: two of the four convolutions have a bias stored at
+    // another scale than x_scale * w_scale (four times it; shared with a layer of twice the
+    // weight scale), which `model info` reports.
+    for act in ["s8", "u8"] {
+        let m = ops.join(format!("bias_scales_qdq_{act}.onnx"));
+        let native = redline_models::onnx::inspect(&m).unwrap().native.unwrap();
+        assert_eq!(native.rescaled_biases, 2, "{act}");
     }
     // RegNetX's grouped convolutions run per-group dense layers, none the general kernel.
     let info = redline_models::onnx::inspect(&zoo.join("regnetx_qdq_s8.onnx")).unwrap();
@@ -501,8 +573,7 @@ fn residual_adds_fuse_into_their_convolutions_with_the_same_outputs() {
         );
         return;
     }
-    let dir = redline_tests::temp_dir("onnx-fusion");
-    generate("zoo.py", &dir, &["--only", "resnet18"]);
+    let dir = zoo();
     for name in ["resnet18_qdq_u8.onnx", "resnet18_qop_s8.onnx"] {
         let model = dir.join(name);
         let mut fused = NativeEngine::load(&model).unwrap();
@@ -974,9 +1045,8 @@ fn elementwise_tables_fuse_with_the_same_outputs() {
         );
         return;
     }
-    let dir = redline_tests::temp_dir("onnx-tables");
     // EfficientNet: SiLU (x * sigmoid(x)) after every convolution, squeeze-and-excitation.
-    generate("zoo.py", &dir, &["--only", "efficientnet"]);
+    let dir = zoo();
     for name in ["efficientnet_qdq_u8.onnx", "efficientnet_qop_s8.onnx"] {
         let model = dir.join(name);
         let mut fused = NativeEngine::load(&model).unwrap();

@@ -220,6 +220,17 @@ fn dims(d: &[Option<usize>]) -> String {
     format!("[{}]", v.join(", "))
 }
 
+/// What a model's biases stored with another scale mean for a comparison with ONNX Runtime.
+fn rescaled_biases_note(n: usize) -> String {
+    format!(
+        "{n} convolution(s) or matrix product(s) with a bias stored at another scale than \
+         x_scale * w_scale (a torch export sharing one bias tensor, e.g. an untrained \
+         network's zero biases): native keeps their exact integer sums, ONNX Runtime may \
+         compute them in float (it does where its graph optimizer does not fuse them into \
+         integer kernels), so the two may differ in rare roundings"
+    )
+}
+
 fn fmt_macs(m: u64) -> String {
     if m >= 1_000_000_000 {
         format!("{:.3} GMAC", m as f64 / 1e9)
@@ -256,6 +267,7 @@ fn info(a: InfoArgs) -> Result<()> {
             Ok(s) => json!({
                 "ok": true, "steps": s.steps, "arena_bytes": s.arena_bytes,
                 "weight_bytes": s.weight_bytes, "general_conv_macs": s.general_macs,
+                "rescaled_biases": s.rescaled_biases,
             }),
             Err(e) => json!({ "ok": false, "error": e.to_string() }),
         };
@@ -345,6 +357,9 @@ fn info(a: InfoArgs) -> Result<()> {
                      slower per MAC than the dense kernels)",
                     fmt_macs(s.general_macs)
                 );
+            }
+            if s.rescaled_biases > 0 {
+                println!("               {}", rescaled_biases_note(s.rescaled_biases));
             }
         }
         Err(e) => println!("  native:      no: {e}"),
@@ -778,6 +793,21 @@ fn bench(a: BenchArgs) -> Result<()> {
         text.push(format!(
             "outputs: {differing} of {total_el} elements differ, max abs diff {max_abs}"
         ));
+        // Why native and ONNX Runtime may disagree on this model (read again only then).
+        let pair = [main.engine_kind(), o.engine_kind()];
+        if differing > 0
+            && pair.contains(&EngineKind::Native)
+            && pair.contains(&EngineKind::OnnxRuntime)
+        {
+            if let Ok(Ok(s)) = inspect(&a.model).map(|i| i.native) {
+                if s.rescaled_biases > 0 {
+                    text.push(format!(
+                        "  note: {}",
+                        rescaled_biases_note(s.rescaled_biases)
+                    ));
+                }
+            }
+        }
         let obj = v.as_object_mut().ok_or_else(|| anyhow!("json"))?;
         obj.insert("against_engine".into(), json!(o.engine_kind().name()));
         obj.insert("against_label".into(), json!(o.label()));

@@ -149,6 +149,8 @@ pub struct NativeEngine {
     outputs: Vec<TensorSpec>,
     macs: u64,
     weight_bytes: usize,
+    /// See [`NativeSummary::rescaled_biases`].
+    rescaled_biases: usize,
     /// The arena, over-allocated by one alignment unit so that a 64-byte aligned window of
     /// `arena_bytes` fits.
     arena: Vec<u8>,
@@ -217,6 +219,7 @@ impl NativeEngine {
             outputs: l.outputs,
             macs: l.macs,
             weight_bytes: l.weight_bytes,
+            rescaled_biases: l.rescaled_biases,
             arena,
         })
     }
@@ -340,6 +343,14 @@ pub struct NativeSummary {
     /// the dense SIMD kernels cannot run: depthwise, rectangular, grouped with a
     /// non-square window, ...).
     pub general_macs: u64,
+    /// Convolutions and matrix products whose dequantized `int32` bias is stored with a
+    /// scale other than `x_scale · w_scale` (a torch export sharing one bias tensor between
+    /// layers, as it does the all-zero biases of an untrained network, quantized once for
+    /// its first reader): the native engine requantizes the bias and keeps the exact integer
+    /// sums; ONNX Runtime may compute such a layer in float (measured: ResNet-50's 47 such
+    /// convolutions ran in float, most of EfficientNet-B0's 59 were fused into its integer
+    /// kernels), so the two may differ in rare roundings there.
+    pub rescaled_biases: usize,
     /// Fixed input specs.
     pub inputs: Vec<TensorSpec>,
     /// Fixed output specs.
@@ -367,6 +378,7 @@ pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
         weight_bytes: e.weight_bytes,
         steps: e.program.steps.len(),
         general_macs: e.program.general_conv_macs(),
+        rescaled_biases: e.rescaled_biases,
         inputs: e.inputs.clone(),
         outputs: e.outputs.clone(),
     });

@@ -91,8 +91,9 @@ impl Lowerer<'_> {
     /// Runtime then fuses the convolution into its integer kernel with those integers.
     /// Otherwise (a torch export that shares one bias tensor between convolutions through
     /// `Identity`, quantized once with the first one's scale) its values are
-    /// `(q - zero_point) · scale`, requantized to `x_scale · w_scale[c]` like a float bias:
-    /// ONNX Runtime computes such a convolution in float.
+    /// `(q - zero_point) · scale`, requantized to `x_scale · w_scale[c]` like a float bias,
+    /// as ONNX's semantics say (ONNX Runtime 1.32 computes such a convolution in float when
+    /// its bias is not zero: the `bias_scales` op models; an all-zero one it may fuse).
     pub(super) fn bias(
         &self,
         n: &Node,
@@ -134,6 +135,9 @@ impl Lowerer<'_> {
             Val::DqC {
                 data, scales, zps, ..
             } => {
+                if matches!(data.data, ConstData::I32(_)) {
+                    self.rescaled_biases.set(self.rescaled_biases.get() + 1);
+                }
                 let f = data.to_f32();
                 f.iter()
                     .enumerate()

@@ -108,6 +108,10 @@ pub(crate) struct Lowered {
     pub outputs: Vec<TensorSpec>,
     pub macs: u64,
     pub weight_bytes: usize,
+    /// Convolutions and matrix products whose dequantized `int32` bias has a scale other
+    /// than `x_scale · w_scale`, requantized at load (`Lowerer::bias`): ONNX Runtime may
+    /// run those in float.
+    pub rescaled_biases: usize,
 }
 
 /// Lowers a parsed graph; `unfold_convs`: ungrouped convolutions the dense kernels cannot
@@ -129,6 +133,7 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
         consumers: HashMap::new(),
         macs: 0,
         weight_bytes: 0,
+        rescaled_biases: std::cell::Cell::new(0),
         outputs: HashSet::new(),
     };
     for (i, n) in g.nodes.iter().enumerate() {
@@ -281,6 +286,7 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
         outputs,
         macs: l.macs,
         weight_bytes: l.weight_bytes,
+        rescaled_biases: l.rescaled_biases.get(),
     })
 }
 
@@ -307,6 +313,8 @@ struct Lowerer<'g> {
     consumers: HashMap<String, Vec<usize>>,
     macs: u64,
     weight_bytes: usize,
+    /// Biases requantized from another scale ([`Lowered::rescaled_biases`]).
+    rescaled_biases: std::cell::Cell<usize>,
     outputs: HashSet<String>,
 }
 
