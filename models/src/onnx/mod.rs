@@ -171,7 +171,7 @@ pub struct NativeOptions {
     /// Run each ungrouped convolution the dense kernels cannot take directly (rectangular,
     /// strided and dilated, asymmetrically padded: Inception's 1×7 and 7×1) as an unfold of
     /// its taps into channels and a pointwise dense convolution
-    /// ([`dense_routes::Unfold`]: the same integer sums; arena grows by the unfolded image,
+    /// (`dense_routes::Unfold`: the same integer sums; arena grows by the unfolded image,
     /// 16 MiB at most). Default `true`; `false` runs them on the general kernel.
     pub unfold_convs: bool,
 }
