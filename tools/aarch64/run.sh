@@ -178,9 +178,12 @@ for key in "${keys[@]}"; do
     h=${hashes[$key]}
     ref=${hashes[${refs[$key]}]}
     mark=same
-    [ "${refs[$key]}" = "$key" ] && mark="(reference of the scalar replay below)"
+    if [ "${refs[$key]}" = "$key" ]; then
+        mark="(reference)"
+        [ "$key" = "x86-64 vnni" ] || mark="(reference of the aarch64 scalar replay)"
+    fi
     if [ -z "$h" ] || [ "$h" != "$ref" ]; then mark=DIFFERENT; fail=1; fi
-    printf '   %-36s %s  %s\n' "$key" "${h:-(no hash: the replay failed)}" "$mark"
+    printf '   %-40s %s  %s\n' "$key" "${h:-(no hash: the replay failed)}" "$mark"
     if [ "$mark" = DIFFERENT ]; then
         file=${files[$key]}
         grep -E '^(stage |backbone |frames:|deadline misses|LOST|NO LIVE LANE|PANIC|RUNTIME PANIC|error|Error)' \
