@@ -6,8 +6,10 @@ Runtime's reference outputs, as a user with a float model does: torchvision clas
 torchvision segmentation networks (`seg_` + a name in torchvision.models.segmentation, e.g.
 seg_deeplabv3_mobilenet_v3_large, at 320x320, its "out" map) and Ultralytics detectors
 (`ultralytics:` + a model yaml, e.g. ultralytics:yolov8n.yaml, at 320x320, BatchNorm fused).
-Weights are random (`weights=None`, the yaml alone): nothing is downloaded. Export: the
-TorchScript exporter (`dynamo=False`), opset 17.
+Weights are random (`weights=None`, the yaml alone): nothing is downloaded; BatchNorm
+statistics and zero biases are randomized too (seeded), as training leaves them, so that no
+two layers share a bias (`distinct_statistics`). Export: the TorchScript exporter
+(`dynamo=False`), opset 17.
 
 Needs torch and torchvision (and ultralytics for its models): large, not installed by CI;
 the CI checks the operators these exports hold with tools/onnx/op_models.py.
@@ -25,14 +27,42 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+def distinct_statistics(net, seed=0):
+    """Gives every BatchNorm random statistics and affine parameters and every all-zero
+    convolution or linear bias small random values (seeded), as training leaves them.
+
+    Why: an untrained network's BatchNorms fold into identical all-zero biases, which
+    torch.onnx.export stores once and shares between the layers through `Identity`;
+    quantize_static then quantizes the shared tensor with its first reader's scale, and
+    ONNX Runtime runs the other readers in float (ResNet-50: 47 convolutions), so a
+    benchmark would time ONNX Runtime's float path and compare against its float roundings.
+    With distinct biases, as a trained network has, every layer is quantized for itself."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(n, generator=g) + 0.5)
+                if m.affine:
+                    m.weight.copy_(torch.rand(n, generator=g) + 0.5)
+                    m.bias.copy_(torch.randn(n, generator=g) * 0.1)
+            elif isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) and m.bias is not None:
+                if not torch.any(m.bias != 0):
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.01)
+    return net
+
+
 def build(name):
-    """The float network and its input size."""
+    """The float network and its input size (BatchNorm statistics and zero biases made
+    distinct: `distinct_statistics`)."""
     import torch
     import torchvision
     if name.startswith("ultralytics:"):
         os.environ.setdefault("YOLO_OFFLINE", "1")
         from ultralytics import YOLO
-        net = YOLO(name.split(":", 1)[1]).model.fuse().eval()
+        net = distinct_statistics(YOLO(name.split(":", 1)[1]).model).fuse().eval()
         for m in net.modules():  # the export head: one output tensor, as `model.export` writes
             if hasattr(m, "export"):
                 m.export = True
@@ -41,7 +71,8 @@ def build(name):
         return net, 320
     if name.startswith("seg_"):
         ctor = getattr(torchvision.models.segmentation, name[4:])
-        inner = ctor(weights=None, weights_backbone=None, num_classes=21, aux_loss=False).eval()
+        inner = distinct_statistics(
+            ctor(weights=None, weights_backbone=None, num_classes=21, aux_loss=False)).eval()
 
         class Out(torch.nn.Module):
             def __init__(self, m):
@@ -51,7 +82,7 @@ def build(name):
             def forward(self, x):
                 return self.m(x)["out"]
         return Out(inner).eval(), 320
-    return getattr(torchvision.models, name)(weights=None).eval(), 224
+    return distinct_statistics(getattr(torchvision.models, name)(weights=None)).eval(), 224
 
 
 def main():
