@@ -472,37 +472,16 @@ impl Lowerer<'_> {
         (x_q, y_q, relu): (QParams, QParams, bool),
         clamp: Option<(i8, i8)>,
     ) -> Option<usize> {
-        let unfold = Unfold::of(win, in_c, batch, 1)?;
-        let shape = ConvShape {
-            in_c: unfold.channels(in_c),
-            out_c,
-            k: 1,
-            stride: 1,
-            pad: 0,
-        };
-        let layer = Conv2d::new(
-            shape,
-            packed.to_vec(),
-            w_scales.to_vec(),
-            bias.to_vec(),
-            x_q,
-            y_q,
-            relu,
-        )
-        .ok()?;
-        self.touch(src);
-        let pixels = batch * win.out_h * win.out_w;
-        let unfolded = self.new_buf(pixels * unfold.channels(in_c));
-        self.steps.push(Step::Unfold {
-            unfold,
-            c: in_c,
-            batch,
-            fill: x_q.zero_point,
+        let (layer, unfolded) = self.unfold(
+            packed,
+            win,
+            (batch, in_c, out_c),
             src,
-            dst: unfolded,
-        });
+            (w_scales, bias),
+            (x_q, y_q, relu),
+        )?;
         self.touch(unfolded);
-        let dst = self.new_buf(pixels * out_c);
+        let dst = self.new_buf(batch * win.out_h * win.out_w * out_c);
         self.steps.push(Step::Conv {
             imp: ConvImpl::Dense(Box::new(layer)),
             batch,
@@ -531,6 +510,37 @@ impl Lowerer<'_> {
         w_scales: &[f32],
         x_q: QParams,
     ) -> Option<(Conv2d, T)> {
+        let bias = vec![0; out_c];
+        let (layer, unfolded) = self.unfold(
+            packed,
+            win,
+            (batch, in_c, out_c),
+            x.buf,
+            (w_scales, &bias),
+            (x_q, x_q, false),
+        )?;
+        let t = T {
+            buf: unfolded,
+            shape: vec![batch, layer.in_c, win.out_h, win.out_w],
+            layout: Layout::Nhwc,
+            q: x_q,
+        };
+        Some((layer, t))
+    }
+
+    /// The pointwise dense layer over `win`'s unfolded taps (`kh · kw · in_c` channels) and
+    /// the `Step::Unfold` that writes its input from `src`; returns the layer and the
+    /// unfolded buffer, or `None`, emitting nothing, when the unfolded image would be too
+    /// large ([`Unfold::of`]) or the layer cannot be built (its accumulator bound).
+    fn unfold(
+        &mut self,
+        packed: &[i8],
+        win: &Window,
+        (batch, in_c, out_c): (usize, usize, usize),
+        src: usize,
+        (w_scales, bias): (&[f32], &[i32]),
+        (x_q, y_q, relu): (QParams, QParams, bool),
+    ) -> Option<(Conv2d, usize)> {
         let unfold = Unfold::of(win, in_c, batch, 1)?;
         let shape = ConvShape {
             in_c: unfold.channels(in_c),
@@ -539,35 +549,19 @@ impl Lowerer<'_> {
             stride: 1,
             pad: 0,
         };
-        let bias = vec![0; out_c];
-        let layer = Conv2d::new(
-            shape,
-            packed.to_vec(),
-            w_scales.to_vec(),
-            bias,
-            x_q,
-            x_q,
-            false,
-        )
-        .ok()?;
-        self.touch(x.buf);
-        let pixels = batch * win.out_h * win.out_w;
-        let unfolded = self.new_buf(pixels * unfold.channels(in_c));
+        let (w, b) = (packed.to_vec(), bias.to_vec());
+        let layer = Conv2d::new(shape, w, w_scales.to_vec(), b, x_q, y_q, relu).ok()?;
+        self.touch(src);
+        let unfolded = self.new_buf(batch * win.out_h * win.out_w * unfold.channels(in_c));
         self.steps.push(Step::Unfold {
             unfold,
             c: in_c,
             batch,
             fill: x_q.zero_point,
-            src: x.buf,
+            src,
             dst: unfolded,
         });
-        let t = T {
-            buf: unfolded,
-            shape: vec![batch, unfold.channels(in_c), win.out_h, win.out_w],
-            layout: Layout::Nhwc,
-            q: x_q,
-        };
-        Some((layer, t))
+        Some((layer, unfolded))
     }
 
     /// Emits a dilated convolution as three steps (see [`Phases`]): split the input into
