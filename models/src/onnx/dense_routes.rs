@@ -229,6 +229,18 @@ impl Unfold {
         self.win.kh * self.win.kw * c
     }
 
+    /// The pointwise dense convolution of the unfolded image (`c` channels in the original
+    /// image, `out_c` out): 1×1, stride 1, no padding.
+    pub fn pointwise(&self, c: usize, out_c: usize) -> crate::conv::ConvShape {
+        crate::conv::ConvShape {
+            in_c: self.channels(c),
+            out_c,
+            k: 1,
+            stride: 1,
+            pad: 0,
+        }
+    }
+
     /// Unfolded rows from NHWC images of `c` channels: `rows` are output rows (`batch ·
     /// out_h` in all) of `out_w · kh · kw · c` bytes; `out` holds exactly those rows.
     pub fn run(&self, c: usize, fill: i8, input: &[i8], out: &mut [i8], rows: Range<usize>) {
@@ -499,13 +511,7 @@ mod phase_tests {
     ) {
         let unfold = Unfold::of(&win, in_c, batch, 1).expect("an unfoldable convolution");
         let c = case(win, (in_c, out_c, batch), seed, relu);
-        let shape = ConvShape {
-            in_c: unfold.channels(in_c),
-            out_c,
-            k: 1,
-            stride: 1,
-            pad: 0,
-        };
+        let shape = unfold.pointwise(in_c, out_c);
         let (w_scales, bias) = (c.w_scales.clone(), c.bias.clone());
         let dense =
             Conv2d::new(shape, c.weights.clone(), w_scales, bias, c.x_q, c.y_q, relu).unwrap();

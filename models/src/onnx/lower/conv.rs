@@ -542,13 +542,7 @@ impl Lowerer<'_> {
         (x_q, y_q, relu): (QParams, QParams, bool),
     ) -> Option<(Conv2d, usize)> {
         let unfold = Unfold::of(win, in_c, batch, 1)?;
-        let shape = ConvShape {
-            in_c: unfold.channels(in_c),
-            out_c,
-            k: 1,
-            stride: 1,
-            pad: 0,
-        };
+        let shape = unfold.pointwise(in_c, out_c);
         let (w, b) = (packed.to_vec(), bias.to_vec());
         let layer = Conv2d::new(shape, w, w_scales.to_vec(), b, x_q, y_q, relu).ok()?;
         self.touch(src);
