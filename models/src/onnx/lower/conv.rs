@@ -95,7 +95,7 @@ impl Lowerer<'_> {
     /// as ONNX's semantics say (ONNX Runtime 1.32 computes such a convolution in float when
     /// its bias is not zero: the `bias_scales` op models; an all-zero one it may fuse).
     pub(super) fn bias(
-        &self,
+        &mut self,
         n: &Node,
         idx: usize,
         oc: usize,
@@ -105,8 +105,7 @@ impl Lowerer<'_> {
         if n.input(idx).is_none() {
             return Ok(vec![0; oc]);
         }
-        let v = self.input(n, idx)?;
-        let b: Vec<i32> = match v {
+        let b: Vec<i32> = match self.input(n, idx)? {
             Val::DqC {
                 data:
                     Const {
@@ -121,38 +120,28 @@ impl Lowerer<'_> {
                 data: ConstData::I32(v),
                 ..
             }) => v,
-            Val::C(
-                c @ Const {
-                    data: ConstData::F32(_),
+            v @ (Val::C(Const {
+                data: ConstData::F32(_),
+                ..
+            })
+            | Val::DqC { .. }) => {
+                if let Val::DqC {
+                    data:
+                        Const {
+                            data: ConstData::I32(_),
+                            ..
+                        },
                     ..
-                },
-            ) => c
-                .to_f32()
-                .iter()
-                .zip(w_scales)
-                .map(|(&b, &ws)| crate::quant::quantize_bias(b, x_scale, ws))
-                .collect(),
-            Val::DqC {
-                data, scales, zps, ..
-            } => {
-                if matches!(data.data, ConstData::I32(_)) {
-                    self.rescaled_biases.set(self.rescaled_biases.get() + 1);
+                } = v
+                {
+                    self.rescaled_biases += 1;
                 }
-                let f = data.to_f32();
-                f.iter()
+                // Its float values, quantized to `x_scale · w_scale[c]`.
+                self.float_bias(n, idx, oc, x_scale, w_scales)?
+                    .iter()
                     .enumerate()
-                    .map(|(i, &x)| {
-                        let s = scales[if scales.len() == 1 { 0 } else { i }];
-                        let z = zps[if zps.len() == 1 {
-                            0
-                        } else {
-                            i.min(zps.len() - 1)
-                        }];
-                        crate::quant::quantize_bias(
-                            (x - z as f32) * s,
-                            x_scale,
-                            w_scales[i.min(w_scales.len() - 1)],
-                        )
+                    .map(|(i, &b)| {
+                        crate::quant::quantize_bias(b, x_scale, per_channel(w_scales, i))
                     })
                     .collect()
             }
@@ -227,7 +216,16 @@ impl Lowerer<'_> {
         if float_out {
             let scales = w_scales.iter().map(|&ws| x_q.scale * ws).collect();
             let fbias = self.float_bias(n, 2, oc, x_q.scale, &w_scales)?;
-            let imp = if square_window && groups == 1 {
+            // Square windows run directly on the dense kernels; any other ungrouped one
+            // unfolded onto them (native engine: the pointwise layer reads the unfolded
+            // image); the rest on the general kernel.
+            let direct = square_window && groups == 1;
+            let unfolded = if direct {
+                None
+            } else {
+                self.unfold_for_float(&packed, &win, (b, c, oc, groups), &x, &w_scales, x_q)
+            };
+            let (imp, x_in, in_hw) = if direct {
                 let shape = ConvShape {
                     in_c: c,
                     out_c: oc,
@@ -237,10 +235,16 @@ impl Lowerer<'_> {
                 };
                 let layer = Conv2d::new(shape, packed, w_scales.clone(), bias, x_q, y_q, false)
                     .map_err(|e| n.unsupported(format!("cannot run this convolution: {e}")))?;
-                ConvImpl::Dense(Box::new(layer))
+                (ConvImpl::Dense(Box::new(layer)), x, [h, wd])
+            } else if let Some((layer, unfolded)) = unfolded {
+                (
+                    ConvImpl::Dense(Box::new(layer)),
+                    unfolded,
+                    [win.out_h, win.out_w],
+                )
             } else {
-                // Depthwise (its vectorised kernel), grouped, rectangular, dilated or
-                // asymmetrically padded: the general kernel's exact sums. Requantization
+                // Depthwise (its vectorised kernel), grouped, or an ungrouped one not
+                // unfolded: the general kernel's exact sums. Requantization
                 // settings are unused on this route. Grouped with a square window: one
                 // dense layer per group, storing its exact sums (RegNetX-200MF as ModelOpt
                 // exports it: 14.4 -> 1.8 ms on one thread against the tap loop).
@@ -259,7 +263,7 @@ impl Lowerer<'_> {
                     x_q,
                     false,
                 );
-                ConvImpl::General(Box::new(
+                let general = ConvImpl::General(Box::new(
                     GeneralConv {
                         win,
                         in_c: c,
@@ -276,23 +280,8 @@ impl Lowerer<'_> {
                         grouped,
                     }
                     .prepared(),
-                ))
-            };
-            // Off the dense route, an ungrouped convolution runs unfolded on the dense
-            // kernels (native engine): the pointwise layer reads the unfolded image.
-            let (imp, x_in, in_hw) = match imp {
-                ConvImpl::General(g) if self.unfold_convs && groups == 1 => {
-                    let packed = &g.weights; // as packed above: [oc, kh, kw, c]
-                    match self.unfold_for_float(packed, &win, (b, c, oc), &x, &w_scales, x_q) {
-                        Some((layer, unfolded)) => (
-                            ConvImpl::Dense(Box::new(layer)),
-                            unfolded,
-                            [win.out_h, win.out_w],
-                        ),
-                        None => (ConvImpl::General(g), x.clone(), [h, wd]),
-                    }
-                }
-                imp => (imp, x.clone(), [h, wd]),
+                ));
+                (general, x, [h, wd])
             };
             let y = self.conv_float(
                 imp,
@@ -345,11 +334,11 @@ impl Lowerer<'_> {
         let dense_clamp = (lo > floor || hi < 127).then_some((lo, hi));
         // Off the dense routes, an ungrouped convolution runs unfolded on the dense kernels
         // (native engine), a grouped one or one too large to unfold on the general kernel.
-        if dense.is_none() && self.unfold_convs && groups == 1 {
+        if dense.is_none() {
             if let Some(dst) = self.unfolded_conv(
                 &packed,
                 &win,
-                (b, c, oc),
+                (b, c, oc, groups),
                 x.buf,
                 (&w_scales, &bias),
                 (x_q, y_q, relu),
@@ -466,7 +455,7 @@ impl Lowerer<'_> {
         &mut self,
         packed: &[i8],
         win: &Window,
-        (batch, in_c, out_c): (usize, usize, usize),
+        (batch, in_c, out_c, groups): (usize, usize, usize, usize),
         src: usize,
         (w_scales, bias): (&[f32], &[i32]),
         (x_q, y_q, relu): (QParams, QParams, bool),
@@ -475,7 +464,7 @@ impl Lowerer<'_> {
         let (layer, unfolded) = self.unfold(
             packed,
             win,
-            (batch, in_c, out_c),
+            (batch, in_c, out_c, groups),
             src,
             (w_scales, bias),
             (x_q, y_q, relu),
@@ -505,7 +494,7 @@ impl Lowerer<'_> {
         &mut self,
         packed: &[i8],
         win: &Window,
-        (batch, in_c, out_c): (usize, usize, usize),
+        (batch, in_c, out_c, groups): (usize, usize, usize, usize),
         x: &T,
         w_scales: &[f32],
         x_q: QParams,
@@ -514,7 +503,7 @@ impl Lowerer<'_> {
         let (layer, unfolded) = self.unfold(
             packed,
             win,
-            (batch, in_c, out_c),
+            (batch, in_c, out_c, groups),
             x.buf,
             (w_scales, &bias),
             (x_q, x_q, false),
@@ -530,18 +519,22 @@ impl Lowerer<'_> {
 
     /// The pointwise dense layer over `win`'s unfolded taps (`kh · kw · in_c` channels) and
     /// the `Step::Unfold` that writes its input from `src`; returns the layer and the
-    /// unfolded buffer, or `None`, emitting nothing, when the unfolded image would be too
-    /// large ([`Unfold::of`]) or the layer cannot be built (its accumulator bound).
+    /// unfolded buffer, or `None`, emitting nothing, when this lowering does not unfold
+    /// ([`lower`]'s `unfold_convs`), the convolution is grouped or its unfolded image would
+    /// be too large ([`Unfold::of`]), or the layer cannot be built (its accumulator bound).
     fn unfold(
         &mut self,
         packed: &[i8],
         win: &Window,
-        (batch, in_c, out_c): (usize, usize, usize),
+        (batch, in_c, out_c, groups): (usize, usize, usize, usize),
         src: usize,
         (w_scales, bias): (&[f32], &[i32]),
         (x_q, y_q, relu): (QParams, QParams, bool),
     ) -> Option<(Conv2d, usize)> {
-        let unfold = Unfold::of(win, in_c, batch, 1)?;
+        if !self.unfold_convs {
+            return None;
+        }
+        let unfold = Unfold::of(win, in_c, batch, groups)?;
         let shape = unfold.pointwise(in_c, out_c);
         let (w, b) = (packed.to_vec(), bias.to_vec());
         let layer = Conv2d::new(shape, w, w_scales.to_vec(), b, x_q, y_q, relu).ok()?;
@@ -905,14 +898,19 @@ fn bias_scale_is_product(
     w_scales: &[f32],
     len: usize,
 ) -> bool {
-    let per = |v: &[f32], i: usize| v[if v.len() == 1 { 0 } else { i.min(v.len() - 1) }];
     zps.iter().all(|&z| z == 0)
         && !scales.is_empty()
         && !w_scales.is_empty()
         && (0..len).all(|i| {
-            let want = x_scale * per(w_scales, i);
-            (per(scales, i) - want).abs() <= 1e-6 * want.abs()
+            let want = x_scale * per_channel(w_scales, i);
+            (per_channel(scales, i) - want).abs() <= 1e-6 * want.abs()
         })
+}
+
+/// Channel `i`'s value of a per-channel parameter, or the one value of a per-tensor one (the
+/// last when `v` is shorter; `v` must not be empty).
+pub(super) fn per_channel<T: Copy>(v: &[T], i: usize) -> T {
+    v[i.min(v.len() - 1)]
 }
 
 /// A convolution's bias input that is not a constant.

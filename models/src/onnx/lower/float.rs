@@ -161,7 +161,6 @@ impl Lowerer<'_> {
         if n.input(idx).is_none() {
             return Ok(vec![0.0; oc]);
         }
-        let per = |v: &[f32], i: usize| v[if v.len() == 1 { 0 } else { i.min(v.len() - 1) }];
         let b: Vec<f32> = match self.input(n, idx)? {
             Val::C(
                 c @ Const {
@@ -174,7 +173,7 @@ impl Lowerer<'_> {
                 .to_f32()
                 .iter()
                 .enumerate()
-                .map(|(i, &q)| q * (x_scale * per(w_scales, i)))
+                .map(|(i, &q)| q * (x_scale * super::conv::per_channel(w_scales, i)))
                 .collect(),
             Val::DqC {
                 data, scales, zps, ..
@@ -184,8 +183,12 @@ impl Lowerer<'_> {
                     .iter()
                     .enumerate()
                     .map(|(i, &q)| {
-                        let z = if zf.is_empty() { 0.0 } else { per(&zf, i) };
-                        (q - z) * per(&scales, i)
+                        let z = if zf.is_empty() {
+                            0.0
+                        } else {
+                            super::conv::per_channel(&zf, i)
+                        };
+                        (q - z) * super::conv::per_channel(&scales, i)
                     })
                     .collect()
             }

@@ -133,7 +133,7 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
         consumers: HashMap::new(),
         macs: 0,
         weight_bytes: 0,
-        rescaled_biases: std::cell::Cell::new(0),
+        rescaled_biases: 0,
         outputs: HashSet::new(),
     };
     for (i, n) in g.nodes.iter().enumerate() {
@@ -286,7 +286,7 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
         outputs,
         macs: l.macs,
         weight_bytes: l.weight_bytes,
-        rescaled_biases: l.rescaled_biases.get(),
+        rescaled_biases: l.rescaled_biases,
     })
 }
 
@@ -314,7 +314,7 @@ struct Lowerer<'g> {
     macs: u64,
     weight_bytes: usize,
     /// Biases requantized from another scale ([`Lowered::rescaled_biases`]).
-    rescaled_biases: std::cell::Cell<usize>,
+    rescaled_biases: usize,
     outputs: HashSet<String>,
 }
 
