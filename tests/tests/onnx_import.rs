@@ -157,6 +157,13 @@ fn manifests(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// The model file a reference manifest names (next to the manifest).
+fn model_of(manifest: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    manifest.with_file_name(v["model"].as_str().unwrap())
+}
+
 /// True when the model holds an operator ONNX Runtime computes with another float formula
 /// (or is in TensorRT-style placement).
 fn has_float_formula_op(manifest: &Path) -> bool {
@@ -513,9 +520,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
         ],
     );
     for m in manifests(&dir) {
-        let text = std::fs::read_to_string(&m).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let model = dir.join(v["model"].as_str().unwrap());
+        let model = model_of(&m);
         let mut e = NativeEngine::load(&model).unwrap();
         // Which convolutions run on the general kernel: depthwise and dilated grouped ones;
         // a dilated "same" convolution runs on the dense kernels (as dilation phases), a
@@ -670,12 +675,8 @@ fn unfolded_convolutions_give_the_general_kernels_outputs() {
     );
     let mut checked = 0;
     for m in manifests(&dir) {
-        let text = std::fs::read_to_string(&m).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let Some(file) = v["model"].as_str() else {
-            continue;
-        };
-        let model = dir.join(file);
+        let model = model_of(&m);
+        let file = &model.file_name().unwrap().to_string_lossy().into_owned();
         let mut unfolded = NativeEngine::load(&model).unwrap();
         let general_opts = NativeOptions {
             unfold_convs: false,
@@ -1085,9 +1086,7 @@ fn nan_and_infinite_inputs_quantize_as_onnx_runtime_does() {
     );
     let mut checked = 0;
     for m in manifests(&dir) {
-        let text = std::fs::read_to_string(&m).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let model = dir.join(v["model"].as_str().unwrap());
+        let model = model_of(&m);
         let mut native = NativeEngine::load(&model).unwrap();
         let opts = OrtOptions {
             qdq_int8_allowed: true,
