@@ -194,6 +194,26 @@ impl Binary {
             if sa == 1 && sb == 1 {
                 let (a, b) = (&a[oa + col..oa + col + n], &b[ob + col..ob + col + n]);
                 self.contiguous(isa, a, b, &mut out[o..o + n]);
+            } else if (sa, sb) == (1, 0) || (sa, sb) == (0, 1) {
+                // One operand's row, the other's one value along it (a per-head scale of
+                // attention logits): that value repeated in a stack row, so the row runs
+                // through the vectorised contiguous loop, in pieces of `SPLAT`.
+                const SPLAT: usize = 256;
+                let (row, v, row_is_a) = if sa == 1 {
+                    (&a[oa + col..oa + col + n], b[ob], true)
+                } else {
+                    (&b[ob + col..ob + col + n], a[oa], false)
+                };
+                let splat = [v; SPLAT];
+                for (k, piece) in row.chunks(SPLAT).enumerate() {
+                    let dst = &mut out[o + k * SPLAT..o + k * SPLAT + piece.len()];
+                    let other = &splat[..piece.len()];
+                    if row_is_a {
+                        self.contiguous(isa, piece, other, dst);
+                    } else {
+                        self.contiguous(isa, other, piece, dst);
+                    }
+                }
             } else {
                 for k in 0..n {
                     out[o + k] = self.one(a[oa + (col + k) * sa], b[ob + (col + k) * sb]);

@@ -244,49 +244,63 @@ fn binary_reference(op: &Binary, a: &[i8], b: &[i8]) -> Vec<i8> {
 #[test]
 fn broadcast_binaries_follow_their_strides_for_any_split() {
     let mut g = SplitMix64::stream(13, 0);
-    let shape = vec![2, 5, 7, 13];
-    let dense = vec![5 * 7 * 13, 7 * 13, 13, 1];
-    // A per-channel row (NHWC), a scalar, a per-row column, and a dense operand.
-    let others: [(Vec<usize>, usize); 4] = [
-        (vec![0, 0, 0, 1], 13),
-        (vec![0, 0, 0, 0], 1),
-        (vec![0, 7, 1, 0], 35),
-        (dense.clone(), 2 * 5 * 7 * 13),
+    // A per-channel row (NHWC), a scalar, a per-row column, and a dense operand; then rows
+    // longer than the per-row column's stack piece (attention scores by a per-head scale).
+    let cases: [(Vec<usize>, Vec<(Vec<usize>, usize)>); 2] = [
+        (
+            vec![2, 5, 7, 13],
+            vec![
+                (vec![0, 0, 0, 1], 13),
+                (vec![0, 0, 0, 0], 1),
+                (vec![0, 7, 1, 0], 35),
+                (vec![5 * 7 * 13, 7 * 13, 13, 1], 2 * 5 * 7 * 13),
+            ],
+        ),
+        (
+            vec![1, 2, 3, 600],
+            vec![(vec![0, 1, 0, 0], 2), (vec![0, 3, 1, 0], 6)],
+        ),
     ];
-    let n: usize = shape.iter().product();
-    for (kind, (strides, len)) in [
-        BinaryKind::Mul(MulParams::new(0.031, 0.007, 0.0013, 1, false)),
-        BinaryKind::MulDequantized,
-        BinaryKind::Div,
-        BinaryKind::Sub,
-        BinaryKind::Add(ADD),
-    ]
-    .into_iter()
-    .flat_map(|k| others.iter().map(move |o| (k, o)))
-    {
-        for other_is_a in [false, true] {
-            let (a_strides, b_strides) = if other_is_a {
-                (strides.clone(), dense.clone())
-            } else {
-                (dense.clone(), strides.clone())
-            };
-            let (la, lb) = if other_is_a { (*len, n) } else { (n, *len) };
-            let (a, b) = (bytes(&mut g, la), bytes(&mut g, lb));
-            let op = test_binary(kind, shape.clone(), a_strides, b_strides);
-            let want = binary_reference(&op, &a, &b);
-            for isa in Isa::available() {
-                // Split mid-row, as the lanes may.
-                for cut in [0, 6, 13, 500, n] {
-                    let mut got = vec![0x55i8; n];
-                    let (lo, hi) = got.split_at_mut(cut);
-                    op.run(isa, &a, &b, lo, 0..cut);
-                    op.run(isa, &a, &b, hi, cut..n);
-                    assert_eq!(
-                        got,
-                        want,
-                        "{} {kind:?} strides {strides:?} cut {cut}",
-                        isa.name()
-                    );
+    for (shape, others) in &cases {
+        let dense: Vec<usize> = (0..shape.len())
+            .map(|d| shape[d + 1..].iter().product())
+            .collect();
+        let shape = shape.clone();
+        let n: usize = shape.iter().product();
+        for (kind, (strides, len)) in [
+            BinaryKind::Mul(MulParams::new(0.031, 0.007, 0.0013, 1, false)),
+            BinaryKind::MulDequantized,
+            BinaryKind::Div,
+            BinaryKind::Sub,
+            BinaryKind::Add(ADD),
+        ]
+        .into_iter()
+        .flat_map(|k| others.iter().map(move |o| (k, o)))
+        {
+            for other_is_a in [false, true] {
+                let (a_strides, b_strides) = if other_is_a {
+                    (strides.clone(), dense.clone())
+                } else {
+                    (dense.clone(), strides.clone())
+                };
+                let (la, lb) = if other_is_a { (*len, n) } else { (n, *len) };
+                let (a, b) = (bytes(&mut g, la), bytes(&mut g, lb));
+                let op = test_binary(kind, shape.clone(), a_strides, b_strides);
+                let want = binary_reference(&op, &a, &b);
+                for isa in Isa::available() {
+                    // Split mid-row, as the lanes may.
+                    for cut in [0, 6, 13, 500, n.min(1700), n] {
+                        let mut got = vec![0x55i8; n];
+                        let (lo, hi) = got.split_at_mut(cut);
+                        op.run(isa, &a, &b, lo, 0..cut);
+                        op.run(isa, &a, &b, hi, cut..n);
+                        assert_eq!(
+                            got,
+                            want,
+                            "{} {kind:?} strides {strides:?} cut {cut}",
+                            isa.name()
+                        );
+                    }
                 }
             }
         }
