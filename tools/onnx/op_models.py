@@ -954,6 +954,102 @@ def _(g):
     g.output(g.gemm(first, 3), "cls")
 
 
+# Float reductions and row broadcasts (quantize_static leaves ReduceL2, Sqrt, Pow, ... in
+# float between DequantizeLinear and QuantizeLinear): F.normalize (a re-ID embedding, Swin-V2's
+# cosine attention), a layer norm written out as opset-13 exports write it, and the other
+# reductions over channels and over tokens.
+def _normalize(g, x, axis):
+    """F.normalize(x, dim=axis): x / max(||x||, eps), the norm expanded to x's shape."""
+    n = list(g.shape[x])
+    n[axis] = 1
+    norm = g.node("ReduceL2", [x], tuple(n), axes=[axis], keepdims=1)
+    norm = g.node("Clip", [norm, g.const(np.float32(1e-12)), ""], tuple(n))
+    sh = g.node("Shape", [x], (len(g.shape[x]),))
+    return g.node("Div", [x, g.node("Expand", [norm, sh], g.shape[x])], g.shape[x])
+
+
+@case("normalize_rows")
+def _(g):
+    g.formats = ["qdq"]
+    x = g.conv(g.input(X), 6, 3)
+    t = g.transpose(g.reshape(x, [1, 6, -1]), [0, 2, 1])  # [1, T, 6] tokens
+    g.output(g.matmul(_normalize(g, t, 2), 5), "tokens")
+    g.output(g.conv(_normalize(g, x, 1), 4, 1, pads=P0), "channels")
+
+
+def _layer_norm_decomposed(g, x, axis):
+    """LayerNorm as an opset-13 export writes it: mean, centre, mean square, sqrt, divide."""
+    n = list(g.shape[x])
+    c = n[axis]
+    n[axis] = 1
+    mean = g.node("ReduceMean", [x], tuple(n), axes=[axis], keepdims=1)
+    d = g.node("Sub", [x, mean], g.shape[x])
+    var = g.node("ReduceMean", [g.node("Pow", [d, g.const(np.float32(2.0))], g.shape[x])], tuple(n),
+                 axes=[axis], keepdims=1)
+    std = g.node("Sqrt", [g.node("Add", [var, g.const(np.float32(1e-5))], tuple(n))], tuple(n))
+    y = g.node("Div", [d, std], g.shape[x])
+    shape = [1] * len(g.shape[x])
+    shape[axis] = c
+    gamma = g.const(g.rng.uniform(0.5, 1.5, c).astype(np.float32).reshape(shape), "s")
+    beta = g.const(g.rng.normal(0.0, 0.2, c).astype(np.float32).reshape(shape), "b")
+    return g.node("Add", [g.node("Mul", [y, gamma], g.shape[x]), beta], g.shape[x])
+
+
+@case("layernorm_decomposed")
+def _(g):
+    g.formats = ["qdq"]
+    g.opset = 13
+    x = g.conv(g.input(X), 6, 3)
+    t = g.transpose(g.reshape(x, [1, 6, -1]), [0, 2, 1])
+    g.output(g.matmul(_layer_norm_decomposed(g, t, 2), 5), "tokens")
+    g.output(g.conv(_layer_norm_decomposed(g, x, 1), 4, 1, pads=P0), "channels")
+
+
+@case("reductions")
+def _(g):
+    # Each reduction then an Add (quantized by quantize_static), so its result is quantized
+    # and a last-bit difference of ONNX Runtime's summation order shows as at most a step.
+    g.formats = ["qdq"]
+    x = g.conv(g.input(X), 6, 3)
+    axes = g.const(np.array([1], dtype=np.int64), "i")  # ReduceSum's axes are an input
+    out = lambda r, name: g.output(g.add(r, g.const(np.float32(0.5))), name)
+    out(g.node("ReduceSum", [x, axes], (1, 1, 13, 11), keepdims=1), "sum_channels")
+    out(g.node("ReduceMax", [x], (1, 6, 11), axes=[2], keepdims=0), "max_height")
+    out(g.node("ReduceMin", [x], (1, 6, 13, 1), axes=[-1], keepdims=1), "min_width")
+    out(g.node("ReduceL1", [x], (1, 13, 11), axes=[1], keepdims=0), "l1_channels")
+    out(g.node("ReduceSumSquare", [x], (1, 6), axes=[2, 3], keepdims=0), "sumsq_spatial")
+    out(g.node("ReduceMean", [x], (1, 1, 1, 1), keepdims=1), "mean_all")
+
+
+# Swin-V2's window attention: a per-head logit scale (Exp of a clipped parameter) and a
+# position bias from an MLP of a constant coordinate table (Sigmoid, times 16): subgraphs of
+# parameters only, folded at load (their weights quantized by quantize_static too). The
+# quantized Mul of the scores by the per-head scale runs one scalar along each row.
+@case("attention_constant_bias")
+def _(g):
+    g.formats = ["qdq"]
+    x = g.conv(g.input((1, 5, 24, 22)), 8, 3)
+    t = g.transpose(g.reshape(x, [1, 8, -1]), [0, 2, 1])  # [1, T, 8], T = 528
+    T = g.shape[t][1]
+
+    def heads(y):  # [1, T, 8] -> [1, 2, T, 4]
+        return g.transpose(g.reshape(y, [1, T, 2, 4]), [0, 2, 1, 3])
+    q, k = heads(g.matmul(t, 8)), heads(g.matmul(t, 8))
+    scores = g.node("MatMul", [q, g.transpose(k, [0, 1, 3, 2])], (1, 2, T, T))
+    logit = g.const(np.log(10 * np.ones((2, 1, 1), dtype=np.float32)) * g.rng.uniform(0.8, 1.2, (2, 1, 1)).astype(np.float32), "p")
+    scale = g.node("Exp", [g.node("Clip", [logit, "", g.const(np.float32(np.log(100.0)))], (2, 1, 1))], (2, 1, 1))
+    scores = g.node("Mul", [scores, scale], (1, 2, T, T))
+    table = g.const(g.rng.uniform(-1, 1, (T, 2)).astype(np.float32), "t")
+    w1 = g.const(g.rng.normal(0, 0.5, (2, 16)).astype(np.float32), "w")
+    w2 = g.const(g.rng.normal(0, 0.5, (16, 2)).astype(np.float32), "w")
+    hidden = g.node("Relu", [g.node("MatMul", [table, w1], (T, 16))], (T, 16))
+    bias = g.node("Transpose", [g.node("MatMul", [hidden, w2], (T, 2))], (2, T), perm=[1, 0])
+    bias = g.node("Mul", [g.node("Sigmoid", [bias], (2, T)), g.const(np.float32(16.0))], (2, T))
+    bias = g.node("Unsqueeze", [bias, g.const(np.array([1], dtype=np.int64), "i")], (2, 1, T))
+    scores = g.node("Add", [scores, bias], (1, 2, T, T))
+    g.output(g.node("Softmax", [scores], (1, 2, T, T), axis=-1))
+
+
 # Quantized Mul as ONNX Runtime runs it (QLinearMul: the debiased integers' product times
 # one float ratio sa·sb/sy, plus the stored zero point, rounded): a tensor by a scalar that is
 # no power of two (an attention's q·d^-0.5, which Swin writes as Pow(32, -0.5) of constants),

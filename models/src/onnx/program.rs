@@ -29,7 +29,7 @@ use chunks::{
 pub(crate) use fusion::{fuse_residual_adds, fuse_tables};
 pub(crate) use step::{
     ConvImpl, DeconvGeom, FloatBinaryOp, FloatPool, FloatUnaryOp, NormOp, Operand, OutKind,
-    PhaseDir, Residual, Step,
+    PhaseDir, ReduceOp, Residual, Step,
 };
 
 /// The compiled model.
@@ -108,7 +108,9 @@ impl Program {
                     } => return conv_name(imp, *batch, *in_h, *in_w, " float out"),
                     Step::Dequantize { .. } => ("dequantize", 0),
                     Step::FloatBinary { .. } => ("float binary", 0),
-                    Step::FloatBinaryChannels { .. } => ("float binary per channel", 0),
+                    Step::FloatBinaryBroadcast { .. } => ("float binary broadcast", 0),
+                    Step::FloatRepeat { .. } => ("float expand", 0),
+                    Step::FloatReduce { .. } => ("float reduce", 0),
                     Step::FloatBinaryConst { .. } => ("float binary with a constant", 0),
                     Step::FloatPool {
                         kind: FloatPool::Max,
@@ -349,25 +351,81 @@ impl Program {
                         })?;
                     }
                 }
-                Step::FloatBinaryChannels {
+                Step::FloatBinaryBroadcast {
                     op,
                     full,
-                    chan,
+                    part,
                     full_is_a,
-                    c,
-                    pixels,
-                    per_image,
+                    outer,
+                    times,
+                    inner,
                     dst,
                 } => {
-                    let (xf, xc) = (view_f32(*full), view_f32(*chan));
-                    let (c, per_image) = (*c, (*per_image).max(1));
-                    split_rows_f32(lanes, base, &bufs[*dst], (*pixels, c, c), &|r, y| {
-                        for (p, y) in r.zip(y.chunks_exact_mut(c.max(1))) {
-                            let img = p / per_image;
-                            let (u, v) = (&xf[p * c..(p + 1) * c], &xc[img * c..(img + 1) * c]);
-                            let (a, b) = if *full_is_a { (u, v) } else { (v, u) };
-                            kernels::float::binary(isa, *op, a, b, y);
-                        }
+                    let (xf, xp) = (view_f32(*full), view_f32(*part));
+                    let (op, full_is_a) = (*op, *full_is_a);
+                    let (times, inner) = ((*times).max(1), (*inner).max(1));
+                    if inner == 1 {
+                        // One value of `part` per run of `times` elements of `full`.
+                        let rows = (*outer, times, times);
+                        split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                            for (o, y) in r.zip(y.chunks_exact_mut(times)) {
+                                let u = &xf[o * times..(o + 1) * times];
+                                kernels::float::binary_scalar(isa, op, u, xp[o], full_is_a, y);
+                            }
+                        })?;
+                    } else {
+                        let rows = (outer * times, inner, inner);
+                        split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                            for (row, y) in r.zip(y.chunks_exact_mut(inner)) {
+                                let o = row / times;
+                                let u = &xf[row * inner..(row + 1) * inner];
+                                let v = &xp[o * inner..(o + 1) * inner];
+                                let (a, b) = if full_is_a { (u, v) } else { (v, u) };
+                                kernels::float::binary(isa, op, a, b, y);
+                            }
+                        })?;
+                    }
+                }
+                Step::FloatRepeat {
+                    src,
+                    outer,
+                    times,
+                    inner,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let (times, inner) = ((*times).max(1), (*inner).max(1));
+                    if inner == 1 {
+                        // One value filling each run of `times`.
+                        let rows = (*outer, times, times);
+                        split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                            for (o, y) in r.zip(y.chunks_exact_mut(times)) {
+                                y.fill(x[o]);
+                            }
+                        })?;
+                    } else {
+                        let rows = (outer * times, inner, inner);
+                        split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                            for (row, y) in r.zip(y.chunks_exact_mut(inner)) {
+                                let o = row / times;
+                                y.copy_from_slice(&x[o * inner..(o + 1) * inner]);
+                            }
+                        })?;
+                    }
+                }
+                Step::FloatReduce {
+                    op,
+                    blocks,
+                    len,
+                    inner,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let (len, inner) = (*len, (*inner).max(1));
+                    let rows = (*blocks, inner, len * inner);
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                        kernels::float::reduce(isa, *op, len, inner, x, r.start, y);
                     })?;
                 }
                 Step::FloatPool {

@@ -670,7 +670,9 @@ impl LaunchPlan {
                 Step::ConvFloat { .. }
                 | Step::Dequantize { .. }
                 | Step::FloatBinary { .. }
-                | Step::FloatBinaryChannels { .. }
+                | Step::FloatBinaryBroadcast { .. }
+                | Step::FloatRepeat { .. }
+                | Step::FloatReduce { .. }
                 | Step::FloatBinaryConst { .. }
                 | Step::FloatPool { .. }
                 | Step::FloatGlobalAvgPool { .. }

@@ -11,7 +11,7 @@
 
 use super::super::isa::multiversion;
 use super::{round_magic, Tap};
-use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp};
+use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp, ReduceOp};
 use std::ops::Range;
 
 /// `e^x` in `f32` from basic operations only: `x = n·ln2 + r` (`n` rounded to nearest with
@@ -315,6 +315,14 @@ multiversion! {
             FloatUnaryOp::Tanh => out.iter_mut().zip(x).for_each(|(d, &v)| *d = tanh_poly(v)),
             FloatUnaryOp::Softplus => out.iter_mut().zip(x).for_each(|(d, &v)| *d = softplus(v)),
             FloatUnaryOp::Mish => out.iter_mut().zip(x).for_each(|(d, &v)| *d = mish(v)),
+            FloatUnaryOp::Sqrt => out.iter_mut().zip(x).for_each(|(d, &v)| *d = v.sqrt()),
+            FloatUnaryOp::Reciprocal => out.iter_mut().zip(x).for_each(|(d, &v)| *d = 1.0 / v),
+            FloatUnaryOp::Abs => out.iter_mut().zip(x).for_each(|(d, &v)| *d = v.abs()),
+            FloatUnaryOp::Log => out
+                .iter_mut()
+                .zip(x)
+                .for_each(|(d, &v)| *d = redline_runtime::det_math::ln(v)),
+            FloatUnaryOp::Square => out.iter_mut().zip(x).for_each(|(d, &v)| *d = v * v),
             FloatUnaryOp::Erf => {
                 out.iter_mut().zip(x).for_each(|(d, &v)| *d = erf_small(v));
                 out.iter_mut().zip(x).for_each(|(d, &v)| {
@@ -538,11 +546,194 @@ multiversion! {
     }
 }
 
+/// `a` and `b` combined by a reduction's pairwise rule: the larger or smaller (NaN wins,
+/// so a NaN anywhere in a row reaches its result whatever the order), else the sum.
+#[inline(always)]
+fn reduce_pair(op: ReduceOp, a: f32, b: f32) -> f32 {
+    match op {
+        ReduceOp::Max if a.is_nan() || b.is_nan() => f32::NAN,
+        ReduceOp::Max => a.max(b),
+        ReduceOp::Min if a.is_nan() || b.is_nan() => f32::NAN,
+        ReduceOp::Min => a.min(b),
+        _ => a + b,
+    }
+}
+
+/// What a reduction sums for one value (`x`, `x²` or `|x|`); Max and Min take `x`.
+#[inline(always)]
+fn reduce_term(op: ReduceOp, v: f32) -> f32 {
+    match op {
+        ReduceOp::SumSquare | ReduceOp::L2 => v * v,
+        ReduceOp::L1 => v.abs(),
+        _ => v,
+    }
+}
+
+/// The row's value from its [`SUM_WAYS`] partials: [`sum_partials`]' tree with the
+/// reduction's own pairwise rule.
+#[inline(always)]
+fn reduce_tree(op: ReduceOp, p: &[f32; SUM_WAYS]) -> f32 {
+    let pair = |a: f32, b: f32| reduce_pair(op, a, b);
+    pair(
+        pair(pair(p[0], p[4]), pair(p[2], p[6])),
+        pair(pair(p[1], p[5]), pair(p[3], p[7])),
+    )
+}
+
+/// A reduction's result from its combined value over `len` elements.
+#[inline(always)]
+fn reduce_finish(op: ReduceOp, s: f32, len: usize) -> f32 {
+    match op {
+        ReduceOp::Mean => s / len as f32,
+        ReduceOp::L2 => s.sqrt(),
+        _ => s,
+    }
+}
+
+/// The value a reduction starts from.
+#[inline(always)]
+fn reduce_start(op: ReduceOp) -> f32 {
+    match op {
+        ReduceOp::Max => f32::NEG_INFINITY,
+        ReduceOp::Min => f32::INFINITY,
+        _ => 0.0,
+    }
+}
+
+multiversion! {
+    /// Blocks `first..` of a [`Step::FloatReduce`](crate::onnx::program::Step::FloatReduce)
+    /// (each block `len · inner` elements), `inner` results each, as many blocks as `out`
+    /// holds. Every result combines its values in the canonical order ([`SUM_WAYS`]
+    /// partials `j mod 8` in index order, then [`sum_partials`]' tree), whether the values
+    /// are contiguous (`inner == 1`) or strided (results in the lanes): the same bits
+    /// either way, on every ISA.
+    pub(crate) fn reduce(op: ReduceOp, len: usize, inner: usize, x: &[f32], first: usize, out: &mut [f32]) {
+        let inner = inner.max(1);
+        let block = len * inner;
+        for (b, y) in out.chunks_exact_mut(inner).enumerate() {
+            let xb = &x[(first + b) * block..(first + b + 1) * block];
+            if inner == 1 {
+                // A contiguous row: the partials are a vector.
+                let mut p = [reduce_start(op); SUM_WAYS];
+                let mut chunks = xb.chunks_exact(SUM_WAYS);
+                for c in &mut chunks {
+                    for (p, &v) in p.iter_mut().zip(c) {
+                        *p = reduce_pair(op, *p, reduce_term(op, v));
+                    }
+                }
+                for (p, &v) in p.iter_mut().zip(chunks.remainder()) {
+                    *p = reduce_pair(op, *p, reduce_term(op, v));
+                }
+                y[0] = reduce_finish(op, reduce_tree(op, &p), len);
+                continue;
+            }
+            let mut i = 0;
+            while i < inner {
+                let w = NORM_BLOCK.min(inner - i);
+                let mut parts = [[reduce_start(op); NORM_BLOCK]; SUM_WAYS];
+                for j in 0..len {
+                    let p = &mut parts[j % SUM_WAYS];
+                    for (p, &v) in p[..w].iter_mut().zip(&xb[j * inner + i..j * inner + i + w]) {
+                        *p = reduce_pair(op, *p, reduce_term(op, v));
+                    }
+                }
+                for (k, y) in y[i..i + w].iter_mut().enumerate() {
+                    let mut p = [0.0f32; SUM_WAYS];
+                    for (p, part) in p.iter_mut().zip(&parts) {
+                        *p = part[k];
+                    }
+                    *y = reduce_finish(op, reduce_tree(op, &p), len);
+                }
+                i += w;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::onnx::isa::Isa;
     use redline_runtime::rng::SplitMix64;
+
+    /// Every reduction of a `[blocks, len, inner]` tensor: the same bits whether its values
+    /// are strided (`inner` results a block) or contiguous (the tensor transposed so each
+    /// result's values are a row), on every width; sums within rounding of an `f64` sum;
+    /// Max and Min exact; a NaN reaches Max's and Min's result.
+    #[test]
+    fn reductions_give_the_same_bits_strided_or_contiguous_on_every_width() {
+        let ops = [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::SumSquare,
+            ReduceOp::L1,
+            ReduceOp::L2,
+            ReduceOp::Max,
+            ReduceOp::Min,
+        ];
+        let mut r = SplitMix64::new(47);
+        for (blocks, len, inner) in [(1, 1, 1), (2, 7, 3), (3, 33, 17), (1, 100, 40), (5, 8, 1)] {
+            let x: Vec<f32> = (0..blocks * len * inner)
+                .map(|_| r.uniform(-3.0, 3.0))
+                .collect();
+            // The same values with each result's `len` values contiguous.
+            let mut rows = vec![0f32; x.len()];
+            for b in 0..blocks {
+                for j in 0..len {
+                    for i in 0..inner {
+                        rows[(b * inner + i) * len + j] = x[(b * len + j) * inner + i];
+                    }
+                }
+            }
+            for op in ops {
+                let mut want = vec![0f32; blocks * inner];
+                reduce(Isa::PORTABLE, op, len, inner, &x, 0, &mut want);
+                for isa in Isa::available() {
+                    let mut strided = vec![0f32; blocks * inner];
+                    reduce(isa, op, len, inner, &x, 0, &mut strided);
+                    let mut contiguous = vec![0f32; blocks * inner];
+                    reduce(isa, op, len, 1, &rows, 0, &mut contiguous);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&strided), bits(&want), "{op:?} {}", isa.name());
+                    assert_eq!(bits(&contiguous), bits(&want), "{op:?} {}", isa.name());
+                }
+                // Blocks from the second on (a lane's share) give that block's results.
+                if blocks > 1 {
+                    let mut tail = vec![0f32; (blocks - 1) * inner];
+                    reduce(Isa::PORTABLE, op, len, inner, &x, 1, &mut tail);
+                    assert_eq!(tail, want[inner..], "{op:?}: from block 1");
+                }
+                for (k, &got) in want.iter().enumerate() {
+                    let (b, i) = (k / inner, k % inner);
+                    let vals = (0..len).map(|j| f64::from(x[(b * len + j) * inner + i]));
+                    let exact = match op {
+                        ReduceOp::Sum => vals.sum::<f64>(),
+                        ReduceOp::Mean => vals.sum::<f64>() / len as f64,
+                        ReduceOp::SumSquare => vals.map(|v| v * v).sum(),
+                        ReduceOp::L1 => vals.map(f64::abs).sum(),
+                        ReduceOp::L2 => vals.map(|v| v * v).sum::<f64>().sqrt(),
+                        ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+                        ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+                    };
+                    let tol = match op {
+                        ReduceOp::Max | ReduceOp::Min => 0.0,
+                        _ => 1e-5 * (len as f64) * 9.0,
+                    };
+                    assert!(
+                        (f64::from(got) - exact).abs() <= tol,
+                        "{op:?} [{b}, {i}]: {got} against {exact}"
+                    );
+                }
+            }
+        }
+        let mut x = vec![1.0f32; 20];
+        x[13] = f32::NAN;
+        for op in [ReduceOp::Max, ReduceOp::Min, ReduceOp::Sum] {
+            let mut y = [0f32; 1];
+            reduce(Isa::PORTABLE, op, 20, 1, &x, 0, &mut y);
+            assert!(y[0].is_nan(), "{op:?} of a row holding NaN is {}", y[0]);
+        }
+    }
 
     #[test]
     #[allow(clippy::disallowed_methods)]

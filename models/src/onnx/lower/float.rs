@@ -20,8 +20,9 @@
 //!   it). After it, in `f32`:
 //!   - `Add`, `Sub`, `Mul`, `Div` of two float tensors of one shape or of a float tensor
 //!     and a dequantized one (dequantized first: [`Step::Dequantize`]),
-//!     [`Step::FloatBinary`]; of an `[N, C, H, W]` tensor and an `[N, C, 1, 1]` one (a
-//!     squeeze-and-excitation gate, broadcast over the pixels), [`Step::FloatBinaryChannels`];
+//!     [`Step::FloatBinary`]; of two tensors one of which repeats along one run of the
+//!     other's axes (an `[N, C, H, W]` map and its `[N, C, 1, 1]` squeeze-and-excitation
+//!     gate; a `[.., D]` row and its `[.., 1]` statistic), [`Step::FloatBinaryBroadcast`];
 //!     of a float tensor and a constant (float or dequantized; a scalar as in a decomposed
 //!     hard-swish, per channel, or any shape that broadcasts), [`Step::FloatBinaryConst`]
 //!     (the constant broadcast at load to one repeating period of the tensor's memory);
@@ -33,8 +34,15 @@
 //!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus`, `Mish` (YOLOv4's) and
 //!     `Erf` (GELU's) (vectorisable `f32` formulas within a few ulp: `exp`, `tanh` and `erf`
 //!     polynomials, a `ln(1 + y)` series, Mish in closed form with one `exp`;
-//!     `kernels::float`),
-//!     [`Step::FloatUnary`];
+//!     `kernels::float`), `Sqrt`, `Reciprocal`, `Abs` (IEEE, exact), `Log` (`det_math`)
+//!     and `Pow` with the exponent 2 (`x · x`, as ONNX Runtime squares),
+//!     [`Step::FloatUnary`] (also of a dequantized tensor outside a float island: `Sqrt`,
+//!     `Exp`, ... have no quantized kernel);
+//!   - `ReduceSum`, `ReduceMean`, `ReduceSumSquare`, `ReduceL1`, `ReduceL2`, `ReduceMax` and
+//!     `ReduceMin` over one run of axes ([`Step::FloatReduce`]: the canonical sum order, so
+//!     the same bits strided or contiguous; ONNX Runtime sums in its own order) and `Expand`
+//!     along one run ([`Step::FloatRepeat`]): with the row broadcast above, `F.normalize`
+//!     and a layer norm written out by an opset-13 export run as exported;
 //!   - `Concat` (channels of NHWC tensors, any axis of row-major ones; a constant input,
 //!     such as a CoordConv-style position map, as `f32` bytes the step holds) and nearest
 //!     `Resize`:
@@ -88,7 +96,7 @@
 //! one Zen 4 core), strided rows run 16 to the vector.
 
 use super::*;
-use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp, Operand};
+use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp, Operand, ReduceOp};
 
 /// The operators a float convolution output may feed.
 pub(super) const FLOAT_READERS: &[&str] = &[
@@ -277,6 +285,227 @@ impl Lowerer<'_> {
         }
     }
 
+    /// The float tensor `t` in `layout`: as it is when it is already (or when the two
+    /// layouts are the same bytes: not 4-D, one channel or one pixel), else transposed.
+    pub(super) fn float_in_layout(&mut self, t: T, layout: Layout) -> T {
+        let s = &t.shape;
+        if t.layout == layout || s.len() != 4 || s[1] == 1 || s[2] * s[3] == 1 {
+            return T { layout, ..t };
+        }
+        match layout {
+            Layout::RowMajor => self.row_major(t, 4),
+            Layout::Nhwc => {
+                let buf = self.permute_copy(&t, &[0, 2, 3, 1], 4);
+                T {
+                    buf,
+                    layout: Layout::Nhwc,
+                    ..t
+                }
+            }
+        }
+    }
+
+    /// `Pow` of a float or dequantized tensor: with the constant exponent 2 (a decomposed
+    /// layer norm's variance), `x · x` as ONNX Runtime computes it; other exponents are
+    /// refused.
+    pub(super) fn float_pow(&mut self, n: &Node) -> Result<(), EngineError> {
+        let e = match self.input(n, 1)? {
+            v @ (Val::C(_) | Val::DqC { .. }) => constant_f32(&v).map(|c| c.to_f32()),
+            _ => None,
+        };
+        if e.as_deref() != Some(&[2.0]) {
+            return Err(n.unsupported(
+                "Pow of a computed tensor runs with the constant exponent 2 only; run the model \
+                 with --engine onnxruntime",
+            ));
+        }
+        let layout = match self.input(n, 0)? {
+            Val::F32(t) | Val::Dq(t) => t.layout,
+            v => return Err(n.unsupported(format!("cannot raise {} to a power", kind_name(&v)))),
+        };
+        let t = self.float_operand(n, 0, layout)?;
+        let y = self.push_unary(FloatUnaryOp::Square, t);
+        self.set(&n.outputs[0], Val::F32(y));
+        Ok(())
+    }
+
+    /// One [`Step::FloatUnary`] of `t`.
+    fn push_unary(&mut self, op: FloatUnaryOp, t: T) -> T {
+        let len = t.shape.iter().product::<usize>();
+        self.touch(t.buf);
+        let dst = self.new_buf(len * 4);
+        self.steps.push(Step::FloatUnary {
+            op,
+            src: t.buf,
+            dst,
+            n: len,
+        });
+        T { buf: dst, ..t }
+    }
+
+    /// `ReduceSum`, `ReduceMean`, `ReduceSumSquare`, `ReduceL1`, `ReduceL2`, `ReduceMax`
+    /// or `ReduceMin` of a float or dequantized tensor over one run of its axes (in its
+    /// memory order: any run of a row-major tensor; channels, or height and width, of an
+    /// NHWC one; else it is made row-major first), one [`Step::FloatReduce`]. `keepdims`
+    /// keeps the layout (the result's bytes are the reduced tensor's in that order);
+    /// without it the result is row-major. `F.normalize`'s `ReduceL2`, a decomposed layer
+    /// norm's `ReduceMean`. A rank-4 `ReduceMean` over `[2, 3]` stays a global average pool
+    /// ([`Lowerer::reduce_mean`]).
+    pub(super) fn float_reduce(&mut self, n: &Node) -> Result<(), EngineError> {
+        let (rank, layout) = match self.input(n, 0)? {
+            Val::F32(t) | Val::Dq(t) => (t.shape.len(), t.layout),
+            v => {
+                return Err(n.unsupported(format!(
+                    "input 0 is {}; the native engine reduces float or dequantized tensors \
+                     (QDQ) only; run the model with --engine onnxruntime",
+                    kind_name(&v)
+                )))
+            }
+        };
+        let axes = match n.ints("axes")? {
+            Some(a) => Some(a),
+            None => match n.input(1) {
+                Some(_) => Some(
+                    self.konst(n, 1)?
+                        .to_i64()
+                        .ok_or_else(|| n.unsupported("axes must be integers"))?,
+                ),
+                None => None,
+            },
+        };
+        let mut axes: Vec<usize> = match axes {
+            Some(a) if !a.is_empty() => a
+                .iter()
+                .map(|&a| super::shape::axis_index(n, a, rank))
+                .collect::<Result<_, _>>()?,
+            _ if n.int("noop_with_empty_axes", 0)? != 0 => {
+                // No axes and the no-op flag: the input as it is (as float).
+                let t = self.float_operand(n, 0, layout)?;
+                self.set(&n.outputs[0], Val::F32(t));
+                return Ok(());
+            }
+            _ => (0..rank).collect(),
+        };
+        axes.sort_unstable();
+        axes.dedup();
+        let (a0, a1) = (axes[0], axes[axes.len() - 1] + 1);
+        if a1 - a0 != axes.len() {
+            return Err(n.unsupported(format!(
+                "a reduction over axes {axes:?}: the native engine reduces one run of \
+                 neighbouring axes; run the model with --engine onnxruntime"
+            )));
+        }
+        let keep = n.int("keepdims", 1)? != 0;
+        let op = match n.op.as_str() {
+            "ReduceSum" => ReduceOp::Sum,
+            "ReduceMean" => ReduceOp::Mean,
+            "ReduceSumSquare" => ReduceOp::SumSquare,
+            "ReduceL1" => ReduceOp::L1,
+            "ReduceL2" => ReduceOp::L2,
+            "ReduceMax" => ReduceOp::Max,
+            _ => ReduceOp::Min,
+        };
+        let x = self.float_operand(n, 0, layout)?;
+        // Without keepdims the result is row-major: reduce a row-major tensor.
+        let x = if keep { x } else { self.row_major(x, 4) };
+        let (x, (blocks, len, inner)) = match norm_geometry(&x, a0, a1) {
+            Some(g) => (x, g),
+            None => {
+                let x = self.row_major(x, 4);
+                let g = norm_geometry(&x, a0, a1)
+                    .ok_or_else(|| invalid(format!("no row-major geometry for {:?}", x.shape)))?;
+                (x, g)
+            }
+        };
+        let mut shape = x.shape.clone();
+        for a in (a0..a1).rev() {
+            if keep {
+                shape[a] = 1;
+            } else {
+                shape.remove(a);
+            }
+        }
+        self.touch(x.buf);
+        let dst = self.new_buf(blocks * inner * 4);
+        self.steps.push(Step::FloatReduce {
+            op,
+            blocks,
+            len,
+            inner,
+            src: x.buf,
+            dst,
+        });
+        let layout = if keep && shape.len() == 4 {
+            x.layout
+        } else {
+            Layout::RowMajor
+        };
+        let y = T {
+            buf: dst,
+            shape,
+            layout,
+            ..x
+        };
+        self.set(&n.outputs[0], Val::F32(y));
+        Ok(())
+    }
+
+    /// `Expand` of a float or dequantized tensor: its values repeated along one run of
+    /// axes ([`Step::FloatRepeat`]); a target shape it already has is nothing. `F.normalize`
+    /// expands a row's norm to the row before dividing.
+    pub(super) fn float_expand(&mut self, n: &Node) -> Result<(), EngineError> {
+        let layout = match self.input(n, 0)? {
+            Val::F32(t) | Val::Dq(t) => t.layout,
+            v => return Err(n.unsupported(format!("cannot expand {}", kind_name(&v)))),
+        };
+        let dims = self
+            .konst(n, 1)?
+            .to_i64()
+            .filter(|d| d.iter().all(|&v| v >= 0))
+            .ok_or_else(|| n.unsupported("Expand's shape must be non-negative integers"))?;
+        let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let x = self.float_operand(n, 0, layout)?;
+        let out = fold::broadcast(&x.shape, &dims).ok_or_else(|| {
+            n.unsupported(format!(
+                "Expand of a {:?} tensor to {dims:?}: the shapes do not broadcast",
+                x.shape
+            ))
+        })?;
+        // A rank change keeps the bytes only in row-major order.
+        let x = if out.len() == x.shape.len() {
+            x
+        } else {
+            self.row_major(x, 4)
+        };
+        if out == x.shape {
+            self.set(&n.outputs[0], Val::F32(x));
+            return Ok(());
+        }
+        let Some((outer, times, inner)) = broadcast_run(&x.shape, &out, x.layout) else {
+            return Err(n.unsupported(format!(
+                "Expand of a {:?} tensor to {out:?}: the native engine repeats a tensor along \
+                 one run of neighbouring axes; run the model with --engine onnxruntime",
+                x.shape
+            )));
+        };
+        self.touch(x.buf);
+        let dst = self.new_buf(outer * times * inner * 4);
+        self.steps.push(Step::FloatRepeat {
+            src: x.buf,
+            outer,
+            times,
+            inner,
+            dst,
+        });
+        let y = T {
+            buf: dst,
+            shape: out,
+            ..x
+        };
+        self.set(&n.outputs[0], Val::F32(y));
+        Ok(())
+    }
+
     /// The quantized tensor `t` as `f32` in its own layout ([`Step::Dequantize`]).
     pub(super) fn dequantized(&mut self, t: T) -> T {
         let len = t.shape.iter().product::<usize>();
@@ -398,30 +627,26 @@ impl Lowerer<'_> {
         }
         let a = self.float_operand(n, 0, layout)?;
         let b = self.float_operand(n, 1, layout)?;
-        // A per-channel operand `[N, C, 1, 1]` against an NHWC `[N, C, H, W]` one (a
-        // squeeze-and-excitation gate): broadcast over each image's pixels.
-        let per_channel = |full: &T, chan: &T| {
-            full.shape.len() == 4
-                && full.layout == Layout::Nhwc
-                && chan.shape.len() == 4
-                && chan.shape[..2] == full.shape[..2]
-                && chan.shape[2..] == [1, 1]
-                && full.shape[2..] != [1, 1]
-        };
-        for (full, chan, full_is_a) in [(&a, &b, true), (&b, &a, false)] {
-            if per_channel(full, chan) {
-                let [nb, c, h, w] = dims4(&full.shape);
+        let (a, b) = (
+            self.float_in_layout(a, layout),
+            self.float_in_layout(b, layout),
+        );
+        // One operand repeated along a run of the other's axes: an `[N, C, 1, 1]`
+        // squeeze-and-excitation gate over an NHWC map's pixels, a row's own statistic
+        // (`[.., 1]` against `[.., D]`: a decomposed layer norm, `F.normalize`).
+        for (full, part, full_is_a) in [(&a, &b, true), (&b, &a, false)] {
+            if let Some((outer, times, inner)) = broadcast_run(&part.shape, &full.shape, layout) {
                 self.touch(full.buf);
-                self.touch(chan.buf);
-                let dst = self.new_buf(nb * c * h * w * 4);
-                self.steps.push(Step::FloatBinaryChannels {
+                self.touch(part.buf);
+                let dst = self.new_buf(outer * times * inner * 4);
+                self.steps.push(Step::FloatBinaryBroadcast {
                     op: float_binary_op(n),
                     full: full.buf,
-                    chan: chan.buf,
+                    part: part.buf,
                     full_is_a,
-                    c,
-                    pixels: nb * h * w,
-                    per_image: h * w,
+                    outer,
+                    times,
+                    inner,
                     dst,
                 });
                 let out = T {
@@ -461,10 +686,33 @@ impl Lowerer<'_> {
     /// tensor, in `f32` (the last three with the quantized route's formulas,
     /// `elementwise::activation`).
     pub(super) fn float_unary(&mut self, n: &Node) -> Result<(), EngineError> {
-        let Val::F32(t) = self.input(n, 0)? else {
-            return Err(n.unsupported("expected a float input"));
+        let t = match self.input(n, 0)? {
+            Val::F32(t) => t,
+            Val::Dq(t) => self.float_operand(n, 0, t.layout)?,
+            v => {
+                return Err(n.unsupported(format!(
+                    "input 0 is {}; expected a float or dequantized tensor",
+                    kind_name(&v)
+                )))
+            }
         };
-        let op = match n.op.as_str() {
+        let Some(op) = self.float_unary_op(n)? else {
+            return Err(n.unsupported(
+                "after a convolution whose output is not quantized (TensorRT-style Q/DQ \
+                 placement), the native engine runs Add, Sub, Mul, Div, Relu, Clip, \
+                 Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Neg, Exp, Tanh, Softplus, Mish and Erf \
+                 in float; run the model with --engine onnxruntime",
+            ));
+        };
+        let y = self.push_unary(op, t);
+        self.set(&n.outputs[0], Val::F32(y));
+        Ok(())
+    }
+
+    /// The [`FloatUnaryOp`] of a `Relu`, `Clip`, `Sigmoid`, ... node (its attributes and
+    /// constant bounds read), or `None` for an operator that is not one.
+    pub(super) fn float_unary_op(&self, n: &Node) -> Result<Option<FloatUnaryOp>, EngineError> {
+        Ok(Some(match n.op.as_str() {
             "Relu" => FloatUnaryOp::Clamp {
                 lo: 0.0,
                 hi: f32::INFINITY,
@@ -488,26 +736,12 @@ impl Lowerer<'_> {
             "Softplus" => FloatUnaryOp::Softplus,
             "Mish" => FloatUnaryOp::Mish,
             "Erf" => FloatUnaryOp::Erf,
-            _ => {
-                return Err(n.unsupported(
-                    "after a convolution whose output is not quantized (TensorRT-style Q/DQ \
-                     placement), the native engine runs Add, Sub, Mul, Div, Relu, Clip, \
-                     Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Neg, Exp, Tanh, Softplus, Mish and Erf \
-                     in float; run the model with --engine onnxruntime",
-                ))
-            }
-        };
-        let len = t.shape.iter().product::<usize>();
-        self.touch(t.buf);
-        let dst = self.new_buf(len * 4);
-        self.steps.push(Step::FloatUnary {
-            op,
-            src: t.buf,
-            dst,
-            n: len,
-        });
-        self.set(&n.outputs[0], Val::F32(T { buf: dst, ..t }));
-        Ok(())
+            "Sqrt" => FloatUnaryOp::Sqrt,
+            "Reciprocal" => FloatUnaryOp::Reciprocal,
+            "Abs" => FloatUnaryOp::Abs,
+            "Log" => FloatUnaryOp::Log,
+            _ => return Ok(None),
+        }))
     }
 
     /// `Concat` with a float input: every input as `f32` (dequantized ones first), in the
@@ -772,6 +1006,30 @@ impl Lowerer<'_> {
     /// excitation's squeeze): a global average pool in `f32` ([`Step::FloatGlobalAvgPool`]),
     /// `[N, C]` without `keepdims`. The axes come from the attribute (opset < 18) or the
     /// second input; any other reduction is refused by name.
+    /// Whether `n` (a `ReduceMean`) averages a rank-4 tensor over its spatial axes
+    /// `[2, 3]`: a global average pool ([`Lowerer::reduce_mean`]); any other mean is a
+    /// [`Lowerer::float_reduce`].
+    pub(super) fn is_spatial_mean(&self, n: &Node) -> Result<bool, EngineError> {
+        let rank = match self.input(n, 0)? {
+            Val::F32(t) | Val::Dq(t) => t.shape.len() as i64,
+            _ => return Ok(false),
+        };
+        let axes = match n.ints("axes")? {
+            Some(a) => Some(a),
+            None => match n.input(1) {
+                Some(_) => self.konst(n, 1)?.to_i64(),
+                None => None,
+            },
+        };
+        let mut axes: Vec<i64> = axes
+            .unwrap_or_default()
+            .iter()
+            .map(|&a| if a < 0 { a + rank } else { a })
+            .collect();
+        axes.sort_unstable();
+        Ok(rank == 4 && axes == [2, 3])
+    }
+
     pub(super) fn reduce_mean(&mut self, n: &Node) -> Result<(), EngineError> {
         let rank = match self.input(n, 0)? {
             Val::F32(t) | Val::Dq(t) => t.shape.len() as i64,
@@ -860,6 +1118,44 @@ fn norm_geometry(t: &T, a0: usize, a1: usize) -> Option<(usize, usize, usize)> {
     };
     let prod = |r: &[usize]| r.iter().product::<usize>();
     Some((prod(&phys[..p0]), prod(&phys[p0..p1]), prod(&phys[p1..])))
+}
+
+/// How a tensor of shape `part` repeats to `full` (both in `layout`; `part` of lower rank
+/// read with leading 1s, as numpy does) when the axes where they differ (`part`'s 1s) form
+/// one run of the memory order: `(outer, times, inner)` of `full`'s memory around that run.
+/// `None` when the shapes are equal, do not broadcast that way, or `full` itself would
+/// have to repeat.
+fn broadcast_run(part: &[usize], full: &[usize], layout: Layout) -> Option<(usize, usize, usize)> {
+    if part == full || part.len() > full.len() {
+        return None;
+    }
+    let mut p = vec![1; full.len() - part.len()];
+    p.extend_from_slice(part);
+    let mut f = full.to_vec();
+    if layout == Layout::Nhwc && f.len() == 4 {
+        if part.len() != 4 {
+            return None;
+        }
+        // Memory order [N, H, W, C].
+        p = vec![p[0], p[2], p[3], p[1]];
+        f = vec![f[0], f[2], f[3], f[1]];
+    }
+    if p.iter().zip(&f).any(|(&p, &f)| p != f && p != 1) {
+        return None;
+    }
+    let differs = |d: usize| p[d] != f[d];
+    let first = (0..f.len()).find(|&d| differs(d))?;
+    let last = (0..f.len()).rev().find(|&d| differs(d))?;
+    // Between the first and the last differing axis every axis must repeat too, or be 1.
+    if (first..=last).any(|d| !differs(d) && f[d] != 1) {
+        return None;
+    }
+    let prod = |r: &[usize]| r.iter().product::<usize>();
+    Some((
+        prod(&f[..first]),
+        prod(&f[first..=last]),
+        prod(&f[last + 1..]),
+    ))
 }
 
 /// The float operator of an `Add`, `Sub`, `Mul` or `Div` node.
@@ -955,5 +1251,44 @@ fn float_binary_op(n: &Node) -> FloatBinaryOp {
         "Sub" => FloatBinaryOp::Sub,
         "Mul" => FloatBinaryOp::Mul,
         _ => FloatBinaryOp::Div,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Which operand pairs one [`Step::FloatBinaryBroadcast`] (or `FloatRepeat`) runs, and
+    /// with what geometry: one run of repeated axes in memory order, any rank difference
+    /// read as numpy's leading 1s, NHWC tensors in their memory order.
+    #[test]
+    fn broadcast_runs_are_one_run_of_memory_axes() {
+        let rm = Layout::RowMajor;
+        // A row's statistic: [2, 5, 1] over [2, 5, 7].
+        assert_eq!(broadcast_run(&[2, 5, 1], &[2, 5, 7], rm), Some((10, 7, 1)));
+        // A per-channel vector over rows, with a lower rank: [7] over [2, 5, 7].
+        assert_eq!(broadcast_run(&[7], &[2, 5, 7], rm), Some((1, 10, 7)));
+        // A middle run, extent-1 axes inside it allowed: [2, 1, 1, 3] over [2, 4, 1, 3].
+        assert_eq!(
+            broadcast_run(&[2, 1, 1, 3], &[2, 4, 1, 3], rm),
+            Some((2, 4, 3))
+        );
+        // NHWC: a squeeze-and-excitation gate [N, C, 1, 1] repeats over H·W pixels; a
+        // per-pixel statistic [N, 1, H, W] over the channels.
+        let nhwc = Layout::Nhwc;
+        assert_eq!(
+            broadcast_run(&[1, 8, 1, 1], &[1, 8, 4, 5], nhwc),
+            Some((1, 20, 8))
+        );
+        assert_eq!(
+            broadcast_run(&[1, 1, 4, 5], &[1, 8, 4, 5], nhwc),
+            Some((20, 8, 1))
+        );
+        // Two separate runs, both operands repeating, unequal extents, equal shapes: none.
+        assert_eq!(broadcast_run(&[1, 5, 1], &[2, 5, 7], rm), None);
+        assert_eq!(broadcast_run(&[2, 1], &[1, 7], rm), None);
+        assert_eq!(broadcast_run(&[3, 1], &[2, 7], rm), None);
+        assert_eq!(broadcast_run(&[2, 7], &[2, 7], rm), None);
+        assert_eq!(broadcast_run(&[1, 2, 7], &[2, 7], rm), None);
     }
 }

@@ -692,7 +692,8 @@ impl<'g> Lowerer<'g> {
             "Pad" => self.pad(n),
             "MaxPool" => self.max_pool(n),
             "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Neg"
-            | "Exp" | "Tanh" | "Softplus" | "Mish" | "Erf"
+            | "Exp" | "Tanh" | "Softplus" | "Mish" | "Erf" | "Sqrt" | "Reciprocal" | "Abs"
+            | "Log"
                 if self.reads_float_tensor(n) =>
             {
                 self.float_unary(n)
@@ -706,7 +707,11 @@ impl<'g> Lowerer<'g> {
             "BatchNormalization" => self.float_batch_norm(n),
             "Softmax" | "LogSoftmax" | "LayerNormalization" => self.float_norm(n),
             "QLinearSoftmax" => self.qlinear_softmax(n),
-            "ReduceMean" => self.reduce_mean(n),
+            "ReduceMean" if self.is_spatial_mean(n)? => self.reduce_mean(n),
+            "ReduceMean" | "ReduceSum" | "ReduceSumSquare" | "ReduceL1" | "ReduceL2"
+            | "ReduceMax" | "ReduceMin" => self.float_reduce(n),
+            "Pow" => self.float_pow(n),
+            "Expand" => self.float_expand(n),
             "GlobalAveragePool" if self.reads_float_tensor(n) || self.find_q(n).is_err() => {
                 self.float_global_avg_pool(n)
             }
@@ -726,6 +731,8 @@ impl<'g> Lowerer<'g> {
             | "QLinearGlobalAveragePool" => self.avg_pool(n),
             "Concat" | "QLinearConcat" => self.concat(n),
             "Resize" | "Upsample" => self.resize(n),
+            // No quantized kernel: in float, the dequantized input's values.
+            "Sqrt" | "Reciprocal" | "Abs" | "Log" | "Exp" | "Neg" | "Erf" => self.float_unary(n),
             _ if island::is_island_op(op) => Err(n.unsupported(
                 "the native engine runs this operator only inside a float island: elementwise \
                  float operators whose only non-constant input is one dequantized tensor, with \

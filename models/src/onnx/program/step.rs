@@ -101,18 +101,40 @@ pub(crate) enum Step {
         n: usize,
         dst: usize,
     },
-    /// An elementwise float operator between an NHWC `f32` tensor `full` (`pixels` pixels of
-    /// `c` channels, `per_image` pixels per image) and a per-channel one `chan` (`c` values
-    /// per image: a `[N, C, 1, 1]` tensor, as a squeeze-and-excitation gate), broadcast over
-    /// each image's pixels; `full` is the operator's first operand when `full_is_a`.
-    FloatBinaryChannels {
+    /// An elementwise float operator between an `f32` tensor `full` (`outer · times ·
+    /// inner` elements in memory order) and `part` (`outer · inner`), `part` repeated
+    /// along the `times` axis: `dst[o][t][i] = op(full[o][t][i], part[o][i])`, `full` the
+    /// operator's first operand when `full_is_a`. An NHWC map and its `[N, C, 1, 1]`
+    /// squeeze-and-excitation gate (`outer` images, `times` pixels, `inner` channels); a
+    /// row and its own statistic, `[.., D]` and `[.., 1]` (`inner` 1).
+    FloatBinaryBroadcast {
         op: FloatBinaryOp,
         full: usize,
-        chan: usize,
+        part: usize,
         full_is_a: bool,
-        c: usize,
-        pixels: usize,
-        per_image: usize,
+        outer: usize,
+        times: usize,
+        inner: usize,
+        dst: usize,
+    },
+    /// `Expand` of an `f32` tensor: `dst[o][t][i] = src[o][i]` (`outer · inner` elements
+    /// repeated `times` times along one run of axes).
+    FloatRepeat {
+        src: usize,
+        outer: usize,
+        times: usize,
+        inner: usize,
+        dst: usize,
+    },
+    /// A reduction over one run of axes of an `f32` tensor: `blocks` blocks of
+    /// `len · inner` elements, each giving `inner` results, result `i` reducing the `len`
+    /// values strided `inner` apart (`kernels::float::reduce`).
+    FloatReduce {
+        op: ReduceOp,
+        blocks: usize,
+        len: usize,
+        inner: usize,
+        src: usize,
         dst: usize,
     },
     /// A float function of one `f32` tensor (`n` elements).
@@ -327,6 +349,37 @@ pub(crate) enum FloatUnaryOp {
     Mish,
     /// `erf x` (GELU's; [`kernels::float::erf_poly`]).
     Erf,
+    /// `√x` (IEEE, correctly rounded).
+    Sqrt,
+    /// `1 / x` (IEEE).
+    Reciprocal,
+    /// `|x|`.
+    Abs,
+    /// `ln x` (`det_math::ln`: the same bits on every machine).
+    Log,
+    /// `x · x` (`Pow` with the exponent 2, as ONNX Runtime computes it).
+    Square,
+}
+
+/// The reduction of a [`Step::FloatReduce`]: its sums in the canonical order of
+/// `kernels::float` (partial sums `j mod 8`, then a fixed tree), so a result has the same
+/// bits on every ISA, lane count and layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReduceOp {
+    /// `Σ x`.
+    Sum,
+    /// `(Σ x) / len`.
+    Mean,
+    /// `Σ x²`.
+    SumSquare,
+    /// `Σ |x|`.
+    L1,
+    /// `√(Σ x²)`.
+    L2,
+    /// The largest value (NaN if any is).
+    Max,
+    /// The smallest value (NaN if any is).
+    Min,
 }
 
 /// The normalization of a [`Step::FloatNorm`] row (`kernels::float::normalize`).
