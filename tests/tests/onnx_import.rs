@@ -522,6 +522,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "layernorm_decomposed",
             "reductions",
             "attention_constant_bias",
+            "attention_einsum",
             "--random",
             "6",
         ],
@@ -772,6 +773,9 @@ q_then([h.make_node("ReduceMean", ["f"], ["y"], name="mean_cw", axes=[1, 3])], "
 # A cube of a computed tensor (squares run; other powers only inside a float island).
 q_then([h.make_node("Pow", ["f", "three"], ["y"], name="cube")], "pow_cube", [y],
        [nh.from_array(np.array(3.0, np.float32), "three")])
+# An Einsum that is no batched matrix product (a per-channel dot product).
+q_then([h.make_node("Einsum", ["f", "f"], ["y"], name="odd_einsum", equation="nchw,nchw->nc")],
+       "einsum_dot", [y], [])
 # A float island whose result is not quantized: Elu's float output is the graph's output.
 q_then([h.make_node("Elu", ["f"], ["y"], name="float_elu")], "island_unquantized", [y], [])
 # A convolution's float output resized bicubically (the native engine resizes nearest and linear).
@@ -962,6 +966,14 @@ fn every_rejection_says_what_and_what_to_do() {
     let m = err("pow_cube.onnx");
     assert!(
         m.contains("cube") && m.contains("exponent 2 only") && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("einsum_dot.onnx");
+    assert!(
+        m.contains("odd_einsum")
+            && m.contains("\"nchw,nchw->nc\"")
+            && m.contains("batched matrix product")
+            && m.contains("--engine onnxruntime"),
         "{m}"
     );
     let m = err("island_unquantized.onnx");

@@ -1050,6 +1050,26 @@ def _(g):
     g.output(g.node("Softmax", [scores], (1, 2, T, T), axis=-1))
 
 
+@case("attention_einsum")
+def _(g):
+    # MaxViT's attention: q·kᵀ and p·v written as Einsum (the second with its operand as
+    # is, the first transposed by the equation).
+    g.formats = ["qdq"]
+    x = g.conv(g.input(X), 8, 3)
+    t = g.transpose(g.reshape(x, [1, 8, -1]), [0, 2, 1])  # [1, T, 8]
+    T = g.shape[t][1]
+
+    def heads(y):  # [1, T, 8] -> [1, 2, T, 4]
+        return g.transpose(g.reshape(y, [1, T, 2, 4]), [0, 2, 1, 3])
+    q, k, v = heads(g.matmul(t, 8)), heads(g.matmul(t, 8)), heads(g.matmul(t, 8))
+    scores = g.node("Einsum", [q, k], (1, 2, T, T), equation="b h i d, b h j d -> b h i j")
+    p = g.node("Softmax", [scores], (1, 2, T, T), axis=-1)
+    o = g.node("Einsum", [p, v], (1, 2, T, 4), equation="bhij,bhjd->bhid")
+    g.output(g.matmul(g.reshape(g.transpose(o, [0, 2, 1, 3]), [1, T, 8]), 5), "tokens")
+    # The product itself (exact; after it, the fused softmax).
+    g.output(g.node("Identity", [scores], g.shape[scores]), "scores")
+
+
 # Quantized Mul as ONNX Runtime runs it (QLinearMul: the debiased integers' product times
 # one float ratio sa·sb/sy, plus the stored zero point, rounded): a tensor by a scalar that is
 # no power of two (an attention's q·d^-0.5, which Swin writes as Pow(32, -0.5) of constants),

@@ -12,6 +12,11 @@
 //! after a `Step::PackB` copies `b` into the kernel's layout (`k·n` bytes per product, once
 //! per run; ViT-B/16's 24 such products are 0.72 of its 17.6 GMAC). Never: a product whose
 //! batch axes broadcast the first operand.
+//!
+//! `Einsum` of two computed tensors runs here when its equation is such a product over
+//! equal batch axes: `..ik,..kj->..ij`, or `..ik,..jk->..ij` (the second operand
+//! transposed first, a byte copy): MaxViT's attention writes `q·kᵀ` and `p·v` so. Any other
+//! equation is refused by name.
 
 use super::*;
 use crate::onnx::kernels::{MatMulDims, MatMulOut};
@@ -22,6 +27,57 @@ impl Lowerer<'_> {
         let i = if n.op == "QLinearMatMul" { 3 } else { 1 };
         matches!(n.op.as_str(), "MatMul" | "QLinearMatMul")
             && matches!(self.input(n, i), Ok(Val::Dq(_) | Val::Q(_)))
+    }
+
+    /// `Einsum` as the batched product it spells (see the module docs): the same lowering
+    /// as a `MatMul` node, the second operand transposed first when the equation says so.
+    pub(super) fn einsum(&mut self, n: &Node) -> Result<(), EngineError> {
+        let eq = n.string("equation", "")?;
+        let Some(transposed) = einsum_product(&eq) else {
+            return Err(n.unsupported(format!(
+                "equation {eq:?}: the native engine runs an Einsum that is a batched matrix \
+                 product of two tensors (\"bhik,bhkj->bhij\" or \"bhik,bhjk->bhij\"); \
+                 rewrite it as MatMul or run the model with --engine onnxruntime"
+            )));
+        };
+        if n.inputs.len() != 2 {
+            return Err(n.unsupported("an Einsum product of two inputs"));
+        }
+        let mut mm = Node {
+            op: "MatMul".to_string(),
+            attrs: HashMap::new(),
+            ..n.clone()
+        };
+        if transposed {
+            let rank = match self.input(n, 1)? {
+                Val::Dq(t) | Val::Q(t) | Val::F32(t) => t.shape.len(),
+                v => {
+                    return Err(n.unsupported(format!(
+                        "input 1 is {}; an Einsum multiplies computed tensors",
+                        kind_name(&v)
+                    )))
+                }
+            };
+            let mut perm: Vec<i64> = (0..rank as i64).collect();
+            perm.swap(rank - 2, rank - 1);
+            let bt = format!("{}::einsum_transposed_b", n.outputs[0]);
+            let t = Node {
+                op: "Transpose".to_string(),
+                inputs: vec![n.inputs[1].clone()],
+                outputs: vec![bt.clone()],
+                attrs: HashMap::from([("perm".to_string(), Attr::Ints(perm))]),
+                ..n.clone()
+            };
+            self.transpose(&t)?;
+            mm.inputs[1] = bt;
+        }
+        if !self.second_operand_computed(&mm) {
+            return Err(n.unsupported(
+                "an Einsum of a constant operand; export it as MatMul or run the model with \
+                 --engine onnxruntime",
+            ));
+        }
+        self.matmul_two_tensors(&mm)
     }
 
     /// Lowers `n` (see the module docs).
@@ -128,5 +184,74 @@ impl Lowerer<'_> {
             },
         );
         Ok(())
+    }
+}
+
+/// Whether the `Einsum` equation `eq` is a batched matrix product of two operands over equal
+/// batch axes: `Some(false)` for `..ik,..kj->..ij`, `Some(true)` for `..ik,..jk->..ij`
+/// (the second operand transposed); `None` for anything else. Spaces are ignored; every
+/// index a single letter, no ellipsis.
+fn einsum_product(eq: &str) -> Option<bool> {
+    let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+    let (lhs, out) = eq.split_once("->")?;
+    let (a, b) = lhs.split_once(',')?;
+    let (a, b, out): (Vec<char>, Vec<char>, Vec<char>) = (
+        a.chars().collect(),
+        b.chars().collect(),
+        out.chars().collect(),
+    );
+    let r = a.len();
+    if r < 2 || b.len() != r || out.len() != r || !a.iter().all(char::is_ascii_alphabetic) {
+        return None;
+    }
+    let batch = &a[..r - 2];
+    if b[..r - 2] != *batch || out[..r - 2] != *batch {
+        return None;
+    }
+    let (i, k) = (a[r - 2], a[r - 1]);
+    let j = out[r - 1];
+    let distinct = {
+        let mut all: Vec<char> = batch.to_vec();
+        all.extend([i, j, k]);
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        all.len() == n
+    };
+    if !distinct || out[r - 2] != i {
+        return None;
+    }
+    match (b[r - 2], b[r - 1]) {
+        (x, y) if x == k && y == j => Some(false),
+        (x, y) if x == j && y == k => Some(true),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::einsum_product;
+
+    #[test]
+    fn einsum_products_are_recognised() {
+        assert_eq!(
+            einsum_product("B G H I D, B G H J D -> B G H I J"),
+            Some(true)
+        );
+        assert_eq!(
+            einsum_product("B G H I J, B G H J D -> B G H I D"),
+            Some(false)
+        );
+        assert_eq!(einsum_product("ik,kj->ij"), Some(false));
+        assert_eq!(einsum_product("bhid,bhjd->bhij"), Some(true));
+        // A contraction over another axis, a reduction, a broadcast batch, three operands,
+        // an ellipsis, a repeated index: not a product this lowering runs.
+        assert_eq!(einsum_product("bik,bkj->bji"), None);
+        assert_eq!(einsum_product("bik,bkj->bi"), None);
+        assert_eq!(einsum_product("bik,ckj->bij"), None);
+        assert_eq!(einsum_product("ij,jk,kl->il"), None);
+        assert_eq!(einsum_product("...ik,...kj->...ij"), None);
+        assert_eq!(einsum_product("iik,ikj->iij"), None);
+        assert_eq!(einsum_product("ij,jk"), None);
     }
 }

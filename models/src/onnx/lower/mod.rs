@@ -722,6 +722,7 @@ impl<'g> Lowerer<'g> {
                 self.matmul_two_tensors(n)
             }
             "Gemm" | "MatMul" | "QLinearMatMul" | "QGemm" => self.matmul(n),
+            "Einsum" => self.einsum(n),
             "Add" | "Mul" | "Div" | "Sub" | "QLinearAdd" | "QLinearMul" => self.binary(n),
             "Sigmoid" | "QLinearSigmoid" | "Tanh" | "LeakyRelu" | "QLinearLeakyRelu"
             | "HardSigmoid" | "HardSwish" | "Softplus" | "Mish" => self.unary(n),
@@ -746,10 +747,11 @@ impl<'g> Lowerer<'g> {
                  Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, \
                  MaxPool, AveragePool, GlobalAveragePool, Concat, Resize, Reshape, Flatten, \
                  Transpose, Squeeze, Unsqueeze, Slice, Split, Pad and their QLinear forms, \
-                 BatchNormalization after a float convolution, Softmax, LogSoftmax, \
-                 LayerNormalization and spatial ReduceMean of float or dequantized tensors, Cast \
-                 to the same type, and \
-                 shape arithmetic on constants); run the model with --engine onnxruntime",
+                 Einsum products, BatchNormalization after a float convolution, Softmax, \
+                 LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/L1/L2/SumSquare, \
+                 Expand, Sqrt, Reciprocal, Abs, Log, Exp, Erf and Pow 2 of float or dequantized \
+                 tensors, Cast to the same type, and arithmetic on constants); run the model \
+                 with --engine onnxruntime",
             )),
         }
     }
