@@ -226,6 +226,45 @@ fn bench_reads_input_files_and_checks_their_size() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// `--save-outputs` writes each output of a run as raw bytes, named after the output and
+/// the engine; one and two lanes write the same bytes, and the JSON lists the files.
+#[test]
+fn bench_saves_outputs_as_raw_files() {
+    let d = std::env::temp_dir().join(format!("redline-model-save-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let mut saved = Vec::new();
+    for threads in ["1", "2"] {
+        let dir = d.join(threads);
+        let v = bench_json(&[
+            "--iters",
+            "2",
+            "--threads",
+            threads,
+            "--save-outputs",
+            dir.to_str().unwrap(),
+        ])
+        .unwrap();
+        let files = v["saved_outputs"].as_array().unwrap().clone();
+        assert!(!files.is_empty(), "{v}");
+        let mut bytes = Vec::new();
+        for f in &files {
+            let f = PathBuf::from(f.as_str().unwrap());
+            assert!(f.starts_with(&dir), "{}", f.display());
+            let name = f.file_name().unwrap().to_string_lossy().to_string();
+            assert!(name.ends_with(".native.bin"), "{name}");
+            bytes.push(std::fs::read(&f).unwrap());
+        }
+        // The tiny model's one output: 256 elements.
+        assert!(bytes.iter().map(Vec::len).sum::<usize>() >= 256, "{v}");
+        saved.push(bytes);
+    }
+    assert_eq!(
+        saved[0], saved[1],
+        "one and two lanes saved different outputs"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn bench_against_onnxruntime_compares_outputs() {
     let v = match bench_json(&[

@@ -29,10 +29,12 @@
 //!   model's order, each exactly the tensor's byte size.
 //! - **Agreement** (`--against`): after timing, each engine runs once more on the same input
 //!   and every output is compared element by element (`onnx::reference::compare`).
+//! - **Outputs** (`--save-outputs DIR`): each engine's outputs of one more run, raw
+//!   little-endian as `--input` reads them, `DIR/<output>.<engine>.bin`.
 
 use redline_runtime::det_math as dm;
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,7 +49,7 @@ use serde_json::{json, Value};
 
 mod runners;
 pub use runners::load_engine;
-use runners::{make_runner, open_runner};
+use runners::{make_runner, open_runner, Runner};
 
 /// Tensor specs as one comma-separated line.
 fn list(s: &[TensorSpec]) -> String {
@@ -187,6 +189,11 @@ pub struct BenchArgs {
     /// Print one JSON object instead of the text report (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Write every output of a run on the (last) input to DIR as raw little-endian bytes,
+    /// `<output>.<engine>.bin` (the `--against` engine's too): the format `--input` reads,
+    /// e.g. `numpy.fromfile(path, dtype).reshape(shape)`.
+    #[arg(long, value_name = "DIR")]
+    pub save_outputs: Option<PathBuf>,
 }
 
 impl BenchArgs {
@@ -545,6 +552,34 @@ fn profile(a: ProfileArgs) -> Result<()> {
     Ok(())
 }
 
+/// Runs `r` once more and writes each of its outputs to `dir/<output>.<engine>.bin` (the
+/// output's name with every character but letters, digits, `-`, `_` and `.` made `_`);
+/// the paths written.
+fn save_outputs(dir: &Path, r: &mut dyn Runner) -> Result<Vec<String>> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the output folder {}", dir.display()))?;
+    let outs = r.outputs()?;
+    let engine = r.engine_kind().name();
+    let mut paths = Vec::new();
+    for (s, bytes) in r.outputs_spec().iter().zip(&outs) {
+        let name: String = s
+            .name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = dir.join(format!("{name}.{engine}.bin"));
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+        paths.push(path.display().to_string());
+    }
+    Ok(paths)
+}
+
 /// `redline model profile --engine native`: three full runs, then each step of the compiled
 /// program timed alone `reps` times on the calling thread (its inputs are what the full run
 /// left in the arena), or with `--in-sequence` every step timed in program order over
@@ -821,6 +856,19 @@ fn bench(a: BenchArgs) -> Result<()> {
         obj.insert("total_elements".into(), json!(total_el));
         obj.insert("max_abs_diff".into(), json!(max_abs));
         obj.insert("outputs".into(), Value::Array(per));
+    }
+    if let Some(dir) = &a.save_outputs {
+        let mut saved = Vec::new();
+        for r in std::iter::once(&mut main).chain(other.as_mut()) {
+            saved.extend(save_outputs(dir, r.as_mut())?);
+        }
+        let obj = v.as_object_mut().ok_or_else(|| anyhow!("json"))?;
+        obj.insert("saved_outputs".into(), json!(saved));
+        if !a.json {
+            for f in &saved {
+                eprintln!("saved {f}");
+            }
+        }
     }
     if a.json {
         println!("{}", serde_json::to_string(&v)?);
