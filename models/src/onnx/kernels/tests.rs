@@ -246,7 +246,9 @@ fn broadcast_binaries_follow_their_strides_for_any_split() {
     let mut g = SplitMix64::stream(13, 0);
     // A per-channel row (NHWC), a scalar, a per-row column, and a dense operand; then rows
     // longer than the per-row column's stack piece (attention scores by a per-head scale).
-    let cases: [(Vec<usize>, Vec<(Vec<usize>, usize)>); 2] = [
+    // (output shape, [(the other operand's strides, its length)]).
+    type Case = (Vec<usize>, Vec<(Vec<usize>, usize)>);
+    let cases: [Case; 2] = [
         (
             vec![2, 5, 7, 13],
             vec![
