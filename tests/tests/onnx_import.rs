@@ -816,6 +816,30 @@ save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make
                    h.make_node("Gemm", ["f", "gf"], ["c"], name="gemm_ta", transA=1),
                    h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
           "g", [x2], [y], [s, z, g8, gs, gz, ys]), "gemm_transa")
+# Sizes no machine holds, from a damaged file or attribute (found by fuzzing: they aborted
+# on the allocation): a pad of 2^40 rows, a resize to 2^20 x 2^20, a graph input of 2^40
+# pixels; and a node without an output.
+q_then([h.make_node("Pad", ["f", "hp"], ["y"], name="huge_pad")], "pad_huge", [y],
+       [i64("hp", [0, 0, 0, 0, 0, 0, 1 << 40, 0])])
+q_then([h.make_node("Resize", ["f", "", "", "hs"], ["y"], name="huge_resize", mode="nearest")],
+       "resize_huge", [y], [i64("hs", [1, 3, 1 << 20, 1 << 20])])
+xh = h.make_tensor_value_info("x", T.FLOAT, [1, 3, 1 << 20, 1 << 20])
+save(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [xh], [y]), "input_huge")
+save(h.make_graph([h.make_node("Relu", ["x"], [], name="no_output"), h.make_node("Relu", ["x"], ["y"])],
+                  "g", [x], [y]), "node_without_output")
+# Nodes out of topological order (a cycle through two Relus, found by fuzzing: a walk along
+# consumers went round it for ever) and a value written twice.
+save(h.make_graph([h.make_node("Relu", ["b"], ["a"], name="first_relu"), h.make_node("Relu", ["a"], ["b"]),
+                   h.make_node("Relu", ["x"], ["y"])], "g", [x], [y]), "cycle")
+save(h.make_graph([h.make_node("Relu", ["x"], ["y"]), h.make_node("Relu", ["x"], ["y"], name="again")],
+                  "g", [x], [y]), "written_twice")
+# A depthwise convolution (the general kernel) whose int32 bias sits at the type's limit.
+dw = nh.from_array(np.ones((3, 1, 3, 3), np.int8), "dw")
+db = nh.from_array(np.full(3, 2**31 - 5, np.int32), "db"); dbs = nh.from_array(np.full(3, 0.001, np.float32), "dbs")
+q_then([h.make_node("DequantizeLinear", ["dw", "gs", "gz"], ["dwf"]), h.make_node("DequantizeLinear", ["db", "dbs"], ["dbf"]),
+        h.make_node("Conv", ["f", "dwf", "dbf"], ["c"], name="edge_bias_dw", group=3, pads=[1, 1, 1, 1]),
+        h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
+       "bias_overflow", [y], [dw, db, dbs, gs, gz, ys])
 # Weights kept in an external data file.
 m = h.make_model(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], pads=[1,1,1,1])], "g", [x], [y],
                  [nh.from_array(np.ones((64, 3, 3, 3), np.float32), "w")]), opset_imports=[h.make_opsetid("", 17)])
@@ -989,6 +1013,35 @@ fn every_rejection_says_what_and_what_to_do() {
         m.contains("float_cubic_resize")
             && m.contains("mode cubic is not supported (nearest, linear)")
             && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    for (f, node) in [("pad_huge", "huge_pad"), ("resize_huge", "huge_resize")] {
+        let m = err(&format!("{f}.onnx"));
+        assert!(
+            m.contains(node) && m.contains("more than 2^28 elements") && m.contains("attributes"),
+            "{m}"
+        );
+    }
+    let m = err("input_huge.onnx");
+    assert!(
+        m.contains("graph input x") && m.contains("[1, 3, 1048576, 1048576]"),
+        "{m}"
+    );
+    let m = err("node_without_output.onnx");
+    assert!(
+        m.contains("no_output") && m.contains("no first output"),
+        "{m}"
+    );
+    let m = err("cycle.onnx");
+    assert!(
+        m.contains("first_relu") && m.contains("\"b\"") && m.contains("topological order"),
+        "{m}"
+    );
+    let m = err("written_twice.onnx");
+    assert!(m.contains("again") && m.contains("already written"), "{m}");
+    let m = err("bias_overflow.onnx");
+    assert!(
+        m.contains("edge_bias_dw") && m.contains("int32 sums could overflow"),
         "{m}"
     );
     let m = err("not_onnx.onnx");

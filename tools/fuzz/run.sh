@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the log reader and the CDR decoder with AFL++ (cargo-afl).
+# Coverage-guided fuzzing of the log reader, the CDR decoder and the ONNX importer with
+# AFL++ (cargo-afl).
 #
 #   tools/fuzz/run.sh [SECONDS]     # each target runs SECONDS (default 600)
 #
 # Installs cargo-afl and builds AFL++ from the sources it ships when missing (a C compiler
 # and make; ~5 min on 2 cores the first time), builds the targets in fuzz/ (its own
 # workspace), writes a tiny seed log with `redline sim generate` (0.2 s, 64x32 images),
-# runs each target for SECONDS, prints executions, exec/s and crashes per target, and
+# takes the repository's small .onnx files as the importer's seeds, runs each target for
+# SECONDS, prints executions, exec/s and crashes per target, and
 # exits 1 if any crash was saved (the inputs are in fuzz/out/TARGET/default/crashes/:
-# add each as a regression test next to sim/src/fuzzing.rs, then fix it).
+# add each as a regression test next to sim/src/fuzzing.rs or, for onnx_model, to the
+# rejection test in tests/tests/onnx_import.rs, then fix it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-600}
@@ -22,7 +25,12 @@ if ! ls "${XDG_DATA_HOME:-$HOME/.local/share}"/afl.rs/rustc-*/afl.rs-*/afl/bin/a
 fi
 
 seeds=fuzz/seeds
-mkdir -p "$seeds/log" "$seeds/cdr"
+mkdir -p "$seeds/log" "$seeds/cdr" "$seeds/onnx"
+# ONNX seeds: the test fixtures (a QDQ convolution, a float one, a dynamic batch) and the
+# built-in heads, all under 8 KB (AFL mutates small seeds best).
+cp cli/tests/fixtures/tiny_qdq_s8.onnx cli/tests/fixtures/tiny_float_conv.onnx \
+    cli/tests/fixtures/tiny_dynamic_batch.onnx models/builtin/det_head.onnx \
+    models/builtin/seg_head.onnx "$seeds/onnx/"
 if [ ! -s "$seeds/log/drive.mcap" ]; then
     # The dev profile (optimized, what `cargo test` builds): in CI this reuses the test step's
     # build instead of a release build of the whole CLI (about 1.5 GB of disk and minutes on
@@ -39,8 +47,8 @@ printf '\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' > "$se
 export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1
 export AFL_NO_AFFINITY=1 AFL_SKIP_CRASHES=1
 status=0
-for target in log_reader cdr; do
-    case $target in log_reader) in=$seeds/log ;; cdr) in=$seeds/cdr ;; esac
+for target in log_reader cdr onnx_model; do
+    case $target in log_reader) in=$seeds/log ;; cdr) in=$seeds/cdr ;; onnx_model) in=$seeds/onnx ;; esac
     out=fuzz/out/$target
     rm -rf "$out"; mkdir -p fuzz/out
     echo "== fuzzing $target for $secs s (AFL++, seeds in $in)"

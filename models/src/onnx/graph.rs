@@ -197,6 +197,43 @@ pub(crate) struct OnnxGraph {
     pub metadata: Vec<(String, String)>,
 }
 
+/// Checks that the nodes come in topological order and write each value once, as ONNX
+/// requires: every input of a node is an initializer, a graph input or an output of an
+/// earlier node. (So the graph has no cycle, which the lowering's walks along consumers
+/// rely on.)
+fn check_order(
+    nodes: &[Node],
+    consts: &HashMap<String, Const>,
+    graph_inputs: &[pb::ValueInfoProto],
+) -> Result<(), String> {
+    let mut known: std::collections::HashSet<&str> = consts.keys().map(String::as_str).collect();
+    known.extend(graph_inputs.iter().map(|v| v.name()));
+    for n in nodes {
+        if let Some(i) = n
+            .inputs
+            .iter()
+            .find(|i| !i.is_empty() && !known.contains(i.as_str()))
+        {
+            return Err(format!(
+                "node {} ({}) reads {i:?}, which no earlier node, graph input or initializer \
+                 writes: ONNX lists nodes in topological order (sort the graph, e.g. with \
+                 onnx-graphsurgeon's toposort(), or re-export it)",
+                n.name, n.op
+            ));
+        }
+        for o in n.outputs.iter().filter(|o| !o.is_empty()) {
+            if !known.insert(o.as_str()) {
+                return Err(format!(
+                    "node {} ({}) writes {o:?}, which is already written: ONNX values are \
+                     written once",
+                    n.name, n.op
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn parse_err(path: &Path, reason: impl Into<String>) -> EngineError {
     EngineError::Parse {
         path: path.to_path_buf(),
@@ -449,6 +486,16 @@ impl OnnxGraph {
             } else {
                 n.name().to_string()
             };
+            if first.is_empty() {
+                return Err(parse_err(
+                    path,
+                    format!(
+                        "node {name} ({}) has no first output: every operator writes one; the \
+                         file is damaged or not written by an ONNX exporter",
+                        n.op_type()
+                    ),
+                ));
+            }
             let mut attrs = HashMap::new();
             for a in &n.attribute {
                 if !a.ref_attr_name().is_empty() {
@@ -473,6 +520,7 @@ impl OnnxGraph {
                 attrs,
             });
         }
+        check_order(&nodes, &consts, &g.input).map_err(|r| parse_err(path, r))?;
         let inputs = g
             .input
             .iter()

@@ -121,6 +121,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub(crate) mod dense_routes;
+pub mod fuzzing;
 pub(crate) mod graph;
 pub(crate) mod isa;
 pub(crate) mod kernels;

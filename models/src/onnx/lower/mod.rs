@@ -135,6 +135,7 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
         weight_bytes: 0,
         rescaled_biases: 0,
         outputs: HashSet::new(),
+        oversized: None,
     };
     for (i, n) in g.nodes.iter().enumerate() {
         for name in n.inputs.iter().filter(|s| !s.is_empty()) {
@@ -180,7 +181,16 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
                 }
             }
         }
-        let bytes = shape.iter().product::<usize>() * elem.size();
+        let Some(elements) = elements_within(&shape) else {
+            return Err(EngineError::Invalid {
+                reason: format!(
+                    "graph input {} of shape {shape:?} has more than 2^28 elements, more than \
+                     the native engine plans for one tensor: check its dimensions",
+                    vi.name
+                ),
+            });
+        };
+        let bytes = elements * elem.size();
         let buf = l.new_buf(bytes);
         l.steps.push(Step::Input {
             index,
@@ -223,6 +233,9 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
             continue;
         }
         l.node(i)?;
+        if let Some(shape) = l.oversized.take() {
+            return Err(too_large(&g.nodes[i], &shape));
+        }
     }
     let mut outputs = Vec::new();
     for (index, vo) in g.outputs.iter().enumerate() {
@@ -316,6 +329,32 @@ struct Lowerer<'g> {
     /// Biases requantized from another scale ([`Lowered::rescaled_biases`]).
     rescaled_biases: usize,
     outputs: HashSet<String>,
+    /// The shape of a computed tensor over [`MAX_ELEMENTS`] the node being lowered made
+    /// (`set`), refused after it.
+    oversized: Option<Vec<usize>>,
+}
+
+/// The most elements one computed tensor may have: 2^28, a GiB as `f32` (a 64-channel map
+/// of 2048 × 2048 pixels is 2^28). A larger one comes from a broken shape or attribute (a
+/// pad, a scale, a graph input's dimension), and is refused by name before anything is
+/// sized by it, instead of an allocation the machine cannot make.
+pub(super) const MAX_ELEMENTS: usize = 1 << 28;
+
+/// The element count of `shape` when it is at most [`MAX_ELEMENTS`].
+pub(super) fn elements_within(shape: &[usize]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
+}
+
+/// The error for a tensor of `shape` over [`MAX_ELEMENTS`], made by node `n`.
+pub(super) fn too_large(n: &Node, shape: &[usize]) -> EngineError {
+    n.unsupported(format!(
+        "its output of shape {shape:?} has more than 2^28 elements (1 GiB as float32), more \
+         than the native engine plans for one tensor: check the model's shapes and the node's \
+         attributes (pads, scales, strides)"
+    ))
 }
 
 fn invalid(reason: String) -> EngineError {
@@ -415,6 +454,11 @@ impl<'g> Lowerer<'g> {
     }
 
     fn set(&mut self, name: &str, v: Val) {
+        if let Val::F32(t) | Val::Q(t) | Val::Dq(t) = &v {
+            if elements_within(&t.shape).is_none() && self.oversized.is_none() {
+                self.oversized = Some(t.shape.clone());
+            }
+        }
         self.vals.insert(name.to_string(), v);
     }
 

@@ -70,7 +70,10 @@ impl Lowerer<'_> {
         };
         let mut shape = t.shape.clone();
         for (a, &(b, e)) in around.iter().enumerate() {
-            let out = t.shape[a] as i64 + b + e;
+            let out = (t.shape[a] as i64)
+                .checked_add(b)
+                .and_then(|o| o.checked_add(e))
+                .unwrap_or(i64::MAX);
             if out <= 0 {
                 return Err(n.unsupported(format!(
                     "pads {pads:?} leave axis {a} of {:?} empty: empty tensors are not \
@@ -78,10 +81,13 @@ impl Lowerer<'_> {
                     t.shape
                 )));
             }
-            shape[a] = out as usize;
+            shape[a] = usize::try_from(out).unwrap_or(usize::MAX);
             if mode == "reflect" && t.shape[a] < 2 && (b, e) != (0, 0) {
                 return Err(n.unsupported("reflect padding of an axis of one element"));
             }
+        }
+        if elements_within(&shape).is_none() {
+            return Err(too_large(n, &shape));
         }
         // Memory order: NHWC tensors keep their layout.
         let nhwc = t.layout == Layout::Nhwc && rank == 4;

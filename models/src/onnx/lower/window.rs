@@ -299,6 +299,9 @@ impl Lowerer<'_> {
         if oh == 0 || ow == 0 {
             return Err(n.unsupported("the output would be empty"));
         }
+        if elements_within(&[b, c, oh, ow]).is_none() {
+            return Err(too_large(n, &[b, c, oh, ow]));
+        }
         let linear = match mode.as_str() {
             "nearest" => false,
             "linear" | "bilinear" => true,
