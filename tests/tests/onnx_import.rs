@@ -833,6 +833,11 @@ save(h.make_graph([h.make_node("Relu", ["b"], ["a"], name="first_relu"), h.make_
                    h.make_node("Relu", ["x"], ["y"])], "g", [x], [y]), "cycle")
 save(h.make_graph([h.make_node("Relu", ["x"], ["y"]), h.make_node("Relu", ["x"], ["y"], name="again")],
                   "g", [x], [y]), "written_twice")
+# A Concat along axis 54 of 4-D tensors, and an input with an empty batch (found by fuzzing:
+# an index out of range, and a slice of an empty buffer at run time).
+q_then([h.make_node("Concat", ["f", "f"], ["y"], name="far_concat", axis=54)], "concat_axis", [y], [])
+xe = h.make_tensor_value_info("x", T.FLOAT, [0, 3, 8, 8])
+save(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [xe], [y]), "input_empty")
 # A depthwise convolution (the general kernel) whose int32 bias sits at the type's limit.
 dw = nh.from_array(np.ones((3, 1, 3, 3), np.int8), "dw")
 db = nh.from_array(np.full(3, 2**31 - 5, np.int32), "db"); dbs = nh.from_array(np.full(3, 0.001, np.float32), "dbs")
@@ -1032,6 +1037,13 @@ fn every_rejection_says_what_and_what_to_do() {
         m.contains("no_output") && m.contains("no first output"),
         "{m}"
     );
+    let m = err("concat_axis.onnx");
+    assert!(
+        m.contains("far_concat") && m.contains("axis 54 is outside rank 4"),
+        "{m}"
+    );
+    let m = err("input_empty.onnx");
+    assert!(m.contains("[0, 3, 8, 8]") && m.contains("empty"), "{m}");
     let m = err("cycle.onnx");
     assert!(
         m.contains("first_relu") && m.contains("\"b\"") && m.contains("topological order"),

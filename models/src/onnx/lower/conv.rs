@@ -928,6 +928,31 @@ pub(super) fn check_bias_len(n: &Node, len: usize, oc: usize) -> Result<(), Engi
     Ok(())
 }
 
+/// Refuses a convolution for the general kernel whose `i32` sums could overflow:
+/// `kh·kw·icg` taps of at most `2·128·128` each (a zero-point-relative input times a weight)
+/// plus the largest `|bias|` above `i32::MAX`, the bound `Conv2d::new` puts on a dense one.
+/// (A bias near the `int32` limit is a broken calibration; the kernels' sums are exact
+/// only below it.)
+fn general_sums_fit(n: &Node, win: &Window, icg: usize, bias: &[i32]) -> Result<(), EngineError> {
+    const MAX_TERM: i64 = 2 * 128 * 128;
+    let taps = win.kh * win.kw * icg;
+    let max_bias = bias.iter().map(|b| i64::from(*b).abs()).max().unwrap_or(0);
+    let worst = i64::try_from(taps)
+        .ok()
+        .and_then(|t| t.checked_mul(MAX_TERM))
+        .and_then(|t| t.checked_add(max_bias));
+    if worst.is_none_or(|w| w > i64::from(i32::MAX)) {
+        return Err(n.unsupported(format!(
+            "its int32 sums could overflow: {taps} taps * {MAX_TERM} + max|bias| {max_bias} > \
+             {}; a quantized bias near the int32 limit means a calibration that gave this \
+             layer's input a tiny scale: calibrate again, or run the model with --engine \
+             onnxruntime",
+            i32::MAX
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -993,29 +1018,4 @@ mod tests {
         assert_eq!((w.kh, w.kw, w.pt), (3, 3, 12));
         assert_eq!(p, packed);
     }
-}
-
-/// Refuses a convolution for the general kernel whose `i32` sums could overflow:
-/// `kh·kw·icg` taps of at most `2·128·128` each (a zero-point-relative input times a weight)
-/// plus the largest `|bias|` above `i32::MAX`, the bound `Conv2d::new` puts on a dense one.
-/// (A bias near the `int32` limit is a broken calibration; the kernels' sums are exact
-/// only below it.)
-fn general_sums_fit(n: &Node, win: &Window, icg: usize, bias: &[i32]) -> Result<(), EngineError> {
-    const MAX_TERM: i64 = 2 * 128 * 128;
-    let taps = win.kh * win.kw * icg;
-    let max_bias = bias.iter().map(|b| i64::from(*b).abs()).max().unwrap_or(0);
-    let worst = i64::try_from(taps)
-        .ok()
-        .and_then(|t| t.checked_mul(MAX_TERM))
-        .and_then(|t| t.checked_add(max_bias));
-    if worst.is_none_or(|w| w > i64::from(i32::MAX)) {
-        return Err(n.unsupported(format!(
-            "its int32 sums could overflow: {taps} taps * {MAX_TERM} + max|bias| {max_bias} > \
-             {}; a quantized bias near the int32 limit means a calibration that gave this \
-             layer's input a tiny scale: calibrate again, or run the model with --engine \
-             onnxruntime",
-            i32::MAX
-        )));
-    }
-    Ok(())
 }

@@ -339,9 +339,8 @@ impl Lowerer<'_> {
                     .unwrap_or_default()
             })
             .ok_or_else(|| n.unsupported("no inputs"))?;
-        let rank = first_shape.len() as i64;
-        let axis = n.int("axis", 1)?;
-        let axis = if axis < 0 { axis + rank } else { axis } as usize;
+        let rank = first_shape.len();
+        let axis = super::shape::axis_index(n, n.int("axis", 1)?, rank)?;
         // Output quantization: QDQ with equal input scales may skip the Q (exact copy).
         let all_same = parts.windows(2).all(|w| w[0].2 == w[1].2);
         let (y_q, clamp, out_name, q_out) = if qop {

@@ -181,11 +181,12 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
                 }
             }
         }
-        let Some(elements) = elements_within(&shape) else {
+        let Some(elements) = elements_within(&shape).filter(|&e| e > 0) else {
             return Err(EngineError::Invalid {
                 reason: format!(
-                    "graph input {} of shape {shape:?} has more than 2^28 elements, more than \
-                     the native engine plans for one tensor: check its dimensions",
+                    "graph input {} of shape {shape:?} is empty or has more than 2^28 \
+                     elements, more than the native engine plans for one tensor: check its \
+                     dimensions",
                     vi.name
                 ),
             });
@@ -329,8 +330,8 @@ struct Lowerer<'g> {
     /// Biases requantized from another scale ([`Lowered::rescaled_biases`]).
     rescaled_biases: usize,
     outputs: HashSet<String>,
-    /// The shape of a computed tensor over [`MAX_ELEMENTS`] the node being lowered made
-    /// (`set`), refused after it.
+    /// The shape of a computed tensor over [`MAX_ELEMENTS`], or empty, that the node being
+    /// lowered made (`set`), refused after it.
     oversized: Option<Vec<usize>>,
 }
 
@@ -348,8 +349,14 @@ pub(super) fn elements_within(shape: &[usize]) -> Option<usize> {
         .filter(|&n| n <= MAX_ELEMENTS)
 }
 
-/// The error for a tensor of `shape` over [`MAX_ELEMENTS`], made by node `n`.
+/// The error for a tensor of `shape` over [`MAX_ELEMENTS`] (or empty), made by node `n`.
 pub(super) fn too_large(n: &Node, shape: &[usize]) -> EngineError {
+    if shape.contains(&0) {
+        return n.unsupported(format!(
+            "its output of shape {shape:?} is empty: the native engine runs tensors with at \
+             least one element; check the model's shapes and the node's attributes"
+        ));
+    }
     n.unsupported(format!(
         "its output of shape {shape:?} has more than 2^28 elements (1 GiB as float32), more \
          than the native engine plans for one tensor: check the model's shapes and the node's \
@@ -455,7 +462,8 @@ impl<'g> Lowerer<'g> {
 
     fn set(&mut self, name: &str, v: Val) {
         if let Val::F32(t) | Val::Q(t) | Val::Dq(t) = &v {
-            if elements_within(&t.shape).is_none() && self.oversized.is_none() {
+            let bad = elements_within(&t.shape).is_none_or(|n| n == 0);
+            if bad && self.oversized.is_none() {
                 self.oversized = Some(t.shape.clone());
             }
         }
