@@ -838,6 +838,8 @@ save(h.make_graph([h.make_node("Relu", ["x"], ["y"]), h.make_node("Relu", ["x"],
 q_then([h.make_node("Concat", ["f", "f"], ["y"], name="far_concat", axis=54)], "concat_axis", [y], [])
 xe = h.make_tensor_value_info("x", T.FLOAT, [0, 3, 8, 8])
 save(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [xe], [y]), "input_empty")
+# A pooling window with no rows (found by fuzzing: an underflow sizing it).
+q_then([h.make_node("AveragePool", ["f"], ["y"], name="flat_pool", kernel_shape=[0, 3])], "pool_empty_kernel", [y], [])
 # A depthwise convolution (the general kernel) whose int32 bias sits at the type's limit.
 dw = nh.from_array(np.ones((3, 1, 3, 3), np.int8), "dw")
 db = nh.from_array(np.full(3, 2**31 - 5, np.int32), "db"); dbs = nh.from_array(np.full(3, 0.001, np.float32), "dbs")
@@ -1044,6 +1046,11 @@ fn every_rejection_says_what_and_what_to_do() {
     );
     let m = err("input_empty.onnx");
     assert!(m.contains("[0, 3, 8, 8]") && m.contains("empty"), "{m}");
+    let m = err("pool_empty_kernel.onnx");
+    assert!(
+        m.contains("flat_pool") && m.contains("one tap or more"),
+        "{m}"
+    );
     let m = err("cycle.onnx");
     assert!(
         m.contains("first_relu") && m.contains("\"b\"") && m.contains("topological order"),

@@ -25,16 +25,23 @@ impl Lowerer<'_> {
         );
         let ceil = n.int("ceil_mode", 0)? != 0;
         let auto = n.string("auto_pad", "NOTSET")?;
-        let ekh = (kh - 1) * dh + 1;
-        let ekw = (kw - 1) * dw + 1;
+        if kh == 0 || kw == 0 {
+            return Err(n.unsupported(format!("a {kh}x{kw} window: kernels need one tap or more")));
+        }
+        // The dilated window's extent; absurd kernels, dilations or pads (a damaged file)
+        // are refused here rather than overflowing below.
+        let extent = |k: usize, d: usize| (k - 1).checked_mul(d).and_then(|e| e.checked_add(1));
+        let (Some(ekh), Some(ekw)) = (extent(kh, dh), extent(kw, dw)) else {
+            return Err(n.unsupported("the dilated window is larger than any image"));
+        };
         let (pt, pl, pb, pr) = match auto.as_str() {
             "NOTSET" => explicit_pads(n)?,
             "VALID" => (0, 0, 0, 0),
             "SAME_UPPER" | "SAME_LOWER" => {
                 let oh = in_h.div_ceil(sh);
                 let ow = in_w.div_ceil(sw);
-                let ph = ((oh - 1) * sh + ekh).saturating_sub(in_h);
-                let pw = ((ow - 1) * sw + ekw).saturating_sub(in_w);
+                let ph = ((oh - 1) * sh).saturating_add(ekh).saturating_sub(in_h);
+                let pw = ((ow - 1) * sw).saturating_add(ekw).saturating_sub(in_w);
                 if auto == "SAME_UPPER" {
                     (ph / 2, pw / 2, ph - ph / 2, pw - pw / 2)
                 } else {
@@ -43,8 +50,10 @@ impl Lowerer<'_> {
             }
             other => return Err(n.unsupported(format!("auto_pad {other} is not supported"))),
         };
-        let span_h = in_h + pt + pb;
-        let span_w = in_w + pl + pr;
+        let span = |a: usize, b: usize, c: usize| a.checked_add(b).and_then(|v| v.checked_add(c));
+        let (Some(span_h), Some(span_w)) = (span(in_h, pt, pb), span(in_w, pl, pr)) else {
+            return Err(n.unsupported("the pads are larger than any image"));
+        };
         if span_h < ekh || span_w < ekw {
             return Err(n.unsupported(format!(
                 "the {kh}x{kw} window does not fit the padded {in_h}x{in_w} input"
@@ -62,11 +71,18 @@ impl Lowerer<'_> {
             }
             o
         };
+        let (out_h, out_w) = (
+            out(span_h, ekh, sh, pt, in_h),
+            out(span_w, ekw, sw, pl, in_w),
+        );
+        if elements_within(&[out_h, out_w]).is_none() {
+            return Err(too_large(n, &[out_h, out_w]));
+        }
         Ok(Window {
             in_h,
             in_w,
-            out_h: out(span_h, ekh, sh, pt, in_h),
-            out_w: out(span_w, ekw, sw, pl, in_w),
+            out_h,
+            out_w,
             kh,
             kw,
             sh,
@@ -87,7 +103,8 @@ impl Lowerer<'_> {
         if k.len() != 2 {
             return Err(n.unsupported("only 2-D pooling is supported"));
         }
-        self.window(n, h, w, k[0] as usize, k[1] as usize)
+        let k: Vec<usize> = k.iter().map(|&v| usize::try_from(v).unwrap_or(0)).collect();
+        self.window(n, h, w, k[0], k[1])
     }
 
     pub(super) fn max_pool(&mut self, n: &Node) -> Result<(), EngineError> {
