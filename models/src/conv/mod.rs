@@ -140,7 +140,22 @@ impl ChannelSlot {
 
 /// Accumulator growth bound per tap: `|(x - x_zp) * w| <= 255 * 128`, and the interior
 /// path's partial sums `-x_zp Σw + Σ x w` grow by at most `128 * 128 + 128 * 128` per tap.
-const MAX_TERM: i64 = 2 * 128 * 128;
+pub(crate) const MAX_TERM: i64 = 2 * 128 * 128;
+
+/// Whether `taps` terms of at most [`MAX_TERM`] each plus the largest `|bias|` stay within
+/// `i32`, the bound every integer convolution here proves before it runs (its sums are
+/// exact only below it); `Err(max |bias|)` when they may not.
+pub(crate) fn accumulator_fits(taps: usize, bias: &[i32]) -> Result<(), i64> {
+    let max_bias = bias.iter().map(|b| i64::from(*b).abs()).max().unwrap_or(0);
+    let worst = i64::try_from(taps)
+        .ok()
+        .and_then(|t| t.checked_mul(MAX_TERM))
+        .and_then(|t| t.checked_add(max_bias));
+    match worst {
+        Some(w) if w <= i64::from(i32::MAX) => Ok(()),
+        _ => Err(max_bias),
+    }
+}
 
 /// One quantized convolution layer (ONNX `QLinearConv`, optionally with a fused ReLU).
 ///
@@ -259,12 +274,7 @@ impl Conv2d {
                 "weight scale of channel {c} is {s}: scales must be finite and > 0"
             )));
         }
-        let max_bias = bias.iter().map(|b| i64::from(*b).abs()).max().unwrap_or(0);
-        let worst = i64::try_from(taps)
-            .ok()
-            .and_then(|t| t.checked_mul(MAX_TERM))
-            .and_then(|t| t.checked_add(max_bias));
-        if worst.is_none_or(|w| w > i64::from(i32::MAX)) {
+        if let Err(max_bias) = accumulator_fits(taps, &bias) {
             return Err(invalid(format!(
                 "the i32 accumulator could overflow: {taps} taps * {MAX_TERM} + max|bias| \
                  {max_bias} > {}; use fewer input channels per layer or a smaller bias (a \

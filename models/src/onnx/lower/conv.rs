@@ -934,14 +934,9 @@ pub(super) fn check_bias_len(n: &Node, len: usize, oc: usize) -> Result<(), Engi
 /// (A bias near the `int32` limit is a broken calibration; the kernels' sums are exact
 /// only below it.)
 fn general_sums_fit(n: &Node, win: &Window, icg: usize, bias: &[i32]) -> Result<(), EngineError> {
-    const MAX_TERM: i64 = 2 * 128 * 128;
+    use crate::conv::MAX_TERM;
     let taps = win.kh * win.kw * icg;
-    let max_bias = bias.iter().map(|b| i64::from(*b).abs()).max().unwrap_or(0);
-    let worst = i64::try_from(taps)
-        .ok()
-        .and_then(|t| t.checked_mul(MAX_TERM))
-        .and_then(|t| t.checked_add(max_bias));
-    if worst.is_none_or(|w| w > i64::from(i32::MAX)) {
+    if let Err(max_bias) = crate::conv::accumulator_fits(taps, bias) {
         return Err(n.unsupported(format!(
             "its int32 sums could overflow: {taps} taps * {MAX_TERM} + max|bias| {max_bias} > \
              {}; a quantized bias near the int32 limit means a calibration that gave this \

@@ -362,18 +362,7 @@ impl Lowerer<'_> {
                 )))
             }
         };
-        let axes = match n.ints("axes")? {
-            Some(a) => Some(a),
-            None => match n.input(1) {
-                Some(_) => Some(
-                    self.konst(n, 1)?
-                        .to_i64()
-                        .ok_or_else(|| n.unsupported("axes must be integers"))?,
-                ),
-                None => None,
-            },
-        };
-        let mut axes: Vec<usize> = match axes {
+        let mut axes: Vec<usize> = match self.reduce_axes(n)? {
             Some(a) if !a.is_empty() => a
                 .iter()
                 .map(|&a| super::shape::axis_index(n, a, rank))
@@ -1014,14 +1003,8 @@ impl Lowerer<'_> {
             Val::F32(t) | Val::Dq(t) => t.shape.len() as i64,
             _ => return Ok(false),
         };
-        let axes = match n.ints("axes")? {
-            Some(a) => Some(a),
-            None => match n.input(1) {
-                Some(_) => self.konst(n, 1)?.to_i64(),
-                None => None,
-            },
-        };
-        let mut axes: Vec<i64> = axes
+        let mut axes: Vec<i64> = self
+            .reduce_axes(n)?
             .unwrap_or_default()
             .iter()
             .map(|&a| if a < 0 { a + rank } else { a })
@@ -1030,37 +1013,23 @@ impl Lowerer<'_> {
         Ok(rank == 4 && axes == [2, 3])
     }
 
-    pub(super) fn reduce_mean(&mut self, n: &Node) -> Result<(), EngineError> {
-        let rank = match self.input(n, 0)? {
-            Val::F32(t) | Val::Dq(t) => t.shape.len() as i64,
-            v => {
-                return Err(n.unsupported(format!(
-                    "input 0 is {}; the native engine averages float or dequantized tensors \
-                     (QDQ) only; run the model with --engine onnxruntime",
-                    kind_name(&v)
-                )))
-            }
-        };
-        let axes = match n.ints("axes")? {
-            Some(a) => Some(a),
-            None => match n.input(1) {
-                Some(_) => self.konst(n, 1)?.to_i64(),
-                None => None,
-            },
-        };
-        let mut axes: Vec<i64> = axes
-            .unwrap_or_default()
-            .iter()
-            .map(|&a| if a < 0 { a + rank } else { a })
-            .collect();
-        axes.sort_unstable();
-        if rank != 4 || axes != [2, 3] {
-            return Err(n.unsupported(format!(
-                "a mean over axes {axes:?} of a rank-{rank} tensor; the native engine reduces \
-                 over the spatial axes [2, 3] of a 4-D tensor only (a global average pool); run \
-                 the model with --engine onnxruntime"
-            )));
+    /// A reduction's axes: its `axes` attribute (before opset 18) or its second input
+    /// (from opset 18, and `ReduceSum` from 13); `None` when it gives none.
+    fn reduce_axes(&self, n: &Node) -> Result<Option<Vec<i64>>, EngineError> {
+        if let Some(a) = n.ints("axes")? {
+            return Ok(Some(a));
         }
+        if n.input(1).is_none() {
+            return Ok(None);
+        }
+        let a = self.konst(n, 1)?.to_i64();
+        a.map(Some)
+            .ok_or_else(|| n.unsupported("axes must be integers"))
+    }
+
+    /// A `ReduceMean` over the spatial axes of a 4-D float or dequantized tensor
+    /// ([`Lowerer::is_spatial_mean`] chose it): a global average pool.
+    pub(super) fn reduce_mean(&mut self, n: &Node) -> Result<(), EngineError> {
         self.float_global_avg_pool(n)?;
         if n.int("keepdims", 1)? == 0 {
             if let Some(Val::F32(t)) = self.vals.get(&n.outputs[0]).cloned() {
