@@ -776,6 +776,11 @@ q_then([h.make_node("Pow", ["f", "three"], ["y"], name="cube")], "pow_cube", [y]
 # An Einsum that is no batched matrix product (a per-channel dot product).
 q_then([h.make_node("Einsum", ["f", "f"], ["y"], name="odd_einsum", equation="nchw,nchw->nc")],
        "einsum_dot", [y], [])
+# An Einsum whose equation names 3 axes of 4-D inputs, and a reduction of a scalar.
+q_then([h.make_node("Einsum", ["f", "f"], ["y"], name="short_einsum", equation="bid,bjd->bij")],
+       "einsum_rank", [y], [])
+q_then([h.make_node("ReduceMax", ["f"], ["scal"], keepdims=0), h.make_node("ReduceMax", ["scal"], ["y"], name="scalar_max")],
+       "reduce_scalar", [y], [])
 # A float island whose result is not quantized: Elu's float output is the graph's output.
 q_then([h.make_node("Elu", ["f"], ["y"], name="float_elu")], "island_unquantized", [y], [])
 # A convolution's float output resized bicubically (the native engine resizes nearest and linear).
@@ -1005,6 +1010,16 @@ fn every_rejection_says_what_and_what_to_do() {
             && m.contains("\"nchw,nchw->nc\"")
             && m.contains("batched matrix product")
             && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("einsum_rank.onnx");
+    assert!(
+        m.contains("short_einsum") && m.contains("names 3 axes, input 0 has 4"),
+        "{m}"
+    );
+    let m = err("reduce_scalar.onnx");
+    assert!(
+        m.contains("scalar_max") && m.contains("a reduction of a scalar"),
         "{m}"
     );
     let m = err("island_unquantized.onnx");

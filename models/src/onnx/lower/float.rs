@@ -367,6 +367,12 @@ impl Lowerer<'_> {
                 .iter()
                 .map(|&a| super::shape::axis_index(n, a, rank))
                 .collect::<Result<_, _>>()?,
+            _ if rank == 0 => {
+                return Err(n.unsupported(
+                    "a reduction of a scalar: the native engine reduces tensors of rank 1 or \
+                     more; run the model with --engine onnxruntime",
+                ))
+            }
             _ if n.int("noop_with_empty_axes", 0)? != 0 => {
                 // No axes and the no-op flag: the input as it is (as float).
                 let t = self.float_operand(n, 0, layout)?;

@@ -33,7 +33,7 @@ impl Lowerer<'_> {
     /// as a `MatMul` node, the second operand transposed first when the equation says so.
     pub(super) fn einsum(&mut self, n: &Node) -> Result<(), EngineError> {
         let eq = n.string("equation", "")?;
-        let Some(transposed) = einsum_product(&eq) else {
+        let Some((transposed, rank)) = einsum_product(&eq) else {
             return Err(n.unsupported(format!(
                 "equation {eq:?}: the native engine runs an Einsum that is a batched matrix \
                  product of two tensors (\"bhik,bhkj->bhij\" or \"bhik,bhjk->bhij\"); \
@@ -43,21 +43,23 @@ impl Lowerer<'_> {
         if n.inputs.len() != 2 {
             return Err(n.unsupported("an Einsum product of two inputs"));
         }
+        for i in 0..2 {
+            let r = match self.input(n, i)? {
+                Val::Dq(t) | Val::Q(t) | Val::F32(t) => t.shape.len(),
+                Val::C(c) | Val::DqC { data: c, .. } => c.shape.len(),
+            };
+            if r != rank {
+                return Err(n.unsupported(format!(
+                    "equation {eq:?} names {rank} axes, input {i} has {r}"
+                )));
+            }
+        }
         let mut mm = Node {
             op: "MatMul".to_string(),
             attrs: HashMap::new(),
             ..n.clone()
         };
         if transposed {
-            let rank = match self.input(n, 1)? {
-                Val::Dq(t) | Val::Q(t) | Val::F32(t) => t.shape.len(),
-                v => {
-                    return Err(n.unsupported(format!(
-                        "input 1 is {}; an Einsum multiplies computed tensors",
-                        kind_name(&v)
-                    )))
-                }
-            };
             let mut perm: Vec<i64> = (0..rank as i64).collect();
             perm.swap(rank - 2, rank - 1);
             let bt = format!("{}::einsum_transposed_b", n.outputs[0]);
@@ -188,10 +190,10 @@ impl Lowerer<'_> {
 }
 
 /// Whether the `Einsum` equation `eq` is a batched matrix product of two operands over equal
-/// batch axes: `Some(false)` for `..ik,..kj->..ij`, `Some(true)` for `..ik,..jk->..ij`
-/// (the second operand transposed); `None` for anything else. Spaces are ignored; every
-/// index a single letter, no ellipsis.
-fn einsum_product(eq: &str) -> Option<bool> {
+/// batch axes: `Some((false, rank))` for `..ik,..kj->..ij`, `Some((true, rank))` for
+/// `..ik,..jk->..ij` (the second operand transposed), `rank` the axes each term names;
+/// `None` for anything else. Spaces are ignored; every index a single letter, no ellipsis.
+fn einsum_product(eq: &str) -> Option<(bool, usize)> {
     let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, out) = eq.split_once("->")?;
     let (a, b) = lhs.split_once(',')?;
@@ -222,8 +224,8 @@ fn einsum_product(eq: &str) -> Option<bool> {
         return None;
     }
     match (b[r - 2], b[r - 1]) {
-        (x, y) if x == k && y == j => Some(false),
-        (x, y) if x == j && y == k => Some(true),
+        (x, y) if x == k && y == j => Some((false, r)),
+        (x, y) if x == j && y == k => Some((true, r)),
         _ => None,
     }
 }
@@ -236,14 +238,14 @@ mod tests {
     fn einsum_products_are_recognised() {
         assert_eq!(
             einsum_product("B G H I D, B G H J D -> B G H I J"),
-            Some(true)
+            Some((true, 5))
         );
         assert_eq!(
             einsum_product("B G H I J, B G H J D -> B G H I D"),
-            Some(false)
+            Some((false, 5))
         );
-        assert_eq!(einsum_product("ik,kj->ij"), Some(false));
-        assert_eq!(einsum_product("bhid,bhjd->bhij"), Some(true));
+        assert_eq!(einsum_product("ik,kj->ij"), Some((false, 2)));
+        assert_eq!(einsum_product("bhid,bhjd->bhij"), Some((true, 4)));
         // A contraction over another axis, a reduction, a broadcast batch, three operands,
         // an ellipsis, a repeated index: not a product this lowering runs.
         assert_eq!(einsum_product("bik,bkj->bji"), None);
