@@ -930,6 +930,18 @@ def _(g):
     g.output(g.mul(x, g.sigmoid(g.conv(kept, 7, 1, pads=P0))), "gated")
 
 
+def _tokens_and_heads(g, shape=X):
+    """A convolution's pixels as 8-feature tokens [1, T, 8], T, and a split of tokens into
+    two heads, [1, T, 8] -> [1, 2, T, 4]."""
+    x = g.conv(g.input(shape), 8, 3)
+    t = g.transpose(g.reshape(x, [1, 8, -1]), [0, 2, 1])
+    T = g.shape[t][1]
+
+    def heads(y):
+        return g.transpose(g.reshape(y, [1, T, 2, 4]), [0, 2, 1, 3])
+    return t, T, heads
+
+
 @case("attention")
 def _(g):
     # One attention layer on a conv's pixels as tokens, two heads: q·kᵀ and softmax·v are
@@ -937,12 +949,7 @@ def _(g):
     # scores scaled by 1/√d, the first token taken by a Gather (a class token). Its QOperator
     # form holds com.microsoft.QLinearSoftmax.
     g.formats = ["qdq", "qop"]
-    x = g.conv(g.input(X), 8, 3)
-    t = g.transpose(g.reshape(x, [1, 8, -1]), [0, 2, 1])  # [1, T, 8]
-    T = g.shape[t][1]
-
-    def heads(y):  # [1, T, 8] -> [1, 2, T, 4]
-        return g.transpose(g.reshape(y, [1, T, 2, 4]), [0, 2, 1, 3])
+    t, T, heads = _tokens_and_heads(g)
     q, k, v = heads(g.matmul(t, 8)), heads(g.matmul(t, 8)), heads(g.matmul(t, 8))
     scores = g.node("MatMul", [q, g.transpose(k, [0, 1, 3, 2])], (1, 2, T, T))
     scores = g.node("Div", [scores, g.const(np.float32(2.0))], (1, 2, T, T))
@@ -1028,12 +1035,7 @@ def _(g):
 @case("attention_constant_bias")
 def _(g):
     g.formats = ["qdq"]
-    x = g.conv(g.input((1, 5, 24, 22)), 8, 3)
-    t = g.transpose(g.reshape(x, [1, 8, -1]), [0, 2, 1])  # [1, T, 8], T = 528
-    T = g.shape[t][1]
-
-    def heads(y):  # [1, T, 8] -> [1, 2, T, 4]
-        return g.transpose(g.reshape(y, [1, T, 2, 4]), [0, 2, 1, 3])
+    t, T, heads = _tokens_and_heads(g, (1, 5, 24, 22))  # T = 528
     q, k = heads(g.matmul(t, 8)), heads(g.matmul(t, 8))
     scores = g.node("MatMul", [q, g.transpose(k, [0, 1, 3, 2])], (1, 2, T, T))
     logit = g.const(np.log(10 * np.ones((2, 1, 1), dtype=np.float32)) * g.rng.uniform(0.8, 1.2, (2, 1, 1)).astype(np.float32), "p")
@@ -1055,12 +1057,7 @@ def _(g):
     # MaxViT's attention: q·kᵀ and p·v written as Einsum (the second with its operand as
     # is, the first transposed by the equation).
     g.formats = ["qdq"]
-    x = g.conv(g.input(X), 8, 3)
-    t = g.transpose(g.reshape(x, [1, 8, -1]), [0, 2, 1])  # [1, T, 8]
-    T = g.shape[t][1]
-
-    def heads(y):  # [1, T, 8] -> [1, 2, T, 4]
-        return g.transpose(g.reshape(y, [1, T, 2, 4]), [0, 2, 1, 3])
+    t, T, heads = _tokens_and_heads(g)
     q, k, v = heads(g.matmul(t, 8)), heads(g.matmul(t, 8)), heads(g.matmul(t, 8))
     scores = g.node("Einsum", [q, k], (1, 2, T, T), equation="b h i d, b h j d -> b h i j")
     p = g.node("Softmax", [scores], (1, 2, T, T), axis=-1)
