@@ -743,13 +743,14 @@ impl<'g> Lowerer<'g> {
             "Split" => self.split(n),
             "Pad" => self.pad(n),
             "MaxPool" => self.max_pool(n),
-            "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Neg"
-            | "Exp" | "Tanh" | "Softplus" | "Mish" | "Erf" | "Sqrt" | "Reciprocal" | "Abs"
-            | "Log"
+            "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Tanh"
+            | "Softplus" | "Mish"
                 if self.reads_float_tensor(n) =>
             {
                 self.float_unary(n)
             }
+            // No quantized kernel: in float, of a float tensor or a dequantized one's values.
+            "Neg" | "Exp" | "Erf" | "Sqrt" | "Reciprocal" | "Abs" | "Log" => self.float_unary(n),
             "Add" | "Mul" | "Div" | "Sub"
                 if self.reads_float_tensor(n) || self.reads_float_constant(n) =>
             {
@@ -784,8 +785,6 @@ impl<'g> Lowerer<'g> {
             | "QLinearGlobalAveragePool" => self.avg_pool(n),
             "Concat" | "QLinearConcat" => self.concat(n),
             "Resize" | "Upsample" => self.resize(n),
-            // No quantized kernel: in float, the dequantized input's values.
-            "Sqrt" | "Reciprocal" | "Abs" | "Log" | "Exp" | "Neg" | "Erf" => self.float_unary(n),
             _ if island::is_island_op(op) => Err(n.unsupported(
                 "the native engine runs this operator only inside a float island: elementwise \
                  float operators whose only non-constant input is one dequantized tensor, with \
