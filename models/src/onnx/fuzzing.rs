@@ -38,3 +38,24 @@ pub fn model_bytes(data: &[u8]) -> Outcome {
     let inputs: Vec<Vec<u8>> = e.inputs().iter().map(|s| vec![0; s.byte_len()]).collect();
     Outcome::Ran(run_once(&mut e, &inputs, &Inline).is_ok())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The harness runs a good model, refuses garbage, and takes every prefix of a good model
+    /// (a truncated download) without a panic.
+    #[test]
+    fn good_models_run_and_damaged_ones_are_refused() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../cli/tests/fixtures/tiny_qdq_s8.onnx"
+        );
+        let good = std::fs::read(path).unwrap();
+        assert_eq!(model_bytes(&good), Outcome::Ran(true));
+        assert_eq!(model_bytes(b"not an onnx file \xff\xff"), Outcome::Refused);
+        for cut in (0..good.len()).step_by(7) {
+            let _ = model_bytes(&good[..cut]);
+        }
+    }
+}
