@@ -665,6 +665,26 @@ impl Lowerer<'_> {
     }
 }
 
+impl Lowerer<'_> {
+    /// The float tensor `x` and the `(blocks, len, inner)` of its axes `a0..a1`
+    /// ([`norm_geometry`]): in its own layout when those axes are one run of its memory
+    /// order, else after one copy to row-major order (where they always are).
+    fn axes_run(
+        &mut self,
+        x: T,
+        a0: usize,
+        a1: usize,
+    ) -> Result<(T, (usize, usize, usize)), EngineError> {
+        if let Some(g) = norm_geometry(&x, a0, a1) {
+            return Ok((x, g));
+        }
+        let x = self.row_major(x, 4);
+        let g = norm_geometry(&x, a0, a1)
+            .ok_or_else(|| invalid(format!("no row-major geometry for {:?}", x.shape)))?;
+        Ok((x, g))
+    }
+}
+
 /// `(blocks, len, inner)` of a normalization over logical axes `a0..a1` of `t`: the axes
 /// must be one run of its memory order, in order (any run of a row-major tensor; for an
 /// NHWC one: `C`, `H`, `W`, `H..W` or `N`); `None` otherwise.

@@ -66,16 +66,7 @@ impl Lowerer<'_> {
         } else {
             a0 + 1
         };
-        // In the tensor's own layout when the axes are one run of it; row-major always is.
-        let (x, (blocks, len, inner)) = match norm_geometry(&x, a0, a1) {
-            Some(g) => (x, g),
-            None => {
-                let x = self.row_major(x, 4);
-                let g = norm_geometry(&x, a0, a1)
-                    .ok_or_else(|| invalid(format!("no row-major geometry for {:?}", x.shape)))?;
-                (x, g)
-            }
-        };
+        let (x, (blocks, len, inner)) = self.axes_run(x, a0, a1)?;
         let op = match n.op.as_str() {
             "Softmax" | "QLinearSoftmax" => NormOp::Softmax,
             "LogSoftmax" => NormOp::LogSoftmax,

@@ -91,15 +91,7 @@ impl Lowerer<'_> {
         let x = self.float_operand(n, 0, layout)?;
         // Without keepdims the result is row-major: reduce a row-major tensor.
         let x = if keep { x } else { self.row_major(x, 4) };
-        let (x, (blocks, len, inner)) = match norm_geometry(&x, a0, a1) {
-            Some(g) => (x, g),
-            None => {
-                let x = self.row_major(x, 4);
-                let g = norm_geometry(&x, a0, a1)
-                    .ok_or_else(|| invalid(format!("no row-major geometry for {:?}", x.shape)))?;
-                (x, g)
-            }
-        };
+        let (x, (blocks, len, inner)) = self.axes_run(x, a0, a1)?;
         let mut shape = x.shape.clone();
         for a in (a0..a1).rev() {
             if keep {
