@@ -28,6 +28,10 @@ pub(super) struct Packed {
     /// With `taps4` or `taps8`: `Σw` per output channel, padded to a multiple of 16 with
     /// zeros (the zero-point correction).
     pub(super) wsum: Vec<i32>,
+    /// With `taps4`: `Σw` of each tap over the input channels, `[block16][ky][kx][16 oc]`,
+    /// zero past `out_c`: what a kernel adds back (times the zero-point correction) for
+    /// the padded taps it skips instead of multiplying.
+    pub(super) tap_sums: Vec<i32>,
     /// AVX2: `[block8][ky][g2][8 oc][2 taps]` `i16`, zero-filled.
     pub(super) avx2: Vec<i16>,
     /// Every weight lies in `-64..=64`: the AVX2 path runs the exact `vpmaddubsw` kernel
@@ -86,6 +90,14 @@ impl Packed {
         }
         if pack4 {
             p.taps4 = interleave(weights, out_c, k, kc, 16, 4, |w| w);
+            p.tap_sums = vec![0i32; blocks16 * k * k * 16];
+            for oc in 0..out_c {
+                for tap in 0..k * k {
+                    let w = &weights[(oc * k * k + tap) * in_c..][..in_c];
+                    p.tap_sums[((oc / 16) * k * k + tap) * 16 + oc % 16] =
+                        w.iter().map(|&w| i32::from(w)).sum();
+                }
+            }
         }
         if pack8 {
             p.taps8 = interleave(weights, out_c, k, kc, 16, 8, |w| w);
@@ -138,6 +150,21 @@ mod tests {
                 };
                 assert_eq!(p.wsum[oc], want, "channel {oc}");
             }
+            assert_eq!(p.tap_sums.len(), out_c.div_ceil(16) * k * k * 16);
+            for oc in 0..out_c.div_ceil(16) * 16 {
+                let per_tap: i32 = (0..k * k)
+                    .map(|tap| p.tap_sums[((oc / 16) * k * k + tap) * 16 + oc % 16])
+                    .sum();
+                assert_eq!(
+                    per_tap, p.wsum[oc],
+                    "channel {oc}: the taps' sums add up to Σw"
+                );
+            }
+            // Tap (2, 1) of output channel 17: its 5 input channels.
+            let want: i32 = (0..in_c)
+                .map(|c| i32::from(weights[((17 * k + 2) * k + 1) * in_c + c]))
+                .sum();
+            assert_eq!(p.tap_sums[((17 / 16) * k * k + 2 * k + 1) * 16 + 1], want);
             // The last tap of output channel 18, kernel row 2.
             let (oc, ky, t) = (18, 2, kc - 1);
             let idx = ((oc / 16 * k + ky) * g4 + t / 4) * 64 + oc % 16 * 4 + t % 4;

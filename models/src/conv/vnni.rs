@@ -6,6 +6,12 @@
 //! - Activations are staged as `u8 = x ^ 0x80 = x + 128`; the accumulator starts at
 //!   `bias − (128 + x_zp)·Σw`, so after `Σ (x + 128)·w` it holds `bias + Σ (x − x_zp)·w`;
 //!   padded taps are staged as `x_zp + 128` and contribute exactly 0, as in the scalar path.
+//! - Padded taps are skipped where whole tap groups are padding: a kernel row above or below
+//!   the image for every pixel of an output row, and (when `in_c` is a multiple of 4, so a
+//!   tap column is whole groups) a tap column left or right of the image for the pixels of a
+//!   tile at an edge. The start then gets back `(128 + x_zp)·Σw` of each skipped tap
+//!   (`Packed::tap_sums`), so the accumulator is the same `i32`: skipping changes no bit, only
+//!   the work (ResNet-18's 7×7 maps: 18 % of a 3×3 layer's multiply-adds are padding).
 //!   `vpdpbusd` does not saturate and all intermediate arithmetic is wrapping `i32`; the
 //!   true value fits in `i32` ([`super::Conv2d::new`] proves it), so the result is exact.
 //! - Requantization: one `f32` conversion (round to nearest even, like `acc as f32`), one
@@ -19,7 +25,7 @@
 //!
 //! # Cost
 //!
-//! `k · ⌈k·in_c/4⌉ · NP · OB` `vpdpbusd` per tile; [`super::STAGE_BYTES`] of stack per
+//! At most `k · ⌈k·in_c/4⌉ · NP · OB` `vpdpbusd` per tile (fewer at the edges); [`super::STAGE_BYTES`] of stack per
 //! call; no allocation, no lock, no panic.
 //!
 //! # Never
@@ -140,6 +146,16 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
     };
     let px_stride = g.stride * g.in_c;
     let row_len = g.out_w * slot.pixel_stride;
+    let kk = g.k * g.k;
+    let corr_v = _mm512_set1_epi32(corr);
+    // Padded columns are skipped tap column by tap column, which needs a tap column to be
+    // whole tap groups: `in_c` a multiple of 4 (else they are multiplied, as staged).
+    let cols = (g.in_c % 4 == 0 && g.pad > 0).then_some(ColumnSkip {
+        groups: g.in_c / 4,
+        stride: g.stride,
+        pad: g.pad,
+        in_w: g.in_w,
+    });
     for blk in staged_blocks(plan, g, &rows) {
         let blk = &blk;
         for (gi, layer) in layers.iter().enumerate() {
@@ -147,6 +163,7 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
             debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
             debug_assert_eq!(packed.taps4.len(), blocks * block_stride);
             debug_assert_eq!(packed.wsum.len(), blocks * 16);
+            debug_assert_eq!(packed.tap_sums.len(), blocks * kk * 16);
             // This group's input channels, staged as dense pixels.
             let view = ChannelSlot {
                 channel_offset: g.in_view.channel_offset + gi * g.in_c,
@@ -191,9 +208,32 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
                     mv[j] = unsafe { _mm512_maskz_loadu_ps(m, mult.as_ptr().add(oc0)) };
                 }
                 let four_full = ob == 4 && masks.iter().all(|&m| m == 0xFFFF);
+                let tap_sums = &packed.tap_sums[b * kk * 16..];
                 for oy in blk.b0..blk.b1 {
                     let srow = &stage[(oy - blk.b0) * g.stride * blk.row_bytes..];
                     let orow = &mut dst[(oy - rows.start) * row_len..][..row_len];
+                    // The kernel rows inside the image; the others are padding, skipped,
+                    // and their taps' `(128 + x_zp)·Σw` added back to the start.
+                    let top = oy * g.stride;
+                    let ky_lo = g.pad.saturating_sub(top).min(g.k);
+                    let ky_hi = (g.in_h + g.pad - top).min(g.k).max(ky_lo);
+                    let mut row_init = init;
+                    for ky in (0..ky_lo).chain(ky_hi..g.k) {
+                        for (j, ri) in row_init.iter_mut().enumerate().take(ob) {
+                            for kx in 0..g.k {
+                                // SAFETY: `tap_sums` holds `blocks · k · k · 16` values
+                                // from block 0; this reads block `b + j < blocks`, tap
+                                // `ky · k + kx < k · k`, 16 lanes.
+                                let ts = unsafe {
+                                    _mm512_loadu_si512(
+                                        tap_sums.as_ptr().add((j * kk + ky * g.k + kx) * 16)
+                                            as *const __m512i,
+                                    )
+                                };
+                                *ri = _mm512_add_epi32(*ri, _mm512_mullo_epi32(ts, corr_v));
+                            }
+                        }
+                    }
                     let t = VnniTile {
                         srow,
                         row_bytes: blk.row_bytes,
@@ -202,7 +242,12 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
                         k: g.k,
                         w: &packed.taps4[b * block_stride..],
                         block_stride,
-                        init: &init,
+                        ky: ky_lo..ky_hi,
+                        cols,
+                        col0: blk.c0,
+                        tap_sums,
+                        corr: corr_v,
+                        init: &row_init,
                         mult: &mv,
                         masks: &masks,
                         four_full,
@@ -212,7 +257,8 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
                     // SAFETY: `vnni_pixels`' preconditions: this CPU has the features (ours);
                     // the `npx` windows of this chunk, `k` staged rows from `srow`, lie in the
                     // stage with its zeroed slack (`Plan`/`Blocks` sizing, asserted above);
-                    // `w` holds blocks `b..b + ob` (`b + ob <= blocks`); pixel `x`'s channels
+                    // `w` holds blocks `b..b + ob` (`b + ob <= blocks`), and `tap_sums` their
+                    // `k · k` tap sums (asserted above); `ky_lo <= ky_hi <= k`; pixel `x`'s channels
                     // `b·16..out_c` of group `gi` start at `obase[x · pixel_stride]` inside
                     // `orow` (`out_off + out_c <= pixel_stride` by this function's contract).
                     unsafe {
@@ -241,12 +287,43 @@ struct VnniTile<'a> {
     /// The packed weights from this tile's first channel block on.
     w: &'a [i8],
     block_stride: usize,
+    /// The kernel rows inside the image for this output row (the others are skipped;
+    /// `init` already holds what their taps would add).
+    ky: Range<usize>,
+    /// How padded tap columns are skipped, when they can be.
+    cols: Option<ColumnSkip>,
+    /// Output column of the row's pixel 0 (the staged block's first column).
+    col0: usize,
+    /// `[block][ky][kx][16]` tap sums from this tile's first channel block on.
+    tap_sums: &'a [i32],
+    /// `128 + x_zp` in every lane: what a skipped tap's `Σw` is multiplied by.
+    corr: __m512i,
     init: &'a [__m512i; 4],
     mult: &'a [__m512; 4],
     masks: &'a [u16; 4],
     /// Four blocks, every lane stored: the tile packs its outputs into one 64-byte store.
     four_full: bool,
     out: &'a VnniOut,
+}
+
+/// The geometry that says which tap columns of an output pixel fall in the padding.
+#[derive(Clone, Copy)]
+struct ColumnSkip {
+    /// Tap groups (4 input channels each) per tap column: `in_c / 4`.
+    groups: usize,
+    stride: usize,
+    pad: usize,
+    in_w: usize,
+}
+
+impl ColumnSkip {
+    /// The tap columns of output column `ox` that lie inside the image.
+    #[inline(always)]
+    fn inside(&self, ox: usize, k: usize) -> (usize, usize) {
+        let left = ox * self.stride;
+        let lo = self.pad.saturating_sub(left).min(k);
+        (lo, (self.in_w + self.pad - left).min(k).max(lo))
+    }
 }
 
 impl VnniTile<'_> {
@@ -262,7 +339,8 @@ impl VnniTile<'_> {
 /// # Safety
 ///
 /// The CPU supports AVX-512 F/BW/VL/VNNI; `t.read_end(npx − 1) <= t.srow.len()`;
-/// `OB · t.block_stride <= t.w.len()`; and `out[x · ops + j · 16 + l]` is inside `out` for
+/// `OB · t.block_stride <= t.w.len()`; `OB · k · k · 16 <= t.tap_sums.len()`; `t.ky ⊆
+/// 0..k`; and `out[x · ops + j · 16 + l]` is inside `out` for
 /// every pixel `x < npx`, block `j < OB` and lane `l` set in `t.masks[j]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn vnni_pixels<E: VnniOutElem, const OB: usize, const NP: usize>(
@@ -313,7 +391,8 @@ unsafe fn vnni_pixels<E: VnniOutElem, const OB: usize, const NP: usize>(
 /// # Safety
 ///
 /// The CPU supports AVX-512 F/BW/VL/VNNI; `t.read_end(x0 + NP − 1) <= t.srow.len()`;
-/// `OB · t.block_stride <= t.w.len()`; and `out[n · ops + j · 16 + l]` is inside `out` for
+/// `OB · t.block_stride <= t.w.len()`; `OB · k · k · 16 <= t.tap_sums.len()`; `t.ky ⊆
+/// 0..k`; and `out[n · ops + j · 16 + l]` is inside `out` for
 /// every `n < NP`, `j < OB` and lane `l` set in `t.masks[j]`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -325,6 +404,7 @@ unsafe fn vnni_tile<E: VnniOutElem, const OB: usize, const NP: usize>(
 ) {
     debug_assert!(t.read_end(x0 + NP - 1) <= t.srow.len());
     debug_assert!(OB * t.block_stride <= t.w.len());
+    debug_assert!(OB * t.k * t.k * 16 <= t.tap_sums.len() && t.ky.end <= t.k);
     debug_assert!(
         (NP - 1) * ops + (OB - 1) * 16 + t.masks[OB - 1].count_ones() as usize <= out.len()
     );
@@ -335,29 +415,87 @@ unsafe fn vnni_tile<E: VnniOutElem, const OB: usize, const NP: usize>(
         }
     }
     let base = x0 * t.px_stride;
-    for ky in 0..t.k {
-        let arow = base + ky * t.row_bytes;
-        let wrow = ky * t.g4 * 64;
-        for q in 0..t.g4 {
+    // One tap group `q` of kernel row `ky` (its weights for the `OB` blocks, one broadcast
+    // and `OB` `vpdpbusd` per pixel for which `$on(n)` holds).
+    macro_rules! tap_group {
+        ($ky:expr, $q:expr, $on:expr) => {{
+            let (ky, q) = ($ky, $q);
+            let arow = base + ky * t.row_bytes;
             let mut w = [_mm512_setzero_si512(); OB];
             for (j, wj) in w.iter_mut().enumerate() {
                 // SAFETY: 64 bytes at `j·block_stride + ky·g4·64 + q·64`, which ends at
                 // most at `OB · block_stride <= w.len()` (j < OB, ky < k, q < g4).
                 *wj = unsafe {
                     _mm512_loadu_si512(
-                        t.w.as_ptr().add(j * t.block_stride + wrow + q * 64) as *const _
+                        t.w.as_ptr().add(j * t.block_stride + (ky * t.g4 + q) * 64) as *const _
                     )
                 };
             }
             for (n, an) in acc.iter_mut().enumerate() {
-                // SAFETY: 4 bytes at `(x0 + n)·px_stride + ky·row_bytes + q·4`, which end
-                // at most at `read_end(x0 + NP − 1) <= srow.len()` (n < NP, ky < k, q < g4).
-                let a = unsafe {
-                    let p = t.srow.as_ptr().add(arow + n * t.px_stride + q * 4) as *const i32;
-                    _mm512_set1_epi32(p.read_unaligned())
-                };
-                for j in 0..OB {
-                    an[j] = _mm512_dpbusd_epi32(an[j], a, w[j]);
+                if $on(n) {
+                    // SAFETY: 4 bytes at `(x0 + n)·px_stride + ky·row_bytes + q·4`, which
+                    // end at most at `read_end(x0 + NP − 1) <= srow.len()` (n < NP,
+                    // ky < k, q < g4).
+                    let a = unsafe {
+                        let p = t.srow.as_ptr().add(arow + n * t.px_stride + q * 4) as *const i32;
+                        _mm512_set1_epi32(p.read_unaligned())
+                    };
+                    for j in 0..OB {
+                        an[j] = _mm512_dpbusd_epi32(an[j], a, w[j]);
+                    }
+                }
+            }
+        }};
+    }
+    // A tile with a pixel whose window crosses the left or right edge skips the padded tap
+    // columns pixel by pixel (and adds their `(128 + x_zp)·Σw` back); others run whole rows.
+    let edge = t.cols.filter(|c| {
+        c.inside(t.col0 + x0, t.k).0 > 0 || c.inside(t.col0 + x0 + NP - 1, t.k).1 < t.k
+    });
+    match edge {
+        None => {
+            for ky in t.ky.clone() {
+                for q in 0..t.g4 {
+                    tap_group!(ky, q, |_| true);
+                }
+            }
+        }
+        Some(c) => {
+            let inside: [(usize, usize); NP] =
+                std::array::from_fn(|n| c.inside(t.col0 + x0 + n, t.k));
+            let kk = t.k * t.k;
+            for ky in t.ky.clone() {
+                for kx in 0..t.k {
+                    let on: [bool; NP] =
+                        std::array::from_fn(|n| (inside[n].0..inside[n].1).contains(&kx));
+                    for q in kx * c.groups..(kx + 1) * c.groups {
+                        tap_group!(ky, q, |n: usize| on[n]);
+                    }
+                    if on.iter().all(|&o| o) {
+                        continue;
+                    }
+                    // The skipped tap `(ky, kx)` of the pixels outside: its `Σw` times
+                    // `128 + x_zp`, which the start subtracted with every other tap's.
+                    let mut ts = [_mm512_setzero_si512(); OB];
+                    for (j, v) in ts.iter_mut().enumerate() {
+                        // SAFETY: `tap_sums` holds `OB` blocks of `k · k · 16` values from
+                        // this tile's first block (the precondition); tap `ky · k + kx <
+                        // k · k`.
+                        *v = unsafe {
+                            _mm512_loadu_si512(
+                                t.tap_sums.as_ptr().add((j * kk + ky * t.k + kx) * 16)
+                                    as *const __m512i,
+                            )
+                        };
+                        *v = _mm512_mullo_epi32(*v, t.corr);
+                    }
+                    for (n, an) in acc.iter_mut().enumerate() {
+                        if !on[n] {
+                            for j in 0..OB {
+                                an[j] = _mm512_add_epi32(an[j], ts[j]);
+                            }
+                        }
+                    }
                 }
             }
         }
