@@ -14,6 +14,9 @@
 //!   multiply signed bytes by signed bytes without saturation and all intermediate
 //!   arithmetic is wrapping `i32`; the true value fits in `i32` ([`super::Conv2d::new`]
 //!   proves it), so the result is exact.
+//! - A kernel row above or below the image (padding for every pixel of the output row) is
+//!   skipped, and the start gets its taps' `x_zp·Σw` back (`Packed::tap_sums`): the same
+//!   accumulator, fewer multiply-adds (a 3×3 layer on a 7×7 map: 2 of 21 kernel rows).
 //! - Output: requantized bytes, or (`i32` output, [`super::Conv2d::forward_rows_acc`]) those
 //!   accumulators themselves, stored before any requantization ([`NeonOutElem`]).
 //! - `sdot` weights: the 4-tap layout the VNNI kernel reads (`[block16][ky][g4][16 oc][4
@@ -124,6 +127,7 @@ pub(super) unsafe fn neon_rows<E: NeonOutElem>(
     );
     debug_assert!(bias.len() == g.out_c && mult.len() == g.out_c);
     debug_assert_eq!(packed.wsum.len(), blocks * 16);
+    debug_assert_eq!(packed.tap_sums.len(), blocks * g.k * g.k * 16);
     debug_assert_eq!(input.len(), g.in_h * g.in_w * g.in_view.pixel_stride);
     debug_assert!(g.in_view.channel_offset + g.in_c <= g.in_view.pixel_stride);
     debug_assert!(slot.channel_offset + g.out_c <= slot.pixel_stride);
@@ -149,6 +153,10 @@ pub(super) unsafe fn neon_rows<E: NeonOutElem>(
         for oy in blk.b0..blk.b1 {
             let srow = &stage[(oy - blk.b0) * g.stride * blk.row_bytes..];
             let orow = &mut dst[(oy - rows.start) * row_len..][..row_len];
+            // The kernel rows inside the image (the others are padding for every pixel).
+            let top = oy * g.stride;
+            let ky_lo = g.pad.saturating_sub(top).min(g.k);
+            let ky_hi = (g.in_h + g.pad - top).min(g.k).max(ky_lo);
             for b in 0..blocks {
                 let oc0 = b * 16;
                 let n = (g.out_c - oc0).min(16);
@@ -159,6 +167,14 @@ pub(super) unsafe fn neon_rows<E: NeonOutElem>(
                 for l in 0..n {
                     init[l] = bias[oc0 + l].wrapping_sub(corr.wrapping_mul(packed.wsum[oc0 + l]));
                     mv[l] = mult[oc0 + l];
+                    // The kernel rows in the padding are skipped: their taps' `x_zp·Σw`
+                    // (which the start subtracted with the others') comes back here.
+                    for ky in (0..ky_lo).chain(ky_hi..g.k) {
+                        for kx in 0..g.k {
+                            let ts = packed.tap_sums[(b * g.k * g.k + ky * g.k + kx) * 16 + l];
+                            init[l] = init[l].wrapping_add(corr.wrapping_mul(ts));
+                        }
+                    }
                 }
                 let t = NeonTile {
                     srow,
@@ -167,6 +183,7 @@ pub(super) unsafe fn neon_rows<E: NeonOutElem>(
                     g4,
                     g8,
                     k: g.k,
+                    ky: ky_lo..ky_hi,
                     // SAFETY: each load reads 4 values at `4r`, `r < 4`, inside the array
                     // of 16.
                     mult: unsafe { std::array::from_fn(|r| vld1q_f32(mv.as_ptr().add(4 * r))) },
@@ -258,6 +275,9 @@ pub(super) struct NeonTile<'a> {
     g4: usize,
     g8: usize,
     k: usize,
+    /// The kernel rows inside the image for this output row (`⊆ 0..k`): the others are
+    /// skipped, and the start already holds what their taps would add.
+    ky: Range<usize>,
     mult: [float32x4_t; 4],
     /// Output channels of this block that exist (`1..=16`).
     channels: usize,
@@ -431,7 +451,7 @@ unsafe fn dot_tile<E: NeonOutElem, const P: usize>(
     debug_assert!((P - 1) * ops + t.channels <= out.len());
     let mut acc = [init; P];
     let base = x0 * t.px_stride;
-    for ky in 0..t.k {
+    for ky in t.ky.clone() {
         let arow = base + ky * t.row_bytes;
         let wrow = ky * t.g4 * 64;
         let mut q4 = 0;
@@ -533,7 +553,7 @@ unsafe fn mm_tile<E: NeonOutElem, const PP: usize>(
     // Row offsets of each pair's two pixels (a missing second pixel repeats the first).
     let second = |i: usize| (2 * i + 1).min(np - 1);
     let base = x0 * t.px_stride;
-    for ky in 0..t.k {
+    for ky in t.ky.clone() {
         let arow = base + ky * t.row_bytes;
         let wrow = ky * t.g8 * 128;
         for q in 0..t.g8 {

@@ -28,7 +28,7 @@ pub(super) struct Packed {
     /// With `taps4` or `taps8`: `Σw` per output channel, padded to a multiple of 16 with
     /// zeros (the zero-point correction).
     pub(super) wsum: Vec<i32>,
-    /// With `taps4`: `Σw` of each tap over the input channels, `[block16][ky][kx][16 oc]`,
+    /// With `taps4` or `taps8`: `Σw` of each tap over the input channels, `[block16][ky][kx][16 oc]`,
     /// zero past `out_c`: what a kernel adds back (times the zero-point correction) for
     /// the padded taps it skips instead of multiplying.
     pub(super) tap_sums: Vec<i32>,
@@ -87,9 +87,6 @@ impl Packed {
                     .map(|&w| i32::from(w))
                     .sum();
             }
-        }
-        if pack4 {
-            p.taps4 = interleave(weights, out_c, k, kc, 16, 4, |w| w);
             p.tap_sums = vec![0i32; blocks16 * k * k * 16];
             for oc in 0..out_c {
                 for tap in 0..k * k {
@@ -98,6 +95,9 @@ impl Packed {
                         w.iter().map(|&w| i32::from(w)).sum();
                 }
             }
+        }
+        if pack4 {
+            p.taps4 = interleave(weights, out_c, k, kc, 16, 4, |w| w);
         }
         if pack8 {
             p.taps8 = interleave(weights, out_c, k, kc, 16, 8, |w| w);
@@ -160,11 +160,12 @@ mod tests {
                     "channel {oc}: the taps' sums add up to Σw"
                 );
             }
-            // Tap (2, 1) of output channel 17: its 5 input channels.
+            // Tap (2, 1) of output channel 17 (block 1, lane 1): its 5 input channels.
+            let (oc, tap) = (17, 2 * k + 1);
             let want: i32 = (0..in_c)
-                .map(|c| i32::from(weights[((17 * k + 2) * k + 1) * in_c + c]))
+                .map(|c| i32::from(weights[(oc * k * k + tap) * in_c + c]))
                 .sum();
-            assert_eq!(p.tap_sums[((17 / 16) * k * k + 2 * k + 1) * 16 + 1], want);
+            assert_eq!(p.tap_sums[((oc / 16) * k * k + tap) * 16 + oc % 16], want);
             // The last tap of output channel 18, kernel row 2.
             let (oc, ky, t) = (18, 2, kc - 1);
             let idx = ((oc / 16 * k + ky) * g4 + t / 4) * 64 + oc % 16 * 4 + t % 4;

@@ -150,7 +150,7 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
     let corr_v = _mm512_set1_epi32(corr);
     // Padded columns are skipped tap column by tap column, which needs a tap column to be
     // whole tap groups: `in_c` a multiple of 4 (else they are multiplied, as staged).
-    let cols = (g.in_c % 4 == 0 && g.pad > 0).then_some(ColumnSkip {
+    let cols = (g.in_c.is_multiple_of(4) && g.pad > 0).then_some(ColumnSkip {
         groups: g.in_c / 4,
         stride: g.stride,
         pad: g.pad,
