@@ -523,6 +523,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "reductions",
             "attention_constant_bias",
             "attention_einsum",
+            "oriented_box_tail",
             "--random",
             "6",
         ],

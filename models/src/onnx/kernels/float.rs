@@ -322,6 +322,14 @@ multiversion! {
                 .iter_mut()
                 .zip(x)
                 .for_each(|(d, &v)| *d = redline_runtime::det_math::ln(v)),
+            FloatUnaryOp::Sin => out
+                .iter_mut()
+                .zip(x)
+                .for_each(|(d, &v)| *d = redline_runtime::det_math::sin(v)),
+            FloatUnaryOp::Cos => out
+                .iter_mut()
+                .zip(x)
+                .for_each(|(d, &v)| *d = redline_runtime::det_math::cos(v)),
             FloatUnaryOp::Square => out.iter_mut().zip(x).for_each(|(d, &v)| *d = v * v),
             FloatUnaryOp::Erf => {
                 out.iter_mut().zip(x).for_each(|(d, &v)| *d = erf_small(v));

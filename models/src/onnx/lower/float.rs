@@ -34,7 +34,8 @@
 //!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus`, `Mish` (YOLOv4's) and
 //!     `Erf` (GELU's) (vectorisable `f32` formulas within a few ulp: `exp`, `tanh` and `erf`
 //!     polynomials, a `ln(1 + y)` series, Mish in closed form with one `exp`;
-//!     `kernels::float`), `Sqrt`, `Reciprocal`, `Abs` (IEEE, exact), `Log` (`det_math`)
+//!     `kernels::float`), `Sqrt`, `Reciprocal`, `Abs` (IEEE, exact), `Log`, `Sin`, `Cos` (`det_math`: an
+//!     oriented-box head's angle)
 //!     and `Pow` with the exponent 2 (`x · x`, as ONNX Runtime squares),
 //!     [`Step::FloatUnary`] (also of a dequantized tensor outside a float island: `Sqrt`,
 //!     `Exp`, ... have no quantized kernel);
@@ -532,6 +533,8 @@ impl Lowerer<'_> {
             "Reciprocal" => FloatUnaryOp::Reciprocal,
             "Abs" => FloatUnaryOp::Abs,
             "Log" => FloatUnaryOp::Log,
+            "Sin" => FloatUnaryOp::Sin,
+            "Cos" => FloatUnaryOp::Cos,
             _ => return Ok(None),
         }))
     }

@@ -68,6 +68,8 @@ const ISLAND_ONLY: &[&str] = &[
     "Elu",
     "Exp",
     "Log",
+    "Sin",
+    "Cos",
     "Erf",
     "Neg",
     "Abs",
@@ -351,6 +353,8 @@ fn eval(node: &IslandNode, x: f32, prev: &[f32]) -> f32 {
         }
         "Exp" => dm::exp(a),
         "Log" => dm::ln(a),
+        "Sin" => dm::sin(a),
+        "Cos" => dm::cos(a),
         "Erf" => dm::erf(a),
         "Neg" => -a,
         "Abs" => a.abs(),

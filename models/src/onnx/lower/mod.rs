@@ -481,6 +481,26 @@ impl<'g> Lowerer<'g> {
         }
     }
 
+    /// True when `n`'s result is never quantized: followed through `Relu` / `Clip` it
+    /// reaches no `QuantizeLinear` but a float operator, several readers or a graph output
+    /// (a detector's float tail, which quantize_static leaves in float: an oriented-box
+    /// head's `rb − lt`). Such an operator runs in float on its dequantized inputs.
+    fn result_stays_float(&self, n: &Node) -> bool {
+        let mut value = n.outputs.first().cloned().unwrap_or_default();
+        // Nodes are in topological order (checked at parse), so the chain ends; the bound
+        // only makes that plain.
+        for _ in 0..self.g.nodes.len() {
+            match self.sole_consumer(&value).map(|c| &self.g.nodes[c]) {
+                Some(m) if matches!(m.op.as_str(), "Relu" | "Clip") => {
+                    value = m.outputs.first().cloned().unwrap_or_default();
+                }
+                Some(m) => return m.op != "QuantizeLinear",
+                None => return true,
+            }
+        }
+        true
+    }
+
     /// Follows `value` through `Relu` / `Clip` nodes to a `QuantizeLinear`: returns the
     /// output quantization, the clamp range in the `i8` domain, the nodes used and the name
     /// of the quantized value.
@@ -745,14 +765,17 @@ impl<'g> Lowerer<'g> {
             "MaxPool" => self.max_pool(n),
             "Relu" | "Clip" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Tanh"
             | "Softplus" | "Mish"
-                if self.reads_float_tensor(n) =>
+                if self.reads_float_tensor(n) || self.result_stays_float(n) =>
             {
                 self.float_unary(n)
             }
             // No quantized kernel: in float, of a float tensor or a dequantized one's values.
-            "Neg" | "Exp" | "Erf" | "Sqrt" | "Reciprocal" | "Abs" | "Log" => self.float_unary(n),
+            "Neg" | "Exp" | "Erf" | "Sqrt" | "Reciprocal" | "Abs" | "Log" | "Sin"
+            | "Cos" => self.float_unary(n),
             "Add" | "Mul" | "Div" | "Sub"
-                if self.reads_float_tensor(n) || self.reads_float_constant(n) =>
+                if self.reads_float_tensor(n)
+                    || self.reads_float_constant(n)
+                    || self.result_stays_float(n) =>
             {
                 self.float_binary(n)
             }
@@ -800,7 +823,7 @@ impl<'g> Lowerer<'g> {
                  Transpose, Squeeze, Unsqueeze, Slice, Split, Pad and their QLinear forms, \
                  Einsum products, BatchNormalization after a float convolution, Softmax, \
                  LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/L1/L2/SumSquare, \
-                 Expand, Sqrt, Reciprocal, Abs, Log, Exp, Erf and Pow 2 of float or dequantized \
+                 Expand, Sqrt, Reciprocal, Abs, Log, Sin, Cos, Exp, Erf and Pow 2 of float or dequantized \
                  tensors, Cast to the same type, and arithmetic on constants); run the model \
                  with --engine onnxruntime",
             )),

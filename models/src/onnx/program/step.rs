@@ -357,6 +357,10 @@ pub(crate) enum FloatUnaryOp {
     Abs,
     /// `ln x` (`det_math::ln`: the same bits on every machine).
     Log,
+    /// `sin x` (`det_math::sin`).
+    Sin,
+    /// `cos x` (`det_math::cos`).
+    Cos,
     /// `x · x` (`Pow` with the exponent 2, as ONNX Runtime computes it).
     Square,
 }

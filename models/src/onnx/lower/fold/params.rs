@@ -17,6 +17,8 @@ const FLOAT_FOLDS: &[&str] = &[
     "Neg",
     "Exp",
     "Log",
+    "Sin",
+    "Cos",
     "Abs",
     "Reciprocal",
     "Sqrt",
