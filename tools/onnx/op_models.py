@@ -873,28 +873,6 @@ def _(g):
     g.output(g.matmul(ln, 5))
 
 
-CASES["sin_cos"] = _float_chain(
-    lambda g, x: g.add(g.node("Sin", [x], g.shape[x]), g.node("Cos", [x], g.shape[x])))
-
-
-@case("oriented_box_tail")
-def _(g):
-    # YOLO11-OBB's rotated-box decode: distances (lt, rb) and an angle per pixel; the box
-    # centre (rb - lt) / 2 rotated by the angle's cos and sin, and its size lt + rb, in a float
-    # tail that quantize_static leaves partly unquantized (Sub of two dequantized tensors
-    # into a float Div).
-    g.formats = ["qdq"]
-    x = g.input(X)
-    lt, rb = g.split(g.conv(x, 4, 3), [2, 2])
-    ang = g.conv(x, 1, 1, pads=P0)
-    c, s = g.node("Cos", [ang], g.shape[ang]), g.node("Sin", [ang], g.shape[ang])
-    d = g.node("Div", [g.node("Sub", [rb, lt], g.shape[rb]), _scalar(g, 2.0)], g.shape[rb])
-    xf, yf = g.split(d, [1, 1])
-    rx = g.node("Sub", [g.mul(xf, c), g.mul(yf, s)], g.shape[xf])
-    ry = g.add(g.mul(xf, s), g.mul(yf, c))
-    g.output(g.concat([rx, ry, g.add(lt, rb)]))
-
-
 @case("dfl_softmax")
 def _(g):
     # YOLOv8's distribution focal loss decode: 4 x 8 bins per pixel, softmax over the bins,
@@ -1159,6 +1137,30 @@ def _(g):
 # as PyTorch's QAT export, pytorch-quantization and ModelOpt write weights): per-channel
 # weights of every layout the importer reads (dense, grouped, depthwise, transposed, Gemm
 # with and without transB, MatMul).
+# Added last: a case's seed is its position in CASES, so new ones go here and leave the
+# others' models as they were.
+CASES["sin_cos"] = _float_chain(
+    lambda g, x: g.add(g.node("Sin", [x], g.shape[x]), g.node("Cos", [x], g.shape[x])))
+
+
+@case("oriented_box_tail")
+def _(g):
+    # YOLO11-OBB's rotated-box decode: distances (lt, rb) and an angle per pixel; the box
+    # centre (rb - lt) / 2 rotated by the angle's cos and sin, and its size lt + rb, in a float
+    # tail that quantize_static leaves partly unquantized (Sub of two dequantized tensors
+    # into a float Div).
+    g.formats = ["qdq"]
+    x = g.input(X)
+    lt, rb = g.split(g.conv(x, 4, 3), [2, 2])
+    ang = g.conv(x, 1, 1, pads=P0)
+    c, s = g.node("Cos", [ang], g.shape[ang]), g.node("Sin", [ang], g.shape[ang])
+    d = g.node("Div", [g.node("Sub", [rb, lt], g.shape[rb]), _scalar(g, 2.0)], g.shape[rb])
+    xf, yf = g.split(d, [1, 1])
+    rx = g.node("Sub", [g.mul(xf, c), g.mul(yf, s)], g.shape[xf])
+    ry = g.add(g.mul(xf, s), g.mul(yf, c))
+    g.output(g.concat([rx, ry, g.add(lt, rb)]))
+
+
 FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
                       "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
                       "deconv_k4s2p1", "trt_residual")
