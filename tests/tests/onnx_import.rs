@@ -524,6 +524,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "attention_constant_bias",
             "attention_einsum",
             "oriented_box_tail",
+            "channel_shuffle",
             "--random",
             "6",
         ],
@@ -1183,6 +1184,65 @@ fn elementwise_tables_fuse_with_the_same_outputs() {
         assert_eq!(count(&fused, "binary"), binaries - 49, "{name}");
         same_outputs_fused_and_not(&mut fused, &mut plain, name);
     }
+}
+
+/// Strided copies that read another strided copy are composed into one
+/// ([`NativeOptions::fuse_transposes`]) with the same outputs, inline and on lanes, in no
+/// larger an arena, and no allocation per run: ShuffleNet's channel shuffle, head reshapes
+/// and transposes, attention's head splits, slices and splits.
+#[test]
+fn strided_copies_compose_with_the_same_outputs() {
+    if !python_ok() {
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime is missing; the copy composition test did not run"
+        );
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-transposes");
+    generate(
+        "op_models.py",
+        &dir,
+        &[
+            "--only",
+            "channel_shuffle",
+            "head_reshape_transpose",
+            "head_nhwc_reshape",
+            "attention",
+            "attention_einsum",
+            "slice_focus",
+            "split_channels",
+            "--random",
+            "0",
+        ],
+    );
+    let mut composed = 0;
+    for m in manifests(&dir) {
+        let model = model_of(&m);
+        let name = model.file_name().unwrap().to_string_lossy().to_string();
+        let mut fused = NativeEngine::load(&model).unwrap();
+        let plain_opts = NativeOptions {
+            fuse_transposes: false,
+            ..NativeOptions::default()
+        };
+        let mut plain = NativeEngine::load_with(&model, &plain_opts).unwrap();
+        let count = |e: &NativeEngine| {
+            e.step_macs()
+                .iter()
+                .filter(|(n, _)| n == "transpose")
+                .count()
+        };
+        let (f, p) = (count(&fused), count(&plain));
+        assert!(f <= p, "{name}: {f} copies fused, {p} not");
+        if name.starts_with("channel_shuffle_") {
+            // Layout change, 5-D transpose, two split parts, and back: one copy per half.
+            assert!(f + 3 <= p, "{name}: {f} copies fused, {p} not");
+        }
+        composed += p - f;
+        let ins = same_outputs_fused_and_not(&mut fused, &mut plain, &name);
+        let allocs = allocations_of_one_run(&mut fused, &ins);
+        assert_eq!(allocs, 0, "{name}: the fused run allocated {allocs} times");
+    }
+    assert!(composed > 0, "no copy was composed");
 }
 
 /// A NaN in a float graph input quantizes as ONNX Runtime's `QuantizeLinear` quantizes it:

@@ -1161,6 +1161,20 @@ def _(g):
     g.output(g.concat([rx, ry, g.add(lt, rb)]))
 
 
+@case("channel_shuffle")
+def _(g):
+    # ShuffleNetV2's unit: the channels split in halves, one half through convolutions, the
+    # two concatenated and shuffled (reshape to [1, 2, C/2, H, W], the groups swapped,
+    # reshaped back), then split again.
+    x = g.conv(g.input(X), 8, 3)
+    a, b = g.split(x, [4, 4])
+    y = g.concat([a, g.conv(g.conv(b, 4, 1, pads=P0), 4, 3)])
+    n, c, h, w = g.shape[y]
+    t = g.transpose(g.reshape(y, [n, 2, c // 2, h, w]), [0, 2, 1, 3, 4])
+    p, q = g.split(g.reshape(t, [n, c, h, w]), [4, 4])
+    g.output(g.concat([p, g.conv(q, 4, 3)]))
+
+
 FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
                       "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
                       "deconv_k4s2p1", "trt_residual")

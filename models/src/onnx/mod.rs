@@ -175,6 +175,11 @@ pub struct NativeOptions {
     /// (`dense_routes::Unfold`: the same integer sums; arena grows by the unfolded image,
     /// 16 MiB at most). Default `true`; `false` runs them on the general kernel.
     pub unfold_convs: bool,
+    /// Compose strided copies that read another strided copy (layout changes, transposes,
+    /// slices and split parts) into one copy of the first one's source when the composed
+    /// map is strided (checked on every element): ShuffleNet's channel shuffle is one pass
+    /// per branch instead of five. The same bytes. Default `true`.
+    pub fuse_transposes: bool,
 }
 
 impl Default for NativeOptions {
@@ -183,6 +188,7 @@ impl Default for NativeOptions {
             fuse_residual_adds: true,
             fuse_tables: true,
             unfold_convs: true,
+            fuse_transposes: true,
         }
     }
 }
@@ -212,6 +218,9 @@ impl NativeEngine {
         }
         if opts.fuse_residual_adds {
             program::fuse_residual_adds(&mut l.program);
+        }
+        if opts.fuse_transposes {
+            program::fuse_transposes(&mut l.program);
         }
         let arena = vec![0u8; l.program.arena_bytes + program::ALIGN];
         Ok(NativeEngine {

@@ -26,7 +26,7 @@ use chunks::{
     conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_in, window_rows,
     SendPtr,
 };
-pub(crate) use fusion::{fuse_residual_adds, fuse_tables};
+pub(crate) use fusion::{fuse_residual_adds, fuse_tables, fuse_transposes};
 pub(crate) use step::{
     ConvImpl, DeconvGeom, FloatBinaryOp, FloatPool, FloatUnaryOp, NormOp, Operand, OutKind,
     PhaseDir, ReduceOp, Residual, Step,

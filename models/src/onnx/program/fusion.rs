@@ -2,6 +2,8 @@
 //! byte: a residual `Add` into the convolution before it ([`fuse_residual_adds`]), and
 //! elementwise steps that are functions of one byte into one table ([`fuse_tables`]).
 //! Load time only: they allocate, and run before the arena is planned for the last time.
+//! Also: strided copies that read another strided copy composed into one copy of the
+//! first one's source ([`fuse_transposes`]: the same bytes moved, fewer passes).
 
 use super::*;
 
@@ -213,4 +215,303 @@ fn residual_at(p: &Program, i: usize) -> Option<(Residual, usize)> {
         };
         (fused, *dst)
     })
+}
+
+/// A strided copy: output element `j` (row-major over `shape`) is source element
+/// `offset + Σ j_d · strides[d]` ([`Step::Transpose`]'s map).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Strided {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    offset: usize,
+}
+
+impl Strided {
+    /// The source index of output element `flat`.
+    fn at(&self, mut flat: usize) -> usize {
+        let mut at = self.offset;
+        for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
+            at += (flat % n) * s;
+            flat /= n;
+        }
+        at
+    }
+
+    /// The same map with dimensions of size 1 dropped and runs of dimensions that walk
+    /// memory as one merged (`strides[d] == strides[d + 1] · shape[d + 1]`).
+    fn simplified(self) -> Strided {
+        let mut shape: Vec<usize> = Vec::new();
+        let mut strides: Vec<usize> = Vec::new();
+        for (n, s) in self.shape.into_iter().zip(self.strides) {
+            if n == 1 {
+                continue;
+            }
+            match (shape.last_mut(), strides.last_mut()) {
+                (Some(pn), Some(ps)) if *ps == s * n => {
+                    *pn *= n;
+                    *ps = s;
+                }
+                _ => {
+                    shape.push(n);
+                    strides.push(s);
+                }
+            }
+        }
+        if shape.is_empty() {
+            shape.push(1);
+            strides.push(1);
+        }
+        Strided {
+            shape,
+            strides,
+            offset: self.offset,
+        }
+    }
+}
+
+/// Elements above which two copies are not composed (the check walks every element).
+const COMPOSE_MAX_ELEMENTS: usize = 1 << 24;
+
+/// Copy `b` (reading the output of copy `a`) as one strided copy of `a`'s source, if
+/// there is one. Each dimension of `b` is split into the factors along which the composed
+/// index moves by a constant step (ShuffleNet's channel shuffle: the channels of one
+/// dimension step through two groups); the result is then checked on every element, so a
+/// map that is not strided is refused, never approximated.
+fn compose(a: &Strided, b: &Strided) -> Option<Strided> {
+    let total: usize = b.shape.iter().product();
+    if total > COMPOSE_MAX_ELEMENTS || total == 0 {
+        return None;
+    }
+    let f = |i: usize| a.at(i);
+    let base = f(b.offset);
+    let (mut shape, mut strides) = (Vec::new(), Vec::new());
+    for (&n, &s) in b.shape.iter().zip(&b.strides) {
+        // v[t]: how far the composed index moves for t steps along this dimension.
+        let v: Vec<usize> = (0..n)
+            .map(|t| f(b.offset + t * s).checked_sub(base))
+            .collect::<Option<_>>()?;
+        let mut factors: Vec<(usize, usize)> = Vec::new(); // (size, stride), innermost first
+        let mut period = 1;
+        while period < n {
+            let step = v[period];
+            let rest = n / period;
+            // The largest m dividing what is left for which the first `period · m` moves
+            // are the first period's plus whole steps.
+            let m = (2..=rest)
+                .rev()
+                .filter(|m| rest % m == 0)
+                .find(|&m| (0..period * m).all(|t| v[t] == v[t % period] + (t / period) * step))?;
+            factors.push((m, step));
+            period *= m;
+        }
+        for (m, st) in factors.into_iter().rev() {
+            shape.push(m);
+            strides.push(st);
+        }
+    }
+    let c = Strided {
+        shape,
+        strides,
+        offset: base,
+    }
+    .simplified();
+    (0..total).all(|k| c.at(k) == f(b.at(k))).then_some(c)
+}
+
+/// Composes every [`Step::Transpose`] whose source is the output of another one with it:
+/// the reader copies straight from the first copy's source, and the intermediate buffer
+/// and its step leave the program (ShuffleNet's channel shuffle, lowered as a layout
+/// change, a 5-D transpose, a split and a layout change back, becomes one strided copy per
+/// branch). Applies when every reader of the intermediate is such a copy, nothing else
+/// writes it, the source is not written again before the last reader (its lifetime grows
+/// to reach it), and the arena does not grow. The same bytes end in the same places. Load
+/// time: each candidate plans the arena once more.
+pub(crate) fn fuse_transposes(p: &mut Program) {
+    let mut arena = plan(&mut p.buffers);
+    let mut i = 0;
+    while i < p.steps.len() {
+        let Some((x, d, composed)) = transpose_readers_at(p, i) else {
+            i += 1;
+            continue;
+        };
+        // Kept only if the arena does not grow (the source now lives until the last
+        // reader): the same memory, fewer passes.
+        let (old_step, old_buffers) = (p.steps[i].clone(), p.buffers.clone());
+        let old_readers: Vec<(usize, Step)> = composed
+            .iter()
+            .map(|(j, _)| (*j, p.steps[*j].clone()))
+            .collect();
+        let mut last = p.buffers[x].last;
+        for (j, c) in composed {
+            if let Step::Transpose {
+                out_shape,
+                strides,
+                offset,
+                src,
+                ..
+            } = &mut p.steps[j]
+            {
+                *out_shape = c.shape;
+                *strides = c.strides;
+                *offset = c.offset;
+                *src = x;
+            }
+            last = last.max(j);
+        }
+        p.buffers[x].last = last;
+        remove_fused_step(p, i, d);
+        let fused = plan(&mut p.buffers);
+        if fused <= arena {
+            arena = fused;
+            continue;
+        }
+        p.steps.insert(i, old_step);
+        for (j, step) in old_readers {
+            p.steps[j] = step;
+        }
+        p.buffers = old_buffers;
+        i += 1;
+    }
+    p.arena_bytes = plan(&mut p.buffers);
+}
+
+/// When step `i` is a strided copy `x → d` whose every reader is a strided copy it composes
+/// with: `x`, `d` and each reader's index with its composed copy.
+#[allow(clippy::type_complexity)]
+fn transpose_readers_at(p: &Program, i: usize) -> Option<(usize, usize, Vec<(usize, Strided)>)> {
+    let Step::Transpose {
+        out_shape,
+        strides,
+        offset,
+        src: x,
+        dst: d,
+    } = &p.steps[i]
+    else {
+        return None;
+    };
+    let (x, d) = (*x, *d);
+    if x == d {
+        return None;
+    }
+    let a = Strided {
+        shape: out_shape.clone(),
+        strides: strides.clone(),
+        offset: *offset,
+    };
+    let readers: Vec<usize> = (0..p.steps.len())
+        .filter(|&j| j != i && p.steps[j].reads().contains(&d))
+        .collect();
+    let last = *readers.last()?;
+    let sole_writer = (0..p.steps.len()).all(|j| j == i || p.steps[j].writes() != Some(d));
+    let source_kept = (i + 1..=last).all(|j| p.steps[j].writes() != Some(x));
+    if !sole_writer || !source_kept || readers.iter().any(|&j| j < i) {
+        return None;
+    }
+    let mut composed = Vec::with_capacity(readers.len());
+    for &j in &readers {
+        let Step::Transpose {
+            out_shape,
+            strides,
+            offset,
+            ..
+        } = &p.steps[j]
+        else {
+            return None;
+        };
+        let b = Strided {
+            shape: out_shape.clone(),
+            strides: strides.clone(),
+            offset: *offset,
+        };
+        composed.push((j, compose(&a, &b)?));
+    }
+    Some((x, d, composed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Row-major strides of `shape`.
+    fn dense(shape: &[usize]) -> Vec<usize> {
+        let mut s = vec![1; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * shape[d + 1];
+        }
+        s
+    }
+
+    /// `shape` permuted by `perm`, as a copy of a dense source.
+    fn permute(shape: &[usize], perm: &[usize]) -> Strided {
+        let s = dense(shape);
+        Strided {
+            shape: perm.iter().map(|&p| shape[p]).collect(),
+            strides: perm.iter().map(|&p| s[p]).collect(),
+            offset: 0,
+        }
+    }
+
+    /// Applies a copy to a source.
+    fn apply(c: &Strided, src: &[u32]) -> Vec<u32> {
+        (0..c.shape.iter().product())
+            .map(|k| src[c.at(k)])
+            .collect()
+    }
+
+    #[test]
+    fn a_channel_shuffle_and_a_split_compose_into_one_copy_each() {
+        // NHWC [1, 5, 3, 12] to NCHW, viewed as [1, 2, 6, 5, 3], channels' groups swapped
+        // (ShuffleNet's shuffle), then split in halves along the 12 channels and each half
+        // back to NHWC: the chain as lowering writes it, against one composed copy.
+        let (h, w, c) = (5, 3, 12);
+        let src: Vec<u32> = (0..(h * w * c) as u32).map(|v| v * 7 + 1).collect();
+        let to_nchw = permute(&[1, h, w, c], &[0, 3, 1, 2]);
+        let shuffle = permute(&[1, 2, c / 2, h, w], &[0, 2, 1, 3, 4]);
+        let nchw = dense(&[1, c, h, w]);
+        let halves: Vec<Strided> = (0..2)
+            .map(|half| Strided {
+                // NHWC order of channels half·6 .. half·6 + 6 of the shuffled NCHW tensor.
+                shape: vec![1, h, w, c / 2],
+                strides: vec![nchw[0], nchw[2], nchw[3], nchw[1]],
+                offset: half * (c / 2) * nchw[1],
+            })
+            .collect();
+        let t1 = apply(&to_nchw, &src);
+        let t2 = apply(&shuffle, &t1);
+        let first = compose(&to_nchw, &shuffle).expect("a permutation after a permutation");
+        assert_eq!(apply(&first, &src), t2);
+        for half in &halves {
+            let one = compose(&first, half).expect("a split part of a shuffle is strided");
+            assert_eq!(apply(&one, &src), apply(half, &t2));
+            // Pixels, then 3 channel pairs... whatever the factoring: at most 4 dimensions
+            // (pixel, channel within group, group) once merged.
+            assert!(one.shape.len() <= 3, "{one:?}");
+        }
+    }
+
+    #[test]
+    fn maps_that_are_not_strided_are_refused() {
+        // A [3, 2] copy of a dense source walked column-major: output 0..6 is source
+        // 0, 3, 1, 4, 2, 5.
+        let zigzag = Strided {
+            shape: vec![3, 2],
+            strides: vec![1, 3],
+            offset: 0,
+        };
+        let read = |offset, stride| Strided {
+            shape: vec![3],
+            strides: vec![stride],
+            offset,
+        };
+        // Its outputs 1, 3, 5 are source 3, 4, 5: one strided copy.
+        let odd = compose(&zigzag, &read(1, 2)).expect("strided");
+        assert_eq!((odd.offset, odd.strides.clone()), (3, vec![1]));
+        // Its outputs 0, 2, 4 are source 0, 1, 2.
+        assert_eq!(
+            apply(&compose(&zigzag, &read(0, 2)).unwrap(), &[0, 1, 2, 3, 4, 5]),
+            vec![0, 1, 2]
+        );
+        // Its outputs 2, 3, 4 are source 1, 4, 2: no strided copy gives that; refused.
+        assert_eq!(compose(&zigzag, &read(2, 1)), None);
+    }
 }

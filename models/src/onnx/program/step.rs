@@ -456,3 +456,85 @@ pub(crate) enum Operand {
     Buf(usize),
     Const(Vec<i8>),
 }
+
+impl Step {
+    /// The buffers this step reads (every variant named, so a new one must say). Load time
+    /// only: allocates.
+    pub(crate) fn reads(&self) -> Vec<usize> {
+        let buf = |o: &Operand| match o {
+            Operand::Buf(b) => Some(*b),
+            Operand::Const(_) => None,
+        };
+        match self {
+            Step::Input { .. } => vec![],
+            Step::Output { src, .. }
+            | Step::Quantize { src, .. }
+            | Step::ConvFloat { src, .. }
+            | Step::Dequantize { src, .. }
+            | Step::FloatRepeat { src, .. }
+            | Step::FloatReduce { src, .. }
+            | Step::FloatUnary { src, .. }
+            | Step::FloatNorm { src, .. }
+            | Step::PackB { src, .. }
+            | Step::Phases { src, .. }
+            | Step::Unfold { src, .. }
+            | Step::FloatPool { src, .. }
+            | Step::FloatResize { src, .. }
+            | Step::FloatGlobalAvgPool { src, .. }
+            | Step::MaxPool { src, .. }
+            | Step::AvgPool { src, .. }
+            | Step::Lut { src, .. }
+            | Step::Transpose { src, .. }
+            | Step::Pad { src, .. }
+            | Step::Resize { src, .. } => vec![*src],
+            Step::FloatBinaryConst { x, .. } => vec![*x],
+            Step::Conv { src, residual, .. } => std::iter::once(*src)
+                .chain(residual.as_ref().map(|r| r.other))
+                .collect(),
+            Step::FloatBinary { a, b, .. } => vec![*a, *b],
+            Step::FloatBinaryBroadcast { full, part, .. } => vec![*full, *part],
+            Step::MatMulDyn { a, b, packed, .. } => [Some(*a), Some(*b), *packed]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Step::Binary { a, b, .. } => [buf(a), buf(b)].into_iter().flatten().collect(),
+            Step::DeconvMerge { phases, .. } => phases.clone(),
+            Step::Concat { parts, .. } => parts.iter().filter_map(|(o, _, _)| buf(o)).collect(),
+        }
+    }
+
+    /// The buffer this step writes (none for a graph output).
+    pub(crate) fn writes(&self) -> Option<usize> {
+        match self {
+            Step::Output { .. } => None,
+            Step::Input { dst, .. }
+            | Step::Quantize { dst, .. }
+            | Step::Conv { dst, .. }
+            | Step::ConvFloat { dst, .. }
+            | Step::Dequantize { dst, .. }
+            | Step::FloatBinary { dst, .. }
+            | Step::FloatBinaryConst { dst, .. }
+            | Step::FloatBinaryBroadcast { dst, .. }
+            | Step::FloatRepeat { dst, .. }
+            | Step::FloatReduce { dst, .. }
+            | Step::FloatUnary { dst, .. }
+            | Step::FloatNorm { dst, .. }
+            | Step::PackB { dst, .. }
+            | Step::MatMulDyn { dst, .. }
+            | Step::Phases { dst, .. }
+            | Step::Unfold { dst, .. }
+            | Step::FloatPool { dst, .. }
+            | Step::FloatResize { dst, .. }
+            | Step::FloatGlobalAvgPool { dst, .. }
+            | Step::MaxPool { dst, .. }
+            | Step::AvgPool { dst, .. }
+            | Step::Lut { dst, .. }
+            | Step::Binary { dst, .. }
+            | Step::DeconvMerge { dst, .. }
+            | Step::Transpose { dst, .. }
+            | Step::Pad { dst, .. }
+            | Step::Resize { dst, .. }
+            | Step::Concat { dst, .. } => Some(*dst),
+        }
+    }
+}
