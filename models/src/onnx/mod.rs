@@ -90,7 +90,9 @@
 //!   table of a table, SiLU's `x · sigmoid(x)`) become one table
 //!   ([`NativeOptions::fuse_tables`]; each entry from the steps' own formulas, the same
 //!   bits); tables run on AVX-512 VBMI (`vpermi2b`) or NEON (`tbl`/`tbx`) where the CPU
-//!   has them.
+//!   has them. A strided copy that reads another is composed with it into one copy of the
+//!   first one's source when the composed map is strided (checked on every element) and
+//!   the arena does not grow ([`NativeOptions::fuse_transposes`]; the same bytes moved).
 //! - **Elementwise steps** (`Add`, `Mul`, `QuantizeLinear`, max pooling, `Resize`, the
 //!   3-channel NCHW-to-NHWC transpose): portable
 //!   Rust, compiled again for AVX2 and AVX-512 on x86-64 (`isa`), the width chosen at load
