@@ -694,8 +694,10 @@ extern "C" __global__ void phases(const PhaseP p) {
 }
 
 // Resize of NHWC images through per-row / per-column taps {i0, i1, w1}.
-// mode 0: nearest; 1: linear on (x - x_zp), requantized with `ratio`; 2: raw, truncated
-// (`floor_` for uint8 stored as x ^ 0x80).
+// mode 0: nearest; 1: linear as ONNX Runtime runs a QDQ Resize (each corner dequantized,
+// its float bilinear formula with 0.5/0.5 where both taps are one pixel, v / y_scale rounded
+// half to even, + y_zp, clamped to [lo, hi]); 2: raw, truncated (`floor_` for uint8 stored
+// as x ^ 0x80).
 struct Tap {
     int i0, i1;
     float w1;
@@ -704,7 +706,8 @@ struct Tap {
 struct ResizeP {
     u64 x, y, ys, xs;
     int in_h, in_w, c, batch, out_h, out_w, mode, floor_, x_zp, y_zp;
-    float ratio;
+    float x_scale, y_scale;
+    int lo, hi;
 };
 
 extern "C" __global__ void resize(const ResizeP p) {
@@ -736,12 +739,19 @@ extern "C" __global__ void resize(const ResizeP p) {
         f = p.floor_ ? floorf(f) : truncf(f);
         r = (int)fminf(fmaxf(f, -128.0f), 127.0f);
     } else {
-        float v00 = (float)(x[p00] - p.x_zp), v01 = (float)(x[p01] - p.x_zp);
-        float v10 = (float)(x[p10] - p.x_zp), v11 = (float)(x[p11] - p.x_zp);
-        float top = __fadd_rn(__fmul_rn(v00, wx0), __fmul_rn(v01, wx1));
-        float bot = __fadd_rn(__fmul_rn(v10, wx0), __fmul_rn(v11, wx1));
-        float v = __fmul_rn(__fadd_rn(__fmul_rn(top, wy0), __fmul_rn(bot, wy1)), p.ratio);
-        r = requant(v, p.y_zp, -128, 127);
+        if (tx.i0 == tx.i1) { wx0 = 0.5f; wx1 = 0.5f; }
+        if (ty.i0 == ty.i1) { wy0 = 0.5f; wy1 = 0.5f; }
+        float w00 = __fmul_rn(wx0, wy0), w01 = __fmul_rn(wx1, wy0);
+        float w10 = __fmul_rn(wx0, wy1), w11 = __fmul_rn(wx1, wy1);
+        float v00 = __fmul_rn((float)(x[p00] - p.x_zp), p.x_scale);
+        float v01 = __fmul_rn((float)(x[p01] - p.x_zp), p.x_scale);
+        float v10 = __fmul_rn((float)(x[p10] - p.x_zp), p.x_scale);
+        float v11 = __fmul_rn((float)(x[p11] - p.x_zp), p.x_scale);
+        float v = __fmul_rn(w00, v00);
+        v = __fadd_rn(v, __fmul_rn(w01, v01));
+        v = __fadd_rn(v, __fmul_rn(w10, v10));
+        v = __fadd_rn(v, __fmul_rn(w11, v11));
+        r = requant(__fdiv_rn(v, p.y_scale), p.y_zp, p.lo, p.hi);
     }
     ((i8*)p.y)[i] = (i8)r;
 }

@@ -769,10 +769,26 @@ impl LaunchPlan {
                         }
                         Ok(b)
                     };
-                    let (m, floor, x_zp, y_zp, ratio) = match *mode {
-                        Interp::Nearest => (0, 0, 0, 0, 0.0),
-                        Interp::Linear { x_zp, y_zp, ratio } => (1, 0, x_zp, y_zp, ratio),
-                        Interp::Raw { floor } => (2, i32::from(floor), 0, 0, 0.0),
+                    let (m, floor, x_zp, y_zp, x_scale, y_scale, lo, hi) = match *mode {
+                        Interp::Nearest => (0, 0, 0, 0, 1.0, 1.0, -128, 127),
+                        Interp::Linear {
+                            x_zp,
+                            x_scale,
+                            y_zp,
+                            y_scale,
+                            lo,
+                            hi,
+                        } => (
+                            1,
+                            0,
+                            x_zp,
+                            y_zp,
+                            x_scale,
+                            y_scale,
+                            i32::from(lo),
+                            i32::from(hi),
+                        ),
+                        Interp::Raw { floor } => (2, i32::from(floor), 0, 0, 1.0, 1.0, -128, 127),
                     };
                     let n = batch * ys.len() * xs.len() * ch;
                     i32_of(n, si, "resize")?;
@@ -791,7 +807,10 @@ impl LaunchPlan {
                         floor,
                         x_zp,
                         y_zp,
-                        ratio,
+                        x_scale,
+                        y_scale,
+                        lo,
+                        hi,
                     };
                     push(
                         Kernel::Resize,

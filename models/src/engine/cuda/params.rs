@@ -203,7 +203,10 @@ pub struct ResizeP {
     pub floor: i32,
     pub x_zp: i32,
     pub y_zp: i32,
-    pub ratio: f32,
+    pub x_scale: f32,
+    pub y_scale: f32,
+    pub lo: i32,
+    pub hi: i32,
 }
 
 /// A kernel of kernels.cu.

@@ -1,7 +1,7 @@
 //! Data movement: transposes (with the 3-channel NCHW-to-NHWC interleave) and resizes of
 //! NHWC images; see the parent module's contract.
 
-use super::{integral_to_i8, requant_f32, Isa};
+use super::{integral_to_i8, requant_f32_or, Isa};
 use crate::onnx::isa::multiversion;
 use std::ops::Range;
 
@@ -188,14 +188,28 @@ pub(crate) struct Tap {
 pub(crate) enum Interp {
     /// Copy the nearest input (exact).
     Nearest,
-    /// Interpolate `(x - x_zp)` in `f32` (`(1 - wx)(1 - wy) a + ...` in a fixed order) and
-    /// requantize with `ratio = x_scale / y_scale` to `y_zp` (QDQ form).
-    Linear { x_zp: i32, y_zp: i32, ratio: f32 },
+    /// QDQ form, as ONNX Runtime runs it (`DequantizeLinear`, its float `Resize`,
+    /// `QuantizeLinear`), operation for operation: each corner dequantized `(x − x_zp)·x_scale`,
+    /// the float formula of [`super::float::resize_linear`] (weights `0.5`, `0.5` where both
+    /// taps are one pixel, products summed left to right), then `v / y_scale` rounded half
+    /// to even, `+ y_zp`, clamped to `[lo, hi]` (a `Relu`/`Clip` before the quantization).
+    Linear {
+        x_zp: i32,
+        x_scale: f32,
+        y_zp: i32,
+        y_scale: f32,
+        lo: i8,
+        hi: i8,
+    },
     /// ONNX Runtime's int8 `Resize` (QOperator form): the raw values interpolated in `f32`,
     /// same quantization, truncated toward zero; `floor` for `uint8` tensors (stored here
     /// as `x ^ 0x80`, where ORT's truncation of non-negative values is a floor).
     Raw { floor: bool },
 }
+
+/// Channels the QDQ linear resize computes as one fixed-length vector (16 `f32`: one
+/// AVX-512 register).
+const LANES: usize = 16;
 
 multiversion! {
     /// Resize of NHWC images: `ys`/`xs` hold one [`Tap`] per output row / column; `mode` says
@@ -244,15 +258,50 @@ multiversion! {
                             *d = integral_to_i8(r.clamp(-128.0, 127.0));
                         }
                     }
-                    Interp::Linear { x_zp, y_zp, ratio } => {
-                        let (a, b) = (&x[p00..p00 + c], &x[p01..p01 + c]);
-                        let (e, f) = (&x[p10..p10 + c], &x[p11..p11 + c]);
-                        let corners = a.iter().zip(b).zip(e.iter().zip(f));
-                        for (d, ((a, b), (e, f))) in dst.iter_mut().zip(corners) {
-                            let v = |q: &i8| (i32::from(*q) - x_zp) as f32;
-                            let top = v(a) * wx0 + v(b) * wx1;
-                            let bot = v(e) * wx0 + v(f) * wx1;
-                            *d = requant_f32((top * wy0 + bot * wy1) * ratio, y_zp, i8::MIN, i8::MAX);
+                    Interp::Linear {
+                        x_zp,
+                        x_scale,
+                        y_zp,
+                        y_scale,
+                        lo,
+                        hi,
+                    } => {
+                        let weights =
+                            |t: &Tap| if t.i0 == t.i1 { (0.5f32, 0.5f32) } else { (1.0 - t.w1, t.w1) };
+                        let ((wx0, wx1), (wy0, wy1)) = (weights(tx), weights(&ty));
+                        let (w00, w01, w10, w11) = (wx0 * wy0, wx1 * wy0, wx0 * wy1, wx1 * wy1);
+                        let v = |q: i8| (i32::from(q) - x_zp) as f32 * x_scale;
+                        let one = |a: i8, b: i8, e: i8, f: i8| {
+                            let r = w00 * v(a) + w01 * v(b) + w10 * v(e) + w11 * v(f);
+                            requant_f32_or(r / y_scale, y_zp, lo, hi, lo)
+                        };
+                        if c < LANES {
+                            for ch in 0..c {
+                                dst[ch] = one(x[p00 + ch], x[p01 + ch], x[p10 + ch], x[p11 + ch]);
+                            }
+                        } else {
+                            // Whole vectors of LANES channels; the last one ends at `c` and
+                            // overlaps the one before (its channels computed twice, the same
+                            // bytes), so no channel goes through a scalar tail.
+                            let mut from = 0;
+                            loop {
+                                let at = from.min(c - LANES);
+                                let corner = |p: usize| -> [i8; LANES] {
+                                    let mut r = [0i8; LANES];
+                                    r.copy_from_slice(&x[p + at..p + at + LANES]);
+                                    r
+                                };
+                                let (a, b, e, f) = (corner(p00), corner(p01), corner(p10), corner(p11));
+                                let mut o = [0i8; LANES];
+                                for i in 0..LANES {
+                                    o[i] = one(a[i], b[i], e[i], f[i]);
+                                }
+                                dst[at..at + LANES].copy_from_slice(&o);
+                                if at + LANES >= c {
+                                    break;
+                                }
+                                from += LANES;
+                            }
                         }
                     }
                 }

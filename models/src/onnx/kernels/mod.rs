@@ -124,7 +124,7 @@ pub(crate) fn requant_f32(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
 
 /// [`requant_f32`] with `nan` for a NaN `v` (`QuantizeLinear`'s rule: the lowest value).
 #[inline(always)]
-fn requant_f32_or(v: f32, zp: i32, lo: i8, hi: i8, nan: i8) -> i8 {
+pub(super) fn requant_f32_or(v: f32, zp: i32, lo: i8, hi: i8, nan: i8) -> i8 {
     let n = round_magic(v.clamp(-1024.0, 1024.0)).1 + zp;
     let q = n.max(i32::from(lo)).min(i32::from(hi)) as i8;
     if v.is_nan() {

@@ -481,8 +481,15 @@ fn float_global_average_pool_is_the_sum_in_pixel_order_over_hw() {
 
 #[test]
 fn resize_gives_the_same_bytes_on_every_width() {
-    let mut g = SplitMix64::stream(15, 0);
-    let (in_h, in_w, c) = (5, 7, 37);
+    // 37 channels: two vectors and an overlapping third; 16: one; 3: below a vector.
+    for c in [37, 16, 3] {
+        resize_case(c);
+    }
+}
+
+fn resize_case(c: usize) {
+    let mut g = SplitMix64::stream(15, c as u64);
+    let (in_h, in_w) = (5, 7);
     let x = bytes(&mut g, 2 * in_h * in_w * c);
     // Upsampling taps with uneven weights, the last ones clamped at the edge.
     let taps = |n_in: usize, n_out: usize| -> Vec<Tap> {
@@ -504,8 +511,11 @@ fn resize_gives_the_same_bytes_on_every_width() {
     let modes = [
         Interp::Linear {
             x_zp: -3,
+            x_scale: 0.061,
             y_zp: 5,
-            ratio: 0.83,
+            y_scale: 0.0735,
+            lo: -120,
+            hi: 127,
         },
         Interp::Raw { floor: true },
         Interp::Raw { floor: false },
@@ -553,11 +563,30 @@ fn resize_gives_the_same_bytes_on_every_width() {
                     let r = if floor { f.floor() } else { f.trunc() };
                     r.clamp(-128.0, 127.0) as i8
                 }
-                Interp::Linear { x_zp, y_zp, ratio } => {
-                    let q = |y, xx| (i32::from(at(y, xx)) - x_zp) as f32;
-                    let top = q(ty.i0, tx.i0) * wx0 + q(ty.i0, tx.i1) * wx1;
-                    let bot = q(ty.i1, tx.i0) * wx0 + q(ty.i1, tx.i1) * wx1;
-                    requant_float_formula((top * wy0 + bot * wy1) * ratio, y_zp, -128, 127)
+                Interp::Linear {
+                    x_zp,
+                    x_scale,
+                    y_zp,
+                    y_scale,
+                    lo,
+                    hi,
+                } => {
+                    // DequantizeLinear, ONNX Runtime's float bilinear formula (0.5 and 0.5
+                    // where both taps are one pixel), QuantizeLinear (`v / y_scale`).
+                    let w = |t: &Tap| {
+                        if t.i0 == t.i1 {
+                            (0.5f32, 0.5f32)
+                        } else {
+                            (1.0 - t.w1, t.w1)
+                        }
+                    };
+                    let ((wx0, wx1), (wy0, wy1)) = (w(&tx), w(&ty));
+                    let q = |y, xx| (i32::from(at(y, xx)) - x_zp) as f32 * x_scale;
+                    let r = wx0 * wy0 * q(ty.i0, tx.i0)
+                        + wx1 * wy0 * q(ty.i0, tx.i1)
+                        + wx0 * wy1 * q(ty.i1, tx.i0)
+                        + wx1 * wy1 * q(ty.i1, tx.i1);
+                    requant_float_formula(r / y_scale, y_zp, lo, hi)
                 }
             };
             assert_eq!(v, expect, "{mode:?}: element {i}");

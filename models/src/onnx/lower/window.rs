@@ -428,8 +428,10 @@ impl Lowerer<'_> {
             return Ok(());
         }
         // Linear needs a requantization to the following Q; nearest is exact.
+        let mut clamp = (i8::MIN, i8::MAX);
         let (y_q, out_name, is_q) = if linear && !was_q {
-            let (q, _clamp, name) = self.out_q(n, None)?;
+            let (q, c, name) = self.out_q(n, None)?;
+            clamp = c;
             (q, name, true)
         } else if linear {
             // QOperator form: ONNX Runtime resizes the int8 tensor itself, same quantization.
@@ -456,8 +458,11 @@ impl Lowerer<'_> {
             } else {
                 Interp::Linear {
                     x_zp: i32::from(t.q.zero_point),
+                    x_scale: t.q.scale,
                     y_zp: i32::from(y_q.zero_point),
-                    ratio: t.q.scale / y_q.scale,
+                    y_scale: y_q.scale,
+                    lo: clamp.0,
+                    hi: clamp.1,
                 }
             },
             src: t.buf,
