@@ -182,10 +182,10 @@ fn has_float_formula_op(manifest: &Path) -> bool {
         .any(|k| k.contains("AveragePool") && !k.contains("Global"))
         || ops.keys().any(|k| k.contains("Reduce"))
         || ort_fused_softmax(manifest)
-        || (ops.keys().any(|k| k.contains("Resize"))
-            && (name.contains("bilinear")
-                || name.starts_with("rand")
-                || name.contains("centernet")))
+        // A linear Resize in QOperator form: ONNX Runtime interpolates the stored integers
+        // in its own rounding order. (In QDQ form it runs DequantizeLinear, a float Resize
+        // and QuantizeLinear, which the native engine follows operation for operation.)
+        || (ops.keys().any(|k| k.contains("Resize")) && name.contains("_qop_"))
 }
 
 /// True when ONNX Runtime's optimized graph of the model holds its fused `QLinearSoftmax`.
