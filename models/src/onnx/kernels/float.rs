@@ -275,15 +275,14 @@ multiversion! {
         out: &mut [f32],
         rows: Range<usize>,
     ) {
-        let weights = |t: &Tap| if t.i0 == t.i1 { (0.5f32, 0.5f32) } else { (1.0 - t.w1, t.w1) };
         let (out_h, img) = (ys.len(), in_h * in_w * c);
         let mut o = 0;
         for r in rows {
             let (b, ty) = (r / out_h, ys[r % out_h]);
             let x = &x[b * img..(b + 1) * img];
-            let (wy0, wy1) = weights(&ty);
+            let (wy0, wy1) = ty.weights();
             for tx in xs {
-                let (wx0, wx1) = weights(tx);
+                let (wx0, wx1) = tx.weights();
                 let (w00, w01, w10, w11) = (wx0 * wy0, wx1 * wy0, wx0 * wy1, wx1 * wy1);
                 let at = |yi: usize, xi: usize| &x[(yi * in_w + xi) * c..(yi * in_w + xi + 1) * c];
                 let (a, b) = (at(ty.i0, tx.i0), at(ty.i0, tx.i1));

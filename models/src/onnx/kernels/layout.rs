@@ -183,6 +183,19 @@ pub(crate) struct Tap {
     pub w1: f32,
 }
 
+impl Tap {
+    /// The two taps' weights in ONNX Runtime's float bilinear formula: `1 − w1` and `w1`,
+    /// or `0.5` and `0.5` where both taps are one pixel (a clamped border).
+    #[inline(always)]
+    pub(crate) fn weights(&self) -> (f32, f32) {
+        if self.i0 == self.i1 {
+            (0.5, 0.5)
+        } else {
+            (1.0 - self.w1, self.w1)
+        }
+    }
+}
+
 /// How [`resize`] computes an output value.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Interp {
@@ -266,9 +279,7 @@ multiversion! {
                         lo,
                         hi,
                     } => {
-                        let weights =
-                            |t: &Tap| if t.i0 == t.i1 { (0.5f32, 0.5f32) } else { (1.0 - t.w1, t.w1) };
-                        let ((wx0, wx1), (wy0, wy1)) = (weights(tx), weights(&ty));
+                        let ((wx0, wx1), (wy0, wy1)) = (tx.weights(), ty.weights());
                         let (w00, w01, w10, w11) = (wx0 * wy0, wx1 * wy0, wx0 * wy1, wx1 * wy1);
                         let v = |q: i8| (i32::from(q) - x_zp) as f32 * x_scale;
                         let one = |a: i8, b: i8, e: i8, f: i8| {

@@ -227,6 +227,26 @@ struct Strided {
 }
 
 impl Strided {
+    /// The map of a [`Step::Transpose`], with its source and output buffers.
+    fn of(step: &Step) -> Option<(Strided, usize, usize)> {
+        let Step::Transpose {
+            out_shape,
+            strides,
+            offset,
+            src,
+            dst,
+        } = step
+        else {
+            return None;
+        };
+        let map = Strided {
+            shape: out_shape.clone(),
+            strides: strides.clone(),
+            offset: *offset,
+        };
+        Some((map, *src, *dst))
+    }
+
     /// The source index of output element `flat`.
     fn at(&self, mut flat: usize) -> usize {
         let mut at = self.offset;
@@ -379,25 +399,10 @@ pub(crate) fn fuse_transposes(p: &mut Program) {
 /// with: `x`, `d` and each reader's index with its composed copy.
 #[allow(clippy::type_complexity)]
 fn transpose_readers_at(p: &Program, i: usize) -> Option<(usize, usize, Vec<(usize, Strided)>)> {
-    let Step::Transpose {
-        out_shape,
-        strides,
-        offset,
-        src: x,
-        dst: d,
-    } = &p.steps[i]
-    else {
-        return None;
-    };
-    let (x, d) = (*x, *d);
+    let (a, x, d) = Strided::of(&p.steps[i])?;
     if x == d {
         return None;
     }
-    let a = Strided {
-        shape: out_shape.clone(),
-        strides: strides.clone(),
-        offset: *offset,
-    };
     let readers: Vec<usize> = (0..p.steps.len())
         .filter(|&j| j != i && p.steps[j].reads().contains(&d))
         .collect();
@@ -409,20 +414,7 @@ fn transpose_readers_at(p: &Program, i: usize) -> Option<(usize, usize, Vec<(usi
     }
     let mut composed = Vec::with_capacity(readers.len());
     for &j in &readers {
-        let Step::Transpose {
-            out_shape,
-            strides,
-            offset,
-            ..
-        } = &p.steps[j]
-        else {
-            return None;
-        };
-        let b = Strided {
-            shape: out_shape.clone(),
-            strides: strides.clone(),
-            offset: *offset,
-        };
+        let (b, _, _) = Strided::of(&p.steps[j])?;
         composed.push((j, compose(&a, &b)?));
     }
     Some((x, d, composed))
