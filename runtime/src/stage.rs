@@ -318,6 +318,14 @@ impl<'a> StageIo<'a> {
         Ok(())
     }
 
+    /// How many lanes may run [`parallel_for`](Self::parallel_for) chunks at once, this one
+    /// included (1 when the stage runs alone). A cost hint (e.g. how many chunks are worth
+    /// making when each one re-reads a large table): nothing a result depends on may use it,
+    /// since lanes can be lost and come back between frames.
+    pub fn lane_count(&self) -> usize {
+        self.parallel.map_or(1, |p| p.lanes.live_count().max(1))
+    }
+
     /// Splits `0..items` into `chunks` fixed ranges and runs `f` on each, spreading the
     /// chunks over idle lanes. The partition depends only on `items` and `chunks`, never on
     /// timing or lane count, so results are deterministic when each chunk writes only its

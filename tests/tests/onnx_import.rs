@@ -470,6 +470,10 @@ impl Lanes for Threads {
             }
         });
     }
+
+    fn width(&self) -> usize {
+        self.0
+    }
 }
 
 #[test]
@@ -525,6 +529,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "attention_einsum",
             "oriented_box_tail",
             "channel_shuffle",
+            "conv_wide_weights",
             "--random",
             "6",
         ],

@@ -1175,6 +1175,14 @@ def _(g):
     g.output(g.concat([p, g.conv(q, 4, 3)]))
 
 
+@case("conv_wide_weights")
+def _(g):
+    # A 3x3 convolution whose packed weights (128 x 256 x 9 = 295 KB) outgrow the quarter of
+    # L2 above which the native engine makes one chunk of rows per lane (ResNet's last
+    # stages): the outputs must not depend on that count.
+    g.output(g.conv(g.conv(g.input(X), 128, 1, pads=P0), 256, 3))
+
+
 FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
                       "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
                       "deconv_k4s2p1", "trt_residual")

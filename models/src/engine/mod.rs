@@ -241,6 +241,14 @@ pub enum EngineError {
 pub trait Lanes {
     /// Runs `f` on every chunk of `0..items` split into `chunks` (at least 1) ranges.
     fn for_each_chunk(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_));
+
+    /// How many threads may run chunks at once, the caller's included. A cost hint only:
+    /// an engine may make fewer chunks of a step whose chunks each re-read something large
+    /// (a convolution whose weights outgrow L2 streams them once per chunk), never change
+    /// an output by it.
+    fn width(&self) -> usize {
+        1
+    }
 }
 
 /// No parallelism: every chunk runs on the calling thread, in order.
@@ -262,6 +270,10 @@ impl Lanes for Inline {
 impl Lanes for redline_runtime::StageIo<'_> {
     fn for_each_chunk(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_)) {
         self.parallel_for(items, chunks, f);
+    }
+
+    fn width(&self) -> usize {
+        self.lane_count()
     }
 }
 

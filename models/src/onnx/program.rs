@@ -595,7 +595,7 @@ impl Program {
                     } else {
                         (batch * out_h, *row_len, per_row)
                     };
-                    let chunks = conv_chunks(units, per_unit, weight_bytes);
+                    let chunks = conv_chunks(units, per_unit, weight_bytes, lanes.width());
                     split_rows_in(lanes, base, d, units, unit_len, chunks, &|r, out| {
                         match imp {
                             ConvImpl::Dense(c) if pointwise => {

@@ -13,22 +13,23 @@ use crate::onnx::kernels::Window;
 use std::ops::Range;
 
 /// Weights above this many bytes (a quarter of a 1 MiB L2) make a convolution split its
-/// rows into at most [`WIDE_WEIGHTS_CHUNKS`] chunks ([`conv_chunks`]).
+/// rows into no more chunks than there are lanes to run them ([`conv_chunks`]).
 const WIDE_WEIGHTS_BYTES: usize = 256 * 1024;
-/// See [`WIDE_WEIGHTS_BYTES`].
-const WIDE_WEIGHTS_CHUNKS: usize = 4;
 
 /// The chunk count of a convolution's `rows` output rows costing `per_row` each, its
-/// weights `weight_bytes` long: [`chunks_for`], but at most [`WIDE_WEIGHTS_CHUNKS`] when
-/// the weights outgrow L2. Each chunk streams all the layer's weights through the cache
-/// once (channel blocks outermost inside a chunk), so ResNet-18's 7×7 layers (2.4 MB of
-/// weights, 7 rows) read them 7 times in 7 chunks and 4 times in 4: ResNet-18 on one
-/// thread 4.25 → 4.04 ms P50 on the newer EPYC (`redline model bench`, 4 alternated
-/// pairs). Four chunks still feed four lanes; the outputs never depend on the split.
-pub(super) fn conv_chunks(rows: usize, per_row: usize, weight_bytes: usize) -> usize {
+/// weights `weight_bytes` long, run by `width` lanes ([`crate::engine::Lanes::width`]):
+/// [`chunks_for`], but at most `width` when the weights outgrow L2. Each chunk streams all
+/// the layer's weights through the cache once (channel blocks outermost inside a chunk),
+/// so ResNet-18's 7×7 layers (2.4 MB of weights, 7 rows) read them from L3 7 times in 7
+/// chunks, and once per lane in `width`. Against the four chunks before, measured on the
+/// Zen 4 VM with both binaries alternated (best of 6-7 rounds): one thread unchanged
+/// (8.415 vs 8.418 ms, `redline model profile --engine native --in-sequence`), two
+/// threads 4.33-4.36 -> 4.30 ms (`redline model bench --threads 2`), within the noise.
+/// The outputs never depend on the split, so a lane-dependent count changes no bit.
+pub(super) fn conv_chunks(rows: usize, per_row: usize, weight_bytes: usize, width: usize) -> usize {
     let chunks = chunks_for(rows, per_row);
     if weight_bytes > WIDE_WEIGHTS_BYTES {
-        chunks.min(WIDE_WEIGHTS_CHUNKS)
+        chunks.min(width.max(1))
     } else {
         chunks
     }
@@ -181,17 +182,20 @@ mod tests {
     }
 
     #[test]
-    fn wide_weights_cap_the_chunks_and_nothing_else_does() {
+    fn wide_weights_cap_the_chunks_at_the_lanes_and_nothing_else_does() {
         // ResNet-18's 7×7 layer: 7 rows, 2.4 MB of weights.
         let per_row = 512 * 9 * 512 * 7;
         assert_eq!(chunks_for(7, per_row), 7);
-        assert_eq!(conv_chunks(7, per_row, 2_359_296), WIDE_WEIGHTS_CHUNKS);
-        // Small weights: the shape's own count; never more chunks than rows, never 0.
-        assert_eq!(conv_chunks(7, per_row, 36_864), 7);
-        assert_eq!(conv_chunks(56, 1 << 20, WIDE_WEIGHTS_BYTES), 16);
-        assert_eq!(conv_chunks(56, 1 << 20, WIDE_WEIGHTS_BYTES + 1), 4);
-        assert_eq!(conv_chunks(2, 1 << 20, 10 << 20), 2);
-        assert_eq!(conv_chunks(1, 1, 10 << 20), 1);
-        assert_eq!(conv_chunks(0, 0, 0), 1);
+        assert_eq!(conv_chunks(7, per_row, 2_359_296, 1), 1);
+        assert_eq!(conv_chunks(7, per_row, 2_359_296, 2), 2);
+        assert_eq!(conv_chunks(7, per_row, 2_359_296, 16), 7);
+        // Small weights: the shape's own count whatever the lanes; never more chunks than
+        // rows, never 0.
+        assert_eq!(conv_chunks(7, per_row, 36_864, 1), 7);
+        assert_eq!(conv_chunks(56, 1 << 20, WIDE_WEIGHTS_BYTES, 1), 16);
+        assert_eq!(conv_chunks(56, 1 << 20, WIDE_WEIGHTS_BYTES + 1, 4), 4);
+        assert_eq!(conv_chunks(2, 1 << 20, 10 << 20, 8), 2);
+        assert_eq!(conv_chunks(1, 1, 10 << 20, 0), 1);
+        assert_eq!(conv_chunks(0, 0, 0, 1), 1);
     }
 }
