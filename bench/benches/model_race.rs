@@ -254,6 +254,7 @@ fn per_layer(model: &Path, label: &str) -> Result<(), String> {
     let mut e = NativeEngine::load(model).map_err(|e| e.to_string())?;
     let inputs = random_inputs(&e, 3);
     run_once(&mut e, &inputs, &Inline).map_err(|e| e.to_string())?;
+    let ins: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
     let madd = redline_bench::peak::avx2_madd_peak_gmacs();
     let vnni = redline_bench::peak::vnni_peak_gmacs();
     println!(
@@ -270,7 +271,7 @@ fn per_layer(model: &Path, label: &str) -> Result<(), String> {
         let reps = 10;
         let t = Instant::now();
         for _ in 0..reps {
-            e.run_step(k, &Inline).map_err(|e| e.to_string())?;
+            e.run_step(k, &ins, &Inline).map_err(|e| e.to_string())?;
         }
         let ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
         if macs == 0 {

@@ -1250,6 +1250,53 @@ fn strided_copies_compose_with_the_same_outputs() {
     assert!(composed > 0, "no copy was composed");
 }
 
+/// A float graph input quantized straight from the caller's buffer (its copy step fused
+/// away) gives the unfused program's bytes, inline and on lanes, from an aligned buffer and
+/// from one that is not 4-byte aligned (copied into the arena first); no allocation per run.
+#[test]
+fn inputs_quantize_in_place_with_the_same_outputs() {
+    if !python_ok() {
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime is missing; the input quantization test did not run"
+        );
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-input-quantize");
+    generate(
+        "op_models.py",
+        &dir,
+        &["--only", "conv_k3", "add_two_inputs", "--random", "1"],
+    );
+    let mut fused_steps = 0;
+    for m in manifests(&dir) {
+        let model = model_of(&m);
+        let name = model.file_name().unwrap().to_string_lossy().to_string();
+        let mut fused = NativeEngine::load(&model).unwrap();
+        let plain_opts = NativeOptions {
+            fuse_input_quantize: false,
+            ..NativeOptions::default()
+        };
+        let mut plain = NativeEngine::load_with(&model, &plain_opts).unwrap();
+        assert!(fused.steps() <= plain.steps(), "{name}");
+        fused_steps += plain.steps() - fused.steps();
+        let ins = same_outputs_fused_and_not(&mut fused, &mut plain, &name);
+        let want = run_outputs(&mut plain, &ins, &Inline);
+        // The same floats one byte into a buffer: not 4-byte aligned.
+        let shifted: Vec<Vec<u8>> = ins
+            .iter()
+            .map(|b| std::iter::once(0).chain(b.iter().copied()).collect())
+            .collect();
+        let odd: Vec<&[u8]> = shifted.iter().map(|b| &b[1..]).collect();
+        let mut outs = redline_models::engine::output_buffers(fused.outputs());
+        let mut o: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        fused.run(&odd, &mut o, &Threads(2)).unwrap();
+        assert_eq!(outs, want, "{name}: an unaligned input differs");
+        let allocs = allocations_of_one_run(&mut fused, &ins);
+        assert_eq!(allocs, 0, "{name}: the fused run allocated {allocs} times");
+    }
+    assert!(fused_steps > 0, "no input was quantized in place");
+}
+
 /// A NaN in a float graph input quantizes as ONNX Runtime's `QuantizeLinear` quantizes it:
 /// to the lowest value (uint8 0, int8 −128), on every lane count; infinities saturate.
 #[test]

@@ -593,6 +593,7 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
     for _ in 0..3 {
         redline_models::engine::run_once(&mut e, &inputs, &Inline)?;
     }
+    let ins: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
     let step_macs = e.step_macs();
     // Seconds per step: each step `reps` times in a row, or every step in program order,
     // `reps` whole runs.
@@ -601,7 +602,7 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
         for _ in 0..a.reps {
             for (k, s) in secs.iter_mut().enumerate() {
                 let t = Instant::now();
-                e.run_step(k, &Inline)?;
+                e.run_step(k, &ins, &Inline)?;
                 *s += t.elapsed().as_secs_f64();
             }
         }
@@ -609,7 +610,7 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
         for (k, s) in secs.iter_mut().enumerate() {
             let t = Instant::now();
             for _ in 0..a.reps {
-                e.run_step(k, &Inline)?;
+                e.run_step(k, &ins, &Inline)?;
             }
             *s = t.elapsed().as_secs_f64();
         }

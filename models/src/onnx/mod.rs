@@ -182,6 +182,10 @@ pub struct NativeOptions {
     /// map is strided (checked on every element): ShuffleNet's channel shuffle is one pass
     /// per branch instead of five. The same bytes. Default `true`.
     pub fuse_transposes: bool,
+    /// Quantize a float graph input straight from the caller's buffer instead of copying it
+    /// into the arena first (an input not 4-byte aligned is still copied). The same bytes.
+    /// Default `true`.
+    pub fuse_input_quantize: bool,
 }
 
 impl Default for NativeOptions {
@@ -191,6 +195,7 @@ impl Default for NativeOptions {
             fuse_tables: true,
             unfold_convs: true,
             fuse_transposes: true,
+            fuse_input_quantize: true,
         }
     }
 }
@@ -223,6 +228,9 @@ impl NativeEngine {
         }
         if opts.fuse_transposes {
             program::fuse_transposes(&mut l.program);
+        }
+        if opts.fuse_input_quantize {
+            program::fuse_input_quantize(&mut l.program);
         }
         let arena = vec![0u8; l.program.arena_bytes + program::ALIGN];
         Ok(NativeEngine {
@@ -270,11 +278,19 @@ impl NativeEngine {
     }
 
     /// Runs only step `i` (for per-layer timing; the steps before it must have run since the
-    /// inputs were last written, e.g. by a full [`Engine::run`]).
-    pub fn run_step(&mut self, i: usize, lanes: &dyn Lanes) -> Result<(), EngineError> {
+    /// inputs were last written, e.g. by a full [`Engine::run`]). `inputs`: the graph
+    /// inputs, for the steps that read them (copied in or quantized straight from them);
+    /// with none those steps do nothing. No graph output is written.
+    pub fn run_step(
+        &mut self,
+        i: usize,
+        inputs: &[&[u8]],
+        lanes: &dyn Lanes,
+    ) -> Result<(), EngineError> {
         let off = self.arena.as_ptr().align_offset(program::ALIGN);
         let arena = &mut self.arena[off..];
-        self.program.run_range(arena, &[], &mut [], lanes, i..i + 1)
+        self.program
+            .run_range(arena, inputs, &mut [], lanes, i..i + 1)
     }
 }
 

@@ -26,7 +26,7 @@ use chunks::{
     conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_in, window_rows,
     SendPtr,
 };
-pub(crate) use fusion::{fuse_residual_adds, fuse_tables, fuse_transposes};
+pub(crate) use fusion::{fuse_input_quantize, fuse_residual_adds, fuse_tables, fuse_transposes};
 pub(crate) use step::{
     ConvImpl, DeconvGeom, FloatBinaryOp, FloatPool, FloatUnaryOp, NormOp, Operand, OutKind,
     PhaseDir, ReduceOp, Residual, Step,
@@ -243,8 +243,33 @@ impl Program {
                     n,
                     scale,
                     zp,
+                    input,
                 } => {
-                    let x = view_f32(*src);
+                    let x = match input {
+                        None => view_f32(*src),
+                        Some(i) => {
+                            // A run without inputs (`run_step`) leaves the arena as it is.
+                            let Some(raw) = inputs.get(*i) else {
+                                continue;
+                            };
+                            // SAFETY: every bit pattern is an `f32`; `align_to` hands out only
+                            // the aligned middle of the bytes.
+                            let (head, floats, tail) = unsafe { raw.align_to::<f32>() };
+                            if head.is_empty() && tail.is_empty() {
+                                floats
+                            } else {
+                                // Not 4-byte aligned: copied into `src` first (its buffer
+                                // is still planned), as the fused-away input step did.
+                                let d = &bufs[*src];
+                                // SAFETY: `src` is a planned buffer of `d.bytes` bytes inside
+                                // the arena, written only by this step now.
+                                let buf: &mut [u8] =
+                                    unsafe { base.elems_mut(d.offset, 0, d.bytes) };
+                                buf.copy_from_slice(raw);
+                                view_f32(*src)
+                            }
+                        }
+                    };
                     split_rows(lanes, base, &bufs[*dst], *n, 1, 4, &|r, out| {
                         kernels::quantize(isa, &x[r], *scale, *zp, out);
                     });

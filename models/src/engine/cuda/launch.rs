@@ -334,12 +334,14 @@ impl LaunchPlan {
                         Params::Copy(p),
                     );
                 }
+                // `input` is set only by the native engine's fusion: this program has none.
                 Step::Quantize {
                     src,
                     dst,
                     n,
                     scale,
                     zp,
+                    input: _,
                 } => {
                     let p = QuantP {
                         x: buf(*src),

@@ -39,6 +39,7 @@ impl Lowerer<'_> {
             n: len,
             scale: q.scale,
             zp: i32::from(q.zero_point),
+            input: None,
         });
         T { buf: dst, q, ..t }
     }

@@ -31,12 +31,17 @@ pub(crate) enum Step {
         src: usize,
         kind: OutKind,
     },
+    /// `QuantizeLinear` of `n` floats of `src` into `dst`.
     Quantize {
         src: usize,
         dst: usize,
         n: usize,
         scale: f32,
         zp: i32,
+        /// Graph input `index` read in place of `src`, whose copy step was fused away
+        /// ([`super::fuse_input_quantize`]; native engine only). `src` is then written only
+        /// for an input that is not 4-byte aligned, copied there first.
+        input: Option<usize>,
     },
     Conv {
         imp: ConvImpl,
