@@ -1183,6 +1183,17 @@ def _(g):
     g.output(g.conv(g.conv(g.input(X), 128, 1, pads=P0), 256, 3))
 
 
+# Square root, reciprocal, absolute value, logarithm, sine and cosine of a convolution's
+# float output (their results quantized by the next convolution's input).
+CASES["float_unary_tail"] = _float_chain(
+    lambda g, x: g.add(
+        g.add(g.mul(g.node("Sqrt", [g.node("Abs", [x], g.shape[x])], g.shape[x]),
+                    g.node("Cos", [x], g.shape[x])),
+              g.mul(g.node("Log", [g.add(g.node("Abs", [x], g.shape[x]), _scalar(g, 1.0))], g.shape[x]),
+                    g.node("Sin", [x], g.shape[x]))),
+        g.node("Reciprocal", [g.add(g.node("Abs", [x], g.shape[x]), _scalar(g, 2.0))], g.shape[x])))
+
+
 FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
                       "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
                       "deconv_k4s2p1", "trt_residual")
@@ -1196,7 +1207,7 @@ STRICT_CASES = ("slice_channels", "slice_focus", "split_channels", "split_height
                 "head_shape_arithmetic", "hardswish_decomposed", "hardswish_chain", "trt_se_div",
                 "tanh", "softplus", "mish", "mish_decomposed", "silu_exp_div",
                 "concat_const_channels", "gelu_erf", "softmax_channels", "softmax_width",
-                "layernorm_nhwc", "pad_constant", "pad_reflect")
+                "layernorm_nhwc", "pad_constant", "pad_reflect", "float_unary_tail")
 
 
 def write_mul_ties(out_dir, seed):

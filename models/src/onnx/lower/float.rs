@@ -102,6 +102,29 @@ use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp, Operand};
 mod norm;
 mod reduce;
 
+/// The elementwise operators [`Lowerer::float_unary_op`] runs in float (keep the two in
+/// step; each must also be in [`FLOAT_READERS`], which a test checks).
+pub(super) const FLOAT_UNARY_OPS: &[&str] = &[
+    "Relu",
+    "Clip",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+    "Neg",
+    "Exp",
+    "Tanh",
+    "Softplus",
+    "Mish",
+    "Erf",
+    "Sqrt",
+    "Reciprocal",
+    "Abs",
+    "Log",
+    "Sin",
+    "Cos",
+];
+
 /// The operators a float convolution output may feed.
 pub(super) const FLOAT_READERS: &[&str] = &[
     "Add",
@@ -120,6 +143,12 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "Softplus",
     "Mish",
     "Erf",
+    "Sqrt",
+    "Reciprocal",
+    "Abs",
+    "Log",
+    "Sin",
+    "Cos",
     "Concat",
     "Resize",
     "Upsample",
@@ -505,6 +534,11 @@ impl Lowerer<'_> {
     /// The [`FloatUnaryOp`] of a `Relu`, `Clip`, `Sigmoid`, ... node (its attributes and
     /// constant bounds read), or `None` for an operator that is not one.
     pub(super) fn float_unary_op(&self, n: &Node) -> Result<Option<FloatUnaryOp>, EngineError> {
+        // The list the float route admits (`FLOAT_READERS` includes it); an operator the
+        // match below also names but the list lacks stays off the float route.
+        if !FLOAT_UNARY_OPS.contains(&n.op.as_str()) {
+            return Ok(None);
+        }
         Ok(Some(match n.op.as_str() {
             "Relu" => FloatUnaryOp::Clamp {
                 lo: 0.0,
@@ -845,6 +879,16 @@ fn float_binary_op(n: &Node) -> FloatBinaryOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A convolution's float output may go into every elementwise operator the float
+    /// route runs (TensorRT-placed models: `Sqrt`, `Reciprocal`, `Abs`, `Log`, `Sin` and
+    /// `Cos` were refused while `float_unary_op` ran them).
+    #[test]
+    fn every_float_unary_op_is_a_float_reader() {
+        for op in FLOAT_UNARY_OPS {
+            assert!(FLOAT_READERS.contains(op), "{op} is not a float reader");
+        }
+    }
 
     /// Which operand pairs one [`Step::FloatBinaryBroadcast`] (or `FloatRepeat`) runs, and
     /// with what geometry: one run of repeated axes in memory order, any rank difference
