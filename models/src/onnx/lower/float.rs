@@ -8,9 +8,9 @@
 //! # Contract
 //!
 //! - **When**: a `Conv` (QDQ form) whose result does not reach a `QuantizeLinear` through
-//!   `Relu`/`Clip` and every reader of which is one of [`FLOAT_READERS`]. One with a square
-//!   window, equal strides, symmetric padding and one group (ResNet's, RegNet's and YOLO's
-//!   convolutions) runs on its dense kernel; any other (EfficientNet's and MobileNetV3's
+//!   `Relu`/`Clip` and every reader of which is a float reader ([`is_float_reader`]). One
+//!   with a square window, equal strides, symmetric padding and one group (ResNet's,
+//!   RegNet's and YOLO's convolutions) runs on its dense kernel; any other (EfficientNet's and MobileNetV3's
 //!   depthwise ones, grouped, rectangular, dilated, asymmetrically padded) on the general
 //!   kernel ([`GeneralConv::run_acc`]: depthwise through its vectorised loop, grouped ones
 //!   with a square window through one dense layer per group storing its exact sums
@@ -103,7 +103,7 @@ mod norm;
 mod reduce;
 
 /// The elementwise operators [`Lowerer::float_unary_op`] runs in float (keep the two in
-/// step; each must also be in [`FLOAT_READERS`], which a test checks).
+/// step): float-convolution readers ([`is_float_reader`]) and, on constants, folded at load.
 pub(super) const FLOAT_UNARY_OPS: &[&str] = &[
     "Relu",
     "Clip",
@@ -125,30 +125,12 @@ pub(super) const FLOAT_UNARY_OPS: &[&str] = &[
     "Cos",
 ];
 
-/// The operators a float convolution output may feed.
-pub(super) const FLOAT_READERS: &[&str] = &[
+/// The operators other than [`FLOAT_UNARY_OPS`] a float convolution output may feed.
+const FLOAT_OTHER_READERS: &[&str] = &[
     "Add",
     "Sub",
     "Mul",
     "Div",
-    "Relu",
-    "Clip",
-    "Sigmoid",
-    "HardSigmoid",
-    "HardSwish",
-    "LeakyRelu",
-    "Neg",
-    "Exp",
-    "Tanh",
-    "Softplus",
-    "Mish",
-    "Erf",
-    "Sqrt",
-    "Reciprocal",
-    "Abs",
-    "Log",
-    "Sin",
-    "Cos",
     "Concat",
     "Resize",
     "Upsample",
@@ -170,6 +152,23 @@ pub(super) const FLOAT_READERS: &[&str] = &[
     "ReduceMean",
 ];
 
+/// Whether a float convolution output may feed operator `op` ([`FLOAT_UNARY_OPS`] and
+/// [`FLOAT_OTHER_READERS`]).
+pub(super) fn is_float_reader(op: &str) -> bool {
+    FLOAT_UNARY_OPS.contains(&op) || FLOAT_OTHER_READERS.contains(&op)
+}
+
+/// Every operator a float convolution output may feed, for messages.
+pub(super) fn float_readers() -> String {
+    let all: Vec<&str> = FLOAT_OTHER_READERS[..4]
+        .iter()
+        .chain(FLOAT_UNARY_OPS)
+        .chain(&FLOAT_OTHER_READERS[4..])
+        .copied()
+        .collect();
+    all.join(", ")
+}
+
 impl Lowerer<'_> {
     /// True when convolution or matrix product `n`'s float output takes the float route:
     /// it is not quantized (through `Relu`/`Clip`), and every reader is a float operator;
@@ -185,7 +184,7 @@ impl Lowerer<'_> {
         let readers = self.consumers.get(out).map(Vec::as_slice).unwrap_or(&[]);
         let float_readers = readers
             .iter()
-            .all(|&c| FLOAT_READERS.contains(&self.g.nodes[c].op.as_str()));
+            .all(|&c| is_float_reader(&self.g.nodes[c].op));
         float_readers && (!readers.is_empty() || self.outputs.contains(out))
     }
 
@@ -534,7 +533,7 @@ impl Lowerer<'_> {
     /// The [`FloatUnaryOp`] of a `Relu`, `Clip`, `Sigmoid`, ... node (its attributes and
     /// constant bounds read), or `None` for an operator that is not one.
     pub(super) fn float_unary_op(&self, n: &Node) -> Result<Option<FloatUnaryOp>, EngineError> {
-        // The list the float route admits (`FLOAT_READERS` includes it); an operator the
+        // The list the float route admits (every one a float reader); an operator the
         // match below also names but the list lacks stays off the float route.
         if !FLOAT_UNARY_OPS.contains(&n.op.as_str()) {
             return Ok(None);
@@ -882,12 +881,35 @@ mod tests {
 
     /// A convolution's float output may go into every elementwise operator the float
     /// route runs (TensorRT-placed models: `Sqrt`, `Reciprocal`, `Abs`, `Log`, `Sin` and
-    /// `Cos` were refused while `float_unary_op` ran them).
+    /// `Cos` were refused while `float_unary_op` ran them), each named once.
     #[test]
-    fn every_float_unary_op_is_a_float_reader() {
-        for op in FLOAT_UNARY_OPS {
-            assert!(FLOAT_READERS.contains(op), "{op} is not a float reader");
+    fn float_readers_are_the_unary_ops_and_the_others_once_each() {
+        for op in [
+            "Sqrt",
+            "Reciprocal",
+            "Abs",
+            "Log",
+            "Sin",
+            "Cos",
+            "Relu",
+            "Add",
+            "Concat",
+        ] {
+            assert!(is_float_reader(op), "{op} is not a float reader");
         }
+        assert!(!is_float_reader("Conv"));
+        for op in FLOAT_OTHER_READERS {
+            assert!(!FLOAT_UNARY_OPS.contains(op), "{op} is listed twice");
+        }
+        let listed = float_readers();
+        assert!(
+            listed.starts_with("Add, Sub, Mul, Div, Relu, Clip,"),
+            "{listed}"
+        );
+        assert_eq!(
+            listed.split(", ").count(),
+            FLOAT_UNARY_OPS.len() + FLOAT_OTHER_READERS.len()
+        );
     }
 
     /// Which operand pairs one [`Step::FloatBinaryBroadcast`] (or `FloatRepeat`) runs, and

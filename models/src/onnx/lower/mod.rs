@@ -564,7 +564,7 @@ impl<'g> Lowerer<'g> {
                  convolution's float output on only into {}, and \
                  onnxruntime.quantization.quantize_static (QDQ) quantizes every operator's \
                  output. Quantize",
-                float::FLOAT_READERS.join(", ")
+                float::float_readers()
             )
         } else {
             "; quantize".to_string()

@@ -5,35 +5,11 @@
 //! the node.
 
 use super::*;
+use crate::onnx::lower::float::FLOAT_UNARY_OPS;
 
-/// Float operators folded when every input is a float constant ([`Lowerer::fold_float`]).
-const FLOAT_FOLDS: &[&str] = &[
-    "Relu",
-    "Clip",
-    "Sigmoid",
-    "HardSigmoid",
-    "HardSwish",
-    "LeakyRelu",
-    "Neg",
-    "Exp",
-    "Log",
-    "Sin",
-    "Cos",
-    "Abs",
-    "Reciprocal",
-    "Sqrt",
-    "Tanh",
-    "Softplus",
-    "Mish",
-    "Erf",
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "MatMul",
-    "Gemm",
-];
+/// Float operators other than the unary ones ([`FLOAT_UNARY_OPS`]) folded when every
+/// input is a float constant ([`Lowerer::fold_float`]).
+const FLOAT_FOLDS: &[&str] = &["Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Gemm"];
 
 impl Lowerer<'_> {
     /// Moves a dequantized constant (`Val::DqC`: input 0; every other input a plain
@@ -131,7 +107,7 @@ impl Lowerer<'_> {
         if self.fold_dequantized(n)? {
             return Ok(true);
         }
-        if !FLOAT_FOLDS.contains(&op) {
+        if !FLOAT_UNARY_OPS.contains(&op) && !FLOAT_FOLDS.contains(&op) {
             return Ok(false);
         }
         let mut ins = Vec::with_capacity(n.inputs.len());
