@@ -279,14 +279,18 @@ impl NativeEngine {
 
     /// Runs only step `i` (for per-layer timing; the steps before it must have run since the
     /// inputs were last written, e.g. by a full [`Engine::run`]). `inputs`: the graph
-    /// inputs, for the steps that read them (copied in or quantized straight from them);
-    /// with none those steps do nothing. No graph output is written.
+    /// inputs, for the steps that read them (copied in or quantized straight from them),
+    /// checked as [`Engine::run`] checks them; with none those steps do nothing. No graph
+    /// output is written.
     pub fn run_step(
         &mut self,
         i: usize,
         inputs: &[&[u8]],
         lanes: &dyn Lanes,
     ) -> Result<(), EngineError> {
+        if !inputs.is_empty() {
+            crate::engine::check_buffers(&self.inputs, &[], inputs, &[])?;
+        }
         let off = self.arena.as_ptr().align_offset(program::ALIGN);
         let arena = &mut self.arena[off..];
         self.program
