@@ -10,8 +10,8 @@
 //! - **When**: a `Conv` (QDQ form) whose result does not reach a `QuantizeLinear` through
 //!   `Relu`/`Clip` and every reader of which is a float reader ([`is_float_reader`]). One
 //!   with a square window, equal strides, symmetric padding and one group (ResNet's,
-//!   RegNet's and YOLO's convolutions) runs on its dense kernel; any other (EfficientNet's and MobileNetV3's
-//!   depthwise ones, grouped, rectangular, dilated, asymmetrically padded) on the general
+//!   RegNet's and YOLO's convolutions) runs on its dense kernel; any other (EfficientNet's
+//!   and MobileNetV3's depthwise ones, grouped, rectangular, dilated, asymmetrically padded) on the general
 //!   kernel ([`GeneralConv::run_acc`]: depthwise through its vectorised loop, grouped ones
 //!   with a square window through one dense layer per group storing its exact sums
 //!   (`Conv2d::forward_rows_groups_acc`), the rest through the patch or tap loop).
@@ -125,12 +125,13 @@ pub(super) const FLOAT_UNARY_OPS: &[&str] = &[
     "Cos",
 ];
 
-/// The operators other than [`FLOAT_UNARY_OPS`] a float convolution output may feed.
+/// The float arithmetic of two operands (`float_binary_op`): float-convolution readers,
+/// and folded at load on constants.
+pub(super) const FLOAT_ARITHMETIC: &[&str] = &["Add", "Sub", "Mul", "Div"];
+
+/// The operators other than [`FLOAT_ARITHMETIC`] and [`FLOAT_UNARY_OPS`] a float
+/// convolution output may feed.
 const FLOAT_OTHER_READERS: &[&str] = &[
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
     "Concat",
     "Resize",
     "Upsample",
@@ -152,21 +153,19 @@ const FLOAT_OTHER_READERS: &[&str] = &[
     "ReduceMean",
 ];
 
-/// Whether a float convolution output may feed operator `op` ([`FLOAT_UNARY_OPS`] and
-/// [`FLOAT_OTHER_READERS`]).
+/// Every operator a float convolution output may feed, in the order messages list them.
+fn float_reader_lists() -> [&'static [&'static str]; 3] {
+    [FLOAT_ARITHMETIC, FLOAT_UNARY_OPS, FLOAT_OTHER_READERS]
+}
+
+/// Whether a float convolution output may feed operator `op`.
 pub(super) fn is_float_reader(op: &str) -> bool {
-    FLOAT_UNARY_OPS.contains(&op) || FLOAT_OTHER_READERS.contains(&op)
+    float_reader_lists().iter().any(|l| l.contains(&op))
 }
 
 /// Every operator a float convolution output may feed, for messages.
 pub(super) fn float_readers() -> String {
-    let all: Vec<&str> = FLOAT_OTHER_READERS[..4]
-        .iter()
-        .chain(FLOAT_UNARY_OPS)
-        .chain(&FLOAT_OTHER_READERS[4..])
-        .copied()
-        .collect();
-    all.join(", ")
+    float_reader_lists().concat().join(", ")
 }
 
 impl Lowerer<'_> {
@@ -898,18 +897,16 @@ mod tests {
             assert!(is_float_reader(op), "{op} is not a float reader");
         }
         assert!(!is_float_reader("Conv"));
-        for op in FLOAT_OTHER_READERS {
-            assert!(!FLOAT_UNARY_OPS.contains(op), "{op} is listed twice");
+        let all = float_reader_lists().concat();
+        for (i, op) in all.iter().enumerate() {
+            assert!(!all[..i].contains(op), "{op} is listed twice");
         }
         let listed = float_readers();
         assert!(
             listed.starts_with("Add, Sub, Mul, Div, Relu, Clip,"),
             "{listed}"
         );
-        assert_eq!(
-            listed.split(", ").count(),
-            FLOAT_UNARY_OPS.len() + FLOAT_OTHER_READERS.len()
-        );
+        assert_eq!(listed.split(", ").count(), all.len());
     }
 
     /// Which operand pairs one [`Step::FloatBinaryBroadcast`] (or `FloatRepeat`) runs, and

@@ -428,16 +428,15 @@ impl Lowerer<'_> {
             return Ok(());
         }
         // Linear needs a requantization to the following Q; nearest is exact.
-        let mut clamp = (i8::MIN, i8::MAX);
-        let (y_q, out_name, is_q) = if linear && !was_q {
-            let (q, c, name) = self.out_q(n, None)?;
-            clamp = c;
-            (q, name, true)
+        let full = (i8::MIN, i8::MAX);
+        let (y_q, out_name, is_q, clamp) = if linear && !was_q {
+            let (q, clamp, name) = self.out_q(n, None)?;
+            (q, name, true, clamp)
         } else if linear {
             // QOperator form: ONNX Runtime resizes the int8 tensor itself, same quantization.
-            (t.q, n.outputs[0].clone(), true)
+            (t.q, n.outputs[0].clone(), true, full)
         } else {
-            (t.q, n.outputs[0].clone(), was_q)
+            (t.q, n.outputs[0].clone(), was_q, full)
         };
         self.touch(t.buf);
         let dst = self.new_buf(b * c * oh * ow);

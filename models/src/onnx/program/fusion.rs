@@ -55,10 +55,7 @@ pub(crate) fn fuse_input_quantize(p: &mut Program) {
             i += 1;
             continue;
         };
-        let readers: Vec<usize> = (0..p.steps.len())
-            .filter(|&j| p.steps[j].reads().contains(&dst))
-            .collect();
-        let quantize = match readers[..] {
+        let quantize = match readers_of(p, dst)[..] {
             [j] => match &mut p.steps[j] {
                 Step::Quantize {
                     src,
@@ -85,6 +82,13 @@ pub(crate) fn fuse_input_quantize(p: &mut Program) {
             }
         }
     }
+}
+
+/// The steps that read buffer `b`, in program order.
+fn readers_of(p: &Program, b: usize) -> Vec<usize> {
+    (0..p.steps.len())
+        .filter(|&j| p.steps[j].reads().contains(&b))
+        .collect()
 }
 
 /// Removes step `i` (folded into step `i − 1`) and buffer `freed`, which no step writes or
@@ -445,7 +449,8 @@ pub(crate) fn fuse_transposes(p: &mut Program) {
         p.buffers = old_buffers;
         i += 1;
     }
-    p.arena_bytes = plan(&mut p.buffers);
+    // The buffers hold the plan of `arena`: the last fusion kept, or restored with it.
+    p.arena_bytes = arena;
 }
 
 /// When step `i` is a strided copy `x → d` whose every reader is a strided copy it composes
@@ -456,9 +461,8 @@ fn transpose_readers_at(p: &Program, i: usize) -> Option<(usize, usize, Vec<(usi
     if x == d {
         return None;
     }
-    let readers: Vec<usize> = (0..p.steps.len())
-        .filter(|&j| j != i && p.steps[j].reads().contains(&d))
-        .collect();
+    // A strided copy reads only its source, so step `i` (`x ≠ d`) is not among them.
+    let readers = readers_of(p, d);
     let last = *readers.last()?;
     let sole_writer = (0..p.steps.len()).all(|j| j == i || p.steps[j].writes() != Some(d));
     let source_kept = (i + 1..=last).all(|j| p.steps[j].writes() != Some(x));

@@ -5,11 +5,11 @@
 //! the node.
 
 use super::*;
-use crate::onnx::lower::float::FLOAT_UNARY_OPS;
+use crate::onnx::lower::float::{FLOAT_ARITHMETIC, FLOAT_UNARY_OPS};
 
-/// Float operators other than the unary ones ([`FLOAT_UNARY_OPS`]) folded when every
-/// input is a float constant ([`Lowerer::fold_float`]).
-const FLOAT_FOLDS: &[&str] = &["Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Gemm"];
+/// Float operators folded when every input is a float constant ([`Lowerer::fold_float`]),
+/// besides the unary ones ([`FLOAT_UNARY_OPS`]) and the arithmetic ([`FLOAT_ARITHMETIC`]).
+const FLOAT_FOLDS: &[&str] = &["Pow", "MatMul", "Gemm"];
 
 impl Lowerer<'_> {
     /// Moves a dequantized constant (`Val::DqC`: input 0; every other input a plain
@@ -107,7 +107,10 @@ impl Lowerer<'_> {
         if self.fold_dequantized(n)? {
             return Ok(true);
         }
-        if !FLOAT_UNARY_OPS.contains(&op) && !FLOAT_FOLDS.contains(&op) {
+        if ![FLOAT_UNARY_OPS, FLOAT_ARITHMETIC, FLOAT_FOLDS]
+            .iter()
+            .any(|l| l.contains(&op))
+        {
             return Ok(false);
         }
         let mut ins = Vec::with_capacity(n.inputs.len());
