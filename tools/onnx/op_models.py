@@ -1194,6 +1194,21 @@ CASES["float_unary_tail"] = _float_chain(
         g.node("Reciprocal", [g.add(g.node("Abs", [x], g.shape[x]), _scalar(g, 2.0))], g.shape[x])))
 
 
+
+@case("avgpool_k3s2p1_ceil_cip1")
+def _(g):
+    # Ceil mode with the padding counted: the last window of each row reaches past the
+    # padding, and ONNX Runtime's QLinearAveragePool divides every window by the whole kernel.
+    g.output(g.avgpool(stem(g, (1, 5, 14, 11)), 3, 2, pads=(1, 1, 1, 1), ceil_mode=1,
+                       count_include_pad=1))
+
+
+@case("avgpool_whole_image")
+def _(g):
+    # A window the size of the image, no padding: ONNX Runtime averages it as a global
+    # pool (integer sums, one requantization), not in its float pooling formula.
+    g.output(g.avgpool(stem(g, X), (13, 11), 1))
+
 FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
                       "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
                       "deconv_k4s2p1", "trt_residual")

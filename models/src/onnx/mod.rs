@@ -51,10 +51,15 @@
 //!   `QuantizeLinear` are clamps on the quantized output. `Add` and `Mul` compute ONNX
 //!   Runtime's x86 `QLinearAdd` and `QLinearMul` formulas operation for operation where ONNX
 //!   Runtime fuses them (`kernels::binary`), else the float operator on the dequantized
-//!   values as it runs it; average pooling, linear resize and the table operators compute
-//!   in `f32` from the dequantized integers and round half to even; ONNX Runtime computes
-//!   some of these with other float formulas, so an output may differ from it by one
-//!   quantization step in rare elements (the agreement tests count them).
+//!   values as it runs it; average pooling follows ONNX Runtime's `QLinearAveragePool` to
+//!   the bit (`kernels::AvgFloat`: dequantized taps summed in `f32`, its divisor, its
+//!   rounding; a window over the whole unpadded image as its integer global pool), a
+//!   QOperator linear `Resize` its integer bilinear kernel (10-bit weights), a QDQ one its
+//!   float formula; the table operators compute in `f32` from the dequantized integers and
+//!   round half to even. Where ONNX Runtime departs from the ONNX formula, the native
+//!   engine keeps the formula: its table-based `QLinearSoftmax` multiplies by
+//!   `floor(1 / y_scale)`, so a quantized softmax may differ from it by one step in some
+//!   elements (the agreement tests count them).
 //! - **Which kernel a convolution runs on**: square kernels with equal strides, symmetric
 //!   padding below the kernel size and one group run on the dense SIMD kernels of
 //!   [`crate::conv::Conv2d`]. A dilated "same" convolution (odd square kernel, dilation

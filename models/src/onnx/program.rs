@@ -731,7 +731,7 @@ impl Program {
                     let x = view(*src);
                     let (rows, row_len, cost) = window_rows(win, *c, *batch);
                     split_rows(lanes, base, &bufs[*dst], rows, row_len, cost, &|r, out| {
-                        kernels::avg_pool(win, *c, p, x, out, r);
+                        kernels::avg_pool(isa, win, *c, p, x, out, r);
                     });
                 }
                 Step::Lut { table, n, src, dst } => {

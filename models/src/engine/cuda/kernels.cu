@@ -435,6 +435,9 @@ struct PoolP {
     float x_scale, y_scale;
     // Max pooling: channels per thread, 16, 4 or 1 (c and both pointers are multiples of it).
     int vec;
+    // Average pooling in ONNX Runtime's float formula (kernels::AvgFloat) when float_sum.
+    int float_sum, offset;
+    float stored_zp;
 };
 
 // Per-byte signed maximum of 1, 4 or 16 channels at once, and the all -128 starting value.
@@ -519,6 +522,29 @@ extern "C" __global__ void pool(const PoolP p) {
                 acc += (int)x[((size_t)iy * wn.in_w + ix) * p.c] - p.x_zp;
             }
         }
+    }
+    if (p.float_sum) {
+        // ONNX Runtime's QLinearAveragePool (kernels::AvgFloat): the taps dequantized and
+        // summed in f32 in window order, divided by the whole kernel's size with
+        // count_include_pad (else by the taps inside), + the stored zero point in f32, rounded
+        // half to even, less the uint8 offset.
+        float sum = 0.0f;
+        for (int ky = 0; ky < wn.kh; ky++) {
+            int iy = oy * wn.sh + ky * wn.dh - wn.pt;
+            if (iy < 0 || iy >= wn.in_h) continue;
+            for (int kx = 0; kx < wn.kw; kx++) {
+                int ix = ox * wn.sw + kx * wn.dw - wn.pl;
+                if (ix < 0 || ix >= wn.in_w) continue;
+                int q = (int)x[((size_t)iy * wn.in_w + ix) * p.c] - p.x_zp;
+                sum = __fadd_rn(sum, __fmul_rn(p.x_scale, (float)q));
+            }
+        }
+        float div = p.count_include_pad ? (float)(wn.kh * wn.kw) : (float)(inside < 1 ? 1 : inside);
+        float v = __fadd_rn(__fdiv_rn(__fdiv_rn(sum, div), p.y_scale), p.stored_zp);
+        v = fminf(fmaxf(v, -1024.0f), 1024.0f);
+        int q = (int)rintf(v) - p.offset;
+        ((i8*)p.y)[i] = (i8)min(max(q, p.lo), p.hi);
+        return;
     }
     unsigned count = p.count_include_pad ? inside + padded : inside;
     if (count < 1) count = 1;
@@ -696,8 +722,8 @@ extern "C" __global__ void phases(const PhaseP p) {
 // Resize of NHWC images through per-row / per-column taps {i0, i1, w1}.
 // mode 0: nearest; 1: linear as ONNX Runtime runs a QDQ Resize (each corner dequantized,
 // its float bilinear formula with 0.5/0.5 where both taps are one pixel, v / y_scale rounded
-// half to even, + y_zp, clamped to [lo, hi]); 2: raw, truncated (`floor_` for uint8 stored
-// as x ^ 0x80).
+// half to even, + y_zp, clamped to [lo, hi]); 2: raw, ONNX Runtime's integer bilinear
+// (10-bit weights; truncated, `floor_` for uint8 stored as x ^ 0x80).
 struct Tap {
     int i0, i1;
     float w1;
@@ -732,12 +758,14 @@ extern "C" __global__ void resize(const ResizeP p) {
     if (p.mode == 0) {
         r = x[p00];
     } else if (p.mode == 2) {
-        float f = __fmul_rn(__fmul_rn((float)x[p00], wx0), wy0);
-        f = __fadd_rn(f, __fmul_rn(__fmul_rn((float)x[p01], wx1), wy0));
-        f = __fadd_rn(f, __fmul_rn(__fmul_rn((float)x[p10], wx0), wy1));
-        f = __fadd_rn(f, __fmul_rn(__fmul_rn((float)x[p11], wx1), wy1));
-        f = p.floor_ ? floorf(f) : truncf(f);
-        r = (int)fminf(fmaxf(f, -128.0f), 127.0f);
+        // ONNX Runtime's integer weights: floor(w1 * 1024) a tap (512 where both taps are
+        // one pixel), products of 20 bits summing to 2^20; the sum divided truncating toward
+        // zero, or floored for uint8 (as kernels::Tap::weight_s10 and Interp::Raw).
+        int dx = tx.i0 == tx.i1 ? 512 : (int)(wx1 * 1024.0f);
+        int dy = ty.i0 == ty.i1 ? 512 : (int)(wy1 * 1024.0f);
+        int sum = (1024 - dx) * (1024 - dy) * (int)x[p00] + dx * (1024 - dy) * (int)x[p01] +
+                  (1024 - dx) * dy * (int)x[p10] + dx * dy * (int)x[p11];
+        r = p.floor_ ? (sum >> 20) : (sum / (1 << 20));
     } else {
         if (tx.i0 == tx.i1) { wx0 = 0.5f; wx1 = 0.5f; }
         if (ty.i0 == ty.i1) { wy0 = 0.5f; wy1 = 0.5f; }

@@ -592,6 +592,9 @@ impl LaunchPlan {
                         x_scale: ap.x_scale,
                         y_scale: ap.y_scale,
                         vec: 1,
+                        float_sum: i32::from(ap.float.is_some()),
+                        offset: ap.float.map_or(0, |f| f.offset),
+                        stored_zp: ap.float.map_or(0.0, |f| f.stored_zp),
                     };
                     push(
                         Kernel::Pool,

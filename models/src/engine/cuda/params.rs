@@ -113,6 +113,12 @@ pub struct PoolP {
     pub y_scale: f32,
     /// Max pooling's channels per thread: 16, 4 or 1.
     pub vec: i32,
+    /// Average pooling in ONNX Runtime's float formula (`kernels::AvgFloat`): 1 or 0.
+    pub float_sum: i32,
+    /// `AvgFloat::offset`.
+    pub offset: i32,
+    /// `AvgFloat::stored_zp`.
+    pub stored_zp: f32,
 }
 
 /// kernels.cu `BinP`.

@@ -18,7 +18,9 @@ fn parameter_structs_match_the_cuda_layout() {
     assert_eq!(size_of::<LutP>(), 32);
     assert_eq!(offset_of!(PoolP, win), 16);
     assert_eq!(offset_of!(PoolP, vec), 104);
-    assert_eq!(size_of::<PoolP>(), 112);
+    assert_eq!(offset_of!(PoolP, stored_zp), 116);
+    // 4 bytes of tail padding to the 8-byte alignment, in C as in Rust.
+    assert_eq!(size_of::<PoolP>(), 120);
     assert_eq!(offset_of!(BinP, shape), 24 + 17 * 4);
     // 4 bytes of tail padding: the struct is 8-aligned (its pointers), in C as in Rust.
     assert_eq!(size_of::<BinP>(), 24 + 17 * 4 + 3 * 32 + 4);

@@ -1,7 +1,7 @@
 //! Data movement: transposes (with the 3-channel NCHW-to-NHWC interleave) and resizes of
 //! NHWC images; see the parent module's contract.
 
-use super::{integral_to_i8, requant_f32_or, Isa};
+use super::{requant_f32_or, Isa};
 use crate::onnx::isa::multiversion;
 use std::ops::Range;
 
@@ -184,6 +184,18 @@ pub(crate) struct Tap {
 }
 
 impl Tap {
+    /// The second tap's weight in 1/1024ths, as ONNX Runtime's integer bilinear resize
+    /// computes it: `floor(w1 · 1024)` (`w1` is the coordinate minus `i0`, exact), or 512
+    /// where both taps are one pixel (a clamped border).
+    #[inline(always)]
+    pub(crate) fn weight_s10(&self) -> i32 {
+        if self.i0 == self.i1 {
+            512
+        } else {
+            (self.w1 * 1024.0) as i32
+        }
+    }
+
     /// The two taps' weights in ONNX Runtime's float bilinear formula: `1 − w1` and `w1`,
     /// or `0.5` and `0.5` where both taps are one pixel (a clamped border).
     #[inline(always)]
@@ -214,9 +226,11 @@ pub(crate) enum Interp {
         lo: i8,
         hi: i8,
     },
-    /// ONNX Runtime's int8 `Resize` (QOperator form): the raw values interpolated in `f32`,
-    /// same quantization, truncated toward zero; `floor` for `uint8` tensors (stored here
-    /// as `x ^ 0x80`, where ORT's truncation of non-negative values is a floor).
+    /// ONNX Runtime's integer `Resize` (QOperator form, the stored values themselves, same
+    /// quantization): weights of 10 fractional bits a tap ([`Tap::weight_s10`]), the four
+    /// products summed in `i32` and divided by 2^20 truncating toward zero; `floor` for `uint8`
+    /// tensors (stored here as `x ^ 0x80`: ORT's truncation of non-negative values is a floor,
+    /// and the weights sum to exactly 2^20, so the shift by 128 passes through).
     Raw { floor: bool },
 }
 
@@ -251,24 +265,24 @@ multiversion! {
                 let p01 = (ty.i0 * in_w + tx.i1) * c;
                 let p10 = (ty.i1 * in_w + tx.i0) * c;
                 let p11 = (ty.i1 * in_w + tx.i1) * c;
-                let (wy1, wx1) = (ty.w1, tx.w1);
-                let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
                 match mode {
                     Interp::Nearest => dst.copy_from_slice(&x[p00..p00 + c]),
                     Interp::Raw { floor } => {
+                        // ONNX Runtime's integer weights: 10 fractional bits a tap, their
+                        // products 20 bits, summing to exactly 2^20.
+                        let (dx, dy) = (tx.weight_s10(), ty.weight_s10());
+                        let (w00, w01) = ((1024 - dx) * (1024 - dy), dx * (1024 - dy));
+                        let (w10, w11) = ((1024 - dx) * dy, dx * dy);
                         // The four corners as slices of `c`: no per-element bounds checks,
                         // so the channel loop vectorises.
                         let (a, b) = (&x[p00..p00 + c], &x[p01..p01 + c]);
                         let (e, f) = (&x[p10..p10 + c], &x[p11..p11 + c]);
                         let corners = a.iter().zip(b).zip(e.iter().zip(f));
                         for (d, ((a, b), (e, f))) in dst.iter_mut().zip(corners) {
-                            let v = |q: &i8| f32::from(*q);
-                            let f = v(a) * wx0 * wy0
-                                + v(b) * wx1 * wy0
-                                + v(e) * wx0 * wy1
-                                + v(f) * wx1 * wy1;
-                            let r = if floor { f.floor() } else { f.trunc() };
-                            *d = integral_to_i8(r.clamp(-128.0, 127.0));
+                            let v = |q: &i8| i32::from(*q);
+                            let sum = w00 * v(a) + w01 * v(b) + w10 * v(e) + w11 * v(f);
+                            // |sum| <= 128 · 2^20: the quotient is in -128..=127.
+                            *d = if floor { sum >> 20 } else { sum / (1 << 20) } as i8;
                         }
                     }
                     Interp::Linear {

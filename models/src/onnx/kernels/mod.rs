@@ -25,6 +25,8 @@ mod layout;
 mod matmul;
 mod pool;
 #[cfg(test)]
+mod pool_tests;
+#[cfg(test)]
 mod tests;
 
 pub(crate) use binary::{add_fixed, dense_strides, AddParams, Binary, BinaryKind, MulParams};
@@ -89,7 +91,7 @@ pub(crate) fn packed_matmul_bytes(k: usize, n: usize) -> usize {
         0
     }
 }
-pub(crate) use pool::{avg_pool, avg_pool_f32, max_pool, max_pool_f32, AvgParams};
+pub(crate) use pool::{avg_pool, avg_pool_f32, max_pool, max_pool_f32, AvgFloat, AvgParams};
 
 /// `1.5 · 2^23`: adding it to `|v| <= 2^22` rounds `v` half to even to an integer `n` (exact
 /// under IEEE-754 round-to-nearest-even, which Rust never changes), and the sum's bit
@@ -131,19 +133,6 @@ pub(super) fn requant_f32_or(v: f32, zp: i32, lo: i8, hi: i8, nan: i8) -> i8 {
         nan
     } else {
         q
-    }
-}
-
-/// `v as i8` for an integral `v` in `[-128, 127]` (NaN gives 0, as the cast does), through
-/// the bits of `v + MAGIC` ([`round_magic`]): integer code that vectorises, where the float-to-`i8`
-/// cast is scalarised.
-#[inline(always)]
-fn integral_to_i8(v: f32) -> i8 {
-    let n = round_magic(v).1 as i8;
-    if v.is_nan() {
-        0
-    } else {
-        n
     }
 }
 

@@ -1,8 +1,9 @@
 //! Window operators over NHWC images: max pooling (separable, vectorised) and average
 //! pooling (also global). Rows over `batch · out_h`; see the parent module's contract.
 
-use super::{requant_f32, Window};
+use super::{requant_f32, round_magic, Window};
 use crate::onnx::isa::multiversion;
+use crate::onnx::isa::Isa;
 use std::ops::Range;
 
 /// Max pooling over NHWC `c`-channel images; rows over `batch * out_h`. Padded taps are
@@ -128,8 +129,13 @@ multiversion! {
 /// Stack bytes [`max_pool`] keeps the column maxima of one run of output columns in.
 const POOL_SCRATCH: usize = 8192;
 
-/// Average pooling parameters: `y = requant(Σ (x - x_zp) as f32 * (x_scale / (y_scale *
-/// count)))`, the multiplier computed in that order (ONNX Runtime's global average pooling).
+/// Average pooling parameters. Two formulas, as ONNX Runtime's two kernels:
+///
+/// - integer (`float: None`; its global average pooling, also an `AveragePool` whose window
+///   is the whole unpadded image): `y = requant(Σ (x - x_zp) as f32 * (x_scale / (y_scale *
+///   count)))`, the multiplier computed in that order;
+/// - float ([`AvgFloat`]; its `QLinearAveragePool` for any other window, the kernel a QDQ
+///   `AveragePool` fuses into): see there.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AvgParams {
     pub x_zp: i32,
@@ -139,6 +145,21 @@ pub(crate) struct AvgParams {
     pub count_include_pad: bool,
     pub lo: i8,
     pub hi: i8,
+    pub float: Option<AvgFloat>,
+}
+
+/// ONNX Runtime's `QLinearAveragePool` arithmetic, followed to the bit: each tap dequantized
+/// (`x_scale · (x - x_zp)`, one rounding), summed in `f32` in window order (rows, then
+/// columns; taps inside the image only), divided by the count (the whole kernel's size with
+/// `count_include_pad`, else the taps inside), then `y / y_scale + zero point` in `f32` and
+/// rounded half to even. The zero point is added before rounding, so it must be the one the
+/// file stores: a `uint8` output's, not the shifted `i8` one the engine keeps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AvgFloat {
+    /// The output zero point as the file stores it.
+    pub stored_zp: f32,
+    /// 128 for a `uint8` output (stored value − 128 is the engine's `i8`), else 0.
+    pub offset: i32,
 }
 
 /// The divisor of output pixel `(oy, ox)`'s average: its taps inside the image, plus those
@@ -207,7 +228,9 @@ multiversion! {
 
 /// Average pooling over NHWC images (also global average pooling: a window the size of the
 /// image). Rows over `batch * out_h`. Channels are summed in blocks of 64 in a stack array.
+/// [`AvgParams::float`] selects [`avg_pool_float`].
 pub(crate) fn avg_pool(
+    isa: Isa,
     win: &Window,
     c: usize,
     p: &AvgParams,
@@ -215,6 +238,9 @@ pub(crate) fn avg_pool(
     out: &mut [i8],
     rows: Range<usize>,
 ) {
+    if let Some(f) = p.float {
+        return avg_pool_float(isa, win, c, p, f, input, out, rows);
+    }
     const BLOCK: usize = 64;
     let img = win.in_h * win.in_w * c;
     let mut acc = [0i32; BLOCK];
@@ -242,6 +268,55 @@ pub(crate) fn avg_pool(
                 c0 += n;
             }
             o += c;
+        }
+    }
+}
+
+multiversion! {
+    /// [`avg_pool`] in [`AvgFloat`]'s arithmetic. The lanes are channels (blocks of 64 in a
+    /// stack array), so every width adds in the same order.
+    fn avg_pool_float(
+        win: &Window,
+        c: usize,
+        p: &AvgParams,
+        f: AvgFloat,
+        input: &[i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) {
+        const BLOCK: usize = 64;
+        let img = win.in_h * win.in_w * c;
+        let mut acc = [0f32; BLOCK];
+        let mut o = 0;
+        for r in rows {
+            let (b, oy) = (r / win.out_h, r % win.out_h);
+            let x = &input[b * img..(b + 1) * img];
+            for ox in 0..win.out_w {
+                let count = if p.count_include_pad {
+                    (win.kh * win.kw) as f32
+                } else {
+                    avg_count(win, oy, ox, false) as f32
+                };
+                let mut c0 = 0;
+                while c0 < c {
+                    let n = (c - c0).min(BLOCK);
+                    let acc = &mut acc[..n];
+                    acc.fill(0.0);
+                    for (_, px) in win.pixel_taps(oy, ox) {
+                        let base = px * c + c0;
+                        for (a, s) in acc.iter_mut().zip(&x[base..base + n]) {
+                            *a += p.x_scale * (i32::from(*s) - p.x_zp) as f32;
+                        }
+                    }
+                    for (d, a) in out[o + c0..o + c0 + n].iter_mut().zip(acc.iter()) {
+                        let v = (*a / count / p.y_scale + f.stored_zp).clamp(-1024.0, 1024.0);
+                        let q = round_magic(v).1 - f.offset;
+                        *d = q.clamp(i32::from(p.lo), i32::from(p.hi)) as i8;
+                    }
+                    c0 += n;
+                }
+                o += c;
+            }
         }
     }
 }

@@ -17,7 +17,7 @@ use super::*;
 use redline_runtime::rng::SplitMix64;
 
 /// The float formula `requant_f32` replaced: round in float, clamp in float, cast.
-fn requant_float_formula(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
+pub(super) fn requant_float_formula(v: f32, zp: i32, lo: i8, hi: i8) -> i8 {
     let r = ((v.clamp(-1024.0, 1024.0) + MAGIC) - MAGIC) + zp as f32;
     r.clamp(f32::from(lo), f32::from(hi)) as i8
 }
@@ -52,7 +52,7 @@ fn requant_matches_the_float_formula() {
     }
 }
 
-fn bytes(g: &mut SplitMix64, n: usize) -> Vec<i8> {
+pub(super) fn bytes(g: &mut SplitMix64, n: usize) -> Vec<i8> {
     (0..n).map(|_| g.next_i8()).collect()
 }
 
@@ -330,156 +330,6 @@ fn table_lookups_give_the_table_entry_on_every_width() {
 }
 
 #[test]
-fn float_average_pool_is_its_definition_on_every_width_and_split() {
-    let mut g = SplitMix64::stream(17, 0);
-    // (h, w, c, k, stride, pad, dilation, ceil mode): padded windows, one hanging past the
-    // padding in ceil mode (those taps never count), dilation, many channels.
-    for (h, w, c, k, s, p, dl, ceil) in [
-        (9, 7, 37, 3, 2, 1, 1, false),
-        (5, 7, 6, 2, 2, 0, 1, true),
-        (8, 8, 17, 3, 1, 1, 2, false),
-        (4, 30, 600, 3, 2, 1, 1, true),
-    ] {
-        let span = |n: usize| n + 2 * p - (k - 1) * dl - 1;
-        let out = |n: usize| {
-            if ceil {
-                span(n).div_ceil(s) + 1
-            } else {
-                span(n) / s + 1
-            }
-        };
-        let (out_h, out_w) = (out(h), out(w));
-        let win = test_window((h, w), (out_h, out_w), (k, k), s, dl, (p, p));
-        let x: Vec<f32> = (0..2 * h * w * c).map(|_| g.uniform(-5.0, 5.0)).collect();
-        for include_pad in [false, true] {
-            // The definition: the taps inside the image summed in window order, divided by
-            // their count (plus the padded taps' when they count).
-            let mut want = vec![0f32; 2 * out_h * out_w * c];
-            for (i, v) in want.iter_mut().enumerate() {
-                let (ch, px) = (i % c, i / c);
-                let (b, oy, ox) = (px / (out_h * out_w), px / out_w % out_h, px % out_w);
-                let (mut sum, mut n) = (0f32, 0u32);
-                for ky in 0..k {
-                    for kx in 0..k {
-                        let iy = (oy * s + ky * dl) as isize - p as isize;
-                        let ix = (ox * s + kx * dl) as isize - p as isize;
-                        let inside = |v: isize, len: usize| v >= 0 && (v as usize) < len;
-                        let padded =
-                            |v: isize, len: usize| v >= -(p as isize) && v < (len + p) as isize;
-                        if inside(iy, h) && inside(ix, w) {
-                            sum += x[((b * h + iy as usize) * w + ix as usize) * c + ch];
-                            n += 1;
-                        } else if include_pad && padded(iy, h) && padded(ix, w) {
-                            n += 1;
-                        }
-                    }
-                }
-                *v = sum / n.max(1) as f32;
-            }
-            for isa in Isa::available() {
-                let mut got = vec![0f32; want.len()];
-                let cut = out_h / 2 * out_w * c;
-                let (lo, hi) = got.split_at_mut(cut);
-                avg_pool_f32(isa, &win, c, include_pad, &x, lo, 0..out_h / 2);
-                avg_pool_f32(isa, &win, c, include_pad, &x, hi, out_h / 2..2 * out_h);
-                assert_eq!(
-                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    "{} {h}x{w}x{c} k{k} s{s} p{p} d{dl} ceil {ceil} include_pad {include_pad}",
-                    isa.name()
-                );
-            }
-        }
-    }
-}
-
-#[test]
-fn max_pool_gives_the_same_bytes_on_every_width() {
-    let mut g = SplitMix64::stream(13, 0);
-    // (h, w, c, k, stride, pad, dilation): one run per row, several runs per row (600
-    // channels), and the tap-by-tap fallback (a window wider than the buffer).
-    for (h, w, c, k, s, p, dl) in [
-        (9, 7, 64, 3, 2, 1, 1),
-        (5, 6, 3, 2, 1, 0, 1),
-        (8, 8, 17, 3, 1, 1, 1),
-        (7, 9, 5, 3, 1, 2, 2),
-        (4, 30, 600, 3, 2, 1, 1),
-        (3, 4, 3000, 3, 1, 1, 1),
-    ] {
-        let out_h = (h + 2 * p - (k - 1) * dl - 1) / s + 1;
-        let out_w = (w + 2 * p - (k - 1) * dl - 1) / s + 1;
-        let win = test_window((h, w), (out_h, out_w), (k, k), s, dl, (p, p));
-        let x = bytes(&mut g, 2 * h * w * c);
-        let mut want = vec![0i8; 2 * out_h * out_w * c];
-        max_pool(Isa::PORTABLE, &win, c, &x, &mut want, 0..2 * out_h);
-        // Against the definition, output by output.
-        for (i, &v) in want.iter().enumerate() {
-            let (ch, px) = (i % c, i / c);
-            let (b, oy, ox) = (px / (out_h * out_w), px / out_w % out_h, px % out_w);
-            let mut m = i8::MIN;
-            for ky in 0..k {
-                for kx in 0..k {
-                    let iy = (oy * s + ky * dl) as isize - p as isize;
-                    let ix = (ox * s + kx * dl) as isize - p as isize;
-                    if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
-                        m = m.max(x[((b * h + iy as usize) * w + ix as usize) * c + ch]);
-                    }
-                }
-            }
-            assert_eq!(v, m, "output {i} of case {h}x{w}x{c} k{k}");
-        }
-        for isa in Isa::available() {
-            let mut got = vec![0i8; want.len()];
-            max_pool(isa, &win, c, &x, &mut got, 0..2 * out_h);
-            assert_eq!(got, want, "{}", isa.name());
-        }
-        // The f32 pool (a float route's) on the same values scaled: an increasing map
-        // commutes with max, so it gives the bytes' maxima scaled, on every width and in
-        // two row ranges.
-        let xf: Vec<f32> = x.iter().map(|&v| f32::from(v) * 0.37).collect();
-        let wantf: Vec<f32> = want.iter().map(|&v| f32::from(v) * 0.37).collect();
-        for isa in Isa::available() {
-            let mut got = vec![0f32; want.len()];
-            let (a, b) = got.split_at_mut(out_h * out_w * c);
-            max_pool_f32(isa, &win, c, &xf, a, 0..out_h);
-            max_pool_f32(isa, &win, c, &xf, b, out_h..2 * out_h);
-            assert_eq!(got, wantf, "f32 on {}", isa.name());
-        }
-    }
-}
-
-#[test]
-fn float_global_average_pool_is_the_sum_in_pixel_order_over_hw() {
-    let mut g = SplitMix64::stream(17, 0);
-    for (batch, hw, c) in [(1, 49, 64), (2, 7, 17), (3, 1, 5), (2, 12, 40)] {
-        let x: Vec<f32> = (0..batch * hw * c).map(|_| g.uniform(-5.0, 5.0)).collect();
-        let want: Vec<f32> = (0..batch * c)
-            .map(|e| {
-                let (img, ch) = (e / c, e % c);
-                let mut s = 0f32;
-                for p in 0..hw {
-                    s += x[(img * hw + p) * c + ch];
-                }
-                s / hw as f32
-            })
-            .collect();
-        for isa in Isa::available() {
-            // Whole, and split at an element inside an image's channels.
-            let mut got = vec![0f32; want.len()];
-            crate::onnx::kernels::float::global_avg_pool(isa, c, hw, &x, 0, &mut got);
-            assert_eq!(got, want, "{} {batch}x{hw}x{c}", isa.name());
-            let cut = c / 2 + c * (batch - 1);
-            let (a, b) = got.split_at_mut(cut);
-            a.fill(0.0);
-            b.fill(0.0);
-            crate::onnx::kernels::float::global_avg_pool(isa, c, hw, &x, 0, a);
-            crate::onnx::kernels::float::global_avg_pool(isa, c, hw, &x, cut, b);
-            assert_eq!(got, want, "{} split {batch}x{hw}x{c}", isa.name());
-        }
-    }
-}
-
-#[test]
 fn resize_gives_the_same_bytes_on_every_width() {
     // 37 channels: two vectors and an overlapping third; 16: one; 3: below a vector.
     for c in [37, 16, 3] {
@@ -550,18 +400,31 @@ fn resize_case(c: usize) {
             );
             let (ty, tx) = (ys[oy], xs[ox]);
             let at = |y: usize, xx: usize| x[((b * in_h + y) * in_w + xx) * c + ch];
-            let (wy1, wx1) = (ty.w1, tx.w1);
-            let (wy0, wx0) = (1.0 - wy1, 1.0 - wx1);
             let expect = match mode {
                 Interp::Nearest => at(ty.i0, tx.i0),
                 Interp::Raw { floor } => {
-                    let q = |y, xx| f32::from(at(y, xx));
-                    let f = q(ty.i0, tx.i0) * wx0 * wy0
-                        + q(ty.i0, tx.i1) * wx1 * wy0
-                        + q(ty.i1, tx.i0) * wx0 * wy1
-                        + q(ty.i1, tx.i1) * wx1 * wy1;
-                    let r = if floor { f.floor() } else { f.trunc() };
-                    r.clamp(-128.0, 127.0) as i8
+                    // ONNX Runtime's integer bilinear: 1/1024ths a tap (floor, or 512 and
+                    // 512 where both taps are one pixel), the sum over 2^20.
+                    let s10 = |t: &Tap| -> (i64, i64) {
+                        if t.i0 == t.i1 {
+                            (512, 512)
+                        } else {
+                            let d = (t.w1 * 1024.0).floor() as i64;
+                            (1024 - d, d)
+                        }
+                    };
+                    let ((ax0, ax1), (ay0, ay1)) = (s10(&tx), s10(&ty));
+                    let q = |y, xx| i64::from(at(y, xx));
+                    let sum = q(ty.i0, tx.i0) * ax0 * ay0
+                        + q(ty.i0, tx.i1) * ax1 * ay0
+                        + q(ty.i1, tx.i0) * ax0 * ay1
+                        + q(ty.i1, tx.i1) * ax1 * ay1;
+                    let r = if floor {
+                        sum.div_euclid(1 << 20)
+                    } else {
+                        sum / (1 << 20)
+                    };
+                    r as i8
                 }
                 Interp::Linear {
                     x_zp,
@@ -967,7 +830,7 @@ fn general_accumulators_are_the_sums_behind_the_bytes() {
 }
 
 /// A window over an `h × w` input with equal strides and dilations in both directions.
-fn test_window(
+pub(super) fn test_window(
     (in_h, in_w): (usize, usize),
     (out_h, out_w): (usize, usize),
     (kh, kw): (usize, usize),

@@ -27,8 +27,8 @@ use super::dense_routes::{ColumnFold, Phases, Unfold};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
 use super::isa::Isa;
 use super::kernels::{
-    add_fixed, AddParams, AvgParams, Binary, BinaryKind, GeneralConv, Interp, MulParams, Tap,
-    Window,
+    add_fixed, AddParams, AvgFloat, AvgParams, Binary, BinaryKind, GeneralConv, Interp, MulParams,
+    Tap, Window,
 };
 use super::program::{Buffer, ConvImpl, DeconvGeom, FloatPool, OutKind, PhaseDir, Program, Step};
 use crate::conv::{Conv2d, ConvShape, KernelPath};

@@ -202,6 +202,20 @@ impl Lowerer<'_> {
         } else {
             self.pool_window(n, h, w)?
         };
+        // ONNX Runtime pools in integers only globally: `GlobalAveragePool`, or a window
+        // that is the whole image with no padding; any other window in float (`AvgFloat`).
+        let whole_image = win.kh == h
+            && win.kw == w
+            && win.out_h == 1
+            && win.out_w == 1
+            && n.ints("pads")?.is_none_or(|p| p.iter().all(|&v| v == 0));
+        let float = (!global && !whole_image).then(|| {
+            let offset = if self.is_u8(&out_name) { 128 } else { 0 };
+            AvgFloat {
+                stored_zp: (i32::from(y_q.zero_point) + offset) as f32,
+                offset,
+            }
+        });
         let p = AvgParams {
             x_zp: i32::from(x_q.zero_point),
             y_zp: i32::from(y_q.zero_point),
@@ -210,6 +224,7 @@ impl Lowerer<'_> {
             count_include_pad: n.int("count_include_pad", 0)? != 0,
             lo,
             hi,
+            float,
         };
         self.touch(t.buf);
         let dst = self.new_buf(b * c * win.out_h * win.out_w);
