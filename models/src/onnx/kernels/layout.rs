@@ -1,7 +1,7 @@
 //! Data movement: transposes (with the 3-channel NCHW-to-NHWC interleave) and resizes of
 //! NHWC images; see the parent module's contract.
 
-use super::{requant_f32_or, Isa};
+use super::{requant_f32_or, strided_offset, Isa};
 use crate::onnx::isa::multiversion;
 use std::ops::Range;
 
@@ -32,13 +32,14 @@ pub(crate) fn transpose(
         let mut o = 0;
         while i < range.end {
             let col = i % inner;
-            let mut rem = i / inner;
+            let rem = i / inner;
             let y = rem % mid;
-            let mut off = col * step;
-            for d in (0..rank - 1).rev() {
-                off += (rem % out_shape[d]) * in_strides_permuted[d];
-                rem /= out_shape[d];
-            }
+            let off = col * step
+                + strided_offset(
+                    rem,
+                    &out_shape[..rank - 1],
+                    &in_strides_permuted[..rank - 1],
+                );
             let rows = if col == 0 {
                 (mid - y).min((range.end - i) / inner.max(1))
             } else {
@@ -98,13 +99,7 @@ pub(crate) fn transpose(
         return;
     }
     for (o, i) in range.enumerate() {
-        let mut rem = i;
-        let mut off = 0;
-        for d in (0..rank).rev() {
-            off += (rem % out_shape[d]) * in_strides_permuted[d];
-            rem /= out_shape[d];
-        }
-        out[o] = input[off];
+        out[o] = input[strided_offset(i, out_shape, in_strides_permuted)];
     }
 }
 

@@ -136,6 +136,28 @@ pub(super) fn requant_f32_or(v: f32, zp: i32, lo: i8, hi: i8, nan: i8) -> i8 {
     }
 }
 
+/// Row-major (C order) strides of `shape`, in elements: the last dimension's is 1, each
+/// other the product of the dimensions after it.
+pub(crate) fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    strides
+}
+
+/// Where element `flat` (row-major over `shape`) lies in a tensor walked with `strides`:
+/// `Σ index[d] · strides[d]`. Allocation-free (the kernels' scalar paths use it).
+#[inline(always)]
+pub(crate) fn strided_offset(mut flat: usize, shape: &[usize], strides: &[usize]) -> usize {
+    let mut off = 0;
+    for (&n, &s) in shape.iter().zip(strides).rev() {
+        off += (flat % n) * s;
+        flat /= n;
+    }
+    off
+}
+
 /// Geometry of a 2-D window operator (convolution or pooling) over NHWC images.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Window {

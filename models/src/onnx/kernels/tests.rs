@@ -572,11 +572,7 @@ fn transpose_matches_its_definition_for_any_split() {
     cases.push((vec![197, 12, 64], vec![1, 0, 2]));
     cases.push((vec![1, 12, 197, 64], vec![2, 0, 1, 3]));
     for (case, (shape, perm)) in cases.iter().enumerate() {
-        let rank = shape.len();
-        let mut in_strides = vec![1usize; rank];
-        for d in (0..rank.saturating_sub(1)).rev() {
-            in_strides[d] = in_strides[d + 1] * shape[d + 1];
-        }
+        let in_strides = row_major_strides(shape);
         let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
         let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
         let n: usize = shape.iter().product();

@@ -439,20 +439,10 @@ fn transpose(n: &Node, x: &Const) -> Result<Const, EngineError> {
     let rank = x.shape.len();
     let perm = super::shape::transpose_perm(n, rank)?;
     let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
-    let mut strides = vec![1; rank];
-    for d in (0..rank.saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * x.shape[d + 1];
-    }
-    let len = x.len();
-    let at: Vec<usize> = (0..len)
-        .map(|mut i| {
-            let mut idx = 0;
-            for d in (0..rank).rev() {
-                idx += (i % shape[d]) * strides[perm[d]];
-                i /= shape[d];
-            }
-            idx
-        })
+    let in_strides = row_major_strides(&x.shape);
+    let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+    let at: Vec<usize> = (0..x.len())
+        .map(|i| strided_offset(i, &shape, &strides))
         .collect();
     Ok(pick(x, &at, shape))
 }

@@ -27,8 +27,8 @@ use super::dense_routes::{ColumnFold, Phases, Unfold};
 use super::graph::{Attr, Const, ConstData, Node, OnnxGraph};
 use super::isa::Isa;
 use super::kernels::{
-    add_fixed, AddParams, AvgFloat, AvgParams, Binary, BinaryKind, GeneralConv, Interp, MulParams,
-    Tap, Window,
+    add_fixed, row_major_strides, strided_offset, AddParams, AvgFloat, AvgParams, Binary,
+    BinaryKind, GeneralConv, Interp, MulParams, Tap, Window,
 };
 use super::program::{Buffer, ConvImpl, DeconvGeom, FloatPool, OutKind, PhaseDir, Program, Step};
 use crate::conv::{Conv2d, ConvShape, KernelPath};
@@ -685,10 +685,7 @@ impl<'g> Lowerer<'g> {
             perm.push(in_shape.len());
             in_shape.push(elem);
         }
-        let mut in_strides = vec![1usize; in_shape.len()];
-        for d in (0..in_shape.len().saturating_sub(1)).rev() {
-            in_strides[d] = in_strides[d + 1] * in_shape[d + 1];
-        }
+        let in_strides = row_major_strides(&in_shape);
         let out_shape: Vec<usize> = perm.iter().map(|&p| in_shape[p]).collect();
         let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
         let bytes = out_shape.iter().product::<usize>();

@@ -315,10 +315,7 @@ impl Lowerer<'_> {
         } else {
             t.shape.clone()
         };
-        let mut strides = vec![1usize; pshape.len()];
-        for d in (0..pshape.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * pshape[d + 1];
-        }
+        let mut strides = row_major_strides(&pshape);
         let mut shape = t.shape.clone();
         let mut offset = 0;
         for &(a, first, step, count) in sel {

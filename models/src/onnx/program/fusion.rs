@@ -7,6 +7,7 @@
 //! float graph input quantized straight from the caller's buffer ([`fuse_input_quantize`]).
 
 use super::*;
+use crate::onnx::kernels::strided_offset;
 
 /// Folds each `Add` whose operand is the output of the convolution just before it, read by
 /// nothing else, into that convolution ([`Step::Conv`]'s `residual`), then plans the arena
@@ -305,13 +306,8 @@ impl Strided {
     }
 
     /// The source index of output element `flat`.
-    fn at(&self, mut flat: usize) -> usize {
-        let mut at = self.offset;
-        for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
-            at += (flat % n) * s;
-            flat /= n;
-        }
-        at
+    fn at(&self, flat: usize) -> usize {
+        self.offset + strided_offset(flat, &self.shape, &self.strides)
     }
 
     /// The same map with dimensions of size 1 dropped and runs of dimensions that walk
@@ -481,14 +477,7 @@ fn transpose_readers_at(p: &Program, i: usize) -> Option<(usize, usize, Vec<(usi
 mod tests {
     use super::*;
 
-    /// Row-major strides of `shape`.
-    fn dense(shape: &[usize]) -> Vec<usize> {
-        let mut s = vec![1; shape.len()];
-        for d in (0..shape.len().saturating_sub(1)).rev() {
-            s[d] = s[d + 1] * shape[d + 1];
-        }
-        s
-    }
+    use crate::onnx::kernels::row_major_strides as dense;
 
     /// `shape` permuted by `perm`, as a copy of a dense source.
     fn permute(shape: &[usize], perm: &[usize]) -> Strided {
