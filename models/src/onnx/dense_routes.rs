@@ -347,7 +347,7 @@ mod phase_tests {
             y_zp: i32::from(y_q.zero_point),
             lo: if relu { y_q.zero_point } else { -128 },
             hi: 127,
-            depthwise: Vec::new(),
+            depthwise: Default::default(),
             grouped: Vec::new(),
         }
         .prepared();

@@ -20,6 +20,8 @@ use crate::conv::Conv2d;
 use std::ops::Range;
 
 mod binary;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_vnni;
 pub(crate) mod float;
 mod layout;
 mod matmul;
@@ -253,9 +255,9 @@ pub(crate) struct GeneralConv {
     pub y_zp: i32,
     pub lo: i8,
     pub hi: i8,
-    /// A depthwise convolution's weights tap-major, `[kh][kw][c]` widened to `i16`
+    /// A depthwise convolution's weights in its kernels' layouts
     /// ([`GeneralConv::prepared`]); empty for every other convolution.
-    pub depthwise: Vec<i16>,
+    pub depthwise: DepthwiseWeights,
     /// A grouped convolution the dense kernels can run (square window, equal strides,
     /// symmetric padding, no dilation): one dense layer per group, `in_c / groups` →
     /// `out_c / groups` channels, each reading its group's channels of the input through a
@@ -264,6 +266,17 @@ pub(crate) struct GeneralConv {
     /// builds it; the same integer sums and requantization as the tap loop, so the same
     /// bytes).
     pub grouped: Vec<crate::conv::Conv2d>,
+}
+
+/// A depthwise convolution's weights as its two kernels read them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DepthwiseWeights {
+    /// Tap-major, `[kh][kw][c]` widened to `i16` ([`depthwise_rows`]); empty when the
+    /// convolution is not depthwise.
+    pub tap_major: Vec<i16>,
+    /// The AVX-512 VNNI kernel's packing (`depthwise_vnni`), on CPUs that have it.
+    #[cfg(target_arch = "x86_64")]
+    pub vnni: Option<depthwise_vnni::DepthwiseVnni>,
 }
 
 /// Largest ungrouped patch (`kh · kw · in_c`) [`GeneralConv::run`] gathers on the stack.
@@ -285,13 +298,18 @@ impl GeneralConv {
     /// unchanged otherwise. Every constructor calls it.
     pub fn prepared(mut self) -> GeneralConv {
         let (c, taps) = (self.in_c, self.win.kh * self.win.kw);
-        self.depthwise = Vec::new();
+        self.depthwise = DepthwiseWeights::default();
         if runs_depthwise_kernel(c, self.out_c, self.groups, taps) {
-            self.depthwise = vec![0; taps * c];
+            let mut tap_major = vec![0; taps * c];
             for ch in 0..c {
                 for t in 0..taps {
-                    self.depthwise[t * c + ch] = i16::from(self.weights[ch * taps + t]);
+                    tap_major[t * c + ch] = i16::from(self.weights[ch * taps + t]);
                 }
+            }
+            self.depthwise.tap_major = tap_major;
+            #[cfg(target_arch = "x86_64")]
+            {
+                self.depthwise.vnni = depthwise_vnni::DepthwiseVnni::new(&self);
             }
         }
         self
@@ -312,8 +330,10 @@ impl GeneralConv {
     /// the tap-by-tap loop below, so the results are identical.
     ///
     /// Depthwise convolutions (one input and one output channel per group, at most
-    /// [`DEPTHWISE_TAPS_MAX`] taps) run [`depthwise_rows`] on `isa`: every output channel
-    /// of a pixel at once, the channels in the vector lanes.
+    /// [`DEPTHWISE_TAPS_MAX`] taps) run the VNNI kernel (`depthwise_vnni`: `vpdpbusd` on
+    /// four taps of a channel) when `isa` is AVX-512 and the CPU has VNNI, else
+    /// [`depthwise_rows`] on `isa`: every output channel of a pixel at once, the channels in
+    /// the vector lanes. Both give the tap loop's sums, so the same bytes.
     ///
     /// Grouped convolutions with [`GeneralConv::grouped`] layers run them over the rows of
     /// each image ([`crate::conv::Conv2d::forward_rows_groups`]: on VNNI every group in one
@@ -332,8 +352,10 @@ impl GeneralConv {
         if !self.grouped.is_empty() {
             return self.run_grouped(input, out, rows, Conv2d::forward_rows_groups);
         }
-        if !self.depthwise.is_empty() {
-            depthwise_rows(isa, self, input, out, rows);
+        if !self.depthwise.tap_major.is_empty() {
+            if !self.depthwise_vnni(isa, input, out, rows.clone()) {
+                depthwise_rows(isa, self, input, out, rows);
+            }
         } else if self.groups == 1 && taps <= PATCH_MAX {
             self.run_patches(input, out, rows);
         } else {
@@ -355,13 +377,42 @@ impl GeneralConv {
             if dense.is_err() {
                 self.run_taps(input, out, rows);
             }
-        } else if !self.depthwise.is_empty() {
-            depthwise_rows_acc(isa, self, input, out, rows);
+        } else if !self.depthwise.tap_major.is_empty() {
+            if !self.depthwise_vnni(isa, input, out, rows.clone()) {
+                depthwise_rows_acc(isa, self, input, out, rows);
+            }
         } else if self.groups == 1 && taps <= PATCH_MAX {
             self.run_patches(input, out, rows);
         } else {
             self.run_taps(input, out, rows);
         }
+    }
+
+    /// Runs the depthwise VNNI kernel when `isa` is AVX-512 and this CPU has VNNI (the
+    /// packing exists); false (nothing written) otherwise.
+    #[allow(unused_variables)]
+    fn depthwise_vnni<O: ConvOut + DwOutKind>(
+        &self,
+        isa: Isa,
+        input: &[i8],
+        out: &mut [O],
+        rows: Range<usize>,
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if let (true, Some(pk)) = (isa.is_avx512(), &self.depthwise.vnni) {
+            let w = &self.win;
+            let batch = input.len() / (w.in_h * w.in_w * self.in_c).max(1);
+            if input.len() == batch * w.in_h * w.in_w * self.in_c
+                && rows.end <= batch * w.out_h
+                && out.len() >= rows.len() * w.out_w * self.in_c
+            {
+                // SAFETY: `pk` exists only on a CPU with AVX-512 F, BW and VNNI
+                // (`DepthwiseVnni::new` detected them); the sizes are the ones just checked.
+                unsafe { O::run_vnni(self, pk, input, out, rows) };
+                return true;
+            }
+        }
+        false
     }
 
     /// [`GeneralConv::run`] (`groups` = [`Conv2d::forward_rows_groups`]) or
@@ -462,6 +513,52 @@ impl GeneralConv {
     }
 }
 
+/// Runs the depthwise VNNI kernel for an output type (`i8` bytes or `i32` accumulators);
+/// a no-op trait off x86-64.
+pub(crate) trait DwOutKind: Sized {
+    /// [`depthwise_vnni::depthwise_vnni_rows`] for this output type.
+    ///
+    /// # Safety
+    ///
+    /// That function's.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run_vnni(
+        conv: &GeneralConv,
+        pk: &depthwise_vnni::DepthwiseVnni,
+        input: &[i8],
+        out: &mut [Self],
+        rows: Range<usize>,
+    );
+}
+
+impl DwOutKind for i8 {
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run_vnni(
+        conv: &GeneralConv,
+        pk: &depthwise_vnni::DepthwiseVnni,
+        input: &[i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) {
+        // SAFETY: the caller's.
+        unsafe { depthwise_vnni::depthwise_vnni_rows(conv, pk, input, out, rows) }
+    }
+}
+
+impl DwOutKind for i32 {
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run_vnni(
+        conv: &GeneralConv,
+        pk: &depthwise_vnni::DepthwiseVnni,
+        input: &[i8],
+        out: &mut [i32],
+        rows: Range<usize>,
+    ) {
+        // SAFETY: the caller's.
+        unsafe { depthwise_vnni::depthwise_vnni_rows(conv, pk, input, out, rows) }
+    }
+}
+
 /// What a general convolution stores per output: the requantized byte (`i8`), or the exact
 /// accumulator `bias + Σ (x − x_zp)·w` (`i32`: a float-output convolution's,
 /// [`GeneralConv::run_acc`]).
@@ -523,7 +620,7 @@ fn depthwise_block<const B: usize, const P: usize, O: ConvOut>(
         a.copy_from_slice(&conv.bias[cb..cb + B]);
     }
     for &(xo, wo) in taps {
-        let ws = &conv.depthwise[wo + cb..wo + cb + B];
+        let ws = &conv.depthwise.tap_major[wo + cb..wo + cb + B];
         for (a, &origin) in acc.iter_mut().zip(&origins) {
             let xs = &x[origin + xo + cb..origin + xo + cb + B];
             for i in 0..B {
@@ -554,7 +651,8 @@ fn depthwise_tail<O: ConvOut>(
     for ch in from..conv.in_c {
         let mut a = conv.bias[ch];
         for &(xo, wo) in taps {
-            a += (i32::from(x[origin + xo + ch]) - conv.x_zp) * i32::from(conv.depthwise[wo + ch]);
+            a += (i32::from(x[origin + xo + ch]) - conv.x_zp)
+                * i32::from(conv.depthwise.tap_major[wo + ch]);
         }
         dst[ch] = O::from_acc(a, conv.multipliers[ch], conv);
     }

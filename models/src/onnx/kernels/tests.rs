@@ -617,6 +617,8 @@ fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
         (3, 4, 960, 3, 3, 1, [1, 1, 1, 1], 1),
         (5, 23, 48, 3, 3, 1, [1, 1, 1, 1], 1),
         (6, 29, 16, 7, 7, 2, [3, 3, 3, 3], 1),
+        (11, 13, 130, 8, 8, 1, [3, 4, 4, 3], 1),
+        (7, 40, 72, 3, 3, 1, [1, 1, 1, 1], 1),
     ];
     for (h, w, c, kh, kw, s, [pt, pl, pb, pr], dl) in cases {
         let out_h = (h + pt + pb - (kh - 1) * dl - 1) / s + 1;
@@ -649,14 +651,22 @@ fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
                 y_zp,
                 lo,
                 hi,
-                depthwise: Vec::new(),
+                depthwise: Default::default(),
                 grouped: Vec::new(),
             }
             .prepared();
             assert_eq!(
-                conv.depthwise.len(),
+                conv.depthwise.tap_major.len(),
                 c * kh * kw,
                 "{c} channels are depthwise"
+            );
+            // On a VNNI CPU the AVX-512 width runs the VNNI kernel: it must be there.
+            #[cfg(target_arch = "x86_64")]
+            assert_eq!(
+                conv.depthwise.vnni.is_some(),
+                std::arch::is_x86_feature_detected!("avx512vnni")
+                    && std::arch::is_x86_feature_detected!("avx512bw"),
+                "{c} channels: the VNNI packing"
             );
             let x: Vec<i8> = (0..2 * h * w * c)
                 .map(|i| if i % 13 == 0 { -128 } else { g.next_i8() })
@@ -754,7 +764,7 @@ fn grouped_dense_accumulators_equal_the_tap_loop() {
                 y_zp: 0,
                 lo: -128,
                 hi: 127,
-                depthwise: Vec::new(),
+                depthwise: Default::default(),
                 grouped,
             }
             .prepared();
@@ -799,11 +809,11 @@ fn general_accumulators_are_the_sums_behind_the_bytes() {
             y_zp: 5,
             lo: -128,
             hi: 127,
-            depthwise: Vec::new(),
+            depthwise: Default::default(),
             grouped: Vec::new(),
         }
         .prepared();
-        assert!(conv.depthwise.is_empty());
+        assert!(conv.depthwise.tap_major.is_empty());
         let x: Vec<i8> = (0..h * w * c).map(|_| g.next_i8()).collect();
         let n = out_h * out_w * oc;
         let mut bytes = vec![0i8; n];

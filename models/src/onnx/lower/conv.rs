@@ -279,7 +279,7 @@ impl Lowerer<'_> {
                         y_zp: 0,
                         lo: -128,
                         hi: 127,
-                        depthwise: Vec::new(),
+                        depthwise: Default::default(),
                         grouped,
                     }
                     .prepared(),
@@ -403,7 +403,7 @@ impl Lowerer<'_> {
                             y_zp: i32::from(y_q.zero_point),
                             lo,
                             hi,
-                            depthwise: Vec::new(),
+                            depthwise: Default::default(),
                             grouped,
                         }
                         .prepared(),
