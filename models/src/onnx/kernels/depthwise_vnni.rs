@@ -11,22 +11,26 @@
 //!   `depthwise_matches_the_tap_by_tap_loop_on_every_width`.
 //! - The input is read as `u8 = x ^ 0x80 = x + 128`; a tap outside the image reads `x_zp`
 //!   (a 64-byte vector of it), so every pixel sums all `kh · kw` taps and
-//!   `Σ (x + 128)·w − (128 + x_zp)·Σ w` is its exact sum ([`DepthwiseVnni::base`] holds
-//!   `bias − (128 + x_zp)·Σ w` per channel). `|Σ| ≤ 64 · 255 · 128`: no `i32` overflow.
+//!   `Σ (x + 128)·w − (128 + x_zp)·Σ w` is its exact sum (the accumulators start at
+//!   `bias − (128 + x_zp)·Σ w`, [`Block::start`]). `|Σ| ≤ 64 · 255 · 128`: no `i32`
+//!   overflow.
 //! - Four taps' bytes of one channel are interleaved in registers (two rounds of byte and
 //!   word unpacking of four 64-channel loads), which leaves the 64 channels of a block in
-//!   the order `16·lane + 4·j + i` across the four accumulators `j`; the weights are packed
-//!   in that order at load ([`DepthwiseVnni::new`]), and a 4×4 transpose of 128-bit lanes
-//!   puts the sums back in channel order before the bias and the store.
+//!   the order `16·lane + 4·j + i` across the four accumulators `j`; the weights and the
+//!   starting sums are packed in that order at load ([`DepthwiseVnni::new`]), and a 4×4
+//!   transpose of 128-bit lanes puts the sums back in channel order before the store.
 //! - A block of fewer than 64 channels (the last one) loads and stores through byte masks:
-//!   nothing outside the input's and the output's channels is read or written.
+//!   nothing outside the input's and the output's channels is read or written. When it has
+//!   at most 32 channels, two neighbouring pixels share its vectors (bytes `0..32` the
+//!   first pixel's, `32..64` the second's: [`DepthwiseVnni::pair`]), so a 32-channel layer
+//!   fills them.
 //!
 //! # Cost
 //!
 //! Per output pixel and 64 channels, for each group of four taps: four loads, four `xor`,
-//! eight unpacks and four `vpdpbusd` (256 multiply-adds); weights are loaded once for
-//! [`PIXELS`] neighbouring pixels. Padding taps cost as much as inside ones. No
-//! allocation (one 64-byte stack vector), no lock, no panic.
+//! eight unpacks and four `vpdpbusd` (256 multiply-adds); weights are loaded once for two
+//! neighbouring pixels. Padding taps cost as much as inside ones. No allocation, no lock,
+//! no panic.
 //!
 //! # Never
 //!
@@ -40,20 +44,68 @@ use std::ops::Range;
 /// Most groups of four taps: [`super::DEPTHWISE_TAPS_MAX`] taps.
 const GROUPS_MAX: usize = super::DEPTHWISE_TAPS_MAX.div_ceil(4);
 
+/// One block of 64 lanes: which channel each lane computes, packed.
+#[derive(Clone, Debug)]
+struct Block {
+    /// `weights[(g · 4 + j) · 64 + 16·l + 4·i + t]` = the weight of tap `4·g + t` of lane
+    /// `16·l + 4·j + i`'s channel (0 past the taps, or for a lane with no channel).
+    weights: Vec<i8>,
+    /// The accumulators' starting values in the same order (`[j][16·l + 4·i]`): `bias −
+    /// (128 + x_zp) · Σ_taps w` of the lane's channel.
+    start: [i32; 64],
+    /// The lanes' multipliers in lane order (after the transpose).
+    mult: [f32; 64],
+}
+
+impl Block {
+    /// The block whose lane `v` computes channel `channel(v)` (`None`: an idle lane).
+    fn new(conv: &GeneralConv, groups: usize, channel: impl Fn(usize) -> Option<usize>) -> Block {
+        let taps = conv.win.kh * conv.win.kw;
+        let w = |v: usize, t: usize| -> i8 {
+            match channel(v) {
+                Some(ch) if t < taps => conv.weights[ch * taps + t],
+                _ => 0,
+            }
+        };
+        let mut weights = vec![0i8; groups * 256];
+        let (mut start, mut mult) = ([0i32; 64], [0f32; 64]);
+        let pad = (128 + conv.x_zp) as i64;
+        for j in 0..4 {
+            for l in 0..4 {
+                for i in 0..4 {
+                    let v = 16 * l + 4 * j + i;
+                    for g in 0..groups {
+                        for t in 0..4 {
+                            weights[(g * 4 + j) * 64 + 16 * l + 4 * i + t] = w(v, 4 * g + t);
+                        }
+                    }
+                    if let Some(ch) = channel(v) {
+                        let sum: i64 = (0..taps).map(|t| i64::from(w(v, t))).sum();
+                        // Wrapping is exact: the final sum fits i32 (the lowering proves it).
+                        start[j * 16 + 4 * l + i] = (i64::from(conv.bias[ch]) - pad * sum) as i32;
+                        mult[v] = conv.multipliers[ch];
+                    }
+                }
+            }
+        }
+        Block {
+            weights,
+            start,
+            mult,
+        }
+    }
+}
+
 /// A depthwise convolution's weights and per-channel constants in the VNNI kernel's layout.
 #[derive(Clone, Debug)]
 pub(crate) struct DepthwiseVnni {
     /// Groups of four taps (`⌈kh · kw / 4⌉`; the last one's missing taps have weight 0).
     groups: usize,
-    /// Blocks of 64 channels (`⌈c / 64⌉`).
-    blocks: usize,
-    /// `weights[((b · groups + g) · 4 + j) · 64 + 16·l + 4·i + t]` = the weight of tap
-    /// `4·g + t` of channel `64·b + 16·l + 4·j + i` (0 past the taps or the channels).
-    weights: Vec<i8>,
-    /// `bias − (128 + x_zp) · Σ_taps w` per channel, padded with 0 to `64 · blocks`.
-    base: Vec<i32>,
-    /// The multipliers, padded with 0 to `64 · blocks`.
-    mult: Vec<f32>,
+    /// Channels `64·b ..` (the last block possibly partial).
+    blocks: Vec<Block>,
+    /// The last block for two pixels at once, when it has at most 32 channels: lanes
+    /// `q·32 + k` compute its channel `k` of pixel `q`.
+    pair: Option<Block>,
     /// `64 · blocks` bytes of `x_zp`: what a tap in the padding reads.
     zp_row: Vec<i8>,
 }
@@ -70,46 +122,19 @@ impl DepthwiseVnni {
             return None;
         }
         let (c, taps) = (conv.in_c, conv.win.kh * conv.win.kw);
-        let (groups, blocks) = (taps.div_ceil(4), c.div_ceil(64));
-        let w = |ch: usize, t: usize| -> i8 {
-            if ch < c && t < taps {
-                conv.weights[ch * taps + t]
-            } else {
-                0
-            }
-        };
-        let mut weights = vec![0i8; blocks * groups * 256];
-        for b in 0..blocks {
-            for g in 0..groups {
-                for j in 0..4 {
-                    for l in 0..4 {
-                        for i in 0..4 {
-                            for t in 0..4 {
-                                let ch = 64 * b + 16 * l + 4 * j + i;
-                                weights[((b * groups + g) * 4 + j) * 64 + 16 * l + 4 * i + t] =
-                                    w(ch, 4 * g + t);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        let pad = (128 + conv.x_zp) as i64;
-        let mut base = vec![0i32; blocks * 64];
-        let mut mult = vec![0f32; blocks * 64];
-        for ch in 0..c {
-            let sum: i64 = (0..taps).map(|t| i64::from(w(ch, t))).sum();
-            // |bias − pad · Σw| stays well inside i32: the lowering proves the whole sum does.
-            base[ch] = (i64::from(conv.bias[ch]) - pad * sum) as i32;
-            mult[ch] = conv.multipliers[ch];
-        }
+        let groups = taps.div_ceil(4);
+        let nb = c.div_ceil(64);
+        let blocks = (0..nb)
+            .map(|b| Block::new(conv, groups, |v| (64 * b + v < c).then_some(64 * b + v)))
+            .collect();
+        let (last, rest) = (64 * (nb - 1), c - 64 * (nb - 1));
+        let pair = (rest <= 32)
+            .then(|| Block::new(conv, groups, |v| (v % 32 < rest).then_some(last + v % 32)));
         Some(DepthwiseVnni {
             groups,
             blocks,
-            weights,
-            base,
-            mult,
-            zp_row: vec![conv.x_zp as i8; blocks * 64],
+            pair,
+            zp_row: vec![conv.x_zp as i8; nb * 64],
         })
     }
 }
@@ -239,7 +264,8 @@ pub(crate) unsafe fn depthwise_vnni_rows<O: DwOut>(
 
 /// Every channel of `P` output pixels of one row (windows at `x + origins[p]`; tap slots
 /// `slots`: offset from the origin and whether the tap is in the image, else it reads the
-/// zero-point row `zp`), pixel `p` stored at `dst + p · c`.
+/// zero-point row `zp`), pixel `p` stored at `dst + p · c`. With two pixels, a last block
+/// of at most 32 channels runs once for both ([`DepthwiseVnni::pair`]).
 ///
 /// # Safety
 ///
@@ -260,24 +286,51 @@ unsafe fn pixels<const P: usize, O: DwOut>(
     q: &Requant,
 ) {
     let flip = _mm512_set1_epi8(i8::MIN);
-    for b in 0..pk.blocks {
+    let nb = pk.blocks.len();
+    for (b, block) in pk.blocks.iter().enumerate() {
         let cb = 64 * b;
         let n = (c - cb).min(64);
-        let load_mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
-        let mut acc = [[_mm512_setzero_si512(); 4]; P];
-        for (g, four) in slots.chunks_exact(4).enumerate() {
-            // SAFETY: `weights` holds `blocks · groups · 256` bytes; this group's start at
-            // `(b · groups + g) · 256`.
-            let wv = unsafe {
-                let wp = pk.weights.as_ptr().add((b * pk.groups + g) * 256);
-                [
-                    _mm512_loadu_si512(wp.cast()),
-                    _mm512_loadu_si512(wp.add(64).cast()),
-                    _mm512_loadu_si512(wp.add(128).cast()),
-                    _mm512_loadu_si512(wp.add(192).cast()),
-                ]
+        if let (true, Some(pair)) = (P == 2 && b + 1 == nb, &pk.pair) {
+            // Bytes `0..n` from the first pixel, `32..32 + n` from the second (`n <= 32`).
+            let first: __mmask64 = (1u64 << n) - 1;
+            let second: __mmask64 = first << 32;
+            let mut acc = start(pair);
+            for (g, four) in slots.chunks_exact(4).enumerate() {
+                let wv = group_weights(pair, g);
+                // SAFETY: lanes `0..n` of channels `cb..cb + n <= c` behind an inside slot
+                // of either pixel, or of the zero-point row; the second pixel's bytes are
+                // read from 32 bytes before its channels, through lanes `32..32 + n` only
+                // (masked lanes are not read; the pointer itself is never dereferenced).
+                let ld = |t: usize| unsafe {
+                    let (off, inside) = four[t];
+                    let (a, b) = if inside {
+                        (x.add(origins[0] + off), x.add(origins[P - 1] + off))
+                    } else {
+                        (zp, zp)
+                    };
+                    let v = _mm512_maskz_loadu_epi8(first, a.add(cb));
+                    let v = _mm512_mask_loadu_epi8(v, second, b.add(cb).wrapping_sub(32));
+                    _mm512_xor_si512(v, flip)
+                };
+                dot_group(&mut acc, [ld(0), ld(1), ld(2), ld(3)], &wv);
+            }
+            // Lanes `16·m ..`: pixel `m / 2`, channels `cb + 16·(m % 2) ..`.
+            // Lanes `16·m ..` go to pixel `m / 2`, channels `cb + 16·(m % 2) ..`.
+            let count = |m: usize| n.saturating_sub(16 * (m % 2)).min(16);
+            // SAFETY: pixel `m / 2 < P = 2`, channels `cb + 16·(m % 2) .. cb + n <= c`:
+            // inside the `P · c` values at `dst` (`wrapping_add`: a count of 0 stores
+            // nothing).
+            unsafe {
+                let to = std::array::from_fn(|m| dst.wrapping_add((m / 2) * c + cb + 16 * (m % 2)));
+                finish(&acc, &pair.mult, q, to, std::array::from_fn(count))
             };
-            for p in 0..P {
+            continue;
+        }
+        let load_mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
+        let mut acc = [start(block); P];
+        for (g, four) in slots.chunks_exact(4).enumerate() {
+            let wv = group_weights(block, g);
+            for (p, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: lanes `0..n` of channels `cb..cb + n <= c` behind an inside slot
                 // or of the zero-point row; masked lanes are not read.
                 let ld = |t: usize| unsafe {
@@ -285,62 +338,146 @@ unsafe fn pixels<const P: usize, O: DwOut>(
                     let src = if inside { x.add(origins[p] + off) } else { zp };
                     _mm512_xor_si512(_mm512_maskz_loadu_epi8(load_mask, src.add(cb)), flip)
                 };
-                let (x0, x1, x2, x3) = (ld(0), ld(1), ld(2), ld(3));
-                let p01l = _mm512_unpacklo_epi8(x0, x1);
-                let p01h = _mm512_unpackhi_epi8(x0, x1);
-                let p23l = _mm512_unpacklo_epi8(x2, x3);
-                let p23h = _mm512_unpackhi_epi8(x2, x3);
-                let a = &mut acc[p];
-                a[0] = _mm512_dpbusd_epi32(a[0], _mm512_unpacklo_epi16(p01l, p23l), wv[0]);
-                a[1] = _mm512_dpbusd_epi32(a[1], _mm512_unpackhi_epi16(p01l, p23l), wv[1]);
-                a[2] = _mm512_dpbusd_epi32(a[2], _mm512_unpacklo_epi16(p01h, p23h), wv[2]);
-                a[3] = _mm512_dpbusd_epi32(a[3], _mm512_unpackhi_epi16(p01h, p23h), wv[3]);
+                dot_group(acc, [ld(0), ld(1), ld(2), ld(3)], &wv);
             }
         }
         for (p, acc) in acc.iter().enumerate() {
-            // SAFETY: pixel `p < P` of the `P · c` values at `dst`.
-            let dst = unsafe { dst.add(p * c) };
-            // Lane `l` of accumulator `j` holds channels `16·l + 4·j ..`: a 4×4 transpose of
-            // 128-bit lanes gives vector `m` = channels `16·m .. 16·m + 16`.
-            let t0 = _mm512_shuffle_i32x4::<0x44>(acc[0], acc[1]);
-            let t1 = _mm512_shuffle_i32x4::<0x44>(acc[2], acc[3]);
-            let t2 = _mm512_shuffle_i32x4::<0xEE>(acc[0], acc[1]);
-            let t3 = _mm512_shuffle_i32x4::<0xEE>(acc[2], acc[3]);
-            let sums = [
-                _mm512_shuffle_i32x4::<0x88>(t0, t1),
-                _mm512_shuffle_i32x4::<0xDD>(t0, t1),
-                _mm512_shuffle_i32x4::<0x88>(t2, t3),
-                _mm512_shuffle_i32x4::<0xDD>(t2, t3),
-            ];
-            for (m, s) in sums.iter().enumerate() {
-                if 16 * m >= n {
-                    break;
-                }
-                let k = (n - 16 * m).min(16);
-                let mask: __mmask16 = if k == 16 { !0 } else { (1u16 << k) - 1 };
-                // SAFETY: `base` and `mult` hold `64 · blocks` values; channel `cb + 16·m`
-                // starts 16 of them.
-                let (base, mult) = unsafe {
-                    (
-                        _mm512_loadu_si512(pk.base.as_ptr().add(cb + 16 * m).cast()),
-                        _mm512_loadu_ps(pk.mult.as_ptr().add(cb + 16 * m)),
-                    )
-                };
-                let v = _mm512_add_epi32(*s, base);
-                // SAFETY: lanes `0..k` are channels `cb + 16·m .. < c`, inside the `c` values
-                // at `dst`.
-                unsafe {
-                    let at = dst.add(cb + 16 * m);
-                    if O::ACC {
-                        _mm512_mask_storeu_epi32(at.cast(), mask, v);
-                    } else {
-                        let f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
-                        let f = _mm512_min_ps(_mm512_max_ps(f, q.lo), q.hi);
-                        let r = _mm512_add_epi32(_mm512_cvtps_epi32(f), q.zp);
-                        _mm512_mask_cvtepi32_storeu_epi8(at.cast(), mask, r);
-                    }
-                }
-            }
+            let count = |m: usize| n.saturating_sub(16 * m).min(16);
+            // SAFETY: lanes `16·m ..` go to pixel `p < P`, channels `cb + 16·m .. cb + n <=
+            // c`: inside the `P · c` values at `dst` (`wrapping_add`: a count of 0 stores
+            // nothing).
+            unsafe {
+                let to = std::array::from_fn(|m| dst.wrapping_add(p * c + cb + 16 * m));
+                finish(acc, &block.mult, q, to, std::array::from_fn(count))
+            };
+        }
+    }
+}
+
+/// The four accumulators' starting values of `block`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn start(block: &Block) -> [__m512i; 4] {
+    // SAFETY: `start` holds 64 values, 16 per accumulator.
+    std::array::from_fn(|j| unsafe { _mm512_loadu_si512(block.start.as_ptr().add(16 * j).cast()) })
+}
+
+/// Group `g`'s four weight vectors of `block`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn group_weights(block: &Block, g: usize) -> [__m512i; 4] {
+    assert!(block.weights.len() >= (g + 1) * 256);
+    // SAFETY: `weights` holds `groups · 256` bytes (checked above for this group).
+    std::array::from_fn(|j| unsafe {
+        _mm512_loadu_si512(block.weights.as_ptr().add(g * 256 + 64 * j).cast())
+    })
+}
+
+/// Four taps `xs` (as `u8`, 64 lanes each) interleaved per lane and multiplied into `acc`
+/// with the group's weights `wv`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn dot_group(acc: &mut [__m512i; 4], xs: [__m512i; 4], wv: &[__m512i; 4]) {
+    let p01l = _mm512_unpacklo_epi8(xs[0], xs[1]);
+    let p01h = _mm512_unpackhi_epi8(xs[0], xs[1]);
+    let p23l = _mm512_unpacklo_epi8(xs[2], xs[3]);
+    let p23h = _mm512_unpackhi_epi8(xs[2], xs[3]);
+    acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_unpacklo_epi16(p01l, p23l), wv[0]);
+    acc[1] = _mm512_dpbusd_epi32(acc[1], _mm512_unpackhi_epi16(p01l, p23l), wv[1]);
+    acc[2] = _mm512_dpbusd_epi32(acc[2], _mm512_unpacklo_epi16(p01h, p23h), wv[2]);
+    acc[3] = _mm512_dpbusd_epi32(acc[3], _mm512_unpackhi_epi16(p01h, p23h), wv[3]);
+}
+
+/// The block's sums put back in lane order (lane `l` of accumulator `j` holds lanes
+/// `16·l + 4·j ..`: a 4×4 transpose of 128-bit lanes) and stored 16 lanes at a time: lanes
+/// `16·m ..` at `to[m]`, the first `counts[m]` of them (at most 16; 0 stores nothing).
+///
+/// # Safety
+///
+/// AVX-512 F and BW; `to[m]` has room for `counts[m]` values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn finish<O: DwOut>(
+    acc: &[__m512i; 4],
+    mult: &[f32; 64],
+    q: &Requant,
+    to: [*mut O; 4],
+    counts: [usize; 4],
+) {
+    let t0 = _mm512_shuffle_i32x4::<0x44>(acc[0], acc[1]);
+    let t1 = _mm512_shuffle_i32x4::<0x44>(acc[2], acc[3]);
+    let t2 = _mm512_shuffle_i32x4::<0xEE>(acc[0], acc[1]);
+    let t3 = _mm512_shuffle_i32x4::<0xEE>(acc[2], acc[3]);
+    // SAFETY: the caller's, for each of the four stores.
+    unsafe {
+        store16(
+            _mm512_shuffle_i32x4::<0x88>(t0, t1),
+            mult,
+            0,
+            q,
+            to[0],
+            counts[0],
+        );
+        store16(
+            _mm512_shuffle_i32x4::<0xDD>(t0, t1),
+            mult,
+            1,
+            q,
+            to[1],
+            counts[1],
+        );
+        store16(
+            _mm512_shuffle_i32x4::<0x88>(t2, t3),
+            mult,
+            2,
+            q,
+            to[2],
+            counts[2],
+        );
+        store16(
+            _mm512_shuffle_i32x4::<0xDD>(t2, t3),
+            mult,
+            3,
+            q,
+            to[3],
+            counts[3],
+        );
+    }
+}
+
+/// Lanes `16·m ..` of a block, `v`, stored at `at`: the first `k` of them (at most 16), as
+/// accumulators or requantized with the lanes' multipliers `mult[16·m ..]`.
+///
+/// # Safety
+///
+/// AVX-512 F and BW; `at` has room for `k` values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn store16<O: DwOut>(
+    v: __m512i,
+    mult: &[f32; 64],
+    m: usize,
+    q: &Requant,
+    at: *mut O,
+    k: usize,
+) {
+    if k == 0 {
+        return;
+    }
+    let mask: __mmask16 = if k >= 16 { !0 } else { (1u16 << k) - 1 };
+    // SAFETY: the caller's: `at` has room for the `k` lanes stored; `mult` holds 64 values
+    // and `m < 4`.
+    unsafe {
+        if O::ACC {
+            _mm512_mask_storeu_epi32(at.cast(), mask, v);
+        } else {
+            let f = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(v),
+                _mm512_loadu_ps(mult.as_ptr().add(16 * (m & 3))),
+            );
+            let f = _mm512_min_ps(_mm512_max_ps(f, q.lo), q.hi);
+            let r = _mm512_add_epi32(_mm512_cvtps_epi32(f), q.zp);
+            _mm512_mask_cvtepi32_storeu_epi8(at.cast(), mask, r);
         }
     }
 }
