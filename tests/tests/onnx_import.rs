@@ -532,24 +532,31 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
     for m in manifests(&dir) {
         let model = model_of(&m);
         let mut e = NativeEngine::load(&model).unwrap();
-        // Which convolutions run on the general kernel: depthwise and dilated grouped ones;
-        // a dilated "same" convolution runs on the dense kernels (as dilation phases), a
-        // grouped one with a square window as one dense layer per group, and an ungrouped
-        // rectangular or strided-dilated one unfolded onto the pointwise dense kernel.
+        // Which convolutions run on the general kernel: dilated grouped ones; depthwise
+        // ones on their own kernel; a dilated "same" convolution runs on the dense kernels
+        // (as dilation phases), a grouped one with a square window as one dense layer per
+        // group, and an ungrouped rectangular or strided-dilated one unfolded onto the
+        // pointwise dense kernel.
         let name = model.file_name().unwrap().to_string_lossy().to_string();
-        let general = redline_models::onnx::inspect(&model)
+        let summary = redline_models::onnx::inspect(&model)
             .unwrap()
             .native
-            .unwrap()
-            .general_macs;
-        let on_general = ["conv_depthwise", "conv_group2_dil2"]
-            .iter()
-            .any(|c| name.starts_with(&format!("{c}_")));
+            .unwrap();
+        let (general, depthwise) = (summary.general_macs, summary.depthwise_macs);
         if name.starts_with("conv_") {
+            let on_general = name.starts_with("conv_group2_dil2_");
             assert_eq!(
                 general > 0,
                 on_general,
                 "{name}: {general} MACs on the general kernel"
+            );
+            // A channel multiplier of 2 runs as per-group dense layers.
+            let on_depthwise =
+                name.starts_with("conv_depthwise") && !name.starts_with("conv_depthwise_mult2");
+            assert_eq!(
+                depthwise > 0,
+                on_depthwise,
+                "{name}: {depthwise} MACs on the depthwise kernel"
             );
         }
         let ins: Vec<Vec<u8>> = e

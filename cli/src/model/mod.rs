@@ -274,6 +274,7 @@ fn info(a: InfoArgs) -> Result<()> {
             Ok(s) => json!({
                 "ok": true, "steps": s.steps, "arena_bytes": s.arena_bytes,
                 "weight_bytes": s.weight_bytes, "general_conv_macs": s.general_macs,
+                "depthwise_conv_macs": s.depthwise_macs,
                 "rescaled_biases": s.rescaled_biases,
             }),
             Err(e) => json!({ "ok": false, "error": e.to_string() }),
@@ -357,11 +358,17 @@ fn info(a: InfoArgs) -> Result<()> {
                 s.arena_bytes as f64 / (1 << 20) as f64,
                 s.weight_bytes as f64 / (1 << 20) as f64
             );
+            if s.depthwise_macs > 0 {
+                println!(
+                    "               depthwise kernel: {} per run (one channel per group)",
+                    fmt_macs(s.depthwise_macs)
+                );
+            }
             if s.general_macs > 0 {
                 println!(
-                    "               general kernel: {} per run (depthwise, grouped with a \
-                     non-square window or a float output, or too large to unfold: 5-15x \
-                     slower per MAC than the dense kernels)",
+                    "               general kernel: {} per run (grouped with a non-square \
+                     window or a float output, or too large to unfold: 5-15x slower per MAC \
+                     than the dense kernels)",
                     fmt_macs(s.general_macs)
                 );
             }

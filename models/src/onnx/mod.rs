@@ -377,9 +377,12 @@ pub struct NativeSummary {
     /// Steps.
     pub steps: usize,
     /// Multiply-accumulates per run on the general convolution kernel (the convolutions
-    /// the dense SIMD kernels cannot run: depthwise, rectangular, grouped with a
-    /// non-square window, ...).
+    /// neither the dense SIMD kernels nor the depthwise kernel run: grouped with a
+    /// non-square window, a float output, too large to unfold, ...).
     pub general_macs: u64,
+    /// Multiply-accumulates per run on the depthwise kernel (MobileNet's 3×3 and 5×5:
+    /// one channel per group; `vpdpbusd` on four taps of a channel on AVX-512 VNNI).
+    pub depthwise_macs: u64,
     /// Convolutions and matrix products whose dequantized `int32` bias is stored with a
     /// scale other than `x_scale · w_scale` (a torch export sharing one bias tensor between
     /// layers, as it does the all-zero biases of an untrained network, quantized once for
@@ -415,6 +418,7 @@ pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
         weight_bytes: e.weight_bytes,
         steps: e.program.steps.len(),
         general_macs: e.program.general_conv_macs(),
+        depthwise_macs: e.program.depthwise_conv_macs(),
         rescaled_biases: e.rescaled_biases,
         inputs: e.inputs.clone(),
         outputs: e.outputs.clone(),

@@ -147,7 +147,7 @@ impl Program {
     }
 
     /// Multiply-accumulates per run of the convolutions on the general kernel (grouped
-    /// ones that run per-group dense layers excluded).
+    /// ones that run per-group dense layers and depthwise ones excluded).
     pub fn general_conv_macs(&self) -> u64 {
         self.steps
             .iter()
@@ -161,7 +161,28 @@ impl Program {
                     imp: ConvImpl::General(g),
                     batch,
                     ..
-                } if g.grouped.is_empty() => g.macs(*batch),
+                } if g.grouped.is_empty() && g.depthwise.tap_major.is_empty() => g.macs(*batch),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Multiply-accumulates per run on the depthwise kernel (one channel per group,
+    /// `GeneralConv::depthwise` prepared).
+    pub fn depthwise_conv_macs(&self) -> u64 {
+        self.steps
+            .iter()
+            .map(|s| match s {
+                Step::Conv {
+                    imp: ConvImpl::General(g),
+                    batch,
+                    ..
+                }
+                | Step::ConvFloat {
+                    imp: ConvImpl::General(g),
+                    batch,
+                    ..
+                } if !g.depthwise.tap_major.is_empty() => g.macs(*batch),
                 _ => 0,
             })
             .sum()
