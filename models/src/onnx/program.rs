@@ -149,27 +149,17 @@ impl Program {
     /// Multiply-accumulates per run of the convolutions on the general kernel (grouped
     /// ones that run per-group dense layers and depthwise ones excluded).
     pub fn general_conv_macs(&self) -> u64 {
-        self.steps
-            .iter()
-            .map(|s| match s {
-                Step::Conv {
-                    imp: ConvImpl::General(g),
-                    batch,
-                    ..
-                }
-                | Step::ConvFloat {
-                    imp: ConvImpl::General(g),
-                    batch,
-                    ..
-                } if g.grouped.is_empty() && g.depthwise.tap_major.is_empty() => g.macs(*batch),
-                _ => 0,
-            })
-            .sum()
+        self.general_macs_where(|g| g.grouped.is_empty() && g.depthwise.tap_major.is_empty())
     }
 
     /// Multiply-accumulates per run on the depthwise kernel (one channel per group,
     /// `GeneralConv::depthwise` prepared).
     pub fn depthwise_conv_macs(&self) -> u64 {
+        self.general_macs_where(|g| !g.depthwise.tap_major.is_empty())
+    }
+
+    /// Multiply-accumulates per run of the general-path convolutions `keep` selects.
+    fn general_macs_where(&self, keep: impl Fn(&kernels::GeneralConv) -> bool) -> u64 {
         self.steps
             .iter()
             .map(|s| match s {
@@ -182,7 +172,7 @@ impl Program {
                     imp: ConvImpl::General(g),
                     batch,
                     ..
-                } if !g.depthwise.tap_major.is_empty() => g.macs(*batch),
+                } if keep(g) => g.macs(*batch),
                 _ => 0,
             })
             .sum()

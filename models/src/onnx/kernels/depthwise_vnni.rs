@@ -186,14 +186,8 @@ pub(crate) unsafe fn depthwise_vnni_rows<O: DwOut>(
         hi: _mm512_set1_ps((i32::from(conv.hi) - conv.y_zp) as f32),
         zp: _mm512_set1_epi32(conv.y_zp),
     };
-    // Output columns whose windows lie inside the image's columns: `lo..hi`.
-    let lo = w.pl.div_ceil(w.sw.max(1));
-    let span = (w.kw - 1) * w.dw;
-    let hi = if w.in_w + w.pl > span {
-        ((w.in_w - 1 + w.pl - span) / w.sw.max(1) + 1).min(w.out_w)
-    } else {
-        0
-    };
+    // Output columns whose windows lie inside the image's columns.
+    let Range { start: lo, end: hi } = w.inside_columns();
     let zp = pk.zp_row.as_ptr();
     let mut o = 0;
     for r in rows {

@@ -189,6 +189,19 @@ impl Window {
         (ox * self.sw + kx * self.dw) as isize - self.pl as isize
     }
 
+    /// The output columns whose whole window lies inside the image's columns (empty when
+    /// none does): the pixels a kernel runs without checking columns.
+    pub(crate) fn inside_columns(&self) -> Range<usize> {
+        let lo = self.pl.div_ceil(self.sw.max(1));
+        let span = (self.kw - 1) * self.dw;
+        let hi = if self.in_w + self.pl > span {
+            ((self.in_w - 1 + self.pl - span) / self.sw.max(1) + 1).min(self.out_w)
+        } else {
+            0
+        };
+        lo..hi
+    }
+
     /// Taps `ky` of output row `oy` whose input row lies inside the image.
     #[inline]
     fn rows_inside(&self, oy: usize) -> Range<usize> {
@@ -721,14 +734,8 @@ fn depthwise_rows_in<O: ConvOut>(
         }
     }
     let widths = &widths[..nb];
-    // Output columns whose windows lie inside the image's columns: `lo..hi`.
-    let lo = w.pl.div_ceil(w.sw.max(1));
-    let span = (w.kw - 1) * w.dw;
-    let hi = if w.in_w + w.pl > span {
-        ((w.in_w - 1 + w.pl - span) / w.sw.max(1) + 1).min(w.out_w)
-    } else {
-        0
-    };
+    // Output columns whose windows lie inside the image's columns.
+    let Range { start: lo, end: hi } = w.inside_columns();
     let mut o = 0;
     for r in rows {
         let (b, oy) = (r / w.out_h, r % w.out_h);
