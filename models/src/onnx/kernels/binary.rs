@@ -158,14 +158,39 @@ impl Binary {
         let long = |p: &usize| *p == inner || *p >= 64;
         let (b_period, a_period) = (b_period.filter(long), a_period.filter(long));
         if let Some(period) = b_period.or(a_period) {
+            // A short block is repeated into a stack tile of whole blocks first, so the
+            // runs from a block's start are `TILE`-long, not one block (a 32-channel gate
+            // against a 112×112 map: 12,544 calls of 32 elements otherwise).
+            const TILE: usize = 1024;
+            let block = if b_period.is_some() {
+                &b[..period]
+            } else {
+                &a[..period]
+            };
+            let mut tile = [0i8; TILE];
+            let tiled = if period < TILE {
+                let len = TILE / period * period;
+                for chunk in tile[..len].chunks_exact_mut(period) {
+                    chunk.copy_from_slice(block);
+                }
+                len
+            } else {
+                0
+            };
             let (mut i, mut o) = (range.start, 0);
             while i < range.end {
                 let col = i % period;
-                let m = (period - col).min(range.end - i);
-                let (ra, rb) = if b_period.is_some() {
-                    (&a[i..i + m], &b[col..col + m])
+                let (rep, m) = if col == 0 && tiled > 0 {
+                    let m = tiled.min(range.end - i);
+                    (&tile[..m], m)
                 } else {
-                    (&a[col..col + m], &b[i..i + m])
+                    let m = (period - col).min(range.end - i);
+                    (&block[col..col + m], m)
+                };
+                let (ra, rb) = if b_period.is_some() {
+                    (&a[i..i + m], rep)
+                } else {
+                    (rep, &b[i..i + m])
                 };
                 self.contiguous(isa, ra, rb, &mut out[o..o + m]);
                 i += m;

@@ -241,6 +241,13 @@ pub(crate) fn avg_pool(
     if let Some(f) = p.float {
         return avg_pool_float(isa, win, c, p, f, input, out, rows);
     }
+    let whole_image = win.out_h == 1
+        && win.out_w == 1
+        && (win.kh, win.kw) == (win.in_h, win.in_w)
+        && (win.pt, win.pl) == (0, 0);
+    if whole_image {
+        return global_avg_pool(isa, win.in_h * win.in_w, c, p, input, out, rows);
+    }
     const BLOCK: usize = 64;
     let img = win.in_h * win.in_w * c;
     let mut acc = [0i32; BLOCK];
@@ -268,6 +275,46 @@ pub(crate) fn avg_pool(
                 c0 += n;
             }
             o += c;
+        }
+    }
+}
+
+/// Channels [`global_avg_pool`] sums at once, in a stack array.
+const GLOBAL_BLOCK: usize = 256;
+
+multiversion! {
+    /// [`avg_pool`]'s integer formula over whole images of `hw` pixels (one output pixel
+    /// per image; `rows` are images): per block of [`GLOBAL_BLOCK`] channels, `Σ x` over the
+    /// pixels in order, then `Σ (x − x_zp) = Σ x − hw · x_zp`, the same `i32` as tap by tap
+    /// (`hw · 255` fits), the same requantization. Streams each image once per block.
+    fn global_avg_pool(
+        hw: usize,
+        c: usize,
+        p: &AvgParams,
+        input: &[i8],
+        out: &mut [i8],
+        rows: Range<usize>,
+    ) {
+        let scale = p.x_scale / (p.y_scale * hw.max(1) as f32);
+        let mut acc = [0i32; GLOBAL_BLOCK];
+        for (o, b) in rows.enumerate() {
+            let x = &input[b * hw * c..(b + 1) * hw * c];
+            let mut c0 = 0;
+            while c0 < c {
+                let n = (c - c0).min(GLOBAL_BLOCK);
+                let acc = &mut acc[..n];
+                acc.fill(0);
+                for px in x.chunks_exact(c) {
+                    for (a, v) in acc.iter_mut().zip(&px[c0..c0 + n]) {
+                        *a += i32::from(*v);
+                    }
+                }
+                let zp_sum = hw as i32 * p.x_zp;
+                for (d, a) in out[o * c + c0..o * c + c0 + n].iter_mut().zip(acc.iter()) {
+                    *d = requant_f32((*a - zp_sum) as f32 * scale, p.y_zp, p.lo, p.hi);
+                }
+                c0 += n;
+            }
         }
     }
 }

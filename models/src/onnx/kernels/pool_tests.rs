@@ -79,6 +79,10 @@ fn quantized_average_pooling_follows_onnx_runtimes_two_formulas() {
         (6, 6, 70, 2, 2, 0, true),
         (7, 9, 3, 3, 1, 1, false),
         (5, 8, 16, 3, 2, 1, true),
+        // Windows over the whole image (the integer formula's global path), one channel
+        // block and more than one.
+        (5, 5, 70, 5, 1, 0, false),
+        (4, 4, 300, 4, 1, 0, false),
     ] {
         let span = |n: usize| n + 2 * p - k;
         let out = |n: usize| {

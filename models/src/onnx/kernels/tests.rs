@@ -248,7 +248,7 @@ fn broadcast_binaries_follow_their_strides_for_any_split() {
     // longer than the per-row column's stack piece (attention scores by a per-head scale).
     // (output shape, [(the other operand's strides, its length)]).
     type Case = (Vec<usize>, Vec<(Vec<usize>, usize)>);
-    let cases: [Case; 2] = [
+    let cases: [Case; 3] = [
         (
             vec![2, 5, 7, 13],
             vec![
@@ -262,6 +262,9 @@ fn broadcast_binaries_follow_their_strides_for_any_split() {
             vec![1, 2, 3, 600],
             vec![(vec![0, 1, 0, 0], 2), (vec![0, 3, 1, 0], 6)],
         ),
+        // A squeeze-and-excitation gate: 24 channels against a map many 1024-element tiles
+        // long (the repeated block's stack tile, whole and cut).
+        (vec![1, 9, 31, 24], vec![(vec![0, 0, 0, 1], 24)]),
     ];
     for (shape, others) in &cases {
         let dense: Vec<usize> = (0..shape.len())
