@@ -60,6 +60,13 @@ pub(crate) struct MulParams {
 }
 
 impl MulParams {
+    /// True when `|w| < 4,000,000` for every product of two zero-point-relative codes
+    /// (`|prod| <= 255²`): [`qlinear_mul_contiguous`] then skips the clamps that only
+    /// extreme scale ratios need.
+    pub(crate) fn bounded(&self) -> bool {
+        self.ratio.is_finite() && self.ratio.abs() * 65_025.0 + self.zy_stored.abs() < 3_900_000.0
+    }
+
     /// The parameters for scales `sa`, `sb`, `sy`, the output's internal zero point `zy`,
     /// and whether the tensors are stored as `uint8`.
     pub(crate) fn new(sa: f32, sb: f32, sy: f32, zy: i32, stored_u8: bool) -> Self {
@@ -365,6 +372,18 @@ multiversion! {
         out: &mut [i8],
     ) {
         let (za, zb, lo, hi) = z;
+        if m.bounded() {
+            // Every `w` is finite and inside ±4,000,000: the clamp before rounding and the
+            // `i32`-range test of [`qlinear_mul_one`] cannot change it, and the stored
+            // range's clamp is inside the fused one's `[lo, hi]` shifted by `off`.
+            let (lo, hi) = (i32::from(lo), i32::from(hi));
+            for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
+                let prod = (i32::from(*x) - za) * (i32::from(*y) - zb);
+                let w = prod as f32 * m.ratio + m.zy_stored;
+                *d = (round_magic(w).1 - m.off).clamp(lo, hi) as i8;
+            }
+            return;
+        }
         for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
             *d = qlinear_mul_one(m, za, zb, lo, hi, *x, *y);
         }

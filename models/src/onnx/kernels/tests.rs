@@ -221,6 +221,36 @@ fn qlinear_mul_is_onnx_runtimes_formula() {
     assert_eq!(qlinear_mul_one(large, 0, 0, -128, 127, 100, 100), 127);
     // The fused clamp applies after the stored range.
     assert_eq!(qlinear_mul_one(large, 0, 0, 0, 50, 100, 100), 50);
+    // The contiguous loop (its bounded fast path, or not) gives `qlinear_mul_one`'s byte for
+    // every pair of codes, on every width.
+    let a: Vec<i8> = (0..65_536).map(|i| (i >> 8) as u8 as i8).collect();
+    let b: Vec<i8> = (0..65_536).map(|i| i as u8 as i8).collect();
+    for (m, (za, zb, lo, hi)) in [
+        (m, (za, zb, -128, 127)),
+        (m8, (za, zb, -20, 90)),
+        (
+            MulParams::new(0.02, 0.03, 0.001, 7, false),
+            (3, -5, -128, 127),
+        ),
+        (
+            MulParams::new(0.5, 0.25, 0.0001, -9, true),
+            (0, 0, -128, 127),
+        ),
+        (huge, (0, 0, -128, 127)),
+        (large, (1, -1, 0, 50)),
+    ] {
+        let want: Vec<i8> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| qlinear_mul_one(m, za, zb, lo, hi, x, y))
+            .collect();
+        for isa in Isa::available() {
+            let mut got = vec![0i8; want.len()];
+            qlinear_mul_contiguous(isa, m, (za, zb, lo, hi), &a, &b, &mut got);
+            assert_eq!(got, want, "{} {m:?} bounded {}", isa.name(), m.bounded());
+        }
+    }
+    assert!(m.bounded() && !huge.bounded());
 }
 
 /// `op` element by element from its definition: output index `i` of `shape` reads each
