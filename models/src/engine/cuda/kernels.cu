@@ -507,8 +507,11 @@ extern "C" __global__ void pool(const PoolP p) {
     int oy = (int)(t % wn.out_h);
     int b = (int)(t / wn.out_h);
     const i8* x = (const i8*)p.x + (size_t)b * wn.in_h * wn.in_w * p.c + ch;
+    // One walk of the window: the integer sum (and, for ONNX Runtime's QLinearAveragePool
+    // formula, kernels::AvgFloat, the dequantized taps summed in f32 in window order).
     unsigned inside = 0, padded = 0;
     int acc = 0;
+    float sum = 0.0f;
     for (int ky = 0; ky < wn.kh; ky++) {
         int iy = oy * wn.sh + ky * wn.dh - wn.pt;
         bool in_pad_y = iy >= -wn.pt && iy < wn.in_h + wn.pt;
@@ -519,31 +522,21 @@ extern "C" __global__ void pool(const PoolP p) {
                 if (in_pad_y && in_pad_x) padded++;
             } else {
                 inside++;
-                acc += (int)x[((size_t)iy * wn.in_w + ix) * p.c] - p.x_zp;
+                int q = (int)x[((size_t)iy * wn.in_w + ix) * p.c] - p.x_zp;
+                acc += q;
+                sum = __fadd_rn(sum, __fmul_rn(p.x_scale, (float)q));
             }
         }
     }
     if (p.float_sum) {
-        // ONNX Runtime's QLinearAveragePool (kernels::AvgFloat): the taps dequantized and
-        // summed in f32 in window order, divided by the whole kernel's size with
-        // count_include_pad (else by the taps inside), + the stored zero point in f32, rounded
-        // half to even, less the uint8 offset.
-        float sum = 0.0f;
-        for (int ky = 0; ky < wn.kh; ky++) {
-            int iy = oy * wn.sh + ky * wn.dh - wn.pt;
-            if (iy < 0 || iy >= wn.in_h) continue;
-            for (int kx = 0; kx < wn.kw; kx++) {
-                int ix = ox * wn.sw + kx * wn.dw - wn.pl;
-                if (ix < 0 || ix >= wn.in_w) continue;
-                int q = (int)x[((size_t)iy * wn.in_w + ix) * p.c] - p.x_zp;
-                sum = __fadd_rn(sum, __fmul_rn(p.x_scale, (float)q));
-            }
-        }
+        // Divided by the whole kernel's size with count_include_pad (else by the taps
+        // inside), + the stored zero point in f32, rounded half to even, less the uint8
+        // offset.
         float div = p.count_include_pad ? (float)(wn.kh * wn.kw) : (float)(inside < 1 ? 1 : inside);
         float v = __fadd_rn(__fdiv_rn(__fdiv_rn(sum, div), p.y_scale), p.stored_zp);
         v = fminf(fmaxf(v, -1024.0f), 1024.0f);
-        int q = (int)rintf(v) - p.offset;
-        ((i8*)p.y)[i] = (i8)min(max(q, p.lo), p.hi);
+        int r = (int)rintf(v) - p.offset;
+        ((i8*)p.y)[i] = (i8)min(max(r, p.lo), p.hi);
         return;
     }
     unsigned count = p.count_include_pad ? inside + padded : inside;

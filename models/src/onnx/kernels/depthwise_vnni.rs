@@ -37,7 +37,7 @@
 //! Reads outside `input` or the packed weights, or writes outside the requested rows of
 //! `out`. Every `unsafe` block names the bound it relies on.
 
-use super::GeneralConv;
+use super::{ConvOut, GeneralConv};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -139,20 +139,6 @@ impl DepthwiseVnni {
     }
 }
 
-/// What the kernel stores: requantized bytes (`i8`) or the accumulators (`i32`).
-pub(crate) trait DwOut: Copy {
-    /// True for the accumulators.
-    const ACC: bool;
-}
-
-impl DwOut for i8 {
-    const ACC: bool = false;
-}
-
-impl DwOut for i32 {
-    const ACC: bool = true;
-}
-
 /// The requantization's per-call constants (the zero-point-relative clamp and the zero
 /// point).
 struct Requant {
@@ -170,7 +156,7 @@ struct Requant {
 /// `input.len() == batch · in_h · in_w · c`, `rows ⊆ 0..batch · out_h` and
 /// `out.len() >= rows.len() · out_w · c` (the caller checks them).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(crate) unsafe fn depthwise_vnni_rows<O: DwOut>(
+pub(crate) unsafe fn depthwise_vnni_rows<O: ConvOut>(
     conv: &GeneralConv,
     pk: &DepthwiseVnni,
     input: &[i8],
@@ -269,7 +255,7 @@ pub(crate) unsafe fn depthwise_vnni_rows<O: DwOut>(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn pixels<const P: usize, O: DwOut>(
+unsafe fn pixels<const P: usize, O: ConvOut>(
     pk: &DepthwiseVnni,
     x: *const i8,
     zp: *const i8,
@@ -289,8 +275,8 @@ unsafe fn pixels<const P: usize, O: DwOut>(
             let first: __mmask64 = (1u64 << n) - 1;
             let second: __mmask64 = first << 32;
             let mut acc = start(pair);
-            for (g, four) in slots.chunks_exact(4).enumerate() {
-                let wv = group_weights(pair, g);
+            for (wg, four) in pair.weights.chunks_exact(256).zip(slots.chunks_exact(4)) {
+                let wv = group_weights(wg);
                 // SAFETY: lanes `0..n` of channels `cb..cb + n <= c` behind an inside slot
                 // of either pixel, or of the zero-point row; the second pixel's bytes are
                 // read from 32 bytes before its channels, through lanes `32..32 + n` only
@@ -322,8 +308,8 @@ unsafe fn pixels<const P: usize, O: DwOut>(
         }
         let load_mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
         let mut acc = [start(block); P];
-        for (g, four) in slots.chunks_exact(4).enumerate() {
-            let wv = group_weights(block, g);
+        for (wg, four) in block.weights.chunks_exact(256).zip(slots.chunks_exact(4)) {
+            let wv = group_weights(wg);
             for (p, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: lanes `0..n` of channels `cb..cb + n <= c` behind an inside slot
                 // or of the zero-point row; masked lanes are not read.
@@ -356,15 +342,13 @@ fn start(block: &Block) -> [__m512i; 4] {
     std::array::from_fn(|j| unsafe { _mm512_loadu_si512(block.start.as_ptr().add(16 * j).cast()) })
 }
 
-/// Group `g`'s four weight vectors of `block`.
+/// A group's four weight vectors: its 256 bytes (`Block::weights` in `chunks_exact(256)`).
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn group_weights(block: &Block, g: usize) -> [__m512i; 4] {
-    assert!(block.weights.len() >= (g + 1) * 256);
-    // SAFETY: `weights` holds `groups · 256` bytes (checked above for this group).
-    std::array::from_fn(|j| unsafe {
-        _mm512_loadu_si512(block.weights.as_ptr().add(g * 256 + 64 * j).cast())
-    })
+fn group_weights(wg: &[i8]) -> [__m512i; 4] {
+    let wg: &[i8; 256] = wg.try_into().expect("a group's weights are 256 bytes");
+    // SAFETY: 64 bytes at `64·j < 256` of the 256-byte array.
+    std::array::from_fn(|j| unsafe { _mm512_loadu_si512(wg.as_ptr().add(64 * j).cast()) })
 }
 
 /// Four taps `xs` (as `u8`, 64 lanes each) interleaved per lane and multiplied into `acc`
@@ -391,7 +375,7 @@ fn dot_group(acc: &mut [__m512i; 4], xs: [__m512i; 4], wv: &[__m512i; 4]) {
 /// AVX-512 F and BW; `to[m]` has room for `counts[m]` values.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn finish<O: DwOut>(
+unsafe fn finish<O: ConvOut>(
     acc: &[__m512i; 4],
     mult: &[f32; 64],
     q: &Requant,
@@ -447,7 +431,7 @@ unsafe fn finish<O: DwOut>(
 /// AVX-512 F and BW; `at` has room for `k` values.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn store16<O: DwOut>(
+unsafe fn store16<O: ConvOut>(
     v: __m512i,
     mult: &[f32; 64],
     m: usize,

@@ -189,6 +189,15 @@ impl Window {
         (ox * self.sw + kx * self.dw) as isize - self.pl as isize
     }
 
+    /// True when the one output pixel's window is the whole image from its top-left corner
+    /// (a global pool's window; padding below or right of it, if any, is outside the
+    /// image).
+    pub(crate) fn covers_image(&self) -> bool {
+        (self.out_h, self.out_w) == (1, 1)
+            && (self.kh, self.kw) == (self.in_h, self.in_w)
+            && (self.pt, self.pl) == (0, 0)
+    }
+
     /// The output columns whose whole window lies inside the image's columns (empty when
     /// none does): the pixels a kernel runs without checking columns.
     pub(crate) fn inside_columns(&self) -> Range<usize> {
@@ -404,7 +413,7 @@ impl GeneralConv {
     /// Runs the depthwise VNNI kernel when `isa` is AVX-512 and this CPU has VNNI (the
     /// packing exists); false (nothing written) otherwise.
     #[allow(unused_variables)]
-    fn depthwise_vnni<O: ConvOut + DwOutKind>(
+    fn depthwise_vnni<O: ConvOut>(
         &self,
         isa: Isa,
         input: &[i8],
@@ -421,7 +430,7 @@ impl GeneralConv {
             {
                 // SAFETY: `pk` exists only on a CPU with AVX-512 F, BW and VNNI
                 // (`DepthwiseVnni::new` detected them); the sizes are the ones just checked.
-                unsafe { O::run_vnni(self, pk, input, out, rows) };
+                unsafe { depthwise_vnni::depthwise_vnni_rows(self, pk, input, out, rows) };
                 return true;
             }
         }
@@ -526,61 +535,20 @@ impl GeneralConv {
     }
 }
 
-/// Runs the depthwise VNNI kernel for an output type (`i8` bytes or `i32` accumulators);
-/// a no-op trait off x86-64.
-pub(crate) trait DwOutKind: Sized {
-    /// [`depthwise_vnni::depthwise_vnni_rows`] for this output type.
-    ///
-    /// # Safety
-    ///
-    /// That function's.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn run_vnni(
-        conv: &GeneralConv,
-        pk: &depthwise_vnni::DepthwiseVnni,
-        input: &[i8],
-        out: &mut [Self],
-        rows: Range<usize>,
-    );
-}
-
-impl DwOutKind for i8 {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn run_vnni(
-        conv: &GeneralConv,
-        pk: &depthwise_vnni::DepthwiseVnni,
-        input: &[i8],
-        out: &mut [i8],
-        rows: Range<usize>,
-    ) {
-        // SAFETY: the caller's.
-        unsafe { depthwise_vnni::depthwise_vnni_rows(conv, pk, input, out, rows) }
-    }
-}
-
-impl DwOutKind for i32 {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn run_vnni(
-        conv: &GeneralConv,
-        pk: &depthwise_vnni::DepthwiseVnni,
-        input: &[i8],
-        out: &mut [i32],
-        rows: Range<usize>,
-    ) {
-        // SAFETY: the caller's.
-        unsafe { depthwise_vnni::depthwise_vnni_rows(conv, pk, input, out, rows) }
-    }
-}
-
 /// What a general convolution stores per output: the requantized byte (`i8`), or the exact
 /// accumulator `bias + Σ (x − x_zp)·w` (`i32`: a float-output convolution's,
 /// [`GeneralConv::run_acc`]).
 pub(crate) trait ConvOut: Copy + Default {
+    /// True for the accumulators (`i32`), false for requantized bytes.
+    const ACC: bool;
+
     /// The output of accumulator `acc` of channel multiplier `m`.
     fn from_acc(acc: i32, m: f32, conv: &GeneralConv) -> Self;
 }
 
 impl ConvOut for i8 {
+    const ACC: bool = false;
+
     #[inline(always)]
     fn from_acc(acc: i32, m: f32, conv: &GeneralConv) -> i8 {
         requant_f32(acc as f32 * m, conv.y_zp, conv.lo, conv.hi)
@@ -588,6 +556,8 @@ impl ConvOut for i8 {
 }
 
 impl ConvOut for i32 {
+    const ACC: bool = true;
+
     #[inline(always)]
     fn from_acc(acc: i32, _: f32, _: &GeneralConv) -> i32 {
         acc

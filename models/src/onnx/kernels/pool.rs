@@ -241,12 +241,9 @@ pub(crate) fn avg_pool(
     if let Some(f) = p.float {
         return avg_pool_float(isa, win, c, p, f, input, out, rows);
     }
-    let whole_image = win.out_h == 1
-        && win.out_w == 1
-        && (win.kh, win.kw) == (win.in_h, win.in_w)
-        && (win.pt, win.pl) == (0, 0);
-    if whole_image {
-        return global_avg_pool(isa, win.in_h * win.in_w, c, p, input, out, rows);
+    if win.covers_image() {
+        let count = avg_count(win, 0, 0, p.count_include_pad);
+        return global_avg_pool(isa, win.in_h * win.in_w, count, c, p, input, out, rows);
     }
     const BLOCK: usize = 64;
     let img = win.in_h * win.in_w * c;
@@ -284,18 +281,20 @@ const GLOBAL_BLOCK: usize = 256;
 
 multiversion! {
     /// [`avg_pool`]'s integer formula over whole images of `hw` pixels (one output pixel
-    /// per image; `rows` are images): per block of [`GLOBAL_BLOCK`] channels, `Σ x` over the
-    /// pixels in order, then `Σ (x − x_zp) = Σ x − hw · x_zp`, the same `i32` as tap by tap
-    /// (`hw · 255` fits), the same requantization. Streams each image once per block.
+    /// per image, its divisor `count`; `rows` are images): per block of [`GLOBAL_BLOCK`]
+    /// channels, `Σ x` over the pixels in order, then `Σ (x − x_zp) = Σ x − hw · x_zp`, the
+    /// same `i32` as tap by tap (`hw · 255` fits), the same requantization. Streams each
+    /// image once per block.
     fn global_avg_pool(
         hw: usize,
+        count: u32,
         c: usize,
         p: &AvgParams,
         input: &[i8],
         out: &mut [i8],
         rows: Range<usize>,
     ) {
-        let scale = p.x_scale / (p.y_scale * hw.max(1) as f32);
+        let scale = p.x_scale / (p.y_scale * count as f32);
         let mut acc = [0i32; GLOBAL_BLOCK];
         for (o, b) in rows.enumerate() {
             let x = &input[b * hw * c..(b + 1) * hw * c];

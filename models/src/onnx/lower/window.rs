@@ -204,11 +204,8 @@ impl Lowerer<'_> {
         };
         // ONNX Runtime pools in integers only globally: `GlobalAveragePool`, or a window
         // that is the whole image with no padding; any other window in float (`AvgFloat`).
-        let whole_image = win.kh == h
-            && win.kw == w
-            && win.out_h == 1
-            && win.out_w == 1
-            && n.ints("pads")?.is_none_or(|p| p.iter().all(|&v| v == 0));
+        let whole_image =
+            win.covers_image() && n.ints("pads")?.is_none_or(|p| p.iter().all(|&v| v == 0));
         let float = (!global && !whole_image).then(|| {
             let offset = if self.is_u8(&out_name) { 128 } else { 0 };
             AvgFloat {
