@@ -539,7 +539,9 @@ impl GeneralConv {
 /// accumulator `bias + Σ (x − x_zp)·w` (`i32`: a float-output convolution's,
 /// [`GeneralConv::run_acc`]).
 pub(crate) trait ConvOut: Copy + Default {
-    /// True for the accumulators (`i32`), false for requantized bytes.
+    /// True for the accumulators (`i32`), false for requantized bytes (the x86-64 VNNI
+    /// depthwise kernel's store).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const ACC: bool;
 
     /// The output of accumulator `acc` of channel multiplier `m`.
