@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use std::thread::Thread;
 
 use crate::exec::{Executed, Shared, StageJob, NONE};
-use crate::parallel::ParallelTask;
+use crate::parallel::{helper_segment, ParallelTask};
 use crate::queue::BoundedQueue;
 
 /// One worker lane as seen by everybody else.
@@ -60,7 +60,7 @@ impl LaneSet {
                     lost: AtomicBool::new(false),
                     running: AtomicU64::new(NONE),
                     started_ns: AtomicU64::new(0),
-                    task: ParallelTask::default(),
+                    task: ParallelTask::new(lanes),
                 })
                 .collect(),
             live: AtomicUsize::new(lanes),
@@ -131,7 +131,8 @@ pub(crate) fn lane_main(shared: &Shared, lane: usize) {
     let mut idle_since: Option<u64> = None;
     loop {
         if let Some((owner, gen)) = me.helps.pop() {
-            shared.lanes.task(owner as usize).help(gen);
+            let own = helper_segment(owner as usize, lane, shared.lanes.lanes.len());
+            shared.lanes.task(owner as usize).help(gen, own);
             idle_since = None;
             continue;
         }

@@ -6,9 +6,19 @@
 //!   only on `items` and `chunks`, never on the lane count or on timing. A stage whose
 //!   chunks each write only their own items therefore gets the same result on 1 or 8 lanes.
 //! - The calling lane posts one "help" job to every other live lane and then works through
-//!   the chunks itself; helpers that arrive take chunks from the same atomic counter. The
-//!   call returns when every chunk has finished. A helper busy with another stage simply
-//!   arrives late or not at all: the caller never waits for a helper to *start*.
+//!   the chunks itself; helpers that arrive take chunks too. The call returns when every
+//!   chunk has finished. A helper busy with another stage simply arrives late or not at
+//!   all: the caller never waits for a helper to *start*.
+//! - Which thread runs which chunk never changes a result, but it decides where the bytes
+//!   are cached: the chunks are cut into one contiguous *segment* per lane (the caller's
+//!   first, then the other lanes in lane order after it), each lane takes its own segment's
+//!   chunks front to back, and a lane that runs out steals from its neighbours' segments at
+//!   the end nearest its own (the front of the segment after it, the back of the one
+//!   before). So two calls in a row over the same rows (one layer of a network after the
+//!   other) give each lane mostly the rows it wrote the call before, still in its own
+//!   core's cache, instead of rows taken first come first served from one counter
+//!   (ResNet-18 on two lanes: its max pool ran 2.5x slower than on one, reading the
+//!   convolution's rows out of the other core's cache).
 //! - No allocation, no lock: each lane owns one preallocated `ParallelTask` record,
 //!   guarded by a generation/open/active state word, so a helper that dequeues a stale help
 //!   job (for a call that already returned) notices and leaves without touching the closure.
@@ -183,7 +193,11 @@ pub(crate) struct ParallelTask {
     func: AtomicPtr<&'static TaskFn>,
     items: AtomicUsize,
     chunks: AtomicUsize,
-    next: AtomicUsize,
+    /// Segments of the current call (`segments.len()` at most, one per lane).
+    used: AtomicUsize,
+    /// Per segment, the chunks nobody has taken yet: `front | back << 32`, the range
+    /// `front..back` ([`ParallelTask::take`]).
+    segments: Box<[AtomicU64]>,
     done: AtomicUsize,
     /// A chunk of the current call panicked: skip the rest, re-raise on the owner.
     panicked: AtomicBool,
@@ -191,14 +205,24 @@ pub(crate) struct ParallelTask {
     payload: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
-impl Default for ParallelTask {
-    fn default() -> Self {
+/// Which end of a segment a lane takes its next chunk from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    Front,
+    Back,
+}
+
+impl ParallelTask {
+    /// The record of one lane of a set of `lanes` (start-up only: it holds one segment word
+    /// per lane).
+    pub(crate) fn new(lanes: usize) -> Self {
         ParallelTask {
             state: AtomicU64::new(0),
             func: AtomicPtr::new(std::ptr::null_mut()),
             items: AtomicUsize::new(0),
             chunks: AtomicUsize::new(0),
-            next: AtomicUsize::new(0),
+            used: AtomicUsize::new(0),
+            segments: (0..lanes.max(1)).map(|_| AtomicU64::new(0)).collect(),
             done: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             payload: Mutex::new(None),
@@ -207,17 +231,71 @@ impl Default for ParallelTask {
 }
 
 impl ParallelTask {
-    /// Takes and runs chunks until none is left. Caller must be inside the task
-    /// (owner, or a helper counted in `active`).
-    fn work(&self) {
+    /// Opens the segments of a call of `chunks` chunks over `lanes` lanes: segment `j` holds
+    /// `chunk_range(chunks, used, j)`, `used = min(lanes, chunks, segments.len())`. Owner
+    /// only, before the state word opens the call.
+    fn open_segments(&self, chunks: usize, lanes: usize) {
+        let used = lanes.min(chunks).clamp(1, self.segments.len());
+        for (j, seg) in self.segments.iter().take(used).enumerate() {
+            let r = chunk_range(chunks, used, j);
+            seg.store(r.start as u64 | (r.end as u64) << 32, Ordering::Relaxed);
+        }
+        self.used.store(used, Ordering::Relaxed);
+    }
+
+    /// Takes one chunk from `end` of segment `seg`, if any is left there.
+    fn take(&self, seg: usize, end: End) -> Option<usize> {
+        let word = &self.segments[seg];
+        let mut s = word.load(Ordering::Acquire);
+        loop {
+            let (front, back) = (s & 0xFFFF_FFFF, s >> 32);
+            if front >= back {
+                return None;
+            }
+            let (next, took) = match end {
+                End::Front => (s + 1, front),
+                End::Back => (s - (1 << 32), back - 1),
+            };
+            match word.compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(took as usize),
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// The next chunk for the lane whose own segment is `own` (`used` or more: none): its
+    /// own segment front to back, then the neighbours' at the end nearest it, nearest
+    /// neighbours first; `None` when every segment is empty.
+    fn next_chunk(&self, own: usize) -> Option<usize> {
+        let used = self.used.load(Ordering::Acquire);
+        if own < used {
+            if let Some(i) = self.take(own, End::Front) {
+                return Some(i);
+            }
+        }
+        let own = own.min(used);
+        for d in 1..=used {
+            if own + d < used {
+                if let Some(i) = self.take(own + d, End::Front) {
+                    return Some(i);
+                }
+            }
+            if d <= own {
+                if let Some(i) = self.take(own - d, End::Back) {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes and runs chunks until none is left, starting with segment `own`. Caller must
+    /// be inside the task (owner, or a helper counted in `active`).
+    fn work(&self, own: usize) {
         let items = self.items.load(Ordering::Acquire);
         let chunks = self.chunks.load(Ordering::Acquire);
         let fp = self.func.load(Ordering::Acquire);
-        loop {
-            let i = self.next.fetch_add(1, Ordering::AcqRel);
-            if i >= chunks {
-                return;
-            }
+        while let Some(i) = self.next_chunk(own) {
             // SAFETY: `fp` points at the owner's `&TaskFn`, which lives on the owner's stack
             // until the owner has seen `done == chunks` and closed the task with no helper
             // inside; we took chunk `i < chunks`, so the owner is still waiting for us.
@@ -241,8 +319,9 @@ impl ParallelTask {
         }
     }
 
-    /// Helper side: joins generation `gen` if it is still open, works, leaves.
-    pub(crate) fn help(&self, gen: u32) {
+    /// Helper side: joins generation `gen` if it is still open, works (segment `own` first:
+    /// the helper lane's place after the owner, [`helper_segment`]), leaves.
+    pub(crate) fn help(&self, gen: u32, own: usize) {
         let mut s = self.state.load(Ordering::Acquire);
         loop {
             if (s >> 32) as u32 != gen || s & OPEN == 0 {
@@ -256,9 +335,15 @@ impl ParallelTask {
                 Err(now) => s = now,
             }
         }
-        self.work();
+        self.work(own);
         self.state.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// The segment helper lane `helper` starts with in a call owned by lane `owner` of `lanes`:
+/// its place counting from the owner (the owner's is 0).
+pub(crate) fn helper_segment(owner: usize, helper: usize, lanes: usize) -> usize {
+    (helper + lanes - owner) % lanes.max(1)
 }
 
 /// What a stage's `StageIo` holds to reach the other lanes.
@@ -285,9 +370,12 @@ impl ParallelHandle<'_> {
         let task = self.lanes.task(self.lane);
         // Only the owning lane opens its task, and the previous call closed it with no
         // helper inside, so these plain stores race with nobody who reads them.
+        // Segment words count chunks in 32 bits; more chunks than that are fewer, longer
+        // ones (still each item exactly once).
+        let chunks = chunks.min(u32::MAX as usize);
         task.items.store(items, Ordering::Relaxed);
         task.chunks.store(chunks, Ordering::Relaxed);
-        task.next.store(0, Ordering::Relaxed);
+        task.open_segments(chunks, self.lanes.lanes.len());
         task.done.store(0, Ordering::Relaxed);
         task.panicked.store(false, Ordering::Relaxed);
         // SAFETY: we erase the lifetime of `f` to store it in the shared record. Helpers
@@ -303,7 +391,7 @@ impl ParallelHandle<'_> {
         task.state
             .store(((gen as u64) << 32) | OPEN, Ordering::Release);
         self.lanes.post_help(self.lane, gen);
-        task.work();
+        task.work(0);
         while task.done.load(Ordering::Acquire) < chunks {
             std::hint::spin_loop();
         }
@@ -444,7 +532,9 @@ mod tests {
         while !stop.load(Ordering::Acquire) {
             match lanes.lanes[1].helps.pop() {
                 Some((owner, gen)) => {
-                    lanes.task(owner as usize).help(gen);
+                    lanes
+                        .task(owner as usize)
+                        .help(gen, helper_segment(owner as usize, 1, 2));
                     served.fetch_add(1, Ordering::AcqRel);
                 }
                 None => std::hint::spin_loop(),
@@ -549,6 +639,79 @@ mod tests {
             stop.store(true, Ordering::Release);
         });
         assert!(served.load(Ordering::SeqCst) >= 2);
+    }
+
+    /// The order lanes take chunks in: each its own segment front to back, then the
+    /// neighbours' at the end nearest its own; every chunk exactly once.
+    #[test]
+    fn each_lane_takes_its_own_segment_first_then_the_nearest_neighbours_end() {
+        let task = ParallelTask::new(3);
+        // 10 chunks over 3 lanes: segments 0..4, 4..7, 7..10.
+        task.open_segments(10, 3);
+        let take = |own| task.next_chunk(own);
+        assert_eq!((take(0), take(1), take(2)), (Some(0), Some(4), Some(7)));
+        assert_eq!((take(0), take(0), take(0)), (Some(1), Some(2), Some(3)));
+        // Lane 0 ran out: the front of segment 1 (next to its own rows), then segment 2's.
+        assert_eq!((take(0), take(0)), (Some(5), Some(6)));
+        assert_eq!(take(0), Some(8));
+        // Lane 2 keeps its own; nothing left afterwards for anyone.
+        assert_eq!(take(2), Some(9));
+        assert_eq!((take(0), take(1), take(2)), (None, None, None));
+
+        // A lane that runs out steals the back of the segment before its own.
+        task.open_segments(8, 2);
+        let mut got = Vec::new();
+        while let Some(i) = take(1) {
+            got.push(i);
+        }
+        assert_eq!(got, [4, 5, 6, 7, 3, 2, 1, 0]);
+        // A lane without a segment of its own (more lanes than chunks) steals from the
+        // back, last segment first.
+        task.open_segments(2, 3);
+        assert_eq!(task.used.load(Ordering::Relaxed), 2);
+        assert_eq!((take(2), take(2), take(2)), (Some(1), Some(0), None));
+    }
+
+    /// Real threads on a real lane set: every chunk of every call runs exactly once, for
+    /// chunk counts below, at and above the lane count.
+    #[test]
+    fn segmented_calls_run_every_chunk_exactly_once_on_three_lanes() {
+        let lanes = LaneSet::new(3, 8);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for helper in 1..3 {
+                let (lanes, stop) = (&lanes, &stop);
+                s.spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        match lanes.lanes[helper].helps.pop() {
+                            Some((owner, gen)) => lanes
+                                .task(owner as usize)
+                                .help(gen, helper_segment(owner as usize, helper, 3)),
+                            None => std::hint::spin_loop(),
+                        }
+                    }
+                });
+            }
+            let owner = ParallelHandle {
+                lanes: &lanes,
+                lane: 0,
+            };
+            for (items, chunks) in [(100, 2), (100, 3), (37, 7), (1000, 16), (5, 9), (64, 64)] {
+                for _ in 0..50 {
+                    let hits: Vec<AtomicUsize> = (0..items).map(|_| AtomicUsize::new(0)).collect();
+                    owner.run(items, chunks, &|r| {
+                        for i in r {
+                            hits[i].fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                    assert!(
+                        hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                        "{items} items in {chunks} chunks"
+                    );
+                }
+            }
+            stop.store(true, Ordering::Release);
+        });
     }
 
     #[test]
