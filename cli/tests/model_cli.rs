@@ -328,9 +328,14 @@ fn bench_against_onnxruntime_compares_outputs() {
 fn profile_lists_the_native_engines_steps() {
     let m = fixture("tiny_qdq_s8.onnx");
     // Each step alone, then (`--in-sequence`) every step in order, run after run.
+    // `--threads 2`: in sequence, each step spread over two lanes of a redline runtime.
     for (extra, how) in [
-        (None, "each timed alone"),
-        (Some("--in-sequence"), "timed in sequence"),
+        (vec![], "each timed alone"),
+        (vec!["--in-sequence"], "timed in sequence"),
+        (
+            vec!["--threads", "2"],
+            "2 threads (redline runtime, parallel_for), 5 steps, timed in sequence",
+        ),
     ] {
         let mut args = vec![
             "model",

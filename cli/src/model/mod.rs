@@ -100,6 +100,10 @@ pub struct ProfileArgs {
     /// them), instead of each step repeated alone (the CUDA profile always runs in order).
     #[arg(long)]
     pub in_sequence: bool,
+    /// Native engine: lanes each step is spread over, as `redline model bench --threads N`
+    /// runs it (a redline runtime, `parallel_for`); more than 1 implies `--in-sequence`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: u32,
     /// Seed of the random input.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -605,7 +609,13 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
     // Seconds per step: each step `reps` times in a row, or every step in program order,
     // `reps` whole runs.
     let mut secs = vec![0f64; step_macs.len()];
-    if a.in_sequence {
+    let in_sequence = a.in_sequence || a.threads > 1;
+    let macs = e.macs();
+    let kernels = e.kernel_name();
+    if a.threads > 1 {
+        let inputs = Arc::new(inputs);
+        secs = runners::profile_steps_on_lanes(e, inputs, a.threads as usize, 3, a.reps)?;
+    } else if in_sequence {
         for _ in 0..a.reps {
             for (k, s) in secs.iter_mut().enumerate() {
                 let t = Instant::now();
@@ -629,11 +639,16 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
     let total: f64 = steps.iter().map(|s| s.3).sum();
     let conv: f64 = steps.iter().filter(|s| s.2 > 0).map(|s| s.3).sum();
     println!(
-        "profile: {} on the native engine ({} kernels), one thread, {} steps, {}, mean of {} runs",
+        "profile: {} on the native engine ({} kernels), {}, {} steps, {}, mean of {} runs",
         a.model.display(),
-        e.kernel_name(),
+        kernels,
+        if a.threads > 1 {
+            format!("{} threads (redline runtime, parallel_for)", a.threads)
+        } else {
+            "one thread".to_string()
+        },
         steps.len(),
-        if a.in_sequence {
+        if in_sequence {
             "timed in sequence (whole runs, as the caches meet them)"
         } else {
             "each timed alone"
@@ -642,7 +657,7 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
     );
     println!(
         "total {total:.3} ms: steps with multiply-accumulates {conv:.3} ms ({:.1} GMAC/s), the rest {:.3} ms",
-        e.macs() as f64 / 1e6 / conv.max(1e-9),
+        macs as f64 / 1e6 / conv.max(1e-9),
         total - conv
     );
     steps.sort_by(|x, y| y.3.total_cmp(&x.3));

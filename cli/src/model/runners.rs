@@ -385,3 +385,108 @@ pub(super) fn make_runner(
         }),
     })
 }
+
+/// The one stage of [`profile_steps_on_lanes`]'s runtime: each frame runs every step of
+/// the native engine in program order over the stage's lanes, timing each step, and adds
+/// the times (seconds) of the frames after the warm-up into `secs`.
+struct StepTimer {
+    engine: redline_models::onnx::NativeEngine,
+    inputs: Arc<Vec<Vec<u8>>>,
+    warmup: u64,
+    frames: u64,
+    own: Vec<f64>,
+    secs: Arc<Mutex<Vec<f64>>>,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for StepTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepTimer").finish_non_exhaustive()
+    }
+}
+
+impl Stage for StepTimer {
+    fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
+        let ins: Vec<&[u8]> = self.inputs.iter().map(Vec::as_slice).collect();
+        let counted = self.frames >= self.warmup;
+        self.frames += 1;
+        for (k, s) in self.own.iter_mut().enumerate() {
+            let t = Instant::now();
+            if let Err(e) = self.engine.run_step(k, &ins, &*io) {
+                if let Ok(mut slot) = self.error.lock() {
+                    slot.get_or_insert_with(|| e.to_string());
+                }
+                return Err(StageError::new("model step failed"));
+            }
+            if counted {
+                *s += t.elapsed().as_secs_f64();
+            }
+        }
+        if let Ok(mut total) = self.secs.lock() {
+            total.copy_from_slice(&self.own);
+        }
+        Ok(())
+    }
+}
+
+/// Seconds each step of `engine` took, summed over `reps` whole runs in program order (after
+/// `warmup` runs), every step spread over a redline runtime's `lanes` lanes exactly as
+/// `redline model bench --threads N` runs it (`parallel_for` inside one stage).
+pub(super) fn profile_steps_on_lanes(
+    engine: redline_models::onnx::NativeEngine,
+    inputs: Arc<Vec<Vec<u8>>>,
+    lanes: usize,
+    warmup: u64,
+    reps: u64,
+) -> Result<Vec<f64>> {
+    let steps = engine.step_macs().len();
+    let secs = Arc::new(Mutex::new(vec![0f64; steps]));
+    let error = Arc::new(Mutex::new(None));
+    let mut g = GraphBuilder::new();
+    let _ = g
+        .stage(
+            "profile",
+            StepTimer {
+                engine,
+                inputs,
+                warmup,
+                frames: 0,
+                own: vec![0f64; steps],
+                secs: secs.clone(),
+                error: error.clone(),
+            },
+        )
+        .writes::<u8>("done", 1);
+    g.publish("done");
+    let plan = g
+        .build(&PlanConfig {
+            lanes,
+            frame_slots: 1,
+        })
+        .map_err(|e| anyhow!("profile graph: {e}"))?;
+    let cfg = RuntimeConfig {
+        release: ReleaseMode::AsFastAsPossible,
+        period_ns: 600_000_000_000,
+        ..RuntimeConfig::default()
+    };
+    let mut rt = Runtime::new(plan, cfg).map_err(|e| anyhow!("runtime: {e}"))?;
+    let mut bad = 0u64;
+    rt.run(warmup + reps, &mut |p: &Published<'_>| {
+        if !matches!(p.status, FrameStatus::Complete) {
+            bad += 1;
+        }
+    });
+    if bad > 0 {
+        let why = error
+            .lock()
+            .ok()
+            .and_then(|s| s.clone())
+            .unwrap_or_else(|| "a frame did not complete".into());
+        bail!("{bad} profiled runs failed: {why}");
+    }
+    let secs = secs
+        .lock()
+        .map_err(|_| anyhow!("profile times poisoned"))?
+        .clone();
+    Ok(secs)
+}
