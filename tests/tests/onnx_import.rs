@@ -510,6 +510,7 @@ fn outputs_do_not_depend_on_lanes_and_run_does_not_allocate() {
             "conv_dil2_s2",
             "resize_bilinear_x2",
             "gap",
+            "gap_shared",
             "softmax_width",
             "layernorm_nhwc",
             "dfl_softmax",

@@ -1209,6 +1209,13 @@ def _(g):
     # pool (integer sums, one requantization), not in its float pooling formula.
     g.output(g.avgpool(stem(g, X), (13, 11), 1))
 
+
+@case("gap_shared")
+def _(g):
+    # A global pool large enough (48x40x40 = 76,800 values) that the native engine shares
+    # its rows among the lanes and adds the chunks' integer sums up.
+    g.output(g.gap(g.conv(g.input((1, 3, 48, 40)), 40, 3)))
+
 FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
                       "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
                       "deconv_k4s2p1", "trt_residual")

@@ -22,6 +22,7 @@ mod chunks;
 mod fusion;
 mod step;
 pub(crate) use arena::{plan, Buffer, ALIGN};
+pub(crate) use chunks::global_pool_chunks;
 use chunks::{
     conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_in, window_rows,
     SendPtr,
@@ -29,7 +30,7 @@ use chunks::{
 pub(crate) use fusion::{fuse_input_quantize, fuse_residual_adds, fuse_tables, fuse_transposes};
 pub(crate) use step::{
     ConvImpl, DeconvGeom, FloatBinaryOp, FloatPool, FloatUnaryOp, NormOp, Operand, OutKind,
-    PhaseDir, ReduceOp, Residual, Step,
+    PhaseDir, PoolSplit, ReduceOp, Residual, Step,
 };
 
 /// The compiled model.
@@ -132,6 +133,10 @@ impl Program {
                     Step::Phases { .. } => ("dilation phases", 0),
                     Step::Unfold { .. } => ("unfold taps", 0),
                     Step::MaxPool { .. } => ("maxpool", 0),
+                    Step::AvgPool {
+                        split: Some(split), ..
+                    } => return (format!("global avgpool in {} row chunks", split.chunks), 0),
+                    Step::AvgPool { win, .. } if win.covers_image() => ("global avgpool", 0),
                     Step::AvgPool { .. } => ("avgpool", 0),
                     Step::Lut { .. } => ("table", 0),
                     Step::Binary { .. } => ("binary", 0),
@@ -734,10 +739,70 @@ impl Program {
                 Step::AvgPool {
                     win,
                     c,
+                    p,
+                    src,
+                    dst,
+                    split: Some(split),
+                    ..
+                } => {
+                    // Each chunk sums its image rows into its own `c` partial sums; then
+                    // this lane adds them up and requantizes ([`PoolSplit`]).
+                    let x = view(*src);
+                    let row = win.in_w * c;
+                    let sums = &bufs[split.partials];
+                    let failed = std::sync::atomic::AtomicBool::new(false);
+                    split_rows_in(
+                        lanes,
+                        base,
+                        sums,
+                        split.chunks,
+                        c * 4,
+                        split.chunks,
+                        &|r, out| {
+                            let Ok(out) = bytemuck::try_cast_slice_mut::<i8, i32>(out) else {
+                                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                                return;
+                            };
+                            for (i, part) in r.zip(out.chunks_exact_mut(*c)) {
+                                let rows = redline_runtime::parallel::chunk_range(
+                                    win.in_h,
+                                    split.chunks,
+                                    i,
+                                );
+                                kernels::global_pool_sums(
+                                    isa,
+                                    *c,
+                                    &x[rows.start * row..rows.end * row],
+                                    part,
+                                );
+                            }
+                        },
+                    );
+                    let partials = &view(split.partials)[..split.chunks * c * 4];
+                    let (false, Ok(partials)) = (
+                        failed.into_inner(),
+                        bytemuck::try_cast_slice::<i8, i32>(partials),
+                    ) else {
+                        // Never: planned buffers start at 64-byte aligned offsets.
+                        return Err(EngineError::Run(
+                            "a pool's partial sums are not 4-byte aligned",
+                        ));
+                    };
+                    let d = &bufs[*dst];
+                    // SAFETY: `dst` is a planned buffer of `d.bytes >= c` bytes (one image)
+                    // inside the arena, written only by this step and disjoint from
+                    // `partials` and `src`, which the planner keeps apart (all live here).
+                    let out: &mut [i8] = unsafe { base.elems_mut(d.offset, 0, *c) };
+                    kernels::global_pool_finish(win, *c, p, partials, out);
+                }
+                Step::AvgPool {
+                    win,
+                    c,
                     batch,
                     p,
                     src,
                     dst,
+                    split: None,
                 } => {
                     let x = view(*src);
                     let (rows, row_len, cost) = window_rows(win, *c, *batch);

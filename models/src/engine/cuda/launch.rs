@@ -574,6 +574,7 @@ impl LaunchPlan {
                     p: ap,
                     src,
                     dst,
+                    split: _,
                 } => {
                     let n = batch * win.out_h * win.out_w * ch;
                     i32_of(n, si, "avgpool")?;

@@ -93,7 +93,10 @@ pub(crate) fn packed_matmul_bytes(k: usize, n: usize) -> usize {
         0
     }
 }
-pub(crate) use pool::{avg_pool, avg_pool_f32, max_pool, max_pool_f32, AvgFloat, AvgParams};
+pub(crate) use pool::{
+    avg_pool, avg_pool_f32, global_pool_finish, global_pool_sums, max_pool, max_pool_f32, AvgFloat,
+    AvgParams,
+};
 
 /// `1.5 · 2^23`: adding it to `|v| <= 2^22` rounds `v` half to even to an integer `n` (exact
 /// under IEEE-754 round-to-nearest-even, which Rust never changes), and the sum's bit

@@ -294,7 +294,6 @@ multiversion! {
         out: &mut [i8],
         rows: Range<usize>,
     ) {
-        let scale = p.x_scale / (p.y_scale * count as f32);
         let mut acc = [0i32; GLOBAL_BLOCK];
         for (o, b) in rows.enumerate() {
             let x = &input[b * hw * c..(b + 1) * hw * c];
@@ -308,13 +307,63 @@ multiversion! {
                         *a += i32::from(*v);
                     }
                 }
-                let zp_sum = hw as i32 * p.x_zp;
                 for (d, a) in out[o * c + c0..o * c + c0 + n].iter_mut().zip(acc.iter()) {
-                    *d = requant_f32((*a - zp_sum) as f32 * scale, p.y_zp, p.lo, p.hi);
+                    *d = global_mean(p, hw, count, *a);
                 }
                 c0 += n;
             }
         }
+    }
+}
+
+/// One channel of [`global_avg_pool`]'s result from its plain sum `Σ x` over `hw` pixels:
+/// `Σ (x − x_zp) = Σ x − hw · x_zp`, times `x_scale / (y_scale · count)`, requantized.
+#[inline(always)]
+fn global_mean(p: &AvgParams, hw: usize, count: u32, sum: i32) -> i8 {
+    let scale = p.x_scale / (p.y_scale * count as f32);
+    requant_f32(
+        (sum - hw as i32 * p.x_zp) as f32 * scale,
+        p.y_zp,
+        p.lo,
+        p.hi,
+    )
+}
+
+multiversion! {
+    /// Per-channel plain sums `Σ x` of the whole pixels in `x` (`c` channels each) into
+    /// `sums` (`c` of them): one chunk of a shared global pool ([`global_pool_finish`] adds
+    /// the chunks up). Pixels in order, `i32` (a whole image's sum fits, as in
+    /// [`global_avg_pool`]).
+    pub(crate) fn global_pool_sums(c: usize, x: &[i8], sums: &mut [i32]) {
+        let sums = &mut sums[..c];
+        sums.fill(0);
+        for px in x.chunks_exact(c) {
+            for (a, v) in sums.iter_mut().zip(px) {
+                *a += i32::from(*v);
+            }
+        }
+    }
+}
+
+/// A shared global pool's result (one image over `win`, `c` channels) from its chunks'
+/// sums ([`global_pool_sums`], `c` per chunk, in chunk order): the same `i32` sums as one
+/// pass over the image, so the same bytes as [`avg_pool`].
+pub(crate) fn global_pool_finish(
+    win: &Window,
+    c: usize,
+    p: &AvgParams,
+    partials: &[i32],
+    out: &mut [i8],
+) {
+    let hw = win.in_h * win.in_w;
+    let count = avg_count(win, 0, 0, p.count_include_pad);
+    for (ch, d) in out.iter_mut().enumerate().take(c) {
+        let sum = partials
+            .iter()
+            .skip(ch)
+            .step_by(c.max(1))
+            .fold(0i32, |s, v| s.wrapping_add(*v));
+        *d = global_mean(p, hw, count, sum);
     }
 }
 

@@ -1,5 +1,6 @@
 //! The pooling kernels (max, average in both quantized formulas and in float, global
-//! average in float) against their definitions, on every vector width and row split.
+//! average in float, the shared global pool's chunk sums) against their definitions, on
+//! every vector width and row split.
 
 use super::tests::{bytes, requant_float_formula, test_window};
 use super::*;
@@ -170,6 +171,34 @@ fn quantized_average_pooling_follows_onnx_runtimes_two_formulas() {
                     "{} {h}x{w}x{c} k{k} s{s} p{p} ceil {ceil} include_pad {include_pad} {float:?}",
                     isa.name()
                 );
+                // A whole-image pool shared among lanes: each chunk of rows sums its own
+                // pixels, the finish adds the chunks up; every chunk count, each image.
+                if win.covers_image() && float.is_none() {
+                    let img = h * w * c;
+                    for chunks in 1..=h {
+                        let mut partials = vec![i32::MIN; chunks * c];
+                        for b in 0..2 {
+                            let image = &x[b * img..(b + 1) * img];
+                            for (i, part) in partials.chunks_exact_mut(c).enumerate() {
+                                let r = redline_runtime::parallel::chunk_range(h, chunks, i);
+                                global_pool_sums(
+                                    isa,
+                                    c,
+                                    &image[r.start * w * c..r.end * w * c],
+                                    part,
+                                );
+                            }
+                            let mut shared = vec![0i8; c];
+                            global_pool_finish(&win, c, &p_avg, &partials, &mut shared);
+                            assert_eq!(
+                                shared,
+                                want[b * c..(b + 1) * c],
+                                "{} {h}x{w}x{c} in {chunks} chunks, image {b}",
+                                isa.name()
+                            );
+                        }
+                    }
+                }
             }
         }
     }

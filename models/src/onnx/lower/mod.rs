@@ -30,7 +30,10 @@ use super::kernels::{
     add_fixed, row_major_strides, strided_offset, AddParams, AvgFloat, AvgParams, Binary,
     BinaryKind, GeneralConv, Interp, MulParams, Tap, Window,
 };
-use super::program::{Buffer, ConvImpl, DeconvGeom, FloatPool, OutKind, PhaseDir, Program, Step};
+use super::program::{
+    global_pool_chunks, Buffer, ConvImpl, DeconvGeom, FloatPool, OutKind, PhaseDir, PoolSplit,
+    Program, Step,
+};
 use crate::conv::{Conv2d, ConvShape, KernelPath};
 use crate::engine::{ElemType, EngineError, TensorSpec};
 use crate::quant::QParams;

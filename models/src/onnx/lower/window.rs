@@ -225,6 +225,13 @@ impl Lowerer<'_> {
         };
         self.touch(t.buf);
         let dst = self.new_buf(b * c * win.out_h * win.out_w);
+        // One image pooled whole in integers: its rows shared among the lanes.
+        let chunks = global_pool_chunks(h, w, c);
+        let split =
+            (b == 1 && win.covers_image() && p.float.is_none() && chunks > 1).then(|| PoolSplit {
+                chunks,
+                partials: self.new_buf(chunks * c * 4),
+            });
         self.steps.push(Step::AvgPool {
             win,
             c,
@@ -232,6 +239,7 @@ impl Lowerer<'_> {
             p,
             src: t.buf,
             dst,
+            split,
         });
         self.set(
             &out_name,

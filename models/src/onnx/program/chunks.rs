@@ -42,6 +42,13 @@ fn chunks_for(items: usize, per_item: usize) -> usize {
     (work / 32_768).clamp(1, 16).min(items.max(1))
 }
 
+/// Chunks of a quantized global average pool over one `h × w × c` image ([`PoolSplit`](
+/// super::PoolSplit)): [`chunks_for`] its rows (1: not split). Fixed at load, since the
+/// partial sums' scratch is planned for it.
+pub(crate) fn global_pool_chunks(h: usize, w: usize, c: usize) -> usize {
+    chunks_for(h, w.saturating_mul(c))
+}
+
 /// A raw pointer that may cross to the lanes (each chunk writes its own disjoint range).
 #[derive(Clone, Copy)]
 pub(super) struct SendPtr(pub(super) *mut u8);

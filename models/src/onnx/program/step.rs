@@ -16,6 +16,17 @@ pub(crate) enum ConvImpl {
     General(Box<GeneralConv>),
 }
 
+/// How a global average pool of one image is shared among the lanes: image rows
+/// `chunk_range(h, chunks, i)` are summed per channel by chunk `i` into `i32`s
+/// `i · c .. (i + 1) · c` of the arena buffer `partials` (planned for this step alone), and the
+/// calling lane adds the chunks' sums up, in chunk order, and requantizes. Integer sums, so
+/// the same `i32` as one pass over the image and the same bytes, whatever the lanes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolSplit {
+    pub chunks: usize,
+    pub partials: usize,
+}
+
 /// One step of the program. `src`/`dst` are buffer indices.
 #[derive(Clone, Debug)]
 pub(crate) enum Step {
@@ -250,6 +261,9 @@ pub(crate) enum Step {
         p: AvgParams,
         src: usize,
         dst: usize,
+        /// A global pool of one image large enough to share: its rows cut into chunks whose
+        /// `i32` channel sums land in a scratch buffer, then added up ([`PoolSplit`]).
+        split: Option<PoolSplit>,
     },
     Lut {
         table: Box<[i8; 256]>,
