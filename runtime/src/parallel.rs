@@ -197,13 +197,19 @@ pub(crate) struct ParallelTask {
     used: AtomicUsize,
     /// Per segment, the chunks nobody has taken yet: `front | back << 32`, the range
     /// `front..back` ([`ParallelTask::take`]).
-    segments: Box<[AtomicU64]>,
+    segments: Box<[SegmentWord]>,
     done: AtomicUsize,
     /// A chunk of the current call panicked: skip the rest, re-raise on the owner.
     panicked: AtomicBool,
     /// The first panic payload of the current call (panic path only).
     payload: Mutex<Option<Box<dyn Any + Send>>>,
 }
+
+/// One segment's word on a cache line of its own: each lane claims from its own segment's
+/// word, and two words on one line would bounce it between the cores on every claim.
+#[derive(Debug)]
+#[repr(align(64))]
+struct SegmentWord(AtomicU64);
 
 /// Which end of a segment a lane takes its next chunk from.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -222,7 +228,9 @@ impl ParallelTask {
             items: AtomicUsize::new(0),
             chunks: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
-            segments: (0..lanes.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            segments: (0..lanes.max(1))
+                .map(|_| SegmentWord(AtomicU64::new(0)))
+                .collect(),
             done: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             payload: Mutex::new(None),
@@ -238,14 +246,15 @@ impl ParallelTask {
         let used = lanes.min(chunks).clamp(1, self.segments.len());
         for (j, seg) in self.segments.iter().take(used).enumerate() {
             let r = chunk_range(chunks, used, j);
-            seg.store(r.start as u64 | (r.end as u64) << 32, Ordering::Relaxed);
+            seg.0
+                .store(r.start as u64 | (r.end as u64) << 32, Ordering::Relaxed);
         }
         self.used.store(used, Ordering::Relaxed);
     }
 
     /// Takes one chunk from `end` of segment `seg`, if any is left there.
     fn take(&self, seg: usize, end: End) -> Option<usize> {
-        let word = &self.segments[seg];
+        let word = &self.segments[seg].0;
         let mut s = word.load(Ordering::Acquire);
         loop {
             let (front, back) = (s & 0xFFFF_FFFF, s >> 32);
