@@ -180,6 +180,24 @@ struct RuntimeRunner {
     error: Arc<Mutex<Option<String>>>,
 }
 
+/// A redline runtime of `lanes` lanes for the one-stage graph `g` (`what` names it in an
+/// error): frames released as fast as possible, one at a time, never a deadline fallback (a
+/// minute per frame, each frame being one run of a model).
+fn one_stage_runtime(g: GraphBuilder, lanes: usize, what: &str) -> Result<Runtime> {
+    let plan = g
+        .build(&PlanConfig {
+            lanes,
+            frame_slots: 1,
+        })
+        .map_err(|e| anyhow!("{what} graph: {e}"))?;
+    let cfg = RuntimeConfig {
+        release: ReleaseMode::AsFastAsPossible,
+        period_ns: 60_000_000_000,
+        ..RuntimeConfig::default()
+    };
+    Runtime::new(plan, cfg).map_err(|e| anyhow!("runtime: {e}"))
+}
+
 impl RuntimeRunner {
     fn new(engine: Box<dyn Engine>, inputs: Arc<Vec<Vec<u8>>>, lanes: usize) -> Result<Self> {
         let macs = engine.macs();
@@ -205,19 +223,7 @@ impl RuntimeRunner {
             g.publish(name);
         }
         g.publish("engine_ns");
-        let plan = g
-            .build(&PlanConfig {
-                lanes,
-                frame_slots: 1,
-            })
-            .map_err(|e| anyhow!("bench graph: {e}"))?;
-        let cfg = RuntimeConfig {
-            release: ReleaseMode::AsFastAsPossible,
-            // One frame at a time, never a deadline fallback (a minute per run).
-            period_ns: 60_000_000_000,
-            ..RuntimeConfig::default()
-        };
-        let rt = Runtime::new(plan, cfg).map_err(|e| anyhow!("runtime: {e}"))?;
+        let rt = one_stage_runtime(g, lanes, "bench")?;
         Ok(RuntimeRunner {
             rt,
             lanes,
@@ -458,18 +464,7 @@ pub(super) fn profile_steps_on_lanes(
         )
         .writes::<u8>("done", 1);
     g.publish("done");
-    let plan = g
-        .build(&PlanConfig {
-            lanes,
-            frame_slots: 1,
-        })
-        .map_err(|e| anyhow!("profile graph: {e}"))?;
-    let cfg = RuntimeConfig {
-        release: ReleaseMode::AsFastAsPossible,
-        period_ns: 600_000_000_000,
-        ..RuntimeConfig::default()
-    };
-    let mut rt = Runtime::new(plan, cfg).map_err(|e| anyhow!("runtime: {e}"))?;
+    let mut rt = one_stage_runtime(g, lanes, "profile")?;
     let mut bad = 0u64;
     rt.run(warmup + reps, &mut |p: &Published<'_>| {
         if !matches!(p.status, FrameStatus::Complete) {
