@@ -2,8 +2,8 @@
 //! plain formulas.
 
 use super::binary::{
-    add_contiguous, add_one, mul_contiguous, mul_one, qlinear_mul_contiguous, qlinear_mul_one,
-    AddParams, MulParams,
+    add_contiguous, add_into, add_one, mul_contiguous, mul_one, qlinear_mul_contiguous,
+    qlinear_mul_one, AddParams, MulParams,
 };
 
 /// An `Add` on `int8` tensors (`off` 0) with scale ratios that round often.
@@ -251,6 +251,60 @@ fn qlinear_mul_is_onnx_runtimes_formula() {
         }
     }
     assert!(m.bounded() && !huge.bounded());
+}
+
+/// The add loops (contiguous and in place, their bounded fast path or not) give
+/// [`add_one`]'s byte for every pair of codes, on every width: ratios that round often, a
+/// `uint8` offset, a fused clamp, and ratios so extreme that the sums leave the `i32`
+/// range or are NaN (`inf · 0`), which only the unbounded path handles.
+#[test]
+fn add_loops_give_add_ones_byte_for_every_pair_of_codes() {
+    let a: Vec<i8> = (0..65_536).map(|i| (i >> 8) as u8 as i8).collect();
+    let b: Vec<i8> = (0..65_536).map(|i| i as u8 as i8).collect();
+    let u8_add = AddParams {
+        ra: 0.37,
+        rb: 1.91,
+        fixed: add_fixed(0.37, 1.91, 131.0, 97.0, 140.0),
+        off: 128.0,
+    };
+    let huge = AddParams {
+        ra: 3.0e4,
+        rb: 2.0e4,
+        fixed: 0.5,
+        off: 0.0,
+    };
+    let nan = AddParams {
+        ra: f32::INFINITY,
+        rb: 0.5,
+        fixed: 0.0,
+        off: 128.0,
+    };
+    for (p, lo, hi) in [
+        (ADD, -128, 127),
+        (u8_add, -128, 127),
+        (u8_add, -60, 90),
+        (huge, -128, 127),
+        (nan, -128, 127),
+    ] {
+        let want: Vec<i8> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| add_one(p, lo, hi, x, y))
+            .collect();
+        for isa in Isa::available() {
+            let what = format!("{} {p:?} [{lo}, {hi}] bounded {}", isa.name(), p.bounded());
+            let mut got = vec![0i8; want.len()];
+            add_contiguous(isa, p, lo, hi, &a, &b, &mut got);
+            assert_eq!(got, want, "contiguous {what}");
+            let mut acc = a.clone();
+            add_into(isa, p, lo, hi, true, &mut acc, &b);
+            assert_eq!(acc, want, "in place, the first operand {what}");
+            let mut acc = b.clone();
+            add_into(isa, p, lo, hi, false, &mut acc, &a);
+            assert_eq!(acc, want, "in place, the second operand {what}");
+        }
+    }
+    assert!(ADD.bounded() && u8_add.bounded() && !huge.bounded() && !nan.bounded());
 }
 
 /// `op` element by element from its definition: output index `i` of `shape` reads each
