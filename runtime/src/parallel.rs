@@ -373,15 +373,14 @@ impl std::fmt::Debug for ParallelHandle<'_> {
 impl ParallelHandle<'_> {
     pub(crate) fn run(&self, items: usize, chunks: usize, f: &(dyn Fn(Range<usize>) + Sync + '_)) {
         let chunks = chunks.max(1);
-        if chunks == 1 || self.lanes.live_count() < 2 {
+        // Segment words count chunks in 32 bits: more chunks than that (never met) run on
+        // this lane alone, in the same partition.
+        if chunks == 1 || self.lanes.live_count() < 2 || chunks > u32::MAX as usize {
             return run_inline(items, chunks, f);
         }
         let task = self.lanes.task(self.lane);
         // Only the owning lane opens its task, and the previous call closed it with no
         // helper inside, so these plain stores race with nobody who reads them.
-        // Segment words count chunks in 32 bits; more chunks than that are fewer, longer
-        // ones (still each item exactly once).
-        let chunks = chunks.min(u32::MAX as usize);
         task.items.store(items, Ordering::Relaxed);
         task.chunks.store(chunks, Ordering::Relaxed);
         task.open_segments(chunks, self.lanes.lanes.len());
