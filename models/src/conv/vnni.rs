@@ -78,19 +78,32 @@ impl VnniOutElem for i32 {
     }
 }
 
-/// Per-call constants of the VNNI requantization.
-struct VnniOut {
+/// Per-call constants of the VNNI requantization (also the depthwise VNNI kernel's,
+/// `onnx::kernels::depthwise_vnni`).
+pub(crate) struct VnniOut {
     lo: __m512,
     hi: __m512,
     zp: __m512i,
 }
 
 impl VnniOut {
+    /// Outputs clamped to the codes `lo..=hi`, zero point `zp` (the clamp is kept relative
+    /// to the zero point, before rounding: [`VnniOut::requant`]).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) fn new(lo: i32, hi: i32, zp: i32) -> VnniOut {
+        VnniOut {
+            lo: _mm512_set1_ps((lo - zp) as f32),
+            hi: _mm512_set1_ps((hi - zp) as f32),
+            zp: _mm512_set1_epi32(zp),
+        }
+    }
+
     /// 16 accumulators requantized (the contract's steps: convert, multiply, clamp,
     /// round half to even, add the zero point), as `i32` in `[-128, 127]`.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn requant(&self, acc: __m512i, mult: __m512) -> __m512i {
+    pub(crate) fn requant(&self, acc: __m512i, mult: __m512) -> __m512i {
         let f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), mult);
         let f = _mm512_min_ps(_mm512_max_ps(f, self.lo), self.hi);
         _mm512_add_epi32(_mm512_cvtps_epi32(f), self.zp)
@@ -139,11 +152,7 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
     let zpb = (g.x_zp as u8) ^ 0x80;
     let corr = 128 + i32::from(g.x_zp);
     let yzp = i32::from(g.y_zp);
-    let out = VnniOut {
-        lo: _mm512_set1_ps(if g.relu { 0.0 } else { (-128 - yzp) as f32 }),
-        hi: _mm512_set1_ps((127 - yzp) as f32),
-        zp: _mm512_set1_epi32(yzp),
-    };
+    let out = VnniOut::new(if g.relu { yzp } else { -128 }, 127, yzp);
     let px_stride = g.stride * g.in_c;
     let row_len = g.out_w * slot.pixel_stride;
     let kk = g.k * g.k;

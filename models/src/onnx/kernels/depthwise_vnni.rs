@@ -38,6 +38,7 @@
 //! `out`. Every `unsafe` block names the bound it relies on.
 
 use super::{ConvOut, GeneralConv};
+use crate::conv::VnniOut;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -139,14 +140,6 @@ impl DepthwiseVnni {
     }
 }
 
-/// The requantization's per-call constants (the zero-point-relative clamp and the zero
-/// point).
-struct Requant {
-    lo: __m512,
-    hi: __m512,
-    zp: __m512i,
-}
-
 /// Output rows `rows` (over `batch · out_h`) of depthwise `conv` with its packed form `pk`,
 /// NHWC `input` into `out` (those rows only).
 ///
@@ -167,11 +160,7 @@ pub(crate) unsafe fn depthwise_vnni_rows<O: ConvOut>(
     let c = conv.in_c;
     let img = w.in_h * w.in_w * c;
     let slots = 4 * pk.groups;
-    let q = Requant {
-        lo: _mm512_set1_ps((i32::from(conv.lo) - conv.y_zp) as f32),
-        hi: _mm512_set1_ps((i32::from(conv.hi) - conv.y_zp) as f32),
-        zp: _mm512_set1_epi32(conv.y_zp),
-    };
+    let q = VnniOut::new(i32::from(conv.lo), i32::from(conv.hi), conv.y_zp);
     // Output columns whose windows lie inside the image's columns.
     let Range { start: lo, end: hi } = w.inside_columns();
     let zp = pk.zp_row.as_ptr();
@@ -263,7 +252,7 @@ unsafe fn pixels<const P: usize, O: ConvOut>(
     origins: [usize; P],
     dst: *mut O,
     c: usize,
-    q: &Requant,
+    q: &VnniOut,
 ) {
     let flip = _mm512_set1_epi8(i8::MIN);
     let nb = pk.blocks.len();
@@ -294,7 +283,6 @@ unsafe fn pixels<const P: usize, O: ConvOut>(
                 };
                 dot_group(&mut acc, [ld(0), ld(1), ld(2), ld(3)], &wv);
             }
-            // Lanes `16·m ..`: pixel `m / 2`, channels `cb + 16·(m % 2) ..`.
             // Lanes `16·m ..` go to pixel `m / 2`, channels `cb + 16·(m % 2) ..`.
             let count = |m: usize| n.saturating_sub(16 * (m % 2)).min(16);
             // SAFETY: pixel `m / 2 < P = 2`, channels `cb + 16·(m % 2) .. cb + n <= c`:
@@ -378,7 +366,7 @@ fn dot_group(acc: &mut [__m512i; 4], xs: [__m512i; 4], wv: &[__m512i; 4]) {
 unsafe fn finish<O: ConvOut>(
     acc: &[__m512i; 4],
     mult: &[f32; 64],
-    q: &Requant,
+    q: &VnniOut,
     to: [*mut O; 4],
     counts: [usize; 4],
 ) {
@@ -386,40 +374,15 @@ unsafe fn finish<O: ConvOut>(
     let t1 = _mm512_shuffle_i32x4::<0x44>(acc[2], acc[3]);
     let t2 = _mm512_shuffle_i32x4::<0xEE>(acc[0], acc[1]);
     let t3 = _mm512_shuffle_i32x4::<0xEE>(acc[2], acc[3]);
-    // SAFETY: the caller's, for each of the four stores.
-    unsafe {
-        store16(
-            _mm512_shuffle_i32x4::<0x88>(t0, t1),
-            mult,
-            0,
-            q,
-            to[0],
-            counts[0],
-        );
-        store16(
-            _mm512_shuffle_i32x4::<0xDD>(t0, t1),
-            mult,
-            1,
-            q,
-            to[1],
-            counts[1],
-        );
-        store16(
-            _mm512_shuffle_i32x4::<0x88>(t2, t3),
-            mult,
-            2,
-            q,
-            to[2],
-            counts[2],
-        );
-        store16(
-            _mm512_shuffle_i32x4::<0xDD>(t2, t3),
-            mult,
-            3,
-            q,
-            to[3],
-            counts[3],
-        );
+    let lanes = [
+        _mm512_shuffle_i32x4::<0x88>(t0, t1),
+        _mm512_shuffle_i32x4::<0xDD>(t0, t1),
+        _mm512_shuffle_i32x4::<0x88>(t2, t3),
+        _mm512_shuffle_i32x4::<0xDD>(t2, t3),
+    ];
+    for (m, v) in lanes.into_iter().enumerate() {
+        // SAFETY: the caller's: `to[m]` has room for `counts[m]` values.
+        unsafe { store16(v, mult, m, q, to[m], counts[m]) };
     }
 }
 
@@ -435,7 +398,7 @@ unsafe fn store16<O: ConvOut>(
     v: __m512i,
     mult: &[f32; 64],
     m: usize,
-    q: &Requant,
+    q: &VnniOut,
     at: *mut O,
     k: usize,
 ) {
@@ -449,12 +412,7 @@ unsafe fn store16<O: ConvOut>(
         if O::ACC {
             _mm512_mask_storeu_epi32(at.cast(), mask, v);
         } else {
-            let f = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(v),
-                _mm512_loadu_ps(mult.as_ptr().add(16 * (m & 3))),
-            );
-            let f = _mm512_min_ps(_mm512_max_ps(f, q.lo), q.hi);
-            let r = _mm512_add_epi32(_mm512_cvtps_epi32(f), q.zp);
+            let r = q.requant(v, _mm512_loadu_ps(mult.as_ptr().add(16 * (m & 3))));
             _mm512_mask_cvtepi32_storeu_epi8(at.cast(), mask, r);
         }
     }
