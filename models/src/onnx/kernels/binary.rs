@@ -290,25 +290,24 @@ multiversion! {
         other: &[i8],
     ) {
         if p.bounded() {
-            if acc_is_a {
-                for (d, y) in acc.iter_mut().zip(other) {
-                    *d = add_one_bounded(p, lo, hi, *d, *y);
-                }
-            } else {
-                for (d, x) in acc.iter_mut().zip(other) {
-                    *d = add_one_bounded(p, lo, hi, *x, *d);
-                }
-            }
-            return;
-        }
-        if acc_is_a {
-            for (d, y) in acc.iter_mut().zip(other) {
-                *d = add_one(p, lo, hi, *d, *y);
-            }
+            add_into_with(|a, b| add_one_bounded(p, lo, hi, a, b), acc_is_a, acc, other);
         } else {
-            for (d, x) in acc.iter_mut().zip(other) {
-                *d = add_one(p, lo, hi, *x, *d);
-            }
+            add_into_with(|a, b| add_one(p, lo, hi, a, b), acc_is_a, acc, other);
+        }
+    }
+}
+
+/// `acc[i] = add(acc[i], other[i])`, or `add(other[i], acc[i])` when `acc` is the second
+/// operand; inlined into each width of [`add_into`] with its element function.
+#[inline(always)]
+fn add_into_with(add: impl Fn(i8, i8) -> i8, acc_is_a: bool, acc: &mut [i8], other: &[i8]) {
+    if acc_is_a {
+        for (d, y) in acc.iter_mut().zip(other) {
+            *d = add(*d, *y);
+        }
+    } else {
+        for (d, x) in acc.iter_mut().zip(other) {
+            *d = add(*x, *d);
         }
     }
 }

@@ -113,13 +113,11 @@ pub(crate) struct DepthwiseVnni {
 
 impl DepthwiseVnni {
     /// The packed form of depthwise `conv` (one channel per group, at most
-    /// [`super::DEPTHWISE_TAPS_MAX`] taps), or `None` when this CPU lacks AVX-512 F, BW or
-    /// VNNI.
+    /// [`super::DEPTHWISE_TAPS_MAX`] taps), or `None` when this CPU cannot run the dense
+    /// VNNI kernel (AVX-512 F, BW, VL and VNNI).
     pub(crate) fn new(conv: &GeneralConv) -> Option<DepthwiseVnni> {
-        let detected = std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni");
-        if !detected {
+        // The dense VNNI kernel's detection (F, BW, VL and VNNI: a superset of ours).
+        if !crate::conv::KernelPath::Avx512Vnni.is_available() {
             return None;
         }
         let (c, taps) = (conv.in_c, conv.win.kh * conv.win.kw);

@@ -301,12 +301,7 @@ multiversion! {
             while c0 < c {
                 let n = (c - c0).min(GLOBAL_BLOCK);
                 let acc = &mut acc[..n];
-                acc.fill(0);
-                for px in x.chunks_exact(c) {
-                    for (a, v) in acc.iter_mut().zip(&px[c0..c0 + n]) {
-                        *a += i32::from(*v);
-                    }
-                }
+                sum_pixels(c, c0, x, acc);
                 for (d, a) in out[o * c + c0..o * c + c0 + n].iter_mut().zip(acc.iter()) {
                     *d = global_mean(p, hw, count, *a);
                 }
@@ -335,12 +330,20 @@ multiversion! {
     /// the chunks up). Pixels in order, `i32` (a whole image's sum fits, as in
     /// [`global_avg_pool`]).
     pub(crate) fn global_pool_sums(c: usize, x: &[i8], sums: &mut [i32]) {
-        let sums = &mut sums[..c];
-        sums.fill(0);
-        for px in x.chunks_exact(c) {
-            for (a, v) in sums.iter_mut().zip(px) {
-                *a += i32::from(*v);
-            }
+        sum_pixels(c, 0, x, &mut sums[..c]);
+    }
+}
+
+/// Channels `c0 .. c0 + sums.len()` of the whole pixels in `x` (`c` channels each) summed
+/// into `sums` (overwritten), pixels in order: the loop of [`global_avg_pool`] and
+/// [`global_pool_sums`], inlined into each width.
+#[inline(always)]
+fn sum_pixels(c: usize, c0: usize, x: &[i8], sums: &mut [i32]) {
+    let n = sums.len();
+    sums.fill(0);
+    for px in x.chunks_exact(c) {
+        for (a, v) in sums.iter_mut().zip(&px[c0..c0 + n]) {
+            *a += i32::from(*v);
         }
     }
 }
