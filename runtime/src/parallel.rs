@@ -236,9 +236,7 @@ impl ParallelTask {
             payload: Mutex::new(None),
         }
     }
-}
 
-impl ParallelTask {
     /// Opens the segments of a call of `chunks` chunks over `lanes` lanes: segment `j` holds
     /// `chunk_range(chunks, used, j)`, `used = min(lanes, chunks, segments.len())`. Owner
     /// only, before the state word opens the call.
