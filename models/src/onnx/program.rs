@@ -154,13 +154,13 @@ impl Program {
     /// Multiply-accumulates per run of the convolutions on the general kernel (grouped
     /// ones that run per-group dense layers and depthwise ones excluded).
     pub fn general_conv_macs(&self) -> u64 {
-        self.general_macs_where(|g| g.grouped.is_empty() && g.depthwise.tap_major.is_empty())
+        self.general_macs_where(|g| g.grouped.is_empty() && !g.is_depthwise())
     }
 
     /// Multiply-accumulates per run on the depthwise kernel (one channel per group,
     /// `GeneralConv::depthwise` prepared).
     pub fn depthwise_conv_macs(&self) -> u64 {
-        self.general_macs_where(|g| !g.depthwise.tap_major.is_empty())
+        self.general_macs_where(|g| g.is_depthwise())
     }
 
     /// Multiply-accumulates per run of the general-path convolutions `keep` selects.

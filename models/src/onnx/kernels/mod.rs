@@ -377,7 +377,7 @@ impl GeneralConv {
         if !self.grouped.is_empty() {
             return self.run_grouped(input, out, rows, Conv2d::forward_rows_groups);
         }
-        if !self.depthwise.tap_major.is_empty() {
+        if self.is_depthwise() {
             if !self.depthwise_vnni(isa, input, out, rows.clone()) {
                 depthwise_rows(isa, self, input, out, rows);
             }
@@ -402,7 +402,7 @@ impl GeneralConv {
             if dense.is_err() {
                 self.run_taps(input, out, rows);
             }
-        } else if !self.depthwise.tap_major.is_empty() {
+        } else if self.is_depthwise() {
             if !self.depthwise_vnni(isa, input, out, rows.clone()) {
                 depthwise_rows_acc(isa, self, input, out, rows);
             }
@@ -411,6 +411,12 @@ impl GeneralConv {
         } else {
             self.run_taps(input, out, rows);
         }
+    }
+
+    /// True when the depthwise kernels run this convolution (one channel per group, its
+    /// weights prepared for them by [`GeneralConv::prepared`]).
+    pub(crate) fn is_depthwise(&self) -> bool {
+        !self.depthwise.tap_major.is_empty()
     }
 
     /// Runs the depthwise VNNI kernel when `isa` is AVX-512 and this CPU has VNNI (the

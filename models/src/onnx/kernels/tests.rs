@@ -900,7 +900,7 @@ fn general_accumulators_are_the_sums_behind_the_bytes() {
             grouped: Vec::new(),
         }
         .prepared();
-        assert!(conv.depthwise.tap_major.is_empty());
+        assert!(!conv.is_depthwise());
         let x: Vec<i8> = (0..h * w * c).map(|_| g.next_i8()).collect();
         let n = out_h * out_w * oc;
         let mut bytes = vec![0i8; n];
