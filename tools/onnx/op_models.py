@@ -1216,6 +1216,17 @@ def _(g):
     # its rows among the lanes and adds the chunks' integer sums up.
     g.output(g.gap(g.conv(g.input((1, 3, 48, 40)), 40, 3)))
 
+
+@case("silu_interleaved")
+def _(g):
+    # Two branches' SiLUs listed interleaved (Conv, Conv, Sigmoid, Sigmoid, Mul, Mul), as a
+    # YOLO C2f block's exports list them: a multiply is not the step after its sigmoid, and
+    # the native engine still folds each into one table.
+    x = g.input(X)
+    a, b = g.conv(x, 5, 3), g.conv(x, 4, 1, pads=[0, 0, 0, 0])
+    sa, sb = g.sigmoid(a), g.sigmoid(b)
+    g.output(g.concat([g.mul(a, sa), g.mul(b, sb)]))
+
 FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
                       "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
                       "deconv_k4s2p1", "trt_residual")

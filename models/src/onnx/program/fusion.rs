@@ -111,9 +111,14 @@ fn remove_fused_step(p: &mut Program, i: usize, freed: usize) {
 /// same byte, then plans the arena again:
 /// - a `Binary` with one operand a tensor `x` and the other a scalar constant (`x · c`,
 ///   `x + c`) becomes a table of `x`;
-/// - a table `y = T(x)` read only by the next step, when that step is a table of `y` or a
+/// - a table `y = T(x)` read by one step only, when that step is a table of `y` or a
 ///   dense `Binary` of `x` and `y` (SiLU's `x · sigmoid(x)`, Swish, `x + f(x)`), becomes one
-///   table of `x`, and `y` leaves the arena.
+///   table of `x` in the table's place, the reader's step goes, and `y` leaves the arena.
+///   The reader need not come right after the table: a graph whose file lists two
+///   branches' operators interleaved (`Conv, Conv, Sigmoid, Sigmoid, Mul, Mul`: a C2f
+///   block's two halves) fuses both. The reader's output is then written earlier, which is
+///   sound because it reads only `x` and `y` (both written before the table's step ends)
+///   and no step in between touches its output.
 ///
 /// Each entry of a new table is the old steps' own element function on that byte
 /// ([`Binary::one`], the tables), so the outputs are the same bytes; a SiLU costs one
@@ -125,20 +130,33 @@ pub(crate) fn fuse_tables(p: &mut Program) {
             *step = lut;
         }
     }
-    let mut i = 1;
-    while i < p.steps.len() {
-        let Some((table, y, z)) = table_pair_at(p, i) else {
-            i += 1;
+    let mut t = 0;
+    while t < p.steps.len() {
+        let Some((table, x, y, r, z)) = table_pair_at(p, t) else {
+            t += 1;
             continue;
         };
-        if let Step::Lut {
-            table: t, dst: d, ..
-        } = &mut p.steps[i - 1]
-        {
-            *t = table;
-            *d = z;
+        if let Step::Lut { table: tb, dst, .. } = &mut p.steps[t] {
+            *tb = table;
+            *dst = z;
         }
-        remove_fused_step(p, i, y);
+        // Step `r` goes: the steps after it move up one; its output is now written at `t`,
+        // and `x` may have been last read there.
+        let x_last_was_r = p.buffers[x].last == r;
+        p.steps.remove(r);
+        for b in p.buffers.iter_mut() {
+            for at in [&mut b.first, &mut b.last] {
+                if *at > r {
+                    *at -= 1;
+                }
+            }
+        }
+        p.buffers[z].first = t;
+        if x_last_was_r {
+            p.buffers[x].last = readers_of(p, x).last().copied().unwrap_or(t).max(t);
+        }
+        p.buffers[y].bytes = 0;
+        // Stay at `t`: the new table may fuse with its own reader.
     }
     p.arena_bytes = plan(&mut p.buffers);
 }
@@ -175,25 +193,30 @@ fn scalar_binary_as_table(step: &Step, buffers: &[Buffer]) -> Option<Step> {
     })
 }
 
-/// The table of `x` that step `i − 1` (a table `y = T(x)`) and step `i` compute together,
-/// if step `i` is the only reader of `y` and a table of `y` or a dense `Binary` of `x`
-/// and `y`; with `y` and step `i`'s output buffer `z`.
-fn table_pair_at(p: &Program, i: usize) -> Option<(Box<[i8; 256]>, usize, usize)> {
+/// What step `ti` (a table `y = T(x)`) and the one step `r` that reads `y` compute
+/// together, if `r` is a table of `y` or a dense `Binary` of `x` and `y`, `r`'s output `z`
+/// is first written by `r`, and no step between them reads or writes `z`, `x` or `y`
+/// (so `r` may run at `ti` instead): the table of `x`, with `x`, `y`, `r` and `z`.
+#[allow(clippy::type_complexity)]
+fn table_pair_at(p: &Program, ti: usize) -> Option<(Box<[i8; 256]>, usize, usize, usize, usize)> {
     let Step::Lut {
         table: t,
         n,
         src: x,
         dst: y,
-    } = &p.steps[i - 1]
+    } = &p.steps[ti]
     else {
         return None;
     };
-    // Read by step i only (it is written at i − 1).
-    if p.buffers[*y].last != i || p.buffers[*y].bytes != *n || p.buffers[*x].bytes != *n {
+    let r = match readers_of(p, *y)[..] {
+        [r] if r > ti && p.buffers[*y].last == r => r,
+        _ => return None,
+    };
+    if p.buffers[*y].bytes != *n || p.buffers[*x].bytes != *n || x == y {
         return None;
     }
     let mut table = [0i8; 256];
-    let z = match &p.steps[i] {
+    let z = match &p.steps[r] {
         Step::Lut {
             table: t2,
             n: n2,
@@ -229,7 +252,12 @@ fn table_pair_at(p: &Program, i: usize) -> Option<(Box<[i8; 256]>, usize, usize)
         }
         _ => return None,
     };
-    Some((Box::new(table), *y, z))
+    let touched =
+        |s: &Step| s.writes().is_some_and(|w| [z, *x, *y].contains(&w)) || s.reads().contains(&z);
+    if z == *x || p.buffers[z].first != r || p.steps[ti + 1..r].iter().any(touched) {
+        return None;
+    }
+    Some((Box::new(table), *x, *y, r, z))
 }
 
 /// The fusion of step `i` (an `Add`) into step `i − 1` (a convolution), if it applies: the
