@@ -916,26 +916,41 @@ impl Program {
                     );
                 }
                 Step::Concat { outer, parts, dst } => {
-                    let d = &bufs[*dst];
+                    // Output rows (one per `outer` index: a pixel of an NHWC channel concat)
+                    // over the lanes, each row part by part: every byte written once, by
+                    // the same copy or table whatever the split.
                     let block: usize = parts.iter().map(|p| p.1).sum();
-                    // SAFETY: the whole `dst` buffer, written by this step only.
-                    let out: &mut [i8] = unsafe { base.elems_mut(d.offset, 0, d.bytes) };
-                    let mut col = 0;
-                    for (src, inner, table) in parts {
-                        let x = match src {
-                            Operand::Buf(i) => view(*i),
-                            Operand::Const(v) => v.as_slice(),
-                        };
-                        for o in 0..*outer {
-                            let s = &x[o * inner..(o + 1) * inner];
-                            let t = &mut out[o * block + col..o * block + col + inner];
-                            match table {
-                                Some(tb) => kernels::lut(isa, tb, s, t),
-                                None => t.copy_from_slice(s),
-                            }
-                        }
-                        col += inner;
+                    if block == 0 {
+                        continue;
                     }
+                    split_rows(lanes, base, &bufs[*dst], *outer, block, block, &|r, out| {
+                        let mut col = 0;
+                        for (src, inner, table) in parts.iter().filter(|p| p.1 > 0) {
+                            let x: &[i8] = match src {
+                                // SAFETY: as `view` (the closure itself is not `Sync`): the
+                                // buffer lies inside the arena, and this step writes only
+                                // `dst`, planned disjoint from every buffer live here.
+                                Operand::Buf(i) => unsafe {
+                                    base.elems(bufs[*i].offset, bufs[*i].bytes)
+                                },
+                                Operand::Const(v) => v.as_slice(),
+                            };
+                            let x = &x[r.start * inner..r.end * inner];
+                            match table {
+                                Some(tb) => {
+                                    kernels::lut_rows(isa, tb, x, &mut out[col..], *inner, block)
+                                }
+                                None => {
+                                    let rows =
+                                        out.chunks_exact_mut(block).zip(x.chunks_exact(*inner));
+                                    for (t, s) in rows {
+                                        kernels::copy_run(&mut t[col..col + inner], s);
+                                    }
+                                }
+                            }
+                            col += inner;
+                        }
+                    });
                 }
             }
         }

@@ -417,6 +417,54 @@ fn table_lookups_give_the_table_entry_on_every_width() {
 }
 
 #[test]
+fn row_table_lookups_and_run_copies_write_only_their_rows() {
+    // A channel concat's part: rows of `inner` bytes into every `stride`-th run of `out`,
+    // the bytes between the runs (the other parts' channels) untouched.
+    let mut g = SplitMix64::stream(13, 0);
+    let table: [i8; 256] = std::array::from_fn(|_| g.next_i8());
+    for (inner, stride, rows) in [
+        (16, 32, 9),
+        (16, 16, 5),
+        (1, 3, 7),
+        (17, 40, 3),
+        (64, 100, 4),
+        (65, 65, 2),
+        (130, 300, 3),
+        (300, 301, 2),
+        (5, 9, 0),
+    ] {
+        let x = bytes(&mut g, rows * inner);
+        let len = if rows == 0 {
+            0
+        } else {
+            (rows - 1) * stride + inner
+        };
+        let mut want_lut = vec![0x55i8; len];
+        let mut want_copy = vec![0x55i8; len];
+        for k in 0..rows {
+            for j in 0..inner {
+                let v = x[k * inner + j];
+                want_lut[k * stride + j] = table[v as u8 as usize];
+                want_copy[k * stride + j] = v;
+            }
+        }
+        for isa in Isa::available() {
+            let mut got = vec![0x55i8; len];
+            lut_rows(isa, &table, &x, &mut got, inner, stride);
+            assert_eq!(got, want_lut, "{} rows of {inner} at {stride}", isa.name());
+        }
+        let mut got = vec![0x55i8; len];
+        for k in 0..rows {
+            copy_run(
+                &mut got[k * stride..k * stride + inner],
+                &x[k * inner..(k + 1) * inner],
+            );
+        }
+        assert_eq!(got, want_copy, "copies of {inner} at {stride}");
+    }
+}
+
+#[test]
 fn resize_gives_the_same_bytes_on_every_width() {
     // 37 channels: two vectors and an overlapping third; 16: one; 3: below a vector.
     for c in [37, 16, 3] {

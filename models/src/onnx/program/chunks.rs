@@ -70,6 +70,17 @@ impl SendPtr {
         // here and buffers start at `ALIGN`-byte offsets of the aligned arena.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(offset).cast::<T>().add(first), len) }
     }
+
+    /// The first `len` elements (of type `T`) of the buffer at byte `offset`, read-only:
+    /// what a chunk running on another lane reads of a step's input.
+    ///
+    /// # Safety
+    /// `offset + len · size_of::<T>()` must lie inside that buffer, `offset` must be aligned
+    /// for `T`, and nothing may write those elements while the slice lives.
+    pub(super) unsafe fn elems<T>(&self, offset: usize, len: usize) -> &[T] {
+        // SAFETY: guaranteed by the caller (bounds, alignment, no writer).
+        unsafe { std::slice::from_raw_parts(self.0.add(offset).cast::<T>(), len) }
+    }
 }
 
 /// Splits rows `0..rows` of `row_len` bytes each of buffer `d` into the static partition of
