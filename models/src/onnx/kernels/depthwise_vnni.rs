@@ -17,8 +17,11 @@
 //! - Four taps' bytes of one channel are interleaved in registers (two rounds of byte and
 //!   word unpacking of four 64-channel loads), which leaves the 64 channels of a block in
 //!   the order `16·lane + 4·j + i` across the four accumulators `j`; the weights and the
-//!   starting sums are packed in that order at load ([`DepthwiseVnni::new`]), and a 4×4
-//!   transpose of 128-bit lanes puts the sums back in channel order before the store.
+//!   starting sums are packed in that order at load ([`DepthwiseVnni::new`]). For bytes,
+//!   each accumulator is requantized with its lanes' multipliers (packed in the same order)
+//!   and the four are packed `i32 → i16 → i8`, which puts them back in channel order: one
+//!   (masked) 64-byte store ([`packed_bytes`]). The accumulator output (a float-output
+//!   convolution's) takes a 4×4 transpose of 128-bit lanes instead.
 //! - A block of fewer than 64 channels (the last one) loads and stores through byte masks:
 //!   nothing outside the input's and the output's channels is read or written. When it has
 //!   at most 32 channels, two neighbouring pixels share its vectors (bytes `0..32` the
@@ -29,8 +32,8 @@
 //!
 //! Per output pixel and 64 channels, for each group of four taps: four loads, four `xor`,
 //! eight unpacks and four `vpdpbusd` (256 multiply-adds); weights are loaded once for two
-//! neighbouring pixels. Padding taps cost as much as inside ones. No allocation, no lock,
-//! no panic.
+//! neighbouring pixels. Then, for bytes, four requantizations, three packs and one store.
+//! Padding taps cost as much as inside ones. No allocation, no lock, no panic.
 //!
 //! # Never
 //!
@@ -54,7 +57,8 @@ struct Block {
     /// The accumulators' starting values in the same order (`[j][16·l + 4·i]`): `bias −
     /// (128 + x_zp) · Σ_taps w` of the lane's channel.
     start: [i32; 64],
-    /// The lanes' multipliers in lane order (after the transpose).
+    /// The lanes' multipliers in the accumulators' order (as `start`): the byte store
+    /// requantizes before it packs ([`packed_bytes`]).
     mult: [f32; 64],
 }
 
@@ -84,7 +88,7 @@ impl Block {
                         let sum: i64 = (0..taps).map(|t| i64::from(w(v, t))).sum();
                         // Wrapping is exact: the final sum fits i32 (the lowering proves it).
                         start[j * 16 + 4 * l + i] = (i64::from(conv.bias[ch]) - pad * sum) as i32;
-                        mult[v] = conv.multipliers[ch];
+                        mult[j * 16 + 4 * l + i] = conv.multipliers[ch];
                     }
                 }
             }
@@ -281,6 +285,18 @@ unsafe fn pixels<const P: usize, O: ConvOut>(
                 };
                 dot_group(&mut acc, [ld(0), ld(1), ld(2), ld(3)], &wv);
             }
+            if !O::ACC {
+                let bytes = packed_bytes(&acc, &pair.mult, q);
+                let d = dst.cast::<i8>();
+                // SAFETY: bytes `0..n` go to pixel 0's channels `cb..cb + n <= c`, bytes
+                // `32..32 + n` to pixel 1's (through a pointer 32 bytes before them; masked
+                // lanes are not written): inside the `2 · c` values at `dst`.
+                unsafe {
+                    _mm512_mask_storeu_epi8(d.wrapping_add(cb), first, bytes);
+                    _mm512_mask_storeu_epi8(d.wrapping_add(c + cb).wrapping_sub(32), second, bytes);
+                }
+                continue;
+            }
             // Lanes `16·m ..` go to pixel `m / 2`, channels `cb + 16·(m % 2) ..`.
             let count = |m: usize| n.saturating_sub(16 * (m % 2)).min(16);
             // SAFETY: pixel `m / 2 < P = 2`, channels `cb + 16·(m % 2) .. cb + n <= c`:
@@ -288,7 +304,7 @@ unsafe fn pixels<const P: usize, O: ConvOut>(
             // nothing).
             unsafe {
                 let to = std::array::from_fn(|m| dst.wrapping_add((m / 2) * c + cb + 16 * (m % 2)));
-                finish(&acc, &pair.mult, q, to, std::array::from_fn(count))
+                finish(&acc, to, std::array::from_fn(count))
             };
             continue;
         }
@@ -307,6 +323,17 @@ unsafe fn pixels<const P: usize, O: ConvOut>(
                 dot_group(acc, [ld(0), ld(1), ld(2), ld(3)], &wv);
             }
         }
+        if !O::ACC {
+            for (p, acc) in acc.iter().enumerate() {
+                let bytes = packed_bytes(acc, &block.mult, q);
+                // SAFETY: bytes `0..n` are pixel `p < P`'s channels `cb..cb + n <= c`,
+                // inside the `P · c` values at `dst`; masked lanes are not written.
+                unsafe {
+                    _mm512_mask_storeu_epi8(dst.cast::<i8>().add(p * c + cb), load_mask, bytes)
+                };
+            }
+            continue;
+        }
         for (p, acc) in acc.iter().enumerate() {
             let count = |m: usize| n.saturating_sub(16 * m).min(16);
             // SAFETY: lanes `16·m ..` go to pixel `p < P`, channels `cb + 16·m .. cb + n <=
@@ -314,7 +341,7 @@ unsafe fn pixels<const P: usize, O: ConvOut>(
             // nothing).
             unsafe {
                 let to = std::array::from_fn(|m| dst.wrapping_add(p * c + cb + 16 * m));
-                finish(acc, &block.mult, q, to, std::array::from_fn(count))
+                finish(acc, to, std::array::from_fn(count))
             };
         }
     }
@@ -352,22 +379,38 @@ fn dot_group(acc: &mut [__m512i; 4], xs: [__m512i; 4], wv: &[__m512i; 4]) {
     acc[3] = _mm512_dpbusd_epi32(acc[3], _mm512_unpackhi_epi16(p01h, p23h), wv[3]);
 }
 
-/// The block's sums put back in lane order (lane `l` of accumulator `j` holds lanes
-/// `16·l + 4·j ..`: a 4×4 transpose of 128-bit lanes) and stored 16 lanes at a time: lanes
-/// `16·m ..` at `to[m]`, the first `counts[m]` of them (at most 16; 0 stores nothing).
+/// The block's sums as bytes in lane order: each accumulator requantized with its lanes'
+/// multipliers (`mult`, in the accumulators' order), then packed, `i32` to `i16` to
+/// `i8`. Within each 128-bit lane `l` the two packs put accumulator `j`'s dwords `i` at byte
+/// `16·l + 4·j + i`, which is the lane that accumulator lane holds: the packs undo the
+/// unpacks' order, so no transpose is needed. The requantized values are inside `[-128,
+/// 127]`, so neither pack saturates.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn packed_bytes(acc: &[__m512i; 4], mult: &[f32; 64], q: &VnniOut) -> __m512i {
+    let r: [__m512i; 4] = std::array::from_fn(|j| {
+        // SAFETY: 16 values at `16·j < 64` of the 64 in `mult`.
+        let m = unsafe { _mm512_loadu_ps(mult.as_ptr().add(16 * j)) };
+        q.requant(acc[j], m)
+    });
+    _mm512_packs_epi16(
+        _mm512_packs_epi32(r[0], r[1]),
+        _mm512_packs_epi32(r[2], r[3]),
+    )
+}
+
+/// The block's accumulators (the `i32` output: [`super::ConvOut::ACC`]) put back in lane
+/// order (lane `l` of accumulator `j` holds lanes `16·l + 4·j ..`: a 4×4 transpose of
+/// 128-bit lanes) and stored 16 lanes at a time: lanes `16·m ..` at `to[m]`, the first
+/// `counts[m]` of them (at most 16; 0 stores nothing).
 ///
 /// # Safety
 ///
-/// AVX-512 F and BW; `to[m]` has room for `counts[m]` values.
+/// AVX-512 F and BW; `O` is `i32`; `to[m]` has room for `counts[m]` values.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn finish<O: ConvOut>(
-    acc: &[__m512i; 4],
-    mult: &[f32; 64],
-    q: &VnniOut,
-    to: [*mut O; 4],
-    counts: [usize; 4],
-) {
+unsafe fn finish<O: ConvOut>(acc: &[__m512i; 4], to: [*mut O; 4], counts: [usize; 4]) {
+    debug_assert!(O::ACC);
     let t0 = _mm512_shuffle_i32x4::<0x44>(acc[0], acc[1]);
     let t1 = _mm512_shuffle_i32x4::<0x44>(acc[2], acc[3]);
     let t2 = _mm512_shuffle_i32x4::<0xEE>(acc[0], acc[1]);
@@ -378,40 +421,12 @@ unsafe fn finish<O: ConvOut>(
         _mm512_shuffle_i32x4::<0x88>(t2, t3),
         _mm512_shuffle_i32x4::<0xDD>(t2, t3),
     ];
-    for (m, v) in lanes.into_iter().enumerate() {
-        // SAFETY: the caller's: `to[m]` has room for `counts[m]` values.
-        unsafe { store16(v, mult, m, q, to[m], counts[m]) };
-    }
-}
-
-/// Lanes `16·m ..` of a block, `v`, stored at `at`: the first `k` of them (at most 16), as
-/// accumulators or requantized with the lanes' multipliers `mult[16·m ..]`.
-///
-/// # Safety
-///
-/// AVX-512 F and BW; `at` has room for `k` values.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn store16<O: ConvOut>(
-    v: __m512i,
-    mult: &[f32; 64],
-    m: usize,
-    q: &VnniOut,
-    at: *mut O,
-    k: usize,
-) {
-    if k == 0 {
-        return;
-    }
-    let mask: __mmask16 = if k >= 16 { !0 } else { (1u16 << k) - 1 };
-    // SAFETY: the caller's: `at` has room for the `k` lanes stored; `mult` holds 64 values
-    // and `m < 4`.
-    unsafe {
-        if O::ACC {
-            _mm512_mask_storeu_epi32(at.cast(), mask, v);
-        } else {
-            let r = q.requant(v, _mm512_loadu_ps(mult.as_ptr().add(16 * (m & 3))));
-            _mm512_mask_cvtepi32_storeu_epi8(at.cast(), mask, r);
+    for ((v, at), k) in lanes.into_iter().zip(to).zip(counts) {
+        if k == 0 {
+            continue;
         }
+        let mask: __mmask16 = if k >= 16 { !0 } else { (1u16 << k) - 1 };
+        // SAFETY: the caller's: `at` has room for the `k` `i32` lanes stored.
+        unsafe { _mm512_mask_storeu_epi32(at.cast(), mask, v) };
     }
 }
