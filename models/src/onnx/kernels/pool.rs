@@ -335,17 +335,58 @@ multiversion! {
 }
 
 /// Channels `c0 .. c0 + sums.len()` of the whole pixels in `x` (`c` channels each) summed
-/// into `sums` (overwritten), pixels in order: the loop of [`global_avg_pool`] and
-/// [`global_pool_sums`], inlined into each width.
+/// into `sums` (overwritten): the loop of [`global_avg_pool`] and [`global_pool_sums`],
+/// inlined into each width. Blocks of 64, 32, 16 and 8 channels keep their sums in
+/// registers ([`sum_block`]), the channels left one at a time. Integer sums, exact in any
+/// order.
 #[inline(always)]
 fn sum_pixels(c: usize, c0: usize, x: &[i8], sums: &mut [i32]) {
     let n = sums.len();
-    sums.fill(0);
-    for px in x.chunks_exact(c) {
-        for (a, v) in sums.iter_mut().zip(&px[c0..c0 + n]) {
-            *a += i32::from(*v);
+    let mut k = 0;
+    while n - k >= 64 {
+        sum_block::<64>(c, c0 + k, x, &mut sums[k..k + 64]);
+        k += 64;
+    }
+    if n - k >= 32 {
+        sum_block::<32>(c, c0 + k, x, &mut sums[k..k + 32]);
+        k += 32;
+    }
+    if n - k >= 16 {
+        sum_block::<16>(c, c0 + k, x, &mut sums[k..k + 16]);
+        k += 16;
+    }
+    if n - k >= 8 {
+        sum_block::<8>(c, c0 + k, x, &mut sums[k..k + 8]);
+        k += 8;
+    }
+    for (j, s) in sums.iter_mut().enumerate().skip(k) {
+        *s = x.chunks_exact(c).map(|px| i32::from(px[c0 + j])).sum();
+    }
+}
+
+/// Pixels summed per block of [`sum_block`]'s `i16` sums: `256 · 128 = 32,768` is the
+/// largest magnitude they reach (`i8` values), and `i16` holds `−32,768..=32,512`.
+const I16_PIXELS: usize = 256;
+
+/// Channels `c0 .. c0 + N` of the whole pixels in `x` (`c` channels each, `c0 + N <= c`)
+/// summed into `sums` (`N` of them, overwritten): `i16` sums over runs of [`I16_PIXELS`]
+/// pixels (exact: see there), each run's added into `i32`. `N` fixed, so both stay in
+/// vector registers: one widening add per 32 channels per pixel on AVX-512.
+#[inline(always)]
+fn sum_block<const N: usize>(c: usize, c0: usize, x: &[i8], sums: &mut [i32]) {
+    let mut total = [0i32; N];
+    for run in x.chunks(I16_PIXELS * c.max(1)) {
+        let mut part = [0i16; N];
+        for px in run.chunks_exact(c) {
+            for (p, v) in part.iter_mut().zip(&px[c0..c0 + N]) {
+                *p = p.wrapping_add(i16::from(*v));
+            }
+        }
+        for (t, p) in total.iter_mut().zip(part) {
+            *t += i32::from(p);
         }
     }
+    sums.copy_from_slice(&total);
 }
 
 /// A shared global pool's result (one image over `win`, `c` channels) from its chunks'

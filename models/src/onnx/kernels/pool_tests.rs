@@ -289,3 +289,26 @@ fn float_global_average_pool_is_the_sum_in_pixel_order_over_hw() {
         }
     }
 }
+
+#[test]
+fn global_pool_sums_are_exact_over_many_pixels_of_extreme_bytes() {
+    // Past the 256-pixel runs of the `i16` sums, with every value at an end of the `i8`
+    // range and a random mix; channel counts through every block width and the rest.
+    let mut g = SplitMix64::stream(18, 0);
+    for c in [1, 7, 8, 24, 64, 123, 200] {
+        let px = 41 * 37;
+        for fill in [Some(-128i8), Some(127), None] {
+            let x: Vec<i8> = (0..px * c)
+                .map(|_| fill.unwrap_or_else(|| g.next_i8()))
+                .collect();
+            let want: Vec<i32> = (0..c)
+                .map(|ch| x.iter().skip(ch).step_by(c).map(|&v| i32::from(v)).sum())
+                .collect();
+            for isa in Isa::available() {
+                let mut got = vec![i32::MIN; c];
+                global_pool_sums(isa, c, &x, &mut got);
+                assert_eq!(got, want, "{} {c} channels, fill {fill:?}", isa.name());
+            }
+        }
+    }
+}
