@@ -401,9 +401,31 @@ multiversion! {
     }
 }
 
+/// [`qlinear_mul_one`] over equally long contiguous slices; `z` is (za, zb, lo, hi). The
+/// bounded loop on AVX-512 is [`qlinear_mul_bounded_avx512`]; the rest the compiler's
+/// vectorisation of the formula ([`qlinear_mul_loop`]).
+pub(super) fn qlinear_mul_contiguous(
+    isa: Isa,
+    m: MulParams,
+    z: (i32, i32, i8, i8),
+    a: &[i8],
+    b: &[i8],
+    out: &mut [i8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() && m.bounded() {
+        let n = a.len().min(b.len()).min(out.len());
+        // SAFETY: an AVX-512 `Isa` exists only after avx512f/bw/vl were detected; the
+        // parameters are bounded; the three slices hold `n` elements each.
+        unsafe { qlinear_mul_bounded_avx512(m, z, &a[..n], &b[..n], &mut out[..n]) };
+        return;
+    }
+    qlinear_mul_loop(isa, m, z, a, b, out)
+}
+
 multiversion! {
     /// [`qlinear_mul_one`] over equally long contiguous slices; `z` is (za, zb, lo, hi).
-    pub(super) fn qlinear_mul_contiguous(
+    fn qlinear_mul_loop(
         m: MulParams,
         z: (i32, i32, i8, i8),
         a: &[i8],
@@ -426,6 +448,68 @@ multiversion! {
         for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
             *d = qlinear_mul_one(m, za, zb, lo, hi, *x, *y);
         }
+    }
+}
+
+/// [`qlinear_mul_loop`]'s bounded loop in AVX-512, 64 elements per step: per 16, the
+/// two widening loads, the zero points off, the exact `i32` product, its `f32` times
+/// `ratio` plus `zy_stored` (two roundings, no fused multiply-add, as MLAS), `cvtps2dq`
+/// (round half to even under the default MXCSR: [`round_magic`]'s result for `|w| < 2^22`,
+/// which [`MulParams::bounded`] guarantees), `off` off and the clamp to `[lo, hi]`; the four
+/// results packed to 64 bytes (no pack saturates: each is in `[lo, hi]`) and stored once.
+/// The tail goes through the scalar formula. The same bytes as [`qlinear_mul_one`].
+///
+/// # Safety
+///
+/// The CPU supports AVX-512 F and BW; `m.bounded()`; `a`, `b` and `out` have one length.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn qlinear_mul_bounded_avx512(
+    m: MulParams,
+    z: (i32, i32, i8, i8),
+    a: &[i8],
+    b: &[i8],
+    out: &mut [i8],
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(m.bounded() && a.len() == b.len() && a.len() == out.len());
+    let (za, zb, lo, hi) = z;
+    let (vza, vzb) = (_mm512_set1_epi32(za), _mm512_set1_epi32(zb));
+    let (ratio, zy) = (_mm512_set1_ps(m.ratio), _mm512_set1_ps(m.zy_stored));
+    let off = _mm512_set1_epi32(m.off);
+    let (vlo, vhi) = (
+        _mm512_set1_epi32(i32::from(lo)),
+        _mm512_set1_epi32(i32::from(hi)),
+    );
+    // Pixels' 4-byte groups back in order after the in-lane packs.
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    let n = a.len();
+    let mut i = 0;
+    while i + 64 <= n {
+        let r: [__m512i; 4] = std::array::from_fn(|k| {
+            // SAFETY: 16 bytes at `i + 16·k`, inside `a` and `b` (`i + 64 <= n`).
+            let (x, y) = unsafe {
+                (
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(a.as_ptr().add(i + 16 * k).cast())),
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(b.as_ptr().add(i + 16 * k).cast())),
+                )
+            };
+            let prod = _mm512_mullo_epi32(_mm512_sub_epi32(x, vza), _mm512_sub_epi32(y, vzb));
+            let w = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(prod), ratio), zy);
+            let q = _mm512_sub_epi32(_mm512_cvtps_epi32(w), off);
+            _mm512_max_epi32(_mm512_min_epi32(q, vhi), vlo)
+        });
+        let bytes = _mm512_packs_epi16(
+            _mm512_packs_epi32(r[0], r[1]),
+            _mm512_packs_epi32(r[2], r[3]),
+        );
+        let bytes = _mm512_permutexvar_epi32(order, bytes);
+        // SAFETY: 64 bytes at `i`, inside `out` (`i + 64 <= n`).
+        unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(i).cast(), bytes) };
+        i += 64;
+    }
+    for ((d, x), y) in out[i..].iter_mut().zip(&a[i..]).zip(&b[i..]) {
+        *d = qlinear_mul_one(m, za, zb, lo, hi, *x, *y);
     }
 }
 
