@@ -97,7 +97,7 @@ pub(crate) use error::{checked_len, exact_len};
 use packing::Packed;
 pub use staging::STAGE_BYTES;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use vnni::VnniOut;
+pub(crate) use vnni::{store_packed64, VnniOut};
 
 /// The shape of a convolution: channels, square kernel size, stride and zero padding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

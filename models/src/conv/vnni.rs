@@ -110,6 +110,26 @@ impl VnniOut {
     }
 }
 
+/// Four vectors of 16 `i32`, each already inside `[-128, 127]`, stored as 64 bytes in order
+/// (elements `16·k ..` of `r[k]` at bytes `16·k ..`): two `vpackssdw` and a `vpacksswb`,
+/// which interleave 4-byte groups within 128-bit lanes (no saturation: the values fit),
+/// one `vpermd` to put the groups back, one store.
+///
+/// # Safety
+///
+/// AVX-512 F and BW; 64 bytes writable at `out`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn store_packed64(out: *mut i8, r: [__m512i; 4]) {
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    let bytes = _mm512_packs_epi16(
+        _mm512_packs_epi32(r[0], r[1]),
+        _mm512_packs_epi32(r[2], r[3]),
+    );
+    // SAFETY: the caller's: 64 bytes at `out`.
+    unsafe { _mm512_storeu_si512(out.cast(), _mm512_permutexvar_epi32(order, bytes)) };
+}
+
 /// Runs output rows `rows` of `layers` on the VNNI path into `dst`: one layer, or the
 /// groups of a grouped convolution, layer `i` reading input channels
 /// `g.in_view.channel_offset + i · in_c ..` and writing output channels
@@ -532,20 +552,11 @@ unsafe fn vnni_tile<E: VnniOutElem, const OB: usize, const NP: usize>(
         // `vpackssdw` and one `vpacksswb`, put the 4-byte groups back in channel order with
         // one `vpermd` and store once: a third of the instructions of four `vpmovdb` and
         // four masked stores. The same bytes.
-        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
         for (n, an) in acc.iter().enumerate() {
-            let mut r = [_mm512_setzero_si512(); 4];
-            for j in 0..4 {
-                r[j] = t.out.requant(an[j], t.mult[j]);
-            }
-            let b = _mm512_packs_epi16(
-                _mm512_packs_epi32(r[0], r[1]),
-                _mm512_packs_epi32(r[2], r[3]),
-            );
-            let b = _mm512_permutexvar_epi32(order, b);
+            let r: [__m512i; 4] = std::array::from_fn(|j| t.out.requant(an[j], t.mult[j]));
             // SAFETY: 64 bytes at `n·ops`: `four_full` says lanes `0..16` of blocks `0..4`
             // are all set in `masks`, so `n·ops + 3·16 + 15` is inside `out` by this function's precondition.
-            unsafe { _mm512_storeu_si512(out.add(n * ops) as *mut _, b) };
+            unsafe { store_packed64(out.add(n * ops), r) };
         }
         return;
     }

@@ -279,9 +279,40 @@ impl Binary {
     }
 }
 
+/// [`add_one`] with one operand read from and the sum written to `acc`. Bounded
+/// parameters on AVX-512 run [`add_bounded_avx512`] in place; the rest
+/// [`add_into_loop`].
+pub(super) fn add_into(
+    isa: Isa,
+    p: AddParams,
+    lo: i8,
+    hi: i8,
+    acc_is_a: bool,
+    acc: &mut [i8],
+    other: &[i8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() && p.bounded() {
+        let n = acc.len().min(other.len());
+        // One pointer for both the read and the write of `acc`.
+        let acc = acc.as_mut_ptr();
+        let (a, b) = if acc_is_a {
+            (acc.cast_const(), other.as_ptr())
+        } else {
+            (other.as_ptr(), acc.cast_const())
+        };
+        // SAFETY: an AVX-512 `Isa` exists only after avx512f/bw/vl were detected; the
+        // parameters are bounded; `a`, `b` and `acc` hold at least `n` elements each, and
+        // `acc` is read at each element before that element is written.
+        unsafe { add_bounded_avx512(p, lo, hi, a, b, acc, n) };
+        return;
+    }
+    add_into_loop(isa, p, lo, hi, acc_is_a, acc, other)
+}
+
 multiversion! {
     /// [`add_one`] with one operand read from and the sum written to `acc`.
-    pub(super) fn add_into(
+    fn add_into_loop(
         p: AddParams,
         lo: i8,
         hi: i8,
@@ -386,9 +417,96 @@ pub(super) fn sub_one(p: &Binary, a: i8, b: i8) -> i8 {
     requant_f32(v, p.zy, p.lo, p.hi)
 }
 
+/// [`add_one`] over equally long contiguous slices. Bounded parameters on AVX-512 run
+/// [`add_bounded_avx512`]; the rest [`add_contiguous_loop`].
+pub(super) fn add_contiguous(
+    isa: Isa,
+    p: AddParams,
+    lo: i8,
+    hi: i8,
+    a: &[i8],
+    b: &[i8],
+    out: &mut [i8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() && p.bounded() {
+        let n = a.len().min(b.len()).min(out.len());
+        // SAFETY: an AVX-512 `Isa` exists only after avx512f/bw/vl were detected; the
+        // parameters are bounded; the three slices hold at least `n` elements and `out`
+        // overlaps neither input (a `&mut` borrow).
+        unsafe { add_bounded_avx512(p, lo, hi, a.as_ptr(), b.as_ptr(), out.as_mut_ptr(), n) };
+        return;
+    }
+    add_contiguous_loop(isa, p, lo, hi, a, b, out)
+}
+
+/// [`add_one_bounded`] on `n` elements in AVX-512, 64 a step: per 16, the two widening
+/// loads, `+ off` and the two fused multiply-adds of the formula in its order (exact
+/// conversions, then `fma(a + off, ra, fma(b + off, rb, fixed))`), `cvtps2dq` (round half
+/// to even under the default MXCSR: [`round_magic`]'s result for `|y| < 2^22`, which
+/// [`AddParams::bounded`] guarantees), `off` off and the clamp to `[lo, hi]`; the four
+/// stored as 64 bytes ([`crate::conv::store_packed64`]). The tail through the scalar
+/// formula. The same bytes as [`add_one_bounded`] (and so [`add_one`]).
+///
+/// # Safety
+///
+/// The CPU supports AVX-512 F and BW; `p.bounded()`; `a`, `b` and `out` point to `n`
+/// elements each; `out` may be `a` or `b` (each 64-byte step reads before it writes) but
+/// overlaps them in no other way.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn add_bounded_avx512(
+    p: AddParams,
+    lo: i8,
+    hi: i8,
+    a: *const i8,
+    b: *const i8,
+    out: *mut i8,
+    n: usize,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(p.bounded());
+    let (ra, rb, fixed) = (
+        _mm512_set1_ps(p.ra),
+        _mm512_set1_ps(p.rb),
+        _mm512_set1_ps(p.fixed),
+    );
+    let offf = _mm512_set1_ps(p.off);
+    let off = _mm512_set1_epi32(p.off as i32);
+    let (vlo, vhi) = (
+        _mm512_set1_epi32(i32::from(lo)),
+        _mm512_set1_epi32(i32::from(hi)),
+    );
+    let mut i = 0;
+    while i + 64 <= n {
+        let r: [__m512i; 4] = std::array::from_fn(|k| {
+            // SAFETY: 16 bytes at `i + 16·k < n` of `a` and of `b`.
+            let (x, y) = unsafe {
+                (
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(a.add(i + 16 * k).cast())),
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(i + 16 * k).cast())),
+                )
+            };
+            let xf = _mm512_add_ps(_mm512_cvtepi32_ps(x), offf);
+            let yf = _mm512_add_ps(_mm512_cvtepi32_ps(y), offf);
+            let v = _mm512_fmadd_ps(xf, ra, _mm512_fmadd_ps(yf, rb, fixed));
+            let q = _mm512_sub_epi32(_mm512_cvtps_epi32(v), off);
+            _mm512_max_epi32(_mm512_min_epi32(q, vhi), vlo)
+        });
+        // SAFETY: 64 bytes at `i + 64 <= n` of `out`, after this step's reads.
+        unsafe { crate::conv::store_packed64(out.add(i), r) };
+        i += 64;
+    }
+    while i < n {
+        // SAFETY: element `i < n` of each; read before it is written.
+        unsafe { *out.add(i) = add_one_bounded(p, lo, hi, *a.add(i), *b.add(i)) };
+        i += 1;
+    }
+}
+
 multiversion! {
     /// [`add_one`] over equally long contiguous slices.
-    pub(super) fn add_contiguous(p: AddParams, lo: i8, hi: i8, a: &[i8], b: &[i8], out: &mut [i8]) {
+    fn add_contiguous_loop(p: AddParams, lo: i8, hi: i8, a: &[i8], b: &[i8], out: &mut [i8]) {
         if p.bounded() {
             for ((d, x), y) in out.iter_mut().zip(a).zip(b) {
                 *d = add_one_bounded(p, lo, hi, *x, *y);
@@ -456,7 +574,7 @@ multiversion! {
 /// `ratio` plus `zy_stored` (two roundings, no fused multiply-add, as MLAS), `cvtps2dq`
 /// (round half to even under the default MXCSR: [`round_magic`]'s result for `|w| < 2^22`,
 /// which [`MulParams::bounded`] guarantees), `off` off and the clamp to `[lo, hi]`; the four
-/// results packed to 64 bytes (no pack saturates: each is in `[lo, hi]`) and stored once.
+/// results stored as 64 bytes ([`crate::conv::store_packed64`]).
 /// The tail goes through the scalar formula. The same bytes as [`qlinear_mul_one`].
 ///
 /// # Safety
@@ -481,8 +599,6 @@ unsafe fn qlinear_mul_bounded_avx512(
         _mm512_set1_epi32(i32::from(lo)),
         _mm512_set1_epi32(i32::from(hi)),
     );
-    // Pixels' 4-byte groups back in order after the in-lane packs.
-    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     let n = a.len();
     let mut i = 0;
     while i + 64 <= n {
@@ -499,13 +615,8 @@ unsafe fn qlinear_mul_bounded_avx512(
             let q = _mm512_sub_epi32(_mm512_cvtps_epi32(w), off);
             _mm512_max_epi32(_mm512_min_epi32(q, vhi), vlo)
         });
-        let bytes = _mm512_packs_epi16(
-            _mm512_packs_epi32(r[0], r[1]),
-            _mm512_packs_epi32(r[2], r[3]),
-        );
-        let bytes = _mm512_permutexvar_epi32(order, bytes);
         // SAFETY: 64 bytes at `i`, inside `out` (`i + 64 <= n`).
-        unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(i).cast(), bytes) };
+        unsafe { crate::conv::store_packed64(out.as_mut_ptr().add(i), r) };
         i += 64;
     }
     for ((d, x), y) in out[i..].iter_mut().zip(&a[i..]).zip(&b[i..]) {
