@@ -315,7 +315,8 @@ pub(crate) enum Step {
         dst: usize,
     },
     /// Concatenation: `outer` blocks; input `i` contributes `inner[i]` contiguous bytes per
-    /// block (mapped through its table when it has one).
+    /// block (mapped through its table when it has one). The blocks (a channel concat's
+    /// pixels) are the rows split over the lanes; each chunk writes its blocks part by part.
     Concat {
         outer: usize,
         parts: Vec<ConcatPart>,
