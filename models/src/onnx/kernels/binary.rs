@@ -477,31 +477,15 @@ unsafe fn add_bounded_avx512(
         _mm512_set1_epi32(i32::from(lo)),
         _mm512_set1_epi32(i32::from(hi)),
     );
-    let mut i = 0;
-    while i + 64 <= n {
-        let r: [__m512i; 4] = std::array::from_fn(|k| {
-            // SAFETY: 16 bytes at `i + 16·k < n` of `a` and of `b`.
-            let (x, y) = unsafe {
-                (
-                    _mm512_cvtepi8_epi32(_mm_loadu_si128(a.add(i + 16 * k).cast())),
-                    _mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(i + 16 * k).cast())),
-                )
-            };
-            let xf = _mm512_add_ps(_mm512_cvtepi32_ps(x), offf);
-            let yf = _mm512_add_ps(_mm512_cvtepi32_ps(y), offf);
-            let v = _mm512_fmadd_ps(xf, ra, _mm512_fmadd_ps(yf, rb, fixed));
-            let q = _mm512_sub_epi32(_mm512_cvtps_epi32(v), off);
-            _mm512_max_epi32(_mm512_min_epi32(q, vhi), vlo)
-        });
-        // SAFETY: 64 bytes at `i + 64 <= n` of `out`, after this step's reads.
-        unsafe { crate::conv::store_packed64(out.add(i), r) };
-        i += 64;
-    }
-    while i < n {
-        // SAFETY: element `i < n` of each; read before it is written.
-        unsafe { *out.add(i) = add_one_bounded(p, lo, hi, *a.add(i), *b.add(i)) };
-        i += 1;
-    }
+    let lanes = move |x: __m512i, y: __m512i| {
+        let xf = _mm512_add_ps(_mm512_cvtepi32_ps(x), offf);
+        let yf = _mm512_add_ps(_mm512_cvtepi32_ps(y), offf);
+        let v = _mm512_fmadd_ps(xf, ra, _mm512_fmadd_ps(yf, rb, fixed));
+        let q = _mm512_sub_epi32(_mm512_cvtps_epi32(v), off);
+        _mm512_max_epi32(_mm512_min_epi32(q, vhi), vlo)
+    };
+    // SAFETY: the caller's: `n` elements at each pointer, `out` only `a` or `b` if either.
+    unsafe { packed_binary_avx512(a, b, out, n, lanes, |x, y| add_one_bounded(p, lo, hi, x, y)) }
 }
 
 multiversion! {
@@ -599,28 +583,69 @@ unsafe fn qlinear_mul_bounded_avx512(
         _mm512_set1_epi32(i32::from(lo)),
         _mm512_set1_epi32(i32::from(hi)),
     );
-    let n = a.len();
+    let lanes = move |x: __m512i, y: __m512i| {
+        let prod = _mm512_mullo_epi32(_mm512_sub_epi32(x, vza), _mm512_sub_epi32(y, vzb));
+        let w = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(prod), ratio), zy);
+        let q = _mm512_sub_epi32(_mm512_cvtps_epi32(w), off);
+        _mm512_max_epi32(_mm512_min_epi32(q, vhi), vlo)
+    };
+    let one = |x, y| qlinear_mul_one(m, za, zb, lo, hi, x, y);
+    // SAFETY: the three slices hold `a.len()` elements each (our precondition), and `out`,
+    // a `&mut` borrow, overlaps neither input.
+    unsafe {
+        packed_binary_avx512(
+            a.as_ptr(),
+            b.as_ptr(),
+            out.as_mut_ptr(),
+            a.len(),
+            lanes,
+            one,
+        )
+    }
+}
+
+/// The loop of the bounded AVX-512 `Add` and `Mul`: 64 elements a step, each operand's 16
+/// at a time widened to `i32` and mapped by `lanes` to 16 results already inside `[-128,
+/// 127]`, the four stored as 64 bytes ([`crate::conv::store_packed64`]); the tail through
+/// `one`, the scalar formula of the same element.
+///
+/// # Safety
+///
+/// AVX-512 F and BW; `a`, `b` and `out` point to `n` elements each; `out` may be `a` or
+/// `b` (each step reads its 64 elements before it writes them) but overlaps them in no other
+/// way.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn packed_binary_avx512(
+    a: *const i8,
+    b: *const i8,
+    out: *mut i8,
+    n: usize,
+    lanes: impl Fn(std::arch::x86_64::__m512i, std::arch::x86_64::__m512i) -> std::arch::x86_64::__m512i,
+    one: impl Fn(i8, i8) -> i8,
+) {
+    use std::arch::x86_64::*;
     let mut i = 0;
     while i + 64 <= n {
         let r: [__m512i; 4] = std::array::from_fn(|k| {
             // SAFETY: 16 bytes at `i + 16·k`, inside `a` and `b` (`i + 64 <= n`).
             let (x, y) = unsafe {
                 (
-                    _mm512_cvtepi8_epi32(_mm_loadu_si128(a.as_ptr().add(i + 16 * k).cast())),
-                    _mm512_cvtepi8_epi32(_mm_loadu_si128(b.as_ptr().add(i + 16 * k).cast())),
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(a.add(i + 16 * k).cast())),
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(i + 16 * k).cast())),
                 )
             };
-            let prod = _mm512_mullo_epi32(_mm512_sub_epi32(x, vza), _mm512_sub_epi32(y, vzb));
-            let w = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(prod), ratio), zy);
-            let q = _mm512_sub_epi32(_mm512_cvtps_epi32(w), off);
-            _mm512_max_epi32(_mm512_min_epi32(q, vhi), vlo)
+            lanes(x, y)
         });
-        // SAFETY: 64 bytes at `i`, inside `out` (`i + 64 <= n`).
-        unsafe { crate::conv::store_packed64(out.as_mut_ptr().add(i), r) };
+        // SAFETY: 64 bytes at `i + 64 <= n` of `out`, after this step's reads.
+        unsafe { crate::conv::store_packed64(out.add(i), r) };
         i += 64;
     }
-    for ((d, x), y) in out[i..].iter_mut().zip(&a[i..]).zip(&b[i..]) {
-        *d = qlinear_mul_one(m, za, zb, lo, hi, *x, *y);
+    while i < n {
+        // SAFETY: element `i < n` of each; read before it is written.
+        unsafe { *out.add(i) = one(*a.add(i), *b.add(i)) };
+        i += 1;
     }
 }
 
