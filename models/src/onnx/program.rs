@@ -200,18 +200,19 @@ impl Program {
         let base = SendPtr(arena.as_mut_ptr());
         let bufs = &self.buffers;
         let isa = self.isa;
-        // Shared views of a buffer (read by the current step).
+        // Shared views of a buffer (read by the current step). They capture the `Sync`
+        // `SendPtr`, so a step's chunks on other lanes may call them too.
         let view = |i: usize| -> &[i8] {
             let b = &bufs[i];
             // SAFETY: the buffer lies inside the arena (plan() sized it); the step reading it
             // writes only its own `dst`, planned disjoint from every buffer live at the step.
-            unsafe { std::slice::from_raw_parts(base.0.add(b.offset).cast::<i8>(), b.bytes) }
+            unsafe { base.elems::<i8>(b.offset, b.bytes) }
         };
         let view_f32 = |i: usize| -> &[f32] {
             let b = &bufs[i];
             // SAFETY: as `view`; f32 buffers are sized in multiples of 4 bytes and start at
             // 64-byte aligned offsets of the 64-byte aligned arena.
-            unsafe { std::slice::from_raw_parts(base.0.add(b.offset).cast::<f32>(), b.bytes / 4) }
+            unsafe { base.elems::<f32>(b.offset, b.bytes / 4) }
         };
         let steps = self.steps.get(range).unwrap_or(&[]);
         for step in steps {
@@ -926,13 +927,8 @@ impl Program {
                     split_rows(lanes, base, &bufs[*dst], *outer, block, block, &|r, out| {
                         let mut col = 0;
                         for (src, inner, table) in parts.iter().filter(|p| p.1 > 0) {
-                            let x: &[i8] = match src {
-                                // SAFETY: as `view` (the closure itself is not `Sync`): the
-                                // buffer lies inside the arena, and this step writes only
-                                // `dst`, planned disjoint from every buffer live here.
-                                Operand::Buf(i) => unsafe {
-                                    base.elems(bufs[*i].offset, bufs[*i].bytes)
-                                },
+                            let x = match src {
+                                Operand::Buf(i) => view(*i),
                                 Operand::Const(v) => v.as_slice(),
                             };
                             let x = &x[r.start * inner..r.end * inner];
