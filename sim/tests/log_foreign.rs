@@ -95,3 +95,119 @@ fn an_autoware_style_bag_with_jpeg_cameras_replays_through_a_sensors_table() {
     assert_eq!(count("/tf_static"), Some(1));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Writes the foreign bag with `args` into a fresh directory and reads it through its
+/// `[sensors]` table; `None` (after a loud skip line) when python3 or a package is missing.
+fn foreign_feed(tag: &str, args: &[&str]) -> Option<Feed> {
+    let dir = std::env::temp_dir().join(format!("redline-foreign-{tag}-{}", std::process::id()));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/write_foreign_bag.py");
+    let out = match std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&dir)
+        .args(args)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("\n==== SKIPPED: raw image bags: cannot run python3 ({e}) ====\n");
+            return None;
+        }
+    };
+    if out.status.code() == Some(3) {
+        eprintln!(
+            "\n==== SKIPPED: raw image bags: {} ====\n",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return None;
+    }
+    assert!(
+        out.status.success(),
+        "write_foreign_bag.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let mut sensors: SensorMap = table["sensors"].clone().try_into().unwrap();
+    sensors.calibration = Some(dir.join("rig.toml"));
+    let feed = Feed::from_log_mapped(&dir.join("bag.mcap"), None, ReadLimits::default(), &sensors)
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    Some(feed)
+}
+
+/// Raw `sensor_msgs/msg/Image` cameras in the encodings camera drivers write (Bayer mosaics,
+/// YUV 4:2:2, 16-bit) replay: each is the rgb8 bag's picture as cv_bridge would convert it —
+/// identical where the encoding holds the same bytes, the flat areas identical after a
+/// demosaic, close after YUV's chroma subsampling — and a cut-off image is a frame issue
+/// naming the camera, not a failed replay.
+#[test]
+fn raw_image_bags_in_camera_encodings_replay_as_their_rgb_picture() {
+    let frames = "4";
+    let Some(reference) = foreign_feed("rgb8", &["--raw", "rgb8", "--frames", frames]) else {
+        return;
+    };
+    let (w, h) = (160usize, 96usize);
+    let cams = 2;
+    assert_eq!(reference.frames.len(), 4);
+    assert!(reference.issues.is_empty(), "{:?}", reference.issues);
+    for (k, f) in reference.frames.iter().enumerate() {
+        assert_eq!(f.present, 0b11, "rgb8 frame {k}");
+        let px = &f.images[(60 * w + 30 + 4 * k) * 3..][..3];
+        assert_eq!(px, [200, 30, 30], "rgb8 frame {k}: the square");
+    }
+    let mean_abs_diff = |a: &[u8], b: &[u8]| {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| x.abs_diff(y) as f64)
+            .sum::<f64>()
+            / a.len() as f64
+    };
+    for enc in [
+        "bgr8",
+        "rgb16",
+        "bgr16",
+        "bayer_rggb8",
+        "bayer_bggr8",
+        "bayer_gbrg8",
+        "bayer_grbg8",
+        "bayer_rggb16",
+        "yuv422",
+        "yuv422_yuy2",
+    ] {
+        let feed = foreign_feed(enc, &["--raw", enc, "--frames", frames, "--corrupt", "2"])
+            .expect("python3 ran for rgb8");
+        assert_eq!(feed.frames.len(), 4, "{enc}");
+        for (k, (f, r)) in feed.frames.iter().zip(&reference.frames).enumerate() {
+            if k == 2 {
+                // The rear image is cut off halfway: that camera is missing, with the reason.
+                assert_eq!(f.present, 0b01, "{enc} frame 2");
+                assert!(
+                    feed.issues.iter().any(|(frame, why)| *frame == 2
+                        && why.contains("camera rear")
+                        && why.contains("layout is inconsistent")),
+                    "{enc}: {:?}",
+                    feed.issues
+                );
+                continue;
+            }
+            assert_eq!(f.present, 0b11, "{enc} frame {k}");
+            assert_eq!(f.images.len(), cams * w * h * 3);
+            let diff = mean_abs_diff(&f.images, &r.images);
+            let square = &f.images[(60 * w + 30 + 4 * k) * 3..][..3];
+            if !enc.starts_with("bayer") && !enc.starts_with("yuv") {
+                assert_eq!(f.images, r.images, "{enc} frame {k}: same bytes as rgb8");
+            } else if enc.starts_with("bayer") {
+                // Flat areas demosaic to themselves; only edges blur.
+                assert_eq!(square, [200, 30, 30], "{enc} frame {k}");
+                assert!(diff < 3.0, "{enc} frame {k}: mean |diff| {diff}");
+            } else {
+                // 4:2:2 chroma and video-range rounding: close, not identical.
+                assert!(
+                    square[0] > 180 && square[1] < 50 && square[2] < 50,
+                    "{enc} frame {k}: {square:?}"
+                );
+                assert!(diff < 3.0, "{enc} frame {k}: mean |diff| {diff}");
+            }
+        }
+    }
+}

@@ -7,6 +7,11 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
   --frames N   frames at 10 Hz (default 20)
   --texture    camera-like noise in the images (JPEG streams of realistic size, for timing)
   --corrupt K  frame K's rear image is cut off halfway (a damaged stream, headers intact)
+  --raw ENC    raw sensor_msgs/msg/Image cameras on /sensing/camera/<name>/image_raw instead
+               of JPEG, in encoding ENC: bayer_rggb8 (or bggr, gbrg, grbg; 8 or 16 bits, as a
+               camera's colour filter samples the picture), yuv422 / yuv422_yuy2 (BT.601,
+               video range, chroma averaged over each pixel pair), rgb16, bgr16, mono16
+               (samples x 257), rgb8, bgr8, mono8; needs numpy
 
 Written with the reference Python stack (`mcap`, `mcap-ros2-support`, JPEG by Pillow):
   OUT_DIR/bag.mcap   Autoware-style topics:
@@ -35,10 +40,15 @@ W, H = 160, 96
 FRAMES = 20
 TEXTURE = False
 CORRUPT = -1
+RAW = None
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
 IMAGE_DEF = "std_msgs/Header header\nstring format\nuint8[] data\n"
+RAW_IMAGE_DEF = (
+    "std_msgs/Header header\nuint32 height\nuint32 width\nstring encoding\nuint8 is_bigendian\n"
+    "uint32 step\nuint8[] data\n"
+)
 HEADER_DEFS = (
     "================================================================================\n"
     "MSG: std_msgs/Header\nbuiltin_interfaces/Time stamp\nstring frame_id\n"
@@ -106,6 +116,61 @@ OPTICAL_TO_BODY = (-0.5, 0.5, -0.5, 0.5)
 
 
 def picture(k, cam):
+    """A deterministic RGB picture as a JPEG stream (see `rgb_picture`)."""
+    img = rgb_picture(k, cam)
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def raw_picture(k, cam, encoding):
+    """The picture as the fields of a sensor_msgs/msg/Image in `encoding` (see --raw)."""
+    import numpy as np
+
+    rgb = np.asarray(rgb_picture(k, cam), dtype=np.uint8).astype(np.int32)
+    r, g, b = rgb[:, :, 0], rgb[:, :, 1], rgb[:, :, 2]
+    if encoding.startswith("bayer_") and encoding[-1] in "68":
+        pattern, bits = encoding[6:10], 16 if encoding.endswith("16") else 8
+        planes = {"r": r, "g": g, "b": b}
+        mosaic = np.zeros((H, W), np.int32)
+        for dy in range(2):
+            for dx in range(2):
+                colour = planes[pattern[2 * dy + dx]]
+                mosaic[dy::2, dx::2] = colour[dy::2, dx::2]
+        data = (mosaic * 257).astype("<u2") if bits == 16 else mosaic.astype(np.uint8)
+        return data.tobytes(), W * (bits // 8)
+    if encoding in ("yuv422", "yuv422_yuy2"):
+        y = 16 + (65.481 * r + 128.553 * g + 24.966 * b) / 255
+        u = 128 + (-37.797 * r - 74.203 * g + 112.0 * b) / 255
+        v = 128 + (112.0 * r - 93.786 * g - 18.214 * b) / 255
+        u2 = (u[:, 0::2] + u[:, 1::2]) / 2
+        v2 = (v[:, 0::2] + v[:, 1::2]) / 2
+        q = lambda a: np.clip(np.rint(a), 0, 255).astype(np.uint8)
+        out = np.zeros((H, W // 2, 4), np.uint8)
+        if encoding == "yuv422":  # U Y0 V Y1
+            order = (q(u2), q(y[:, 0::2]), q(v2), q(y[:, 1::2]))
+        else:  # Y0 U Y1 V
+            order = (q(y[:, 0::2]), q(u2), q(y[:, 1::2]), q(v2))
+        for i, plane in enumerate(order):
+            out[:, :, i] = plane
+        return out.tobytes(), W * 2
+    grey = np.rint(0.299 * r + 0.587 * g + 0.114 * b).astype(np.int32)
+    layouts = {
+        "rgb8": (np.stack([r, g, b], -1), np.uint8),
+        "bgr8": (np.stack([b, g, r], -1), np.uint8),
+        "mono8": (grey, np.uint8),
+        "rgb16": (np.stack([r, g, b], -1) * 257, "<u2"),
+        "bgr16": (np.stack([b, g, r], -1) * 257, "<u2"),
+        "mono16": (grey * 257, "<u2"),
+    }
+    if encoding not in layouts:
+        raise ValueError(f"--raw {encoding}")
+    pixels, dtype = layouts[encoding]
+    data = pixels.astype(dtype)
+    return data.tobytes(), data.nbytes // H
+
+
+def rgb_picture(k, cam):
     """A deterministic RGB picture: a road-like gradient with a moving square; with
     --texture, camera-like noise on top (JPEG streams the size of real camera images)."""
     from PIL import Image, ImageDraw
@@ -122,9 +187,11 @@ def picture(k, cam):
 
         noise = random.Random(k * 16 + cam).randbytes(W * H * 3)
         img = Image.blend(img, Image.frombytes("RGB", (W, H), noise), 0.06)
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=90)
-    return buf.getvalue()
+    return img
+
+
+def image_topic(name):
+    return f"/sensing/camera/{name}/image_raw" + ("" if RAW else "/compressed")
 
 
 def damaged(jpeg):
@@ -144,7 +211,7 @@ def tf(parent, child, t, q, ns):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -156,6 +223,8 @@ def main():
                 FRAMES = int(value)
             elif flag == "--corrupt":
                 CORRUPT = int(value)
+            elif flag == "--raw" and value:
+                RAW = value
             elif flag == "--texture" and value is None:
                 TEXTURE = True
             else:
@@ -166,14 +235,20 @@ def main():
     try:
         from mcap_ros2.writer import Writer
         import PIL  # noqa: F401
+
+        if RAW:
+            import numpy  # noqa: F401
     except ImportError as e:
-        print(f"missing Python package ({e}): pip install mcap mcap-ros2-support pillow", file=sys.stderr)
+        print(f"missing Python package ({e}): pip install mcap mcap-ros2-support pillow numpy", file=sys.stderr)
         return 3
     os.makedirs(out, exist_ok=True)
     fx = fy = 120.0
     with open(os.path.join(out, "bag.mcap"), "wb") as f:
         w = Writer(f)
-        img_schema = w.register_msgdef("sensor_msgs/msg/CompressedImage", IMAGE_DEF + HEADER_DEFS)
+        if RAW:
+            img_schema = w.register_msgdef("sensor_msgs/msg/Image", RAW_IMAGE_DEF + HEADER_DEFS)
+        else:
+            img_schema = w.register_msgdef("sensor_msgs/msg/CompressedImage", IMAGE_DEF + HEADER_DEFS)
         info_schema = w.register_msgdef("sensor_msgs/msg/CameraInfo", CAMERA_INFO_DEF + HEADER_DEFS)
         odom_schema = w.register_msgdef("nav_msgs/msg/Odometry", ODOM_DEF + HEADER_DEFS)
         tf_schema = w.register_msgdef("tf2_msgs/msg/TFMessage", TF_DEF + HEADER_DEFS)
@@ -241,14 +316,21 @@ def main():
             for cam, name in enumerate(["front", "rear"]):
                 # cameras arrive a few ms after their stamp, as over a network
                 arrival = t + 3_000_000 + cam * 1_000_000
+                header = {"stamp": stamp(t), "frame_id": f"camera/{name}/camera_optical_link"}
+                if RAW:
+                    data, step = raw_picture(k, cam, RAW)
+                    if (k, cam) == (CORRUPT, 1):
+                        data = data[: len(data) // 2]
+                    msg = {"header": header, "height": H, "width": W, "encoding": RAW,
+                           "is_bigendian": 0, "step": step, "data": data}
+                else:
+                    jpeg = picture(k, cam)
+                    msg = {"header": header, "format": "rgb8; jpeg compressed bgr8",
+                           "data": damaged(jpeg) if (k, cam) == (CORRUPT, 1) else jpeg}
                 w.write_message(
-                    f"/sensing/camera/{name}/image_raw/compressed",
+                    image_topic(name),
                     img_schema,
-                    {
-                        "header": {"stamp": stamp(t), "frame_id": f"camera/{name}/camera_optical_link"},
-                        "format": "rgb8; jpeg compressed bgr8",
-                        "data": damaged(picture(k, cam)) if (k, cam) == (CORRUPT, 1) else picture(k, cam),
-                    },
+                    msg,
                     log_time=arrival,
                     publish_time=arrival,
                 )
@@ -267,11 +349,11 @@ def main():
             'calibration = "rig.toml"\n'
             "[[sensors.cameras]]\n"
             'name = "front"\n'
-            'image = "/sensing/camera/front/image_raw/compressed"\n'
+            f'image = "{image_topic("front")}"\n'
             'camera_info = "/sensing/camera/front/camera_info"\n'
             "[[sensors.cameras]]\n"
             'name = "rear"\n'
-            'image = "/sensing/camera/rear/image_raw/compressed"\n'
+            f'image = "{image_topic("rear")}"\n'
         )
     print(json.dumps({"frames": FRAMES, "width": W, "height": H, "period_ns": PERIOD_NS}))
     return 0

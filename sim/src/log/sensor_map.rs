@@ -6,8 +6,9 @@
 //!   `/cam/<name>/camera_info`, images on `/cam/<name>/image_raw`, odometry on `/ego/odom`,
 //!   static transforms on `/tf_static`. Logs that redline writes need no `[sensors]` table.
 //! - With cameras listed, exactly those cameras are read, in the listed order (the rig order):
-//!   each from its image topic (`sensor_msgs/msg/Image` in rgb8, bgr8, rgba8, bgra8 or mono8,
-//!   or `sensor_msgs/msg/CompressedImage` in JPEG or PNG). Intrinsics come from the camera's
+//!   each from its image topic (`sensor_msgs/msg/Image` in 8- or 16-bit RGB, BGR or grey, a
+//!   Bayer mosaic or YUV 4:2:2 — see [`crate::msgs::PixelEncoding`] — or
+//!   `sensor_msgs/msg/CompressedImage` in JPEG or PNG). Intrinsics come from the camera's
 //!   `camera_info` topic when the log has a readable one, else from the calibration file; the
 //!   mount comes from the log's static transforms (the chain `base_link` → … → the camera's
 //!   frame, composed), else from the calibration file. A camera with neither is an error that

@@ -81,6 +81,7 @@ macro_rules! ros_message {
 
 mod geometry_msgs;
 mod nav_msgs;
+mod pixel_encoding;
 mod redline_msgs;
 mod sensor_msgs;
 mod std_msgs;
@@ -91,6 +92,7 @@ pub use geometry_msgs::{
     Vector3,
 };
 pub use nav_msgs::Odometry;
+pub use pixel_encoding::{BayerPattern, PixelEncoding};
 pub use redline_msgs::{GroundTruthMsg, ObjectState, RoadMap};
 pub use sensor_msgs::{CameraInfo, CameraIntrinsics, CompressedImage, Image, RegionOfInterest};
 pub use std_msgs::{Header, Time};
@@ -127,7 +129,7 @@ pub enum MsgError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImageIssue {
     /// The encoding is not one redline reads.
-    #[error("image encoding is {got:?}; redline reads raw rgb8, bgr8, rgba8, bgra8 and mono8 images and JPEG or PNG CompressedImage: convert the log's images")]
+    #[error("image encoding is {got:?}; redline reads raw {} images and JPEG or PNG CompressedImage: convert the log's images", pixel_encoding::READ_ENCODINGS)]
     WrongEncoding {
         /// The encoding in the message.
         got: String,
@@ -165,6 +167,17 @@ pub enum ImageIssue {
         step: u32,
         /// Data length, bytes.
         len: usize,
+    },
+    /// A YUV 4:2:2 image whose width is odd: its pixels come in pairs.
+    #[error(
+        "image encoding {encoding} packs two pixels in four bytes, but the width is {width}, \
+         odd; the message is corrupt"
+    )]
+    OddWidth {
+        /// The encoding.
+        encoding: String,
+        /// Width, px.
+        width: u32,
     },
 }
 

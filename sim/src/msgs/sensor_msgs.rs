@@ -1,12 +1,14 @@
 //! `sensor_msgs`: camera images (`Image`) and calibrations (`CameraInfo`), with conversions to
 //! and from the sim's [`RgbImage`] and [`CameraSpec`].
 //!
-//! Promises: an `rgb8` image converts to an [`RgbImage`] whatever its row padding; any other
+//! Promises: an image in any encoding of [`PixelEncoding`] (8- and 16-bit RGB, BGR and grey,
+//! Bayer mosaics, YUV 4:2:2) converts to an [`RgbImage`] whatever its row padding; any other
 //! encoding or an inconsistent layout is an [`ImageIssue`], never a panic or an out-of-bounds
 //! read. A calibration written by [`CameraInfo::from_spec`] is an ideal pinhole (`plumb_bob`,
 //! zero distortion). Cost: [`Image::encode_rgb`] copies the pixels once (into the writer);
 //! decoding copies them once out of the buffer; [`Image::into_rgb`] moves unpadded data.
 
+use super::pixel_encoding::{to_rgb8, PixelEncoding, RawImage};
 use super::std_msgs::{Header, HEADER_DEF, TIME_DEF};
 use super::ImageIssue;
 use crate::cdr::{CdrError, CdrReader, CdrWriter};
@@ -71,40 +73,28 @@ impl Image {
         w.bytes(&img.data);
     }
 
-    /// Bytes per pixel of the 8-bit encodings redline converts (`rgb8`, `bgr8`, `rgba8`,
-    /// `bgra8`, `mono8`); `None` for any other.
+    /// Bytes per pixel of the encodings redline converts (see [`PixelEncoding`]); `None` for
+    /// any other.
     pub fn bytes_per_pixel(encoding: &str) -> Option<usize> {
-        match encoding {
-            "rgb8" | "bgr8" => Some(3),
-            "rgba8" | "bgra8" => Some(4),
-            "mono8" | "8UC1" => Some(1),
-            _ => None,
-        }
+        PixelEncoding::parse(encoding).map(PixelEncoding::bytes_per_pixel)
     }
 
-    /// Converts an 8-bit message (`rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8`) to an
-    /// [`RgbImage`]: rows with padding are compacted, channels reordered, alpha dropped, grey
-    /// replicated.
+    /// Converts the message to an [`RgbImage`] as `cv_bridge` converts it to `rgb8`: rows
+    /// with padding are compacted, channels reordered, alpha dropped, grey replicated, 16-bit
+    /// samples scaled, Bayer mosaics demosaiced and YUV 4:2:2 converted (see
+    /// [`PixelEncoding`] for the encodings and the formulas).
     pub fn to_rgb(&self) -> Result<RgbImage, ImageIssue> {
-        let bpp = self.check_layout()?;
-        let (w, h) = (self.width as usize, self.height as usize);
-        let mut data = Vec::with_capacity(w * h * 3);
-        for y in 0..h {
-            let row = &self.data[y * self.step as usize..][..w * bpp];
-            match self.encoding.as_str() {
-                "rgb8" => data.extend_from_slice(row),
-                "bgr8" => row
-                    .chunks_exact(3)
-                    .for_each(|p| data.extend_from_slice(&[p[2], p[1], p[0]])),
-                "rgba8" => row
-                    .chunks_exact(4)
-                    .for_each(|p| data.extend_from_slice(&p[..3])),
-                "bgra8" => row
-                    .chunks_exact(4)
-                    .for_each(|p| data.extend_from_slice(&[p[2], p[1], p[0]])),
-                _ => row.iter().for_each(|&g| data.extend_from_slice(&[g, g, g])),
-            }
-        }
+        let enc = self.check_layout()?;
+        let data = to_rgb8(
+            enc,
+            &RawImage {
+                width: self.width as usize,
+                height: self.height as usize,
+                step: self.step as usize,
+                big_endian: self.is_bigendian != 0,
+                data: &self.data,
+            },
+        )?;
         Ok(RgbImage {
             width: self.width,
             height: self.height,
@@ -129,9 +119,9 @@ impl Image {
         }
     }
 
-    /// Checks the encoding and that `step` and the data cover every row; bytes per pixel.
-    fn check_layout(&self) -> Result<usize, ImageIssue> {
-        let Some(bpp) = Self::bytes_per_pixel(&self.encoding) else {
+    /// Checks the encoding and that `step` and the data cover every row.
+    fn check_layout(&self) -> Result<PixelEncoding, ImageIssue> {
+        let Some(enc) = PixelEncoding::parse(&self.encoding) else {
             return Err(ImageIssue::WrongEncoding {
                 got: self.encoding.clone(),
             });
@@ -142,12 +132,12 @@ impl Image {
             step: self.step,
             len: self.data.len(),
         };
-        let row = (self.width as u64) * bpp as u64;
+        let row = (self.width as u64) * enc.bytes_per_pixel() as u64;
         let need = (self.step as u64) * (self.height as u64);
         if (self.step as u64) < row || (self.data.len() as u64) < need {
             return Err(bad);
         }
-        Ok(bpp)
+        Ok(enc)
     }
 
     /// Appends the message to `w`.
