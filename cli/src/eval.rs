@@ -27,7 +27,8 @@ use crate::common::{load_config, load_feed, RunArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct EvalArgs {
-    /// MCAP logs with ground truth (e.g. written by `redline sim generate`).
+    /// MCAP logs or ROS 2 bag directories with ground truth (e.g. written by `redline sim
+    /// generate`).
     #[arg(required = true)]
     pub logs: Vec<PathBuf>,
     /// TOML config (network, weights, budgets, ...); the release mode is always lockstep.
@@ -115,9 +116,9 @@ pub fn run(a: EvalArgs) -> Result<()> {
         );
     }
     for log in &a.logs {
-        if !log.is_file() {
+        if !log.exists() {
             bail!(
-                "log {} does not exist or is not a file: give MCAP logs with ground truth (e.g. from `redline sim generate -o drive.mcap`)",
+                "log {} does not exist: give MCAP logs (or ROS 2 bag directories) with ground truth (e.g. from `redline sim generate -o drive.mcap`)",
                 log.display()
             );
         }

@@ -25,7 +25,7 @@ pub enum LogCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct LogInfoArgs {
-    /// The MCAP log (a ROS 2 bag or one redline wrote).
+    /// The log: an MCAP file (from ros2 bag or redline) or a ROS 2 bag directory.
     pub log: PathBuf,
     /// Print one JSON object instead of the text report.
     #[arg(long)]
@@ -48,7 +48,12 @@ fn info(a: LogInfoArgs) -> Result<()> {
     let mut reader = LogReader::open_any(&a.log, ReadLimits::default())
         .with_context(|| format!("reading {}", a.log.display()))?;
     let stats = reader.channel_stats();
-    let bytes = std::fs::metadata(&a.log).map(|m| m.len()).unwrap_or(0);
+    let bytes = reader.total_bytes();
+    let files: Vec<String> = reader
+        .files()
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect();
     let messages: u64 = stats.iter().map(|c| c.count).sum();
     let first = stats
         .iter()
@@ -72,7 +77,7 @@ fn info(a: LogInfoArgs) -> Result<()> {
             })
             .collect();
         let v = json!({
-            "log": a.log.display().to_string(), "bytes": bytes, "indexed": reader.is_indexed(),
+            "log": a.log.display().to_string(), "files": files, "bytes": bytes, "indexed": reader.is_indexed(),
             "messages": messages, "start_ns": first, "end_ns": last,
             "duration_s": last.saturating_sub(first) as f64 / 1e9,
             "topics": topics, "issues": issues, "suggested_sensors": suggestion,
@@ -81,6 +86,10 @@ fn info(a: LogInfoArgs) -> Result<()> {
         return Ok(());
     }
     println!("log:       {}", a.log.display());
+    if files.len() > 1 || files.first().map(String::as_str) != a.log.to_str() {
+        // A ROS 2 bag directory: the files read, in recording order.
+        println!("files:     {}", files.join(", "));
+    }
     println!(
         "size:      {:.1} MiB ({})",
         bytes as f64 / (1 << 20) as f64,

@@ -23,8 +23,9 @@ use crate::shard;
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
-    /// MCAP logs to replay, one after another (default: the built-in scenario, generated
-    /// in memory). Logs are streamed: read and decoded a window ahead, in bounded memory.
+    /// MCAP logs or ROS 2 bag directories (a split bag's files read as one log) to replay,
+    /// one after another (default: the built-in scenario, generated in memory). Logs are
+    /// streamed: read and decoded a window ahead, in bounded memory.
     pub logs: Vec<PathBuf>,
     #[command(flatten)]
     pub run: RunArgs,

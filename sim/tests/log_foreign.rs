@@ -5,7 +5,7 @@
 //! (`.ci/run` installs them).
 
 use std::f64::consts::PI;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use redline_sim::feed::Feed;
 use redline_sim::log::{LogReader, ReadLimits, SensorMap};
@@ -96,9 +96,9 @@ fn an_autoware_style_bag_with_jpeg_cameras_replays_through_a_sensors_table() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// Writes the foreign bag with `args` into a fresh directory and reads it through its
-/// `[sensors]` table; `None` (after a loud skip line) when python3 or a package is missing.
-fn foreign_feed(tag: &str, args: &[&str]) -> Option<Feed> {
+/// Writes the foreign bag with `args` into a fresh directory (returned); `None` (after a loud
+/// skip line) when python3 or a package is missing.
+fn write_foreign(tag: &str, args: &[&str]) -> Option<PathBuf> {
     let dir = std::env::temp_dir().join(format!("redline-foreign-{tag}-{}", std::process::id()));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/write_foreign_bag.py");
     let out = match std::process::Command::new("python3")
@@ -109,13 +109,13 @@ fn foreign_feed(tag: &str, args: &[&str]) -> Option<Feed> {
     {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("\n==== SKIPPED: raw image bags: cannot run python3 ({e}) ====\n");
+            eprintln!("\n==== SKIPPED: foreign bag {tag}: cannot run python3 ({e}) ====\n");
             return None;
         }
     };
     if out.status.code() == Some(3) {
         eprintln!(
-            "\n==== SKIPPED: raw image bags: {} ====\n",
+            "\n==== SKIPPED: foreign bag {tag}: {} ====\n",
             String::from_utf8_lossy(&out.stderr).trim()
         );
         return None;
@@ -125,12 +125,22 @@ fn foreign_feed(tag: &str, args: &[&str]) -> Option<Feed> {
         "write_foreign_bag.py {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    Some(dir)
+}
+
+/// Reads `dir/bag` (a file or a bag directory) through the `[sensors]` table the writer left.
+fn read_foreign(dir: &Path, bag: &str) -> Feed {
     let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
     let table: toml::Table = toml::from_str(&text).unwrap();
     let mut sensors: SensorMap = table["sensors"].clone().try_into().unwrap();
     sensors.calibration = Some(dir.join("rig.toml"));
-    let feed = Feed::from_log_mapped(&dir.join("bag.mcap"), None, ReadLimits::default(), &sensors)
-        .unwrap();
+    Feed::from_log_mapped(&dir.join(bag), None, ReadLimits::default(), &sensors).unwrap()
+}
+
+/// [`write_foreign`] then [`read_foreign`] of its `bag.mcap`, the directory removed.
+fn foreign_feed(tag: &str, args: &[&str]) -> Option<Feed> {
+    let dir = write_foreign(tag, args)?;
+    let feed = read_foreign(&dir, "bag.mcap");
     std::fs::remove_dir_all(&dir).ok();
     Some(feed)
 }
@@ -210,4 +220,86 @@ fn raw_image_bags_in_camera_encodings_replay_as_their_rgb_picture() {
             }
         }
     }
+}
+
+/// A recording split over three MCAP files in a ROS 2 bag directory (`metadata.yaml`, the
+/// transforms and calibration only in the first file, channel ids numbered anew in each)
+/// reads as the same frames as the one-file bag; a cut-off middle file loses only what was
+/// cut (its frames reported missing), and the issue names that file.
+#[test]
+fn a_split_bag_directory_reads_as_one_log() {
+    let Some(one) = write_foreign("one-file", &["--frames", "20"]) else {
+        return;
+    };
+    let split = write_foreign("split", &["--frames", "20", "--split", "7"]).expect("python3 ran");
+    let whole = read_foreign(&one, "bag.mcap");
+    let parts = read_foreign(&split, "bag");
+    assert!(parts.issues.is_empty(), "{:?}", parts.issues);
+    assert_eq!(parts.frames.len(), 20);
+    assert_eq!(
+        (parts.width, parts.height, parts.period_ns),
+        (whole.width, whole.height, whole.period_ns)
+    );
+    assert_eq!(
+        format!("{:?}", parts.cameras),
+        format!("{:?}", whole.cameras)
+    );
+    for (k, (a, b)) in parts.frames.iter().zip(&whole.frames).enumerate() {
+        assert_eq!(a.stamp_ns, b.stamp_ns, "frame {k}");
+        assert_eq!(a.present, 0b11, "frame {k}");
+        assert_eq!(a.present, b.present, "frame {k}");
+        assert_eq!(a.images, b.images, "frame {k}");
+        assert_eq!(format!("{:?}", a.ego), format!("{:?}", b.ego), "frame {k}");
+    }
+    let mut r = LogReader::open_any(&split.join("bag"), ReadLimits::default()).unwrap();
+    let names: Vec<String> = r
+        .files()
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["bag_0.mcap", "bag_1.mcap", "bag_2.mcap"]);
+    let stats = r.channel_stats();
+    let count = |t: &str| stats.iter().find(|c| c.topic == t).map(|c| c.count);
+    assert_eq!(count("/localization/kinematic_state"), Some(20));
+    assert_eq!(
+        count("/sensing/camera/front/image_raw/compressed"),
+        Some(20)
+    );
+    assert_eq!(count("/tf_static"), Some(1));
+    assert_eq!(stats.len(), 5, "one channel per topic across the files");
+
+    // Cut the middle file (frames 7..14) in half: its summary is gone (a linear scan reads
+    // what is left), the other files are untouched.
+    let middle = split.join("bag").join("bag_1.mcap");
+    let bytes = std::fs::read(&middle).unwrap();
+    std::fs::write(&middle, &bytes[..bytes.len() / 2]).unwrap();
+    let cut = read_foreign(&split, "bag");
+    assert!(
+        cut.issues.iter().any(|(_, why)| why.contains("bag_1.mcap")),
+        "{:?}",
+        cut.issues
+    );
+    let complete = |f: &redline_pipeline::sensors::SensorFrame| f.present == 0b11;
+    let by_stamp = |s: u64| cut.frames.iter().find(|f| f.stamp_ns == s);
+    for (k, b) in whole.frames.iter().enumerate() {
+        if !(7..14).contains(&k) {
+            let a = by_stamp(b.stamp_ns).unwrap_or_else(|| panic!("frame {k} kept"));
+            assert!(complete(a) && a.images == b.images, "frame {k}");
+        }
+    }
+    // The writer's one compressed chunk per file is cut: its frames are reported missing,
+    // none is made up.
+    for k in 7..14 {
+        let a = by_stamp(whole.frames[k].stamp_ns);
+        assert!(a.is_some_and(|a| !complete(a)), "frame {k}");
+        assert!(
+            cut.issues
+                .iter()
+                .any(|(f, why)| *f == k as u64 && why.contains("missing")),
+            "frame {k}: {:?}",
+            cut.issues
+        );
+    }
+    std::fs::remove_dir_all(&one).ok();
+    std::fs::remove_dir_all(&split).ok();
 }

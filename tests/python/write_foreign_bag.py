@@ -7,6 +7,10 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
   --frames N   frames at 10 Hz (default 20)
   --texture    camera-like noise in the images (JPEG streams of realistic size, for timing)
   --corrupt K  frame K's rear image is cut off halfway (a damaged stream, headers intact)
+  --split N    a ROS 2 bag directory OUT_DIR/bag/ instead of bag.mcap: metadata.yaml and one
+               MCAP file per N frames (bag_0.mcap, bag_1.mcap, ...), as `ros2 bag record
+               --max-bag-duration` splits a recording; /tf_static and camera_info only in the
+               first file
   --raw ENC    raw sensor_msgs/msg/Image cameras on /sensing/camera/<name>/image_raw instead
                of JPEG, in encoding ENC: bayer_rggb8 (or bggr, gbrg, grbg; 8 or 16 bits, as a
                camera's colour filter samples the picture), yuv422 / yuv422_yuy2 (BT.601,
@@ -41,6 +45,7 @@ FRAMES = 20
 TEXTURE = False
 CORRUPT = -1
 RAW = None
+SPLIT = 0
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -211,7 +216,7 @@ def tf(parent, child, t, q, ns):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -223,6 +228,8 @@ def main():
                 FRAMES = int(value)
             elif flag == "--corrupt":
                 CORRUPT = int(value)
+            elif flag == "--split":
+                SPLIT = int(value)
             elif flag == "--raw" and value:
                 RAW = value
             elif flag == "--texture" and value is None:
@@ -243,98 +250,128 @@ def main():
         return 3
     os.makedirs(out, exist_ok=True)
     fx = fy = 120.0
-    with open(os.path.join(out, "bag.mcap"), "wb") as f:
+    files = []
+
+    def open_writer():
+        """The next file of the bag and its writer, with every schema registered."""
+        if SPLIT:
+            os.makedirs(os.path.join(out, "bag"), exist_ok=True)
+            name = os.path.join("bag", f"bag_{len(files)}.mcap")
+        else:
+            name = "bag.mcap"
+        files.append(os.path.basename(name))
+        f = open(os.path.join(out, name), "wb")
         w = Writer(f)
         if RAW:
-            img_schema = w.register_msgdef("sensor_msgs/msg/Image", RAW_IMAGE_DEF + HEADER_DEFS)
+            img = w.register_msgdef("sensor_msgs/msg/Image", RAW_IMAGE_DEF + HEADER_DEFS)
         else:
-            img_schema = w.register_msgdef("sensor_msgs/msg/CompressedImage", IMAGE_DEF + HEADER_DEFS)
-        info_schema = w.register_msgdef("sensor_msgs/msg/CameraInfo", CAMERA_INFO_DEF + HEADER_DEFS)
-        odom_schema = w.register_msgdef("nav_msgs/msg/Odometry", ODOM_DEF + HEADER_DEFS)
-        tf_schema = w.register_msgdef("tf2_msgs/msg/TFMessage", TF_DEF + HEADER_DEFS)
-        # Static transforms: base_link -> sensor_kit_base_link (1.5 m forward, 1.6 m up)
-        # -> front camera optical frame (pitched 5 degrees down).
-        front_q = quat_mul(pitch_q(math.radians(5.0)), OPTICAL_TO_BODY)
+            img = w.register_msgdef("sensor_msgs/msg/CompressedImage", IMAGE_DEF + HEADER_DEFS)
+        info = w.register_msgdef("sensor_msgs/msg/CameraInfo", CAMERA_INFO_DEF + HEADER_DEFS)
+        odom = w.register_msgdef("nav_msgs/msg/Odometry", ODOM_DEF + HEADER_DEFS)
+        tf = w.register_msgdef("tf2_msgs/msg/TFMessage", TF_DEF + HEADER_DEFS)
+        return f, w, img, info, odom, tf
+
+    f, w, img_schema, info_schema, odom_schema, tf_schema = open_writer()
+    # Static transforms: base_link -> sensor_kit_base_link (1.5 m forward, 1.6 m up)
+    # -> front camera optical frame (pitched 5 degrees down).
+    front_q = quat_mul(pitch_q(math.radians(5.0)), OPTICAL_TO_BODY)
+    w.write_message(
+        "/tf_static",
+        tf_schema,
+        {
+            "transforms": [
+                tf("base_link", "sensor_kit_base_link", (1.5, 0.0, 1.6), yaw_q(0.0), T0),
+                tf("sensor_kit_base_link", "camera/front/camera_optical_link", (0.0, 0.0, 0.0), front_q, T0),
+            ]
+        },
+        log_time=T0,
+        publish_time=T0,
+    )
+    w.write_message(
+        "/sensing/camera/front/camera_info",
+        info_schema,
+        {
+            "header": {"stamp": stamp(T0), "frame_id": "camera/front/camera_optical_link"},
+            "height": H,
+            "width": W,
+            "distortion_model": "plumb_bob",
+            "d": [0.0] * 5,
+            "k": [fx, 0.0, W / 2, 0.0, fy, H / 2, 0.0, 0.0, 1.0],
+            "r": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+            "p": [fx, 0.0, W / 2, 0.0, 0.0, fy, H / 2, 0.0, 0.0, 0.0, 1.0, 0.0],
+            "binning_x": 0,
+            "binning_y": 0,
+            "roi": {"x_offset": 0, "y_offset": 0, "height": 0, "width": 0, "do_rectify": False},
+        },
+        log_time=T0,
+        publish_time=T0,
+    )
+    for k in range(FRAMES):
+        t = T0 + k * PERIOD_NS
+        if SPLIT and k > 0 and k % SPLIT == 0:
+            w.finish()
+            f.close()
+            f, w, img_schema, info_schema, odom_schema, tf_schema = open_writer()
+        x = 10.0 * k * PERIOD_NS / 1e9  # 10 m/s straight ahead
         w.write_message(
-            "/tf_static",
-            tf_schema,
+            "/localization/kinematic_state",
+            odom_schema,
             {
-                "transforms": [
-                    tf("base_link", "sensor_kit_base_link", (1.5, 0.0, 1.6), yaw_q(0.0), T0),
-                    tf("sensor_kit_base_link", "camera/front/camera_optical_link", (0.0, 0.0, 0.0), front_q, T0),
-                ]
-            },
-            log_time=T0,
-            publish_time=T0,
-        )
-        w.write_message(
-            "/sensing/camera/front/camera_info",
-            info_schema,
-            {
-                "header": {"stamp": stamp(T0), "frame_id": "camera/front/camera_optical_link"},
-                "height": H,
-                "width": W,
-                "distortion_model": "plumb_bob",
-                "d": [0.0] * 5,
-                "k": [fx, 0.0, W / 2, 0.0, fy, H / 2, 0.0, 0.0, 1.0],
-                "r": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
-                "p": [fx, 0.0, W / 2, 0.0, 0.0, fy, H / 2, 0.0, 0.0, 0.0, 1.0, 0.0],
-                "binning_x": 0,
-                "binning_y": 0,
-                "roi": {"x_offset": 0, "y_offset": 0, "height": 0, "width": 0, "do_rectify": False},
-            },
-            log_time=T0,
-            publish_time=T0,
-        )
-        for k in range(FRAMES):
-            t = T0 + k * PERIOD_NS
-            x = 10.0 * k * PERIOD_NS / 1e9  # 10 m/s straight ahead
-            w.write_message(
-                "/localization/kinematic_state",
-                odom_schema,
-                {
-                    "header": {"stamp": stamp(t), "frame_id": "map"},
-                    "child_frame_id": "base_link",
+                "header": {"stamp": stamp(t), "frame_id": "map"},
+                "child_frame_id": "base_link",
+                "pose": {
                     "pose": {
-                        "pose": {
-                            "position": {"x": x, "y": 0.0, "z": 0.0},
-                            "orientation": {"x": 0.0, "y": 0.0, "z": 0.0, "w": 1.0},
-                        },
-                        "covariance": [0.0] * 36,
+                        "position": {"x": x, "y": 0.0, "z": 0.0},
+                        "orientation": {"x": 0.0, "y": 0.0, "z": 0.0, "w": 1.0},
                     },
-                    "twist": {
-                        "twist": {
-                            "linear": {"x": 10.0, "y": 0.0, "z": 0.0},
-                            "angular": {"x": 0.0, "y": 0.0, "z": 0.0},
-                        },
-                        "covariance": [0.0] * 36,
-                    },
+                    "covariance": [0.0] * 36,
                 },
-                log_time=t,
-                publish_time=t,
+                "twist": {
+                    "twist": {
+                        "linear": {"x": 10.0, "y": 0.0, "z": 0.0},
+                        "angular": {"x": 0.0, "y": 0.0, "z": 0.0},
+                    },
+                    "covariance": [0.0] * 36,
+                },
+            },
+            log_time=t,
+            publish_time=t,
+        )
+        for cam, name in enumerate(["front", "rear"]):
+            # cameras arrive a few ms after their stamp, as over a network
+            arrival = t + 3_000_000 + cam * 1_000_000
+            header = {"stamp": stamp(t), "frame_id": f"camera/{name}/camera_optical_link"}
+            if RAW:
+                data, step = raw_picture(k, cam, RAW)
+                if (k, cam) == (CORRUPT, 1):
+                    data = data[: len(data) // 2]
+                msg = {"header": header, "height": H, "width": W, "encoding": RAW,
+                       "is_bigendian": 0, "step": step, "data": data}
+            else:
+                jpeg = picture(k, cam)
+                msg = {"header": header, "format": "rgb8; jpeg compressed bgr8",
+                       "data": damaged(jpeg) if (k, cam) == (CORRUPT, 1) else jpeg}
+            w.write_message(
+                image_topic(name),
+                img_schema,
+                msg,
+                log_time=arrival,
+                publish_time=arrival,
             )
-            for cam, name in enumerate(["front", "rear"]):
-                # cameras arrive a few ms after their stamp, as over a network
-                arrival = t + 3_000_000 + cam * 1_000_000
-                header = {"stamp": stamp(t), "frame_id": f"camera/{name}/camera_optical_link"}
-                if RAW:
-                    data, step = raw_picture(k, cam, RAW)
-                    if (k, cam) == (CORRUPT, 1):
-                        data = data[: len(data) // 2]
-                    msg = {"header": header, "height": H, "width": W, "encoding": RAW,
-                           "is_bigendian": 0, "step": step, "data": data}
-                else:
-                    jpeg = picture(k, cam)
-                    msg = {"header": header, "format": "rgb8; jpeg compressed bgr8",
-                           "data": damaged(jpeg) if (k, cam) == (CORRUPT, 1) else jpeg}
-                w.write_message(
-                    image_topic(name),
-                    img_schema,
-                    msg,
-                    log_time=arrival,
-                    publish_time=arrival,
-                )
-        w.finish()
+    w.finish()
+    f.close()
+    if SPLIT:
+        # What rosbag2 writes beside its files (the fields redline reads, and a few more).
+        listed = "".join(f"    - {name}\n" for name in files)
+        with open(os.path.join(out, "bag", "metadata.yaml"), "w") as meta:
+            meta.write(
+                "rosbag2_bagfile_information:\n  version: 5\n  storage_identifier: mcap\n"
+                f"  duration:\n    nanoseconds: {FRAMES * PERIOD_NS}\n"
+                f"  starting_time:\n    nanoseconds_since_epoch: {T0}\n"
+                f"  message_count: 0\n  topics_with_message_count: []\n"
+                '  compression_format: ""\n  compression_mode: ""\n'
+                f"  relative_file_paths:\n{listed}  files: []\n"
+            )
     with open(os.path.join(out, "rig.toml"), "w") as f:
         f.write(
             '# the rear camera: no camera_info or transform in the bag\n[[camera]]\nname = "rear"\n'

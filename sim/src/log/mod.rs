@@ -30,12 +30,19 @@
 //! (one reusable read buffer; one decompressed chunk in memory at a time when chunks do not
 //! overlap in time). It spawns no threads and does not log.
 //!
-//! Layout: `writer` ([`LogWriter`]), `summary` (the canonical, byte-deterministic
+//! A log is one MCAP file or a ROS 2 bag directory (`metadata.yaml` and the MCAP files it
+//! lists, `bag_dir`): a bag split over several files is read as one log — channels matched
+//! by topic, schema and encoding across files, their chunks merged in log-time order, the
+//! calibration and static transforms of the first file serving the whole recording. Issues
+//! of a split bag name their file.
+//!
+//! Layout: `bag_dir` (a bag directory's files), `writer` ([`LogWriter`]), `summary` (the canonical, byte-deterministic
 //! summary section the writer finishes with), `reader` ([`LogReader`]: open, indexed reads,
 //! the time-ordered merge), `recovery` (chunk reading that tolerates damage and the linear scan
 //! of files without a usable summary), `decode` (raw CDR message → [`Payload`]). This module
 //! holds the shared types, errors and topic names.
 
+mod bag_dir;
 mod decode;
 mod limits;
 mod reader;
@@ -106,8 +113,16 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    /// A ROS 2 bag directory redline cannot read (see `bag_dir`): the reason says what to do.
+    #[error("ROS 2 bag {path}: {why}")]
+    Bag {
+        /// The bag directory.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        why: String,
+    },
     /// The file does not start with the MCAP magic.
-    #[error("{path} is not an MCAP file (no MCAP magic at its start); pass a log written by redline or ros2 bag")]
+    #[error("{path} is not an MCAP file (no MCAP magic at its start); pass a log written by redline or ros2 bag (-s mcap), or a ROS 2 bag directory; a SQLite (.db3) bag must be converted first: `ros2 bag convert`")]
     NotMcap {
         /// The file.
         path: PathBuf,

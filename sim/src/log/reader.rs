@@ -12,6 +12,7 @@ use std::fs::File;
 use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use super::bag_dir::bag_files;
 use super::limits::ReadLimits;
 use super::records::{self, Place, RecordError};
 use super::recovery::{read_chunk, ChunkItem};
@@ -29,6 +30,9 @@ pub(super) struct InChannel {
 
 #[derive(Clone, Debug)]
 pub(super) struct Block {
+    /// Which file of the log holds it: 0 the reader's own, k the k-th of
+    /// [`LogReader::more_files`].
+    pub(super) part: usize,
     /// File offset of the record's opcode.
     pub(super) offset: u64,
     /// Bytes of the record body present in the file.
@@ -95,6 +99,16 @@ enum SummaryError {
     Record(#[from] RecordError),
 }
 
+/// A further file of a log split over several (a ROS 2 bag directory): its own channel ids
+/// are mapped to the log's.
+#[derive(Debug)]
+pub(super) struct MoreFile {
+    path: PathBuf,
+    file: Source,
+    /// This file's channel id → the log's.
+    channel_ids: BTreeMap<u16, u16>,
+}
+
 /// Footer record (opcode, length, 20-byte body) and end magic.
 const FOOTER_LEN: u64 = 9 + 20 + 8;
 
@@ -120,6 +134,12 @@ pub struct LogReader {
     pub(super) dropped_issues: u64,
     pub(super) chunks_read: u64,
     pub(super) buf: Vec<u8>,
+    /// The other files of a split bag, in recording order (empty for one file).
+    pub(super) more_files: Vec<MoreFile>,
+    /// Bytes of every file of the log.
+    total_bytes: u64,
+    /// The reader's own file (`path` names the directory of a split bag).
+    first_file: PathBuf,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -174,6 +194,30 @@ impl LogReader {
         limits: ReadLimits,
         sensors: Option<&SensorMap>,
     ) -> Result<LogReader, LogError> {
+        if !path.is_dir() {
+            return Self::open_one(path, limits, sensors);
+        }
+        let files = bag_files(path)?;
+        if let [only] = &files[..] {
+            return Self::open_one(only, limits, sensors);
+        }
+        let mut parts = Vec::with_capacity(files.len());
+        for f in &files {
+            parts.push(Self::open_one(f, limits, None)?);
+        }
+        let mut r = Self::join(path.to_path_buf(), parts);
+        if let Some(sensors) = sensors {
+            r.sensors = sensors.clone();
+            r.load_rig()?;
+        }
+        Ok(r)
+    }
+
+    fn open_one(
+        path: &Path,
+        limits: ReadLimits,
+        sensors: Option<&SensorMap>,
+    ) -> Result<LogReader, LogError> {
         let io = |source| LogError::Io {
             path: path.to_path_buf(),
             source,
@@ -187,6 +231,91 @@ impl LogReader {
             limits,
             sensors,
         )
+    }
+
+    /// The files of a split bag (each opened alone, in recording order) as one log named
+    /// `path`: channels matched by topic, schema and encoding (a channel only a later file
+    /// has gets a fresh id), blocks merged by start time, issues prefixed with their file.
+    fn join(path: PathBuf, parts: Vec<LogReader>) -> LogReader {
+        let mut parts = parts.into_iter();
+        let mut log = parts.next().expect("a split bag has files");
+        let file_name = |p: &Path| {
+            p.file_name().map_or_else(
+                || p.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        };
+        let first_name = file_name(&log.path);
+        for issue in &mut log.issues {
+            issue.detail = format!("{first_name}: {}", issue.detail);
+        }
+        let mut span = (!log.blocks.is_empty()).then_some(log.range);
+        for part in parts {
+            let index = log.more_files.len() + 1;
+            let name = file_name(&part.path);
+            let has_blocks = !part.blocks.is_empty();
+            let mut channel_ids = BTreeMap::new();
+            for (local, ch) in &part.channels {
+                let same = log.channels.iter().find(|(_, c)| {
+                    (&c.topic, &c.schema, &c.encoding) == (&ch.topic, &ch.schema, &ch.encoding)
+                });
+                let id = match same {
+                    Some((id, _)) => Some(*id),
+                    None => {
+                        let fresh = log
+                            .channels
+                            .keys()
+                            .next_back()
+                            .map_or(Some(0), |m| m.checked_add(1));
+                        if let Some(id) = fresh {
+                            log.channels.insert(id, ch.clone());
+                        }
+                        fresh
+                    }
+                };
+                match id {
+                    Some(id) => {
+                        channel_ids.insert(*local, id);
+                    }
+                    None => log.issue(
+                        LogIssueKind::OverLimit,
+                        format!(
+                            "{name}: channel {} ({}) is over the 65536 channels a log can have; its messages are skipped",
+                            ch.topic, ch.schema
+                        ),
+                    ),
+                }
+            }
+            for mut b in part.blocks {
+                b.part = index;
+                b.channels = b.channels.map(|ids| {
+                    ids.iter()
+                        .filter_map(|l| channel_ids.get(l).copied())
+                        .collect()
+                });
+                log.blocks.push(b);
+            }
+            if has_blocks {
+                span = Some(match span {
+                    Some((a, b)) => (a.min(part.range.0), b.max(part.range.1)),
+                    None => part.range,
+                });
+            }
+            for i in part.issues {
+                log.issue(i.kind, format!("{name}: {}", i.detail));
+            }
+            log.indexed &= part.indexed;
+            log.total_bytes += part.total_bytes;
+            log.more_files.push(MoreFile {
+                path: part.path,
+                file: part.file,
+                channel_ids,
+            });
+        }
+        log.range = span.unwrap_or((0, 0));
+        log.blocks.sort_by_key(|b| (b.start_ns, b.part, b.offset));
+        log.path = path;
+        log
     }
 
     /// Reads a log held in memory (`name` stands for its path in messages and issues). Same
@@ -241,6 +370,9 @@ impl LogReader {
             dropped_issues: 0,
             chunks_read: 0,
             buf: Vec::new(),
+            more_files: Vec::new(),
+            total_bytes: file_len,
+            first_file: path.clone(),
         };
         match r.read_summary() {
             Ok(Some(summary)) if r.use_summary(&summary) => {}
@@ -264,7 +396,7 @@ impl LogReader {
                 r.scan().map_err(io)?;
             }
         }
-        r.blocks.sort_by_key(|b| (b.start_ns, b.offset));
+        r.blocks.sort_by_key(|b| (b.start_ns, b.part, b.offset));
         if sensors.is_some() {
             r.load_rig()?;
         }
@@ -443,6 +575,7 @@ impl LogReader {
             .chunk_indexes
             .iter()
             .map(|ci| Block {
+                part: 0,
                 offset: ci.chunk_start_offset,
                 body_len: ci.chunk_length - 9,
                 loose: false,
@@ -500,9 +633,21 @@ impl LogReader {
         self.blocks.len()
     }
 
-    /// The log file.
+    /// The log: its file, or the directory of a ROS 2 bag split over several files.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The files the log is read from: one, or a split bag's in recording order.
+    pub fn files(&self) -> Vec<&Path> {
+        std::iter::once(self.first_file.as_path())
+            .chain(self.more_files.iter().map(|f| f.path.as_path()))
+            .collect()
+    }
+
+    /// Bytes of every file of the log.
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
     }
 
     /// (topic, schema name) of every channel, by channel id.
@@ -570,15 +715,38 @@ impl LogReader {
         body.clear();
         // body_len <= max_record_bytes (checked above) and within the file (checked at open).
         body.resize(b.body_len as usize, 0);
-        let read = self
-            .file
+        // The block's file, and for a later file of a split bag its channel ids.
+        let (file, channel_ids) = match b.part {
+            0 => (&mut self.file, None),
+            k => {
+                let more = &mut self.more_files[k - 1];
+                (&mut more.file, Some(&more.channel_ids))
+            }
+        };
+        let read = file
             .seek(SeekFrom::Start(b.offset.saturating_add(9)))
-            .and_then(|_| self.file.read_exact(&mut body));
+            .and_then(|_| file.read_exact(&mut body));
+        // The record length in the file; for a cut chunk it exceeds what is there.
+        let record_len = if b.loose || read.is_err() {
+            b.body_len
+        } else {
+            let mut head = [0u8; 9];
+            file.seek(SeekFrom::Start(b.offset))
+                .and_then(|_| file.read_exact(&mut head))
+                .map(|_| {
+                    let mut l = [0u8; 8];
+                    l.copy_from_slice(&head[1..9]);
+                    u64::from_le_bytes(l)
+                })
+                .unwrap_or(b.body_len)
+        };
+        let channel_ids = channel_ids.cloned();
         if let Err(e) = read {
+            let name = self.part_name(b.part);
             self.issue(
                 LogIssueKind::Truncated,
                 format!(
-                    "cannot read {} bytes at byte {} ({e}); those messages are skipped",
+                    "{name}cannot read {} bytes at byte {} ({e}); those messages are skipped",
                     b.body_len, b.offset
                 ),
             );
@@ -586,6 +754,13 @@ impl LogReader {
             return;
         }
         let mut take = |channel: u16, log_time: u64, data: &[u8], idx: usize| {
+            let channel = match &channel_ids {
+                None => channel,
+                Some(ids) => match ids.get(&channel) {
+                    Some(&id) => id,
+                    None => return,
+                },
+            };
             if wanted.contains(&channel) && log_time >= start && log_time < end {
                 out.push(RawMsg {
                     key: (log_time, ordinal, idx),
@@ -604,25 +779,14 @@ impl LogReader {
                 take(m.channel_id, m.log_time, m.data, 0);
             }
         } else {
-            // The record length in the file; for a cut chunk it exceeds what is there.
-            let mut head = [0u8; 9];
-            let record_len = self
-                .file
-                .seek(SeekFrom::Start(b.offset))
-                .and_then(|_| self.file.read_exact(&mut head))
-                .map(|_| {
-                    let mut l = [0u8; 8];
-                    l.copy_from_slice(&head[1..9]);
-                    u64::from_le_bytes(l)
-                })
-                .unwrap_or(b.body_len);
             let cr = read_chunk(&body, record_len, b.offset, &limits);
             self.chunks_read += 1;
             if let (Some(e), false) = (&cr.error, cr.partial) {
+                let name = self.part_name(b.part);
                 self.issue(
                     LogIssueKind::CorruptChunk,
                     format!(
-                        "chunk at byte {} (log time {}..{} ns) is corrupt ({e}); its messages are skipped",
+                        "{name}chunk at byte {} (log time {}..{} ns) is corrupt ({e}); its messages are skipped",
                         b.offset, b.start_ns, b.end_ns
                     ),
                 );
@@ -639,6 +803,19 @@ impl LogReader {
             }
         }
         self.buf = body;
+    }
+
+    /// `"<file name>: "` for a block of a split bag (its issues name their file), else empty.
+    fn part_name(&self, part: usize) -> String {
+        if self.more_files.is_empty() {
+            return String::new();
+        }
+        let path = match part {
+            0 => &self.first_file,
+            k => &self.more_files[k - 1].path,
+        };
+        let name = path.file_name().unwrap_or(path.as_os_str());
+        format!("{}: ", name.to_string_lossy())
     }
 }
 

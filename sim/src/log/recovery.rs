@@ -253,7 +253,7 @@ impl LogReader {
                         if cr.partial {
                             self.issue(
                                 LogIssueKind::Truncated,
-                                format!("the file ends inside the chunk at byte {pos} ({e}); {messages} complete messages of it were recovered, the rest of the recording is lost"),
+                                format!("the file ends inside the chunk at byte {pos} ({e}); {messages} complete messages of it were recovered, the rest of the file is lost"),
                             );
                         } else {
                             self.issue(
@@ -272,6 +272,7 @@ impl LogReader {
                         max_t = max_t.max(hi);
                     }
                     self.blocks.push(Block {
+                        part: 0,
                         offset: pos,
                         body_len,
                         loose: false,
@@ -286,6 +287,7 @@ impl LogReader {
                         min_t = min_t.min(m.log_time);
                         max_t = max_t.max(m.log_time);
                         self.blocks.push(Block {
+                            part: 0,
                             offset: pos,
                             body_len,
                             loose: true,

@@ -1,0 +1,203 @@
+//! A ROS 2 bag as `ros2 bag record` leaves it: a directory holding `metadata.yaml` and the
+//! storage files it lists — one MCAP file, or several when the recording was split
+//! (`--max-bag-size`, `--max-bag-duration`, or a recorder that split on its own).
+//!
+//! Promises: [`bag_files`] returns the directory's MCAP files in recording order —
+//! `metadata.yaml`'s `relative_file_paths` when it has one (the storage plugin must be
+//! `mcap`), else every `*.mcap` file of the directory, ordered by the split index `ros2 bag`
+//! appends (`…_0.mcap`, `…_1.mcap`, …, `…_10.mcap`) and then by name. A bag stored in SQLite
+//! (`.db3`, the default of ROS 2 Humble and earlier), a file-compressed bag (`.mcap.zstd`),
+//! a listed file that is missing and a directory without any MCAP file are each a
+//! [`LogError::Bag`] that says what to do. [`super::LogReader`] reads the files as one log.
+//! Cost: one small file read and a directory listing, at open.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::LogError;
+
+/// The parts of `metadata.yaml` redline uses.
+#[derive(Debug, Deserialize)]
+struct Metadata {
+    rosbag2_bagfile_information: BagInfo,
+}
+
+#[derive(Debug, Deserialize)]
+struct BagInfo {
+    #[serde(default)]
+    storage_identifier: String,
+    #[serde(default)]
+    relative_file_paths: Vec<String>,
+    #[serde(default)]
+    compression_mode: String,
+    #[serde(default)]
+    compression_format: String,
+}
+
+/// How to convert a bag to MCAP, for error messages.
+const CONVERT: &str = "convert it with `ros2 bag convert -i BAG -o out.yaml`, where out.yaml \
+     holds `output_bags: [{uri: BAG_mcap, storage_id: mcap}]`";
+
+/// The MCAP files of the bag directory `dir`, in recording order (see the module docs).
+pub(super) fn bag_files(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
+    let bag_error = |why: String| LogError::Bag {
+        path: dir.to_path_buf(),
+        why,
+    };
+    let meta_path = dir.join("metadata.yaml");
+    if meta_path.is_file() {
+        let text = std::fs::read_to_string(&meta_path).map_err(|source| LogError::Io {
+            path: meta_path.clone(),
+            source,
+        })?;
+        let meta: Metadata = serde_yaml_ng::from_str(&text).map_err(|e| {
+            bag_error(format!(
+                "its metadata.yaml cannot be read as a ROS 2 bag's ({e}); remove it to read \
+                 the directory's *.mcap files in name order"
+            ))
+        })?;
+        let info = meta.rosbag2_bagfile_information;
+        let storage = info.storage_identifier.as_str();
+        if storage == "sqlite3" {
+            return Err(bag_error(format!(
+                "it is stored in SQLite (.db3 files, the default of ROS 2 Humble and earlier); \
+                 redline reads MCAP: {CONVERT}, or record with `ros2 bag record -s mcap`"
+            )));
+        }
+        if !storage.is_empty() && storage != "mcap" {
+            return Err(bag_error(format!(
+                "its storage is {storage:?}; redline reads MCAP: {CONVERT}"
+            )));
+        }
+        if info.compression_mode.eq_ignore_ascii_case("file") {
+            return Err(bag_error(format!(
+                "its files are compressed whole ({} compression mode FILE); decompress them \
+                 with `ros2 bag decompress` (or {CONVERT}); chunk compression inside MCAP \
+                 files needs nothing",
+                info.compression_format
+            )));
+        }
+        if !info.relative_file_paths.is_empty() {
+            let files: Vec<PathBuf> = info
+                .relative_file_paths
+                .iter()
+                .map(|f| dir.join(f))
+                .collect();
+            if let Some(missing) = files.iter().find(|f| !f.is_file()) {
+                return Err(bag_error(format!(
+                    "its metadata.yaml lists {}, which is not there; copy the whole bag \
+                     directory, or remove metadata.yaml to read the *.mcap files present",
+                    missing.display()
+                )));
+            }
+            return Ok(files);
+        }
+    }
+    let listing = std::fs::read_dir(dir).map_err(|source| LogError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut files = Vec::new();
+    let mut db3 = false;
+    for entry in listing {
+        let path = entry
+            .map_err(|source| LogError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?
+            .path();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("mcap") if path.is_file() => files.push(path),
+            Some("db3") => db3 = true,
+            _ => {}
+        }
+    }
+    if files.is_empty() {
+        return Err(bag_error(if db3 {
+            format!("it holds .db3 (SQLite) files, no MCAP; redline reads MCAP: {CONVERT}")
+        } else {
+            "it holds no metadata.yaml and no *.mcap file; pass a ROS 2 bag directory or an \
+             MCAP file"
+                .to_string()
+        }));
+    }
+    files.sort_by_key(|f| (split_index(f), f.clone()));
+    Ok(files)
+}
+
+/// The split index `ros2 bag` appends to a file name (`name_12.mcap` → 12); files without
+/// one sort first.
+fn split_index(f: &Path) -> Option<u64> {
+    let stem = f.file_stem()?.to_str()?;
+    stem.rsplit_once('_')?.1.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        dir
+    }
+
+    fn names(files: &[PathBuf]) -> Vec<String> {
+        files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    const META: &str = "rosbag2_bagfile_information:\n  version: 5\n  storage_identifier: mcap\n  \
+        duration:\n    nanoseconds: 4000000000\n  relative_file_paths:\n    - b_0.mcap\n    \
+        - b_1.mcap\n  compression_format: \"\"\n  compression_mode: \"\"\n";
+
+    #[test]
+    fn metadata_lists_the_files_in_order() {
+        let dir = dir_with(&[("metadata.yaml", META), ("b_1.mcap", ""), ("b_0.mcap", "")]);
+        assert_eq!(
+            names(&bag_files(dir.path()).unwrap()),
+            ["b_0.mcap", "b_1.mcap"]
+        );
+    }
+
+    #[test]
+    fn without_metadata_the_split_index_orders_the_files() {
+        let dir = dir_with(&[
+            ("r_10.mcap", ""),
+            ("r_2.mcap", ""),
+            ("r_0.mcap", ""),
+            ("x.txt", ""),
+        ]);
+        assert_eq!(
+            names(&bag_files(dir.path()).unwrap()),
+            ["r_0.mcap", "r_2.mcap", "r_10.mcap"]
+        );
+    }
+
+    #[test]
+    fn every_bag_redline_cannot_read_says_what_to_do() {
+        let err = |dir: &tempfile::TempDir| bag_files(dir.path()).unwrap_err().to_string();
+        let sqlite = META.replace("storage_identifier: mcap", "storage_identifier: sqlite3");
+        let e = err(&dir_with(&[("metadata.yaml", &sqlite)]));
+        assert!(
+            e.contains("SQLite") && e.contains("ros2 bag convert"),
+            "{e}"
+        );
+        let e = err(&dir_with(&[("old_0.db3", "")]));
+        assert!(e.contains(".db3") && e.contains("ros2 bag convert"), "{e}");
+        let zstd = META.replace("compression_mode: \"\"", "compression_mode: FILE");
+        let e = err(&dir_with(&[("metadata.yaml", &zstd)]));
+        assert!(e.contains("ros2 bag decompress"), "{e}");
+        let e = err(&dir_with(&[("metadata.yaml", META), ("b_0.mcap", "")]));
+        assert!(e.contains("b_1.mcap") && e.contains("not there"), "{e}");
+        let e = err(&dir_with(&[("metadata.yaml", "{not: [yaml")]));
+        assert!(e.contains("metadata.yaml cannot be read"), "{e}");
+        let e = err(&dir_with(&[("notes.txt", "")]));
+        assert!(e.contains("no *.mcap"), "{e}");
+    }
+}
