@@ -303,3 +303,30 @@ fn a_split_bag_directory_reads_as_one_log() {
     std::fs::remove_dir_all(&one).ok();
     std::fs::remove_dir_all(&split).ok();
 }
+
+/// A camera_info with lens distortion is used as a pinhole (redline does not undistort), and
+/// the replay says so: a log issue naming the camera, the coefficients and how many pixels
+/// the border is off.
+#[test]
+fn lens_distortion_in_camera_info_is_reported_not_ignored() {
+    let Some(feed) = foreign_feed("distorted", &["--frames", "3", "--distortion", "-0.3"]) else {
+        return;
+    };
+    let found: Vec<&String> = feed
+        .issues
+        .iter()
+        .filter(|(_, why)| why.contains("LensDistortion"))
+        .map(|(_, why)| why)
+        .collect();
+    assert_eq!(found.len(), 1, "{:?}", feed.issues);
+    let why = found[0];
+    assert!(
+        why.contains("camera front")
+            && why.contains("plumb_bob")
+            && why.contains("-0.3")
+            && why.contains("px")
+            && why.contains("image_rect"),
+        "{why}"
+    );
+    assert_eq!(feed.frames.len(), 3, "the log still replays");
+}

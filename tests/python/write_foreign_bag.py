@@ -11,6 +11,7 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                MCAP file per N frames (bag_0.mcap, bag_1.mcap, ...), as `ros2 bag record
                --max-bag-duration` splits a recording; /tf_static and camera_info only in the
                first file
+  --distortion K1  the front camera_info's plumb_bob k1 (default 0: an ideal pinhole)
   --raw ENC    raw sensor_msgs/msg/Image cameras on /sensing/camera/<name>/image_raw instead
                of JPEG, in encoding ENC: bayer_rggb8 (or bggr, gbrg, grbg; 8 or 16 bits, as a
                camera's colour filter samples the picture), yuv422 / yuv422_yuy2 (BT.601,
@@ -46,6 +47,7 @@ TEXTURE = False
 CORRUPT = -1
 RAW = None
 SPLIT = 0
+K1 = 0.0
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -216,7 +218,7 @@ def tf(parent, child, t, q, ns):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -228,6 +230,8 @@ def main():
                 FRAMES = int(value)
             elif flag == "--corrupt":
                 CORRUPT = int(value)
+            elif flag == "--distortion":
+                K1 = float(value)
             elif flag == "--split":
                 SPLIT = int(value)
             elif flag == "--raw" and value:
@@ -295,7 +299,7 @@ def main():
             "height": H,
             "width": W,
             "distortion_model": "plumb_bob",
-            "d": [0.0] * 5,
+            "d": [K1, 0.0, 0.0, 0.0, 0.0],
             "k": [fx, 0.0, W / 2, 0.0, fy, H / 2, 0.0, 0.0, 1.0],
             "r": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
             "p": [fx, 0.0, W / 2, 0.0, 0.0, fy, H / 2, 0.0, 0.0, 0.0, 1.0, 0.0],

@@ -214,6 +214,9 @@ pub enum LogIssueKind {
     OverLimit,
     /// Too many issues: the rest were not recorded.
     TooManyIssues,
+    /// A camera's calibration has lens distortion, which redline does not correct: its
+    /// images are used as ideal pinholes (the detail says by how many pixels that is off).
+    LensDistortion,
 }
 
 /// One problem found in a log.

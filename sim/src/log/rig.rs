@@ -249,6 +249,37 @@ impl LogReader {
         }
     }
 
+    /// Records a [`LogIssueKind::LensDistortion`] when camera `name`'s calibration is not
+    /// an ideal pinhole: redline uses its images as they are.
+    fn check_distortion(&mut self, name: &str, topic: &str, ci: &CameraInfo) {
+        let Some(px) = ci.border_distortion_px() else {
+            return;
+        };
+        let how_far = if px.is_nan() {
+            format!(
+                "redline does not know the model {:?}, so how far that moves pixels is unknown",
+                ci.distortion_model
+            )
+        } else {
+            format!(
+                "at the image border that moves pixels up to {px:.1} px ({:.1} % of the {} px \
+                 width) from where the pinhole model puts them, which misplaces what the BEV \
+                 stage projects from this camera",
+                100.0 * px / ci.to_intrinsics().width.max(1) as f64,
+                ci.to_intrinsics().width
+            )
+        };
+        self.issue(
+            LogIssueKind::LensDistortion,
+            format!(
+                "camera {name}: {topic} has {} lens distortion (d = {:?}); redline uses the \
+                 images as ideal pinholes, without undistorting them: {how_far}; replay the \
+                 rectified image topic (image_rect, image_rect_color) if the log has one",
+                ci.distortion_model, ci.d
+            ),
+        );
+    }
+
     fn set_mount(spec: &mut CameraSpec, m: (f64, f64, f64, f64, f64)) {
         (spec.x, spec.y, spec.z, spec.yaw, spec.pitch) = m;
     }
@@ -268,6 +299,7 @@ impl LogReader {
                 continue;
             }
             let mut spec = Self::spec_from_info(name, &cal.infos[topic]);
+            self.check_distortion(name, topic, &cal.infos[topic]);
             let child = format!("cam_{name}");
             match Self::mount_of(cal, &child) {
                 Some(m) => Self::set_mount(&mut spec, m),
@@ -333,7 +365,11 @@ impl LogReader {
             let info = cam.camera_info.as_ref().and_then(|t| cal.infos.get(t));
             let from_file = rig.as_ref().and_then(|r| r.spec(&cam.name));
             let mut spec = match (info, &from_file) {
-                (Some(ci), _) => Self::spec_from_info(&cam.name, ci),
+                (Some(ci), _) => {
+                    let topic = cam.camera_info.as_deref().unwrap_or_default();
+                    self.check_distortion(&cam.name, topic, ci);
+                    Self::spec_from_info(&cam.name, ci)
+                }
                 (None, Some(s)) => s.clone(),
                 (None, None) => {
                     let where_ = match &cam.camera_info {

@@ -14,6 +14,7 @@ use super::ImageIssue;
 use crate::cdr::{CdrError, CdrReader, CdrWriter};
 use crate::types::RgbImage;
 use redline_pipeline::camera::CameraSpec;
+use redline_runtime::det_math as dm;
 
 pub(super) const ROI_DEF: (&str, &str) = (
     "sensor_msgs/RegionOfInterest",
@@ -307,6 +308,69 @@ impl CameraInfo {
         }
     }
 
+    /// How far lens distortion moves pixels at the image border, px: the largest distance,
+    /// over points along the four edges, between where the pinhole model (`k`) puts a ray and
+    /// where the distortion model puts it (OpenCV's formulas). `None` for an ideal pinhole:
+    /// every coefficient zero, with any model but `equidistant` (a fisheye lens, which is no
+    /// pinhole even then); `Some(f64::NAN)` for nonzero coefficients of a model redline does
+    /// not know (not `plumb_bob`, `rational_polynomial` or `equidistant`).
+    pub fn border_distortion_px(&self) -> Option<f64> {
+        let model = self.distortion_model.as_str();
+        let zero = self.d.iter().all(|&c| c == 0.0);
+        match model {
+            // A fisheye lens is not a pinhole even with zero coefficients (r = θ, not tan θ).
+            "equidistant" => {}
+            _ if zero => return None,
+            "plumb_bob" | "rational_polynomial" => {}
+            _ => return Some(f64::NAN),
+        }
+        let k = self.to_intrinsics();
+        let c = |i: usize| self.d.get(i).copied().unwrap_or(0.0);
+        // Ideal normalized (x, y) → distorted normalized, per model (OpenCV's formulas).
+        let distort = |x: f64, y: f64| -> (f64, f64) {
+            let r2 = x * x + y * y;
+            match model {
+                "plumb_bob" | "rational_polynomial" => {
+                    let (k1, k2, p1, p2, k3) = (c(0), c(1), c(2), c(3), c(4));
+                    let (k4, k5, k6) = (c(5), c(6), c(7));
+                    let radial = (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3)))
+                        / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
+                    (
+                        x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
+                        y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
+                    )
+                }
+                _ => {
+                    // equidistant (fisheye): the angle from the axis is distorted.
+                    let r = r2.sqrt();
+                    if r == 0.0 {
+                        return (x, y);
+                    }
+                    let t = dm::atan(r);
+                    let t2 = t * t;
+                    let td = t * (1.0 + t2 * (c(0) + t2 * (c(1) + t2 * (c(2) + t2 * c(3)))));
+                    (x * td / r, y * td / r)
+                }
+            }
+        };
+        let (w, h) = (k.width as f64, k.height as f64);
+        let mut worst: f64 = 0.0;
+        const STEPS: usize = 32;
+        for i in 0..=STEPS {
+            let f = i as f64 / STEPS as f64;
+            for (u, v) in [(f * w, 0.0), (f * w, h), (0.0, f * h), (w, f * h)] {
+                let (x, y) = ((u - k.cx) / k.fx, (v - k.cy) / k.fy);
+                let (xd, yd) = distort(x, y);
+                worst = worst.max(dm::hypot((xd - x) * k.fx, (yd - y) * k.fy));
+            }
+        }
+        Some(if worst.is_finite() {
+            worst
+        } else {
+            f64::INFINITY
+        })
+    }
+
     /// Appends the message to `w`.
     pub fn encode(&self, w: &mut CdrWriter) {
         self.header.encode(w);
@@ -440,6 +504,43 @@ mod tests {
         msg.encoding = "rgb8".into();
         msg.data.truncate(5);
         assert!(matches!(msg.to_rgb(), Err(ImageIssue::BadLayout { .. })));
+    }
+
+    #[test]
+    fn border_distortion_is_measured_per_model() {
+        let mut ci = CameraInfo::from_spec(&CameraSpec {
+            name: "front".into(),
+            width: 1920,
+            height: 1080,
+            fx: 1000.0,
+            fy: 1000.0,
+            cx: 960.0,
+            cy: 540.0,
+            x: 0.0,
+            y: 0.0,
+            z: 0.0,
+            yaw: 0.0,
+            pitch: 0.0,
+        });
+        assert_eq!(ci.border_distortion_px(), None, "an ideal pinhole");
+        // Barrel k1 = -0.3: worst at the corner (x, y) = (-0.96, -0.54), r² = 1.2132, which
+        // moves by (1 - (1 - 0.3 r²)) · r · f = 0.36396 · 1.10145 · 1000 px.
+        ci.d = vec![-0.3, 0.0, 0.0, 0.0, 0.0];
+        let px = ci.border_distortion_px().unwrap();
+        assert!((px - 0.36396 * 1101.45).abs() < 0.5, "{px}");
+        // A fisheye with zero coefficients still maps r to atan(r): 1.10145 - 0.83347 at f.
+        ci.distortion_model = "equidistant".into();
+        ci.d = vec![0.0; 4];
+        let px = ci.border_distortion_px().unwrap();
+        assert!(
+            (px - (1.10145 - dm::atan(1.10145f64)) * 1000.0).abs() < 0.5,
+            "{px}"
+        );
+        // Unknown models: nothing to say with zero coefficients, unknown size with others.
+        ci.distortion_model = "kannala_brandt".into();
+        assert_eq!(ci.border_distortion_px(), None);
+        ci.d = vec![0.1];
+        assert!(ci.border_distortion_px().unwrap().is_nan());
     }
 
     #[test]
