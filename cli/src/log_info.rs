@@ -9,7 +9,7 @@
 //! `kinematic_state` or `odom` first). Cameras without `camera_info` get a comment asking
 //! for a calibration file. Reads the whole log once (counts come from the messages).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -48,6 +48,7 @@ fn info(a: LogInfoArgs) -> Result<()> {
     let mut reader = LogReader::open_any(&a.log, ReadLimits::default())
         .with_context(|| format!("reading {}", a.log.display()))?;
     let stats = reader.channel_stats();
+    let samples = reader.camera_samples();
     let bytes = reader.total_bytes();
     let files: Vec<String> = reader
         .files()
@@ -81,6 +82,10 @@ fn info(a: LogInfoArgs) -> Result<()> {
             "messages": messages, "start_ns": first, "end_ns": last,
             "duration_s": last.saturating_sub(first) as f64 / 1e9,
             "topics": topics, "issues": issues, "suggested_sensors": suggestion,
+            "camera_topics": samples.iter().map(|c| json!({
+                "topic": c.topic, "type": c.schema, "format": c.format,
+                "width": c.width, "height": c.height, "problem": c.problem,
+            })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -128,6 +133,31 @@ fn info(a: LogInfoArgs) -> Result<()> {
             c.count,
             rate(c)
         );
+    }
+    if !samples.is_empty() {
+        // What each camera topic's first message holds, and whether redline can use it.
+        println!("\ncamera topics (first message):");
+        let tw = samples.iter().map(|c| c.topic.len()).max().unwrap_or(5);
+        for c in &samples {
+            let kind = c.schema.rsplit('/').next().unwrap_or(&c.schema);
+            let size = format!("{}x{}", c.width, c.height);
+            let verdict = c.problem.as_deref().unwrap_or("ok");
+            println!(
+                "{:<tw$}  {kind:<15}  {:<12}  {size:>9}  {verdict}",
+                c.topic, c.format
+            );
+        }
+        let sizes: BTreeSet<(u32, u32)> = samples
+            .iter()
+            .filter(|c| c.schema != CAMERA_INFO && c.width > 0)
+            .map(|c| (c.width, c.height))
+            .collect();
+        if sizes.len() > 1 {
+            println!(
+                "note: the cameras have {} image sizes; a replay takes cameras of one size (list those in [sensors])",
+                sizes.len()
+            );
+        }
     }
     for i in &issues {
         println!("issue: {i}");

@@ -184,8 +184,26 @@ fn raw_image_bags_in_camera_encodings_replay_as_their_rgb_picture() {
         "yuv422",
         "yuv422_yuy2",
     ] {
-        let feed = foreign_feed(enc, &["--raw", enc, "--frames", frames, "--corrupt", "2"])
+        let dir = write_foreign(enc, &["--raw", enc, "--frames", frames, "--corrupt", "2"])
             .expect("python3 ran for rgb8");
+        let feed = read_foreign(&dir, "bag.mcap");
+        // `redline log info`: the first image of each camera, its encoding and size.
+        let mut r = LogReader::open_any(&dir.join("bag.mcap"), ReadLimits::default()).unwrap();
+        let samples = r.camera_samples();
+        std::fs::remove_dir_all(&dir).ok();
+        let image = samples
+            .iter()
+            .find(|c| c.topic == "/sensing/camera/front/image_raw")
+            .unwrap();
+        assert_eq!(
+            (
+                image.format.as_str(),
+                image.width,
+                image.height,
+                &image.problem
+            ),
+            (enc, 160, 96, &None)
+        );
         assert_eq!(feed.frames.len(), 4, "{enc}");
         for (k, (f, r)) in feed.frames.iter().zip(&reference.frames).enumerate() {
             if k == 2 {
@@ -309,9 +327,10 @@ fn a_split_bag_directory_reads_as_one_log() {
 /// the border is off.
 #[test]
 fn lens_distortion_in_camera_info_is_reported_not_ignored() {
-    let Some(feed) = foreign_feed("distorted", &["--frames", "3", "--distortion", "-0.3"]) else {
+    let Some(dir) = write_foreign("distorted", &["--frames", "3", "--distortion", "-0.3"]) else {
         return;
     };
+    let feed = read_foreign(&dir, "bag.mcap");
     let found: Vec<&String> = feed
         .issues
         .iter()
@@ -329,4 +348,31 @@ fn lens_distortion_in_camera_info_is_reported_not_ignored() {
         "{why}"
     );
     assert_eq!(feed.frames.len(), 3, "the log still replays");
+
+    // `redline log info` describes each camera topic's first message.
+    let mut r = LogReader::open_any(&dir.join("bag.mcap"), ReadLimits::default()).unwrap();
+    let samples = r.camera_samples();
+    let info = samples
+        .iter()
+        .find(|c| c.topic == "/sensing/camera/front/camera_info")
+        .unwrap();
+    assert_eq!(
+        (info.format.as_str(), info.width, info.height),
+        ("plumb_bob", 160, 96)
+    );
+    assert!(
+        info.problem
+            .as_deref()
+            .is_some_and(|p| p.contains("lens distortion")),
+        "{info:?}"
+    );
+    let jpeg = samples
+        .iter()
+        .find(|c| c.topic == "/sensing/camera/rear/image_raw/compressed")
+        .unwrap();
+    assert_eq!(
+        (jpeg.format.as_str(), jpeg.width, jpeg.height, &jpeg.problem),
+        ("jpeg", 160, 96, &None)
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

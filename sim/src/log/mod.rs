@@ -56,7 +56,7 @@ mod writer;
 pub use limits::ReadLimits;
 pub use reader::LogReader;
 pub use records::{Place, RecordError};
-pub use rig::ChannelStats;
+pub use rig::{CameraSample, ChannelStats};
 pub use sensor_map::{CameraTopics, Rig, RigError, SensorMap};
 pub use writer::LogWriter;
 

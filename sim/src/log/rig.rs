@@ -16,7 +16,10 @@ use super::decode::{kind_of, map_data, Kind};
 use super::reader::{check_calibration, LogReader, RawIter};
 use super::sensor_map::{mount_in_base, Rig, BASE_FRAME};
 use super::{camera_of_topic, LogError, LogIssueKind, RoadMapData};
-use crate::msgs::{CameraInfo, RoadMap, RosMessage, TfMessage, TransformStamped};
+use crate::image_decode::{decode_compressed, jpeg_size, Compression};
+use crate::msgs::{
+    CameraInfo, CompressedImage, Image, RoadMap, RosMessage, TfMessage, TransformStamped,
+};
 use redline_pipeline::camera::CameraSpec;
 
 /// One channel of a log, with its message count and time range.
@@ -34,6 +37,26 @@ pub struct ChannelStats {
     pub first_ns: u64,
     /// Last log time, ns.
     pub last_ns: u64,
+}
+
+/// The first message of a camera topic (`Image`, `CompressedImage` or `CameraInfo`), as
+/// `redline log info` describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CameraSample {
+    /// Topic.
+    pub topic: String,
+    /// Schema name.
+    pub schema: String,
+    /// The image encoding (`bayer_rggb8`, ...), the compressed stream's kind (`jpeg`, `png`,
+    /// else the message's format string), or the `camera_info`'s distortion model.
+    pub format: String,
+    /// Width, px (0 when it cannot be read).
+    pub width: u32,
+    /// Height, px (0 when it cannot be read).
+    pub height: u32,
+    /// Why redline cannot use it as it is (an unread encoding, an undecodable stream, lens
+    /// distortion it does not correct); `None` when it can.
+    pub problem: Option<String>,
 }
 
 /// What the log's calibration channels hold, gathered in one pass.
@@ -75,6 +98,91 @@ impl LogReader {
                 }
             })
             .collect()
+    }
+
+    /// The first message of every camera topic (images, compressed images, calibrations),
+    /// described: what it holds and whether redline can use it. Reads until each such topic
+    /// has given one message (often only the first chunk).
+    pub fn camera_samples(&mut self) -> Vec<CameraSample> {
+        let kinds: BTreeMap<u16, Kind> = self
+            .channels
+            .iter()
+            .filter_map(|(id, c)| {
+                let k = kind_of(&c.schema)?;
+                matches!(k, Kind::Image | Kind::CompressedImage | Kind::CameraInfo)
+                    .then_some((*id, k))
+            })
+            .collect();
+        let max_side = self.limits.max_image_side;
+        let mut samples: BTreeMap<u16, CameraSample> = BTreeMap::new();
+        let mut raws = RawIter::new(self, kinds.keys().copied().collect(), 0, u64::MAX);
+        while samples.len() < kinds.len() {
+            let Some(raw) = raws.next_raw() else { break };
+            if samples.contains_key(&raw.channel) {
+                continue;
+            }
+            let Some(ch) = raws.reader.channels.get(&raw.channel) else {
+                continue;
+            };
+            let mut sample = CameraSample {
+                topic: ch.topic.clone(),
+                schema: ch.schema.clone(),
+                format: String::new(),
+                width: 0,
+                height: 0,
+                problem: None,
+            };
+            let undecodable = |e: &dyn std::fmt::Display| Some(format!("undecodable: {e}"));
+            match kinds[&raw.channel] {
+                Kind::Image => match Image::from_cdr(&raw.data) {
+                    Ok(img) => {
+                        (sample.width, sample.height) = (img.width, img.height);
+                        sample.problem = img.to_rgb().err().map(|e| e.to_string());
+                        sample.format = img.encoding;
+                    }
+                    Err(e) => sample.problem = undecodable(&e),
+                },
+                Kind::CompressedImage => match CompressedImage::from_cdr(&raw.data) {
+                    Ok(msg) => {
+                        let size = match Compression::sniff(&msg.data) {
+                            Some(Compression::Jpeg) => {
+                                sample.format = "jpeg".into();
+                                jpeg_size(&msg.data)
+                            }
+                            Some(Compression::Png) => {
+                                sample.format = "png".into();
+                                decode_compressed(&msg, max_side).map(|i| (i.width, i.height))
+                            }
+                            None => {
+                                sample.format = msg.format.clone();
+                                decode_compressed(&msg, max_side).map(|i| (i.width, i.height))
+                            }
+                        };
+                        match size {
+                            Ok((w, h)) => (sample.width, sample.height) = (w, h),
+                            Err(e) => sample.problem = Some(e.to_string()),
+                        }
+                    }
+                    Err(e) => sample.problem = undecodable(&e),
+                },
+                _ => match CameraInfo::from_cdr(&raw.data) {
+                    Ok(ci) => {
+                        (sample.width, sample.height) = (ci.width, ci.height);
+                        sample.format = ci.distortion_model.clone();
+                        sample.problem = ci.border_distortion_px().map(|px| {
+                            if px.is_nan() {
+                                format!("lens distortion of unknown model {:?}, not corrected", ci.distortion_model)
+                            } else {
+                                format!("lens distortion not corrected: the image border is up to {px:.1} px off the pinhole model")
+                            }
+                        });
+                    }
+                    Err(e) => sample.problem = undecodable(&e),
+                },
+            }
+            samples.insert(raw.channel, sample);
+        }
+        samples.into_values().collect()
     }
 
     /// Whether every camera's images come as `CompressedImage` (the graph can then decode
