@@ -4,7 +4,12 @@
 //! the same RGB bytes (the memory system's floor for a conversion that writes its output
 //! once) measured in the same run.
 //!
-//! Run: `cargo bench -p redline-bench --bench raw_image` (one thread; prints a table).
+//! Run: `cargo bench -p redline-bench --bench raw_image` (one thread; prints two tables).
+//!
+//! The second table is the preprocess stage's cost per camera (area-average resize to the
+//! network input and quantize): an ideal pinhole (the separable path) against a camera with
+//! lens distortion (each output pixel's box placed where the lens put its ray), alternated
+//! on the same image.
 //!
 //! Images: 1920×1080 and 640×480 of seeded random samples (the cost does not depend on the
 //! values). Each conversion runs `RUNS` times after a warm-up, alternating with the copy; the
@@ -13,6 +18,8 @@
 //! copy writes into a preallocated buffer. The reader runs these off the graph's lanes: a
 //! camera's conversions must fit its frame period, with the other cameras' beside it.
 
+use redline_pipeline::camera::{CameraSpec, Distortion};
+use redline_pipeline::perception::Preprocess;
 use redline_sim::msgs::{Header, Image, PixelEncoding};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -27,6 +34,72 @@ fn percentiles(mut t: Vec<Duration>) -> (f64, f64) {
 }
 
 fn main() {
+    conversions();
+    preprocess();
+}
+
+/// The preprocess stage per camera: the pinhole path against the undistorting one.
+fn preprocess() {
+    println!(
+        "\npreprocess per camera image to a 256x128 network input, {RUNS} runs each, one thread: \
+         pinhole (separable boxes) vs plumb_bob k1 = -0.3 (boxes where the lens put each ray)"
+    );
+    println!(
+        "{:<10} | {:>9} {:>9} | {:>9} {:>9} | {:>6}",
+        "camera", "pinhole", "P99 ms", "undistort", "P99 ms", "ratio"
+    );
+    for (w, h) in [(1920u32, 1080u32), (640, 480)] {
+        let cam = |distortion| CameraSpec {
+            name: "front".into(),
+            width: w,
+            height: h,
+            fx: 0.6 * w as f64,
+            fy: 0.6 * w as f64,
+            cx: w as f64 / 2.0,
+            cy: h as f64 / 2.0,
+            x: 0.0,
+            y: 0.0,
+            z: 0.0,
+            yaw: 0.0,
+            pitch: 0.0,
+            distortion,
+        };
+        let pinhole = Preprocess::for_camera(&cam(Distortion::None), 256, 128).expect("sizes");
+        let lens = Distortion::Polynomial {
+            k: [-0.3, 0.0, 0.0, 0.0, 0.0, 0.0],
+            p: [0.0; 2],
+        };
+        let undistort = Preprocess::for_camera(&cam(lens), 256, 128).expect("sizes");
+        let rgb: Vec<u8> = (0..pinhole.input_len())
+            .map(|i| (i * 131 % 251) as u8)
+            .collect();
+        let mut out = vec![0i8; pinhole.output_len()];
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for run in 0..WARM_UP + RUNS {
+            let t = Instant::now();
+            pinhole.run(black_box(&rgb), &mut out).expect("runs");
+            let da = t.elapsed();
+            black_box(&mut out);
+            let t = Instant::now();
+            undistort.run(black_box(&rgb), &mut out).expect("runs");
+            let db = t.elapsed();
+            black_box(&mut out);
+            if run >= WARM_UP {
+                a.push(da);
+                b.push(db);
+            }
+        }
+        let ((a50, a99), (b50, b99)) = (percentiles(a), percentiles(b));
+        println!(
+            "{:<10} | {a50:>9.3} {a99:>9.3} | {b50:>9.3} {b99:>9.3} | {:>6.2}",
+            format!("{w}x{h}"),
+            b50 / a50
+        );
+    }
+}
+
+/// Raw image conversions against a copy.
+fn conversions() {
     let encodings = [
         "rgb8",
         "bgr8",

@@ -1,8 +1,10 @@
-//! ROS 2 bag directories, as a user passes them: a recording split over three MCAP files
+//! Bags as users have them. A ROS 2 bag directory: a recording split over three MCAP files
 //! (`tests/python/write_foreign_bag.py --split`: `metadata.yaml` and `bag_0.mcap` …) is
 //! listed by `redline log info` and replays to the output hash of the same recording in one
-//! file; a SQLite bag is refused with the way to convert it. Skips loudly when python3 or its
-//! packages are missing (`.ci/run` installs them).
+//! file; a SQLite bag is refused with the way to convert it. A camera with lens distortion in
+//! its `camera_info`: the same images replay to other outputs than with an ideal pinhole (the
+//! preprocess stage undistorts them). Skips loudly when python3 or its packages are missing
+//! (`.ci/run` installs them).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -114,5 +116,22 @@ fn a_split_bag_directory_replays_like_its_recording_in_one_file() {
         err.contains("SQLite") && err.contains("ros2 bag convert"),
         "{err}"
     );
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+#[test]
+fn a_distorted_camera_is_undistorted_before_the_network() {
+    let tmp = std::env::temp_dir().join(format!("redline-lens-cli-{}", std::process::id()));
+    let (pinhole, lens) = (tmp.join("pinhole"), tmp.join("lens"));
+    if !write_bag(&pinhole, &["--frames", "6"]) {
+        return;
+    }
+    assert!(write_bag(&lens, &["--frames", "6", "--distortion", "-0.3"]));
+    // The same images; only the front camera_info's k1 differs, and only the preprocess
+    // stage reads it.
+    assert_ne!(hash_of(&pinhole, "bag.mcap"), hash_of(&lens, "bag.mcap"));
+    let info = check(redline(&lens, &["log", "info", "bag.mcap"]));
+    let info = String::from_utf8(info.stdout).unwrap();
+    assert!(info.contains("plumb_bob (17 px)"), "{info}");
     std::fs::remove_dir_all(&tmp).ok();
 }

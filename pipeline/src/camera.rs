@@ -43,6 +43,92 @@ pub struct CameraSpec {
     pub yaw: f64,
     /// Mount pitch (positive looks down), rad.
     pub pitch: f64,
+    /// The lens's distortion: how its images differ from the pinhole above. Preprocessing
+    /// undistorts them ([`crate::perception::Preprocess::for_camera`]); everything after it sees an
+    /// ideal pinhole with these intrinsics. Absent from serialized specs when none.
+    #[serde(default, skip_serializing_if = "Distortion::is_none")]
+    pub distortion: Distortion,
+}
+
+/// Lens distortion, in OpenCV's (and ROS `camera_info`'s) models, on normalized image
+/// coordinates `(x, y) = ((u − cx) / fx, (v − cy) / fy)` of the ideal pinhole.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "snake_case")]
+pub enum Distortion {
+    /// An ideal pinhole.
+    #[default]
+    None,
+    /// ROS `plumb_bob` (k4 = k5 = k6 = 0) and `rational_polynomial`: with `r² = x² + y²`,
+    /// `radial = (1 + k1 r² + k2 r⁴ + k3 r⁶) / (1 + k4 r² + k5 r⁴ + k6 r⁶)` and
+    /// `x' = x radial + 2 p1 x y + p2 (r² + 2x²)`, `y' = y radial + p1 (r² + 2y²) + 2 p2 x y`.
+    Polynomial {
+        /// k1 … k6.
+        k: [f64; 6],
+        /// p1, p2 (tangential).
+        p: [f64; 2],
+    },
+    /// ROS `equidistant` (a fisheye): `θ = atan r`,
+    /// `θd = θ (1 + k1 θ² + k2 θ⁴ + k3 θ⁶ + k4 θ⁸)`, `(x', y') = (θd / r) (x, y)`.
+    Equidistant {
+        /// k1 … k4.
+        k: [f64; 4],
+    },
+}
+
+impl Distortion {
+    /// The model of a ROS `camera_info` (`distortion_model`, `d`): `Ok(None)` for an ideal
+    /// pinhole (every coefficient zero, except for `equidistant`, which is never a pinhole),
+    /// `Err` naming the model when it is not one of the three above and has coefficients.
+    pub fn from_ros(model: &str, d: &[f64]) -> Result<Distortion, String> {
+        let c = |i: usize| d.get(i).copied().unwrap_or(0.0);
+        let zero = d.iter().all(|&v| v == 0.0);
+        match model {
+            "equidistant" => Ok(Distortion::Equidistant {
+                k: [c(0), c(1), c(2), c(3)],
+            }),
+            _ if zero => Ok(Distortion::None),
+            "plumb_bob" | "rational_polynomial" => Ok(Distortion::Polynomial {
+                k: [c(0), c(1), c(4), c(5), c(6), c(7)],
+                p: [c(2), c(3)],
+            }),
+            other => Err(format!(
+                "distortion model {other:?} (coefficients {d:?}) is not one redline knows \
+                 (plumb_bob, rational_polynomial, equidistant)"
+            )),
+        }
+    }
+
+    /// Whether this is an ideal pinhole.
+    pub fn is_none(&self) -> bool {
+        *self == Distortion::None
+    }
+
+    /// Where the lens puts the ray of ideal normalized coordinates `(x, y)`: plain
+    /// arithmetic and [`det::atan2`], bit-identical on every platform.
+    pub fn distort(&self, x: f64, y: f64) -> (f64, f64) {
+        match self {
+            Distortion::None => (x, y),
+            Distortion::Polynomial { k, p } => {
+                let r2 = x * x + y * y;
+                let radial = (1.0 + r2 * (k[0] + r2 * (k[1] + r2 * k[2])))
+                    / (1.0 + r2 * (k[3] + r2 * (k[4] + r2 * k[5])));
+                (
+                    x * radial + 2.0 * p[0] * x * y + p[1] * (r2 + 2.0 * x * x),
+                    y * radial + p[0] * (r2 + 2.0 * y * y) + 2.0 * p[1] * x * y,
+                )
+            }
+            Distortion::Equidistant { k } => {
+                let r = (x * x + y * y).sqrt();
+                if r == 0.0 {
+                    return (x, y);
+                }
+                let t = det::atan2(r, 1.0);
+                let t2 = t * t;
+                let td = t * (1.0 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3]))));
+                (x * td / r, y * td / r)
+            }
+        }
+    }
 }
 
 impl CameraSpec {

@@ -260,7 +260,7 @@ pub fn build_with(
         cfg,
         hook,
         stage::PREPROCESS,
-        PreprocessStage::new(cams, w, h, &net)
+        PreprocessStage::new(feed.cameras(), w, h, &net)
             .map_err(GraphError::perception(stage::PREPROCESS))?,
     )
     .reads::<u8>(buf::IMAGES, cams * w * h * 3)

@@ -11,6 +11,7 @@ use redline_models::network::{argmax_classes, NetConfig, REG_CHANNELS};
 use redline_models::quant::QParams;
 use redline_runtime::{Fallback, FrameInfo, Stage, StageError, StageIo};
 
+use crate::camera::CameraSpec;
 use crate::geometry::world_to_ego;
 use crate::perception::{BevProjector, Decoder, PerceptionError, Preprocess, TemporalCache};
 use crate::planning::{min_risk, Planner, PlannerParams};
@@ -67,27 +68,45 @@ pub use sensors::SensorsStage;
 
 const E_SHAPE: StageError = StageError::new("buffer size does not match the model");
 
-/// Resize, normalise and quantise every camera image.
+/// Resize, normalise and quantise every camera image, undoing each camera's lens
+/// distortion ([`Preprocess::for_camera`]).
 #[derive(Debug)]
 pub struct PreprocessStage {
-    pre: Preprocess,
+    /// One per camera (they differ only where a lens is distorted).
+    pre: Vec<Preprocess>,
     cams: usize,
     src_len: usize,
     dst_len: usize,
 }
 
 impl PreprocessStage {
-    /// `src` camera size to the network's input size; fails when a size is out of range.
+    /// `cameras`' images (`src_w × src_h` each) to the network's input size; fails when a
+    /// size is out of range, or when a camera with lens distortion declares another image
+    /// size than `src_w × src_h` (its intrinsics would not fit the images).
     pub fn new(
-        cams: usize,
+        cameras: &[CameraSpec],
         src_w: usize,
         src_h: usize,
         net: &NetConfig,
     ) -> Result<Self, PerceptionError> {
-        let pre = Preprocess::new(src_w, src_h, net.in_w, net.in_h)?;
+        let mut pre = Vec::with_capacity(cameras.len());
+        for cam in cameras {
+            if cam.distortion.is_none() {
+                pre.push(Preprocess::new(src_w, src_h, net.in_w, net.in_h)?);
+                continue;
+            }
+            if (cam.width as usize, cam.height as usize) != (src_w, src_h) {
+                return Err(PerceptionError::BadConfig(format!(
+                    "camera {} has lens distortion for {}x{} images, but the images are \
+                     {src_w}x{src_h}: its calibration does not match its images",
+                    cam.name, cam.width, cam.height
+                )));
+            }
+            pre.push(Preprocess::for_camera(cam, net.in_w, net.in_h)?);
+        }
         Ok(PreprocessStage {
             pre,
-            cams,
+            cams: cameras.len(),
             src_len: src_w * src_h * 3,
             dst_len: net.in_w * net.in_h * 3,
         })
@@ -105,7 +124,7 @@ impl Stage for PreprocessStage {
         let failed = std::sync::atomic::AtomicBool::new(false);
         // One chunk per camera: chunk `c` is camera c's `dst_len` elements of `out`.
         io.parallel_chunks_mut(out, self.cams, &|c, dst| {
-            if pre
+            if pre[c]
                 .run(&images[c * src_len..(c + 1) * src_len], dst)
                 .is_err()
             {

@@ -146,6 +146,7 @@ fn mount(width: u32, height: u32, mount: Mount<'_>) -> CameraSpec {
             yaw_deg * deg
         },
         pitch: pitch_deg * deg,
+        distortion: Default::default(),
     }
 }
 

@@ -7,6 +7,7 @@
 use std::f64::consts::PI;
 use std::path::{Path, PathBuf};
 
+use redline_pipeline::camera::Distortion;
 use redline_sim::feed::Feed;
 use redline_sim::log::{LogReader, ReadLimits, SensorMap};
 
@@ -322,32 +323,59 @@ fn a_split_bag_directory_reads_as_one_log() {
     std::fs::remove_dir_all(&split).ok();
 }
 
-/// A camera_info with lens distortion is used as a pinhole (redline does not undistort), and
-/// the replay says so: a log issue naming the camera, the coefficients and how many pixels
-/// the border is off.
+/// A camera_info's lens distortion reaches the camera rig (the preprocess stage undoes it),
+/// and `redline log info` shows how far it moves the border; a model redline does not know
+/// is used as a pinhole, and the replay says so: a log issue naming the camera and the model.
 #[test]
-fn lens_distortion_in_camera_info_is_reported_not_ignored() {
+fn lens_distortion_in_camera_info_reaches_the_rig_or_is_reported() {
     let Some(dir) = write_foreign("distorted", &["--frames", "3", "--distortion", "-0.3"]) else {
         return;
     };
     let feed = read_foreign(&dir, "bag.mcap");
-    let found: Vec<&String> = feed
+    assert!(feed.issues.is_empty(), "{:?}", feed.issues);
+    assert_eq!(
+        feed.cameras[0].distortion,
+        Distortion::Polynomial {
+            k: [-0.3, 0.0, 0.0, 0.0, 0.0, 0.0],
+            p: [0.0, 0.0]
+        }
+    );
+    assert!(
+        feed.cameras[1].distortion.is_none(),
+        "rear: from the calibration file"
+    );
+    assert_eq!(feed.frames.len(), 3);
+
+    let unknown = write_foreign(
+        "distorted-unknown",
+        &[
+            "--frames",
+            "3",
+            "--distortion",
+            "0.1",
+            "--distortion-model",
+            "kannala_brandt",
+        ],
+    )
+    .expect("python3 ran");
+    let odd = read_foreign(&unknown, "bag.mcap");
+    std::fs::remove_dir_all(&unknown).ok();
+    let found: Vec<&String> = odd
         .issues
         .iter()
         .filter(|(_, why)| why.contains("LensDistortion"))
         .map(|(_, why)| why)
         .collect();
-    assert_eq!(found.len(), 1, "{:?}", feed.issues);
-    let why = found[0];
+    assert_eq!(found.len(), 1, "{:?}", odd.issues);
     assert!(
-        why.contains("camera front")
-            && why.contains("plumb_bob")
-            && why.contains("-0.3")
-            && why.contains("px")
-            && why.contains("image_rect"),
-        "{why}"
+        found[0].contains("camera front")
+            && found[0].contains("kannala_brandt")
+            && found[0].contains("image_rect"),
+        "{}",
+        found[0]
     );
-    assert_eq!(feed.frames.len(), 3, "the log still replays");
+    assert!(odd.cameras[0].distortion.is_none(), "used as a pinhole");
+    assert_eq!(odd.frames.len(), 3, "the log still replays");
 
     // `redline log info` describes each camera topic's first message.
     let mut r = LogReader::open_any(&dir.join("bag.mcap"), ReadLimits::default()).unwrap();
@@ -356,15 +384,10 @@ fn lens_distortion_in_camera_info_is_reported_not_ignored() {
         .iter()
         .find(|c| c.topic == "/sensing/camera/front/camera_info")
         .unwrap();
+    // k1 = -0.3 with f = 120 px on 160x96: the corners move by 16.9 px, undistorted.
     assert_eq!(
-        (info.format.as_str(), info.width, info.height),
-        ("plumb_bob", 160, 96)
-    );
-    assert!(
-        info.problem
-            .as_deref()
-            .is_some_and(|p| p.contains("lens distortion")),
-        "{info:?}"
+        (info.format.as_str(), info.width, info.height, &info.problem),
+        ("plumb_bob (17 px)", 160, 96, &None)
     );
     let jpeg = samples
         .iter()

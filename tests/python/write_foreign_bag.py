@@ -11,7 +11,8 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                MCAP file per N frames (bag_0.mcap, bag_1.mcap, ...), as `ros2 bag record
                --max-bag-duration` splits a recording; /tf_static and camera_info only in the
                first file
-  --distortion K1  the front camera_info's plumb_bob k1 (default 0: an ideal pinhole)
+  --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
+  --distortion-model M  the front camera_info's distortion model (default plumb_bob)
   --raw ENC    raw sensor_msgs/msg/Image cameras on /sensing/camera/<name>/image_raw instead
                of JPEG, in encoding ENC: bayer_rggb8 (or bggr, gbrg, grbg; 8 or 16 bits, as a
                camera's colour filter samples the picture), yuv422 / yuv422_yuy2 (BT.601,
@@ -48,6 +49,7 @@ CORRUPT = -1
 RAW = None
 SPLIT = 0
 K1 = 0.0
+MODEL = "plumb_bob"
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -218,7 +220,7 @@ def tf(parent, child, t, q, ns):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -230,6 +232,8 @@ def main():
                 FRAMES = int(value)
             elif flag == "--corrupt":
                 CORRUPT = int(value)
+            elif flag == "--distortion-model" and value:
+                MODEL = value
             elif flag == "--distortion":
                 K1 = float(value)
             elif flag == "--split":
@@ -298,7 +302,7 @@ def main():
             "header": {"stamp": stamp(T0), "frame_id": "camera/front/camera_optical_link"},
             "height": H,
             "width": W,
-            "distortion_model": "plumb_bob",
+            "distortion_model": MODEL,
             "d": [K1, 0.0, 0.0, 0.0, 0.0],
             "k": [fx, 0.0, W / 2, 0.0, fy, H / 2, 0.0, 0.0, 1.0],
             "r": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],

@@ -1,7 +1,7 @@
 //! Zero heap allocations per frame after warm-up for the whole driving graph (network and
-//! oracle perception, with the `[slowdown]` knob wrapping stages, and with JPEG cameras
-//! decoded in the graph by `jpeg_decode`, damaged streams included), 2 lanes, 2 frames in
-//! flight, counted on every thread.
+//! oracle perception, with the `[slowdown]` knob wrapping stages, with JPEG cameras decoded
+//! in the graph by `jpeg_decode`, damaged streams included, and with distorted lenses that
+//! preprocess undoes), 2 lanes, 2 frames in flight, counted on every thread.
 //!
 //! Positive control: the graph carries one extra stage ([`AllocProbe`]) that allocates in
 //! `run` when its switch is on. It is off while the count must be zero; for the drive's last
@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use redline_pipeline::camera::CameraSpec;
+use redline_pipeline::camera::{CameraSpec, Distortion};
 use redline_pipeline::config::{Perception, PipelineConfig, Slowdown};
 use redline_pipeline::graph;
 use redline_pipeline::run::Counters;
@@ -35,11 +35,21 @@ fn driving_graph_allocates_nothing_per_frame() {
     let frames = feed.frame_count() as u64;
     assert!(frames > WARM_UP + CONTROL_FRAMES + 20, "{frames} frames");
     let jpeg: Arc<dyn FrameSource> = Arc::new(JpegFeed::new(feed.clone()));
+    // The same drive through lenses with barrel distortion: preprocess undistorts.
+    let mut lens_feed = Feed::from_scenario(&small_scenario(5, 3.0), None, &mut |_, _| {}).unwrap();
+    for cam in &mut lens_feed.cameras {
+        cam.distortion = Distortion::Polynomial {
+            k: [-0.2, 0.05, 0.0, 0.0, 0.0, 0.0],
+            p: [0.0; 2],
+        };
+    }
+    let lens: Arc<dyn FrameSource> = Arc::new(lens_feed);
     let slowed = |percent: f64, busy_ms: f64| Slowdown { percent, busy_ms };
     for (feed, perception, slowdown) in [
         (&feed, Perception::Network, vec![]),
         (&feed, Perception::Oracle, vec![]),
         (&jpeg, Perception::Network, vec![]),
+        (&lens, Perception::Network, vec![]),
         (
             &feed,
             Perception::Network,

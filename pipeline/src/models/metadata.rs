@@ -273,6 +273,7 @@ mod tests {
             z: 1.6,
             yaw: yaw.to_radians(),
             pitch: 0.0,
+            distortion: Default::default(),
         }
     }
 

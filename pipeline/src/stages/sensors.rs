@@ -261,6 +261,7 @@ mod tests {
             z: 1.0,
             yaw: 0.0,
             pitch: 0.0,
+            distortion: Default::default(),
         }
     }
 

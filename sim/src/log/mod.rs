@@ -214,8 +214,8 @@ pub enum LogIssueKind {
     OverLimit,
     /// Too many issues: the rest were not recorded.
     TooManyIssues,
-    /// A camera's calibration has lens distortion, which redline does not correct: its
-    /// images are used as ideal pinholes (the detail says by how many pixels that is off).
+    /// A camera's calibration has lens distortion in a model redline does not know: its
+    /// images are used as ideal pinholes, not undistorted.
     LensDistortion,
 }
 

@@ -169,13 +169,17 @@ impl LogReader {
                     Ok(ci) => {
                         (sample.width, sample.height) = (ci.width, ci.height);
                         sample.format = ci.distortion_model.clone();
-                        sample.problem = ci.border_distortion_px().map(|px| {
-                            if px.is_nan() {
-                                format!("lens distortion of unknown model {:?}, not corrected", ci.distortion_model)
-                            } else {
-                                format!("lens distortion not corrected: the image border is up to {px:.1} px off the pinhole model")
+                        match ci.border_distortion_px() {
+                            Some(px) if px.is_nan() => {
+                                sample.problem = Some(format!(
+                                    "lens distortion of unknown model {:?}, not corrected",
+                                    ci.distortion_model
+                                ))
                             }
-                        });
+                            // Undistorted by the preprocess stage: say by how much.
+                            Some(px) => sample.format = format!("{} ({px:.0} px)", sample.format),
+                            None => {}
+                        }
                     }
                     Err(e) => sample.problem = undecodable(&e),
                 },
@@ -354,38 +358,26 @@ impl LogReader {
             z: 0.0,
             yaw: 0.0,
             pitch: 0.0,
+            // A model redline does not know is reported by `check_distortion`.
+            distortion: ci.distortion().unwrap_or_default(),
         }
     }
 
-    /// Records a [`LogIssueKind::LensDistortion`] when camera `name`'s calibration is not
-    /// an ideal pinhole: redline uses its images as they are.
+    /// Records a [`LogIssueKind::LensDistortion`] when camera `name`'s calibration has a
+    /// distortion model redline does not know: its images are then used as they are (known
+    /// models are undistorted by the preprocess stage, [`CameraSpec::distortion`]).
     fn check_distortion(&mut self, name: &str, topic: &str, ci: &CameraInfo) {
-        let Some(px) = ci.border_distortion_px() else {
-            return;
-        };
-        let how_far = if px.is_nan() {
-            format!(
-                "redline does not know the model {:?}, so how far that moves pixels is unknown",
-                ci.distortion_model
-            )
-        } else {
-            format!(
-                "at the image border that moves pixels up to {px:.1} px ({:.1} % of the {} px \
-                 width) from where the pinhole model puts them, which misplaces what the BEV \
-                 stage projects from this camera",
-                100.0 * px / ci.to_intrinsics().width.max(1) as f64,
-                ci.to_intrinsics().width
-            )
-        };
-        self.issue(
-            LogIssueKind::LensDistortion,
-            format!(
-                "camera {name}: {topic} has {} lens distortion (d = {:?}); redline uses the \
-                 images as ideal pinholes, without undistorting them: {how_far}; replay the \
-                 rectified image topic (image_rect, image_rect_color) if the log has one",
-                ci.distortion_model, ci.d
-            ),
-        );
+        if let Err(why) = ci.distortion() {
+            self.issue(
+                LogIssueKind::LensDistortion,
+                format!(
+                    "camera {name}: {topic} has a {why}; its images are used as ideal pinholes, \
+                     not undistorted, which misplaces what the BEV stage projects from this \
+                     camera: replay the rectified image topic (image_rect, image_rect_color) \
+                     if the log has one"
+                ),
+            );
+        }
     }
 
     fn set_mount(spec: &mut CameraSpec, m: (f64, f64, f64, f64, f64)) {

@@ -36,7 +36,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use redline_pipeline::camera::CameraSpec;
+use redline_pipeline::camera::{CameraSpec, Distortion};
 use serde::{Deserialize, Serialize};
 
 use super::{TOPIC_GROUND_TRUTH, TOPIC_MAP, TOPIC_ODOM, TOPIC_TF_STATIC};
@@ -171,6 +171,13 @@ pub struct RigCamera {
     /// Mount pitch, degrees (+ = looking down).
     #[serde(default)]
     pub pitch_deg: f64,
+    /// Lens distortion model as in a ROS `camera_info`: `plumb_bob`, `rational_polynomial`
+    /// or `equidistant` (default: none, an ideal pinhole).
+    #[serde(default)]
+    pub distortion_model: String,
+    /// Its coefficients, in `camera_info` order (`plumb_bob`: k1, k2, p1, p2, k3).
+    #[serde(default)]
+    pub d: Vec<f64>,
 }
 
 /// A calibration file that cannot be used.
@@ -244,11 +251,16 @@ impl Rig {
                 c.yaw_deg,
                 c.pitch_deg,
             ];
-            if values.iter().any(|v| !v.is_finite()) || c.fx <= 0.0 || c.fy <= 0.0 {
+            if values.iter().chain(&c.d).any(|v| !v.is_finite()) || c.fx <= 0.0 || c.fy <= 0.0 {
                 return Err(invalid(
                     "every value must be finite and fx, fy positive".into(),
                 ));
             }
+            Distortion::from_ros(&c.distortion_model, &c.d).map_err(|why| {
+                invalid(format!(
+                    "{why}; give one of those, or no distortion_model and d"
+                ))
+            })?;
         }
         Ok(rig)
     }
@@ -271,6 +283,8 @@ impl Rig {
                 z: c.z,
                 yaw: c.yaw_deg.to_radians(),
                 pitch: c.pitch_deg.to_radians(),
+                // Checked by `parse`.
+                distortion: Distortion::from_ros(&c.distortion_model, &c.d).unwrap_or_default(),
             })
     }
 }
@@ -404,6 +418,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("r.toml") && e.contains("widht"), "{e}");
+        // Lens distortion, as in a camera_info.
+        assert!(s.distortion.is_none());
+        let lens =
+            format!("{ok}distortion_model = \"plumb_bob\"\nd = [-0.28, 0.07, 0.001, 0.0, 0.0]\n");
+        let s = Rig::parse(&lens, Path::new("r.toml"))
+            .unwrap()
+            .spec("front")
+            .unwrap();
+        assert_eq!(
+            s.distortion,
+            Distortion::Polynomial {
+                k: [-0.28, 0.07, 0.0, 0.0, 0.0, 0.0],
+                p: [0.001, 0.0]
+            }
+        );
+        let e = Rig::parse(&lens.replace("plumb_bob", "fov"), Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"fov\"") && e.contains("plumb_bob"), "{e}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::std_msgs::{Header, HEADER_DEF, TIME_DEF};
 use super::ImageIssue;
 use crate::cdr::{CdrError, CdrReader, CdrWriter};
 use crate::types::RgbImage;
-use redline_pipeline::camera::CameraSpec;
+use redline_pipeline::camera::{CameraSpec, Distortion};
 use redline_runtime::det_math as dm;
 
 pub(super) const ROI_DEF: (&str, &str) = (
@@ -308,51 +308,23 @@ impl CameraInfo {
         }
     }
 
+    /// The lens distortion this calibration declares (see [`Distortion::from_ros`]); `Err`
+    /// names a model redline does not know.
+    pub fn distortion(&self) -> Result<Distortion, String> {
+        Distortion::from_ros(&self.distortion_model, &self.d)
+    }
+
     /// How far lens distortion moves pixels at the image border, px: the largest distance,
     /// over points along the four edges, between where the pinhole model (`k`) puts a ray and
-    /// where the distortion model puts it (OpenCV's formulas). `None` for an ideal pinhole:
-    /// every coefficient zero, with any model but `equidistant` (a fisheye lens, which is no
-    /// pinhole even then); `Some(f64::NAN)` for nonzero coefficients of a model redline does
-    /// not know (not `plumb_bob`, `rational_polynomial` or `equidistant`).
+    /// where the distortion model puts it. `None` for an ideal pinhole (see
+    /// [`CameraInfo::distortion`]); `Some(f64::NAN)` for a model redline does not know.
     pub fn border_distortion_px(&self) -> Option<f64> {
-        let model = self.distortion_model.as_str();
-        let zero = self.d.iter().all(|&c| c == 0.0);
-        match model {
-            // A fisheye lens is not a pinhole even with zero coefficients (r = θ, not tan θ).
-            "equidistant" => {}
-            _ if zero => return None,
-            "plumb_bob" | "rational_polynomial" => {}
-            _ => return Some(f64::NAN),
-        }
-        let k = self.to_intrinsics();
-        let c = |i: usize| self.d.get(i).copied().unwrap_or(0.0);
-        // Ideal normalized (x, y) → distorted normalized, per model (OpenCV's formulas).
-        let distort = |x: f64, y: f64| -> (f64, f64) {
-            let r2 = x * x + y * y;
-            match model {
-                "plumb_bob" | "rational_polynomial" => {
-                    let (k1, k2, p1, p2, k3) = (c(0), c(1), c(2), c(3), c(4));
-                    let (k4, k5, k6) = (c(5), c(6), c(7));
-                    let radial = (1.0 + r2 * (k1 + r2 * (k2 + r2 * k3)))
-                        / (1.0 + r2 * (k4 + r2 * (k5 + r2 * k6)));
-                    (
-                        x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x),
-                        y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y,
-                    )
-                }
-                _ => {
-                    // equidistant (fisheye): the angle from the axis is distorted.
-                    let r = r2.sqrt();
-                    if r == 0.0 {
-                        return (x, y);
-                    }
-                    let t = dm::atan(r);
-                    let t2 = t * t;
-                    let td = t * (1.0 + t2 * (c(0) + t2 * (c(1) + t2 * (c(2) + t2 * c(3)))));
-                    (x * td / r, y * td / r)
-                }
-            }
+        let model = match self.distortion() {
+            Ok(Distortion::None) => return None,
+            Ok(m) => m,
+            Err(_) => return Some(f64::NAN),
         };
+        let k = self.to_intrinsics();
         let (w, h) = (k.width as f64, k.height as f64);
         let mut worst: f64 = 0.0;
         const STEPS: usize = 32;
@@ -360,7 +332,7 @@ impl CameraInfo {
             let f = i as f64 / STEPS as f64;
             for (u, v) in [(f * w, 0.0), (f * w, h), (0.0, f * h), (w, f * h)] {
                 let (x, y) = ((u - k.cx) / k.fx, (v - k.cy) / k.fy);
-                let (xd, yd) = distort(x, y);
+                let (xd, yd) = model.distort(x, y);
                 worst = worst.max(dm::hypot((xd - x) * k.fx, (yd - y) * k.fy));
             }
         }
@@ -521,6 +493,7 @@ mod tests {
             z: 0.0,
             yaw: 0.0,
             pitch: 0.0,
+            distortion: Default::default(),
         });
         assert_eq!(ci.border_distortion_px(), None, "an ideal pinhole");
         // Barrel k1 = -0.3: worst at the corner (x, y) = (-0.96, -0.54), r² = 1.2132, which
@@ -558,6 +531,7 @@ mod tests {
             z: 1.6,
             yaw: 0.0,
             pitch: 0.05,
+            distortion: Default::default(),
         };
         let ci = CameraInfo::from_spec(&spec);
         assert_eq!(ci.header.frame_id, "cam_front");

@@ -43,6 +43,7 @@ pub fn rig() -> Vec<CameraSpec> {
         z: 1.6,
         yaw,
         pitch,
+        distortion: Default::default(),
     };
     vec![cam("front", 0.0, 0.05, 0.0), cam("left", 1.2, 0.1, 0.4)]
 }
