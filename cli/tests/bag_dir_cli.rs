@@ -6,57 +6,18 @@
 //! preprocess stage undistorts them). Skips loudly when python3 or its packages are missing
 //! (`.ci/run` installs them).
 
+mod common;
+use common::{check, output_hash};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn check(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "exit {:?}\n{}\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-/// Writes the foreign bag with `args` into `dir` and a 2-camera config beside it; false
-/// (after a loud skip line) when python3 or a package is missing.
 fn write_bag(dir: &Path, args: &[&str]) -> bool {
-    let _ = std::fs::remove_dir_all(dir);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/write_foreign_bag.py");
-    let out = match Command::new("python3")
-        .arg(&script)
-        .arg(dir)
-        .args(args)
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("\n==== SKIPPED: bag_dir_cli: cannot run python3 ({e}) ====\n");
-            return false;
-        }
-    };
-    if out.status.code() == Some(3) {
-        eprintln!(
-            "\n==== SKIPPED: bag_dir_cli: {} ====\n",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        return false;
-    }
-    check(out);
-    // The bag has 2 cameras: the untrained network of any shape.
-    let config = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
-    std::fs::write(
-        dir.join("seeded.toml"),
-        format!("network = \"seeded\"\n{config}"),
-    )
-    .unwrap();
-    true
+    common::write_foreign_bag("bag_dir_cli", dir, args)
 }
 
 fn redline(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redline"))
+    common::redline()
         .current_dir(dir)
         .args(args)
         .output()
@@ -75,12 +36,7 @@ fn hash_of(dir: &Path, bag: &str) -> String {
             "lockstep",
         ],
     ));
-    let stdout = String::from_utf8(o.stdout).unwrap();
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("output hash "))
-        .unwrap_or_else(|| panic!("no output hash in\n{stdout}"))
-        .to_string()
+    output_hash(&String::from_utf8(o.stdout).unwrap())
 }
 
 #[test]

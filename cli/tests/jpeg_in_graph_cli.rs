@@ -6,61 +6,18 @@
 //! `report.json` counts each camera's decoded and unusable images. Skips loudly when
 //! python3 or its packages are missing (`.ci/run` installs them).
 
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn check(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "exit {:?}\n{}\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-fn hash_of(stdout: &str) -> String {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("output hash "))
-        .unwrap_or_else(|| panic!("no output hash in\n{stdout}"))
-        .to_string()
-}
+mod common;
+use common::{check, output_hash};
 
 #[test]
 fn a_jpeg_bag_decoded_in_the_graph_matches_the_bag_decoded_when_read() {
     let dir = std::env::temp_dir().join(format!("redline-jpeg-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/write_foreign_bag.py");
-    let out = match Command::new("python3")
-        .arg(&script)
-        .arg(&dir)
-        .args(["--corrupt", "7"])
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            return eprintln!("\n==== SKIPPED: jpeg_in_graph_cli: cannot run python3 ({e}) ====\n")
-        }
-    };
-    if out.status.code() == Some(3) {
-        return eprintln!(
-            "\n==== SKIPPED: jpeg_in_graph_cli: {} ====\n",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+    if !common::write_foreign_bag("jpeg_in_graph_cli", &dir, &["--corrupt", "7"]) {
+        return;
     }
-    check(out);
-    // The bag has 2 cameras: the untrained network of any shape.
-    let config = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
-    std::fs::write(
-        dir.join("seeded.toml"),
-        format!("network = \"seeded\"\n{config}"),
-    )
-    .unwrap();
     let replay = |extra: &[&str], report: &str| {
         let o = check(
-            Command::new(env!("CARGO_BIN_EXE_redline"))
+            common::redline()
                 .current_dir(&dir)
                 .args(["replay", "bag.mcap", "--config", "seeded.toml"])
                 .args(["--mode", "lockstep", "--report", report])
@@ -73,7 +30,7 @@ fn a_jpeg_bag_decoded_in_the_graph_matches_the_bag_decoded_when_read() {
     let streamed = replay(&[], "streamed");
     let in_memory = replay(&["--in-memory"], "in-memory");
 
-    assert_eq!(hash_of(&streamed), hash_of(&in_memory));
+    assert_eq!(output_hash(&streamed), output_hash(&in_memory));
     // Decoded in the frame: the stage's row, then one row per camera.
     let rows: Vec<&str> = streamed.lines().collect();
     let at = rows

@@ -7,23 +7,11 @@
 //! the runs it merged, never with a re-run.)
 
 mod common;
-use common::redline;
+use common::{check, redline};
 
 use std::path::PathBuf;
-use std::process::Output;
 
 use redline_bench::regress::measurement::{Measurement, END_TO_END};
-
-fn check(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "exit {:?}\n{}\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
 
 fn frames_of(m: &Measurement) -> u64 {
     m.histogram(END_TO_END).unwrap().unwrap().count()

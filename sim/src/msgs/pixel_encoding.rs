@@ -597,31 +597,7 @@ mod tests {
 
     #[test]
     fn parse_knows_the_ros_names_and_refuses_the_rest() {
-        for name in [
-            "rgb8",
-            "bgr8",
-            "rgba8",
-            "bgra8",
-            "mono8",
-            "8UC1",
-            "rgb16",
-            "bgr16",
-            "rgba16",
-            "bgra16",
-            "mono16",
-            "bayer_rggb8",
-            "bayer_bggr8",
-            "bayer_gbrg8",
-            "bayer_grbg8",
-            "bayer_rggb16",
-            "bayer_bggr16",
-            "bayer_gbrg16",
-            "bayer_grbg16",
-            "yuv422",
-            "uyvy",
-            "yuv422_yuy2",
-            "yuyv",
-        ] {
+        for name in NAMES {
             assert!(PixelEncoding::parse(name).is_some(), "{name}");
         }
         for name in ["16UC1", "8UC3", "32FC1", "nv21", "RGB8", "jpeg", ""] {
