@@ -201,11 +201,18 @@ impl LogReader {
         if let [only] = &files[..] {
             return Self::open_one(only, limits, sensors);
         }
-        let mut parts = Vec::with_capacity(files.len());
-        for f in &files {
+        let Some((first, rest)) = files.split_first() else {
+            // bag_files never returns an empty list; an empty one would be nothing to read.
+            return Err(LogError::NotMcap {
+                path: path.to_path_buf(),
+            });
+        };
+        let first = Self::open_one(first, limits, None)?;
+        let mut parts = Vec::with_capacity(rest.len());
+        for f in rest {
             parts.push(Self::open_one(f, limits, None)?);
         }
-        let mut r = Self::join(path.to_path_buf(), parts);
+        let mut r = Self::join(path.to_path_buf(), first, parts);
         if let Some(sensors) = sensors {
             r.sensors = sensors.clone();
             r.load_rig()?;
@@ -233,12 +240,12 @@ impl LogReader {
         )
     }
 
-    /// The files of a split bag (each opened alone, in recording order) as one log named
-    /// `path`: channels matched by topic, schema and encoding (a channel only a later file
-    /// has gets a fresh id), blocks merged by start time, issues prefixed with their file.
-    fn join(path: PathBuf, parts: Vec<LogReader>) -> LogReader {
-        let mut parts = parts.into_iter();
-        let mut log = parts.next().expect("a split bag has files");
+    /// The files of a split bag (each opened alone, `first` then `rest` in recording order)
+    /// as one log named `path`: channels matched by topic, schema and encoding (a channel
+    /// only a later file has gets a fresh id), blocks merged by start time, issues prefixed
+    /// with their file.
+    fn join(path: PathBuf, first: LogReader, rest: Vec<LogReader>) -> LogReader {
+        let mut log = first;
         let file_name = |p: &Path| {
             p.file_name().map_or_else(
                 || p.display().to_string(),
@@ -250,7 +257,7 @@ impl LogReader {
             issue.detail = format!("{first_name}: {}", issue.detail);
         }
         let mut span = (!log.blocks.is_empty()).then_some(log.range);
-        for part in parts {
+        for part in rest {
             let index = log.more_files.len() + 1;
             let name = file_name(&part.path);
             let has_blocks = !part.blocks.is_empty();

@@ -48,14 +48,15 @@ pub struct CameraSample {
     /// Schema name.
     pub schema: String,
     /// The image encoding (`bayer_rggb8`, ...), the compressed stream's kind (`jpeg`, `png`,
-    /// else the message's format string), or the `camera_info`'s distortion model.
+    /// else the message's format string), or the `camera_info`'s distortion model with how
+    /// far it moves the image border (`plumb_bob (17 px)`; undone by the preprocess stage).
     pub format: String,
     /// Width, px (0 when it cannot be read).
     pub width: u32,
     /// Height, px (0 when it cannot be read).
     pub height: u32,
-    /// Why redline cannot use it as it is (an unread encoding, an undecodable stream, lens
-    /// distortion it does not correct); `None` when it can.
+    /// Why redline cannot use it as it is (an unread encoding, an undecodable stream, a lens
+    /// distortion model it does not know); `None` when it can.
     pub problem: Option<String>,
 }
 
