@@ -399,3 +399,42 @@ fn lens_distortion_in_camera_info_reaches_the_rig_or_is_reported() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A bag whose drivers left header stamps zero: the default (header stamps) cannot place its
+/// frames and says which `[sensors]` key fixes it; with `stamps = "log_time"` it replays, each
+/// message placed by when the recorder logged it.
+#[test]
+fn zero_header_stamps_replay_by_log_time() {
+    let Some(dir) = write_foreign("zero-stamps", &["--frames", "6", "--zero-stamps"]) else {
+        return;
+    };
+    let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let mut sensors: SensorMap = table["sensors"].clone().try_into().unwrap();
+    sensors.calibration = Some(dir.join("rig.toml"));
+    let bag = dir.join("bag.mcap");
+    let e = Feed::from_log_mapped(&bag, None, ReadLimits::default(), &sensors)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("stamps = \"log_time\""), "{e}");
+
+    // The key as a user writes it in the config's [sensors] table.
+    let text = text.replace("[sensors]\n", "[sensors]\nstamps = \"log_time\"\n");
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let with: SensorMap = table["sensors"].clone().try_into().unwrap();
+    let sensors = SensorMap {
+        calibration: sensors.calibration,
+        ..with
+    };
+    let feed = Feed::from_log_mapped(&bag, None, ReadLimits::default(), &sensors).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(feed.frames.len(), 6, "{:?}", feed.issues);
+    assert_eq!(feed.period_ns, 100_000_000);
+    for (k, f) in feed.frames.iter().enumerate() {
+        assert_eq!(f.present, 0b11, "frame {k}: {:?}", feed.issues);
+        assert!(
+            f.ego_present && (f.ego.x - k as f64).abs() < 1e-9,
+            "frame {k}"
+        );
+    }
+}

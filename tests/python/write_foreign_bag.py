@@ -11,6 +11,8 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                MCAP file per N frames (bag_0.mcap, bag_1.mcap, ...), as `ros2 bag record
                --max-bag-duration` splits a recording; /tf_static and camera_info only in the
                first file
+  --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
+               stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
   --distortion-model M  the front camera_info's distortion model (default plumb_bob)
   --raw ENC    raw sensor_msgs/msg/Image cameras on /sensing/camera/<name>/image_raw instead
@@ -50,6 +52,7 @@ RAW = None
 SPLIT = 0
 K1 = 0.0
 MODEL = "plumb_bob"
+ZERO_STAMPS = False
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -220,7 +223,7 @@ def tf(parent, child, t, q, ns):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -240,6 +243,8 @@ def main():
                 SPLIT = int(value)
             elif flag == "--raw" and value:
                 RAW = value
+            elif flag == "--zero-stamps" and value is None:
+                ZERO_STAMPS = True
             elif flag == "--texture" and value is None:
                 TEXTURE = True
             else:
@@ -325,7 +330,7 @@ def main():
             "/localization/kinematic_state",
             odom_schema,
             {
-                "header": {"stamp": stamp(t), "frame_id": "map"},
+                "header": {"stamp": stamp(0 if ZERO_STAMPS else t), "frame_id": "map"},
                 "child_frame_id": "base_link",
                 "pose": {
                     "pose": {
@@ -348,7 +353,7 @@ def main():
         for cam, name in enumerate(["front", "rear"]):
             # cameras arrive a few ms after their stamp, as over a network
             arrival = t + 3_000_000 + cam * 1_000_000
-            header = {"stamp": stamp(t), "frame_id": f"camera/{name}/camera_optical_link"}
+            header = {"stamp": stamp(0 if ZERO_STAMPS else t), "frame_id": f"camera/{name}/camera_optical_link"}
             if RAW:
                 data, step = raw_picture(k, cam, RAW)
                 if (k, cam) == (CORRUPT, 1):

@@ -7,7 +7,7 @@
 //! Never panics on bad data.
 
 use super::reader::{LogReader, RawMsg};
-use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData};
+use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData, Stamps};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
     CameraInfo, CompressedImage, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage,
@@ -147,6 +147,19 @@ impl LogReader {
                 Ok((stamp, Payload::Tf))
             }
         })();
+        let res = res.map(|(stamp_ns, payload)| match (self.sensors.stamps, payload) {
+            // Placed by when the recorder logged it ([sensors] stamps = "log_time").
+            (Stamps::LogTime, Payload::Odometry(mut ego)) => {
+                ego.stamp_ns = at;
+                (at, Payload::Odometry(ego))
+            }
+            (Stamps::LogTime, Payload::GroundTruth(mut gt)) => {
+                gt.stamp_ns = at;
+                (at, Payload::GroundTruth(gt))
+            }
+            (Stamps::LogTime, p @ (Payload::Image { .. } | Payload::Jpeg { .. })) => (at, p),
+            (_, p) => (stamp_ns, p),
+        });
         match res {
             Ok((stamp_ns, payload)) => Some(LogMessage {
                 topic: ch.topic,

@@ -57,7 +57,7 @@ pub use limits::ReadLimits;
 pub use reader::LogReader;
 pub use records::{Place, RecordError};
 pub use rig::{CameraSample, ChannelStats};
-pub use sensor_map::{CameraTopics, Rig, RigError, SensorMap};
+pub use sensor_map::{CameraTopics, Rig, RigError, SensorMap, Stamps};
 pub use writer::LogWriter;
 
 use std::path::{Path, PathBuf};
@@ -187,7 +187,7 @@ pub enum LogError {
     #[error("map centre line has {0} points; give at least one (x, y) point")]
     EmptyMap(usize),
     /// The frame period could not be inferred.
-    #[error("cannot infer the frame period of log {path}: fewer than two odometry or image stamps; pass the period explicitly")]
+    #[error("cannot infer the frame period of log {path}: its odometry and first camera have fewer than two distinct stamps (header stamps left zero by the driver?); set `stamps = \"log_time\"` in the config's [sensors] table to place messages by the time they were recorded")]
     UnknownPeriod {
         /// The file.
         path: PathBuf,

@@ -62,6 +62,21 @@ pub struct SensorMap {
     pub calibration: Option<PathBuf>,
     /// The cameras, rig order; empty: discover `/cam/<name>/camera_info` (redline's layout).
     pub cameras: Vec<CameraTopics>,
+    /// Which time places a camera image, odometry or ground-truth message in a frame: its
+    /// header stamp (default), or the time the recorder logged it (`"log_time"`: for logs
+    /// whose drivers leave header stamps zero, or stamp each sensor on its own clock).
+    pub stamps: Stamps,
+}
+
+/// The time that places a sensor message in a frame (the `stamps` key of `[sensors]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stamps {
+    /// `header.stamp`, as the sensor (or its driver) stamped it.
+    #[default]
+    Header,
+    /// The MCAP log time: when the recorder received the message.
+    LogTime,
 }
 
 /// One camera of the `[sensors]` table.
