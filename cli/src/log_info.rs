@@ -152,9 +152,12 @@ fn info(a: LogInfoArgs) -> Result<()> {
             .filter(|c| c.schema != CAMERA_INFO && c.width > 0)
             .map(|c| (c.width, c.height))
             .collect();
-        if sizes.len() > 1 {
+        let smallest = sizes
+            .iter()
+            .min_by_key(|&&(w, h)| u64::from(w) * u64::from(h));
+        if let (true, Some((w, h))) = (sizes.len() > 1, smallest) {
             println!(
-                "note: the cameras have {} image sizes; a replay takes cameras of one size (list those in [sensors])",
+                "note: the cameras have {} image sizes; a replay resizes the larger ones to the smallest camera's ({w}x{h}, as listed in [sensors]) when reading",
                 sizes.len()
             );
         }

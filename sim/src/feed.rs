@@ -57,9 +57,11 @@ pub enum FeedError {
     /// The log holds no frame.
     #[error("{0}: the log holds no complete frame (no odometry or no camera images): check the topics with `redline replay --help`")]
     Empty(String),
-    /// Cameras of different sizes.
+    /// Cameras of different sizes that the reader could not resize to one (a side outside
+    /// what the resize takes).
     #[error(
-        "{0}: cameras have different image sizes ({1}): redline expects one size for all cameras"
+        "{0}: cameras have different image sizes ({1}) that cannot be resized to one (sides \
+         must be 1..=16384 px): list cameras of one size in [sensors]"
     )]
     MixedSizes(String, String),
     /// Logs that cannot be played together, or a reader that cannot start.

@@ -438,3 +438,57 @@ fn zero_header_stamps_replay_by_log_time() {
         );
     }
 }
+
+/// Cameras of different sizes (the rear camera at twice the front's resolution): the rear's
+/// images are resized to the front's size when read and its intrinsics scaled, with a note
+/// saying so; its pictures match the same bag with equal sizes.
+#[test]
+fn cameras_of_different_sizes_are_resized_to_the_smallest() {
+    let Some(same) = write_foreign("equal-sizes", &["--frames", "4"]) else {
+        return;
+    };
+    let mixed = write_foreign("mixed-sizes", &["--frames", "4", "--rear-size", "320x192"])
+        .expect("python3 ran");
+    let (a, b) = (
+        read_foreign(&same, "bag.mcap"),
+        read_foreign(&mixed, "bag.mcap"),
+    );
+    std::fs::remove_dir_all(&same).ok();
+    std::fs::remove_dir_all(&mixed).ok();
+    assert_eq!((b.width, b.height), (160, 96));
+    let rear = &b.cameras[1];
+    assert_eq!(
+        (rear.width, rear.height, rear.fx, rear.cx),
+        (160, 96, 120.0, 80.0)
+    );
+    let notes: Vec<&String> = b
+        .issues
+        .iter()
+        .map(|(_, why)| why)
+        .filter(|why| why.contains("ResizedCamera"))
+        .collect();
+    assert!(
+        notes.len() == 1 && notes[0].contains("camera rear") && notes[0].contains("320x192"),
+        "{:?}",
+        b.issues
+    );
+    assert_eq!(b.frames.len(), a.frames.len());
+    let len = 160 * 96 * 3;
+    for (k, (fa, fb)) in a.frames.iter().zip(&b.frames).enumerate() {
+        assert_eq!(fb.present, 0b11, "frame {k}");
+        assert_eq!(
+            fa.images[..len],
+            fb.images[..len],
+            "frame {k}: the front is untouched"
+        );
+        let (ra, rb) = (&fa.images[len..], &fb.images[len..]);
+        let mad = ra
+            .iter()
+            .zip(rb)
+            .map(|(&x, &y)| x.abs_diff(y) as f64)
+            .sum::<f64>()
+            / len as f64;
+        // Upscaled by Pillow, JPEG-coded at 4x the pixels, area-averaged back: close.
+        assert!(mad < 4.0, "frame {k}: rear mean |diff| {mad}");
+    }
+}

@@ -11,6 +11,8 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                MCAP file per N frames (bag_0.mcap, bag_1.mcap, ...), as `ros2 bag record
                --max-bag-duration` splits a recording; /tf_static and camera_info only in the
                first file
+  --rear-size WxH  the rear camera's images at another size than the front's (JPEG only; its
+               calibration in rig.toml scaled to match)
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -53,6 +55,7 @@ SPLIT = 0
 K1 = 0.0
 MODEL = "plumb_bob"
 ZERO_STAMPS = False
+REAR = None
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -199,6 +202,8 @@ def rgb_picture(k, cam):
 
         noise = random.Random(k * 16 + cam).randbytes(W * H * 3)
         img = Image.blend(img, Image.frombytes("RGB", (W, H), noise), 0.06)
+    if cam == 1 and REAR:
+        img = img.resize(REAR, Image.BILINEAR)
     return img
 
 
@@ -223,7 +228,7 @@ def tf(parent, child, t, q, ns):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -243,12 +248,16 @@ def main():
                 SPLIT = int(value)
             elif flag == "--raw" and value:
                 RAW = value
+            elif flag == "--rear-size" and value:
+                REAR = tuple(int(v) for v in value.split("x"))
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True
             elif flag == "--texture" and value is None:
                 TEXTURE = True
             else:
                 raise ValueError(flag)
+        if REAR and RAW:
+            raise ValueError("--rear-size with --raw")
     except (IndexError, ValueError, AttributeError):
         print(__doc__, file=sys.stderr)
         return 2
@@ -385,10 +394,12 @@ def main():
                 '  compression_format: ""\n  compression_mode: ""\n'
                 f"  relative_file_paths:\n{listed}  files: []\n"
             )
+    rw, rh = REAR or (W, H)
     with open(os.path.join(out, "rig.toml"), "w") as f:
         f.write(
             '# the rear camera: no camera_info or transform in the bag\n[[camera]]\nname = "rear"\n'
-            f"width = {W}\nheight = {H}\nfx = {fx}\nfy = {fy}\ncx = {W / 2}\ncy = {H / 2}\n"
+            f"width = {rw}\nheight = {rh}\nfx = {fx * rw / W}\nfy = {fy * rh / H}\n"
+            f"cx = {rw / 2}\ncy = {rh / 2}\n"
             "x = -1.0\ny = 0.0\nz = 1.6\nyaw_deg = 180.0\npitch_deg = 5.0\n"
         )
     with open(os.path.join(out, "redline.toml"), "w") as f:

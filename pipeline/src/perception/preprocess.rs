@@ -140,6 +140,11 @@ impl Preprocess {
         self.src_w * self.src_h * 3
     }
 
+    /// Output (width, height), pixels.
+    pub fn output_size(&self) -> (usize, usize) {
+        (self.dst_w, self.dst_h)
+    }
+
     /// Elements `run` writes to `out`: `dst_w · dst_h · 3`.
     pub fn output_len(&self) -> usize {
         self.dst_w * self.dst_h * 3

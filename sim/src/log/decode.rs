@@ -12,6 +12,8 @@ use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
     CameraInfo, CompressedImage, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage,
 };
+use crate::types::RgbImage;
+use redline_pipeline::perception::Preprocess;
 
 /// The message types redline reads, by schema name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,8 +64,11 @@ impl LogReader {
                         format!("image topic {} belongs to no camera of the rig (no camera_info for it and no [sensors] entry); its messages are skipped", ch.topic),
                     )
                 })?;
-                let spec = &self.cameras[cam];
-                let want = (spec.width, spec.height);
+                // The camera's own size (its images are resized to the rig's after decoding).
+                let want = self.native_sizes.get(cam).copied().unwrap_or_else(|| {
+                    let spec = &self.cameras[cam];
+                    (spec.width, spec.height)
+                });
                 let (stamp, image) = if kind == Kind::Image {
                     let msg = Image::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                     let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
@@ -112,6 +117,10 @@ impl LogReader {
                             }
                         });
                     (stamp, image)
+                };
+                let image = match (image, self.resizers.get(cam)) {
+                    (Ok(img), Some(Some(pre))) => Ok(resize_rgb(pre, &img)),
+                    (image, _) => image,
                 };
                 Ok((stamp, Payload::Image { cam, image }))
             }
@@ -172,6 +181,24 @@ impl LogReader {
                 None
             }
         }
+    }
+}
+
+/// `img` resized by `pre` (exact area averaging; built for its size, see `plan_resize`) to
+/// 8-bit RGB: `Preprocess` gives `round_half_away(avg − 128)`, so adding 128 back is the
+/// rounded average.
+fn resize_rgb(pre: &Preprocess, img: &RgbImage) -> RgbImage {
+    let mut q = vec![0i8; pre.output_len()];
+    let ok = pre.run(&img.data, &mut q).is_ok();
+    let (w, h) = pre.output_size();
+    RgbImage {
+        width: w as u32,
+        height: h as u32,
+        // The size was checked against the camera's before; a mismatch gives black.
+        data: q
+            .iter()
+            .map(|&v| if ok { (v as i16 + 128) as u8 } else { 0 })
+            .collect(),
     }
 }
 

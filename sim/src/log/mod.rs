@@ -217,6 +217,9 @@ pub enum LogIssueKind {
     /// A camera's calibration has lens distortion in a model redline does not know: its
     /// images are used as ideal pinholes, not undistorted.
     LensDistortion,
+    /// A camera's images are another size than the rig's smallest camera: they are resized
+    /// to it when read, and its intrinsics scaled (a note, not damage).
+    ResizedCamera,
 }
 
 /// One problem found in a log.

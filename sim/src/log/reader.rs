@@ -140,6 +140,10 @@ pub struct LogReader {
     total_bytes: u64,
     /// The reader's own file (`path` names the directory of a split bag).
     first_file: PathBuf,
+    /// Each camera's own image size (the rig's [`LogReader::cameras`] may be resized).
+    pub(super) native_sizes: Vec<(u32, u32)>,
+    /// Per camera, the resize of its images to the rig's size, when they differ.
+    pub(super) resizers: Vec<Option<redline_pipeline::perception::Preprocess>>,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -380,6 +384,8 @@ impl LogReader {
             more_files: Vec::new(),
             total_bytes: file_len,
             first_file: path.clone(),
+            native_sizes: Vec::new(),
+            resizers: Vec::new(),
         };
         match r.read_summary() {
             Ok(Some(summary)) if r.use_summary(&summary) => {}

@@ -21,6 +21,7 @@ use crate::msgs::{
     CameraInfo, CompressedImage, Image, RoadMap, RosMessage, TfMessage, TransformStamped,
 };
 use redline_pipeline::camera::CameraSpec;
+use redline_pipeline::perception::Preprocess;
 
 /// One channel of a log, with its message count and time range.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,9 +192,11 @@ impl LogReader {
     }
 
     /// Whether every camera's images come as `CompressedImage` (the graph can then decode
-    /// JPEG itself: [`LogReader::set_keep_jpeg`]).
+    /// JPEG itself: [`LogReader::set_keep_jpeg`]) at the rig's one size (no camera resized
+    /// when read).
     pub fn cameras_compressed(&self) -> bool {
         !self.cameras.is_empty()
+            && self.resizers.iter().all(Option::is_none)
             && (0..self.cameras.len()).all(|cam| {
                 let mut chans = self.image_cams.iter().filter(|(_, &c)| c == cam).peekable();
                 chans.peek().is_some()
@@ -262,7 +265,51 @@ impl LogReader {
             self.mapped_rig(&cal)?;
         }
         self.map = cal.map;
+        self.plan_resize();
         Ok(())
+    }
+
+    /// Cameras of different image sizes: the graph takes one size, so every camera larger
+    /// than the rig's smallest (by area; the first of equals) has its images resized to it
+    /// when read (exact area averaging, [`Preprocess`]) and its intrinsics scaled to match;
+    /// an issue says so per camera. The reader keeps each camera's own size to check its
+    /// images against.
+    fn plan_resize(&mut self) {
+        self.native_sizes = self.cameras.iter().map(|c| (c.width, c.height)).collect();
+        self.resizers = vec![None; self.cameras.len()];
+        let Some(&(w, h)) = self
+            .native_sizes
+            .iter()
+            .min_by_key(|&&(w, h)| u64::from(w) * u64::from(h))
+        else {
+            return;
+        };
+        let mut notes = Vec::new();
+        for (cam, spec) in self.cameras.iter_mut().enumerate() {
+            let (nw, nh) = (spec.width, spec.height);
+            if (nw, nh) == (w, h) {
+                continue;
+            }
+            let Ok(pre) = Preprocess::new(nw as usize, nh as usize, w as usize, h as usize) else {
+                // A side Preprocess refuses: the camera's images stay its size, and are
+                // reported as of the wrong size.
+                continue;
+            };
+            let (sx, sy) = (f64::from(w) / f64::from(nw), f64::from(h) / f64::from(nh));
+            (spec.fx, spec.cx, spec.fy, spec.cy) =
+                (spec.fx * sx, spec.cx * sx, spec.fy * sy, spec.cy * sy);
+            (spec.width, spec.height) = (w, h);
+            self.resizers[cam] = Some(pre);
+            let detail = format!(
+                "camera {}: its {nw}x{nh} images are resized to {w}x{h} (the rig's smallest \
+                 camera; the graph takes one image size) when read, its intrinsics scaled",
+                spec.name
+            );
+            notes.push(detail);
+        }
+        for detail in notes {
+            self.issue(LogIssueKind::ResizedCamera, detail);
+        }
     }
 
     fn read_calibration(&mut self) -> Calibration {
