@@ -6,7 +6,11 @@
 //! image is JPEG-encoded (quality [`JPEG_QUALITY`], pure-Rust `jpeg-encoder`) on the writer
 //! thread and written as a `foxglove.CompressedImage` on `/camera/<name>/image/compressed`,
 //! frame id `cam_<name>`. A camera absent from the frame writes nothing; a frame the source
-//! no longer holds writes no images (counted in [`ImageStats::frames_missing`]).
+//! no longer holds writes no images (counted in [`ImageStats::frames_missing`]). With every
+//! frame's images go the cameras' calibrations ([`calibration`], on
+//! `/camera/<name>/calibration`) and mounts ([`mount`], on [`MOUNTS_TOPIC`]) when the source
+//! knows them ([`ImageSource::specs`]): a few hundred bytes per camera, repeated so that a
+//! player that seeks finds them.
 //!
 //! Cost: encoding is the writer thread's largest job (six 256 × 128 cameras: a few ms per
 //! frame); when it falls behind, the ring fills and frames are dropped from the recording
@@ -14,6 +18,9 @@
 
 use std::sync::Arc;
 
+use foxglove::messages::{CameraCalibration, FrameTransform, Quaternion, Timestamp, Vector3};
+
+use redline_pipeline::camera::CameraSpec;
 use redline_pipeline::sensors::FrameSource;
 
 /// JPEG quality of recorded images.
@@ -25,6 +32,11 @@ pub trait ImageSource: Send + std::fmt::Debug {
     fn cameras(&self) -> Vec<String>;
     /// Width and height of every image, px.
     fn size(&self) -> (usize, usize);
+    /// The cameras' calibrations and mounts, rig order (written beside the images so that
+    /// Foxglove's Image panel can draw the 3D scene over them); empty when unknown.
+    fn specs(&self) -> Vec<CameraSpec> {
+        Vec::new()
+    }
     /// Calls `f(camera, rgb8)` for every image camera `camera` delivered for frame `frame`;
     /// false when the source no longer holds the frame.
     fn images(&self, frame: u64, f: &mut dyn FnMut(usize, &[u8])) -> bool;
@@ -43,6 +55,10 @@ impl ImageSource for FeedImages {
 
     fn size(&self) -> (usize, usize) {
         self.0.image_size()
+    }
+
+    fn specs(&self) -> Vec<CameraSpec> {
+        self.0.cameras().to_vec()
     }
 
     fn images(&self, frame: u64, f: &mut dyn FnMut(usize, &[u8])) -> bool {
@@ -77,6 +93,54 @@ pub struct ImageStats {
 /// The topic of camera `name`'s images.
 pub fn topic(name: &str) -> String {
     format!("/camera/{name}/image/compressed")
+}
+
+/// The topic of camera `name`'s calibration (`foxglove.CameraCalibration`).
+pub fn calibration_topic(name: &str) -> String {
+    format!("/camera/{name}/calibration")
+}
+
+/// The topic of the cameras' mounts (`foxglove.FrameTransform`, `base_link` → `cam_<name>`).
+pub const MOUNTS_TOPIC: &str = "/tf_static";
+
+/// Camera `spec`'s calibration as Foxglove draws with it: `K` and `P` from its intrinsics
+/// (redline's convention, as in the `camera_info` it writes), `R` identity, its lens
+/// (`equidistant` under Foxglove's name for the same model, `kannala_brandt`).
+pub fn calibration(spec: &CameraSpec, t: Timestamp) -> CameraCalibration {
+    let (fx, fy, cx, cy) = (spec.fx, spec.fy, spec.cx, spec.cy);
+    let (model, d) = spec.distortion.ros_model();
+    CameraCalibration {
+        timestamp: Some(t),
+        frame_id: format!("cam_{}", spec.name),
+        width: spec.width,
+        height: spec.height,
+        distortion_model: if model == "equidistant" {
+            "kannala_brandt"
+        } else {
+            model
+        }
+        .to_string(),
+        d,
+        k: vec![fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0],
+        r: vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+        p: vec![fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0],
+    }
+}
+
+/// Camera `spec`'s mount: its optical frame `cam_<name>` in `base_link`.
+pub fn mount(spec: &CameraSpec, t: Timestamp) -> FrameTransform {
+    let [x, y, z, w] = spec.optical_rotation();
+    FrameTransform {
+        timestamp: Some(t),
+        parent_frame_id: "base_link".to_string(),
+        child_frame_id: format!("cam_{}", spec.name),
+        translation: Some(Vector3 {
+            x: spec.x,
+            y: spec.y,
+            z: spec.z,
+        }),
+        rotation: Some(Quaternion { x, y, z, w }),
+    }
 }
 
 /// JPEG-encodes an rgb8 image into `out` (cleared first).

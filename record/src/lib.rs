@@ -13,7 +13,10 @@
 //!   `mode`, `mode_name`, `deadline_miss`, ... for the Plot panel). Protobuf schemas are the
 //!   `foxglove` crate's own, so any Foxglove schema decoder reads them.
 //! - Optionally the camera images ([`images`]): the frame's input images, read from the
-//!   frame source and JPEG-encoded by the writer thread (`foxglove.CompressedImage`).
+//!   frame source and JPEG-encoded by the writer thread (`foxglove.CompressedImage`), with
+//!   each camera's calibration (`foxglove.CameraCalibration`, lens included) and mount
+//!   (`foxglove.FrameTransform` `base_link` → `cam_<name>` on `/tf_static`), so that
+//!   Foxglove's Image panel draws the 3D outputs over the images.
 //! - Recording observes only: it does not change what the graph computes or publishes (the
 //!   replay's output hash is the same with and without it).
 //!

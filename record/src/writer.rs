@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use foxglove::messages::{CompressedImage, FrameTransform, Grid, SceneUpdate};
+use foxglove::messages::{CameraCalibration, CompressedImage, FrameTransform, Grid, SceneUpdate};
 use foxglove::{
     Channel, ChannelBuilder, Context, McapWriter, McapWriterHandle, PartialMetadata, RawChannel,
     Schema,
@@ -152,6 +152,10 @@ struct Output {
 struct Images {
     source: Box<dyn ImageSource>,
     channels: Vec<Channel<CompressedImage>>,
+    /// Per camera, its calibration channel; empty when the source has no calibrations.
+    calibrations: Vec<Channel<CameraCalibration>>,
+    mounts: Option<Channel<FrameTransform>>,
+    specs: Vec<redline_pipeline::camera::CameraSpec>,
     frame_ids: Vec<String>,
     jpeg: Vec<u8>,
     stats: ImageStats,
@@ -160,11 +164,27 @@ struct Images {
 impl Images {
     fn new(source: Box<dyn ImageSource>, ctx: &Arc<Context>) -> Self {
         let names = source.cameras();
+        let specs = source.specs();
+        let calibrated = !specs.is_empty();
         Images {
             channels: names
                 .iter()
                 .map(|n| ChannelBuilder::new(images::topic(n)).context(ctx).build())
                 .collect(),
+            calibrations: specs
+                .iter()
+                .map(|s| {
+                    ChannelBuilder::new(images::calibration_topic(&s.name))
+                        .context(ctx)
+                        .build()
+                })
+                .collect(),
+            mounts: calibrated.then(|| {
+                ChannelBuilder::new(images::MOUNTS_TOPIC)
+                    .context(ctx)
+                    .build()
+            }),
+            specs,
             frame_ids: names.iter().map(|n| format!("cam_{n}")).collect(),
             source,
             jpeg: Vec::new(),
@@ -177,10 +197,23 @@ impl Images {
         let Images {
             source,
             channels,
+            calibrations,
+            mounts,
+            specs,
             frame_ids,
             jpeg,
             stats,
         } = self;
+        // The calibrations and mounts beside every frame's images, so that a player that
+        // seeks finds them (each a few hundred bytes).
+        if let Some(m) = mounts {
+            for s in specs.iter() {
+                m.log_with_time(&images::mount(s, t), ns);
+            }
+        }
+        for (ch, s) in calibrations.iter().zip(specs.iter()) {
+            ch.log_with_time(&images::calibration(s, t), ns);
+        }
         let found = source.images(frame, &mut |c, rgb| {
             let Some(ch) = channels.get(c) else {
                 return;

@@ -20,6 +20,7 @@ import sys
 from mcap.decoder import DecoderFactory as McapDecoderFactory
 from mcap.reader import make_reader
 from mcap_protobuf.decoder import DecoderFactory
+from foxglove_schemas_protobuf.CameraCalibration_pb2 import CameraCalibration
 from foxglove_schemas_protobuf.CompressedImage_pb2 import CompressedImage
 from foxglove_schemas_protobuf.FrameTransform_pb2 import FrameTransform
 from foxglove_schemas_protobuf.Grid_pb2 import Grid
@@ -54,6 +55,10 @@ def jpeg_size(data):
 def expected(topic):
     if topic.startswith("/camera/") and topic.endswith("/image/compressed"):
         return ("foxglove.CompressedImage", "protobuf", CompressedImage)
+    if topic.startswith("/camera/") and topic.endswith("/calibration"):
+        return ("foxglove.CameraCalibration", "protobuf", CameraCalibration)
+    if topic == "/tf_static":
+        return ("foxglove.FrameTransform", "protobuf", FrameTransform)
     return EXPECTED.get(topic, (None, None, None))
 
 
@@ -218,6 +223,27 @@ def main(mcap_path, report_path):
         check(
             all(f"cam_{t.split('/')[2]}" in ids for t in cams),
             "frame ids cam_<name> match the topics",
+        )
+        # Calibrations and mounts beside the images: Foxglove's Image panel draws the 3D
+        # scene over a camera with them.
+        names = sorted(t.split("/")[2] for t in cams)
+        cals = {n: [m for _, m in msgs[f"/camera/{n}/calibration"]] for n in names}
+        check(
+            all(
+                cals[n]
+                and all(
+                    c.frame_id == f"cam_{n}" and (c.width, c.height) == (w, h) and c.K[0] > 0
+                    and len(c.K) == 9 and len(c.P) == 12 and c.distortion_model
+                    for c in cals[n]
+                )
+                for n in names
+            ),
+            f"every camera has calibrations ({w}x{h}, K, P, cam_<name>) on /camera/<name>/calibration",
+        )
+        mounts = {m.child_frame_id for _, m in msgs["/tf_static"] if m.parent_frame_id == "base_link"}
+        check(
+            mounts >= {f"cam_{n}" for n in names},
+            f"base_link -> cam_<name> mounts on /tf_static for {len(names)} cameras",
         )
 
     for line in notes + fails:
