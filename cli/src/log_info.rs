@@ -68,7 +68,16 @@ fn info(a: LogInfoArgs) -> Result<()> {
         .iter()
         .map(|i| format!("{:?}: {}", i.kind, i.detail))
         .collect();
-    let suggestion = suggest_sensors(&stats);
+    let unstamped = samples.iter().any(|c| c.unstamped);
+    let mut suggestion = suggest_sensors(&stats);
+    if unstamped {
+        // After `[sensors]`'s first line: a key of that table.
+        suggestion = suggestion.replacen(
+            "[sensors]\n",
+            "[sensors]\nstamps = \"log_time\"   # the camera images' header stamps are zero: place messages by log time\n",
+            1,
+        );
+    }
     if a.json {
         let topics: Vec<_> = stats
             .iter()
@@ -85,6 +94,7 @@ fn info(a: LogInfoArgs) -> Result<()> {
             "camera_topics": samples.iter().map(|c| json!({
                 "topic": c.topic, "type": c.schema, "format": c.format,
                 "width": c.width, "height": c.height, "problem": c.problem,
+                "unstamped": c.unstamped,
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -141,7 +151,10 @@ fn info(a: LogInfoArgs) -> Result<()> {
         for c in &samples {
             let kind = c.schema.rsplit('/').next().unwrap_or(&c.schema);
             let size = format!("{}x{}", c.width, c.height);
-            let verdict = c.problem.as_deref().unwrap_or("ok");
+            let mut verdict = c.problem.clone().unwrap_or_else(|| "ok".to_string());
+            if c.unstamped {
+                verdict.push_str("; header stamp 0 (see stamps below)");
+            }
             println!(
                 "{:<tw$}  {kind:<15}  {:<12}  {size:>9}  {verdict}",
                 c.topic, c.format

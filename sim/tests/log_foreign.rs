@@ -413,6 +413,19 @@ fn zero_header_stamps_replay_by_log_time() {
     let mut sensors: SensorMap = table["sensors"].clone().try_into().unwrap();
     sensors.calibration = Some(dir.join("rig.toml"));
     let bag = dir.join("bag.mcap");
+    // `redline log info` sees it in the first images (and suggests the key).
+    let mut r = LogReader::open_any(&bag, ReadLimits::default()).unwrap();
+    let samples = r.camera_samples();
+    assert!(
+        samples
+            .iter()
+            .filter(|c| c.topic.contains("image_raw"))
+            .all(|c| c.unstamped),
+        "{samples:?}"
+    );
+    assert!(samples
+        .iter()
+        .all(|c| c.topic.contains("image_raw") || !c.unstamped));
     let e = Feed::from_log_mapped(&bag, None, ReadLimits::default(), &sensors)
         .unwrap_err()
         .to_string();

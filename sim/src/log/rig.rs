@@ -59,6 +59,9 @@ pub struct CameraSample {
     /// Why redline cannot use it as it is (an unread encoding, an undecodable stream, a lens
     /// distortion model it does not know); `None` when it can.
     pub problem: Option<String>,
+    /// An image whose header stamp is zero while its log time is not (a driver that does
+    /// not stamp: such a log replays with `[sensors] stamps = "log_time"`).
+    pub unstamped: bool,
 }
 
 /// What the log's calibration channels hold, gathered in one pass.
@@ -133,11 +136,14 @@ impl LogReader {
                 width: 0,
                 height: 0,
                 problem: None,
+                unstamped: false,
             };
+            let unstamped = |h: &crate::msgs::Header| h.stamp.to_ns() == Ok(0) && raw.key.0 != 0;
             let undecodable = |e: &dyn std::fmt::Display| Some(format!("undecodable: {e}"));
             match kinds[&raw.channel] {
                 Kind::Image => match Image::from_cdr(&raw.data) {
                     Ok(img) => {
+                        sample.unstamped = unstamped(&img.header);
                         (sample.width, sample.height) = (img.width, img.height);
                         sample.problem = img.to_rgb().err().map(|e| e.to_string());
                         sample.format = img.encoding;
@@ -146,6 +152,7 @@ impl LogReader {
                 },
                 Kind::CompressedImage => match CompressedImage::from_cdr(&raw.data) {
                     Ok(msg) => {
+                        sample.unstamped = unstamped(&msg.header);
                         let size = match Compression::sniff(&msg.data) {
                             Some(Compression::Jpeg) => {
                                 sample.format = "jpeg".into();
