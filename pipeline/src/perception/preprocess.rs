@@ -8,7 +8,7 @@
 //!
 //! Lens distortion ([`Preprocess::for_camera`]): each output pixel averages the same
 //! `src/dst`-sized box of source pixels, with exact integer area weights, but centred where
-//! the lens put that pixel's ray ([`Distortion::distort`] of the ideal pinhole's ray) instead
+//! the lens put that pixel's ray ([`Distortion::distort`](crate::camera::Distortion::distort) of the ideal pinhole's ray) instead
 //! of where the pinhole puts it; the output is then an ideal pinhole image with the camera's
 //! intrinsics, which is what the BEV projection assumes. The box positions are computed once
 //! at construction (f64 arithmetic and deterministic trigonometry: the same table on every
@@ -27,7 +27,7 @@
 //! whole-pixel sums (per-pixel weights): 4.3 ms.
 
 use super::{check_size, sat_i8, PerceptionError};
-use crate::camera::{CameraSpec, Distortion};
+use crate::camera::CameraSpec;
 
 /// Largest image side [`Preprocess`] accepts, pixels.
 pub const MAX_IMAGE_SIDE: usize = 16384;
@@ -130,7 +130,7 @@ impl Preprocess {
         let (src_w, src_h) = (cam.width as usize, cam.height as usize);
         let mut pre = Self::new(src_w, src_h, dst_w, dst_h)?;
         if !cam.distortion.is_none() {
-            pre.boxes = Some(box_starts(cam, &cam.distortion, dst_w, dst_h));
+            pre.boxes = Some(box_starts(cam, dst_w, dst_h));
         }
         Ok(pre)
     }
@@ -138,6 +138,11 @@ impl Preprocess {
     /// Bytes `run` expects in `rgb`: `src_w · src_h · 3`.
     pub fn input_len(&self) -> usize {
         self.src_w * self.src_h * 3
+    }
+
+    /// Input (width, height), pixels.
+    pub fn input_size(&self) -> (usize, usize) {
+        (self.src_w, self.src_h)
     }
 
     /// Output (width, height), pixels.
@@ -275,10 +280,11 @@ impl BoxSpan {
 
 /// Where each output pixel's source box starts (see [`Preprocess::for_camera`]): the
 /// output pixel's centre is a ray of the ideal pinhole (`cam`'s intrinsics, scaled to the
-/// output), `lens` moves it, and the `src/dst` box is centred there, in units of `1/dst`
-/// source pixels, clamped into the image. Deterministic: plain f64 arithmetic,
-/// [`Distortion::distort`] and round-to-nearest.
-fn box_starts(cam: &CameraSpec, lens: &Distortion, dst_w: usize, dst_h: usize) -> Vec<[u32; 2]> {
+/// output), `cam`'s lens moves it, and the `src/dst` box is centred there, in units of
+/// `1/dst` source pixels, clamped into the image. Deterministic: plain f64 arithmetic,
+/// [`Distortion::distort`](crate::camera::Distortion::distort) and round-to-nearest.
+fn box_starts(cam: &CameraSpec, dst_w: usize, dst_h: usize) -> Vec<[u32; 2]> {
+    let lens = &cam.distortion;
     let (sw, sh) = (cam.width as f64, cam.height as f64);
     let (dw, dh) = (dst_w as f64, dst_h as f64);
     // The largest start that keeps the box inside: src·dst − src, in 1/dst units.
@@ -307,6 +313,7 @@ fn box_starts(cam: &CameraSpec, lens: &Distortion, dst_w: usize, dst_h: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::camera::Distortion;
 
     #[test]
     fn preprocess_constant_image_gives_constant_output() {

@@ -64,11 +64,17 @@ impl LogReader {
                         format!("image topic {} belongs to no camera of the rig (no camera_info for it and no [sensors] entry); its messages are skipped", ch.topic),
                     )
                 })?;
-                // The camera's own size (its images are resized to the rig's after decoding).
-                let want = self.native_sizes.get(cam).copied().unwrap_or_else(|| {
-                    let spec = &self.cameras[cam];
-                    (spec.width, spec.height)
-                });
+                // The camera's own size: a resized camera's is its resize's input.
+                let want = match self.resizers.get(cam) {
+                    Some(Some(pre)) => {
+                        let (w, h) = pre.input_size();
+                        (w as u32, h as u32)
+                    }
+                    _ => {
+                        let spec = &self.cameras[cam];
+                        (spec.width, spec.height)
+                    }
+                };
                 let (stamp, image) = if kind == Kind::Image {
                     let msg = Image::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                     let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
@@ -189,16 +195,16 @@ impl LogReader {
 /// rounded average.
 fn resize_rgb(pre: &Preprocess, img: &RgbImage) -> RgbImage {
     let mut q = vec![0i8; pre.output_len()];
-    let ok = pre.run(&img.data, &mut q).is_ok();
     let (w, h) = pre.output_size();
+    // The size was checked against the camera's before; a mismatch would give black.
+    let data = match pre.run(&img.data, &mut q) {
+        Ok(()) => q.iter().map(|&v| (v as i16 + 128) as u8).collect(),
+        Err(_) => vec![0; q.len()],
+    };
     RgbImage {
         width: w as u32,
         height: h as u32,
-        // The size was checked against the camera's before; a mismatch gives black.
-        data: q
-            .iter()
-            .map(|&v| if ok { (v as i16 + 128) as u8 } else { 0 })
-            .collect(),
+        data,
     }
 }
 

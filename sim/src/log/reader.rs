@@ -140,9 +140,8 @@ pub struct LogReader {
     total_bytes: u64,
     /// The reader's own file (`path` names the directory of a split bag).
     first_file: PathBuf,
-    /// Each camera's own image size (the rig's [`LogReader::cameras`] may be resized).
-    pub(super) native_sizes: Vec<(u32, u32)>,
-    /// Per camera, the resize of its images to the rig's size, when they differ.
+    /// Per camera, the resize of its images (from its own size, the resize's input) to the
+    /// rig's size ([`LogReader::cameras`]), when they differ.
     pub(super) resizers: Vec<Option<redline_pipeline::perception::Preprocess>>,
 }
 
@@ -384,7 +383,6 @@ impl LogReader {
             more_files: Vec::new(),
             total_bytes: file_len,
             first_file: path.clone(),
-            native_sizes: Vec::new(),
             resizers: Vec::new(),
         };
         match r.read_summary() {

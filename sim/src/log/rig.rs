@@ -279,15 +279,15 @@ impl LogReader {
     /// Cameras of different image sizes: the graph takes one size, so every camera larger
     /// than the rig's smallest (by area; the first of equals) has its images resized to it
     /// when read (exact area averaging, [`Preprocess`]) and its intrinsics scaled to match;
-    /// an issue says so per camera. The reader keeps each camera's own size to check its
-    /// images against.
+    /// an issue says so per camera. A resized camera's own size, which its images are
+    /// checked against, is its resize's input.
     fn plan_resize(&mut self) {
-        self.native_sizes = self.cameras.iter().map(|c| (c.width, c.height)).collect();
         self.resizers = vec![None; self.cameras.len()];
-        let Some(&(w, h)) = self
-            .native_sizes
+        let Some((w, h)) = self
+            .cameras
             .iter()
-            .min_by_key(|&&(w, h)| u64::from(w) * u64::from(h))
+            .map(|c| (c.width, c.height))
+            .min_by_key(|&(w, h)| u64::from(w) * u64::from(h))
         else {
             return;
         };
