@@ -179,15 +179,17 @@ impl LogReader {
                         (sample.width, sample.height) = (ci.width, ci.height);
                         sample.format = ci.distortion_model.clone();
                         match ci.border_distortion_px() {
-                            Some(px) if px.is_nan() => {
+                            Err(_) => {
                                 sample.problem = Some(format!(
                                     "lens distortion of unknown model {:?}, not corrected",
                                     ci.distortion_model
                                 ))
                             }
                             // Undistorted by the preprocess stage: say by how much.
-                            Some(px) => sample.format = format!("{} ({px:.0} px)", sample.format),
-                            None => {}
+                            Ok(Some(px)) => {
+                                sample.format = format!("{} ({px:.0} px)", sample.format)
+                            }
+                            Ok(None) => {}
                         }
                     }
                     Err(e) => sample.problem = undecodable(&e),

@@ -316,13 +316,12 @@ impl CameraInfo {
 
     /// How far lens distortion moves pixels at the image border, px: the largest distance,
     /// over points along the four edges, between where the pinhole model (`k`) puts a ray and
-    /// where the distortion model puts it. `None` for an ideal pinhole (see
-    /// [`CameraInfo::distortion`]); `Some(f64::NAN)` for a model redline does not know.
-    pub fn border_distortion_px(&self) -> Option<f64> {
-        let model = match self.distortion() {
-            Ok(Distortion::None) => return None,
-            Ok(m) => m,
-            Err(_) => return Some(f64::NAN),
+    /// where the distortion model puts it. `Ok(None)` for an ideal pinhole; `Err` (from
+    /// [`CameraInfo::distortion`]) for a model redline does not know.
+    pub fn border_distortion_px(&self) -> Result<Option<f64>, String> {
+        let model = match self.distortion()? {
+            Distortion::None => return Ok(None),
+            m => m,
         };
         let k = self.to_intrinsics();
         let (w, h) = (k.width as f64, k.height as f64);
@@ -336,11 +335,8 @@ impl CameraInfo {
                 worst = worst.max(dm::hypot((xd - x) * k.fx, (yd - y) * k.fy));
             }
         }
-        Some(if worst.is_finite() {
-            worst
-        } else {
-            f64::INFINITY
-        })
+        // `max` skips NaN (a model that diverges there): worst is finite or infinite.
+        Ok(Some(worst))
     }
 
     /// Appends the message to `w`.
@@ -495,25 +491,25 @@ mod tests {
             pitch: 0.0,
             distortion: Default::default(),
         });
-        assert_eq!(ci.border_distortion_px(), None, "an ideal pinhole");
+        assert_eq!(ci.border_distortion_px(), Ok(None), "an ideal pinhole");
         // Barrel k1 = -0.3: worst at the corner (x, y) = (-0.96, -0.54), r² = 1.2132, which
         // moves by (1 - (1 - 0.3 r²)) · r · f = 0.36396 · 1.10145 · 1000 px.
         ci.d = vec![-0.3, 0.0, 0.0, 0.0, 0.0];
-        let px = ci.border_distortion_px().unwrap();
+        let px = ci.border_distortion_px().unwrap().unwrap();
         assert!((px - 0.36396 * 1101.45).abs() < 0.5, "{px}");
         // A fisheye with zero coefficients still maps r to atan(r): 1.10145 - 0.83347 at f.
         ci.distortion_model = "equidistant".into();
         ci.d = vec![0.0; 4];
-        let px = ci.border_distortion_px().unwrap();
+        let px = ci.border_distortion_px().unwrap().unwrap();
         assert!(
             (px - (1.10145 - dm::atan(1.10145f64)) * 1000.0).abs() < 0.5,
             "{px}"
         );
         // Unknown models: nothing to say with zero coefficients, unknown size with others.
         ci.distortion_model = "kannala_brandt".into();
-        assert_eq!(ci.border_distortion_px(), None);
+        assert_eq!(ci.border_distortion_px(), Ok(None));
         ci.d = vec![0.1];
-        assert!(ci.border_distortion_px().unwrap().is_nan());
+        assert!(ci.border_distortion_px().is_err());
     }
 
     #[test]
