@@ -13,27 +13,9 @@ use redline_sim::log::{LogReader, ReadLimits, SensorMap};
 
 #[test]
 fn an_autoware_style_bag_with_jpeg_cameras_replays_through_a_sensors_table() {
-    let dir = std::env::temp_dir().join(format!("redline-foreign-{}", std::process::id()));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/write_foreign_bag.py");
-    let skip = |why: String| {
-        eprintln!("\n==== SKIPPED: an_autoware_style_bag_with_jpeg_cameras_replays_through_a_sensors_table: {why} (pip install mcap mcap-ros2-support pillow) ====\n");
+    let Some(dir) = write_foreign("autoware", &[]) else {
+        return;
     };
-    let out = match std::process::Command::new("python3")
-        .arg(&script)
-        .arg(&dir)
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => return skip(format!("cannot run python3 ({e})")),
-    };
-    if out.status.code() == Some(3) {
-        return skip(String::from_utf8_lossy(&out.stderr).trim().to_string());
-    }
-    assert!(
-        out.status.success(),
-        "write_foreign_bag.py failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let bag = dir.join("bag.mcap");
 
     // redline's default layout does not fit: the error names the image topics and the way out.
@@ -43,11 +25,7 @@ fn an_autoware_style_bag_with_jpeg_cameras_replays_through_a_sensors_table() {
         "{e}"
     );
 
-    let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
-    let table: toml::Table = toml::from_str(&text).unwrap();
-    let mut sensors: SensorMap = table["sensors"].clone().try_into().unwrap();
-    sensors.calibration = Some(dir.join("rig.toml"));
-    let feed = Feed::from_log_mapped(&bag, None, ReadLimits::default(), &sensors).unwrap();
+    let feed = read_foreign(&dir, "bag.mcap");
     assert!(feed.issues.is_empty(), "{:?}", feed.issues);
     assert_eq!(feed.frames.len(), 20);
     assert_eq!((feed.width, feed.height), (160, 96));
@@ -132,10 +110,16 @@ fn write_foreign(tag: &str, args: &[&str]) -> Option<PathBuf> {
 /// Reads `dir/bag` (a file or a bag directory) through the `[sensors]` table the writer left.
 fn read_foreign(dir: &Path, bag: &str) -> Feed {
     let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
-    let table: toml::Table = toml::from_str(&text).unwrap();
+    let sensors = sensors_of(dir, &text);
+    Feed::from_log_mapped(&dir.join(bag), None, ReadLimits::default(), &sensors).unwrap()
+}
+
+/// The `[sensors]` table of config `text`, its calibration file `dir/rig.toml`.
+fn sensors_of(dir: &Path, text: &str) -> SensorMap {
+    let table: toml::Table = toml::from_str(text).unwrap();
     let mut sensors: SensorMap = table["sensors"].clone().try_into().unwrap();
     sensors.calibration = Some(dir.join("rig.toml"));
-    Feed::from_log_mapped(&dir.join(bag), None, ReadLimits::default(), &sensors).unwrap()
+    sensors
 }
 
 /// [`write_foreign`] then [`read_foreign`] of its `bag.mcap`, the directory removed.
@@ -380,19 +364,14 @@ fn lens_distortion_in_camera_info_reaches_the_rig_or_is_reported() {
     // `redline log info` describes each camera topic's first message.
     let mut r = LogReader::open_any(&dir.join("bag.mcap"), ReadLimits::default()).unwrap();
     let samples = r.camera_samples();
-    let info = samples
-        .iter()
-        .find(|c| c.topic == "/sensing/camera/front/camera_info")
-        .unwrap();
+    let sample = |topic: &str| samples.iter().find(|c| c.topic == topic).unwrap();
+    let info = sample("/sensing/camera/front/camera_info");
     // k1 = -0.3 with f = 120 px on 160x96: the corners move by 16.9 px, undistorted.
     assert_eq!(
         (info.format.as_str(), info.width, info.height, &info.problem),
         ("plumb_bob (17 px)", 160, 96, &None)
     );
-    let jpeg = samples
-        .iter()
-        .find(|c| c.topic == "/sensing/camera/rear/image_raw/compressed")
-        .unwrap();
+    let jpeg = sample("/sensing/camera/rear/image_raw/compressed");
     assert_eq!(
         (jpeg.format.as_str(), jpeg.width, jpeg.height, &jpeg.problem),
         ("jpeg", 160, 96, &None)
@@ -409,9 +388,7 @@ fn zero_header_stamps_replay_by_log_time() {
         return;
     };
     let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
-    let table: toml::Table = toml::from_str(&text).unwrap();
-    let mut sensors: SensorMap = table["sensors"].clone().try_into().unwrap();
-    sensors.calibration = Some(dir.join("rig.toml"));
+    let sensors = sensors_of(&dir, &text);
     let bag = dir.join("bag.mcap");
     // `redline log info` sees it in the first images (and suggests the key).
     let mut r = LogReader::open_any(&bag, ReadLimits::default()).unwrap();
@@ -433,12 +410,7 @@ fn zero_header_stamps_replay_by_log_time() {
 
     // The key as a user writes it in the config's [sensors] table.
     let text = text.replace("[sensors]\n", "[sensors]\nstamps = \"log_time\"\n");
-    let table: toml::Table = toml::from_str(&text).unwrap();
-    let with: SensorMap = table["sensors"].clone().try_into().unwrap();
-    let sensors = SensorMap {
-        calibration: sensors.calibration,
-        ..with
-    };
+    let sensors = sensors_of(&dir, &text);
     let feed = Feed::from_log_mapped(&bag, None, ReadLimits::default(), &sensors).unwrap();
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(feed.frames.len(), 6, "{:?}", feed.issues);

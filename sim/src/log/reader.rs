@@ -249,12 +249,6 @@ impl LogReader {
     /// with their file.
     fn join(path: PathBuf, first: LogReader, rest: Vec<LogReader>) -> LogReader {
         let mut log = first;
-        let file_name = |p: &Path| {
-            p.file_name().map_or_else(
-                || p.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            )
-        };
         let first_name = file_name(&log.path);
         for issue in &mut log.issues {
             issue.detail = format!("{first_name}: {}", issue.detail);
@@ -825,9 +819,16 @@ impl LogReader {
             0 => &self.first_file,
             k => &self.more_files[k - 1].path,
         };
-        let name = path.file_name().unwrap_or(path.as_os_str());
-        format!("{}: ", name.to_string_lossy())
+        format!("{}: ", file_name(path))
     }
+}
+
+/// The file name of `path` (the whole path when it has none), for issues naming their file.
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// A calibration redline can use: image sides within `1..=max_image_side`, finite focal
