@@ -152,10 +152,11 @@ struct Output {
 struct Images {
     source: Box<dyn ImageSource>,
     channels: Vec<Channel<CompressedImage>>,
-    /// Per camera, its calibration channel; empty when the source has no calibrations.
-    calibrations: Vec<Channel<CameraCalibration>>,
-    mounts: Option<Channel<FrameTransform>>,
-    specs: Vec<redline_pipeline::camera::CameraSpec>,
+    /// Per camera, its calibration channel and message (built once; each frame only sets
+    /// the timestamp); empty when the source has no calibrations.
+    calibrations: Vec<(Channel<CameraCalibration>, CameraCalibration)>,
+    /// The mounts' channel and every camera's mount message, likewise.
+    mounts: Option<(Channel<FrameTransform>, Vec<FrameTransform>)>,
     frame_ids: Vec<String>,
     jpeg: Vec<u8>,
     stats: ImageStats,
@@ -165,7 +166,7 @@ impl Images {
     fn new(source: Box<dyn ImageSource>, ctx: &Arc<Context>) -> Self {
         let names = source.cameras();
         let specs = source.specs();
-        let calibrated = !specs.is_empty();
+        let t0 = foxglove::messages::Timestamp::default();
         Images {
             channels: names
                 .iter()
@@ -174,17 +175,18 @@ impl Images {
             calibrations: specs
                 .iter()
                 .map(|s| {
-                    ChannelBuilder::new(images::calibration_topic(&s.name))
+                    let ch = ChannelBuilder::new(images::calibration_topic(&s.name))
                         .context(ctx)
-                        .build()
+                        .build();
+                    (ch, images::calibration(s, t0))
                 })
                 .collect(),
-            mounts: calibrated.then(|| {
-                ChannelBuilder::new(images::MOUNTS_TOPIC)
+            mounts: (!specs.is_empty()).then(|| {
+                let ch = ChannelBuilder::new(images::MOUNTS_TOPIC)
                     .context(ctx)
-                    .build()
+                    .build();
+                (ch, specs.iter().map(|s| images::mount(s, t0)).collect())
             }),
-            specs,
             frame_ids: names.iter().map(|n| format!("cam_{n}")).collect(),
             source,
             jpeg: Vec::new(),
@@ -199,20 +201,21 @@ impl Images {
             channels,
             calibrations,
             mounts,
-            specs,
             frame_ids,
             jpeg,
             stats,
         } = self;
         // The calibrations and mounts beside every frame's images, so that a player that
         // seeks finds them (each a few hundred bytes).
-        if let Some(m) = mounts {
-            for s in specs.iter() {
-                m.log_with_time(&images::mount(s, t), ns);
+        if let Some((ch, msgs)) = mounts {
+            for m in msgs.iter_mut() {
+                m.timestamp = Some(t);
+                ch.log_with_time(m, ns);
             }
         }
-        for (ch, s) in calibrations.iter().zip(specs.iter()) {
-            ch.log_with_time(&images::calibration(s, t), ns);
+        for (ch, c) in calibrations.iter_mut() {
+            c.timestamp = Some(t);
+            ch.log_with_time(c, ns);
         }
         let found = source.images(frame, &mut |c, rgb| {
             let Some(ch) = channels.get(c) else {
