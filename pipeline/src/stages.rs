@@ -72,9 +72,8 @@ const E_SHAPE: StageError = StageError::new("buffer size does not match the mode
 /// distortion ([`Preprocess::for_camera`]).
 #[derive(Debug)]
 pub struct PreprocessStage {
-    /// One per camera (they differ only where a lens is distorted).
+    /// One per camera, rig order (they differ only where a lens is distorted).
     pre: Vec<Preprocess>,
-    cams: usize,
     src_len: usize,
     dst_len: usize,
 }
@@ -106,7 +105,6 @@ impl PreprocessStage {
         }
         Ok(PreprocessStage {
             pre,
-            cams: cameras.len(),
             src_len: src_w * src_h * 3,
             dst_len: net.in_w * net.in_h * 3,
         })
@@ -117,13 +115,14 @@ impl Stage for PreprocessStage {
     fn run(&mut self, _f: &FrameInfo, io: &mut StageIo<'_>) -> Result<(), StageError> {
         let images = io.input::<u8>(0)?;
         let out = io.output::<i8>(0)?;
-        if images.len() != self.cams * self.src_len || out.len() != self.cams * self.dst_len {
+        let cams = self.pre.len();
+        if images.len() != cams * self.src_len || out.len() != cams * self.dst_len {
             return Err(E_SHAPE);
         }
         let (pre, src_len) = (&self.pre, self.src_len);
         let failed = std::sync::atomic::AtomicBool::new(false);
         // One chunk per camera: chunk `c` is camera c's `dst_len` elements of `out`.
-        io.parallel_chunks_mut(out, self.cams, &|c, dst| {
+        io.parallel_chunks_mut(out, cams, &|c, dst| {
             if pre[c]
                 .run(&images[c * src_len..(c + 1) * src_len], dst)
                 .is_err()

@@ -4,8 +4,8 @@
 //! Promises: an image in any encoding of [`PixelEncoding`] (8- and 16-bit RGB, BGR and grey,
 //! Bayer mosaics, YUV 4:2:2) converts to an [`RgbImage`] whatever its row padding; any other
 //! encoding or an inconsistent layout is an [`ImageIssue`], never a panic or an out-of-bounds
-//! read. A calibration written by [`CameraInfo::from_spec`] is an ideal pinhole (`plumb_bob`,
-//! zero distortion). Cost: [`Image::encode_rgb`] copies the pixels once (into the writer);
+//! read. A calibration written by [`CameraInfo::from_spec`] carries the spec's lens (an ideal
+//! pinhole: `plumb_bob` with zero coefficients). Cost: [`Image::encode_rgb`] copies the pixels once (into the writer);
 //! decoding copies them once out of the buffer; [`Image::into_rgb`] moves unpadded data.
 
 use super::pixel_encoding::{to_rgb8, PixelEncoding, RawImage};
@@ -278,15 +278,17 @@ ros_message!(
 );
 
 impl CameraInfo {
-    /// The calibration of an ideal (undistorted) pinhole camera, frame `cam_<name>`, stamp 0.
+    /// The calibration of `spec`'s camera (its lens in `camera_info` form, an ideal pinhole
+    /// as `plumb_bob` with zero coefficients), frame `cam_<name>`, stamp 0.
     pub fn from_spec(spec: &CameraSpec) -> CameraInfo {
         let (fx, fy, cx, cy) = (spec.fx, spec.fy, spec.cx, spec.cy);
+        let (model, d) = spec.distortion.ros_model();
         CameraInfo {
             header: Header::new(0, &format!("cam_{}", spec.name)),
             height: spec.height,
             width: spec.width,
-            distortion_model: "plumb_bob".to_string(),
-            d: vec![0.0; 5],
+            distortion_model: model.to_string(),
+            d,
             k: [fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0],
             r: [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
             p: [fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0],
@@ -542,5 +544,19 @@ mod tests {
                 cy: 96.5
             }
         );
+        assert_eq!(
+            (ci.distortion_model.as_str(), &ci.d[..]),
+            ("plumb_bob", &[0.0; 5][..])
+        );
+        // A lens goes into the calibration and back.
+        let lens = Distortion::Polynomial {
+            k: [-0.28, 0.07, 0.01, 0.0, 0.0, 0.0],
+            p: [0.001, -0.002],
+        };
+        let ci = CameraInfo::from_spec(&CameraSpec {
+            distortion: lens.clone(),
+            ..spec
+        });
+        assert_eq!(ci.distortion(), Ok(lens));
     }
 }
