@@ -25,7 +25,7 @@ pub enum LogCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct LogInfoArgs {
-    /// The log: an MCAP file (from ros2 bag or redline) or a ROS 2 bag directory.
+    /// The log: an MCAP file (from ros2 bag or redline), a ROS 2 SQLite bag file (.db3) or a ROS 2 bag directory.
     pub log: PathBuf,
     /// Print one JSON object instead of the text report.
     #[arg(long)]

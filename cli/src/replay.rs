@@ -23,7 +23,7 @@ use crate::shard;
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
-    /// MCAP logs or ROS 2 bag directories (a split bag's files read as one log) to replay,
+    /// MCAP logs, ROS 2 SQLite bag files (.db3) or ROS 2 bag directories (a split bag's files read as one log) to replay,
     /// one after another (default: the built-in scenario, generated in memory). Logs are
     /// streamed: read and decoded a window ahead, in bounded memory.
     pub logs: Vec<PathBuf>,

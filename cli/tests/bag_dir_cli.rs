@@ -1,7 +1,10 @@
 //! Bags as users have them. A ROS 2 bag directory: a recording split over three MCAP files
 //! (`tests/python/write_foreign_bag.py --split`: `metadata.yaml` and `bag_0.mcap` …) is
 //! listed by `redline log info` and replays to the output hash of the same recording in one
-//! file; a SQLite bag is refused with the way to convert it. A camera with lens distortion in
+//! file; so does the recording in SQLite storage (`--storage sqlite3`, as ROS 2 Humble
+//! records: the bag directory, or its `.db3` file alone; split, with zstd message
+//! compression and 512-byte pages, which spill every image over overflow pages); a bag of
+//! another storage plugin is refused with the way to convert it. A camera with lens distortion in
 //! its `camera_info`: the same images replay to other outputs than with an ideal pinhole (the
 //! preprocess stage undistorts them). Skips loudly when python3 or its packages are missing
 //! (`.ci/run` installs them).
@@ -57,20 +60,60 @@ fn a_split_bag_directory_replays_like_its_recording_in_one_file() {
     assert!(info.contains("/localization/kinematic_state"), "{info}");
     assert_eq!(hash_of(&split, "bag"), hash_of(&one, "bag.mcap"));
 
-    // A bag stored in SQLite: refused, with the conversion to run.
+    // Another storage plugin: refused, with the conversion to run.
     let meta = split.join("bag").join("metadata.yaml");
     let text = std::fs::read_to_string(&meta).unwrap();
     std::fs::write(
         &meta,
-        text.replace("storage_identifier: mcap", "storage_identifier: sqlite3"),
+        text.replace("storage_identifier: mcap", "storage_identifier: bagfs"),
     )
     .unwrap();
     let o = redline(&split, &["replay", "bag", "--config", "seeded.toml"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
-        err.contains("SQLite") && err.contains("ros2 bag convert"),
+        err.contains("\"bagfs\"") && err.contains("ros2 bag convert"),
         "{err}"
+    );
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+#[test]
+fn sqlite_bags_replay_like_their_mcap_recording() {
+    let tmp = std::env::temp_dir().join(format!("redline-db3-cli-{}", std::process::id()));
+    let (one, db3, packed) = (tmp.join("one"), tmp.join("db3"), tmp.join("packed"));
+    if !write_bag(&one, &["--frames", "12"]) {
+        return;
+    }
+    assert!(write_bag(&db3, &["--frames", "12", "--storage", "sqlite3"]));
+    assert!(write_bag(
+        &packed,
+        &[
+            "--frames",
+            "12",
+            "--storage",
+            "sqlite3",
+            "--split",
+            "5",
+            "--compress-messages",
+            "--page-size",
+            "512",
+        ],
+    ));
+    let want = hash_of(&one, "bag.mcap");
+    assert_eq!(hash_of(&db3, "bag"), want, "the bag directory");
+    assert_eq!(hash_of(&db3, "bag/bag_0.db3"), want, "its .db3 file alone");
+    assert_eq!(
+        hash_of(&packed, "bag"),
+        want,
+        "split, compressed, small pages"
+    );
+
+    let info = check(redline(&packed, &["log", "info", "bag"]));
+    let info = String::from_utf8(info.stdout).unwrap();
+    assert!(
+        info.contains("bag_0.db3") && info.contains("bag_2.db3") && info.contains("messages:  38"),
+        "{info}"
     );
     std::fs::remove_dir_all(&tmp).ok();
 }

@@ -175,7 +175,9 @@ fn not_an_mcap_file_is_a_clear_error() {
     std::fs::write(&p, &junk).unwrap();
     let e = LogReader::open(&p).unwrap_err();
     assert!(matches!(e, LogError::NotMcap { .. }), "{e}");
-    assert!(e.to_string().contains("not an MCAP file"));
+    assert!(e
+        .to_string()
+        .contains("neither an MCAP file nor a SQLite (.db3)"));
     std::fs::write(&p, b"").unwrap();
     assert!(matches!(LogReader::open(&p), Err(LogError::NotMcap { .. })));
     // MCAP magic followed by garbage: opens nothing, errors, does not panic.
@@ -183,6 +185,12 @@ fn not_an_mcap_file_is_a_clear_error() {
     m.extend_from_slice(&junk);
     std::fs::write(&p, &m).unwrap();
     assert!(LogReader::open(&p).is_err());
+    // SQLite's magic followed by garbage: a clear error naming the file, no panic.
+    let mut m = b"SQLite format 3\0".to_vec();
+    m.extend_from_slice(&junk);
+    std::fs::write(&p, &m).unwrap();
+    let e = LogReader::open(&p).unwrap_err();
+    assert!(matches!(e, LogError::Db3 { .. }), "{e}");
     assert!(matches!(
         LogReader::open(&tmp("does-not-exist.mcap")),
         Err(LogError::Io { .. })

@@ -13,6 +13,13 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                first file
   --rear-size WxH  the rear camera's images at another size than the front's (JPEG only; its
                calibration in rig.toml scaled to match)
+  --storage sqlite3  the bag in SQLite storage, as ROS 2 Humble and earlier record by default:
+               OUT_DIR/bag/ with bag_0.db3 (bag_K.db3 with --split) and metadata.yaml
+               (storage_identifier sqlite3); rosbag2's Humble schema (topics, messages,
+               schema, metadata tables and the timestamp index), same messages and log times
+  --page-size N  the .db3 files' SQLite page size (default 4096, SQLite's and rosbag2's)
+  --compress-messages  each .db3 message's data compressed with zstd, as `ros2 bag record
+               --compression-mode message --compression-format zstd` writes it
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -56,6 +63,9 @@ K1 = 0.0
 MODEL = "plumb_bob"
 ZERO_STAMPS = False
 REAR = None
+STORAGE = "mcap"
+PAGE_SIZE = 4096
+COMPRESS = False
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -227,8 +237,66 @@ def tf(parent, child, t, q, ns):
     }
 
 
+def write_metadata(bag, files, storage):
+    """What rosbag2 writes beside its files (the fields redline reads, and a few more)."""
+    listed = "".join(f"    - {name}\n" for name in files)
+    compression = ("zstd", "MESSAGE") if COMPRESS else ("", "")
+    with open(os.path.join(bag, "metadata.yaml"), "w") as meta:
+        meta.write(
+            f"rosbag2_bagfile_information:\n  version: 5\n  storage_identifier: {storage}\n"
+            f"  duration:\n    nanoseconds: {FRAMES * PERIOD_NS}\n"
+            f"  starting_time:\n    nanoseconds_since_epoch: {T0}\n"
+            f"  message_count: 0\n  topics_with_message_count: []\n"
+            f'  compression_format: "{compression[0]}"\n  compression_mode: "{compression[1]}"\n'
+            f"  relative_file_paths:\n{listed}  files: []\n"
+        )
+
+
+def to_db3(mcap_path, db3_path):
+    """The messages of an MCAP file, in file order, as rosbag2's sqlite3 storage plugin
+    (Humble) writes them: the same serialized bytes and receive times."""
+    import sqlite3
+    from mcap.reader import make_reader
+
+    if os.path.exists(db3_path):
+        os.remove(db3_path)
+    db = sqlite3.connect(db3_path)
+    db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+    db.executescript(
+        "CREATE TABLE schema(schema_version INTEGER PRIMARY KEY,ros_distro TEXT NOT NULL);"
+        "INSERT INTO schema VALUES (3, 'humble');"
+        "CREATE TABLE metadata(id INTEGER PRIMARY KEY,metadata_version INTEGER NOT NULL,metadata TEXT NOT NULL);"
+        "CREATE TABLE topics(id INTEGER PRIMARY KEY,name TEXT NOT NULL,type TEXT NOT NULL,"
+        "serialization_format TEXT NOT NULL,offered_qos_profiles TEXT NOT NULL);"
+        "CREATE TABLE messages(id INTEGER PRIMARY KEY,topic_id INTEGER NOT NULL,"
+        "timestamp INTEGER NOT NULL, data BLOB NOT NULL);"
+        "CREATE INDEX timestamp_idx ON messages (timestamp ASC);"
+    )
+    compress = None
+    if COMPRESS:
+        import zstandard
+
+        compress = zstandard.ZstdCompressor().compress
+    topic_ids = {}
+    with open(mcap_path, "rb") as f:
+        for schema, channel, message in make_reader(f).iter_messages(log_time_order=False):
+            if channel.topic not in topic_ids:
+                topic_ids[channel.topic] = len(topic_ids) + 1
+                db.execute(
+                    "INSERT INTO topics VALUES (?, ?, ?, ?, ?)",
+                    (topic_ids[channel.topic], channel.topic, schema.name, channel.message_encoding, ""),
+                )
+            data = compress(message.data) if compress else message.data
+            db.execute(
+                "INSERT INTO messages (topic_id, timestamp, data) VALUES (?, ?, ?)",
+                (topic_ids[channel.topic], message.log_time, data),
+            )
+    db.commit()
+    db.close()
+
+
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -250,6 +318,12 @@ def main():
                 RAW = value
             elif flag == "--rear-size" and value:
                 REAR = tuple(int(v) for v in value.split("x"))
+            elif flag == "--storage" and value in ("mcap", "sqlite3"):
+                STORAGE = value
+            elif flag == "--page-size" and value:
+                PAGE_SIZE = int(value)
+            elif flag == "--compress-messages" and value is None:
+                COMPRESS = True
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True
             elif flag == "--texture" and value is None:
@@ -258,6 +332,8 @@ def main():
                 raise ValueError(flag)
         if REAR and RAW:
             raise ValueError("--rear-size with --raw")
+        if COMPRESS and STORAGE != "sqlite3":
+            raise ValueError("--compress-messages without --storage sqlite3")
     except (IndexError, ValueError, AttributeError):
         print(__doc__, file=sys.stderr)
         return 2
@@ -382,19 +458,20 @@ def main():
             )
     w.finish()
     f.close()
-    if SPLIT:
-        # What rosbag2 writes beside its files (the fields redline reads, and a few more).
-        listed = "".join(f"    - {name}\n" for name in files)
-        with open(os.path.join(out, "bag", "metadata.yaml"), "w") as meta:
-            meta.write(
-                "rosbag2_bagfile_information:\n  version: 5\n  storage_identifier: mcap\n"
-                f"  duration:\n    nanoseconds: {FRAMES * PERIOD_NS}\n"
-                f"  starting_time:\n    nanoseconds_since_epoch: {T0}\n"
-                f"  message_count: 0\n  topics_with_message_count: []\n"
-                '  compression_format: ""\n  compression_mode: ""\n'
-                f"  relative_file_paths:\n{listed}  files: []\n"
-            )
+    if STORAGE == "sqlite3":
+        bag = os.path.join(out, "bag")
+        os.makedirs(bag, exist_ok=True)
+        mcaps = [os.path.join(bag, n) for n in files] if SPLIT else [os.path.join(out, "bag.mcap")]
+        files = []
+        for k, path in enumerate(mcaps):
+            files.append(f"bag_{k}.db3")
+            to_db3(path, os.path.join(bag, files[-1]))
+            os.remove(path)
+        write_metadata(bag, files, "sqlite3")
+    elif SPLIT:
+        write_metadata(os.path.join(out, "bag"), files, "mcap")
     rw, rh = REAR or (W, H)
+
     with open(os.path.join(out, "rig.toml"), "w") as f:
         f.write(
             '# the rear camera: no camera_info or transform in the bag\n[[camera]]\nname = "rear"\n'

@@ -6,7 +6,8 @@
 #
 # Installs cargo-afl and builds AFL++ from the sources it ships when missing (a C compiler
 # and make; ~5 min on 2 cores the first time), builds the targets in fuzz/ (its own
-# workspace), writes a tiny seed log with `redline sim generate` (0.2 s, 64x32 images),
+# workspace), writes a tiny seed log with `redline sim generate` (0.2 s, 64x32 images) and
+# its .db3 conversion,
 # takes the repository's small .onnx files as the importer's seeds, runs each target for
 # SECONDS, prints executions, exec/s and crashes per target, and
 # exits 1 if any crash was saved (the inputs are in fuzz/out/TARGET/default/crashes/:
@@ -37,6 +38,12 @@ if [ ! -s "$seeds/log/drive.mcap" ]; then
     # 2 cores) for a 0.2 s log.
     cargo run -q -p redline-cli --bin redline -- sim generate -o "$seeds/log/drive.mcap" \
         --seconds 0.2 --width 64 --height 32 --actors 3
+fi
+# The same log as a ROS 2 SQLite bag (.db3, 1 KiB pages: the reader's other format), when
+# python3 has the mcap package (.ci/run installs it).
+if [ ! -s "$seeds/log/drive.db3" ] && python3 -c "import mcap" 2>/dev/null; then
+    python3 -c "import sys; sys.path.insert(0, 'tests/python'); import write_foreign_bag as w; \
+w.PAGE_SIZE = 1024; w.to_db3(sys.argv[1], sys.argv[2])" "$seeds/log/drive.mcap" "$seeds/log/drive.db3"
 fi
 # CDR seeds: an empty message, and a short run of zeros after the little-endian header.
 printf '\x00\x01\x00\x00' > "$seeds/cdr/header_only"

@@ -2,13 +2,14 @@
 //! storage files it lists — one MCAP file, or several when the recording was split
 //! (`--max-bag-size`, `--max-bag-duration`, or a recorder that split on its own).
 //!
-//! Promises: [`bag_files`] returns the directory's MCAP files in recording order —
+//! Promises: [`bag_files`] returns the directory's storage files in recording order —
 //! `metadata.yaml`'s `relative_file_paths` when it has one (the storage plugin must be
-//! `mcap`), else every `*.mcap` file of the directory, ordered by the split index `ros2 bag`
-//! appends (`…_0.mcap`, `…_1.mcap`, …, `…_10.mcap`) and then by name. A bag stored in SQLite
-//! (`.db3`, the default of ROS 2 Humble and earlier), a file-compressed bag (`.mcap.zstd`),
-//! a listed file that is missing and a directory without any MCAP file are each a
-//! [`LogError::Bag`] that says what to do. [`super::LogReader`] reads the files as one log.
+//! `mcap` or `sqlite3`), else every `*.mcap` file of the directory (or, when it has none,
+//! every `*.db3` file: SQLite storage, the default of ROS 2 Humble and earlier), ordered by
+//! the split index `ros2 bag` appends (`…_0.mcap`, `…_1.mcap`, …, `…_10.mcap`) and then by
+//! name. A file-compressed bag (`.mcap.zstd`, `.db3.zstd`), another storage plugin, a listed
+//! file that is missing and a directory without any bag file are each a [`LogError::Bag`]
+//! that says what to do. [`super::LogReader`] reads the files as one log.
 //! Cost: one small file read and a directory listing, at open.
 
 use std::path::{Path, PathBuf};
@@ -59,15 +60,9 @@ pub(super) fn bag_files(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
         })?;
         let info = meta.rosbag2_bagfile_information;
         let storage = info.storage_identifier.as_str();
-        if storage == "sqlite3" {
+        if !storage.is_empty() && storage != "mcap" && storage != "sqlite3" {
             return Err(bag_error(format!(
-                "it is stored in SQLite (.db3 files, the default of ROS 2 Humble and earlier); \
-                 redline reads MCAP: {CONVERT}, or record with `ros2 bag record -s mcap`"
-            )));
-        }
-        if !storage.is_empty() && storage != "mcap" {
-            return Err(bag_error(format!(
-                "its storage is {storage:?}; redline reads MCAP: {CONVERT}"
+                "its storage is {storage:?}; redline reads MCAP and SQLite (sqlite3) bags: {CONVERT}"
             )));
         }
         if info.compression_mode.eq_ignore_ascii_case("file") {
@@ -87,7 +82,7 @@ pub(super) fn bag_files(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
             if let Some(missing) = files.iter().find(|f| !f.is_file()) {
                 return Err(bag_error(format!(
                     "its metadata.yaml lists {}, which is not there; copy the whole bag \
-                     directory, or remove metadata.yaml to read the *.mcap files present",
+                     directory, or remove metadata.yaml to read the bag files present",
                     missing.display()
                 )));
             }
@@ -99,7 +94,7 @@ pub(super) fn bag_files(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
         source,
     })?;
     let mut files = Vec::new();
-    let mut db3 = false;
+    let mut db3 = Vec::new();
     for entry in listing {
         let path = entry
             .map_err(|source| LogError::Io {
@@ -109,18 +104,20 @@ pub(super) fn bag_files(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
             .path();
         match path.extension().and_then(|e| e.to_str()) {
             Some("mcap") if path.is_file() => files.push(path),
-            Some("db3") => db3 = true,
+            Some("db3") if path.is_file() => db3.push(path),
             _ => {}
         }
     }
     if files.is_empty() {
-        return Err(bag_error(if db3 {
-            format!("it holds .db3 (SQLite) files, no MCAP; redline reads MCAP: {CONVERT}")
-        } else {
-            "it holds no metadata.yaml and no *.mcap file; pass a ROS 2 bag directory or an \
-             MCAP file"
-                .to_string()
-        }));
+        // A converted bag may keep its SQLite files beside the MCAP ones: MCAP first.
+        files = db3;
+    }
+    if files.is_empty() {
+        return Err(bag_error(
+            "it holds no metadata.yaml and no *.mcap or *.db3 file; pass a ROS 2 bag \
+             directory, an MCAP file or a .db3 file"
+                .to_string(),
+        ));
     }
     files.sort_by_key(|f| (split_index(f), f.clone()));
     Ok(files)
@@ -182,14 +179,12 @@ mod tests {
     #[test]
     fn every_bag_redline_cannot_read_says_what_to_do() {
         let err = |dir: &tempfile::TempDir| bag_files(dir.path()).unwrap_err().to_string();
-        let sqlite = META.replace("storage_identifier: mcap", "storage_identifier: sqlite3");
-        let e = err(&dir_with(&[("metadata.yaml", &sqlite)]));
+        let other = META.replace("storage_identifier: mcap", "storage_identifier: bagfs");
+        let e = err(&dir_with(&[("metadata.yaml", &other)]));
         assert!(
-            e.contains("SQLite") && e.contains("ros2 bag convert"),
+            e.contains("\"bagfs\"") && e.contains("ros2 bag convert"),
             "{e}"
         );
-        let e = err(&dir_with(&[("old_0.db3", "")]));
-        assert!(e.contains(".db3") && e.contains("ros2 bag convert"), "{e}");
         let zstd = META.replace("compression_mode: \"\"", "compression_mode: FILE");
         let e = err(&dir_with(&[("metadata.yaml", &zstd)]));
         assert!(e.contains("ros2 bag decompress"), "{e}");
@@ -199,5 +194,24 @@ mod tests {
         assert!(e.contains("metadata.yaml cannot be read"), "{e}");
         let e = err(&dir_with(&[("notes.txt", "")]));
         assert!(e.contains("no *.mcap"), "{e}");
+    }
+
+    #[test]
+    fn sqlite_bags_list_their_db3_files_and_mcap_wins_beside_them() {
+        let sqlite = META
+            .replace("storage_identifier: mcap", "storage_identifier: sqlite3")
+            .replace(".mcap", ".db3");
+        let dir = dir_with(&[("metadata.yaml", &sqlite), ("b_1.db3", ""), ("b_0.db3", "")]);
+        assert_eq!(
+            names(&bag_files(dir.path()).unwrap()),
+            ["b_0.db3", "b_1.db3"]
+        );
+        let dir = dir_with(&[("old_10.db3", ""), ("old_9.db3", "")]);
+        assert_eq!(
+            names(&bag_files(dir.path()).unwrap()),
+            ["old_9.db3", "old_10.db3"]
+        );
+        let dir = dir_with(&[("old_0.db3", ""), ("new_0.mcap", "")]);
+        assert_eq!(names(&bag_files(dir.path()).unwrap()), ["new_0.mcap"]);
     }
 }

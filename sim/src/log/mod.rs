@@ -30,19 +30,26 @@
 //! (one reusable read buffer; one decompressed chunk in memory at a time when chunks do not
 //! overlap in time). It spawns no threads and does not log.
 //!
-//! A log is one MCAP file or a ROS 2 bag directory (`metadata.yaml` and the MCAP files it
-//! lists, `bag_dir`): a bag split over several files is read as one log — channels matched
-//! by topic, schema and encoding across files, their chunks merged in log-time order, the
-//! calibration and static transforms of the first file serving the whole recording. Issues
-//! of a split bag name their file.
+//! A log is one MCAP file, one ROS 2 SQLite bag file (`.db3`, `db3`), or a ROS 2 bag
+//! directory (`metadata.yaml` and the MCAP or `.db3` files it lists, `bag_dir`): a bag split
+//! over several files is read as one log — channels matched by topic, schema and encoding
+//! across files, their chunks merged in log-time order, the calibration and static
+//! transforms of the first file serving the whole recording. Issues of a split bag name
+//! their file. A `.db3` file is read by the same contract: its topics are the channels, its
+//! messages table's leaf pages (in row order, ~4 MiB of rows each) the blocks merged in
+//! log-time order, a row's `timestamp` the log time; a damaged page is an issue and its
+//! rows are skipped (SQLite keeps no checksums, so damage inside a message's bytes is not
+//! seen here: the decoders meet it).
 //!
-//! Layout: `bag_dir` (a bag directory's files), `writer` ([`LogWriter`]), `summary` (the canonical, byte-deterministic
+//! Layout: `bag_dir` (a bag directory's files), `sqlite` (the read-only SQLite file
+//! reader), `db3` (a `.db3` bag file's topics and messages as channels and blocks), `writer` ([`LogWriter`]), `summary` (the canonical, byte-deterministic
 //! summary section the writer finishes with), `reader` ([`LogReader`]: open, indexed reads,
 //! the time-ordered merge), `recovery` (chunk reading that tolerates damage and the linear scan
 //! of files without a usable summary), `decode` (raw CDR message → [`Payload`]). This module
 //! holds the shared types, errors and topic names.
 
 mod bag_dir;
+mod db3;
 mod decode;
 mod limits;
 mod reader;
@@ -50,6 +57,7 @@ mod records;
 mod recovery;
 mod rig;
 pub mod sensor_map;
+mod sqlite;
 mod summary;
 mod writer;
 
@@ -121,8 +129,16 @@ pub enum LogError {
         /// What is wrong and what to do.
         why: String,
     },
-    /// The file does not start with the MCAP magic.
-    #[error("{path} is not an MCAP file (no MCAP magic at its start); pass a log written by redline or ros2 bag (-s mcap), or a ROS 2 bag directory; a SQLite (.db3) bag must be converted first: `ros2 bag convert`")]
+    /// A ROS 2 bag file in SQLite storage (`.db3`) redline cannot read.
+    #[error("{path}: a SQLite file redline cannot read as a ROS 2 bag: {why}")]
+    Db3 {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The file starts with neither the MCAP magic nor SQLite's.
+    #[error("{path} is neither an MCAP file nor a SQLite (.db3) ROS 2 bag (no magic at its start); pass a log written by redline or `ros2 bag record`, or a ROS 2 bag directory")]
     NotMcap {
         /// The file.
         path: PathBuf,

@@ -2,7 +2,8 @@
 //!
 //! Promises (see the parent module for the full reading contract): an intact file is read
 //! through its summary, seeking only the chunks that overlap the wanted time range and hold a
-//! wanted channel; a damaged one falls back to the linear scan in `recovery`; damage met while
+//! wanted channel (a `.db3` bag file through its messages table's pages, `db3`); a damaged
+//! MCAP file falls back to the linear scan in `recovery`; damage met while
 //! reading becomes an issue, never a panic; messages come out in log-time order (ties: file
 //! order). Cost: one reusable read buffer; one decompressed chunk in memory at a time when
 //! chunks do not overlap in time. Spawns no threads and does not log.
@@ -13,10 +14,12 @@ use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::bag_dir::bag_files;
+use super::db3::Db3;
 use super::limits::ReadLimits;
 use super::records::{self, Place, RecordError};
 use super::recovery::{read_chunk, ChunkItem};
 use super::sensor_map::SensorMap;
+use super::sqlite;
 use super::{LogError, LogIssue, LogIssueKind, LogMessage, RoadMapData, MAX_ISSUES, MCAP_MAGIC};
 use crate::msgs::CameraInfo;
 use redline_pipeline::camera::CameraSpec;
@@ -37,14 +40,26 @@ pub(super) struct Block {
     pub(super) offset: u64,
     /// Bytes of the record body present in the file.
     pub(super) body_len: u64,
-    /// A loose (unchunked) message record instead of a chunk.
-    pub(super) loose: bool,
+    /// What the block is: a chunk, a loose message, or leaf pages of a `.db3` bag.
+    pub(super) kind: BlockKind,
     pub(super) start_ns: u64,
     pub(super) end_ns: u64,
     /// Channels with messages in the block; `None` when unknown.
     pub(super) channels: Option<BTreeSet<u16>>,
     /// Damage already reported at open: skip.
     pub(super) skip: bool,
+}
+
+/// What a [`Block`] of a log is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum BlockKind {
+    /// An MCAP chunk record.
+    Chunk,
+    /// A loose (unchunked) MCAP message record.
+    Loose,
+    /// Leaf pages of a `.db3` bag's messages table: indices into its kept leaves
+    /// ([`super::db3::Db3`]).
+    Db3(std::ops::Range<usize>),
 }
 
 #[derive(Debug)]
@@ -107,6 +122,8 @@ pub(super) struct MoreFile {
     file: Source,
     /// This file's channel id → the log's.
     channel_ids: BTreeMap<u16, u16>,
+    /// The file's messages table, when it is a `.db3` bag file.
+    db3: Option<Db3>,
 }
 
 /// Footer record (opcode, length, 20-byte body) and end magic.
@@ -143,6 +160,8 @@ pub struct LogReader {
     /// Per camera, the resize of its images (from its own size, the resize's input) to the
     /// rig's size ([`LogReader::cameras`]), when they differ.
     pub(super) resizers: Vec<Option<redline_pipeline::perception::Preprocess>>,
+    /// The reader's own file's messages table, when it is a `.db3` bag file.
+    db3: Option<Db3>,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -162,7 +181,7 @@ impl LogReader {
     /// summary and indexes. A file whose summary is missing or damaged (truncated, crashed
     /// recorder) is still opened: it falls back to a linear scan that recovers every readable
     /// message and records what was lost in [`LogReader::issues`]. Errors only when nothing can
-    /// be read: not an MCAP file, unreadable file, no `camera_info`.
+    /// be read: neither an MCAP nor a ROS 2 `.db3` file, unreadable file, no `camera_info`.
     pub fn open(path: &Path) -> Result<LogReader, LogError> {
         Self::open_with(path, ReadLimits::default())
     }
@@ -185,7 +204,7 @@ impl LogReader {
         Self::open_file(path, limits, Some(sensors))
     }
 
-    /// Opens any MCAP file without looking for a camera rig: for listing what a log holds
+    /// Opens any log (MCAP, `.db3` or bag directory) without looking for a camera rig: for listing what a log holds
     /// ([`LogReader::channel_stats`], `redline log info`). [`LogReader::messages`] of such a
     /// reader decodes no images.
     pub fn open_any(path: &Path, limits: ReadLimits) -> Result<LogReader, LogError> {
@@ -314,6 +333,7 @@ impl LogReader {
                 path: part.path,
                 file: part.file,
                 channel_ids,
+                db3: part.db3,
             });
         }
         log.range = span.unwrap_or((0, 0));
@@ -351,9 +371,10 @@ impl LogReader {
             path: path.clone(),
             source,
         };
-        let mut magic = [0u8; 8];
+        let mut magic = [0u8; 16];
         let n = read_up_to(&mut file, &mut magic).map_err(io)?;
-        if n < 8 || magic != MCAP_MAGIC {
+        let db3 = n == 16 && &magic == sqlite::MAGIC;
+        if !db3 && (n < 8 || magic[..8] != *MCAP_MAGIC) {
             return Err(LogError::NotMcap { path });
         }
         let mut r = LogReader {
@@ -378,7 +399,64 @@ impl LogReader {
             total_bytes: file_len,
             first_file: path.clone(),
             resizers: Vec::new(),
+            db3: None,
         };
+        if db3 {
+            r.open_db3()?;
+        } else {
+            r.open_mcap().map_err(io)?;
+        }
+        r.blocks.sort_by_key(|b| (b.start_ns, b.part, b.offset));
+        if sensors.is_some() {
+            r.load_rig()?;
+        }
+        Ok(r)
+    }
+
+    /// Indexes a `.db3` bag file (see `db3`): its topics are the channels, its message
+    /// pages the blocks.
+    fn open_db3(&mut self) -> Result<(), LogError> {
+        let opened = Db3::open(&mut self.file, self.file_len, &self.limits).map_err(|why| {
+            LogError::Db3 {
+                path: self.path.clone(),
+                why,
+            }
+        })?;
+        if opened.wal {
+            let mut wal = self.path.clone().into_os_string();
+            wal.push("-wal");
+            let wal = PathBuf::from(wal);
+            let pending = std::fs::metadata(&wal).map_or(0, |m| m.len());
+            // A WAL file is a 32-byte header and frames; an empty or header-only one holds
+            // nothing.
+            if pending > 32 {
+                self.issue(
+                    LogIssueKind::Truncated,
+                    format!(
+                        "{} holds {pending} bytes of pages never written back into the bag (the recorder stopped before a checkpoint); their messages are not read: run `sqlite3 {} 'PRAGMA wal_checkpoint(TRUNCATE)'` to merge them",
+                        wal.display(),
+                        self.path.display()
+                    ),
+                );
+            }
+        }
+        self.channels = opened.channels;
+        self.blocks = opened.blocks;
+        self.db3 = Some(opened.db3);
+        for (kind, detail) in opened.issues {
+            self.issue(kind, detail);
+        }
+        self.range = (
+            self.blocks.iter().map(|b| b.start_ns).min().unwrap_or(0),
+            self.blocks.iter().map(|b| b.end_ns).max().unwrap_or(0),
+        );
+        self.indexed = true;
+        Ok(())
+    }
+
+    /// Indexes an MCAP file: through its summary, else by a linear scan.
+    fn open_mcap(&mut self) -> std::io::Result<()> {
+        let r = self;
         match r.read_summary() {
             Ok(Some(summary)) if r.use_summary(&summary) => {}
             Ok(found) => {
@@ -391,21 +469,17 @@ impl LogReader {
                     LogIssueKind::UnindexedFile,
                     format!("{why}; read by a linear scan (slower)"),
                 );
-                r.scan().map_err(io)?;
+                r.scan()?;
             }
             Err(e) => {
                 r.issue(
                     LogIssueKind::UnindexedFile,
                     format!("its summary/footer is unreadable ({e}); read by a linear scan, which recovers every complete message"),
                 );
-                r.scan().map_err(io)?;
+                r.scan()?;
             }
         }
-        r.blocks.sort_by_key(|b| (b.start_ns, b.part, b.offset));
-        if sensors.is_some() {
-            r.load_rig()?;
-        }
-        Ok(r)
+        Ok(())
     }
 
     /// The limits this reader checks lengths against.
@@ -583,7 +657,7 @@ impl LogReader {
                 part: 0,
                 offset: ci.chunk_start_offset,
                 body_len: ci.chunk_length - 9,
-                loose: false,
+                kind: BlockKind::Chunk,
                 start_ns: ci.start_ns,
                 end_ns: ci.end_ns,
                 channels: (!ci.channels.is_empty()).then(|| ci.channels.iter().copied().collect()),
@@ -697,9 +771,14 @@ impl LogReader {
     ) {
         let b = self.blocks[bi].clone();
         let limits = self.limits;
+        if let BlockKind::Db3(leaves) = &b.kind {
+            self.load_db3_block(&b, leaves.clone(), ordinal, wanted, start, end, out);
+            return;
+        }
+        let loose = b.kind == BlockKind::Loose;
         if b.body_len > limits.max_record_bytes {
             let e = RecordError::OverLimit {
-                what: if b.loose {
+                what: if loose {
                     "message record"
                 } else {
                     "chunk record"
@@ -732,7 +811,7 @@ impl LogReader {
             .seek(SeekFrom::Start(b.offset.saturating_add(9)))
             .and_then(|_| file.read_exact(&mut body));
         // The record length in the file; for a cut chunk it exceeds what is there.
-        let record_len = if b.loose || read.is_err() {
+        let record_len = if loose || read.is_err() {
             b.body_len
         } else {
             let mut head = [0u8; 9];
@@ -774,7 +853,7 @@ impl LogReader {
                 });
             }
         };
-        if b.loose {
+        if loose {
             let rec = records::RawRecord {
                 opcode: records::OP_MESSAGE,
                 at: b.offset,
@@ -808,6 +887,56 @@ impl LogReader {
             }
         }
         self.buf = body;
+    }
+
+    /// [`LogReader::load_block`] for leaf pages `leaves` of a `.db3` file's messages table.
+    #[allow(clippy::too_many_arguments)]
+    fn load_db3_block(
+        &mut self,
+        b: &Block,
+        leaves: std::ops::Range<usize>,
+        ordinal: usize,
+        wanted: &BTreeSet<u16>,
+        start: u64,
+        end: u64,
+        out: &mut Vec<RawMsg>,
+    ) {
+        let (file, channel_ids, db3) = match b.part {
+            0 => (&mut self.file, None, self.db3.as_ref()),
+            k => {
+                let more = &mut self.more_files[k - 1];
+                (&mut more.file, Some(&more.channel_ids), more.db3.as_ref())
+            }
+        };
+        let Some(db3) = db3 else {
+            return;
+        };
+        let log_channel = |ch: u16| match channel_ids {
+            None => Some(ch),
+            Some(ids) => ids.get(&ch).copied(),
+        };
+        let mut issues = Vec::new();
+        db3.read_block(
+            file,
+            leaves,
+            &self.limits,
+            |ch, t| log_channel(ch).is_some_and(|c| wanted.contains(&c)) && t >= start && t < end,
+            |ch, t, data, idx| {
+                if let Some(channel) = log_channel(ch) {
+                    out.push(RawMsg {
+                        key: (t, ordinal, idx),
+                        channel,
+                        data: data.to_vec(),
+                    });
+                }
+            },
+            &mut issues,
+        );
+        self.chunks_read += 1;
+        let name = self.part_name(b.part);
+        for (kind, detail) in issues {
+            self.issue(kind, format!("{name}{detail}"));
+        }
     }
 
     /// `"<file name>: "` for a block of a split bag (its issues name their file), else empty.

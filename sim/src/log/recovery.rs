@@ -15,7 +15,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 
 use super::limits::ReadLimits;
-use super::reader::{Block, InChannel, LogReader};
+use super::reader::{Block, BlockKind, InChannel, LogReader};
 use super::records::{self, Place, RawRecord, RecordError};
 use super::LogIssueKind;
 
@@ -275,7 +275,7 @@ impl LogReader {
                         part: 0,
                         offset: pos,
                         body_len,
-                        loose: false,
+                        kind: BlockKind::Chunk,
                         start_ns: if chans.is_empty() { 0 } else { lo },
                         end_ns: hi,
                         channels: Some(chans),
@@ -290,7 +290,7 @@ impl LogReader {
                             part: 0,
                             offset: pos,
                             body_len,
-                            loose: true,
+                            kind: BlockKind::Loose,
                             start_ns: m.log_time,
                             end_ns: m.log_time,
                             channels: Some(BTreeSet::from([m.channel_id])),
