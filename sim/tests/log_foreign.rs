@@ -480,8 +480,9 @@ fn cameras_of_different_sizes_are_resized_to_the_smallest() {
 
 /// A bag in SQLite storage (`--storage sqlite3`: `bag_0.db3` and `metadata.yaml`, as ROS 2
 /// Humble records by default) reads to the MCAP recording's frames, byte for byte; a file
-/// cut short loses only the frames whose pages are gone (reported, none made up); pages
-/// left in a write-ahead log are reported with the command that merges them.
+/// cut short loses only the frames whose pages are gone (reported, none made up); the
+/// transactions a dead recorder left in its write-ahead log (`-wal`) are read, as SQLite
+/// recovers them.
 #[test]
 fn a_sqlite_bag_reads_like_its_mcap_recording() {
     let Some(one) = write_foreign("db3-mcap", &["--frames", "20"]) else {
@@ -547,26 +548,44 @@ fn a_sqlite_bag_reads_like_its_mcap_recording() {
     assert_eq!(count("/sensing/camera/rear/image_raw/compressed"), Some(20));
     assert_eq!(count("/tf_static"), Some(1));
 
-    // Pages left in a write-ahead log: the header says WAL mode and the -wal file holds
-    // frames. The pages in the file still read; the issue says how to merge the rest.
-    let bytes = std::fs::read(&file).unwrap();
-    let mut wal_mode = bytes.clone();
-    wal_mode[18] = 2;
-    wal_mode[19] = 2;
-    std::fs::write(&file, &wal_mode).unwrap();
-    let wal = db3.join("bag").join("bag_0.db3-wal");
-    std::fs::write(&wal, vec![0u8; 4096]).unwrap();
-    let r = LogReader::open_any(&file, ReadLimits::default()).unwrap();
+    // A recorder in write-ahead-log mode that died: every message is still in the -wal
+    // file, in committed transactions. They read as SQLite recovers them.
+    let wal = write_foreign(
+        "db3-wal",
+        &["--frames", "20", "--storage", "sqlite3", "--wal-crash"],
+    )
+    .expect("python3 ran");
+    let crashed = read_foreign(&wal, "bag");
+    assert!(crashed.issues.is_empty(), "{:?}", crashed.issues);
+    same(&crashed, "from the -wal file");
+    // Bytes after the last commit (an unfinished transaction): not read, and said.
+    let wal_file = wal.join("bag").join("bag_0.db3-wal");
+    let log = std::fs::read(&wal_file).unwrap();
+    let mut longer = log.clone();
+    longer.extend(vec![7u8; 1000]);
+    std::fs::write(&wal_file, &longer).unwrap();
+    let r = LogReader::open_any(&wal.join("bag"), ReadLimits::default()).unwrap();
     assert!(
         r.issues()
             .iter()
-            .any(|i| i.detail.contains("bag_0.db3-wal") && i.detail.contains("wal_checkpoint")),
+            .any(|i| i.detail.contains("last 1000 bytes")),
         "{:?}",
         r.issues()
     );
-    std::fs::remove_file(&wal).unwrap();
+    // The log cut in its middle: the transactions before the cut read, the rest are lost.
+    std::fs::write(&wal_file, &log[..log.len() / 2]).unwrap();
+    let half = read_foreign(&wal, "bag");
+    let kept = half.frames.iter().filter(|f| f.present == 0b11).count();
+    assert!(kept > 0 && kept < 20, "{kept}");
+    assert!(
+        half.issues.iter().any(|(_, why)| why.contains("-wal")),
+        "{:?}",
+        half.issues
+    );
+    std::fs::remove_dir_all(&wal).ok();
 
     // Cut the file at two thirds: rows and overflow pages past the cut are gone.
+    let bytes = std::fs::read(&file).unwrap();
     std::fs::write(&file, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let cut = read_foreign(&db3, "bag");
     assert!(

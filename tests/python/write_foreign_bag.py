@@ -18,6 +18,9 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                (storage_identifier sqlite3); rosbag2's Humble schema (topics, messages,
                schema, metadata tables and the timestamp index), same messages and log times
   --page-size N  the .db3 files' SQLite page size (default 4096, SQLite's and rosbag2's)
+  --wal-crash  the .db3 files as a recorder in write-ahead-log mode (rosbag2's `resilient`
+               preset) leaves them when it dies: the tables in bag_K.db3, every message in
+               committed transactions of 10 still in bag_K.db3-wal, never checkpointed
   --compress-messages  each .db3 message's data compressed with zstd, as `ros2 bag record
                --compression-mode message --compression-format zstd` writes it
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
@@ -66,6 +69,7 @@ REAR = None
 STORAGE = "mcap"
 PAGE_SIZE = 4096
 COMPRESS = False
+WAL_CRASH = False
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -255,12 +259,14 @@ def write_metadata(bag, files, storage):
 def to_db3(mcap_path, db3_path):
     """The messages of an MCAP file, in file order, as rosbag2's sqlite3 storage plugin
     (Humble) writes them: the same serialized bytes and receive times."""
+    import shutil
     import sqlite3
     from mcap.reader import make_reader
 
-    if os.path.exists(db3_path):
-        os.remove(db3_path)
-    db = sqlite3.connect(db3_path)
+    for old in (db3_path, db3_path + "-wal"):
+        if os.path.exists(old):
+            os.remove(old)
+    db = sqlite3.connect(db3_path, isolation_level=None)
     db.execute(f"PRAGMA page_size={PAGE_SIZE}")
     db.executescript(
         "CREATE TABLE schema(schema_version INTEGER PRIMARY KEY,ros_distro TEXT NOT NULL);"
@@ -272,14 +278,21 @@ def to_db3(mcap_path, db3_path):
         "timestamp INTEGER NOT NULL, data BLOB NOT NULL);"
         "CREATE INDEX timestamp_idx ON messages (timestamp ASC);"
     )
+    if WAL_CRASH:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA wal_autocheckpoint=0")
     compress = None
     if COMPRESS:
         import zstandard
 
         compress = zstandard.ZstdCompressor().compress
     topic_ids = {}
+    db.execute("BEGIN")
     with open(mcap_path, "rb") as f:
-        for schema, channel, message in make_reader(f).iter_messages(log_time_order=False):
+        for k, (schema, channel, message) in enumerate(make_reader(f).iter_messages(log_time_order=False)):
+            if k % 10 == 9:
+                db.execute("COMMIT")
+                db.execute("BEGIN")
             if channel.topic not in topic_ids:
                 topic_ids[channel.topic] = len(topic_ids) + 1
                 db.execute(
@@ -291,12 +304,19 @@ def to_db3(mcap_path, db3_path):
                 "INSERT INTO messages (topic_id, timestamp, data) VALUES (?, ?, ?)",
                 (topic_ids[channel.topic], message.log_time, data),
             )
-    db.commit()
+    db.execute("COMMIT")
+    if WAL_CRASH:
+        # The files as they are while the recorder runs: closing would checkpoint the log.
+        for name in (db3_path, db3_path + "-wal"):
+            shutil.copy(name, name + ".crash")
     db.close()
+    if WAL_CRASH:
+        for name in (db3_path, db3_path + "-wal"):
+            os.replace(name + ".crash", name)
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -322,6 +342,8 @@ def main():
                 STORAGE = value
             elif flag == "--page-size" and value:
                 PAGE_SIZE = int(value)
+            elif flag == "--wal-crash" and value is None:
+                WAL_CRASH = True
             elif flag == "--compress-messages" and value is None:
                 COMPRESS = True
             elif flag == "--zero-stamps" and value is None:
@@ -332,8 +354,8 @@ def main():
                 raise ValueError(flag)
         if REAR and RAW:
             raise ValueError("--rear-size with --raw")
-        if COMPRESS and STORAGE != "sqlite3":
-            raise ValueError("--compress-messages without --storage sqlite3")
+        if (COMPRESS or WAL_CRASH) and STORAGE != "sqlite3":
+            raise ValueError("--compress-messages or --wal-crash without --storage sqlite3")
     except (IndexError, ValueError, AttributeError):
         print(__doc__, file=sys.stderr)
         return 2

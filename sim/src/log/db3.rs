@@ -11,6 +11,11 @@
 //! cut into blocks of about [`BLOCK_BYTES`] of payload, each with its time span and topics,
 //! which the reader merges in log-time order like MCAP chunks.
 //!
+//! A recorder in write-ahead-log mode (rosbag2's `resilient` preset) that died leaves its
+//! last transactions in `<file>-wal`: the reader passes its bytes and the committed ones
+//! are read as SQLite recovers them ([`Db::apply_wal`]); what follows the last commit is
+//! an issue.
+//!
 //! Message compression (`ros2 bag record --compression-mode message`) is read: a message
 //! whose data is a zstd frame is decompressed (bounded by `max_chunk_bytes`); serialized
 //! CDR never starts with the zstd magic, so no flag is needed. Damage never panics: a bad
@@ -58,8 +63,6 @@ pub(super) struct Opened {
     pub(super) blocks: Vec<Block>,
     /// Problems found while indexing (damaged pages, odd rows); the file is still read.
     pub(super) issues: Vec<(LogIssueKind, String)>,
-    /// The database is in write-ahead-log mode: pages may still wait in its `-wal` file.
-    pub(super) wal: bool,
 }
 
 /// One message row as the open-time scan sees it.
@@ -69,14 +72,36 @@ struct RowHead {
 }
 
 impl Db3 {
-    /// Opens the bag file in `file` (`file_len` bytes). Errors (with what is wrong) when it
-    /// is not a SQLite database redline reads or has no ROS 2 `topics` and `messages` tables.
+    /// Opens the bag file in `file` (`file_len` bytes) with, when the database is in
+    /// write-ahead-log mode, its `-wal` file's bytes as `wal()` gives them (`None`: no such
+    /// file): the transactions committed there are read as SQLite recovers them. Errors
+    /// (with what is wrong) when it is not a SQLite database redline reads or has no ROS 2
+    /// `topics` and `messages` tables.
     pub(super) fn open(
         file: &mut Source,
         file_len: u64,
         limits: &ReadLimits,
+        wal: impl FnOnce() -> Option<Result<Vec<u8>, String>>,
     ) -> Result<Opened, String> {
-        let db = Db::open(file, file_len).map_err(|e| e.to_string())?;
+        let mut db = Db::open(file, file_len).map_err(|e| e.to_string())?;
+        let mut issues = Vec::new();
+        if db.wal {
+            match wal().map(|w| w.and_then(|w| db.apply_wal(&w))) {
+                None => {}
+                Some(Ok(applied)) if applied.unused_bytes > 0 => issues.push((
+                    LogIssueKind::Truncated,
+                    format!(
+                        "the last {} bytes of its -wal file (a transaction the recorder never finished, or damage) are not read; its {} committed transactions are",
+                        applied.unused_bytes, applied.commits
+                    ),
+                )),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => issues.push((
+                    LogIssueKind::Truncated,
+                    format!("its -wal file cannot be read ({e}); the messages only it holds are missing"),
+                )),
+            }
+        }
         let tables = db
             .tables(file, limits.max_record_bytes)
             .map_err(|e| format!("its schema cannot be read ({e})"))?;
@@ -105,7 +130,6 @@ impl Db3 {
                 ));
             }
         }
-        let mut issues = Vec::new();
         let channels_by_id = read_topics(&db, file, topics, limits, &mut issues, &col)?;
         let (topic_col, time_col, data_col) = (
             col(messages, "topic_id")?,
@@ -140,7 +164,6 @@ impl Db3 {
         };
         let blocks = db3.index(file, leaves_all, limits, &mut issues);
         Ok(Opened {
-            wal: db3.db.wal,
             db3,
             channels,
             blocks,
@@ -530,7 +553,7 @@ for r in db.execute("SELECT id, topic_id, timestamp, length(data) FROM messages 
             };
             let len = std::fs::metadata(&path).unwrap().len();
             let mut file = Source::File(File::open(&path).unwrap());
-            let opened = Db3::open(&mut file, len, &ReadLimits::default()).unwrap();
+            let opened = Db3::open(&mut file, len, &ReadLimits::default(), || None).unwrap();
             let topics: Vec<&str> = opened.channels.values().map(|c| c.topic.as_str()).collect();
             assert_eq!(topics, ["/t1", "/t2", "/t5"]);
             assert!(

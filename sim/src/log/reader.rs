@@ -416,30 +416,34 @@ impl LogReader {
     /// Indexes a `.db3` bag file (see `db3`): its topics are the channels, its message
     /// pages the blocks.
     fn open_db3(&mut self) -> Result<(), LogError> {
-        let opened = Db3::open(&mut self.file, self.file_len, &self.limits).map_err(|why| {
-            LogError::Db3 {
-                path: self.path.clone(),
-                why,
+        // The write-ahead log beside a file (never for a log held in memory).
+        let wal_path = match &self.file {
+            Source::File(_) => {
+                let mut p = self.path.clone().into_os_string();
+                p.push("-wal");
+                Some(PathBuf::from(p))
             }
-        })?;
-        if opened.wal {
-            let mut wal = self.path.clone().into_os_string();
-            wal.push("-wal");
-            let wal = PathBuf::from(wal);
-            let pending = std::fs::metadata(&wal).map_or(0, |m| m.len());
-            // A WAL file is a 32-byte header and frames; an empty or header-only one holds
-            // nothing.
-            if pending > 32 {
-                self.issue(
-                    LogIssueKind::Truncated,
-                    format!(
-                        "{} holds {pending} bytes of pages never written back into the bag (the recorder stopped before a checkpoint); their messages are not read: run `sqlite3 {} 'PRAGMA wal_checkpoint(TRUNCATE)'` to merge them",
-                        wal.display(),
-                        self.path.display()
-                    ),
-                );
-            }
-        }
+            Source::Memory(_) => None,
+        };
+        let limit = self.limits.max_record_bytes;
+        let read_wal = || {
+            let path = wal_path?;
+            let len = std::fs::metadata(&path).ok()?.len();
+            Some(if len > limit {
+                Err(format!(
+                    "{len} bytes, over `max_record_bytes` ({limit}) in the config's [log] table"
+                ))
+            } else {
+                std::fs::read(&path).map_err(|e| e.to_string())
+            })
+        };
+        let opened =
+            Db3::open(&mut self.file, self.file_len, &self.limits, read_wal).map_err(|why| {
+                LogError::Db3 {
+                    path: self.path.clone(),
+                    why,
+                }
+            })?;
         self.channels = opened.channels;
         self.blocks = opened.blocks;
         self.db3 = Some(opened.db3);

@@ -1,7 +1,8 @@
 //! A read-only reader of SQLite database files, as much of the file format
 //! (<https://www.sqlite.org/fileformat2.html>) as a ROS 2 bag's `.db3` storage needs: the
 //! 100-byte header, table B-trees (interior and leaf pages, overflow chains), the record
-//! format, and the schema table's `CREATE TABLE` column lists.
+//! format, the schema table's `CREATE TABLE` column lists, and the committed transactions
+//! of a write-ahead log (`-wal`) that was never checkpointed ([`Db::apply_wal`]).
 //!
 //! Promises: every page number is checked against the file before it is read, every length
 //! and offset inside a page against the page, and a payload's length against the caller's
@@ -11,8 +12,8 @@
 //! written and no lock is taken: the file is read as it is on disk.
 //!
 //! Not read (each reported by the caller, never misread): `WITHOUT ROWID` tables and indexes
-//! (a bag has neither among the tables it reads), UTF-16 databases, and pages still in a
-//! write-ahead log (`-wal`) file that was never checkpointed.
+//! (a bag has neither among the tables it reads), UTF-16 databases, and frames of a
+//! write-ahead log past its last valid commit.
 //!
 //! Cost: one seek and one read per page visited; payload buffers the size of the record.
 
@@ -118,6 +119,20 @@ pub(super) struct Db {
     pub(super) page_count: u32,
     /// The header says write-ahead-log mode (pages may wait in a `-wal` file).
     pub(super) wal: bool,
+    /// Pages committed to the write-ahead log and not yet written back ([`Db::apply_wal`]):
+    /// read in place of the file's.
+    wal_pages: std::collections::BTreeMap<u32, Vec<u8>>,
+}
+
+/// What [`Db::apply_wal`] took from a write-ahead log.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct WalApplied {
+    /// Committed transactions read.
+    pub(super) commits: usize,
+    /// Distinct pages they hold.
+    pub(super) pages: usize,
+    /// Bytes after the last valid commit (an unfinished transaction, or damage): not read.
+    pub(super) unused_bytes: usize,
 }
 
 /// B-tree page types (the first byte of the page header).
@@ -180,6 +195,90 @@ impl Db {
             usable,
             page_count,
             wal: h[18] == 2 || h[19] == 2,
+            wal_pages: Default::default(),
+        })
+    }
+
+    /// Reads the committed transactions of the write-ahead log `wal` (the bytes of the
+    /// database's `-wal` file, which a recorder that stopped without a checkpoint leaves):
+    /// frames whose salts match the WAL header and whose cumulative checksum holds, up to
+    /// the last commit frame, as SQLite itself recovers them; their pages (the latest of
+    /// each) are then read in place of the file's, and the database has the size the last
+    /// commit gives it. Errors when the header is not a WAL header for this page size.
+    pub(super) fn apply_wal(&mut self, wal: &[u8]) -> Result<WalApplied, String> {
+        const FRAME_HEAD: usize = 24;
+        let be = |b: &[u8], i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        if wal.len() < 32 {
+            return Err(format!("{} bytes, shorter than a WAL header", wal.len()));
+        }
+        let big_endian = match be(wal, 0) {
+            0x377f_0682 => false,
+            0x377f_0683 => true,
+            m => return Err(format!("magic {m:#010x} is not a write-ahead log's")),
+        };
+        if be(wal, 8) != self.page_size {
+            return Err(format!(
+                "its page size {} is not the database's {}",
+                be(wal, 8),
+                self.page_size
+            ));
+        }
+        let checksum = |mut s: (u32, u32), data: &[u8]| {
+            for w in data.chunks_exact(8) {
+                let word = |i: usize| {
+                    let b = [w[i], w[i + 1], w[i + 2], w[i + 3]];
+                    if big_endian {
+                        u32::from_be_bytes(b)
+                    } else {
+                        u32::from_le_bytes(b)
+                    }
+                };
+                s.0 = s.0.wrapping_add(word(0)).wrapping_add(s.1);
+                s.1 = s.1.wrapping_add(word(4)).wrapping_add(s.0);
+            }
+            s
+        };
+        let mut sum = checksum((0, 0), &wal[..24]);
+        if sum != (be(wal, 24), be(wal, 28)) {
+            return Err("its header checksum does not hold".into());
+        }
+        let salts = (be(wal, 16), be(wal, 20));
+        let frame_len = FRAME_HEAD + self.page_size as usize;
+        let (mut pending, mut committed) = (Vec::new(), Vec::new());
+        let (mut commits, mut db_pages, mut used) = (0, None, 32);
+        let mut at = 32;
+        while at + frame_len <= wal.len() {
+            let f = &wal[at..at + frame_len];
+            if (be(f, 8), be(f, 12)) != salts {
+                break;
+            }
+            sum = checksum(checksum(sum, &f[..8]), &f[FRAME_HEAD..]);
+            if sum != (be(f, 16), be(f, 20)) {
+                break;
+            }
+            pending.push((be(f, 0), at + FRAME_HEAD));
+            at += frame_len;
+            if be(f, 4) != 0 {
+                // A commit frame: the transaction is whole.
+                committed.append(&mut pending);
+                commits += 1;
+                db_pages = Some(be(f, 4));
+                used = at;
+            }
+        }
+        for (n, off) in committed {
+            if n != 0 {
+                self.wal_pages
+                    .insert(n, wal[off..off + self.page_size as usize].to_vec());
+            }
+        }
+        if let Some(n) = db_pages {
+            self.page_count = n;
+        }
+        Ok(WalApplied {
+            commits,
+            pages: self.wal_pages.len(),
+            unused_bytes: wal.len() - used,
         })
     }
 
@@ -195,6 +294,11 @@ impl Db {
                 n,
                 format!("outside the file's {} pages", self.page_count),
             ));
+        }
+        if let Some(p) = self.wal_pages.get(&n) {
+            buf.clear();
+            buf.extend_from_slice(p);
+            return Ok(());
         }
         buf.resize(self.page_size as usize, 0);
         f.seek(SeekFrom::Start(
@@ -731,6 +835,7 @@ mod tests {
             usable: 4096,
             page_count: 1,
             wal: false,
+            wal_pages: Default::default(),
         };
         assert_eq!(db.local_len(4061), (4061, false), "X = U - 35 fits");
         // M = (4084 · 32 / 255) − 23 = 489; K = M + (P − M) mod 4092.
@@ -743,5 +848,44 @@ mod tests {
             (489, true),
             "K past X: M"
         );
+    }
+
+    #[test]
+    fn write_ahead_logs_need_their_magic_page_size_and_header_checksum() {
+        let mut db = Db {
+            page_size: 512,
+            usable: 512,
+            page_count: 3,
+            wal: true,
+            wal_pages: Default::default(),
+        };
+        let mut h = vec![0u8; 32];
+        assert!(db.apply_wal(&h[..20]).unwrap_err().contains("shorter"));
+        assert!(db.apply_wal(&h).unwrap_err().contains("magic"));
+        h[..4].copy_from_slice(&0x377f_0682u32.to_be_bytes());
+        h[8..12].copy_from_slice(&4096u32.to_be_bytes());
+        assert!(db.apply_wal(&h).unwrap_err().contains("page size 4096"));
+        h[8..12].copy_from_slice(&512u32.to_be_bytes());
+        assert!(db.apply_wal(&h).unwrap_err().contains("checksum"));
+        // The header's checksum: words little-endian (magic ...682), s0 += x0 + s1, s1 +=
+        // x1 + s0, over its first 24 bytes.
+        let (mut s0, mut s1) = (0u32, 0u32);
+        for w in h[..24].chunks_exact(8) {
+            s0 = s0
+                .wrapping_add(u32::from_le_bytes(w[..4].try_into().unwrap()))
+                .wrapping_add(s1);
+            s1 = s1
+                .wrapping_add(u32::from_le_bytes(w[4..].try_into().unwrap()))
+                .wrapping_add(s0);
+        }
+        h[24..28].copy_from_slice(&s0.to_be_bytes());
+        h[28..32].copy_from_slice(&s1.to_be_bytes());
+        // A valid header without frames: nothing committed, nothing changes.
+        let applied = db.apply_wal(&h).unwrap();
+        assert_eq!(
+            (applied.commits, applied.pages, applied.unused_bytes),
+            (0, 0, 0)
+        );
+        assert_eq!(db.page_count, 3);
     }
 }
