@@ -6,7 +6,9 @@
 //! (`/sensing/camera/front/image_raw/compressed` → `front`; a camera with both a raw and a
 //! compressed topic gets the compressed one), paired with the `camera_info` topic beside it;
 //! the odometry topic is the first `nav_msgs/msg/Odometry` one (a name with
-//! `kinematic_state` or `odom` first). Cameras without `camera_info` get a comment asking
+//! `kinematic_state` or `odom` first), else the first `geometry_msgs` pose topic
+//! (`PoseWithCovarianceStamped`, then `PoseStamped`; a name with `localization` or `pose`
+//! first). Cameras without `camera_info` get a comment asking
 //! for a calibration file. Reads the whole log once (counts come from the messages).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,6 +38,8 @@ const IMAGE: &str = "sensor_msgs/msg/Image";
 const COMPRESSED: &str = "sensor_msgs/msg/CompressedImage";
 const CAMERA_INFO: &str = "sensor_msgs/msg/CameraInfo";
 const ODOMETRY: &str = "nav_msgs/msg/Odometry";
+const POSE_COV: &str = "geometry_msgs/msg/PoseWithCovarianceStamped";
+const POSE: &str = "geometry_msgs/msg/PoseStamped";
 const TF: &str = "tf2_msgs/msg/TFMessage";
 
 pub fn run(cmd: LogCommand) -> Result<()> {
@@ -252,11 +256,24 @@ fn suggest_sensors(stats: &[ChannelStats]) -> String {
             c.topic.clone(),
         )
     });
+    // Without odometry, a localiser's pose (speed and yaw rate are then differenced).
+    let mut poses = of(POSE_COV);
+    poses.extend(of(POSE));
+    poses.sort_by_key(|c| {
+        (
+            !(c.topic.contains("localization") || c.topic.contains("pose")),
+            c.topic.clone(),
+        )
+    });
     let mut s = String::from("[sensors]\n");
-    match odoms.first() {
-        Some(o) => s.push_str(&format!("odometry = {:?}\n", o.topic)),
-        None => s.push_str(
-            "# no nav_msgs/msg/Odometry topic in this log: the ego pose will be missing\n",
+    match (odoms.first(), poses.first()) {
+        (Some(o), _) => s.push_str(&format!("odometry = {:?}\n", o.topic)),
+        (None, Some(p)) => s.push_str(&format!(
+            "odometry = {:?}   # a pose without velocity: speed and yaw rate from consecutive poses\n",
+            p.topic
+        )),
+        (None, None) => s.push_str(
+            "# no nav_msgs/msg/Odometry or geometry_msgs pose topic in this log: the ego pose will be missing\n",
         ),
     }
     match of(TF).iter().find(|c| c.topic.ends_with("tf_static")) {

@@ -612,3 +612,47 @@ fn a_sqlite_bag_reads_like_its_mcap_recording() {
     std::fs::remove_dir_all(&one).ok();
     std::fs::remove_dir_all(&db3).ok();
 }
+
+/// A log whose ego comes from a localiser's pose alone
+/// (`geometry_msgs/msg/PoseWithCovarianceStamped`, named as the `[sensors]` odometry topic)
+/// replays with the pose of the odometry bag of the same drive and its speed and yaw rate
+/// from consecutive poses (a 10 m/s arc at 0.2 rad/s: the chord's speed, within 2e-5 of the
+/// arc's); the first pose has none (0).
+#[test]
+fn a_pose_only_odometry_topic_gives_the_ego_its_speed_and_yaw_rate() {
+    let Some(odom) = write_foreign("odom-arc", &["--frames", "8", "--turn", "0.2"]) else {
+        return;
+    };
+    let pose = write_foreign("pose-arc", &["--frames", "8", "--turn", "0.2", "--pose"])
+        .expect("python3 ran");
+    let want = read_foreign(&odom, "bag.mcap");
+    let got = read_foreign(&pose, "bag.mcap");
+    assert!(got.issues.is_empty(), "{:?}", got.issues);
+    assert_eq!(got.frames.len(), 8);
+    for (k, (a, b)) in got.frames.iter().zip(&want.frames).enumerate() {
+        assert!(a.ego_present && b.ego_present, "frame {k}");
+        let (a, b) = (&a.ego, &b.ego);
+        assert_eq!(
+            (a.stamp_ns, a.x, a.y, a.yaw),
+            (b.stamp_ns, b.x, b.y, b.yaw),
+            "frame {k}"
+        );
+        assert_eq!(
+            (b.v, b.yaw_rate),
+            (10.0, 0.2),
+            "frame {k}: the odometry's twist"
+        );
+        if k == 0 {
+            assert_eq!((a.v, a.yaw_rate), (0.0, 0.0), "no pose before the first");
+        } else {
+            assert!((a.v - 10.0).abs() < 2e-4, "frame {k}: v {}", a.v);
+            assert!(
+                (a.yaw_rate - 0.2).abs() < 1e-9,
+                "frame {k}: yaw rate {}",
+                a.yaw_rate
+            );
+        }
+    }
+    std::fs::remove_dir_all(&odom).ok();
+    std::fs::remove_dir_all(&pose).ok();
+}

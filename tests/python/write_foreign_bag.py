@@ -23,6 +23,10 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                committed transactions of 10 still in bag_K.db3-wal, never checkpointed
   --compress-messages  each .db3 message's data compressed with zstd, as `ros2 bag record
                --compression-mode message --compression-format zstd` writes it
+  --pose       the ego as a localiser's pose only: geometry_msgs/msg/PoseWithCovarianceStamped
+               on /localization/pose_estimator/pose_with_covariance instead of the
+               Odometry topic (redline.toml's odometry names it)
+  --turn R     the ego turns at R rad/s (an arc at 10 m/s) instead of driving straight
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -70,6 +74,8 @@ STORAGE = "mcap"
 PAGE_SIZE = 4096
 COMPRESS = False
 WAL_CRASH = False
+POSE = False
+TURN = 0.0
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
 
@@ -95,6 +101,14 @@ CAMERA_INFO_DEF = (
 VEC = "float64 x\nfloat64 y\nfloat64 z\n"
 QUAT = "float64 x\nfloat64 y\nfloat64 z\nfloat64 w\n"
 SEP = "================================================================================\n"
+POSE_DEF = (
+    "std_msgs/Header header\ngeometry_msgs/PoseWithCovariance pose\n"
+    + SEP + "MSG: geometry_msgs/PoseWithCovariance\ngeometry_msgs/Pose pose\nfloat64[36] covariance\n"
+    + SEP + "MSG: geometry_msgs/Pose\ngeometry_msgs/Point position\ngeometry_msgs/Quaternion orientation\n"
+    + SEP + "MSG: geometry_msgs/Point\n" + VEC
+    + SEP + "MSG: geometry_msgs/Quaternion\n" + QUAT
+)
+POSE_TOPIC = "/localization/pose_estimator/pose_with_covariance"
 ODOM_DEF = (
     "std_msgs/Header header\nstring child_frame_id\ngeometry_msgs/PoseWithCovariance pose\n"
     "geometry_msgs/TwistWithCovariance twist\n"
@@ -316,7 +330,7 @@ def to_db3(mcap_path, db3_path):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -342,6 +356,10 @@ def main():
                 STORAGE = value
             elif flag == "--page-size" and value:
                 PAGE_SIZE = int(value)
+            elif flag == "--pose" and value is None:
+                POSE = True
+            elif flag == "--turn" and value:
+                TURN = float(value)
             elif flag == "--wal-crash" and value is None:
                 WAL_CRASH = True
             elif flag == "--compress-messages" and value is None:
@@ -387,7 +405,10 @@ def main():
         else:
             img = w.register_msgdef("sensor_msgs/msg/CompressedImage", IMAGE_DEF + HEADER_DEFS)
         info = w.register_msgdef("sensor_msgs/msg/CameraInfo", CAMERA_INFO_DEF + HEADER_DEFS)
-        odom = w.register_msgdef("nav_msgs/msg/Odometry", ODOM_DEF + HEADER_DEFS)
+        if POSE:
+            odom = w.register_msgdef("geometry_msgs/msg/PoseWithCovarianceStamped", POSE_DEF + HEADER_DEFS)
+        else:
+            odom = w.register_msgdef("nav_msgs/msg/Odometry", ODOM_DEF + HEADER_DEFS)
         tf = w.register_msgdef("tf2_msgs/msg/TFMessage", TF_DEF + HEADER_DEFS)
         return f, w, img, info, odom, tf
 
@@ -432,31 +453,43 @@ def main():
             w.finish()
             f.close()
             f, w, img_schema, info_schema, odom_schema, tf_schema = open_writer()
-        x = 10.0 * k * PERIOD_NS / 1e9  # 10 m/s straight ahead
-        w.write_message(
-            "/localization/kinematic_state",
-            odom_schema,
-            {
-                "header": {"stamp": stamp(0 if ZERO_STAMPS else t), "frame_id": "map"},
-                "child_frame_id": "base_link",
-                "pose": {
-                    "pose": {
-                        "position": {"x": x, "y": 0.0, "z": 0.0},
-                        "orientation": {"x": 0.0, "y": 0.0, "z": 0.0, "w": 1.0},
-                    },
-                    "covariance": [0.0] * 36,
-                },
-                "twist": {
-                    "twist": {
-                        "linear": {"x": 10.0, "y": 0.0, "z": 0.0},
-                        "angular": {"x": 0.0, "y": 0.0, "z": 0.0},
-                    },
-                    "covariance": [0.0] * 36,
-                },
+        secs = k * PERIOD_NS / 1e9
+        if TURN:
+            # an arc at 10 m/s turning at TURN rad/s
+            yaw = TURN * secs
+            x, y = 10.0 / TURN * math.sin(yaw), 10.0 / TURN * (1.0 - math.cos(yaw))
+        else:
+            x, y, yaw = 10.0 * k * PERIOD_NS / 1e9, 0.0, 0.0  # 10 m/s straight ahead
+        header = {"stamp": stamp(0 if ZERO_STAMPS else t), "frame_id": "map"}
+        pose = {
+            "pose": {
+                "position": {"x": x, "y": y, "z": 0.0},
+                "orientation": {"x": 0.0, "y": 0.0, "z": math.sin(yaw / 2), "w": math.cos(yaw / 2)},
             },
-            log_time=t,
-            publish_time=t,
-        )
+            "covariance": [0.0] * 36,
+        }
+        if POSE:
+            w.write_message(POSE_TOPIC, odom_schema, {"header": header, "pose": pose},
+                            log_time=t, publish_time=t)
+        else:
+            w.write_message(
+                "/localization/kinematic_state",
+                odom_schema,
+                {
+                    "header": header,
+                    "child_frame_id": "base_link",
+                    "pose": pose,
+                    "twist": {
+                        "twist": {
+                            "linear": {"x": 10.0, "y": 0.0, "z": 0.0},
+                            "angular": {"x": 0.0, "y": 0.0, "z": TURN},
+                        },
+                        "covariance": [0.0] * 36,
+                    },
+                },
+                log_time=t,
+                publish_time=t,
+            )
         for cam, name in enumerate(["front", "rear"]):
             # cameras arrive a few ms after their stamp, as over a network
             arrival = t + 3_000_000 + cam * 1_000_000
@@ -504,7 +537,7 @@ def main():
     with open(os.path.join(out, "redline.toml"), "w") as f:
         f.write(
             "[sensors]\n"
-            'odometry = "/localization/kinematic_state"\n'
+            f'odometry = "{POSE_TOPIC if POSE else "/localization/kinematic_state"}"\n'
             'tf_static = "/tf_static"\n'
             'calibration = "rig.toml"\n'
             "[[sensors.cameras]]\n"

@@ -10,10 +10,12 @@ use super::reader::{LogReader, RawMsg};
 use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData, Stamps};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
-    CameraInfo, CompressedImage, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage,
+    CameraInfo, CompressedImage, GroundTruthMsg, Image, Odometry, PoseStamped,
+    PoseWithCovarianceStamped, RoadMap, RosMessage, TfMessage,
 };
-use crate::types::RgbImage;
+use crate::types::{EgoState, RgbImage};
 use redline_pipeline::perception::Preprocess;
+use redline_runtime::det_math as dm;
 
 /// The message types redline reads, by schema name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +24,9 @@ pub(super) enum Kind {
     CompressedImage,
     CameraInfo,
     Odometry,
+    /// `geometry_msgs/msg/PoseStamped` or `PoseWithCovarianceStamped`: an ego pose without
+    /// velocity, usable as the odometry topic.
+    Pose,
     Tf,
     GroundTruth,
     Map,
@@ -137,6 +142,28 @@ impl LogReader {
                 let ego = m.to_ego().map_err(|e| undecodable(&e))?;
                 Ok((ego.stamp_ns, Payload::Odometry(ego)))
             }
+            Kind::Pose if ch.topic != self.sensors.odometry_topic() => Ok((0, Payload::Unused)),
+            Kind::Pose => {
+                let (header, pose) = if ch.schema == PoseStamped::SCHEMA_NAME {
+                    let m = PoseStamped::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                    (m.header, m.pose)
+                } else {
+                    let m = PoseWithCovarianceStamped::from_cdr(&raw.data)
+                        .map_err(|e| undecodable(&e))?;
+                    (m.header, m.pose.pose)
+                };
+                let stamp = header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+                // Speed and yaw rate are filled in below, on the clock that places the pose.
+                let ego = EgoState {
+                    stamp_ns: stamp,
+                    x: pose.position.x,
+                    y: pose.position.y,
+                    yaw: pose.orientation.yaw(),
+                    v: 0.0,
+                    yaw_rate: 0.0,
+                };
+                Ok((stamp, Payload::Odometry(ego)))
+            }
             Kind::GroundTruth => {
                 let m = GroundTruthMsg::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                 let gt = m.to_gt().map_err(|e| undecodable(&e))?;
@@ -175,6 +202,14 @@ impl LogReader {
             (Stamps::LogTime, p @ (Payload::Image { .. } | Payload::Jpeg { .. })) => (at, p),
             (_, p) => (stamp_ns, p),
         });
+        let res = res.map(|(stamp_ns, payload)| match (kind, payload) {
+            (Kind::Pose, Payload::Odometry(pose)) => {
+                let ego = with_velocity(self.last_pose.as_ref(), pose);
+                self.last_pose = Some(ego);
+                (stamp_ns, Payload::Odometry(ego))
+            }
+            (_, p) => (stamp_ns, p),
+        });
         match res {
             Ok((stamp_ns, payload)) => Some(LogMessage {
                 topic: ch.topic,
@@ -208,12 +243,44 @@ fn resize_rgb(pre: &Preprocess, img: &RgbImage) -> RgbImage {
     }
 }
 
+/// The longest gap between two poses whose difference gives the speed and yaw rate.
+const MAX_POSE_GAP_NS: u64 = 1_000_000_000;
+
+/// `pose` (a pose-only ego state) with its forward speed and yaw rate from the previous pose
+/// of the odometry topic: the displacement along the mean heading and the heading change
+/// (wrapped to (−π, π]) over the time between them. Without a previous pose less than
+/// [`MAX_POSE_GAP_NS`] older (the first pose, after a gap, or out of order), both are 0.
+fn with_velocity(prev: Option<&EgoState>, pose: EgoState) -> EgoState {
+    let Some(p) = prev
+        .filter(|p| p.stamp_ns < pose.stamp_ns && pose.stamp_ns - p.stamp_ns <= MAX_POSE_GAP_NS)
+    else {
+        return pose;
+    };
+    let dt = (pose.stamp_ns - p.stamp_ns) as f64 * 1e-9;
+    let pi = std::f64::consts::PI;
+    let mut turn = pose.yaw - p.yaw;
+    if turn > pi {
+        turn -= 2.0 * pi;
+    } else if turn <= -pi {
+        turn += 2.0 * pi;
+    }
+    let (s, c) = dm::sin_cos(p.yaw + 0.5 * turn);
+    EgoState {
+        v: ((pose.x - p.x) * c + (pose.y - p.y) * s) / dt,
+        yaw_rate: turn / dt,
+        ..pose
+    }
+}
+
 pub(super) fn kind_of(schema: &str) -> Option<Kind> {
     match schema {
         n if n == Image::SCHEMA_NAME => Some(Kind::Image),
         n if n == CompressedImage::SCHEMA_NAME => Some(Kind::CompressedImage),
         n if n == CameraInfo::SCHEMA_NAME => Some(Kind::CameraInfo),
         n if n == Odometry::SCHEMA_NAME => Some(Kind::Odometry),
+        n if n == PoseStamped::SCHEMA_NAME || n == PoseWithCovarianceStamped::SCHEMA_NAME => {
+            Some(Kind::Pose)
+        }
         n if n == TfMessage::SCHEMA_NAME => Some(Kind::Tf),
         n if n == GroundTruthMsg::SCHEMA_NAME => Some(Kind::GroundTruth),
         n if n == RoadMap::SCHEMA_NAME => Some(Kind::Map),

@@ -162,6 +162,9 @@ pub struct LogReader {
     pub(super) resizers: Vec<Option<redline_pipeline::perception::Preprocess>>,
     /// The reader's own file's messages table, when it is a `.db3` bag file.
     db3: Option<Db3>,
+    /// The last pose read from a pose-only odometry topic (`geometry_msgs` pose types): the
+    /// next one's speed and yaw rate are differences with it (`decode`).
+    pub(super) last_pose: Option<crate::types::EgoState>,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -400,6 +403,7 @@ impl LogReader {
             first_file: path.clone(),
             resizers: Vec::new(),
             db3: None,
+            last_pose: None,
         };
         if db3 {
             r.open_db3()?;

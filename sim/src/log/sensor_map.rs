@@ -49,7 +49,10 @@ pub const BASE_FRAME: &str = "base_link";
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SensorMap {
-    /// Odometry topic (`nav_msgs/msg/Odometry`); default `/ego/odom`.
+    /// Odometry topic (`nav_msgs/msg/Odometry`); default `/ego/odom`. A localiser's pose
+    /// topic (`geometry_msgs/msg/PoseWithCovarianceStamped` or `PoseStamped`) also serves:
+    /// speed and yaw rate then come from consecutive poses (0 for the first, and after a
+    /// gap of more than 1 s).
     pub odometry: Option<String>,
     /// Static transforms topic (`tf2_msgs/msg/TFMessage`); default `/tf_static`.
     pub tf_static: Option<String>,

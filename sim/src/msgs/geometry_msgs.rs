@@ -6,7 +6,7 @@
 //! (-pi/2, pi/2). Cost: plain arithmetic, no allocation (except a transform's frame strings on
 //! decode). Decoding never panics.
 
-use super::std_msgs::Header;
+use super::std_msgs::{Header, HEADER_DEF, TIME_DEF};
 use crate::cdr::{CdrError, CdrReader, CdrWriter};
 use redline_runtime::det_math as dm;
 
@@ -275,6 +275,90 @@ impl TransformStamped {
         })
     }
 }
+/// `geometry_msgs/msg/PoseStamped`: a localiser's pose output (no velocity).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PoseStamped {
+    /// Stamp and parent frame.
+    pub header: Header,
+    /// Pose in the parent frame.
+    pub pose: Pose,
+}
+
+ros_message!(
+    PoseStamped,
+    "geometry_msgs/msg/PoseStamped",
+    "std_msgs/Header header\ngeometry_msgs/Pose pose\n",
+    [HEADER_DEF, TIME_DEF, POSE_DEF, POINT_DEF, QUATERNION_DEF]
+);
+
+impl PoseStamped {
+    /// Appends the message to `w`.
+    pub fn encode(&self, w: &mut CdrWriter) {
+        self.header.encode(w);
+        self.pose.position.encode(w);
+        self.pose.orientation.encode(w);
+    }
+
+    /// Reads the message.
+    pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(PoseStamped {
+            header: Header::decode(r)?,
+            pose: Pose {
+                position: Vector3::decode(r)?,
+                orientation: Quaternion::decode(r)?,
+            },
+        })
+    }
+}
+
+/// `geometry_msgs/msg/PoseWithCovarianceStamped`: the pose output of Autoware's and
+/// robot_localization's localisers (no velocity).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoseWithCovarianceStamped {
+    /// Stamp and parent frame.
+    pub header: Header,
+    /// Pose in the parent frame and its covariance.
+    pub pose: PoseWithCovariance,
+}
+
+ros_message!(
+    PoseWithCovarianceStamped,
+    "geometry_msgs/msg/PoseWithCovarianceStamped",
+    "std_msgs/Header header\ngeometry_msgs/PoseWithCovariance pose\n",
+    [
+        HEADER_DEF,
+        TIME_DEF,
+        POSE_COV_DEF,
+        POSE_DEF,
+        POINT_DEF,
+        QUATERNION_DEF
+    ]
+);
+
+impl PoseWithCovarianceStamped {
+    /// Appends the message to `w`.
+    pub fn encode(&self, w: &mut CdrWriter) {
+        self.header.encode(w);
+        self.pose.pose.position.encode(w);
+        self.pose.pose.orientation.encode(w);
+        w.f64_array(&self.pose.covariance);
+    }
+
+    /// Reads the message.
+    pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(PoseWithCovarianceStamped {
+            header: Header::decode(r)?,
+            pose: PoseWithCovariance {
+                pose: Pose {
+                    position: Vector3::decode(r)?,
+                    orientation: Quaternion::decode(r)?,
+                },
+                covariance: r.f64_array()?,
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,8 +88,8 @@ mod std_msgs;
 mod tf2_msgs;
 
 pub use geometry_msgs::{
-    Pose, PoseWithCovariance, Quaternion, Transform, TransformStamped, Twist, TwistWithCovariance,
-    Vector3,
+    Pose, PoseStamped, PoseWithCovariance, PoseWithCovarianceStamped, Quaternion, Transform,
+    TransformStamped, Twist, TwistWithCovariance, Vector3,
 };
 pub use nav_msgs::Odometry;
 pub use pixel_encoding::{BayerPattern, PixelEncoding};
