@@ -8,7 +8,7 @@
 //! the odometry topic is the first `nav_msgs/msg/Odometry` one (a name with
 //! `kinematic_state` or `odom` first), else the first `geometry_msgs` pose topic
 //! (`PoseWithCovarianceStamped`, then `PoseStamped`; a name with `localization` or `pose`
-//! first). Cameras without `camera_info` get a comment asking
+//! first), else the first dynamic transform topic (`/tf`). Cameras without `camera_info` get a comment asking
 //! for a calibration file. Reads the whole log once (counts come from the messages).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -272,9 +272,15 @@ fn suggest_sensors(stats: &[ChannelStats]) -> String {
             "odometry = {:?}   # a pose without velocity: speed and yaw rate from consecutive poses\n",
             p.topic
         )),
-        (None, None) => s.push_str(
-            "# no nav_msgs/msg/Odometry or geometry_msgs pose topic in this log: the ego pose will be missing\n",
-        ),
+        (None, None) => match of(TF).iter().find(|c| !c.topic.ends_with("tf_static")) {
+            Some(t) => s.push_str(&format!(
+                "odometry = {:?}   # no odometry or pose topic: base_link's pose from the transform tree, if it carries one\n",
+                t.topic
+            )),
+            None => s.push_str(
+                "# no nav_msgs/msg/Odometry, geometry_msgs pose or /tf topic in this log: the ego pose will be missing\n",
+            ),
+        },
     }
     match of(TF).iter().find(|c| c.topic.ends_with("tf_static")) {
         Some(t) => s.push_str(&format!("tf_static = {:?}\n", t.topic)),

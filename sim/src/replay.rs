@@ -333,6 +333,8 @@ pub fn log_period(reader: &mut LogReader) -> Result<u64, LogError> {
     let odom = reader.odometry_topic().to_string();
     let mut s: Vec<u64> = reader
         .messages(&[odom.as_str()], 0, u64::MAX)
+        // A `/tf` odometry topic also carries transforms that do not move the ego.
+        .filter(|m| matches!(m.payload, crate::log::Payload::Odometry(_)))
         .take(64)
         .map(|m| m.stamp_ns)
         .collect();

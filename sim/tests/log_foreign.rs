@@ -656,3 +656,40 @@ fn a_pose_only_odometry_topic_gives_the_ego_its_speed_and_yaw_rate() {
     std::fs::remove_dir_all(&odom).ok();
     std::fs::remove_dir_all(&pose).ok();
 }
+
+/// A log whose ego lives only in the transform tree (`/tf`: `map` → `odom` every 5 frames,
+/// `odom` → `base_link` each frame, a wheel beside it), named as the odometry topic: the
+/// chain composes to the drive's pose in `map`, and speed and yaw rate come from
+/// consecutive poses.
+#[test]
+fn a_transform_tree_odometry_topic_composes_the_ego_pose() {
+    let Some(odom) = write_foreign("odom-arc-tf", &["--frames", "8", "--turn", "0.2"]) else {
+        return;
+    };
+    let tf = write_foreign("tf-arc", &["--frames", "8", "--turn", "0.2", "--tf-ego"])
+        .expect("python3 ran");
+    let want = read_foreign(&odom, "bag.mcap");
+    let got = read_foreign(&tf, "bag.mcap");
+    assert!(got.issues.is_empty(), "{:?}", got.issues);
+    assert_eq!((got.frames.len(), got.period_ns), (8, want.period_ns));
+    for (k, (a, b)) in got.frames.iter().zip(&want.frames).enumerate() {
+        assert!(a.ego_present, "frame {k}");
+        let (a, b) = (&a.ego, &b.ego);
+        assert_eq!(a.stamp_ns, b.stamp_ns, "frame {k}");
+        let close = (a.x - b.x).abs() < 1e-9 && (a.y - b.y).abs() < 1e-9;
+        assert!(
+            close && (a.yaw - b.yaw).abs() < 1e-9,
+            "frame {k}: {a:?} vs {b:?}"
+        );
+        if k > 0 {
+            assert!((a.v - 10.0).abs() < 2e-4, "frame {k}: v {}", a.v);
+            assert!(
+                (a.yaw_rate - 0.2).abs() < 1e-6,
+                "frame {k}: yaw rate {}",
+                a.yaw_rate
+            );
+        }
+    }
+    std::fs::remove_dir_all(&odom).ok();
+    std::fs::remove_dir_all(&tf).ok();
+}

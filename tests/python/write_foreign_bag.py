@@ -26,6 +26,10 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
   --pose       the ego as a localiser's pose only: geometry_msgs/msg/PoseWithCovarianceStamped
                on /localization/pose_estimator/pose_with_covariance instead of the
                Odometry topic (redline.toml's odometry names it)
+  --tf-ego     the ego only in the transform tree: /tf (tf2_msgs/msg/TFMessage) with map ->
+               odom (100 m, -50 m, yaw 0.5 rad; every 5 frames) and odom -> base_link (each
+               frame, so that the chain gives the drive's pose), plus a wheel transform;
+               no Odometry topic (redline.toml's odometry names /tf)
   --turn R     the ego turns at R rad/s (an arc at 10 m/s) instead of driving straight
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
@@ -75,6 +79,7 @@ PAGE_SIZE = 4096
 COMPRESS = False
 WAL_CRASH = False
 POSE = False
+TF_EGO = False
 TURN = 0.0
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
@@ -109,6 +114,7 @@ POSE_DEF = (
     + SEP + "MSG: geometry_msgs/Quaternion\n" + QUAT
 )
 POSE_TOPIC = "/localization/pose_estimator/pose_with_covariance"
+MO_X, MO_Y, MO_YAW = 100.0, -50.0, 0.5  # map -> odom with --tf-ego
 ODOM_DEF = (
     "std_msgs/Header header\nstring child_frame_id\ngeometry_msgs/PoseWithCovariance pose\n"
     "geometry_msgs/TwistWithCovariance twist\n"
@@ -330,7 +336,7 @@ def to_db3(mcap_path, db3_path):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -356,6 +362,8 @@ def main():
                 STORAGE = value
             elif flag == "--page-size" and value:
                 PAGE_SIZE = int(value)
+            elif flag == "--tf-ego" and value is None:
+                TF_EGO = True
             elif flag == "--pose" and value is None:
                 POSE = True
             elif flag == "--turn" and value:
@@ -468,7 +476,17 @@ def main():
             },
             "covariance": [0.0] * 36,
         }
-        if POSE:
+        if TF_EGO:
+            # map -> odom is (MO_X, MO_Y, MO_YAW); odom -> base_link is what makes the chain
+            # the pose (x, y, yaw) in map.
+            dx, dy = x - MO_X, y - MO_Y
+            c, s_ = math.cos(MO_YAW), math.sin(MO_YAW)
+            transforms = [tf("odom", "base_link", (c * dx + s_ * dy, -s_ * dx + c * dy, 0.0), yaw_q(yaw - MO_YAW), t),
+                          tf("base_link", "wheel_fl", (1.4, 0.8, 0.3), yaw_q(0.1 * k), t)]
+            if k % 5 == 0:
+                transforms.insert(0, tf("map", "odom", (MO_X, MO_Y, 0.0), yaw_q(MO_YAW), t))
+            w.write_message("/tf", tf_schema, {"transforms": transforms}, log_time=t, publish_time=t)
+        elif POSE:
             w.write_message(POSE_TOPIC, odom_schema, {"header": header, "pose": pose},
                             log_time=t, publish_time=t)
         else:
@@ -537,7 +555,7 @@ def main():
     with open(os.path.join(out, "redline.toml"), "w") as f:
         f.write(
             "[sensors]\n"
-            f'odometry = "{POSE_TOPIC if POSE else "/localization/kinematic_state"}"\n'
+            f'odometry = "{"/tf" if TF_EGO else POSE_TOPIC if POSE else "/localization/kinematic_state"}"\n'
             'tf_static = "/tf_static"\n'
             'calibration = "rig.toml"\n'
             "[[sensors.cameras]]\n"

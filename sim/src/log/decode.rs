@@ -11,7 +11,8 @@ use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData, Stamps};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
     CameraInfo, CompressedImage, GroundTruthMsg, Image, Odometry, PoseStamped,
-    PoseWithCovarianceStamped, RoadMap, RosMessage, TfMessage,
+    PoseWithCovarianceStamped, Quaternion, RoadMap, RosMessage, TfMessage, TransformStamped,
+    Vector3,
 };
 use crate::types::{EgoState, RgbImage};
 use redline_pipeline::perception::Preprocess;
@@ -180,6 +181,15 @@ impl LogReader {
                 let stamp = m.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
                 Ok((stamp, Payload::CameraInfo))
             }
+            // The transform tree as the ego source ([sensors] odometry = "/tf").
+            Kind::Tf if ch.topic == self.sensors.odometry_topic() => {
+                let m = TfMessage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                match self.tf_ego.update(&m.transforms) {
+                    Some(Ok(ego)) => Ok((ego.stamp_ns, Payload::Odometry(ego))),
+                    Some(Err(e)) => Err(undecodable(&e)),
+                    None => Ok((0, Payload::Unused)),
+                }
+            }
             Kind::Tf => {
                 let m = TfMessage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                 let stamp = match m.transforms.first() {
@@ -203,7 +213,7 @@ impl LogReader {
             (_, p) => (stamp_ns, p),
         });
         let res = res.map(|(stamp_ns, payload)| match (kind, payload) {
-            (Kind::Pose, Payload::Odometry(pose)) => {
+            (Kind::Pose | Kind::Tf, Payload::Odometry(pose)) => {
                 let ego = with_velocity(self.last_pose.as_ref(), pose);
                 self.last_pose = Some(ego);
                 (stamp_ns, Payload::Odometry(ego))
@@ -240,6 +250,75 @@ fn resize_rgb(pre: &Preprocess, img: &RgbImage) -> RgbImage {
         width: w as u32,
         height: h as u32,
         data,
+    }
+}
+
+/// `base_link`'s pose from a dynamic transform tree (`/tf`): the latest transform of each
+/// frame to its parent, composed from `base_link` up to the root (`map`, `odom`, ...).
+#[derive(Debug, Default)]
+pub(super) struct TfEgo {
+    /// child frame → (parent frame, translation, rotation), the latest received.
+    edges: std::collections::BTreeMap<String, (String, Vector3, Quaternion)>,
+}
+
+impl TfEgo {
+    /// Takes the transforms of one `/tf` message. When one of them moves `base_link`, its
+    /// pose in the root of its chain, stamped with that transform's stamp (speed and yaw
+    /// rate 0: differenced by the caller); `None` when none does. A loop in the tree or a
+    /// bad stamp is an error.
+    fn update(&mut self, transforms: &[TransformStamped]) -> Option<Result<EgoState, String>> {
+        let mut stamp = None;
+        for t in transforms {
+            let child = t.child_frame_id.trim_start_matches('/');
+            self.edges.insert(
+                child.to_string(),
+                (
+                    t.header.frame_id.trim_start_matches('/').to_string(),
+                    t.transform.translation,
+                    t.transform.rotation,
+                ),
+            );
+            if child == super::sensor_map::BASE_FRAME {
+                stamp = Some(t.header.stamp);
+            }
+        }
+        let stamp = match stamp?.to_ns() {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        // Compose up the chain: pose_root = edge_k ∘ … ∘ edge_base.
+        let (mut t, mut q) = (Vector3::default(), Quaternion::IDENTITY);
+        let mut frame = super::sensor_map::BASE_FRAME;
+        for _ in 0..=self.edges.len() {
+            let Some((parent, et, eq)) = self.edges.get(frame) else {
+                return Some(Ok(EgoState {
+                    stamp_ns: stamp,
+                    x: t.x,
+                    y: t.y,
+                    yaw: q.yaw(),
+                    v: 0.0,
+                    yaw_rate: 0.0,
+                }));
+            };
+            let r =
+                *eq * Quaternion {
+                    x: t.x,
+                    y: t.y,
+                    z: t.z,
+                    w: 0.0,
+                } * eq.conjugate();
+            t = Vector3 {
+                x: et.x + r.x,
+                y: et.y + r.y,
+                z: et.z + r.z,
+            };
+            q = *eq * q;
+            frame = parent;
+        }
+        Some(Err(format!(
+            "the transform tree above {} loops",
+            super::sensor_map::BASE_FRAME
+        )))
     }
 }
 

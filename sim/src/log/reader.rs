@@ -165,6 +165,8 @@ pub struct LogReader {
     /// The last pose read from a pose-only odometry topic (`geometry_msgs` pose types): the
     /// next one's speed and yaw rate are differences with it (`decode`).
     pub(super) last_pose: Option<crate::types::EgoState>,
+    /// The transform tree read so far, when the odometry topic is a `/tf` topic.
+    pub(super) tf_ego: super::decode::TfEgo,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -404,6 +406,7 @@ impl LogReader {
             resizers: Vec::new(),
             db3: None,
             last_pose: None,
+            tf_ego: Default::default(),
         };
         if db3 {
             r.open_db3()?;
@@ -749,13 +752,19 @@ impl LogReader {
     /// log-time order (ties in file order), decoded. Streams: chunks are read (by seeking via
     /// the chunk index) only when they overlap the range and hold a wanted topic. A message that
     /// cannot be decoded or whose schema is unknown becomes an issue and is skipped; a corrupt
-    /// chunk becomes an issue and its messages are skipped; the iteration continues.
+    /// chunk becomes an issue and its messages are skipped; the iteration continues. An ego
+    /// source that is differenced (a pose-only or `/tf` odometry topic) starts afresh with
+    /// each call, so a call's output does not depend on earlier calls.
     pub fn messages(
         &mut self,
         topics: &[&str],
         start_ns: u64,
         end_ns: u64,
     ) -> impl Iterator<Item = LogMessage> + '_ {
+        // Each call reads on its own: a pose-only or `/tf` ego source starts afresh (its
+        // first pose has no speed), whatever an earlier call read.
+        self.last_pose = None;
+        self.tf_ego = Default::default();
         let wanted: BTreeSet<u16> = self
             .channels
             .iter()

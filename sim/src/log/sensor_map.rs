@@ -50,8 +50,10 @@ pub const BASE_FRAME: &str = "base_link";
 #[serde(default, deny_unknown_fields)]
 pub struct SensorMap {
     /// Odometry topic (`nav_msgs/msg/Odometry`); default `/ego/odom`. A localiser's pose
-    /// topic (`geometry_msgs/msg/PoseWithCovarianceStamped` or `PoseStamped`) also serves:
-    /// speed and yaw rate then come from consecutive poses (0 for the first, and after a
+    /// topic (`geometry_msgs/msg/PoseWithCovarianceStamped` or `PoseStamped`) also serves,
+    /// and so does a transform tree topic (`tf2_msgs/msg/TFMessage`, `/tf`): `base_link`'s
+    /// transform composed up its chain of latest parent transforms (`odom`, `map`, ...).
+    /// Speed and yaw rate then come from consecutive poses (0 for the first, and after a
     /// gap of more than 1 s).
     pub odometry: Option<String>,
     /// Static transforms topic (`tf2_msgs/msg/TFMessage`); default `/tf_static`.
