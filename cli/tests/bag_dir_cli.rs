@@ -3,7 +3,8 @@
 //! listed by `redline log info` and replays to the output hash of the same recording in one
 //! file; so does the recording in SQLite storage (`--storage sqlite3`, as ROS 2 Humble
 //! records: the bag directory, or its `.db3` file alone; split, with zstd message
-//! compression and 512-byte pages, which spill every image over overflow pages); a bag of
+//! compression and 512-byte pages, which spill every image over overflow pages; and as the
+//! `rosbags` package's rosbag2 writer writes it, SQLite or MCAP, messages compressed); a bag of
 //! another storage plugin is refused with the way to convert it. A camera with lens distortion in
 //! its `camera_info`: the same images replay to other outputs than with an ideal pinhole (the
 //! preprocess stage undistorts them). Skips loudly when python3 or its packages are missing
@@ -115,6 +116,25 @@ fn sqlite_bags_replay_like_their_mcap_recording() {
         info.contains("bag_0.db3") && info.contains("bag_2.db3") && info.contains("messages:  38"),
         "{info}"
     );
+
+    // Bags written by another implementation of rosbag2 (the `rosbags` package: schema
+    // version 8 tables, its metadata.yaml), SQLite and MCAP, zstd message compression.
+    for storage in ["sqlite3", "mcap"] {
+        let dir = tmp.join(format!("rosbags-{storage}"));
+        let args = [
+            "--frames",
+            "12",
+            "--writer",
+            "rosbags",
+            "--storage",
+            storage,
+            "--compress-messages",
+        ];
+        if !write_bag(&dir, &args) {
+            continue;
+        }
+        assert_eq!(hash_of(&dir, "bag"), want, "rosbags, {storage}");
+    }
     std::fs::remove_dir_all(&tmp).ok();
 }
 

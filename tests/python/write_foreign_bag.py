@@ -17,6 +17,10 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                OUT_DIR/bag/ with bag_0.db3 (bag_K.db3 with --split) and metadata.yaml
                (storage_identifier sqlite3); rosbag2's Humble schema (topics, messages,
                schema, metadata tables and the timestamp index), same messages and log times
+  --writer rosbags  the bag directory OUT_DIR/bag/ written by the `rosbags` package's rosbag2
+               Writer (an independent implementation of rosbag2: its schema version 8 tables,
+               metadata.yaml and file naming) in the --storage given (sqlite3 or mcap), with
+               --compress-messages as its zstd message compression; not with --split
   --page-size N  the .db3 files' SQLite page size (default 4096, SQLite's and rosbag2's)
   --wal-crash  the .db3 files as a recorder in write-ahead-log mode (rosbag2's `resilient`
                preset) leaves them when it dies: the tables in bag_K.db3, every message in
@@ -78,6 +82,7 @@ STORAGE = "mcap"
 PAGE_SIZE = 4096
 COMPRESS = False
 WAL_CRASH = False
+WRITER = "own"
 POSE = False
 TF_EGO = False
 TURN = 0.0
@@ -276,6 +281,31 @@ def write_metadata(bag, files, storage):
         )
 
 
+def with_rosbags(mcap_path, bag_dir):
+    """The messages of an MCAP file, in file order, rewritten by the `rosbags` package's
+    rosbag2 Writer into the bag directory `bag_dir` (same serialized bytes and log times)."""
+    import shutil
+    from mcap.reader import make_reader
+    from rosbags.rosbag2 import CompressionFormat, CompressionMode, StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    if os.path.exists(bag_dir):
+        shutil.rmtree(bag_dir)
+    plugin = StoragePlugin.SQLITE3 if STORAGE == "sqlite3" else StoragePlugin.MCAP
+    store = get_typestore(Stores.ROS2_HUMBLE)
+    writer = Writer(bag_dir, version=8, storage_plugin=plugin)
+    if COMPRESS:
+        writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    writer.open()
+    connections = {}
+    with open(mcap_path, "rb") as f:
+        for schema, channel, message in make_reader(f).iter_messages(log_time_order=False):
+            if channel.topic not in connections:
+                connections[channel.topic] = writer.add_connection(channel.topic, schema.name, typestore=store)
+            writer.write(connections[channel.topic], message.log_time, message.data)
+    writer.close()
+
+
 def to_db3(mcap_path, db3_path):
     """The messages of an MCAP file, in file order, as rosbag2's sqlite3 storage plugin
     (Humble) writes them: the same serialized bytes and receive times."""
@@ -336,7 +366,7 @@ def to_db3(mcap_path, db3_path):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -362,6 +392,8 @@ def main():
                 STORAGE = value
             elif flag == "--page-size" and value:
                 PAGE_SIZE = int(value)
+            elif flag == "--writer" and value in ("own", "rosbags"):
+                WRITER = value
             elif flag == "--tf-ego" and value is None:
                 TF_EGO = True
             elif flag == "--pose" and value is None:
@@ -380,7 +412,9 @@ def main():
                 raise ValueError(flag)
         if REAR and RAW:
             raise ValueError("--rear-size with --raw")
-        if (COMPRESS or WAL_CRASH) and STORAGE != "sqlite3":
+        if WRITER == "rosbags" and (SPLIT or WAL_CRASH):
+            raise ValueError("--writer rosbags with --split or --wal-crash")
+        if (COMPRESS or WAL_CRASH) and STORAGE != "sqlite3" and WRITER != "rosbags":
             raise ValueError("--compress-messages or --wal-crash without --storage sqlite3")
     except (IndexError, ValueError, AttributeError):
         print(__doc__, file=sys.stderr)
@@ -391,8 +425,10 @@ def main():
 
         if RAW:
             import numpy  # noqa: F401
+        if WRITER == "rosbags":
+            import rosbags  # noqa: F401
     except ImportError as e:
-        print(f"missing Python package ({e}): pip install mcap mcap-ros2-support pillow numpy", file=sys.stderr)
+        print(f"missing Python package ({e}): pip install mcap mcap-ros2-support pillow numpy rosbags", file=sys.stderr)
         return 3
     os.makedirs(out, exist_ok=True)
     fx = fy = 120.0
@@ -531,7 +567,10 @@ def main():
             )
     w.finish()
     f.close()
-    if STORAGE == "sqlite3":
+    if WRITER == "rosbags":
+        with_rosbags(os.path.join(out, "bag.mcap"), os.path.join(out, "bag"))
+        os.remove(os.path.join(out, "bag.mcap"))
+    elif STORAGE == "sqlite3":
         bag = os.path.join(out, "bag")
         os.makedirs(bag, exist_ok=True)
         mcaps = [os.path.join(bag, n) for n in files] if SPLIT else [os.path.join(out, "bag.mcap")]

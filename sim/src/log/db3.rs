@@ -16,9 +16,8 @@
 //! are read as SQLite recovers them ([`Db::apply_wal`]); what follows the last commit is
 //! an issue.
 //!
-//! Message compression (`ros2 bag record --compression-mode message`) is read: a message
-//! whose data is a zstd frame is decompressed (bounded by `max_chunk_bytes`); serialized
-//! CDR never starts with the zstd magic, so no flag is needed. Damage never panics: a bad
+//! Message compression (`ros2 bag record --compression-mode message`) is undone by the
+//! reader for every storage (`reader::message_bytes`). Damage never panics: a bad
 //! page of the messages table is an issue and its rows are skipped; a bad schema or topics
 //! table is an error (nothing could be attributed to a topic).
 //!
@@ -27,7 +26,6 @@
 //! read: its leaf pages, and the overflow pages of the wanted messages only.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::ops::Range;
 
 use super::limits::ReadLimits;
@@ -39,8 +37,6 @@ use super::LogIssueKind;
 const BLOCK_BYTES: u64 = 4 << 20;
 /// Leaf pages per block at most (bounds a block of many small messages).
 const BLOCK_LEAVES: usize = 1024;
-/// The first bytes of a zstd frame.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 
 /// The messages table of an open `.db3` file.
 #[derive(Debug)]
@@ -386,40 +382,10 @@ impl Db3 {
                     ));
                     continue;
                 };
-                if data.starts_with(&ZSTD_MAGIC) {
-                    match unzstd(data, limits.max_chunk_bytes) {
-                        Ok(plain) => take(ch, t, &plain, idx),
-                        Err(e) => issues.push((
-                            LogIssueKind::UndecodableMessage,
-                            format!("message row {rowid} is a zstd frame that cannot be decompressed ({e}); it is skipped"),
-                        )),
-                    }
-                } else {
-                    take(ch, t, data, idx);
-                }
+                take(ch, t, data, idx);
             }
         }
     }
-}
-
-/// A message compressed whole with zstd (rosbag2's message compression), decompressed to at
-/// most `limit` bytes.
-fn unzstd(data: &[u8], limit: u64) -> Result<Vec<u8>, String> {
-    let mut d = zstd::stream::read::Decoder::with_buffer(data).map_err(|e| e.to_string())?;
-    // The decoder's window (allocated by zstd itself) stays within the limit.
-    let log = 64 - (limit.max(1) - 1).leading_zeros();
-    let _ = d.window_log_max(log.clamp(10, 27));
-    let mut out = Vec::new();
-    (&mut d)
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut out)
-        .map_err(|e| e.to_string())?;
-    if out.len() as u64 > limit {
-        return Err(format!(
-            "it decompresses to more than {limit} bytes (`max_chunk_bytes` in the config's [log] table)"
-        ));
-    }
-    Ok(out)
 }
 
 /// Reads the topics table: `id` (or the row id) → channel.

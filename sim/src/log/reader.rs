@@ -854,6 +854,7 @@ impl LogReader {
             self.buf = body;
             return;
         }
+        let mut bad = Vec::new();
         let mut take = |channel: u16, log_time: u64, data: &[u8], idx: usize| {
             let channel = match &channel_ids {
                 None => channel,
@@ -863,11 +864,14 @@ impl LogReader {
                 },
             };
             if wanted.contains(&channel) && log_time >= start && log_time < end {
-                out.push(RawMsg {
-                    key: (log_time, ordinal, idx),
-                    channel,
-                    data: data.to_vec(),
-                });
+                match message_bytes(data, &limits) {
+                    Ok(data) => out.push(RawMsg {
+                        key: (log_time, ordinal, idx),
+                        channel,
+                        data,
+                    }),
+                    Err(e) => bad.push(format!("message at {log_time} ns {e}; skipped")),
+                }
             }
         };
         if loose {
@@ -904,6 +908,10 @@ impl LogReader {
             }
         }
         self.buf = body;
+        let name = self.part_name(b.part);
+        for detail in bad {
+            self.issue(LogIssueKind::UndecodableMessage, format!("{name}{detail}"));
+        }
     }
 
     /// [`LogReader::load_block`] for leaf pages `leaves` of a `.db3` file's messages table.
@@ -933,6 +941,8 @@ impl LogReader {
             Some(ids) => ids.get(&ch).copied(),
         };
         let mut issues = Vec::new();
+        let mut bad = Vec::new();
+        let limits = self.limits;
         db3.read_block(
             file,
             leaves,
@@ -940,11 +950,14 @@ impl LogReader {
             |ch, t| log_channel(ch).is_some_and(|c| wanted.contains(&c)) && t >= start && t < end,
             |ch, t, data, idx| {
                 if let Some(channel) = log_channel(ch) {
-                    out.push(RawMsg {
-                        key: (t, ordinal, idx),
-                        channel,
-                        data: data.to_vec(),
-                    });
+                    match message_bytes(data, &limits) {
+                        Ok(data) => out.push(RawMsg {
+                            key: (t, ordinal, idx),
+                            channel,
+                            data,
+                        }),
+                        Err(e) => bad.push(format!("message at {t} ns {e}; skipped")),
+                    }
                 }
             },
             &mut issues,
@@ -953,6 +966,9 @@ impl LogReader {
         let name = self.part_name(b.part);
         for (kind, detail) in issues {
             self.issue(kind, format!("{name}{detail}"));
+        }
+        for detail in bad {
+            self.issue(LogIssueKind::UndecodableMessage, format!("{name}{detail}"));
         }
     }
 
@@ -967,6 +983,38 @@ impl LogReader {
         };
         format!("{}: ", file_name(path))
     }
+}
+
+/// The first bytes of a zstd frame.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+/// A message's serialized bytes: `data` itself, or, when it is one zstd frame (rosbag2's
+/// message compression, `ros2 bag record --compression-mode message`, in either storage),
+/// its decompressed bytes, at most `max_chunk_bytes` of them. Serialized CDR starts with
+/// its encapsulation header (`00 01 00 00` and kin), never with the zstd magic, so no
+/// flag from `metadata.yaml` is needed. The error says why (for an issue).
+pub(super) fn message_bytes(data: &[u8], limits: &ReadLimits) -> Result<Vec<u8>, String> {
+    if !data.starts_with(&ZSTD_MAGIC) {
+        return Ok(data.to_vec());
+    }
+    let limit = limits.max_chunk_bytes;
+    let fail =
+        |e: &dyn std::fmt::Display| format!("is a zstd frame that cannot be decompressed ({e})");
+    let mut d = zstd::stream::read::Decoder::with_buffer(data).map_err(|e| fail(&e))?;
+    // The decoder's window (allocated by zstd itself) stays within the limit.
+    let log = 64 - (limit.max(1) - 1).leading_zeros();
+    let _ = d.window_log_max(log.clamp(10, 27));
+    let mut out = Vec::new();
+    (&mut d)
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| fail(&e))?;
+    if out.len() as u64 > limit {
+        return Err(format!(
+            "decompresses to more than {limit} bytes (`max_chunk_bytes` in the config's [log] table)"
+        ));
+    }
+    Ok(out)
 }
 
 /// The file name of `path` (the whole path when it has none), for issues naming their file.
