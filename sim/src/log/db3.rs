@@ -227,7 +227,7 @@ impl Db3 {
             }
             b.body_len += page_size;
             for (head, len) in rows {
-                *bytes += len;
+                *bytes = bytes.saturating_add(len);
                 let Some(RowHead { topic, time }) = head else {
                     bad += 1;
                     continue;
@@ -561,5 +561,52 @@ for r in db.execute("SELECT id, topic_id, timestamp, length(data) FROM messages 
             // Blocks: their spans hold their rows' times.
             assert!(opened.blocks.iter().all(|b| b.start_ns <= b.end_ns));
         }
+    }
+
+    /// The fuzzer's first find (stop 53): a cell whose payload size is a 9-byte varint of
+    /// -1 (read as 2^64 − 1 bytes) overflowed the open-time byte count. Every leaf of the
+    /// messages table gets one such cell: the file opens, those rows are reported, nothing
+    /// panics, and the blocks read.
+    #[test]
+    fn cells_of_absurd_payload_sizes_are_bad_rows_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.db3");
+        let Some(_) = python_db(&path, 1024) else {
+            return;
+        };
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mut patched = 0;
+        // Pages 1 and 2 hold the schema and the topics table; from 3 on, the messages table.
+        for n in 3..=bytes.len() / 1024 {
+            let page = &mut bytes[(n - 1) * 1024..n * 1024];
+            if page[0] != 0x0D || u16::from_be_bytes([page[3], page[4]]) == 0 {
+                continue;
+            }
+            let cell = usize::from(u16::from_be_bytes([page[8], page[9]]));
+            if cell + 9 <= 1024 {
+                page[cell..cell + 9].fill(0xFF);
+                patched += 1;
+            }
+        }
+        assert!(patched > 3, "{patched}");
+        let len = bytes.len() as u64;
+        let mut file = Source::Memory(std::io::Cursor::new(bytes));
+        let opened = Db3::open(&mut file, len, &ReadLimits::default(), || None).unwrap();
+        assert!(!opened.issues.is_empty());
+        let mut rows = 0;
+        let mut issues = Vec::new();
+        for b in &opened.blocks {
+            if let BlockKind::Db3(leaves) = &b.kind {
+                opened.db3.read_block(
+                    &mut file,
+                    leaves.clone(),
+                    &ReadLimits::default(),
+                    |_, _| true,
+                    |_, _, _, _| rows += 1,
+                    &mut issues,
+                );
+            }
+        }
+        assert!(rows > 0, "the intact rows still read");
     }
 }
