@@ -273,7 +273,10 @@ impl Db {
             }
         }
         if let Some(n) = db_pages {
-            self.page_count = n;
+            // No bigger than the pages that exist (the file's and the log's): a damaged
+            // size cannot make a walk allocate for pages that are nowhere.
+            let highest = self.wal_pages.keys().next_back().copied().unwrap_or(0);
+            self.page_count = n.min(self.page_count.max(highest));
         }
         Ok(WalApplied {
             commits,
@@ -495,7 +498,8 @@ impl Db {
             ));
         }
         out.clear();
-        out.reserve(cell.payload_len as usize);
+        // Grown page by page as the chain is read: a damaged size allocates no more than
+        // the pages that are really there.
         out.extend_from_slice(cell.local);
         let total = cell.payload_len as usize;
         let per_page = self.usable as usize - 4;
