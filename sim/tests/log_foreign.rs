@@ -653,8 +653,30 @@ fn a_pose_only_odometry_topic_gives_the_ego_its_speed_and_yaw_rate() {
             );
         }
     }
+    // Read from the middle (`replay --start`): the pose before the start still gives the
+    // first one its speed.
+    let first = first_ego_from(&pose.join("bag.mcap"), &pose, 550_000_000);
+    assert_eq!(first.stamp_ns, want.frames[6].ego.stamp_ns);
+    assert!((first.v - 10.0).abs() < 2e-4, "{first:?}");
     std::fs::remove_dir_all(&odom).ok();
     std::fs::remove_dir_all(&pose).ok();
+}
+
+/// The first ego state [`LogReader::messages`] gives from `offset_ns` into the log at
+/// `bag`, read through the `[sensors]` table the writer left in `dir`.
+fn first_ego_from(bag: &Path, dir: &Path, offset_ns: u64) -> redline_sim::types::EgoState {
+    let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
+    let sensors = sensors_of(dir, &text);
+    let mut r = LogReader::open_mapped(bag, ReadLimits::default(), &sensors).unwrap();
+    let start = r.time_range().0 + offset_ns;
+    let odom = r.odometry_topic().to_string();
+    let first = r
+        .messages(&[odom.as_str()], start, u64::MAX)
+        .find_map(|m| match m.payload {
+            redline_sim::log::Payload::Odometry(ego) => Some(ego),
+            _ => None,
+        });
+    first.expect("an ego state after the start")
 }
 
 /// A log whose ego lives only in the transform tree (`/tf`: `map` → `odom` every 5 frames,
@@ -690,6 +712,16 @@ fn a_transform_tree_odometry_topic_composes_the_ego_pose() {
             );
         }
     }
+    // Read from frame 6 (`replay --start`): `map` -> `odom` came at frame 5, before the
+    // start; the pose is still composed in `map`, with its speed.
+    let first = first_ego_from(&tf.join("bag.mcap"), &tf, 550_000_000);
+    let b = &want.frames[6].ego;
+    assert_eq!(first.stamp_ns, b.stamp_ns);
+    assert!(
+        (first.x - b.x).abs() < 1e-9 && (first.y - b.y).abs() < 1e-9,
+        "{first:?}"
+    );
+    assert!((first.v - 10.0).abs() < 2e-4, "{first:?}");
     std::fs::remove_dir_all(&odom).ok();
     std::fs::remove_dir_all(&tf).ok();
 }

@@ -62,7 +62,7 @@ mod summary;
 mod writer;
 
 pub use limits::ReadLimits;
-pub use reader::LogReader;
+pub use reader::{LogReader, EGO_PREROLL_NS};
 pub use records::{Place, RecordError};
 pub use rig::{CameraSample, ChannelStats};
 pub use sensor_map::{CameraTopics, Rig, RigError, SensorMap, Stamps};

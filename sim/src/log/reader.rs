@@ -126,6 +126,10 @@ pub(super) struct MoreFile {
     db3: Option<Db3>,
 }
 
+/// How far before the start of a read [`LogReader::messages`] reads a pose-only or `/tf`
+/// odometry topic, so that its first pose has a speed and its whole transform chain.
+pub const EGO_PREROLL_NS: u64 = 2_000_000_000;
+
 /// Footer record (opcode, length, 20-byte body) and end magic.
 const FOOTER_LEN: u64 = 9 + 20 + 8;
 
@@ -754,17 +758,20 @@ impl LogReader {
     /// cannot be decoded or whose schema is unknown becomes an issue and is skipped; a corrupt
     /// chunk becomes an issue and its messages are skipped; the iteration continues. An ego
     /// source that is differenced (a pose-only or `/tf` odometry topic) starts afresh with
-    /// each call, so a call's output does not depend on earlier calls.
+    /// each call, so a call's output does not depend on earlier calls: from the
+    /// [`EGO_PREROLL_NS`] before `start_ns` (its previous pose, the transforms of its
+    /// chain), as a replay from the log's start would have it.
     pub fn messages(
         &mut self,
         topics: &[&str],
         start_ns: u64,
         end_ns: u64,
     ) -> impl Iterator<Item = LogMessage> + '_ {
-        // Each call reads on its own: a pose-only or `/tf` ego source starts afresh (its
-        // first pose has no speed), whatever an earlier call read.
+        // Each call reads on its own: a pose-only or `/tf` ego source starts afresh, whatever
+        // an earlier call read, then reads what precedes the start.
         self.last_pose = None;
         self.tf_ego = Default::default();
+        self.preroll_ego(start_ns);
         let wanted: BTreeSet<u16> = self
             .channels
             .iter()
@@ -773,6 +780,38 @@ impl LogReader {
             .collect();
         Messages {
             raw: RawIter::new(self, wanted, start_ns, end_ns),
+        }
+    }
+
+    /// Decodes (and drops) the messages of a pose-only or `/tf` odometry topic in the
+    /// [`EGO_PREROLL_NS`] before `start_ns`: the first pose read from `start_ns` then has the
+    /// previous one to difference against and its transform chain's ancestors (a `map` →
+    /// `odom` published once a second).
+    fn preroll_ego(&mut self, start_ns: u64) {
+        let from = start_ns.saturating_sub(EGO_PREROLL_NS).max(self.range.0);
+        if from >= start_ns {
+            return;
+        }
+        let odom = self.sensors.odometry_topic().to_string();
+        let ids: BTreeSet<u16> = self
+            .channels
+            .iter()
+            .filter(|(_, c)| {
+                c.topic == odom
+                    && c.encoding == "cdr"
+                    && matches!(
+                        super::decode::kind_of(&c.schema),
+                        Some(super::decode::Kind::Pose | super::decode::Kind::Tf)
+                    )
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let mut raws = RawIter::new(self, ids, from, start_ns);
+        while let Some(raw) = raws.next_raw() {
+            let _ = raws.reader.decode(raw);
         }
     }
 

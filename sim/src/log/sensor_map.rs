@@ -53,8 +53,9 @@ pub struct SensorMap {
     /// topic (`geometry_msgs/msg/PoseWithCovarianceStamped` or `PoseStamped`) also serves,
     /// and so does a transform tree topic (`tf2_msgs/msg/TFMessage`, `/tf`): `base_link`'s
     /// transform composed up its chain of latest parent transforms (`odom`, `map`, ...).
-    /// Speed and yaw rate then come from consecutive poses (0 for the first, and after a
-    /// gap of more than 1 s).
+    /// Speed and yaw rate then come from consecutive poses (0 for the log's first, and after
+    /// a gap of more than 1 s; a read from later in the log first reads the
+    /// [`super::EGO_PREROLL_NS`] before its start).
     pub odometry: Option<String>,
     /// Static transforms topic (`tf2_msgs/msg/TFMessage`); default `/tf_static`.
     pub tf_static: Option<String>,
