@@ -30,7 +30,7 @@ use std::ops::Range;
 
 use super::limits::ReadLimits;
 use super::reader::{Block, BlockKind, InChannel, Source};
-use super::sqlite::{Cell, Db, Record, Table, Value};
+use super::sqlite::{Cell, Db, Record, SqliteError, Table, Value};
 use super::LogIssueKind;
 
 /// Payload bytes per block (about an MCAP chunk's).
@@ -195,12 +195,7 @@ impl Db3 {
                 })
             });
             if let Err(e) = read {
-                issues.push((
-                    LogIssueKind::CorruptChunk,
-                    format!(
-                        "page {leaf} of the messages table is damaged ({e}); its rows are skipped"
-                    ),
-                ));
+                issues.push(damaged_leaf(leaf, &e));
                 // The next block starts after the damage.
                 blocks.extend(cur.take().map(|(b, _)| b));
                 continue;
@@ -332,12 +327,7 @@ impl Db3 {
                 })
             });
             if let Err(e) = read {
-                issues.push((
-                    LogIssueKind::CorruptChunk,
-                    format!(
-                        "page {leaf} of the messages table is damaged ({e}); its rows are skipped"
-                    ),
-                ));
+                issues.push(damaged_leaf(leaf, &e));
                 continue;
             }
             for (rowid, payload_len, local, overflow) in cells {
@@ -386,6 +376,14 @@ impl Db3 {
             }
         }
     }
+}
+
+/// The issue of a leaf page of the messages table that cannot be read.
+fn damaged_leaf(leaf: u32, e: &SqliteError) -> (LogIssueKind, String) {
+    (
+        LogIssueKind::CorruptChunk,
+        format!("page {leaf} of the messages table is damaged ({e}); its rows are skipped"),
+    )
 }
 
 /// Reads the topics table: `id` (or the row id) → channel.

@@ -903,14 +903,14 @@ impl LogReader {
                 },
             };
             if wanted.contains(&channel) && log_time >= start && log_time < end {
-                match message_bytes(data, &limits) {
-                    Ok(data) => out.push(RawMsg {
-                        key: (log_time, ordinal, idx),
-                        channel,
-                        data,
-                    }),
-                    Err(e) => bad.push(format!("message at {log_time} ns {e}; skipped")),
-                }
+                push_raw(
+                    out,
+                    &mut bad,
+                    (log_time, ordinal, idx),
+                    channel,
+                    data,
+                    &limits,
+                );
             }
         };
         if loose {
@@ -989,14 +989,7 @@ impl LogReader {
             |ch, t| log_channel(ch).is_some_and(|c| wanted.contains(&c)) && t >= start && t < end,
             |ch, t, data, idx| {
                 if let Some(channel) = log_channel(ch) {
-                    match message_bytes(data, &limits) {
-                        Ok(data) => out.push(RawMsg {
-                            key: (t, ordinal, idx),
-                            channel,
-                            data,
-                        }),
-                        Err(e) => bad.push(format!("message at {t} ns {e}; skipped")),
-                    }
+                    push_raw(out, &mut bad, (t, ordinal, idx), channel, data, &limits);
                 }
             },
             &mut issues,
@@ -1021,6 +1014,22 @@ impl LogReader {
             k => &self.more_files[k - 1].path,
         };
         format!("{}: ", file_name(path))
+    }
+}
+
+/// Pushes a raw message to `out` (its bytes through [`message_bytes`]), or why it cannot be
+/// read to `bad`.
+fn push_raw(
+    out: &mut Vec<RawMsg>,
+    bad: &mut Vec<String>,
+    key: (u64, usize, usize),
+    channel: u16,
+    data: &[u8],
+    limits: &ReadLimits,
+) {
+    match message_bytes(data, limits) {
+        Ok(data) => out.push(RawMsg { key, channel, data }),
+        Err(e) => bad.push(format!("message at {} ns {e}; skipped", key.0)),
     }
 }
 
