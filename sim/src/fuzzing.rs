@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use crate::feed::Feed;
 use crate::msgs::{CameraInfo, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage};
 
-/// Runs `data` as an MCAP file through the replay's log path; returns the frames read (0 on
-/// an error).
+/// Runs `data` as a log file (MCAP, or a ROS 2 SQLite bag: the reader tells them by their
+/// magic) through the replay's log path; returns the frames read (0 on an error).
 pub fn log_bytes(data: &[u8]) -> usize {
     let path = scratch_path();
     if std::fs::write(&path, data).is_err() {

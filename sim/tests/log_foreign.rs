@@ -722,6 +722,27 @@ fn a_transform_tree_odometry_topic_composes_the_ego_pose() {
         "{first:?}"
     );
     assert!((first.v - 10.0).abs() < 2e-4, "{first:?}");
+    // A mobile robot's tree: odom -> base_footprint moves, base_footprint -> base_link is
+    // static (0.3 m up, in /tf_static): the same pose in the plane.
+    let robot = write_foreign(
+        "tf-footprint",
+        &[
+            "--frames",
+            "8",
+            "--turn",
+            "0.2",
+            "--tf-ego",
+            "--tf-footprint",
+        ],
+    )
+    .expect("python3 ran");
+    let feet = read_foreign(&robot, "bag.mcap");
+    assert!(feet.issues.is_empty(), "{:?}", feet.issues);
+    for (k, (a, b)) in feet.frames.iter().zip(&got.frames).enumerate() {
+        assert!(a.ego_present, "frame {k}");
+        assert_eq!(format!("{:?}", a.ego), format!("{:?}", b.ego), "frame {k}");
+    }
+    std::fs::remove_dir_all(&robot).ok();
     std::fs::remove_dir_all(&odom).ok();
     std::fs::remove_dir_all(&tf).ok();
 }

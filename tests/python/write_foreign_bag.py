@@ -34,6 +34,8 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                odom (100 m, -50 m, yaw 0.5 rad; every 5 frames) and odom -> base_link (each
                frame, so that the chain gives the drive's pose), plus a wheel transform;
                no Odometry topic (redline.toml's odometry names /tf)
+  --tf-footprint  with --tf-ego, as mobile robots publish it: odom -> base_footprint in /tf
+               and base_footprint -> base_link (0.3 m up) in /tf_static
   --turn R     the ego turns at R rad/s (an arc at 10 m/s) instead of driving straight
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
@@ -85,6 +87,7 @@ WAL_CRASH = False
 WRITER = "own"
 POSE = False
 TF_EGO = False
+TF_FOOTPRINT = False
 TURN = 0.0
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
@@ -366,7 +369,7 @@ def to_db3(mcap_path, db3_path):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER, TF_FOOTPRINT
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -394,6 +397,8 @@ def main():
                 PAGE_SIZE = int(value)
             elif flag == "--writer" and value in ("own", "rosbags"):
                 WRITER = value
+            elif flag == "--tf-footprint" and value is None:
+                TF_FOOTPRINT = True
             elif flag == "--tf-ego" and value is None:
                 TF_EGO = True
             elif flag == "--pose" and value is None:
@@ -468,6 +473,7 @@ def main():
                 tf("base_link", "sensor_kit_base_link", (1.5, 0.0, 1.6), yaw_q(0.0), T0),
                 tf("sensor_kit_base_link", "camera/front/camera_optical_link", (0.0, 0.0, 0.0), front_q, T0),
             ]
+            + ([tf("base_footprint", "base_link", (0.0, 0.0, 0.3), yaw_q(0.0), T0)] if TF_FOOTPRINT else [])
         },
         log_time=T0,
         publish_time=T0,
@@ -517,7 +523,8 @@ def main():
             # the pose (x, y, yaw) in map.
             dx, dy = x - MO_X, y - MO_Y
             c, s_ = math.cos(MO_YAW), math.sin(MO_YAW)
-            transforms = [tf("odom", "base_link", (c * dx + s_ * dy, -s_ * dx + c * dy, 0.0), yaw_q(yaw - MO_YAW), t),
+            moving = "base_footprint" if TF_FOOTPRINT else "base_link"
+            transforms = [tf("odom", moving, (c * dx + s_ * dy, -s_ * dx + c * dy, 0.0), yaw_q(yaw - MO_YAW), t),
                           tf("base_link", "wheel_fl", (1.4, 0.8, 0.3), yaw_q(0.1 * k), t)]
             if k % 5 == 0:
                 transforms.insert(0, tf("map", "odom", (MO_X, MO_Y, 0.0), yaw_q(MO_YAW), t))

@@ -254,7 +254,8 @@ fn resize_rgb(pre: &Preprocess, img: &RgbImage) -> RgbImage {
 }
 
 /// `base_link`'s pose from a dynamic transform tree (`/tf`): the latest transform of each
-/// frame to its parent, composed from `base_link` up to the root (`map`, `odom`, ...).
+/// frame to its parent, composed from `base_link` up to the root (`map`, `odom`, ...); the
+/// log's static transforms (`/tf_static`, e.g. `base_footprint` → `base_link`) seed it.
 #[derive(Debug, Default)]
 pub(super) struct TfEgo {
     /// child frame → (parent frame, translation, rotation), the latest received.
@@ -262,44 +263,62 @@ pub(super) struct TfEgo {
 }
 
 impl TfEgo {
-    /// Takes the transforms of one `/tf` message. When one of them moves `base_link`, its
-    /// pose in the root of its chain, stamped with that transform's stamp (speed and yaw
-    /// rate 0: differenced by the caller); `None` when none does. A loop in the tree or a
-    /// bad stamp is an error.
-    fn update(&mut self, transforms: &[TransformStamped]) -> Option<Result<EgoState, String>> {
-        let mut stamp = None;
-        for t in transforms {
-            let child = t.child_frame_id.trim_start_matches('/');
-            self.edges.insert(
-                child.to_string(),
-                (
-                    t.header.frame_id.trim_start_matches('/').to_string(),
-                    t.transform.translation,
-                    t.transform.rotation,
-                ),
-            );
-            if child == super::sensor_map::BASE_FRAME {
-                stamp = Some(t.header.stamp);
-            }
+    /// A tree that starts with the static transforms `statics`.
+    pub(super) fn seeded(statics: &[TransformStamped]) -> TfEgo {
+        let mut tree = TfEgo::default();
+        for t in statics {
+            tree.insert(t);
         }
-        let stamp = match stamp?.to_ns() {
-            Ok(s) => s,
-            Err(e) => return Some(Err(e.to_string())),
-        };
+        tree
+    }
+
+    fn insert(&mut self, t: &TransformStamped) -> String {
+        let child = t.child_frame_id.trim_start_matches('/').to_string();
+        self.edges.insert(
+            child.clone(),
+            (
+                t.header.frame_id.trim_start_matches('/').to_string(),
+                t.transform.translation,
+                t.transform.rotation,
+            ),
+        );
+        child
+    }
+
+    /// Takes the transforms of one `/tf` message. When one of them lies on `base_link`'s
+    /// chain (`base_link`'s own, or one of its ancestors'), `base_link`'s pose in the root
+    /// of the chain, stamped with the latest stamp among them (speed and yaw rate 0:
+    /// differenced by the caller); `None` when none does. A loop in the tree or a bad stamp
+    /// is an error.
+    fn update(&mut self, transforms: &[TransformStamped]) -> Option<Result<EgoState, String>> {
+        let mut moved = std::collections::BTreeMap::new();
+        for t in transforms {
+            let child = self.insert(t);
+            moved.insert(child, t.header.stamp);
+        }
         // Compose up the chain: pose_root = edge_k ∘ … ∘ edge_base.
         let (mut t, mut q) = (Vector3::default(), Quaternion::IDENTITY);
         let mut frame = super::sensor_map::BASE_FRAME;
+        let mut stamp: Option<u64> = None;
         for _ in 0..=self.edges.len() {
             let Some((parent, et, eq)) = self.edges.get(frame) else {
-                return Some(Ok(EgoState {
-                    stamp_ns: stamp,
-                    x: t.x,
-                    y: t.y,
-                    yaw: q.yaw(),
-                    v: 0.0,
-                    yaw_rate: 0.0,
-                }));
+                return stamp.map(|stamp_ns| {
+                    Ok(EgoState {
+                        stamp_ns,
+                        x: t.x,
+                        y: t.y,
+                        yaw: q.yaw(),
+                        v: 0.0,
+                        yaw_rate: 0.0,
+                    })
+                });
             };
+            if let Some(s) = moved.get(frame) {
+                match s.to_ns() {
+                    Ok(s) => stamp = Some(stamp.map_or(s, |m| m.max(s))),
+                    Err(e) => return Some(Err(e.to_string())),
+                }
+            }
             let r =
                 *eq * Quaternion {
                     x: t.x,

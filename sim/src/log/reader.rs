@@ -171,6 +171,8 @@ pub struct LogReader {
     pub(super) last_pose: Option<crate::types::EgoState>,
     /// The transform tree read so far, when the odometry topic is a `/tf` topic.
     pub(super) tf_ego: super::decode::TfEgo,
+    /// The log's static transforms (read with the rig): they seed [`LogReader::tf_ego`].
+    pub(super) static_tf: Vec<crate::msgs::TransformStamped>,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -411,6 +413,7 @@ impl LogReader {
             db3: None,
             last_pose: None,
             tf_ego: Default::default(),
+            static_tf: Vec::new(),
         };
         if db3 {
             r.open_db3()?;
@@ -770,7 +773,7 @@ impl LogReader {
         // Each call reads on its own: a pose-only or `/tf` ego source starts afresh, whatever
         // an earlier call read, then reads what precedes the start.
         self.last_pose = None;
-        self.tf_ego = Default::default();
+        self.tf_ego = super::decode::TfEgo::seeded(&self.static_tf);
         self.preroll_ego(start_ns);
         let wanted: BTreeSet<u16> = self
             .channels

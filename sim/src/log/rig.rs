@@ -274,6 +274,7 @@ impl LogReader {
             self.mapped_rig(&cal)?;
         }
         self.map = cal.map;
+        self.static_tf = cal.tfs;
         self.plan_resize();
         Ok(())
     }

@@ -52,7 +52,8 @@ pub struct SensorMap {
     /// Odometry topic (`nav_msgs/msg/Odometry`); default `/ego/odom`. A localiser's pose
     /// topic (`geometry_msgs/msg/PoseWithCovarianceStamped` or `PoseStamped`) also serves,
     /// and so does a transform tree topic (`tf2_msgs/msg/TFMessage`, `/tf`): `base_link`'s
-    /// transform composed up its chain of latest parent transforms (`odom`, `map`, ...).
+    /// transform composed up its chain of latest parent transforms (`odom`, `map`, ...; the
+    /// static transforms count too, e.g. `base_footprint` → `base_link`).
     /// Speed and yaw rate then come from consecutive poses (0 for the log's first, and after
     /// a gap of more than 1 s; a read from later in the log first reads the
     /// [`super::EGO_PREROLL_NS`] before its start).
