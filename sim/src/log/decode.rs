@@ -3,8 +3,10 @@
 //! Promises: a message whose schema or encoding redline does not read, or that fails to
 //! decode or convert, becomes a [`LogIssue`](super::LogIssue) on the reader and is skipped
 //! (`None`); an image of the wrong size is kept as a [`Payload::Image`] with an
-//! [`ImageIssue`] so the rest of the frame stays usable. Cost: allocates the decoded message.
-//! Never panics on bad data.
+//! [`ImageIssue`] so the rest of the frame stays usable. The odometry topic may be a pose
+//! topic or the `/tf` tree: decoding it is stateful (the previous pose, the tree so far:
+//! [`TfEgo`]), in log-time order, reset by each [`LogReader::messages`] call. Cost:
+//! allocates the decoded message. Never panics on bad data.
 
 use super::reader::{LogReader, RawMsg};
 use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData, Stamps};

@@ -215,9 +215,9 @@ impl LogReader {
         Self::open_file(path, limits, Some(sensors))
     }
 
-    /// Opens any log (MCAP, `.db3` or bag directory) without looking for a camera rig: for listing what a log holds
-    /// ([`LogReader::channel_stats`], `redline log info`). [`LogReader::messages`] of such a
-    /// reader decodes no images.
+    /// Opens any log (MCAP, `.db3` or bag directory) without looking for a camera rig: for
+    /// listing what a log holds ([`LogReader::channel_stats`], `redline log info`).
+    /// [`LogReader::messages`] of such a reader decodes no images.
     pub fn open_any(path: &Path, limits: ReadLimits) -> Result<LogReader, LogError> {
         Self::open_file(path, limits, None)
     }
