@@ -154,3 +154,28 @@ fn a_distorted_camera_is_undistorted_before_the_network() {
     assert!(info.contains("plumb_bob (17 px)"), "{info}");
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// A camera_info that describes the sensor at full resolution with binning, or with the
+/// images a region of interest of it (as binning and cropping camera drivers publish them):
+/// the intrinsics are those of the images (image_geometry's reading), so both replay to the
+/// output hash of the bag whose camera_info describes the images directly.
+#[test]
+fn a_binned_or_cropped_camera_info_describes_its_images() {
+    let tmp = std::env::temp_dir().join(format!("redline-binning-cli-{}", std::process::id()));
+    let (plain, binned, cropped) = (tmp.join("plain"), tmp.join("binned"), tmp.join("roi"));
+    if !write_bag(&plain, &["--frames", "6"]) {
+        return;
+    }
+    assert!(write_bag(&binned, &["--frames", "6", "--binning", "2"]));
+    assert!(write_bag(&cropped, &["--frames", "6", "--roi"]));
+    let want = hash_of(&plain, "bag.mcap");
+    assert_eq!(hash_of(&binned, "bag.mcap"), want, "binning 2");
+    assert_eq!(hash_of(&cropped, "bag.mcap"), want, "region of interest");
+    let info = check(redline(&binned, &["log", "info", "bag.mcap"]));
+    let info = String::from_utf8(info.stdout).unwrap();
+    assert!(
+        info.contains("CameraInfo       plumb_bob        160x96  ok"),
+        "{info}"
+    );
+    std::fs::remove_dir_all(&tmp).ok();
+}

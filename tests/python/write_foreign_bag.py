@@ -37,6 +37,10 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
   --tf-footprint  with --tf-ego, as mobile robots publish it: odom -> base_footprint in /tf
                and base_footprint -> base_link (0.3 m up) in /tf_static
   --turn R     the ego turns at R rad/s (an arc at 10 m/s) instead of driving straight
+  --binning B  the front camera_info describes the sensor at B times the image size (its
+               width, height and K) with binning_x = binning_y = B, as a binning driver does
+  --roi        the front camera_info describes a sensor 40 px wider and 20 px taller, the
+               images being the region of interest at (10, 6) of it (roi and K shifted)
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -88,6 +92,8 @@ WRITER = "own"
 POSE = False
 TF_EGO = False
 TF_FOOTPRINT = False
+BINNING = 0
+ROI = False
 TURN = 0.0
 PERIOD_NS = 100_000_000  # 10 Hz
 T0 = 1_700_000_000 * 1_000_000_000  # 2023-11-14, Unix time
@@ -369,7 +375,7 @@ def to_db3(mcap_path, db3_path):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER, TF_FOOTPRINT
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER, TF_FOOTPRINT, BINNING, ROI
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -397,6 +403,10 @@ def main():
                 PAGE_SIZE = int(value)
             elif flag == "--writer" and value in ("own", "rosbags"):
                 WRITER = value
+            elif flag == "--binning" and value:
+                BINNING = int(value)
+            elif flag == "--roi" and value is None:
+                ROI = True
             elif flag == "--tf-footprint" and value is None:
                 TF_FOOTPRINT = True
             elif flag == "--tf-ego" and value is None:
@@ -478,21 +488,28 @@ def main():
         log_time=T0,
         publish_time=T0,
     )
+    # The sensor's full resolution and K; the images are W x H after the region of interest
+    # and binning (--binning, --roi), as image_geometry reads a CameraInfo.
+    b = max(BINNING, 1)
+    ox, oy = (10, 6) if ROI else (0, 0)
+    sw, sh = (W + 40, H + 20) if ROI else (W, H)
+    sfx, scx, scy = fx * b, (W / 2) * b + ox, (H / 2) * b + oy
     w.write_message(
         "/sensing/camera/front/camera_info",
         info_schema,
         {
             "header": {"stamp": stamp(T0), "frame_id": "camera/front/camera_optical_link"},
-            "height": H,
-            "width": W,
+            "height": sh * b,
+            "width": sw * b,
             "distortion_model": MODEL,
             "d": [K1, 0.0, 0.0, 0.0, 0.0],
-            "k": [fx, 0.0, W / 2, 0.0, fy, H / 2, 0.0, 0.0, 1.0],
+            "k": [sfx, 0.0, scx, 0.0, sfx, scy, 0.0, 0.0, 1.0],
             "r": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
-            "p": [fx, 0.0, W / 2, 0.0, 0.0, fy, H / 2, 0.0, 0.0, 0.0, 1.0, 0.0],
-            "binning_x": 0,
-            "binning_y": 0,
-            "roi": {"x_offset": 0, "y_offset": 0, "height": 0, "width": 0, "do_rectify": False},
+            "p": [sfx, 0.0, scx, 0.0, 0.0, sfx, scy, 0.0, 0.0, 0.0, 1.0, 0.0],
+            "binning_x": BINNING,
+            "binning_y": BINNING,
+            "roi": {"x_offset": ox, "y_offset": oy, "height": H if ROI else 0, "width": W if ROI else 0,
+                    "do_rectify": False},
         },
         log_time=T0,
         publish_time=T0,

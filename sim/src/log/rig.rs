@@ -176,7 +176,9 @@ impl LogReader {
                 },
                 _ => match CameraInfo::from_cdr(&raw.data) {
                     Ok(ci) => {
-                        (sample.width, sample.height) = (ci.width, ci.height);
+                        // The published images' size (after region of interest and binning).
+                        let k = ci.to_intrinsics();
+                        (sample.width, sample.height) = (k.width, k.height);
                         sample.format = ci.distortion_model.clone();
                         match ci.border_distortion_px() {
                             Err(_) => {

@@ -298,15 +298,27 @@ impl CameraInfo {
         }
     }
 
-    /// Size, focal lengths and principal point (from `k`).
+    /// Size, focal lengths and principal point of the images the camera publishes: `k` and
+    /// the size are the sensor's full resolution, so a region of interest (`roi`, all zeros:
+    /// the whole sensor) crops them and binning divides them, as image_geometry's
+    /// `PinholeCameraModel` reads a `CameraInfo`: size `roi / binning`, `fx / binning_x`,
+    /// `cx' = (cx − x_offset) / binning_x` (same in y; binning 0 means 1). Without binning
+    /// or a region, exactly `k` and the size.
     pub fn to_intrinsics(&self) -> CameraIntrinsics {
+        let (bx, by) = (self.binning_x.max(1), self.binning_y.max(1));
+        let roi = &self.roi;
+        let (w, h, ox, oy) = if roi.width > 0 && roi.height > 0 {
+            (roi.width, roi.height, roi.x_offset, roi.y_offset)
+        } else {
+            (self.width, self.height, 0, 0)
+        };
         CameraIntrinsics {
-            width: self.width,
-            height: self.height,
-            fx: self.k[0],
-            fy: self.k[4],
-            cx: self.k[2],
-            cy: self.k[5],
+            width: w / bx,
+            height: h / by,
+            fx: self.k[0] / f64::from(bx),
+            fy: self.k[4] / f64::from(by),
+            cx: (self.k[2] - f64::from(ox)) / f64::from(bx),
+            cy: (self.k[5] - f64::from(oy)) / f64::from(by),
         }
     }
 
