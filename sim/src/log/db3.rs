@@ -27,11 +27,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
+use std::path::PathBuf;
 
 use super::limits::ReadLimits;
-use super::reader::{Block, BlockKind, InChannel, Source};
+use super::reader::{push_raw, Block, BlockKind, InChannel, LogReader, RawMsg, Source};
 use super::sqlite::{Cell, Db, Record, SqliteError, Table, Value};
-use super::LogIssueKind;
+use super::{LogError, LogIssueKind};
 
 /// Payload bytes per block (about an MCAP chunk's).
 const BLOCK_BYTES: u64 = 4 << 20;
@@ -319,61 +320,150 @@ impl Db3 {
         let mut payload = Vec::new();
         let mut idx = 0;
         for &leaf in self.leaves.get(leaves).unwrap_or_default() {
-            let mut cells = Vec::new();
+            // Each row is read where its cell lies on the leaf page (no copy of the page).
             let read = self.db.read_leaf(file, leaf, &mut page).and_then(|()| {
-                self.db.leaf_cells(leaf, &page, |c| {
-                    cells.push((c.rowid, c.payload_len, c.local.to_vec(), c.overflow));
+                self.db.leaf_cells(leaf, &page, |cell| {
+                    idx += 1;
+                    let Some(RowHead { topic, time }) =
+                        self.row_head(file, leaf, &cell, limits, &mut payload)
+                    else {
+                        return Ok(());
+                    };
+                    let (Some(&ch), Ok(t)) = (self.topic_ids.get(&topic), u64::try_from(time))
+                    else {
+                        return Ok(());
+                    };
+                    if !want(ch, t) {
+                        return Ok(());
+                    }
+                    let rowid = cell.rowid;
+                    if let Err(e) =
+                        self.db
+                            .payload(file, leaf, &cell, limits.max_record_bytes, &mut payload)
+                    {
+                        let kind = if cell.payload_len > limits.max_record_bytes {
+                            LogIssueKind::OverLimit
+                        } else {
+                            LogIssueKind::CorruptChunk
+                        };
+                        issues.push((kind, format!("message row {rowid} cannot be read ({e}; the limit is `max_record_bytes` in the config's [log] table); it is skipped")));
+                        return Ok(());
+                    }
+                    let data = Record::parse(&payload)
+                        .ok()
+                        .and_then(|r| r.value(self.data_col))
+                        .and_then(Value::bytes);
+                    match data {
+                        Some(data) => take(ch, t, data, idx),
+                        None => issues.push((
+                            LogIssueKind::UndecodableMessage,
+                            format!("message row {rowid} has no data blob; it is skipped"),
+                        )),
+                    }
                     Ok(())
                 })
             });
             if let Err(e) = read {
                 issues.push(damaged_leaf(leaf, &e));
-                continue;
             }
-            for (rowid, payload_len, local, overflow) in cells {
-                idx += 1;
-                let cell = Cell {
-                    rowid,
-                    payload_len,
-                    local: &local,
-                    overflow,
-                };
-                let Some(RowHead { topic, time }) =
-                    self.row_head(file, leaf, &cell, limits, &mut payload)
-                else {
-                    continue;
-                };
-                let (Some(&ch), Ok(t)) = (self.topic_ids.get(&topic), u64::try_from(time)) else {
-                    continue;
-                };
-                if !want(ch, t) {
-                    continue;
-                }
-                if let Err(e) =
-                    self.db
-                        .payload(file, leaf, &cell, limits.max_record_bytes, &mut payload)
-                {
-                    let kind = if payload_len > limits.max_record_bytes {
-                        LogIssueKind::OverLimit
-                    } else {
-                        LogIssueKind::CorruptChunk
-                    };
-                    issues.push((kind, format!("message row {rowid} cannot be read ({e}; the limit is `max_record_bytes` in the config's [log] table); it is skipped")));
-                    continue;
-                }
-                let data = Record::parse(&payload)
-                    .ok()
-                    .and_then(|r| r.value(self.data_col))
-                    .and_then(Value::bytes);
-                let Some(data) = data else {
-                    issues.push((
-                        LogIssueKind::UndecodableMessage,
-                        format!("message row {rowid} has no data blob; it is skipped"),
-                    ));
-                    continue;
-                };
-                take(ch, t, data, idx);
+        }
+    }
+}
+
+impl LogReader {
+    /// Indexes a `.db3` bag file (see `db3`): its topics are the channels, its message
+    /// pages the blocks.
+    pub(super) fn open_db3(&mut self) -> Result<(), LogError> {
+        // The write-ahead log beside a file (never for a log held in memory).
+        let wal_path = match &self.file {
+            Source::File(_) => {
+                let mut p = self.path.clone().into_os_string();
+                p.push("-wal");
+                Some(PathBuf::from(p))
             }
+            Source::Memory(_) => None,
+        };
+        let limit = self.limits.max_record_bytes;
+        let read_wal = || {
+            let path = wal_path?;
+            let len = std::fs::metadata(&path).ok()?.len();
+            Some(if len > limit {
+                Err(format!(
+                    "{len} bytes, over `max_record_bytes` ({limit}) in the config's [log] table"
+                ))
+            } else {
+                std::fs::read(&path).map_err(|e| e.to_string())
+            })
+        };
+        let opened =
+            Db3::open(&mut self.file, self.file_len, &self.limits, read_wal).map_err(|why| {
+                LogError::Db3 {
+                    path: self.path.clone(),
+                    why,
+                }
+            })?;
+        self.channels = opened.channels;
+        self.blocks = opened.blocks;
+        self.db3 = Some(opened.db3);
+        for (kind, detail) in opened.issues {
+            self.issue(kind, detail);
+        }
+        self.range = (
+            self.blocks.iter().map(|b| b.start_ns).min().unwrap_or(0),
+            self.blocks.iter().map(|b| b.end_ns).max().unwrap_or(0),
+        );
+        self.indexed = true;
+        Ok(())
+    }
+
+    /// [`LogReader::load_block`] for leaf pages `leaves` of a `.db3` file's messages table.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn load_db3_block(
+        &mut self,
+        b: &Block,
+        leaves: std::ops::Range<usize>,
+        ordinal: usize,
+        wanted: &BTreeSet<u16>,
+        start: u64,
+        end: u64,
+        out: &mut Vec<RawMsg>,
+    ) {
+        let (file, channel_ids, db3) = match b.part {
+            0 => (&mut self.file, None, self.db3.as_ref()),
+            k => {
+                let more = &mut self.more_files[k - 1];
+                (&mut more.file, Some(&more.channel_ids), more.db3.as_ref())
+            }
+        };
+        let Some(db3) = db3 else {
+            return;
+        };
+        let log_channel = |ch: u16| match channel_ids {
+            None => Some(ch),
+            Some(ids) => ids.get(&ch).copied(),
+        };
+        let mut issues = Vec::new();
+        let mut bad = Vec::new();
+        let limits = self.limits;
+        db3.read_block(
+            file,
+            leaves,
+            &self.limits,
+            |ch, t| log_channel(ch).is_some_and(|c| wanted.contains(&c)) && t >= start && t < end,
+            |ch, t, data, idx| {
+                if let Some(channel) = log_channel(ch) {
+                    push_raw(out, &mut bad, (t, ordinal, idx), channel, data, &limits);
+                }
+            },
+            &mut issues,
+        );
+        self.chunks_read += 1;
+        let name = self.part_name(b.part);
+        for (kind, detail) in issues {
+            self.issue(kind, format!("{name}{detail}"));
+        }
+        for detail in bad {
+            self.issue(LogIssueKind::UndecodableMessage, format!("{name}{detail}"));
         }
     }
 }

@@ -42,16 +42,19 @@
 //! seen here: the decoders meet it).
 //!
 //! Layout: `bag_dir` (a bag directory's files), `sqlite` (the read-only SQLite file
-//! reader), `db3` (a `.db3` bag file's topics and messages as channels and blocks), `writer` ([`LogWriter`]), `summary` (the canonical, byte-deterministic
-//! summary section the writer finishes with), `reader` ([`LogReader`]: open, indexed reads,
-//! the time-ordered merge), `recovery` (chunk reading that tolerates damage and the linear scan
-//! of files without a usable summary), `decode` (raw CDR message → [`Payload`]). This module
+//! reader), `db3` (a `.db3` bag file's topics and messages as channels and blocks, and the
+//! reader's `.db3` opening and block reads), `writer` ([`LogWriter`]), `summary` (the
+//! canonical, byte-deterministic summary section the writer finishes with), `reader`
+//! ([`LogReader`]: open, indexed reads), `merge` (the time-ordered merge of the blocks),
+//! `recovery` (chunk reading that tolerates damage and the linear scan of files without a
+//! usable summary), `decode` (raw CDR message → [`Payload`]). This module
 //! holds the shared types, errors and topic names.
 
 mod bag_dir;
 mod db3;
 mod decode;
 mod limits;
+mod merge;
 mod reader;
 mod records;
 mod recovery;

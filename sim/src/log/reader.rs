@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use super::bag_dir::bag_files;
 use super::db3::Db3;
 use super::limits::ReadLimits;
+use super::merge::{Messages, RawIter};
 use super::records::{self, Place, RecordError};
 use super::recovery::{read_chunk, ChunkItem};
 use super::sensor_map::SensorMap;
@@ -119,11 +120,11 @@ enum SummaryError {
 #[derive(Debug)]
 pub(super) struct MoreFile {
     path: PathBuf,
-    file: Source,
+    pub(super) file: Source,
     /// This file's channel id → the log's.
-    channel_ids: BTreeMap<u16, u16>,
+    pub(super) channel_ids: BTreeMap<u16, u16>,
     /// The file's messages table, when it is a `.db3` bag file.
-    db3: Option<Db3>,
+    pub(super) db3: Option<Db3>,
 }
 
 /// How far before the start of a read [`LogReader::messages`] reads a pose-only or `/tf`
@@ -165,7 +166,7 @@ pub struct LogReader {
     /// rig's size ([`LogReader::cameras`]), when they differ.
     pub(super) resizers: Vec<Option<redline_pipeline::perception::Preprocess>>,
     /// The reader's own file's messages table, when it is a `.db3` bag file.
-    db3: Option<Db3>,
+    pub(super) db3: Option<Db3>,
     /// The last pose read from a pose-only odometry topic (`geometry_msgs` pose types): the
     /// next one's speed and yaw rate are differences with it (`decode`).
     pub(super) last_pose: Option<crate::types::EgoState>,
@@ -425,51 +426,6 @@ impl LogReader {
             r.load_rig()?;
         }
         Ok(r)
-    }
-
-    /// Indexes a `.db3` bag file (see `db3`): its topics are the channels, its message
-    /// pages the blocks.
-    fn open_db3(&mut self) -> Result<(), LogError> {
-        // The write-ahead log beside a file (never for a log held in memory).
-        let wal_path = match &self.file {
-            Source::File(_) => {
-                let mut p = self.path.clone().into_os_string();
-                p.push("-wal");
-                Some(PathBuf::from(p))
-            }
-            Source::Memory(_) => None,
-        };
-        let limit = self.limits.max_record_bytes;
-        let read_wal = || {
-            let path = wal_path?;
-            let len = std::fs::metadata(&path).ok()?.len();
-            Some(if len > limit {
-                Err(format!(
-                    "{len} bytes, over `max_record_bytes` ({limit}) in the config's [log] table"
-                ))
-            } else {
-                std::fs::read(&path).map_err(|e| e.to_string())
-            })
-        };
-        let opened =
-            Db3::open(&mut self.file, self.file_len, &self.limits, read_wal).map_err(|why| {
-                LogError::Db3 {
-                    path: self.path.clone(),
-                    why,
-                }
-            })?;
-        self.channels = opened.channels;
-        self.blocks = opened.blocks;
-        self.db3 = Some(opened.db3);
-        for (kind, detail) in opened.issues {
-            self.issue(kind, detail);
-        }
-        self.range = (
-            self.blocks.iter().map(|b| b.start_ns).min().unwrap_or(0),
-            self.blocks.iter().map(|b| b.end_ns).max().unwrap_or(0),
-        );
-        self.indexed = true;
-        Ok(())
     }
 
     /// Indexes an MCAP file: through its summary, else by a linear scan.
@@ -819,7 +775,7 @@ impl LogReader {
     }
 
     /// Reads the raw messages of one block that pass the filters.
-    fn load_block(
+    pub(super) fn load_block(
         &mut self,
         bi: usize,
         ordinal: usize,
@@ -956,59 +912,8 @@ impl LogReader {
         }
     }
 
-    /// [`LogReader::load_block`] for leaf pages `leaves` of a `.db3` file's messages table.
-    #[allow(clippy::too_many_arguments)]
-    fn load_db3_block(
-        &mut self,
-        b: &Block,
-        leaves: std::ops::Range<usize>,
-        ordinal: usize,
-        wanted: &BTreeSet<u16>,
-        start: u64,
-        end: u64,
-        out: &mut Vec<RawMsg>,
-    ) {
-        let (file, channel_ids, db3) = match b.part {
-            0 => (&mut self.file, None, self.db3.as_ref()),
-            k => {
-                let more = &mut self.more_files[k - 1];
-                (&mut more.file, Some(&more.channel_ids), more.db3.as_ref())
-            }
-        };
-        let Some(db3) = db3 else {
-            return;
-        };
-        let log_channel = |ch: u16| match channel_ids {
-            None => Some(ch),
-            Some(ids) => ids.get(&ch).copied(),
-        };
-        let mut issues = Vec::new();
-        let mut bad = Vec::new();
-        let limits = self.limits;
-        db3.read_block(
-            file,
-            leaves,
-            &self.limits,
-            |ch, t| log_channel(ch).is_some_and(|c| wanted.contains(&c)) && t >= start && t < end,
-            |ch, t, data, idx| {
-                if let Some(channel) = log_channel(ch) {
-                    push_raw(out, &mut bad, (t, ordinal, idx), channel, data, &limits);
-                }
-            },
-            &mut issues,
-        );
-        self.chunks_read += 1;
-        let name = self.part_name(b.part);
-        for (kind, detail) in issues {
-            self.issue(kind, format!("{name}{detail}"));
-        }
-        for detail in bad {
-            self.issue(LogIssueKind::UndecodableMessage, format!("{name}{detail}"));
-        }
-    }
-
     /// `"<file name>: "` for a block of a split bag (its issues name their file), else empty.
-    fn part_name(&self, part: usize) -> String {
+    pub(super) fn part_name(&self, part: usize) -> String {
         if self.more_files.is_empty() {
             return String::new();
         }
@@ -1020,9 +925,9 @@ impl LogReader {
     }
 }
 
-/// Pushes a raw message to `out` (its bytes through [`message_bytes`]), or why it cannot be
+/// Pushes a raw message to `out` (its bytes through [`records::message_bytes`]), or why it cannot be
 /// read to `bad`.
-fn push_raw(
+pub(super) fn push_raw(
     out: &mut Vec<RawMsg>,
     bad: &mut Vec<String>,
     key: (u64, usize, usize),
@@ -1030,42 +935,10 @@ fn push_raw(
     data: &[u8],
     limits: &ReadLimits,
 ) {
-    match message_bytes(data, limits) {
+    match records::message_bytes(data, limits) {
         Ok(data) => out.push(RawMsg { key, channel, data }),
         Err(e) => bad.push(format!("message at {} ns {e}; skipped", key.0)),
     }
-}
-
-/// The first bytes of a zstd frame.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
-
-/// A message's serialized bytes: `data` itself, or, when it is one zstd frame (rosbag2's
-/// message compression, `ros2 bag record --compression-mode message`, in either storage),
-/// its decompressed bytes, at most `max_chunk_bytes` of them. Serialized CDR starts with
-/// its encapsulation header (`00 01 00 00` and kin), never with the zstd magic, so no
-/// flag from `metadata.yaml` is needed. The error says why (for an issue).
-pub(super) fn message_bytes(data: &[u8], limits: &ReadLimits) -> Result<Vec<u8>, String> {
-    if !data.starts_with(&ZSTD_MAGIC) {
-        return Ok(data.to_vec());
-    }
-    let limit = limits.max_chunk_bytes;
-    let fail =
-        |e: &dyn std::fmt::Display| format!("is a zstd frame that cannot be decompressed ({e})");
-    let mut d = zstd::stream::read::Decoder::with_buffer(data).map_err(|e| fail(&e))?;
-    // The decoder's window (allocated by zstd itself) stays within the limit.
-    let log = 64 - (limit.max(1) - 1).leading_zeros();
-    let _ = d.window_log_max(log.clamp(10, 27));
-    let mut out = Vec::new();
-    (&mut d)
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut out)
-        .map_err(|e| fail(&e))?;
-    if out.len() as u64 > limit {
-        return Err(format!(
-            "decompresses to more than {limit} bytes (`max_chunk_bytes` in the config's [log] table)"
-        ));
-    }
-    Ok(out)
 }
 
 /// The file name of `path` (the whole path when it has none), for issues naming their file.
@@ -1106,120 +979,4 @@ fn read_up_to(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
-}
-
-/// Merges raw messages of the selected blocks in log-time order.
-pub(super) struct RawIter<'r> {
-    pub(super) reader: &'r mut LogReader,
-    wanted: BTreeSet<u16>,
-    start: u64,
-    end: u64,
-    order: Vec<usize>,
-    next: usize,
-    /// Sorted by key, descending: `pop` yields the earliest.
-    pending: Vec<RawMsg>,
-    /// Message bytes in `pending`.
-    pending_bytes: u64,
-}
-
-impl<'r> RawIter<'r> {
-    pub(super) fn new(
-        reader: &'r mut LogReader,
-        wanted: BTreeSet<u16>,
-        start: u64,
-        end: u64,
-    ) -> Self {
-        let order = reader
-            .blocks
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| {
-                !b.skip
-                    && b.end_ns >= start
-                    && b.start_ns < end
-                    && match &b.channels {
-                        Some(c) => c.iter().any(|id| wanted.contains(id)),
-                        None => true,
-                    }
-            })
-            .map(|(i, _)| i)
-            .collect();
-        RawIter {
-            reader,
-            wanted,
-            start,
-            end,
-            order,
-            next: 0,
-            pending: Vec::new(),
-            pending_bytes: 0,
-        }
-    }
-
-    pub(super) fn next_raw(&mut self) -> Option<RawMsg> {
-        loop {
-            while self.next < self.order.len() {
-                let bi = self.order[self.next];
-                let earliest = self.pending.last().map(|m| m.key.0);
-                if earliest.is_some_and(|t| self.reader.blocks[bi].start_ns > t) {
-                    break;
-                }
-                let limit = self.reader.limits.max_buffered_bytes;
-                if self.pending_bytes >= limit {
-                    // Chunks overlapping in time hold more than the limit: release what is
-                    // held before reading on, at the cost of log-time order.
-                    let at = self.reader.blocks[bi].offset;
-                    self.reader.issue(
-                        LogIssueKind::OverLimit,
-                        format!("chunks overlapping in time hold more than {limit} bytes of messages (ReadLimits::max_buffered_bytes, `max_buffered_bytes` in the config's [log] table) before the chunk at byte {at}; messages from there on may come out of log-time order"),
-                    );
-                    break;
-                }
-                let before = self.pending.len();
-                self.reader.load_block(
-                    bi,
-                    self.next,
-                    &self.wanted,
-                    self.start,
-                    self.end,
-                    &mut self.pending,
-                );
-                self.next += 1;
-                let added: u64 = self.pending[before..]
-                    .iter()
-                    .map(|m| m.data.len() as u64)
-                    .sum();
-                self.pending_bytes += added;
-                if self.pending.len() != before {
-                    self.pending
-                        .sort_unstable_by_key(|m| std::cmp::Reverse(m.key));
-                }
-            }
-            if let Some(m) = self.pending.pop() {
-                self.pending_bytes -= m.data.len() as u64;
-                return Some(m);
-            }
-            if self.next >= self.order.len() {
-                return None;
-            }
-        }
-    }
-}
-
-/// The iterator returned by [`LogReader::messages`].
-struct Messages<'r> {
-    raw: RawIter<'r>,
-}
-
-impl Iterator for Messages<'_> {
-    type Item = LogMessage;
-
-    fn next(&mut self) -> Option<LogMessage> {
-        loop {
-            let raw = self.raw.next_raw()?;
-            if let Some(m) = self.raw.reader.decode(raw) {
-                return Some(m);
-            }
-        }
-    }
 }

@@ -727,6 +727,38 @@ pub(super) use op::{
     STATISTICS as OP_STATISTICS,
 };
 
+/// The first bytes of a zstd frame.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+/// A message's serialized bytes: `data` itself, or, when it is one zstd frame (rosbag2's
+/// message compression, `ros2 bag record --compression-mode message`, in either storage),
+/// its decompressed bytes, at most `max_chunk_bytes` of them. Serialized CDR starts with
+/// its encapsulation header (`00 01 00 00` and kin), never with the zstd magic, so no
+/// flag from `metadata.yaml` is needed. The error says why (for an issue).
+pub(super) fn message_bytes(data: &[u8], limits: &ReadLimits) -> Result<Vec<u8>, String> {
+    if !data.starts_with(&ZSTD_MAGIC) {
+        return Ok(data.to_vec());
+    }
+    let limit = limits.max_chunk_bytes;
+    let fail =
+        |e: &dyn std::fmt::Display| format!("is a zstd frame that cannot be decompressed ({e})");
+    let mut d = zstd::stream::read::Decoder::with_buffer(data).map_err(|e| fail(&e))?;
+    // The decoder's window (allocated by zstd itself) stays within the limit.
+    let log = 64 - (limit.max(1) - 1).leading_zeros();
+    let _ = d.window_log_max(log.clamp(10, 27));
+    let mut out = Vec::new();
+    (&mut d)
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| fail(&e))?;
+    if out.len() as u64 > limit {
+        return Err(format!(
+            "decompresses to more than {limit} bytes (`max_chunk_bytes` in the config's [log] table)"
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::decode::{kind_of, map_data, Kind};
-use super::reader::{check_calibration, LogReader, RawIter};
+use super::merge::RawIter;
+use super::reader::{check_calibration, LogReader};
 use super::sensor_map::{mount_in_base, Rig, BASE_FRAME};
 use super::{camera_of_topic, LogError, LogIssueKind, RoadMapData};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
