@@ -210,6 +210,20 @@ pub struct Pose {
     pub orientation: Quaternion,
 }
 
+impl Pose {
+    pub(super) fn encode(&self, w: &mut CdrWriter) {
+        self.position.encode(w);
+        self.orientation.encode(w);
+    }
+
+    pub(super) fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(Pose {
+            position: Vector3::decode(r)?,
+            orientation: Quaternion::decode(r)?,
+        })
+    }
+}
+
 /// `geometry_msgs/PoseWithCovariance`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PoseWithCovariance {
@@ -217,6 +231,20 @@ pub struct PoseWithCovariance {
     pub pose: Pose,
     /// Row-major 6x6 covariance (x, y, z, rot x, rot y, rot z).
     pub covariance: [f64; 36],
+}
+
+impl PoseWithCovariance {
+    pub(super) fn encode(&self, w: &mut CdrWriter) {
+        self.pose.encode(w);
+        w.f64_array(&self.covariance);
+    }
+
+    pub(super) fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(PoseWithCovariance {
+            pose: Pose::decode(r)?,
+            covariance: r.f64_array()?,
+        })
+    }
 }
 
 /// `geometry_msgs/Twist`.
@@ -295,18 +323,14 @@ impl PoseStamped {
     /// Appends the message to `w`.
     pub fn encode(&self, w: &mut CdrWriter) {
         self.header.encode(w);
-        self.pose.position.encode(w);
-        self.pose.orientation.encode(w);
+        self.pose.encode(w);
     }
 
     /// Reads the message.
     pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
         Ok(PoseStamped {
             header: Header::decode(r)?,
-            pose: Pose {
-                position: Vector3::decode(r)?,
-                orientation: Quaternion::decode(r)?,
-            },
+            pose: Pose::decode(r)?,
         })
     }
 }
@@ -339,22 +363,14 @@ impl PoseWithCovarianceStamped {
     /// Appends the message to `w`.
     pub fn encode(&self, w: &mut CdrWriter) {
         self.header.encode(w);
-        self.pose.pose.position.encode(w);
-        self.pose.pose.orientation.encode(w);
-        w.f64_array(&self.pose.covariance);
+        self.pose.encode(w);
     }
 
     /// Reads the message.
     pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
         Ok(PoseWithCovarianceStamped {
             header: Header::decode(r)?,
-            pose: PoseWithCovariance {
-                pose: Pose {
-                    position: Vector3::decode(r)?,
-                    orientation: Quaternion::decode(r)?,
-                },
-                covariance: r.f64_array()?,
-            },
+            pose: PoseWithCovariance::decode(r)?,
         })
     }
 }

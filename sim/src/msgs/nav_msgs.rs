@@ -97,9 +97,7 @@ impl Odometry {
     pub fn encode(&self, w: &mut CdrWriter) {
         self.header.encode(w);
         w.string(&self.child_frame_id);
-        self.pose.pose.position.encode(w);
-        self.pose.pose.orientation.encode(w);
-        w.f64_array(&self.pose.covariance);
+        self.pose.encode(w);
         self.twist.twist.linear.encode(w);
         self.twist.twist.angular.encode(w);
         w.f64_array(&self.twist.covariance);
@@ -110,13 +108,7 @@ impl Odometry {
         Ok(Odometry {
             header: Header::decode(r)?,
             child_frame_id: r.string()?.to_string(),
-            pose: PoseWithCovariance {
-                pose: Pose {
-                    position: Vector3::decode(r)?,
-                    orientation: Quaternion::decode(r)?,
-                },
-                covariance: r.f64_array()?,
-            },
+            pose: PoseWithCovariance::decode(r)?,
             twist: TwistWithCovariance {
                 twist: Twist {
                     linear: Vector3::decode(r)?,
