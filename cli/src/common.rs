@@ -118,11 +118,30 @@ pub fn release(m: Mode) -> ReleaseMode {
     }
 }
 
+/// Says on stderr which files of the log at `path` are compressed whole (a file-compressed
+/// ROS 2 bag) and decompressed into the temporary directory before it is read: opening it
+/// takes a pass over them and their decompressed size on disk there.
+pub fn announce_unpacking(path: &Path) {
+    let files = redline_sim::log::compressed_files(path);
+    if files.is_empty() {
+        return;
+    }
+    let bytes: u64 = files.iter().map(|(_, len)| len).sum();
+    eprintln!(
+        "decompressing {} zstd-compressed bag file{} ({:.1} MB) into {} (TMPDIR) before reading ...",
+        files.len(),
+        if files.len() == 1 { "" } else { "s" },
+        bytes as f64 / 1e6,
+        std::env::temp_dir().display()
+    );
+}
+
 /// The log at `log` (or the built-in scenario, rendered with a progress line).
 pub fn load_feed(cfg: &RedlineConfig, log: Option<&Path>, frames: Option<usize>) -> Result<Feed> {
     match log {
         Some(path) => {
             eprintln!("reading {} ...", path.display());
+            announce_unpacking(path);
             Feed::from_log_mapped(path, frames, cfg.log, &cfg.sensors)
                 .with_context(|| format!("replaying {}", path.display()))
         }

@@ -49,6 +49,7 @@ pub fn run(cmd: LogCommand) -> Result<()> {
 }
 
 fn info(a: LogInfoArgs) -> Result<()> {
+    crate::common::announce_unpacking(&a.log);
     let mut reader = LogReader::open_any(&a.log, ReadLimits::default())
         .with_context(|| format!("reading {}", a.log.display()))?;
     let stats = reader.channel_stats();

@@ -15,7 +15,7 @@ use redline_sim::faults::{FaultReport, FaultyFeed, StageFaults};
 use redline_sim::stream::{StreamFeed, StreamOptions};
 use serde::Serialize;
 
-use crate::common::{load_config, load_feed, RunArgs};
+use crate::common::{announce_unpacking, load_config, load_feed, RunArgs};
 use crate::measure::{setup_facts, timeline_of};
 use crate::progress::Progress;
 use crate::record::OutputRecording;
@@ -116,6 +116,7 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
     let mut faulty = None;
     let feed: Arc<dyn FrameSource> = if streaming {
         eprintln!("streaming {} ...", a.logs[0].display());
+        a.logs.iter().for_each(|l| announce_unpacking(l));
         let sf = StreamFeed::open(&a.logs, file.log, &file.sensors, opts)
             .with_context(|| format!("replaying {}", a.logs[0].display()))?;
         Arc::new(sf)
@@ -124,6 +125,7 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
             load_feed(&file, None, frames)?
         } else {
             eprintln!("reading {} into memory ...", a.logs[0].display());
+            a.logs.iter().for_each(|l| announce_unpacking(l));
             let opts = StreamOptions {
                 jpeg_in_graph: false,
                 ..opts

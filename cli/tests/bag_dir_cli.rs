@@ -4,7 +4,8 @@
 //! file; so does the recording in SQLite storage (`--storage sqlite3`, as ROS 2 Humble
 //! records: the bag directory, or its `.db3` file alone; split, with zstd message
 //! compression and 512-byte pages, which spill every image over overflow pages; and as the
-//! `rosbags` package's rosbag2 writer writes it, SQLite or MCAP, messages compressed); a bag of
+//! `rosbags` package's rosbag2 writer writes it, SQLite or MCAP, messages compressed), and
+//! compressed file by file (`--compress-files`, a file cut short keeping its first frames); a bag of
 //! another storage plugin is refused with the way to convert it. A camera with lens distortion in
 //! its `camera_info`: the same images replay to other outputs than with an ideal pinhole (the
 //! preprocess stage undistorts them). Skips loudly when python3 or its packages are missing
@@ -176,6 +177,103 @@ fn a_binned_or_cropped_camera_info_describes_its_images() {
     assert!(
         info.contains("CameraInfo       plumb_bob        160x96  ok"),
         "{info}"
+    );
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+/// A file-compressed bag (`ros2 bag record --compression-mode file`: each file one zstd
+/// stream, `bag_K.mcap.zstd` / `bag_K.db3.zstd`) replays to the plain recording's output
+/// hash, split or not, MCAP or SQLite, written by the script or by the `rosbags` package,
+/// and so does one compressed file passed alone. A compressed file cut short keeps the
+/// frames before the cut and says where the stream broke.
+#[test]
+fn file_compressed_bags_replay_like_their_plain_recording() {
+    let tmp = std::env::temp_dir().join(format!("redline-zstd-cli-{}", std::process::id()));
+    let one = tmp.join("one");
+    if !write_bag(&one, &["--frames", "12"]) {
+        return;
+    }
+    let want = hash_of(&one, "bag.mcap");
+    let cases: [(&str, &[&str]); 4] = [
+        ("split-mcap", &["--split", "5"]),
+        ("sqlite", &["--storage", "sqlite3"]),
+        (
+            "rosbags-sqlite",
+            &["--writer", "rosbags", "--storage", "sqlite3"],
+        ),
+        (
+            "rosbags-mcap",
+            &["--writer", "rosbags", "--storage", "mcap"],
+        ),
+    ];
+    for (name, args) in cases {
+        let dir = tmp.join(name);
+        let mut all = vec!["--frames", "12", "--compress-files"];
+        all.extend_from_slice(args);
+        if !write_bag(&dir, &all) {
+            continue;
+        }
+        assert_eq!(hash_of(&dir, "bag"), want, "{name}");
+    }
+    let sqlite = tmp.join("sqlite");
+    assert_eq!(
+        hash_of(&sqlite, "bag/bag_0.db3.zstd"),
+        want,
+        "the .db3.zstd file alone"
+    );
+    let o = check(redline(&tmp.join("split-mcap"), &["log", "info", "bag"]));
+    let (info, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(
+        info.contains("bag_0.mcap.zstd") && info.contains("messages:  38"),
+        "{info}"
+    );
+    assert!(
+        err.contains("decompressing 3 zstd-compressed bag files"),
+        "{err}"
+    );
+
+    // Cut the middle file of a split bag at two thirds (images large enough for several
+    // zstd blocks): its first frames are read, the rest are missing, and the issue says why.
+    let cut = tmp.join("cut");
+    let args = [
+        "--frames",
+        "12",
+        "--split",
+        "5",
+        "--size",
+        "640x480",
+        "--texture",
+        "--compress-files",
+    ];
+    assert!(write_bag(&cut, &args));
+    let middle = cut.join("bag").join("bag_1.mcap.zstd");
+    let bytes = std::fs::read(&middle).unwrap();
+    std::fs::write(&middle, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let info = String::from_utf8(check(redline(&cut, &["log", "info", "bag"])).stdout).unwrap();
+    assert!(
+        info.contains("issue: Truncated: bag_1.mcap.zstd: it is compressed with zstd and its stream breaks after"),
+        "{info}"
+    );
+    let o = check(redline(
+        &cut,
+        &[
+            "replay",
+            "bag",
+            "--config",
+            "seeded.toml",
+            "--mode",
+            "lockstep",
+        ],
+    ));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        out.contains("frames: 12 published")
+            && out.contains("frame 8: camera front missing")
+            && !out.contains("frame 7: camera front missing"),
+        "{out}"
     );
     std::fs::remove_dir_all(&tmp).ok();
 }

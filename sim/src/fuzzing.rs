@@ -3,8 +3,10 @@
 //!
 //! Contract: each function takes arbitrary bytes and runs them through one input path of
 //! the replay — [`log_bytes`]: the whole log path `redline replay --log` takes (open, summary
-//! and index, recovery of a damaged file, message decoding, frame grouping, the feed), with
-//! the default [`ReadLimits`](crate::log::ReadLimits); [`cdr_bytes`]: the CDR decoder of
+//! and index, recovery of a damaged file, decompression of a file compressed whole, message
+//! decoding, frame grouping, the feed), with the default [`ReadLimits`] except
+//! `max_unpacked_bytes`, 64 MiB (a small zstd input can expand a thousandfold and more, and
+//! each would be written to the temporary directory); [`cdr_bytes`]: the CDR decoder of
 //! every message type redline reads. They return normally for every input (errors are
 //! expected and ignored); a panic, an abort or an allocation failure is a bug the fuzzer
 //! reports as a crash. Not for production use: [`log_bytes`] writes the bytes to a file in
@@ -13,16 +15,22 @@
 use std::path::PathBuf;
 
 use crate::feed::Feed;
+use crate::log::ReadLimits;
 use crate::msgs::{CameraInfo, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage};
 
-/// Runs `data` as a log file (MCAP, or a ROS 2 SQLite bag: the reader tells them by their
-/// magic) through the replay's log path; returns the frames read (0 on an error).
+/// Runs `data` as a log file (MCAP, a ROS 2 SQLite bag, or either compressed with zstd: the
+/// reader tells them by their magic) through the replay's log path; returns the frames read
+/// (0 on an error).
 pub fn log_bytes(data: &[u8]) -> usize {
     let path = scratch_path();
     if std::fs::write(&path, data).is_err() {
         return 0;
     }
-    let frames = Feed::from_log(&path, None).map_or(0, |f| f.frames.len());
+    let limits = ReadLimits {
+        max_unpacked_bytes: 64 << 20,
+        ..ReadLimits::default()
+    };
+    let frames = Feed::from_log_with(&path, None, limits).map_or(0, |f| f.frames.len());
     // AFL forks a process per input: leave no file behind.
     let _ = std::fs::remove_file(&path);
     frames

@@ -27,6 +27,10 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                committed transactions of 10 still in bag_K.db3-wal, never checkpointed
   --compress-messages  each .db3 message's data compressed with zstd, as `ros2 bag record
                --compression-mode message --compression-format zstd` writes it
+  --compress-files  each file of the bag directory compressed whole with zstd (bag_K.db3.zstd,
+               bag_K.mcap.zstd), as `ros2 bag record --compression-mode file
+               --compression-format zstd` leaves it; needs a bag directory (--split,
+               --storage sqlite3 or --writer rosbags)
   --pose       the ego as a localiser's pose only: geometry_msgs/msg/PoseWithCovarianceStamped
                on /localization/pose_estimator/pose_with_covariance instead of the
                Odometry topic (redline.toml's odometry names it)
@@ -88,6 +92,7 @@ STORAGE = "mcap"
 PAGE_SIZE = 4096
 COMPRESS = False
 WAL_CRASH = False
+COMPRESS_FILES = False
 WRITER = "own"
 POSE = False
 TF_EGO = False
@@ -275,10 +280,25 @@ def tf(parent, child, t, q, ns):
     }
 
 
+def compress_files(bag, files):
+    """With --compress-files, each file compressed whole into NAME.zstd (a zstd stream, as
+    rosbag2's zstd file compressor writes it) and removed; the names now in the bag."""
+    if not COMPRESS_FILES:
+        return files
+    import zstandard
+
+    for name in files:
+        path = os.path.join(bag, name)
+        with open(path, "rb") as src, open(path + ".zstd", "wb") as dst:
+            zstandard.ZstdCompressor(level=1).copy_stream(src, dst)
+        os.remove(path)
+    return [name + ".zstd" for name in files]
+
+
 def write_metadata(bag, files, storage):
     """What rosbag2 writes beside its files (the fields redline reads, and a few more)."""
     listed = "".join(f"    - {name}\n" for name in files)
-    compression = ("zstd", "MESSAGE") if COMPRESS else ("", "")
+    compression = ("zstd", "MESSAGE") if COMPRESS else ("zstd", "FILE") if COMPRESS_FILES else ("", "")
     with open(os.path.join(bag, "metadata.yaml"), "w") as meta:
         meta.write(
             f"rosbag2_bagfile_information:\n  version: 5\n  storage_identifier: {storage}\n"
@@ -305,6 +325,8 @@ def with_rosbags(mcap_path, bag_dir):
     writer = Writer(bag_dir, version=8, storage_plugin=plugin)
     if COMPRESS:
         writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    if COMPRESS_FILES:
+        writer.set_compression(CompressionMode.FILE, CompressionFormat.ZSTD)
     writer.open()
     connections = {}
     with open(mcap_path, "rb") as f:
@@ -375,7 +397,7 @@ def to_db3(mcap_path, db3_path):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER, TF_FOOTPRINT, BINNING, ROI
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER, TF_FOOTPRINT, BINNING, ROI, COMPRESS_FILES
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -419,6 +441,8 @@ def main():
                 WAL_CRASH = True
             elif flag == "--compress-messages" and value is None:
                 COMPRESS = True
+            elif flag == "--compress-files" and value is None:
+                COMPRESS_FILES = True
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True
             elif flag == "--texture" and value is None:
@@ -429,6 +453,10 @@ def main():
             raise ValueError("--rear-size with --raw")
         if WRITER == "rosbags" and (SPLIT or WAL_CRASH):
             raise ValueError("--writer rosbags with --split or --wal-crash")
+        if COMPRESS_FILES and not (SPLIT or STORAGE == "sqlite3" or WRITER == "rosbags"):
+            raise ValueError("--compress-files without a bag directory")
+        if COMPRESS_FILES and (COMPRESS or WAL_CRASH):
+            raise ValueError("--compress-files with --compress-messages or --wal-crash")
         if (COMPRESS or WAL_CRASH) and STORAGE != "sqlite3" and WRITER != "rosbags":
             raise ValueError("--compress-messages or --wal-crash without --storage sqlite3")
     except (IndexError, ValueError, AttributeError):
@@ -603,8 +631,10 @@ def main():
             files.append(f"bag_{k}.db3")
             to_db3(path, os.path.join(bag, files[-1]))
             os.remove(path)
+        files = compress_files(bag, files)
         write_metadata(bag, files, "sqlite3")
     elif SPLIT:
+        files = compress_files(os.path.join(out, "bag"), files)
         write_metadata(os.path.join(out, "bag"), files, "mcap")
     rw, rh = REAR or (W, H)
 

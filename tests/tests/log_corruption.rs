@@ -161,3 +161,64 @@ fn no_corruption_of_a_log_panics_aborts_or_allocates_beyond_the_limits() {
     assert_eq!(read + refused, COPIES);
     assert!(with_issues > 0 && refused > 0, "the corruptions must bite");
 }
+
+/// A log compressed whole with zstd (how a file-compressed ROS 2 bag holds its files) reads
+/// to the very frames of the log itself; corrupted copies of the compressed file (the
+/// decompressor meets the damage first, then the reader meets what it let through) each end
+/// in a feed or an error naming the file: no panic, no abort, no allocation beyond
+/// [`LARGEST_ALLOCATION`].
+#[test]
+fn a_compressed_log_reads_like_the_log_and_no_corruption_of_it_panics() {
+    let dir = temp_dir("log-corruption-zstd");
+    let log = dir.join("drive.mcap");
+    scenario_log(small_scenario(6, 2.0), &log);
+    let original = std::fs::read(&log).expect("log written");
+    let clean = Feed::from_log(&log, None).expect("the intact log reads");
+    let packed = zstd::stream::encode_all(&original[..], 1).expect("compressed");
+    let path = dir.join("drive.mcap.zstd");
+    std::fs::write(&path, &packed).expect("temp file");
+    let feed = Feed::from_log(&path, None).expect("the compressed log reads");
+    assert_eq!(
+        format!("{:?}", feed.frames),
+        format!("{:?}", clean.frames),
+        "the same frames"
+    );
+    assert!(feed.issues.is_empty(), "{:?}", feed.issues);
+
+    let mut rng = SplitMix64::stream(11, 0);
+    let (mut read, mut refused) = (0, 0);
+    for copy in 0..COPIES / 3 {
+        let (bytes, what) = corrupt(&packed, &mut rng);
+        std::fs::write(&path, &bytes).expect("temp file");
+        LARGEST.store(0, Ordering::Relaxed);
+        let outcome = std::panic::catch_unwind(|| Feed::from_log(&path, None));
+        let largest = LARGEST.load(Ordering::Relaxed);
+        match outcome {
+            Err(_) => panic!("copy {copy} ({what}): the reader panicked"),
+            Ok(Ok(feed)) => {
+                read += 1;
+                assert!(
+                    feed.frames.len() <= clean.frames.len() + 1,
+                    "copy {copy} ({what})"
+                );
+            }
+            Ok(Err(e)) => {
+                refused += 1;
+                assert!(
+                    e.to_string().contains("drive.mcap.zstd"),
+                    "copy {copy} ({what}): the error names the file: {e}"
+                );
+            }
+        }
+        assert!(
+            largest <= LARGEST_ALLOCATION,
+            "copy {copy} ({what}): an allocation of {largest} bytes"
+        );
+    }
+    eprintln!(
+        "{} corrupted copies of a {} byte compressed log: {read} read, {refused} refused",
+        COPIES / 3,
+        packed.len()
+    );
+    assert!(read > 0 && refused > 0, "the corruptions must bite");
+}

@@ -7,7 +7,7 @@
 # Installs cargo-afl and builds AFL++ from the sources it ships when missing (a C compiler
 # and make; ~5 min on 2 cores the first time), builds the targets in fuzz/ (its own
 # workspace), writes a tiny seed log with `redline sim generate` (0.2 s, 64x32 images) and
-# its .db3 conversion,
+# its .db3 conversion and its zstd-compressed copy,
 # takes the repository's small .onnx files as the importer's seeds, runs each target for
 # SECONDS, prints executions, exec/s and crashes per target, and
 # exits 1 if any crash was saved (the inputs are in fuzz/out/TARGET/default/crashes/:
@@ -44,6 +44,11 @@ fi
 if [ ! -s "$seeds/log/drive.db3" ] && python3 -c "import mcap" 2>/dev/null; then
     python3 -c "import sys; sys.path.insert(0, 'tests/python'); import write_foreign_bag as w; \
 w.PAGE_SIZE = 1024; w.to_db3(sys.argv[1], sys.argv[2])" "$seeds/log/drive.mcap" "$seeds/log/drive.db3"
+fi
+# The log compressed whole with zstd, as a file-compressed ROS 2 bag holds its files.
+if [ ! -s "$seeds/log/drive.mcap.zstd" ] && python3 -c "import zstandard" 2>/dev/null; then
+    python3 -c "import sys, zstandard; open(sys.argv[2], 'wb').write(zstandard.ZstdCompressor(\
+level=1).compress(open(sys.argv[1], 'rb').read()))" "$seeds/log/drive.mcap" "$seeds/log/drive.mcap.zstd"
 fi
 # CDR seeds: an empty message, and a short run of zeros after the little-endian header.
 printf '\x00\x01\x00\x00' > "$seeds/cdr/header_only"

@@ -7,9 +7,14 @@
 //! `mcap` or `sqlite3`), else every `*.mcap` file of the directory (or, when it has none,
 //! every `*.db3` file: SQLite storage, the default of ROS 2 Humble and earlier), ordered by
 //! the split index `ros2 bag` appends (`…_0.mcap`, `…_1.mcap`, …, `…_10.mcap`) and then by
-//! name. A file-compressed bag (`.mcap.zstd`, `.db3.zstd`), another storage plugin, a listed
-//! file that is missing and a directory without any bag file are each a [`LogError::Bag`]
-//! that says what to do. [`super::LogReader`] reads the files as one log.
+//! name. A file-compressed bag (`ros2 bag record --compression-mode file`) has its files as
+//! `….mcap.zstd` or `….db3.zstd`: they count as MCAP or `.db3` files (the reader
+//! decompresses them, `unpack`), and where a file is there both compressed and plain (a
+//! recorder stopped while compressing it), the plain one is read; a listed file that is
+//! missing while its plain or compressed twin is there is read as that twin. Another storage
+//! plugin or compression format, a listed file that is missing and a directory without any
+//! bag file are each a [`LogError::Bag`] that says what to do. [`super::LogReader`] reads
+//! the files as one log.
 //! Cost: one small file read and a directory listing, at open.
 
 use std::path::{Path, PathBuf};
@@ -65,26 +70,33 @@ pub(super) fn bag_files(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
                 "its storage is {storage:?}; redline reads MCAP and SQLite (sqlite3) bags: {CONVERT}"
             )));
         }
-        if info.compression_mode.eq_ignore_ascii_case("file") {
+        let format = info.compression_format.as_str();
+        if info.compression_mode.eq_ignore_ascii_case("file")
+            && !format.is_empty()
+            && !format.eq_ignore_ascii_case("zstd")
+        {
             return Err(bag_error(format!(
-                "its files are compressed whole ({} compression mode FILE); decompress them \
-                 with `ros2 bag decompress` (or {CONVERT}); chunk compression inside MCAP \
-                 files needs nothing",
-                info.compression_format
+                "its files are compressed whole with {format:?}; redline decompresses zstd: \
+                 decompress them with `ros2 bag decompress` (or {CONVERT})"
             )));
         }
         if !info.relative_file_paths.is_empty() {
-            let files: Vec<PathBuf> = info
-                .relative_file_paths
-                .iter()
-                .map(|f| dir.join(f))
-                .collect();
-            if let Some(missing) = files.iter().find(|f| !f.is_file()) {
-                return Err(bag_error(format!(
-                    "its metadata.yaml lists {}, which is not there; copy the whole bag \
-                     directory, or remove metadata.yaml to read the bag files present",
-                    missing.display()
-                )));
+            let mut files = Vec::with_capacity(info.relative_file_paths.len());
+            for listed in &info.relative_file_paths {
+                let file = dir.join(listed);
+                match [file.clone(), twin(&file)]
+                    .into_iter()
+                    .find(|f| f.is_file())
+                {
+                    Some(f) => files.push(f),
+                    None => {
+                        return Err(bag_error(format!(
+                            "its metadata.yaml lists {}, which is not there; copy the whole \
+                             bag directory, or remove metadata.yaml to read the bag files present",
+                            file.display()
+                        )))
+                    }
+                }
             }
             return Ok(files);
         }
@@ -102,9 +114,12 @@ pub(super) fn bag_files(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
                 source,
             })?
             .path();
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("mcap") if path.is_file() => files.push(path),
-            Some("db3") if path.is_file() => db3.push(path),
+        if !path.is_file() {
+            continue;
+        }
+        match plain(&path).extension().and_then(|e| e.to_str()) {
+            Some("mcap") => files.push(path),
+            Some("db3") => db3.push(path),
             _ => {}
         }
     }
@@ -119,14 +134,45 @@ pub(super) fn bag_files(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
                 .to_string(),
         ));
     }
-    files.sort_by_key(|f| (split_index(f), f.clone()));
+    // A file there both plain and compressed: the compression did not finish; read the plain.
+    let both: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == ZSTD) && files.contains(&twin(f)))
+        .cloned()
+        .collect();
+    files.retain(|f| !both.contains(f));
+    files.sort_by_key(|f| (split_index(f), plain(f)));
     Ok(files)
 }
 
-/// The split index `ros2 bag` appends to a file name (`name_12.mcap` → 12); files without
-/// one sort first.
+/// The extension rosbag2's file compression adds.
+const ZSTD: &str = "zstd";
+
+/// A bag file's name without the compression extension (`b_0.db3.zstd` → `b_0.db3`).
+fn plain(f: &Path) -> PathBuf {
+    match f.extension() {
+        Some(e) if e == ZSTD => f.with_extension(""),
+        _ => f.to_path_buf(),
+    }
+}
+
+/// The same bag file compressed if `f` is plain, plain if it is compressed.
+fn twin(f: &Path) -> PathBuf {
+    match f.extension() {
+        Some(e) if e == ZSTD => f.with_extension(""),
+        _ => {
+            let mut name = f.as_os_str().to_os_string();
+            name.push(".zstd");
+            PathBuf::from(name)
+        }
+    }
+}
+
+/// The split index `ros2 bag` appends to a file name (`name_12.mcap` → 12, also for
+/// `name_12.mcap.zstd`); files without one sort first.
 fn split_index(f: &Path) -> Option<u64> {
-    let stem = f.file_stem()?.to_str()?;
+    let plain = plain(f);
+    let stem = plain.file_stem()?.to_str()?;
     stem.rsplit_once('_')?.1.parse().ok()
 }
 
@@ -185,9 +231,14 @@ mod tests {
             e.contains("\"bagfs\"") && e.contains("ros2 bag convert"),
             "{e}"
         );
-        let zstd = META.replace("compression_mode: \"\"", "compression_mode: FILE");
-        let e = err(&dir_with(&[("metadata.yaml", &zstd)]));
-        assert!(e.contains("ros2 bag decompress"), "{e}");
+        let lz4 = META
+            .replace("compression_mode: \"\"", "compression_mode: FILE")
+            .replace("compression_format: \"\"", "compression_format: lz4");
+        let e = err(&dir_with(&[("metadata.yaml", &lz4)]));
+        assert!(
+            e.contains("\"lz4\"") && e.contains("ros2 bag decompress"),
+            "{e}"
+        );
         let e = err(&dir_with(&[("metadata.yaml", META), ("b_0.mcap", "")]));
         assert!(e.contains("b_1.mcap") && e.contains("not there"), "{e}");
         let e = err(&dir_with(&[("metadata.yaml", "{not: [yaml")]));
@@ -213,5 +264,36 @@ mod tests {
         );
         let dir = dir_with(&[("old_0.db3", ""), ("new_0.mcap", "")]);
         assert_eq!(names(&bag_files(dir.path()).unwrap()), ["new_0.mcap"]);
+    }
+
+    #[test]
+    fn file_compressed_bags_list_their_zstd_files_and_a_plain_twin_wins() {
+        let zstd = META
+            .replace("compression_mode: \"\"", "compression_mode: file")
+            .replace("compression_format: \"\"", "compression_format: zstd")
+            .replace(".mcap\n", ".mcap.zstd\n");
+        // Listed compressed; the recorder died before compressing the last file.
+        let dir = dir_with(&[
+            ("metadata.yaml", &zstd),
+            ("b_0.mcap.zstd", ""),
+            ("b_1.mcap", ""),
+        ]);
+        assert_eq!(
+            names(&bag_files(dir.path()).unwrap()),
+            ["b_0.mcap.zstd", "b_1.mcap"]
+        );
+        let dir = dir_with(&[
+            ("r_10.db3.zstd", ""),
+            ("r_2.db3.zstd", ""),
+            ("r_11.db3", ""),
+            ("r_11.db3.zstd", ""),
+            ("r_0.db3", ""),
+        ]);
+        assert_eq!(
+            names(&bag_files(dir.path()).unwrap()),
+            ["r_0.db3", "r_2.db3.zstd", "r_10.db3.zstd", "r_11.db3"]
+        );
+        let dir = dir_with(&[("old_0.db3.zstd", ""), ("new_0.mcap.zstd", "")]);
+        assert_eq!(names(&bag_files(dir.path()).unwrap()), ["new_0.mcap.zstd"]);
     }
 }

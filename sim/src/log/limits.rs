@@ -27,6 +27,7 @@
 //! max_image_side = 8192
 //! max_frames = 1000000
 //! max_feed_bytes = 8589934592     # 8 GiB
+//! max_unpacked_bytes = 1099511627776 # 1 TiB, a file-compressed bag file decompressed
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -57,6 +58,10 @@ pub struct ReadLimits {
     pub max_frames: u64,
     /// Largest replay feed (every frame's images, decoded, in memory), bytes. Default 8 GiB.
     pub max_feed_bytes: u64,
+    /// Largest log file decompressed whole (a file-compressed bag's `.mcap.zstd` or
+    /// `.db3.zstd`, decompressed into a temporary file before it is read), bytes. Default
+    /// 1 TiB.
+    pub max_unpacked_bytes: u64,
 }
 
 impl Default for ReadLimits {
@@ -71,13 +76,15 @@ impl Default for ReadLimits {
             max_image_side: 8192,
             max_frames: 1_000_000,
             max_feed_bytes: 8 << 30,
+            max_unpacked_bytes: 1 << 40,
         }
     }
 }
 
 impl ReadLimits {
     /// Small limits for fuzzing and tests: 8 MiB records and chunks, 1 MiB summary, 256-byte
-    /// names, 64 MiB buffered or fed, 8 cameras of at most 1024 px, 10,000 frames.
+    /// names, 64 MiB buffered, fed or decompressed whole, 8 cameras of at most 1024 px,
+    /// 10,000 frames.
     pub fn small() -> Self {
         ReadLimits {
             max_record_bytes: 8 << 20,
@@ -89,6 +96,7 @@ impl ReadLimits {
             max_image_side: 1024,
             max_frames: 10_000,
             max_feed_bytes: 64 << 20,
+            max_unpacked_bytes: 64 << 20,
         }
     }
 
@@ -103,6 +111,7 @@ impl ReadLimits {
             ("max_image_side", u64::from(self.max_image_side)),
             ("max_frames", self.max_frames),
             ("max_feed_bytes", self.max_feed_bytes),
+            ("max_unpacked_bytes", self.max_unpacked_bytes),
         ];
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(format!("[log] {name} = 0: give a positive limit"));

@@ -39,9 +39,12 @@
 //! messages table's leaf pages (in row order, ~4 MiB of rows each) the blocks merged in
 //! log-time order, a row's `timestamp` the log time; a damaged page is an issue and its
 //! rows are skipped (SQLite keeps no checksums, so damage inside a message's bytes is not
-//! seen here: the decoders meet it).
+//! seen here: the decoders meet it). Any of these files compressed whole with zstd (a
+//! file-compressed bag's `.mcap.zstd`, `.db3.zstd`; told by its magic) is decompressed at
+//! open into an unnamed temporary file and read from there (`unpack`); byte offsets in its
+//! issues are offsets in the decompressed file.
 //!
-//! Layout: `bag_dir` (a bag directory's files), `sqlite` (the read-only SQLite file
+//! Layout: `bag_dir` (a bag directory's files), `unpack` (files compressed whole), `sqlite` (the read-only SQLite file
 //! reader), `db3` (a `.db3` bag file's topics and messages as channels and blocks, and the
 //! reader's `.db3` opening and block reads), `writer` ([`LogWriter`]), `summary` (the
 //! canonical, byte-deterministic summary section the writer finishes with), `reader`
@@ -62,6 +65,7 @@ mod rig;
 pub mod sensor_map;
 mod sqlite;
 mod summary;
+mod unpack;
 mod writer;
 
 pub use limits::ReadLimits;
@@ -69,6 +73,7 @@ pub use reader::{LogReader, EGO_PREROLL_NS};
 pub use records::{Place, RecordError};
 pub use rig::{CameraSample, ChannelStats};
 pub use sensor_map::{CameraTopics, Rig, RigError, SensorMap, Stamps};
+pub use unpack::compressed_files;
 pub use writer::LogWriter;
 
 use std::path::{Path, PathBuf};
@@ -140,8 +145,17 @@ pub enum LogError {
         /// What is wrong.
         why: String,
     },
-    /// The file starts with neither the MCAP magic nor SQLite's.
-    #[error("{path} is neither an MCAP file nor a SQLite (.db3) ROS 2 bag (no magic at its start); pass a log written by redline or `ros2 bag record`, or a ROS 2 bag directory")]
+    /// A log file compressed whole (`.mcap.zstd`, `.db3.zstd`) could not be decompressed
+    /// for reading (see `unpack`): the reason says what to do.
+    #[error("{path}: {why}")]
+    Unpack {
+        /// The compressed file.
+        path: PathBuf,
+        /// What failed and what to do.
+        why: String,
+    },
+    /// The file starts with neither the MCAP magic nor SQLite's (nor zstd's).
+    #[error("{path} is neither an MCAP file nor a SQLite (.db3) ROS 2 bag, nor one compressed with zstd (no magic at its start); pass a log written by redline or `ros2 bag record`, or a ROS 2 bag directory")]
     NotMcap {
         /// The file.
         path: PathBuf,

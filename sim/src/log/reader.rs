@@ -21,6 +21,7 @@ use super::records::{self, Place, RecordError};
 use super::recovery::{read_chunk, ChunkItem};
 use super::sensor_map::SensorMap;
 use super::sqlite;
+use super::unpack;
 use super::{LogError, LogIssue, LogIssueKind, LogMessage, RoadMapData, MAX_ISSUES, MCAP_MAGIC};
 use crate::msgs::CameraInfo;
 use redline_pipeline::camera::CameraSpec;
@@ -263,7 +264,21 @@ impl LogReader {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(io)?;
+        let mut file = File::open(path).map_err(io)?;
+        let mut magic = [0u8; 4];
+        let n = read_up_to(&mut file, &mut magic).map_err(io)?;
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        if n == magic.len() && magic == unpack::ZSTD_MAGIC {
+            let u = unpack::to_temp_file(path, file, &limits)?;
+            let r = Self::open_source(
+                path.to_path_buf(),
+                Source::File(u.out),
+                u.len,
+                limits,
+                sensors,
+            );
+            return Self::with_damage(path, r, u.len, u.damage);
+        }
         let file_len = file.metadata().map_err(io)?.len();
         Self::open_source(
             path.to_path_buf(),
@@ -272,6 +287,40 @@ impl LogReader {
             limits,
             sensors,
         )
+    }
+
+    /// A log opened from a decompressed file (`unpack`): the stream's damage, if any,
+    /// becomes an issue, or, when nothing could be read, part of the error.
+    fn with_damage(
+        path: &Path,
+        opened: Result<LogReader, LogError>,
+        len: u64,
+        damage: Option<unpack::Damage>,
+    ) -> Result<LogReader, LogError> {
+        let Some(damage) = damage else {
+            return opened;
+        };
+        match opened {
+            Ok(mut r) => {
+                r.issue(damage.kind, damage.detail());
+                Ok(r)
+            }
+            Err(e) => Err(LogError::Unpack {
+                path: path.to_path_buf(),
+                why: if len == 0 {
+                    format!(
+                        "{}, before any of it could be decompressed (zstd decompresses blocks \
+                         of up to 128 KiB whole)",
+                        damage.why
+                    )
+                } else {
+                    format!(
+                        "{}, and the {len} bytes decompressed before it are no readable log: {e}",
+                        damage.why
+                    )
+                },
+            }),
+        }
     }
 
     /// The files of a split bag (each opened alone, `first` then `rest` in recording order)
@@ -361,10 +410,22 @@ impl LogReader {
         bytes: Vec<u8>,
         limits: ReadLimits,
     ) -> Result<LogReader, LogError> {
-        let len = bytes.len() as u64;
         let rig = SensorMap::default();
+        let path = name.into();
+        if bytes.starts_with(&unpack::ZSTD_MAGIC) {
+            let u = unpack::to_memory(&bytes, &limits);
+            let r = Self::open_source(
+                path.clone(),
+                Source::Memory(Cursor::new(u.out)),
+                u.len,
+                limits,
+                Some(&rig),
+            );
+            return Self::with_damage(&path, r, u.len, u.damage);
+        }
+        let len = bytes.len() as u64;
         Self::open_source(
-            name.into(),
+            path,
             Source::Memory(Cursor::new(bytes)),
             len,
             limits,

@@ -727,16 +727,13 @@ pub(super) use op::{
     STATISTICS as OP_STATISTICS,
 };
 
-/// The first bytes of a zstd frame.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
-
 /// A message's serialized bytes: `data` itself, or, when it is one zstd frame (rosbag2's
 /// message compression, `ros2 bag record --compression-mode message`, in either storage),
 /// its decompressed bytes, at most `max_chunk_bytes` of them. Serialized CDR starts with
 /// its encapsulation header (`00 01 00 00` and kin), never with the zstd magic, so no
 /// flag from `metadata.yaml` is needed. The error says why (for an issue).
 pub(super) fn message_bytes(data: &[u8], limits: &ReadLimits) -> Result<Vec<u8>, String> {
-    if !data.starts_with(&ZSTD_MAGIC) {
+    if !data.starts_with(&super::unpack::ZSTD_MAGIC) {
         return Ok(data.to_vec());
     }
     let limit = limits.max_chunk_bytes;
