@@ -120,11 +120,12 @@ pub fn release(m: Mode) -> ReleaseMode {
 
 /// Says on stderr which files of the log at `path` are compressed whole (a file-compressed
 /// ROS 2 bag) and decompressed into the temporary directory before it is read: opening it
-/// takes a pass over them and their decompressed size on disk there.
-pub fn announce_unpacking(path: &Path) {
+/// takes a pass over them and their decompressed size on disk there. Returns them, with
+/// their compressed sizes.
+pub fn announce_unpacking(path: &Path) -> Vec<(PathBuf, u64)> {
     let files = redline_sim::log::compressed_files(path);
     if files.is_empty() {
-        return;
+        return files;
     }
     let bytes: u64 = files.iter().map(|(_, len)| len).sum();
     eprintln!(
@@ -134,6 +135,7 @@ pub fn announce_unpacking(path: &Path) {
         bytes as f64 / 1e6,
         std::env::temp_dir().display()
     );
+    files
 }
 
 /// The log at `log` (or the built-in scenario, rendered with a progress line).
@@ -141,7 +143,7 @@ pub fn load_feed(cfg: &RedlineConfig, log: Option<&Path>, frames: Option<usize>)
     match log {
         Some(path) => {
             eprintln!("reading {} ...", path.display());
-            announce_unpacking(path);
+            let _ = announce_unpacking(path);
             Feed::from_log_mapped(path, frames, cfg.log, &cfg.sensors)
                 .with_context(|| format!("replaying {}", path.display()))
         }

@@ -49,7 +49,8 @@ pub fn run(cmd: LogCommand) -> Result<()> {
 }
 
 fn info(a: LogInfoArgs) -> Result<()> {
-    crate::common::announce_unpacking(&a.log);
+    let compressed = crate::common::announce_unpacking(&a.log);
+    let compressed_bytes: u64 = compressed.iter().map(|(_, len)| len).sum();
     let mut reader = LogReader::open_any(&a.log, ReadLimits::default())
         .with_context(|| format!("reading {}", a.log.display()))?;
     let stats = reader.channel_stats();
@@ -93,6 +94,7 @@ fn info(a: LogInfoArgs) -> Result<()> {
             .collect();
         let v = json!({
             "log": a.log.display().to_string(), "files": files, "bytes": bytes, "indexed": reader.is_indexed(),
+            "zstd_files": compressed.len(), "zstd_bytes": compressed_bytes,
             "messages": messages, "start_ns": first, "end_ns": last,
             "duration_s": last.saturating_sub(first) as f64 / 1e9,
             "topics": topics, "issues": issues, "suggested_sensors": suggestion,
@@ -111,12 +113,20 @@ fn info(a: LogInfoArgs) -> Result<()> {
         println!("files:     {}", files.join(", "));
     }
     println!(
-        "size:      {:.1} MiB ({})",
+        "size:      {:.1} MiB ({}){}",
         bytes as f64 / (1 << 20) as f64,
         if reader.is_indexed() {
             "indexed"
         } else {
             "no usable index: read by a linear scan"
+        },
+        match compressed.len() {
+            0 => String::new(),
+            n => format!(
+                "; decompressed from {n} zstd-compressed file{} of {:.1} MiB",
+                if n == 1 { "" } else { "s" },
+                compressed_bytes as f64 / (1 << 20) as f64
+            ),
         }
     );
     println!(

@@ -116,7 +116,7 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
     let mut faulty = None;
     let feed: Arc<dyn FrameSource> = if streaming {
         eprintln!("streaming {} ...", a.logs[0].display());
-        a.logs.iter().for_each(|l| announce_unpacking(l));
+        a.logs.iter().for_each(|l| drop(announce_unpacking(l)));
         let sf = StreamFeed::open(&a.logs, file.log, &file.sensors, opts)
             .with_context(|| format!("replaying {}", a.logs[0].display()))?;
         Arc::new(sf)
@@ -125,7 +125,7 @@ pub fn run(mut a: ReplayArgs) -> Result<()> {
             load_feed(&file, None, frames)?
         } else {
             eprintln!("reading {} into memory ...", a.logs[0].display());
-            a.logs.iter().for_each(|l| announce_unpacking(l));
+            a.logs.iter().for_each(|l| drop(announce_unpacking(l)));
             let opts = StreamOptions {
                 jpeg_in_graph: false,
                 ..opts

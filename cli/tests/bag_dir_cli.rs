@@ -227,7 +227,9 @@ fn file_compressed_bags_replay_like_their_plain_recording() {
         String::from_utf8_lossy(&o.stderr),
     );
     assert!(
-        info.contains("bag_0.mcap.zstd") && info.contains("messages:  38"),
+        info.contains("bag_0.mcap.zstd")
+            && info.contains("messages:  38")
+            && info.contains("decompressed from 3 zstd-compressed files"),
         "{info}"
     );
     assert!(
