@@ -746,3 +746,55 @@ fn a_transform_tree_odometry_topic_composes_the_ego_pose() {
     std::fs::remove_dir_all(&odom).ok();
     std::fs::remove_dir_all(&tf).ok();
 }
+
+/// A file-compressed split bag (`--compress-files`: `bag_K.mcap.zstd`) reads as the same
+/// frames as the one-file bag, with every decompressed copy kept (the default budget) and
+/// with a temporary-disk budget of one byte, which keeps one copy at a time: each file is
+/// then decompressed again when the read reaches it.
+#[test]
+fn a_file_compressed_split_bag_reads_as_one_log_within_its_disk_budget() {
+    let Some(one) = write_foreign("zstd-one", &["--frames", "20"]) else {
+        return;
+    };
+    let packed = write_foreign(
+        "zstd-split",
+        &["--frames", "20", "--split", "7", "--compress-files"],
+    )
+    .expect("python3 ran");
+    let whole = read_foreign(&one, "bag.mcap");
+    let text = std::fs::read_to_string(packed.join("redline.toml")).unwrap();
+    let sensors = sensors_of(&packed, &text);
+    let bag = packed.join("bag");
+    let tight = ReadLimits {
+        unpacked_disk_bytes: 1,
+        ..ReadLimits::default()
+    };
+    for (limits, what) in [(ReadLimits::default(), "default"), (tight, "one byte")] {
+        let feed = Feed::from_log_mapped(&bag, None, limits, &sensors).unwrap();
+        assert!(feed.issues.is_empty(), "{what}: {:?}", feed.issues);
+        assert_eq!(feed.frames.len(), whole.frames.len(), "{what}");
+        for (k, (a, b)) in feed.frames.iter().zip(&whole.frames).enumerate() {
+            assert_eq!(a.stamp_ns, b.stamp_ns, "{what}: frame {k}");
+            assert_eq!(a.images, b.images, "{what}: frame {k}");
+            assert_eq!(
+                format!("{:?}", a.ego),
+                format!("{:?}", b.ego),
+                "{what}: frame {k}"
+            );
+        }
+        let mut r = LogReader::open_mapped(&bag, limits, &sensors).unwrap();
+        let at_open = r.decompressions();
+        let n = r.messages(&[], 0, u64::MAX).count();
+        assert!(n >= 60, "{what}: {n} messages");
+        let after = r.decompressions();
+        match what {
+            "default" => assert_eq!((at_open, after), (3, 3), "{what}"),
+            _ => assert!(
+                at_open >= 3 && after > at_open,
+                "{what}: {at_open} then {after}"
+            ),
+        }
+    }
+    std::fs::remove_dir_all(&one).ok();
+    std::fs::remove_dir_all(&packed).ok();
+}

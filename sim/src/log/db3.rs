@@ -381,7 +381,8 @@ impl LogReader {
                 p.push("-wal");
                 Some(PathBuf::from(p))
             }
-            Source::Memory(_) => None,
+            // A compressed file (a closed bag file) or a log in memory has none.
+            Source::Memory(_) | Source::Packed(_) => None,
         };
         let limit = self.limits.max_record_bytes;
         let read_wal = || {
@@ -428,6 +429,7 @@ impl LogReader {
         end: u64,
         out: &mut Vec<RawMsg>,
     ) {
+        self.make_room_for(Some(b.part));
         let (file, channel_ids, db3) = match b.part {
             0 => (&mut self.file, None, self.db3.as_ref()),
             k => {

@@ -28,6 +28,7 @@
 //! max_frames = 1000000
 //! max_feed_bytes = 8589934592     # 8 GiB
 //! max_unpacked_bytes = 1099511627776 # 1 TiB, a file-compressed bag file decompressed
+//! unpacked_disk_bytes = 17179869184   # 16 GiB of such copies on disk at once
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,11 @@ pub struct ReadLimits {
     /// `.db3.zstd`, decompressed into a temporary file before it is read), bytes. Default
     /// 1 TiB.
     pub max_unpacked_bytes: u64,
+    /// Temporary disk the decompressed copies of one log's compressed files may take at
+    /// once, bytes: past it, the copies read least recently are dropped and made again
+    /// when read (each such file is then decompressed once more per pass). One file's copy
+    /// is always allowed. Default 16 GiB.
+    pub unpacked_disk_bytes: u64,
 }
 
 impl Default for ReadLimits {
@@ -77,6 +83,7 @@ impl Default for ReadLimits {
             max_frames: 1_000_000,
             max_feed_bytes: 8 << 30,
             max_unpacked_bytes: 1 << 40,
+            unpacked_disk_bytes: 16 << 30,
         }
     }
 }
@@ -97,6 +104,7 @@ impl ReadLimits {
             max_frames: 10_000,
             max_feed_bytes: 64 << 20,
             max_unpacked_bytes: 64 << 20,
+            unpacked_disk_bytes: 64 << 20,
         }
     }
 
@@ -112,6 +120,7 @@ impl ReadLimits {
             ("max_frames", self.max_frames),
             ("max_feed_bytes", self.max_feed_bytes),
             ("max_unpacked_bytes", self.max_unpacked_bytes),
+            ("unpacked_disk_bytes", self.unpacked_disk_bytes),
         ];
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(format!("[log] {name} = 0: give a positive limit"));

@@ -76,6 +76,8 @@ pub(super) struct RawMsg {
 pub(super) enum Source {
     File(File),
     Memory(Cursor<Vec<u8>>),
+    /// A file compressed whole, read through a decompressed copy (`unpack`).
+    Packed(unpack::Packed),
 }
 
 impl Read for Source {
@@ -83,6 +85,7 @@ impl Read for Source {
         match self {
             Source::File(f) => f.read(buf),
             Source::Memory(c) => c.read(buf),
+            Source::Packed(p) => p.read(buf),
         }
     }
 }
@@ -92,6 +95,7 @@ impl Seek for Source {
         match self {
             Source::File(f) => f.seek(pos),
             Source::Memory(c) => c.seek(pos),
+            Source::Packed(p) => p.seek(pos),
         }
     }
 }
@@ -159,6 +163,8 @@ pub struct LogReader {
     pub(super) buf: Vec<u8>,
     /// The other files of a split bag, in recording order (empty for one file).
     pub(super) more_files: Vec<MoreFile>,
+    /// Counts block reads, to tell which decompressed copy was read least recently.
+    pub(super) read_clock: u64,
     /// Bytes of every file of the log.
     total_bytes: u64,
     /// The reader's own file (`path` names the directory of a split bag).
@@ -243,11 +249,8 @@ impl LogReader {
             });
         };
         let first = Self::open_one(first, limits, None)?;
-        let mut parts = Vec::with_capacity(rest.len());
-        for f in rest {
-            parts.push(Self::open_one(f, limits, None)?);
-        }
-        let mut r = Self::join(path.to_path_buf(), first, parts);
+        let parts = rest.iter().map(|f| Self::open_one(f, limits, None));
+        let mut r = Self::join(path.to_path_buf(), first, parts)?;
         if let Some(sensors) = sensors {
             r.sensors = sensors.clone();
             r.load_rig()?;
@@ -269,15 +272,17 @@ impl LogReader {
         let n = read_up_to(&mut file, &mut magic).map_err(io)?;
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         if n == magic.len() && magic == unpack::ZSTD_MAGIC {
-            let u = unpack::to_temp_file(path, file, &limits)?;
+            let mut u = unpack::to_temp_file(path, file, &limits)?;
+            let (len, damage) = (u.len, u.damage.take());
+            let packed = unpack::Packed::new(path, &limits, u);
             let r = Self::open_source(
                 path.to_path_buf(),
-                Source::File(u.out),
-                u.len,
+                Source::Packed(packed),
+                len,
                 limits,
                 sensors,
             );
-            return Self::with_damage(path, r, u.len, u.damage);
+            return Self::with_damage(path, r, len, damage);
         }
         let file_len = file.metadata().map_err(io)?.len();
         Self::open_source(
@@ -326,8 +331,13 @@ impl LogReader {
     /// The files of a split bag (each opened alone, `first` then `rest` in recording order)
     /// as one log named `path`: channels matched by topic, schema and encoding (a channel
     /// only a later file has gets a fresh id), blocks merged by start time, issues prefixed
-    /// with their file.
-    fn join(path: PathBuf, first: LogReader, rest: Vec<LogReader>) -> LogReader {
+    /// with their file. The parts are opened one by one as they are joined, so that the
+    /// decompressed copies of compressed files stay within their disk budget (`unpack`).
+    fn join(
+        path: PathBuf,
+        first: LogReader,
+        rest: impl Iterator<Item = Result<LogReader, LogError>>,
+    ) -> Result<LogReader, LogError> {
         let mut log = first;
         let first_name = file_name(&log.path);
         for issue in &mut log.issues {
@@ -335,6 +345,7 @@ impl LogReader {
         }
         let mut span = (!log.blocks.is_empty()).then_some(log.range);
         for part in rest {
+            let part = part?;
             let index = log.more_files.len() + 1;
             let name = file_name(&part.path);
             let has_blocks = !part.blocks.is_empty();
@@ -396,11 +407,13 @@ impl LogReader {
                 channel_ids,
                 db3: part.db3,
             });
+            // Opening the file made its copy if it is compressed: keep within the budget.
+            log.make_room_for(None);
         }
         log.range = span.unwrap_or((0, 0));
         log.blocks.sort_by_key(|b| (b.start_ns, b.part, b.offset));
         log.path = path;
-        log
+        Ok(log)
     }
 
     /// Reads a log held in memory (`name` stands for its path in messages and issues). Same
@@ -471,6 +484,7 @@ impl LogReader {
             more_files: Vec::new(),
             total_bytes: file_len,
             first_file: path.clone(),
+            read_clock: 0,
             resizers: Vec::new(),
             db3: None,
             last_pose: None,
@@ -875,6 +889,7 @@ impl LogReader {
         body.clear();
         // body_len <= max_record_bytes (checked above) and within the file (checked at open).
         body.resize(b.body_len as usize, 0);
+        self.make_room_for(Some(b.part));
         // The block's file, and for a later file of a split bag its channel ids.
         let (file, channel_ids) = match b.part {
             0 => (&mut self.file, None),

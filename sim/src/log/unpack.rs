@@ -16,14 +16,24 @@
 //! [`LogIssueKind::OverLimit`] issue. A temporary directory that cannot take the file is a
 //! [`LogError::Unpack`] that names the directory and what to do.
 //!
-//! Cost: one sequential pass over the compressed file at open, one 1 MiB buffer, and as much
-//! temporary disk as the decompressed file. No threads.
+//! Temporary disk is bounded per log: the decompressed copies of a log's files may take
+//! `unpacked_disk_bytes` ([`ReadLimits`], default 16 GiB) at once. Past it, the copies read
+//! least recently are dropped (each [`Packed`] file keeps only its path) and made again when
+//! a read reaches them — a long file-compressed recording then needs room for about two of
+//! its files, not all of them, at the cost of decompressing each file once more per pass
+//! (once to index it at open, once per [`LogReader::messages`] pass that reads it). A copy
+//! made again must have the first copy's length, else reads from it fail as I/O errors (the
+//! file changed while it was read). A copy is dropped only between blocks, and every block
+//! read seeks first, so no read sees the position reset.
+//!
+//! Cost: one sequential pass over the compressed file at open (and per later copy), one
+//! 1 MiB buffer, and as much temporary disk as the decompressed file. No threads.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::{LogError, LogIssueKind, ReadLimits};
+use super::{LogError, LogIssueKind, LogReader, ReadLimits};
 
 /// The first bytes of a zstd frame.
 pub(super) const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
@@ -79,6 +89,140 @@ pub(super) fn to_temp_file(
         unpack(file, &mut out, limits.max_unpacked_bytes).map_err(|(n, e)| no_room(n, e))?;
     out.seek(SeekFrom::Start(0)).map_err(|e| no_room(len, e))?;
     Ok(Unpacked { out, len, damage })
+}
+
+/// A compressed log file read through a decompressed copy in the temporary directory, which
+/// may be dropped between reads and made again (see the module docs).
+#[derive(Debug)]
+pub(super) struct Packed {
+    path: PathBuf,
+    /// `max_unpacked_bytes`, for a copy made again.
+    limit: u64,
+    /// Length of the decompressed file (the first copy's).
+    pub(super) len: u64,
+    copy: Option<File>,
+    /// When it was last read ([`LogReader::make_room_for`]'s clock).
+    pub(super) last_read: u64,
+    /// Copies made of it so far.
+    pub(super) copies: u64,
+}
+
+impl Packed {
+    /// The compressed file at `path` and its first copy, just made.
+    pub(super) fn new(path: &Path, limits: &ReadLimits, first: Unpacked<File>) -> Packed {
+        Packed {
+            path: path.to_path_buf(),
+            limit: limits.max_unpacked_bytes,
+            len: first.len,
+            copy: Some(first.out),
+            last_read: 0,
+            copies: 1,
+        }
+    }
+
+    /// Whether its copy is on disk now.
+    pub(super) fn is_resident(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// Drops the copy (made again by the next read).
+    pub(super) fn drop_copy(&mut self) {
+        self.copy = None;
+    }
+
+    /// The copy, made again if it was dropped.
+    fn copy(&mut self) -> std::io::Result<&mut File> {
+        if let Some(ref mut f) = self.copy {
+            return Ok(f);
+        }
+        let fail = |e: String| std::io::Error::other(e);
+        let file = File::open(&self.path)?;
+        let limits = ReadLimits {
+            max_unpacked_bytes: self.limit,
+            ..ReadLimits::default()
+        };
+        let again = to_temp_file(&self.path, file, &limits).map_err(|e| fail(e.to_string()))?;
+        if again.len != self.len {
+            return Err(fail(format!(
+                "it decompresses to {} bytes now and did to {} when opened: the file changed \
+                 while it was read",
+                again.len, self.len
+            )));
+        }
+        self.copies += 1;
+        Ok(self.copy.insert(again.out))
+    }
+}
+
+impl Read for Packed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.copy()?.read(buf)
+    }
+}
+
+impl Seek for Packed {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.copy()?.seek(pos)
+    }
+}
+
+impl LogReader {
+    /// The compressed files of the log, part by part (part 0 the first file).
+    fn packed_parts(&mut self) -> impl Iterator<Item = (usize, &mut Packed)> {
+        std::iter::once(&mut self.file)
+            .chain(self.more_files.iter_mut().map(|m| &mut m.file))
+            .enumerate()
+            .filter_map(|(k, s)| match s {
+                super::reader::Source::Packed(p) => Some((k, p)),
+                _ => None,
+            })
+    }
+
+    /// Before a read of part `reading` (or, for `None`, after opening): drops the copies
+    /// read least recently, never `reading`'s, until the copies on disk plus `reading`'s fit
+    /// `unpacked_disk_bytes`; marks `reading` as read now.
+    pub(super) fn make_room_for(&mut self, reading: Option<usize>) {
+        self.read_clock += 1;
+        let now = self.read_clock;
+        let budget = self.limits.unpacked_disk_bytes;
+        let mut need = 0u64;
+        let mut resident = Vec::new();
+        for (k, p) in self.packed_parts() {
+            if Some(k) == reading {
+                p.last_read = now;
+                need = p.len;
+            } else if p.is_resident() {
+                resident.push((p.last_read, k, p.len));
+            }
+        }
+        resident.sort_unstable();
+        let mut total = need + resident.iter().map(|r| r.2).sum::<u64>();
+        let mut drop = Vec::new();
+        for &(_, k, len) in &resident {
+            if total <= budget {
+                break;
+            }
+            drop.push(k);
+            total -= len;
+        }
+        for (k, p) in self.packed_parts() {
+            if drop.contains(&k) {
+                p.drop_copy();
+            }
+        }
+    }
+
+    /// How many decompressed copies of compressed files this reader has made (one per
+    /// compressed file at open, one more each time a dropped copy was read again).
+    pub fn decompressions(&self) -> u64 {
+        std::iter::once(&self.file)
+            .chain(self.more_files.iter().map(|m| &m.file))
+            .map(|s| match s {
+                super::reader::Source::Packed(p) => p.copies,
+                _ => 0,
+            })
+            .sum()
+    }
 }
 
 /// Decompresses a log held in memory into memory.
@@ -226,16 +370,11 @@ mod tests {
     }
 
     #[test]
-    fn a_temporary_file_holds_the_decompressed_file_rewound() {
+    fn a_temporary_copy_reads_as_the_file_and_is_made_again_after_a_drop() {
         let dir = tempfile::tempdir().unwrap();
         let plain = bytes(STEP + 77);
         let path = dir.path().join("x.mcap.zstd");
         std::fs::write(&path, zstd::bulk::compress(&plain, 3).unwrap()).unwrap();
-        let mut u =
-            to_temp_file(&path, File::open(&path).unwrap(), &ReadLimits::default()).unwrap();
-        let mut back = Vec::new();
-        u.out.read_to_end(&mut back).unwrap();
-        assert_eq!((back, u.len), (plain.clone(), plain.len() as u64));
         assert_eq!(
             compressed_files(&path),
             vec![(path.clone(), std::fs::metadata(&path).unwrap().len())]
@@ -243,5 +382,25 @@ mod tests {
         let plain_path = dir.path().join("y.mcap");
         std::fs::write(&plain_path, &plain).unwrap();
         assert!(compressed_files(&plain_path).is_empty());
+
+        let limits = ReadLimits::default();
+        let u = to_temp_file(&path, File::open(&path).unwrap(), &limits).unwrap();
+        assert_eq!(u.len, plain.len() as u64);
+        let mut p = Packed::new(&path, &limits, u);
+        let mut back = Vec::new();
+        p.read_to_end(&mut back).unwrap();
+        assert_eq!(back, plain);
+        // Dropped, then read again: the same bytes from a second copy.
+        p.drop_copy();
+        assert!(!p.is_resident());
+        p.seek(SeekFrom::Start(77)).unwrap();
+        let mut again = Vec::new();
+        p.read_to_end(&mut again).unwrap();
+        assert_eq!((&again[..], p.copies), (&plain[77..], 2));
+        // The file changed on disk: the next copy is refused.
+        p.drop_copy();
+        std::fs::write(&path, zstd::bulk::compress(&plain[1..], 3).unwrap()).unwrap();
+        let e = p.seek(SeekFrom::Start(0)).unwrap_err().to_string();
+        assert!(e.contains("changed while it was read"), "{e}");
     }
 }
