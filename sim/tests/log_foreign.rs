@@ -798,3 +798,57 @@ fn a_file_compressed_split_bag_reads_as_one_log_within_its_disk_budget() {
     std::fs::remove_dir_all(&one).ok();
     std::fs::remove_dir_all(&packed).ok();
 }
+
+/// A split bag whose recorder died just after starting a new file (an empty last file, no
+/// metadata.yaml) still reads: the empty file is an `UnreadableFile` issue, the frames are
+/// the whole recording's. So is an unreadable file that sorts first (the next file is then
+/// the log's first); a directory of nothing readable is the first file's error.
+#[test]
+fn an_empty_or_unreadable_file_of_a_split_bag_is_an_issue_not_the_end() {
+    let Some(one) = write_foreign("unreadable-one", &["--frames", "12"]) else {
+        return;
+    };
+    let split = write_foreign("unreadable-split", &["--frames", "12", "--split", "5"])
+        .expect("python3 ran");
+    let whole = read_foreign(&one, "bag.mcap");
+    let bag = split.join("bag");
+    std::fs::remove_file(bag.join("metadata.yaml")).unwrap();
+    std::fs::write(bag.join("bag_3.mcap"), b"").unwrap();
+    std::fs::write(bag.join("bag.mcap"), b"not a bag at all").unwrap();
+    let feed = read_foreign(&split, "bag");
+    assert_eq!(feed.frames.len(), whole.frames.len());
+    for (k, (a, b)) in feed.frames.iter().zip(&whole.frames).enumerate() {
+        assert_eq!(
+            (a.stamp_ns, &a.images),
+            (b.stamp_ns, &b.images),
+            "frame {k}"
+        );
+    }
+    let r = LogReader::open_any(&bag, ReadLimits::default()).unwrap();
+    let unreadable: Vec<&str> = r
+        .issues()
+        .iter()
+        .filter(|i| i.kind == redline_sim::log::LogIssueKind::UnreadableFile)
+        .map(|i| i.detail.as_str())
+        .collect();
+    assert_eq!(unreadable.len(), 2, "{unreadable:?}");
+    assert!(
+        unreadable
+            .iter()
+            .any(|d| d.starts_with("bag.mcap: nothing in it can be read"))
+            && unreadable
+                .iter()
+                .any(|d| d.starts_with("bag_3.mcap: nothing")),
+        "{unreadable:?}"
+    );
+    for f in ["bag_0.mcap", "bag_1.mcap", "bag_2.mcap"] {
+        std::fs::write(bag.join(f), b"").unwrap();
+    }
+    let Err(e) = LogReader::open_any(&bag, ReadLimits::default()) else {
+        panic!("a bag of nothing readable opened");
+    };
+    let e = e.to_string();
+    assert!(e.contains("bag.mcap is neither an MCAP file"), "{e}");
+    std::fs::remove_dir_all(&one).ok();
+    std::fs::remove_dir_all(&split).ok();
+}

@@ -35,7 +35,10 @@
 //! over several files is read as one log — channels matched by topic, schema and encoding
 //! across files, their chunks merged in log-time order, the calibration and static
 //! transforms of the first file serving the whole recording. Issues of a split bag name
-//! their file. A `.db3` file is read by the same contract: its topics are the channels, its
+//! their file. A file of a split bag with nothing readable in it (empty: a recorder that
+//! died just after starting it; cut before its first record; not a bag file) is an
+//! [`LogIssueKind::UnreadableFile`] issue and the other files are read (the first file that
+//! opens is then the log's first); only a bag with no readable file is an error. A `.db3` file is read by the same contract: its topics are the channels, its
 //! messages table's leaf pages (in row order, ~4 MiB of rows each) the blocks merged in
 //! log-time order, a row's `timestamp` the log time; a damaged page is an issue and its
 //! rows are skipped (SQLite keeps no checksums, so damage inside a message's bytes is not
@@ -146,12 +149,22 @@ pub enum LogError {
         why: String,
     },
     /// A log file compressed whole (`.mcap.zstd`, `.db3.zstd`) could not be decompressed
-    /// for reading (see `unpack`): the reason says what to do.
+    /// for reading: the temporary directory could not take it (see `unpack`); the reason
+    /// says what to do.
     #[error("{path}: {why}")]
     Unpack {
         /// The compressed file.
         path: PathBuf,
         /// What failed and what to do.
+        why: String,
+    },
+    /// A log file compressed whole breaks before any readable log: nothing in it can be
+    /// read.
+    #[error("{path}: {why}")]
+    BrokenStream {
+        /// The compressed file.
+        path: PathBuf,
+        /// Where the stream breaks and why nothing before it reads.
         why: String,
     },
     /// The file starts with neither the MCAP magic nor SQLite's (nor zstd's).
@@ -227,6 +240,21 @@ pub enum LogError {
     },
 }
 
+impl LogError {
+    /// Whether the error says the file itself holds nothing readable (not a bag file, cut
+    /// before its first record, a broken compressed stream), as opposed to the environment
+    /// (I/O, temporary space) or the configuration: a split bag skips such a file.
+    pub(super) fn is_unreadable_file(&self) -> bool {
+        matches!(
+            self,
+            LogError::NotMcap { .. }
+                | LogError::Db3 { .. }
+                | LogError::Mcap { .. }
+                | LogError::BrokenStream { .. }
+        )
+    }
+}
+
 /// Kinds of damage found in a log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LogIssueKind {
@@ -253,6 +281,9 @@ pub enum LogIssueKind {
     /// A camera's images are another size than the rig's smallest camera: they are resized
     /// to it when read, and its intrinsics scaled (a note, not damage).
     ResizedCamera,
+    /// A file of a split bag has nothing readable in it (empty, cut before its first
+    /// record, not a bag file): its messages are missing; the other files are read.
+    UnreadableFile,
 }
 
 /// One problem found in a log.

@@ -242,15 +242,30 @@ impl LogReader {
         if let [only] = &files[..] {
             return Self::open_one(only, limits, sensors);
         }
-        let Some((first, rest)) = files.split_first() else {
-            // bag_files never returns an empty list; an empty one would be nothing to read.
-            return Err(LogError::NotMcap {
-                path: path.to_path_buf(),
-            });
+        // A file with nothing readable in it (a recorder that died just after starting a new
+        // file leaves it empty) is an issue, not the end of the recording: the first file
+        // that opens is the log's first, a later one that does not is skipped.
+        let mut unreadable = Vec::new();
+        let mut files = files.iter();
+        let first = loop {
+            let Some(f) = files.next() else {
+                // Nothing opened: the first file's error says why.
+                let (_, e) = unreadable.into_iter().next().ok_or(LogError::NotMcap {
+                    path: path.to_path_buf(),
+                })?;
+                return Err(e);
+            };
+            match Self::open_one(f, limits, None) {
+                Ok(r) => break r,
+                Err(e) if e.is_unreadable_file() => unreadable.push((f.clone(), e)),
+                Err(e) => return Err(e),
+            }
         };
-        let first = Self::open_one(first, limits, None)?;
-        let parts = rest.iter().map(|f| Self::open_one(f, limits, None));
+        let parts = files.map(|f| Self::open_one(f, limits, None).map_err(|e| (f.clone(), e)));
         let mut r = Self::join(path.to_path_buf(), first, parts)?;
+        for (f, e) in unreadable {
+            r.unreadable_part(&f, &e);
+        }
         if let Some(sensors) = sensors {
             r.sensors = sensors.clone();
             r.load_rig()?;
@@ -310,7 +325,7 @@ impl LogReader {
                 r.issue(damage.kind, damage.detail());
                 Ok(r)
             }
-            Err(e) => Err(LogError::Unpack {
+            Err(e) => Err(LogError::BrokenStream {
                 path: path.to_path_buf(),
                 why: if len == 0 {
                     format!(
@@ -336,7 +351,7 @@ impl LogReader {
     fn join(
         path: PathBuf,
         first: LogReader,
-        rest: impl Iterator<Item = Result<LogReader, LogError>>,
+        rest: impl Iterator<Item = Result<LogReader, (PathBuf, LogError)>>,
     ) -> Result<LogReader, LogError> {
         let mut log = first;
         let first_name = file_name(&log.path);
@@ -345,7 +360,14 @@ impl LogReader {
         }
         let mut span = (!log.blocks.is_empty()).then_some(log.range);
         for part in rest {
-            let part = part?;
+            let part = match part {
+                Ok(part) => part,
+                Err((f, e)) if e.is_unreadable_file() => {
+                    log.unreadable_part(&f, &e);
+                    continue;
+                }
+                Err((_, e)) => return Err(e),
+            };
             let index = log.more_files.len() + 1;
             let name = file_name(&part.path);
             let has_blocks = !part.blocks.is_empty();
@@ -986,6 +1008,18 @@ impl LogReader {
         for detail in bad {
             self.issue(LogIssueKind::UndecodableMessage, format!("{name}{detail}"));
         }
+    }
+
+    /// Records that the file `f` of a split bag has nothing readable (`e` says why).
+    fn unreadable_part(&mut self, f: &Path, e: &LogError) {
+        self.issue(
+            LogIssueKind::UnreadableFile,
+            format!(
+                "{}: nothing in it can be read ({e}); its messages are missing, the bag's other \
+                 files are read",
+                file_name(f)
+            ),
+        );
     }
 
     /// `"<file name>: "` for a block of a split bag (its issues name their file), else empty.
