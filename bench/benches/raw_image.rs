@@ -111,6 +111,7 @@ fn conversions() {
         "bayer_rggb16",
         "yuv422",
         "yuv422_yuy2",
+        "nv21",
     ];
     println!(
         "raw image -> RGB8 per image, {RUNS} conversions each (after {WARM_UP} warm-up), one \
@@ -123,10 +124,10 @@ fn conversions() {
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for (w, h) in [(1920usize, 1080usize), (640, 480)] {
         for name in encodings {
-            let bpp = PixelEncoding::parse(name)
-                .expect("a read encoding")
-                .bytes_per_pixel();
-            let data: Vec<u8> = (0..w * h * bpp)
+            let enc = PixelEncoding::parse(name).expect("a read encoding");
+            let bpp = enc.bytes_per_pixel();
+            let rows = enc.data_rows(h as u64) as usize;
+            let data: Vec<u8> = (0..w * rows * bpp)
                 .map(|_| {
                     state ^= state << 13;
                     state ^= state >> 7;

@@ -2,7 +2,8 @@
 """Writes the fixture that checks redline's raw-image conversions against OpenCV.
 
 For each sensor_msgs/Image encoding redline converts beyond plain 8-bit RGB (16-bit RGB and
-grey, the four Bayer mosaics in 8 and 16 bits, YUV 4:2:2 in both byte orders) it writes a
+grey, the four Bayer mosaics in 8 and 16 bits, YUV 4:2:2 in both byte orders, YUV 4:2:0
+semi-planar as nv21 and nv12) it writes a
 seeded random image in that encoding and the 8-bit RGB that cv_bridge's
 `toCvCopy(msg, "rgb8")` makes of it — the same OpenCV calls cv_bridge makes:
 `cvtColor` with cv_bridge's conversion code (`COLOR_BayerBG2RGB` for `bayer_rggb8`, ...,
@@ -112,6 +113,13 @@ def main(out_dir):
         add("yuv422", width, height, uyvy, cv2.cvtColor(uyvy, cv2.COLOR_YUV2RGB_UYVY))
         yuyv = rng.integers(0, 256, (height, width, 2), dtype=np.uint8)
         add("yuv422_yuy2", width, height, yuyv, cv2.cvtColor(yuyv, cv2.COLOR_YUV2RGB_YUY2))
+
+    # YUV 4:2:0 semi-planar (luma rows, then half as many rows of chroma pairs): random
+    # bytes again, and the smallest image, one 2x2 block.
+    for width, height in [(14, 10), (2, 2)]:
+        for name, code in [("nv21", cv2.COLOR_YUV2RGB_NV21), ("nv12", cv2.COLOR_YUV2RGB_NV12)]:
+            yuv = rng.integers(0, 256, (height * 3 // 2, width), dtype=np.uint8)
+            add(name, width, height, yuv, cv2.cvtColor(yuv, code))
 
     manifest = {"opencv": cv2.__version__, "cases": cases}
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:

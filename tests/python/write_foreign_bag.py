@@ -52,7 +52,8 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
   --raw ENC    raw sensor_msgs/msg/Image cameras on /sensing/camera/<name>/image_raw instead
                of JPEG, in encoding ENC: bayer_rggb8 (or bggr, gbrg, grbg; 8 or 16 bits, as a
                camera's colour filter samples the picture), yuv422 / yuv422_yuy2 (BT.601,
-               video range, chroma averaged over each pixel pair), rgb16, bgr16, mono16
+               video range, chroma averaged over each pixel pair), nv21 / nv12 (the same,
+               4:2:0 semi-planar: chroma averaged over each 2x2 block), rgb16, bgr16, mono16
                (samples x 257), rgb8, bgr8, mono8; needs numpy
 
 Written with the reference Python stack (`mcap`, `mcap-ros2-support`, JPEG by Pillow):
@@ -207,13 +208,18 @@ def raw_picture(k, cam, encoding):
                 mosaic[dy::2, dx::2] = colour[dy::2, dx::2]
         data = (mosaic * 257).astype("<u2") if bits == 16 else mosaic.astype(np.uint8)
         return data.tobytes(), W * (bits // 8)
-    if encoding in ("yuv422", "yuv422_yuy2"):
+    if encoding in ("yuv422", "yuv422_yuy2", "nv21", "nv12"):
         y = 16 + (65.481 * r + 128.553 * g + 24.966 * b) / 255
         u = 128 + (-37.797 * r - 74.203 * g + 112.0 * b) / 255
         v = 128 + (112.0 * r - 93.786 * g - 18.214 * b) / 255
+        q = lambda a: np.clip(np.rint(a), 0, 255).astype(np.uint8)
+        if encoding in ("nv21", "nv12"):
+            block = lambda a: (a[0::2, 0::2] + a[0::2, 1::2] + a[1::2, 0::2] + a[1::2, 1::2]) / 4
+            pairs = (block(v), block(u)) if encoding == "nv21" else (block(u), block(v))
+            chroma = np.stack([q(c) for c in pairs], -1).reshape(H // 2, W)
+            return np.concatenate([q(y), chroma]).tobytes(), W
         u2 = (u[:, 0::2] + u[:, 1::2]) / 2
         v2 = (v[:, 0::2] + v[:, 1::2]) / 2
-        q = lambda a: np.clip(np.rint(a), 0, 255).astype(np.uint8)
         out = np.zeros((H, W // 2, 4), np.uint8)
         if encoding == "yuv422":  # U Y0 V Y1
             order = (q(u2), q(y[:, 0::2]), q(v2), q(y[:, 1::2]))

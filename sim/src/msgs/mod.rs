@@ -179,6 +179,19 @@ pub enum ImageIssue {
         /// Width, px.
         width: u32,
     },
+    /// A YUV 4:2:0 image whose width or height is odd: its chroma covers 2×2 pixels.
+    #[error(
+        "image encoding {encoding} shares each chroma pair among 2x2 pixels, but the size is \
+         {width}x{height}, not even; the message is corrupt"
+    )]
+    OddSize {
+        /// The encoding.
+        encoding: String,
+        /// Width, px.
+        width: u32,
+        /// Height, px.
+        height: u32,
+    },
 }
 
 const SEPARATOR: &str =

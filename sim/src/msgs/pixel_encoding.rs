@@ -9,11 +9,15 @@
 //! - raw sensor mosaics: `bayer_rggb8`, `bayer_bggr8`, `bayer_gbrg8`, `bayer_grbg8` and their
 //!   16-bit forms (`bayer_rggb16`, ...);
 //! - YUV 4:2:2, two pixels in four bytes: `yuv422` and `uyvy` (U Y0 V Y1), `yuv422_yuy2` and
-//!   `yuyv` (Y0 U Y1 V).
+//!   `yuyv` (Y0 U Y1 V);
+//! - YUV 4:2:0 semi-planar: `nv21` and `nv12` — `height` rows of luma (one byte per pixel,
+//!   `step` bytes per row), then `height / 2` rows of chroma pairs, one pair per 2×2 pixels,
+//!   V U (`nv21`) or U V (`nv12`), with the same `step`; width and height even.
 //!
 //! Not read: the generic `16UC1` (usually a depth image in millimetres, not a picture),
-//! `8UC3`/`8UC4` (no channel order), float and signed types, `nv21`/`nv24`. They stay an
-//! [`ImageIssue::WrongEncoding`] that names what is read.
+//! `8UC3`/`8UC4` (no channel order), float and signed types, `nv24` (4:4:4, which OpenCV
+//! has no conversion for). They stay an [`ImageIssue::WrongEncoding`] that names what is
+//! read.
 //!
 //! How (each matches cv_bridge, which runs OpenCV; `tests/python/pixel_encoding_fixture.py`
 //! writes OpenCV's answers into the test fixture, and the tests compare every pixel):
@@ -27,7 +31,9 @@
 //! - YUV 4:2:2: ITU-R BT.601 with video-range luma in OpenCV's 20-bit fixed point
 //!   (`COLOR_YUV2RGB_UYVY` / `_YUY2`): `y = max(0, Y − 16) · 1220542`, then
 //!   `R = (y + 1673527 (V − 128) + 2¹⁹) >> 20`, `G = (y − 852492 (V − 128) − 409993 (U − 128)
-//!   + 2¹⁹) >> 20`, `B = (y + 2116026 (U − 128) + 2¹⁹) >> 20`, each clamped to 0..=255.
+//!   + 2¹⁹) >> 20`, `B = (y + 2116026 (U − 128) + 2¹⁹) >> 20`, each clamped to 0..=255;
+//! - YUV 4:2:0 (`COLOR_YUV2RGB_NV21` / `_NV12`): the same formulas, each pixel with its own
+//!   luma and its 2×2 block's chroma pair (no chroma interpolation, as OpenCV).
 //!
 //! Promises: any `width`, `height`, `step` and data length either convert or give an
 //! [`ImageIssue`] (never a panic, never a read past the data); the layout is checked by
@@ -88,12 +94,17 @@ pub enum PixelEncoding {
         /// U Y0 V Y1 (`yuv422`, `uyvy`) when true; Y0 U Y1 V (`yuv422_yuy2`, `yuyv`) when false.
         uyvy: bool,
     },
+    /// YUV 4:2:0 semi-planar: a luma plane, then a plane of chroma pairs for 2×2 pixels each.
+    Yuv420sp {
+        /// V U pairs (`nv21`) when true; U V (`nv12`) when false.
+        vu: bool,
+    },
 }
 
 /// The encodings [`PixelEncoding::parse`] accepts, for error messages.
 pub const READ_ENCODINGS: &str = "rgb8, bgr8, rgba8, bgra8, mono8, their 16-bit forms (rgb16, \
-     ..., mono16), bayer_rggb8/bggr8/gbrg8/grbg8 and their 16-bit forms, yuv422 (uyvy) and \
-     yuv422_yuy2 (yuyv)";
+     ..., mono16), bayer_rggb8/bggr8/gbrg8/grbg8 and their 16-bit forms, yuv422 (uyvy), \
+     yuv422_yuy2 (yuyv), nv21 and nv12";
 
 impl PixelEncoding {
     /// The encoding named `name` (a ROS `image_encodings` string), or `None` if redline does
@@ -132,11 +143,23 @@ impl PixelEncoding {
             "bayer_grbg16" => bayer(BayerPattern::Grbg, 2),
             "yuv422" | "uyvy" => PixelEncoding::Yuv422 { uyvy: true },
             "yuv422_yuy2" | "yuyv" => PixelEncoding::Yuv422 { uyvy: false },
+            "nv21" => PixelEncoding::Yuv420sp { vu: true },
+            "nv12" => PixelEncoding::Yuv420sp { vu: false },
             _ => return None,
         })
     }
 
-    /// Bytes per pixel in a row (a YUV 4:2:2 pair of pixels takes four).
+    /// Rows of `step` bytes an image of `height` rows holds (4:2:0: its luma rows, then half
+    /// as many chroma rows).
+    pub fn data_rows(self, height: u64) -> u64 {
+        match self {
+            PixelEncoding::Yuv420sp { .. } => height + height / 2,
+            _ => height,
+        }
+    }
+
+    /// Bytes per pixel in a row (a YUV 4:2:2 pair of pixels takes four; a 4:2:0 image's
+    /// rows count its luma bytes).
     pub fn bytes_per_pixel(self) -> usize {
         match self {
             PixelEncoding::Interleaved {
@@ -146,11 +169,12 @@ impl PixelEncoding {
             } => channels as usize * sample_bytes as usize,
             PixelEncoding::Bayer { sample_bytes, .. } => sample_bytes as usize,
             PixelEncoding::Yuv422 { .. } => 2,
+            PixelEncoding::Yuv420sp { .. } => 1,
         }
     }
 }
 
-/// One image's geometry and bytes, already checked: every row `y < height` has
+/// One image's geometry and bytes, already checked: every row `y < data_rows(height)` has
 /// `width · bytes_per_pixel` bytes at `data[y · step..]`.
 pub(super) struct RawImage<'a> {
     pub width: usize,
@@ -180,6 +204,15 @@ pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>,
             return Err(ImageIssue::OddWidth {
                 encoding: if uyvy { "yuv422" } else { "yuv422_yuy2" }.to_string(),
                 width: img.width as u32,
+            });
+        }
+    }
+    if let PixelEncoding::Yuv420sp { vu } = enc {
+        if w % 2 != 0 || h % 2 != 0 {
+            return Err(ImageIssue::OddSize {
+                encoding: if vu { "nv21" } else { "nv12" }.to_string(),
+                width: img.width as u32,
+                height: img.height as u32,
             });
         }
     }
@@ -237,6 +270,23 @@ pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>,
         PixelEncoding::Yuv422 { uyvy } => {
             for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
                 yuv422_row(img.row(y, w * 2), uyvy, dst);
+            }
+        }
+        PixelEncoding::Yuv420sp { vu } => {
+            // Each row as U Y0 V Y1 pairs (its luma, its block row's chroma), then the 4:2:2
+            // row conversion: the same formulas.
+            let (ou, ov) = if vu { (1, 0) } else { (0, 1) };
+            let mut pairs = vec![0u8; w * 2];
+            for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
+                let (luma, chroma) = (img.row(y, w), img.row(h + y / 2, w));
+                for ((q, l), c) in pairs
+                    .chunks_exact_mut(4)
+                    .zip(luma.chunks_exact(2))
+                    .zip(chroma.chunks_exact(2))
+                {
+                    q.copy_from_slice(&[c[ou], l[0], c[ov], l[1]]);
+                }
+                yuv422_row(&pairs, true, dst);
             }
         }
     }
@@ -385,7 +435,7 @@ mod tests {
     use crate::msgs::Image;
     use proptest::prelude::*;
 
-    const NAMES: [&str; 23] = [
+    const NAMES: [&str; 25] = [
         "rgb8",
         "bgr8",
         "rgba8",
@@ -409,6 +459,8 @@ mod tests {
         "uyvy",
         "yuv422_yuy2",
         "yuyv",
+        "nv21",
+        "nv12",
     ];
 
     proptest! {
@@ -431,7 +483,7 @@ mod tests {
             match msg.to_rgb() {
                 Ok(img) => prop_assert_eq!(img.data.len(), width as usize * height as usize * 3),
                 Err(e) => {
-                    let layout = matches!(e, ImageIssue::BadLayout { .. } | ImageIssue::OddWidth { .. });
+                    let layout = matches!(e, ImageIssue::BadLayout { .. } | ImageIssue::OddWidth { .. } | ImageIssue::OddSize { .. });
                     prop_assert!(layout, "{}", e);
                 }
             }
@@ -459,7 +511,7 @@ mod tests {
         let manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
         let cases = manifest["cases"].as_array().unwrap();
-        assert_eq!(cases.len(), 32);
+        assert_eq!(cases.len(), 36);
         let mut encodings = std::collections::BTreeSet::new();
         for case in cases {
             let name = case["encoding"].as_str().unwrap();
@@ -487,8 +539,8 @@ mod tests {
             );
             encodings.insert(name);
         }
-        // 5 interleaved 16-bit, 8 mosaics, 2 YUV orders.
-        assert_eq!(encodings.len(), 15, "{encodings:?}");
+        // 5 interleaved 16-bit, 8 mosaics, 2 YUV 4:2:2 orders, 2 YUV 4:2:0 ones.
+        assert_eq!(encodings.len(), 17, "{encodings:?}");
     }
 
     #[test]
@@ -600,8 +652,21 @@ mod tests {
         for name in NAMES {
             assert!(PixelEncoding::parse(name).is_some(), "{name}");
         }
-        for name in ["16UC1", "8UC3", "32FC1", "nv21", "RGB8", "jpeg", ""] {
+        for name in ["16UC1", "8UC3", "32FC1", "nv24", "RGB8", "jpeg", ""] {
             assert_eq!(PixelEncoding::parse(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_odd_sized_four_two_zero_image_is_an_issue_not_a_panic() {
+        for (w, h) in [(3, 2), (2, 3), (1, 1)] {
+            let data = vec![128u8; w * h * 2];
+            let enc = PixelEncoding::parse("nv21").unwrap();
+            let e = to_rgb8(enc, &raw(w, h, 1, &data)).unwrap_err();
+            assert!(
+                matches!(e, ImageIssue::OddSize { .. }) && e.to_string().contains("not even"),
+                "{w}x{h}: {e}"
+            );
         }
     }
 }

@@ -82,7 +82,7 @@ impl Image {
 
     /// Converts the message to an [`RgbImage`] as `cv_bridge` converts it to `rgb8`: rows
     /// with padding are compacted, channels reordered, alpha dropped, grey replicated, 16-bit
-    /// samples scaled, Bayer mosaics demosaiced and YUV 4:2:2 converted (see
+    /// samples scaled, Bayer mosaics demosaiced and YUV 4:2:2 and 4:2:0 converted (see
     /// [`PixelEncoding`] for the encodings and the formulas).
     pub fn to_rgb(&self) -> Result<RgbImage, ImageIssue> {
         let enc = self.check_layout()?;
@@ -134,7 +134,7 @@ impl Image {
             len: self.data.len(),
         };
         let row = (self.width as u64) * enc.bytes_per_pixel() as u64;
-        let need = (self.step as u64) * (self.height as u64);
+        let need = (self.step as u64) * enc.data_rows(self.height as u64);
         if (self.step as u64) < row || (self.data.len() as u64) < need {
             return Err(bad);
         }
