@@ -2,7 +2,8 @@
 //! range, damage), as `ros2 bag info` prints it, and a `[sensors]` table to start from.
 //!
 //! The suggestion is a guess from topic names and types: every image topic
-//! (`sensor_msgs/msg/Image` or `CompressedImage`) becomes a camera named after its topic
+//! (`sensor_msgs/msg/Image`, `CompressedImage` or `foxglove_msgs/msg/CompressedVideo`)
+//! becomes a camera named after its topic
 //! (`/sensing/camera/front/image_raw/compressed` → `front`; a camera with both a raw and a
 //! compressed topic gets the compressed one), paired with the `camera_info` topic beside it;
 //! the odometry topic is the first `nav_msgs/msg/Odometry` one (a name with
@@ -36,6 +37,7 @@ pub struct LogInfoArgs {
 
 const IMAGE: &str = "sensor_msgs/msg/Image";
 const COMPRESSED: &str = "sensor_msgs/msg/CompressedImage";
+const VIDEO: &str = "foxglove_msgs/msg/CompressedVideo";
 const CAMERA_INFO: &str = "sensor_msgs/msg/CameraInfo";
 const ODOMETRY: &str = "nav_msgs/msg/Odometry";
 const POSE_COV: &str = "geometry_msgs/msg/PoseWithCovarianceStamped";
@@ -214,6 +216,11 @@ fn rate(c: &ChannelStats) -> f64 {
 fn camera_name(topic: &str) -> String {
     let mut t = topic.trim_end_matches('/');
     for suffix in [
+        "/h264",
+        "/h265",
+        "/video",
+        "/compressed_video",
+        "/ffmpeg",
         "/compressed",
         "/image_raw",
         "/image_rect_color",
@@ -248,9 +255,9 @@ fn suggest_sensors(stats: &[ChannelStats]) -> String {
     let mut order: Vec<String> = Vec::new();
     for c in stats
         .iter()
-        .filter(|c| (c.schema == IMAGE || c.schema == COMPRESSED) && c.count > 0)
+        .filter(|c| [IMAGE, COMPRESSED, VIDEO].contains(&c.schema.as_str()) && c.count > 0)
     {
-        let compressed = c.schema == COMPRESSED;
+        let compressed = c.schema != IMAGE;
         let name = camera_name(&c.topic);
         match cams.get(&name) {
             Some((_, true)) => continue,
@@ -357,6 +364,8 @@ mod tests {
         );
         assert_eq!(camera_name("/cam/rear_left/image_raw"), "rear_left");
         assert_eq!(camera_name("/camera0/image"), "camera0");
+        assert_eq!(camera_name("/sensing/camera/front/video"), "front");
+        assert_eq!(camera_name("/cam/left/image_raw/h264"), "left");
         assert_eq!(camera_name("/"), "camera");
     }
 

@@ -7,8 +7,8 @@
 //! decoding, frame grouping, the feed), with the default [`ReadLimits`] except
 //! `max_unpacked_bytes`, 64 MiB (a small zstd input can expand a thousandfold and more, and
 //! each would be written to the temporary directory); [`cdr_bytes`]: the CDR decoder of
-//! every message type redline reads. They return normally for every input (errors are
-//! expected and ignored); a panic, an abort or an allocation failure is a bug the fuzzer
+//! every message type redline reads; [`video_bytes`]: the H.264 decoding of a video
+//! camera. They return normally for every input (errors are expected and ignored); a panic, an abort or an allocation failure is a bug the fuzzer
 //! reports as a crash. Not for production use: [`log_bytes`] writes the bytes to a file in
 //! the temporary directory (one per process), because the reader opens paths.
 
@@ -16,7 +16,9 @@ use std::path::PathBuf;
 
 use crate::feed::Feed;
 use crate::log::ReadLimits;
-use crate::msgs::{CameraInfo, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage};
+use crate::msgs::{
+    CameraInfo, CompressedVideo, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage,
+};
 
 /// Runs `data` as a log file (MCAP, a ROS 2 SQLite bag, or either compressed with zstd: the
 /// reader tells them by their magic) through the replay's log path; returns the frames read
@@ -46,7 +48,18 @@ pub fn cdr_bytes(data: &[u8]) -> usize {
     ok += usize::from(TfMessage::from_cdr(data).is_ok());
     ok += usize::from(GroundTruthMsg::from_cdr(data).is_ok());
     ok += usize::from(RoadMap::from_cdr(data).is_ok());
+    ok += usize::from(CompressedVideo::from_cdr(data).is_ok());
     ok
+}
+
+/// Decodes `data` as an H.264 stream, access unit by access unit as a camera topic's messages
+/// bring them ([`crate::video::VideoStream`]); returns the pictures decoded.
+pub fn video_bytes(data: &[u8]) -> usize {
+    let mut stream = crate::video::VideoStream::default();
+    rusty_h264_decoder::split_access_units(data)
+        .into_iter()
+        .filter(|au| matches!(stream.picture("h264", au), Ok(Some(_))))
+        .count()
 }
 
 fn scratch_path() -> PathBuf {
@@ -62,6 +75,11 @@ mod tests {
         assert_eq!(log_bytes(b"not a log"), 0);
         assert_eq!(log_bytes(&[]), 0);
         assert_eq!(cdr_bytes(&[]), 0);
+        assert_eq!(video_bytes(&[]), 0);
+        assert_eq!(
+            video_bytes(b"\x00\x00\x00\x01\x65junk\x00\x00\x01\x41more"),
+            0
+        );
         let odom = TfMessage::default().to_cdr();
         assert!(cdr_bytes(&odom) >= 1, "a real message decodes");
         for cut in 0..odom.len() {

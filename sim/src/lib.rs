@@ -21,3 +21,4 @@ pub mod replay;
 pub mod scenario;
 pub mod stream;
 pub mod types;
+pub mod video;

@@ -854,3 +854,92 @@ fn an_empty_or_unreadable_file_of_a_split_bag_is_an_issue_not_the_end() {
     std::fs::remove_dir_all(&one).ok();
     std::fs::remove_dir_all(&split).ok();
 }
+
+/// H.264 cameras (`--video`: libx264 through PyAV, a keyframe every 5 frames) decode to the
+/// very pictures FFmpeg's decoder gives (converted to RGB by the same BT.601 formulas),
+/// every pixel: as `foxglove_msgs/msg/CompressedVideo`, as a `CompressedImage` of format
+/// `h264`, and with B-frames (each message stamped with its picture's time: the pictures
+/// land in their frames; those the reordering delays past their frame are reported late).
+/// A damaged access unit is an issue and the stream resumes at the next keyframe; a read
+/// that starts inside a group of pictures waits for the next keyframe, and says so.
+#[test]
+fn h264_video_cameras_decode_to_ffmpegs_pictures_exactly() {
+    let (w, h) = (160usize, 96usize);
+    let picture = |dir: &Path, cam: &str, k: usize| {
+        let all = std::fs::read(dir.join(format!("video_{cam}.rgb"))).unwrap();
+        all[k * w * h * 3..][..w * h * 3].to_vec()
+    };
+    for mode in ["h264", "h264-image", "h264-bframes"] {
+        let args = ["--frames", "12", "--video", mode, "--corrupt", "7"];
+        let Some(dir) = write_foreign(&format!("video-{mode}"), &args) else {
+            return;
+        };
+        let feed = read_foreign(&dir, "bag.mcap");
+        assert_eq!(feed.frames.len(), 12, "{mode}");
+        let mut exact = 0;
+        for (k, f) in feed.frames.iter().enumerate() {
+            for (cam, name) in ["front", "rear"].iter().enumerate() {
+                if f.present & (1 << cam) == 0 {
+                    continue;
+                }
+                let got = &f.images[cam * w * h * 3..][..w * h * 3];
+                assert!(got == picture(&dir, name, k), "{mode}: frame {k} {name}");
+                exact += 1;
+            }
+        }
+        let issue = |k: u64, what: &str| {
+            feed.issues
+                .iter()
+                .any(|(frame, why)| *frame == k && why.contains(what))
+        };
+        // The rear unit 7 (in coding order) is cut: an issue, then the pictures up to the
+        // next keyframe.
+        let anywhere = |what: &str| feed.issues.iter().any(|(_, why)| why.contains(what));
+        assert!(
+            anywhere("camera rear: H.264 access unit cannot be decoded"),
+            "{mode}: {:?}",
+            feed.issues
+        );
+        assert!(anywhere("after a damaged access unit"), "{mode}");
+        if mode == "h264-bframes" {
+            // Reordered pictures arrive after the frame that shows them: late, not misplaced.
+            assert!(issue(1, "camera front late"), "{mode}: {:?}", feed.issues);
+            assert!(exact >= 12, "{mode}: {exact} pictures used");
+        } else {
+            // Everything but rear 7, 8, 9.
+            assert!(
+                issue(7, "camera rear: H.264 access unit cannot be decoded"),
+                "{mode}"
+            );
+            assert!(issue(8, "after a damaged access unit"), "{mode}");
+            assert_eq!(exact, 24 - 3, "{mode}: {:?}", feed.issues);
+            assert!(
+                feed.frames[10].present == 0b11,
+                "{mode}: the keyframe at 10"
+            );
+        }
+
+        // A read from frame 2 waits for the keyframe at 5.
+        let text = std::fs::read_to_string(dir.join("redline.toml")).unwrap();
+        let sensors = sensors_of(&dir, &text);
+        let mut r =
+            LogReader::open_mapped(&dir.join("bag.mcap"), ReadLimits::default(), &sensors).unwrap();
+        let (start, _) = r.time_range();
+        let from = start + 2 * 100_000_000;
+        let mut first_picture = None;
+        let mut waiting = 0;
+        for m in r.messages(&[], from, u64::MAX) {
+            if let redline_sim::log::Payload::Image { cam: 0, image } = m.payload {
+                match image {
+                    Ok(_) if first_picture.is_none() => first_picture = Some(m.stamp_ns),
+                    Err(e) if e.to_string().contains("first keyframe") => waiting += 1,
+                    _ => {}
+                }
+            }
+        }
+        let t0 = 1_700_000_000_000_000_000u64;
+        assert_eq!(first_picture, Some(t0 + 5 * 100_000_000), "{mode}");
+        assert!(waiting >= 2, "{mode}: {waiting}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -45,6 +45,16 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                width, height and K) with binning_x = binning_y = B, as a binning driver does
   --roi        the front camera_info describes a sensor 40 px wider and 20 px taller, the
                images being the region of interest at (10, 6) of it (roi and K shifted)
+  --video MODE  the cameras as H.264 video (libx264 through PyAV, 4:2:0, Main profile, a
+               keyframe every 5 frames, one access unit per message): h264 on
+               /sensing/camera/<name>/video as foxglove_msgs/msg/CompressedVideo; h264-bframes
+               the same with B-frames (pictures coded out of display order: messages in coding
+               order, each stamped with its own picture's time); h264-image as
+               sensor_msgs/msg/CompressedImage with format "h264". Writes OUT_DIR/video_<name>.rgb:
+               the pictures as FFmpeg's decoder gives them, converted to RGB (BT.601 video range,
+               OpenCV's COLOR_YUV2RGB_I420 fixed point), every frame in display order; with
+               --corrupt K the rear access unit K is cut to its first 8 bytes. Needs av (PyAV)
+               and numpy
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -94,6 +104,8 @@ PAGE_SIZE = 4096
 COMPRESS = False
 WAL_CRASH = False
 COMPRESS_FILES = False
+VIDEO = ""
+VIDEO_DEF = "builtin_interfaces/Time timestamp\nstring frame_id\nuint8[] data\nstring format\n"
 WRITER = "own"
 POSE = False
 TF_EGO = False
@@ -267,7 +279,64 @@ def rgb_picture(k, cam):
 
 
 def image_topic(name):
+    if VIDEO and VIDEO != "h264-image":
+        return f"/sensing/camera/{name}/video"
     return f"/sensing/camera/{name}/image_raw" + ("" if RAW else "/compressed")
+
+
+def encode_videos(out):
+    """Each camera's pictures as H.264 access units with the frame each shows (one per frame,
+    in coding order), and
+    OUT/video_<name>.rgb: what FFmpeg decodes them to, in display order, as RGB."""
+    from fractions import Fraction
+
+    import av
+    import numpy as np
+
+    videos = []
+    for cam, name in enumerate(["front", "rear"]):
+        enc = av.CodecContext.create("libx264", "w")
+        enc.width, enc.height, enc.pix_fmt = W, H, "yuv420p"
+        enc.time_base, enc.framerate = Fraction(1, 10), Fraction(10, 1)
+        bframes = 2 if VIDEO == "h264-bframes" else 0
+        enc.options = {"profile": "main", "threads": "1",
+                       "x264-params": f"keyint=5:min-keyint=5:scenecut=0:bframes={bframes}"}
+        packets = []
+        for k in range(FRAMES):
+            frame = av.VideoFrame.from_image(rgb_picture(k, cam)).reformat(format="yuv420p")
+            frame.pts = k
+            packets.extend(enc.encode(frame))
+        packets.extend(enc.encode(None))
+        # (access unit, the frame its picture shows), in coding order.
+        units = [(bytes(p), p.pts) for p in packets]
+        assert len(units) == FRAMES, (len(units), FRAMES)
+        dec = av.CodecContext.create("h264", "r")
+        pictures = []
+        for unit, _ in units:
+            for pic in dec.decode(av.Packet(unit)):
+                pictures.append(pic)
+        pictures.extend(dec.decode(None))
+        assert len(pictures) == FRAMES, len(pictures)
+        with open(os.path.join(out, f"video_{name}.rgb"), "wb") as rgb_file:
+            for pic in pictures:
+                rgb_file.write(i420_to_rgb(np, pic).tobytes())
+        videos.append(units)
+    return videos
+
+
+def i420_to_rgb(np, pic):
+    """A decoded yuv420p picture as RGB: BT.601 video range in OpenCV's 20-bit fixed point
+    (COLOR_YUV2RGB_I420), each pixel with its 2x2 block's chroma."""
+    planes = [np.frombuffer(bytes(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
+              for p in pic.planes]
+    y = planes[0].astype(np.int64)
+    up = lambda c: np.repeat(np.repeat(c.astype(np.int64), 2, 0), 2, 1) - 128
+    u, v = up(planes[1]), up(planes[2])
+    yy = np.maximum(y - 16, 0) * 1220542 + (1 << 19)
+    r = (yy + 1673527 * v) >> 20
+    g = (yy - 852492 * v - 409993 * u) >> 20
+    b = (yy + 2116026 * u) >> 20
+    return np.clip(np.stack([r, g, b], -1), 0, 255).astype(np.uint8)
 
 
 def damaged(jpeg):
@@ -403,7 +472,7 @@ def to_db3(mcap_path, db3_path):
 
 
 def main():
-    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER, TF_FOOTPRINT, BINNING, ROI, COMPRESS_FILES
+    global W, H, FRAMES, TEXTURE, CORRUPT, RAW, SPLIT, K1, MODEL, ZERO_STAMPS, REAR, STORAGE, PAGE_SIZE, COMPRESS, WAL_CRASH, POSE, TURN, TF_EGO, WRITER, TF_FOOTPRINT, BINNING, ROI, COMPRESS_FILES, VIDEO
     args = sys.argv[1:]
     try:
         out = args.pop(0)
@@ -449,6 +518,8 @@ def main():
                 COMPRESS = True
             elif flag == "--compress-files" and value is None:
                 COMPRESS_FILES = True
+            elif flag == "--video" and value in ("h264", "h264-bframes", "h264-image"):
+                VIDEO = value
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True
             elif flag == "--texture" and value is None:
@@ -457,6 +528,8 @@ def main():
                 raise ValueError(flag)
         if REAR and RAW:
             raise ValueError("--rear-size with --raw")
+        if VIDEO and (RAW or REAR):
+            raise ValueError("--video with --raw or --rear-size")
         if WRITER == "rosbags" and (SPLIT or WAL_CRASH):
             raise ValueError("--writer rosbags with --split or --wal-crash")
         if COMPRESS_FILES and not (SPLIT or STORAGE == "sqlite3" or WRITER == "rosbags"):
@@ -476,8 +549,11 @@ def main():
             import numpy  # noqa: F401
         if WRITER == "rosbags":
             import rosbags  # noqa: F401
+        if VIDEO:
+            import av  # noqa: F401
+            import numpy  # noqa: F401
     except ImportError as e:
-        print(f"missing Python package ({e}): pip install mcap mcap-ros2-support pillow numpy rosbags", file=sys.stderr)
+        print(f"missing Python package ({e}): pip install mcap mcap-ros2-support pillow numpy rosbags av", file=sys.stderr)
         return 3
     os.makedirs(out, exist_ok=True)
     fx = fy = 120.0
@@ -495,6 +571,9 @@ def main():
         w = Writer(f)
         if RAW:
             img = w.register_msgdef("sensor_msgs/msg/Image", RAW_IMAGE_DEF + HEADER_DEFS)
+        elif VIDEO and VIDEO != "h264-image":
+            time_def = "=" * 80 + "\nMSG: builtin_interfaces/Time\nint32 sec\nuint32 nanosec\n"
+            img = w.register_msgdef("foxglove_msgs/msg/CompressedVideo", VIDEO_DEF + time_def)
         else:
             img = w.register_msgdef("sensor_msgs/msg/CompressedImage", IMAGE_DEF + HEADER_DEFS)
         info = w.register_msgdef("sensor_msgs/msg/CameraInfo", CAMERA_INFO_DEF + HEADER_DEFS)
@@ -505,6 +584,7 @@ def main():
         tf = w.register_msgdef("tf2_msgs/msg/TFMessage", TF_DEF + HEADER_DEFS)
         return f, w, img, info, odom, tf
 
+    videos = encode_videos(out) if VIDEO else None
     f, w, img_schema, info_schema, odom_schema, tf_schema = open_writer()
     # Static transforms: base_link -> sensor_kit_base_link (1.5 m forward, 1.6 m up)
     # -> front camera optical frame (pitched 5 degrees down).
@@ -606,7 +686,17 @@ def main():
             # cameras arrive a few ms after their stamp, as over a network
             arrival = t + 3_000_000 + cam * 1_000_000
             header = {"stamp": stamp(0 if ZERO_STAMPS else t), "frame_id": f"camera/{name}/camera_optical_link"}
-            if RAW:
+            if videos:
+                data, shown = videos[cam][k]
+                header["stamp"] = stamp(0 if ZERO_STAMPS else T0 + shown * PERIOD_NS)
+                if (k, cam) == (CORRUPT, 1):
+                    data = data[:8]
+                if VIDEO == "h264-image":
+                    msg = {"header": header, "format": "h264", "data": data}
+                else:
+                    msg = {"timestamp": header["stamp"], "frame_id": header["frame_id"],
+                           "data": data, "format": "h264"}
+            elif RAW:
                 data, step = raw_picture(k, cam, RAW)
                 if (k, cam) == (CORRUPT, 1):
                     data = data[: len(data) // 2]

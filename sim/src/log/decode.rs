@@ -12,7 +12,7 @@ use super::reader::{LogReader, RawMsg};
 use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData, Stamps};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
-    CameraInfo, CompressedImage, GroundTruthMsg, Image, Odometry, PoseStamped,
+    CameraInfo, CompressedImage, CompressedVideo, GroundTruthMsg, Image, Odometry, PoseStamped,
     PoseWithCovarianceStamped, Quaternion, RoadMap, RosMessage, TfMessage, TransformStamped,
     Vector3,
 };
@@ -25,6 +25,8 @@ use redline_runtime::det_math as dm;
 pub(super) enum Kind {
     Image,
     CompressedImage,
+    /// `foxglove_msgs/msg/CompressedVideo`: one picture of a video stream ([`crate::video`]).
+    CompressedVideo,
     CameraInfo,
     Odometry,
     /// `geometry_msgs/msg/PoseStamped` or `PoseWithCovarianceStamped`: an ego pose without
@@ -65,7 +67,7 @@ impl LogReader {
             return None;
         };
         let res: Result<(u64, Payload), (LogIssueKind, String)> = (|| match kind {
-            Kind::Image | Kind::CompressedImage => {
+            Kind::Image | Kind::CompressedImage | Kind::CompressedVideo => {
                 let cam = *self.image_cams.get(&raw.channel).ok_or_else(|| {
                     (
                         LogIssueKind::UnknownSchema,
@@ -98,9 +100,28 @@ impl LogReader {
                         msg.into_rgb()
                     };
                     (stamp, image)
+                } else if kind == Kind::CompressedVideo {
+                    let msg = CompressedVideo::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
+                    let stamp = msg.timestamp.to_ns().map_err(|e| undecodable(&e))?;
+                    let stream = self.videos.entry(raw.channel).or_default();
+                    match stream.picture(&msg.format, &msg.data) {
+                        // Parameter sets alone: no picture, nothing missing.
+                        Ok(None) => return Ok((stamp, Payload::Unused)),
+                        Ok(Some(img)) => (stamp, sized(img, want)),
+                        Err(e) => (stamp, Err(e)),
+                    }
                 } else {
                     let msg = CompressedImage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                     let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+                    if crate::video::is_h264(&msg.format) {
+                        // A driver that publishes its H.264 stream as CompressedImage.
+                        let stream = self.videos.entry(raw.channel).or_default();
+                        return Ok(match stream.picture(&msg.format, &msg.data) {
+                            Ok(None) => (stamp, Payload::Unused),
+                            Ok(Some(img)) => (stamp, self.image_payload(cam, sized(img, want))),
+                            Err(e) => (stamp, Payload::Image { cam, image: Err(e) }),
+                        });
+                    }
                     if self.keep_jpeg && Compression::sniff(&msg.data) == Some(Compression::Jpeg) {
                         // Passed on compressed: only the header is read here.
                         let payload = match jpeg_size(&msg.data) {
@@ -119,24 +140,11 @@ impl LogReader {
                         };
                         return Ok((stamp, payload));
                     }
-                    let image =
-                        decode_compressed(&msg, self.limits.max_image_side).and_then(|img| {
-                            if (img.width, img.height) == want {
-                                Ok(img)
-                            } else {
-                                Err(ImageIssue::WrongSize {
-                                    got: (img.width, img.height),
-                                    want,
-                                })
-                            }
-                        });
+                    let image = decode_compressed(&msg, self.limits.max_image_side)
+                        .and_then(|img| sized(img, want));
                     (stamp, image)
                 };
-                let image = match (image, self.resizers.get(cam)) {
-                    (Ok(img), Some(Some(pre))) => Ok(resize_rgb(pre, &img)),
-                    (image, _) => image,
-                };
-                Ok((stamp, Payload::Image { cam, image }))
+                Ok((stamp, self.image_payload(cam, image)))
             }
             // Another odometry source than the rig's (e.g. a second localiser): read, unused.
             Kind::Odometry if ch.topic != self.sensors.odometry_topic() => Ok((0, Payload::Unused)),
@@ -234,6 +242,29 @@ impl LogReader {
                 None
             }
         }
+    }
+}
+
+/// `img` if it has the camera's size `want`, else the issue.
+fn sized(img: RgbImage, want: (u32, u32)) -> Result<RgbImage, ImageIssue> {
+    if (img.width, img.height) == want {
+        Ok(img)
+    } else {
+        Err(ImageIssue::WrongSize {
+            got: (img.width, img.height),
+            want,
+        })
+    }
+}
+
+impl LogReader {
+    /// Camera `cam`'s image payload, resized to the rig's size when the camera is resized.
+    fn image_payload(&self, cam: usize, image: Result<RgbImage, ImageIssue>) -> Payload {
+        let image = match (image, self.resizers.get(cam)) {
+            (Ok(img), Some(Some(pre))) => Ok(resize_rgb(pre, &img)),
+            (image, _) => image,
+        };
+        Payload::Image { cam, image }
     }
 }
 
@@ -376,6 +407,7 @@ pub(super) fn kind_of(schema: &str) -> Option<Kind> {
     match schema {
         n if n == Image::SCHEMA_NAME => Some(Kind::Image),
         n if n == CompressedImage::SCHEMA_NAME => Some(Kind::CompressedImage),
+        n if n == CompressedVideo::SCHEMA_NAME => Some(Kind::CompressedVideo),
         n if n == CameraInfo::SCHEMA_NAME => Some(Kind::CameraInfo),
         n if n == Odometry::SCHEMA_NAME => Some(Kind::Odometry),
         n if n == PoseStamped::SCHEMA_NAME || n == PoseWithCovarianceStamped::SCHEMA_NAME => {

@@ -165,6 +165,8 @@ pub struct LogReader {
     pub(super) more_files: Vec<MoreFile>,
     /// Counts block reads, to tell which decompressed copy was read least recently.
     pub(super) read_clock: u64,
+    /// Each video camera topic's decoder state (channel id → stream), reset per read.
+    pub(super) videos: BTreeMap<u16, crate::video::VideoStream>,
     /// Bytes of every file of the log.
     total_bytes: u64,
     /// The reader's own file (`path` names the directory of a split bag).
@@ -507,6 +509,7 @@ impl LogReader {
             total_bytes: file_len,
             first_file: path.clone(),
             read_clock: 0,
+            videos: BTreeMap::new(),
             resizers: Vec::new(),
             db3: None,
             last_pose: None,
@@ -827,6 +830,8 @@ impl LogReader {
         // an earlier call read, then reads what precedes the start.
         self.last_pose = None;
         self.tf_ego = super::decode::TfEgo::seeded(&self.static_tf);
+        // Video streams decode afresh from their first keyframe in the read.
+        self.videos.clear();
         self.preroll_ego(start_ns);
         let wanted: BTreeSet<u16> = self
             .channels

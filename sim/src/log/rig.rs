@@ -19,8 +19,10 @@ use super::sensor_map::{mount_in_base, Rig, BASE_FRAME};
 use super::{camera_of_topic, LogError, LogIssueKind, RoadMapData};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
-    CameraInfo, CompressedImage, Image, RoadMap, RosMessage, TfMessage, TransformStamped,
+    CameraInfo, CompressedImage, CompressedVideo, Image, ImageIssue, RoadMap, RosMessage,
+    TfMessage, TransformStamped,
 };
+use crate::video::{is_h264, VideoStream};
 use redline_pipeline::camera::CameraSpec;
 use redline_pipeline::perception::Preprocess;
 
@@ -115,12 +117,17 @@ impl LogReader {
             .iter()
             .filter_map(|(id, c)| {
                 let k = kind_of(&c.schema)?;
-                matches!(k, Kind::Image | Kind::CompressedImage | Kind::CameraInfo)
-                    .then_some((*id, k))
+                matches!(
+                    k,
+                    Kind::Image | Kind::CompressedImage | Kind::CompressedVideo | Kind::CameraInfo
+                )
+                .then_some((*id, k))
             })
             .collect();
         let max_side = self.limits.max_image_side;
         let mut samples: BTreeMap<u16, CameraSample> = BTreeMap::new();
+        // A video topic's sample is its first picture: read on to the first keyframe.
+        let mut videos: BTreeMap<u16, VideoStream> = BTreeMap::new();
         let mut raws = RawIter::new(self, kinds.keys().copied().collect(), 0, u64::MAX);
         while samples.len() < kinds.len() {
             let Some(raw) = raws.next_raw() else { break };
@@ -141,7 +148,28 @@ impl LogReader {
             };
             let unstamped = |h: &crate::msgs::Header| h.stamp.to_ns() == Ok(0) && raw.key.0 != 0;
             let undecodable = |e: &dyn std::fmt::Display| Some(format!("undecodable: {e}"));
+            // The first picture of a video stream (`Ok(None)`: read on), or why there is none.
+            let mut video = |format: &str, data: &[u8]| {
+                let stream = videos.entry(raw.channel).or_default();
+                match stream.picture(format, data) {
+                    Ok(None) => Ok(None),
+                    Ok(Some(img)) => Ok(Some((img.width, img.height))),
+                    Err(ImageIssue::Video(why)) if why.contains("first keyframe") => Ok(None),
+                    Err(e) => Err(e.to_string()),
+                }
+            };
             match kinds[&raw.channel] {
+                Kind::CompressedVideo => match CompressedVideo::from_cdr(&raw.data) {
+                    Ok(msg) => {
+                        sample.format = msg.format.clone();
+                        match video(&msg.format, &msg.data) {
+                            Ok(None) => continue,
+                            Ok(Some(size)) => (sample.width, sample.height) = size,
+                            Err(e) => sample.problem = Some(e),
+                        }
+                    }
+                    Err(e) => sample.problem = undecodable(&e),
+                },
                 Kind::Image => match Image::from_cdr(&raw.data) {
                     Ok(img) => {
                         sample.unstamped = unstamped(&img.header);
@@ -152,6 +180,16 @@ impl LogReader {
                     Err(e) => sample.problem = undecodable(&e),
                 },
                 Kind::CompressedImage => match CompressedImage::from_cdr(&raw.data) {
+                    // A driver's H.264 stream as CompressedImage.
+                    Ok(msg) if is_h264(&msg.format) => {
+                        sample.unstamped = unstamped(&msg.header);
+                        sample.format = msg.format.clone();
+                        match video(&msg.format, &msg.data) {
+                            Ok(None) => continue,
+                            Ok(Some(size)) => (sample.width, sample.height) = size,
+                            Err(e) => sample.problem = Some(e),
+                        }
+                    }
                     Ok(msg) => {
                         sample.unstamped = unstamped(&msg.header);
                         let size = match Compression::sniff(&msg.data) {
@@ -248,7 +286,7 @@ impl LogReader {
             .filter(|c| {
                 matches!(
                     kind_of(&c.schema),
-                    Some(Kind::Image | Kind::CompressedImage)
+                    Some(Kind::Image | Kind::CompressedImage | Kind::CompressedVideo)
                 )
             })
             .map(|c| format!("{} ({})", c.topic, c.schema))
@@ -514,12 +552,12 @@ impl LogReader {
             if let Some(id) = channels.iter().find(|id| {
                 !matches!(
                     kind_of(&self.channels[id].schema),
-                    Some(Kind::Image | Kind::CompressedImage)
+                    Some(Kind::Image | Kind::CompressedImage | Kind::CompressedVideo)
                 )
             }) {
                 let schema = self.channels[id].schema.clone();
                 return Err(self.mismatch(format!(
-                    "camera {} reads images from {}, whose type is {schema}, not sensor_msgs/msg/Image or CompressedImage",
+                    "camera {} reads images from {}, whose type is {schema}, not sensor_msgs/msg/Image or CompressedImage or foxglove_msgs/msg/CompressedVideo",
                     cam.name, cam.image
                 )));
             }

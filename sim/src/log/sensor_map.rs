@@ -7,8 +7,9 @@
 //!   static transforms on `/tf_static`. Logs that redline writes need no `[sensors]` table.
 //! - With cameras listed, exactly those cameras are read, in the listed order (the rig order):
 //!   each from its image topic (`sensor_msgs/msg/Image` in 8- or 16-bit RGB, BGR or grey, a
-//!   Bayer mosaic or YUV 4:2:2 — see [`crate::msgs::PixelEncoding`] — or
-//!   `sensor_msgs/msg/CompressedImage` in JPEG or PNG). Intrinsics come from the camera's
+//!   Bayer mosaic or YUV 4:2:2 or 4:2:0 — see [`crate::msgs::PixelEncoding`] —,
+//!   `sensor_msgs/msg/CompressedImage` in JPEG or PNG, or H.264 video, see [`crate::video`]).
+//!   Intrinsics come from the camera's
 //!   `camera_info` topic when the log has a readable one, else from the calibration file; the
 //!   mount comes from the log's static transforms (the chain `base_link` → … → the camera's
 //!   frame, composed), else from the calibration file. A camera with neither is an error that
@@ -92,7 +93,7 @@ pub enum Stamps {
 pub struct CameraTopics {
     /// The camera's name (reports, faults, the calibration file).
     pub name: String,
-    /// Its image topic (`Image` or `CompressedImage`).
+    /// Its image topic (`Image`, `CompressedImage` or `foxglove_msgs/msg/CompressedVideo`).
     pub image: String,
     /// Its `camera_info` topic, if the log has one.
     pub camera_info: Option<String>,

@@ -20,7 +20,8 @@
 //!
 //! Layout, one file per ROS package: `std_msgs` (`builtin_interfaces/Time`, `std_msgs/Header`),
 //! `geometry_msgs` (vectors, quaternions, poses, transforms), `sensor_msgs` (`Image`,
-//! `CameraInfo`), `nav_msgs` (`Odometry`), `tf2_msgs` (`TFMessage`), `redline_msgs` (this
+//! `CameraInfo`), `nav_msgs` (`Odometry`), `tf2_msgs` (`TFMessage`), `foxglove_msgs`
+//! (`CompressedVideo`, read only), `redline_msgs` (this
 //! project's ground truth and road map). This module holds the [`RosMessage`] trait, the
 //! schema-text composition, the conversion errors, and re-exports every message type.
 
@@ -79,6 +80,7 @@ macro_rules! ros_message {
     };
 }
 
+mod foxglove_msgs;
 mod geometry_msgs;
 mod nav_msgs;
 mod pixel_encoding;
@@ -87,11 +89,13 @@ mod sensor_msgs;
 mod std_msgs;
 mod tf2_msgs;
 
+pub use foxglove_msgs::CompressedVideo;
 pub use geometry_msgs::{
     Pose, PoseStamped, PoseWithCovariance, PoseWithCovarianceStamped, Quaternion, Transform,
     TransformStamped, Twist, TwistWithCovariance, Vector3,
 };
 pub use nav_msgs::Odometry;
+pub(crate) use pixel_encoding::i420_to_rgb8;
 pub use pixel_encoding::{BayerPattern, PixelEncoding};
 pub use redline_msgs::{GroundTruthMsg, ObjectState, RoadMap};
 pub use sensor_msgs::{CameraInfo, CameraIntrinsics, CompressedImage, Image, RegionOfInterest};
@@ -192,6 +196,9 @@ pub enum ImageIssue {
         /// Height, px.
         height: u32,
     },
+    /// A picture of a compressed video stream cannot be had (see [`crate::video`]).
+    #[error("{0}")]
+    Video(String),
 }
 
 const SEPARATOR: &str =

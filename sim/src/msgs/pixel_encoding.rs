@@ -200,7 +200,7 @@ fn scale16(v: u16) -> u8 {
 pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>, ImageIssue> {
     let (w, h) = (img.width, img.height);
     if let PixelEncoding::Yuv422 { uyvy } = enc {
-        if w % 2 != 0 {
+        if !w.is_multiple_of(2) {
             return Err(ImageIssue::OddWidth {
                 encoding: if uyvy { "yuv422" } else { "yuv422_yuy2" }.to_string(),
                 width: img.width as u32,
@@ -208,7 +208,7 @@ pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>,
         }
     }
     if let PixelEncoding::Yuv420sp { vu } = enc {
-        if w % 2 != 0 || h % 2 != 0 {
+        if !w.is_multiple_of(2) || !h.is_multiple_of(2) {
             return Err(ImageIssue::OddSize {
                 encoding: if vu { "nv21" } else { "nv12" }.to_string(),
                 width: img.width as u32,
@@ -291,6 +291,42 @@ pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>,
         }
     }
     Ok(out)
+}
+
+/// A planar YUV 4:2:0 picture (I420: `y` of `width · height` bytes, `u` and `v` of
+/// `width/2 · height/2`; `width` and `height` even, the planes that long) converted to 8-bit
+/// RGB with the same formulas as `nv12` (OpenCV's `COLOR_YUV2RGB_I420`): a decoded video
+/// frame. `None` when the sizes do not hold.
+pub(crate) fn i420_to_rgb8(
+    width: usize,
+    height: usize,
+    y: &[u8],
+    u: &[u8],
+    v: &[u8],
+) -> Option<Vec<u8>> {
+    let (cw, ch) = (width / 2, height / 2);
+    if !width.is_multiple_of(2)
+        || !height.is_multiple_of(2)
+        || y.len() != width * height
+        || u.len() != cw * ch
+        || v.len() != cw * ch
+    {
+        return None;
+    }
+    let mut out = vec![0u8; width * height * 3];
+    let mut pairs = vec![0u8; width * 2];
+    for (row, dst) in out.chunks_exact_mut(width * 3).enumerate() {
+        let (luma, c) = (&y[row * width..][..width], (row / 2) * cw);
+        for (i, (q, l)) in pairs
+            .chunks_exact_mut(4)
+            .zip(luma.chunks_exact(2))
+            .enumerate()
+        {
+            q.copy_from_slice(&[u[c + i], l[0], v[c + i], l[1]]);
+        }
+        yuv422_row(&pairs, true, dst);
+    }
+    Some(out)
 }
 
 /// Sample `i` of a row of 16-bit samples, in the message's byte order.
@@ -668,5 +704,21 @@ mod tests {
                 "{w}x{h}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn i420_converts_as_nv12_with_the_chroma_planes_interleaved() {
+        let (w, h) = (6usize, 4usize);
+        let y: Vec<u8> = (0..w * h).map(|i| (i * 37 % 256) as u8).collect();
+        let u: Vec<u8> = (0..w * h / 4).map(|i| (i * 91 % 256) as u8).collect();
+        let v: Vec<u8> = (0..w * h / 4).map(|i| (255 - i * 53 % 256) as u8).collect();
+        let mut nv12 = y.clone();
+        for (a, b) in u.iter().zip(&v) {
+            nv12.extend([*a, *b]);
+        }
+        let want = to_rgb8(PixelEncoding::parse("nv12").unwrap(), &raw(w, h, 1, &nv12)).unwrap();
+        assert_eq!(i420_to_rgb8(w, h, &y, &u, &v).unwrap(), want);
+        assert!(i420_to_rgb8(w, h, &y[1..], &u, &v).is_none());
+        assert!(i420_to_rgb8(5, 4, &y[..20], &u, &v).is_none());
     }
 }

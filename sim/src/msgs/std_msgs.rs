@@ -43,11 +43,11 @@ impl Time {
         }
         Ok(self.sec as u64 * 1_000_000_000 + u64::from(self.nanosec))
     }
-    fn encode(&self, w: &mut CdrWriter) {
+    pub(super) fn encode(&self, w: &mut CdrWriter) {
         w.i32(self.sec);
         w.u32(self.nanosec);
     }
-    fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+    pub(super) fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
         Ok(Time {
             sec: r.i32()?,
             nanosec: r.u32()?,
