@@ -10,9 +10,10 @@
 //!   The stream's signalled colour matrix and range (VUI) are not read: a BT.709 or
 //!   full-range stream's colours are slightly off, as with OpenCV's default conversion.
 //! - A stream is decoded from a keyframe (an IDR picture, which carries or follows its
-//!   parameter sets): pictures before the first one of a read are an issue each ("waiting
-//!   for a keyframe"), so a replay that starts inside a group of pictures misses the pictures
-//!   up to the next keyframe, and says so.
+//!   parameter sets): pictures before the first one of a read are an issue each ("before the
+//!   stream's first keyframe"). [`crate::log::LogReader::messages`] pre-reads a
+//!   `CompressedVideo` camera from [`crate::log::EGO_PREROLL_NS`] before a later start, so a
+//!   read from inside a group of pictures is whole when its keyframe lies in that window.
 //! - An access unit that fails to decode is an issue; the stream then waits for its next
 //!   keyframe (a damaged reference would spoil every picture until then). A decoder that
 //!   panics on hostile bytes is caught the same way: never a panic out of here.

@@ -133,7 +133,9 @@ pub(super) struct MoreFile {
 }
 
 /// How far before the start of a read [`LogReader::messages`] reads a pose-only or `/tf`
-/// odometry topic, so that its first pose has a speed and its whole transform chain.
+/// odometry topic, so that its first pose has a speed and its whole transform chain, and a
+/// video camera (`CompressedVideo`), so that its stream has its keyframe when it is at most
+/// this far before the start.
 pub const EGO_PREROLL_NS: u64 = 2_000_000_000;
 
 /// Footer record (opcode, length, 20-byte body) and end magic.
@@ -819,7 +821,9 @@ impl LogReader {
     /// source that is differenced (a pose-only or `/tf` odometry topic) starts afresh with
     /// each call, so a call's output does not depend on earlier calls: from the
     /// [`EGO_PREROLL_NS`] before `start_ns` (its previous pose, the transforms of its
-    /// chain), as a replay from the log's start would have it.
+    /// chain), as a replay from the log's start would have it. So does a wanted video camera
+    /// (`CompressedVideo`): decoded from the same time before `start_ns`, its pictures from
+    /// `start_ns` on are whole when the stream has a keyframe in that window.
     pub fn messages(
         &mut self,
         topics: &[&str],
@@ -832,23 +836,24 @@ impl LogReader {
         self.tf_ego = super::decode::TfEgo::seeded(&self.static_tf);
         // Video streams decode afresh from their first keyframe in the read.
         self.videos.clear();
-        self.preroll_ego(start_ns);
         let wanted: BTreeSet<u16> = self
             .channels
             .iter()
             .filter(|(_, c)| topics.is_empty() || topics.contains(&c.topic.as_str()))
             .map(|(id, _)| *id)
             .collect();
+        self.preroll(start_ns, &wanted);
         Messages {
             raw: RawIter::new(self, wanted, start_ns, end_ns),
         }
     }
 
-    /// Decodes (and drops) the messages of a pose-only or `/tf` odometry topic in the
-    /// [`EGO_PREROLL_NS`] before `start_ns`: the first pose read from `start_ns` then has the
-    /// previous one to difference against and its transform chain's ancestors (a `map` →
-    /// `odom` published once a second).
-    fn preroll_ego(&mut self, start_ns: u64) {
+    /// Decodes (and drops) the messages of a pose-only or `/tf` odometry topic, and of the
+    /// `wanted` video cameras, in the [`EGO_PREROLL_NS`] before `start_ns`: the first pose
+    /// read from `start_ns` then has the previous one to difference against and its transform
+    /// chain's ancestors (a `map` → `odom` published once a second); a video stream has its
+    /// last keyframe and the pictures after it.
+    fn preroll(&mut self, start_ns: u64, wanted: &BTreeSet<u16>) {
         let from = start_ns.saturating_sub(EGO_PREROLL_NS).max(self.range.0);
         if from >= start_ns {
             return;
@@ -857,13 +862,17 @@ impl LogReader {
         let ids: BTreeSet<u16> = self
             .channels
             .iter()
-            .filter(|(_, c)| {
-                c.topic == odom
-                    && c.encoding == "cdr"
+            .filter(|(id, c)| {
+                let kind = super::decode::kind_of(&c.schema);
+                let ego = c.topic == odom
                     && matches!(
-                        super::decode::kind_of(&c.schema),
+                        kind,
                         Some(super::decode::Kind::Pose | super::decode::Kind::Tf)
-                    )
+                    );
+                let video = kind == Some(super::decode::Kind::CompressedVideo)
+                    && wanted.contains(id)
+                    && self.image_cams.contains_key(id);
+                c.encoding == "cdr" && (ego || video)
             })
             .map(|(id, _)| *id)
             .collect();
