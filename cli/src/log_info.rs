@@ -2,7 +2,8 @@
 //! range, damage), as `ros2 bag info` prints it, and a `[sensors]` table to start from.
 //!
 //! The suggestion is a guess from topic names and types: every image topic
-//! (`sensor_msgs/msg/Image`, `CompressedImage` or `foxglove_msgs/msg/CompressedVideo`)
+//! (`sensor_msgs/msg/Image`, `CompressedImage`, `foxglove_msgs/msg/CompressedVideo` or
+//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`)
 //! becomes a camera named after its topic
 //! (`/sensing/camera/front/image_raw/compressed` → `front`; a camera with both a raw and a
 //! compressed topic gets the compressed one), paired with the `camera_info` topic beside it;
@@ -38,6 +39,7 @@ pub struct LogInfoArgs {
 const IMAGE: &str = "sensor_msgs/msg/Image";
 const COMPRESSED: &str = "sensor_msgs/msg/CompressedImage";
 const VIDEO: &str = "foxglove_msgs/msg/CompressedVideo";
+const FFMPEG: &str = "ffmpeg_image_transport_msgs/msg/FFMPEGPacket";
 const CAMERA_INFO: &str = "sensor_msgs/msg/CameraInfo";
 const ODOMETRY: &str = "nav_msgs/msg/Odometry";
 const POSE_COV: &str = "geometry_msgs/msg/PoseWithCovarianceStamped";
@@ -255,7 +257,7 @@ fn suggest_sensors(stats: &[ChannelStats]) -> String {
     let mut order: Vec<String> = Vec::new();
     for c in stats
         .iter()
-        .filter(|c| [IMAGE, COMPRESSED, VIDEO].contains(&c.schema.as_str()) && c.count > 0)
+        .filter(|c| [IMAGE, COMPRESSED, VIDEO, FFMPEG].contains(&c.schema.as_str()) && c.count > 0)
     {
         let compressed = c.schema != IMAGE;
         let name = camera_name(&c.topic);

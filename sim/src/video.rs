@@ -1,6 +1,7 @@
 //! Camera streams recorded as compressed video: H.264 access units, one picture per message
-//! (`foxglove_msgs/msg/CompressedVideo` with format `h264`, or a `CompressedImage` whose
-//! format names `h264`), decoded to 8-bit RGB when the log is read.
+//! (`foxglove_msgs/msg/CompressedVideo` with format `h264`,
+//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket` of an H.264 codec, or a `CompressedImage`
+//! whose format names `h264`), decoded to 8-bit RGB when the log is read.
 //!
 //! Promises:
 //! - Pictures are exact: H.264 decoding is integer arithmetic that the standard fixes bit
@@ -12,7 +13,8 @@
 //! - A stream is decoded from a keyframe (an IDR picture, which carries or follows its
 //!   parameter sets): pictures before the first one of a read are an issue each ("before the
 //!   stream's first keyframe"). [`crate::log::LogReader::messages`] pre-reads a
-//!   `CompressedVideo` camera from [`crate::log::EGO_PREROLL_NS`] before a later start, so a
+//!   `CompressedVideo` or `FFMPEGPacket` camera from [`crate::log::EGO_PREROLL_NS`] before a
+//!   later start, so a
 //!   read from inside a group of pictures is whole when its keyframe lies in that window.
 //! - An access unit that fails to decode is an issue; the stream then waits for its next
 //!   keyframe (a damaged reference would spoil every picture until then). A decoder that
@@ -35,10 +37,11 @@ use rusty_h264_decoder::{au_is_idr, Decoder};
 use crate::msgs::{i420_to_rgb8, ImageIssue};
 use crate::types::RgbImage;
 
-/// Whether `format` (a `CompressedVideo`'s, or a `CompressedImage`'s) names H.264.
+/// Whether `format` (a `CompressedVideo`'s, a `CompressedImage`'s, or an `FFMPEGPacket`'s
+/// codec: `h264`, `libx264`, `h264_nvenc`, ...) names H.264.
 pub fn is_h264(format: &str) -> bool {
     let f = format.to_ascii_lowercase();
-    f.contains("h264") || f.contains("avc")
+    f.contains("264") || f.contains("avc")
 }
 
 /// One camera's H.264 stream being decoded, picture by picture, in log order.
@@ -132,7 +135,8 @@ mod tests {
     #[test]
     fn formats_and_junk_are_issues_not_panics() {
         assert!(is_h264("h264") && is_h264("H264") && is_h264("h264; annexb"));
-        assert!(!is_h264("h265") && !is_h264("jpeg"));
+        assert!(is_h264("libx264") && is_h264("h264_nvenc"));
+        assert!(!is_h264("h265") && !is_h264("hevc_nvenc") && !is_h264("jpeg"));
         let mut s = VideoStream::default();
         let e = s.picture("h265", &[0, 0, 0, 1]).unwrap_err().to_string();
         assert!(e.contains("\"h265\""), "{e}");

@@ -858,7 +858,7 @@ fn an_empty_or_unreadable_file_of_a_split_bag_is_an_issue_not_the_end() {
 /// H.264 cameras (`--video`: libx264 through PyAV, a keyframe every 5 frames) decode to the
 /// very pictures FFmpeg's decoder gives (converted to RGB by the same BT.601 formulas),
 /// every pixel: as `foxglove_msgs/msg/CompressedVideo`, as a `CompressedImage` of format
-/// `h264`, and with B-frames (each message stamped with its picture's time: the pictures
+/// `h264`, as `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`, and with B-frames (each message stamped with its picture's time: the pictures
 /// land in their frames; those the reordering delays past their frame are reported late).
 /// A damaged access unit is an issue and the stream resumes at the next keyframe; a read
 /// that starts inside a group of pictures is pre-read from its keyframe (`CompressedVideo`)
@@ -870,7 +870,7 @@ fn h264_video_cameras_decode_to_ffmpegs_pictures_exactly() {
         let all = std::fs::read(dir.join(format!("video_{cam}.rgb"))).unwrap();
         all[k * w * h * 3..][..w * h * 3].to_vec()
     };
-    for mode in ["h264", "h264-image", "h264-bframes"] {
+    for mode in ["h264", "h264-image", "h264-ffmpeg", "h264-bframes"] {
         let args = ["--frames", "12", "--video", mode, "--corrupt", "7"];
         let Some(dir) = write_foreign(&format!("video-{mode}"), &args) else {
             return;
@@ -948,7 +948,7 @@ fn h264_video_cameras_decode_to_ffmpegs_pictures_exactly() {
         let k = ((at - t0) / 100_000_000) as usize;
         match mode {
             "h264-image" => assert_eq!(k, 5, "{mode}"),
-            "h264" => assert_eq!(k, 2, "{mode}"),
+            "h264" | "h264-ffmpeg" => assert_eq!(k, 2, "{mode}"),
             _ => assert!(k <= 2, "{mode}: {k}"),
         }
         assert!(data == picture(&dir, "front", k), "{mode}: picture {k}");

@@ -50,7 +50,9 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                /sensing/camera/<name>/video as foxglove_msgs/msg/CompressedVideo; h264-bframes
                the same with B-frames (pictures coded out of display order: messages in coding
                order, each stamped with its own picture's time); h264-image as
-               sensor_msgs/msg/CompressedImage with format "h264". Writes OUT_DIR/video_<name>.rgb:
+               sensor_msgs/msg/CompressedImage with format "h264"; h264-ffmpeg as
+               ffmpeg_image_transport_msgs/msg/FFMPEGPacket (encoding "libx264;yuv420p;rgb8;rgb8").
+               Writes OUT_DIR/video_<name>.rgb:
                the pictures as FFmpeg's decoder gives them, converted to RGB (BT.601 video range,
                OpenCV's COLOR_YUV2RGB_I420 fixed point), every frame in display order; with
                --corrupt K the rear access unit K is cut to its first 8 bytes. Needs av (PyAV)
@@ -106,6 +108,10 @@ WAL_CRASH = False
 COMPRESS_FILES = False
 VIDEO = ""
 VIDEO_DEF = "builtin_interfaces/Time timestamp\nstring frame_id\nuint8[] data\nstring format\n"
+FFMPEG_DEF = (
+    "std_msgs/Header header\nint32 width\nint32 height\nstring encoding\nuint64 pts\nuint8 flags\n"
+    "bool is_bigendian\nuint8[] data\n"
+)
 WRITER = "own"
 POSE = False
 TF_EGO = False
@@ -518,7 +524,7 @@ def main():
                 COMPRESS = True
             elif flag == "--compress-files" and value is None:
                 COMPRESS_FILES = True
-            elif flag == "--video" and value in ("h264", "h264-bframes", "h264-image"):
+            elif flag == "--video" and value in ("h264", "h264-bframes", "h264-image", "h264-ffmpeg"):
                 VIDEO = value
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True
@@ -571,6 +577,8 @@ def main():
         w = Writer(f)
         if RAW:
             img = w.register_msgdef("sensor_msgs/msg/Image", RAW_IMAGE_DEF + HEADER_DEFS)
+        elif VIDEO == "h264-ffmpeg":
+            img = w.register_msgdef("ffmpeg_image_transport_msgs/msg/FFMPEGPacket", FFMPEG_DEF + HEADER_DEFS)
         elif VIDEO and VIDEO != "h264-image":
             time_def = "=" * 80 + "\nMSG: builtin_interfaces/Time\nint32 sec\nuint32 nanosec\n"
             img = w.register_msgdef("foxglove_msgs/msg/CompressedVideo", VIDEO_DEF + time_def)
@@ -693,6 +701,9 @@ def main():
                     data = data[:8]
                 if VIDEO == "h264-image":
                     msg = {"header": header, "format": "h264", "data": data}
+                elif VIDEO == "h264-ffmpeg":
+                    msg = {"header": header, "width": W, "height": H, "encoding": "libx264;yuv420p;rgb8;rgb8",
+                           "pts": shown, "flags": int(shown % 5 == 0), "is_bigendian": False, "data": data}
                 else:
                     msg = {"timestamp": header["stamp"], "frame_id": header["frame_id"],
                            "data": data, "format": "h264"}

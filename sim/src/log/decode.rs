@@ -12,9 +12,9 @@ use super::reader::{LogReader, RawMsg};
 use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData, Stamps};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
-    CameraInfo, CompressedImage, CompressedVideo, GroundTruthMsg, Image, Odometry, PoseStamped,
-    PoseWithCovarianceStamped, Quaternion, RoadMap, RosMessage, TfMessage, TransformStamped,
-    Vector3,
+    CameraInfo, CompressedImage, CompressedVideo, FfmpegPacket, GroundTruthMsg, Image, Odometry,
+    PoseStamped, PoseWithCovarianceStamped, Quaternion, RoadMap, RosMessage, TfMessage,
+    TransformStamped, Vector3,
 };
 use crate::types::{EgoState, RgbImage};
 use redline_pipeline::perception::Preprocess;
@@ -25,7 +25,8 @@ use redline_runtime::det_math as dm;
 pub(super) enum Kind {
     Image,
     CompressedImage,
-    /// `foxglove_msgs/msg/CompressedVideo`: one picture of a video stream ([`crate::video`]).
+    /// `foxglove_msgs/msg/CompressedVideo` or `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`:
+    /// one picture of a video stream ([`crate::video`]).
     CompressedVideo,
     CameraInfo,
     Odometry,
@@ -101,10 +102,10 @@ impl LogReader {
                     };
                     (stamp, image)
                 } else if kind == Kind::CompressedVideo {
-                    let msg = CompressedVideo::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
-                    let stamp = msg.timestamp.to_ns().map_err(|e| undecodable(&e))?;
+                    let (stamp, format, data) =
+                        video_message(&ch.schema, &raw.data).map_err(|e| undecodable(&e))?;
                     let stream = self.videos.entry(raw.channel).or_default();
-                    match stream.picture(&msg.format, &msg.data) {
+                    match stream.picture(&format, &data) {
                         // Parameter sets alone: no picture, nothing missing.
                         Ok(None) => return Ok((stamp, Payload::Unused)),
                         Ok(Some(img)) => (stamp, sized(img, want)),
@@ -242,6 +243,20 @@ impl LogReader {
                 None
             }
         }
+    }
+}
+
+/// A video message (`CompressedVideo` or `FFMPEGPacket`, by `schema`): its picture's stamp,
+/// its codec and its bytes.
+pub(super) fn video_message(schema: &str, cdr: &[u8]) -> Result<(u64, String, Vec<u8>), String> {
+    if schema == FfmpegPacket::SCHEMA_NAME {
+        let m = FfmpegPacket::from_cdr(cdr).map_err(|e| e.to_string())?;
+        let stamp = m.header.stamp.to_ns().map_err(|e| e.to_string())?;
+        Ok((stamp, m.codec().to_string(), m.data))
+    } else {
+        let m = CompressedVideo::from_cdr(cdr).map_err(|e| e.to_string())?;
+        let stamp = m.timestamp.to_ns().map_err(|e| e.to_string())?;
+        Ok((stamp, m.format, m.data))
     }
 }
 
@@ -407,7 +422,9 @@ pub(super) fn kind_of(schema: &str) -> Option<Kind> {
     match schema {
         n if n == Image::SCHEMA_NAME => Some(Kind::Image),
         n if n == CompressedImage::SCHEMA_NAME => Some(Kind::CompressedImage),
-        n if n == CompressedVideo::SCHEMA_NAME => Some(Kind::CompressedVideo),
+        n if n == CompressedVideo::SCHEMA_NAME || n == FfmpegPacket::SCHEMA_NAME => {
+            Some(Kind::CompressedVideo)
+        }
         n if n == CameraInfo::SCHEMA_NAME => Some(Kind::CameraInfo),
         n if n == Odometry::SCHEMA_NAME => Some(Kind::Odometry),
         n if n == PoseStamped::SCHEMA_NAME || n == PoseWithCovarianceStamped::SCHEMA_NAME => {

@@ -12,15 +12,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::decode::{kind_of, map_data, Kind};
+use super::decode::{kind_of, map_data, video_message, Kind};
 use super::merge::RawIter;
 use super::reader::{check_calibration, LogReader};
 use super::sensor_map::{mount_in_base, Rig, BASE_FRAME};
 use super::{camera_of_topic, LogError, LogIssueKind, RoadMapData};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
-    CameraInfo, CompressedImage, CompressedVideo, Image, ImageIssue, RoadMap, RosMessage,
-    TfMessage, TransformStamped,
+    CameraInfo, CompressedImage, Image, ImageIssue, RoadMap, RosMessage, TfMessage,
+    TransformStamped,
 };
 use crate::video::{is_h264, VideoStream};
 use redline_pipeline::camera::CameraSpec;
@@ -159,10 +159,10 @@ impl LogReader {
                 }
             };
             match kinds[&raw.channel] {
-                Kind::CompressedVideo => match CompressedVideo::from_cdr(&raw.data) {
-                    Ok(msg) => {
-                        sample.format = msg.format.clone();
-                        match video(&msg.format, &msg.data) {
+                Kind::CompressedVideo => match video_message(&ch.schema, &raw.data) {
+                    Ok((_, format, data)) => {
+                        sample.format = format.clone();
+                        match video(&format, &data) {
                             Ok(None) => continue,
                             Ok(Some(size)) => (sample.width, sample.height) = size,
                             Err(e) => sample.problem = Some(e),
@@ -557,7 +557,7 @@ impl LogReader {
             }) {
                 let schema = self.channels[id].schema.clone();
                 return Err(self.mismatch(format!(
-                    "camera {} reads images from {}, whose type is {schema}, not sensor_msgs/msg/Image or CompressedImage or foxglove_msgs/msg/CompressedVideo",
+                    "camera {} reads images from {}, whose type is {schema}, not sensor_msgs/msg/Image or CompressedImage, foxglove_msgs/msg/CompressedVideo or ffmpeg_image_transport_msgs/msg/FFMPEGPacket",
                     cam.name, cam.image
                 )));
             }

@@ -1,12 +1,13 @@
-//! `foxglove_msgs/msg/CompressedVideo`: one picture of a compressed video stream per
-//! message, as Foxglove's ROS 2 schemas define it and camera drivers that encode on the
-//! vehicle (H.264 from a hardware encoder) record it.
+//! Compressed video, one picture per message: `foxglove_msgs/msg/CompressedVideo`, as
+//! Foxglove's ROS 2 schemas define it, and `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`,
+//! what ROS 2's `ffmpeg_image_transport` publishes — both as camera drivers that encode on
+//! the vehicle (H.264 from a hardware encoder) record them.
 //!
 //! Promises: the fields in the ROS 2 definition's order; decoding never panics. What the
 //! bytes are (Annex-B H.264 access units) is [`crate::video`]'s business. Cost: a decode
 //! allocates the frame id, the data and the format.
 
-use super::std_msgs::{Time, TIME_DEF};
+use super::std_msgs::{Header, Time, HEADER_DEF, TIME_DEF};
 use crate::cdr::{CdrError, CdrReader, CdrWriter};
 
 /// `foxglove_msgs/msg/CompressedVideo`.
@@ -49,6 +50,68 @@ impl CompressedVideo {
     }
 }
 
+/// `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`: one encoded packet of a camera stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FfmpegPacket {
+    /// Capture stamp and camera frame.
+    pub header: Header,
+    /// Picture width, px.
+    pub width: i32,
+    /// Picture height, px.
+    pub height: i32,
+    /// `codec;source pixel format;...` (the codec first: `h264`, `libx264`, `h264_nvenc`,
+    /// `hevc_nvenc`, ...).
+    pub encoding: String,
+    /// The encoder's presentation time stamp.
+    pub pts: u64,
+    /// Packet flags (1: a keyframe).
+    pub flags: u8,
+    /// Byte order of the picture's source (unused for compressed packets).
+    pub is_bigendian: bool,
+    /// The packet (Annex B for H.264).
+    pub data: Vec<u8>,
+}
+
+ros_message!(
+    FfmpegPacket,
+    "ffmpeg_image_transport_msgs/msg/FFMPEGPacket",
+    "std_msgs/Header header\nint32 width\nint32 height\nstring encoding\nuint64 pts\nuint8 flags\nbool is_bigendian\nuint8[] data\n",
+    [HEADER_DEF, TIME_DEF]
+);
+
+impl FfmpegPacket {
+    /// The codec: `encoding` up to its first `;`.
+    pub fn codec(&self) -> &str {
+        self.encoding.split(';').next().unwrap_or_default().trim()
+    }
+
+    /// Appends the message to `w`.
+    pub fn encode(&self, w: &mut CdrWriter) {
+        self.header.encode(w);
+        w.i32(self.width);
+        w.i32(self.height);
+        w.string(&self.encoding);
+        w.u64(self.pts);
+        w.u8(self.flags);
+        w.u8(u8::from(self.is_bigendian));
+        w.bytes(&self.data);
+    }
+
+    /// Reads the message.
+    pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(FfmpegPacket {
+            header: Header::decode(r)?,
+            width: r.i32()?,
+            height: r.i32()?,
+            encoding: r.string()?.to_string(),
+            pts: r.u64()?,
+            flags: r.u8()?,
+            is_bigendian: r.u8()? != 0,
+            data: r.byte_seq("video packet")?.to_vec(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +131,21 @@ mod tests {
         };
         round_trip(&m);
         assert!(CompressedVideo::schema().starts_with("builtin_interfaces/Time timestamp\n"));
+    }
+
+    #[test]
+    fn ffmpeg_packets_roundtrip_and_name_their_codec() {
+        let m = FfmpegPacket {
+            header: Header::new(7, "camera_front"),
+            width: 640,
+            height: 480,
+            encoding: "h264_nvenc;yuv420p;bgr8;bgr8".into(),
+            pts: 12,
+            flags: 1,
+            is_bigendian: false,
+            data: vec![0, 0, 0, 1, 0x65, 0x88],
+        };
+        round_trip(&m);
+        assert_eq!(m.codec(), "h264_nvenc");
     }
 }
