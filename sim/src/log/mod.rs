@@ -47,7 +47,8 @@
 //! open into an unnamed temporary file and read from there (`unpack`); byte offsets in its
 //! issues are offsets in the decompressed file.
 //!
-//! Layout: `bag_dir` (a bag directory's files), `unpack` (files compressed whole), `sqlite` (the read-only SQLite file
+//! Layout: `bag_dir` (a bag directory's files), `split` (a split bag's files joined into
+//! one log), `unpack` (files compressed whole), `sqlite` (the read-only SQLite file
 //! reader), `db3` (a `.db3` bag file's topics and messages as channels and blocks, and the
 //! reader's `.db3` opening and block reads), `writer` ([`LogWriter`]), `summary` (the
 //! canonical, byte-deterministic summary section the writer finishes with), `reader`
@@ -66,6 +67,7 @@ mod records;
 mod recovery;
 mod rig;
 pub mod sensor_map;
+mod split;
 mod sqlite;
 mod summary;
 mod unpack;

@@ -20,6 +20,7 @@ use super::merge::{Messages, RawIter};
 use super::records::{self, Place, RecordError};
 use super::recovery::{read_chunk, ChunkItem};
 use super::sensor_map::SensorMap;
+use super::split::MoreFile;
 use super::sqlite;
 use super::unpack;
 use super::{LogError, LogIssue, LogIssueKind, LogMessage, RoadMapData, MAX_ISSUES, MCAP_MAGIC};
@@ -120,18 +121,6 @@ enum SummaryError {
     Record(#[from] RecordError),
 }
 
-/// A further file of a log split over several (a ROS 2 bag directory): its own channel ids
-/// are mapped to the log's.
-#[derive(Debug)]
-pub(super) struct MoreFile {
-    path: PathBuf,
-    pub(super) file: Source,
-    /// This file's channel id → the log's.
-    pub(super) channel_ids: BTreeMap<u16, u16>,
-    /// The file's messages table, when it is a `.db3` bag file.
-    pub(super) db3: Option<Db3>,
-}
-
 /// How far before the start of a read [`LogReader::messages`] reads a pose-only or `/tf`
 /// odometry topic, so that its first pose has a speed and its whole transform chain, and a
 /// video camera (`CompressedVideo`, `FFMPEGPacket`), so that its stream has its keyframe
@@ -170,9 +159,9 @@ pub struct LogReader {
     /// Each video camera topic's decoder state (channel id → stream), reset per read.
     pub(super) videos: BTreeMap<u16, crate::video::VideoStream>,
     /// Bytes of every file of the log.
-    total_bytes: u64,
+    pub(super) total_bytes: u64,
     /// The reader's own file (`path` names the directory of a split bag).
-    first_file: PathBuf,
+    pub(super) first_file: PathBuf,
     /// Per camera, the resize of its images (from its own size, the resize's input) to the
     /// rig's size ([`LogReader::cameras`]), when they differ.
     pub(super) resizers: Vec<Option<redline_pipeline::perception::Preprocess>>,
@@ -246,30 +235,7 @@ impl LogReader {
         if let [only] = &files[..] {
             return Self::open_one(only, limits, sensors);
         }
-        // A file with nothing readable in it (a recorder that died just after starting a new
-        // file leaves it empty) is an issue, not the end of the recording: the first file
-        // that opens is the log's first, a later one that does not is skipped.
-        let mut unreadable = Vec::new();
-        let mut files = files.iter();
-        let first = loop {
-            let Some(f) = files.next() else {
-                // Nothing opened: the first file's error says why.
-                let (_, e) = unreadable.into_iter().next().ok_or(LogError::NotMcap {
-                    path: path.to_path_buf(),
-                })?;
-                return Err(e);
-            };
-            match Self::open_one(f, limits, None) {
-                Ok(r) => break r,
-                Err(e) if e.is_unreadable_file() => unreadable.push((f.clone(), e)),
-                Err(e) => return Err(e),
-            }
-        };
-        let parts = files.map(|f| Self::open_one(f, limits, None).map_err(|e| (f.clone(), e)));
-        let mut r = Self::join(path.to_path_buf(), first, parts)?;
-        for (f, e) in unreadable {
-            r.unreadable_part(&f, &e);
-        }
+        let mut r = Self::open_split(path, &files, limits)?;
         if let Some(sensors) = sensors {
             r.sensors = sensors.clone();
             r.load_rig()?;
@@ -277,7 +243,7 @@ impl LogReader {
         Ok(r)
     }
 
-    fn open_one(
+    pub(super) fn open_one(
         path: &Path,
         limits: ReadLimits,
         sensors: Option<&SensorMap>,
@@ -311,135 +277,6 @@ impl LogReader {
             limits,
             sensors,
         )
-    }
-
-    /// A log opened from a decompressed file (`unpack`): the stream's damage, if any,
-    /// becomes an issue, or, when nothing could be read, part of the error.
-    fn with_damage(
-        path: &Path,
-        opened: Result<LogReader, LogError>,
-        len: u64,
-        damage: Option<unpack::Damage>,
-    ) -> Result<LogReader, LogError> {
-        let Some(damage) = damage else {
-            return opened;
-        };
-        match opened {
-            Ok(mut r) => {
-                r.issue(damage.kind, damage.detail());
-                Ok(r)
-            }
-            Err(e) => Err(LogError::BrokenStream {
-                path: path.to_path_buf(),
-                why: if len == 0 {
-                    format!(
-                        "{}, before any of it could be decompressed (zstd decompresses blocks \
-                         of up to 128 KiB whole)",
-                        damage.why
-                    )
-                } else {
-                    format!(
-                        "{}, and the {len} bytes decompressed before it are no readable log: {e}",
-                        damage.why
-                    )
-                },
-            }),
-        }
-    }
-
-    /// The files of a split bag (each opened alone, `first` then `rest` in recording order)
-    /// as one log named `path`: channels matched by topic, schema and encoding (a channel
-    /// only a later file has gets a fresh id), blocks merged by start time, issues prefixed
-    /// with their file. The parts are opened one by one as they are joined, so that the
-    /// decompressed copies of compressed files stay within their disk budget (`unpack`).
-    fn join(
-        path: PathBuf,
-        first: LogReader,
-        rest: impl Iterator<Item = Result<LogReader, (PathBuf, LogError)>>,
-    ) -> Result<LogReader, LogError> {
-        let mut log = first;
-        let first_name = file_name(&log.path);
-        for issue in &mut log.issues {
-            issue.detail = format!("{first_name}: {}", issue.detail);
-        }
-        let mut span = (!log.blocks.is_empty()).then_some(log.range);
-        for part in rest {
-            let part = match part {
-                Ok(part) => part,
-                Err((f, e)) if e.is_unreadable_file() => {
-                    log.unreadable_part(&f, &e);
-                    continue;
-                }
-                Err((_, e)) => return Err(e),
-            };
-            let index = log.more_files.len() + 1;
-            let name = file_name(&part.path);
-            let has_blocks = !part.blocks.is_empty();
-            let mut channel_ids = BTreeMap::new();
-            for (local, ch) in &part.channels {
-                let same = log.channels.iter().find(|(_, c)| {
-                    (&c.topic, &c.schema, &c.encoding) == (&ch.topic, &ch.schema, &ch.encoding)
-                });
-                let id = match same {
-                    Some((id, _)) => Some(*id),
-                    None => {
-                        let fresh = log
-                            .channels
-                            .keys()
-                            .next_back()
-                            .map_or(Some(0), |m| m.checked_add(1));
-                        if let Some(id) = fresh {
-                            log.channels.insert(id, ch.clone());
-                        }
-                        fresh
-                    }
-                };
-                match id {
-                    Some(id) => {
-                        channel_ids.insert(*local, id);
-                    }
-                    None => log.issue(
-                        LogIssueKind::OverLimit,
-                        format!(
-                            "{name}: channel {} ({}) is over the 65536 channels a log can have; its messages are skipped",
-                            ch.topic, ch.schema
-                        ),
-                    ),
-                }
-            }
-            for mut b in part.blocks {
-                b.part = index;
-                b.channels = b.channels.map(|ids| {
-                    ids.iter()
-                        .filter_map(|l| channel_ids.get(l).copied())
-                        .collect()
-                });
-                log.blocks.push(b);
-            }
-            if has_blocks {
-                span = Some(match span {
-                    Some((a, b)) => (a.min(part.range.0), b.max(part.range.1)),
-                    None => part.range,
-                });
-            }
-            for i in part.issues {
-                log.issue(i.kind, format!("{name}: {}", i.detail));
-            }
-            log.indexed &= part.indexed;
-            log.total_bytes += part.total_bytes;
-            log.more_files.push(MoreFile {
-                path: part.path,
-                file: part.file,
-                channel_ids,
-                db3: part.db3,
-            });
-            // Opening the file made its copy if it is compressed: keep within the budget.
-            log.make_room_for(None);
-        }
-        log.range = span.unwrap_or((0, 0));
-        log.blocks.sort_by_key(|b| (b.start_ns, b.part, b.offset));
-        log.path = path;
-        Ok(log)
     }
 
     /// Reads a log held in memory (`name` stands for its path in messages and issues). Same
@@ -1024,30 +861,6 @@ impl LogReader {
             self.issue(LogIssueKind::UndecodableMessage, format!("{name}{detail}"));
         }
     }
-
-    /// Records that the file `f` of a split bag has nothing readable (`e` says why).
-    fn unreadable_part(&mut self, f: &Path, e: &LogError) {
-        self.issue(
-            LogIssueKind::UnreadableFile,
-            format!(
-                "{}: nothing in it can be read ({e}); its messages are missing, the bag's other \
-                 files are read",
-                file_name(f)
-            ),
-        );
-    }
-
-    /// `"<file name>: "` for a block of a split bag (its issues name their file), else empty.
-    pub(super) fn part_name(&self, part: usize) -> String {
-        if self.more_files.is_empty() {
-            return String::new();
-        }
-        let path = match part {
-            0 => &self.first_file,
-            k => &self.more_files[k - 1].path,
-        };
-        format!("{}: ", file_name(path))
-    }
 }
 
 /// Pushes a raw message to `out` (its bytes through [`records::message_bytes`]), or why it cannot be
@@ -1064,14 +877,6 @@ pub(super) fn push_raw(
         Ok(data) => out.push(RawMsg { key, channel, data }),
         Err(e) => bad.push(format!("message at {} ns {e}; skipped", key.0)),
     }
-}
-
-/// The file name of `path` (the whole path when it has none), for issues naming their file.
-fn file_name(path: &Path) -> String {
-    path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
 }
 
 /// A calibration redline can use: image sides within `1..=max_image_side`, finite focal

@@ -167,6 +167,40 @@ impl Seek for Packed {
 }
 
 impl LogReader {
+    /// A log opened from a decompressed file (`unpack`): the stream's damage, if any,
+    /// becomes an issue, or, when nothing could be read, part of the error.
+    pub(super) fn with_damage(
+        path: &Path,
+        opened: Result<LogReader, LogError>,
+        len: u64,
+        damage: Option<Damage>,
+    ) -> Result<LogReader, LogError> {
+        let Some(damage) = damage else {
+            return opened;
+        };
+        match opened {
+            Ok(mut r) => {
+                r.issue(damage.kind, damage.detail());
+                Ok(r)
+            }
+            Err(e) => Err(LogError::BrokenStream {
+                path: path.to_path_buf(),
+                why: if len == 0 {
+                    format!(
+                        "{}, before any of it could be decompressed (zstd decompresses blocks \
+                         of up to 128 KiB whole)",
+                        damage.why
+                    )
+                } else {
+                    format!(
+                        "{}, and the {len} bytes decompressed before it are no readable log: {e}",
+                        damage.why
+                    )
+                },
+            }),
+        }
+    }
+
     /// The compressed files of the log, part by part (part 0 the first file).
     fn packed_parts(&mut self) -> impl Iterator<Item = (usize, &mut Packed)> {
         std::iter::once(&mut self.file)
