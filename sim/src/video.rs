@@ -120,6 +120,12 @@ impl VideoStream {
         }
     }
 
+    /// Whether the stream still waits for its first keyframe in this read (no picture yet,
+    /// no access unit failed): a picture refused now is only early, not damaged.
+    pub fn awaits_first_keyframe(&self) -> bool {
+        !self.started && !self.failed
+    }
+
     /// After a failure: a fresh decoder that waits for the next keyframe.
     fn restart(&mut self) {
         self.decoder = Decoder::new();

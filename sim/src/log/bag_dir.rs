@@ -158,14 +158,12 @@ fn plain(f: &Path) -> PathBuf {
 
 /// The same bag file compressed if `f` is plain, plain if it is compressed.
 fn twin(f: &Path) -> PathBuf {
-    match f.extension() {
-        Some(e) if e == ZSTD => f.with_extension(""),
-        _ => {
-            let mut name = f.as_os_str().to_os_string();
-            name.push(".zstd");
-            PathBuf::from(name)
-        }
+    if f.extension().is_some_and(|e| e == ZSTD) {
+        return plain(f);
     }
+    let mut name = f.as_os_str().to_os_string();
+    name.push(".zstd");
+    PathBuf::from(name)
 }
 
 /// The split index `ros2 bag` appends to a file name (`name_12.mcap` → 12, also for

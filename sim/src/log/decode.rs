@@ -104,26 +104,23 @@ impl LogReader {
                 } else if kind == Kind::CompressedVideo {
                     let (stamp, format, data) =
                         video_message(&ch.schema, &raw.data).map_err(|e| undecodable(&e))?;
-                    let stream = self.videos.entry(raw.channel).or_default();
-                    match stream.picture(&format, &data) {
+                    match self.video_picture(raw.channel, &format, &data, want) {
+                        Some(image) => (stamp, image),
                         // Parameter sets alone: no picture, nothing missing.
-                        Ok(None) => return Ok((stamp, Payload::Unused)),
-                        Ok(Some(img)) => (stamp, sized(img, want)),
-                        Err(e) => (stamp, Err(e)),
+                        None => return Ok((stamp, Payload::Unused)),
                     }
                 } else {
                     let msg = CompressedImage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                     let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
                     if crate::video::is_h264(&msg.format) {
                         // A driver that publishes its H.264 stream as CompressedImage.
-                        let stream = self.videos.entry(raw.channel).or_default();
-                        return Ok(match stream.picture(&msg.format, &msg.data) {
-                            Ok(None) => (stamp, Payload::Unused),
-                            Ok(Some(img)) => (stamp, self.image_payload(cam, sized(img, want))),
-                            Err(e) => (stamp, Payload::Image { cam, image: Err(e) }),
-                        });
-                    }
-                    if self.keep_jpeg && Compression::sniff(&msg.data) == Some(Compression::Jpeg) {
+                        match self.video_picture(raw.channel, &msg.format, &msg.data, want) {
+                            Some(image) => (stamp, image),
+                            None => return Ok((stamp, Payload::Unused)),
+                        }
+                    } else if self.keep_jpeg
+                        && Compression::sniff(&msg.data) == Some(Compression::Jpeg)
+                    {
                         // Passed on compressed: only the header is read here.
                         let payload = match jpeg_size(&msg.data) {
                             Ok(size) if size == want => Payload::Jpeg {
@@ -140,10 +137,11 @@ impl LogReader {
                             },
                         };
                         return Ok((stamp, payload));
+                    } else {
+                        let image = decode_compressed(&msg, self.limits.max_image_side)
+                            .and_then(|img| sized(img, want));
+                        (stamp, image)
                     }
-                    let image = decode_compressed(&msg, self.limits.max_image_side)
-                        .and_then(|img| sized(img, want));
-                    (stamp, image)
                 };
                 Ok((stamp, self.image_payload(cam, image)))
             }
@@ -273,6 +271,27 @@ fn sized(img: RgbImage, want: (u32, u32)) -> Result<RgbImage, ImageIssue> {
 }
 
 impl LogReader {
+    /// The picture of one access unit of `channel`'s video stream, checked against the
+    /// camera's size `want`; `None` when the unit holds no picture (parameter sets alone).
+    fn video_picture(
+        &mut self,
+        channel: u16,
+        format: &str,
+        data: &[u8],
+        want: (u32, u32),
+    ) -> Option<Result<RgbImage, ImageIssue>> {
+        match self
+            .videos
+            .entry(channel)
+            .or_default()
+            .picture(format, data)
+        {
+            Ok(None) => None,
+            Ok(Some(img)) => Some(sized(img, want)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     /// Camera `cam`'s image payload, resized to the rig's size when the camera is resized.
     fn image_payload(&self, cam: usize, image: Result<RgbImage, ImageIssue>) -> Payload {
         let image = match (image, self.resizers.get(cam)) {

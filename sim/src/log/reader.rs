@@ -257,7 +257,7 @@ impl LogReader {
         let n = read_up_to(&mut file, &mut magic).map_err(io)?;
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         if n == magic.len() && magic == unpack::ZSTD_MAGIC {
-            let mut u = unpack::to_temp_file(path, file, &limits)?;
+            let mut u = unpack::to_temp_file(path, file, limits.max_unpacked_bytes)?;
             let (len, damage) = (u.len, u.damage.take());
             let packed = unpack::Packed::new(path, &limits, u);
             let r = Self::open_source(

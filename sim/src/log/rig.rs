@@ -19,8 +19,7 @@ use super::sensor_map::{mount_in_base, Rig, BASE_FRAME};
 use super::{camera_of_topic, LogError, LogIssueKind, RoadMapData};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
-    CameraInfo, CompressedImage, Image, ImageIssue, RoadMap, RosMessage, TfMessage,
-    TransformStamped,
+    CameraInfo, CompressedImage, Image, RoadMap, RosMessage, TfMessage, TransformStamped,
 };
 use crate::video::{is_h264, VideoStream};
 use redline_pipeline::camera::CameraSpec;
@@ -154,7 +153,7 @@ impl LogReader {
                 match stream.picture(format, data) {
                     Ok(None) => Ok(None),
                     Ok(Some(img)) => Ok(Some((img.width, img.height))),
-                    Err(ImageIssue::Video(why)) if why.contains("first keyframe") => Ok(None),
+                    Err(_) if stream.awaits_first_keyframe() => Ok(None),
                     Err(e) => Err(e.to_string()),
                 }
             };

@@ -68,11 +68,12 @@ pub(super) struct Unpacked<T> {
     pub(super) damage: Option<Damage>,
 }
 
-/// Decompresses `file` (the compressed log at `path`) into an unnamed temporary file.
+/// Decompresses `file` (the compressed log at `path`) into an unnamed temporary file, at
+/// most `limit` bytes (`max_unpacked_bytes`).
 pub(super) fn to_temp_file(
     path: &Path,
     file: File,
-    limits: &ReadLimits,
+    limit: u64,
 ) -> Result<Unpacked<File>, LogError> {
     let dir = std::env::temp_dir();
     let no_room = |len: u64, e: std::io::Error| LogError::Unpack {
@@ -85,8 +86,7 @@ pub(super) fn to_temp_file(
         ),
     };
     let mut out = tempfile::tempfile_in(&dir).map_err(|e| no_room(0, e))?;
-    let (len, damage) =
-        unpack(file, &mut out, limits.max_unpacked_bytes).map_err(|(n, e)| no_room(n, e))?;
+    let (len, damage) = unpack(file, &mut out, limit).map_err(|(n, e)| no_room(n, e))?;
     out.seek(SeekFrom::Start(0)).map_err(|e| no_room(len, e))?;
     Ok(Unpacked { out, len, damage })
 }
@@ -137,11 +137,7 @@ impl Packed {
         }
         let fail = |e: String| std::io::Error::other(e);
         let file = File::open(&self.path)?;
-        let limits = ReadLimits {
-            max_unpacked_bytes: self.limit,
-            ..ReadLimits::default()
-        };
-        let again = to_temp_file(&self.path, file, &limits).map_err(|e| fail(e.to_string()))?;
+        let again = to_temp_file(&self.path, file, self.limit).map_err(|e| fail(e.to_string()))?;
         if again.len != self.len {
             return Err(fail(format!(
                 "it decompresses to {} bytes now and did to {} when opened: the file changed \
@@ -418,7 +414,7 @@ mod tests {
         assert!(compressed_files(&plain_path).is_empty());
 
         let limits = ReadLimits::default();
-        let u = to_temp_file(&path, File::open(&path).unwrap(), &limits).unwrap();
+        let u = to_temp_file(&path, File::open(&path).unwrap(), limits.max_unpacked_bytes).unwrap();
         assert_eq!(u.len, plain.len() as u64);
         let mut p = Packed::new(&path, &limits, u);
         let mut back = Vec::new();

@@ -276,8 +276,7 @@ pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>,
             // Each row as U Y0 V Y1 pairs (its luma, its block row's chroma), then the 4:2:2
             // row conversion: the same formulas.
             let (ou, ov) = if vu { (1, 0) } else { (0, 1) };
-            let mut pairs = vec![0u8; w * 2];
-            for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
+            yuv420_rows(w, &mut out, |y, pairs| {
                 let (luma, chroma) = (img.row(y, w), img.row(h + y / 2, w));
                 for ((q, l), c) in pairs
                     .chunks_exact_mut(4)
@@ -286,8 +285,7 @@ pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>,
                 {
                     q.copy_from_slice(&[c[ou], l[0], c[ov], l[1]]);
                 }
-                yuv422_row(&pairs, true, dst);
-            }
+            });
         }
     }
     Ok(out)
@@ -314,8 +312,7 @@ pub(crate) fn i420_to_rgb8(
         return None;
     }
     let mut out = vec![0u8; width * height * 3];
-    let mut pairs = vec![0u8; width * 2];
-    for (row, dst) in out.chunks_exact_mut(width * 3).enumerate() {
+    yuv420_rows(width, &mut out, |row, pairs| {
         let (luma, c) = (&y[row * width..][..width], (row / 2) * cw);
         for (i, (q, l)) in pairs
             .chunks_exact_mut(4)
@@ -324,9 +321,19 @@ pub(crate) fn i420_to_rgb8(
         {
             q.copy_from_slice(&[u[c + i], l[0], v[c + i], l[1]]);
         }
+    });
+    Some(out)
+}
+
+/// Converts a 4:2:0 picture of width `w` into `out` (RGB) row by row: `row_pairs(y, pairs)`
+/// writes row `y`'s pixel pairs as U Y0 V Y1 (its own luma, its 2×2 blocks' chroma), which
+/// the 4:2:2 row conversion turns into RGB with the same formulas.
+fn yuv420_rows(w: usize, out: &mut [u8], mut row_pairs: impl FnMut(usize, &mut [u8])) {
+    let mut pairs = vec![0u8; w * 2];
+    for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
+        row_pairs(y, &mut pairs);
         yuv422_row(&pairs, true, dst);
     }
-    Some(out)
 }
 
 /// Sample `i` of a row of 16-bit samples, in the message's byte order.
