@@ -3,10 +3,9 @@
 //!
 //! The suggestion is a guess from topic names and types: every image topic
 //! (`sensor_msgs/msg/Image`, `CompressedImage`, `foxglove_msgs/msg/CompressedVideo` or
-//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`)
-//! becomes a camera named after its topic
+//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`) becomes a camera named after its topic
 //! (`/sensing/camera/front/image_raw/compressed` → `front`; a camera with both a raw and a
-//! compressed topic gets the compressed one), paired with the `camera_info` topic beside it;
+//! compressed or video topic gets the latter), paired with the `camera_info` topic beside it;
 //! the odometry topic is the first `nav_msgs/msg/Odometry` one (a name with
 //! `kinematic_state` or `odom` first), else the first `geometry_msgs` pose topic
 //! (`PoseWithCovarianceStamped`, then `PoseStamped`; a name with `localization` or `pose`
