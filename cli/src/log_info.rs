@@ -218,6 +218,7 @@ fn camera_name(topic: &str) -> String {
     let mut t = topic.trim_end_matches('/');
     for suffix in [
         "/h264",
+        "/hevc",
         "/h265",
         "/video",
         "/compressed_video",

@@ -2,6 +2,6 @@
 //! (`redline_sim::fuzzing::video_bytes`).
 fn main() {
     afl::fuzz!(|data: &[u8]| {
-        redline_sim::fuzzing::video_bytes(data);
+        redline_sim::fuzzing::video_bytes("h264", data);
     });
 }

@@ -7,7 +7,7 @@
 //! decoding, frame grouping, the feed), with the default [`ReadLimits`] except
 //! `max_unpacked_bytes`, 64 MiB (a small zstd input can expand a thousandfold and more, and
 //! each would be written to the temporary directory); [`cdr_bytes`]: the CDR decoder of
-//! every message type redline reads; [`video_bytes`]: the H.264 decoding of a video
+//! every message type redline reads; [`video_bytes`]: the H.264 and H.265 decoding of a video
 //! camera. They return normally for every input (errors are expected and ignored); a panic, an abort or an allocation failure is a bug the fuzzer
 //! reports as a crash. Not for production use: [`log_bytes`] writes the bytes to a file in
 //! the temporary directory (one per process), because the reader opens paths.
@@ -52,14 +52,60 @@ pub fn cdr_bytes(data: &[u8]) -> usize {
     ok
 }
 
-/// Decodes `data` as an H.264 stream, access unit by access unit as a camera topic's messages
-/// bring them ([`crate::video::VideoStream`]); returns the pictures decoded.
-pub fn video_bytes(data: &[u8]) -> usize {
+/// Decodes `data` as an H.264 (`codec` `h264`) or H.265 (`h265`) stream, access unit by
+/// access unit as a camera topic's messages bring them ([`crate::video::VideoStream`]);
+/// returns the pictures decoded.
+pub fn video_bytes(codec: &str, data: &[u8]) -> usize {
     let mut stream = crate::video::VideoStream::default();
-    rusty_h264_decoder::split_access_units(data)
-        .into_iter()
-        .filter(|au| matches!(stream.picture("h264", au), Ok(Some(_))))
+    let units: Vec<Vec<u8>> = if codec == "h264" {
+        (rusty_h264_decoder::split_access_units(data).into_iter())
+            .map(<[u8]>::to_vec)
+            .collect()
+    } else {
+        h265_access_units(data)
+    };
+    units
+        .iter()
+        .filter(|au| matches!(stream.picture(codec, au), Ok(Some(_))))
         .count()
+}
+
+/// An H.265 Annex B stream cut into access units (each NAL unit behind a 4-byte start
+/// code): a unit ends before the parameter set, delimiter or prefix SEI, or the first slice
+/// of a picture, that follows a picture's slices.
+pub fn h265_access_units(data: &[u8]) -> Vec<Vec<u8>> {
+    use rusty_h265::nal::{split_annex_b, NalHeader};
+    let mut units: Vec<Vec<u8>> = Vec::new();
+    let mut unit = Vec::new();
+    let mut has_slice = false;
+    for nal in split_annex_b(data) {
+        let (vcl, starts) = match NalHeader::parse(nal) {
+            Some(h) => {
+                let t = h.nal_type.id();
+                let first_slice = nal.get(2).is_some_and(|b| b & 0x80 != 0);
+                (
+                    t < 32,
+                    if t < 32 {
+                        first_slice
+                    } else {
+                        matches!(t, 32..=35 | 39 | 41..=44 | 48..=55)
+                    },
+                )
+            }
+            None => (false, false),
+        };
+        if starts && has_slice {
+            units.push(std::mem::take(&mut unit));
+            has_slice = false;
+        }
+        has_slice |= vcl;
+        unit.extend_from_slice(&[0, 0, 0, 1]);
+        unit.extend_from_slice(nal);
+    }
+    if !unit.is_empty() {
+        units.push(unit);
+    }
+    units
 }
 
 fn scratch_path() -> PathBuf {
@@ -75,11 +121,13 @@ mod tests {
         assert_eq!(log_bytes(b"not a log"), 0);
         assert_eq!(log_bytes(&[]), 0);
         assert_eq!(cdr_bytes(&[]), 0);
-        assert_eq!(video_bytes(&[]), 0);
-        assert_eq!(
-            video_bytes(b"\x00\x00\x00\x01\x65junk\x00\x00\x01\x41more"),
-            0
-        );
+        for codec in ["h264", "h265"] {
+            assert_eq!(video_bytes(codec, &[]), 0);
+            assert_eq!(
+                video_bytes(codec, b"\x00\x00\x00\x01\x65junk\x00\x00\x01\x41more"),
+                0
+            );
+        }
         let odom = TfMessage::default().to_cdr();
         assert!(cdr_bytes(&odom) >= 1, "a real message decodes");
         for cut in 0..odom.len() {

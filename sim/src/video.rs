@@ -1,21 +1,27 @@
-//! Camera streams recorded as compressed video: H.264 access units, one picture per message
-//! (`foxglove_msgs/msg/CompressedVideo` with format `h264`,
-//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket` of an H.264 codec, or a `CompressedImage`
-//! whose format names `h264`), decoded to 8-bit RGB when the log is read.
+//! Camera streams recorded as compressed video: H.264 or H.265 (HEVC) access units, one
+//! picture per message (`foxglove_msgs/msg/CompressedVideo` with format `h264` or `h265`,
+//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket` of an H.264 or HEVC codec, or a
+//! `CompressedImage` whose format names one), decoded to 8-bit RGB when the log is read.
 //!
 //! Promises:
-//! - Pictures are exact: H.264 decoding is integer arithmetic that the standard fixes bit
-//!   for bit (decoder: the pure-Rust `rusty_h264-decoder`, pinned; no threads), and the
-//!   decoded I420 picture goes to RGB by the integer BT.601 video-range formulas of the raw
-//!   YUV encodings (OpenCV's `COLOR_YUV2RGB_I420`). Same log, same pictures, on any machine.
-//!   The stream's signalled colour matrix and range (VUI) are not read: a BT.709 or
-//!   full-range stream's colours are slightly off, as with OpenCV's default conversion.
-//! - A stream is decoded from a keyframe (an IDR picture, which carries or follows its
-//!   parameter sets): pictures before the first one of a read are an issue each ("before the
-//!   stream's first keyframe"). [`crate::log::LogReader::messages`] pre-reads a
+//! - Pictures are exact: H.264 and H.265 decoding is integer arithmetic that the standards
+//!   fix bit for bit (decoders: the pure-Rust `rusty_h264-decoder` and `rusty_h265`, pinned;
+//!   no threads), and the decoded 8-bit 4:2:0 picture goes to RGB by the integer BT.601
+//!   video-range formulas of the raw YUV encodings (OpenCV's `COLOR_YUV2RGB_I420`). Same
+//!   log, same pictures, on any machine. The stream's signalled colour matrix and range
+//!   (VUI) are not read: a BT.709 or full-range stream's colours are slightly off, as with
+//!   OpenCV's default conversion. `rusty_h265` reads debugging switches from the
+//!   environment that change its pictures (`RH265_NO_LF`, `RH265_NO_SAO`,
+//!   `RH265_ABLATE_*`): with one of them set, an H.265 picture is an issue that names it,
+//!   never a silently different picture.
+//! - A stream is decoded from a keyframe (H.264: an IDR picture; H.265: an IRAP picture, IDR,
+//!   CRA or BLA, which carries or follows its parameter sets): pictures before the first
+//!   one of a read are an issue each ("before the stream's first keyframe"); so are the
+//!   leading pictures of a CRA keyframe that a read starts at which reference pictures
+//!   before it (RASL), as the standard says. [`crate::log::LogReader::messages`] pre-reads a
 //!   `CompressedVideo` or `FFMPEGPacket` camera from [`crate::log::EGO_PREROLL_NS`] before a
-//!   later start, so a
-//!   read from inside a group of pictures is whole when its keyframe lies in that window.
+//!   later start, so a read from inside a group of pictures is whole when its keyframe lies
+//!   in that window.
 //! - An access unit that fails to decode is an issue; the stream then waits for its next
 //!   keyframe (a damaged reference would spoil every picture until then). A decoder that
 //!   panics on hostile bytes is caught the same way: never a panic out of here.
@@ -24,30 +30,273 @@
 //!   B-frames (pictures coded out of display order) therefore places every picture where it
 //!   belongs, provided the recorder stamped each message with its picture's time; a driver
 //!   that stamps messages in coding order misplaces the reordered pictures, and nothing in
-//!   the stream can tell.
-//! - Only H.264: other formats (`h265`, `vp9`, `av1`) are an issue naming the format.
+//!   the stream can tell. (H.265: the decoder outputs pictures in display order, when its
+//!   reordering rules let it; redline instead takes each picture as soon as its access
+//!   unit is decoded — it ends the picture with a one-slice marker the decoder rejects
+//!   after finishing the picture before it, see `H265::END_OF_PICTURE` — and finds it by a
+//!   per-unit tag, in the decoder's output or its picture buffer.)
+//! - Only H.264 and 8-bit 4:2:0 H.265 (Main profile): other formats (`vp9`, `av1`) and
+//!   10-bit pictures are an issue naming what they are.
 //!
 //! Cost: the decoder's reference pictures and one RGB buffer per picture, allocated as it
-//! goes (reader side, never in a stage).
+//! goes (reader side, never in a stage); H.265 copies the cropped 8-bit planes once more.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use rusty_h264_decoder::{au_is_idr, Decoder};
+use rusty_h264_decoder::au_is_idr;
+use rusty_h265::nal::{split_annex_b, NalHeader};
 
 use crate::msgs::{i420_to_rgb8, ImageIssue};
 use crate::types::RgbImage;
 
-/// Whether `format` (a `CompressedVideo`'s, a `CompressedImage`'s, or an `FFMPEGPacket`'s
-/// codec: `h264`, `libx264`, `h264_nvenc`, ...) names H.264.
-pub fn is_h264(format: &str) -> bool {
-    let f = format.to_ascii_lowercase();
-    f.contains("264") || f.contains("avc")
+/// The video codecs redline decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    /// H.264 / AVC.
+    H264,
+    /// H.265 / HEVC.
+    H265,
 }
 
-/// One camera's H.264 stream being decoded, picture by picture, in log order.
+impl Codec {
+    /// The codec that `format` (a `CompressedVideo`'s `h264`/`h265`, a `CompressedImage`'s
+    /// format, or an `FFMPEGPacket`'s codec: `libx264`, `h264_nvenc`, `hevc`, `libx265`,
+    /// `hevc_nvenc`, ...) names, when redline decodes it.
+    pub fn of(format: &str) -> Option<Codec> {
+        let f = format.to_ascii_lowercase();
+        if f.contains("265") || f.contains("hevc") {
+            Some(Codec::H265)
+        } else if f.contains("264") || f.contains("avc") {
+            Some(Codec::H264)
+        } else {
+            None
+        }
+    }
+
+    /// The codec's name in messages: `H.264`, `H.265`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::H264 => "H.264",
+            Codec::H265 => "H.265",
+        }
+    }
+
+    /// Whether access unit `au` (Annex B) codes a keyframe, a picture that decodes without
+    /// any before it: an IDR picture (H.264), an IRAP picture (H.265: IDR, CRA, BLA).
+    pub fn is_keyframe(self, au: &[u8]) -> bool {
+        match self {
+            Codec::H264 => au_is_idr(au),
+            Codec::H265 => split_annex_b(au).iter().any(|nal| {
+                NalHeader::parse(nal).is_some_and(|h| {
+                    h.layer_id == 0 && h.nal_type.is_irap() && h.nal_type.id() <= 21
+                })
+            }),
+        }
+    }
+    /// Whether access unit `au` (Annex B) codes a picture (any slice), rather than only
+    /// parameter sets or supplemental data.
+    pub fn has_picture(self, au: &[u8]) -> bool {
+        split_annex_b(au).iter().any(|nal| match self {
+            Codec::H264 => nal.first().is_some_and(|b| (1..=5).contains(&(b & 0x1f))),
+            Codec::H265 => {
+                NalHeader::parse(nal).is_some_and(|h| h.layer_id == 0 && h.nal_type.id() < 22)
+            }
+        })
+    }
+}
+
+/// Whether `format` names a video codec redline decodes ([`Codec::of`]).
+pub fn is_video(format: &str) -> bool {
+    Codec::of(format).is_some()
+}
+
+/// What one access unit gave.
+enum Unit {
+    /// Its picture, as RGB.
+    Picture(RgbImage),
+    /// No picture, and none was expected (parameter sets alone).
+    Nothing,
+    /// A picture that cannot be used, and why (10-bit, odd size, a skipped leading picture).
+    Refused(String),
+}
+
+/// One camera's decoder, by codec (boxed: each is kilobytes of state).
+enum Decoding {
+    H264(Box<rusty_h264_decoder::Decoder>),
+    H265(Box<H265>),
+}
+
+impl Decoding {
+    fn new(codec: Codec) -> Decoding {
+        match codec {
+            Codec::H264 => Decoding::H264(Box::default()),
+            Codec::H265 => Decoding::H265(Box::new(H265::new())),
+        }
+    }
+
+    fn codec(&self) -> Codec {
+        match self {
+            Decoding::H264(_) => Codec::H264,
+            Decoding::H265(_) => Codec::H265,
+        }
+    }
+
+    /// Decodes `au`; an error is why it cannot be decoded.
+    fn decode(&mut self, au: &[u8]) -> Result<Unit, String> {
+        match self {
+            Decoding::H264(decoder) => {
+                let Some(frame) = decoder.decode(au).map_err(|e| e.to_string())? else {
+                    return Ok(Unit::Nothing);
+                };
+                Ok(rgb(
+                    "H.264",
+                    frame.width,
+                    frame.height,
+                    &frame.y,
+                    &frame.u,
+                    &frame.v,
+                ))
+            }
+            Decoding::H265(h265) => h265.decode(au),
+        }
+    }
+}
+
+/// A decoded 8-bit I420 picture as RGB, or why it cannot be.
+fn rgb(codec: &str, w: usize, h: usize, y: &[u8], u: &[u8], v: &[u8]) -> Unit {
+    match i420_to_rgb8(w, h, y, u, v) {
+        Some(data) => Unit::Picture(RgbImage {
+            width: w as u32,
+            height: h as u32,
+            data,
+        }),
+        None => Unit::Refused(format!(
+            "{codec} picture of {w}x{h} px: redline reads 4:2:0 pictures of even width and \
+             height"
+        )),
+    }
+}
+
+/// An H.265 decoder that gives each access unit's picture at once, in coding order.
+struct H265 {
+    decoder: rusty_h265::Decoder,
+    /// The tag of the next access unit (its `pts` for the decoder).
+    next_tag: i64,
+}
+
+impl H265 {
+    /// A one-slice NAL unit (type 1, a trailing picture's slice) that says "first slice of a
+    /// new picture" and then ends before its header does. The decoder finishes the picture
+    /// in flight on its first bit (in-loop filters, into the picture buffer, output if its
+    /// reordering rules allow), then rejects the slice and keeps no state of it: the access
+    /// unit's picture is complete without waiting for the next unit.
+    const END_OF_PICTURE: [u8; 3] = [0x02, 0x01, 0x80];
+
+    /// The decoder's debugging switches that change its pictures (read from the
+    /// environment by `rusty_h265` itself).
+    const ALTERING_SWITCHES: [&'static str; 5] = [
+        "RH265_NO_LF",
+        "RH265_NO_SAO",
+        "RH265_ABLATE_MC",
+        "RH265_ABLATE_INTRA",
+        "RH265_ABLATE_RESIDUAL",
+    ];
+
+    fn new() -> H265 {
+        let mut decoder = rusty_h265::Decoder::new();
+        decoder.ablate = Default::default();
+        H265 {
+            decoder,
+            next_tag: 0,
+        }
+    }
+
+    fn decode(&mut self, au: &[u8]) -> Result<Unit, String> {
+        if let Some(switch) = Self::ALTERING_SWITCHES
+            .iter()
+            .find(|s| std::env::var_os(s).is_some())
+        {
+            return Ok(Unit::Refused(format!(
+                "H.265 picture not decoded: {switch} is set in the environment, a debugging \
+                 switch of the H.265 decoder that changes its pictures; unset it"
+            )));
+        }
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.decoder
+            .push_annexb(au, Some(tag))
+            .map_err(|e| e.to_string())?;
+        // Rejected by design (see END_OF_PICTURE): what matters is the picture it ends.
+        let _ = self.decoder.push_nal(&Self::END_OF_PICTURE, None);
+        // The unit's picture: in the output queue (drained: every other picture there was
+        // taken from the buffer when its own unit was decoded) or still in the buffer.
+        let mut found = None;
+        while let Ok(frame) = self.decoder.next_frame() {
+            if frame.pts == Some(tag) {
+                found = Some((frame.picture, true));
+            }
+        }
+        if found.is_none() {
+            found = (self.decoder.dpb().iter())
+                .find(|e| e.pts == Some(tag))
+                .map(|e| (e.pic.clone(), e.output_flag));
+        }
+        match found {
+            None if Codec::H265.has_picture(au) => Ok(Unit::Refused(
+                "H.265 leading picture (RASL) of the keyframe this read starts at: it \
+                 references pictures before that keyframe, so it cannot be decoded"
+                    .to_string(),
+            )),
+            None => Ok(Unit::Nothing),
+            Some((_, false)) => Ok(Unit::Refused(
+                "H.265 picture marked not for display (pic_output_flag 0)".to_string(),
+            )),
+            Some((pic, true)) => Ok(Self::cropped(&pic)),
+        }
+    }
+
+    /// The picture's cropped 8-bit 4:2:0 planes as RGB, or why not.
+    fn cropped(pic: &rusty_h265::Picture) -> Unit {
+        if pic.chroma_format_idc != 1 || pic.bit_depth_luma != 8 || pic.bit_depth_chroma != 8 {
+            return Unit::Refused(format!(
+                "H.265 picture of {} bits, chroma format {}: redline reads 8-bit 4:2:0 \
+                 pictures (Main profile); re-encode the camera as 8-bit",
+                pic.bit_depth_luma.max(pic.bit_depth_chroma),
+                ["4:0:0", "4:2:0", "4:2:2", "4:4:4"]
+                    .get(usize::from(pic.chroma_format_idc))
+                    .unwrap_or(&"unknown"),
+            ));
+        }
+        let (x0, y0, w, h) = pic.crop;
+        let plane = |i: usize, x0: usize, y0: usize, w: usize, h: usize| -> Option<Vec<u8>> {
+            let p = &pic.planes[i];
+            let mut out = Vec::with_capacity(w * h);
+            for y in y0..y0 + h {
+                let row = p.data.get(y * p.stride + x0..y * p.stride + x0 + w)?;
+                out.extend(row.iter().map(|&v| v as u8));
+            }
+            Some(out)
+        };
+        let planes = (
+            plane(0, x0, y0, w, h),
+            plane(1, x0 / 2, y0 / 2, w / 2, h / 2),
+            plane(2, x0 / 2, y0 / 2, w / 2, h / 2),
+        );
+        match planes {
+            (Some(y), Some(u), Some(v)) => rgb("H.265", w, h, &y, &u, &v),
+            _ => Unit::Refused(format!(
+                "H.265 picture's crop window {w}x{h} at ({x0}, {y0}) lies outside its planes"
+            )),
+        }
+    }
+}
+
+/// One camera's video stream being decoded, picture by picture, in log order.
 #[derive(Default)]
 pub struct VideoStream {
-    decoder: Decoder,
+    /// The decoder, made for the codec of the stream's first unit (and made again when a
+    /// unit names another codec).
+    decoding: Option<Decoding>,
     /// A keyframe has been decoded since the start (or since the last failure).
     started: bool,
     /// An access unit failed to decode in this read (the stream waits for a keyframe again).
@@ -57,6 +306,7 @@ pub struct VideoStream {
 impl std::fmt::Debug for VideoStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VideoStream")
+            .field("codec", &self.decoding.as_ref().map(Decoding::codec))
             .field("started", &self.started)
             .field("failed", &self.failed)
             .finish()
@@ -68,55 +318,60 @@ impl VideoStream {
     /// picture (parameter sets alone). An error is the reason this message gives no picture.
     pub fn picture(&mut self, format: &str, au: &[u8]) -> Result<Option<RgbImage>, ImageIssue> {
         let fail = |why: String| Err(ImageIssue::Video(why));
-        if !is_h264(format) {
+        let Some(codec) = Codec::of(format) else {
             return fail(format!(
-                "video format {format:?} is not decoded: redline decodes H.264 (h264) streams; \
-                 re-encode the camera as H.264 or JPEG"
+                "video format {format:?} is not decoded: redline decodes H.264 (h264) and \
+                 H.265 (h265) streams; re-encode the camera as one of them or as JPEG"
             ));
+        };
+        let name = codec.name();
+        if self.decoding.as_ref().map(Decoding::codec) != Some(codec) {
+            // A stream's first unit, or one of another codec: a fresh decoder that starts
+            // at a keyframe.
+            self.decoding = Some(Decoding::new(codec));
+            self.started = false;
         }
-        let idr = au_is_idr(au);
-        if !self.started && !idr {
-            return fail(
-                if self.failed {
-                    "H.264 picture after a damaged access unit: the stream waits for its next \
-                 keyframe (IDR), so the pictures up to it are missing"
-                } else {
-                    "H.264 picture before the stream's first keyframe (IDR) in this read: a \
-                 stream decodes from a keyframe, so the pictures up to the next one are missing"
-                }
-                .to_string(),
-            );
+        // Parameter sets alone always reach the decoder (a recorder may send them apart
+        // from the keyframe); a picture before a keyframe would decode to garbage.
+        let picture = codec.has_picture(au);
+        if !self.started && picture && !codec.is_keyframe(au) {
+            return fail(if self.failed {
+                format!(
+                    "{name} picture after a damaged access unit: the stream waits for its \
+                     next keyframe, so the pictures up to it are missing"
+                )
+            } else {
+                format!(
+                    "{name} picture before the stream's first keyframe in this read: a stream \
+                     decodes from a keyframe, so the pictures up to the next one are missing"
+                )
+            });
         }
-        let decoded = catch_unwind(AssertUnwindSafe(|| self.decoder.decode(au)));
-        let frame = match decoded {
-            Ok(Ok(frame)) => frame,
+        let Some(decoding) = self.decoding.as_mut() else {
+            return fail(format!("{name} stream has no decoder"));
+        };
+        let decoded = catch_unwind(AssertUnwindSafe(|| decoding.decode(au)));
+        let unit = match decoded {
+            Ok(Ok(unit)) => unit,
             failed => {
                 let why = match failed {
-                    Ok(Err(e)) => e.to_string(),
+                    Ok(Err(e)) => e,
                     _ => "the decoder failed on its bytes".to_string(),
                 };
-                self.restart();
+                self.restart(codec);
                 return fail(format!(
-                    "H.264 access unit cannot be decoded ({why}); the stream resumes at its \
+                    "{name} access unit cannot be decoded ({why}); the stream resumes at its \
                      next keyframe"
                 ));
             }
         };
-        let Some(frame) = frame else {
-            return Ok(None);
-        };
-        self.started = true;
-        let (w, h) = (frame.width, frame.height);
-        match i420_to_rgb8(w, h, &frame.y, &frame.u, &frame.v) {
-            Some(data) => Ok(Some(RgbImage {
-                width: w as u32,
-                height: h as u32,
-                data,
-            })),
-            None => fail(format!(
-                "H.264 picture of {w}x{h} px: redline reads 4:2:0 pictures of even width and \
-                 height"
-            )),
+        // A unit with a picture decoded: from here on the stream's pictures decode (even
+        // when this one cannot be used, e.g. 10-bit: the next ones say so too).
+        self.started |= picture;
+        match unit {
+            Unit::Nothing => Ok(None),
+            Unit::Refused(why) => fail(why),
+            Unit::Picture(img) => Ok(Some(img)),
         }
     }
 
@@ -127,8 +382,8 @@ impl VideoStream {
     }
 
     /// After a failure: a fresh decoder that waits for the next keyframe.
-    fn restart(&mut self) {
-        self.decoder = Decoder::new();
+    fn restart(&mut self, codec: Codec) {
+        self.decoding = Some(Decoding::new(codec));
         self.started = false;
         self.failed = true;
     }
@@ -140,31 +395,133 @@ mod tests {
 
     #[test]
     fn formats_and_junk_are_issues_not_panics() {
-        assert!(is_h264("h264") && is_h264("H264") && is_h264("h264; annexb"));
-        assert!(is_h264("libx264") && is_h264("h264_nvenc"));
-        assert!(!is_h264("h265") && !is_h264("hevc_nvenc") && !is_h264("jpeg"));
+        for (format, codec) in [
+            ("h264", Some(Codec::H264)),
+            ("H264", Some(Codec::H264)),
+            ("h264; annexb", Some(Codec::H264)),
+            ("libx264", Some(Codec::H264)),
+            ("h264_nvenc", Some(Codec::H264)),
+            ("h265", Some(Codec::H265)),
+            ("hevc", Some(Codec::H265)),
+            ("libx265", Some(Codec::H265)),
+            ("hevc_nvenc", Some(Codec::H265)),
+            ("jpeg", None),
+            ("vp9", None),
+            ("av1", None),
+        ] {
+            assert_eq!(Codec::of(format), codec, "{format}");
+        }
         let mut s = VideoStream::default();
-        let e = s.picture("h265", &[0, 0, 0, 1]).unwrap_err().to_string();
-        assert!(e.contains("\"h265\""), "{e}");
+        let e = s.picture("vp9", &[0, 0, 0, 1]).unwrap_err().to_string();
+        assert!(e.contains("\"vp9\""), "{e}");
         // Not a keyframe: waits.
         let e = s
             .picture("h264", &[0, 0, 0, 1, 0x41, 0x9a, 0x00])
             .unwrap_err()
             .to_string();
         assert!(e.contains("first keyframe"), "{e}");
+        // H.265: a trailing picture's slice (type 1) waits too.
+        let e = (s.picture("h265", &[0, 0, 0, 1, 0x02, 0x01, 0xd0, 0x00]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("H.265 picture before") && e.contains("first keyframe"),
+            "{e}"
+        );
         // An IDR slice with no parameter sets, and garbage after an IDR header: issues.
-        for junk in [
-            vec![0, 0, 0, 1, 0x65, 0x88, 0x84],
-            vec![0, 0, 0, 1, 0x65, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
-            vec![
-                0, 0, 0, 1, 0x67, 0xff, 0, 0, 0, 1, 0x68, 0xff, 0, 0, 0, 1, 0x65, 0xff,
-            ],
+        for (format, junk) in [
+            ("h264", vec![0, 0, 0, 1, 0x65, 0x88, 0x84]),
+            (
+                "h264",
+                vec![0, 0, 0, 1, 0x65, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            ),
+            (
+                "h264",
+                vec![
+                    0, 0, 0, 1, 0x67, 0xff, 0, 0, 0, 1, 0x68, 0xff, 0, 0, 0, 1, 0x65, 0xff,
+                ],
+            ),
+            // IDR_W_RADL (19) and CRA (21) slices without parameter sets, junk SPS + IDR.
+            ("h265", vec![0, 0, 0, 1, 0x26, 0x01, 0xaf, 0x00]),
+            ("h265", vec![0, 0, 0, 1, 0x2a, 0x01, 0xff, 0xff, 0xff]),
+            (
+                "h265",
+                vec![
+                    0, 0, 0, 1, 0x42, 0x01, 0xff, 0xff, 0, 0, 0, 1, 0x28, 0x01, 0xaf,
+                ],
+            ),
         ] {
-            let e = s.picture("h264", &junk).unwrap_err().to_string();
+            let e = s.picture(format, &junk).unwrap_err().to_string();
             assert!(
                 e.contains("cannot be decoded") || e.contains("keyframe"),
-                "{e}"
+                "{format}: {e}"
             );
         }
+    }
+
+    /// libx265's three flat 64x48 pictures (Y 76, 116, 156; U 128; V 128, 148, 168, as
+    /// FFmpeg decodes them), P-frames after an IDR keyframe that carries its parameter sets.
+    const FLAT_H265: &[u8] = include_bytes!("video_fixtures/flat_64x48.h265");
+
+    #[test]
+    fn h265_pictures_come_out_with_their_own_unit_even_with_parameter_sets_apart() {
+        let units = crate::fuzzing::h265_access_units(FLAT_H265);
+        assert_eq!(units.len(), 3);
+        let want = |k: usize| {
+            let (y, v) = (76 + 40 * k as u8, 128 + 20 * k as u8);
+            i420_to_rgb8(64, 48, &[y; 64 * 48], &[128; 32 * 24], &[v; 32 * 24]).unwrap()
+        };
+        // The keyframe's parameter sets (VPS, SPS, PPS, SEI) as a message of their own, as
+        // some recorders send them: no picture, and the keyframe after them decodes.
+        let nals = split_annex_b(&units[0]);
+        let (params, slice) = nals.split_at(nals.len() - 1);
+        let annexb = |nals: &[&[u8]]| -> Vec<u8> {
+            nals.iter()
+                .flat_map(|n| [&[0u8, 0, 0, 1][..], n].concat())
+                .collect()
+        };
+        let mut s = VideoStream::default();
+        assert_eq!(s.picture("h265", &annexb(params)), Ok(None));
+        assert!(s.awaits_first_keyframe());
+        for (k, unit) in [annexb(slice), units[1].clone(), units[2].clone()]
+            .iter()
+            .enumerate()
+        {
+            // Each picture comes out of the call that brings its unit, not the next one.
+            let img = s.picture("hevc_nvenc", unit).unwrap().expect("a picture");
+            assert_eq!((img.width, img.height), (64, 48));
+            assert!(img.data == want(k), "picture {k}");
+        }
+        // Read again from the second unit: a P-frame before any keyframe waits.
+        let mut late = VideoStream::default();
+        let e = late.picture("h265", &units[1]).unwrap_err().to_string();
+        assert!(e.contains("first keyframe"), "{e}");
+    }
+
+    #[test]
+    fn keyframes_and_pictures_by_nal_type() {
+        let nal = |b: &[u8]| [&[0u8, 0, 0, 1][..], b].concat();
+        // H.265: IDR_W_RADL, IDR_N_LP, CRA and BLA are keyframes; TRAIL, RASL, reserved
+        // IRAP 22 are not; a VPS is no picture.
+        for (header, key, picture) in [
+            ([0x26, 0x01], true, true),
+            ([0x28, 0x01], true, true),
+            ([0x2a, 0x01], true, true),
+            ([0x20, 0x01], true, true),
+            ([0x02, 0x01], false, true),
+            ([0x10, 0x01], false, true),
+            ([0x2c, 0x01], false, false),
+            ([0x40, 0x01], false, false),
+        ] {
+            let au = nal(&[header[0], header[1], 0x80]);
+            assert_eq!(Codec::H265.is_keyframe(&au), key, "{header:x?}");
+            assert_eq!(Codec::H265.has_picture(&au), picture, "{header:x?}");
+        }
+        // H.264: an SPS and PPS are no picture, an IDR slice is a keyframe.
+        let sps_pps = [nal(&[0x67, 0x42]), nal(&[0x68, 0xce])].concat();
+        assert!(!Codec::H264.has_picture(&sps_pps));
+        let idr = [sps_pps.clone(), nal(&[0x65, 0x88])].concat();
+        assert!(Codec::H264.has_picture(&idr) && Codec::H264.is_keyframe(&idr));
+        assert!(!Codec::H264.is_keyframe(&nal(&[0x41, 0x9a])));
     }
 }

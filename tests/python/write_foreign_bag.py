@@ -56,7 +56,11 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                the pictures as FFmpeg's decoder gives them, converted to RGB (BT.601 video range,
                OpenCV's COLOR_YUV2RGB_I420 fixed point), every frame in display order; with
                --corrupt K the rear access unit K is cut to its first 8 bytes. Needs av (PyAV)
-               and numpy
+               and numpy. h265, h265-bframes, h265-image, h265-ffmpeg: the same as H.265
+               (libx265, Main profile, 8-bit, each keyframe with its parameter sets; format
+               "h265"; FFMPEGPacket encoding "hevc_nvenc;yuv420p;rgb8;rgb8", as a Jetson's
+               encoder names it); h265-bframes keeps x265's open group of pictures: the first
+               keyframe is IDR, the later ones CRA with leading B-frames (RASL)
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -285,13 +289,13 @@ def rgb_picture(k, cam):
 
 
 def image_topic(name):
-    if VIDEO and VIDEO != "h264-image":
+    if VIDEO and not VIDEO.endswith("-image"):
         return f"/sensing/camera/{name}/video"
     return f"/sensing/camera/{name}/image_raw" + ("" if RAW else "/compressed")
 
 
 def encode_videos(out):
-    """Each camera's pictures as H.264 access units with the frame each shows (one per frame,
+    """Each camera's pictures as H.264 or H.265 access units with the frame each shows (one per frame,
     in coding order), and
     OUT/video_<name>.rgb: what FFmpeg decodes them to, in display order, as RGB."""
     from fractions import Fraction
@@ -300,13 +304,21 @@ def encode_videos(out):
     import numpy as np
 
     videos = []
+    codec = VIDEO.split("-")[0]
+    bframes = 2 if VIDEO.endswith("-bframes") else 0
     for cam, name in enumerate(["front", "rear"]):
-        enc = av.CodecContext.create("libx264", "w")
+        enc = av.CodecContext.create("libx264" if codec == "h264" else "libx265", "w")
         enc.width, enc.height, enc.pix_fmt = W, H, "yuv420p"
         enc.time_base, enc.framerate = Fraction(1, 10), Fraction(10, 1)
-        bframes = 2 if VIDEO == "h264-bframes" else 0
-        enc.options = {"profile": "main", "threads": "1",
-                       "x264-params": f"keyint=5:min-keyint=5:scenecut=0:bframes={bframes}"}
+        if codec == "h264":
+            enc.options = {"profile": "main", "threads": "1",
+                           "x264-params": f"keyint=5:min-keyint=5:scenecut=0:bframes={bframes}"}
+        else:
+            # Open GOP (CRA keyframes) only with B-frames: without them there are no leading
+            # pictures and x265 writes IDR keyframes.
+            enc.options = {"x265-params": "log-level=none:pools=1:frame-threads=1:keyint=5:"
+                           f"min-keyint=5:scenecut=0:repeat-headers=1:bframes={bframes}:"
+                           f"open-gop={int(bframes > 0)}"}
         packets = []
         for k in range(FRAMES):
             frame = av.VideoFrame.from_image(rgb_picture(k, cam)).reformat(format="yuv420p")
@@ -316,7 +328,7 @@ def encode_videos(out):
         # (access unit, the frame its picture shows), in coding order.
         units = [(bytes(p), p.pts) for p in packets]
         assert len(units) == FRAMES, (len(units), FRAMES)
-        dec = av.CodecContext.create("h264", "r")
+        dec = av.CodecContext.create("h264" if codec == "h264" else "hevc", "r")
         pictures = []
         for unit, _ in units:
             for pic in dec.decode(av.Packet(unit)):
@@ -524,7 +536,8 @@ def main():
                 COMPRESS = True
             elif flag == "--compress-files" and value is None:
                 COMPRESS_FILES = True
-            elif flag == "--video" and value in ("h264", "h264-bframes", "h264-image", "h264-ffmpeg"):
+            elif flag == "--video" and value in [c + f for c in ("h264", "h265")
+                                                 for f in ("", "-bframes", "-image", "-ffmpeg")]:
                 VIDEO = value
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True
@@ -577,9 +590,9 @@ def main():
         w = Writer(f)
         if RAW:
             img = w.register_msgdef("sensor_msgs/msg/Image", RAW_IMAGE_DEF + HEADER_DEFS)
-        elif VIDEO == "h264-ffmpeg":
+        elif VIDEO.endswith("-ffmpeg"):
             img = w.register_msgdef("ffmpeg_image_transport_msgs/msg/FFMPEGPacket", FFMPEG_DEF + HEADER_DEFS)
-        elif VIDEO and VIDEO != "h264-image":
+        elif VIDEO and not VIDEO.endswith("-image"):
             time_def = "=" * 80 + "\nMSG: builtin_interfaces/Time\nint32 sec\nuint32 nanosec\n"
             img = w.register_msgdef("foxglove_msgs/msg/CompressedVideo", VIDEO_DEF + time_def)
         else:
@@ -699,14 +712,16 @@ def main():
                 header["stamp"] = stamp(0 if ZERO_STAMPS else T0 + shown * PERIOD_NS)
                 if (k, cam) == (CORRUPT, 1):
                     data = data[:8]
-                if VIDEO == "h264-image":
-                    msg = {"header": header, "format": "h264", "data": data}
-                elif VIDEO == "h264-ffmpeg":
-                    msg = {"header": header, "width": W, "height": H, "encoding": "libx264;yuv420p;rgb8;rgb8",
+                codec = VIDEO.split("-")[0]
+                if VIDEO.endswith("-image"):
+                    msg = {"header": header, "format": codec, "data": data}
+                elif VIDEO.endswith("-ffmpeg"):
+                    encoder = "libx264" if codec == "h264" else "hevc_nvenc"
+                    msg = {"header": header, "width": W, "height": H, "encoding": f"{encoder};yuv420p;rgb8;rgb8",
                            "pts": shown, "flags": int(shown % 5 == 0), "is_bigendian": False, "data": data}
                 else:
                     msg = {"timestamp": header["stamp"], "frame_id": header["frame_id"],
-                           "data": data, "format": "h264"}
+                           "data": data, "format": codec}
             elif RAW:
                 data, step = raw_picture(k, cam, RAW)
                 if (k, cam) == (CORRUPT, 1):

@@ -193,23 +193,29 @@ for key in "${keys[@]}"; do
 done
 rm -rf "$reports"
 
-# H.264 cameras (sim/src/video.rs): the decoder's SIMD kernels differ by ISA (AVX2, NEON),
-# its pictures must not. A textured 8-frame bag with B-frames (PyAV's libx264, written here
-# when python3 has av) replayed natively and under qemu: one hash. About 20 s.
-video=$(mktemp -d)
+# H.264 and H.265 cameras (sim/src/video.rs): the decoders' SIMD kernels differ by ISA (AVX2,
+# NEON), their pictures must not. A textured 8-frame bag with B-frames per codec (PyAV's
+# libx264 and libx265, written here when python3 has av; the H.265 one 324x186, so cropped,
+# with open groups of pictures) replayed natively and under qemu: one hash each. About 40 s.
 x86_abs=$(realpath "$x86")
 arm_abs=$(realpath "$arm")
-if python3 tests/python/write_foreign_bag.py "$video" --frames 8 --size 320x192 --texture \
-        --video h264-bframes >/dev/null 2>&1; then
-    { echo 'network = "seeded"'; cat "$video/redline.toml"; } >"$video/seeded.toml"
-    vx=$(cd "$video" && { "$x86_abs" replay bag.mcap --config seeded.toml --mode lockstep 2>&1 || true; } | sed -n 's/^output hash //p')
-    va=$(cd "$video" && { qemu-aarch64 "$arm_abs" replay bag.mcap --config seeded.toml --mode lockstep 2>&1 || true; } | sed -n 's/^output hash //p')
-    printf '   %-40s %s\n   %-40s %s\n' "H.264 bag, x86-64" "${vx:-(no hash)}" "H.264 bag, aarch64" "${va:-(no hash)}"
-    if [ -z "$vx" ] || [ "$vx" != "$va" ]; then echo "   the H.264 bag replays differently on the two ISAs"; fail=1; fi
-else
-    echo "   (no H.264 check: python3 lacks av or numpy; pip install av numpy)"
-fi
-rm -rf "$video"
+for codec in h264 h265; do
+    name=H.${codec#h}
+    video=$(mktemp -d)
+    size=320x192
+    [ $codec = h265 ] && size=324x186
+    if python3 tests/python/write_foreign_bag.py "$video" --frames 8 --size $size --texture \
+            --video $codec-bframes >/dev/null 2>&1; then
+        { echo 'network = "seeded"'; cat "$video/redline.toml"; } >"$video/seeded.toml"
+        vx=$(cd "$video" && { "$x86_abs" replay bag.mcap --config seeded.toml --mode lockstep 2>&1 || true; } | sed -n 's/^output hash //p')
+        va=$(cd "$video" && { qemu-aarch64 "$arm_abs" replay bag.mcap --config seeded.toml --mode lockstep 2>&1 || true; } | sed -n 's/^output hash //p')
+        printf '   %-40s %s\n   %-40s %s\n' "$name bag, x86-64" "${vx:-(no hash)}" "$name bag, aarch64" "${va:-(no hash)}"
+        if [ -z "$vx" ] || [ "$vx" != "$va" ]; then echo "   the $name bag replays differently on the two ISAs"; fail=1; fi
+    else
+        echo "   (no $name check: python3 lacks av or numpy; pip install av numpy)"
+    fi
+    rm -rf "$video"
+done
 
 step "real-time replay under qemu: what the OS granted (SCHED_FIFO, pinning, mlock)"
 # Emulation cannot keep the deadlines; this checks the requests and the report, not timing.

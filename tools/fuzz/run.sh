@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the log reader, the CDR decoder, the H.264 decoding of video
-# cameras and the ONNX importer with
+# Coverage-guided fuzzing of the log reader, the CDR decoder, the H.264 and H.265 decoding of
+# video cameras and the ONNX importer with
 # AFL++ (cargo-afl).
 #
 #   tools/fuzz/run.sh [SECONDS]     # each target runs SECONDS (default 600)
@@ -27,7 +27,7 @@ if ! ls "${XDG_DATA_HOME:-$HOME/.local/share}"/afl.rs/rustc-*/afl.rs-*/afl/bin/a
 fi
 
 seeds=fuzz/seeds
-mkdir -p "$seeds/log" "$seeds/cdr" "$seeds/h264" "$seeds/onnx"
+mkdir -p "$seeds/log" "$seeds/cdr" "$seeds/h264" "$seeds/h265" "$seeds/onnx"
 # ONNX seeds: the test fixtures (a QDQ convolution, a float one, a dynamic batch) and the
 # built-in heads, all under 8 KB (AFL mutates small seeds best).
 cp cli/tests/fixtures/tiny_qdq_s8.onnx cli/tests/fixtures/tiny_float_conv.onnx \
@@ -77,6 +77,31 @@ for name, profile, params in [("baseline.h264", "baseline", "bframes=0:cabac=0")
 PY
 fi
 [ -n "$(ls "$seeds/h264")" ] || printf '\x00\x00\x00\x01\x67' > "$seeds/h264/start_code"
+# H.265 seeds: two short streams from PyAV's libx265 (64x64, 4 frames: P-frames only, and
+# B-frames with an open group of pictures, so CRA and leading pictures), as for H.264.
+if [ ! -s "$seeds/h265/open_b.h265" ] && python3 -c "import av" 2>/dev/null; then
+    python3 - "$seeds/h265" <<'PY'
+import sys
+from fractions import Fraction
+import av
+for name, params in [("p_only.h265", "bframes=0"), ("open_b.h265", "bframes=2:open-gop=1")]:
+    enc = av.CodecContext.create("libx265", "w")
+    enc.width, enc.height, enc.pix_fmt = 64, 64, "yuv420p"
+    enc.time_base, enc.framerate = Fraction(1, 10), Fraction(10, 1)
+    enc.options = {"x265-params": "log-level=none:pools=1:frame-threads=1:info=0:keyint=3:"
+                   "min-keyint=3:scenecut=0:repeat-headers=1:" + params}
+    out = b""
+    for k in range(4):
+        f = av.VideoFrame(64, 64, "yuv420p")
+        for i, p in enumerate(f.planes):
+            p.update(bytes((x * 7 + k * 13 + i * 50) % 256 for x in range(p.buffer_size)))
+        f.pts = k
+        out += b"".join(bytes(p) for p in enc.encode(f))
+    out += b"".join(bytes(p) for p in enc.encode(None))
+    open(f"{sys.argv[1]}/{name}", "wb").write(out)
+PY
+fi
+[ -n "$(ls "$seeds/h265")" ] || printf '\x00\x00\x00\x01\x40\x01' > "$seeds/h265/start_code"
 # CDR seeds: an empty message, and a short run of zeros after the little-endian header.
 printf '\x00\x01\x00\x00' > "$seeds/cdr/header_only"
 printf '\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' > "$seeds/cdr/zeros"
@@ -86,8 +111,8 @@ printf '\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' > "$se
 export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1
 export AFL_NO_AFFINITY=1 AFL_SKIP_CRASHES=1
 status=0
-for target in log_reader cdr h264 onnx_model; do
-    case $target in log_reader) in=$seeds/log ;; cdr) in=$seeds/cdr ;; h264) in=$seeds/h264 ;; onnx_model) in=$seeds/onnx ;; esac
+for target in log_reader cdr h264 h265 onnx_model; do
+    case $target in log_reader) in=$seeds/log ;; cdr) in=$seeds/cdr ;; h264) in=$seeds/h264 ;; h265) in=$seeds/h265 ;; onnx_model) in=$seeds/onnx ;; esac
     out=fuzz/out/$target
     rm -rf "$out"; mkdir -p fuzz/out
     echo "== fuzzing $target for $secs s (AFL++, seeds in $in)"

@@ -112,8 +112,8 @@ impl LogReader {
                 } else {
                     let msg = CompressedImage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
                     let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
-                    if crate::video::is_h264(&msg.format) {
-                        // A driver that publishes its H.264 stream as CompressedImage.
+                    if crate::video::is_video(&msg.format) {
+                        // A driver that publishes its H.264 or H.265 stream as CompressedImage.
                         match self.video_picture(raw.channel, &msg.format, &msg.data, want) {
                             Some(image) => (stamp, image),
                             None => return Ok((stamp, Payload::Unused)),

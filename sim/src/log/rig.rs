@@ -21,7 +21,7 @@ use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
     CameraInfo, CompressedImage, Image, RoadMap, RosMessage, TfMessage, TransformStamped,
 };
-use crate::video::{is_h264, VideoStream};
+use crate::video::{is_video, VideoStream};
 use redline_pipeline::camera::CameraSpec;
 use redline_pipeline::perception::Preprocess;
 
@@ -179,8 +179,8 @@ impl LogReader {
                     Err(e) => sample.problem = undecodable(&e),
                 },
                 Kind::CompressedImage => match CompressedImage::from_cdr(&raw.data) {
-                    // A driver's H.264 stream as CompressedImage.
-                    Ok(msg) if is_h264(&msg.format) => {
+                    // A driver's H.264 or H.265 stream as CompressedImage.
+                    Ok(msg) if is_video(&msg.format) => {
                         sample.unstamped = unstamped(&msg.header);
                         sample.format = msg.format.clone();
                         match video(&msg.format, &msg.data) {

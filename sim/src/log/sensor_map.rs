@@ -8,7 +8,7 @@
 //! - With cameras listed, exactly those cameras are read, in the listed order (the rig order):
 //!   each from its image topic (`sensor_msgs/msg/Image` in 8- or 16-bit RGB, BGR or grey, a
 //!   Bayer mosaic or YUV 4:2:2 or 4:2:0 — see [`crate::msgs::PixelEncoding`] —,
-//!   `sensor_msgs/msg/CompressedImage` in JPEG or PNG, or H.264 video, see [`crate::video`]).
+//!   `sensor_msgs/msg/CompressedImage` in JPEG or PNG, or H.264 or H.265 video, see [`crate::video`]).
 //!   Intrinsics come from the camera's
 //!   `camera_info` topic when the log has a readable one, else from the calibration file; the
 //!   mount comes from the log's static transforms (the chain `base_link` → … → the camera's

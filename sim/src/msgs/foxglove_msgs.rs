@@ -1,10 +1,10 @@
 //! Compressed video, one picture per message: `foxglove_msgs/msg/CompressedVideo`, as
 //! Foxglove's ROS 2 schemas define it, and `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`,
 //! what ROS 2's `ffmpeg_image_transport` publishes — both as camera drivers that encode on
-//! the vehicle (H.264 from a hardware encoder) record them.
+//! the vehicle (H.264 or H.265 from a hardware encoder) record them.
 //!
 //! Promises: the fields in the ROS 2 definition's order; decoding never panics. What the
-//! bytes are (Annex-B H.264 access units) is [`crate::video`]'s business. Cost: a decode
+//! bytes are (Annex-B H.264 or H.265 access units) is [`crate::video`]'s business. Cost: a decode
 //! allocates the frame id, the data and the format.
 
 use super::std_msgs::{Header, Time, HEADER_DEF, TIME_DEF};
@@ -17,7 +17,7 @@ pub struct CompressedVideo {
     pub timestamp: Time,
     /// The camera's frame.
     pub frame_id: String,
-    /// One access unit (Annex B for `h264`): a keyframe carries its parameter sets.
+    /// One access unit (Annex B for `h264` and `h265`): a keyframe carries its parameter sets.
     pub data: Vec<u8>,
     /// The codec: `h264`, `h265`, `vp9` or `av1`.
     pub format: String,
@@ -60,7 +60,7 @@ pub struct FfmpegPacket {
     /// Picture height, px.
     pub height: i32,
     /// `codec;source pixel format;...` (the codec first: `h264`, `libx264`, `h264_nvenc`,
-    /// `hevc_nvenc`, ...).
+    /// `hevc`, `libx265`, `hevc_nvenc`, ...).
     pub encoding: String,
     /// The encoder's presentation time stamp.
     pub pts: u64,
@@ -68,7 +68,7 @@ pub struct FfmpegPacket {
     pub flags: u8,
     /// Byte order of the picture's source (unused for compressed packets).
     pub is_bigendian: bool,
-    /// The packet (Annex B for H.264).
+    /// The packet (Annex B for H.264 and H.265).
     pub data: Vec<u8>,
 }
 
