@@ -40,7 +40,7 @@ pub(super) enum Kind {
 
 impl LogReader {
     /// Decodes `raw`; `None` (and an issue) when it cannot be used.
-    pub(super) fn decode(&mut self, raw: RawMsg) -> Option<LogMessage> {
+    pub(super) fn decode(&mut self, mut raw: RawMsg) -> Option<LogMessage> {
         let ch = self.channels.get(&raw.channel)?.clone();
         let at = raw.key.0;
         let undecodable = |e: &dyn std::fmt::Display| {
@@ -102,10 +102,16 @@ impl LogReader {
                     };
                     (stamp, image)
                 } else if kind == Kind::CompressedVideo {
-                    let (stamp, format, data) =
-                        video_message(&ch.schema, &raw.data).map_err(|e| undecodable(&e))?;
-                    match self.video_picture(raw.channel, &format, &data, want) {
-                        Some(image) => (stamp, image),
+                    // Decoded on the stream's thread: sent ahead by `Messages`' look-ahead,
+                    // or now.
+                    if !self.video_threads.was_sent(raw.channel, raw.key) {
+                        let cdr = std::mem::take(&mut raw.data);
+                        (self.video_threads).send(raw.channel, &ch.topic, raw.key, &ch.schema, cdr);
+                    }
+                    let (stamp, picture) = (self.video_threads.take(raw.channel, raw.key))
+                        .map_err(|e| undecodable(&e))?;
+                    match picture {
+                        Some(image) => (stamp, image.and_then(|img| sized(img, want))),
                         // Parameter sets alone: no picture, nothing missing.
                         None => return Ok((stamp, Payload::Unused)),
                     }
@@ -271,6 +277,27 @@ fn sized(img: RgbImage, want: (u32, u32)) -> Result<RgbImage, ImageIssue> {
 }
 
 impl LogReader {
+    /// Whether [`LogReader::decode`] decodes `channel`'s messages on a video stream's thread
+    /// (a `CompressedVideo` or `FFMPEGPacket` topic of a rig camera): the condition under
+    /// which `Messages` may send them ahead. Must match `decode`'s own path exactly.
+    pub(super) fn threaded_video(&self, channel: u16) -> bool {
+        self.channels.get(&channel).is_some_and(|ch| {
+            ch.encoding == "cdr"
+                && kind_of(&ch.schema) == Some(Kind::CompressedVideo)
+                && self.image_cams.contains_key(&channel)
+        })
+    }
+
+    /// Sends `raw` (a message of a [`LogReader::threaded_video`] channel) to its stream's
+    /// thread now, ahead of its decoding; its bytes go with it.
+    pub(super) fn send_video_ahead(&mut self, raw: &mut RawMsg) {
+        let Some(ch) = self.channels.get(&raw.channel) else {
+            return;
+        };
+        let cdr = std::mem::take(&mut raw.data);
+        (self.video_threads).send(raw.channel, &ch.topic, raw.key, &ch.schema, cdr);
+    }
+
     /// The picture of one access unit of `channel`'s video stream, checked against the
     /// camera's size `want`; `None` when the unit holds no picture (parameter sets alone).
     fn video_picture(

@@ -6,7 +6,7 @@
 //! Cost: the messages of the blocks that overlap in time, held until released. Never
 //! panics on bad data (a block that cannot be read is an issue on the reader).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::reader::{LogReader, RawMsg};
 use super::{LogIssueKind, LogMessage};
@@ -109,9 +109,61 @@ impl<'r> RawIter<'r> {
     }
 }
 
-/// The iterator returned by [`LogReader::messages`].
+/// The iterator returned by [`LogReader::messages`]. It reads raw messages ahead of the one
+/// it decodes, so that each video camera's next access units are already decoding on the
+/// stream's thread (`video_threads`) when their turn comes: at most
+/// `VideoThreads::AHEAD_PER_STREAM` units per stream, [`Messages::AHEAD_MESSAGES`]
+/// messages and [`Messages::AHEAD_BYTES`] bytes ahead. The messages come out in the same
+/// order, decoded the same way.
 pub(super) struct Messages<'r> {
-    pub(super) raw: RawIter<'r>,
+    raw: RawIter<'r>,
+    /// Raw messages read ahead, in log-time order (a video one's bytes already sent).
+    ahead: VecDeque<RawMsg>,
+    /// Bytes held in `ahead`.
+    ahead_bytes: usize,
+    /// The raw iterator is exhausted.
+    done: bool,
+}
+
+impl<'r> Messages<'r> {
+    /// Messages read ahead at most (a log's fast topics, e.g. an IMU, between two pictures).
+    const AHEAD_MESSAGES: usize = 1024;
+    /// Bytes of raw messages held ahead at most.
+    const AHEAD_BYTES: usize = 64 << 20;
+
+    pub(super) fn new(raw: RawIter<'r>) -> Self {
+        Messages {
+            raw,
+            ahead: VecDeque::new(),
+            ahead_bytes: 0,
+            done: false,
+        }
+    }
+
+    /// Reads ahead: at least the next message, and more while video streams can take units
+    /// (a read without video cameras reads one message at a time, as it decodes them).
+    fn read_ahead(&mut self) {
+        while !self.done {
+            let threads = &self.raw.reader.video_threads;
+            let room = threads.in_flight()
+                < threads.streams() * super::video_threads::VideoThreads::AHEAD_PER_STREAM;
+            let more = room
+                && self.ahead.len() < Self::AHEAD_MESSAGES
+                && self.ahead_bytes < Self::AHEAD_BYTES;
+            if !self.ahead.is_empty() && !more {
+                return;
+            }
+            let Some(mut raw) = self.raw.next_raw() else {
+                self.done = true;
+                return;
+            };
+            if self.raw.reader.threaded_video(raw.channel) {
+                self.raw.reader.send_video_ahead(&mut raw);
+            }
+            self.ahead_bytes += raw.data.len();
+            self.ahead.push_back(raw);
+        }
+    }
 }
 
 impl Iterator for Messages<'_> {
@@ -119,7 +171,9 @@ impl Iterator for Messages<'_> {
 
     fn next(&mut self) -> Option<LogMessage> {
         loop {
-            let raw = self.raw.next_raw()?;
+            self.read_ahead();
+            let raw = self.ahead.pop_front()?;
+            self.ahead_bytes -= raw.data.len();
             if let Some(m) = self.raw.reader.decode(raw) {
                 return Some(m);
             }

@@ -28,7 +28,9 @@
 //!
 //! Cost: this is I/O-side code, not a real-time stage: it allocates per message and per chunk
 //! (one reusable read buffer; one decompressed chunk in memory at a time when chunks do not
-//! overlap in time). It spawns no threads and does not log.
+//! overlap in time). It does not log. It spawns one thread per video camera stream of a read
+//! (`CompressedVideo`, `FFMPEGPacket`), which decode ahead of the reader and end with the
+//! read (`video_threads`); nothing else.
 //!
 //! A log is one MCAP file, one ROS 2 SQLite bag file (`.db3`, `db3`), or a ROS 2 bag
 //! directory (`metadata.yaml` and the MCAP or `.db3` files it lists, `bag_dir`): a bag split
@@ -71,6 +73,7 @@ mod split;
 mod sqlite;
 mod summary;
 mod unpack;
+mod video_threads;
 mod writer;
 
 pub use limits::ReadLimits;

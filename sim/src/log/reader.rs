@@ -158,6 +158,9 @@ pub struct LogReader {
     pub(super) read_clock: u64,
     /// Each video camera topic's decoder state (channel id → stream), reset per read.
     pub(super) videos: BTreeMap<u16, crate::video::VideoStream>,
+    /// Each `CompressedVideo`/`FFMPEGPacket` camera's stream, decoded on its own thread
+    /// ahead of the reader (the `CompressedImage` form decodes in `videos`), reset per read.
+    pub(super) video_threads: super::video_threads::VideoThreads,
     /// Bytes of every file of the log.
     pub(super) total_bytes: u64,
     /// The reader's own file (`path` names the directory of a split bag).
@@ -349,6 +352,7 @@ impl LogReader {
             first_file: path.clone(),
             read_clock: 0,
             videos: BTreeMap::new(),
+            video_threads: Default::default(),
             resizers: Vec::new(),
             db3: None,
             last_pose: None,
@@ -674,6 +678,7 @@ impl LogReader {
         self.tf_ego = super::decode::TfEgo::seeded(&self.static_tf);
         // Video streams decode afresh from their first keyframe in the read.
         self.videos.clear();
+        self.video_threads.clear();
         let wanted: BTreeSet<u16> = self
             .channels
             .iter()
@@ -681,9 +686,7 @@ impl LogReader {
             .map(|(id, _)| *id)
             .collect();
         self.preroll(start_ns, &wanted);
-        Messages {
-            raw: RawIter::new(self, wanted, start_ns, end_ns),
-        }
+        Messages::new(RawIter::new(self, wanted, start_ns, end_ns))
     }
 
     /// Decodes (and drops) the messages of a pose-only or `/tf` odometry topic, and of the
@@ -717,10 +720,8 @@ impl LogReader {
         if ids.is_empty() {
             return;
         }
-        let mut raws = RawIter::new(self, ids, from, start_ns);
-        while let Some(raw) = raws.next_raw() {
-            let _ = raws.reader.decode(raw);
-        }
+        // Decoded (the video streams on their threads, ahead) and dropped.
+        Messages::new(RawIter::new(self, ids, from, start_ns)).for_each(drop);
     }
 
     /// Reads the raw messages of one block that pass the filters.
