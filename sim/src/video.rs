@@ -6,7 +6,7 @@
 //! Promises:
 //! - Pictures are exact: H.264 and H.265 decoding is integer arithmetic that the standards
 //!   fix bit for bit (decoders: the pure-Rust `rusty_h264-decoder` and `rusty_h265`, pinned;
-//!   no threads), and the decoded 8-bit 4:2:0 picture goes to RGB by the integer BT.601
+//!   no threads of their own), and the decoded 4:2:0 picture goes to RGB by the integer BT.601
 //!   video-range formulas of the raw YUV encodings (OpenCV's `COLOR_YUV2RGB_I420`). Same
 //!   log, same pictures, on any machine. The stream's signalled colour matrix and range
 //!   (VUI) are not read: a BT.709 or full-range stream's colours are slightly off, as with
@@ -35,8 +35,9 @@
 //!   unit is decoded — it ends the picture with a one-slice marker the decoder rejects
 //!   after finishing the picture before it, see `H265::END_OF_PICTURE` — and finds it by a
 //!   per-unit tag, in the decoder's output or its picture buffer.)
-//! - Only H.264 and 8-bit 4:2:0 H.265 (Main profile): other formats (`vp9`, `av1`) and
-//!   10-bit pictures are an issue naming what they are.
+//! - H.264 and 4:2:0 H.265 (Main, Main 10): other formats (`vp9`, `av1`) and other chroma
+//!   formats are an issue naming what they are. A 10-bit picture is rounded to 8 bits
+//!   (`(v + 2) >> 2`, at most 255) before the conversion to RGB.
 //!
 //! Cost: the decoder's reference pictures and one RGB buffer per picture, allocated as it
 //! goes (reader side, never in a stage); H.265 copies the cropped 8-bit planes once more.
@@ -116,7 +117,7 @@ enum Unit {
     Picture(RgbImage),
     /// No picture, and none was expected (parameter sets alone).
     Nothing,
-    /// A picture that cannot be used, and why (10-bit, odd size, a skipped leading picture).
+    /// A picture that cannot be used, and why (4:2:2, odd size, a skipped leading picture).
     Refused(String),
 }
 
@@ -255,12 +256,14 @@ impl H265 {
         }
     }
 
-    /// The picture's cropped 8-bit 4:2:0 planes as RGB, or why not.
+    /// The picture's cropped 4:2:0 planes as RGB, or why not. Deeper pictures (Main 10: 10 bits) are rounded to 8 bits first, each sample
+    /// `min((v + 2^(d−9)) >> (d − 8), 255)` for a depth of `d` bits (round half up).
     fn cropped(pic: &rusty_h265::Picture) -> Unit {
-        if pic.chroma_format_idc != 1 || pic.bit_depth_luma != 8 || pic.bit_depth_chroma != 8 {
+        let depths = [pic.bit_depth_luma, pic.bit_depth_chroma];
+        if pic.chroma_format_idc != 1 || depths.iter().any(|d| !(8..=16).contains(d)) {
             return Unit::Refused(format!(
-                "H.265 picture of {} bits, chroma format {}: redline reads 8-bit 4:2:0 \
-                 pictures (Main profile); re-encode the camera as 8-bit",
+                "H.265 picture of {} bits, chroma format {}: redline reads 4:2:0 pictures of \
+                 8 to 16 bits (Main, Main 10); re-encode the camera as 4:2:0",
                 pic.bit_depth_luma.max(pic.bit_depth_chroma),
                 ["4:0:0", "4:2:0", "4:2:2", "4:4:4"]
                     .get(usize::from(pic.chroma_format_idc))
@@ -270,10 +273,15 @@ impl H265 {
         let (x0, y0, w, h) = pic.crop;
         let plane = |i: usize, x0: usize, y0: usize, w: usize, h: usize| -> Option<Vec<u8>> {
             let p = &pic.planes[i];
+            let shift = u32::from(depths[usize::from(i > 0)] - 8);
+            let half = (1u32 << shift) >> 1;
             let mut out = Vec::with_capacity(w * h);
             for y in y0..y0 + h {
                 let row = p.data.get(y * p.stride + x0..y * p.stride + x0 + w)?;
-                out.extend(row.iter().map(|&v| v as u8));
+                out.extend(
+                    row.iter()
+                        .map(|&v| ((u32::from(v) + half) >> shift).min(255) as u8),
+                );
             }
             Some(out)
         };
@@ -366,7 +374,7 @@ impl VideoStream {
             }
         };
         // A unit with a picture decoded: from here on the stream's pictures decode (even
-        // when this one cannot be used, e.g. 10-bit: the next ones say so too).
+        // when this one cannot be used, e.g. 4:2:2: the next ones say so too).
         self.started |= picture;
         match unit {
             Unit::Nothing => Ok(None),

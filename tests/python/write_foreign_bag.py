@@ -60,7 +60,9 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                (libx265, Main profile, 8-bit, each keyframe with its parameter sets; format
                "h265"; FFMPEGPacket encoding "hevc_nvenc;yuv420p;rgb8;rgb8", as a Jetson's
                encoder names it); h265-bframes keeps x265's open group of pictures: the first
-               keyframe is IDR, the later ones CRA with leading B-frames (RASL)
+               keyframe is IDR, the later ones CRA with leading B-frames (RASL); h265-10bit as
+               h265 in Main 10 (yuv420p10le), the pictures written rounded to 8 bits
+               ((v + 2) >> 2, at most 255) before the conversion to RGB
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -308,7 +310,8 @@ def encode_videos(out):
     bframes = 2 if VIDEO.endswith("-bframes") else 0
     for cam, name in enumerate(["front", "rear"]):
         enc = av.CodecContext.create("libx264" if codec == "h264" else "libx265", "w")
-        enc.width, enc.height, enc.pix_fmt = W, H, "yuv420p"
+        pix_fmt = "yuv420p10le" if VIDEO == "h265-10bit" else "yuv420p"
+        enc.width, enc.height, enc.pix_fmt = W, H, pix_fmt
         enc.time_base, enc.framerate = Fraction(1, 10), Fraction(10, 1)
         if codec == "h264":
             enc.options = {"profile": "main", "threads": "1",
@@ -321,7 +324,7 @@ def encode_videos(out):
                            f"open-gop={int(bframes > 0)}"}
         packets = []
         for k in range(FRAMES):
-            frame = av.VideoFrame.from_image(rgb_picture(k, cam)).reformat(format="yuv420p")
+            frame = av.VideoFrame.from_image(rgb_picture(k, cam)).reformat(format=pix_fmt)
             frame.pts = k
             packets.extend(enc.encode(frame))
         packets.extend(enc.encode(None))
@@ -345,8 +348,14 @@ def encode_videos(out):
 def i420_to_rgb(np, pic):
     """A decoded yuv420p picture as RGB: BT.601 video range in OpenCV's 20-bit fixed point
     (COLOR_YUV2RGB_I420), each pixel with its 2x2 block's chroma."""
-    planes = [np.frombuffer(bytes(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
-              for p in pic.planes]
+    if pic.format.name == "yuv420p10le":
+        # 10-bit samples rounded to 8 bits as redline does: (v + 2) >> 2, at most 255.
+        planes = [np.minimum((np.frombuffer(bytes(p), "<u2").reshape(p.height, p.line_size // 2)
+                              [:, : p.width].astype(np.int64) + 2) >> 2, 255)
+                  for p in pic.planes]
+    else:
+        planes = [np.frombuffer(bytes(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
+                  for p in pic.planes]
     y = planes[0].astype(np.int64)
     up = lambda c: np.repeat(np.repeat(c.astype(np.int64), 2, 0), 2, 1) - 128
     u, v = up(planes[1]), up(planes[2])
@@ -537,7 +546,7 @@ def main():
             elif flag == "--compress-files" and value is None:
                 COMPRESS_FILES = True
             elif flag == "--video" and value in [c + f for c in ("h264", "h265")
-                                                 for f in ("", "-bframes", "-image", "-ffmpeg")]:
+                                                 for f in ("", "-bframes", "-image", "-ffmpeg")] + ["h265-10bit"]:
                 VIDEO = value
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True
