@@ -40,7 +40,8 @@
 //!   (`(v + 2) >> 2`, at most 255) before the conversion to RGB.
 //!
 //! Cost: the decoder's reference pictures and one RGB buffer per picture, allocated as it
-//! goes (reader side, never in a stage); H.265 copies the cropped 8-bit planes once more.
+//! goes (reader side, never in a stage: the log reader runs each camera's stream on a
+//! thread of its own, `log::camera_threads`); H.265 copies the cropped planes once more.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -17,6 +17,7 @@ use crate::msgs::{
     TransformStamped, Vector3,
 };
 use crate::types::{EgoState, RgbImage};
+use crate::video::VideoStream;
 use redline_pipeline::perception::Preprocess;
 use redline_runtime::det_math as dm;
 
@@ -69,87 +70,17 @@ impl LogReader {
         };
         let res: Result<(u64, Payload), (LogIssueKind, String)> = (|| match kind {
             Kind::Image | Kind::CompressedImage | Kind::CompressedVideo => {
-                let cam = *self.image_cams.get(&raw.channel).ok_or_else(|| {
-                    (
+                if !self.image_cams.contains_key(&raw.channel) {
+                    return Err((
                         LogIssueKind::UnknownSchema,
                         format!("image topic {} belongs to no camera of the rig (no camera_info for it and no [sensors] entry); its messages are skipped", ch.topic),
-                    )
-                })?;
-                // The camera's own size: a resized camera's is its resize's input.
-                let want = match self.resizers.get(cam) {
-                    Some(Some(pre)) => {
-                        let (w, h) = pre.input_size();
-                        (w as u32, h as u32)
-                    }
-                    _ => {
-                        let spec = &self.cameras[cam];
-                        (spec.width, spec.height)
-                    }
-                };
-                let (stamp, image) = if kind == Kind::Image {
-                    let msg = Image::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
-                    let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
-                    // The size is checked before converting (no copy of a wrong image).
-                    let image = if (msg.width, msg.height) != want
-                        && Image::bytes_per_pixel(&msg.encoding).is_some()
-                    {
-                        Err(ImageIssue::WrongSize {
-                            got: (msg.width, msg.height),
-                            want,
-                        })
-                    } else {
-                        msg.into_rgb()
-                    };
-                    (stamp, image)
-                } else if kind == Kind::CompressedVideo {
-                    // Decoded on the stream's thread: sent ahead by `Messages`' look-ahead,
-                    // or now.
-                    if !self.video_threads.was_sent(raw.channel, raw.key) {
-                        let cdr = std::mem::take(&mut raw.data);
-                        (self.video_threads).send(raw.channel, &ch.topic, raw.key, &ch.schema, cdr);
-                    }
-                    let (stamp, picture) = (self.video_threads.take(raw.channel, raw.key))
-                        .map_err(|e| undecodable(&e))?;
-                    match picture {
-                        Some(image) => (stamp, image.and_then(|img| sized(img, want))),
-                        // Parameter sets alone: no picture, nothing missing.
-                        None => return Ok((stamp, Payload::Unused)),
-                    }
-                } else {
-                    let msg = CompressedImage::from_cdr(&raw.data).map_err(|e| undecodable(&e))?;
-                    let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
-                    if crate::video::is_video(&msg.format) {
-                        // A driver that publishes its H.264 or H.265 stream as CompressedImage.
-                        match self.video_picture(raw.channel, &msg.format, &msg.data, want) {
-                            Some(image) => (stamp, image),
-                            None => return Ok((stamp, Payload::Unused)),
-                        }
-                    } else if self.keep_jpeg
-                        && Compression::sniff(&msg.data) == Some(Compression::Jpeg)
-                    {
-                        // Passed on compressed: only the header is read here.
-                        let payload = match jpeg_size(&msg.data) {
-                            Ok(size) if size == want => Payload::Jpeg {
-                                cam,
-                                data: msg.data,
-                            },
-                            Ok(got) => Payload::Image {
-                                cam,
-                                image: Err(ImageIssue::WrongSize { got, want }),
-                            },
-                            Err(e) => Payload::Image {
-                                cam,
-                                image: Err(graph_undecodable(&msg.data, e)),
-                            },
-                        };
-                        return Ok((stamp, payload));
-                    } else {
-                        let image = decode_compressed(&msg, self.limits.max_image_side)
-                            .and_then(|img| sized(img, want));
-                        (stamp, image)
-                    }
-                };
-                Ok((stamp, self.image_payload(cam, image)))
+                    ));
+                }
+                // Decoded on the camera's thread: sent ahead by `Messages`' look-ahead, or now.
+                if !self.camera_threads.was_sent(raw.channel, raw.key) {
+                    self.send_camera_ahead(&mut raw);
+                }
+                self.camera_threads.take(raw.channel, raw.key)
             }
             // Another odometry source than the rig's (e.g. a second localiser): read, unused.
             Kind::Odometry if ch.topic != self.sensors.odometry_topic() => Ok((0, Payload::Unused)),
@@ -277,56 +208,163 @@ fn sized(img: RgbImage, want: (u32, u32)) -> Result<RgbImage, ImageIssue> {
 }
 
 impl LogReader {
-    /// Whether [`LogReader::decode`] decodes `channel`'s messages on a video stream's thread
-    /// (a `CompressedVideo` or `FFMPEGPacket` topic of a rig camera): the condition under
-    /// which `Messages` may send them ahead. Must match `decode`'s own path exactly.
-    pub(super) fn threaded_video(&self, channel: u16) -> bool {
+    /// Whether [`LogReader::decode`] decodes `channel`'s messages on a camera's thread (an
+    /// image, compressed image or video topic of a rig camera): the condition under which
+    /// `Messages` may send them ahead. Must match `decode`'s own path exactly.
+    pub(super) fn camera_channel(&self, channel: u16) -> bool {
         self.channels.get(&channel).is_some_and(|ch| {
             ch.encoding == "cdr"
-                && kind_of(&ch.schema) == Some(Kind::CompressedVideo)
+                && matches!(
+                    kind_of(&ch.schema),
+                    Some(Kind::Image | Kind::CompressedImage | Kind::CompressedVideo)
+                )
                 && self.image_cams.contains_key(&channel)
         })
     }
 
-    /// Sends `raw` (a message of a [`LogReader::threaded_video`] channel) to its stream's
-    /// thread now, ahead of its decoding; its bytes go with it.
-    pub(super) fn send_video_ahead(&mut self, raw: &mut RawMsg) {
-        let Some(ch) = self.channels.get(&raw.channel) else {
-            return;
-        };
-        let cdr = std::mem::take(&mut raw.data);
-        (self.video_threads).send(raw.channel, &ch.topic, raw.key, &ch.schema, cdr);
-    }
-
-    /// The picture of one access unit of `channel`'s video stream, checked against the
-    /// camera's size `want`; `None` when the unit holds no picture (parameter sets alone).
-    fn video_picture(
-        &mut self,
-        channel: u16,
-        format: &str,
-        data: &[u8],
-        want: (u32, u32),
-    ) -> Option<Result<RgbImage, ImageIssue>> {
-        match self
-            .videos
-            .entry(channel)
-            .or_default()
-            .picture(format, data)
-        {
-            Ok(None) => None,
-            Ok(Some(img)) => Some(sized(img, want)),
-            Err(e) => Some(Err(e)),
+    /// Sends `raw` (a message of a [`LogReader::camera_channel`]) to its camera's thread
+    /// now, ahead of its decoding; its bytes go with it.
+    pub(super) fn send_camera_ahead(&mut self, raw: &mut RawMsg) {
+        if !self.camera_threads.has(raw.channel) {
+            // The topic's first message in this read: its thread starts. (A topic that
+            // cannot be described has no thread; `take` reports its messages.)
+            let Some(topic) = self.camera_topic(raw.channel) else {
+                return;
+            };
+            self.camera_threads.start(raw.channel, topic);
         }
+        let cdr = std::mem::take(&mut raw.data);
+        self.camera_threads.send(raw.channel, raw.key, cdr);
     }
 
-    /// Camera `cam`'s image payload, resized to the rig's size when the camera is resized.
-    fn image_payload(&self, cam: usize, image: Result<RgbImage, ImageIssue>) -> Payload {
-        let image = match (image, self.resizers.get(cam)) {
-            (Ok(img), Some(Some(pre))) => Ok(resize_rgb(pre, &img)),
-            (image, _) => image,
+    /// How `channel`'s images are decoded, detached from the reader (for its thread).
+    fn camera_topic(&self, channel: u16) -> Option<CameraTopic> {
+        let ch = self.channels.get(&channel)?;
+        let kind = kind_of(&ch.schema)?;
+        let cam = *self.image_cams.get(&channel)?;
+        let resizer = self.resizers.get(cam).cloned().flatten();
+        // The camera's own size: a resized camera's is its resize's input.
+        let want = match &resizer {
+            Some(pre) => {
+                let (w, h) = pre.input_size();
+                (w as u32, h as u32)
+            }
+            None => {
+                let spec = self.cameras.get(cam)?;
+                (spec.width, spec.height)
+            }
         };
-        Payload::Image { cam, image }
+        Some(CameraTopic {
+            topic: ch.topic.clone(),
+            schema: ch.schema.clone(),
+            kind,
+            cam,
+            want,
+            resizer,
+            max_image_side: self.limits.max_image_side,
+            keep_jpeg: self.keep_jpeg,
+        })
     }
+}
+
+/// How one camera topic's messages are decoded: everything [`decode_image`] needs, detached
+/// from the reader, so that it runs on the camera's thread (`camera_threads`).
+#[derive(Clone, Debug)]
+pub(super) struct CameraTopic {
+    pub(super) topic: String,
+    pub(super) schema: String,
+    /// `Image`, `CompressedImage` or `CompressedVideo`.
+    pub(super) kind: Kind,
+    /// The rig camera.
+    pub(super) cam: usize,
+    /// The size its pictures must have: the camera's, or its resize's input.
+    pub(super) want: (u32, u32),
+    /// The resize to the rig's size, for a camera of another size.
+    pub(super) resizer: Option<Preprocess>,
+    pub(super) max_image_side: u32,
+    /// JPEG passed on compressed ([`LogReader::set_keep_jpeg`]).
+    pub(super) keep_jpeg: bool,
+}
+
+/// Decodes one message (`cdr`, logged at `at` ns) of camera topic `t`, with the topic's
+/// video stream state `video` (H.264/H.265 cameras): its stamp and payload, or the issue
+/// that skips it.
+pub(super) fn decode_image(
+    t: &CameraTopic,
+    video: &mut VideoStream,
+    at: u64,
+    cdr: &[u8],
+) -> Result<(u64, Payload), (LogIssueKind, String)> {
+    let undecodable = |e: &dyn std::fmt::Display| {
+        (
+            LogIssueKind::UndecodableMessage,
+            format!(
+                "{} message at {at} ns cannot be decoded: {e}; skipped",
+                t.topic
+            ),
+        )
+    };
+    let (cam, want) = (t.cam, t.want);
+    let (stamp, image) = if t.kind == Kind::Image {
+        let msg = Image::from_cdr(cdr).map_err(|e| undecodable(&e))?;
+        let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+        // The size is checked before converting (no copy of a wrong image).
+        let image =
+            if (msg.width, msg.height) != want && Image::bytes_per_pixel(&msg.encoding).is_some() {
+                Err(ImageIssue::WrongSize {
+                    got: (msg.width, msg.height),
+                    want,
+                })
+            } else {
+                msg.into_rgb()
+            };
+        (stamp, image)
+    } else if t.kind == Kind::CompressedVideo {
+        let (stamp, format, data) = video_message(&t.schema, cdr).map_err(|e| undecodable(&e))?;
+        match video.picture(&format, &data) {
+            Ok(Some(img)) => (stamp, sized(img, want)),
+            // Parameter sets alone: no picture, nothing missing.
+            Ok(None) => return Ok((stamp, Payload::Unused)),
+            Err(e) => (stamp, Err(e)),
+        }
+    } else {
+        let msg = CompressedImage::from_cdr(cdr).map_err(|e| undecodable(&e))?;
+        let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
+        if crate::video::is_video(&msg.format) {
+            // A driver that publishes its H.264 or H.265 stream as CompressedImage.
+            match video.picture(&msg.format, &msg.data) {
+                Ok(Some(img)) => (stamp, sized(img, want)),
+                Ok(None) => return Ok((stamp, Payload::Unused)),
+                Err(e) => (stamp, Err(e)),
+            }
+        } else if t.keep_jpeg && Compression::sniff(&msg.data) == Some(Compression::Jpeg) {
+            // Passed on compressed: only the header is read here.
+            let payload = match jpeg_size(&msg.data) {
+                Ok(size) if size == want => Payload::Jpeg {
+                    cam,
+                    data: msg.data,
+                },
+                Ok(got) => Payload::Image {
+                    cam,
+                    image: Err(ImageIssue::WrongSize { got, want }),
+                },
+                Err(e) => Payload::Image {
+                    cam,
+                    image: Err(graph_undecodable(&msg.data, e)),
+                },
+            };
+            return Ok((stamp, payload));
+        } else {
+            let image = decode_compressed(&msg, t.max_image_side).and_then(|img| sized(img, want));
+            (stamp, image)
+        }
+    };
+    // Resized to the rig's size when the camera is resized.
+    let image = match (image, &t.resizer) {
+        (Ok(img), Some(pre)) => Ok(resize_rgb(pre, &img)),
+        (image, _) => image,
+    };
+    Ok((stamp, Payload::Image { cam, image }))
 }
 
 /// `img` resized by `pre` (exact area averaging; built for its size, see `plan_resize`) to

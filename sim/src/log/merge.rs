@@ -110,14 +110,14 @@ impl<'r> RawIter<'r> {
 }
 
 /// The iterator returned by [`LogReader::messages`]. It reads raw messages ahead of the one
-/// it decodes, so that each video camera's next access units are already decoding on the
-/// stream's thread (`video_threads`) when their turn comes: at most
-/// `VideoThreads::AHEAD_PER_STREAM` units per stream, [`Messages::AHEAD_MESSAGES`]
-/// messages and [`Messages::AHEAD_BYTES`] bytes ahead. The messages come out in the same
-/// order, decoded the same way.
+/// it decodes, so that each camera's next images are already decoding on the camera's thread
+/// (`camera_threads`) when their turn comes: at most `CameraThreads::AHEAD_PER_STREAM`
+/// images per camera topic, [`Messages::AHEAD_MESSAGES`] messages and
+/// [`Messages::AHEAD_BYTES`] bytes ahead. The messages come out in the same order, decoded
+/// the same way.
 pub(super) struct Messages<'r> {
     raw: RawIter<'r>,
-    /// Raw messages read ahead, in log-time order (a video one's bytes already sent).
+    /// Raw messages read ahead, in log-time order (a camera one's bytes already sent).
     ahead: VecDeque<RawMsg>,
     /// Bytes held in `ahead`.
     ahead_bytes: usize,
@@ -140,13 +140,13 @@ impl<'r> Messages<'r> {
         }
     }
 
-    /// Reads ahead: at least the next message, and more while video streams can take units
-    /// (a read without video cameras reads one message at a time, as it decodes them).
+    /// Reads ahead: at least the next message, and more while camera threads can take images
+    /// (a read without cameras reads one message at a time, as it decodes them).
     fn read_ahead(&mut self) {
         while !self.done {
-            let threads = &self.raw.reader.video_threads;
+            let threads = &self.raw.reader.camera_threads;
             let room = threads.in_flight()
-                < threads.streams() * super::video_threads::VideoThreads::AHEAD_PER_STREAM;
+                < threads.streams() * super::camera_threads::CameraThreads::AHEAD_PER_STREAM;
             let more = room
                 && self.ahead.len() < Self::AHEAD_MESSAGES
                 && self.ahead_bytes < Self::AHEAD_BYTES;
@@ -157,8 +157,8 @@ impl<'r> Messages<'r> {
                 self.done = true;
                 return;
             };
-            if self.raw.reader.threaded_video(raw.channel) {
-                self.raw.reader.send_video_ahead(&mut raw);
+            if self.raw.reader.camera_channel(raw.channel) {
+                self.raw.reader.send_camera_ahead(&mut raw);
             }
             self.ahead_bytes += raw.data.len();
             self.ahead.push_back(raw);

@@ -28,9 +28,9 @@
 //!
 //! Cost: this is I/O-side code, not a real-time stage: it allocates per message and per chunk
 //! (one reusable read buffer; one decompressed chunk in memory at a time when chunks do not
-//! overlap in time). It does not log. It spawns one thread per video camera stream of a read
-//! (`CompressedVideo`, `FFMPEGPacket`), which decode ahead of the reader and end with the
-//! read (`video_threads`); nothing else.
+//! overlap in time). It does not log. It spawns one thread per camera topic of a read, which
+//! decodes the camera's images (raw conversion, JPEG/PNG, video, resize) ahead of the reader
+//! and ends with the read (`camera_threads`); nothing else.
 //!
 //! A log is one MCAP file, one ROS 2 SQLite bag file (`.db3`, `db3`), or a ROS 2 bag
 //! directory (`metadata.yaml` and the MCAP or `.db3` files it lists, `bag_dir`): a bag split
@@ -60,6 +60,7 @@
 //! holds the shared types, errors and topic names.
 
 mod bag_dir;
+mod camera_threads;
 mod db3;
 mod decode;
 mod limits;
@@ -73,7 +74,6 @@ mod split;
 mod sqlite;
 mod summary;
 mod unpack;
-mod video_threads;
 mod writer;
 
 pub use limits::ReadLimits;

@@ -156,11 +156,9 @@ pub struct LogReader {
     pub(super) more_files: Vec<MoreFile>,
     /// Counts block reads, to tell which decompressed copy was read least recently.
     pub(super) read_clock: u64,
-    /// Each video camera topic's decoder state (channel id → stream), reset per read.
-    pub(super) videos: BTreeMap<u16, crate::video::VideoStream>,
-    /// Each `CompressedVideo`/`FFMPEGPacket` camera's stream, decoded on its own thread
-    /// ahead of the reader (the `CompressedImage` form decodes in `videos`), reset per read.
-    pub(super) video_threads: super::video_threads::VideoThreads,
+    /// Each camera topic's images, decoded on a thread of its own ahead of the reader (with
+    /// its video stream state), reset per read.
+    pub(super) camera_threads: super::camera_threads::CameraThreads,
     /// Bytes of every file of the log.
     pub(super) total_bytes: u64,
     /// The reader's own file (`path` names the directory of a split bag).
@@ -351,8 +349,7 @@ impl LogReader {
             total_bytes: file_len,
             first_file: path.clone(),
             read_clock: 0,
-            videos: BTreeMap::new(),
-            video_threads: Default::default(),
+            camera_threads: Default::default(),
             resizers: Vec::new(),
             db3: None,
             last_pose: None,
@@ -676,9 +673,8 @@ impl LogReader {
         // an earlier call read, then reads what precedes the start.
         self.last_pose = None;
         self.tf_ego = super::decode::TfEgo::seeded(&self.static_tf);
-        // Video streams decode afresh from their first keyframe in the read.
-        self.videos.clear();
-        self.video_threads.clear();
+        // Camera threads start afresh (video streams from their first keyframe in the read).
+        self.camera_threads.clear();
         let wanted: BTreeSet<u16> = self
             .channels
             .iter()
