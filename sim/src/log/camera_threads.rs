@@ -11,6 +11,9 @@
 //!   back by the message that brought it (matched by the message's key), in log order. How
 //!   many threads run, and how far ahead they are, changes when an image is ready, never
 //!   what it is.
+//!   (What the look-ahead changes is when blocks are read: an issue of a damaged chunk may
+//!   be recorded before the decoding issues of messages before it, and a read stopped early
+//!   may have met one more chunk.)
 //! - A topic whose thread cannot be started (the OS refuses a thread) decodes on the
 //!   reader's thread instead: slower, the same images.
 //! - [`CameraThreads::clear`] (each read starts with it) ends every thread and drops what
