@@ -46,7 +46,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rusty_h264_decoder::au_is_idr;
-use rusty_h265::nal::{split_annex_b, NalHeader};
+use rusty_h265::nal::{split_annex_b, unescape, NalHeader};
 
 use crate::msgs::{i420_to_rgb8, ImageIssue};
 use crate::types::RgbImage;
@@ -129,10 +129,10 @@ enum Decoding {
 }
 
 impl Decoding {
-    fn new(codec: Codec) -> Decoding {
+    fn new(codec: Codec, max_side: u32) -> Decoding {
         match codec {
             Codec::H264 => Decoding::H264(Box::default()),
-            Codec::H265 => Decoding::H265(Box::new(H265::new())),
+            Codec::H265 => Decoding::H265(Box::new(H265::new(max_side))),
         }
     }
 
@@ -184,6 +184,9 @@ struct H265 {
     decoder: rusty_h265::Decoder,
     /// The tag of the next access unit (its `pts` for the decoder).
     next_tag: i64,
+    /// The largest picture side a sequence may declare (the decoder would allocate its
+    /// pictures, up to 16888 px a side, before any is checked against the camera's size).
+    max_side: u32,
 }
 
 impl H265 {
@@ -204,12 +207,13 @@ impl H265 {
         "RH265_ABLATE_RESIDUAL",
     ];
 
-    fn new() -> H265 {
+    fn new(max_side: u32) -> H265 {
         let mut decoder = rusty_h265::Decoder::new();
         decoder.ablate = Default::default();
         H265 {
             decoder,
             next_tag: 0,
+            max_side,
         }
     }
 
@@ -222,6 +226,20 @@ impl H265 {
                 "H.265 picture not decoded: {switch} is set in the environment, a debugging \
                  switch of the H.265 decoder that changes its pictures; unset it"
             )));
+        }
+        // A sequence of pictures larger than the reader takes is refused before the decoder
+        // allocates them (its parameter set read with the decoder's own parser).
+        for nal in split_annex_b(au) {
+            let sps = NalHeader::parse(nal)
+                .filter(|h| h.nal_type.id() == 33)
+                .and_then(|_| rusty_h265::ps::parse_sps(&unescape(&nal[2..]).data).ok());
+            if let Some(sps) = sps.filter(|s| s.width.max(s.height) > self.max_side) {
+                return Err(format!(
+                    "its sequence's pictures are {}x{} px, beyond max_image_side ({} px, the \
+                     config's [log] table)",
+                    sps.width, sps.height, self.max_side
+                ));
+            }
         }
         let tag = self.next_tag;
         self.next_tag += 1;
@@ -301,7 +319,6 @@ impl H265 {
 }
 
 /// One camera's video stream being decoded, picture by picture, in log order.
-#[derive(Default)]
 pub struct VideoStream {
     /// The decoder, made for the codec of the stream's first unit (and made again when a
     /// unit names another codec).
@@ -310,6 +327,15 @@ pub struct VideoStream {
     started: bool,
     /// An access unit failed to decode in this read (the stream waits for a keyframe again).
     failed: bool,
+    /// The largest picture side taken ([`crate::log::ReadLimits::max_image_side`]).
+    max_side: u32,
+}
+
+impl Default for VideoStream {
+    /// A stream with the default [`crate::log::ReadLimits::max_image_side`].
+    fn default() -> VideoStream {
+        VideoStream::with_max_side(crate::log::ReadLimits::default().max_image_side)
+    }
 }
 
 impl std::fmt::Debug for VideoStream {
@@ -323,6 +349,18 @@ impl std::fmt::Debug for VideoStream {
 }
 
 impl VideoStream {
+    /// A stream whose pictures may be up to `max_side` px a side (an H.265 sequence that
+    /// declares larger ones is refused before it is decoded; H.264's decoder caps its own
+    /// pictures at about 37 Mpx).
+    pub fn with_max_side(max_side: u32) -> VideoStream {
+        VideoStream {
+            decoding: None,
+            started: false,
+            failed: false,
+            max_side,
+        }
+    }
+
     /// Decodes one access unit (`format` the message's). `Ok(None)`: the unit holds no
     /// picture (parameter sets alone). An error is the reason this message gives no picture.
     pub fn picture(&mut self, format: &str, au: &[u8]) -> Result<Option<RgbImage>, ImageIssue> {
@@ -337,7 +375,7 @@ impl VideoStream {
         if self.decoding.as_ref().map(Decoding::codec) != Some(codec) {
             // A stream's first unit, or one of another codec: a fresh decoder that starts
             // at a keyframe.
-            self.decoding = Some(Decoding::new(codec));
+            self.decoding = Some(Decoding::new(codec, self.max_side));
             self.started = false;
         }
         // Parameter sets alone always reach the decoder (a recorder may send them apart
@@ -392,7 +430,7 @@ impl VideoStream {
 
     /// After a failure: a fresh decoder that waits for the next keyframe.
     fn restart(&mut self, codec: Codec) {
-        self.decoding = Some(Decoding::new(codec));
+        self.decoding = Some(Decoding::new(codec, self.max_side));
         self.started = false;
         self.failed = true;
     }
@@ -501,6 +539,14 @@ mod tests {
             assert_eq!((img.width, img.height), (64, 48));
             assert!(img.data == want(k), "picture {k}");
         }
+        // A stream taking pictures of at most 48 px a side refuses the 64x48 sequence before
+        // decoding it.
+        let mut small = VideoStream::with_max_side(48);
+        let e = small.picture("h265", &units[0]).unwrap_err().to_string();
+        assert!(e.contains("64x48 px, beyond max_image_side (48 px"), "{e}");
+        assert!(VideoStream::with_max_side(64)
+            .picture("h265", &units[0])
+            .is_ok());
         // Read again from the second unit: a P-frame before any keyframe waits.
         let mut late = VideoStream::default();
         let e = late.picture("h265", &units[1]).unwrap_err().to_string();

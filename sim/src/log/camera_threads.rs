@@ -74,8 +74,8 @@ impl Lane {
         let (res_tx, res_rx) = mpsc::channel();
         let name = format!("redline camera {}", topic.topic);
         let mut decoder = Decoder {
+            video: VideoStream::with_max_side(topic.max_image_side),
             topic: topic.clone(),
-            video: VideoStream::default(),
         };
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
             for job in job_rx {
@@ -92,8 +92,8 @@ impl Lane {
                 thread: Some(thread),
             },
             Err(_) => Lane::Inline(Box::new(Decoder {
+                video: VideoStream::with_max_side(topic.max_image_side),
                 topic,
-                video: VideoStream::default(),
             })),
         }
     }

@@ -149,7 +149,8 @@ impl LogReader {
             let undecodable = |e: &dyn std::fmt::Display| Some(format!("undecodable: {e}"));
             // The first picture of a video stream (`Ok(None)`: read on), or why there is none.
             let mut video = |format: &str, data: &[u8]| {
-                let stream = videos.entry(raw.channel).or_default();
+                let stream = (videos.entry(raw.channel))
+                    .or_insert_with(|| VideoStream::with_max_side(max_side));
                 match stream.picture(format, data) {
                     Ok(None) => Ok(None),
                     Ok(Some(img)) => Ok(Some((img.width, img.height))),
