@@ -51,56 +51,40 @@ if [ ! -s "$seeds/log/drive.mcap.zstd" ] && python3 -c "import zstandard" 2>/dev
     python3 -c "import sys, zstandard; open(sys.argv[2], 'wb').write(zstandard.ZstdCompressor(\
 level=1).compress(open(sys.argv[1], 'rb').read()))" "$seeds/log/drive.mcap" "$seeds/log/drive.mcap.zstd"
 fi
-# H.264 seeds: two short streams from PyAV's libx264 (64x32, 4 frames: Baseline-like CAVLC
-# without B-frames, and Main with CABAC and B-frames), when python3 has av (.ci/run installs
-# it); else one access unit's start code, from which AFL grows its own.
-if [ ! -s "$seeds/h264/main_b.h264" ] && python3 -c "import av" 2>/dev/null; then
-    python3 - "$seeds/h264" <<'PY'
+# Video seeds, when python3 has av (.ci/run installs it): two short H.264 streams from PyAV's
+# libx264 (64x32, 4 frames: Baseline-like CAVLC without B-frames, and Main with CABAC and
+# B-frames) and two H.265 streams from its libx265 (64x64, 4 frames: P-frames only, and
+# B-frames with an open group of pictures, so CRA and leading pictures); else one access
+# unit's start code per codec, from which AFL grows its own.
+if [ ! -s "$seeds/h265/open_b.h265" ] && python3 -c "import av" 2>/dev/null; then
+    python3 - "$seeds" <<'PY'
 import sys
 from fractions import Fraction
 import av
-for name, profile, params in [("baseline.h264", "baseline", "bframes=0:cabac=0"),
-                              ("main_b.h264", "main", "bframes=2")]:
-    enc = av.CodecContext.create("libx264", "w")
-    enc.width, enc.height, enc.pix_fmt = 64, 32, "yuv420p"
+x265 = "log-level=none:pools=1:frame-threads=1:info=0:keyint=3:min-keyint=3:scenecut=0:repeat-headers=1:"
+for path, codec, (w, h), options in [
+        ("h264/baseline.h264", "libx264", (64, 32),
+         {"profile": "baseline", "threads": "1", "x264-params": "keyint=4:bframes=0:cabac=0"}),
+        ("h264/main_b.h264", "libx264", (64, 32),
+         {"profile": "main", "threads": "1", "x264-params": "keyint=4:bframes=2"}),
+        ("h265/p_only.h265", "libx265", (64, 64), {"x265-params": x265 + "bframes=0"}),
+        ("h265/open_b.h265", "libx265", (64, 64), {"x265-params": x265 + "bframes=2:open-gop=1"})]:
+    enc = av.CodecContext.create(codec, "w")
+    enc.width, enc.height, enc.pix_fmt = w, h, "yuv420p"
     enc.time_base, enc.framerate = Fraction(1, 10), Fraction(10, 1)
-    enc.options = {"profile": profile, "threads": "1", "x264-params": "keyint=4:" + params}
+    enc.options = options
     out = b""
     for k in range(4):
-        f = av.VideoFrame(64, 32, "yuv420p")
+        f = av.VideoFrame(w, h, "yuv420p")
         for i, p in enumerate(f.planes):
             p.update(bytes((x * 7 + k * 13 + i * 50) % 256 for x in range(p.buffer_size)))
         f.pts = k
         out += b"".join(bytes(p) for p in enc.encode(f))
     out += b"".join(bytes(p) for p in enc.encode(None))
-    open(f"{sys.argv[1]}/{name}", "wb").write(out)
+    open(f"{sys.argv[1]}/{path}", "wb").write(out)
 PY
 fi
 [ -n "$(ls "$seeds/h264")" ] || printf '\x00\x00\x00\x01\x67' > "$seeds/h264/start_code"
-# H.265 seeds: two short streams from PyAV's libx265 (64x64, 4 frames: P-frames only, and
-# B-frames with an open group of pictures, so CRA and leading pictures), as for H.264.
-if [ ! -s "$seeds/h265/open_b.h265" ] && python3 -c "import av" 2>/dev/null; then
-    python3 - "$seeds/h265" <<'PY'
-import sys
-from fractions import Fraction
-import av
-for name, params in [("p_only.h265", "bframes=0"), ("open_b.h265", "bframes=2:open-gop=1")]:
-    enc = av.CodecContext.create("libx265", "w")
-    enc.width, enc.height, enc.pix_fmt = 64, 64, "yuv420p"
-    enc.time_base, enc.framerate = Fraction(1, 10), Fraction(10, 1)
-    enc.options = {"x265-params": "log-level=none:pools=1:frame-threads=1:info=0:keyint=3:"
-                   "min-keyint=3:scenecut=0:repeat-headers=1:" + params}
-    out = b""
-    for k in range(4):
-        f = av.VideoFrame(64, 64, "yuv420p")
-        for i, p in enumerate(f.planes):
-            p.update(bytes((x * 7 + k * 13 + i * 50) % 256 for x in range(p.buffer_size)))
-        f.pts = k
-        out += b"".join(bytes(p) for p in enc.encode(f))
-    out += b"".join(bytes(p) for p in enc.encode(None))
-    open(f"{sys.argv[1]}/{name}", "wb").write(out)
-PY
-fi
 [ -n "$(ls "$seeds/h265")" ] || printf '\x00\x00\x00\x01\x40\x01' > "$seeds/h265/start_code"
 # CDR seeds: an empty message, and a short run of zeros after the little-endian header.
 printf '\x00\x01\x00\x00' > "$seeds/cdr/header_only"
