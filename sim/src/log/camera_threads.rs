@@ -72,7 +72,9 @@ impl Lane {
     fn start(topic: CameraTopic) -> Lane {
         let (job_tx, job_rx) = mpsc::channel::<Job>();
         let (res_tx, res_rx) = mpsc::channel();
-        let name = format!("redline camera {}", topic.topic);
+        // Named by the camera, not the topic: a log's topic may hold a NUL byte, which a
+        // thread name cannot (`Builder::spawn` would panic).
+        let name = format!("redline cam {}", topic.cam);
         let mut decoder = Decoder {
             video: VideoStream::with_max_side(topic.max_image_side),
             topic: topic.clone(),
@@ -339,6 +341,17 @@ mod tests {
         t.send(9, key(0), msgs[0].clone());
         let e = t.take(9, key(0)).unwrap_err();
         assert!(e.1.contains("decoding thread stopped"), "{e:?}");
+        // A topic name with a NUL byte (a hostile log) still gets its thread.
+        let mut nul = CameraThreads::default();
+        nul.start(
+            1,
+            CameraTopic {
+                topic: "/front\0/video".into(),
+                ..topic()
+            },
+        );
+        nul.send(1, key(0), msgs[0].clone());
+        assert!(same(&nul.take(1, key(0)), &want[0]));
         // Ending a read with messages in flight joins the threads.
         t.send(7, key(3), msgs[0].clone());
         t.clear();
