@@ -6,11 +6,13 @@
 //! Promises:
 //! - Pictures are exact: H.264 and H.265 decoding is integer arithmetic that the standards
 //!   fix bit for bit (decoders: the pure-Rust `rusty_h264-decoder` and `rusty_h265`, pinned;
-//!   no threads of their own), and the decoded 4:2:0 picture goes to RGB by the integer BT.601
-//!   video-range formulas of the raw YUV encodings (OpenCV's `COLOR_YUV2RGB_I420`). Same
-//!   log, same pictures, on any machine. The stream's signalled colour matrix and range
-//!   (VUI) are not read: a BT.709 or full-range stream's colours are slightly off, as with
-//!   OpenCV's default conversion. `rusty_h265` reads debugging switches from the
+//!   no threads of their own), and the decoded 4:2:0 picture goes to RGB in integer
+//!   arithmetic by the matrix the stream's sequence parameter set signals in its VUI
+//!   (`matrix_coefficients` BT.709, BT.601 or BT.2020, video or full range: the standards'
+//!   `Kr`/`Kb` in 20-bit fixed point, `msgs::YuvMatrix`); a stream that signals
+//!   nothing, or BT.601 video range, gets the formulas of the raw YUV encodings (OpenCV's
+//!   `COLOR_YUV2RGB_I420`), what `ffmpeg_image_transport`'s encoder input assumes. Same
+//!   log, same pictures, on any machine. `rusty_h265` reads debugging switches from the
 //!   environment that change its pictures (`RH265_NO_LF`, `RH265_NO_SAO`,
 //!   `RH265_ABLATE_*`): with one of them set, an H.265 picture is an issue that names it,
 //!   never a silently different picture.
@@ -35,6 +37,8 @@
 //!   unit is decoded — it ends the picture with a one-slice marker the decoder rejects
 //!   after finishing the picture before it, see `H265::END_OF_PICTURE` — and finds it by a
 //!   per-unit tag, in the decoder's output or its picture buffer.)
+//! - A sequence whose pictures are larger than `max_image_side` (the reader's limit) is
+//!   refused before the decoder allocates them; the stream waits for its next keyframe.
 //! - H.264 and 4:2:0 H.265 (Main, Main 10): other formats (`vp9`, `av1`) and other chroma
 //!   formats are an issue naming what they are. A 10-bit picture is rounded to 8 bits
 //!   (`(v + 2) >> 2`, at most 255) before the conversion to RGB.
@@ -46,9 +50,10 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rusty_h264_decoder::au_is_idr;
+use rusty_h265::bits::BitReader;
 use rusty_h265::nal::{split_annex_b, unescape, NalHeader};
 
-use crate::msgs::{i420_to_rgb8, ImageIssue};
+use crate::msgs::{i420_to_rgb8, ImageIssue, YuvMatrix};
 use crate::types::RgbImage;
 
 /// The video codecs redline decodes.
@@ -107,6 +112,150 @@ impl Codec {
     }
 }
 
+/// What a sequence parameter set says that redline uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sequence {
+    /// Coded picture size, px (before cropping).
+    width: u32,
+    height: u32,
+    /// The conversion to RGB its VUI signals (BT.601 video range when it says nothing).
+    colour: YuvMatrix,
+}
+
+impl Codec {
+    /// The last sequence parameter set in `au` that parses (`None`: none).
+    fn sequence(self, au: &[u8]) -> Option<Sequence> {
+        let mut sets = split_annex_b(au).into_iter().filter_map(|nal| match self {
+            Codec::H264 => (nal.first()? & 0x1f == 7).then(|| h264_sequence(nal))?,
+            Codec::H265 => {
+                let h = NalHeader::parse(nal)?;
+                if h.nal_type.id() != 33 || h.layer_id != 0 {
+                    return None;
+                }
+                let sps = rusty_h265::ps::parse_sps(&unescape(&nal[2..]).data).ok()?;
+                let colour = match &sps.vui {
+                    Some(v) => YuvMatrix::for_video(v.matrix_coeffs, v.video_full_range_flag),
+                    None => YuvMatrix::OPENCV_BT601,
+                };
+                Some(Sequence {
+                    width: sps.width,
+                    height: sps.height,
+                    colour,
+                })
+            }
+        });
+        sets.next_back()
+    }
+}
+
+/// An H.264 sequence parameter set (`nal`, its header byte first) read up to its VUI's
+/// colour description (ITU-T H.264 7.3.2.1.1 and E.1.1); `None` when it does not parse.
+fn h264_sequence(nal: &[u8]) -> Option<Sequence> {
+    let rbsp = unescape(nal.get(1..)?);
+    let r = &mut BitReader::new(&rbsp.data);
+    let ue = |r: &mut BitReader| r.read_ue().ok();
+    let se = |r: &mut BitReader| {
+        let k = i64::from(r.read_ue().ok()?);
+        Some(if k % 2 == 1 { (k + 1) / 2 } else { -(k / 2) })
+    };
+    let flag = |r: &mut BitReader| r.read_flag().ok();
+    let profile = r.read_bits(8).ok()?;
+    r.skip_bits(16).ok()?; // constraint flags, level
+    ue(r)?; // seq_parameter_set_id
+    if matches!(
+        profile,
+        100 | 110 | 122 | 244 | 44 | 83 | 86 | 118 | 128 | 138 | 139 | 134 | 135
+    ) {
+        let chroma_format = ue(r)?;
+        if chroma_format == 3 {
+            flag(r)?; // separate_colour_plane_flag
+        }
+        ue(r)?; // bit depths
+        ue(r)?;
+        flag(r)?; // qpprime_y_zero_transform_bypass_flag
+        if flag(r)? {
+            // Scaling lists: skipped by their syntax (7.3.2.1.1.1).
+            for i in 0..if chroma_format == 3 { 12 } else { 8 } {
+                if flag(r)? {
+                    let (mut last, mut next) = (8i64, 8i64);
+                    for _ in 0..if i < 6 { 16 } else { 64 } {
+                        if next != 0 {
+                            next = (last + se(r)? + 256).rem_euclid(256);
+                        }
+                        if next != 0 {
+                            last = next;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    ue(r)?; // log2_max_frame_num_minus4
+    match ue(r)? {
+        0 => {
+            ue(r)?; // log2_max_pic_order_cnt_lsb_minus4
+        }
+        1 => {
+            flag(r)?;
+            se(r)?;
+            se(r)?;
+            let cycle = ue(r)?;
+            if cycle > 255 {
+                return None;
+            }
+            for _ in 0..cycle {
+                se(r)?;
+            }
+        }
+        _ => {}
+    }
+    ue(r)?; // max_num_ref_frames
+    flag(r)?; // gaps_in_frame_num_value_allowed_flag
+    let width_mbs = ue(r)?.checked_add(1)?;
+    let height_units = ue(r)?.checked_add(1)?;
+    let frame_mbs_only = flag(r)?;
+    if !frame_mbs_only {
+        flag(r)?; // mb_adaptive_frame_field_flag
+    }
+    flag(r)?; // direct_8x8_inference_flag
+    if flag(r)? {
+        for _ in 0..4 {
+            ue(r)?; // frame cropping offsets
+        }
+    }
+    let width = width_mbs.saturating_mul(16);
+    let height = height_units.saturating_mul(if frame_mbs_only { 16 } else { 32 });
+    // The VUI, when present and readable, up to its colour description.
+    let mut vui = || -> Option<YuvMatrix> {
+        if !flag(r)? {
+            return None;
+        }
+        if flag(r)? && r.read_bits(8).ok()? == 255 {
+            r.skip_bits(32).ok()?; // sar_width, sar_height
+        }
+        if flag(r)? {
+            flag(r)?; // overscan_appropriate_flag
+        }
+        if !flag(r)? {
+            return None; // no video signal type
+        }
+        r.skip_bits(3).ok()?; // video_format
+        let full_range = flag(r)?;
+        let matrix = if flag(r)? {
+            r.skip_bits(16).ok()?; // colour_primaries, transfer_characteristics
+            r.read_bits(8).ok()? as u8
+        } else {
+            2 // unspecified
+        };
+        Some(YuvMatrix::for_video(matrix, full_range))
+    };
+    Some(Sequence {
+        width,
+        height,
+        colour: vui().unwrap_or(YuvMatrix::OPENCV_BT601),
+    })
+}
+
 /// Whether `format` names a video codec redline decodes ([`Codec::of`]).
 pub fn is_video(format: &str) -> bool {
     Codec::of(format).is_some()
@@ -129,10 +278,10 @@ enum Decoding {
 }
 
 impl Decoding {
-    fn new(codec: Codec, max_side: u32) -> Decoding {
+    fn new(codec: Codec) -> Decoding {
         match codec {
             Codec::H264 => Decoding::H264(Box::default()),
-            Codec::H265 => Decoding::H265(Box::new(H265::new(max_side))),
+            Codec::H265 => Decoding::H265(Box::new(H265::new())),
         }
     }
 
@@ -143,30 +292,25 @@ impl Decoding {
         }
     }
 
-    /// Decodes `au`; an error is why it cannot be decoded.
-    fn decode(&mut self, au: &[u8]) -> Result<Unit, String> {
+    /// Decodes `au`, its picture converted by `colour`; an error is why it cannot be
+    /// decoded.
+    fn decode(&mut self, au: &[u8], colour: &YuvMatrix) -> Result<Unit, String> {
         match self {
             Decoding::H264(decoder) => {
                 let Some(frame) = decoder.decode(au).map_err(|e| e.to_string())? else {
                     return Ok(Unit::Nothing);
                 };
-                Ok(rgb(
-                    "H.264",
-                    frame.width,
-                    frame.height,
-                    &frame.y,
-                    &frame.u,
-                    &frame.v,
-                ))
+                let planes = [&frame.y[..], &frame.u, &frame.v];
+                Ok(rgb("H.264", frame.width, frame.height, planes, colour))
             }
-            Decoding::H265(h265) => h265.decode(au),
+            Decoding::H265(h265) => h265.decode(au, colour),
         }
     }
 }
 
 /// A decoded 8-bit I420 picture as RGB, or why it cannot be.
-fn rgb(codec: &str, w: usize, h: usize, y: &[u8], u: &[u8], v: &[u8]) -> Unit {
-    match i420_to_rgb8(w, h, y, u, v) {
+fn rgb(codec: &str, w: usize, h: usize, planes: [&[u8]; 3], colour: &YuvMatrix) -> Unit {
+    match i420_to_rgb8(w, h, planes, colour) {
         Some(data) => Unit::Picture(RgbImage {
             width: w as u32,
             height: h as u32,
@@ -184,9 +328,6 @@ struct H265 {
     decoder: rusty_h265::Decoder,
     /// The tag of the next access unit (its `pts` for the decoder).
     next_tag: i64,
-    /// The largest picture side a sequence may declare (the decoder would allocate its
-    /// pictures, up to 16888 px a side, before any is checked against the camera's size).
-    max_side: u32,
 }
 
 impl H265 {
@@ -207,17 +348,16 @@ impl H265 {
         "RH265_ABLATE_RESIDUAL",
     ];
 
-    fn new(max_side: u32) -> H265 {
+    fn new() -> H265 {
         let mut decoder = rusty_h265::Decoder::new();
         decoder.ablate = Default::default();
         H265 {
             decoder,
             next_tag: 0,
-            max_side,
         }
     }
 
-    fn decode(&mut self, au: &[u8]) -> Result<Unit, String> {
+    fn decode(&mut self, au: &[u8], colour: &YuvMatrix) -> Result<Unit, String> {
         if let Some(switch) = Self::ALTERING_SWITCHES
             .iter()
             .find(|s| std::env::var_os(s).is_some())
@@ -226,20 +366,6 @@ impl H265 {
                 "H.265 picture not decoded: {switch} is set in the environment, a debugging \
                  switch of the H.265 decoder that changes its pictures; unset it"
             )));
-        }
-        // A sequence of pictures larger than the reader takes is refused before the decoder
-        // allocates them (its parameter set read with the decoder's own parser).
-        for nal in split_annex_b(au) {
-            let sps = NalHeader::parse(nal)
-                .filter(|h| h.nal_type.id() == 33)
-                .and_then(|_| rusty_h265::ps::parse_sps(&unescape(&nal[2..]).data).ok());
-            if let Some(sps) = sps.filter(|s| s.width.max(s.height) > self.max_side) {
-                return Err(format!(
-                    "its sequence's pictures are {}x{} px, beyond max_image_side ({} px, the \
-                     config's [log] table)",
-                    sps.width, sps.height, self.max_side
-                ));
-            }
         }
         let tag = self.next_tag;
         self.next_tag += 1;
@@ -271,13 +397,13 @@ impl H265 {
             Some((_, false)) => Ok(Unit::Refused(
                 "H.265 picture marked not for display (pic_output_flag 0)".to_string(),
             )),
-            Some((pic, true)) => Ok(Self::cropped(&pic)),
+            Some((pic, true)) => Ok(Self::cropped(&pic, colour)),
         }
     }
 
     /// The picture's cropped 4:2:0 planes as RGB, or why not. Deeper pictures (Main 10: 10 bits) are rounded to 8 bits first, each sample
     /// `min((v + 2^(d−9)) >> (d − 8), 255)` for a depth of `d` bits (round half up).
-    fn cropped(pic: &rusty_h265::Picture) -> Unit {
+    fn cropped(pic: &rusty_h265::Picture, colour: &YuvMatrix) -> Unit {
         let depths = [pic.bit_depth_luma, pic.bit_depth_chroma];
         if pic.chroma_format_idc != 1 || depths.iter().any(|d| !(8..=16).contains(d)) {
             return Unit::Refused(format!(
@@ -310,7 +436,7 @@ impl H265 {
             plane(2, x0 / 2, y0 / 2, w / 2, h / 2),
         );
         match planes {
-            (Some(y), Some(u), Some(v)) => rgb("H.265", w, h, &y, &u, &v),
+            (Some(y), Some(u), Some(v)) => rgb("H.265", w, h, [&y, &u, &v], colour),
             _ => Unit::Refused(format!(
                 "H.265 picture's crop window {w}x{h} at ({x0}, {y0}) lies outside its planes"
             )),
@@ -329,6 +455,8 @@ pub struct VideoStream {
     failed: bool,
     /// The largest picture side taken ([`crate::log::ReadLimits::max_image_side`]).
     max_side: u32,
+    /// The conversion to RGB the stream's last sequence parameter set signals.
+    colour: YuvMatrix,
 }
 
 impl Default for VideoStream {
@@ -358,6 +486,7 @@ impl VideoStream {
             started: false,
             failed: false,
             max_side,
+            colour: YuvMatrix::OPENCV_BT601,
         }
     }
 
@@ -375,8 +504,22 @@ impl VideoStream {
         if self.decoding.as_ref().map(Decoding::codec) != Some(codec) {
             // A stream's first unit, or one of another codec: a fresh decoder that starts
             // at a keyframe.
-            self.decoding = Some(Decoding::new(codec, self.max_side));
+            self.decoding = Some(Decoding::new(codec));
             self.started = false;
+        }
+        // A sequence parameter set: its picture size is checked before the decoder
+        // allocates pictures of it (rusty_h265 takes up to 16888 px a side, about 0.9 GB a
+        // picture), and its colour signalling chooses the conversion to RGB.
+        if let Some(seq) = codec.sequence(au) {
+            if seq.width.max(seq.height) > self.max_side {
+                self.restart(codec);
+                return fail(format!(
+                    "{name} sequence of {}x{} px pictures, beyond max_image_side ({} px, the \
+                     config's [log] table); the stream resumes at its next keyframe",
+                    seq.width, seq.height, self.max_side
+                ));
+            }
+            self.colour = seq.colour;
         }
         // Parameter sets alone always reach the decoder (a recorder may send them apart
         // from the keyframe); a picture before a keyframe would decode to garbage.
@@ -397,7 +540,8 @@ impl VideoStream {
         let Some(decoding) = self.decoding.as_mut() else {
             return fail(format!("{name} stream has no decoder"));
         };
-        let decoded = catch_unwind(AssertUnwindSafe(|| decoding.decode(au)));
+        let colour = self.colour;
+        let decoded = catch_unwind(AssertUnwindSafe(|| decoding.decode(au, &colour)));
         let unit = match decoded {
             Ok(Ok(unit)) => unit,
             failed => {
@@ -430,7 +574,7 @@ impl VideoStream {
 
     /// After a failure: a fresh decoder that waits for the next keyframe.
     fn restart(&mut self, codec: Codec) {
-        self.decoding = Some(Decoding::new(codec, self.max_side));
+        self.decoding = Some(Decoding::new(codec));
         self.started = false;
         self.failed = true;
     }
@@ -516,7 +660,8 @@ mod tests {
         assert_eq!(units.len(), 3);
         let want = |k: usize| {
             let (y, v) = (76 + 40 * k as u8, 128 + 20 * k as u8);
-            i420_to_rgb8(64, 48, &[y; 64 * 48], &[128; 32 * 24], &[v; 32 * 24]).unwrap()
+            let planes: [&[u8]; 3] = [&[y; 64 * 48], &[128; 32 * 24], &[v; 32 * 24]];
+            i420_to_rgb8(64, 48, planes, &YuvMatrix::OPENCV_BT601).unwrap()
         };
         // The keyframe's parameter sets (VPS, SPS, PPS, SEI) as a message of their own, as
         // some recorders send them: no picture, and the keyframe after them decodes.
@@ -543,7 +688,10 @@ mod tests {
         // decoding it.
         let mut small = VideoStream::with_max_side(48);
         let e = small.picture("h265", &units[0]).unwrap_err().to_string();
-        assert!(e.contains("64x48 px, beyond max_image_side (48 px"), "{e}");
+        assert!(
+            e.contains("64x48 px pictures, beyond max_image_side (48 px"),
+            "{e}"
+        );
         assert!(VideoStream::with_max_side(64)
             .picture("h265", &units[0])
             .is_ok());

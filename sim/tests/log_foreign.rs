@@ -863,7 +863,9 @@ fn an_empty_or_unreadable_file_of_a_split_bag_is_an_issue_not_the_end() {
 /// their frames; those the reordering delays past their frame are reported late). The H.265
 /// bags are 164x90 (coded 168x96: the picture is cropped), their B-frame one has x265's
 /// open groups of pictures (CRA keyframes whose leading pictures need the group before),
-/// and one is Main 10 (10-bit samples, rounded to 8 bits before the conversion). A
+/// and one is Main 10 (10-bit samples, rounded to 8 bits before the conversion). Streams
+/// whose VUI signals BT.709 (H.264 video range, H.265 full range) are converted by that
+/// matrix. A
 /// damaged access unit is an issue and the stream resumes at the next keyframe (H.265 with
 /// open groups: without the leading pictures, each an issue); a read that starts inside a
 /// group of pictures is pre-read from its keyframe (`CompressedVideo`, `FFMPEGPacket`) or
@@ -879,8 +881,8 @@ fn video_cameras_decode_to_ffmpegs_pictures_exactly() {
             _ => ("H.265", (164, 90), "164x90"),
         };
         let forms: &[&str] = match codec {
-            "h264" => &["", "-image", "-ffmpeg", "-bframes"],
-            _ => &["", "-image", "-ffmpeg", "-bframes", "-10bit"],
+            "h264" => &["", "-image", "-ffmpeg", "-bframes", "-bt709"],
+            _ => &["", "-image", "-ffmpeg", "-bframes", "-10bit", "-bt709full"],
         };
         for &form in forms {
             let mode = format!("{codec}{form}");
@@ -991,7 +993,9 @@ fn video_cameras_decode_to_ffmpegs_pictures_exactly() {
             let k = ((at - t0) / 100_000_000) as usize;
             match form {
                 "-image" => assert_eq!(k, 5, "{mode}"),
-                "" | "-ffmpeg" | "-10bit" => assert_eq!(k, 2, "{mode}"),
+                "" | "-ffmpeg" | "-10bit" | "-bt709" | "-bt709full" => {
+                    assert_eq!(k, 2, "{mode}")
+                }
                 _ => assert!(k <= 2, "{mode}: {k}"),
             }
             assert!(data == picture(0, k), "{mode}: picture {k}");

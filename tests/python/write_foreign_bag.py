@@ -62,7 +62,10 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                encoder names it); h265-bframes keeps x265's open group of pictures: the first
                keyframe is IDR, the later ones CRA with leading B-frames (RASL); h265-10bit as
                h265 in Main 10 (yuv420p10le), the pictures written rounded to 8 bits
-               ((v + 2) >> 2, at most 255) before the conversion to RGB
+               ((v + 2) >> 2, at most 255) before the conversion to RGB; h264-bt709 as h264
+               signalling BT.709 (video range) in its VUI, h265-bt709full as h265 signalling
+               BT.709 full range: their pictures converted to RGB by those matrices (the
+               standards' Kr/Kb in the 20-bit fixed point redline uses)
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -313,15 +316,18 @@ def encode_videos(out):
         pix_fmt = "yuv420p10le" if VIDEO == "h265-10bit" else "yuv420p"
         enc.width, enc.height, enc.pix_fmt = W, H, pix_fmt
         enc.time_base, enc.framerate = Fraction(1, 10), Fraction(10, 1)
+        signal = {"h264-bt709": ":colormatrix=bt709",
+                  "h265-bt709full": ":colormatrix=bt709:range=full"}.get(VIDEO, "")
         if codec == "h264":
             enc.options = {"profile": "main", "threads": "1",
-                           "x264-params": f"keyint=5:min-keyint=5:scenecut=0:bframes={bframes}"}
+                           "x264-params": f"keyint=5:min-keyint=5:scenecut=0:bframes={bframes}"
+                           + signal}
         else:
             # Open GOP (CRA keyframes) only with B-frames: without them there are no leading
             # pictures and x265 writes IDR keyframes.
             enc.options = {"x265-params": "log-level=none:pools=1:frame-threads=1:keyint=5:"
                            f"min-keyint=5:scenecut=0:repeat-headers=1:bframes={bframes}:"
-                           f"open-gop={int(bframes > 0)}"}
+                           f"open-gop={int(bframes > 0)}" + signal}
         packets = []
         for k in range(FRAMES):
             frame = av.VideoFrame.from_image(rgb_picture(k, cam)).reformat(format=pix_fmt)
@@ -340,14 +346,30 @@ def encode_videos(out):
         assert len(pictures) == FRAMES, len(pictures)
         with open(os.path.join(out, f"video_{name}.rgb"), "wb") as rgb_file:
             for pic in pictures:
-                rgb_file.write(i420_to_rgb(np, pic).tobytes())
+                rgb_file.write(i420_to_rgb(np, pic, VIDEO).tobytes())
         videos.append(units)
     return videos
 
 
-def i420_to_rgb(np, pic):
+def yuv_matrix(mode):
+    """The 20-bit fixed-point YUV -> RGB constants (y0, cy, cvr, cvg, cug, cub) of a --video
+    mode: OpenCV's BT.601 video range, or the BT.709 ones computed as redline computes them
+    (the same float operations, rounded half away from zero)."""
+    if mode not in ("h264-bt709", "h265-bt709full"):
+        return 16, 1220542, 1673527, -852492, -409993, 2116026
+    kr, kb = 0.2126, 0.0722
+    kg = 1.0 - kr - kb
+    full = mode.endswith("full")
+    y0, sy, sc = (0, 1.0, 1.0) if full else (16, 255.0 / 219.0, 255.0 / 224.0)
+    fixed = lambda c: int(math.copysign(math.floor(abs(c * float(1 << 20)) + 0.5), c))
+    return (y0, fixed(sy), fixed(2.0 * (1.0 - kr) * sc), fixed(-2.0 * (1.0 - kr) * kr / kg * sc),
+            fixed(-2.0 * (1.0 - kb) * kb / kg * sc), fixed(2.0 * (1.0 - kb) * sc))
+
+
+def i420_to_rgb(np, pic, mode=""):
     """A decoded yuv420p picture as RGB: BT.601 video range in OpenCV's 20-bit fixed point
-    (COLOR_YUV2RGB_I420), each pixel with its 2x2 block's chroma."""
+    (COLOR_YUV2RGB_I420), or the matrix `mode` signals (yuv_matrix), each pixel with its
+    2x2 block's chroma."""
     if pic.format.name == "yuv420p10le":
         # 10-bit samples rounded to 8 bits as redline does: (v + 2) >> 2, at most 255.
         planes = [np.minimum((np.frombuffer(bytes(p), "<u2").reshape(p.height, p.line_size // 2)
@@ -359,10 +381,11 @@ def i420_to_rgb(np, pic):
     y = planes[0].astype(np.int64)
     up = lambda c: np.repeat(np.repeat(c.astype(np.int64), 2, 0), 2, 1) - 128
     u, v = up(planes[1]), up(planes[2])
-    yy = np.maximum(y - 16, 0) * 1220542 + (1 << 19)
-    r = (yy + 1673527 * v) >> 20
-    g = (yy - 852492 * v - 409993 * u) >> 20
-    b = (yy + 2116026 * u) >> 20
+    y0, cy, cvr, cvg, cug, cub = yuv_matrix(mode)
+    yy = np.maximum(y - y0, 0) * cy + (1 << 19)
+    r = (yy + cvr * v) >> 20
+    g = (yy + cvg * v + cug * u) >> 20
+    b = (yy + cub * u) >> 20
     return np.clip(np.stack([r, g, b], -1), 0, 255).astype(np.uint8)
 
 
@@ -546,7 +569,8 @@ def main():
             elif flag == "--compress-files" and value is None:
                 COMPRESS_FILES = True
             elif flag == "--video" and value in [c + f for c in ("h264", "h265")
-                                                 for f in ("", "-bframes", "-image", "-ffmpeg")] + ["h265-10bit"]:
+                                                 for f in ("", "-bframes", "-image", "-ffmpeg")] + [
+                                                     "h265-10bit", "h264-bt709", "h265-bt709full"]:
                 VIDEO = value
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True

@@ -95,7 +95,7 @@ pub use geometry_msgs::{
     TransformStamped, Twist, TwistWithCovariance, Vector3,
 };
 pub use nav_msgs::Odometry;
-pub(crate) use pixel_encoding::i420_to_rgb8;
+pub(crate) use pixel_encoding::{i420_to_rgb8, YuvMatrix};
 pub use pixel_encoding::{BayerPattern, PixelEncoding};
 pub use redline_msgs::{GroundTruthMsg, ObjectState, RoadMap};
 pub use sensor_msgs::{CameraInfo, CameraIntrinsics, CompressedImage, Image, RegionOfInterest};

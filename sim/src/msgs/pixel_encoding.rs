@@ -269,14 +269,14 @@ pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>,
         }
         PixelEncoding::Yuv422 { uyvy } => {
             for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
-                yuv422_row(img.row(y, w * 2), uyvy, dst);
+                yuv422_row(img.row(y, w * 2), uyvy, &YuvMatrix::OPENCV_BT601, dst);
             }
         }
         PixelEncoding::Yuv420sp { vu } => {
             // Each row as U Y0 V Y1 pairs (its luma, its block row's chroma), then the 4:2:2
             // row conversion: the same formulas.
             let (ou, ov) = if vu { (1, 0) } else { (0, 1) };
-            yuv420_rows(w, &mut out, |y, pairs| {
+            yuv420_rows(w, &mut out, &YuvMatrix::OPENCV_BT601, |y, pairs| {
                 let (luma, chroma) = (img.row(y, w), img.row(h + y / 2, w));
                 for ((q, l), c) in pairs
                     .chunks_exact_mut(4)
@@ -293,14 +293,14 @@ pub(super) fn to_rgb8(enc: PixelEncoding, img: &RawImage<'_>) -> Result<Vec<u8>,
 
 /// A planar YUV 4:2:0 picture (I420: `y` of `width · height` bytes, `u` and `v` of
 /// `width/2 · height/2`; `width` and `height` even, the planes that long) converted to 8-bit
-/// RGB with the same formulas as `nv12` (OpenCV's `COLOR_YUV2RGB_I420`): a decoded video
-/// frame. `None` when the sizes do not hold.
+/// RGB with the formulas of `matrix` (OpenCV's `COLOR_YUV2RGB_I420` for
+/// [`YuvMatrix::OPENCV_BT601`], as `nv12`): a decoded video frame. `None` when the sizes do
+/// not hold.
 pub(crate) fn i420_to_rgb8(
     width: usize,
     height: usize,
-    y: &[u8],
-    u: &[u8],
-    v: &[u8],
+    [y, u, v]: [&[u8]; 3],
+    matrix: &YuvMatrix,
 ) -> Option<Vec<u8>> {
     let (cw, ch) = (width / 2, height / 2);
     if !width.is_multiple_of(2)
@@ -312,7 +312,7 @@ pub(crate) fn i420_to_rgb8(
         return None;
     }
     let mut out = vec![0u8; width * height * 3];
-    yuv420_rows(width, &mut out, |row, pairs| {
+    yuv420_rows(width, &mut out, matrix, |row, pairs| {
         let (luma, c) = (&y[row * width..][..width], (row / 2) * cw);
         for (i, (q, l)) in pairs
             .chunks_exact_mut(4)
@@ -328,11 +328,16 @@ pub(crate) fn i420_to_rgb8(
 /// Converts a 4:2:0 picture of width `w` into `out` (RGB) row by row: `row_pairs(y, pairs)`
 /// writes row `y`'s pixel pairs as U Y0 V Y1 (its own luma, its 2×2 blocks' chroma), which
 /// the 4:2:2 row conversion turns into RGB with the same formulas.
-fn yuv420_rows(w: usize, out: &mut [u8], mut row_pairs: impl FnMut(usize, &mut [u8])) {
+fn yuv420_rows(
+    w: usize,
+    out: &mut [u8],
+    matrix: &YuvMatrix,
+    mut row_pairs: impl FnMut(usize, &mut [u8]),
+) {
     let mut pairs = vec![0u8; w * 2];
     for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
         row_pairs(y, &mut pairs);
-        yuv422_row(&pairs, true, dst);
+        yuv422_row(&pairs, true, matrix, dst);
     }
 }
 
@@ -347,11 +352,63 @@ fn sample16(big_endian: bool, row: &[u8], i: usize) -> u16 {
 }
 
 const YUV_SHIFT: u32 = 20;
-const YUV_CY: i32 = 1_220_542;
-const YUV_CUB: i32 = 2_116_026;
-const YUV_CUG: i32 = -409_993;
-const YUV_CVG: i32 = -852_492;
-const YUV_CVR: i32 = 1_673_527;
+
+/// A YUV → RGB conversion in 20-bit fixed point: `y = max(0, Y − y0) · cy`, then
+/// `R = (y + cvr (V − 128) + 2¹⁹) >> 20`, `G = (y + cvg (V − 128) + cug (U − 128) + 2¹⁹) >> 20`,
+/// `B = (y + cub (U − 128) + 2¹⁹) >> 20`, each clamped to 0..=255.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct YuvMatrix {
+    y0: i32,
+    cy: i32,
+    cvr: i32,
+    cvg: i32,
+    cug: i32,
+    cub: i32,
+}
+
+impl YuvMatrix {
+    /// OpenCV's BT.601 video range (`COLOR_YUV2RGB_*`): its own rounded coefficients.
+    pub(crate) const OPENCV_BT601: YuvMatrix = YuvMatrix {
+        y0: 16,
+        cy: 1_220_542,
+        cvr: 1_673_527,
+        cvg: -852_492,
+        cug: -409_993,
+        cub: 2_116_026,
+    };
+
+    /// The conversion a video stream signals (H.264/H.265 VUI): `matrix_coefficients` 1
+    /// (BT.709), 5 or 6 (BT.601), 9 (BT.2020 non-constant luminance), else (2,
+    /// unspecified, or one redline does not convert) BT.601; video range (luma 16..=235,
+    /// chroma 16..=240) unless `full_range`. BT.601 video range is OpenCV's
+    /// ([`YuvMatrix::OPENCV_BT601`], what raw YUV images get); the others are the standards'
+    /// `Kr`/`Kb` definitions rounded to 20 bits.
+    pub(crate) fn for_video(matrix_coefficients: u8, full_range: bool) -> YuvMatrix {
+        let (kr, kb) = match matrix_coefficients {
+            1 => (0.2126, 0.0722),
+            9 => (0.2627, 0.0593),
+            _ if !full_range => return YuvMatrix::OPENCV_BT601,
+            _ => (0.299, 0.114),
+        };
+        let kg = 1.0 - kr - kb;
+        // Video range scales luma by 255/219 and chroma by 255/224.
+        let (y0, sy, sc) = if full_range {
+            (0, 1.0, 1.0)
+        } else {
+            (16, 255.0 / 219.0, 255.0 / 224.0)
+        };
+        // IEEE arithmetic and rounding only: the same constants on every machine.
+        let fixed = |c: f64| (c * f64::from(1 << YUV_SHIFT)).round() as i32;
+        YuvMatrix {
+            y0,
+            cy: fixed(sy),
+            cvr: fixed(2.0 * (1.0 - kr) * sc),
+            cvg: fixed(-2.0 * (1.0 - kr) * kr / kg * sc),
+            cug: fixed(-2.0 * (1.0 - kb) * kb / kg * sc),
+            cub: fixed(2.0 * (1.0 - kb) * sc),
+        }
+    }
+}
 
 /// Pairs converted per block of [`yuv422_row`].
 const YUV_BLOCK: usize = 32;
@@ -359,7 +416,7 @@ const YUV_BLOCK: usize = 32;
 /// Converts one row of YUV 4:2:2 pairs (`src`: four bytes per pair) to RGB (`dst`: six
 /// bytes per pair). Blocks of [`YUV_BLOCK`] pairs are split into planes, converted with
 /// branch-free arithmetic the compiler vectorizes, and interleaved back.
-fn yuv422_row(src: &[u8], uyvy: bool, dst: &mut [u8]) {
+fn yuv422_row(src: &[u8], uyvy: bool, m: &YuvMatrix, dst: &mut [u8]) {
     // Byte offsets of U, Y0, V, Y1 within a four-byte pair.
     let [ou, oy0, ov, oy1] = if uyvy { [0, 1, 2, 3] } else { [1, 0, 3, 2] };
     for (src, dst) in src.chunks(4 * YUV_BLOCK).zip(dst.chunks_mut(6 * YUV_BLOCK)) {
@@ -382,9 +439,9 @@ fn yuv422_row(src: &[u8], uyvy: bool, dst: &mut [u8]) {
         );
         for i in 0..YUV_BLOCK {
             let (r, g, b) = (
-                half + YUV_CVR * v[i],
-                half + YUV_CVG * v[i] + YUV_CUG * u[i],
-                half + YUV_CUB * u[i],
+                half + m.cvr * v[i],
+                half + m.cvg * v[i] + m.cug * u[i],
+                half + m.cub * u[i],
             );
             (cr[2 * i], cr[2 * i + 1]) = (r, r);
             (cg[2 * i], cg[2 * i + 1]) = (g, g);
@@ -392,9 +449,9 @@ fn yuv422_row(src: &[u8], uyvy: bool, dst: &mut [u8]) {
         }
         let mut rgb = [[0u8; 3]; 2 * YUV_BLOCK];
         for j in 0..2 * YUV_BLOCK {
-            // |yy| ≤ 239 · 1220542 and each chroma term ≤ 128 · 2116026 + 2¹⁹: every sum
-            // fits an i32.
-            let yy = (luma[j] - 16).max(0) * YUV_CY;
+            // |yy| ≤ 255 · 1.17 · 2²⁰ and each chroma term ≤ 128 · 2.12 · 2²⁰ + 2¹⁹: every
+            // sum fits an i32.
+            let yy = (luma[j] - m.y0).max(0) * m.cy;
             let clamp = |t: i32| (t >> YUV_SHIFT).clamp(0, 255) as u8;
             rgb[j] = [clamp(yy + cr[j]), clamp(yy + cg[j]), clamp(yy + cb[j])];
         }
@@ -477,6 +534,68 @@ mod tests {
     use super::*;
     use crate::msgs::Image;
     use proptest::prelude::*;
+
+    /// The video matrices against the standards' definitions in `f64` (BT.709, BT.601 and
+    /// BT.2020; video and full range): every (Y, U, V) on a grid within 1 of the exactly
+    /// rounded value; the codes map to the matrices; unspecified video range is OpenCV's.
+    #[test]
+    fn video_matrices_follow_their_definitions() {
+        for (code, kr, kb) in [
+            (1u8, 0.2126, 0.0722),
+            (6, 0.299, 0.114),
+            (9, 0.2627, 0.0593),
+        ] {
+            for full in [false, true] {
+                let m = YuvMatrix::for_video(code, full);
+                if code == 6 && !full {
+                    assert_eq!(m, YuvMatrix::OPENCV_BT601);
+                    continue;
+                }
+                let kg = 1.0 - kr - kb;
+                for y in (0..=255).step_by(5) {
+                    for u in (0..=255).step_by(15) {
+                        for v in (0..=255).step_by(15) {
+                            let mut got = vec![0u8; 6];
+                            yuv422_row(&[u, y, v, y], true, &m, &mut got);
+                            let (yf, uf, vf) = if full {
+                                (f64::from(y), f64::from(u) - 128.0, f64::from(v) - 128.0)
+                            } else {
+                                let s = 255.0 / 224.0;
+                                (
+                                    (f64::from(y) - 16.0).max(0.0) * 255.0 / 219.0,
+                                    (f64::from(u) - 128.0) * s,
+                                    (f64::from(v) - 128.0) * s,
+                                )
+                            };
+                            let want = [
+                                yf + 2.0 * (1.0 - kr) * vf,
+                                yf - 2.0 * (1.0 - kr) * kr / kg * vf
+                                    - 2.0 * (1.0 - kb) * kb / kg * uf,
+                                yf + 2.0 * (1.0 - kb) * uf,
+                            ];
+                            for c in 0..3 {
+                                let w = want[c].clamp(0.0, 255.0);
+                                let d = (f64::from(got[c]) - w).abs();
+                                assert!(
+                                    d <= 1.0,
+                                    "{code} {full} yuv {y} {u} {v}: {got:?} {want:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for code in [2u8, 5, 6, 0, 200] {
+            assert_eq!(
+                YuvMatrix::for_video(code, false),
+                YuvMatrix::OPENCV_BT601,
+                "{code}"
+            );
+        }
+        assert_eq!(YuvMatrix::for_video(2, true), YuvMatrix::for_video(6, true));
+        assert_ne!(YuvMatrix::for_video(1, false), YuvMatrix::OPENCV_BT601);
+    }
 
     const NAMES: [&str; 25] = [
         "rgb8",
@@ -724,8 +843,9 @@ mod tests {
             nv12.extend([*a, *b]);
         }
         let want = to_rgb8(PixelEncoding::parse("nv12").unwrap(), &raw(w, h, 1, &nv12)).unwrap();
-        assert_eq!(i420_to_rgb8(w, h, &y, &u, &v).unwrap(), want);
-        assert!(i420_to_rgb8(w, h, &y[1..], &u, &v).is_none());
-        assert!(i420_to_rgb8(5, 4, &y[..20], &u, &v).is_none());
+        let m = &YuvMatrix::OPENCV_BT601;
+        assert_eq!(i420_to_rgb8(w, h, [&y, &u, &v], m).unwrap(), want);
+        assert!(i420_to_rgb8(w, h, [&y[1..], &u, &v], m).is_none());
+        assert!(i420_to_rgb8(5, 4, [&y[..20], &u, &v], m).is_none());
     }
 }
