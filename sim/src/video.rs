@@ -650,6 +650,28 @@ mod tests {
         }
     }
 
+    /// libx264's High-profile keyframe of a flat 64x48 picture (Y 90, U 100, V 160) with
+    /// scaling matrices (`cqm=jvt`) and BT.709 signalled in its VUI (x264's SEI removed).
+    const HIGH_BT709_H264: &[u8] = include_bytes!("video_fixtures/high_cqm_bt709_64x48.h264");
+
+    #[test]
+    fn an_h264_high_profile_sequence_signalling_bt709_converts_by_bt709() {
+        let seq = Codec::H264
+            .sequence(HIGH_BT709_H264)
+            .expect("its SPS parses");
+        let bt709 = YuvMatrix::for_video(1, false);
+        assert_eq!((seq.width, seq.height, seq.colour), (64, 48, bt709));
+        let img = (VideoStream::default().picture("h264", HIGH_BT709_H264))
+            .unwrap()
+            .expect("a picture");
+        let planes: [&[u8]; 3] = [&[90; 64 * 48], &[100; 32 * 24], &[160; 32 * 24]];
+        assert!(img.data == i420_to_rgb8(64, 48, planes, &bt709).unwrap());
+        assert!(img.data != i420_to_rgb8(64, 48, planes, &YuvMatrix::OPENCV_BT601).unwrap());
+        // A cut SPS does not parse; no SPS, no sequence.
+        assert_eq!(Codec::H264.sequence(&HIGH_BT709_H264[..9]), None);
+        assert_eq!(Codec::H264.sequence(&[0, 0, 0, 1, 0x65, 0x88]), None);
+    }
+
     /// libx265's three flat 64x48 pictures (Y 76, 116, 156; U 128; V 128, 148, 168, as
     /// FFmpeg decodes them), P-frames after an IDR keyframe that carries its parameter sets.
     const FLAT_H265: &[u8] = include_bytes!("video_fixtures/flat_64x48.h265");
