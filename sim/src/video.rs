@@ -100,6 +100,7 @@ impl Codec {
             }),
         }
     }
+
     /// Whether access unit `au` (Annex B) codes a picture (any slice), rather than only
     /// parameter sets or supplemental data.
     pub fn has_picture(self, au: &[u8]) -> bool {
@@ -110,19 +111,7 @@ impl Codec {
             }
         })
     }
-}
 
-/// What a sequence parameter set says that redline uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sequence {
-    /// Coded picture size, px (before cropping).
-    width: u32,
-    height: u32,
-    /// The conversion to RGB its VUI signals (BT.601 video range when it says nothing).
-    colour: YuvMatrix,
-}
-
-impl Codec {
     /// The last sequence parameter set in `au` that parses (`None`: none).
     fn sequence(self, au: &[u8]) -> Option<Sequence> {
         let mut sets = split_annex_b(au).into_iter().filter_map(|nal| match self {
@@ -146,6 +135,16 @@ impl Codec {
         });
         sets.next_back()
     }
+}
+
+/// What a sequence parameter set says that redline uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sequence {
+    /// Coded picture size, px (before cropping).
+    width: u32,
+    height: u32,
+    /// The conversion to RGB its VUI signals (BT.601 video range when it says nothing).
+    colour: YuvMatrix,
 }
 
 /// An H.264 sequence parameter set (`nal`, its header byte first) read up to its VUI's
