@@ -2,8 +2,9 @@
 //! range, damage), as `ros2 bag info` prints it, and a `[sensors]` table to start from.
 //!
 //! The suggestion is a guess from topic names and types: every image topic
-//! (`sensor_msgs/msg/Image`, `CompressedImage`, `foxglove_msgs/msg/CompressedVideo` or
-//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`) becomes a camera named after its topic
+//! (`sensor_msgs/msg/Image`, `CompressedImage`, `foxglove_msgs/msg/CompressedVideo`,
+//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket` or `h264_msgs/msg/Packet`) becomes a camera
+//! named after its topic
 //! (`/sensing/camera/front/image_raw/compressed` → `front`; a camera with both a raw and a
 //! compressed or video topic gets the latter), paired with the `camera_info` topic beside it;
 //! the odometry topic is the first `nav_msgs/msg/Odometry` one (a name with
@@ -39,6 +40,7 @@ const IMAGE: &str = "sensor_msgs/msg/Image";
 const COMPRESSED: &str = "sensor_msgs/msg/CompressedImage";
 const VIDEO: &str = "foxglove_msgs/msg/CompressedVideo";
 const FFMPEG: &str = "ffmpeg_image_transport_msgs/msg/FFMPEGPacket";
+const H264_PACKET: &str = "h264_msgs/msg/Packet";
 const CAMERA_INFO: &str = "sensor_msgs/msg/CameraInfo";
 const ODOMETRY: &str = "nav_msgs/msg/Odometry";
 const POSE_COV: &str = "geometry_msgs/msg/PoseWithCovarianceStamped";
@@ -255,10 +257,9 @@ fn suggest_sensors(stats: &[ChannelStats]) -> String {
     // name -> (image topic, compressed?)
     let mut cams: BTreeMap<String, (String, bool)> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
-    for c in stats
-        .iter()
-        .filter(|c| [IMAGE, COMPRESSED, VIDEO, FFMPEG].contains(&c.schema.as_str()) && c.count > 0)
-    {
+    for c in stats.iter().filter(|c| {
+        [IMAGE, COMPRESSED, VIDEO, FFMPEG, H264_PACKET].contains(&c.schema.as_str()) && c.count > 0
+    }) {
         let compressed = c.schema != IMAGE;
         let name = camera_name(&c.topic);
         match cams.get(&name) {
@@ -400,5 +401,33 @@ mod tests {
         assert_eq!(m.cameras[1].camera_info, None);
         assert!(m.calibration.is_some(), "{s}");
         assert!((rate(&stats[0]) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn video_topics_of_each_type_become_cameras_over_raw_ones() {
+        let stats = vec![
+            ch("/cam/left/image_raw", IMAGE),
+            ch("/cam/left/image_raw/h264", H264_PACKET),
+            ch("/cam/right/ffmpeg", FFMPEG),
+            ch("/cam/rear/video", VIDEO),
+        ];
+        let s = suggest_sensors(&stats);
+        let m = crate::config::RedlineConfig::parse(&s, "suggestion")
+            .unwrap()
+            .sensors;
+        let cams: Vec<_> = m
+            .cameras
+            .iter()
+            .map(|c| (c.name.as_str(), c.image.as_str()))
+            .collect();
+        assert_eq!(
+            cams,
+            [
+                ("left", "/cam/left/image_raw/h264"),
+                ("right", "/cam/right/ffmpeg"),
+                ("rear", "/cam/rear/video")
+            ],
+            "{s}"
+        );
     }
 }

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use crate::feed::Feed;
 use crate::log::ReadLimits;
 use crate::msgs::{
-    CameraInfo, CompressedVideo, GroundTruthMsg, Image, Odometry, RoadMap, RosMessage, TfMessage,
+    CameraInfo, CompressedVideo, FfmpegPacket, GroundTruthMsg, H264Packet, Image, Odometry,
+    RoadMap, RosMessage, TfMessage,
 };
 
 /// Runs `data` as a log file (MCAP, a ROS 2 SQLite bag, or either compressed with zstd: the
@@ -49,6 +50,8 @@ pub fn cdr_bytes(data: &[u8]) -> usize {
     ok += usize::from(GroundTruthMsg::from_cdr(data).is_ok());
     ok += usize::from(RoadMap::from_cdr(data).is_ok());
     ok += usize::from(CompressedVideo::from_cdr(data).is_ok());
+    ok += usize::from(FfmpegPacket::from_cdr(data).is_ok());
+    ok += usize::from(H264Packet::from_cdr(data).is_ok());
     ok
 }
 

@@ -1,7 +1,8 @@
 //! Camera streams recorded as compressed video: H.264 or H.265 (HEVC) access units, one
 //! picture per message (`foxglove_msgs/msg/CompressedVideo` with format `h264` or `h265`,
-//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket` of an H.264 or HEVC codec, or a
-//! `CompressedImage` whose format names one), decoded to 8-bit RGB when the log is read.
+//! `ffmpeg_image_transport_msgs/msg/FFMPEGPacket` of an H.264 or HEVC codec,
+//! `h264_msgs/msg/Packet` (H.264), or a `CompressedImage` whose format names one), decoded
+//! to 8-bit RGB when the log is read.
 //!
 //! Promises:
 //! - Pictures are exact: H.264 and H.265 decoding is integer arithmetic that the standards
@@ -21,7 +22,8 @@
 //!   one of a read are an issue each ("before the stream's first keyframe"); so are the
 //!   leading pictures of a CRA keyframe that a read starts at which reference pictures
 //!   before it (RASL), as the standard says. [`crate::log::LogReader::messages`] pre-reads a
-//!   `CompressedVideo` or `FFMPEGPacket` camera from [`crate::log::EGO_PREROLL_NS`] before a
+//!   `CompressedVideo`, `FFMPEGPacket` or `h264_msgs` camera from
+//!   [`crate::log::EGO_PREROLL_NS`] before a
 //!   later start, so a read from inside a group of pictures is whole when its keyframe lies
 //!   in that window.
 //! - An access unit that fails to decode is an issue; the stream then waits for its next

@@ -65,7 +65,9 @@ Usage: python3 tests/python/write_foreign_bag.py OUT_DIR [--size WxH] [--frames 
                ((v + 2) >> 2, at most 255) before the conversion to RGB; h264-bt709 as h264
                signalling BT.709 (video range) in its VUI, h265-bt709full as h265 signalling
                BT.709 full range: their pictures converted to RGB by those matrices (the
-               standards' Kr/Kb in the 20-bit fixed point redline uses)
+               standards' Kr/Kb in the 20-bit fixed point redline uses); h264-packet as h264
+               on /sensing/camera/<name>/image_raw/h264 as h264_msgs/msg/Packet
+               (h264_image_transport)
   --zero-stamps  camera and odometry header stamps left zero (as some drivers do); log times
                stay the arrival times
   --distortion K1  the front camera_info's k1 (default 0: an ideal pinhole)
@@ -294,6 +296,8 @@ def rgb_picture(k, cam):
 
 
 def image_topic(name):
+    if VIDEO.endswith("-packet"):
+        return f"/sensing/camera/{name}/image_raw/h264"
     if VIDEO and not VIDEO.endswith("-image"):
         return f"/sensing/camera/{name}/video"
     return f"/sensing/camera/{name}/image_raw" + ("" if RAW else "/compressed")
@@ -570,7 +574,8 @@ def main():
                 COMPRESS_FILES = True
             elif flag == "--video" and value in [c + f for c in ("h264", "h265")
                                                  for f in ("", "-bframes", "-image", "-ffmpeg")] + [
-                                                     "h265-10bit", "h264-bt709", "h265-bt709full"]:
+                                                     "h265-10bit", "h264-bt709", "h265-bt709full",
+                                                     "h264-packet"]:
                 VIDEO = value
             elif flag == "--zero-stamps" and value is None:
                 ZERO_STAMPS = True
@@ -625,6 +630,9 @@ def main():
             img = w.register_msgdef("sensor_msgs/msg/Image", RAW_IMAGE_DEF + HEADER_DEFS)
         elif VIDEO.endswith("-ffmpeg"):
             img = w.register_msgdef("ffmpeg_image_transport_msgs/msg/FFMPEGPacket", FFMPEG_DEF + HEADER_DEFS)
+        elif VIDEO.endswith("-packet"):
+            img = w.register_msgdef("h264_msgs/msg/Packet",
+                                    "std_msgs/Header header\nint64 seq\nuint8[] data\n" + HEADER_DEFS)
         elif VIDEO and not VIDEO.endswith("-image"):
             time_def = "=" * 80 + "\nMSG: builtin_interfaces/Time\nint32 sec\nuint32 nanosec\n"
             img = w.register_msgdef("foxglove_msgs/msg/CompressedVideo", VIDEO_DEF + time_def)
@@ -748,6 +756,8 @@ def main():
                 codec = VIDEO.split("-")[0]
                 if VIDEO.endswith("-image"):
                     msg = {"header": header, "format": codec, "data": data}
+                elif VIDEO.endswith("-packet"):
+                    msg = {"header": header, "seq": k, "data": data}
                 elif VIDEO.endswith("-ffmpeg"):
                     encoder = "libx264" if codec == "h264" else "hevc_nvenc"
                     msg = {"header": header, "width": W, "height": H, "encoding": f"{encoder};yuv420p;rgb8;rgb8",

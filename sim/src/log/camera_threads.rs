@@ -1,5 +1,6 @@
 //! Camera images decoded in parallel while a log is read: one thread per camera topic
-//! (raw `Image`, `CompressedImage`, `CompressedVideo` or `FFMPEGPacket`), fed ahead of the
+//! (raw `Image`, `CompressedImage`, or a video message: `CompressedVideo`, `FFMPEGPacket`,
+//! `h264_msgs/msg/Packet`), fed ahead of the
 //! reader by [`super::merge::Messages`]' look-ahead, so the images of several cameras decode
 //! (raw conversion, JPEG/PNG, H.264/H.265 video, resize) on as many cores while the reader
 //! goes on with the rest of the log.

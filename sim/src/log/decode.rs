@@ -12,8 +12,8 @@ use super::reader::{LogReader, RawMsg};
 use super::{ImageIssue, LogIssueKind, LogMessage, Payload, RoadMapData, Stamps};
 use crate::image_decode::{decode_compressed, jpeg_size, Compression};
 use crate::msgs::{
-    CameraInfo, CompressedImage, CompressedVideo, FfmpegPacket, GroundTruthMsg, Image, Odometry,
-    PoseStamped, PoseWithCovarianceStamped, Quaternion, RoadMap, RosMessage, TfMessage,
+    CameraInfo, CompressedImage, CompressedVideo, FfmpegPacket, GroundTruthMsg, H264Packet, Image,
+    Odometry, PoseStamped, PoseWithCovarianceStamped, Quaternion, RoadMap, RosMessage, TfMessage,
     TransformStamped, Vector3,
 };
 use crate::types::{EgoState, RgbImage};
@@ -26,8 +26,8 @@ use redline_runtime::det_math as dm;
 pub(super) enum Kind {
     Image,
     CompressedImage,
-    /// `foxglove_msgs/msg/CompressedVideo` or `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`:
-    /// one picture of a video stream ([`crate::video`]).
+    /// `foxglove_msgs/msg/CompressedVideo`, `ffmpeg_image_transport_msgs/msg/FFMPEGPacket` or
+    /// `h264_msgs/msg/Packet`: one picture of a video stream ([`crate::video`]).
     CompressedVideo,
     CameraInfo,
     Odometry,
@@ -181,10 +181,14 @@ impl LogReader {
     }
 }
 
-/// A video message (`CompressedVideo` or `FFMPEGPacket`, by `schema`): its picture's stamp,
-/// its codec and its bytes.
+/// A video message (`CompressedVideo`, `FFMPEGPacket` or `h264_msgs/msg/Packet`, by
+/// `schema`): its picture's stamp, its codec and its bytes.
 pub(super) fn video_message(schema: &str, cdr: &[u8]) -> Result<(u64, String, Vec<u8>), String> {
-    if schema == FfmpegPacket::SCHEMA_NAME {
+    if schema == H264Packet::SCHEMA_NAME {
+        let m = H264Packet::from_cdr(cdr).map_err(|e| e.to_string())?;
+        let stamp = m.header.stamp.to_ns().map_err(|e| e.to_string())?;
+        Ok((stamp, "h264".to_string(), m.data))
+    } else if schema == FfmpegPacket::SCHEMA_NAME {
         let m = FfmpegPacket::from_cdr(cdr).map_err(|e| e.to_string())?;
         let stamp = m.header.stamp.to_ns().map_err(|e| e.to_string())?;
         Ok((stamp, m.codec().to_string(), m.data))
@@ -506,7 +510,10 @@ pub(super) fn kind_of(schema: &str) -> Option<Kind> {
     match schema {
         n if n == Image::SCHEMA_NAME => Some(Kind::Image),
         n if n == CompressedImage::SCHEMA_NAME => Some(Kind::CompressedImage),
-        n if n == CompressedVideo::SCHEMA_NAME || n == FfmpegPacket::SCHEMA_NAME => {
+        n if n == CompressedVideo::SCHEMA_NAME
+            || n == FfmpegPacket::SCHEMA_NAME
+            || n == H264Packet::SCHEMA_NAME =>
+        {
             Some(Kind::CompressedVideo)
         }
         n if n == CameraInfo::SCHEMA_NAME => Some(Kind::CameraInfo),

@@ -123,7 +123,7 @@ enum SummaryError {
 
 /// How far before the start of a read [`LogReader::messages`] reads a pose-only or `/tf`
 /// odometry topic, so that its first pose has a speed and its whole transform chain, and a
-/// video camera (`CompressedVideo`, `FFMPEGPacket`), so that its stream has its keyframe
+/// video camera (`CompressedVideo`, `FFMPEGPacket`, `h264_msgs/msg/Packet`), so that its stream has its keyframe
 /// when it is at most this far before the start.
 pub const EGO_PREROLL_NS: u64 = 2_000_000_000;
 
@@ -660,7 +660,8 @@ impl LogReader {
     /// each call, so a call's output does not depend on earlier calls: from the
     /// [`EGO_PREROLL_NS`] before `start_ns` (its previous pose, the transforms of its
     /// chain), as a replay from the log's start would have it. So does a wanted video camera
-    /// (`CompressedVideo`, `FFMPEGPacket`): decoded from the same time before `start_ns`,
+    /// (`CompressedVideo`, `FFMPEGPacket`, `h264_msgs/msg/Packet`): decoded from the same
+    /// time before `start_ns`,
     /// its pictures from `start_ns` on are whole when the stream has a keyframe in that
     /// window.
     pub fn messages(

@@ -557,7 +557,7 @@ impl LogReader {
             }) {
                 let schema = self.channels[id].schema.clone();
                 return Err(self.mismatch(format!(
-                    "camera {} reads images from {}, whose type is {schema}, not sensor_msgs/msg/Image or CompressedImage, foxglove_msgs/msg/CompressedVideo or ffmpeg_image_transport_msgs/msg/FFMPEGPacket",
+                    "camera {} reads images from {}, whose type is {schema}, not sensor_msgs/msg/Image or CompressedImage, foxglove_msgs/msg/CompressedVideo, ffmpeg_image_transport_msgs/msg/FFMPEGPacket or h264_msgs/msg/Packet",
                     cam.name, cam.image
                 )));
             }

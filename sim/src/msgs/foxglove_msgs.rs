@@ -1,7 +1,8 @@
 //! Compressed video, one picture per message: `foxglove_msgs/msg/CompressedVideo`, as
-//! Foxglove's ROS 2 schemas define it, and `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`,
-//! what ROS 2's `ffmpeg_image_transport` publishes — both as camera drivers that encode on
-//! the vehicle (H.264 or H.265 from a hardware encoder) record them.
+//! Foxglove's ROS 2 schemas define it, `ffmpeg_image_transport_msgs/msg/FFMPEGPacket`,
+//! what ROS 2's `ffmpeg_image_transport` publishes, and `h264_msgs/msg/Packet`, what
+//! `h264_image_transport` publishes (H.264 only) — as camera drivers that encode on the
+//! vehicle (H.264 or H.265 from a hardware encoder) record them.
 //!
 //! Promises: the fields in the ROS 2 definition's order; decoding never panics. What the
 //! bytes are (Annex-B H.264 or H.265 access units) is [`crate::video`]'s business. Cost: a decode
@@ -112,6 +113,44 @@ impl FfmpegPacket {
     }
 }
 
+/// `h264_msgs/msg/Packet` (`h264_image_transport`): one H.264 access unit of a camera
+/// stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct H264Packet {
+    /// Capture stamp and camera frame.
+    pub header: Header,
+    /// The packet's sequence number.
+    pub seq: i64,
+    /// The access unit (Annex B).
+    pub data: Vec<u8>,
+}
+
+ros_message!(
+    H264Packet,
+    "h264_msgs/msg/Packet",
+    "std_msgs/Header header\nint64 seq\nuint8[] data\n",
+    [HEADER_DEF, TIME_DEF]
+);
+
+impl H264Packet {
+    /// Appends the message to `w`.
+    pub fn encode(&self, w: &mut CdrWriter) {
+        self.header.encode(w);
+        // An int64 is the 8 bytes of the same two's complement value.
+        w.u64(self.seq as u64);
+        w.bytes(&self.data);
+    }
+
+    /// Reads the message.
+    pub fn decode(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        Ok(H264Packet {
+            header: Header::decode(r)?,
+            seq: r.u64()? as i64,
+            data: r.byte_seq("video packet")?.to_vec(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +170,17 @@ mod tests {
         };
         round_trip(&m);
         assert!(CompressedVideo::schema().starts_with("builtin_interfaces/Time timestamp\n"));
+    }
+
+    #[test]
+    fn h264_packets_roundtrip() {
+        let m = H264Packet {
+            header: Header::new(7, "camera_front"),
+            seq: -3,
+            data: vec![0, 0, 0, 1, 0x65, 0x88],
+        };
+        round_trip(&m);
+        assert!(H264Packet::schema().starts_with("std_msgs/Header header\nint64 seq\n"));
     }
 
     #[test]

@@ -89,7 +89,7 @@ mod sensor_msgs;
 mod std_msgs;
 mod tf2_msgs;
 
-pub use foxglove_msgs::{CompressedVideo, FfmpegPacket};
+pub use foxglove_msgs::{CompressedVideo, FfmpegPacket, H264Packet};
 pub use geometry_msgs::{
     Pose, PoseStamped, PoseWithCovariance, PoseWithCovarianceStamped, Quaternion, Transform,
     TransformStamped, Twist, TwistWithCovariance, Vector3,
