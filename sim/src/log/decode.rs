@@ -5,7 +5,9 @@
 //! (`None`); an image of the wrong size is kept as a [`Payload::Image`] with an
 //! [`ImageIssue`] so the rest of the frame stays usable. The odometry topic may be a pose
 //! topic or the `/tf` tree: decoding it is stateful (the previous pose, the tree so far:
-//! [`TfEgo`]), in log-time order, reset by each [`LogReader::messages`] call. Cost:
+//! [`TfEgo`]), in log-time order, reset by each [`LogReader::messages`] call. A camera
+//! topic's images are decoded by [`decode_image`] from a detached [`CameraTopic`], on the
+//! topic's thread (`camera_threads`); `decode` takes the result back in log order. Cost:
 //! allocates the decoded message. Never panics on bad data.
 
 use super::reader::{LogReader, RawMsg};
