@@ -21,11 +21,10 @@
 //!   CRA or BLA, which carries or follows its parameter sets): pictures before the first
 //!   one of a read are an issue each ("before the stream's first keyframe"); so are the
 //!   leading pictures of a CRA keyframe that a read starts at which reference pictures
-//!   before it (RASL), as the standard says. [`crate::log::LogReader::messages`] pre-reads a
-//!   `CompressedVideo`, `FFMPEGPacket` or `h264_msgs` camera from
-//!   [`crate::log::EGO_PREROLL_NS`] before a
-//!   later start, so a read from inside a group of pictures is whole when its keyframe lies
-//!   in that window.
+//!   before it (RASL), as the standard says. [`crate::log::LogReader::messages`] pre-reads
+//!   every video camera (a `CompressedImage` one told by its first message's format) from
+//!   [`crate::log::EGO_PREROLL_NS`] before a later start, so a read from inside a group of
+//!   pictures is whole when its keyframe lies in that window.
 //! - An access unit that fails to decode is an issue; the stream then waits for its next
 //!   keyframe (a damaged reference would spoil every picture until then). A decoder that
 //!   panics on hostile bytes is caught the same way: never a panic out of here.

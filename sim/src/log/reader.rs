@@ -24,7 +24,7 @@ use super::split::MoreFile;
 use super::sqlite;
 use super::unpack;
 use super::{LogError, LogIssue, LogIssueKind, LogMessage, RoadMapData, MAX_ISSUES, MCAP_MAGIC};
-use crate::msgs::CameraInfo;
+use crate::msgs::{CameraInfo, CompressedImage, RosMessage};
 use redline_pipeline::camera::CameraSpec;
 
 #[derive(Clone, Debug)]
@@ -123,8 +123,9 @@ enum SummaryError {
 
 /// How far before the start of a read [`LogReader::messages`] reads a pose-only or `/tf`
 /// odometry topic, so that its first pose has a speed and its whole transform chain, and a
-/// video camera (`CompressedVideo`, `FFMPEGPacket`, `h264_msgs/msg/Packet`), so that its stream has its keyframe
-/// when it is at most this far before the start.
+/// video camera (`CompressedVideo`, `FFMPEGPacket`, `h264_msgs/msg/Packet`, or a
+/// `CompressedImage` whose format names a codec), so that its stream has its keyframe when it
+/// is at most this far before the start.
 pub const EGO_PREROLL_NS: u64 = 2_000_000_000;
 
 /// Footer record (opcode, length, 20-byte body) and end magic.
@@ -660,10 +661,10 @@ impl LogReader {
     /// each call, so a call's output does not depend on earlier calls: from the
     /// [`EGO_PREROLL_NS`] before `start_ns` (its previous pose, the transforms of its
     /// chain), as a replay from the log's start would have it. So does a wanted video camera
-    /// (`CompressedVideo`, `FFMPEGPacket`, `h264_msgs/msg/Packet`): decoded from the same
-    /// time before `start_ns`,
-    /// its pictures from `start_ns` on are whole when the stream has a keyframe in that
-    /// window.
+    /// (`CompressedVideo`, `FFMPEGPacket`, `h264_msgs/msg/Packet`, or a `CompressedImage`
+    /// whose first message in that window names a codec): decoded from the same time before
+    /// `start_ns`, its pictures from `start_ns` on are whole when the stream has a keyframe in
+    /// that window.
     pub fn messages(
         &mut self,
         topics: &[&str],
@@ -690,30 +691,38 @@ impl LogReader {
     /// `wanted` video cameras, in the [`EGO_PREROLL_NS`] before `start_ns`: the first pose
     /// read from `start_ns` then has the previous one to difference against and its transform
     /// chain's ancestors (a `map` → `odom` published once a second); a video stream has its
-    /// last keyframe and the pictures after it.
+    /// last keyframe and the pictures after it. Cost: one more read of the first message in
+    /// the window of each wanted `CompressedImage` camera (to tell video from JPEG or PNG).
     fn preroll(&mut self, start_ns: u64, wanted: &BTreeSet<u16>) {
         let from = start_ns.saturating_sub(EGO_PREROLL_NS).max(self.range.0);
         if from >= start_ns {
             return;
         }
+        use super::decode::Kind;
         let odom = self.sensors.odometry_topic().to_string();
-        let ids: BTreeSet<u16> = self
-            .channels
-            .iter()
-            .filter(|(id, c)| {
-                let kind = super::decode::kind_of(&c.schema);
-                let ego = c.topic == odom
-                    && matches!(
-                        kind,
-                        Some(super::decode::Kind::Pose | super::decode::Kind::Tf)
-                    );
-                let video = kind == Some(super::decode::Kind::CompressedVideo)
-                    && wanted.contains(id)
-                    && self.image_cams.contains_key(id);
-                c.encoding == "cdr" && (ego || video)
-            })
-            .map(|(id, _)| *id)
-            .collect();
+        let camera = |id: &u16| wanted.contains(id) && self.image_cams.contains_key(id);
+        let mut ids = BTreeSet::new();
+        // `CompressedImage` cameras that may carry video: told by their first message in
+        // the window (a driver's H.264/H.265 stream names its codec in the format).
+        let mut maybe_video = Vec::new();
+        for (id, c) in self.channels.iter().filter(|(_, c)| c.encoding == "cdr") {
+            match super::decode::kind_of(&c.schema) {
+                Some(Kind::Pose | Kind::Tf) if c.topic == odom => ids.insert(*id),
+                Some(Kind::CompressedVideo) if camera(id) => ids.insert(*id),
+                Some(Kind::CompressedImage) if camera(id) => {
+                    maybe_video.push(*id);
+                    false
+                }
+                _ => false,
+            };
+        }
+        for id in maybe_video {
+            let first = RawIter::new(self, BTreeSet::from([id]), from, start_ns).next_raw();
+            let msg = first.and_then(|raw| CompressedImage::from_cdr(&raw.data).ok());
+            if msg.is_some_and(|m| crate::video::is_video(&m.format)) {
+                ids.insert(id);
+            }
+        }
         if ids.is_empty() {
             return;
         }
