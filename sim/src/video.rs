@@ -15,8 +15,8 @@
 //!   `COLOR_YUV2RGB_I420`), what `ffmpeg_image_transport`'s encoder input assumes. Same
 //!   log, same pictures, on any machine. `rusty_h265` reads debugging switches from the
 //!   environment that change its pictures (`RH265_NO_LF`, `RH265_NO_SAO`,
-//!   `RH265_ABLATE_*`): with one of them set, an H.265 picture is an issue that names it,
-//!   never a silently different picture.
+//!   `RH265_ABLATE_*`): with one of them set (looked up once per decoder), an H.265
+//!   picture is an issue that names it, never a silently different picture.
 //! - A stream is decoded from a keyframe (H.264: an IDR picture; H.265: an IRAP picture, IDR,
 //!   CRA or BLA, which carries or follows its parameter sets): pictures before the first
 //!   one of a read are an issue each ("before the stream's first keyframe"); so are the
@@ -50,7 +50,6 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use rusty_h264_decoder::au_is_idr;
 use rusty_h265::bits::BitReader;
 use rusty_h265::nal::{split_annex_b, unescape, NalHeader};
 
@@ -89,53 +88,63 @@ impl Codec {
         }
     }
 
-    /// Whether access unit `au` (Annex B) codes a keyframe, a picture that decodes without
-    /// any before it: an IDR picture (H.264), an IRAP picture (H.265: IDR, CRA, BLA).
-    pub fn is_keyframe(self, au: &[u8]) -> bool {
-        match self {
-            Codec::H264 => au_is_idr(au),
-            Codec::H265 => split_annex_b(au).iter().any(|nal| {
-                NalHeader::parse(nal).is_some_and(|h| {
-                    h.layer_id == 0 && h.nal_type.is_irap() && h.nal_type.id() <= 21
-                })
-            }),
-        }
-    }
-
-    /// Whether access unit `au` (Annex B) codes a picture (any slice), rather than only
-    /// parameter sets or supplemental data.
-    pub fn has_picture(self, au: &[u8]) -> bool {
-        split_annex_b(au).iter().any(|nal| match self {
-            Codec::H264 => nal.first().is_some_and(|b| (1..=5).contains(&(b & 0x1f))),
-            Codec::H265 => {
-                NalHeader::parse(nal).is_some_and(|h| h.layer_id == 0 && h.nal_type.id() < 22)
-            }
-        })
-    }
-
-    /// The last sequence parameter set in `au` that parses (`None`: none).
-    fn sequence(self, au: &[u8]) -> Option<Sequence> {
-        let mut sets = split_annex_b(au).into_iter().filter_map(|nal| match self {
-            Codec::H264 => (nal.first()? & 0x1f == 7).then(|| h264_sequence(nal))?,
-            Codec::H265 => {
-                let h = NalHeader::parse(nal)?;
-                if h.nal_type.id() != 33 || h.layer_id != 0 {
-                    return None;
+    /// What access unit `au` (Annex B) holds, read from its NAL unit headers (and its
+    /// sequence parameter sets) in one pass.
+    fn inspect(self, au: &[u8]) -> UnitInfo {
+        let mut info = UnitInfo::default();
+        for nal in split_annex_b(au) {
+            // (NAL unit type, whether a slice, whether a keyframe's slice.)
+            let (kind, slice, key) = match self {
+                Codec::H264 => {
+                    let Some(t) = nal.first().map(|b| b & 0x1f) else {
+                        continue;
+                    };
+                    (t, (1..=5).contains(&t), t == 5)
                 }
-                let sps = rusty_h265::ps::parse_sps(&unescape(&nal[2..]).data).ok()?;
-                let colour = match &sps.vui {
-                    Some(v) => YuvMatrix::for_video(v.matrix_coeffs, v.video_full_range_flag),
-                    None => YuvMatrix::OPENCV_BT601,
-                };
-                Some(Sequence {
-                    width: sps.width,
-                    height: sps.height,
-                    colour,
-                })
-            }
-        });
-        sets.next_back()
+                Codec::H265 => match NalHeader::parse(nal).filter(|h| h.layer_id == 0) {
+                    // Types 22 and 23 are reserved IRAP types the decoder skips.
+                    Some(h) => (h.nal_type.id(), h.nal_type.id() < 22, h.nal_type.is_irap()),
+                    None => continue,
+                },
+            };
+            info.picture |= slice;
+            info.keyframe |= slice && key;
+            let sps = match (self, kind) {
+                (Codec::H264, 7) => h264_sequence(nal),
+                (Codec::H265, 33) => h265_sequence(nal),
+                _ => None,
+            };
+            info.sequence = sps.or(info.sequence);
+        }
+        info
     }
+}
+
+/// What an access unit holds ([`Codec::inspect`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct UnitInfo {
+    /// It codes a picture (any slice), not only parameter sets or supplemental data.
+    picture: bool,
+    /// It codes a keyframe, a picture that decodes without any before it: an IDR picture
+    /// (H.264), an IRAP picture (H.265: IDR, CRA, BLA).
+    keyframe: bool,
+    /// Its last sequence parameter set that parses.
+    sequence: Option<Sequence>,
+}
+
+/// An H.265 sequence parameter set (`nal`, its 2-byte header first), read by the decoder's
+/// own parser; `None` when it does not parse.
+fn h265_sequence(nal: &[u8]) -> Option<Sequence> {
+    let sps = rusty_h265::ps::parse_sps(&unescape(nal.get(2..)?).data).ok()?;
+    let colour = match &sps.vui {
+        Some(v) => YuvMatrix::for_video(v.matrix_coeffs, v.video_full_range_flag),
+        None => YuvMatrix::OPENCV_BT601,
+    };
+    Some(Sequence {
+        width: sps.width,
+        height: sps.height,
+        colour,
+    })
 }
 
 /// What a sequence parameter set says that redline uses.
@@ -292,9 +301,9 @@ impl Decoding {
         }
     }
 
-    /// Decodes `au`, its picture converted by `colour`; an error is why it cannot be
-    /// decoded.
-    fn decode(&mut self, au: &[u8], colour: &YuvMatrix) -> Result<Unit, String> {
+    /// Decodes `au` (`picture`: whether it codes one), its picture converted by `colour`; an
+    /// error is why it cannot be decoded.
+    fn decode(&mut self, au: &[u8], picture: bool, colour: &YuvMatrix) -> Result<Unit, String> {
         match self {
             Decoding::H264(decoder) => {
                 let Some(frame) = decoder.decode(au).map_err(|e| e.to_string())? else {
@@ -303,7 +312,7 @@ impl Decoding {
                 let planes = [&frame.y[..], &frame.u, &frame.v];
                 Ok(rgb("H.264", frame.width, frame.height, planes, colour))
             }
-            Decoding::H265(h265) => h265.decode(au, colour),
+            Decoding::H265(h265) => h265.decode(au, picture, colour),
         }
     }
 }
@@ -328,6 +337,9 @@ struct H265 {
     decoder: rusty_h265::Decoder,
     /// The tag of the next access unit (its `pts` for the decoder).
     next_tag: i64,
+    /// One of [`H265::ALTERING_SWITCHES`] set in the environment when the decoder was
+    /// made: its pictures are then refused.
+    altered_by: Option<&'static str>,
 }
 
 impl H265 {
@@ -351,17 +363,19 @@ impl H265 {
     fn new() -> H265 {
         let mut decoder = rusty_h265::Decoder::new();
         decoder.ablate = Default::default();
+        let altered_by = (Self::ALTERING_SWITCHES.iter())
+            .find(|s| std::env::var_os(s).is_some())
+            .copied();
         H265 {
             decoder,
             next_tag: 0,
+            altered_by,
         }
     }
 
-    fn decode(&mut self, au: &[u8], colour: &YuvMatrix) -> Result<Unit, String> {
-        if let Some(switch) = Self::ALTERING_SWITCHES
-            .iter()
-            .find(|s| std::env::var_os(s).is_some())
-        {
+    /// Decodes `au` (`picture`: whether it codes one, [`UnitInfo::picture`]).
+    fn decode(&mut self, au: &[u8], picture: bool, colour: &YuvMatrix) -> Result<Unit, String> {
+        if let Some(switch) = self.altered_by {
             return Ok(Unit::Refused(format!(
                 "H.265 picture not decoded: {switch} is set in the environment, a debugging \
                  switch of the H.265 decoder that changes its pictures; unset it"
@@ -388,7 +402,7 @@ impl H265 {
                 .map(|e| (e.pic.clone(), e.output_flag));
         }
         match found {
-            None if Codec::H265.has_picture(au) => Ok(Unit::Refused(
+            None if picture => Ok(Unit::Refused(
                 "H.265 leading picture (RASL) of the keyframe this read starts at: it \
                  references pictures before that keyframe, so it cannot be decoded"
                     .to_string(),
@@ -401,8 +415,9 @@ impl H265 {
         }
     }
 
-    /// The picture's cropped 4:2:0 planes as RGB, or why not. Deeper pictures (Main 10: 10 bits) are rounded to 8 bits first, each sample
-    /// `min((v + 2^(d−9)) >> (d − 8), 255)` for a depth of `d` bits (round half up).
+    /// The picture's cropped 4:2:0 planes as RGB, or why not. Deeper pictures (Main 10: 10
+    /// bits) are rounded to 8 bits first, each sample `min((v + 2^(d−9)) >> (d − 8), 255)`
+    /// for a depth of `d` bits (round half up).
     fn cropped(pic: &rusty_h265::Picture, colour: &YuvMatrix) -> Unit {
         let depths = [pic.bit_depth_luma, pic.bit_depth_chroma];
         if pic.chroma_format_idc != 1 || depths.iter().any(|d| !(8..=16).contains(d)) {
@@ -477,9 +492,8 @@ impl std::fmt::Debug for VideoStream {
 }
 
 impl VideoStream {
-    /// A stream whose pictures may be up to `max_side` px a side (an H.265 sequence that
-    /// declares larger ones is refused before it is decoded; H.264's decoder caps its own
-    /// pictures at about 37 Mpx).
+    /// A stream whose pictures may be up to `max_side` px a side (a sequence that declares
+    /// larger ones is refused before it is decoded).
     pub fn with_max_side(max_side: u32) -> VideoStream {
         VideoStream {
             decoding: None,
@@ -510,7 +524,8 @@ impl VideoStream {
         // A sequence parameter set: its picture size is checked before the decoder
         // allocates pictures of it (rusty_h265 takes up to 16888 px a side, about 0.9 GB a
         // picture), and its colour signalling chooses the conversion to RGB.
-        if let Some(seq) = codec.sequence(au) {
+        let info = codec.inspect(au);
+        if let Some(seq) = info.sequence {
             if seq.width.max(seq.height) > self.max_side {
                 self.restart(codec);
                 return fail(format!(
@@ -523,8 +538,8 @@ impl VideoStream {
         }
         // Parameter sets alone always reach the decoder (a recorder may send them apart
         // from the keyframe); a picture before a keyframe would decode to garbage.
-        let picture = codec.has_picture(au);
-        if !self.started && picture && !codec.is_keyframe(au) {
+        let picture = info.picture;
+        if !self.started && picture && !info.keyframe {
             return fail(if self.failed {
                 format!(
                     "{name} picture after a damaged access unit: the stream waits for its \
@@ -541,7 +556,7 @@ impl VideoStream {
             return fail(format!("{name} stream has no decoder"));
         };
         let colour = self.colour;
-        let decoded = catch_unwind(AssertUnwindSafe(|| decoding.decode(au, &colour)));
+        let decoded = catch_unwind(AssertUnwindSafe(|| decoding.decode(au, picture, &colour)));
         let unit = match decoded {
             Ok(Ok(unit)) => unit,
             failed => {
@@ -657,7 +672,8 @@ mod tests {
     #[test]
     fn an_h264_high_profile_sequence_signalling_bt709_converts_by_bt709() {
         let seq = Codec::H264
-            .sequence(HIGH_BT709_H264)
+            .inspect(HIGH_BT709_H264)
+            .sequence
             .expect("its SPS parses");
         let bt709 = YuvMatrix::for_video(1, false);
         assert_eq!((seq.width, seq.height, seq.colour), (64, 48, bt709));
@@ -668,8 +684,11 @@ mod tests {
         assert!(img.data == i420_to_rgb8(64, 48, planes, &bt709).unwrap());
         assert!(img.data != i420_to_rgb8(64, 48, planes, &YuvMatrix::OPENCV_BT601).unwrap());
         // A cut SPS does not parse; no SPS, no sequence.
-        assert_eq!(Codec::H264.sequence(&HIGH_BT709_H264[..9]), None);
-        assert_eq!(Codec::H264.sequence(&[0, 0, 0, 1, 0x65, 0x88]), None);
+        assert_eq!(Codec::H264.inspect(&HIGH_BT709_H264[..9]).sequence, None);
+        assert_eq!(
+            Codec::H264.inspect(&[0, 0, 0, 1, 0x65, 0x88]).sequence,
+            None
+        );
     }
 
     /// libx265's three flat 64x48 pictures (Y 76, 116, 156; U 128; V 128, 148, 168, as
@@ -739,14 +758,14 @@ mod tests {
             ([0x40, 0x01], false, false),
         ] {
             let au = nal(&[header[0], header[1], 0x80]);
-            assert_eq!(Codec::H265.is_keyframe(&au), key, "{header:x?}");
-            assert_eq!(Codec::H265.has_picture(&au), picture, "{header:x?}");
+            assert_eq!(Codec::H265.inspect(&au).keyframe, key, "{header:x?}");
+            assert_eq!(Codec::H265.inspect(&au).picture, picture, "{header:x?}");
         }
         // H.264: an SPS and PPS are no picture, an IDR slice is a keyframe.
         let sps_pps = [nal(&[0x67, 0x42]), nal(&[0x68, 0xce])].concat();
-        assert!(!Codec::H264.has_picture(&sps_pps));
+        assert!(!Codec::H264.inspect(&sps_pps).picture);
         let idr = [sps_pps.clone(), nal(&[0x65, 0x88])].concat();
-        assert!(Codec::H264.has_picture(&idr) && Codec::H264.is_keyframe(&idr));
-        assert!(!Codec::H264.is_keyframe(&nal(&[0x41, 0x9a])));
+        assert!(Codec::H264.inspect(&idr).picture && Codec::H264.inspect(&idr).keyframe);
+        assert!(!Codec::H264.inspect(&nal(&[0x41, 0x9a])).keyframe);
     }
 }
