@@ -53,19 +53,30 @@ struct Decoder {
 }
 
 impl Decoder {
+    fn new(topic: CameraTopic) -> Decoder {
+        Decoder {
+            video: VideoStream::with_max_side(topic.max_image_side),
+            topic,
+        }
+    }
+
     fn decode(&mut self, job: &Job) -> ImageResult {
         decode_image(&self.topic, &mut self.video, job.key.0, &job.cdr)
     }
 }
 
-/// A camera topic's decoding: on its own thread, or (when none could be started) here.
+/// A camera topic's decoding: on its own thread, or (when none could be started) here, each
+/// result computed when its message is sent.
 enum Lane {
     Thread {
         jobs: Option<mpsc::Sender<Job>>,
         results: mpsc::Receiver<(Key, ImageResult)>,
         thread: Option<JoinHandle<()>>,
     },
-    Inline(Box<Decoder>),
+    Inline {
+        decoder: Box<Decoder>,
+        results: VecDeque<(Key, ImageResult)>,
+    },
 }
 
 impl Lane {
@@ -76,10 +87,7 @@ impl Lane {
         // Named by the camera, not the topic: a log's topic may hold a NUL byte, which a
         // thread name cannot (`Builder::spawn` would panic).
         let name = format!("redline cam {}", topic.cam);
-        let mut decoder = Decoder {
-            video: VideoStream::with_max_side(topic.max_image_side),
-            topic: topic.clone(),
-        };
+        let mut decoder = Decoder::new(topic.clone());
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
             for job in job_rx {
                 let result = decoder.decode(&job);
@@ -94,10 +102,11 @@ impl Lane {
                 results: res_rx,
                 thread: Some(thread),
             },
-            Err(_) => Lane::Inline(Box::new(Decoder {
-                video: VideoStream::with_max_side(topic.max_image_side),
-                topic,
-            })),
+            // (The closure, and the decoder in it, went with the refusal: a fresh one.)
+            Err(_) => Lane::Inline {
+                decoder: Box::new(Decoder::new(topic)),
+                results: VecDeque::new(),
+            },
         }
     }
 }
@@ -114,12 +123,10 @@ impl Drop for Lane {
     }
 }
 
-/// One topic: its lane and the keys of the messages sent ahead, oldest first (inline: their
-/// results, computed when sent).
+/// One topic: its lane and the keys of the messages sent ahead, oldest first.
 struct Stream {
     lane: Lane,
     ahead: VecDeque<Key>,
-    inline_results: VecDeque<(Key, ImageResult)>,
 }
 
 /// The camera topics of one read, by channel id.
@@ -167,7 +174,6 @@ impl CameraThreads {
         let stream = Stream {
             lane: Lane::start(topic),
             ahead: VecDeque::new(),
-            inline_results: VecDeque::new(),
         };
         self.streams.insert(channel, stream);
     }
@@ -189,10 +195,7 @@ impl CameraThreads {
                     let _ = jobs.send(job);
                 }
             }
-            Lane::Inline(decoder) => {
-                let result = decoder.decode(&job);
-                stream.inline_results.push_back((key, result));
-            }
+            Lane::Inline { decoder, results } => results.push_back((key, decoder.decode(&job))),
         }
     }
 
@@ -223,7 +226,7 @@ impl CameraThreads {
         while let Some(front) = stream.ahead.pop_front() {
             let result = match &mut stream.lane {
                 Lane::Thread { results, .. } => results.recv().ok(),
-                Lane::Inline(_) => stream.inline_results.pop_front(),
+                Lane::Inline { results, .. } => results.pop_front(),
             };
             match result {
                 Some((k, r)) if k == front => {
