@@ -32,6 +32,7 @@ macro_rules! kernel_tests {
             layers_wider_than_one_stage_chunk_are_exact,
             backbone_layers_equal_the_reference,
             full_channel_groups_in_a_slot_are_exact,
+            saturated_outputs_of_whole_channel_blocks_are_exact,
             input_channel_views_equal_the_dense_copy,
             grouped_calls_equal_the_groups_one_by_one,
             accumulators_equal_the_exact_sums
@@ -537,6 +538,54 @@ pub(crate) fn extreme_values_are_exact(path: KernelPath) {
         let input = vec![x; 4 * 4 * 2];
         let want = reference_forward_i64(&conv, &input, 4, 4).unwrap();
         assert_eq!(run(&conv, path, &input, 4, 4), want);
+    }
+}
+
+/// Outputs far outside `i8` (and `i16`) in layers of 64 and 128 output channels, the
+/// whole register blocks the VNNI kernel clamps on integers when every `acc · mult` stays
+/// below `2^31` and on floats when not: both sides of that bound (multipliers 10 and 1000
+/// against biases near `±10^8`), with and without ReLU and a zero point at either end.
+pub(crate) fn saturated_outputs_of_whole_channel_blocks_are_exact(path: KernelPath) {
+    let mut r = SplitMix64::new(64);
+    for (out_c, y_scale, relu, y_zp) in [
+        (64, 0.1, false, 3),
+        (64, 0.1, true, -128),
+        (128, 0.1, true, 120),
+        (64, 1e-3, false, -100),
+        (64, 1e-3, true, 127),
+        (128, 1.0, false, 0),
+    ] {
+        let shape = ConvShape {
+            in_c: 8,
+            out_c,
+            k: 3,
+            stride: 1,
+            pad: 1,
+        };
+        let weights: Vec<i8> = (0..out_c * 9 * 8).map(|_| r.next_i8()).collect();
+        let bias: Vec<i32> = (0..out_c)
+            .map(|_| r.range_i32(-100_000_000, 100_000_000))
+            .collect();
+        let conv = Conv2d::new(
+            shape,
+            weights,
+            vec![1.0; out_c],
+            bias,
+            QParams::new(1.0, r.next_i8()),
+            QParams::new(y_scale, y_zp),
+            relu,
+        )
+        .unwrap();
+        let input: Vec<i8> = (0..5 * 7 * 8).map(|_| r.next_i8()).collect();
+        let want = reference_forward_i64(&conv, &input, 5, 7).unwrap();
+        assert_eq!(
+            run(&conv, path, &input, 5, 7),
+            want,
+            "out_c {out_c}, y_scale {y_scale}, relu {relu}, y_zp {y_zp}"
+        );
+        // Clamped at both ends (or at the zero point with ReLU): the case tests saturation.
+        let lo = if relu { y_zp } else { -128 };
+        assert!(want.contains(&lo) && want.contains(&127) || lo == 127);
     }
 }
 

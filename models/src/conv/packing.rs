@@ -32,6 +32,10 @@ pub(super) struct Packed {
     /// zero past `out_c`: what a kernel adds back (times the zero-point correction) for
     /// the padded taps it skips instead of multiplying.
     pub(super) tap_sums: Vec<i32>,
+    /// With `taps4`: `Σ|w|` per output channel, padded to a multiple of 16 with zeros:
+    /// with the bias it bounds the accumulator (`|acc| <= |bias| + 255·Σ|w|`), which tells
+    /// the VNNI kernel when its integer clamp is exact (`super::vnni`).
+    pub(super) abs_wsum: Vec<i32>,
     /// AVX2: `[block8][ky][g2][8 oc][2 taps]` `i16`, zero-filled.
     pub(super) avx2: Vec<i16>,
     /// Every weight lies in `-64..=64`: the AVX2 path runs the exact `vpmaddubsw` kernel
@@ -98,6 +102,13 @@ impl Packed {
         }
         if pack4 {
             p.taps4 = interleave(weights, out_c, k, kc, 16, 4, |w| w);
+            p.abs_wsum = vec![0i32; blocks16 * 16];
+            for (oc, s) in p.abs_wsum.iter_mut().take(out_c).enumerate() {
+                *s = weights[oc * k * kc..(oc + 1) * k * kc]
+                    .iter()
+                    .map(|&w| i32::from(w).abs())
+                    .sum();
+            }
         }
         if pack8 {
             p.taps8 = interleave(weights, out_c, k, kc, 16, 8, |w| w);
@@ -149,6 +160,15 @@ mod tests {
                     0
                 };
                 assert_eq!(p.wsum[oc], want, "channel {oc}");
+                let abs: i32 = if oc < out_c {
+                    weights[oc * k * kc..(oc + 1) * k * kc]
+                        .iter()
+                        .map(|&w| i32::from(w).abs())
+                        .sum()
+                } else {
+                    0
+                };
+                assert_eq!(p.abs_wsum[oc], abs, "channel {oc}");
             }
             assert_eq!(p.tap_sums.len(), out_c.div_ceil(16) * k * k * 16);
             for oc in 0..out_c.div_ceil(16) * 16 {
