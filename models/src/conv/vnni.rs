@@ -23,15 +23,18 @@
 //!   integers after the conversion instead ([`VnniOut::requant_packed64`]): the same bytes
 //!   with 20 vector instructions per 64 outputs instead of 28. It shows where a pixel takes
 //!   few `vpdpbusd`: ResNet-18's 7×7 stem (168 per pixel) 2–4 % faster, the whole network
-//!   0.3–0.5 % (P50 over 150 runs, alternated with the float clamp, this noisy VM).
+//!   8.63 -> 8.57 ms (P50 medians of eight alternated runs of 200, one thread).
 //! - Register blocking: up to 4 blocks of 16 output channels × up to 12 pixels per tile;
 //!   the last block is masked to the layer's channels.
 //! - Weights of the next block group are prefetched into L2 (`prefetcht1`, one cache line
 //!   per tap group) while a group runs: a layer wider than 64 channels otherwise starts each
 //!   group by streaming its weights from memory (ResNet-18's 512-channel groups: 295 KB
-//!   each). Measured in a whole run (`redline model profile --in-sequence`), where the
-//!   previous layers have evicted the weights: ResNet-18 8.54 -> 8.31 ms (mean of six runs
-//!   each, one thread); timed alone, with the weights already cached, no change.
+//!   each). Measured where the previous layers have evicted the weights (`redline model
+//!   bench`, 200 runs, P50, eight runs alternated with the build before): ResNet-18 on one
+//!   thread 8.57 -> 8.42 ms (medians); timed alone (`redline model profile`, weights
+//!   cached), no change. Prefetching the next convolution's first group during a layer's
+//!   last one, and the first group again before a second staged block, measured no
+//!   further change (8.41): not kept.
 //! - Output: requantized bytes, or (`i32` output, [`super::Conv2d::forward_rows_acc`]) the
 //!   accumulators themselves, `bias + Σ (x − x_zp)·w`, stored before any requantization.
 //!
