@@ -443,8 +443,9 @@ struct VnniTile<'a> {
     /// the outputs are clamped on integers ([`VnniOut::requant_packed64`]).
     int_clamp: bool,
     out: &'a VnniOut,
-    /// The weights to pull into L2 while this tile runs, and how far that has got.
+    /// The weights to pull into L2 while this tile runs (the next block group's).
     next_w: &'a [i8],
+    /// How far into `next_w` the prefetches have got, shared by the group's tiles.
     pf: &'a std::cell::Cell<usize>,
 }
 
