@@ -132,9 +132,7 @@ impl VnniOut {
         let f = _mm512_min_ps(_mm512_max_ps(f, self.lo), self.hi);
         _mm512_add_epi32(_mm512_cvtps_epi32(f), self.zp)
     }
-}
 
-impl VnniOut {
     /// [`VnniOut::requant`] of four vectors of accumulators, stored as 64 bytes in order
     /// (as [`store_packed64`] stores them), with the clamp done on integers: 20 vector
     /// instructions instead of 28, for layers whose products `acc · mult` all stay below
@@ -166,9 +164,8 @@ impl VnniOut {
             _mm512_max_epi8(_mm512_packs_epi16(w01, w23), self.lo8),
             self.hi8,
         );
-        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
         // SAFETY: the caller's: 64 bytes at `out`.
-        unsafe { _mm512_storeu_si512(out.cast(), _mm512_permutexvar_epi32(order, bytes)) };
+        unsafe { store_lane_packed64(out, bytes) };
     }
 }
 
@@ -188,11 +185,25 @@ const INT_CLAMP_LIMIT: f32 = 2.0e9;
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(crate) unsafe fn store_packed64(out: *mut i8, r: [__m512i; 4]) {
-    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     let bytes = _mm512_packs_epi16(
         _mm512_packs_epi32(r[0], r[1]),
         _mm512_packs_epi32(r[2], r[3]),
     );
+    // SAFETY: the caller's: 64 bytes at `out`.
+    unsafe { store_lane_packed64(out, bytes) };
+}
+
+/// Stores 64 bytes packed from four vectors of 16 `i32` by `vpackssdw` and `vpacksswb`
+/// (4-byte groups interleaved within 128-bit lanes) in the vectors' order: one `vpermd` puts
+/// the groups back, one store.
+///
+/// # Safety
+///
+/// AVX-512 F; 64 bytes writable at `out`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_lane_packed64(out: *mut i8, bytes: __m512i) {
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     // SAFETY: the caller's: 64 bytes at `out`.
     unsafe { _mm512_storeu_si512(out.cast(), _mm512_permutexvar_epi32(order, bytes)) };
 }
@@ -285,6 +296,9 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
                 let mut init = [_mm512_setzero_si512(); 4];
                 let mut mv = [_mm512_setzero_ps(); 4];
                 let mut masks = [0u16; 4];
+                // Lanes whose `acc · mult` provably stays below `2^31` (the integer clamp's
+                // condition): `|acc| <= |bias| + 255·Σ|w|` (`|x − x_zp| <= 255`).
+                let mut fits = 0xFFFFu16;
                 for j in 0..ob {
                     let oc0 = (b + j) * 16;
                     let n = (g.out_c - oc0).min(16);
@@ -292,46 +306,27 @@ pub(super) unsafe fn vnni_rows<E: VnniOutElem>(
                     masks[j] = m;
                     debug_assert!(oc0 + n <= bias.len() && oc0 + 16 <= packed.wsum.len());
                     // SAFETY: the mask `m` enables lanes `0..n` only, and `oc0 + n <=
-                    // out_c == bias.len()`; `wsum` holds `blocks · 16` values and
-                    // `oc0 + 16 <= blocks · 16`.
-                    let (bv, ws) = unsafe {
+                    // out_c == bias.len()`; `wsum` and `abs_wsum` hold `blocks · 16` values
+                    // and `oc0 + 16 <= blocks · 16`.
+                    let (bv, ws, aw) = unsafe {
                         (
                             _mm512_maskz_loadu_epi32(m, bias.as_ptr().add(oc0)),
                             _mm512_loadu_si512(packed.wsum.as_ptr().add(oc0) as *const __m512i),
+                            _mm512_loadu_si512(packed.abs_wsum.as_ptr().add(oc0) as *const __m512i),
                         )
                     };
                     init[j] = _mm512_sub_epi32(bv, _mm512_mullo_epi32(ws, _mm512_set1_epi32(corr)));
                     // SAFETY: lanes `0..n` only, `oc0 + n <= out_c == mult.len()`.
                     mv[j] = unsafe { _mm512_maskz_loadu_ps(m, mult.as_ptr().add(oc0)) };
+                    let bound = _mm512_add_ps(
+                        _mm512_abs_ps(_mm512_cvtepi32_ps(bv)),
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(aw), _mm512_set1_ps(255.0)),
+                    );
+                    let prod = _mm512_mul_ps(bound, mv[j]);
+                    fits &= _mm512_cmp_ps_mask::<_CMP_LT_OQ>(prod, _mm512_set1_ps(INT_CLAMP_LIMIT));
                 }
                 let four_full = ob == 4 && masks.iter().all(|&m| m == 0xFFFF);
-                // The integer clamp is exact where no `acc · mult` of these blocks reaches
-                // `2^31`: `|acc| <= |bias| + 255·Σ|w|` (`|x − x_zp| <= 255`).
-                let int_clamp = four_full && {
-                    let mut fits = 0xFFFFu16;
-                    for j in 0..4 {
-                        let oc0 = (b + j) * 16;
-                        // SAFETY: `four_full`: blocks `b..b + 4` are whole, so `oc0 + 16 <=
-                        // out_c == bias.len()`, and `abs_wsum` holds `blocks · 16` values
-                        // (packed with `taps4`, asserted above).
-                        let (bv, aw) = unsafe {
-                            (
-                                _mm512_loadu_si512(bias.as_ptr().add(oc0) as *const __m512i),
-                                _mm512_loadu_si512(
-                                    packed.abs_wsum.as_ptr().add(oc0) as *const __m512i
-                                ),
-                            )
-                        };
-                        let bound = _mm512_add_ps(
-                            _mm512_abs_ps(_mm512_cvtepi32_ps(bv)),
-                            _mm512_mul_ps(_mm512_cvtepi32_ps(aw), _mm512_set1_ps(255.0)),
-                        );
-                        let prod = _mm512_mul_ps(bound, mv[j]);
-                        fits &=
-                            _mm512_cmp_ps_mask::<_CMP_LT_OQ>(prod, _mm512_set1_ps(INT_CLAMP_LIMIT));
-                    }
-                    fits == 0xFFFF
-                };
+                let int_clamp = four_full && fits == 0xFFFF;
                 let tap_sums = &packed.tap_sums[b * kk * 16..];
                 // The next block group's weights, pulled into L2 a cache line per tap group
                 // while this group runs (`VnniTile::prefetch_next`).
