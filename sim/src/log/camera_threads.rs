@@ -288,10 +288,7 @@ mod tests {
 
     /// What decoding on the caller's thread gives, message by message.
     fn inline(msgs: &[Vec<u8>]) -> Vec<ImageResult> {
-        let mut d = Decoder {
-            topic: topic(),
-            video: VideoStream::default(),
-        };
+        let mut d = Decoder::new(topic());
         let job = |k: usize, cdr: &Vec<u8>| Job {
             key: (k as u64, 0, k),
             cdr: cdr.clone(),

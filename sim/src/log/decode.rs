@@ -327,21 +327,19 @@ pub(super) fn decode_image(
         (stamp, image)
     } else if t.kind == Kind::CompressedVideo {
         let (stamp, format, data) = video_message(&t.schema, cdr).map_err(|e| undecodable(&e))?;
-        match video.picture(&format, &data) {
-            Ok(Some(img)) => (stamp, sized(img, want)),
+        match video_picture(video, &format, &data, want) {
+            Some(image) => (stamp, image),
             // Parameter sets alone: no picture, nothing missing.
-            Ok(None) => return Ok((stamp, Payload::Unused)),
-            Err(e) => (stamp, Err(e)),
+            None => return Ok((stamp, Payload::Unused)),
         }
     } else {
         let msg = CompressedImage::from_cdr(cdr).map_err(|e| undecodable(&e))?;
         let stamp = msg.header.stamp.to_ns().map_err(|e| undecodable(&e))?;
         if crate::video::is_video(&msg.format) {
             // A driver that publishes its H.264 or H.265 stream as CompressedImage.
-            match video.picture(&msg.format, &msg.data) {
-                Ok(Some(img)) => (stamp, sized(img, want)),
-                Ok(None) => return Ok((stamp, Payload::Unused)),
-                Err(e) => (stamp, Err(e)),
+            match video_picture(video, &msg.format, &msg.data, want) {
+                Some(image) => (stamp, image),
+                None => return Ok((stamp, Payload::Unused)),
             }
         } else if t.keep_jpeg && Compression::sniff(&msg.data) == Some(Compression::Jpeg) {
             // Passed on compressed: only the header is read here.
@@ -371,6 +369,21 @@ pub(super) fn decode_image(
         (image, _) => image,
     };
     Ok((stamp, Payload::Image { cam, image }))
+}
+
+/// The picture of one access unit of `video`'s stream, checked against the camera's size
+/// `want`; `None` when the unit holds no picture (parameter sets alone).
+fn video_picture(
+    video: &mut VideoStream,
+    format: &str,
+    data: &[u8],
+    want: (u32, u32),
+) -> Option<Result<RgbImage, ImageIssue>> {
+    match video.picture(format, data) {
+        Ok(None) => None,
+        Ok(Some(img)) => Some(sized(img, want)),
+        Err(e) => Some(Err(e)),
+    }
 }
 
 /// `img` resized by `pre` (exact area averaging; built for its size, see `plan_resize`) to

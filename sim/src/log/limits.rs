@@ -53,8 +53,8 @@ pub struct ReadLimits {
     /// Most cameras (`camera_info` topics) a log may declare; the feed's presence mask has 32
     /// bits. Default 32.
     pub max_cameras: usize,
-    /// Largest image width or height a `camera_info` may declare, or an H.265 camera
-    /// stream's sequence (refused before its pictures are decoded), px. Default 8192.
+    /// Largest image width or height a `camera_info` may declare, or a video camera's
+    /// sequence (H.264 or H.265; refused before its pictures are decoded), px. Default 8192.
     pub max_image_side: u32,
     /// Most frames a replay feed holds. Default 1,000,000 (9 hours at 30 Hz).
     pub max_frames: u64,
