@@ -2,22 +2,26 @@
 # GPU checks of the CUDA engine (issue 13), run on a GPU machine from binaries built on a
 # CPU machine, printing one table. Build and stage them first (on the CPU machine):
 #
-#   tools/gpu/stage.sh            # -> .gpu/: redline, cuda_engine (tests), ops/, hr/, real/
+#   tools/gpu/stage.sh [--with-cuda-13]  # -> .gpu/: redline, cuda_engine (tests), ops/
+#                                        #    (with the zoo's imports), hr/, real/; .gpu.tar.xz
 #
-# then on the GPU machine, from the repository root:
+# then on the GPU machine, from the repository root (after `tar xJf .gpu.tar.xz` if the
+# archive is what travelled):
 #
 #   tools/gpu/check.sh [.gpu]     # logs and JSON under $OUT (or .gpu/out)
 #   QUICK=1 tools/gpu/check.sh    # tests, the large models' benches and profiles only
 #
-# Steps (about 2.5 minutes on an H200): (1) the GPU tests — CUDA vs native bit for bit on the
-# shipped models, every operator model and the whole driving graph (pinned replay hash),
-# zero allocations per run; (2) `redline model bench` of each model: cuda against native
-# (agreement, speed), cuda (graph replay) against cuda-stream (plain launches), cuda-staged
+# Steps (about 3.3 minutes on an H200, 2026-11-30): (1) the GPU tests — CUDA vs native bit for
+# bit on the shipped models, every operator model (those the CUDA engine refuses are listed by
+# operator) and the whole driving graph (pinned replay hash), zero allocations per run; the
+# CUDA 13 build's tests too when staged; (2) `redline model bench` of each model: cuda
+# against native (agreement, speed; the zoo's imported networks too), cuda (graph replay)
+# against cuda-stream (plain launches), cuda-staged
 # (no host copies) against cuda with blocking and spinning waits, and `redline model
 # profile` of the large models;
 # (3) the PyTorch fp16 + CUDA-graph peer on the same networks; (4) the driving graph end to
-# end (real-time replay, 300 frames) on native and on cuda, and lockstep hashes of the
-# whole default drive on both.
+# end (real-time replay, 300 frames) on native and on cuda — the fast model on a six-camera
+# drive — and lockstep hashes of the whole default drive on both.
 set -u
 BIN=${1:-.gpu}
 OUT=${OUT:-$BIN/out}
@@ -47,9 +51,17 @@ step "1. GPU tests"
 # The extra model folders the stage has (hr/ only when REDLINE_EXTRA_MODELS was set): the test
 # fails on a named folder that is missing, so name only the ones present.
 EXTRA=$(for d in "$BIN/hr" "$BIN/real"; do [ -d "$d" ] && printf '%s:' "$d"; done)
-REDLINE_CUDA_OP_MODELS=$BIN/ops REDLINE_CUDA_EXTRA_MODELS=${EXTRA%:} \
-  timeout 300 "$BIN/cuda_engine" --test-threads=1 --nocapture 2>&1 | tee "$OUT/tests.log" \
-  | grep -E "^test |GPU:|differing|bit-exact|hash|SKIPPED|panicked|result" | head -60
+# cuda_engine: the `cuda` build (CUDA 12.2 bindings); cuda_engine_cuda13, when staged
+# (stage.sh --with-cuda-13): the same tests with cudarc's CUDA 13 bindings.
+# The second build skips the operator models (the same kernels; only the bindings differ).
+for t in cuda_engine cuda_engine_cuda13; do
+  [ -x "$BIN/$t" ] || continue
+  echo "-- $t"
+  skip=; [ "$t" = cuda_engine_cuda13 ] && skip="--skip operator_models"
+  REDLINE_CUDA_OP_MODELS=$BIN/ops REDLINE_CUDA_EXTRA_MODELS=${EXTRA%:} \
+    timeout 300 "$BIN/$t" --test-threads=1 --nocapture $skip 2>&1 | tee "$OUT/tests_$t.log" \
+    | grep -E "^test |GPU:|differing|bit-exact|not on the CUDA|hash|SKIPPED|panicked|result" | head -60
+done
 
 step "2. model bench"
 : > "$OUT/bench.jsonl"
@@ -59,6 +71,13 @@ SMALL="models/trained/fast/backbone.onnx models/trained/backbone.onnx models/tra
 for m in $SMALL; do
   timeout 120 "$R" model bench "$m" --engine cuda --against native --iters 200 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/native $m failed: $(tail -2 $OUT/bench.err)"
   timeout 120 "$R" model bench "$m" --engine cuda --against cuda-stream --iters 2000 --warmup 100 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/stream $m failed: $(tail -2 $OUT/bench.err)"
+done
+
+# Imported models (stage.sh copies the zoo's uint8 QDQ imports as ops/zoo_*.onnx): GPU
+# against the CPU on a real network. A model the CUDA engine refuses fails here by name.
+for m in $BIN/ops/zoo_*.onnx; do
+  [ -f "$m" ] || continue
+  timeout 120 "$R" model bench "$m" --engine cuda --against native --iters 100 --warmup 10 --json >> "$OUT/bench.jsonl" 2>>"$OUT/bench.err" || echo "bench cuda/native $m failed: $(tail -2 $OUT/bench.err)"
 done
 
 for m in $BIN/real/*.onnx; do
@@ -98,9 +117,14 @@ for e in native cuda; do
   mk $e models/trained > "$OUT/$e.toml"
   mk $e models/trained/fast > "$OUT/${e}_fast.toml"
 done
+# The fast model takes the six-camera rig (models/trained/fast/config.toml): its replays read
+# a six-camera drive; the shipped models replay the built-in (seven-camera) scenario.
+timeout 60 "$R" sim generate -o "$OUT/drive6.mcap" --seconds 10 --tele-hfov off > /dev/null 2>&1 \
+  || echo "sim generate of the six-camera drive failed"
 for c in native cuda cuda_spin native_fast cuda_fast; do
   cfg=${c%_spin}; sync=block; [ "$c" != "$cfg" ] && sync=spin
-  REDLINE_CUDA_SYNC=$sync timeout 60 "$R" replay --config "$OUT/$cfg.toml" --frames 300 --no-rt > "$OUT/replay_$c.txt" 2>&1 || echo "replay $c failed: $(tail -3 $OUT/replay_$c.txt)"
+  log=; case $c in *_fast) log=$OUT/drive6.mcap ;; esac
+  REDLINE_CUDA_SYNC=$sync timeout 60 "$R" replay $log --config "$OUT/$cfg.toml" --frames 300 --no-rt > "$OUT/replay_$c.txt" 2>&1 || echo "replay $c failed: $(tail -3 $OUT/replay_$c.txt)"
   grep -E "^(backbone|detection_head|segmentation_head|end to end)|deadline misses|output hash" "$OUT/replay_$c.txt" | sed "s/^/$c: /"
 done
 for c in native cuda; do
