@@ -545,6 +545,68 @@ extern "C" __global__ void pool(const PoolP p) {
     ((i8*)p.y)[i] = (i8)requant(__fmul_rn((float)acc, scale), p.y_zp, p.lo, p.hi);
 }
 
+// Threads per block of `global_avg_pool` (launch.rs `GAP_BLOCK`).
+#define GAP_BLOCK 256
+
+// Adds the V signed bytes of `v` to `acc[0..V]`.
+__device__ __forceinline__ void add_bytes(int* acc, i8 v) { acc[0] += v; }
+__device__ __forceinline__ void add_bytes(int* acc, unsigned v) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) acc[k] += (int)(signed char)(v >> (8 * k));
+}
+__device__ __forceinline__ void add_bytes(int* acc, uint4 v) {
+    add_bytes(acc, v.x);
+    add_bytes(acc + 4, v.y);
+    add_bytes(acc + 8, v.z);
+    add_bytes(acc + 12, v.w);
+}
+
+// A global average pool (a whole-image window from the top-left corner, the integer
+// formula: PoolP with avg set and float_sum 0): block (g, b) sums channels g*V .. g*V+V-1
+// of image b, each thread a strided share of the pixels, V bytes per load (T: i8, unsigned
+// or uint4; the launch plan picks V so that c and the input's offset are multiples of it),
+// then the block adds the threads' sums in shared memory. Integer sums are exact, so the
+// bytes do not depend on how the pixels are shared out; the requantization is `pool`'s
+// (x_scale / (y_scale * count), count = every pixel). 32-bit indices: the launch plan
+// checks that the image fits an i32.
+template <int V, typename T>
+__device__ __forceinline__ void global_avg(const PoolP& p) {
+    __shared__ int part[V][GAP_BLOCK];
+    int hw = p.win.in_h * p.win.in_w;
+    int g = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
+    const i8* x = (const i8*)p.x + (size_t)b * hw * p.c + (size_t)g * V;
+    int acc[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) acc[k] = 0;
+    for (int px = t; px < hw; px += GAP_BLOCK) add_bytes(acc, *(const T*)(x + (size_t)px * p.c));
+#pragma unroll
+    for (int k = 0; k < V; k++) part[k][t] = acc[k];
+    __syncthreads();
+    for (int half = GAP_BLOCK / 2; half > 0; half >>= 1) {
+        if (t < half) {
+#pragma unroll
+            for (int k = 0; k < V; k++) part[k][t] += part[k][t + half];
+        }
+        __syncthreads();
+    }
+    if (t < V) {
+        int sum = part[t][0] - hw * p.x_zp;
+        float scale = __fdiv_rn(p.x_scale, __fmul_rn(p.y_scale, (float)hw));
+        ((i8*)p.y)[(size_t)b * p.c + (size_t)g * V + t] =
+            (i8)requant(__fmul_rn((float)sum, scale), p.y_zp, p.lo, p.hi);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GAP_BLOCK) global_avg_pool(const PoolP p) {
+    if (p.vec == 16) {
+        global_avg<16, uint4>(p);
+    } else if (p.vec == 4) {
+        global_avg<4, unsigned>(p);
+    } else {
+        global_avg<1, i8>(p);
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Elementwise binary operators with broadcast strides (physical order, outermost first).
 
@@ -592,6 +654,18 @@ extern "C" __global__ void binary(const BinP p) {
         float va = __fmul_rn((float)(a - p.za), p.sa);
         float vb = __fmul_rn((float)(b - p.zb), p.sb);
         r = requant(__fdiv_rn(__fmul_rn(va, vb), p.sy), p.zy, p.lo, p.hi);
+    } else if (p.mul == 3) {
+        // Div, as the CPU's `div_one`: 0 / 0 (NaN) gives `lo`, as ONNX Runtime's
+        // QuantizeLinear clamps with max(v, lo) first.
+        float va = __fmul_rn((float)(a - p.za), p.sa);
+        float vb = __fmul_rn((float)(b - p.zb), p.sb);
+        float v = __fdiv_rn(__fdiv_rn(va, vb), p.sy);
+        r = isnan(v) ? p.lo : requant(v, p.zy, p.lo, p.hi);
+    } else if (p.mul == 4) {
+        // Sub, as the CPU's `sub_one`.
+        float va = __fmul_rn((float)(a - p.za), p.sa);
+        float vb = __fmul_rn((float)(b - p.zb), p.sb);
+        r = requant(__fdiv_rn(__fsub_rn(va, vb), p.sy), p.zy, p.lo, p.hi);
     } else {
         // The stored integers (`off`: 128 for uint8 tensors) and two fused multiply-adds,
         // as the CPU's `add_one`.
@@ -710,6 +784,63 @@ extern "C" __global__ void phases(const PhaseP p) {
         long long img = ((long long)b * p.dh + a) * p.dw + x % p.dw;
         ((i8*)p.y)[i] = ((const i8*)p.x)[((img * ph + py) * pw + x / p.dw) * p.c + ch];
     }
+}
+
+// ONNX Pad of a tensor in its own memory layout (kernels.rs `pad`): output element i
+// (row-major over `shape`) is the input element at sum_d map_d[coord_d] * in_strides[d]
+// (bytes), or the fill where any dimension's map gives -1 (constant padding; reflect, edge
+// and wrap are maps onto input coordinates). `maps`: every dimension's map, concatenated;
+// dimension d's starts at maps[map_at[d]]. One thread per element of `elem` (1 to 4) bytes;
+// `fill` holds the fill element's bytes, little-endian. 32-bit indices (the plan checks).
+struct PadAnyP {
+    u64 x, y, maps;
+    int n, rank, elem, fill;
+    int shape[MAX_RANK], in_strides[MAX_RANK], map_at[MAX_RANK];
+};
+
+extern "C" __global__ void pad_any(const PadAnyP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    const int* maps = (const int*)p.maps;
+    int rem = i, off = 0;
+    bool inside = true;
+    for (int d = p.rank - 1; d >= 0; d--) {
+        int c = rem % p.shape[d];
+        rem /= p.shape[d];
+        int m = maps[p.map_at[d] + c];
+        if (m < 0) {
+            inside = false;
+        } else {
+            off += m * p.in_strides[d];
+        }
+    }
+    i8* y = (i8*)p.y + (size_t)i * p.elem;
+    for (int k = 0; k < p.elem; k++) {
+        y[k] = inside ? ((const i8*)p.x)[off + k] : (i8)(p.fill >> (8 * k));
+    }
+}
+
+// One phase image of a ConvTranspose put in place (kernels.rs `DeconvMerge`, one launch per
+// phase): pixel (qy, qx) of phase (ry, rx) is output pixel (qy*sh + ry - pt, qx*sw + rx - pl)
+// when that lies inside the output. Every output pixel comes from exactly one phase.
+struct DeconvP {
+    u64 x, y;
+    int batch, c, sh, sw, ry, rx, pt, pl, ph, pw, out_h, out_w;
+};
+
+extern "C" __global__ void deconv_phase(const DeconvP p) {
+    int n = p.batch * p.ph * p.pw * p.c;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int ch = i % p.c;
+    int t = i / p.c;
+    int qx = t % p.pw;
+    t /= p.pw;
+    int qy = t % p.ph;
+    int b = t / p.ph;
+    int oy = qy * p.sh + p.ry - p.pt, ox = qx * p.sw + p.rx - p.pl;
+    if (oy < 0 || oy >= p.out_h || ox < 0 || ox >= p.out_w) return;
+    ((i8*)p.y)[((b * p.out_h + oy) * p.out_w + ox) * p.c + ch] = ((const i8*)p.x)[i];
 }
 
 // Resize of NHWC images through per-row / per-column taps {i0, i1, w1}.

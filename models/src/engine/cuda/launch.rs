@@ -164,6 +164,10 @@ pub(super) fn max_pool_vector(channels: usize, src_offset: usize, dst_offset: us
         .unwrap_or(1)
 }
 
+/// Threads per block of the global average pool (kernels.cu `GAP_BLOCK`): one block per
+/// image and group of channels shares out the image's pixels.
+pub const GAP_BLOCK: u32 = 256;
+
 /// Output bytes per thread of the transpose kernel (kernels.cu `TRANS_RUN`).
 pub const TRANS_RUN: usize = 16;
 
@@ -578,6 +582,17 @@ impl LaunchPlan {
                 } => {
                     let n = batch * win.out_h * win.out_w * ch;
                     i32_of(n, si, "avgpool")?;
+                    // A global pool on the integer formula: a block per image and group of
+                    // channels (`global_avg_pool`), not one thread walking a whole image
+                    // per output (EfficientNet-B0's 112x112 squeeze-and-excitation pools took
+                    // 2.6 ms that way on an H200).
+                    let global = win.covers_image() && ap.float.is_none();
+                    let vec = if global {
+                        i32_of(win.in_h * win.in_w * ch, si, "global avgpool")?;
+                        max_pool_vector(*ch, program.buffers[*src].offset, 0)
+                    } else {
+                        1
+                    };
                     let p = PoolP {
                         x: buf(*src),
                         y: buf(*dst),
@@ -592,17 +607,35 @@ impl LaunchPlan {
                         count_include_pad: i32::from(ap.count_include_pad),
                         x_scale: ap.x_scale,
                         y_scale: ap.y_scale,
-                        vec: 1,
+                        vec: vec as i32,
                         float_sum: i32::from(ap.float.is_some()),
                         offset: ap.float.map_or(0, |f| f.offset),
                         stored_zp: ap.float.map_or(0.0, |f| f.stored_zp),
                     };
-                    push(
-                        Kernel::Pool,
-                        grid_for(n, si, "avgpool")?,
-                        BLOCK,
-                        Params::Pool(p),
-                    );
+                    if global {
+                        let groups = (*ch / vec) as u32;
+                        let images = u32::try_from(*batch)
+                            .ok()
+                            .filter(|&b| b <= 65_535)
+                            .ok_or_else(|| EngineError::Unsupported {
+                                node: format!("step {si}"),
+                                op: "GlobalAveragePool".to_string(),
+                                reason: "more than 65,535 images in one pool".to_string(),
+                            })?;
+                        push(
+                            Kernel::GlobalAvgPool,
+                            (groups, images, 1),
+                            GAP_BLOCK,
+                            Params::Pool(p),
+                        );
+                    } else {
+                        push(
+                            Kernel::Pool,
+                            grid_for(n, si, "avgpool")?,
+                            BLOCK,
+                            Params::Pool(p),
+                        );
+                    }
                 }
                 Step::Lut { table, n, src, dst } => {
                     let p = LutP {
@@ -628,16 +661,8 @@ impl LaunchPlan {
                         BinaryKind::Add(p) => (0, p.ra, p.rb, p.fixed, p.off),
                         BinaryKind::Mul(m) => (2, m.ratio, 0.0, m.zy_stored, m.off as f32),
                         BinaryKind::MulDequantized => (1, 0.0, 0.0, 0.0, 0.0),
-                        BinaryKind::Div | BinaryKind::Sub => {
-                            return Err(EngineError::Unsupported {
-                                node: format!("step {si}"),
-                                op: "Div/Sub".to_string(),
-                                reason: "a float Div or Sub between quantized tensors is not on \
-                                         the CUDA engine yet; run the model on the native \
-                                         engine or with --engine onnxruntime"
-                                    .to_string(),
-                            })
-                        }
+                        BinaryKind::Div => (3, 0.0, 0.0, 0.0, 0.0),
+                        BinaryKind::Sub => (4, 0.0, 0.0, 0.0, 0.0),
                     };
                     // Only the shape's extent matters for a dimension of size 1: its index is
                     // always 0, whatever its stride.
@@ -687,11 +712,12 @@ impl LaunchPlan {
                 | Step::FloatNorm { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),
-                        op: "float convolution output".to_string(),
-                        reason: "a convolution whose float output goes on unquantized \
-                                 (TensorRT-style Q/DQ placement) is not on the CUDA engine \
-                                 yet; run the model on the native engine or with --engine \
-                                 onnxruntime"
+                        op: "float step".to_string(),
+                        reason: "steps computed in float (a convolution's float output going \
+                                 on unquantized, as TensorRT-style Q/DQ placement leaves it; \
+                                 LayerNorm, Softmax, float reductions) are not on the CUDA \
+                                 engine yet; run the model on the native engine or with \
+                                 --engine onnxruntime"
                             .to_string(),
                     })
                 }
@@ -714,23 +740,84 @@ impl LaunchPlan {
                             .into(),
                     });
                 }
-                Step::Pad { .. } => {
-                    return Err(EngineError::Unsupported {
-                        node: format!("step {si}"),
-                        op: "Pad".to_string(),
-                        reason: "Pad (other than by zeros) is not on the CUDA engine yet; run \
-                                 the model on the native engine or with --engine onnxruntime"
-                            .to_string(),
-                    })
+                Step::Pad { geom, src, dst } => {
+                    let rank = geom.out_shape.len();
+                    if rank == 0 || geom.elem > 4 {
+                        return Err(EngineError::Unsupported {
+                            node: format!("step {si}"),
+                            op: "Pad".to_string(),
+                            reason: format!(
+                                "a Pad of rank {rank} with {}-byte elements is not on the CUDA \
+                                 engine; run the model on the native engine",
+                                geom.elem
+                            ),
+                        });
+                    }
+                    let n: usize = geom.out_shape.iter().product();
+                    i32_of(n * geom.elem, si, "pad")?;
+                    i32_of(program.buffers[*src].bytes, si, "pad")?;
+                    let mut maps = Vec::new();
+                    let mut map_at = Vec::with_capacity(rank);
+                    for m in &geom.maps {
+                        map_at.push(maps.len());
+                        maps.extend_from_slice(m);
+                    }
+                    let mut fill = [0u8; 4];
+                    for (f, &b) in fill.iter_mut().zip(&geom.fill) {
+                        *f = b as u8;
+                    }
+                    let p = PadAnyP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        maps: c.push_i32(&maps),
+                        n: i32_of(n, si, "pad")?,
+                        rank: rank as i32,
+                        elem: geom.elem as i32,
+                        fill: i32::from_le_bytes(fill),
+                        shape: rank_arrays(&geom.out_shape, si, "pad")?,
+                        in_strides: rank_arrays(&geom.in_strides, si, "pad")?,
+                        map_at: rank_arrays(&map_at, si, "pad")?,
+                    };
+                    push(
+                        Kernel::PadAny,
+                        grid_for(n, si, "pad")?,
+                        BLOCK,
+                        Params::PadAny(p),
+                    );
                 }
-                Step::DeconvMerge { .. } => {
-                    return Err(EngineError::Unsupported {
-                        node: format!("step {si}"),
-                        op: "ConvTranspose".to_string(),
-                        reason: "transposed convolutions are not on the CUDA engine yet; run \
-                                 the model on the native engine or with --engine onnxruntime"
-                            .to_string(),
-                    })
+                Step::DeconvMerge {
+                    geom: m,
+                    phases,
+                    dst,
+                } => {
+                    // One launch per phase image, each writing the output pixels it owns.
+                    i32_of(m.batch * m.out_h * m.out_w * m.c, si, "deconv merge")?;
+                    for (k, &src) in phases.iter().enumerate() {
+                        let n = m.batch * m.ph * m.pw * m.c;
+                        let f = |v: usize| i32_of(v, si, "deconv merge");
+                        let p = DeconvP {
+                            x: buf(src),
+                            y: buf(*dst),
+                            batch: f(m.batch)?,
+                            c: f(m.c)?,
+                            sh: f(m.sh)?,
+                            sw: f(m.sw)?,
+                            ry: f(k / m.sw)?,
+                            rx: f(k % m.sw)?,
+                            pt: f(m.pt)?,
+                            pl: f(m.pl)?,
+                            ph: f(m.ph)?,
+                            pw: f(m.pw)?,
+                            out_h: f(m.out_h)?,
+                            out_w: f(m.out_w)?,
+                        };
+                        push(
+                            Kernel::DeconvPhase,
+                            grid_for(n, si, "deconv merge")?,
+                            BLOCK,
+                            Params::Deconv(p),
+                        );
+                    }
                 }
                 Step::Transpose {
                     out_shape,

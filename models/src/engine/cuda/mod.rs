@@ -5,7 +5,7 @@
 //! # Contract
 //!
 //! - **Same model, same numbers.** The model is lowered by the native importer (same
-//!   operator set, same constant folding and requantization parameters) and every step runs
+//!   constant folding and requantization parameters) and every step runs
 //!   a kernel of `kernels.cu` that mirrors its CPU kernel operation for operation (exact
 //!   integer sums; each float step one IEEE operation in the CPU's order; NVRTC with
 //!   `--fmad=false`, IEEE division, no flush-to-zero). Tests compare outputs byte for byte
@@ -47,6 +47,10 @@
 //!
 //! # Not here yet
 //!
+//! Steps computed in float (a convolution's float output going on unquantized, as
+//! TensorRT-style Q/DQ placement leaves it; LayerNorm, Softmax, float reductions) and MatMul
+//! of two computed tensors (attention): the plan refuses them with
+//! [`EngineError::Unsupported`] naming the step, so such a model loads on `native` only.
 //! One engine is one stream: the driving graph's detection ∥ segmentation heads run as two
 //! engines on two streams only because they run on two lanes; a device-resident hand-off
 //! between models (features stay on the GPU) and GPU preprocessing are not built.

@@ -191,6 +191,42 @@ pub struct PhaseP {
     pub fill: i32,
 }
 
+/// kernels.cu `PadAnyP`: ONNX `Pad` through per-dimension coordinate maps.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PadAnyP {
+    pub x: u64,
+    pub y: u64,
+    pub maps: u64,
+    pub n: i32,
+    pub rank: i32,
+    pub elem: i32,
+    pub fill: i32,
+    pub shape: [i32; MAX_RANK],
+    pub in_strides: [i32; MAX_RANK],
+    pub map_at: [i32; MAX_RANK],
+}
+
+/// kernels.cu `DeconvP`: one phase image of a `ConvTranspose` put in place.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeconvP {
+    pub x: u64,
+    pub y: u64,
+    pub batch: i32,
+    pub c: i32,
+    pub sh: i32,
+    pub sw: i32,
+    pub ry: i32,
+    pub rx: i32,
+    pub pt: i32,
+    pub pl: i32,
+    pub ph: i32,
+    pub pw: i32,
+    pub out_h: i32,
+    pub out_w: i32,
+}
+
 /// kernels.cu `ResizeP`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -231,11 +267,14 @@ pub enum Kernel {
     Phases,
     Resize,
     PadChannels,
+    GlobalAvgPool,
+    DeconvPhase,
+    PadAny,
 }
 
 impl Kernel {
     /// Every kernel (the functions loaded from the module).
-    pub const ALL: [Kernel; 13] = [
+    pub const ALL: [Kernel; 16] = [
         Kernel::ConvMma,
         Kernel::ConvDp4a,
         Kernel::ConvGeneric,
@@ -249,6 +288,9 @@ impl Kernel {
         Kernel::Phases,
         Kernel::Resize,
         Kernel::PadChannels,
+        Kernel::GlobalAvgPool,
+        Kernel::DeconvPhase,
+        Kernel::PadAny,
     ];
 
     /// The `extern "C"` name in kernels.cu.
@@ -267,6 +309,9 @@ impl Kernel {
             Kernel::Phases => "phases",
             Kernel::Resize => "resize",
             Kernel::PadChannels => "pad_channels",
+            Kernel::GlobalAvgPool => "global_avg_pool",
+            Kernel::DeconvPhase => "deconv_phase",
+            Kernel::PadAny => "pad_any",
         }
     }
 }
@@ -285,6 +330,8 @@ pub enum Params {
     Phase(PhaseP),
     Resize(ResizeP),
     Pad(PadP),
+    Deconv(DeconvP),
+    PadAny(PadAnyP),
 }
 
 impl Params {
@@ -302,6 +349,8 @@ impl Params {
             Params::Phase(p) => bytemuck_ptrs(p, 2),
             Params::Resize(p) => bytemuck_ptrs(p, 4),
             Params::Pad(p) => bytemuck_ptrs(p, 2),
+            Params::Deconv(p) => bytemuck_ptrs(p, 2),
+            Params::PadAny(p) => bytemuck_ptrs(p, 3),
         }
     }
 
@@ -319,6 +368,8 @@ impl Params {
             Params::Phase(p) => (p as *const PhaseP).cast(),
             Params::Resize(p) => (p as *const ResizeP).cast(),
             Params::Pad(p) => (p as *const PadP).cast(),
+            Params::Deconv(p) => (p as *const DeconvP).cast(),
+            Params::PadAny(p) => (p as *const PadAnyP).cast(),
         }
     }
 }

@@ -29,9 +29,15 @@ fn parameter_structs_match_the_cuda_layout() {
     assert_eq!(size_of::<PhaseP>(), 16 + 32);
     // 10 ints, the two scales, the clamp: no padding (88 is 8-aligned).
     assert_eq!(size_of::<ResizeP>(), 32 + 40 + 8 + 8);
+    assert_eq!(size_of::<DeconvP>(), 16 + 12 * 4);
+    assert_eq!(size_of::<PadAnyP>(), 24 + 16 + 3 * 32);
     assert!(
         super::KERNELS_CU.contains(&format!("#define TRANS_RUN {TRANS_RUN}\n")),
         "launch.rs TRANS_RUN must equal kernels.cu's"
+    );
+    assert!(
+        super::KERNELS_CU.contains(&format!("#define GAP_BLOCK {GAP_BLOCK}\n")),
+        "launch.rs GAP_BLOCK must equal kernels.cu's"
     );
     // The device keeps its function handles indexed by `Kernel as usize`.
     for (i, k) in Kernel::ALL.iter().enumerate() {
@@ -75,6 +81,8 @@ fn written(l: &Launch) -> (u64, usize) {
         }
         Params::Resize(p) => (p.y, (p.batch * p.out_h * p.out_w * p.c) as usize),
         Params::Pad(p) => (p.y, p.pixels as usize * p.c_out as usize),
+        Params::Deconv(p) => (p.y, (p.batch * p.out_h * p.out_w * p.c) as usize),
+        Params::PadAny(p) => (p.y, (p.n * p.elem) as usize),
     }
 }
 
@@ -327,4 +335,90 @@ fn spare_threads_of_the_last_block_keep_32_bit_indices() {
     let max_threads = (i32::MAX as usize + 1) / BLOCK as usize * BLOCK as usize;
     assert!(grid_for(max_threads, 0, "binary").is_ok());
     assert!(grid_for(max_threads + 1, 0, "binary").is_err());
+}
+
+/// The launches of the global average pool, `ConvTranspose`, quantized `Div`/`Sub` and `Pad`
+/// on operator models of `tools/onnx/op_models.py` (python3 with onnx and onnxruntime, which
+/// `.ci/run` installs): each model plans, every write lands on its step's buffer, and the
+/// step's kernel is there (a `ConvTranspose` as one launch per phase image). Their outputs
+/// are checked byte for byte against the native engine on a GPU (`tests/tests/cuda_engine.rs`).
+#[test]
+fn pools_transposed_convolutions_div_sub_and_pads_plan_into_their_regions() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        "gap",
+        "gap_shared",
+        "avgpool_whole_image",
+        "deconv_k2s2",
+        "deconv_k4s2p1",
+        "deconv_rect_k3x2_s2x1",
+        "div_two_tensors",
+        "sub_two_tensors",
+        "pad_constant",
+        "pad_reflect",
+        "pad_edge",
+        "pad_constant_channels_crop",
+    ];
+    let made = std::process::Command::new("python3")
+        .arg(repo.join("tools/onnx/op_models.py"))
+        .arg(dir.path())
+        .args(["--random", "0", "--only"])
+        .args(cases)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        eprintln!(
+            "SKIPPED: python3 with onnx and onnxruntime could not write the operator models: \
+             the CUDA launch plans of pools, transposed convolutions, Div/Sub and Pad were NOT \
+             checked (pip install onnx onnxruntime)"
+        );
+        return;
+    }
+    for case in cases {
+        let path = dir.path().join(format!("{case}_qdq_u8.onnx"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let plan = check_plan(&bytes, case);
+        let count = |k: Kernel| plan.launches.iter().filter(|l| l.kernel == k).count();
+        if case.starts_with("gap") || case == "avgpool_whole_image" {
+            let gap = plan
+                .launches
+                .iter()
+                .find(|l| l.kernel == Kernel::GlobalAvgPool)
+                .unwrap_or_else(|| panic!("{case}: no global pool launch"));
+            let Params::Pool(p) = gap.params else {
+                panic!("{case}: pool parameters expected")
+            };
+            // A block per image and group of `vec` channels.
+            assert_eq!(
+                gap.grid,
+                ((p.c / p.vec) as u32, p.batch as u32, 1),
+                "{case}"
+            );
+            assert_eq!(gap.block, GAP_BLOCK, "{case}");
+        } else if case.starts_with("deconv") {
+            let phases = plan
+                .launches
+                .iter()
+                .filter_map(|l| match l.params {
+                    Params::Deconv(p) => Some((p.sh * p.sw) as usize),
+                    _ => None,
+                })
+                .collect::<Vec<_>>();
+            assert!(!phases.is_empty(), "{case}: no phase launches");
+            assert_eq!(phases.len(), phases[0], "{case}: one launch per phase");
+        } else if case.starts_with("pad") {
+            assert_eq!(count(Kernel::PadAny), 1, "{case}");
+        } else {
+            let want = if case.starts_with("div") { 3 } else { 4 };
+            assert!(
+                plan.launches
+                    .iter()
+                    .any(|l| matches!(l.params, Params::Bin(b) if b.mul == want)),
+                "{case}: no Div/Sub launch"
+            );
+        }
+    }
 }
