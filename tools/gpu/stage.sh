@@ -44,8 +44,13 @@ if [ -n "$CUDA13" ]; then
 fi
 rm -rf .gpu/ops && python3 tools/onnx/op_models.py .gpu/ops > /dev/null
 find .gpu/ops -type f ! -name '*.onnx' -delete
-for m in target/tmp/onnx-import-zoo/*_qdq_u8.onnx; do
-  [ -f "$m" ] && cp "$m" ".gpu/ops/zoo_$(basename "$m")"
+# REDLINE_STAGE_ZOO: which zoo imports to take, as file name globs without .onnx (default:
+# each network's uint8 QDQ export; e.g. '*_trt_u8 *_modelopt_u8' for the TensorRT-style
+# placements; mind the transfer limit: ResNet-18 is 12 MB).
+for g in ${REDLINE_STAGE_ZOO:-*_qdq_u8}; do
+  for m in target/tmp/onnx-import-zoo/$g.onnx; do
+    [ -f "$m" ] && cp "$m" ".gpu/ops/zoo_$(basename "$m")"
+  done
 done
 mkdir -p .gpu/real
 [ -f .gpu/real/resnet18_6x900x1600.onnx ] || python3 tools/gpu/realistic_model.py .gpu/real/resnet18_6x900x1600.onnx

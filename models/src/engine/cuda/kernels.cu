@@ -38,11 +38,25 @@ __device__ __forceinline__ int clampi(int v, int lo, int hi) {
 // Convolution: acc = bias + sum (x - x_zp) w over in-image taps (exact, i32), then
 // requant(acc * M[oc]) and the step's clamp.
 
+// out_f32 0: requantized i8 outputs (mult: the requantization multipliers). out_f32 1: a
+// float-output convolution (TensorRT-style Q/DQ placement, kernels.rs `acc_to_f32`): f32
+// outputs acc * mult[oc] + fbias[oc], two IEEE roundings (mult: x_scale * w_scale[oc]).
 struct ConvP {
-    u64 x, y, w, bias, mult, wsum;
+    u64 x, y, w, bias, mult, wsum, fbias;
     Win win;
-    int in_c, out_c, groups, batch, x_zp, y_zp, lo, hi, clo, chi;
+    int in_c, out_c, groups, batch, x_zp, y_zp, lo, hi, clo, chi, out_f32;
 };
+
+// Output `at` (= pixel * out_c + oc) of a convolution from its exact sum `a` (bias and the
+// zero-point correction included), as the step's output kind asks.
+__device__ __forceinline__ void conv_store(const ConvP& p, size_t at, int oc, unsigned a) {
+    float v = __fmul_rn((float)(int)a, ((const float*)p.mult)[oc]);
+    if (p.out_f32) {
+        ((float*)p.y)[at] = __fadd_rn(v, ((const float*)p.fbias)[oc]);
+    } else {
+        ((i8*)p.y)[at] = (i8)clampi(requant(v, p.y_zp, p.lo, p.hi), p.clo, p.chi);
+    }
+}
 
 #define OCT 8
 
@@ -90,15 +104,12 @@ extern "C" __global__ void conv_dp4a(const ConvP p) {
         }
     }
     const int* bias = (const int*)p.bias;
-    const float* mult = (const float*)p.mult;
     const int* wsum = (const int*)p.wsum;
-    i8* y = (i8*)p.y + (size_t)pix * p.out_c;
     for (int j = 0; j < nj; j++) {
         int oc = oc0 + j;
         // Unsigned arithmetic: wrapping partial sums, exact final value (the layer's bound).
         unsigned a = (unsigned)bias[oc] + (unsigned)acc[j] - (unsigned)(p.x_zp * wsum[oc]);
-        float v = __fmul_rn((float)(int)a, mult[oc]);
-        y[oc] = (i8)clampi(requant(v, p.y_zp, p.lo, p.hi), p.clo, p.chi);
+        conv_store(p, (size_t)pix * p.out_c + oc, oc, a);
     }
 }
 
@@ -297,7 +308,6 @@ extern "C" __global__ void __launch_bounds__(128) conv_mma(const ConvP p) {
         buf ^= 1;
     }
     const int* bias = (const int*)p.bias;
-    const float* mult = (const float*)p.mult;
     const int* wsum = (const int*)p.wsum;
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -309,8 +319,7 @@ extern "C" __global__ void __launch_bounds__(128) conv_mma(const ConvP p) {
                 int oc = n0 + wc + j * 8 + t4 * 2 + (e & 1);
                 if (row < M && oc < p.out_c) {
                     unsigned a = (unsigned)bias[oc] + (unsigned)acc[i][j][e] - (unsigned)(p.x_zp * wsum[oc]);
-                    float v = __fmul_rn((float)(int)a, mult[oc]);
-                    ((i8*)p.y)[(size_t)row * p.out_c + oc] = (i8)clampi(requant(v, p.y_zp, p.lo, p.hi), p.clo, p.chi);
+                    conv_store(p, (size_t)row * p.out_c + oc, oc, a);
                 }
             }
 #else
@@ -348,8 +357,7 @@ extern "C" __global__ void conv_generic(const ConvP p) {
         }
     }
     unsigned a = (unsigned)((const int*)p.bias)[oc] + (unsigned)acc;
-    float v = __fmul_rn((float)(int)a, ((const float*)p.mult)[oc]);
-    ((i8*)p.y)[i] = (i8)clampi(requant(v, p.y_zp, p.lo, p.hi), p.clo, p.chi);
+    conv_store(p, (size_t)i, oc, a);
 }
 
 // Channels padded to `c_out` with `fill` (the convolution's x_zp), so a stem convolution
@@ -674,6 +682,153 @@ extern "C" __global__ void binary(const BinP p) {
         r = requant(v, -(int)p.off, p.lo, p.hi);
     }
     ((i8*)p.y)[i] = (i8)r;
+}
+
+// ------------------------------------------------------------------------------------------
+// Float steps (a float route between a float-output convolution and the next
+// QuantizeLinear): one IEEE operation per element, as kernels::float. NaN payloads may differ
+// from the CPU's (the GPU's NaN is canonical); a NaN quantizes to the same byte either way.
+
+// `y[i] = op(a[i], b[j])`, operands swapped when `swap` (op 0 add, 1 sub, 2 mul, 3 div), j
+// by `mode`: 0 two tensors of one shape (j = i); 1 a constant repeating every `period`
+// elements (j = i % period); 2 a tensor broadcast along `times` (kernels.rs
+// FloatBinaryBroadcast: period = times * inner, j = (i / period) * inner + i % inner).
+struct FBinP {
+    u64 a, b, y;
+    int n, op, swap, mode, period, inner;
+};
+
+extern "C" __global__ void float_binary(const FBinP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    float u = ((const float*)p.a)[i];
+    int j = p.mode == 0 ? i : (p.mode == 1 ? i % p.period : (i / p.period) * p.inner + i % p.inner);
+    float v = ((const float*)p.b)[j];
+    if (p.swap) {
+        float t = u;
+        u = v;
+        v = t;
+    }
+    float r;
+    if (p.op == 0) {
+        r = __fadd_rn(u, v);
+    } else if (p.op == 1) {
+        r = __fsub_rn(u, v);
+    } else if (p.op == 2) {
+        r = __fmul_rn(u, v);
+    } else {
+        r = __fdiv_rn(u, v);
+    }
+    ((float*)p.y)[i] = r;
+}
+
+// kernels.rs `exp_poly`: e^x from basic operations, step for step (round_magic's 1.5 * 2^23,
+// the split ln 2, a degree-6 Horner polynomial, 2^n through the exponent bits). Constants as
+// bit patterns: log2 e 0x3fb8aa3b, ln 2 high 0x3f317200 and low 0x35bfbe8e, the CPU's f32s.
+__device__ __forceinline__ float exp_poly(float x) {
+    bool nan = isnan(x);
+    // f32::clamp: comparisons, so NaN stays NaN (and is answered below).
+    if (x < -87.0f) x = -87.0f;
+    if (x > 88.0f) x = 88.0f;
+    const float magic = 12582912.0f;
+    float t = __fadd_rn(__fmul_rn(x, __int_as_float(0x3fb8aa3b)), magic);
+    float n = __fsub_rn(t, magic);
+    int n_int = __float_as_int(t) - __float_as_int(magic);
+    float r = __fsub_rn(__fsub_rn(x, __fmul_rn(n, __int_as_float(0x3f317200))), __fmul_rn(n, __int_as_float(0x35bfbe8e)));
+    float q = __fdiv_rn(1.0f, 720.0f);
+    q = __fadd_rn(__fmul_rn(q, r), __fdiv_rn(1.0f, 120.0f));
+    q = __fadd_rn(__fmul_rn(q, r), __fdiv_rn(1.0f, 24.0f));
+    q = __fadd_rn(__fmul_rn(q, r), __fdiv_rn(1.0f, 6.0f));
+    q = __fadd_rn(__fmul_rn(q, r), 0.5f);
+    q = __fadd_rn(__fmul_rn(q, r), 1.0f);
+    q = __fadd_rn(__fmul_rn(q, r), 1.0f);
+    float scale = __int_as_float((n_int + 127) << 23);
+    return nan ? __int_as_float(0x7fc00000) : __fmul_rn(q, scale);
+}
+
+// f32::clamp(v, lo, hi): comparisons (NaN stays NaN; -0.0 is not below 0.0).
+__device__ __forceinline__ float clamp_cmp(float v, float lo, float hi) {
+    if (v < lo) v = lo;
+    if (v > hi) v = hi;
+    return v;
+}
+
+// A float function of one tensor (kernels.rs `float::unary`; op codes: launch.rs
+// `unary_code`): 0 clamp(a, b) as max then min (fmaxf/fminf: a NaN operand gives the other),
+// 1 sigmoid, 2 hard sigmoid (alpha a, beta b), 3 hard swish, 4 leaky relu (alpha a), 5 neg,
+// 6 exp, 7 sqrt, 8 reciprocal, 9 abs, 10 square.
+struct FUnP {
+    u64 x, y;
+    int n, op;
+    float a, b;
+};
+
+extern "C" __global__ void float_unary(const FUnP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    float v = ((const float*)p.x)[i];
+    float r;
+    switch (p.op) {
+    case 0: r = fminf(fmaxf(v, p.a), p.b); break;
+    case 1: r = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_poly(-v))); break;
+    case 2: r = clamp_cmp(__fadd_rn(__fmul_rn(p.a, v), p.b), 0.0f, 1.0f); break;
+    case 3:
+        r = __fmul_rn(v, clamp_cmp(__fadd_rn(__fmul_rn(__fdiv_rn(1.0f, 6.0f), v), 0.5f), 0.0f, 1.0f));
+        break;
+    case 4: r = v >= 0.0f ? v : __fmul_rn(p.a, v); break;
+    case 5: r = -v; break;
+    case 6: r = exp_poly(v); break;
+    case 7: r = __fsqrt_rn(v); break;
+    case 8: r = __fdiv_rn(1.0f, v); break;
+    case 9: r = fabsf(v); break;
+    default: r = __fmul_rn(v, v); break;
+    }
+    ((float*)p.y)[i] = r;
+}
+
+// Per-image, per-channel means of an f32 NHWC tensor (kernels.rs
+// `float::global_avg_pool`): one thread per output sums its channel over the pixels in pixel
+// order, then divides once by hw, so the sum's rounding is the CPU's.
+struct FGapP {
+    u64 x, y;
+    int n, c, hw;
+};
+
+extern "C" __global__ void float_global_avg_pool(const FGapP p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    int img = i / p.c, ch = i % p.c;
+    const float* x = (const float*)p.x + (size_t)img * p.hw * p.c + ch;
+    float s = 0.0f;
+    for (int q = 0; q < p.hw; q++) s = __fadd_rn(s, x[(size_t)q * p.c]);
+    ((float*)p.y)[i] = __fdiv_rn(s, (float)p.hw);
+}
+
+// Max pooling of an f32 NHWC tensor (kernels.rs `max_pool_f32`): taps inside the image only,
+// from -inf; fmaxf, like f32::max, returns the other operand of a NaN.
+extern "C" __global__ void float_max_pool(const PoolP p) {
+    const Win wn = p.win;
+    int n = p.batch * wn.out_h * wn.out_w * p.c;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int ch = i % p.c;
+    int pix = i / p.c;
+    int ox = pix % wn.out_w;
+    int t = pix / wn.out_w;
+    int oy = t % wn.out_h;
+    int b = t / wn.out_h;
+    const float* x = (const float*)p.x + (size_t)b * wn.in_h * wn.in_w * p.c + ch;
+    float m = __int_as_float(0xff800000); // -inf
+    for (int ky = 0; ky < wn.kh; ky++) {
+        int iy = oy * wn.sh + ky * wn.dh - wn.pt;
+        if (iy < 0 || iy >= wn.in_h) continue;
+        for (int kx = 0; kx < wn.kw; kx++) {
+            int ix = ox * wn.sw + kx * wn.dw - wn.pl;
+            if (ix < 0 || ix >= wn.in_w) continue;
+            m = fmaxf(m, x[((size_t)iy * wn.in_w + ix) * p.c]);
+        }
+    }
+    ((float*)p.y)[i] = m;
 }
 
 // ------------------------------------------------------------------------------------------

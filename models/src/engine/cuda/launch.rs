@@ -28,7 +28,9 @@
 pub use super::params::*;
 use crate::engine::{EngineError, TensorSpec};
 use crate::onnx::kernels::{dense_strides, BinaryKind, Interp, Window};
-use crate::onnx::program::{ConvImpl, Operand, OutKind, PhaseDir, Step};
+use crate::onnx::program::{
+    ConvImpl, FloatBinaryOp, FloatPool, FloatUnaryOp, Operand, OutKind, PhaseDir, Step,
+};
 use crate::onnx::Lowered;
 
 /// Threads per block of every element-wise kernel.
@@ -237,6 +239,41 @@ impl Consts {
     }
 }
 
+/// kernels.cu `float_unary`'s operator code and its two parameters, for the functions it
+/// has (None: the step is refused).
+fn unary_code(op: FloatUnaryOp) -> Option<(i32, f32, f32)> {
+    Some(match op {
+        FloatUnaryOp::Clamp { lo, hi } => (0, lo, hi),
+        FloatUnaryOp::Sigmoid => (1, 0.0, 0.0),
+        FloatUnaryOp::HardSigmoid { alpha, beta } => (2, alpha, beta),
+        FloatUnaryOp::HardSwish => (3, 0.0, 0.0),
+        FloatUnaryOp::LeakyRelu { alpha } => (4, alpha, 0.0),
+        FloatUnaryOp::Neg => (5, 0.0, 0.0),
+        FloatUnaryOp::Exp => (6, 0.0, 0.0),
+        FloatUnaryOp::Sqrt => (7, 0.0, 0.0),
+        FloatUnaryOp::Reciprocal => (8, 0.0, 0.0),
+        FloatUnaryOp::Abs => (9, 0.0, 0.0),
+        FloatUnaryOp::Square => (10, 0.0, 0.0),
+        FloatUnaryOp::Tanh
+        | FloatUnaryOp::Softplus
+        | FloatUnaryOp::Mish
+        | FloatUnaryOp::Erf
+        | FloatUnaryOp::Log
+        | FloatUnaryOp::Sin
+        | FloatUnaryOp::Cos => return None,
+    })
+}
+
+/// kernels.cu `float_binary`'s operator code.
+fn float_op(op: FloatBinaryOp) -> i32 {
+    match op {
+        FloatBinaryOp::Add => 0,
+        FloatBinaryOp::Sub => 1,
+        FloatBinaryOp::Mul => 2,
+        FloatBinaryOp::Div => 3,
+    }
+}
+
 fn rank_arrays(v: &[usize], step: usize, what: &str) -> Result<[i32; MAX_RANK], EngineError> {
     if v.len() > MAX_RANK {
         return Err(EngineError::Unsupported {
@@ -361,26 +398,50 @@ impl LaunchPlan {
                         Params::Quant(p),
                     );
                 }
-                Step::Conv {
-                    imp,
-                    batch,
-                    in_h,
-                    in_w,
-                    src,
-                    dst,
-                    clamp,
-                    residual,
-                    ..
-                } => {
-                    // The CUDA engine compiles the unfused program (`onnx::lower_graph`);
-                    // a fused residual add here would be a bug in the caller.
-                    if residual.is_some() {
-                        return Err(EngineError::Invalid {
-                            reason: "the CUDA engine runs unfused programs: a convolution \
-                                     with a fused residual add reached it"
-                                .into(),
-                        });
-                    }
+                Step::Conv { .. } | Step::ConvFloat { .. } => {
+                    // Both output kinds share the kernels: a float-output convolution
+                    // (TensorRT-style Q/DQ placement) stores `acc · scale + bias` as f32.
+                    let (imp, batch, in_h, in_w, src, dst, clamp, float_out) = match step {
+                        Step::Conv {
+                            imp,
+                            batch,
+                            in_h,
+                            in_w,
+                            src,
+                            dst,
+                            clamp,
+                            residual,
+                            ..
+                        } => {
+                            // The CUDA engine compiles the unfused program
+                            // (`onnx::lower_graph`); a fused residual add here would be a
+                            // bug in the caller.
+                            if residual.is_some() {
+                                return Err(EngineError::Invalid {
+                                    reason: "the CUDA engine runs unfused programs: a \
+                                             convolution with a fused residual add reached it"
+                                        .into(),
+                                });
+                            }
+                            (imp, batch, in_h, in_w, src, dst, *clamp, None)
+                        }
+                        Step::ConvFloat {
+                            imp,
+                            batch,
+                            in_h,
+                            in_w,
+                            scales,
+                            bias,
+                            src,
+                            dst,
+                            ..
+                        } => (imp, batch, in_h, in_w, src, dst, None, Some((scales, bias))),
+                        _ => {
+                            return Err(EngineError::Invalid {
+                                reason: format!("step {si}: not a convolution"),
+                            })
+                        }
+                    };
                     let (clo, chi) =
                         clamp.map_or((-128, 127), |(l, h)| (i32::from(l), i32::from(h)));
                     let mut p = match imp {
@@ -438,6 +499,13 @@ impl LaunchPlan {
                     p.batch = i32_of(*batch, si, "conv")?;
                     p.clo = clo;
                     p.chi = chi;
+                    if let Some((scales, bias)) = float_out {
+                        // The integer bias is zero on this route; the scales replace the
+                        // requantization multipliers.
+                        p.mult = c.push_f32(scales);
+                        p.fbias = c.push_f32(bias);
+                        p.out_f32 = 1;
+                    }
                     let pixels = batch * p.win.out_h as usize * p.win.out_w as usize;
                     let out_c = p.out_c as usize;
                     let k4 = (p.win.kh * p.win.kw) as usize * (p.in_c as usize).div_ceil(4) * 4;
@@ -698,26 +766,181 @@ impl LaunchPlan {
                         Params::Bin(p),
                     );
                 }
-                Step::ConvFloat { .. }
-                | Step::Dequantize { .. }
-                | Step::FloatBinary { .. }
-                | Step::FloatBinaryBroadcast { .. }
-                | Step::FloatRepeat { .. }
+                Step::Dequantize {
+                    src,
+                    dst,
+                    n,
+                    scale,
+                    zp,
+                } => {
+                    // `(x − zp) · scale`: the output copy's dequantizing mode.
+                    let p = CopyP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        n: i32_of(*n, si, "dequantize")?,
+                        mode: 2,
+                        zp: *zp,
+                        scale: *scale,
+                    };
+                    push(
+                        Kernel::CopyIo,
+                        grid_for(*n, si, "dequantize")?,
+                        BLOCK,
+                        Params::Copy(p),
+                    );
+                }
+                Step::FloatBinary { op, a, b, n, dst } => {
+                    let p = FBinP {
+                        a: buf(*a),
+                        b: buf(*b),
+                        y: buf(*dst),
+                        n: i32_of(*n, si, "float binary")?,
+                        op: float_op(*op),
+                        ..FBinP::default()
+                    };
+                    push(
+                        Kernel::FloatBinary,
+                        grid_for(*n, si, "float binary")?,
+                        BLOCK,
+                        Params::FBin(p),
+                    );
+                }
+                Step::FloatBinaryConst {
+                    op,
+                    x,
+                    konst,
+                    x_is_a,
+                    n,
+                    dst,
+                } => {
+                    let k: &[f32] = if konst.is_empty() { &[0.0] } else { konst };
+                    let p = FBinP {
+                        a: buf(*x),
+                        b: c.push_f32(k),
+                        y: buf(*dst),
+                        n: i32_of(*n, si, "float binary")?,
+                        op: float_op(*op),
+                        swap: i32::from(!*x_is_a),
+                        mode: 1,
+                        period: i32_of(k.len(), si, "float binary")?,
+                        inner: 0,
+                    };
+                    push(
+                        Kernel::FloatBinary,
+                        grid_for(*n, si, "float binary")?,
+                        BLOCK,
+                        Params::FBin(p),
+                    );
+                }
+                Step::FloatPool {
+                    kind: FloatPool::Max,
+                    win,
+                    c: ch,
+                    batch,
+                    src,
+                    dst,
+                } => {
+                    let n = batch * win.out_h * win.out_w * ch;
+                    i32_of(n, si, "float maxpool")?;
+                    let p = PoolP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        win: win_of(win, si)?,
+                        c: i32_of(*ch, si, "float maxpool")?,
+                        batch: i32_of(*batch, si, "float maxpool")?,
+                        ..PoolP::default()
+                    };
+                    push(
+                        Kernel::FloatMaxPool,
+                        grid_for(n, si, "float maxpool")?,
+                        BLOCK,
+                        Params::Pool(p),
+                    );
+                }
+                Step::FloatBinaryBroadcast {
+                    op,
+                    full,
+                    part,
+                    full_is_a,
+                    outer,
+                    times,
+                    inner,
+                    dst,
+                } => {
+                    let (times, inner) = ((*times).max(1), (*inner).max(1));
+                    let n = outer * times * inner;
+                    let p = FBinP {
+                        a: buf(*full),
+                        b: buf(*part),
+                        y: buf(*dst),
+                        n: i32_of(n, si, "float binary broadcast")?,
+                        op: float_op(*op),
+                        swap: i32::from(!*full_is_a),
+                        mode: 2,
+                        period: i32_of(times * inner, si, "float binary broadcast")?,
+                        inner: i32_of(inner, si, "float binary broadcast")?,
+                    };
+                    push(
+                        Kernel::FloatBinary,
+                        grid_for(n, si, "float binary broadcast")?,
+                        BLOCK,
+                        Params::FBin(p),
+                    );
+                }
+                Step::FloatUnary { op, src, dst, n } if unary_code(*op).is_some() => {
+                    let (code, a, b) = unary_code(*op).unwrap_or_default();
+                    let p = FUnP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        n: i32_of(*n, si, "float unary")?,
+                        op: code,
+                        a,
+                        b,
+                    };
+                    push(
+                        Kernel::FloatUnary,
+                        grid_for(*n, si, "float unary")?,
+                        BLOCK,
+                        Params::FUn(p),
+                    );
+                }
+                Step::FloatGlobalAvgPool {
+                    c: ch,
+                    hw,
+                    batch,
+                    src,
+                    dst,
+                } => {
+                    let n = batch * ch;
+                    i32_of(batch * ch * hw, si, "float global avgpool")?;
+                    let p = FGapP {
+                        x: buf(*src),
+                        y: buf(*dst),
+                        n: i32_of(n, si, "float global avgpool")?,
+                        c: i32_of((*ch).max(1), si, "float global avgpool")?,
+                        hw: i32_of(*hw, si, "float global avgpool")?,
+                    };
+                    push(
+                        Kernel::FloatGlobalAvgPool,
+                        grid_for(n, si, "float global avgpool")?,
+                        BLOCK,
+                        Params::FGap(p),
+                    );
+                }
+                Step::FloatRepeat { .. }
                 | Step::FloatReduce { .. }
-                | Step::FloatBinaryConst { .. }
                 | Step::FloatPool { .. }
-                | Step::FloatGlobalAvgPool { .. }
                 | Step::FloatResize { .. }
                 | Step::FloatUnary { .. }
                 | Step::FloatNorm { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),
                         op: "float step".to_string(),
-                        reason: "steps computed in float (a convolution's float output going \
-                                 on unquantized, as TensorRT-style Q/DQ placement leaves it; \
-                                 LayerNorm, Softmax, float reductions) are not on the CUDA \
-                                 engine yet; run the model on the native engine or with \
-                                 --engine onnxruntime"
+                        reason: "this step computed in float (a float activation, average \
+                                 pool, resize, reduction, LayerNorm or Softmax between a \
+                                 float-output convolution and its QuantizeLinear) is not on \
+                                 the CUDA engine yet; run the model on the native engine or \
+                                 with --engine onnxruntime"
                             .to_string(),
                     })
                 }

@@ -32,7 +32,17 @@
 //! - **Kernels.** Ungrouped convolutions run on the tensor cores (`mma.sync` int8, sm_80+;
 //!   [`CudaOptions::tensor_cores`]) or with `dp4a`, grouped ones on a generic kernel; a
 //!   3-channel stem is padded to 4 channels (zero-point input, zero weights) first. Every
-//!   path gives the same bytes (exact integer sums).
+//!   path gives the same bytes (exact integer sums). A global average pool runs a block per
+//!   image and channel group (exact integer sums in shared memory).
+//! - **The float route** (TensorRT-style Q/DQ placement: a convolution's float output going
+//!   on unquantized to the next QuantizeLinear): float-output convolutions (the same
+//!   kernels, an f32 epilogue `acc · scale + bias`), dequantization, float binaries (two
+//!   tensors, a repeating constant, a broadcast gate), activations (clamp, sigmoid and exp
+//!   through the CPU's `exp_poly` step for step, hard sigmoid/swish, leaky relu, neg, abs,
+//!   sqrt, reciprocal, square), max pooling and global average pooling (each channel summed
+//!   in pixel order by one thread, as the CPU sums it). One IEEE operation per CPU
+//!   operation, so the same bits; NaN payloads may differ (the GPU's NaN is canonical), which
+//!   no quantized output can show.
 //! - **Errors at run time** are [`EngineError::Run`] with a static message (no allocation).
 //! - **Diagnostics.** [`CudaEngine::profile`] times every launch with events (allocates;
 //!   not for the hot path).
@@ -47,10 +57,10 @@
 //!
 //! # Not here yet
 //!
-//! Steps computed in float (a convolution's float output going on unquantized, as
-//! TensorRT-style Q/DQ placement leaves it; LayerNorm, Softmax, float reductions) and MatMul
-//! of two computed tensors (attention): the plan refuses them with
-//! [`EngineError::Unsupported`] naming the step, so such a model loads on `native` only.
+//! The rest of the float route (average pools, resize, reductions, `Expand`, LayerNorm,
+//! Softmax, tanh, softplus, mish, erf, log, sin, cos) and MatMul of two computed tensors
+//! (attention): the plan refuses them with [`EngineError::Unsupported`] naming the step, so
+//! such a model loads on `native` only.
 //! One engine is one stream: the driving graph's detection ∥ segmentation heads run as two
 //! engines on two streams only because they run on two lanes; a device-resident hand-off
 //! between models (features stay on the GPU) and GPU preprocessing are not built.

@@ -36,6 +36,8 @@ pub struct ConvP {
     pub bias: u64,
     pub mult: u64,
     pub wsum: u64,
+    /// Float-output convolutions only (`out_f32`): the f32 bias added after the scale.
+    pub fbias: u64,
     pub win: Win,
     pub in_c: i32,
     pub out_c: i32,
@@ -47,6 +49,48 @@ pub struct ConvP {
     pub hi: i32,
     pub clo: i32,
     pub chi: i32,
+    /// 1: f32 outputs `acc · mult[oc] + fbias[oc]` (a float-output convolution).
+    pub out_f32: i32,
+}
+
+/// kernels.cu `FBinP`: a float binary of two tensors (`mode` 0), of a tensor and a
+/// repeating constant (1) or of a tensor and one broadcast along an axis (2); `op` 0 add,
+/// 1 sub, 2 mul, 3 div.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FBinP {
+    pub a: u64,
+    pub b: u64,
+    pub y: u64,
+    pub n: i32,
+    pub op: i32,
+    pub swap: i32,
+    pub mode: i32,
+    pub period: i32,
+    pub inner: i32,
+}
+
+/// kernels.cu `FUnP`: a float function of one tensor (`op`: launch.rs `unary_code`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FUnP {
+    pub x: u64,
+    pub y: u64,
+    pub n: i32,
+    pub op: i32,
+    pub a: f32,
+    pub b: f32,
+}
+
+/// kernels.cu `FGapP`: per-image, per-channel means of an f32 NHWC tensor.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FGapP {
+    pub x: u64,
+    pub y: u64,
+    pub n: i32,
+    pub c: i32,
+    pub hw: i32,
 }
 
 /// kernels.cu `CopyP` (`mode` 0 copy, 1 flip to/from `u8`, 2 dequantize to `f32`).
@@ -270,11 +314,15 @@ pub enum Kernel {
     GlobalAvgPool,
     DeconvPhase,
     PadAny,
+    FloatBinary,
+    FloatMaxPool,
+    FloatUnary,
+    FloatGlobalAvgPool,
 }
 
 impl Kernel {
     /// Every kernel (the functions loaded from the module).
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 20] = [
         Kernel::ConvMma,
         Kernel::ConvDp4a,
         Kernel::ConvGeneric,
@@ -291,6 +339,10 @@ impl Kernel {
         Kernel::GlobalAvgPool,
         Kernel::DeconvPhase,
         Kernel::PadAny,
+        Kernel::FloatBinary,
+        Kernel::FloatMaxPool,
+        Kernel::FloatUnary,
+        Kernel::FloatGlobalAvgPool,
     ];
 
     /// The `extern "C"` name in kernels.cu.
@@ -312,6 +364,10 @@ impl Kernel {
             Kernel::GlobalAvgPool => "global_avg_pool",
             Kernel::DeconvPhase => "deconv_phase",
             Kernel::PadAny => "pad_any",
+            Kernel::FloatBinary => "float_binary",
+            Kernel::FloatMaxPool => "float_max_pool",
+            Kernel::FloatUnary => "float_unary",
+            Kernel::FloatGlobalAvgPool => "float_global_avg_pool",
         }
     }
 }
@@ -332,13 +388,16 @@ pub enum Params {
     Pad(PadP),
     Deconv(DeconvP),
     PadAny(PadAnyP),
+    FBin(FBinP),
+    FUn(FUnP),
+    FGap(FGapP),
 }
 
 impl Params {
     /// The leading device pointers of the struct.
     pub fn pointers_mut(&mut self) -> &mut [u64] {
         match self {
-            Params::Conv(p) => bytemuck_ptrs(p, 6),
+            Params::Conv(p) => bytemuck_ptrs(p, 7),
             Params::Copy(p) => bytemuck_ptrs(p, 2),
             Params::Quant(p) => bytemuck_ptrs(p, 2),
             Params::Lut(p) => bytemuck_ptrs(p, 3),
@@ -351,6 +410,9 @@ impl Params {
             Params::Pad(p) => bytemuck_ptrs(p, 2),
             Params::Deconv(p) => bytemuck_ptrs(p, 2),
             Params::PadAny(p) => bytemuck_ptrs(p, 3),
+            Params::FBin(p) => bytemuck_ptrs(p, 3),
+            Params::FUn(p) => bytemuck_ptrs(p, 2),
+            Params::FGap(p) => bytemuck_ptrs(p, 2),
         }
     }
 
@@ -370,6 +432,9 @@ impl Params {
             Params::Pad(p) => (p as *const PadP).cast(),
             Params::Deconv(p) => (p as *const DeconvP).cast(),
             Params::PadAny(p) => (p as *const PadAnyP).cast(),
+            Params::FBin(p) => (p as *const FBinP).cast(),
+            Params::FUn(p) => (p as *const FUnP).cast(),
+            Params::FGap(p) => (p as *const FGapP).cast(),
         }
     }
 }

@@ -10,9 +10,14 @@ use std::mem::{align_of, offset_of, size_of};
 fn parameter_structs_match_the_cuda_layout() {
     // C layout of kernels.cu's structs (pointers first, then 4-byte fields, 8-byte aligned).
     assert_eq!(size_of::<Win>(), 48);
-    assert_eq!(offset_of!(ConvP, win), 48);
-    assert_eq!(offset_of!(ConvP, in_c), 96);
-    assert_eq!(size_of::<ConvP>(), 136);
+    assert_eq!(offset_of!(ConvP, win), 56);
+    assert_eq!(offset_of!(ConvP, in_c), 104);
+    // 11 ints after the window; 4 bytes of tail padding.
+    assert_eq!(size_of::<ConvP>(), 152);
+    assert_eq!(size_of::<FBinP>(), 24 + 24);
+    assert_eq!(size_of::<FUnP>(), 16 + 16);
+    // 4 bytes of tail padding.
+    assert_eq!(size_of::<FGapP>(), 16 + 16);
     assert_eq!(size_of::<CopyP>(), 32);
     assert_eq!(size_of::<QuantP>(), 32);
     assert_eq!(size_of::<LutP>(), 32);
@@ -58,10 +63,16 @@ fn parameter_structs_match_the_cuda_layout() {
 fn written(l: &Launch) -> (u64, usize) {
     let px = |w: &Win| w.out_h as usize * w.out_w as usize;
     match l.params {
-        Params::Conv(p) => (p.y, p.batch as usize * px(&p.win) * p.out_c as usize),
+        Params::Conv(p) => (
+            p.y,
+            p.batch as usize * px(&p.win) * p.out_c as usize * if p.out_f32 == 1 { 4 } else { 1 },
+        ),
         Params::Copy(p) => (p.y, p.n as usize * if p.mode == 2 { 4 } else { 1 }),
         Params::Quant(p) => (p.y, p.n as usize),
         Params::Lut(p) => (p.y, p.n as usize),
+        Params::Pool(p) if l.kernel == Kernel::FloatMaxPool => {
+            (p.y, p.batch as usize * px(&p.win) * p.c as usize * 4)
+        }
         Params::Pool(p) => (p.y, p.batch as usize * px(&p.win) * p.c as usize),
         Params::Bin(p) => (p.y, p.n as usize),
         Params::Trans(p) => (p.y, p.n as usize),
@@ -83,6 +94,9 @@ fn written(l: &Launch) -> (u64, usize) {
         Params::Pad(p) => (p.y, p.pixels as usize * p.c_out as usize),
         Params::Deconv(p) => (p.y, (p.batch * p.out_h * p.out_w * p.c) as usize),
         Params::PadAny(p) => (p.y, (p.n * p.elem) as usize),
+        Params::FBin(p) => (p.y, p.n as usize * 4),
+        Params::FUn(p) => (p.y, p.n as usize * 4),
+        Params::FGap(p) => (p.y, p.n as usize * 4),
     }
 }
 
@@ -337,34 +351,96 @@ fn spare_threads_of_the_last_block_keep_32_bit_indices() {
     assert!(grid_for(max_threads + 1, 0, "binary").is_err());
 }
 
-/// The launches of the global average pool, `ConvTranspose`, quantized `Div`/`Sub` and `Pad`
-/// on operator models of `tools/onnx/op_models.py` (python3 with onnx and onnxruntime, which
-/// `.ci/run` installs): each model plans, every write lands on its step's buffer, and the
-/// step's kernel is there (a `ConvTranspose` as one launch per phase image). Their outputs
-/// are checked byte for byte against the native engine on a GPU (`tests/tests/cuda_engine.rs`).
+/// The launches of the CUDA engine's newer steps, on operator models of
+/// `tools/onnx/op_models.py` (python3 with onnx and onnxruntime, which `.ci/run` installs):
+/// each model plans, every write lands on its step's buffer, and the step's kernel is there
+/// — the global average pool (a block per image and channel group), `ConvTranspose` (one
+/// launch per phase image), quantized `Div`/`Sub`, `Pad`, and the float route of
+/// TensorRT-style Q/DQ placement (float-output convolutions, float binaries of two tensors,
+/// a constant or a broadcast gate, float activations, max and global average pools). Their
+/// outputs are checked byte for byte against the native engine on a GPU
+/// (`tests/tests/cuda_engine.rs`).
 #[test]
-fn pools_transposed_convolutions_div_sub_and_pads_plan_into_their_regions() {
+fn pools_deconvolutions_pads_and_the_float_route_plan_into_their_regions() {
+    type Check = fn(&LaunchPlan) -> bool;
+    fn float_conv(p: &LaunchPlan) -> bool {
+        p.launches
+            .iter()
+            .any(|l| matches!(l.params, Params::Conv(c) if c.out_f32 == 1))
+    }
+    fn fbin(p: &LaunchPlan, mode: i32) -> bool {
+        p.launches
+            .iter()
+            .any(|l| matches!(l.params, Params::FBin(b) if b.mode == mode))
+    }
+    fn has(p: &LaunchPlan, k: Kernel) -> bool {
+        p.launches.iter().any(|l| l.kernel == k)
+    }
+    let gap_grid: Check = |p| {
+        p.launches.iter().any(|l| match l.params {
+            // A block per image and group of `vec` channels.
+            Params::Pool(q) if l.kernel == Kernel::GlobalAvgPool => {
+                l.grid == ((q.c / q.vec) as u32, q.batch as u32, 1) && l.block == GAP_BLOCK
+            }
+            _ => false,
+        })
+    };
+    let phases: Check = |p| {
+        let n: Vec<usize> = p
+            .launches
+            .iter()
+            .filter_map(|l| match l.params {
+                Params::Deconv(d) => Some((d.sh * d.sw) as usize),
+                _ => None,
+            })
+            .collect();
+        !n.is_empty() && n.len() == n[0]
+    };
+    let cases: [(&str, &str, Check); 18] = [
+        ("gap", "qdq_u8", gap_grid),
+        ("gap_shared", "qdq_u8", gap_grid),
+        ("avgpool_whole_image", "qdq_u8", gap_grid),
+        ("deconv_k2s2", "qdq_u8", phases),
+        ("deconv_k4s2p1", "qdq_u8", phases),
+        ("deconv_rect_k3x2_s2x1", "qdq_u8", phases),
+        ("div_two_tensors", "qdq_u8", |p| {
+            p.launches
+                .iter()
+                .any(|l| matches!(l.params, Params::Bin(b) if b.mul == 3))
+        }),
+        ("sub_two_tensors", "qdq_u8", |p| {
+            p.launches
+                .iter()
+                .any(|l| matches!(l.params, Params::Bin(b) if b.mul == 4))
+        }),
+        ("pad_constant", "qdq_u8", |p| has(p, Kernel::PadAny)),
+        ("pad_reflect", "qdq_u8", |p| has(p, Kernel::PadAny)),
+        ("pad_edge", "qdq_u8", |p| has(p, Kernel::PadAny)),
+        ("pad_constant_channels_crop", "qdq_u8", |p| {
+            has(p, Kernel::PadAny)
+        }),
+        ("trt_residual", "trt_u8", |p| float_conv(p) && fbin(p, 0)),
+        ("trt_silu", "trt_u8", |p| {
+            float_conv(p) && has(p, Kernel::FloatUnary)
+        }),
+        ("trt_se_scale", "trt_u8", |p| float_conv(p) && fbin(p, 2)),
+        ("trt_maxpool", "trt_u8", |p| {
+            float_conv(p) && has(p, Kernel::FloatMaxPool)
+        }),
+        ("trt_gap", "trt_u8", |p| {
+            float_conv(p) && has(p, Kernel::FloatGlobalAvgPool)
+        }),
+        ("trt_constant_operands", "strict_u8", |p| {
+            float_conv(p) && fbin(p, 1)
+        }),
+    ];
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = tempfile::tempdir().unwrap();
-    let cases = [
-        "gap",
-        "gap_shared",
-        "avgpool_whole_image",
-        "deconv_k2s2",
-        "deconv_k4s2p1",
-        "deconv_rect_k3x2_s2x1",
-        "div_two_tensors",
-        "sub_two_tensors",
-        "pad_constant",
-        "pad_reflect",
-        "pad_edge",
-        "pad_constant_channels_crop",
-    ];
     let made = std::process::Command::new("python3")
         .arg(repo.join("tools/onnx/op_models.py"))
         .arg(dir.path())
         .args(["--random", "0", "--only"])
-        .args(cases)
+        .args(cases.iter().map(|c| c.0))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
@@ -372,53 +448,18 @@ fn pools_transposed_convolutions_div_sub_and_pads_plan_into_their_regions() {
     if !made {
         eprintln!(
             "SKIPPED: python3 with onnx and onnxruntime could not write the operator models: \
-             the CUDA launch plans of pools, transposed convolutions, Div/Sub and Pad were NOT \
-             checked (pip install onnx onnxruntime)"
+             the CUDA launch plans of these steps were NOT checked (pip \
+             install onnx onnxruntime)"
         );
         return;
     }
-    for case in cases {
-        let path = dir.path().join(format!("{case}_qdq_u8.onnx"));
+    for (case, variant, check) in cases {
+        let path = dir.path().join(format!("{case}_{variant}.onnx"));
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{case}: {e}"));
         let plan = check_plan(&bytes, case);
-        let count = |k: Kernel| plan.launches.iter().filter(|l| l.kernel == k).count();
-        if case.starts_with("gap") || case == "avgpool_whole_image" {
-            let gap = plan
-                .launches
-                .iter()
-                .find(|l| l.kernel == Kernel::GlobalAvgPool)
-                .unwrap_or_else(|| panic!("{case}: no global pool launch"));
-            let Params::Pool(p) = gap.params else {
-                panic!("{case}: pool parameters expected")
-            };
-            // A block per image and group of `vec` channels.
-            assert_eq!(
-                gap.grid,
-                ((p.c / p.vec) as u32, p.batch as u32, 1),
-                "{case}"
-            );
-            assert_eq!(gap.block, GAP_BLOCK, "{case}");
-        } else if case.starts_with("deconv") {
-            let phases = plan
-                .launches
-                .iter()
-                .filter_map(|l| match l.params {
-                    Params::Deconv(p) => Some((p.sh * p.sw) as usize),
-                    _ => None,
-                })
-                .collect::<Vec<_>>();
-            assert!(!phases.is_empty(), "{case}: no phase launches");
-            assert_eq!(phases.len(), phases[0], "{case}: one launch per phase");
-        } else if case.starts_with("pad") {
-            assert_eq!(count(Kernel::PadAny), 1, "{case}");
-        } else {
-            let want = if case.starts_with("div") { 3 } else { 4 };
-            assert!(
-                plan.launches
-                    .iter()
-                    .any(|l| matches!(l.params, Params::Bin(b) if b.mul == want)),
-                "{case}: no Div/Sub launch"
-            );
-        }
+        assert!(
+            check(&plan),
+            "{case}_{variant}: the expected launch is missing"
+        );
     }
 }
