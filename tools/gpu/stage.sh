@@ -45,9 +45,10 @@ fi
 rm -rf .gpu/ops && python3 tools/onnx/op_models.py .gpu/ops > /dev/null
 find .gpu/ops -type f ! -name '*.onnx' -delete
 # REDLINE_STAGE_ZOO: which zoo imports to take, as file name globs without .onnx (default:
-# each network's uint8 QDQ export; e.g. '*_trt_u8 *_modelopt_u8' for the TensorRT-style
-# placements; mind the transfer limit: ResNet-18 is 12 MB).
-for g in ${REDLINE_STAGE_ZOO:-*_qdq_u8}; do
+# each network's uint8 QDQ export, and EfficientNet-B0 and RegNetX in the TensorRT-style and
+# ModelOpt placements, which run the float route; about 35 MB in all: mind a transfer limit,
+# ResNet-18 alone is 12 MB).
+for g in ${REDLINE_STAGE_ZOO:-*_qdq_u8 efficientnet_trt_u8 regnetx_modelopt_u8}; do
   for m in target/tmp/onnx-import-zoo/$g.onnx; do
     [ -f "$m" ] && cp "$m" ".gpu/ops/zoo_$(basename "$m")"
   done

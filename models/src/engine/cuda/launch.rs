@@ -887,8 +887,17 @@ impl LaunchPlan {
                         Params::FBin(p),
                     );
                 }
-                Step::FloatUnary { op, src, dst, n } if unary_code(*op).is_some() => {
-                    let (code, a, b) = unary_code(*op).unwrap_or_default();
+                Step::FloatUnary { op, src, dst, n } => {
+                    let Some((code, a, b)) = unary_code(*op) else {
+                        return Err(EngineError::Unsupported {
+                            node: format!("step {si}"),
+                            op: "float step".to_string(),
+                            reason: format!(
+                                "the float function {op:?} is not on the CUDA engine yet; run \
+                                 the model on the native engine or with --engine onnxruntime"
+                            ),
+                        });
+                    };
                     let p = FUnP {
                         x: buf(*src),
                         y: buf(*dst),
@@ -931,7 +940,6 @@ impl LaunchPlan {
                 | Step::FloatReduce { .. }
                 | Step::FloatPool { .. }
                 | Step::FloatResize { .. }
-                | Step::FloatUnary { .. }
                 | Step::FloatNorm { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),
