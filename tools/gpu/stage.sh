@@ -48,7 +48,8 @@ find .gpu/ops -type f ! -name '*.onnx' -delete
 # each network's uint8 QDQ export, and EfficientNet-B0 and RegNetX in the TensorRT-style and
 # ModelOpt placements, which run the float route; about 35 MB in all: mind a transfer limit,
 # ResNet-18 alone is 12 MB).
-for g in ${REDLINE_STAGE_ZOO:-*_qdq_u8 efficientnet_trt_u8 regnetx_modelopt_u8}; do
+read -r -a zoo_globs <<< "${REDLINE_STAGE_ZOO:-*_qdq_u8 efficientnet_trt_u8 regnetx_modelopt_u8}"
+for g in "${zoo_globs[@]}"; do
   for m in target/tmp/onnx-import-zoo/$g.onnx; do
     [ -f "$m" ] && cp "$m" ".gpu/ops/zoo_$(basename "$m")"
   done
