@@ -168,6 +168,10 @@ fn cuda_outputs_equal_the_native_engine_on_the_shipped_models() {
     );
 }
 
+/// The steps the CUDA engine does not have yet, as its refusals name them (launch.rs): the
+/// rest of the float route and attention's MatMul of two computed tensors.
+const KNOWN_GAPS: [&str; 2] = ["float step", "MatMul of two computed tensors"];
+
 #[test]
 fn cuda_outputs_equal_the_native_engine_on_the_operator_models() {
     if !gpu("operator models") {
@@ -206,8 +210,9 @@ fn cuda_outputs_equal_the_native_engine_on_the_operator_models() {
     files.sort();
     assert!(!files.is_empty(), "no .onnx in {}", dir.display());
     // `not_on_cuda`: operators the native engine runs and the CUDA engine refuses by name
-    // (EngineError::Unsupported), counted by operator and printed: a gap, not a wrong answer.
-    // Any other load error is a failure.
+    // (EngineError::Unsupported), counted by operator and printed: a known gap, not a wrong
+    // answer. A refusal of any other operator (one the engine ran before) and any other load
+    // error are failures.
     let (mut exact, mut unsupported, mut bad) = (0, 0, Vec::new());
     let mut not_on_cuda = std::collections::BTreeMap::<String, Vec<String>>::new();
     for f in &files {
@@ -220,7 +225,7 @@ fn cuda_outputs_equal_the_native_engine_on_the_operator_models() {
         match compare(&bytes, &name, 2) {
             Ok(0) => exact += 1,
             Ok(n) => bad.push(format!("{name}: {n} bytes")),
-            Err(EngineError::Unsupported { op, .. }) => {
+            Err(EngineError::Unsupported { op, .. }) if KNOWN_GAPS.contains(&op.as_str()) => {
                 not_on_cuda.entry(op).or_default().push(name)
             }
             Err(e) => bad.push(format!("{name}: the CUDA engine cannot load it: {e}")),
