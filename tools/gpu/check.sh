@@ -99,6 +99,11 @@ for m in $BIN/real/*.onnx; do
   timeout 60 "$R" model profile "$m" --reps 5 --top 5 --no-tensor-cores 2>&1 | tee -a "$OUT/profile.txt"
 done
 timeout 60 "$R" model profile models/trained/backbone.onnx --reps 20 --top 8 2>&1 | tee -a "$OUT/profile.txt"
+# The zoo's imports (their launches, the float route's included): to the file only.
+for m in $BIN/ops/zoo_*.onnx; do
+  [ -f "$m" ] || continue
+  timeout 60 "$R" model profile "$m" --reps 10 --top 10 >> "$OUT/profile.txt" 2>&1
+done
 
 if [ -n "${QUICK:-}" ]; then
   step "table (QUICK: no PyTorch peer, no end-to-end replays)"
