@@ -20,18 +20,23 @@
 //! - Every shape that reaches a kernel fits its `i32` parameters (checked here; a larger
 //!   model is an [`EngineError::Unsupported`] naming the step, never a wrong result).
 //!
-//! The parameter structs themselves (kernels.cu's, mirrored) are in `params`.
+//! The parameter structs themselves (kernels.cu's, mirrored) are in `params`; the 32-bit
+//! shape checks and grids in `launch/fit.rs`; the float route's steps in `launch/float.rs`.
 
 // Without the `cuda` feature only this module's tests use it.
 #![cfg_attr(not(redline_cuda), allow(dead_code))]
 
 pub use super::params::*;
+
+// Shape checks and grids; the float route's steps (TensorRT-style Q/DQ placement).
+mod fit;
+mod float;
 use crate::engine::{EngineError, TensorSpec};
 use crate::onnx::kernels::{dense_strides, BinaryKind, Interp, Window};
-use crate::onnx::program::{
-    ConvImpl, FloatBinaryOp, FloatPool, FloatUnaryOp, Operand, OutKind, PhaseDir, Step,
-};
+use crate::onnx::program::{ConvImpl, Operand, OutKind, PhaseDir, Step};
 use crate::onnx::Lowered;
+pub(super) use fit::{grid_for, grid_for_runs};
+use fit::{i32_of, rank_arrays, win_of};
 
 /// Threads per block of every element-wise kernel.
 pub const BLOCK: u32 = 256;
@@ -141,17 +146,6 @@ fn align(n: usize) -> usize {
     n.div_ceil(DEVICE_ALIGN) * DEVICE_ALIGN
 }
 
-fn i32_of(v: usize, step: usize, what: &str) -> Result<i32, EngineError> {
-    i32::try_from(v).map_err(|_| EngineError::Unsupported {
-        node: format!("step {step}"),
-        op: what.to_string(),
-        reason: format!(
-            "{v} does not fit the CUDA kernels' 32-bit indices; split the model or run it \
-             on the native engine"
-        ),
-    })
-}
-
 /// Channels per thread of the max-pooling kernel: 16 or 4 when the channel count and both
 /// buffers' offsets (hence addresses: regions are [`DEVICE_ALIGN`]-aligned) are multiples of
 /// it, so each thread loads and stores whole aligned words; else 1.
@@ -172,45 +166,6 @@ pub const GAP_BLOCK: u32 = 256;
 
 /// Output bytes per thread of the transpose kernel (kernels.cu `TRANS_RUN`).
 pub const TRANS_RUN: usize = 16;
-
-/// A one-dimensional grid over `n` elements, `run` consecutive ones per thread, in blocks of
-/// [`BLOCK`]. Kernels compute a thread's first element, `thread × run`, in a 32-bit `int`,
-/// so it must fit an i32 for every thread of the grid, the last block's spare ones included.
-pub(super) fn grid_for_runs(
-    n: usize,
-    run: usize,
-    step: usize,
-    what: &str,
-) -> Result<(u32, u32, u32), EngineError> {
-    let blocks = n.div_ceil(run).div_ceil(BLOCK as usize).max(1);
-    let last_first = (blocks.saturating_mul(BLOCK as usize) - 1).saturating_mul(run);
-    i32_of(last_first, step, what)?;
-    // Fits: the check above bounds `blocks` by 2^31 / BLOCK.
-    Ok((blocks as u32, 1, 1))
-}
-
-/// [`grid_for_runs`] with one element per thread.
-pub(super) fn grid_for(n: usize, step: usize, what: &str) -> Result<(u32, u32, u32), EngineError> {
-    grid_for_runs(n, 1, step, what)
-}
-
-fn win_of(w: &Window, step: usize) -> Result<Win, EngineError> {
-    let f = |v: usize| i32_of(v, step, "window");
-    Ok(Win {
-        in_h: f(w.in_h)?,
-        in_w: f(w.in_w)?,
-        out_h: f(w.out_h)?,
-        out_w: f(w.out_w)?,
-        kh: f(w.kh)?,
-        kw: f(w.kw)?,
-        sh: f(w.sh)?,
-        sw: f(w.sw)?,
-        dh: f(w.dh)?,
-        dw: f(w.dw)?,
-        pt: f(w.pt)?,
-        pl: f(w.pl)?,
-    })
-}
 
 /// Builds the constant region.
 #[derive(Default)]
@@ -237,60 +192,6 @@ impl Consts {
         let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.push(&b)
     }
-}
-
-/// kernels.cu `float_unary`'s operator code and its two parameters, for the functions it
-/// has (None: the step is refused).
-fn unary_code(op: FloatUnaryOp) -> Option<(i32, f32, f32)> {
-    Some(match op {
-        FloatUnaryOp::Clamp { lo, hi } => (0, lo, hi),
-        FloatUnaryOp::Sigmoid => (1, 0.0, 0.0),
-        FloatUnaryOp::HardSigmoid { alpha, beta } => (2, alpha, beta),
-        FloatUnaryOp::HardSwish => (3, 0.0, 0.0),
-        FloatUnaryOp::LeakyRelu { alpha } => (4, alpha, 0.0),
-        FloatUnaryOp::Neg => (5, 0.0, 0.0),
-        FloatUnaryOp::Exp => (6, 0.0, 0.0),
-        FloatUnaryOp::Sqrt => (7, 0.0, 0.0),
-        FloatUnaryOp::Reciprocal => (8, 0.0, 0.0),
-        FloatUnaryOp::Abs => (9, 0.0, 0.0),
-        FloatUnaryOp::Square => (10, 0.0, 0.0),
-        FloatUnaryOp::Tanh
-        | FloatUnaryOp::Softplus
-        | FloatUnaryOp::Mish
-        | FloatUnaryOp::Erf
-        | FloatUnaryOp::Log
-        | FloatUnaryOp::Sin
-        | FloatUnaryOp::Cos => return None,
-    })
-}
-
-/// kernels.cu `float_binary`'s operator code.
-fn float_op(op: FloatBinaryOp) -> i32 {
-    match op {
-        FloatBinaryOp::Add => 0,
-        FloatBinaryOp::Sub => 1,
-        FloatBinaryOp::Mul => 2,
-        FloatBinaryOp::Div => 3,
-    }
-}
-
-fn rank_arrays(v: &[usize], step: usize, what: &str) -> Result<[i32; MAX_RANK], EngineError> {
-    if v.len() > MAX_RANK {
-        return Err(EngineError::Unsupported {
-            node: format!("step {step}"),
-            op: what.to_string(),
-            reason: format!(
-                "rank {} is above the CUDA kernels' {MAX_RANK}; reshape the model or run it \
-                 on the native engine",
-                v.len()
-            ),
-        });
-    }
-    let mut a = [0i32; MAX_RANK];
-    for (d, &x) in a.iter_mut().zip(v) {
-        *d = i32_of(x, step, what)?;
-    }
-    Ok(a)
 }
 
 impl LaunchPlan {
@@ -766,191 +667,19 @@ impl LaunchPlan {
                         Params::Bin(p),
                     );
                 }
-                Step::Dequantize {
-                    src,
-                    dst,
-                    n,
-                    scale,
-                    zp,
-                } => {
-                    // `(x − zp) · scale`: the output copy's dequantizing mode.
-                    let p = CopyP {
-                        x: buf(*src),
-                        y: buf(*dst),
-                        n: i32_of(*n, si, "dequantize")?,
-                        mode: 2,
-                        zp: *zp,
-                        scale: *scale,
-                    };
-                    push(
-                        Kernel::CopyIo,
-                        grid_for(*n, si, "dequantize")?,
-                        BLOCK,
-                        Params::Copy(p),
-                    );
-                }
-                Step::FloatBinary { op, a, b, n, dst } => {
-                    let p = FBinP {
-                        a: buf(*a),
-                        b: buf(*b),
-                        y: buf(*dst),
-                        n: i32_of(*n, si, "float binary")?,
-                        op: float_op(*op),
-                        ..FBinP::default()
-                    };
-                    push(
-                        Kernel::FloatBinary,
-                        grid_for(*n, si, "float binary")?,
-                        BLOCK,
-                        Params::FBin(p),
-                    );
-                }
-                Step::FloatBinaryConst {
-                    op,
-                    x,
-                    konst,
-                    x_is_a,
-                    n,
-                    dst,
-                } => {
-                    let k: &[f32] = if konst.is_empty() { &[0.0] } else { konst };
-                    let p = FBinP {
-                        a: buf(*x),
-                        b: c.push_f32(k),
-                        y: buf(*dst),
-                        n: i32_of(*n, si, "float binary")?,
-                        op: float_op(*op),
-                        swap: i32::from(!*x_is_a),
-                        mode: 1,
-                        period: i32_of(k.len(), si, "float binary")?,
-                        inner: 0,
-                    };
-                    push(
-                        Kernel::FloatBinary,
-                        grid_for(*n, si, "float binary")?,
-                        BLOCK,
-                        Params::FBin(p),
-                    );
-                }
-                Step::FloatPool {
-                    kind: FloatPool::Max,
-                    win,
-                    c: ch,
-                    batch,
-                    src,
-                    dst,
-                } => {
-                    let n = batch * win.out_h * win.out_w * ch;
-                    i32_of(n, si, "float maxpool")?;
-                    let p = PoolP {
-                        x: buf(*src),
-                        y: buf(*dst),
-                        win: win_of(win, si)?,
-                        c: i32_of(*ch, si, "float maxpool")?,
-                        batch: i32_of(*batch, si, "float maxpool")?,
-                        ..PoolP::default()
-                    };
-                    push(
-                        Kernel::FloatMaxPool,
-                        grid_for(n, si, "float maxpool")?,
-                        BLOCK,
-                        Params::Pool(p),
-                    );
-                }
-                Step::FloatBinaryBroadcast {
-                    op,
-                    full,
-                    part,
-                    full_is_a,
-                    outer,
-                    times,
-                    inner,
-                    dst,
-                } => {
-                    let (times, inner) = ((*times).max(1), (*inner).max(1));
-                    let n = outer * times * inner;
-                    let p = FBinP {
-                        a: buf(*full),
-                        b: buf(*part),
-                        y: buf(*dst),
-                        n: i32_of(n, si, "float binary broadcast")?,
-                        op: float_op(*op),
-                        swap: i32::from(!*full_is_a),
-                        mode: 2,
-                        period: i32_of(times * inner, si, "float binary broadcast")?,
-                        inner: i32_of(inner, si, "float binary broadcast")?,
-                    };
-                    push(
-                        Kernel::FloatBinary,
-                        grid_for(n, si, "float binary broadcast")?,
-                        BLOCK,
-                        Params::FBin(p),
-                    );
-                }
-                Step::FloatUnary { op, src, dst, n } => {
-                    let Some((code, a, b)) = unary_code(*op) else {
-                        return Err(EngineError::Unsupported {
-                            node: format!("step {si}"),
-                            op: "float step".to_string(),
-                            reason: format!(
-                                "the float function {op:?} is not on the CUDA engine yet; run \
-                                 the model on the native engine or with --engine onnxruntime"
-                            ),
-                        });
-                    };
-                    let p = FUnP {
-                        x: buf(*src),
-                        y: buf(*dst),
-                        n: i32_of(*n, si, "float unary")?,
-                        op: code,
-                        a,
-                        b,
-                    };
-                    push(
-                        Kernel::FloatUnary,
-                        grid_for(*n, si, "float unary")?,
-                        BLOCK,
-                        Params::FUn(p),
-                    );
-                }
-                Step::FloatGlobalAvgPool {
-                    c: ch,
-                    hw,
-                    batch,
-                    src,
-                    dst,
-                } => {
-                    let n = batch * ch;
-                    i32_of(batch * ch * hw, si, "float global avgpool")?;
-                    let p = FGapP {
-                        x: buf(*src),
-                        y: buf(*dst),
-                        n: i32_of(n, si, "float global avgpool")?,
-                        c: i32_of((*ch).max(1), si, "float global avgpool")?,
-                        hw: i32_of(*hw, si, "float global avgpool")?,
-                    };
-                    push(
-                        Kernel::FloatGlobalAvgPool,
-                        grid_for(n, si, "float global avgpool")?,
-                        BLOCK,
-                        Params::FGap(p),
-                    );
-                }
-                Step::FloatRepeat { .. }
-                | Step::FloatReduce { .. }
+                Step::Dequantize { .. }
+                | Step::FloatBinary { .. }
+                | Step::FloatBinaryConst { .. }
+                | Step::FloatBinaryBroadcast { .. }
+                | Step::FloatUnary { .. }
                 | Step::FloatPool { .. }
+                | Step::FloatGlobalAvgPool { .. }
+                | Step::FloatRepeat { .. }
+                | Step::FloatReduce { .. }
                 | Step::FloatResize { .. }
                 | Step::FloatNorm { .. } => {
-                    return Err(EngineError::Unsupported {
-                        node: format!("step {si}"),
-                        op: "float step".to_string(),
-                        reason: "this step computed in float (a float activation, average \
-                                 pool, resize, reduction, LayerNorm or Softmax between a \
-                                 float-output convolution and its QuantizeLinear) is not on \
-                                 the CUDA engine yet; run the model on the native engine or \
-                                 with --engine onnxruntime"
-                            .to_string(),
-                    })
+                    let (kernel, grid, block, params) = float::launch(step, si, &buf, &mut c)?;
+                    push(kernel, grid, block, params);
                 }
                 Step::PackB { .. } | Step::MatMulDyn { .. } => {
                     return Err(EngineError::Unsupported {
