@@ -118,6 +118,8 @@ fn zoo() -> &'static Path {
                 "mobilenetv2",
                 "--strictfq",
                 "mobilenetv2",
+                "--w4",
+                "mobilenetv2",
             ],
         );
         wait_generator("zoo.py", a);
@@ -266,9 +268,9 @@ fn native_engine_agrees_with_onnx_runtime() {
     let (e1, t1) = check_dir(&ops, false);
     let (e2, t2) = check_dir(&ops_rr, true);
     let (e3, t3) = check_dir(zoo, false);
-    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2, RegNetX, YOLO and EfficientNet variants (ResNet-18 and EfficientNet also in TensorRT-style placement, ResNet-18 and MobileNetV2 with Q/DQ on convolution inputs only, MobileNetV2 so and with float weights, ResNet-18 as PyTorch and ModelOpt export it, RegNetX as ModelOpt does)");
+    println!("bit-exact: {e1}/{t1} op models, {e2}/{t2} op models with 7-bit weights, {e3}/{t3} ResNet-18, MobileNetV2, RegNetX, YOLO and EfficientNet variants (ResNet-18 and EfficientNet also in TensorRT-style placement, ResNet-18 and MobileNetV2 with Q/DQ on convolution inputs only, MobileNetV2 so and with float weights and with 4-bit weights, ResNet-18 as PyTorch and ModelOpt export it, RegNetX as ModelOpt does)");
     assert!(
-        t1 > 300 && t2 > 300 && t3 == 36,
+        t1 > 300 && t2 > 300 && t3 == 38,
         "generated model counts changed: {t1} {t2} {t3}"
     );
     // ResNet-18, MobileNetV2, RegNetX and YOLO with int8 activations are bit-exact in both
@@ -278,12 +280,19 @@ fn native_engine_agrees_with_onnx_runtime() {
     // with ONNX Runtime's fused multiply-adds, `AddParams`), where ONNX Runtime's uint8
     // convolutions are exact: on a CPU with VNNI (without it, its u8 x s8 kernel saturates
     // int16 pair sums of 8-bit weights; see tools/onnx/README.md).
-    let mut exact = vec!["resnet18_pt_s8.json".to_string()];
+    // With 4-bit weights (int4, and uint4 with zero point 8, read widened): bit-exact
+    // against ONNX Runtime's integer kernels on the same weights stored in 8 bits (ORT runs
+    // the 4-bit model itself in float; `qref.widen_four_bit`).
+    let mut exact = vec![
+        "resnet18_pt_s8.json".to_string(),
+        "mobilenetv2_w4_s8.json".to_string(),
+    ];
     for m in ["resnet18", "mobilenetv2", "regnetx", "yolo"] {
         exact.extend(["qdq", "qop"].map(|f| format!("{m}_{f}_s8.json")));
     }
     if ort_u8_convolutions_exact() {
         exact.push("resnet18_pt_u8.json".to_string());
+        exact.push("mobilenetv2_w4_u8.json".to_string());
         for m in ["resnet18", "mobilenetv2", "regnetx", "yolo", "efficientnet"] {
             exact.extend(["qdq", "qop"].map(|f| format!("{m}_{f}_u8.json")));
         }
@@ -863,6 +872,23 @@ q_then([h.make_node("DequantizeLinear", ["dw", "gs", "gz"], ["dwf"]), h.make_nod
         h.make_node("Conv", ["f", "dwf", "dbf"], ["c"], name="edge_bias_dw", group=3, pads=[1, 1, 1, 1]),
         h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
        "bias_overflow", [y], [dw, db, dbs, gs, gz, ys])
+# 16-bit activations (quantize_static's QUInt16): a uint16 zero point, which the native
+# engine does not read (the file stays readable: `model info` reports it).
+s16 = nh.from_array(np.array(0.001, np.float32), "s16"); z16 = nh.from_array(np.array(300, np.uint16), "z16")
+save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s16", "z16"], ["q"], name="q16"),
+                   h.make_node("DequantizeLinear", ["q", "s16", "z16"], ["y"])], "g", [x], [y], [s16, z16]), "activations_u16")
+# int4 activations (opset 21): the native engine keeps activations in 8 bits.
+z4 = h.make_tensor("z4", T.INT4, [], [0])
+m = h.make_model(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z4"], ["q"], name="q4"),
+                               h.make_node("DequantizeLinear", ["q", "s", "z4"], ["y"])], "g", [x], [y], [s, z4]),
+                 opset_imports=[h.make_opsetid("", 21)]); m.ir_version = 10
+onnx.save(m, f"{d}/activations_int4.onnx")
+# uint4 weights read other than by a (de)quantization (a Cast to float).
+u4 = h.make_tensor("u4", T.UINT4, [2], [3, 12]); y2 = h.make_tensor_value_info("y", T.FLOAT, None)
+m = h.make_model(h.make_graph([h.make_node("Cast", ["u4"], ["c"], name="cast_u4", to=T.FLOAT),
+                               h.make_node("Add", ["x", "c"], ["y"])], "g", [x], [y2], [u4]),
+                 opset_imports=[h.make_opsetid("", 21)]); m.ir_version = 10
+onnx.save(m, f"{d}/uint4_cast.onnx")
 # Weights kept in an external data file.
 m = h.make_model(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], pads=[1,1,1,1])], "g", [x], [y],
                  [nh.from_array(np.ones((64, 3, 3, 3), np.float32), "w")]), opset_imports=[h.make_opsetid("", 17)])
@@ -1089,6 +1115,21 @@ fn every_rejection_says_what_and_what_to_do() {
         m.contains("edge_bias_dw") && m.contains("int32 sums could overflow"),
         "{m}"
     );
+    let m = err("activations_u16.onnx");
+    assert!(
+        m.contains("q16")
+            && m.contains("z16, a tensor of type uint16")
+            && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    // `model info` still reads the file, and says why the native engine cannot run it.
+    let info = redline_models::onnx::inspect(&dir.join("activations_u16.onnx")).unwrap();
+    assert_eq!(info.ops.get("QuantizeLinear"), Some(&1));
+    assert!(info.native.unwrap_err().to_string().contains("uint16"));
+    let m = err("activations_int4.onnx");
+    assert!(m.contains("q4") && m.contains("to 4 bits"), "{m}");
+    let m = err("uint4_cast.onnx");
+    assert!(m.contains("cast_u4") && m.contains("u4, a uint4 tensor"), "{m}");
     let m = err("not_onnx.onnx");
     assert!(m.contains("not an ONNX protobuf"), "{m}");
     let m = match NativeEngine::load(&dir.join("missing.onnx")) {
@@ -1096,6 +1137,69 @@ fn every_rejection_says_what_and_what_to_do() {
         Ok(_) => panic!("a missing file compiled"),
     };
     assert!(m.contains("missing.onnx"), "{m}");
+}
+
+/// Float weights quantized to 4 bits by a Q/DQ pair (`QuantizeLinear` of an initializer
+/// with an int4 or uint4 zero point, as 4-bit fake-quantization exports write them) are
+/// quantized at load and saturate to the 4-bit range, not the 8-bit one: the same outputs,
+/// byte for byte, as the twin model holding those 4-bit integers as an initializer (computed
+/// here by numpy, half to even, clamped), with weights far outside the range.
+#[test]
+fn weights_quantized_to_four_bits_at_load_saturate_to_four_bits() {
+    if !python_ok() {
+        eprintln!("SKIPPED: python3 with onnx is missing; the 4-bit weight test did not run");
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-four-bit");
+    let script = r#"
+import sys, onnx, numpy as np
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+d = sys.argv[1]
+rng = np.random.default_rng(7)
+x = h.make_tensor_value_info("x", T.FLOAT, [1, 4, 6, 7]); y = h.make_tensor_value_info("y", T.FLOAT, None)
+wf = (rng.standard_normal((5, 4, 3, 3)) * 0.3).astype(np.float32)
+ws = np.array([0.02, 0.05, 0.1, 0.03, 0.2], np.float32)
+for ty, zp, lo, hi, tag in [(T.INT4, 0, -8, 7, "int4"), (T.UINT4, 8, 0, 15, "uint4")]:
+    q = np.rint(wf / ws[:, None, None, None]) + zp
+    assert (q < lo).any() and (q > hi).any(), "the weights must leave the 4-bit range"
+    q = np.clip(q, lo, hi).astype(np.int64)
+    zps = h.make_tensor("wz", ty, [5], [zp] * 5)
+    common = [nh.from_array(ws, "ws"), zps, nh.from_array(np.array(0.05, np.float32), "s"),
+              nh.from_array(np.array(128, np.uint8), "z"), nh.from_array(np.array(0.1, np.float32), "ys")]
+    tail = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]), h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+            h.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+            h.make_node("Conv", ["xf", "wd"], ["c"], pads=[1, 1, 1, 1]),
+            h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])]
+    for name, nodes, inits in [
+        (f"fake_{tag}", [h.make_node("QuantizeLinear", ["wf", "ws", "wz"], ["wq"], axis=0)] + tail, [nh.from_array(wf, "wf")]),
+        (f"stored_{tag}", tail, [h.make_tensor("wq", ty, [5, 4, 3, 3], q.flatten().tolist())]),
+    ]:
+        m = h.make_model(h.make_graph(nodes, "g", [x], [y], inits + common), opset_imports=[h.make_opsetid("", 21)])
+        m.ir_version = 10
+        onnx.save(m, f"{d}/{name}.onnx")
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for tag in ["int4", "uint4"] {
+        let load = |kind: &str| NativeEngine::load(&dir.join(format!("{kind}_{tag}.onnx"))).unwrap();
+        let (mut fake, mut stored) = (load("fake"), load("stored"));
+        let ins = ramp_inputs(&fake);
+        let (a, b) = (
+            run_outputs(&mut fake, &ins, &Inline),
+            run_outputs(&mut stored, &ins, &Inline),
+        );
+        assert_eq!(a, b, "{tag}: weights quantized at load differ from the stored ones");
+        assert!(a[0].iter().any(|&v| v != 0), "{tag}: all-zero outputs say nothing");
+    }
 }
 
 /// A named symbolic input dimension (`dim_param`: the batch axis `torch.onnx.export` writes

@@ -350,14 +350,29 @@ def cpu_isa():
     return sorted(set(flags) & {"avx2", "avx512f", "avx512_vnni", "avx512bw", "avx_vnni", "amx_int8"})
 
 
-def quantize(float_model, out_path, samples, fmt, act, reduce_range=False):
+def quantize(float_model, out_path, samples, fmt, act, reduce_range=False, weights=oq.QuantType.QInt8):
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "float.onnx")
         onnx.save(float_model, src)
         oq.quantize_static(src, out_path, Reader(samples), quant_format=fmt, per_channel=True,
-                           weight_type=oq.QuantType.QInt8, activation_type=act, reduce_range=reduce_range,
+                           weight_type=weights, activation_type=act, reduce_range=reduce_range,
                            calibrate_method=oq.CalibrationMethod.MinMax)
     return onnx.load(out_path)
+
+
+def widen_four_bit(model):
+    """`model` with every int4/uint4 initializer stored as int8/uint8: the same values and
+    zero points, so the same ONNX results; ORT runs this copy with its integer kernels,
+    where it runs 4-bit weights in float (dequantized, float convolution). Returns how many
+    initializers it widened."""
+    widened = 0
+    for t in model.graph.initializer:
+        if t.data_type in (TensorProto.INT4, TensorProto.UINT4):
+            a = numpy_helper.to_array(t)
+            dt = np.int8 if t.data_type == TensorProto.INT4 else np.uint8
+            t.CopyFrom(numpy_helper.from_array(a.astype(dt), t.name))
+            widened += 1
+    return widened
 
 
 def _tensor_entry(name, arr, path):
@@ -389,13 +404,19 @@ def float_ops(model):
     return dict(sorted(h.items()))
 
 
-def write_reference(out_dir, stem, model_file, feeds, extra):
+def write_reference(out_dir, stem, model_file, feeds, extra, ref_model=None):
     """Runs `model_file` (in out_dir) on ORT and writes <stem>.in*/out*.bin and <stem>.json.
-    Returns the manifest."""
+    With `ref_model` (an onnx.ModelProto with the same inputs and outputs) ORT runs that
+    model instead, and the manifest says so (`"reference_model": "widened copy"`). Returns
+    the manifest."""
     path = os.path.join(out_dir, model_file)
     with tempfile.TemporaryDirectory() as tmp:
         opt_path = os.path.join(tmp, "optimized.onnx")
-        sess = session(path, optimized_path=opt_path)
+        run_path = path
+        if ref_model is not None:
+            run_path = os.path.join(tmp, "reference.onnx")
+            onnx.save(ref_model, run_path)
+        sess = session(run_path, optimized_path=opt_path)
         optimized = onnx.load(opt_path)
     outs = sess.run(None, feeds)
     model = onnx.load(path)
@@ -407,6 +428,8 @@ def write_reference(out_dir, stem, model_file, feeds, extra):
             ro.fail(f"{model_file}: output {vi.name} has non-finite values")
         man["outputs"].append(_tensor_entry(vi.name, arr, os.path.join(out_dir, f"{stem}.out{j}.bin")))
     man["ops"] = op_histogram(model)
+    if ref_model is not None:
+        man["reference_model"] = "widened copy"
     man.update(extra)
     man["ort"] = {"version": ort.__version__, "config": ORT_CONFIG, "intra_op_num_threads": 1, "cpu_isa": cpu_isa(),
                   "optimized_ops": op_histogram(optimized), "float_ops": float_ops(optimized)}
@@ -689,7 +712,8 @@ PLACEMENTS = {
 def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, formats=None):
     """Saves <name>_float.onnx and the four quantized variants with their references (or
     only those of `formats`, e.g. ["qdq"]; "trt" adds <name>_trt_{s8,u8}: the QDQ model in
-    TensorRT-style placement, `to_trt_style`; "strict" adds <name>_strict_{s8,u8}: Q/DQ on
+    TensorRT-style placement, `to_trt_style`; "w4" adds <name>_w4_{s8,u8}: int4 / uint4
+    weights, ORT's reference computed on their 8-bit copy, `widen_four_bit`; "strict" adds <name>_strict_{s8,u8}: Q/DQ on
     convolution and matrix-product inputs only, `to_trt_strict`; "fq" <name>_fq_{s8,u8}: float
     weights with a Q/DQ pair, `to_float_weights`; "strictfq" both). Returns the list of manifest file names
     (quantized models only)."""
@@ -726,6 +750,22 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, f
                              "float_model": os.path.basename(fpath)})
             manifests.append(stem + ".json")
             log(describe(qpath, qm) + f"  | {label}")
+    # "w4": 4-bit weights (int4 with int8 activations, uint4 with uint8 ones), as
+    # quantize_static writes them with weight_type QInt4/QUInt4; the reference is ORT on the
+    # copy with the same weights stored in 8 bits (`widen_four_bit`).
+    for atag, aq in ACTIVATIONS if formats is not None and "w4" in formats else []:
+        stem = f"{name}_w4_{atag}"
+        qpath = os.path.join(out_dir, stem + ".onnx")
+        wq = oq.QuantType.QInt4 if atag == "s8" else oq.QuantType.QUInt4
+        qm = quantize(float_model, qpath, samples, oq.QuantFormat.QDQ, aq, reduce_range, weights=wq)
+        wide = onnx.load(qpath)
+        if widen_four_bit(wide) == 0:
+            ro.fail(f"{stem}: quantize_static wrote no 4-bit weight")
+        write_reference(out_dir, stem, stem + ".onnx", feeds,
+                        {"format": "w4", "activations": atag, "reduce_range": reduce_range,
+                         "float_model": os.path.basename(fpath)}, ref_model=wide)
+        manifests.append(stem + ".json")
+        log(describe(qpath, qm) + "  | 4-bit weights; reference: ORT on the 8-bit copy")
     return manifests
 
 

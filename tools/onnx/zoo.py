@@ -247,6 +247,10 @@ def main():
     ap.add_argument("--modelopt", nargs="*", metavar="NAME", default=None,
                     help="also <name>_modelopt_{s8,u8}: the QDQ model as NVIDIA's ModelOpt "
                          "exports it (qref.to_modelopt_export)")
+    ap.add_argument("--w4", nargs="*", metavar="NAME", default=None,
+                    help="also <name>_w4_{s8,u8}: 4-bit weights (quantize_static weight_type QInt4 "
+                         "with int8 activations, QUInt4 with uint8), the reference computed by ORT on "
+                         "the same weights stored in 8 bits (ORT runs 4-bit weights in float)")
     args = ap.parse_args()
     names = args.only or list(MODELS)
     for n in names:
@@ -262,7 +266,7 @@ def main():
         # --trt / --strict / --strictfq / --pt with no names: every model; with names: those.
         extra = [tag for tag, sel in (("trt", args.trt), ("strict", args.strict),
                                       ("strictfq", args.strictfq), ("pt", args.pt),
-                                      ("modelopt", args.modelopt))
+                                      ("modelopt", args.modelopt), ("w4", args.w4))
                  if sel is not None and (not sel or n in sel)]
         return ["qdq", "qop"] + extra if extra else None
 

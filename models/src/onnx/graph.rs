@@ -8,7 +8,7 @@
 use super::proto::onnx as pb;
 use crate::engine::{ElemType, EngineError};
 use protobuf::Message;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// ONNX `TensorProto.DataType` codes this importer reads.
@@ -20,6 +20,30 @@ pub(crate) mod dtype {
     pub const INT64: i32 = 7;
     /// One byte per element, 0 or 1; held as `ConstData::U8`.
     pub const BOOL: i32 = 9;
+    /// Two elements a byte, low nibble first; held widened and shifted as `ConstData::I8`
+    /// (`x - 8`: -8..=7, like int4), which every quantized use reads as a difference from
+    /// a zero point shifted the same way, so exactly. Readers that would see the shift
+    /// (anything but Q/DQ and the QLinear operators) are refused at lowering.
+    pub const UINT4: i32 = 21;
+    /// Two elements a byte, low nibble first; held widened as `ConstData::I8` (-8..=7).
+    pub const INT4: i32 = 22;
+
+    /// Whether [`super::decode_tensor`] reads tensors of type `code`.
+    pub fn readable(code: i32) -> bool {
+        matches!(code, FLOAT | UINT8 | INT8 | INT32 | INT64 | BOOL | UINT4 | INT4)
+    }
+}
+
+/// A constant the importer keeps no values of because it cannot compute in its type
+/// (float16, uint16, float64, ...): named so that a node reading it is refused with the
+/// type, while the rest of the file (operators, shapes) stays readable for
+/// `redline model info` and other engines.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Unreadable {
+    /// The ONNX data type code.
+    pub code: i32,
+    /// The bytes its values take in the file.
+    pub bytes: usize,
 }
 
 /// A constant tensor (initializer or `Constant` node output), decoded.
@@ -190,6 +214,13 @@ pub(crate) struct OnnxGraph {
     pub producer: String,
     pub nodes: Vec<Node>,
     pub consts: HashMap<String, Const>,
+    /// Constants (initializers, `Constant` node outputs) of types the importer does not
+    /// read, by name: not in `consts`; a node reading one is refused when lowered.
+    pub unreadable: HashMap<String, Unreadable>,
+    /// The constants stored as 4-bit integers (held widened in `consts`, see
+    /// [`dtype::UINT4`]), by name, with their type code: a quantization *to* 4 bits clamps
+    /// to `-8..=7` (both types, as held), not the 8-bit range.
+    pub four_bit: HashMap<String, i32>,
     /// Graph inputs that are not initializers.
     pub inputs: Vec<ValueInfo>,
     pub outputs: Vec<ValueInfo>,
@@ -204,9 +235,11 @@ pub(crate) struct OnnxGraph {
 fn check_order(
     nodes: &[Node],
     consts: &HashMap<String, Const>,
+    unreadable: &HashMap<String, Unreadable>,
     graph_inputs: &[pb::ValueInfoProto],
 ) -> Result<(), String> {
-    let mut known: std::collections::HashSet<&str> = consts.keys().map(String::as_str).collect();
+    let mut known: HashSet<&str> = consts.keys().map(String::as_str).collect();
+    known.extend(unreadable.keys().map(String::as_str));
     known.extend(graph_inputs.iter().map(|v| v.name()));
     for n in nodes {
         if let Some(i) = n
@@ -301,10 +334,33 @@ pub(crate) fn decode_tensor(t: &pb::TensorProto, what: &str) -> Result<Const, St
         } else {
             t.int64_data.clone()
         }),
+        code @ (dtype::UINT4 | dtype::INT4) => {
+            // ONNX packs two elements a byte, the first in the low nibble; typed storage
+            // holds one packed byte per int32.
+            let packed: Vec<u8> = if has_raw {
+                raw.to_vec()
+            } else {
+                t.int32_data.iter().map(|&v| v as u8).collect()
+            };
+            if packed.len() != n.div_ceil(2) {
+                return Err(format!(
+                    "tensor {what} holds {} bytes of packed 4-bit values but its shape {shape:?} \
+                     needs {}",
+                    packed.len(),
+                    n.div_ceil(2)
+                ));
+            }
+            let nibbles = packed.iter().flat_map(|&b| [b & 0x0f, b >> 4]).take(n);
+            ConstData::I8(if code == dtype::INT4 {
+                nibbles.map(|x| ((x << 4) as i8) >> 4).collect()
+            } else {
+                nibbles.map(|x| x as i8 - 8).collect()
+            })
+        }
         other => {
             return Err(format!(
                 "tensor {what} has ONNX data type {other} ({}); supported: float32, int8, uint8, \
-                 int32, int64, bool",
+                 int32, int64, bool, int4, uint4",
                 type_name(other)
             ))
         }
@@ -333,8 +389,29 @@ pub(crate) fn type_name(code: i32) -> &'static str {
         9 => "bool",
         10 => "float16",
         11 => "float64",
+        12 => "uint32",
+        13 => "uint64",
+        14 => "complex64",
+        15 => "complex128",
         16 => "bfloat16",
+        17..=20 => "float8",
+        21 => "uint4",
+        22 => "int4",
+        23 => "float4",
         _ => "other",
+    }
+}
+
+/// Bytes per element of ONNX type `code` in a file (packed 4-bit types: 1, rounding up;
+/// strings and unknown codes: 0).
+fn type_bytes(code: i32) -> usize {
+    match code {
+        1 | 6 | 12 => 4,
+        2..=3 | 9 | 17..=23 => 1,
+        4 | 5 | 10 | 16 => 2,
+        7 | 11 | 13 | 14 => 8,
+        15 => 16,
+        _ => 0,
     }
 }
 
@@ -384,6 +461,9 @@ fn attr_value(a: &pb::AttributeProto, node: &str) -> Result<Attr, String> {
         T::INTS => Attr::Ints(a.ints.clone()),
         T::FLOATS => Attr::Floats(a.floats.clone()),
         T::STRING => Attr::Str(String::from_utf8_lossy(a.s()).into_owned()),
+        // A tensor of a type the importer does not read: kept as `Other` (the node that
+        // needs it is refused when lowered).
+        T::TENSOR if !dtype::readable(a.t.data_type()) => Attr::Other,
         T::TENSOR => Attr::Tensor(decode_tensor(
             &a.t,
             &format!("attribute {} of node {node}", a.name()),
@@ -468,8 +548,25 @@ impl OnnxGraph {
             .map(|o| o.version())
             .unwrap_or(0);
         let mut consts = HashMap::new();
+        let mut unreadable = HashMap::new();
+        let mut four_bit = HashMap::new();
         for t in &g.initializer {
+            let code = t.data_type();
+            if !dtype::readable(code) {
+                let bytes = if t.has_raw_data() {
+                    t.raw_data().len()
+                } else {
+                    let n = t.dims.iter().map(|&d| d.max(0) as usize);
+                    n.fold(1usize, usize::saturating_mul)
+                        .saturating_mul(type_bytes(code))
+                };
+                unreadable.insert(t.name().to_string(), Unreadable { code, bytes });
+                continue;
+            }
             let c = decode_tensor(t, t.name()).map_err(|r| parse_err(path, r))?;
+            if matches!(code, dtype::INT4 | dtype::UINT4) {
+                four_bit.insert(t.name().to_string(), code);
+            }
             consts.insert(t.name().to_string(), c);
         }
         if !g.sparse_initializer.is_empty() {
@@ -478,6 +575,7 @@ impl OnnxGraph {
                 "the graph has sparse initializers, which this importer does not read",
             ));
         }
+        let mut unreadable_outputs = Vec::new();
         let mut nodes = Vec::with_capacity(g.node.len());
         for n in &g.node {
             let first = n.output.first().map(String::as_str).unwrap_or("");
@@ -495,6 +593,18 @@ impl OnnxGraph {
                         n.op_type()
                     ),
                 ));
+            }
+            if n.op_type() == "Constant" {
+                if let Some(a) = n.attribute.iter().find(|a| a.name() == "value") {
+                    let code = a.t.data_type();
+                    if !dtype::readable(code) {
+                        let bytes = a.t.raw_data().len();
+                        // Merged after the order check: the node writes this value.
+                        unreadable_outputs.push((first.to_string(), Unreadable { code, bytes }));
+                    } else if matches!(code, dtype::INT4 | dtype::UINT4) {
+                        four_bit.insert(first.to_string(), code);
+                    }
+                }
             }
             let mut attrs = HashMap::new();
             for a in &n.attribute {
@@ -520,7 +630,8 @@ impl OnnxGraph {
                 attrs,
             });
         }
-        check_order(&nodes, &consts, &g.input).map_err(|r| parse_err(path, r))?;
+        check_order(&nodes, &consts, &unreadable, &g.input).map_err(|r| parse_err(path, r))?;
+        unreadable.extend(unreadable_outputs);
         let inputs = g
             .input
             .iter()
@@ -535,6 +646,8 @@ impl OnnxGraph {
                 .to_string(),
             nodes,
             consts,
+            unreadable,
+            four_bit,
             inputs,
             outputs,
             metadata: metadata_of(&model),
@@ -549,4 +662,73 @@ pub(crate) fn metadata_of(model: &pb::ModelProto) -> Vec<(String, String)> {
         .iter()
         .map(|p| (p.key().to_string(), p.value().to_string()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, code: i32, dims: &[i64], raw: Option<Vec<u8>>) -> pb::TensorProto {
+        let mut t = pb::TensorProto::new();
+        t.set_name(name.to_owned());
+        t.set_data_type(code);
+        t.dims = dims.to_vec();
+        if let Some(raw) = raw {
+            t.set_raw_data(raw);
+        }
+        t
+    }
+
+    #[test]
+    fn four_bit_tensors_unpack_low_nibble_first_in_both_storages() {
+        // [1, 2, -8, -1, 7] as int4: 0x21, 0xf8, 0x07 (the last high nibble is padding).
+        let raw = vec![0x21, 0xf8, 0x07];
+        let i4 = decode_tensor(&tensor("a", dtype::INT4, &[5], Some(raw.clone())), "a").unwrap();
+        assert_eq!(i4.data, ConstData::I8(vec![1, 2, -8, -1, 7]));
+        // uint4 [1, 2, 8, 15, 7], held as x - 8.
+        let u4 = decode_tensor(&tensor("b", dtype::UINT4, &[5], Some(raw.clone())), "b").unwrap();
+        assert_eq!(u4.data, ConstData::I8(vec![-7, -6, 0, 7, -1]));
+        // Typed storage: one packed byte per int32.
+        let mut typed = tensor("c", dtype::INT4, &[5], None);
+        typed.int32_data = raw.iter().map(|&b| i32::from(b)).collect();
+        assert_eq!(decode_tensor(&typed, "c").unwrap(), i4);
+        // A byte too many or too few is an error that says so.
+        for bytes in [2, 4] {
+            let t = tensor("d", dtype::INT4, &[5], Some(vec![0; bytes]));
+            let e = decode_tensor(&t, "d").unwrap_err();
+            assert!(e.contains(&format!("holds {bytes} bytes")) && e.contains("needs 3"), "{e}");
+        }
+    }
+
+    #[test]
+    fn constants_of_unread_types_keep_the_graph_readable() {
+        let mut g = pb::GraphProto::new();
+        g.initializer.push(tensor("half", 10, &[2], Some(vec![0; 4])));
+        g.initializer.push(tensor("zp16", 4, &[], Some(vec![0; 2])));
+        g.initializer.push(tensor("w4", dtype::INT4, &[3], Some(vec![0x21, 0x03])));
+        let mut c = pb::NodeProto::new();
+        c.set_op_type("Constant".into());
+        c.output = vec!["k".into()];
+        let mut a = pb::AttributeProto::new();
+        a.set_name("value".into());
+        a.set_type(pb::attribute_proto::AttributeType::TENSOR);
+        a.t = protobuf::MessageField::some(tensor("", 11, &[1], Some(vec![0; 8])));
+        c.attribute.push(a);
+        let mut add = pb::NodeProto::new();
+        add.set_op_type("Add".into());
+        add.input = vec!["half".into(), "k".into()];
+        add.output = vec!["y".into()];
+        g.node = vec![c, add];
+        let mut m = pb::ModelProto::new();
+        m.graph = protobuf::MessageField::some(g);
+        let bytes = m.write_to_bytes().unwrap();
+        let g = OnnxGraph::parse(&bytes, Path::new("m.onnx")).unwrap();
+        assert_eq!(g.unreadable["half"], Unreadable { code: 10, bytes: 4 });
+        assert_eq!(g.unreadable["zp16"], Unreadable { code: 4, bytes: 2 });
+        assert_eq!(g.unreadable["k"], Unreadable { code: 11, bytes: 8 });
+        assert!(!g.consts.contains_key("half") && g.constant("k").is_none());
+        assert_eq!(g.four_bit["w4"], dtype::INT4);
+        assert_eq!(g.consts["w4"].data, ConstData::I8(vec![1, 2, 3]));
+        assert_eq!(type_name(10), "float16");
+    }
 }

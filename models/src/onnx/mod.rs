@@ -17,6 +17,17 @@
 //!   as PyTorch's QAT export, pytorch-quantization and ModelOpt write them): that
 //!   `QuantizeLinear` runs once at load, with ONNX Runtime's rounding, so both forms give
 //!   the same integers and the same outputs (`lower::quant`).
+//! - **Tensor types**: float32, int8, uint8, int32, int64 and bool constants are read as
+//!   they are; 4-bit weights (`int4`/`uint4` initializers, as `quantize_static` writes
+//!   them with `weight_type=QInt4`/`QUInt4`, or a `QuantizeLinear` of float weights with a
+//!   4-bit zero point) are read widened to 8 bits (a `uint4` one as `x − 8`, its zero point
+//!   alike), so they run on the INT8 kernels with the same integer sums: bit-exact against
+//!   ONNX Runtime's integer kernels on the same weights stored in 8 bits (ONNX Runtime
+//!   itself runs 4-bit weights in float). A quantization *to* 4 bits of a computed tensor
+//!   is refused (activations stay 8-bit). Constants of any other type (`float16`, the
+//!   16-bit quantization of `QuantType.QUInt16`/`QInt16`, `float64`, ...) do not make the
+//!   file unreadable: [`inspect`] reports the model, and the node that reads one is refused
+//!   naming the tensor and its type (`lower::check_types`).
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
 //!   depthwise), ConvTranspose (one group, no dilation, explicit pads, `output_padding`: one
 //!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
@@ -439,7 +450,15 @@ pub fn inspect(path: &Path) -> Result<ModelInfo, EngineError> {
         },
         ops,
         nodes: g.nodes.len(),
-        initializer_bytes: g.consts.values().map(|c| c.len() * c.elem().size()).sum(),
+        initializer_bytes: g
+            .consts
+            .iter()
+            .map(|(name, c)| match g.four_bit.contains_key(name) {
+                true => c.len().div_ceil(2),
+                false => c.len() * c.elem().size(),
+            })
+            .chain(g.unreadable.values().map(|u| u.bytes))
+            .sum(),
         metadata: g.metadata.clone(),
         native,
     })

@@ -148,6 +148,7 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
     for o in &g.outputs {
         l.outputs.insert(o.name.clone());
     }
+    check_types(g)?;
     for (name, c) in &g.consts {
         l.vals.insert(name.clone(), Val::C(c.clone()));
     }
@@ -372,6 +373,61 @@ fn invalid(reason: String) -> EngineError {
 }
 
 /// Converts a stored zero point to the `i8` domain.
+/// Refuses, naming the node, what the native engine cannot compute as the file says: a
+/// node reading a constant of a type the importer does not read (float16, 16-bit
+/// quantization, ...), and a quantization *to* 4 bits of anything but a constant (the
+/// engine keeps activations in 8 bits; 4-bit weights are read widened, exactly).
+fn check_types(g: &OnnxGraph) -> Result<(), EngineError> {
+    for n in &g.nodes {
+        let quantized = super::graph::input_quant_inputs(&n.op).is_some()
+            || super::graph::output_quant_inputs(&n.op).is_some();
+        let shifted = n.inputs.iter().find(|i| {
+            g.four_bit.get(i.as_str()) == Some(&super::graph::dtype::UINT4)
+        });
+        if let (Some(name), false) = (shifted, quantized) {
+            return Err(n.unsupported(format!(
+                "it reads {name}, a uint4 tensor, other than to (de)quantize it: the native \
+                 engine reads 4-bit constants as quantized weights and zero points only; run \
+                 the model with --engine onnxruntime"
+            )));
+        }
+        if n.op == "QuantizeLinear" && n.input(2).is_none() && n.int("output_dtype", 0)? > 2 {
+            return Err(n.unsupported(
+                "an output_dtype other than uint8 without a zero point: give the zero point \
+                 (its type says the output's), as quantization tools write it",
+            ));
+        }
+        let unreadable = n
+            .inputs
+            .iter()
+            .find_map(|i| g.unreadable.get_key_value(i.as_str()));
+        if let Some((name, u)) = unreadable {
+            return Err(n.unsupported(format!(
+                "it reads {name}, a tensor of type {}: the native engine reads float32, int8, uint8, \
+                 int4, uint4, int32, int64 and bool constants (16-bit quantization and float16 \
+                 are not run natively); run the model with --engine onnxruntime",
+                super::graph::type_name(u.code)
+            )));
+        }
+        let Some((_, zp)) = super::graph::output_quant_inputs(&n.op) else {
+            continue;
+        };
+        if n.input(zp).is_some_and(|z| g.four_bit.contains_key(z)) {
+            let of_constant =
+                n.op == "QuantizeLinear" && n.input(0).is_some_and(|x| g.constant(x).is_some());
+            if !of_constant {
+                return Err(n.unsupported(
+                    "it quantizes a computed tensor to 4 bits: the native engine keeps \
+                     activations in 8 bits (4-bit weights, a DequantizeLinear of an int4 or \
+                     uint4 initializer, it reads); quantize activations to int8/uint8 or run \
+                     the model with --engine onnxruntime",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn zp_i8(c: &ConstData, i: usize) -> Option<i32> {
     match c {
         ConstData::I8(v) => v.get(i).map(|&x| i32::from(x)),
@@ -713,6 +769,10 @@ impl<'g> Lowerer<'g> {
                 "operators of domain {:?} are not supported; run the model with --engine onnxruntime",
                 n.domain
             )));
+        }
+        if n.outputs.iter().all(|o| self.g.unreadable.contains_key(o)) {
+            // A `Constant` of a type not read: every reader was refused (`check_types`).
+            return Ok(());
         }
         if self.float_island(i)? || self.fold_constant(n)? {
             return Ok(());

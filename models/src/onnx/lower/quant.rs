@@ -90,6 +90,13 @@ impl Lowerer<'_> {
                 c.shape
             )));
         };
+        // To 4 bits (`check_types` lets only a constant through): the 8-bit result clamped
+        // to the 4-bit range, the same saturation as the 4-bit one since the range is inside.
+        // (A uint4 one is held as `x - 8` with its zero point shifted alike: the same range.)
+        let (lo, hi) = match n.input(2).is_some_and(|z| self.g.four_bit.contains_key(z)) {
+            true => (-8, 7),
+            false => (-128, 127),
+        };
         let values = c.to_f32();
         let mut data = vec![0i8; values.len()];
         for (i, (x, d)) in values.iter().zip(data.iter_mut()).enumerate() {
@@ -101,6 +108,7 @@ impl Lowerer<'_> {
                 zps[ch],
                 std::slice::from_mut(d),
             );
+            *d = (*d).clamp(lo, hi);
         }
         Ok(Val::DqC {
             data: Const {
@@ -179,8 +187,14 @@ impl Lowerer<'_> {
                     },
                     _ => c.clone(),
                 };
-                let zps = explicit_zps
-                    .unwrap_or_else(|| vec![if is_u8 { -128 } else { 0 }; scales.len().max(1)]);
+                // Absent, a uint4 zero point 0 is -8 as held (`graph::dtype::UINT4`).
+                let uint4 = self.g.four_bit.get(&n.inputs[0]) == Some(&super::super::graph::dtype::UINT4);
+                let default_zp = match (is_u8, uint4) {
+                    (true, _) => -128,
+                    (false, true) => -8,
+                    (false, false) => 0,
+                };
+                let zps = explicit_zps.unwrap_or_else(|| vec![default_zp; scales.len().max(1)]);
                 Val::DqC {
                     data,
                     scales,
