@@ -889,10 +889,17 @@ m = h.make_model(h.make_graph([h.make_node("Cast", ["u4"], ["c"], name="cast_u4"
                                h.make_node("Add", ["x", "c"], ["y"])], "g", [x], [y2], [u4]),
                  opset_imports=[h.make_opsetid("", 21)]); m.ir_version = 10
 onnx.save(m, f"{d}/uint4_cast.onnx")
-# Weights kept in an external data file.
+# Weights kept in an external data file that is missing, and in one outside the model's folder.
+import os
 m = h.make_model(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], pads=[1,1,1,1])], "g", [x], [y],
                  [nh.from_array(np.ones((64, 3, 3, 3), np.float32), "w")]), opset_imports=[h.make_opsetid("", 17)])
 onnx.save_model(m, f"{d}/external.onnx", save_as_external_data=True, all_tensors_to_one_file=True, location="external.bin", size_threshold=0)
+os.remove(f"{d}/external.bin")
+m = onnx.load(f"{d}/external.onnx", load_external_data=False)
+for e in m.graph.initializer[0].external_data:
+    if e.key == "location":
+        e.value = "../escape.bin"
+onnx.save(m, f"{d}/external_escape.onnx")
 "#;
     let out = Command::new("python3")
         .arg("-c")
@@ -979,7 +986,14 @@ fn every_rejection_says_what_and_what_to_do() {
     assert!(m.contains("gemm_ta") && m.contains("transA"), "{m}");
     let m = err("external.onnx");
     assert!(
-        m.contains("external") && m.contains("save_as_external_data=False"),
+        m.contains("external.bin")
+            && m.contains("cannot be read")
+            && m.contains("next to the model"),
+        "{m}"
+    );
+    let m = err("external_escape.onnx");
+    assert!(
+        m.contains("\"../escape.bin\"") && m.contains("inside the model's folder"),
         "{m}"
     );
     let m = err("slice_reverse.onnx");
@@ -1137,6 +1151,67 @@ fn every_rejection_says_what_and_what_to_do() {
         Ok(_) => panic!("a missing file compiled"),
     };
     assert!(m.contains("missing.onnx"), "{m}");
+}
+
+/// Tensors kept in external data files (`onnx.save_model(..., save_as_external_data=True)`,
+/// one file with offsets or one file per tensor) are read from the model's folder: the same
+/// outputs, byte for byte, as the model holding them inside.
+#[test]
+fn external_data_files_are_read_from_the_models_folder() {
+    if !python_ok() {
+        eprintln!("SKIPPED: python3 with onnx is missing; the external data test did not run");
+        return;
+    }
+    let dir = redline_tests::temp_dir("onnx-external");
+    let script = r#"
+import sys, onnx, numpy as np
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+d = sys.argv[1]
+rng = np.random.default_rng(3)
+x = h.make_tensor_value_info("x", T.FLOAT, [1, 8, 9, 10]); y = h.make_tensor_value_info("y", T.FLOAT, None)
+inits = [nh.from_array(rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8), "w"),
+         nh.from_array((rng.random(16) * 0.01 + 0.001).astype(np.float32), "ws"),
+         nh.from_array(np.zeros(16, np.int8), "wz"),
+         nh.from_array(rng.integers(-5000, 5000, 16).astype(np.int32), "b"),
+         nh.from_array(np.array(0.05, np.float32), "s"), nh.from_array(np.array(0, np.int8), "z"),
+         nh.from_array(np.array(0.4, np.float32), "ys")]
+nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]), h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+         h.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+         h.make_node("Mul", ["s", "ws"], ["bs"]), h.make_node("DequantizeLinear", ["b", "bs"], ["bf"], axis=0),
+         h.make_node("Conv", ["xf", "wf", "bf"], ["c"], pads=[1, 1, 1, 1]),
+         h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])]
+m = h.make_model(h.make_graph(nodes, "g", [x], [y], inits), opset_imports=[h.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.save(m, f"{d}/inside.onnx")
+onnx.save_model(m, f"{d}/one_file.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                location="one_file.weights", size_threshold=0)
+import os; os.makedirs(f"{d}/per_tensor", exist_ok=True)
+onnx.save_model(onnx.load(f"{d}/inside.onnx"), f"{d}/per_tensor/model.onnx", save_as_external_data=True,
+                all_tensors_to_one_file=False, size_threshold=0)
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut inside = NativeEngine::load(&dir.join("inside.onnx")).unwrap();
+    let ins = ramp_inputs(&inside);
+    let want = run_outputs(&mut inside, &ins, &Inline);
+    assert!(want[0].iter().any(|&b| b != 0), "all-zero outputs say nothing");
+    for f in ["one_file.onnx", "per_tensor/model.onnx"] {
+        let mut e = NativeEngine::load(&dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert_eq!(run_outputs(&mut e, &ins, &Inline), want, "{f}");
+        // The same file parsed from bytes, without its folder, says how to load it.
+        let bytes = std::fs::read(dir.join(f)).unwrap();
+        let err = NativeEngine::from_bytes(&bytes, f).err().expect("external data without a folder");
+        assert!(err.to_string().contains("load it by path"), "{err}");
+    }
 }
 
 /// Float weights quantized to 4 bits by a Q/DQ pair (`QuantizeLinear` of an initializer

@@ -285,16 +285,110 @@ fn from_le<T, const N: usize>(raw: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
         .collect()
 }
 
-/// Decodes a `TensorProto` (raw or typed storage). External data is refused.
-pub(crate) fn decode_tensor(t: &pb::TensorProto, what: &str) -> Result<Const, String> {
-    if t.data_location() == pb::tensor_proto::DataLocation::EXTERNAL || !t.external_data.is_empty()
-    {
-        return Err(format!(
-            "tensor {what} keeps its data in an external file, which this importer does not \
-             read: save the model with all tensors inside the .onnx file \
-             (onnx.save_model(m, path, save_as_external_data=False))"
-        ));
+fn is_external(t: &pb::TensorProto) -> bool {
+    t.data_location() == pb::tensor_proto::DataLocation::EXTERNAL || !t.external_data.is_empty()
+}
+
+/// The external data files a model's tensors read, each read once (construction time).
+struct ExternalFiles<'a> {
+    /// The model file's folder; `None` for a model parsed from bytes.
+    dir: Option<&'a Path>,
+    files: HashMap<String, Vec<u8>>,
+}
+
+impl ExternalFiles<'_> {
+    /// The bytes of external tensor `t` (ONNX's `external_data` entries: `location`, a
+    /// path relative to the model's folder, and optional `offset` and `length`).
+    fn bytes_of(&mut self, t: &pb::TensorProto, what: &str) -> Result<Vec<u8>, String> {
+        let Some(dir) = self.dir else {
+            return Err(format!(
+                "tensor {what} keeps its data in an external file, which can only be read when \
+                 the model is loaded from its file: load it by path, or save the model with \
+                 all tensors inside (onnx.save_model(m, path, save_as_external_data=False))"
+            ));
+        };
+        let entry = |key: &str| {
+            t.external_data
+                .iter()
+                .find(|e| e.key() == key)
+                .map(|e| e.value().to_string())
+        };
+        let Some(location) = entry("location") else {
+            return Err(format!(
+                "tensor {what} is stored externally but names no location: the file is damaged"
+            ));
+        };
+        let rel = Path::new(&location);
+        let plain = rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if rel.is_absolute() || !plain {
+            return Err(format!(
+                "tensor {what}'s external data location {location:?} is not a plain path \
+                 inside the model's folder (ONNX requires a relative path without '..')"
+            ));
+        }
+        let number = |key: &str| -> Result<Option<usize>, String> {
+            entry(key)
+                .map(|v| {
+                    v.trim().parse::<usize>().map_err(|_| {
+                        format!("tensor {what}'s external data {key} {v:?} is not a byte count")
+                    })
+                })
+                .transpose()
+        };
+        let (offset, length) = (number("offset")?.unwrap_or(0), number("length")?);
+        if !self.files.contains_key(&location) {
+            let path = dir.join(rel);
+            let bytes = std::fs::read(&path).map_err(|e| {
+                format!(
+                    "tensor {what} keeps its data in {}, which cannot be read ({e}): keep the \
+                     data file next to the model, as it was saved",
+                    path.display()
+                )
+            })?;
+            self.files.insert(location.clone(), bytes);
+        }
+        let file = &self.files[&location];
+        let end = match length {
+            Some(len) => offset.checked_add(len),
+            None => Some(file.len()),
+        };
+        match end {
+            Some(end) if offset <= end && end <= file.len() => Ok(file[offset..end].to_vec()),
+            _ => Err(format!(
+                "tensor {what} reads bytes {offset}..{} of {location}, which holds {}: the \
+                 data file does not belong to this model or is truncated",
+                end.map_or("(overflow)".to_string(), |e| e.to_string()),
+                file.len()
+            )),
+        }
     }
+
+    /// Decodes `t`, reading its bytes from its data file when it is external.
+    fn decode(&mut self, t: &pb::TensorProto, what: &str) -> Result<Const, String> {
+        if is_external(t) {
+            let bytes = self.bytes_of(t, what)?;
+            decode_with(t, what, Some(&bytes))
+        } else {
+            decode_with(t, what, None)
+        }
+    }
+}
+
+/// Decodes a `TensorProto` (raw or typed storage) held inside the model: an external one is
+/// an error that says how to load it (attributes; initializers go through
+/// [`ExternalFiles`]).
+pub(crate) fn decode_tensor(t: &pb::TensorProto, what: &str) -> Result<Const, String> {
+    let mut none = ExternalFiles {
+        dir: None,
+        files: HashMap::new(),
+    };
+    none.decode(t, what)
+}
+
+/// Decodes `t`, its raw bytes taken from `external` where given (an external tensor).
+fn decode_with(t: &pb::TensorProto, what: &str, external: Option<&[u8]>) -> Result<Const, String> {
     let mut shape = Vec::with_capacity(t.dims.len());
     for &d in &t.dims {
         if d < 0 {
@@ -306,8 +400,8 @@ pub(crate) fn decode_tensor(t: &pb::TensorProto, what: &str) -> Result<Const, St
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or_else(|| format!("tensor {what}: element count overflows"))?;
-    let raw = t.raw_data();
-    let has_raw = t.has_raw_data();
+    let raw = external.unwrap_or(t.raw_data());
+    let has_raw = external.is_some() || t.has_raw_data();
     let data = match t.data_type() {
         dtype::FLOAT => ConstData::F32(if has_raw {
             from_le(raw, f32::from_le_bytes)
@@ -527,11 +621,21 @@ impl OnnxGraph {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&bytes, path)
+        Self::parse_in(&bytes, path, path.parent().or(Some(Path::new("."))))
     }
 
-    /// Parses the bytes of an `.onnx` file (`path` is only used in messages).
+    /// Parses the bytes of an `.onnx` file (`path` is only used in messages); a tensor kept
+    /// in an external data file is an error (see [`OnnxGraph::load`]).
     pub fn parse(bytes: &[u8], path: &Path) -> Result<OnnxGraph, EngineError> {
+        Self::parse_in(bytes, path, None)
+    }
+
+    /// [`OnnxGraph::parse`], reading external tensor data from files in `data_dir`.
+    fn parse_in(
+        bytes: &[u8],
+        path: &Path,
+        data_dir: Option<&Path>,
+    ) -> Result<OnnxGraph, EngineError> {
         let model = pb::ModelProto::parse_from_bytes(bytes).map_err(|e| {
             parse_err(
                 path,
@@ -547,13 +651,20 @@ impl OnnxGraph {
             .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
             .map(|o| o.version())
             .unwrap_or(0);
+        let mut external = ExternalFiles {
+            dir: data_dir,
+            files: HashMap::new(),
+        };
         let mut consts = HashMap::new();
         let mut unreadable = HashMap::new();
         let mut four_bit = HashMap::new();
         for t in &g.initializer {
             let code = t.data_type();
             if !dtype::readable(code) {
-                let bytes = if t.has_raw_data() {
+                let length = t.external_data.iter().find(|e| e.key() == "length");
+                let bytes = if let Some(len) = length.and_then(|e| e.value().parse().ok()) {
+                    len
+                } else if t.has_raw_data() {
                     t.raw_data().len()
                 } else {
                     let n = t.dims.iter().map(|&d| d.max(0) as usize);
@@ -563,7 +674,9 @@ impl OnnxGraph {
                 unreadable.insert(t.name().to_string(), Unreadable { code, bytes });
                 continue;
             }
-            let c = decode_tensor(t, t.name()).map_err(|r| parse_err(path, r))?;
+            let c = external
+                .decode(t, t.name())
+                .map_err(|r| parse_err(path, r))?;
             if matches!(code, dtype::INT4 | dtype::UINT4) {
                 four_bit.insert(t.name().to_string(), code);
             }
@@ -635,7 +748,7 @@ impl OnnxGraph {
         let inputs = g
             .input
             .iter()
-            .filter(|v| !consts.contains_key(v.name()))
+            .filter(|v| !consts.contains_key(v.name()) && !unreadable.contains_key(v.name()))
             .map(value_info)
             .collect();
         let outputs = g.output.iter().map(value_info).collect();

@@ -5,7 +5,10 @@
 //! # Contract
 //!
 //! - **Input**: an `.onnx` file (protobuf read by rust-protobuf from the vendored ONNX schema)
-//!   with static shapes and tensors stored inside the file. Models quantized by ONNX Runtime's
+//!   with static shapes, its tensors stored inside it or, for a model loaded by path, in
+//!   external data files (`save_as_external_data=True`: `location` relative to the model's
+//!   folder, never outside it; `offset`, `length`; each file read once, at load). Models
+//!   quantized by ONNX Runtime's
 //!   `quantize_static` (QDQ or QOperator, `int8` or `uint8` activations, per-channel or
 //!   per-tensor symmetric `int8` weights) or by PyTorch's exporter (QDQ) are the intended
 //!   input, and so is NVIDIA's TensorRT-oriented placement (Q/DQ on convolution inputs
