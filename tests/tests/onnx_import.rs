@@ -1143,7 +1143,10 @@ fn every_rejection_says_what_and_what_to_do() {
     let m = err("activations_int4.onnx");
     assert!(m.contains("q4") && m.contains("to 4 bits"), "{m}");
     let m = err("uint4_cast.onnx");
-    assert!(m.contains("cast_u4") && m.contains("u4, a uint4 tensor"), "{m}");
+    assert!(
+        m.contains("cast_u4") && m.contains("u4, a uint4 tensor"),
+        "{m}"
+    );
     let m = err("not_onnx.onnx");
     assert!(m.contains("not an ONNX protobuf"), "{m}");
     let m = match NativeEngine::load(&dir.join("missing.onnx")) {
@@ -1203,13 +1206,18 @@ onnx.save_model(onnx.load(f"{d}/inside.onnx"), f"{d}/per_tensor/model.onnx", sav
     let mut inside = NativeEngine::load(&dir.join("inside.onnx")).unwrap();
     let ins = ramp_inputs(&inside);
     let want = run_outputs(&mut inside, &ins, &Inline);
-    assert!(want[0].iter().any(|&b| b != 0), "all-zero outputs say nothing");
+    assert!(
+        want[0].iter().any(|&b| b != 0),
+        "all-zero outputs say nothing"
+    );
     for f in ["one_file.onnx", "per_tensor/model.onnx"] {
         let mut e = NativeEngine::load(&dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert_eq!(run_outputs(&mut e, &ins, &Inline), want, "{f}");
         // The same file parsed from bytes, without its folder, says how to load it.
         let bytes = std::fs::read(dir.join(f)).unwrap();
-        let err = NativeEngine::from_bytes(&bytes, f).err().expect("external data without a folder");
+        let Err(err) = NativeEngine::from_bytes(&bytes, f) else {
+            panic!("{f}: external data read without a folder");
+        };
         assert!(err.to_string().contains("load it by path"), "{err}");
     }
 }
@@ -1265,15 +1273,22 @@ for ty, zp, lo, hi, tag in [(T.INT4, 0, -8, 7, "int4"), (T.UINT4, 8, 0, 15, "uin
         String::from_utf8_lossy(&out.stderr)
     );
     for tag in ["int4", "uint4"] {
-        let load = |kind: &str| NativeEngine::load(&dir.join(format!("{kind}_{tag}.onnx"))).unwrap();
+        let load =
+            |kind: &str| NativeEngine::load(&dir.join(format!("{kind}_{tag}.onnx"))).unwrap();
         let (mut fake, mut stored) = (load("fake"), load("stored"));
         let ins = ramp_inputs(&fake);
         let (a, b) = (
             run_outputs(&mut fake, &ins, &Inline),
             run_outputs(&mut stored, &ins, &Inline),
         );
-        assert_eq!(a, b, "{tag}: weights quantized at load differ from the stored ones");
-        assert!(a[0].iter().any(|&v| v != 0), "{tag}: all-zero outputs say nothing");
+        assert_eq!(
+            a, b,
+            "{tag}: weights quantized at load differ from the stored ones"
+        );
+        assert!(
+            a[0].iter().any(|&v| v != 0),
+            "{tag}: all-zero outputs say nothing"
+        );
     }
 }
 

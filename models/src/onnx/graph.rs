@@ -30,7 +30,10 @@ pub(crate) mod dtype {
 
     /// Whether [`super::decode_tensor`] reads tensors of type `code`.
     pub fn readable(code: i32) -> bool {
-        matches!(code, FLOAT | UINT8 | INT8 | INT32 | INT64 | BOOL | UINT4 | INT4)
+        matches!(
+            code,
+            FLOAT | UINT8 | INT8 | INT32 | INT64 | BOOL | UINT4 | INT4
+        )
     }
 }
 
@@ -809,16 +812,21 @@ mod tests {
         for bytes in [2, 4] {
             let t = tensor("d", dtype::INT4, &[5], Some(vec![0; bytes]));
             let e = decode_tensor(&t, "d").unwrap_err();
-            assert!(e.contains(&format!("holds {bytes} bytes")) && e.contains("needs 3"), "{e}");
+            assert!(
+                e.contains(&format!("holds {bytes} bytes")) && e.contains("needs 3"),
+                "{e}"
+            );
         }
     }
 
     #[test]
     fn constants_of_unread_types_keep_the_graph_readable() {
         let mut g = pb::GraphProto::new();
-        g.initializer.push(tensor("half", 10, &[2], Some(vec![0; 4])));
+        g.initializer
+            .push(tensor("half", 10, &[2], Some(vec![0; 4])));
         g.initializer.push(tensor("zp16", 4, &[], Some(vec![0; 2])));
-        g.initializer.push(tensor("w4", dtype::INT4, &[3], Some(vec![0x21, 0x03])));
+        g.initializer
+            .push(tensor("w4", dtype::INT4, &[3], Some(vec![0x21, 0x03])));
         let mut c = pb::NodeProto::new();
         c.set_op_type("Constant".into());
         c.output = vec!["k".into()];

@@ -381,9 +381,10 @@ fn check_types(g: &OnnxGraph) -> Result<(), EngineError> {
     for n in &g.nodes {
         let quantized = super::graph::input_quant_inputs(&n.op).is_some()
             || super::graph::output_quant_inputs(&n.op).is_some();
-        let shifted = n.inputs.iter().find(|i| {
-            g.four_bit.get(i.as_str()) == Some(&super::graph::dtype::UINT4)
-        });
+        let shifted = n
+            .inputs
+            .iter()
+            .find(|i| g.four_bit.get(i.as_str()) == Some(&super::graph::dtype::UINT4));
         if let (Some(name), false) = (shifted, quantized) {
             return Err(n.unsupported(format!(
                 "it reads {name}, a uint4 tensor, other than to (de)quantize it: the native \

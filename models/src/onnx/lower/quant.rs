@@ -188,7 +188,8 @@ impl Lowerer<'_> {
                     _ => c.clone(),
                 };
                 // Absent, a uint4 zero point 0 is -8 as held (`graph::dtype::UINT4`).
-                let uint4 = self.g.four_bit.get(&n.inputs[0]) == Some(&super::super::graph::dtype::UINT4);
+                let uint4 =
+                    self.g.four_bit.get(&n.inputs[0]) == Some(&super::super::graph::dtype::UINT4);
                 let default_zp = match (is_u8, uint4) {
                     (true, _) => -128,
                     (false, true) => -8,
