@@ -1227,6 +1227,23 @@ def _(g):
     sa, sb = g.sigmoid(a), g.sigmoid(b)
     g.output(g.concat([g.mul(a, sa), g.mul(b, sb)]))
 
+
+@case("gelu")
+def _(g):
+    g.opset = 20  # Gelu is an opset-20 operator (torch.onnx.export(dynamo=True) writes it)
+    g.formats = ["qdq", "qop", "trt"]  # trt: the float route's Gelu step after a float conv
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.node("Gelu", [x], g.shape[x]), 4, 1, pads=[0, 0, 0, 0]))
+
+
+@case("gelu_tanh")
+def _(g):
+    g.opset = 20
+    g.formats = ["qdq", "qop", "trt"]
+    x = g.conv(g.input(X), 6, 3)
+    g.output(g.conv(g.node("Gelu", [x], g.shape[x], approximate="tanh"), 4, 1, pads=[0, 0, 0, 0]))
+
+
 FLOAT_WEIGHT_CASES = ("conv_k3", "conv_s2x1_k5x3", "conv_group2", "conv_depthwise",
                       "conv_depthwise_mult2", "gemm_transb", "gemm_no_transb", "matmul_flatten",
                       "deconv_k4s2p1", "trt_residual")

@@ -14,7 +14,9 @@ quantizer rejects ResNets' residual blocks ("Input partition has more than one o
 node"): use `--quantizer arm` for them.
 
 Usage: python3 tools/onnx/pt2e_export.py OUT_DIR [--model mobilenet_v2 resnet18 ...]
-       [--quantizer x86|arm]
+       [--quantizer x86|arm] [--size H W]
+A name of `torchvision.models.segmentation` (lraspp_mobilenet_v3_large, ...) exports its
+`out` map; others are classifiers (`logits`).
 Then: redline model bench OUT_DIR/<model>_pt2e_<quantizer>.onnx --against onnxruntime
 """
 import argparse
@@ -30,6 +32,7 @@ def main():
                     help="torchvision.models constructors (weights=None)")
     ap.add_argument("--quantizer", choices=("x86", "arm"), default="x86")
     ap.add_argument("--calibration", type=int, default=8, help="random calibration images")
+    ap.add_argument("--size", type=int, nargs=2, default=[224, 224], metavar=("H", "W"))
     args = ap.parse_args()
     try:
         import torch
@@ -48,21 +51,43 @@ def main():
                  "python3 -m pip install torch torchvision torchao onnxscript")
     warnings.filterwarnings("ignore")
     os.makedirs(args.out_dir, exist_ok=True)
+    shape = (1, 3, *args.size)
     for name in args.model:
         torch.manual_seed(0)
-        model = getattr(torchvision.models, name)(weights=None).eval()
-        example = (torch.randn(1, 3, 224, 224),)
+        segmentation = hasattr(torchvision.models.segmentation, name)
+        if segmentation:
+            net = getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None)
+            model = OutputMap(net).eval()
+        else:
+            model = getattr(torchvision.models, name)(weights=None).eval()
+        example = (torch.randn(*shape),)
         graph = torch.export.export(model, example).module()
         prepared = prepare_pt2e(graph, quantizer)
         with torch.no_grad():
             for _ in range(args.calibration):
-                prepared(torch.randn(1, 3, 224, 224))
+                prepared(torch.randn(*shape))
         converted = convert_pt2e(prepared)
         path = os.path.join(args.out_dir, f"{name}_pt2e_{args.quantizer}.onnx")
         program = torch.onnx.export(converted, example, dynamo=True, input_names=["input"],
-                                    output_names=["logits"])
+                                    output_names=["out" if segmentation else "logits"])
         program.save(path)
         print(f"{path}: {os.path.getsize(path)} bytes (torch {torch.__version__})")
+
+
+def OutputMap(net):
+    """A torchvision segmentation network returning its `out` map alone (its forward returns
+    a dict)."""
+    import torch
+
+    class Out(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            return self.net(x)["out"]
+
+    return Out(net)
 
 
 if __name__ == "__main__":

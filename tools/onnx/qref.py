@@ -441,7 +441,7 @@ def write_reference(out_dir, stem, model_file, feeds, extra, ref_model=None):
 
 # The readers through which a TensorRT-style convolution's float output goes on.
 TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu",
-                     "Neg", "Exp", "Tanh", "Softplus", "Mish",
+                     "Neg", "Exp", "Tanh", "Softplus", "Mish", "Gelu",
                      "Concat", "Resize", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Shape",
                      "Slice", "Split", "Transpose")
 

@@ -39,9 +39,10 @@
 //!   256-entry table), float islands (chains of elementwise float operators, Exp, Log, Erf,
 //!   Pow, ... included, on one dequantized tensor and scalar constants, ending in one
 //!   `QuantizeLinear`: one table, `lower::island`), MaxPool, AveragePool, GlobalAveragePool, Concat, Resize / Upsample
-//!   (nearest; linear), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice (constant
-//!   starts/ends/axes, positive steps) and Split (strided copies in the tensor's own
-//!   layout), Pad (`lower::pad`: every mode, in the tensor's own layout, exact on quantized
+//!   (nearest; linear), Reshape, Flatten, Transpose (also of dequantized weights, at load:
+//!   a `Linear` as the dynamo exporter writes it), Squeeze, Unsqueeze, Slice (constant
+//!   starts/ends/axes, positive steps), Gather of constant indices stepping evenly forward
+//!   and Split (strided copies in the tensor's own layout), Gelu (opset 20, both forms), Pad (`lower::pad`: every mode, in the tensor's own layout, exact on quantized
 //!   tensors), Softmax, LogSoftmax, LayerNormalization, a MatMul of two computed tensors
 //!   (attention), shape and mask arithmetic evaluated at load (`Shape` of any tensor;
 //!   `Gather`, `Concat`, `Cast`, `Slice`, `Add`, `Sub`, `Mul`, `Div`, `Mod`, `Pow`, `Sqrt`,

@@ -151,6 +151,31 @@ fn erf_poly(x: f32) -> f32 {
     }
 }
 
+/// `Gelu`'s `√(2/π)` and `0.044715·√(2/π)` (`approximate="tanh"`), as ONNX Runtime's CPU
+/// kernel writes them in `f32`.
+const GELU_B: f32 = 0.797_884_6;
+const GELU_C: f32 = 0.035_677_407;
+
+/// ONNX's `Gelu` in ONNX Runtime's CPU kernel's order: `t = x · (1/√2)` and `erf t`
+/// ([`erf_small`] below `|t| = 1`, [`erf_tail`] from there), or with `tanh`
+/// (`approximate="tanh"`) `t = x · (C·x·x + B)` and [`tanh_poly`]; then
+/// `0.5 · x · (f(t) + 1)`. The `Gelu` step runs the erf form as passes over the tensor
+/// (as `Erf`'s); this scalar form is the island tables' and the tests'.
+#[inline(always)]
+pub(crate) fn gelu(x: f32, tanh: bool) -> f32 {
+    let f = if tanh {
+        tanh_poly(x * (GELU_C * x * x + GELU_B))
+    } else {
+        let t = x * std::f32::consts::FRAC_1_SQRT_2;
+        if t.abs() >= 1.0 {
+            erf_tail(t)
+        } else {
+            erf_small(t)
+        }
+    };
+    0.5 * x * (f + 1.0)
+}
+
 /// `tanh x`: below `|x| = 0.625` an odd polynomial (Cephes' `tanhf` coefficients), above it
 /// `1 − 2/(e^2|x| + 1)` with [`exp_poly`], the sign put back (`|x|` capped at 20, where it is `±1`). A few
 /// ulp from the correctly rounded result.
@@ -338,6 +363,20 @@ multiversion! {
                 .zip(x)
                 .for_each(|(d, &v)| *d = redline_runtime::det_math::cos(v)),
             FloatUnaryOp::Square => out.iter_mut().zip(x).for_each(|(d, &v)| *d = v * v),
+            FloatUnaryOp::Gelu { tanh: true } => {
+                out.iter_mut().zip(x).for_each(|(d, &v)| *d = gelu(v, true))
+            }
+            FloatUnaryOp::Gelu { tanh: false } => {
+                // `gelu(v, false)` in three passes, each of which vectorises.
+                let t = |v: f32| v * std::f32::consts::FRAC_1_SQRT_2;
+                out.iter_mut().zip(x).for_each(|(d, &v)| *d = erf_small(t(v)));
+                out.iter_mut().zip(x).for_each(|(d, &v)| {
+                    if t(v).abs() >= 1.0 {
+                        *d = erf_tail(t(v));
+                    }
+                });
+                out.iter_mut().zip(x).for_each(|(d, &v)| *d = 0.5 * v * (*d + 1.0));
+            }
             FloatUnaryOp::Erf => {
                 out.iter_mut().zip(x).for_each(|(d, &v)| *d = erf_small(v));
                 out.iter_mut().zip(x).for_each(|(d, &v)| {
@@ -488,6 +527,29 @@ mod tests {
             }
         }
         assert!(er_small <= 4.0, "erf_poly is {er_small} ulp off below 1");
+        // Gelu, both forms, against their f64 formulas: within 4e-7 absolute where the
+        // value is below 1 in magnitude (it passes through 0, and tends to 0 for negative
+        // x, where `f + 1` cancels), within 4e-7 relative above.
+        let (mut ge, mut gt) = (0f64, 0f64);
+        for _ in 0..200_000 {
+            let x = r.uniform(-8.0, 8.0);
+            let xd = f64::from(x);
+            let exact = 0.5 * xd * (1.0 + libm::erf(xd / std::f64::consts::SQRT_2));
+            let tanh_form = 0.5
+                * xd
+                * (1.0
+                    + ((2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3))).tanh());
+            let err =
+                |got: f32, want: f64| (f64::from(got) - want).abs() / (4e-7 * want.abs().max(1.0));
+            ge = ge.max(err(gelu(x, false), exact));
+            gt = gt.max(err(gelu(x, true), tanh_form));
+        }
+        assert!(
+            ge <= 1.0 && gt <= 1.0,
+            "gelu off by {ge} / {gt} of the bound"
+        );
+        assert!(gelu(f32::NAN, false).is_nan() && gelu(f32::NAN, true).is_nan());
+        assert_eq!((gelu(0.0, false), gelu(10.0, true)), (0.0, 10.0));
         assert!(er_large <= 1.5e-7, "erf_poly is {er_large} off above 1");
         assert_eq!(
             (erf_poly(0.0), erf_poly(5.0), erf_poly(-5.0)),
@@ -576,6 +638,8 @@ mod tests {
                     FloatUnaryOp::Softplus,
                     FloatUnaryOp::Mish,
                     FloatUnaryOp::Erf,
+                    FloatUnaryOp::Gelu { tanh: false },
+                    FloatUnaryOp::Gelu { tanh: true },
                 ] {
                     let mut y = vec![0f32; n];
                     unary(isa, op, &a, &mut y);
@@ -606,6 +670,9 @@ mod tests {
                 assert_eq!(want[13][i], softplus(a[i]).to_bits());
                 assert_eq!(want[14][i], mish(a[i]).to_bits());
                 assert_eq!(want[15][i], erf_poly(a[i]).to_bits());
+                // The Gelu step's passes are the scalar formula.
+                assert_eq!(want[16][i], gelu(a[i], false).to_bits());
+                assert_eq!(want[17][i], gelu(a[i], true).to_bits());
             }
             for isa in Isa::available() {
                 assert_eq!(

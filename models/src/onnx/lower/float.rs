@@ -8,7 +8,10 @@
 //! # Contract
 //!
 //! - **When**: a `Conv` (QDQ form) whose result does not reach a `QuantizeLinear` through
-//!   `Relu`/`Clip` and every reader of which is a float reader ([`is_float_reader`]). One
+//!   `Relu`/`Clip` and every reader of which is a float reader ([`is_float_reader`]; a
+//!   `QuantizeLinear` among other readers is one: PT2E exports quantize a ConvNeXt block's
+//!   output for the next layer and add it in float, so the float output is quantized by a
+//!   step of its own). One
 //!   with a square window, equal strides, symmetric padding and one group (ResNet's,
 //!   RegNet's and YOLO's convolutions) runs on its dense kernel; any other (EfficientNet's
 //!   and MobileNetV3's depthwise ones, grouped, rectangular, dilated, asymmetrically padded) on the general
@@ -31,8 +34,9 @@
 //!     Runtime's CPU kernel computes them, two [`Step::FloatBinaryConst`]; `Cast` to
 //!     `float32`: nothing;
 //!   - `Relu`, `Clip`, `Sigmoid`, `HardSigmoid`, `HardSwish` and `LeakyRelu` (MobileNetV3's
-//!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus`, `Mish` (YOLOv4's) and
-//!     `Erf` (GELU's) (vectorisable `f32` formulas within a few ulp: `exp`, `tanh` and `erf`
+//!     and YOLOv3's activations), `Neg`, `Exp`, `Tanh`, `Softplus`, `Mish` (YOLOv4's),
+//!     `Erf` and opset 20's `Gelu` (both forms, ONNX Runtime's order of operations)
+//!     (vectorisable `f32` formulas within a few ulp: `exp`, `tanh` and `erf`
 //!     polynomials, a `ln(1 + y)` series, Mish in closed form with one `exp`;
 //!     `kernels::float`), `Sqrt`, `Reciprocal`, `Abs` (IEEE, exact), `Log`, `Sin`, `Cos` (`det_math`: an
 //!     oriented-box head's angle)
@@ -117,6 +121,7 @@ pub(super) const FLOAT_UNARY_OPS: &[&str] = &[
     "Softplus",
     "Mish",
     "Erf",
+    "Gelu",
     "Sqrt",
     "Reciprocal",
     "Abs",
@@ -151,6 +156,9 @@ const FLOAT_OTHER_READERS: &[&str] = &[
     "LogSoftmax",
     "LayerNormalization",
     "ReduceMean",
+    // One reader among others that quantizes the float output (ConvNeXt's and Swin's
+    // residual branch: the same output quantized for the next layer and added in float).
+    "QuantizeLinear",
 ];
 
 /// Every operator a float convolution output may feed, in the order messages list them.
@@ -300,6 +308,13 @@ impl Lowerer<'_> {
     ) -> Result<T, EngineError> {
         match self.input(n, i)? {
             Val::F32(t) if t.layout == layout || t.shape.len() != 4 => Ok(t),
+            // A float tensor in the other layout (ShuffleNet's shuffled half, row-major after
+            // its Reshape/Transpose/Reshape, concatenated with a convolution's NHWC output):
+            // one copy into this layout.
+            Val::F32(t) => match layout {
+                Layout::Nhwc => self.nhwc_of(t, 4),
+                Layout::RowMajor => Ok(self.row_major(t, 4)),
+            },
             Val::Dq(t) => {
                 let t = match layout {
                     Layout::Nhwc if t.shape.len() == 4 => self.nhwc(t)?,
@@ -309,8 +324,8 @@ impl Lowerer<'_> {
             }
             v => Err(n.unsupported(format!(
                 "input {i} is {}; a float operator after a convolution whose output is not \
-                 quantized (TensorRT-style Q/DQ placement) reads float tensors of the same \
-                 layout or dequantized ones only; run the model with --engine onnxruntime",
+                 quantized (TensorRT-style Q/DQ placement) reads float or dequantized \
+                 tensors only; run the model with --engine onnxruntime",
                 kind_name(&v)
             ))),
         }
@@ -520,7 +535,7 @@ impl Lowerer<'_> {
             return Err(n.unsupported(
                 "after a convolution whose output is not quantized (TensorRT-style Q/DQ \
                  placement), the native engine runs Add, Sub, Mul, Div, Relu, Clip, \
-                 Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Neg, Exp, Tanh, Softplus, Mish and Erf \
+                 Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Neg, Exp, Tanh, Softplus, Mish, Erf, Gelu \
                  in float; run the model with --engine onnxruntime",
             ));
         };
@@ -561,6 +576,9 @@ impl Lowerer<'_> {
             "Softplus" => FloatUnaryOp::Softplus,
             "Mish" => FloatUnaryOp::Mish,
             "Erf" => FloatUnaryOp::Erf,
+            "Gelu" => FloatUnaryOp::Gelu {
+                tanh: gelu_is_tanh(n)?,
+            },
             "Sqrt" => FloatUnaryOp::Sqrt,
             "Reciprocal" => FloatUnaryOp::Reciprocal,
             "Abs" => FloatUnaryOp::Abs,
@@ -941,5 +959,17 @@ mod tests {
         assert_eq!(broadcast_run(&[3, 1], &[2, 7], rm), None);
         assert_eq!(broadcast_run(&[2, 7], &[2, 7], rm), None);
         assert_eq!(broadcast_run(&[1, 2, 7], &[2, 7], rm), None);
+    }
+}
+
+/// Whether a `Gelu` node is the `approximate="tanh"` form (`"none"`, the default, is the erf
+/// one); any other value is refused by name.
+pub(super) fn gelu_is_tanh(n: &Node) -> Result<bool, EngineError> {
+    match n.string("approximate", "none")?.as_str() {
+        "none" => Ok(false),
+        "tanh" => Ok(true),
+        other => Err(n.unsupported(format!(
+            "approximate={other:?}: ONNX defines \"none\" and \"tanh\""
+        ))),
     }
 }

@@ -435,7 +435,7 @@ fn predicate<T: PartialOrd + Default>(op: &str, p: T, q: T) -> bool {
 }
 
 /// ONNX `Transpose` of a constant (`perm`, or reversed axes).
-fn transpose(n: &Node, x: &Const) -> Result<Const, EngineError> {
+pub(super) fn transpose(n: &Node, x: &Const) -> Result<Const, EngineError> {
     let rank = x.shape.len();
     let perm = super::shape::transpose_perm(n, rank)?;
     let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();

@@ -71,6 +71,7 @@ const ISLAND_ONLY: &[&str] = &[
     "Sin",
     "Cos",
     "Erf",
+    "Gelu",
     "Neg",
     "Abs",
     "Sqrt",
@@ -222,6 +223,8 @@ impl Lowerer<'_> {
                 "HardSigmoid" => (m.float("alpha", 0.2)?, m.float("beta", 0.5)?),
                 "LeakyRelu" => (m.float("alpha", 0.01)?, 0.0),
                 "Elu" => (m.float("alpha", 1.0)?, 0.0),
+                // `alpha` 1 for the tanh form.
+                "Gelu" => (f32::from(u8::from(super::float::gelu_is_tanh(m)?)), 0.0),
                 "Clip" => (
                     m.float("min", f32::NEG_INFINITY)?,
                     m.float("max", f32::INFINITY)?,
@@ -356,6 +359,7 @@ fn eval(node: &IslandNode, x: f32, prev: &[f32]) -> f32 {
         "Sin" => dm::sin(a),
         "Cos" => dm::cos(a),
         "Erf" => dm::erf(a),
+        "Gelu" => crate::onnx::kernels::float::gelu(a, node.alpha == 1.0),
         "Neg" => -a,
         "Abs" => a.abs(),
         "Sqrt" => a.sqrt(),

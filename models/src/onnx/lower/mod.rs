@@ -679,8 +679,15 @@ impl<'g> Lowerer<'g> {
         }
     }
 
-    /// Converts a tensor to NHWC memory order (rank 4), inserting a copy when needed.
+    /// Converts a tensor of bytes to NHWC memory order (rank 4), inserting a copy when
+    /// needed.
     fn nhwc(&mut self, t: T) -> Result<T, EngineError> {
+        self.nhwc_of(t, 1)
+    }
+
+    /// Converts a tensor of `elem`-byte elements to NHWC memory order (rank 4), inserting a
+    /// copy when needed.
+    fn nhwc_of(&mut self, t: T, elem: usize) -> Result<T, EngineError> {
         if t.shape.len() != 4 {
             return Err(invalid(format!(
                 "expected a 4-D activation, got shape {:?}",
@@ -698,7 +705,7 @@ impl<'g> Lowerer<'g> {
             });
         }
         // Physical [N,C,H,W] -> [N,H,W,C].
-        let out = self.permute_copy(&t, &[0, 2, 3, 1], 1);
+        let out = self.permute_copy(&t, &[0, 2, 3, 1], elem);
         Ok(T {
             buf: out,
             layout: Layout::Nhwc,
@@ -831,7 +838,7 @@ impl<'g> Lowerer<'g> {
                 self.float_unary(n)
             }
             // No quantized kernel: in float, of a float tensor or a dequantized one's values.
-            "Neg" | "Exp" | "Erf" | "Sqrt" | "Reciprocal" | "Abs" | "Log" | "Sin"
+            "Neg" | "Exp" | "Erf" | "Gelu" | "Sqrt" | "Reciprocal" | "Abs" | "Log" | "Sin"
             | "Cos" => self.float_unary(n),
             "Add" | "Mul" | "Div" | "Sub"
                 if self.reads_float_tensor(n)
@@ -884,7 +891,7 @@ impl<'g> Lowerer<'g> {
                  Transpose, Squeeze, Unsqueeze, Slice, Split, Pad and their QLinear forms, \
                  Einsum products, BatchNormalization after a float convolution, Softmax, \
                  LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/L1/L2/SumSquare, \
-                 Expand, Sqrt, Reciprocal, Abs, Log, Sin, Cos, Exp, Erf and Pow 2 of float or dequantized \
+                 Expand, Sqrt, Reciprocal, Abs, Log, Sin, Cos, Exp, Erf, Gelu and Pow 2 of float or dequantized \
                  tensors, Cast to the same type, and arithmetic on constants); run the model \
                  with --engine onnxruntime",
             )),

@@ -124,6 +124,27 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn transpose(&mut self, n: &Node) -> Result<(), EngineError> {
+        // Dequantized weights transposed before their reader (a `Linear` layer as the dynamo
+        // exporter writes it: `DequantizeLinear(W[out, in]) → Transpose → MatMul`): the
+        // integers transposed at load, the per-channel axis moved with them.
+        if let Val::DqC {
+            data,
+            scales,
+            zps,
+            axis,
+        } = self.input(n, 0)?
+        {
+            let perm = transpose_perm(n, data.shape.len())?;
+            let moved = perm.iter().position(|&p| p == axis).unwrap_or(0);
+            let v = Val::DqC {
+                data: super::fold::transpose(n, &data)?,
+                axis: if scales.len() > 1 { moved } else { 0 },
+                scales,
+                zps,
+            };
+            self.set(&n.outputs[0], v);
+            return Ok(());
+        }
         let (t, kind) = self.movable(n, "transpose")?;
         let rank = t.shape.len();
         let perm = transpose_perm(n, rank)?;
@@ -211,39 +232,53 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// ONNX `Gather` of a computed tensor with one constant index (a scalar, which drops
-    /// the axis, or a one-element list, which keeps it): a slice of that axis, one strided
-    /// copy (a transformer taking q, k and v from one packed tensor, or its class token).
-    /// Several indices are refused by name.
+    /// ONNX `Gather` of a computed tensor with constant indices that step evenly forward:
+    /// one strided copy of that axis, which then takes the indices' shape (a scalar index
+    /// drops it: a transformer taking q, k and v from one packed tensor, or its class
+    /// token; `torch.as_strided` exported as a Gather of `0..n` shaped `[1, n, 1, 1]`).
+    /// Other indices (repeated, backwards, uneven) are refused by name.
     pub(super) fn gather(&mut self, n: &Node) -> Result<(), EngineError> {
         let (t, kind) = self.movable(n, "gather")?;
         let a = axis_index(n, n.int("axis", 0)?, t.shape.len())?;
         let idx = self.konst(n, 1)?;
-        let (Some(values), true) = (idx.to_i64(), idx.len() == 1) else {
-            return Err(n.unsupported(
-                "only one constant index is supported (a computed tensor is gathered as a \
-                 slice); run the model with --engine onnxruntime",
-            ));
-        };
         let dim = t.shape[a] as i64;
-        let i = if values[0] < 0 {
-            values[0] + dim
-        } else {
-            values[0]
+        let Some(values) = idx.to_i64() else {
+            return Err(n.unsupported("the indices must be integers"));
         };
-        if !(0..dim).contains(&i) {
-            return Err(n.unsupported(format!("index {} is outside an axis of {dim}", values[0])));
+        let mut picked = Vec::with_capacity(values.len());
+        for &v in &values {
+            let i = if v < 0 { v + dim } else { v };
+            if !(0..dim).contains(&i) {
+                return Err(n.unsupported(format!("index {v} is outside an axis of {dim}")));
+            }
+            picked.push(i as usize);
         }
-        let scalar = idx.shape.is_empty();
-        // Dropping an axis of an NHWC tensor changes its meaning: row-major first.
-        let t = if scalar {
+        // Indices that step evenly forward (one index, or `as_strided` written as a Gather
+        // of `0..n`): one strided copy, the axis then relabelled as the indices' shape.
+        let step = match picked.as_slice() {
+            [_] => 1,
+            [a0, a1, ..] if a1 > a0 => a1 - a0,
+            _ => 0,
+        };
+        let even = step > 0 && picked.windows(2).all(|w| w[1] == w[0] + step);
+        if !even {
+            return Err(n.unsupported(
+                "only constant indices that step evenly forward are supported (a computed \
+                 tensor is gathered as a strided slice); run the model with --engine \
+                 onnxruntime",
+            ));
+        }
+        let relabel = idx.shape.len() != 1;
+        // Changing the axes of an NHWC tensor changes its meaning: row-major first.
+        let t = if relabel {
             self.row_major(t, kind.elem_bytes())
         } else {
             t
         };
-        let mut out = self.strided_part(&t, &[(a, i as usize, 1, 1)], kind.elem_bytes());
-        if scalar {
-            out.shape.remove(a);
+        let sel = [(a, picked[0], step, picked.len())];
+        let mut out = self.strided_part(&t, &sel, kind.elem_bytes());
+        if relabel {
+            out.shape.splice(a..=a, idx.shape.iter().copied());
         }
         self.set(&n.outputs[0], kind.wrap(out));
         Ok(())

@@ -369,6 +369,9 @@ pub(crate) enum FloatUnaryOp {
     Mish,
     /// `erf x` (GELU's; [`kernels::float::erf_poly`]).
     Erf,
+    /// ONNX's `Gelu` (opset 20; `tanh`: `approximate="tanh"`), in ONNX Runtime's operation
+    /// order ([`kernels::float::gelu`]).
+    Gelu { tanh: bool },
     /// `√x` (IEEE, correctly rounded).
     Sqrt,
     /// `1 / x` (IEEE).

@@ -201,6 +201,7 @@ fn unary_code(op: FloatUnaryOp) -> Option<(i32, f32, f32)> {
         | FloatUnaryOp::Softplus
         | FloatUnaryOp::Mish
         | FloatUnaryOp::Erf
+        | FloatUnaryOp::Gelu { .. }
         | FloatUnaryOp::Log
         | FloatUnaryOp::Sin
         | FloatUnaryOp::Cos => return None,
