@@ -892,6 +892,18 @@ fn float_binary_op(n: &Node) -> FloatBinaryOp {
     }
 }
 
+/// Whether a `Gelu` node is the `approximate="tanh"` form (`"none"`, the default, is the erf
+/// one); any other value is refused by name.
+pub(super) fn gelu_is_tanh(n: &Node) -> Result<bool, EngineError> {
+    match n.string("approximate", "none")?.as_str() {
+        "none" => Ok(false),
+        "tanh" => Ok(true),
+        other => Err(n.unsupported(format!(
+            "approximate={other:?}: ONNX defines \"none\" and \"tanh\""
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -959,17 +971,5 @@ mod tests {
         assert_eq!(broadcast_run(&[3, 1], &[2, 7], rm), None);
         assert_eq!(broadcast_run(&[2, 7], &[2, 7], rm), None);
         assert_eq!(broadcast_run(&[1, 2, 7], &[2, 7], rm), None);
-    }
-}
-
-/// Whether a `Gelu` node is the `approximate="tanh"` form (`"none"`, the default, is the erf
-/// one); any other value is refused by name.
-pub(super) fn gelu_is_tanh(n: &Node) -> Result<bool, EngineError> {
-    match n.string("approximate", "none")?.as_str() {
-        "none" => Ok(false),
-        "tanh" => Ok(true),
-        other => Err(n.unsupported(format!(
-            "approximate={other:?}: ONNX defines \"none\" and \"tanh\""
-        ))),
     }
 }
