@@ -392,9 +392,10 @@ fn check_types(g: &OnnxGraph) -> Result<(), EngineError> {
                  the model with --engine onnxruntime"
             )));
         }
-        if n.op == "QuantizeLinear" && n.input(2).is_none() && n.int("output_dtype", 0)? > 2 {
+        let dtype = n.int("output_dtype", 0)?;
+        if n.op == "QuantizeLinear" && n.input(2).is_none() && !matches!(dtype, 0 | 2 | 3) {
             return Err(n.unsupported(
-                "an output_dtype other than uint8 without a zero point: give the zero point \
+                "an output_dtype other than uint8 or int8 without a zero point: give the zero point \
                  (its type says the output's), as quantization tools write it",
             ));
         }
@@ -427,6 +428,18 @@ fn check_types(g: &OnnxGraph) -> Result<(), EngineError> {
         }
     }
     Ok(())
+}
+
+/// The zero point of a quantization whose node gives none, in the `i8` domain: uint8's 0
+/// (-128), or int8's 0 for a `QuantizeLinear` with `output_dtype` int8 (opset 21).
+fn absent_zero_point(n: &Node) -> i32 {
+    let int8 = i64::from(super::graph::dtype::INT8);
+    let to_int8 = matches!(n.attrs.get("output_dtype"), Some(Attr::Int(v)) if *v == int8);
+    if n.op == "QuantizeLinear" && to_int8 {
+        0
+    } else {
+        -128
+    }
 }
 
 fn zp_i8(c: &ConstData, i: usize) -> Option<i32> {
@@ -512,7 +525,7 @@ impl<'g> Lowerer<'g> {
             }
             zp_i8(&z.data, 0).ok_or_else(|| n.unsupported("zero point must be int8 or uint8"))?
         } else {
-            -128 // absent: uint8 zero point 0
+            absent_zero_point(n)
         };
         if !(scale.is_finite() && scale > 0.0) {
             return Err(n.unsupported(format!("scale {scale} must be finite and positive")));

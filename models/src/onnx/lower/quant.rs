@@ -66,7 +66,7 @@ impl Lowerer<'_> {
                     .collect::<Option<_>>()
                     .ok_or_else(|| n.unsupported("the zero point must be int8 or uint8"))?
             }
-            None => vec![-128; scales.len()], // absent: uint8 zero point 0
+            None => vec![super::absent_zero_point(n); scales.len()],
         };
         if zps.len() != scales.len() {
             return Err(n.unsupported(format!(
@@ -247,7 +247,11 @@ impl Lowerer<'_> {
                 Some(i) => {
                     return match p.input(i).and_then(|z| self.g.constant(z)) {
                         Some(c) => matches!(c.data, ConstData::U8(_)),
-                        None => p.op == "QuantizeLinear" && p.input(i).is_none(),
+                        None => {
+                            p.op == "QuantizeLinear"
+                                && p.input(i).is_none()
+                                && super::absent_zero_point(p) == -128
+                        }
                     }
                 }
                 None => match p.input(0) {
