@@ -1230,7 +1230,9 @@ onnx.save_model(onnx.load(f"{d}/inside.onnx"), f"{d}/per_tensor/model.onnx", sav
 /// `Gather` of `0..n` shaped `[1, n, 1, 1]` (ConvNeXt's layer scale) and a Gather of every
 /// second channel; a convolution whose float output is both quantized for the next layer
 /// and added in float (ConvNeXt's residual branch); a float concat of a row-major channel
-/// shuffle and an NHWC convolution output (ShuffleNet's). ONNX Runtime runs the last two's
+/// shuffle and an NHWC convolution output (ShuffleNet's); a Q/DQ pair per reader (ONNX
+/// Runtime's `DedicatedQDQPair`), which compiles to the program of one shared pair. ONNX
+/// Runtime runs the third and fourth's
 /// convolutions in float: within one quantization step, in at most a quarter of the
 /// elements; the others bit-exact.
 #[test]
@@ -1292,6 +1294,13 @@ save("shuffle_concat", q("x", "s", "z", "xf") + conv + [
     h.make_node("Concat", ["sh", "c2"], ["cat"], axis=1)] + q("cat", "ys", "z", "y"),
     common + convs + [init("cw2", cw2), init("five", np.array([1, 2, 3, 9, 7], np.int64)),
                       init("four", np.array([1, 6, 9, 7], np.int64))], [1, 6, 9, 7])
+# ONNX Runtime's DedicatedQDQPair: a convolution's output with a Q/DQ pair per reader (same
+# parameters), and its twin with one shared pair.
+tail = [h.make_node("DequantizeLinear", ["cw2", "cs", "cz"], ["cw2f"], axis=0), h.make_node("Conv", ["cb", "cw2f"], ["c2"]),
+        h.make_node("Add", ["ca", "c2"], ["sum"])] + q("sum", "ys", "z", "y")
+for name, pairs in [("shared_pair", q("c", "ys", "z", "ca") + [h.make_node("Identity", ["ca"], ["cb"])]),
+                    ("dedicated_pairs", q("c", "ys", "z", "ca") + q("c", "ys", "z", "cb"))]:
+    save(name, q("x", "s", "z", "xf") + conv + pairs + tail, common + convs + [init("cw2", cw2)], [1, 6, 9, 7])
 # Opset 21: QuantizeLinear to int8 by output_dtype, with no zero point (int8's 0); ONNX
 # Runtime 1.32 does not run this form, so the twin with explicit int8 zero points is the
 # reference.
@@ -1319,6 +1328,8 @@ save("explicit_int8", q("x", "s", "z", "xf") + conv + q("c", "ys", "z", "y"), co
         ("gather_strided", true),
         ("conv_quantized_and_added", false),
         ("shuffle_concat", false),
+        ("shared_pair", true),
+        ("dedicated_pairs", true),
     ] {
         let a = check_manifest(&dir.join(format!("{name}.json")), &Inline)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1337,10 +1348,19 @@ save("explicit_int8", q("x", "s", "z", "xf") + conv + q("c", "ys", "z", "y"), co
             }
         }
     }
+    // A Q/DQ pair per reader compiles to the program of one shared pair (the convolution on
+    // its integer path, its output quantized once).
+    let (shared, dedicated) = (
+        load_from(&dir, "shared_pair"),
+        load_from(&dir, "dedicated_pairs"),
+    );
+    assert_eq!(shared.steps(), dedicated.steps(), "DedicatedQDQPair");
     // Opset 21's `QuantizeLinear` to int8 by `output_dtype`, no zero point: the outputs of
     // its twin with explicit int8 zero points, byte for byte.
-    let load = |f: &str| NativeEngine::load(&dir.join(format!("{f}.onnx"))).unwrap();
-    let (mut by_dtype, mut explicit) = (load("output_dtype_int8"), load("explicit_int8"));
+    let (mut by_dtype, mut explicit) = (
+        load_from(&dir, "output_dtype_int8"),
+        load_from(&dir, "explicit_int8"),
+    );
     let ins = ramp_inputs(&explicit);
     let want = run_outputs(&mut explicit, &ins, &Inline);
     assert!(
@@ -1352,6 +1372,11 @@ save("explicit_int8", q("x", "s", "z", "xf") + conv + q("c", "ys", "z", "y"), co
         want,
         "output_dtype int8"
     );
+}
+
+/// `DIR/NAME.onnx` on the native engine.
+fn load_from(dir: &Path, name: &str) -> NativeEngine {
+    NativeEngine::load(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// Float weights quantized to 4 bits by a Q/DQ pair (`QuantizeLinear` of an initializer

@@ -771,6 +771,69 @@ impl OnnxGraph {
     }
 }
 
+/// ONNX Runtime's `DedicatedQDQPair` option (and some exporters) give each reader of a
+/// tensor a `QuantizeLinear` of its own with the same parameters. Those quantize the same
+/// values the same way, so all but the first are dropped and their readers read the
+/// first's output: the tensor is quantized once, and the operator before it keeps its
+/// integer path (a convolution with two such readers would otherwise write float and be
+/// quantized twice). A duplicate whose output is a graph output is kept. `None` when the
+/// graph has no duplicates. Construction time only (clones the graph when it merges).
+pub(crate) fn merge_duplicate_quantizers(g: &OnnxGraph) -> Option<OnnxGraph> {
+    let same_input = |a: Option<&str>, b: Option<&str>| match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a == b || matches!((g.constant(a), g.constant(b)), (Some(x), Some(y)) if x == y)
+        }
+        _ => false,
+    };
+    let graph_outputs: HashSet<&str> = g.outputs.iter().map(|o| o.name.as_str()).collect();
+    let mut kept: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut renamed: HashMap<String, String> = HashMap::new();
+    let mut dropped = vec![false; g.nodes.len()];
+    for (j, n) in g.nodes.iter().enumerate() {
+        let (Some(x), Some(out)) = (n.input(0), n.outputs.first()) else {
+            continue;
+        };
+        if n.op != "QuantizeLinear" || n.outputs.len() != 1 {
+            continue;
+        }
+        let twins = kept.entry(x).or_default();
+        let twin = twins.iter().copied().find(|&k| {
+            let m = &g.nodes[k];
+            m.domain == n.domain
+                && m.attrs == n.attrs
+                && same_input(m.input(1), n.input(1))
+                && same_input(m.input(2), n.input(2))
+        });
+        match twin {
+            Some(k) if !graph_outputs.contains(out.as_str()) => {
+                renamed.insert(out.clone(), g.nodes[k].outputs[0].clone());
+                dropped[j] = true;
+            }
+            _ => twins.push(j),
+        }
+    }
+    if renamed.is_empty() {
+        return None;
+    }
+    let nodes = g
+        .nodes
+        .iter()
+        .zip(&dropped)
+        .filter(|(_, &d)| !d)
+        .map(|(n, _)| {
+            let mut n = n.clone();
+            for i in &mut n.inputs {
+                if let Some(to) = renamed.get(i.as_str()) {
+                    i.clone_from(to);
+                }
+            }
+            n
+        })
+        .collect();
+    Some(OnnxGraph { nodes, ..g.clone() })
+}
+
 /// The `metadata_props` of `model` as (key, value) pairs, in file order.
 pub(crate) fn metadata_of(model: &pb::ModelProto) -> Vec<(String, String)> {
     model

@@ -31,6 +31,10 @@
 //!   16-bit quantization of `QuantType.QUInt16`/`QInt16`, `float64`, ...) do not make the
 //!   file unreadable: [`inspect`] reports the model, and the node that reads one is refused
 //!   naming the tensor and its type (`lower::check_types`).
+//! - **Duplicate quantizers**: `QuantizeLinear`s of one tensor with equal parameters (ONNX
+//!   Runtime's `DedicatedQDQPair` option gives each reader its own) are merged into one
+//!   before lowering (`graph::merge_duplicate_quantizers`), so the tensor is quantized once
+//!   and the operator before it keeps its integer path.
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
 //!   depthwise), ConvTranspose (one group, no dilation, explicit pads, `output_padding`: one
 //!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
