@@ -1192,6 +1192,13 @@ onnx.save_model(m, f"{d}/one_file.onnx", save_as_external_data=True, all_tensors
 import os; os.makedirs(f"{d}/per_tensor", exist_ok=True)
 onnx.save_model(onnx.load(f"{d}/inside.onnx"), f"{d}/per_tensor/model.onnx", save_as_external_data=True,
                 all_tensors_to_one_file=False, size_threshold=0)
+# The same data file named as "./one_file.weights".
+m = onnx.load(f"{d}/one_file.onnx", load_external_data=False)
+for t in m.graph.initializer:
+    for e in t.external_data:
+        if e.key == "location":
+            e.value = "./one_file.weights"
+onnx.save(m, f"{d}/dot_slash.onnx")
 "#;
     let out = Command::new("python3")
         .arg("-c")
@@ -1211,7 +1218,7 @@ onnx.save_model(onnx.load(f"{d}/inside.onnx"), f"{d}/per_tensor/model.onnx", sav
         want[0].iter().any(|&b| b != 0),
         "all-zero outputs say nothing"
     );
-    for f in ["one_file.onnx", "per_tensor/model.onnx"] {
+    for f in ["one_file.onnx", "per_tensor/model.onnx", "dot_slash.onnx"] {
         let mut e = NativeEngine::load(&dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert_eq!(run_outputs(&mut e, &ins, &Inline), want, "{f}");
         // The same file parsed from bytes, without its folder, says how to load it.

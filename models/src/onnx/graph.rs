@@ -322,9 +322,10 @@ impl ExternalFiles<'_> {
             ));
         };
         let rel = Path::new(&location);
-        let plain = rel
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        let plain = rel.components().all(|c| {
+            use std::path::Component;
+            matches!(c, Component::Normal(_) | Component::CurDir)
+        });
         if rel.is_absolute() || !plain {
             return Err(format!(
                 "tensor {what}'s external data location {location:?} is not a plain path \

@@ -374,7 +374,6 @@ fn invalid(reason: String) -> EngineError {
     EngineError::Invalid { reason }
 }
 
-/// Converts a stored zero point to the `i8` domain.
 /// Refuses, naming the node, what the native engine cannot compute as the file says: a
 /// node reading a constant of a type the importer does not read (float16, 16-bit
 /// quantization, ...), and a quantization *to* 4 bits of anything but a constant (the
@@ -444,6 +443,7 @@ fn absent_zero_point(n: &Node) -> i32 {
     }
 }
 
+/// Converts a stored zero point to the `i8` domain.
 fn zp_i8(c: &ConstData, i: usize) -> Option<i32> {
     match c {
         ConstData::I8(v) => v.get(i).map(|&x| i32::from(x)),
