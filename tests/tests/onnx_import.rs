@@ -45,6 +45,22 @@ fn python_ok() -> bool {
         .unwrap_or(false)
 }
 
+/// Runs `python3 -c SCRIPT DIR [TOOLS]` (TOOLS: `tools/onnx`, for scripts that import
+/// `qref`) and fails the test with the script's stderr if it fails.
+fn run_python(script: &str, dir: &Path, with_tools: bool) {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script]).arg(dir);
+    if with_tools {
+        cmd.arg(repo().join("tools/onnx"));
+    }
+    let out = cmd.output().expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Starts `python3 tools/onnx/SCRIPT DIR ARGS...` ([`wait_generator`] waits for it): the
 /// generators take most of this binary's time, and CI's two cores run two side by side.
 fn spawn_generator(script: &str, dir: &Path, extra: &[&str]) -> std::process::Child {
@@ -902,17 +918,7 @@ for e in m.graph.initializer[0].external_data:
         e.value = "../escape.bin"
 onnx.save(m, f"{d}/external_escape.onnx")
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python(script, dir, false);
     std::fs::write(
         dir.join("not_onnx.onnx"),
         b"this is not a protobuf \xff\xff\xff",
@@ -1200,17 +1206,7 @@ for t in m.graph.initializer:
             e.value = "./one_file.weights"
 onnx.save(m, f"{d}/dot_slash.onnx")
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python(script, &dir, false);
     let mut inside = NativeEngine::load(&dir.join("inside.onnx")).unwrap();
     let ins = ramp_inputs(&inside);
     let want = run_outputs(&mut inside, &ins, &Inline);
@@ -1318,18 +1314,7 @@ save("output_dtype_int8", q8("x", "s", "xf") + conv + q8("c", "ys", "y"), common
 save("explicit_int8", q("x", "s", "z", "xf") + conv + q("c", "ys", "z", "y"), common + convs, [1, 6, 9, 7], opset=21,
      reference=False)
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&dir)
-        .arg(repo().join("tools/onnx"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python(script, &dir, true);
     for (name, exact) in [
         ("linear_transposed", true),
         ("gather_strided", true),
@@ -1425,17 +1410,7 @@ for ty, zp, lo, hi, tag in [(T.INT4, 0, -8, 7, "int4"), (T.UINT4, 8, 0, 15, "uin
         m.ir_version = 10
         onnx.save(m, f"{d}/{name}.onnx")
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python(script, &dir, false);
     for tag in ["int4", "uint4"] {
         let load =
             |kind: &str| NativeEngine::load(&dir.join(format!("{kind}_{tag}.onnx"))).unwrap();
@@ -1499,17 +1474,7 @@ for f in sorted(os.listdir(d)):
     n += 1
 print(n)
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python(script, &dir, false);
     let mut checked = 0;
     for m in manifests(&dir) {
         let name = m.file_name().unwrap().to_string_lossy().into_owned();
@@ -1768,17 +1733,7 @@ g = nh.from_array(rng.uniform(0.5, 1.5, (5, 7)).astype(np.float32), "g")
 b = nh.from_array(rng.normal(0, 0.3, (1, 7)).astype(np.float32), "b")
 model("layernorm_axis2", 17, h.make_node("LayerNormalization", ["f", "g", "b"], ["y"], axis=2), [g, b])
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(&dir)
-        .arg(repo().join("tools/onnx"))
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python(script, &dir, true);
     let ms = manifests(&dir);
     assert_eq!(ms.len(), 5, "{ms:?}");
     for m in ms {
