@@ -326,12 +326,16 @@ def op_histogram(model):
     return dict(sorted(h.items()))
 
 
-def session(path_or_bytes, optimized_path=None):
+def session(path_or_bytes, optimized_path=None, optimize=True):
+    """An ORT CPU session on one thread; `optimize=False` runs the graph as written (no
+    fusions: ORT's optimizer turns `DequantizeLinear -> MatMul(float weights) -> Add ->
+    QuantizeLinear` into a QGemm that quantizes the weights itself)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.log_severity_level = 3
     for k, v in ORT_CONFIG.items():
         so.add_session_config_entry(k, v)
@@ -404,11 +408,12 @@ def float_ops(model):
     return dict(sorted(h.items()))
 
 
-def write_reference(out_dir, stem, model_file, feeds, extra, ref_model=None):
+def write_reference(out_dir, stem, model_file, feeds, extra, ref_model=None, optimize=True):
     """Runs `model_file` (in out_dir) on ORT and writes <stem>.in*/out*.bin and <stem>.json.
     With `ref_model` (an onnx.ModelProto with the same inputs and outputs) ORT runs that
-    model instead, and the manifest says so (`"reference_model": "widened copy"`). Returns
-    the manifest."""
+    model instead, and the manifest says so (`"reference_model": "widened copy"`); with
+    `optimize=False` ORT runs the graph without its optimizer (`"graph_optimizations":
+    "disabled"`). Returns the manifest."""
     path = os.path.join(out_dir, model_file)
     with tempfile.TemporaryDirectory() as tmp:
         opt_path = os.path.join(tmp, "optimized.onnx")
@@ -416,7 +421,7 @@ def write_reference(out_dir, stem, model_file, feeds, extra, ref_model=None):
         if ref_model is not None:
             run_path = os.path.join(tmp, "reference.onnx")
             onnx.save(ref_model, run_path)
-        sess = session(run_path, optimized_path=opt_path)
+        sess = session(run_path, optimized_path=opt_path, optimize=optimize)
         optimized = onnx.load(opt_path)
     outs = sess.run(None, feeds)
     model = onnx.load(path)
@@ -430,6 +435,8 @@ def write_reference(out_dir, stem, model_file, feeds, extra, ref_model=None):
     man["ops"] = op_histogram(model)
     if ref_model is not None:
         man["reference_model"] = "widened copy"
+    if not optimize:
+        man["graph_optimizations"] = "disabled"
     man.update(extra)
     man["ort"] = {"version": ort.__version__, "config": ORT_CONFIG, "intra_op_num_threads": 1, "cpu_isa": cpu_isa(),
                   "optimized_ops": op_histogram(optimized), "float_ops": float_ops(optimized)}

@@ -29,8 +29,8 @@ use chunks::{
 };
 pub(crate) use fusion::{fuse_input_quantize, fuse_residual_adds, fuse_tables, fuse_transposes};
 pub(crate) use step::{
-    ConvImpl, DeconvGeom, FloatBinaryOp, FloatPool, FloatUnaryOp, NormOp, Operand, OutKind,
-    PhaseDir, PoolSplit, ReduceOp, Residual, Step,
+    ConvImpl, DeconvGeom, FloatBinaryOp, FloatMatMulB, FloatPool, FloatUnaryOp, NormOp, Operand,
+    OutKind, PhaseDir, PoolSplit, ReduceOp, Residual, Step,
 };
 
 /// The compiled model.
@@ -122,6 +122,10 @@ impl Program {
                     Step::FloatResize { .. } => ("float resize", 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::PackB { .. } => ("pack matmul operand", 0),
+                    Step::FloatPackB { .. } => ("pack float matmul operand", 0),
+                    Step::FloatMatMul { dims: d, .. } => {
+                        ("float matmul", (d.batch * d.m * d.k * d.n) as u64)
+                    }
                     Step::MatMulDyn { dims: d, .. } => {
                         ("matmul of two tensors", (d.batch * d.m * d.k * d.n) as u64)
                     }
@@ -545,6 +549,44 @@ impl Program {
                             }
                         },
                     );
+                }
+                Step::FloatPackB {
+                    k,
+                    n,
+                    images,
+                    src,
+                    dst,
+                } => {
+                    let (k, n) = (*k, *n);
+                    let b = view_f32(*src);
+                    let len = kernels::float::packed_matmul_len(k, n);
+                    split_rows_f32(lanes, base, &bufs[*dst], (*images, len, k * n), &|r, out| {
+                        for (i, o) in r.zip(out.chunks_exact_mut(len.max(1))) {
+                            kernels::float::pack_matmul_b(k, n, &b[i * k * n..(i + 1) * k * n], o);
+                        }
+                    })?;
+                }
+                Step::FloatMatMul {
+                    dims,
+                    a,
+                    b,
+                    alpha,
+                    bias,
+                    dst,
+                } => {
+                    let a = view_f32(*a);
+                    let b = match b {
+                        FloatMatMulB::Packed(w) => &w[..],
+                        FloatMatMulB::Buffer(p) => view_f32(*p),
+                    };
+                    let epilogue = kernels::float::Epilogue {
+                        alpha: *alpha,
+                        bias,
+                    };
+                    let rows = (dims.batch * dims.m, dims.n, dims.n * dims.k);
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, out| {
+                        kernels::float::matmul_rows(isa, *dims, a, b, epilogue, r.start, out);
+                    })?;
                 }
                 Step::MatMulDyn {
                     dims,

@@ -681,6 +681,17 @@ impl LaunchPlan {
                     let (kernel, grid, block, params) = float::launch(step, si, &buf, &mut c)?;
                     push(kernel, grid, block, params);
                 }
+                Step::FloatPackB { .. } | Step::FloatMatMul { .. } => {
+                    return Err(EngineError::Unsupported {
+                        node: format!("step {si}"),
+                        op: "float step".to_string(),
+                        reason: "a MatMul or Gemm in float (weights left unquantized, or \
+                                 attention computed in float) is not on the CUDA engine yet; \
+                                 run the model on the native engine or with --engine \
+                                 onnxruntime"
+                            .to_string(),
+                    })
+                }
                 Step::PackB { .. } | Step::MatMulDyn { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

@@ -10,7 +10,8 @@
 //! Cost: one pass over the tensor. Never allocates or panics.
 //!
 //! Layout: this file, the elementwise loops, pooling and resize; `sums`, the loops that
-//! sum a row (normalizations and reductions) in the one canonical order.
+//! sum a row (normalizations and reductions) in the one canonical order; `gemm`, the
+//! matrix product (fused multiply-adds in index order).
 
 use super::super::isa::multiversion;
 use super::{round_magic, Tap};
@@ -19,7 +20,11 @@ use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp};
 use crate::onnx::program::{NormOp, ReduceOp};
 use std::ops::Range;
 
+mod gemm;
 mod sums;
+pub(crate) use gemm::{
+    matmul_rows, pack as pack_matmul_b, packed_len as packed_matmul_len, Epilogue, FloatMatMulDims,
+};
 pub(crate) use sums::{normalize, reduce};
 
 /// `e^x` in `f32` from basic operations only: `x = n·ln2 + r` (`n` rounded to nearest with

@@ -104,6 +104,7 @@ use super::*;
 use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp, Operand};
 
 mod norm;
+mod product;
 mod reduce;
 
 /// The elementwise operators [`Lowerer::float_unary_op`] runs in float (keep the two in

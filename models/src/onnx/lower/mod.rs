@@ -877,6 +877,7 @@ impl<'g> Lowerer<'g> {
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" | "QLinearConv" => self.conv(n),
             "ConvTranspose" => self.conv_transpose(n),
+            "MatMul" | "Gemm" if self.is_float_product(n) => self.float_matmul(n),
             "MatMul" | "QLinearMatMul" if self.second_operand_computed(n) => {
                 self.matmul_two_tensors(n)
             }

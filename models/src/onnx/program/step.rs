@@ -7,6 +7,7 @@ use super::super::dense_routes::{Phases, Unfold};
 use super::super::kernels::{
     AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, PadGeometry, Tap, Window,
 };
+use super::super::kernels::float::FloatMatMulDims;
 use crate::conv::Conv2d;
 
 /// The square dense fast path or the general convolution.
@@ -25,6 +26,14 @@ pub(crate) enum ConvImpl {
 pub(crate) struct PoolSplit {
     pub chunks: usize,
     pub partials: usize,
+}
+
+/// The second operand of a [`Step::FloatMatMul`]: constant weights packed at load, or the
+/// arena buffer a [`Step::FloatPackB`] packed this run.
+#[derive(Clone, Debug)]
+pub(crate) enum FloatMatMulB {
+    Packed(Vec<f32>),
+    Buffer(usize),
 }
 
 /// One step of the program. `src`/`dst` are buffer indices.
@@ -192,6 +201,28 @@ pub(crate) enum Step {
         packed: Option<usize>,
         zps: (i32, i32),
         how: MatMulOut,
+        dst: usize,
+    },
+    /// `images` row-major `k × n` `f32` matrices of `src` packed into column panels for the
+    /// float product (`kernels::float::pack_matmul_b`, `packed_matmul_len(k, n)` floats each)
+    /// into `dst`.
+    FloatPackB {
+        k: usize,
+        n: usize,
+        images: usize,
+        src: usize,
+        dst: usize,
+    },
+    /// A float matrix product (`kernels::float::matmul_rows`): `a` row-major `f32`
+    /// `[batch, m, k]` times `b`, packed weights held by the step or a [`Step::FloatPackB`]
+    /// of a computed tensor; `dst` `f32` `[batch, m, n]`, each sum times `alpha` (when not
+    /// 1) plus `bias[column]` (when not empty).
+    FloatMatMul {
+        dims: FloatMatMulDims,
+        a: usize,
+        b: FloatMatMulB,
+        alpha: f32,
+        bias: Vec<f32>,
         dst: usize,
     },
     /// A dilated convolution's input split into its dilation phases, or its phase outputs
@@ -499,6 +530,7 @@ impl Step {
             | Step::FloatUnary { src, .. }
             | Step::FloatNorm { src, .. }
             | Step::PackB { src, .. }
+            | Step::FloatPackB { src, .. }
             | Step::Phases { src, .. }
             | Step::Unfold { src, .. }
             | Step::FloatPool { src, .. }
@@ -515,6 +547,10 @@ impl Step {
                 .chain(residual.as_ref().map(|r| r.other))
                 .collect(),
             Step::FloatBinary { a, b, .. } => vec![*a, *b],
+            Step::FloatMatMul { a, b, .. } => match b {
+                FloatMatMulB::Buffer(b) => vec![*a, *b],
+                FloatMatMulB::Packed(_) => vec![*a],
+            },
             Step::FloatBinaryBroadcast { full, part, .. } => vec![*full, *part],
             Step::MatMulDyn { a, b, packed, .. } => [Some(*a), Some(*b), *packed]
                 .into_iter()
@@ -543,6 +579,8 @@ impl Step {
             | Step::FloatUnary { dst, .. }
             | Step::FloatNorm { dst, .. }
             | Step::PackB { dst, .. }
+            | Step::FloatPackB { dst, .. }
+            | Step::FloatMatMul { dst, .. }
             | Step::MatMulDyn { dst, .. }
             | Step::Phases { dst, .. }
             | Step::Unfold { dst, .. }

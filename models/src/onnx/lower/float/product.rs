@@ -1,0 +1,227 @@
+//! `MatMul` and `Gemm` in float (see the parent module's docs): weights a model leaves
+//! unquantized (PyTorch's x86 PT2E quantizer keeps ViT's and Swin's attention projections
+//! in float; `quantize_static` with `nodes_to_exclude` or without `MatMul` in
+//! `op_types_to_quantize`), and a transformer's attention computed in float (`q·kᵀ`,
+//! softmax, `·v` between float tensors). One [`Step::FloatMatMul`] each (`kernels::float`'s
+//! product: fused multiply-adds in index order, the same bits on every ISA and lane count;
+//! ONNX Runtime's `sgemm` sums in its own blocks, so the two differ in the last bits).
+//! Load time only; errors name the node.
+
+use super::*;
+use crate::onnx::kernels::float::{pack_matmul_b, packed_matmul_len, FloatMatMulDims};
+use crate::onnx::program::FloatMatMulB;
+
+/// The second operand of a float product, as lowered.
+enum Second {
+    /// Weights, row-major `k × n` (`transB` already undone).
+    Weights(Vec<f32>),
+    /// A computed `f32` tensor, row-major `[.., k, n]`.
+    Tensor(T),
+}
+
+impl Lowerer<'_> {
+    /// True when `n` is a `MatMul` or `Gemm` the float route runs: an operand is a float
+    /// tensor, or the weights are a float constant without a Q/DQ pair.
+    pub(in crate::onnx::lower) fn is_float_product(&self, n: &Node) -> bool {
+        let float_tensor = |i| matches!(self.input(n, i), Ok(Val::F32(_)));
+        let float_weights = matches!(
+            self.input(n, 1),
+            Ok(Val::C(c)) if matches!(c.data, ConstData::F32(_))
+        );
+        matches!(n.op.as_str(), "MatMul" | "Gemm")
+            && (float_tensor(0) || float_tensor(1) || float_weights)
+    }
+
+    /// A float `MatMul` (operands of rank ≥ 2, the product over the last two axes; the
+    /// second operand one matrix for all, constant or computed, or a computed one per
+    /// product with the first's batch axes) or `Gemm` (`transA` 0; `transB`, `alpha`,
+    /// `beta` and a bias `C` of one value or one per column). A dequantized operand is
+    /// dequantized first ([`Step::Dequantize`]); a dequantized constant at load.
+    pub(in crate::onnx::lower) fn float_matmul(&mut self, n: &Node) -> Result<(), EngineError> {
+        let gemm = n.op == "Gemm";
+        let (alpha, beta, trans_b) = if gemm {
+            if n.int("transA", 0)? != 0 {
+                return Err(n.unsupported(
+                    "transA = 1 on a float Gemm: put a Transpose before it or run the model \
+                     with --engine onnxruntime",
+                ));
+            }
+            (
+                n.float("alpha", 1.0)?,
+                n.float("beta", 1.0)?,
+                n.int("transB", 0)? != 0,
+            )
+        } else {
+            (1.0, 1.0, false)
+        };
+        let a = self.float_operand(n, 0, Layout::RowMajor)?;
+        let a = self.row_major(a, 4);
+        let ra = a.shape.len();
+        if ra < 2 || (gemm && ra != 2) {
+            return Err(n.unsupported(format!(
+                "a first operand of shape {:?}: the native engine multiplies [.., m, k] \
+                 (Gemm: [m, k]); run the model with --engine onnxruntime",
+                a.shape
+            )));
+        }
+        let (m, k) = (a.shape[ra - 2], a.shape[ra - 1]);
+        let a_batch: usize = a.shape[..ra - 2].iter().product();
+        let bv = self.input(n, 1)?;
+        let (second, b_shape) = match constant_f32(&bv) {
+            Some(c) => {
+                let ConstData::F32(values) = c.data else {
+                    return Err(invalid("a float constant is not float32".to_string()));
+                };
+                let s = &c.shape;
+                if s.len() < 2 || s[..s.len() - 2].iter().any(|&d| d != 1) {
+                    return Err(n.unsupported(format!(
+                        "constant weights of shape {s:?}: the native engine takes one \
+                         [k, n] matrix; run the model with --engine onnxruntime"
+                    )));
+                }
+                let (r, c) = (s[s.len() - 2], s[s.len() - 1]);
+                let w = if trans_b {
+                    (0..r * c).map(|i| values[(i % r) * c + i / r]).collect()
+                } else {
+                    values
+                };
+                let shape = if trans_b { vec![c, r] } else { vec![r, c] };
+                (Second::Weights(w), shape)
+            }
+            None => {
+                if trans_b {
+                    return Err(n.unsupported(
+                        "transB = 1 with a computed second operand: transpose it before the \
+                         Gemm (a MatMul) or run the model with --engine onnxruntime",
+                    ));
+                }
+                let b = self.float_operand(n, 1, Layout::RowMajor)?;
+                let b = self.row_major(b, 4);
+                let shape = b.shape.clone();
+                (Second::Tensor(b), shape)
+            }
+        };
+        let rb = b_shape.len();
+        if rb < 2 {
+            return Err(n.unsupported(format!(
+                "a second operand of shape {b_shape:?}: it must have at least two axes; run \
+                 the model with --engine onnxruntime"
+            )));
+        }
+        let (kb, nn) = (b_shape[rb - 2], b_shape[rb - 1]);
+        let b_batch = &b_shape[..rb - 2];
+        let b_batched = b_batch.iter().any(|&d| d != 1);
+        if kb != k || (b_batched && a.shape[..ra - 2] != *b_batch) {
+            return Err(n.unsupported(format!(
+                "operands of shapes {:?} and {b_shape:?}: the native engine multiplies \
+                 [.., m, k] by [.., k, n] with equal batch axes (or one second matrix for \
+                 all); run the model with --engine onnxruntime",
+                a.shape
+            )));
+        }
+        let bias = self.gemm_bias(n, gemm, beta, m, nn)?;
+        // One second matrix for all: every row of `a` one long product.
+        let dims = if b_batched {
+            FloatMatMulDims {
+                batch: a_batch,
+                m,
+                k,
+                n: nn,
+                b_batched,
+            }
+        } else {
+            FloatMatMulDims {
+                batch: 1,
+                m: a_batch * m,
+                k,
+                n: nn,
+                b_batched,
+            }
+        };
+        self.macs += (dims.batch * dims.m * k * nn) as u64;
+        let len = packed_matmul_len(k, nn);
+        let b = match second {
+            Second::Weights(w) => {
+                let mut packed = vec![0f32; len];
+                pack_matmul_b(k, nn, &w, &mut packed);
+                self.weight_bytes += (packed.len() + bias.len()) * 4;
+                FloatMatMulB::Packed(packed)
+            }
+            Second::Tensor(t) => {
+                let images = if b_batched { a_batch } else { 1 };
+                self.touch(t.buf);
+                let dst = self.new_buf(images * len * 4);
+                self.steps.push(Step::FloatPackB {
+                    k,
+                    n: nn,
+                    images,
+                    src: t.buf,
+                    dst,
+                });
+                FloatMatMulB::Buffer(dst)
+            }
+        };
+        self.touch(a.buf);
+        if let FloatMatMulB::Buffer(p) = b {
+            self.touch(p);
+        }
+        let dst = self.new_buf(a_batch * m * nn * 4);
+        self.steps.push(Step::FloatMatMul {
+            dims,
+            a: a.buf,
+            b,
+            alpha,
+            bias,
+            dst,
+        });
+        let mut shape = a.shape[..ra - 1].to_vec();
+        shape.push(nn);
+        let out = T {
+            buf: dst,
+            shape,
+            layout: Layout::RowMajor,
+            q: QParams::new(1.0, 0),
+        };
+        self.set(&n.outputs[0], Val::F32(out));
+        Ok(())
+    }
+
+    /// A float `Gemm`'s `C` times `beta`, one value per output column (`n`): none, or a
+    /// constant of one value or of `n` values along the last axis.
+    fn gemm_bias(
+        &self,
+        n: &Node,
+        gemm: bool,
+        beta: f32,
+        m: usize,
+        cols: usize,
+    ) -> Result<Vec<f32>, EngineError> {
+        if !gemm || n.input(2).is_none() {
+            return Ok(Vec::new());
+        }
+        let c = constant_f32(&self.input(n, 2)?).ok_or_else(|| {
+            n.unsupported("a computed bias C: the native engine takes a constant one")
+        })?;
+        let ConstData::F32(values) = c.data else {
+            return Err(invalid("a float constant is not float32".to_string()));
+        };
+        let per_column = c.shape.iter().rev().skip(1).all(|&d| d == 1);
+        let row: Vec<f32> = match values.len() {
+            1 => vec![values[0]; cols],
+            len if len == cols && per_column => values,
+            _ => {
+                return Err(n.unsupported(format!(
+                    "a bias C of shape {:?} for an [{m}, {cols}] output: the native engine \
+                     takes one value or one per column; run the model with --engine \
+                     onnxruntime",
+                    c.shape
+                )))
+            }
+        };
+        Ok(if beta == 1.0 {
+            row
+        } else {
+            row.iter().map(|&v| v * beta).collect()
+        })
+    }
+}
