@@ -15,7 +15,7 @@
 //!   models are compared too but not bounded on CPUs without VNNI: ONNX Runtime's AVX2
 //!   u8×s8 kernel saturates its 16-bit pair sums there (the Python scripts' README shows it
 //!   against an exact numpy reference); the counts are printed.
-//! - Rejections: a float model, a dynamic shape, an unsupported operator and a file that
+//! - Rejections: a grouped float convolution, a dynamic shape, an unsupported operator and a file that
 //!   is not ONNX each give an error naming what is wrong and what to do.
 //! - Lanes: the same outputs on 1 and 3 lanes; no allocation in `run` after the first.
 //!
@@ -756,8 +756,8 @@ def save(g, name):
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)]); m.ir_version = 8
     onnx.save(m, f"{d}/{name}.onnx")
 x = h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8]); y = h.make_tensor_value_info("y", T.FLOAT, None)
-w = nh.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
-save(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], name="float_conv", pads=[1,1,1,1])], "g", [x], [y], [w]), "float_conv")
+w = nh.from_array(np.ones((3, 1, 3, 3), np.float32), "w")
+save(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], name="float_conv", pads=[1,1,1,1], group=3)], "g", [x], [y], [w]), "float_conv")
 xd = h.make_tensor_value_info("x", T.FLOAT, [None, 3, 8, 8])
 save(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [xd], [y]), "dynamic")
 s = nh.from_array(np.array(0.1, np.float32), "s"); z = nh.from_array(np.array(0, np.int8), "z")
@@ -947,7 +947,10 @@ fn every_rejection_says_what_and_what_to_do() {
     };
     let m = err("float_conv.onnx");
     assert!(
-        m.contains("float_conv") && m.contains("Conv") && m.contains("--engine onnxruntime"),
+        m.contains("float_conv")
+            && m.contains("Conv")
+            && m.contains("grouped convolution in float")
+            && m.contains("--engine onnxruntime"),
         "{m}"
     );
     let m = err("dynamic.onnx");
@@ -1370,8 +1373,10 @@ save("explicit_int8", q("x", "s", "z", "xf") + conv + q("c", "ys", "z", "y"), co
 /// dequantized tensor times float weights, a bias `Add`; a `Gemm` with `transB`, `alpha`,
 /// `beta` and a bias), attention computed in float as PyTorch's x86 PT2E quantizer leaves a
 /// ViT block (layer norm, float projections, `q·kᵀ` of two computed tensors, softmax, `·v`,
-/// the output projection, the residual), and a float model with no quantization at all.
-/// Two references each: ONNX Runtime as it runs by default, whose optimizer turns
+/// the output projection, the residual), a float model with no quantization at all, float
+/// convolutions (pointwise; dilated, strided and padded unevenly) and a mixed-precision
+/// network as `quantize_static` writes it with `nodes_to_exclude` (the first convolution
+/// and the classifier in float). Two references each: ONNX Runtime as it runs by default, whose optimizer turns
 /// `DequantizeLinear → MatMul(float weights) → Add → QuantizeLinear` into a `QGemm` that
 /// quantizes the weights itself (within one step in a quarter of the elements), and ONNX
 /// Runtime running the graph as written, where only `sgemm`'s own summation order may move
@@ -1430,6 +1435,33 @@ save("attention_float", nodes, inits, [1, 10, 24])
 save("float_mlp", [h.make_node("MatMul", ["x", "w1"], ["h0"]), h.make_node("Add", ["h0", "b1"], ["h1"]),
                    h.make_node("Relu", ["h1"], ["h2"]), h.make_node("MatMul", ["h2", "w2"], ["y"])],
      [init("w1", f32(24, 70)), init("b1", f32(70)), init("w2", f32(70, 33))], [4, 24])
+save("float_convs", q("x", "s", "z", "xf") + [
+    h.make_node("Conv", ["xf", "w1"], ["c1"]),
+    h.make_node("Conv", ["c1", "w2", "b2"], ["c2"], dilations=[2, 1], pads=[2, 1, 2, 3], strides=[1, 2])] + q("c2", "ys", "z", "y"),
+    common + [init("w1", f32(9, 5, 1, 1, s=0.4)), init("w2", f32(7, 9, 3, 3, s=0.1)), init("b2", f32(7))], [1, 5, 11, 13])
+# Mixed precision as quantize_static writes it with nodes_to_exclude: the first convolution
+# reads the float input with float weights, the classifier's Gemm writes float logits.
+from onnxruntime import quantization as oq
+nodes = [h.make_node("Conv", ["x", "sw", "sb"], ["s0"], name="stem", strides=[2, 2], pads=[1, 1, 1, 1]),
+         h.make_node("Relu", ["s0"], ["s1"]), h.make_node("Conv", ["s1", "cw", "cb"], ["c0"], name="body", pads=[1, 1, 1, 1]),
+         h.make_node("Relu", ["c0"], ["c1"]), h.make_node("GlobalAveragePool", ["c1"], ["gp"]),
+         h.make_node("Flatten", ["gp"], ["fl"]), h.make_node("Gemm", ["fl", "hw", "hb"], ["y"], name="head", transB=1)]
+fm = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 20, 18])],
+                               [h.make_tensor_value_info("y", T.FLOAT, None)],
+                               [init("sw", f32(8, 3, 3, 3, s=0.3)), init("sb", f32(8)), init("cw", f32(12, 8, 3, 3, s=0.2)),
+                                init("cb", f32(12)), init("hw", f32(10, 12)), init("hb", f32(10))]),
+                  opset_imports=[h.make_opsetid("", 17)])
+fm.ir_version = 8
+onnx.save(fm, f"{d}/mixed_float.onnx")
+class Calib(oq.CalibrationDataReader):
+    def __init__(self): self.left = [{"x": rng.standard_normal((1, 3, 20, 18)).astype(np.float32)} for _ in range(4)]
+    def get_next(self): return self.left.pop() if self.left else None
+oq.quantize_static(f"{d}/mixed_float.onnx", f"{d}/mixed_precision.onnx", Calib(), quant_format=oq.QuantFormat.QDQ,
+                   per_channel=True, activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8,
+                   nodes_to_exclude=["stem", "head"])
+feeds = {"x": rng.standard_normal((1, 3, 20, 18)).astype(np.float32)}
+for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized", False)):
+    qref.write_reference(d, name, "mixed_precision.onnx", feeds, {"format": "hand", "activations": "s8"}, optimize=optimize)
 "#;
     run_python(script, &dir, true);
     let models = [
@@ -1437,9 +1469,16 @@ save("float_mlp", [h.make_node("MatMul", ["x", "w1"], ["h0"]), h.make_node("Add"
         "gemm_float",
         "attention_float",
         "float_mlp",
+        "float_convs",
     ];
     let unoptimized = models.map(|m| format!("{m}_unoptimized"));
-    for name in models.iter().copied().chain(unoptimized.iter().map(String::as_str)) {
+    let mixed = ["mixed_precision", "mixed_precision_unoptimized"];
+    for name in models
+        .iter()
+        .copied()
+        .chain(unoptimized.iter().map(String::as_str))
+        .chain(mixed)
+    {
         let a = check_manifest(&dir.join(format!("{name}.json")), &Inline)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         for o in &a.outputs {
@@ -1469,14 +1508,18 @@ save("float_mlp", [h.make_node("MatMul", ["x", "w1"], ["h0"]), h.make_node("Add"
             }
         }
     }
+    let float_products = |e: &NativeEngine| {
+        e.step_macs()
+            .iter()
+            .filter(|(what, macs)| what == "float matmul" && *macs > 0)
+            .count()
+    };
+    // The stem convolution and the classifier in float, the body's convolution quantized.
+    let mixed = load_from(&dir, "mixed_precision");
+    assert_eq!(float_products(&mixed), 2, "{:?}", mixed.step_macs());
     let mut e = load_from(&dir, "attention_float");
-    let float_products = e
-        .step_macs()
-        .iter()
-        .filter(|(what, macs)| what == "float matmul" && *macs > 0)
-        .count();
     // q, k, v, q·kᵀ, ·v and the output projection.
-    assert_eq!(float_products, 6, "{:?}", e.step_macs());
+    assert_eq!(float_products(&e), 6, "{:?}", e.step_macs());
     let ins = ramp_inputs(&e);
     let one = run_outputs(&mut e, &ins, &Inline);
     assert_eq!(run_outputs(&mut e, &ins, &Threads(3)), one, "lanes");

@@ -14,7 +14,7 @@ two layers share a bias (`distinct_statistics`). Export: the TorchScript exporte
 Needs torch and torchvision (and ultralytics for its models): large, not installed by CI;
 the CI checks the operators these exports hold with tools/onnx/op_models.py.
 
-Usage: python3 tools/onnx/float_export.py OUT_DIR --model convnext_tiny vit_b_16 ...
+Usage: python3 tools/onnx/float_export.py OUT_DIR --model convnext_tiny vit_b_16 ... [--mixed]
 Then:  redline model bench OUT_DIR/<model>_qdq_u8.onnx --against onnxruntime \\
            --input OUT_DIR/<model>_qdq_u8.in0.bin
 """
@@ -90,6 +90,9 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--model", nargs="+", required=True, metavar="NAME")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--mixed", action="store_true",
+                    help="also <model>_mixed_{s8,u8}: the first convolution and the last Gemm/MatMul "
+                         "kept in float (quantize_static's nodes_to_exclude)")
     args = ap.parse_args()
     try:
         import onnx
@@ -110,7 +113,8 @@ def main():
             net, size = build(name)
             path = os.path.join(args.out_dir, f"{stem}_export.onnx")
             export_onnx(net, path, size, names=("x", "y"))
-            qref.build_all(args.out_dir, stem, onnx.load(path), args.seed, formats=["qdq"])
+            qref.build_all(args.out_dir, stem, onnx.load(path), args.seed,
+                           formats=["qdq", "mixed"] if args.mixed else ["qdq"])
             print(f"# {stem}: {time.time() - t0:.0f} s", file=sys.stderr)
         except Exception as e:  # report and go on with the next model
             failed += 1

@@ -354,14 +354,27 @@ def cpu_isa():
     return sorted(set(flags) & {"avx2", "avx512f", "avx512_vnni", "avx512bw", "avx_vnni", "amx_int8"})
 
 
-def quantize(float_model, out_path, samples, fmt, act, reduce_range=False, weights=oq.QuantType.QInt8):
+def quantize(float_model, out_path, samples, fmt, act, reduce_range=False, weights=oq.QuantType.QInt8,
+             exclude=None):
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "float.onnx")
         onnx.save(float_model, src)
         oq.quantize_static(src, out_path, Reader(samples), quant_format=fmt, per_channel=True,
                            weight_type=weights, activation_type=act, reduce_range=reduce_range,
-                           calibrate_method=oq.CalibrationMethod.MinMax)
+                           calibrate_method=oq.CalibrationMethod.MinMax, nodes_to_exclude=exclude or [])
     return onnx.load(out_path)
+
+
+def float_ends(model):
+    """The names of `model`'s first Conv and last Gemm/MatMul (named here where the export
+    left them unnamed): the layers mixed-precision deployments keep in float."""
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    products = [n for n in model.graph.node if n.op_type in ("Gemm", "MatMul")]
+    ends = ([convs[0]] if convs else []) + ([products[-1]] if products else [])
+    for i, n in enumerate(ends):
+        if not n.name:
+            n.name = f"float_end_{i}"
+    return [n.name for n in ends]
 
 
 def widen_four_bit(model):
@@ -722,7 +735,8 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, f
     TensorRT-style placement, `to_trt_style`; "w4" adds <name>_w4_{s8,u8}: int4 / uint4
     weights, ORT's reference computed on their 8-bit copy, `widen_four_bit`; "strict" adds <name>_strict_{s8,u8}: Q/DQ on
     convolution and matrix-product inputs only, `to_trt_strict`; "fq" <name>_fq_{s8,u8}: float
-    weights with a Q/DQ pair, `to_float_weights`; "strictfq" both). Returns the list of manifest file names
+    weights with a Q/DQ pair, `to_float_weights`; "strictfq" both; "mixed" <name>_mixed_{s8,u8}:
+    the first Conv and the last Gemm/MatMul left in float, `float_ends`). Returns the list of manifest file names
     (quantized models only)."""
     rng = np.random.default_rng([seed, 1])
     samples = [make_inputs(float_model, rng) for _ in range(CALIB_SAMPLES)]
@@ -757,6 +771,20 @@ def build_all(out_dir, name, float_model, seed, log=print, reduce_range=False, f
                              "float_model": os.path.basename(fpath)})
             manifests.append(stem + ".json")
             log(describe(qpath, qm) + f"  | {label}")
+    # "mixed": mixed precision, the first convolution and the last matrix product kept in
+    # float (quantize_static's nodes_to_exclude), as deployments that guard accuracy do.
+    for atag, aq in ACTIVATIONS if formats is not None and "mixed" in formats else []:
+        stem = f"{name}_mixed_{atag}"
+        qpath = os.path.join(out_dir, stem + ".onnx")
+        named = onnx.ModelProto()
+        named.CopyFrom(float_model)
+        excluded = float_ends(named)
+        qm = quantize(named, qpath, samples, oq.QuantFormat.QDQ, aq, reduce_range, exclude=excluded)
+        write_reference(out_dir, stem, stem + ".onnx", feeds,
+                        {"format": "mixed", "activations": atag, "reduce_range": reduce_range,
+                         "float_model": os.path.basename(fpath)})
+        manifests.append(stem + ".json")
+        log(describe(qpath, qm) + f"  | mixed precision: {', '.join(excluded)} in float")
     # "w4": 4-bit weights (int4 with int8 activations, uint4 with uint8 ones), as
     # quantize_static writes them with weight_type QInt4/QUInt4; the reference is ORT on the
     # copy with the same weights stored in 8 bits (`widen_four_bit`).

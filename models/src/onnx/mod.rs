@@ -37,7 +37,11 @@
 //!   and the operator before it keeps its integer path.
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
 //!   depthwise), ConvTranspose (one group, no dilation, explicit pads, `output_padding`: one
-//!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights, Relu, Clip, Add and Mul with broadcasting,
+//!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights,
+//!   MatMul, Gemm and ungrouped Conv **in float** where the weights have no Q/DQ pair or
+//!   an input is a float tensor (mixed precision: `quantize_static`'s `nodes_to_exclude`;
+//!   PT2E's float attention projections; float models): `f32` products with fused
+//!   multiply-adds in index order (`lower::float::product`), Relu, Clip, Add and Mul with broadcasting,
 //!   Div and Sub (float between the dequantized operands, as ONNX Runtime runs them),
 //!   Sigmoid (and Tanh, LeakyRelu, HardSigmoid, HardSwish, Softplus, Mish, through a
 //!   256-entry table), float islands (chains of elementwise float operators, Exp, Log, Erf,
@@ -56,9 +60,9 @@
 //!   DequantizeLinear, and the QOperator forms QLinearConv, QLinearMatMul, QGemm,
 //!   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
 //!   QLinearGlobalAveragePool, QLinearConcat. Anything else, a float operator whose result is
-//!   not quantized, an unnamed dynamic input dimension or float weights without a Q/DQ pair
-//!   is an [`EngineError`] naming the node, the operator and what to do (usually: quantize
-//!   it, or run with `--engine onnxruntime`).
+//!   not quantized (other than the float route's), an unnamed dynamic input dimension or a
+//!   grouped convolution in float is an [`EngineError`] naming the node, the operator and
+//!   what to do (usually: quantize it, or run with `--engine onnxruntime`).
 //! - **Shapes**: fixed at load. A *named* symbolic input dimension (`dim_param`, the batch
 //!   axis `torch.onnx.export` writes for `dynamic_axes`) is 1, as the onnxruntime backend
 //!   fixes it; every shape after it, computed ones included, follows from the inputs

@@ -875,6 +875,7 @@ impl<'g> Lowerer<'g> {
                 self.float_global_avg_pool(n)
             }
             "Relu" | "Clip" => self.standalone_clamp(n),
+            "Conv" if self.is_float_conv(n) => self.float_conv(n),
             "Conv" | "QLinearConv" => self.conv(n),
             "ConvTranspose" => self.conv_transpose(n),
             "MatMul" | "Gemm" if self.is_float_product(n) => self.float_matmul(n),

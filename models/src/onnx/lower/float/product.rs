@@ -1,13 +1,16 @@
-//! `MatMul` and `Gemm` in float (see the parent module's docs): weights a model leaves
-//! unquantized (PyTorch's x86 PT2E quantizer keeps ViT's and Swin's attention projections
-//! in float; `quantize_static` with `nodes_to_exclude` or without `MatMul` in
-//! `op_types_to_quantize`), and a transformer's attention computed in float (`q·kᵀ`,
-//! softmax, `·v` between float tensors). One [`Step::FloatMatMul`] each (`kernels::float`'s
-//! product: fused multiply-adds in index order, the same bits on every ISA and lane count;
-//! ONNX Runtime's `sgemm` sums in its own blocks, so the two differ in the last bits).
-//! Load time only; errors name the node.
-
+//! `MatMul`, `Gemm` and `Conv` in float (see the parent module's docs): weights a model
+//! leaves unquantized (PyTorch's x86 PT2E quantizer keeps ViT's and Swin's attention
+//! projections in float; `quantize_static` with `nodes_to_exclude` keeps a network's first
+//! convolution or last layer in float, as mixed-precision deployments do), a transformer's
+//! attention computed in float (`q·kᵀ`, softmax, `·v` between float tensors), and float
+//! models. One [`Step::FloatMatMul`] each (`kernels::float`'s product: fused multiply-adds
+//! in index order, the same bits on every ISA and lane count; ONNX Runtime's `sgemm` sums
+//! in its own blocks, so the two may differ in the last bits). A convolution is that
+//! product over its unfolded image ([`Step::Unfold`] of the `f32` NHWC input, a tap's
+//! channels its 4-byte elements, padding `0.0`; none for a 1×1, stride-1, unpadded one):
+//! `[pixels, kh·kw·c] × [kh·kw·c, out_c]`. Load time only; errors name the node.
 use super::*;
+use crate::onnx::dense_routes::Unfold;
 use crate::onnx::kernels::float::{pack_matmul_b, packed_matmul_len, FloatMatMulDims};
 use crate::onnx::program::FloatMatMulB;
 
@@ -180,6 +183,137 @@ impl Lowerer<'_> {
             buf: dst,
             shape,
             layout: Layout::RowMajor,
+            q: QParams::new(1.0, 0),
+        };
+        self.set(&n.outputs[0], Val::F32(out));
+        Ok(())
+    }
+
+    /// True when `n` is a `Conv` the float route runs: its input is a float tensor, or its
+    /// weights are a float constant without a Q/DQ pair.
+    pub(in crate::onnx::lower) fn is_float_conv(&self, n: &Node) -> bool {
+        n.op == "Conv"
+            && (matches!(self.input(n, 0), Ok(Val::F32(_)))
+                || matches!(
+                    self.input(n, 1),
+                    Ok(Val::C(c)) if matches!(c.data, ConstData::F32(_))
+                ))
+    }
+
+    /// An ungrouped `Conv` in float (any kernel, stride, padding incl. `auto_pad`,
+    /// dilation): the input (float, or dequantized first) in NHWC order, unfolded unless
+    /// the convolution is pointwise, times the weights (float, or dequantized at load) as a
+    /// `[kh·kw·c, out_c]` matrix, plus the bias; the output an NHWC `f32` tensor.
+    pub(in crate::onnx::lower) fn float_conv(&mut self, n: &Node) -> Result<(), EngineError> {
+        let w = constant_f32(&self.input(n, 1)?).ok_or_else(|| {
+            n.unsupported("computed weights: a convolution takes constant weights")
+        })?;
+        let ConstData::F32(wv) = w.data else {
+            return Err(invalid("a float constant is not float32".to_string()));
+        };
+        if w.shape.len() != 4 {
+            return Err(n.unsupported("only 2-D convolutions (4-D weights) are supported"));
+        }
+        let (oc, icg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+        if n.int("group", 1)? > 1 {
+            return Err(n.unsupported(
+                "a grouped convolution in float (weights without a Q/DQ pair, or a float \
+                 input): the native engine runs ungrouped ones in float; quantize it (QDQ) or \
+                 run the model with --engine onnxruntime",
+            ));
+        }
+        let x = self.float_operand(n, 0, Layout::Nhwc)?;
+        let x = self.nhwc_of(x, 4)?;
+        let [batch, c, h, wd] = dims4(&x.shape);
+        if c != icg {
+            return Err(n.unsupported(format!(
+                "{c} input channels and weights {:?} do not match",
+                w.shape
+            )));
+        }
+        let win = self.window(n, h, wd, kh, kw)?;
+        let bias = match n.input(2) {
+            Some(_) => {
+                let b = constant_f32(&self.input(n, 2)?)
+                    .ok_or_else(|| n.unsupported("a computed bias: it must be a constant"))?;
+                match b.data {
+                    ConstData::F32(v) if v.len() == oc => v,
+                    _ => {
+                        return Err(n.unsupported(format!(
+                            "a bias of shape {:?} for {oc} output channels",
+                            b.shape
+                        )))
+                    }
+                }
+            }
+            None => Vec::new(),
+        };
+        // OIHW to the product's [kh·kw·c, out_c]: row (ky·kw + kx)·c + ci, as the unfold
+        // lays out a pixel's taps.
+        let k = kh * kw * c;
+        let mut wk = vec![0f32; k * oc];
+        for o in 0..oc {
+            for ci in 0..c {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        wk[((ky * kw + kx) * c + ci) * oc + o] = wv[((o * c + ci) * kh + ky) * kw + kx];
+                    }
+                }
+            }
+        }
+        let pixels = batch * win.out_h * win.out_w;
+        let pointwise = kh == 1
+            && kw == 1
+            && (win.sh, win.sw, win.pt, win.pl) == (1, 1, 0, 0)
+            && (win.out_h, win.out_w) == (h, wd);
+        let a = if pointwise {
+            x.buf
+        } else {
+            // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded
+            // tap all-zero bytes: `0.0`.
+            let unfold = Unfold::of(&win, 4 * c, batch, 1).ok_or_else(|| {
+                n.unsupported(format!(
+                    "its unfolded image ({pixels} pixels of {k} floats) would exceed {} MiB; \
+                     quantize it (QDQ) or run the model with --engine onnxruntime",
+                    Unfold::MAX_BYTES >> 20
+                ))
+            })?;
+            self.touch(x.buf);
+            let dst = self.new_buf(pixels * k * 4);
+            self.steps.push(Step::Unfold {
+                unfold,
+                c: 4 * c,
+                batch,
+                fill: 0,
+                src: x.buf,
+                dst,
+            });
+            dst
+        };
+        let mut packed = vec![0f32; packed_matmul_len(k, oc)];
+        pack_matmul_b(k, oc, &wk, &mut packed);
+        self.weight_bytes += (packed.len() + bias.len()) * 4;
+        self.macs += (pixels * k * oc) as u64;
+        self.touch(a);
+        let dst = self.new_buf(pixels * oc * 4);
+        self.steps.push(Step::FloatMatMul {
+            dims: FloatMatMulDims {
+                batch: 1,
+                m: pixels,
+                k,
+                n: oc,
+                b_batched: false,
+            },
+            a,
+            b: FloatMatMulB::Packed(packed),
+            alpha: 1.0,
+            bias,
+            dst,
+        });
+        let out = T {
+            buf: dst,
+            shape: vec![batch, oc, win.out_h, win.out_w],
+            layout: Layout::Nhwc,
             q: QParams::new(1.0, 0),
         };
         self.set(&n.outputs[0], Val::F32(out));
