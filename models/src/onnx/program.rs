@@ -123,6 +123,7 @@ impl Program {
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::PackB { .. } => ("pack matmul operand", 0),
                     Step::FloatPackB { .. } => ("pack float matmul operand", 0),
+                    Step::FloatUnfoldNchw { .. } => ("float unfold taps", 0),
                     Step::FloatMatMul { dims: d, .. } => {
                         ("float matmul", (d.batch * d.m * d.k * d.n) as u64)
                     }
@@ -560,10 +561,35 @@ impl Program {
                     let (k, n) = (*k, *n);
                     let b = view_f32(*src);
                     let len = kernels::float::packed_matmul_len(k, n);
-                    split_rows_f32(lanes, base, &bufs[*dst], (*images, len, k * n), &|r, out| {
-                        for (i, o) in r.zip(out.chunks_exact_mut(len.max(1))) {
-                            kernels::float::pack_matmul_b(k, n, &b[i * k * n..(i + 1) * k * n], o);
-                        }
+                    split_rows_f32(
+                        lanes,
+                        base,
+                        &bufs[*dst],
+                        (*images, len, k * n),
+                        &|r, out| {
+                            for (i, o) in r.zip(out.chunks_exact_mut(len.max(1))) {
+                                kernels::float::pack_matmul_b(
+                                    k,
+                                    n,
+                                    &b[i * k * n..(i + 1) * k * n],
+                                    o,
+                                );
+                            }
+                        },
+                    )?;
+                }
+                Step::FloatUnfoldNchw {
+                    win,
+                    c,
+                    batch,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let row = win.out_w * c * win.kh * win.kw;
+                    let rows = (batch * win.out_h, row, row);
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, out| {
+                        kernels::float::unfold_nchw(win, *c, x, out, r);
                     })?;
                 }
                 Step::FloatMatMul {

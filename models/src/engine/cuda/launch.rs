@@ -681,7 +681,9 @@ impl LaunchPlan {
                     let (kernel, grid, block, params) = float::launch(step, si, &buf, &mut c)?;
                     push(kernel, grid, block, params);
                 }
-                Step::FloatPackB { .. } | Step::FloatMatMul { .. } => {
+                Step::FloatPackB { .. }
+                | Step::FloatUnfoldNchw { .. }
+                | Step::FloatMatMul { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),
                         op: "float step".to_string(),

@@ -23,7 +23,8 @@ use std::ops::Range;
 mod gemm;
 mod sums;
 pub(crate) use gemm::{
-    matmul_rows, pack as pack_matmul_b, packed_len as packed_matmul_len, Epilogue, FloatMatMulDims,
+    matmul_rows, pack as pack_matmul_b, packed_len as packed_matmul_len, unfold_nchw, Epilogue,
+    FloatMatMulDims,
 };
 pub(crate) use sums::{normalize, reduce};
 

@@ -4,10 +4,10 @@
 //! rewrite them.
 
 use super::super::dense_routes::{Phases, Unfold};
+use super::super::kernels::float::FloatMatMulDims;
 use super::super::kernels::{
     AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, PadGeometry, Tap, Window,
 };
-use super::super::kernels::float::FloatMatMulDims;
 use crate::conv::Conv2d;
 
 /// The square dense fast path or the general convolution.
@@ -210,6 +210,15 @@ pub(crate) enum Step {
         k: usize,
         n: usize,
         images: usize,
+        src: usize,
+        dst: usize,
+    },
+    /// The unfold of `batch` row-major NCHW `f32` images of `c` channels for a convolution
+    /// in float (`kernels::float::unfold_nchw`): `[batch · out_h · out_w, c · kh · kw]`.
+    FloatUnfoldNchw {
+        win: Window,
+        c: usize,
+        batch: usize,
         src: usize,
         dst: usize,
     },
@@ -531,6 +540,7 @@ impl Step {
             | Step::FloatNorm { src, .. }
             | Step::PackB { src, .. }
             | Step::FloatPackB { src, .. }
+            | Step::FloatUnfoldNchw { src, .. }
             | Step::Phases { src, .. }
             | Step::Unfold { src, .. }
             | Step::FloatPool { src, .. }
@@ -580,6 +590,7 @@ impl Step {
             | Step::FloatNorm { dst, .. }
             | Step::PackB { dst, .. }
             | Step::FloatPackB { dst, .. }
+            | Step::FloatUnfoldNchw { dst, .. }
             | Step::FloatMatMul { dst, .. }
             | Step::MatMulDyn { dst, .. }
             | Step::Phases { dst, .. }

@@ -18,6 +18,8 @@
 //! Never allocates or panics on consistent sizes.
 
 use super::super::super::isa::multiversion;
+use super::super::Window;
+use std::ops::Range;
 
 /// Columns of `b` per packed panel.
 pub(crate) const PANEL: usize = 32;
@@ -146,11 +148,136 @@ fn block<const R: usize>(
     }
 }
 
+/// Output rows `rows` (of `batch · out_h`; `out` holds exactly those rows) of the unfold
+/// of row-major NCHW `f32` images of `c` channels for a convolution as a float product:
+/// each output pixel's `c · kh · kw` input values, tap `(ci, ky, kx)` at `(ci · kh + ky) ·
+/// kw + kx` (the order of the weights' own OIHW layout), `0.0` where the tap falls in the
+/// padding. Reads the image as it is: no transpose to NHWC first.
+pub(crate) fn unfold_nchw(
+    win: &Window,
+    c: usize,
+    input: &[f32],
+    out: &mut [f32],
+    rows: Range<usize>,
+) {
+    let taps = win.kh * win.kw;
+    let plane = win.in_h * win.in_w;
+    for (r, orow) in rows.zip(out.chunks_exact_mut(win.out_w * c * taps)) {
+        let (b, oy) = (r / win.out_h, r % win.out_h);
+        let image = &input[b * c * plane..(b + 1) * c * plane];
+        for (ox, pixel) in orow.chunks_exact_mut(c * taps).enumerate() {
+            let x0 = ox * win.sw;
+            for (channel, window) in image.chunks_exact(plane).zip(pixel.chunks_exact_mut(taps)) {
+                for (ky, trow) in window.chunks_exact_mut(win.kw).enumerate() {
+                    let iy = (oy * win.sh + ky * win.dh).checked_sub(win.pt);
+                    let Some(row) = iy.and_then(|y| channel.get(y * win.in_w..(y + 1) * win.in_w))
+                    else {
+                        trow.fill(0.0);
+                        continue;
+                    };
+                    if win.dw == 1 {
+                        // Taps `lo..hi` inside the row, one copy; zeros on either side.
+                        let start = x0 as isize - win.pl as isize;
+                        let lo = (-start).clamp(0, win.kw as isize) as usize;
+                        let hi = (win.in_w as isize - start).clamp(lo as isize, win.kw as isize)
+                            as usize;
+                        if hi == lo {
+                            trow.fill(0.0);
+                            continue;
+                        }
+                        let from = (start + lo as isize) as usize;
+                        trow[..lo].fill(0.0);
+                        trow[lo..hi].copy_from_slice(&row[from..from + hi - lo]);
+                        trow[hi..].fill(0.0);
+                        continue;
+                    }
+                    for (kx, t) in trow.iter_mut().enumerate() {
+                        let ix = (x0 + kx * win.dw).checked_sub(win.pl);
+                        *t = ix.and_then(|x| row.get(x)).copied().unwrap_or(0.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::onnx::isa::Isa;
     use redline_runtime::rng::SplitMix64;
+
+    /// The NCHW unfold of random images is, element for element, the input value each tap
+    /// reads or `0.0` in the padding, for strides, dilations and pads wider than the kernel
+    /// (a window wholly in the padding), over any split of the rows.
+    #[test]
+    fn nchw_unfold_reads_each_tap_or_zero() {
+        let mut rng = SplitMix64::new(9);
+        for &(c, in_h, in_w, kh, kw, s, d, pt, pl, pb, pr) in &[
+            (3, 9, 11, 7, 7, 2, 1, 3, 3, 3, 3),
+            (2, 5, 6, 3, 3, 1, 2, 2, 1, 2, 3),
+            (1, 4, 4, 1, 1, 1, 1, 0, 0, 0, 0),
+            (2, 3, 3, 2, 3, 3, 1, 0, 5, 1, 6),
+        ] {
+            let (out_h, out_w) = (
+                (in_h + pt + pb - d * (kh - 1) - 1) / s + 1,
+                (in_w + pl + pr - d * (kw - 1) - 1) / s + 1,
+            );
+            let win = Window {
+                in_h,
+                in_w,
+                out_h,
+                out_w,
+                kh,
+                kw,
+                sh: s,
+                sw: s,
+                dh: d,
+                dw: d,
+                pt,
+                pl,
+            };
+            let batch = 2;
+            let x: Vec<f32> = (0..batch * c * in_h * in_w)
+                .map(|_| rng.uniform(-1.0, 1.0))
+                .collect();
+            let k = c * kh * kw;
+            let mut want = Vec::new();
+            for b in 0..batch {
+                for oy in 0..out_h {
+                    for ox in 0..out_w {
+                        for ci in 0..c {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (oy * s + ky * d) as isize - pt as isize;
+                                    let ix = (ox * s + kx * d) as isize - pl as isize;
+                                    let inside = (0..in_h as isize).contains(&iy)
+                                        && (0..in_w as isize).contains(&ix);
+                                    want.push(if inside {
+                                        x[((b * c + ci) * in_h + iy as usize) * in_w + ix as usize]
+                                    } else {
+                                        0.0
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let rows = batch * out_h;
+            for split in [1, 3] {
+                let mut got = vec![f32::NAN; want.len()];
+                let mut first = 0;
+                for part in 0..split {
+                    let end = rows * (part + 1) / split;
+                    let out = &mut got[first * out_w * k..end * out_w * k];
+                    unfold_nchw(&win, c, &x, out, first..end);
+                    first = end;
+                }
+                assert_eq!(got, want, "{win:?} split {split}");
+            }
+        }
+    }
 
     /// Every shape (row counts around the block, widths around the panel, batched and
     /// shared `b`), every width and every way of splitting the rows gives the bits of the
@@ -167,7 +294,9 @@ mod tests {
         ] {
             let a: Vec<f32> = (0..batch * m * k).map(|_| rng.uniform(-2.0, 2.0)).collect();
             let images = if b_batched { batch } else { 1 };
-            let b: Vec<f32> = (0..images * k * n).map(|_| rng.uniform(-2.0, 2.0)).collect();
+            let b: Vec<f32> = (0..images * k * n)
+                .map(|_| rng.uniform(-2.0, 2.0))
+                .collect();
             let bias: Vec<f32> = if with_bias {
                 (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
             } else {
@@ -197,7 +326,13 @@ mod tests {
                     };
                 }
             }
-            let dims = FloatMatMulDims { batch, m, k, n, b_batched };
+            let dims = FloatMatMulDims {
+                batch,
+                m,
+                k,
+                n,
+                b_batched,
+            };
             let epilogue = Epilogue { alpha, bias: &bias };
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             for isa in Isa::available() {
@@ -211,7 +346,12 @@ mod tests {
                         matmul_rows(isa, dims, &a, &packed, epilogue, first, out);
                         first = end;
                     }
-                    assert_eq!(bits(&got), bits(&want), "{dims:?} {} split {split}", isa.name());
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{dims:?} {} split {split}",
+                        isa.name()
+                    );
                 }
             }
         }

@@ -6,9 +6,12 @@
 //! models. One [`Step::FloatMatMul`] each (`kernels::float`'s product: fused multiply-adds
 //! in index order, the same bits on every ISA and lane count; ONNX Runtime's `sgemm` sums
 //! in its own blocks, so the two may differ in the last bits). A convolution is that
-//! product over its unfolded image ([`Step::Unfold`] of the `f32` NHWC input, a tap's
-//! channels its 4-byte elements, padding `0.0`; none for a 1×1, stride-1, unpadded one):
-//! `[pixels, kh·kw·c] × [kh·kw·c, out_c]`. Load time only; errors name the node.
+//! product over its unfolded image, `[pixels, kh·kw·c] × [kh·kw·c, out_c]`: of an NHWC
+//! input by [`Step::Unfold`] (a tap's channels its 4-byte elements, padding `0.0`; none for
+//! a 1×1, stride-1, unpadded convolution), taps in `(ky, kx, ci)` order; of a row-major NCHW
+//! input (a float graph input: a mixed-precision network's first convolution) by
+//! [`Step::FloatUnfoldNchw`], taps in `(ci, ky, kx)` order, with no transpose first. Load
+//! time only; errors name the node.
 use super::*;
 use crate::onnx::dense_routes::Unfold;
 use crate::onnx::kernels::float::{pack_matmul_b, packed_matmul_len, FloatMatMulDims};
@@ -222,8 +225,11 @@ impl Lowerer<'_> {
                  run the model with --engine onnxruntime",
             ));
         }
-        let x = self.float_operand(n, 0, Layout::Nhwc)?;
-        let x = self.nhwc_of(x, 4)?;
+        // A row-major float input (the graph's NCHW image) is unfolded as it is, taps in
+        // the weights' (ci, ky, kx) order; anything else in NHWC order, taps (ky, kx, ci).
+        let nchw = matches!(self.input(n, 0)?, Val::F32(t) if t.layout == Layout::RowMajor && t.shape.len() == 4);
+        let x = self.float_operand(n, 0, if nchw { Layout::RowMajor } else { Layout::Nhwc })?;
+        let x = if nchw { x } else { self.nhwc_of(x, 4)? };
         let [batch, c, h, wd] = dims4(&x.shape);
         if c != icg {
             return Err(n.unsupported(format!(
@@ -248,15 +254,20 @@ impl Lowerer<'_> {
             }
             None => Vec::new(),
         };
-        // OIHW to the product's [kh·kw·c, out_c]: row (ky·kw + kx)·c + ci, as the unfold
-        // lays out a pixel's taps.
+        // OIHW to the product's [kh·kw·c, out_c]: row (ky·kw + kx)·c + ci as the NHWC unfold
+        // lays out a pixel's taps, (ci·kh + ky)·kw + kx as the NCHW one does.
         let k = kh * kw * c;
         let mut wk = vec![0f32; k * oc];
         for o in 0..oc {
             for ci in 0..c {
                 for ky in 0..kh {
                     for kx in 0..kw {
-                        wk[((ky * kw + kx) * c + ci) * oc + o] = wv[((o * c + ci) * kh + ky) * kw + kx];
+                        let row = if nchw {
+                            (ci * kh + ky) * kw + kx
+                        } else {
+                            (ky * kw + kx) * c + ci
+                        };
+                        wk[row * oc + o] = wv[((o * c + ci) * kh + ky) * kw + kx];
                     }
                 }
             }
@@ -266,7 +277,25 @@ impl Lowerer<'_> {
             && kw == 1
             && (win.sh, win.sw, win.pt, win.pl) == (1, 1, 0, 0)
             && (win.out_h, win.out_w) == (h, wd);
-        let a = if pointwise {
+        let a = if nchw {
+            if pixels * k * 4 > Unfold::MAX_BYTES {
+                return Err(n.unsupported(format!(
+                    "its unfolded image ({pixels} pixels of {k} floats) would exceed {} MiB; \
+                     quantize it (QDQ) or run the model with --engine onnxruntime",
+                    Unfold::MAX_BYTES >> 20
+                )));
+            }
+            self.touch(x.buf);
+            let dst = self.new_buf(pixels * k * 4);
+            self.steps.push(Step::FloatUnfoldNchw {
+                win,
+                c,
+                batch,
+                src: x.buf,
+                dst,
+            });
+            dst
+        } else if pointwise {
             x.buf
         } else {
             // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded
