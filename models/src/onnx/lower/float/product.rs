@@ -125,6 +125,11 @@ impl Lowerer<'_> {
                 a.shape
             )));
         }
+        if k == 0 || nn == 0 {
+            return Err(n.unsupported(format!(
+                "an empty product ([.., {m}, {k}] by [{kb}, {nn}])"
+            )));
+        }
         let bias = self.gemm_bias(n, gemm, beta, m, nn)?;
         // One second matrix for all: every row of `a` one long product.
         let dims = if b_batched {
@@ -238,6 +243,9 @@ impl Lowerer<'_> {
             )));
         }
         let win = self.window(n, h, wd, kh, kw)?;
+        if c * kh * kw == 0 || oc == 0 {
+            return Err(n.unsupported(format!("empty weights {:?}", w.shape)));
+        }
         let bias = match n.input(2) {
             Some(_) => {
                 let b = constant_f32(&self.input(n, 2)?)
