@@ -126,9 +126,7 @@ impl Lowerer<'_> {
             )));
         }
         if k == 0 || nn == 0 {
-            return Err(n.unsupported(format!(
-                "an empty product ([.., {m}, {k}] by [{kb}, {nn}])"
-            )));
+            return Err(n.unsupported(format!("an empty product ([.., {m}, {k}] by [{kb}, {nn}])")));
         }
         let bias = self.gemm_bias(n, gemm, beta, m, nn)?;
         // One second matrix for all: every row of `a` one long product.
