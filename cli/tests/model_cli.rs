@@ -114,13 +114,15 @@ fn info_says_why_native_cannot_run_a_float_model() {
         .unwrap_or_else(|| panic!("no native line in:\n{out}"));
     assert!(line.contains("no:"), "{line}");
     assert!(
-        line.contains("\"conv\"") && line.contains("Conv") && line.contains("float"),
-        "the reason names the node, the op and the float input: {line}"
+        line.contains("\"conv\"")
+            && line.contains("Conv")
+            && line.contains("grouped convolution in float"),
+        "the reason names the node, the op and what it cannot run: {line}"
     );
     assert!(out.contains("MACs:     unknown"), "{out}");
 
     // The named dynamic batch dimension `N` is shown as `?` and listed as fixed to 1 (by
-    // every engine); native then refuses the float convolution, not the shape.
+    // every engine); native then refuses the grouped float convolution, not the shape.
     let m = fixture("tiny_dynamic_batch.onnx");
     let o = run(&["model", "info", m.to_str().unwrap(), "--json"]);
     let (out, err) = text(&o);
