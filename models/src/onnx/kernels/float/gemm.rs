@@ -129,22 +129,27 @@ fn block<const R: usize>(
             }
         }
     }
-    // The sums are read with constant indices only (a whole panel into `y`, then `w`
-    // columns copied), so they stay in registers through the loop above.
+    // The sums are read with constant indices only (a whole panel, then `w` columns
+    // stored), so they stay in registers through the loop above; the epilogue runs on
+    // whole vectors: `· alpha`, then `+ bias` slice by slice.
     let (c0, w) = (p * PANEL, PANEL.min(n - p * PANEL));
+    let bias = epilogue.bias.get(c0..c0 + w);
     for (r, acc) in acc.iter().enumerate() {
-        let mut y = [0.0f32; PANEL];
-        for (j, (y, &s)) in y.iter_mut().zip(acc).enumerate() {
-            let mut v = s;
-            if epilogue.alpha != 1.0 {
-                v *= epilogue.alpha;
+        let mut y = *acc;
+        if epilogue.alpha != 1.0 {
+            for v in &mut y {
+                *v *= epilogue.alpha;
             }
-            if let Some(&b) = epilogue.bias.get(c0 + j) {
-                v += b;
-            }
-            *y = v;
         }
-        out[r * n + c0..r * n + c0 + w].copy_from_slice(&y[..w]);
+        let dst = &mut out[r * n + c0..r * n + c0 + w];
+        match bias {
+            Some(b) => {
+                for ((d, &v), &b) in dst.iter_mut().zip(&y).zip(b) {
+                    *d = v + b;
+                }
+            }
+            None => dst.copy_from_slice(&y[..w]),
+        }
     }
 }
 
