@@ -208,6 +208,7 @@ pub(crate) fn unfold_nchw(
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::tests::test_window;
     use super::*;
     use crate::onnx::isa::Isa;
     use redline_runtime::rng::SplitMix64;
@@ -228,20 +229,7 @@ mod tests {
                 (in_h + pt + pb - d * (kh - 1) - 1) / s + 1,
                 (in_w + pl + pr - d * (kw - 1) - 1) / s + 1,
             );
-            let win = Window {
-                in_h,
-                in_w,
-                out_h,
-                out_w,
-                kh,
-                kw,
-                sh: s,
-                sw: s,
-                dh: d,
-                dw: d,
-                pt,
-                pl,
-            };
+            let win = test_window((in_h, in_w), (out_h, out_w), (kh, kw), s, d, (pt, pl));
             let batch = 2;
             let x: Vec<f32> = (0..batch * c * in_h * in_w)
                 .map(|_| rng.uniform(-1.0, 1.0))
