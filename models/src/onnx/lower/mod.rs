@@ -393,8 +393,12 @@ fn check_types(g: &OnnxGraph) -> Result<(), EngineError> {
                  the model with --engine onnxruntime"
             )));
         }
-        let dtype = n.int("output_dtype", 0)?;
-        if n.op == "QuantizeLinear" && n.input(2).is_none() && !matches!(dtype, 0 | 2 | 3) {
+        // `output_dtype` 0 (unset: uint8), uint8 or int8.
+        let known = [0, super::graph::dtype::UINT8, super::graph::dtype::INT8].map(i64::from);
+        if n.op == "QuantizeLinear"
+            && n.input(2).is_none()
+            && !known.contains(&n.int("output_dtype", 0)?)
+        {
             return Err(n.unsupported(
                 "an output_dtype other than uint8 or int8 without a zero point: give the zero point \
                  (its type says the output's), as quantization tools write it",

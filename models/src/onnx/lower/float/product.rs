@@ -29,13 +29,18 @@ impl Lowerer<'_> {
     /// True when `n` is a `MatMul` or `Gemm` the float route runs: an operand is a float
     /// tensor, or the weights are a float constant without a Q/DQ pair.
     pub(in crate::onnx::lower) fn is_float_product(&self, n: &Node) -> bool {
-        let float_tensor = |i| matches!(self.input(n, i), Ok(Val::F32(_)));
-        let float_weights = matches!(
-            self.input(n, 1),
-            Ok(Val::C(c)) if matches!(c.data, ConstData::F32(_))
-        );
         matches!(n.op.as_str(), "MatMul" | "Gemm")
-            && (float_tensor(0) || float_tensor(1) || float_weights)
+            && (self.is_float_tensor(n, 0) || self.is_float_tensor(n, 1) || self.float_weights(n))
+    }
+
+    /// Whether input `i` of `n` is a float tensor.
+    fn is_float_tensor(&self, n: &Node, i: usize) -> bool {
+        matches!(self.input(n, i), Ok(Val::F32(_)))
+    }
+
+    /// Whether `n`'s weights (input 1) are a float constant without a Q/DQ pair.
+    fn float_weights(&self, n: &Node) -> bool {
+        matches!(self.input(n, 1), Ok(Val::C(c)) if matches!(c.data, ConstData::F32(_)))
     }
 
     /// A float `MatMul` (operands of rank ≥ 2, the product over the last two axes; the
@@ -130,59 +135,34 @@ impl Lowerer<'_> {
         }
         let bias = self.gemm_bias(n, gemm, beta, m, nn)?;
         // One second matrix for all: every row of `a` one long product.
-        let dims = if b_batched {
-            FloatMatMulDims {
-                batch: a_batch,
-                m,
-                k,
-                n: nn,
-                b_batched,
-            }
+        let (batch, rows) = if b_batched {
+            (a_batch, m)
         } else {
-            FloatMatMulDims {
-                batch: 1,
-                m: a_batch * m,
-                k,
-                n: nn,
-                b_batched,
-            }
+            (1, a_batch * m)
         };
-        self.macs += (dims.batch * dims.m * k * nn) as u64;
-        let len = packed_matmul_len(k, nn);
+        let dims = FloatMatMulDims {
+            batch,
+            m: rows,
+            k,
+            n: nn,
+            b_batched,
+        };
         let b = match second {
-            Second::Weights(w) => {
-                let mut packed = vec![0f32; len];
-                pack_matmul_b(k, nn, &w, &mut packed);
-                self.weight_bytes += (packed.len() + bias.len()) * 4;
-                FloatMatMulB::Packed(packed)
-            }
+            Second::Weights(w) => self.packed_weights(k, nn, &w),
             Second::Tensor(t) => {
-                let images = if b_batched { a_batch } else { 1 };
                 self.touch(t.buf);
-                let dst = self.new_buf(images * len * 4);
+                let dst = self.new_buf(batch * packed_matmul_len(k, nn) * 4);
                 self.steps.push(Step::FloatPackB {
                     k,
                     n: nn,
-                    images,
+                    images: batch,
                     src: t.buf,
                     dst,
                 });
                 FloatMatMulB::Buffer(dst)
             }
         };
-        self.touch(a.buf);
-        if let FloatMatMulB::Buffer(p) = b {
-            self.touch(p);
-        }
-        let dst = self.new_buf(a_batch * m * nn * 4);
-        self.steps.push(Step::FloatMatMul {
-            dims,
-            a: a.buf,
-            b,
-            alpha,
-            bias,
-            dst,
-        });
+        let dst = self.push_float_matmul(dims, a.buf, b, alpha, bias);
         let mut shape = a.shape[..ra - 1].to_vec();
         shape.push(nn);
         let out = T {
@@ -198,12 +178,7 @@ impl Lowerer<'_> {
     /// True when `n` is a `Conv` the float route runs: its input is a float tensor, or its
     /// weights are a float constant without a Q/DQ pair.
     pub(in crate::onnx::lower) fn is_float_conv(&self, n: &Node) -> bool {
-        n.op == "Conv"
-            && (matches!(self.input(n, 0), Ok(Val::F32(_)))
-                || matches!(
-                    self.input(n, 1),
-                    Ok(Val::C(c)) if matches!(c.data, ConstData::F32(_))
-                ))
+        n.op == "Conv" && (self.is_float_tensor(n, 0) || self.float_weights(n))
     }
 
     /// An ungrouped `Conv` in float (any kernel, stride, padding incl. `auto_pad`,
@@ -283,7 +258,9 @@ impl Lowerer<'_> {
             && kw == 1
             && (win.sh, win.sw, win.pt, win.pl) == (1, 1, 0, 0)
             && (win.out_h, win.out_w) == (h, wd);
-        let a = if nchw {
+        let a = if pointwise && !nchw {
+            x.buf
+        } else {
             if pixels * k * 4 > Unfold::MAX_BYTES {
                 return Err(n.unsupported(format!(
                     "its unfolded image ({pixels} pixels of {k} floats) would exceed {} MiB; \
@@ -292,59 +269,38 @@ impl Lowerer<'_> {
                 )));
             }
             self.touch(x.buf);
-            let dst = self.new_buf(pixels * k * 4);
-            self.steps.push(Step::FloatUnfoldNchw {
-                win,
-                c,
-                batch,
-                src: x.buf,
-                dst,
-            });
-            dst
-        } else if pointwise {
-            x.buf
-        } else {
-            // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded
-            // tap all-zero bytes: `0.0`.
-            let unfold = Unfold::of(&win, 4 * c, batch, 1).ok_or_else(|| {
-                n.unsupported(format!(
-                    "its unfolded image ({pixels} pixels of {k} floats) would exceed {} MiB; \
-                     quantize it (QDQ) or run the model with --engine onnxruntime",
-                    Unfold::MAX_BYTES >> 20
-                ))
-            })?;
-            self.touch(x.buf);
-            let dst = self.new_buf(pixels * k * 4);
-            self.steps.push(Step::Unfold {
-                unfold,
-                c: 4 * c,
-                batch,
-                fill: 0,
-                src: x.buf,
-                dst,
+            let (src, dst) = (x.buf, self.new_buf(pixels * k * 4));
+            self.steps.push(if nchw {
+                Step::FloatUnfoldNchw {
+                    win,
+                    c,
+                    batch,
+                    src,
+                    dst,
+                }
+            } else {
+                // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a
+                // padded tap all-zero bytes: `0.0`.
+                Step::Unfold {
+                    unfold: Unfold { win },
+                    c: 4 * c,
+                    batch,
+                    fill: 0,
+                    src,
+                    dst,
+                }
             });
             dst
         };
-        let mut packed = vec![0f32; packed_matmul_len(k, oc)];
-        pack_matmul_b(k, oc, &wk, &mut packed);
-        self.weight_bytes += (packed.len() + bias.len()) * 4;
-        self.macs += (pixels * k * oc) as u64;
-        self.touch(a);
-        let dst = self.new_buf(pixels * oc * 4);
-        self.steps.push(Step::FloatMatMul {
-            dims: FloatMatMulDims {
-                batch: 1,
-                m: pixels,
-                k,
-                n: oc,
-                b_batched: false,
-            },
-            a,
-            b: FloatMatMulB::Packed(packed),
-            alpha: 1.0,
-            bias,
-            dst,
-        });
+        let b = self.packed_weights(k, oc, &wk);
+        let dims = FloatMatMulDims {
+            batch: 1,
+            m: pixels,
+            k,
+            n: oc,
+            b_batched: false,
+        };
+        let dst = self.push_float_matmul(dims, a, b, 1.0, bias);
         let out = T {
             buf: dst,
             shape: vec![batch, oc, win.out_h, win.out_w],
@@ -353,6 +309,43 @@ impl Lowerer<'_> {
         };
         self.set(&n.outputs[0], Val::F32(out));
         Ok(())
+    }
+
+    /// Row-major `k × n` float weights packed for the product, counted as weights.
+    fn packed_weights(&mut self, k: usize, n: usize, w: &[f32]) -> FloatMatMulB {
+        let mut packed = vec![0f32; packed_matmul_len(k, n)];
+        pack_matmul_b(k, n, w, &mut packed);
+        self.weight_bytes += packed.len() * 4;
+        FloatMatMulB::Packed(packed)
+    }
+
+    /// Pushes the [`Step::FloatMatMul`] of `a` (row-major `f32`) and `b`, counting its
+    /// multiply-adds and its bias; returns its output buffer (`f32` `[batch, m, n]`).
+    fn push_float_matmul(
+        &mut self,
+        dims: FloatMatMulDims,
+        a: usize,
+        b: FloatMatMulB,
+        alpha: f32,
+        bias: Vec<f32>,
+    ) -> usize {
+        let FloatMatMulDims { batch, m, k, n, .. } = dims;
+        self.macs += (batch * m * k * n) as u64;
+        self.weight_bytes += bias.len() * 4;
+        self.touch(a);
+        if let FloatMatMulB::Buffer(p) = b {
+            self.touch(p);
+        }
+        let dst = self.new_buf(batch * m * n * 4);
+        self.steps.push(Step::FloatMatMul {
+            dims,
+            a,
+            b,
+            alpha,
+            bias,
+            dst,
+        });
+        dst
     }
 
     /// A float `Gemm`'s `C` times `beta`, one value per output column (`n`): none, or a
