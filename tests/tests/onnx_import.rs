@@ -1256,16 +1256,9 @@ sys.path.insert(0, tools)
 import qref
 rng = np.random.default_rng(11)
 def init(name, a): return nh.from_array(a, name)
-def q(x, s, z, out): return [h.make_node("QuantizeLinear", [x, s, z], [out + "_q"]), h.make_node("DequantizeLinear", [out + "_q", s, z], [out])]
+q = qref.qdq_pair
 def save(name, nodes, inits, shape, opset=18, reference=True):
-    x = h.make_tensor_value_info("x", T.FLOAT, shape); y = h.make_tensor_value_info("y", T.FLOAT, None)
-    m = h.make_model(h.make_graph(nodes, "g", [x], [y], inits), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 10 if opset >= 21 else 8
-    onnx.save(m, f"{d}/{name}.onnx")
-    if not reference:
-        return
-    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
-    qref.write_reference(d, name, f"{name}.onnx", feeds, {"format": "hand", "activations": "s8"})
+    qref.save_hand_model(d, name, nodes, inits, shape, rng, opset=opset, reference=reference)
 common = [init("s", np.array(0.03, np.float32)), init("z", np.array(0, np.int8)), init("ys", np.array(0.05, np.float32))]
 # Linear: DQ(W[16, 24]) per output row, transposed, MatMul, bias Add.
 w = rng.integers(-127, 128, (16, 24)).astype(np.int8); ws = (rng.random(16) * 0.01 + 0.002).astype(np.float32)
@@ -1400,16 +1393,9 @@ rng = np.random.default_rng(23)
 def init(name, a): return nh.from_array(np.asarray(a), name)
 def f32(*shape, s=0.2): return (rng.standard_normal(shape) * s).astype(np.float32)
 def i64(*v): return np.array(v, np.int64)
-def q(x, s, z, out): return [h.make_node("QuantizeLinear", [x, s, z], [out + "_q"]), h.make_node("DequantizeLinear", [out + "_q", s, z], [out])]
+q = qref.qdq_pair
 def save(name, nodes, inits, shape):
-    x = h.make_tensor_value_info("x", T.FLOAT, shape); y = h.make_tensor_value_info("y", T.FLOAT, None)
-    m = h.make_model(h.make_graph(nodes, "g", [x], [y], inits), opset_imports=[h.make_opsetid("", 18)])
-    m.ir_version = 8
-    onnx.save(m, f"{d}/{name}.onnx")
-    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
-    qref.write_reference(d, name, f"{name}.onnx", feeds, {"format": "hand", "activations": "s8"})
-    qref.write_reference(d, name + "_unoptimized", f"{name}.onnx", feeds, {"format": "hand", "activations": "s8"},
-                         optimize=False)
+    qref.save_hand_model(d, name, nodes, inits, shape, rng, unoptimized=True)
 common = [init("s", np.array(0.03, np.float32)), init("z", np.array(0, np.int8)), init("ys", np.array(0.05, np.float32))]
 save("linear_float_weights", q("x", "s", "z", "xf") + [
     h.make_node("MatMul", ["xf", "w"], ["mm"]), h.make_node("Add", ["mm", "b"], ["lin"])] + q("lin", "ys", "z", "y"),

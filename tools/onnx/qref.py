@@ -459,6 +459,34 @@ def write_reference(out_dir, stem, model_file, feeds, extra, ref_model=None, opt
     return man
 
 
+def qdq_pair(x, scale, zero_point, out):
+    """`QuantizeLinear` of `x` (into `out + "_q"`) and its `DequantizeLinear` into `out`."""
+    from onnx import helper
+    return [helper.make_node("QuantizeLinear", [x, scale, zero_point], [out + "_q"]),
+            helper.make_node("DequantizeLinear", [out + "_q", scale, zero_point], [out])]
+
+
+def save_hand_model(out_dir, name, nodes, inits, shape, rng, opset=18, reference=True, unoptimized=False):
+    """A hand-written test model: one float32 input `x` of `shape`, one output `y`, saved as
+    <name>.onnx, with ORT's reference on a standard-normal input drawn from `rng` (unless
+    `reference` is false) and, with `unoptimized`, a second one <name>_unoptimized from ORT
+    running the graph as written (`write_reference(optimize=False)`)."""
+    from onnx import helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10 if opset >= 21 else 8
+    onnx.save(m, os.path.join(out_dir, f"{name}.onnx"))
+    if not reference:
+        return
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    extra = {"format": "hand", "activations": "s8"}
+    write_reference(out_dir, name, f"{name}.onnx", feeds, extra)
+    if unoptimized:
+        write_reference(out_dir, name + "_unoptimized", f"{name}.onnx", feeds, extra, optimize=False)
+
+
 # The readers through which a TensorRT-style convolution's float output goes on.
 TRT_FLOAT_READERS = ("Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu",
                      "Neg", "Exp", "Tanh", "Softplus", "Mish", "Gelu",
