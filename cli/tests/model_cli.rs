@@ -116,26 +116,26 @@ fn info_says_why_native_cannot_run_a_float_model() {
     assert!(
         line.contains("\"conv\"")
             && line.contains("Conv")
-            && line.contains("grouped convolution in float"),
+            && line.contains("a 3-D convolution"),
         "the reason names the node, the op and what it cannot run: {line}"
     );
     assert!(out.contains("MACs:     unknown"), "{out}");
 
     // The named dynamic batch dimension `N` is shown as `?` and listed as fixed to 1 (by
-    // every engine); native then refuses the grouped float convolution, not the shape.
+    // every engine); native then refuses the 3-D convolution, not the shape.
     let m = fixture("tiny_dynamic_batch.onnx");
     let o = run(&["model", "info", m.to_str().unwrap(), "--json"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([null, 3, 8, 8]));
+    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([null, 3, 4, 8, 8]));
     assert_eq!(v["named_dims_fixed_to_1"], serde_json::json!(["N"]));
     assert_eq!(v["engines"]["native"]["ok"], false);
     let why = v["engines"]["native"]["error"].as_str().unwrap();
-    assert!(why.contains("float") && !why.contains("dynamic"), "{why}");
+    assert!(why.contains("3-D") && !why.contains("dynamic"), "{why}");
     let o = run(&["model", "info", m.to_str().unwrap()]);
     let out = text(&o).0;
-    assert!(out.contains("image: float32 [?, 3, 8, 8]"), "{out}");
+    assert!(out.contains("image: float32 [?, 3, 4, 8, 8]"), "{out}");
     assert!(
         out.contains("named dimensions N: every engine fixes them to 1"),
         "{out}"
@@ -147,7 +147,7 @@ fn info_says_why_native_cannot_run_a_float_model() {
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
     assert!(
-        err.contains("native engine cannot run") && err.contains("float"),
+        err.contains("native engine cannot run") && err.contains("3-D convolution"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");

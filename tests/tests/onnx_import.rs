@@ -756,8 +756,9 @@ def save(g, name):
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)]); m.ir_version = 8
     onnx.save(m, f"{d}/{name}.onnx")
 x = h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8]); y = h.make_tensor_value_info("y", T.FLOAT, None)
-w = nh.from_array(np.ones((3, 1, 3, 3), np.float32), "w")
-save(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], name="float_conv", pads=[1,1,1,1], group=3)], "g", [x], [y], [w]), "float_conv")
+x3 = h.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 8, 8])
+w = nh.from_array(np.ones((2, 3, 3, 3, 3), np.float32), "w")
+save(h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], name="float_conv", pads=[1] * 6)], "g", [x3], [y], [w]), "float_conv")
 xd = h.make_tensor_value_info("x", T.FLOAT, [None, 3, 8, 8])
 save(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [xd], [y]), "dynamic")
 s = nh.from_array(np.array(0.1, np.float32), "s"); z = nh.from_array(np.array(0, np.int8), "z")
@@ -949,7 +950,7 @@ fn every_rejection_says_what_and_what_to_do() {
     assert!(
         m.contains("float_conv")
             && m.contains("Conv")
-            && m.contains("grouped convolution in float")
+            && m.contains("a 3-D convolution")
             && m.contains("--engine onnxruntime"),
         "{m}"
     );
@@ -1367,15 +1368,18 @@ save("explicit_int8", q("x", "s", "z", "xf") + conv + q("c", "ys", "z", "y"), co
 /// `beta` and a bias), attention computed in float as PyTorch's x86 PT2E quantizer leaves a
 /// ViT block (layer norm, float projections, `q·kᵀ` of two computed tensors, softmax, `·v`,
 /// the output projection, the residual), a float model with no quantization at all, float
-/// convolutions (pointwise; dilated, strided and padded unevenly) and a mixed-precision
-/// network as `quantize_static` writes it with `nodes_to_exclude` (the first convolution
-/// and the classifier in float). Two references each: ONNX Runtime as it runs by default, whose optimizer turns
+/// convolutions (pointwise; dilated, strided and padded unevenly; grouped: depthwise, with
+/// a channel multiplier, groups of four channels; a float MobileNet-style block), float
+/// transposed convolutions (4×4/2, 2×2/2, 3×3 with output padding; a float decoder) and a
+/// mixed-precision network as `quantize_static` writes it with `nodes_to_exclude` (the first
+/// convolution and the classifier in float). Two references each: ONNX Runtime as it runs by default, whose optimizer turns
 /// `DequantizeLinear → MatMul(float weights) → Add → QuantizeLinear` into a `QGemm` that
 /// quantizes the weights itself (within one step in a quarter of the elements), and ONNX
 /// Runtime running the graph as written, where only `sgemm`'s own summation order may move
 /// a last bit (within one step in a twentieth; the float model within 1e-5). The attention
-/// model's program holds float products (of constant weights and of computed tensors), runs
-/// to the same bytes on 1 and 3 lanes, and allocates nothing in a run.
+/// model's program holds float products (of constant weights and of computed tensors), the
+/// grouped one its grouped convolutions, the transposed one a product per phase; each runs
+/// to the same bytes on 1 and 3 lanes and allocates nothing in a run.
 #[test]
 fn float_matrix_products_agree_with_onnx_runtime() {
     if !python_ok() {
@@ -1425,6 +1429,35 @@ save("float_convs", q("x", "s", "z", "xf") + [
     h.make_node("Conv", ["xf", "w1"], ["c1"]),
     h.make_node("Conv", ["c1", "w2", "b2"], ["c2"], dilations=[2, 1], pads=[2, 1, 2, 3], strides=[1, 2])] + q("c2", "ys", "z", "y"),
     common + [init("w1", f32(9, 5, 1, 1, s=0.4)), init("w2", f32(7, 9, 3, 3, s=0.1)), init("b2", f32(7))], [1, 5, 11, 13])
+# Grouped convolutions in float: depthwise (stride 2), depthwise with a channel multiplier
+# (dilated, uneven pads), and groups of 4 input channels.
+save("float_grouped_convs", q("x", "s", "z", "xf") + [
+    h.make_node("Conv", ["xf", "dw", "db"], ["g1"], group=6, strides=[2, 2], pads=[1, 1, 1, 1]),
+    h.make_node("Conv", ["g1", "mw"], ["g2"], group=6, pads=[2, 0, 1, 1], dilations=[1, 2]),
+    h.make_node("Conv", ["g2", "gw", "gb"], ["g3"], group=3, pads=[1, 1, 1, 1])] + q("g3", "ys", "z", "y"),
+    common + [init("dw", f32(6, 1, 3, 3, s=0.4)), init("db", f32(6)), init("mw", f32(12, 1, 3, 2, s=0.4)),
+              init("gw", f32(9, 4, 3, 3, s=0.2)), init("gb", f32(9))], [1, 6, 13, 11])
+# A float MobileNet-style block (no Q/DQ at all): pointwise, ReLU, depthwise of 20
+# channels, ReLU6, pointwise.
+save("float_depthwise_net", [h.make_node("Conv", ["x", "pw", "pb"], ["p0"]), h.make_node("Relu", ["p0"], ["p1"]),
+                             h.make_node("Conv", ["p1", "dw", "db"], ["d0"], group=20, pads=[1, 1, 1, 1]),
+                             h.make_node("Clip", ["d0", "lo", "hi"], ["d1"]), h.make_node("Conv", ["d1", "pw2"], ["y"])],
+     [init("pw", f32(20, 5, 1, 1, s=0.4)), init("pb", f32(20)), init("dw", f32(20, 1, 3, 3, s=0.4)), init("db", f32(20)),
+      init("lo", np.array(0, np.float32)), init("hi", np.array(6, np.float32)), init("pw2", f32(7, 20, 1, 1, s=0.3))],
+     [1, 5, 9, 10])
+# Transposed convolutions in float: 4x4/2 (CenterNet's), 2x2/2 (U-Net's: one tap per
+# phase), 3x3 with strides (2, 1) and output_padding (a kernel the stride does not divide).
+save("float_deconvs", q("x", "s", "z", "xf") + [
+    h.make_node("ConvTranspose", ["xf", "t1", "tb1"], ["u1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+    h.make_node("ConvTranspose", ["u1", "t2"], ["u2"], strides=[2, 2]),
+    h.make_node("ConvTranspose", ["u2", "t3", "tb3"], ["u3"], strides=[2, 1], pads=[1, 1, 1, 1], output_padding=[1, 0])]
+    + q("u3", "ys", "z", "y"),
+    common + [init("t1", f32(6, 5, 4, 4, s=0.3)), init("tb1", f32(5)), init("t2", f32(5, 4, 2, 2, s=0.3)),
+              init("t3", f32(4, 3, 3, 3, s=0.3)), init("tb3", f32(3))], [1, 6, 5, 4])
+save("float_upsampling_net", [h.make_node("ConvTranspose", ["x", "t1", "tb1"], ["u0"], strides=[2, 2], pads=[1, 1, 1, 1]),
+                              h.make_node("Relu", ["u0"], ["u1"]),
+                              h.make_node("ConvTranspose", ["u1", "t2"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])],
+     [init("t1", f32(6, 8, 4, 4, s=0.3)), init("tb1", f32(8)), init("t2", f32(8, 3, 3, 3, s=0.3))], [1, 6, 5, 7])
 # Mixed precision as quantize_static writes it with nodes_to_exclude: the first convolution
 # reads the float input with float weights, the classifier's Gemm writes float logits.
 from onnxruntime import quantization as oq
@@ -1456,6 +1489,10 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         "attention_float",
         "float_mlp",
         "float_convs",
+        "float_grouped_convs",
+        "float_depthwise_net",
+        "float_deconvs",
+        "float_upsampling_net",
     ];
     let unoptimized = models.map(|m| format!("{m}_unoptimized"));
     let mixed = ["mixed_precision", "mixed_precision_unoptimized"];
@@ -1480,7 +1517,10 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
             } else {
                 (4, 1e-4)
             };
-            if name.starts_with("float_mlp") {
+            if ["float_mlp", "float_depthwise_net", "float_upsampling_net"]
+                .iter()
+                .any(|m| name.starts_with(m))
+            {
                 assert!(
                     o.max_abs_diff <= float_bound,
                     "{name} differs by {}",
@@ -1503,13 +1543,28 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
     // The stem convolution and the classifier in float, the body's convolution quantized.
     let mixed = load_from(&dir, "mixed_precision");
     assert_eq!(float_products(&mixed), 2, "{:?}", mixed.step_macs());
-    let mut e = load_from(&dir, "attention_float");
-    // q, k, v, q·kᵀ, ·v and the output projection.
-    assert_eq!(float_products(&e), 6, "{:?}", e.step_macs());
-    let ins = ramp_inputs(&e);
-    let one = run_outputs(&mut e, &ins, &Inline);
-    assert_eq!(run_outputs(&mut e, &ins, &Threads(3)), one, "lanes");
-    assert_eq!(allocations_of_one_run(&mut e, &ins), 0, "run allocates");
+    let grouped = |e: &NativeEngine| {
+        e.step_macs()
+            .iter()
+            .filter(|(what, macs)| what == "float grouped conv" && *macs > 0)
+            .count()
+    };
+    assert_eq!(grouped(&load_from(&dir, "float_depthwise_net")), 1);
+    // q, k, v, q·kᵀ, ·v and the output projection; the three grouped convolutions.
+    // The transposed convolutions' phases: 4 + 4 + 2.
+    for (name, products, grouped_convs) in [
+        ("attention_float", 6, 0),
+        ("float_grouped_convs", 0, 3),
+        ("float_deconvs", 10, 0),
+    ] {
+        let mut e = load_from(&dir, name);
+        assert_eq!(float_products(&e), products, "{name}: {:?}", e.step_macs());
+        assert_eq!(grouped(&e), grouped_convs, "{name}: {:?}", e.step_macs());
+        let ins = ramp_inputs(&e);
+        let one = run_outputs(&mut e, &ins, &Inline);
+        assert_eq!(run_outputs(&mut e, &ins, &Threads(3)), one, "{name}: lanes");
+        assert_eq!(allocations_of_one_run(&mut e, &ins), 0, "{name}: run allocates");
+    }
 }
 
 /// `DIR/NAME.onnx` on the native engine.

@@ -61,7 +61,7 @@
 //!   QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
 //!   QLinearGlobalAveragePool, QLinearConcat. Anything else, a float operator whose result is
 //!   not quantized (other than the float route's), an unnamed dynamic input dimension or a
-//!   grouped convolution in float is an [`EngineError`] naming the node, the operator and
+//!   convolution other than 2-D is an [`EngineError`] naming the node, the operator and
 //!   what to do (usually: quantize it, or run with `--engine onnxruntime`).
 //! - **Shapes**: fixed at load. A *named* symbolic input dimension (`dim_param`, the batch
 //!   axis `torch.onnx.export` writes for `dynamic_axes`) is 1, as the onnxruntime backend

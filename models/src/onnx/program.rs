@@ -473,6 +473,23 @@ impl Program {
                         kernels::float::matmul_rows(isa, *dims, a, b, epilogue, r.start, out);
                     })?;
                 }
+                Step::FloatGroupedConv {
+                    win,
+                    dims,
+                    batch,
+                    w,
+                    bias,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let row = win.out_w * dims.oc;
+                    let cost = row * win.kh * win.kw * dims.in_per_group();
+                    let rows = (batch * win.out_h, row, cost);
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                        kernels::float::grouped_conv_rows(isa, win, *dims, x, w, bias, y, r);
+                    })?;
+                }
                 Step::MatMulDyn {
                     dims,
                     a,

@@ -683,13 +683,14 @@ impl LaunchPlan {
                 }
                 Step::FloatPackB { .. }
                 | Step::FloatUnfoldNchw { .. }
-                | Step::FloatMatMul { .. } => {
+                | Step::FloatMatMul { .. }
+                | Step::FloatGroupedConv { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),
                         op: "float step".to_string(),
-                        reason: "a MatMul or Gemm in float (weights left unquantized, or \
-                                 attention computed in float) is not on the CUDA engine yet; \
-                                 run the model on the native engine or with --engine \
+                        reason: "a MatMul, Gemm or Conv in float (weights left unquantized, \
+                                 or attention computed in float) is not on the CUDA engine \
+                                 yet; run the model on the native engine or with --engine \
                                  onnxruntime"
                             .to_string(),
                     })

@@ -163,7 +163,12 @@ impl Lowerer<'_> {
             _ => vec![],
         };
         if wshape.len() != 4 {
-            return Err(n.unsupported("only 2-D convolutions (4-D weights) are supported"));
+            return Err(n.unsupported(format!(
+                "a {}-D convolution ({}-D weights): the native engine runs 2-D ones (4-D \
+                 weights); run the model with --engine onnxruntime",
+                wshape.len().saturating_sub(2),
+                wshape.len()
+            )));
         }
         let (oc, icg, kh, kw) = (wshape[0], wshape[1], wshape[2], wshape[3]);
         let (w, w_scales, _) = self.weights(n, wv, oc, 0, if qop { Some((4, 5)) } else { None })?;

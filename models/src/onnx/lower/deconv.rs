@@ -22,19 +22,35 @@ use super::*;
 /// Most output phases (`s_h · s_w`) a transposed convolution may have.
 pub(crate) const DECONV_PHASES_MAX: usize = 16;
 
-impl Lowerer<'_> {
-    pub(super) fn conv_transpose(&mut self, n: &Node) -> Result<(), EngineError> {
-        let x = self.act(n, 0)?;
-        let x_q = x.q;
-        let wv = self.input(n, 1)?;
-        let wshape = match &wv {
-            Val::DqC { data, .. } | Val::C(data) => data.shape.clone(),
-            _ => vec![],
-        };
+/// The phase decomposition of one `ConvTranspose` (see the module's docs): sizes checked,
+/// shared by the quantized and the float route.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::onnx::lower) struct DeconvPlan {
+    /// Input channels (the weights' first axis) and output channels.
+    pub ic: usize,
+    pub oc: usize,
+    pub kh: usize,
+    pub kw: usize,
+    /// Strides: the output phases are `sh × sw`.
+    pub sh: usize,
+    pub sw: usize,
+    /// Taps per phase along each axis (the square kernel every phase gets).
+    pub k: usize,
+    /// The merge's sizes (phase images `ph × pw`, output `out_h × out_w`, pads).
+    pub geom: DeconvGeom,
+}
+
+impl DeconvPlan {
+    /// Checks `n`'s attributes against weights of shape `wshape` and an input of
+    /// `[batch, c, h, w]`; errors name the node and what to do.
+    pub(in crate::onnx::lower) fn of(n: &Node, wshape: &[usize], x: [usize; 4]) -> Result<Self, EngineError> {
         if wshape.len() != 4 {
-            return Err(
-                n.unsupported("only 2-D transposed convolutions (4-D weights) are supported")
-            );
+            return Err(n.unsupported(format!(
+                "a {}-D transposed convolution ({}-D weights): the native engine runs 2-D \
+                 ones (4-D weights); run the model with --engine onnxruntime",
+                wshape.len().saturating_sub(2),
+                wshape.len()
+            )));
         }
         let (ic, oc, kh, kw) = (wshape[0], wshape[1], wshape[2], wshape[3]);
         if n.int("group", 1)? != 1 {
@@ -79,13 +95,14 @@ impl Lowerer<'_> {
         }
         let (pt, pl, pb, pr) = super::window::explicit_pads(n)?;
         let pads = [pt, pl, pb, pr];
-        let (w, w_scales, _) = self.weights(n, wv, oc, 1, None)?;
-        let x = self.nhwc(x)?;
-        let [b, c, h, wd] = dims4(&x.shape);
+        let [batch, c, h, wd] = x;
         if c != ic {
             return Err(n.unsupported(format!(
                 "{c} input channels, weights {wshape:?} expect {ic}"
             )));
+        }
+        if kh == 0 || kw == 0 || oc == 0 {
+            return Err(n.unsupported(format!("empty weights {wshape:?}")));
         }
         let full_h = (h - 1) * sh + kh + out_pad[0];
         let full_w = (wd - 1) * sw + kw + out_pad[1];
@@ -97,12 +114,6 @@ impl Lowerer<'_> {
                 )
             }
         };
-        let bias = self.bias(n, 2, oc, x_q.scale, &w_scales)?;
-        let (y_q, (lo, hi), out_name) = self.out_q(n, None)?;
-        let relu = lo == y_q.zero_point;
-        let floor = if relu { y_q.zero_point } else { -128 };
-        let clamp = (lo > floor || hi < 127).then_some((lo, hi));
-        // Taps per phase (the square kernel every phase gets) and the phase images' size.
         let k = kh.div_ceil(sh).max(kw.div_ceil(sw));
         let (ph, pw) = (h + k - 1, wd + k - 1);
         if (out_h - 1 + pt) / sh >= ph || (out_w - 1 + pl) / sw >= pw {
@@ -111,30 +122,89 @@ impl Lowerer<'_> {
                  the kernel touches; run the model with --engine onnxruntime"
             )));
         }
+        let geom = DeconvGeom {
+            batch,
+            c: oc,
+            sh,
+            sw,
+            pt,
+            pl,
+            ph,
+            pw,
+            out_h,
+            out_w,
+        };
+        Ok(Self {
+            ic,
+            oc,
+            kh,
+            kw,
+            sh,
+            sw,
+            k,
+            geom,
+        })
+    }
+
+    /// Phase `(ry, rx)`'s `K × K` kernel in OHWI order (`[oc, K, K, ic]`) from the
+    /// transposed convolution's `[ic, oc, kh, kw]` weights: its tap `(a, b)` is the
+    /// transposed convolution's tap `(ry + (K−1−a)·sh, rx + (K−1−b)·sw)`, zero past the
+    /// kernel.
+    pub(in crate::onnx::lower) fn phase_weights<E: Copy + Default>(&self, w: &[E], ry: usize, rx: usize) -> Vec<E> {
+        let (k, ic, oc, kh, kw) = (self.k, self.ic, self.oc, self.kh, self.kw);
+        let mut out = vec![E::default(); oc * k * k * ic];
+        for o in 0..oc {
+            for a in 0..k {
+                let ty = ry + (k - 1 - a) * self.sh;
+                for b in 0..k {
+                    let tx = rx + (k - 1 - b) * self.sw;
+                    if ty >= kh || tx >= kw {
+                        continue;
+                    }
+                    for i in 0..ic {
+                        out[((o * k + a) * k + b) * ic + i] = w[((i * oc + o) * kh + ty) * kw + tx];
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Lowerer<'_> {
+    pub(super) fn conv_transpose(&mut self, n: &Node) -> Result<(), EngineError> {
+        let x = self.act(n, 0)?;
+        let x_q = x.q;
+        let wv = self.input(n, 1)?;
+        let wshape = match &wv {
+            Val::DqC { data, .. } | Val::C(data) => data.shape.clone(),
+            _ => vec![],
+        };
+        let x = self.nhwc(x)?;
+        let plan = DeconvPlan::of(n, &wshape, dims4(&x.shape))?;
+        let (ic, oc, sh, sw, k) = (plan.ic, plan.oc, plan.sh, plan.sw, plan.k);
+        let DeconvGeom {
+            batch: b,
+            ph,
+            pw,
+            out_h,
+            out_w,
+            ..
+        } = plan.geom;
+        let [_, _, h, wd] = dims4(&x.shape);
+        let (w, w_scales, _) = self.weights(n, wv, oc, 1, None)?;
+        let bias = self.bias(n, 2, oc, x_q.scale, &w_scales)?;
+        let (y_q, (lo, hi), out_name) = self.out_q(n, None)?;
+        let relu = lo == y_q.zero_point;
+        let floor = if relu { y_q.zero_point } else { -128 };
+        let clamp = (lo > floor || hi < 127).then_some((lo, hi));
         let macs = (b * sh * sw * ph * pw * oc * k * k * ic) as u64;
         self.macs += macs;
         self.touch(x.buf);
         let mut phases = Vec::with_capacity(sh * sw);
         for ry in 0..sh {
             for rx in 0..sw {
-                // Phase (ry, rx): tap (a, bb) of its K x K kernel is the transposed
-                // convolution's tap (ry + (K-1-a)·sh, rx + (K-1-bb)·sw), zero past the kernel.
-                let mut pw8 = vec![0i8; oc * k * k * ic];
-                for o in 0..oc {
-                    for a in 0..k {
-                        let ty = ry + (k - 1 - a) * sh;
-                        for bb in 0..k {
-                            let tx = rx + (k - 1 - bb) * sw;
-                            if ty >= kh || tx >= kw {
-                                continue;
-                            }
-                            for i in 0..ic {
-                                pw8[((o * k + a) * k + bb) * ic + i] =
-                                    w[((i * oc + o) * kh + ty) * kw + tx];
-                            }
-                        }
-                    }
-                }
+                let pw8 = plan.phase_weights(&w, ry, rx);
                 self.weight_bytes += pw8.len();
                 let shape = ConvShape {
                     in_c: ic,
@@ -167,18 +237,7 @@ impl Lowerer<'_> {
         }
         let dst = self.new_buf(b * out_h * out_w * oc);
         self.steps.push(Step::DeconvMerge {
-            geom: DeconvGeom {
-                batch: b,
-                c: oc,
-                sh,
-                sw,
-                pt,
-                pl,
-                ph,
-                pw,
-                out_h,
-                out_w,
-            },
+            geom: plan.geom,
             phases,
             dst,
         });

@@ -42,6 +42,7 @@ use std::collections::{HashMap, HashSet};
 mod conv;
 mod deconv;
 pub(crate) use deconv::DECONV_PHASES_MAX;
+use deconv::DeconvPlan;
 mod elementwise;
 #[cfg(test)]
 pub(crate) use elementwise::activation;
@@ -881,6 +882,7 @@ impl<'g> Lowerer<'g> {
             "Relu" | "Clip" => self.standalone_clamp(n),
             "Conv" if self.is_float_conv(n) => self.float_conv(n),
             "Conv" | "QLinearConv" => self.conv(n),
+            "ConvTranspose" if self.is_float_conv(n) => self.float_conv_transpose(n),
             "ConvTranspose" => self.conv_transpose(n),
             "MatMul" | "Gemm" if self.is_float_product(n) => self.float_matmul(n),
             "MatMul" | "QLinearMatMul" if self.second_operand_computed(n) => {

@@ -87,6 +87,13 @@ impl Program {
                     Step::FloatMatMul { dims: d, .. } => {
                         ("float matmul", (d.batch * d.m * d.k * d.n) as u64)
                     }
+                    Step::FloatGroupedConv {
+                        win, dims, batch, ..
+                    } => (
+                        "float grouped conv",
+                        (batch * win.out_h * win.out_w * dims.oc * win.kh * win.kw * dims.in_per_group())
+                            as u64,
+                    ),
                     Step::MatMulDyn { dims: d, .. } => {
                         ("matmul of two tensors", (d.batch * d.m * d.k * d.n) as u64)
                     }

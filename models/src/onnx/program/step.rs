@@ -4,7 +4,7 @@
 //! rewrite them.
 
 use super::super::dense_routes::{Phases, Unfold};
-use super::super::kernels::float::FloatMatMulDims;
+use super::super::kernels::float::{FloatMatMulDims, GroupedConvDims};
 use super::super::kernels::{
     AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, PadGeometry, Tap, Window,
 };
@@ -232,6 +232,19 @@ pub(crate) enum Step {
         b: FloatMatMulB,
         alpha: f32,
         bias: Vec<f32>,
+        dst: usize,
+    },
+    /// A grouped (depthwise included) convolution in float
+    /// (`kernels::float::grouped_conv_rows`): `batch` NHWC `f32` images of `dims.c`
+    /// channels in `src`, weights packed at load (`kernels::float::pack_grouped_conv`),
+    /// `bias` one value per output channel or empty; `dst` NHWC `f32`, `dims.oc` channels.
+    FloatGroupedConv {
+        win: Window,
+        dims: GroupedConvDims,
+        batch: usize,
+        w: Vec<f32>,
+        bias: Vec<f32>,
+        src: usize,
         dst: usize,
     },
     /// A dilated convolution's input split into its dilation phases, or its phase outputs
@@ -541,6 +554,7 @@ impl Step {
             | Step::PackB { src, .. }
             | Step::FloatPackB { src, .. }
             | Step::FloatUnfoldNchw { src, .. }
+            | Step::FloatGroupedConv { src, .. }
             | Step::Phases { src, .. }
             | Step::Unfold { src, .. }
             | Step::FloatPool { src, .. }
@@ -592,6 +606,7 @@ impl Step {
             | Step::FloatPackB { dst, .. }
             | Step::FloatUnfoldNchw { dst, .. }
             | Step::FloatMatMul { dst, .. }
+            | Step::FloatGroupedConv { dst, .. }
             | Step::MatMulDyn { dst, .. }
             | Step::Phases { dst, .. }
             | Step::Unfold { dst, .. }

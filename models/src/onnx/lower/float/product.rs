@@ -10,11 +10,17 @@
 //! input by [`Step::Unfold`] (a tap's channels its 4-byte elements, padding `0.0`; none for
 //! a 1×1, stride-1, unpadded convolution), taps in `(ky, kx, ci)` order; of a row-major NCHW
 //! input (a float graph input: a mixed-precision network's first convolution) by
-//! [`Step::FloatUnfoldNchw`], taps in `(ci, ky, kx)` order, with no transpose first. Load
-//! time only; errors name the node.
+//! [`Step::FloatUnfoldNchw`], taps in `(ci, ky, kx)` order, with no transpose first. A
+//! grouped convolution (depthwise included) is one [`Step::FloatGroupedConv`] over the
+//! NHWC image (`kernels::float`'s grouped kernel: the same chains, in the same order, as the
+//! product over the unfold would compute with one group). Load time only; errors name the
+//! node.
 use super::*;
 use crate::onnx::dense_routes::Unfold;
-use crate::onnx::kernels::float::{pack_matmul_b, packed_matmul_len, FloatMatMulDims};
+use crate::onnx::kernels::float::{
+    grouped_conv_packed_len, pack_grouped_conv, pack_matmul_b, packed_matmul_len,
+    FloatMatMulDims, GroupedConvDims,
+};
 use crate::onnx::program::FloatMatMulB;
 
 /// The second operand of a float product, as lowered.
@@ -175,16 +181,18 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// True when `n` is a `Conv` the float route runs: its input is a float tensor, or its
-    /// weights are a float constant without a Q/DQ pair.
+    /// True when `n` is a `Conv` or `ConvTranspose` the float route runs: its input is a
+    /// float tensor, or its weights are a float constant without a Q/DQ pair.
     pub(in crate::onnx::lower) fn is_float_conv(&self, n: &Node) -> bool {
-        n.op == "Conv" && (self.is_float_tensor(n, 0) || self.float_weights(n))
+        matches!(n.op.as_str(), "Conv" | "ConvTranspose")
+            && (self.is_float_tensor(n, 0) || self.float_weights(n))
     }
 
-    /// An ungrouped `Conv` in float (any kernel, stride, padding incl. `auto_pad`,
-    /// dilation): the input (float, or dequantized first) in NHWC order, unfolded unless
+    /// A `Conv` in float (any kernel, stride, padding incl. `auto_pad`, dilation, groups):
+    /// the input (float, or dequantized first) in NHWC order; ungrouped, unfolded unless
     /// the convolution is pointwise, times the weights (float, or dequantized at load) as a
-    /// `[kh·kw·c, out_c]` matrix, plus the bias; the output an NHWC `f32` tensor.
+    /// `[kh·kw·c, out_c]` matrix, plus the bias; grouped (depthwise included), one
+    /// [`Step::FloatGroupedConv`] on the image itself. The output an NHWC `f32` tensor.
     pub(in crate::onnx::lower) fn float_conv(&mut self, n: &Node) -> Result<(), EngineError> {
         let w = constant_f32(&self.input(n, 1)?).ok_or_else(|| {
             n.unsupported("computed weights: a convolution takes constant weights")
@@ -193,25 +201,31 @@ impl Lowerer<'_> {
             return Err(invalid("a float constant is not float32".to_string()));
         };
         if w.shape.len() != 4 {
-            return Err(n.unsupported("only 2-D convolutions (4-D weights) are supported"));
+            return Err(n.unsupported(format!(
+                "a {}-D convolution ({}-D weights): the native engine runs 2-D ones (4-D \
+                 weights); run the model with --engine onnxruntime",
+                w.shape.len().saturating_sub(2),
+                w.shape.len()
+            )));
         }
         let (oc, icg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
-        if n.int("group", 1)? > 1 {
-            return Err(n.unsupported(
-                "a grouped convolution in float (weights without a Q/DQ pair, or a float \
-                 input): the native engine runs ungrouped ones in float; quantize it (QDQ) or \
-                 run the model with --engine onnxruntime",
-            ));
-        }
+        let groups = n.int("group", 1)?;
+        let groups = usize::try_from(groups)
+            .ok()
+            .filter(|&g| g >= 1)
+            .ok_or_else(|| n.unsupported(format!("group = {groups}: it must be at least 1")))?;
         // A row-major float input (the graph's NCHW image) is unfolded as it is, taps in
         // the weights' (ci, ky, kx) order; anything else in NHWC order, taps (ky, kx, ci).
-        let nchw = matches!(self.input(n, 0)?, Val::F32(t) if t.layout == Layout::RowMajor && t.shape.len() == 4);
+        let nchw = groups == 1
+            && matches!(self.input(n, 0)?, Val::F32(t) if t.layout == Layout::RowMajor && t.shape.len() == 4);
         let x = self.float_operand(n, 0, if nchw { Layout::RowMajor } else { Layout::Nhwc })?;
         let x = if nchw { x } else { self.nhwc_of(x, 4)? };
         let [batch, c, h, wd] = dims4(&x.shape);
-        if c != icg {
+        if c != icg * groups || oc % groups != 0 {
             return Err(n.unsupported(format!(
-                "{c} input channels and weights {:?} do not match",
+                "{c} input channels in {groups} groups and weights {:?} do not match (each \
+                 group's input channels times the groups must be the input's, and the output \
+                 channels a multiple of the groups)",
                 w.shape
             )));
         }
@@ -219,22 +233,34 @@ impl Lowerer<'_> {
         if c * kh * kw == 0 || oc == 0 {
             return Err(n.unsupported(format!("empty weights {:?}", w.shape)));
         }
-        let bias = match n.input(2) {
-            Some(_) => {
-                let b = constant_f32(&self.input(n, 2)?)
-                    .ok_or_else(|| n.unsupported("a computed bias: it must be a constant"))?;
-                match b.data {
-                    ConstData::F32(v) if v.len() == oc => v,
-                    _ => {
-                        return Err(n.unsupported(format!(
-                            "a bias of shape {:?} for {oc} output channels",
-                            b.shape
-                        )))
-                    }
-                }
-            }
-            None => Vec::new(),
-        };
+        let bias = self.float_conv_bias(n, oc)?;
+        if groups > 1 {
+            let dims = GroupedConvDims { c, oc, groups };
+            let mut packed = vec![0f32; grouped_conv_packed_len(dims, kh * kw)];
+            pack_grouped_conv(dims, kh * kw, &wv, &mut packed);
+            let (out_pixels, taps) = (batch * win.out_h * win.out_w, kh * kw);
+            self.macs += (out_pixels * oc * taps * icg) as u64;
+            self.weight_bytes += (packed.len() + bias.len()) * 4;
+            self.touch(x.buf);
+            let dst = self.new_buf(out_pixels * oc * 4);
+            self.steps.push(Step::FloatGroupedConv {
+                win,
+                dims,
+                batch,
+                w: packed,
+                bias,
+                src: x.buf,
+                dst,
+            });
+            let out = T {
+                buf: dst,
+                shape: vec![batch, oc, win.out_h, win.out_w],
+                layout: Layout::Nhwc,
+                q: QParams::new(1.0, 0),
+            };
+            self.set(&n.outputs[0], Val::F32(out));
+            return Ok(());
+        }
         // OIHW to the product's [kh·kw·c, out_c]: row (ky·kw + kx)·c + ci as the NHWC unfold
         // lays out a pixel's taps, (ci·kh + ky)·kw + kx as the NCHW one does.
         let k = kh * kw * c;
@@ -309,6 +335,121 @@ impl Lowerer<'_> {
         };
         self.set(&n.outputs[0], Val::F32(out));
         Ok(())
+    }
+
+    /// A float `ConvTranspose` (a float input, or float weights without a Q/DQ pair): the
+    /// quantized route's phase decomposition ([`DeconvPlan`]: `sh · sw` phases, each a
+    /// `K × K` stride-1 convolution padded by `K − 1`), each phase a float product over one
+    /// unfold of the input all phases share (none when `K` is 1: the image itself), merged
+    /// by [`Step::DeconvMerge`] moving 4-byte pixels. Every output is one chain of fused
+    /// multiply-adds over its phase's taps (the kernel's missing taps multiply zeros), then
+    /// the bias; ONNX Runtime scatters the products in its own order, so the two may differ
+    /// in the last bits. The output an NHWC `f32` tensor.
+    pub(in crate::onnx::lower) fn float_conv_transpose(&mut self, n: &Node) -> Result<(), EngineError> {
+        let w = constant_f32(&self.input(n, 1)?).ok_or_else(|| {
+            n.unsupported("computed weights: a transposed convolution takes constant weights")
+        })?;
+        let ConstData::F32(wv) = w.data else {
+            return Err(invalid("a float constant is not float32".to_string()));
+        };
+        let x = self.float_operand(n, 0, Layout::Nhwc)?;
+        let x = self.nhwc_of(x, 4)?;
+        let plan = DeconvPlan::of(n, &w.shape, dims4(&x.shape))?;
+        let bias = self.float_conv_bias(n, plan.oc)?;
+        let (ic, oc, k, g) = (plan.ic, plan.oc, plan.k, plan.geom);
+        let [_, _, h, wd] = dims4(&x.shape);
+        let (pixels, kk) = (g.batch * g.ph * g.pw, k * k * ic);
+        let a = if k == 1 {
+            x.buf
+        } else {
+            if pixels * kk * 4 > Unfold::MAX_BYTES {
+                return Err(n.unsupported(format!(
+                    "its unfolded image ({pixels} pixels of {kk} floats) would exceed {} MiB; \
+                     quantize it (QDQ) or run the model with --engine onnxruntime",
+                    Unfold::MAX_BYTES >> 20
+                )));
+            }
+            let win = Window {
+                in_h: h,
+                in_w: wd,
+                out_h: g.ph,
+                out_w: g.pw,
+                kh: k,
+                kw: k,
+                sh: 1,
+                sw: 1,
+                dh: 1,
+                dw: 1,
+                pt: k - 1,
+                pl: k - 1,
+            };
+            self.touch(x.buf);
+            let dst = self.new_buf(pixels * kk * 4);
+            self.steps.push(Step::Unfold {
+                unfold: Unfold { win },
+                c: 4 * ic,
+                batch: g.batch,
+                fill: 0,
+                src: x.buf,
+                dst,
+            });
+            dst
+        };
+        let mut phases = Vec::with_capacity(plan.sh * plan.sw);
+        for ry in 0..plan.sh {
+            for rx in 0..plan.sw {
+                // The phase's [oc, K, K, ic] kernel as the product's [K·K·ic, oc] matrix.
+                let ohwi = plan.phase_weights(&wv, ry, rx);
+                let mut wk = vec![0f32; kk * oc];
+                for (o, taps) in ohwi.chunks_exact(kk).enumerate() {
+                    for (r, &v) in taps.iter().enumerate() {
+                        wk[r * oc + o] = v;
+                    }
+                }
+                let b = self.packed_weights(kk, oc, &wk);
+                let dims = FloatMatMulDims {
+                    batch: 1,
+                    m: pixels,
+                    k: kk,
+                    n: oc,
+                    b_batched: false,
+                };
+                phases.push(self.push_float_matmul(dims, a, b, 1.0, bias.clone()));
+            }
+        }
+        for &p in &phases {
+            self.touch(p);
+        }
+        let dst = self.new_buf(g.batch * g.out_h * g.out_w * oc * 4);
+        self.steps.push(Step::DeconvMerge {
+            geom: DeconvGeom { c: 4 * oc, ..g },
+            phases,
+            dst,
+        });
+        let out = T {
+            buf: dst,
+            shape: vec![g.batch, oc, g.out_h, g.out_w],
+            layout: Layout::Nhwc,
+            q: QParams::new(1.0, 0),
+        };
+        self.set(&n.outputs[0], Val::F32(out));
+        Ok(())
+    }
+
+    /// A float convolution's bias (input 2): `oc` constant values, or none.
+    fn float_conv_bias(&self, n: &Node, oc: usize) -> Result<Vec<f32>, EngineError> {
+        if n.input(2).is_none() {
+            return Ok(Vec::new());
+        }
+        let b = constant_f32(&self.input(n, 2)?)
+            .ok_or_else(|| n.unsupported("a computed bias: it must be a constant"))?;
+        match b.data {
+            ConstData::F32(v) if v.len() == oc => Ok(v),
+            _ => Err(n.unsupported(format!(
+                "a bias of shape {:?} for {oc} output channels",
+                b.shape
+            ))),
+        }
     }
 
     /// Row-major `k × n` float weights packed for the product, counted as weights.
