@@ -114,9 +114,7 @@ fn info_says_why_native_cannot_run_a_float_model() {
         .unwrap_or_else(|| panic!("no native line in:\n{out}"));
     assert!(line.contains("no:"), "{line}");
     assert!(
-        line.contains("\"conv\"")
-            && line.contains("Conv")
-            && line.contains("a 3-D convolution"),
+        line.contains("\"conv\"") && line.contains("Conv") && line.contains("a 3-D convolution"),
         "the reason names the node, the op and what it cannot run: {line}"
     );
     assert!(out.contains("MACs:     unknown"), "{out}");
@@ -128,7 +126,10 @@ fn info_says_why_native_cannot_run_a_float_model() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([null, 3, 4, 8, 8]));
+    assert_eq!(
+        v["inputs"][0]["shape"],
+        serde_json::json!([null, 3, 4, 8, 8])
+    );
     assert_eq!(v["named_dims_fixed_to_1"], serde_json::json!(["N"]));
     assert_eq!(v["engines"]["native"]["ok"], false);
     let why = v["engines"]["native"]["error"].as_str().unwrap();

@@ -1425,10 +1425,14 @@ save("attention_float", nodes, inits, [1, 10, 24])
 save("float_mlp", [h.make_node("MatMul", ["x", "w1"], ["h0"]), h.make_node("Add", ["h0", "b1"], ["h1"]),
                    h.make_node("Relu", ["h1"], ["h2"]), h.make_node("MatMul", ["h2", "w2"], ["y"])],
      [init("w1", f32(24, 70)), init("b1", f32(70)), init("w2", f32(70, 33))], [4, 24])
+# The third convolution's dilation outgrows the 11x8 map along the rows: only its middle
+# kernel row reads the image (the others are dropped at load).
 save("float_convs", q("x", "s", "z", "xf") + [
     h.make_node("Conv", ["xf", "w1"], ["c1"]),
-    h.make_node("Conv", ["c1", "w2", "b2"], ["c2"], dilations=[2, 1], pads=[2, 1, 2, 3], strides=[1, 2])] + q("c2", "ys", "z", "y"),
-    common + [init("w1", f32(9, 5, 1, 1, s=0.4)), init("w2", f32(7, 9, 3, 3, s=0.1)), init("b2", f32(7))], [1, 5, 11, 13])
+    h.make_node("Conv", ["c1", "w2", "b2"], ["c2"], dilations=[2, 1], pads=[2, 1, 2, 3], strides=[1, 2]),
+    h.make_node("Conv", ["c2", "w3", "b3"], ["c3"], dilations=[12, 4], pads=[12, 4, 12, 4])] + q("c3", "ys", "z", "y"),
+    common + [init("w1", f32(9, 5, 1, 1, s=0.4)), init("w2", f32(7, 9, 3, 3, s=0.1)), init("b2", f32(7)),
+              init("w3", f32(6, 7, 3, 3, s=0.2)), init("b3", f32(6))], [1, 5, 11, 13])
 # Grouped convolutions in float: depthwise (stride 2), depthwise with a channel multiplier
 # (dilated, uneven pads), and groups of 4 input channels.
 save("float_grouped_convs", q("x", "s", "z", "xf") + [
@@ -1563,7 +1567,11 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         let ins = ramp_inputs(&e);
         let one = run_outputs(&mut e, &ins, &Inline);
         assert_eq!(run_outputs(&mut e, &ins, &Threads(3)), one, "{name}: lanes");
-        assert_eq!(allocations_of_one_run(&mut e, &ins), 0, "{name}: run allocates");
+        assert_eq!(
+            allocations_of_one_run(&mut e, &ins),
+            0,
+            "{name}: run allocates"
+        );
     }
 }
 

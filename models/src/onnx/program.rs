@@ -815,8 +815,14 @@ impl Program {
                 } => {
                     let x = &view(*src)[*offset..];
                     let n: usize = out_shape.iter().product();
-                    split_rows(lanes, base, &bufs[*dst], n, 1, 2, &|r, out| {
-                        kernels::transpose(isa, out_shape, strides, x, out, r);
+                    // Chunks of whole elements: a float tensor's copy (a last axis of its 4
+                    // contiguous bytes) is split between lanes at 4-byte boundaries only.
+                    let e = match (out_shape.last(), strides.last()) {
+                        (Some(&4), Some(&1)) => 4,
+                        _ => 1,
+                    };
+                    split_rows(lanes, base, &bufs[*dst], n / e, e, 2 * e, &|r, out| {
+                        kernels::transpose(isa, out_shape, strides, x, out, r.start * e..r.end * e);
                     });
                 }
                 Step::Pad { geom, src, dst } => {

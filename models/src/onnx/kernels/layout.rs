@@ -8,7 +8,9 @@ use std::ops::Range;
 /// Permutes a row-major tensor of bytes: output element at multi-index
 /// `j` (over `out_shape`) is the input element whose index is `j` scattered through `perm`
 /// (`in_strides_permuted[d]` = the input stride of output dimension `d`). Rows are ranges of
-/// the flat output index.
+/// the flat output index. A copy of 4-byte elements (a last axis of 4 contiguous bytes,
+/// every other stride a multiple of 4, the range and both buffers 4-byte aligned: a float
+/// tensor's transpose) moves whole elements; the same bytes either way.
 pub(crate) fn transpose(
     isa: Isa,
     out_shape: &[usize],
@@ -16,6 +18,94 @@ pub(crate) fn transpose(
     input: &[i8],
     out: &mut [i8],
     range: Range<usize>,
+) {
+    if transpose_words(
+        isa,
+        out_shape,
+        in_strides_permuted,
+        input,
+        out,
+        range.clone(),
+    ) {
+        return;
+    }
+    let interleave = |input: &[i8], off: usize, step: usize, dst: &mut [i8]| {
+        interleave3(isa, input, off, step, dst)
+    };
+    transpose_in(
+        isa,
+        out_shape,
+        in_strides_permuted,
+        input,
+        out,
+        range,
+        &interleave,
+        transpose_tiles,
+    );
+}
+
+/// Most axes of a copy [`transpose_words`] takes (besides the element's bytes).
+const WORD_RANK_MAX: usize = 8;
+
+/// [`transpose`] of 4-byte elements as `u32` words; false (nothing written) when the copy
+/// is not one of whole, aligned 4-byte elements.
+fn transpose_words(
+    isa: Isa,
+    out_shape: &[usize],
+    in_strides_permuted: &[usize],
+    input: &[i8],
+    out: &mut [i8],
+    range: Range<usize>,
+) -> bool {
+    let rank = out_shape.len();
+    if rank < 2
+        || rank > WORD_RANK_MAX + 1
+        || (out_shape[rank - 1], in_strides_permuted[rank - 1]) != (4, 1)
+        || in_strides_permuted[..rank - 1].iter().any(|s| s % 4 != 0)
+        || range.start % 4 != 0
+        || range.end % 4 != 0
+    {
+        return false;
+    }
+    let (Ok(input), Ok(out)) = (
+        bytemuck::try_cast_slice::<i8, u32>(&input[..input.len() / 4 * 4]),
+        bytemuck::try_cast_slice_mut::<i8, u32>(out),
+    ) else {
+        return false;
+    };
+    let mut strides = [0usize; WORD_RANK_MAX];
+    for (w, &s) in strides.iter_mut().zip(&in_strides_permuted[..rank - 1]) {
+        *w = s / 4;
+    }
+    let no_interleave = |_: &[u32], _: usize, _: usize, _: &mut [u32]| false;
+    transpose_in(
+        isa,
+        &out_shape[..rank - 1],
+        &strides[..rank - 1],
+        input,
+        out,
+        range.start / 4..range.end / 4,
+        &no_interleave,
+        transpose_tiles_words,
+    );
+    true
+}
+
+/// A tile transpose of elements `E`, compiled for the machine's ISA.
+type Tiles<E> = fn(Isa, &[E], usize, usize, usize, usize, &mut [E]);
+
+/// [`transpose`]'s walk over elements `E` (bytes, or 4-byte words): `interleave` may take a
+/// run of three planes (bytes only), `tiles` moves whole square tiles.
+#[allow(clippy::too_many_arguments)]
+fn transpose_in<E: Copy + Default>(
+    isa: Isa,
+    out_shape: &[usize],
+    in_strides_permuted: &[usize],
+    input: &[E],
+    out: &mut [E],
+    range: Range<usize>,
+    interleave: &dyn Fn(&[E], usize, usize, &mut [E]) -> bool,
+    tiles: Tiles<E>,
 ) {
     let rank = out_shape.len();
     if rank >= 2 {
@@ -47,7 +137,7 @@ pub(crate) fn transpose(
             };
             if rows > 0 {
                 let dst = &mut out[o..o + rows * inner];
-                if mid_step == 1 && inner == 3 && interleave3(isa, input, off, step, dst) {
+                if mid_step == 1 && inner == 3 && interleave(input, off, step, dst) {
                     i += rows * inner;
                     o += rows * inner;
                     continue;
@@ -66,7 +156,7 @@ pub(crate) fn transpose(
                 if mid_step == 1 && step > 1 && rows >= TILE && inner >= TILE {
                     // A 2-D transpose (each input row of `rows` bytes becomes a column of
                     // `dst`): whole tiles at a time, the ragged edges below.
-                    transpose_tiles(isa, input, off, step, rows, inner, dst);
+                    tiles(isa, input, off, step, rows, inner, dst);
                     let (rt, kt) = (rows / TILE * TILE, inner / TILE * TILE);
                     for k in 0..inner {
                         let src = off + k * step;
@@ -107,38 +197,51 @@ pub(crate) fn transpose(
 const TILE: usize = 16;
 
 multiversion! {
-    /// The whole [`TILE`]-square tiles of a 2-D byte transpose: `dst[r · inner + k] =
-    /// input[off + k · step + r]` for `r < rows / TILE · TILE`, `k < inner / TILE · TILE`.
-    /// Each tile is read as `TILE` contiguous input rows into a fixed-size block and written
-    /// out as `TILE` contiguous output rows.
-    fn transpose_tiles(
-        input: &[i8],
-        off: usize,
-        step: usize,
-        rows: usize,
-        inner: usize,
-        dst: &mut [i8],
-    ) {
-        for k0 in (0..inner / TILE * TILE).step_by(TILE) {
-            for r0 in (0..rows / TILE * TILE).step_by(TILE) {
-                let mut tile = [[0i8; TILE]; TILE];
-                for (k, t) in tile.iter_mut().enumerate() {
-                    let at = off + (k0 + k) * step + r0;
-                    if let Some(src) = input.get(at..at + TILE) {
-                        t.copy_from_slice(src);
-                    }
+    /// [`tiles_in`] on bytes.
+    fn transpose_tiles(input: &[i8], off: usize, step: usize, rows: usize, inner: usize, dst: &mut [i8]) {
+        tiles_in(input, off, step, rows, inner, dst)
+    }
+}
+
+multiversion! {
+    /// [`tiles_in`] on 4-byte words.
+    fn transpose_tiles_words(input: &[u32], off: usize, step: usize, rows: usize, inner: usize, dst: &mut [u32]) {
+        tiles_in(input, off, step, rows, inner, dst)
+    }
+}
+
+/// The whole [`TILE`]-square tiles of a 2-D transpose: `dst[r · inner + k] =
+/// input[off + k · step + r]` for `r < rows / TILE · TILE`, `k < inner / TILE · TILE`.
+/// Each tile is read as `TILE` contiguous input rows into a fixed-size block and written
+/// out as `TILE` contiguous output rows.
+#[inline(always)]
+fn tiles_in<E: Copy + Default>(
+    input: &[E],
+    off: usize,
+    step: usize,
+    rows: usize,
+    inner: usize,
+    dst: &mut [E],
+) {
+    for k0 in (0..inner / TILE * TILE).step_by(TILE) {
+        for r0 in (0..rows / TILE * TILE).step_by(TILE) {
+            let mut tile = [[E::default(); TILE]; TILE];
+            for (k, t) in tile.iter_mut().enumerate() {
+                let at = off + (k0 + k) * step + r0;
+                if let Some(src) = input.get(at..at + TILE) {
+                    t.copy_from_slice(src);
                 }
-                let mut turned = [[0i8; TILE]; TILE];
-                for (k, row) in tile.iter().enumerate() {
-                    for (r, &v) in row.iter().enumerate() {
-                        turned[r][k] = v;
-                    }
+            }
+            let mut turned = [[E::default(); TILE]; TILE];
+            for (k, row) in tile.iter().enumerate() {
+                for (r, &v) in row.iter().enumerate() {
+                    turned[r][k] = v;
                 }
-                for (r, row) in turned.iter().enumerate() {
-                    let at = (r0 + r) * inner + k0;
-                    if let Some(d) = dst.get_mut(at..at + TILE) {
-                        d.copy_from_slice(row);
-                    }
+            }
+            for (r, row) in turned.iter().enumerate() {
+                let at = (r0 + r) * inner + k0;
+                if let Some(d) = dst.get_mut(at..at + TILE) {
+                    d.copy_from_slice(row);
                 }
             }
         }

@@ -732,6 +732,66 @@ fn transpose_matches_its_definition_for_any_split() {
     }
 }
 
+/// Copies of 4-byte elements (a float tensor's transposes: the element's bytes a last axis
+/// of 4) from 4-byte aligned buffers, whole and split at element boundaries (the word path)
+/// or anywhere (the byte path), give the definition's bytes.
+#[test]
+fn transposes_of_four_byte_elements_match_their_definition() {
+    let mut g = SplitMix64::stream(16, 0);
+    let mut cases: Vec<(Vec<usize>, Vec<usize>)> = (0..200)
+        .map(|_| {
+            let rank = 2 + g.below(4) as usize;
+            let shape: Vec<usize> = (0..rank).map(|_| 1 + g.below(7) as usize).collect();
+            let mut perm: Vec<usize> = (0..rank).collect();
+            for i in (1..rank).rev() {
+                perm.swap(i, g.below(i as u64 + 1) as usize);
+            }
+            (shape, perm)
+        })
+        .collect();
+    // NCHW to NHWC and back of float maps (whole tiles and edges), a channel shuffle.
+    cases.push((vec![1, 116, 14, 14], vec![0, 2, 3, 1]));
+    cases.push((vec![1, 14, 14, 116], vec![0, 3, 1, 2]));
+    cases.push((vec![1, 2, 58, 7, 7], vec![0, 2, 1, 3, 4]));
+    for (case, (shape, perm)) in cases.iter().enumerate() {
+        let mut bshape = shape.clone();
+        bshape.push(4);
+        let mut bperm = perm.clone();
+        bperm.push(shape.len());
+        let in_strides = row_major_strides(&bshape);
+        let out_shape: Vec<usize> = bperm.iter().map(|&p| bshape[p]).collect();
+        let strides: Vec<usize> = bperm.iter().map(|&p| in_strides[p]).collect();
+        let n: usize = bshape.iter().product();
+        let words: Vec<u32> = (0..n / 4).map(|_| g.next_u64() as u32).collect();
+        let x: &[i8] = bytemuck::cast_slice(&words);
+        let want = transpose_reference(&out_shape, &strides, x);
+        for isa in Isa::available() {
+            let what = format!("case {case} ({}): {shape:?} perm {perm:?}", isa.name());
+            for at_elements in [true, false] {
+                let mut got_words = vec![0u32; n / 4];
+                let got: &mut [i8] = bytemuck::cast_slice_mut(&mut got_words);
+                let mut start = 0;
+                while start < n {
+                    let mut end = (start + 1 + g.below(n as u64) as usize).min(n);
+                    if at_elements {
+                        end = (end.div_ceil(4) * 4).min(n);
+                    }
+                    transpose(
+                        isa,
+                        &out_shape,
+                        &strides,
+                        x,
+                        &mut got[start..end],
+                        start..end,
+                    );
+                    start = end;
+                }
+                assert_eq!(got, &want[..], "{what}, split at elements {at_elements}");
+            }
+        }
+    }
+}
+
 #[test]
 fn depthwise_matches_the_tap_by_tap_loop_on_every_width() {
     let mut g = SplitMix64::stream(15, 0);
@@ -992,5 +1052,41 @@ pub(super) fn test_window(
         dw: dl,
         pt,
         pl,
+    }
+}
+
+/// `taps_used` keeps exactly the kernel rows and columns some output pixel reads inside
+/// the image, checked against every pixel's own taps: a dilation wider than the map (only
+/// the centre tap), a partly used dilation, an ordinary padded window, a window wholly in
+/// the padding.
+#[test]
+fn taps_used_are_the_taps_some_pixel_reads() {
+    for (win, want) in [
+        (
+            test_window((5, 5), (5, 5), (3, 3), 1, 6, (6, 6)),
+            (1..2, 1..2),
+        ),
+        (
+            test_window((11, 11), (11, 11), (3, 3), 1, 4, (4, 4)),
+            (0..3, 0..3),
+        ),
+        (
+            test_window((7, 9), (4, 5), (5, 5), 2, 1, (2, 2)),
+            (0..5, 0..5),
+        ),
+        (
+            test_window((3, 3), (1, 1), (2, 2), 3, 1, (5, 5)),
+            (0..0, 0..0),
+        ),
+    ] {
+        let (rows, cols) = win.taps_used();
+        assert_eq!((rows.clone(), cols.clone()), want, "{win:?}");
+        for oy in 0..win.out_h {
+            for ox in 0..win.out_w {
+                for (t, _) in win.pixel_taps(oy, ox) {
+                    assert!(rows.contains(&(t / win.kw)) && cols.contains(&(t % win.kw)));
+                }
+            }
+        }
     }
 }

@@ -43,7 +43,11 @@ pub(in crate::onnx::lower) struct DeconvPlan {
 impl DeconvPlan {
     /// Checks `n`'s attributes against weights of shape `wshape` and an input of
     /// `[batch, c, h, w]`; errors name the node and what to do.
-    pub(in crate::onnx::lower) fn of(n: &Node, wshape: &[usize], x: [usize; 4]) -> Result<Self, EngineError> {
+    pub(in crate::onnx::lower) fn of(
+        n: &Node,
+        wshape: &[usize],
+        x: [usize; 4],
+    ) -> Result<Self, EngineError> {
         if wshape.len() != 4 {
             return Err(n.unsupported(format!(
                 "a {}-D transposed convolution ({}-D weights): the native engine runs 2-D \
@@ -150,7 +154,12 @@ impl DeconvPlan {
     /// transposed convolution's `[ic, oc, kh, kw]` weights: its tap `(a, b)` is the
     /// transposed convolution's tap `(ry + (K−1−a)·sh, rx + (K−1−b)·sw)`, zero past the
     /// kernel.
-    pub(in crate::onnx::lower) fn phase_weights<E: Copy + Default>(&self, w: &[E], ry: usize, rx: usize) -> Vec<E> {
+    pub(in crate::onnx::lower) fn phase_weights<E: Copy + Default>(
+        &self,
+        w: &[E],
+        ry: usize,
+        rx: usize,
+    ) -> Vec<E> {
         let (k, ic, oc, kh, kw) = (self.k, self.ic, self.oc, self.kh, self.kw);
         let mut out = vec![E::default(); oc * k * k * ic];
         for o in 0..oc {

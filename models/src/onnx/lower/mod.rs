@@ -41,8 +41,8 @@ use std::collections::{HashMap, HashSet};
 
 mod conv;
 mod deconv;
-pub(crate) use deconv::DECONV_PHASES_MAX;
 use deconv::DeconvPlan;
+pub(crate) use deconv::DECONV_PHASES_MAX;
 mod elementwise;
 #[cfg(test)]
 pub(crate) use elementwise::activation;
@@ -773,8 +773,10 @@ impl<'g> Lowerer<'g> {
             in_shape.push(elem);
         }
         let in_strides = row_major_strides(&in_shape);
-        let out_shape: Vec<usize> = perm.iter().map(|&p| in_shape[p]).collect();
-        let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+        let (out_shape, strides) = merged_copy_axes(
+            perm.iter().map(|&p| in_shape[p]).collect(),
+            perm.iter().map(|&p| in_strides[p]).collect(),
+        );
         let bytes = out_shape.iter().product::<usize>();
         self.touch(t.buf);
         let dst = self.new_buf(bytes);
@@ -953,6 +955,33 @@ impl Lowerer<'_> {
         self.set(&n.outputs[0], v);
         Ok(())
     }
+}
+
+/// A strided copy's output axes (`shape`) and their input strides (in bytes) with axes of
+/// size 1 dropped and each axis merged into the one before it where the two read the
+/// input as one axis (`stride[d] = shape[d+1] · stride[d+1]`): the same copy, element for
+/// element, in fewer and longer runs (a float tensor's 4 bytes join the row they belong
+/// to, a channel shuffle copies whole planes).
+fn merged_copy_axes(shape: Vec<usize>, strides: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+    let (mut out_shape, mut out_strides): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
+    for (n, s) in shape.into_iter().zip(strides) {
+        if n == 1 {
+            continue;
+        }
+        if let (Some(ln), Some(ls)) = (out_shape.last_mut(), out_strides.last_mut()) {
+            if *ls == n * s {
+                *ln *= n;
+                *ls = s;
+                continue;
+            }
+        }
+        out_shape.push(n);
+        out_strides.push(s);
+    }
+    if out_shape.is_empty() {
+        (out_shape, out_strides) = (vec![1], vec![1]);
+    }
+    (out_shape, out_strides)
 }
 
 fn dims4(s: &[usize]) -> [usize; 4] {

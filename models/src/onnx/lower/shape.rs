@@ -366,6 +366,7 @@ impl Lowerer<'_> {
             pshape.push(elem);
             strides.push(1);
         }
+        let (pshape, strides) = merged_copy_axes(pshape, strides);
         self.touch(t.buf);
         let dst = self.new_buf(pshape.iter().product());
         self.steps.push(Step::Transpose {

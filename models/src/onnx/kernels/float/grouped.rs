@@ -273,7 +273,12 @@ mod tests {
             for isa in Isa::available() {
                 for split in [1, 2, 5] {
                     let got = run(isa, &win, dims, batch, &x, &packed, &bias, split);
-                    assert_eq!(bits(&got), bits(&want), "{dims:?} {win:?} {} {split}", isa.name());
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{dims:?} {win:?} {} {split}",
+                        isa.name()
+                    );
                 }
             }
         }
@@ -287,8 +292,12 @@ mod tests {
         let (c, oc, in_h, in_w, k) = (5, 40, 6, 7, 3);
         let win = test_window((in_h, in_w), (in_h, in_w), (k, k), 1, 1, (1, 1));
         let dims = GroupedConvDims { c, oc, groups: 1 };
-        let x: Vec<f32> = (0..in_h * in_w * c).map(|_| rng.uniform(-2.0, 2.0)).collect();
-        let w: Vec<f32> = (0..oc * c * k * k).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let x: Vec<f32> = (0..in_h * in_w * c)
+            .map(|_| rng.uniform(-2.0, 2.0))
+            .collect();
+        let w: Vec<f32> = (0..oc * c * k * k)
+            .map(|_| rng.uniform(-1.0, 1.0))
+            .collect();
         let bias: Vec<f32> = (0..oc).map(|_| rng.uniform(-1.0, 1.0)).collect();
         let mut packed = vec![0f32; packed_len(dims, k * k)];
         pack(dims, k * k, &w, &mut packed);

@@ -18,8 +18,8 @@
 use super::*;
 use crate::onnx::dense_routes::Unfold;
 use crate::onnx::kernels::float::{
-    grouped_conv_packed_len, pack_grouped_conv, pack_matmul_b, packed_matmul_len,
-    FloatMatMulDims, GroupedConvDims,
+    grouped_conv_packed_len, pack_grouped_conv, pack_matmul_b, packed_matmul_len, FloatMatMulDims,
+    GroupedConvDims,
 };
 use crate::onnx::program::FloatMatMulB;
 
@@ -208,7 +208,7 @@ impl Lowerer<'_> {
                 w.shape.len()
             )));
         }
-        let (oc, icg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+        let (oc, icg, mut kh, mut kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
         let groups = n.int("group", 1)?;
         let groups = usize::try_from(groups)
             .ok()
@@ -229,11 +229,46 @@ impl Lowerer<'_> {
                 w.shape
             )));
         }
-        let win = self.window(n, h, wd, kh, kw)?;
+        let mut win = self.window(n, h, wd, kh, kw)?;
         if c * kh * kw == 0 || oc == 0 {
             return Err(n.unsupported(format!("empty weights {:?}", w.shape)));
         }
         let bias = self.float_conv_bias(n, oc)?;
+        // Kernel rows and columns that multiply padding at every output pixel are dropped
+        // (the window and the pads shrink with them): each output's chain loses only terms
+        // `0 · w`, which add nothing.
+        let (rows, cols) = win.taps_used();
+        let wv = if (rows.clone(), cols.clone()) != (0..kh, 0..kw)
+            && !rows.is_empty()
+            && !cols.is_empty()
+            && win.pt >= rows.start * win.dh
+            && win.pl >= cols.start * win.dw
+        {
+            let mut trimmed = Vec::with_capacity(oc * icg * rows.len() * cols.len());
+            for plane in wv.chunks_exact(kh * kw) {
+                for ky in rows.clone() {
+                    trimmed.extend_from_slice(&plane[ky * kw + cols.start..ky * kw + cols.end]);
+                }
+            }
+            win.pt -= rows.start * win.dh;
+            win.pl -= cols.start * win.dw;
+            (kh, kw) = (rows.len(), cols.len());
+            (win.kh, win.kw) = (kh, kw);
+            trimmed
+        } else {
+            wv
+        };
+        let pointwise = kh == 1
+            && kw == 1
+            && (win.sh, win.sw, win.pt, win.pl) == (1, 1, 0, 0)
+            && (win.out_h, win.out_w) == (h, wd);
+        // A pointwise convolution of a row-major image reads it transposed to NHWC (one
+        // copy) rather than through the NCHW unfold (the same values, a tap at a time).
+        let (x, nchw) = if nchw && pointwise {
+            (self.nhwc_of(x, 4)?, false)
+        } else {
+            (x, nchw)
+        };
         if groups > 1 {
             let dims = GroupedConvDims { c, oc, groups };
             let mut packed = vec![0f32; grouped_conv_packed_len(dims, kh * kw)];
@@ -280,10 +315,6 @@ impl Lowerer<'_> {
             }
         }
         let pixels = batch * win.out_h * win.out_w;
-        let pointwise = kh == 1
-            && kw == 1
-            && (win.sh, win.sw, win.pt, win.pl) == (1, 1, 0, 0)
-            && (win.out_h, win.out_w) == (h, wd);
         let a = if pointwise && !nchw {
             x.buf
         } else {
@@ -345,7 +376,10 @@ impl Lowerer<'_> {
     /// multiply-adds over its phase's taps (the kernel's missing taps multiply zeros), then
     /// the bias; ONNX Runtime scatters the products in its own order, so the two may differ
     /// in the last bits. The output an NHWC `f32` tensor.
-    pub(in crate::onnx::lower) fn float_conv_transpose(&mut self, n: &Node) -> Result<(), EngineError> {
+    pub(in crate::onnx::lower) fn float_conv_transpose(
+        &mut self,
+        n: &Node,
+    ) -> Result<(), EngineError> {
         let w = constant_f32(&self.input(n, 1)?).ok_or_else(|| {
             n.unsupported("computed weights: a transposed convolution takes constant weights")
         })?;
