@@ -38,7 +38,7 @@
 //! - **Operators**: Conv (any kernel, stride, padding incl. `auto_pad`, dilation, groups incl.
 //!   depthwise), ConvTranspose (one group, no dilation, explicit pads, `output_padding`: one
 //!   dense convolution per output phase and a merge, `lower::deconv`), Gemm/MatMul with constant weights,
-//!   MatMul, Gemm and ungrouped Conv **in float** where the weights have no Q/DQ pair or
+//!   MatMul, Gemm, Conv (grouped and depthwise too) and ConvTranspose **in float** where the weights have no Q/DQ pair or
 //!   an input is a float tensor (mixed precision: `quantize_static`'s `nodes_to_exclude`;
 //!   PT2E's float attention projections; float models): `f32` products with fused
 //!   multiply-adds in index order (`lower::float::product`), Relu, Clip, Add and Mul with broadcasting,

@@ -58,12 +58,13 @@ fn transpose_words(
     range: Range<usize>,
 ) -> bool {
     let rank = out_shape.len();
-    if rank < 2
-        || rank > WORD_RANK_MAX + 1
+    if !(2..=WORD_RANK_MAX + 1).contains(&rank)
         || (out_shape[rank - 1], in_strides_permuted[rank - 1]) != (4, 1)
-        || in_strides_permuted[..rank - 1].iter().any(|s| s % 4 != 0)
-        || range.start % 4 != 0
-        || range.end % 4 != 0
+        || in_strides_permuted[..rank - 1]
+            .iter()
+            .any(|s| !s.is_multiple_of(4))
+        || !range.start.is_multiple_of(4)
+        || !range.end.is_multiple_of(4)
     {
         return false;
     }
@@ -94,6 +95,10 @@ fn transpose_words(
 /// A tile transpose of elements `E`, compiled for the machine's ISA.
 type Tiles<E> = fn(Isa, &[E], usize, usize, usize, usize, &mut [E]);
 
+/// A three-plane interleave of elements `E` (`input`, offset, plane step, output); false
+/// when it did not run.
+type Interleave<'a, E> = &'a dyn Fn(&[E], usize, usize, &mut [E]) -> bool;
+
 /// [`transpose`]'s walk over elements `E` (bytes, or 4-byte words): `interleave` may take a
 /// run of three planes (bytes only), `tiles` moves whole square tiles.
 #[allow(clippy::too_many_arguments)]
@@ -104,7 +109,7 @@ fn transpose_in<E: Copy + Default>(
     input: &[E],
     out: &mut [E],
     range: Range<usize>,
-    interleave: &dyn Fn(&[E], usize, usize, &mut [E]) -> bool,
+    interleave: Interleave<'_, E>,
     tiles: Tiles<E>,
 ) {
     let rank = out_shape.len();

@@ -66,9 +66,11 @@
 //!     byte steps' strided copies with each element's 4 bytes as an innermost axis;
 //!   - `Shape` (and the shape arithmetic after it, `lower::fold`);
 //!   - `MatMul` and `Gemm` of float or dequantized tensors with float weights (no Q/DQ
-//!     pair) or with a second computed tensor (attention in float), and ungrouped `Conv`
-//!     likewise ([`Step::FloatMatMul`], `product`: fused multiply-adds in index order;
-//!     a convolution through its unfolded image). These also start a float route where
+//!     pair) or with a second computed tensor (attention in float), and `Conv` and
+//!     `ConvTranspose` likewise ([`Step::FloatMatMul`], `product`: fused multiply-adds in
+//!     index order; a convolution through its unfolded image, a grouped one by
+//!     [`Step::FloatGroupedConv`], a transposed one as one product per output phase).
+//!     These also start a float route where
 //!     no convolution does: a float graph input, a layer `quantize_static` was told to
 //!     leave in float;
 //!   - `Softmax`, `LogSoftmax` and `LayerNormalization` of a float or dequantized tensor
