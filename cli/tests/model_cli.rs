@@ -154,6 +154,38 @@ fn info_says_why_native_cannot_run_a_float_model() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// A float network (depthwise convolution, ReLU, transposed convolution, no Q/DQ) runs on
+/// the native engine in `f32`; against ONNX Runtime its outputs agree within float
+/// rounding.
+#[test]
+fn a_float_network_runs_natively() {
+    let m = fixture("tiny_float_net.onnx");
+    let o = run(&["model", "info", m.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("native:      yes"), "{out}");
+    let o = run(&[
+        "model",
+        "bench",
+        m.to_str().unwrap(),
+        "--iters",
+        "3",
+        "--against",
+        "onnxruntime",
+        "--json",
+    ]);
+    let (out, err) = text(&o);
+    if !o.status.success() && ort_missing(&err) {
+        eprintln!("SKIPPED: ONNX Runtime is not available: {err}");
+        return;
+    }
+    assert!(o.status.success(), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(v["total_elements"], 2 * 16 * 16);
+    let diff = v["max_abs_diff"].as_f64().unwrap();
+    assert!(diff <= 1e-5, "native and ONNX Runtime differ by {diff}");
+}
+
 #[test]
 fn info_on_a_file_that_is_not_onnx_fails_cleanly() {
     let d = std::env::temp_dir().join(format!("redline-model-cli-{}", std::process::id()));
