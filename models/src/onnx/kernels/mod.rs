@@ -216,28 +216,6 @@ impl Window {
         lo..hi
     }
 
-    /// The taps (rows `ky`, columns `kx`) that read inside the image for at least one
-    /// output pixel: every tap outside these ranges multiplies padding at every pixel (a
-    /// dilated convolution on a map smaller than its dilation, DeepLab's atrous pyramid).
-    /// Empty ranges when no tap reads the image.
-    pub(crate) fn taps_used(&self) -> (Range<usize>, Range<usize>) {
-        let used = |out: usize, s: usize, pad: usize, d: usize, k: usize, len: usize| {
-            let (mut lo, mut hi) = (k, 0);
-            for o in 0..out {
-                let r = taps_inside(o * s, pad, d, k, len);
-                if !r.is_empty() {
-                    lo = lo.min(r.start);
-                    hi = hi.max(r.end);
-                }
-            }
-            lo.min(hi)..hi
-        };
-        (
-            used(self.out_h, self.sh, self.pt, self.dh, self.kh, self.in_h),
-            used(self.out_w, self.sw, self.pl, self.dw, self.kw, self.in_w),
-        )
-    }
-
     /// Taps `ky` of output row `oy` whose input row lies inside the image.
     #[inline]
     fn rows_inside(&self, oy: usize) -> Range<usize> {

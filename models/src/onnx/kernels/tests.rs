@@ -1054,39 +1054,3 @@ pub(super) fn test_window(
         pl,
     }
 }
-
-/// `taps_used` keeps exactly the kernel rows and columns some output pixel reads inside
-/// the image, checked against every pixel's own taps: a dilation wider than the map (only
-/// the centre tap), a partly used dilation, an ordinary padded window, a window wholly in
-/// the padding.
-#[test]
-fn taps_used_are_the_taps_some_pixel_reads() {
-    for (win, want) in [
-        (
-            test_window((5, 5), (5, 5), (3, 3), 1, 6, (6, 6)),
-            (1..2, 1..2),
-        ),
-        (
-            test_window((11, 11), (11, 11), (3, 3), 1, 4, (4, 4)),
-            (0..3, 0..3),
-        ),
-        (
-            test_window((7, 9), (4, 5), (5, 5), 2, 1, (2, 2)),
-            (0..5, 0..5),
-        ),
-        (
-            test_window((3, 3), (1, 1), (2, 2), 3, 1, (5, 5)),
-            (0..0, 0..0),
-        ),
-    ] {
-        let (rows, cols) = win.taps_used();
-        assert_eq!((rows.clone(), cols.clone()), want, "{win:?}");
-        for oy in 0..win.out_h {
-            for ox in 0..win.out_w {
-                for (t, _) in win.pixel_taps(oy, ox) {
-                    assert!(rows.contains(&(t / win.kw)) && cols.contains(&(t % win.kw)));
-                }
-            }
-        }
-    }
-}

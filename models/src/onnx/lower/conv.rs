@@ -665,14 +665,20 @@ fn grouped_layers(
         .unwrap_or_default()
 }
 
-/// `win` and its `O,kh,kw,I` weights `packed` (`oc` output channels of `icg` inputs) without
+/// `win` and its weights `packed` — `planes` blocks of `kh × kw × inner` elements: `O,kh,kw,I`
+/// bytes (`oc` planes of `icg` inputs) or float `OIHW` (`oc · icg` planes of 1) — without
 /// the kernel rows and columns at its edges that read padding only, for every output pixel:
 /// a dilation as large as the image (DeepLabV3's ASPP at rates 24 and 36 on a 20×20 map)
 /// leaves only the centre tap, a 1×1 convolution. A padding tap adds nothing to the exact
-/// sum (it reads `x − zp = 0`), so the outputs are the same; the multiply-adds and the
-/// dilation-phase images of such a layer are not. Unchanged when nothing is dead, or when
-/// dropping would need a negative padding.
-fn trim_dead_taps(win: Window, packed: Vec<i8>, oc: usize, icg: usize) -> (Window, Vec<i8>) {
+/// sum (it reads `x − zp = 0`; the float route's `0.0 · w`), so the outputs are the same;
+/// the multiply-adds and the dilation-phase images of such a layer are not. Unchanged when
+/// nothing is dead, or when dropping would need a negative padding.
+pub(super) fn trim_dead_taps<E: Copy>(
+    win: Window,
+    packed: Vec<E>,
+    planes: usize,
+    inner: usize,
+) -> (Window, Vec<E>) {
     // The taps of a `k`-tap axis that some output reads inside `0..len` (each output's
     // are one range, `taps_inside`, as the kernels skip the rest).
     let live = |k: usize, d: usize, s: usize, pad: usize, len: usize, out: usize| {
@@ -695,11 +701,11 @@ fn trim_dead_taps(win: Window, packed: Vec<i8>, oc: usize, icg: usize) -> (Windo
         return (win, packed);
     }
     let (kh, kw) = (r1 - r0 + 1, c1 - c0 + 1);
-    let mut out = Vec::with_capacity(oc * kh * kw * icg);
-    for o in 0..oc {
+    let mut out = Vec::with_capacity(planes * kh * kw * inner);
+    for o in 0..planes {
         for y in r0..=r1 {
-            let at = ((o * win.kh + y) * win.kw + c0) * icg;
-            out.extend_from_slice(&packed[at..at + kw * icg]);
+            let at = ((o * win.kh + y) * win.kw + c0) * inner;
+            out.extend_from_slice(&packed[at..at + kw * inner]);
         }
     }
     let trimmed = Window {
@@ -857,5 +863,11 @@ mod tests {
         );
         assert_eq!((w.kh, w.kw, w.pt), (3, 3, 12));
         assert_eq!(p, packed);
+        // The float route's OIHW weights: one plane of 3×3 taps per (o, i).
+        let oihw: Vec<f32> = (0..oc * icg * 9).map(|v| v as f32).collect();
+        let (w, p) = trim_dead_taps(window(3, (36, 36), (36, 36), (20, 20)), oihw, oc * icg, 1);
+        assert_eq!((w.kh, w.kw), (1, 1));
+        let centres: Vec<f32> = (0..oc * icg).map(|p| (p * 9 + 4) as f32).collect();
+        assert_eq!(p, centres);
     }
 }

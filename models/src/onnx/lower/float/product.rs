@@ -15,6 +15,7 @@
 //! NHWC image (`kernels::float`'s grouped kernel: the same chains, in the same order, as the
 //! product over the unfold would compute with one group). Load time only; errors name the
 //! node.
+use super::super::conv::trim_dead_taps;
 use super::*;
 use crate::onnx::dense_routes::Unfold;
 use crate::onnx::kernels::float::{
@@ -208,7 +209,7 @@ impl Lowerer<'_> {
                 w.shape.len()
             )));
         }
-        let (oc, icg, mut kh, mut kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+        let (oc, icg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
         let groups = n.int("group", 1)?;
         let groups = usize::try_from(groups)
             .ok()
@@ -229,7 +230,7 @@ impl Lowerer<'_> {
                 w.shape
             )));
         }
-        let mut win = self.window(n, h, wd, kh, kw)?;
+        let win = self.window(n, h, wd, kh, kw)?;
         if c * kh * kw == 0 || oc == 0 {
             return Err(n.unsupported(format!("empty weights {:?}", w.shape)));
         }
@@ -237,27 +238,8 @@ impl Lowerer<'_> {
         // Kernel rows and columns that multiply padding at every output pixel are dropped
         // (the window and the pads shrink with them): each output's chain loses only terms
         // `0 · w`, which add nothing.
-        let (rows, cols) = win.taps_used();
-        let wv = if (rows.clone(), cols.clone()) != (0..kh, 0..kw)
-            && !rows.is_empty()
-            && !cols.is_empty()
-            && win.pt >= rows.start * win.dh
-            && win.pl >= cols.start * win.dw
-        {
-            let mut trimmed = Vec::with_capacity(oc * icg * rows.len() * cols.len());
-            for plane in wv.chunks_exact(kh * kw) {
-                for ky in rows.clone() {
-                    trimmed.extend_from_slice(&plane[ky * kw + cols.start..ky * kw + cols.end]);
-                }
-            }
-            win.pt -= rows.start * win.dh;
-            win.pl -= cols.start * win.dw;
-            (kh, kw) = (rows.len(), cols.len());
-            (win.kh, win.kw) = (kh, kw);
-            trimmed
-        } else {
-            wv
-        };
+        let (win, wv) = trim_dead_taps(win, wv, oc * icg, 1);
+        let (kh, kw) = (win.kh, win.kw);
         let pointwise = kh == 1
             && kw == 1
             && (win.sh, win.sw, win.pt, win.pl) == (1, 1, 0, 0)
@@ -287,13 +269,7 @@ impl Lowerer<'_> {
                 src: x.buf,
                 dst,
             });
-            let out = T {
-                buf: dst,
-                shape: vec![batch, oc, win.out_h, win.out_w],
-                layout: Layout::Nhwc,
-                q: QParams::new(1.0, 0),
-            };
-            self.set(&n.outputs[0], Val::F32(out));
+            self.set_nhwc_f32(n, dst, vec![batch, oc, win.out_h, win.out_w]);
             return Ok(());
         }
         // OIHW to the product's [kh·kw·c, out_c]: row (ky·kw + kx)·c + ci as the NHWC unfold
@@ -358,13 +334,7 @@ impl Lowerer<'_> {
             b_batched: false,
         };
         let dst = self.push_float_matmul(dims, a, b, 1.0, bias);
-        let out = T {
-            buf: dst,
-            shape: vec![batch, oc, win.out_h, win.out_w],
-            layout: Layout::Nhwc,
-            q: QParams::new(1.0, 0),
-        };
-        self.set(&n.outputs[0], Val::F32(out));
+        self.set_nhwc_f32(n, dst, vec![batch, oc, win.out_h, win.out_w]);
         Ok(())
     }
 
@@ -460,14 +430,19 @@ impl Lowerer<'_> {
             phases,
             dst,
         });
+        self.set_nhwc_f32(n, dst, vec![g.batch, oc, g.out_h, g.out_w]);
+        Ok(())
+    }
+
+    /// Sets `n`'s output to the NHWC `f32` tensor in `buf` of (logical NCHW) `shape`.
+    fn set_nhwc_f32(&mut self, n: &Node, buf: usize, shape: Vec<usize>) {
         let out = T {
-            buf: dst,
-            shape: vec![g.batch, oc, g.out_h, g.out_w],
+            buf,
+            shape,
             layout: Layout::Nhwc,
             q: QParams::new(1.0, 0),
         };
         self.set(&n.outputs[0], Val::F32(out));
-        Ok(())
     }
 
     /// A float convolution's bias (input 2): `oc` constant values, or none.
