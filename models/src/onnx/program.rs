@@ -483,9 +483,7 @@ impl Program {
                     dst,
                 } => {
                     let x = view_f32(*src);
-                    let row = win.out_w * dims.oc;
-                    let cost = row * win.kh * win.kw * dims.in_per_group();
-                    let rows = (batch * win.out_h, row, cost);
+                    let rows = (batch * win.out_h, win.out_w * dims.oc, dims.row_macs(win));
                     split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
                         kernels::float::grouped_conv_rows(isa, win, *dims, x, w, bias, y, r);
                     })?;

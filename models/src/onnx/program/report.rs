@@ -91,13 +91,7 @@ impl Program {
                         win, dims, batch, ..
                     } => (
                         "float grouped conv",
-                        (batch
-                            * win.out_h
-                            * win.out_w
-                            * dims.oc
-                            * win.kh
-                            * win.kw
-                            * dims.in_per_group()) as u64,
+                        (batch * win.out_h * dims.row_macs(win)) as u64,
                     ),
                     Step::MatMulDyn { dims: d, .. } => {
                         ("matmul of two tensors", (d.batch * d.m * d.k * d.n) as u64)

@@ -46,6 +46,12 @@ impl GroupedConvDims {
     pub(crate) fn out_per_group(&self) -> usize {
         self.oc / self.groups
     }
+
+    /// Fused multiply-adds of one output row of window `win` (`out_w · oc · taps ·
+    /// c/groups`, the padding's included).
+    pub(crate) fn row_macs(&self, win: &Window) -> usize {
+        win.out_w * self.oc * win.kh * win.kw * self.in_per_group()
+    }
 }
 
 /// Floats of the packed weights of a convolution with `taps` kernel taps.

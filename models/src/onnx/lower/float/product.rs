@@ -255,11 +255,10 @@ impl Lowerer<'_> {
             let dims = GroupedConvDims { c, oc, groups };
             let mut packed = vec![0f32; grouped_conv_packed_len(dims, kh * kw)];
             pack_grouped_conv(dims, kh * kw, &wv, &mut packed);
-            let (out_pixels, taps) = (batch * win.out_h * win.out_w, kh * kw);
-            self.macs += (out_pixels * oc * taps * icg) as u64;
+            self.macs += (batch * win.out_h * dims.row_macs(&win)) as u64;
             self.weight_bytes += (packed.len() + bias.len()) * 4;
             self.touch(x.buf);
-            let dst = self.new_buf(out_pixels * oc * 4);
+            let dst = self.new_buf(batch * win.out_h * win.out_w * oc * 4);
             self.steps.push(Step::FloatGroupedConv {
                 win,
                 dims,
