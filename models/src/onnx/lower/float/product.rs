@@ -271,68 +271,29 @@ impl Lowerer<'_> {
             self.set_nhwc_f32(n, dst, vec![batch, oc, win.out_h, win.out_w]);
             return Ok(());
         }
-        // OIHW to the product's [kh·kw·c, out_c]: row (ky·kw + kx)·c + ci as the NHWC unfold
-        // lays out a pixel's taps, (ci·kh + ky)·kw + kx as the NCHW one does.
+        // Each output channel's weights in the order its unfold lays out a pixel's taps:
+        // (ci, ky, kx) for the NCHW one, the weights' own OIHW order; (ky, kx, ci) for the
+        // NHWC one.
         let k = kh * kw * c;
-        let mut wk = vec![0f32; k * oc];
-        for o in 0..oc {
-            for ci in 0..c {
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let row = if nchw {
-                            (ci * kh + ky) * kw + kx
-                        } else {
-                            (ky * kw + kx) * c + ci
-                        };
-                        wk[row * oc + o] = wv[((o * c + ci) * kh + ky) * kw + kx];
-                    }
-                }
-            }
-        }
+        let ohwi;
+        let rows = if nchw {
+            &wv
+        } else {
+            ohwi = (0..oc * k)
+                .map(|i| {
+                    let (o, t, ci) = (i / k, (i % k) / c, i % c);
+                    wv[(o * c + ci) * kh * kw + t]
+                })
+                .collect::<Vec<f32>>();
+            &ohwi
+        };
         let pixels = batch * win.out_h * win.out_w;
         let a = if pointwise && !nchw {
             x.buf
         } else {
-            if pixels * k * 4 > Unfold::MAX_BYTES {
-                return Err(n.unsupported(format!(
-                    "its unfolded image ({pixels} pixels of {k} floats) would exceed {} MiB; \
-                     quantize it (QDQ) or run the model with --engine onnxruntime",
-                    Unfold::MAX_BYTES >> 20
-                )));
-            }
-            self.touch(x.buf);
-            let (src, dst) = (x.buf, self.new_buf(pixels * k * 4));
-            self.steps.push(if nchw {
-                Step::FloatUnfoldNchw {
-                    win,
-                    c,
-                    batch,
-                    src,
-                    dst,
-                }
-            } else {
-                // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a
-                // padded tap all-zero bytes: `0.0`.
-                Step::Unfold {
-                    unfold: Unfold { win },
-                    c: 4 * c,
-                    batch,
-                    fill: 0,
-                    src,
-                    dst,
-                }
-            });
-            dst
+            self.float_unfold(n, x.buf, win, c, batch, nchw)?
         };
-        let b = self.packed_weights(k, oc, &wk);
-        let dims = FloatMatMulDims {
-            batch: 1,
-            m: pixels,
-            k,
-            n: oc,
-            b_batched: false,
-        };
-        let dst = self.push_float_matmul(dims, a, b, 1.0, bias);
+        let dst = self.push_conv_product(pixels, a, rows, oc, bias);
         self.set_nhwc_f32(n, dst, vec![batch, oc, win.out_h, win.out_w]);
         Ok(())
     }
@@ -361,17 +322,10 @@ impl Lowerer<'_> {
         let bias = self.float_conv_bias(n, plan.oc)?;
         let (ic, oc, k, g) = (plan.ic, plan.oc, plan.k, plan.geom);
         let [_, _, h, wd] = dims4(&x.shape);
-        let (pixels, kk) = (g.batch * g.ph * g.pw, k * k * ic);
+        let pixels = g.batch * g.ph * g.pw;
         let a = if k == 1 {
             x.buf
         } else {
-            if pixels * kk * 4 > Unfold::MAX_BYTES {
-                return Err(n.unsupported(format!(
-                    "its unfolded image ({pixels} pixels of {kk} floats) would exceed {} MiB; \
-                     quantize it (QDQ) or run the model with --engine onnxruntime",
-                    Unfold::MAX_BYTES >> 20
-                )));
-            }
             let win = Window {
                 in_h: h,
                 in_w: wd,
@@ -386,38 +340,14 @@ impl Lowerer<'_> {
                 pt: k - 1,
                 pl: k - 1,
             };
-            self.touch(x.buf);
-            let dst = self.new_buf(pixels * kk * 4);
-            self.steps.push(Step::Unfold {
-                unfold: Unfold { win },
-                c: 4 * ic,
-                batch: g.batch,
-                fill: 0,
-                src: x.buf,
-                dst,
-            });
-            dst
+            self.float_unfold(n, x.buf, win, ic, g.batch, false)?
         };
         let mut phases = Vec::with_capacity(plan.sh * plan.sw);
         for ry in 0..plan.sh {
             for rx in 0..plan.sw {
-                // The phase's [oc, K, K, ic] kernel as the product's [K·K·ic, oc] matrix.
+                // The phase's [oc, K, K, ic] kernel: taps in the NHWC unfold's order.
                 let ohwi = plan.phase_weights(&wv, ry, rx);
-                let mut wk = vec![0f32; kk * oc];
-                for (o, taps) in ohwi.chunks_exact(kk).enumerate() {
-                    for (r, &v) in taps.iter().enumerate() {
-                        wk[r * oc + o] = v;
-                    }
-                }
-                let b = self.packed_weights(kk, oc, &wk);
-                let dims = FloatMatMulDims {
-                    batch: 1,
-                    m: pixels,
-                    k: kk,
-                    n: oc,
-                    b_batched: false,
-                };
-                phases.push(self.push_float_matmul(dims, a, b, 1.0, bias.clone()));
+                phases.push(self.push_conv_product(pixels, a, &ohwi, oc, bias.clone()));
             }
         }
         for &p in &phases {
@@ -431,6 +361,81 @@ impl Lowerer<'_> {
         });
         self.set_nhwc_f32(n, dst, vec![g.batch, oc, g.out_h, g.out_w]);
         Ok(())
+    }
+
+    /// The unfold of `batch` `f32` images of `c` channels in `src` (NHWC, or row-major
+    /// NCHW when `nchw`) for window `win` ([`Step::Unfold`] on 4-byte taps, padding `0.0`;
+    /// [`Step::FloatUnfoldNchw`]): its buffer, `[pixels, kh·kw·c]` floats, or an error
+    /// naming `n` when that would outgrow [`Unfold::MAX_BYTES`].
+    fn float_unfold(
+        &mut self,
+        n: &Node,
+        src: usize,
+        win: Window,
+        c: usize,
+        batch: usize,
+        nchw: bool,
+    ) -> Result<usize, EngineError> {
+        let (pixels, k) = (batch * win.out_h * win.out_w, win.kh * win.kw * c);
+        if pixels * k * 4 > Unfold::MAX_BYTES {
+            return Err(n.unsupported(format!(
+                "its unfolded image ({pixels} pixels of {k} floats) would exceed {} MiB; \
+                 quantize it (QDQ) or run the model with --engine onnxruntime",
+                Unfold::MAX_BYTES >> 20
+            )));
+        }
+        self.touch(src);
+        let dst = self.new_buf(pixels * k * 4);
+        self.steps.push(if nchw {
+            Step::FloatUnfoldNchw {
+                win,
+                c,
+                batch,
+                src,
+                dst,
+            }
+        } else {
+            // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded
+            // tap all-zero bytes: `0.0`.
+            Step::Unfold {
+                unfold: Unfold { win },
+                c: 4 * c,
+                batch,
+                fill: 0,
+                src,
+                dst,
+            }
+        });
+        Ok(dst)
+    }
+
+    /// A convolution as one float product: `pixels` rows of `a` (the unfolded image, or the
+    /// image itself for a pointwise one) times `rows` (`oc` output channels' weights, `k`
+    /// each, in the order `a` lays out a pixel's taps), plus `bias`; its output buffer.
+    fn push_conv_product(
+        &mut self,
+        pixels: usize,
+        a: usize,
+        rows: &[f32],
+        oc: usize,
+        bias: Vec<f32>,
+    ) -> usize {
+        let k = rows.len() / oc;
+        let mut wk = vec![0f32; k * oc];
+        for (o, taps) in rows.chunks_exact(k).enumerate() {
+            for (r, &v) in taps.iter().enumerate() {
+                wk[r * oc + o] = v;
+            }
+        }
+        let b = self.packed_weights(k, oc, &wk);
+        let dims = FloatMatMulDims {
+            batch: 1,
+            m: pixels,
+            k,
+            n: oc,
+            b_batched: false,
+        };
+        self.push_float_matmul(dims, a, b, 1.0, bias)
     }
 
     /// Sets `n`'s output to the NHWC `f32` tensor in `buf` of (logical NCHW) `shape`.
