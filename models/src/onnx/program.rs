@@ -813,11 +813,12 @@ impl Program {
                 } => {
                     let x = &view(*src)[*offset..];
                     let n: usize = out_shape.iter().product();
-                    // Chunks of whole elements: a float tensor's copy (a last axis of its 4
-                    // contiguous bytes) is split between lanes at 4-byte boundaries only.
-                    let e = match (out_shape.last(), strides.last()) {
-                        (Some(&4), Some(&1)) => 4,
-                        _ => 1,
+                    // Chunks of whole elements: a float tensor's copy is split between lanes
+                    // at 4-byte boundaries only.
+                    let e = if kernels::copies_words(out_shape, strides) {
+                        4
+                    } else {
+                        1
                     };
                     split_rows(lanes, base, &bufs[*dst], n / e, e, 2 * e, &|r, out| {
                         kernels::transpose(isa, out_shape, strides, x, out, r.start * e..r.end * e);

@@ -47,6 +47,18 @@ pub(crate) fn transpose(
 /// Most axes of a copy [`transpose_words`] takes (besides the element's bytes).
 const WORD_RANK_MAX: usize = 8;
 
+/// True when a [`transpose`] copies whole 4-byte elements: a last axis of 4 contiguous
+/// bytes, every other stride a multiple of 4, at most [`WORD_RANK_MAX`] other axes. Its
+/// rows are then split between lanes at element boundaries.
+pub(crate) fn copies_words(out_shape: &[usize], in_strides_permuted: &[usize]) -> bool {
+    let rank = out_shape.len();
+    (2..=WORD_RANK_MAX + 1).contains(&rank)
+        && (out_shape[rank - 1], in_strides_permuted[rank - 1]) == (4, 1)
+        && in_strides_permuted[..rank - 1]
+            .iter()
+            .all(|s| s.is_multiple_of(4))
+}
+
 /// [`transpose`] of 4-byte elements as `u32` words; false (nothing written) when the copy
 /// is not one of whole, aligned 4-byte elements.
 fn transpose_words(
@@ -58,11 +70,7 @@ fn transpose_words(
     range: Range<usize>,
 ) -> bool {
     let rank = out_shape.len();
-    if !(2..=WORD_RANK_MAX + 1).contains(&rank)
-        || (out_shape[rank - 1], in_strides_permuted[rank - 1]) != (4, 1)
-        || in_strides_permuted[..rank - 1]
-            .iter()
-            .any(|s| !s.is_multiple_of(4))
+    if !copies_words(out_shape, in_strides_permuted)
         || !range.start.is_multiple_of(4)
         || !range.end.is_multiple_of(4)
     {

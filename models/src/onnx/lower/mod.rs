@@ -773,20 +773,12 @@ impl<'g> Lowerer<'g> {
             in_shape.push(elem);
         }
         let in_strides = row_major_strides(&in_shape);
-        let (out_shape, strides) = merged_copy_axes(
-            perm.iter().map(|&p| in_shape[p]).collect(),
-            perm.iter().map(|&p| in_strides[p]).collect(),
-        );
-        let bytes = out_shape.iter().product::<usize>();
+        let out_shape: Vec<usize> = perm.iter().map(|&p| in_shape[p]).collect();
+        let strides = perm.iter().map(|&p| in_strides[p]).collect();
         self.touch(t.buf);
-        let dst = self.new_buf(bytes);
-        self.steps.push(Step::Transpose {
-            out_shape,
-            strides,
-            offset: 0,
-            src: t.buf,
-            dst,
-        });
+        let dst = self.new_buf(out_shape.iter().product());
+        self.steps
+            .push(Step::strided_copy(out_shape, strides, 0, t.buf, dst));
         dst
     }
 
@@ -955,33 +947,6 @@ impl Lowerer<'_> {
         self.set(&n.outputs[0], v);
         Ok(())
     }
-}
-
-/// A strided copy's output axes (`shape`) and their input strides (in bytes) with axes of
-/// size 1 dropped and each axis merged into the one before it where the two read the
-/// input as one axis (`stride[d] = shape[d+1] · stride[d+1]`): the same copy, element for
-/// element, in fewer and longer runs (a float tensor's 4 bytes join the row they belong
-/// to, a channel shuffle copies whole planes).
-fn merged_copy_axes(shape: Vec<usize>, strides: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
-    let (mut out_shape, mut out_strides): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
-    for (n, s) in shape.into_iter().zip(strides) {
-        if n == 1 {
-            continue;
-        }
-        if let (Some(ln), Some(ls)) = (out_shape.last_mut(), out_strides.last_mut()) {
-            if *ls == n * s {
-                *ln *= n;
-                *ls = s;
-                continue;
-            }
-        }
-        out_shape.push(n);
-        out_strides.push(s);
-    }
-    if out_shape.is_empty() {
-        (out_shape, out_strides) = (vec![1], vec![1]);
-    }
-    (out_shape, out_strides)
 }
 
 fn dims4(s: &[usize]) -> [usize; 4] {

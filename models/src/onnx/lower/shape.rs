@@ -366,16 +366,10 @@ impl Lowerer<'_> {
             pshape.push(elem);
             strides.push(1);
         }
-        let (pshape, strides) = merged_copy_axes(pshape, strides);
         self.touch(t.buf);
         let dst = self.new_buf(pshape.iter().product());
-        self.steps.push(Step::Transpose {
-            out_shape: pshape,
-            strides,
-            offset,
-            src: t.buf,
-            dst,
-        });
+        self.steps
+            .push(Step::strided_copy(pshape, strides, offset, t.buf, dst));
         T {
             buf: dst,
             shape,

@@ -534,6 +534,45 @@ pub(crate) enum Operand {
 }
 
 impl Step {
+    /// A [`Step::Transpose`] copying `out_shape` (bytes) from input strides `strides` at
+    /// `offset`, its axes simplified: axes of size 1 dropped and each axis merged into the
+    /// one before it where the two read the input as one axis (`strides[d] = out_shape[d+1]
+    /// · strides[d+1]`). The same copy, byte for byte, in fewer and longer runs (a float
+    /// tensor's 4 bytes join the row they belong to, a channel shuffle copies whole planes).
+    pub(crate) fn strided_copy(
+        out_shape: Vec<usize>,
+        strides: Vec<usize>,
+        offset: usize,
+        src: usize,
+        dst: usize,
+    ) -> Step {
+        let (mut shape, mut steps): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
+        for (n, s) in out_shape.into_iter().zip(strides) {
+            if n == 1 {
+                continue;
+            }
+            if let (Some(ln), Some(ls)) = (shape.last_mut(), steps.last_mut()) {
+                if *ls == n * s {
+                    *ln *= n;
+                    *ls = s;
+                    continue;
+                }
+            }
+            shape.push(n);
+            steps.push(s);
+        }
+        if shape.is_empty() {
+            (shape, steps) = (vec![1], vec![1]);
+        }
+        Step::Transpose {
+            out_shape: shape,
+            strides: steps,
+            offset,
+            src,
+            dst,
+        }
+    }
+
     /// The buffers this step reads (every variant named, so a new one must say). Load time
     /// only: allocates.
     pub(crate) fn reads(&self) -> Vec<usize> {
