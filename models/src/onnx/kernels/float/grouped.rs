@@ -108,17 +108,8 @@ multiversion! {
                         if icg == 1 && ocg == 1 {
                             // Depthwise: output channel o reads input channel o.
                             fma_slices(yp, xp, wt);
-                            continue;
-                        }
-                        // Group by group: each of the group's input values times its
-                        // weight row over the group's outputs.
-                        for ((yg, xg), g) in yp.chunks_exact_mut(ocg).zip(xp.chunks_exact(icg)).zip(0..) {
-                            for (j, &xv) in xg.iter().enumerate() {
-                                let row = &wt[j * oc + g * ocg..j * oc + (g + 1) * ocg];
-                                for (a, &wv) in yg.iter_mut().zip(row) {
-                                    *a = xv.mul_add(wv, *a);
-                                }
-                            }
+                        } else {
+                            group_terms(dims, yp, xp, wt);
                         }
                     }
                 }
@@ -129,6 +120,22 @@ multiversion! {
                         *a += b;
                     }
                 }
+            }
+        }
+    }
+}
+
+/// One tap's terms at one pixel, group by group: each of the group's input values `xp`
+/// times its weight row of `wt` (the tap's `c/groups` rows of `oc`) over the group's
+/// outputs `yp`.
+#[inline(always)]
+fn group_terms(dims: GroupedConvDims, yp: &mut [f32], xp: &[f32], wt: &[f32]) {
+    let (oc, icg, ocg) = (dims.oc, dims.in_per_group(), dims.out_per_group());
+    for ((yg, xg), g) in yp.chunks_exact_mut(ocg).zip(xp.chunks_exact(icg)).zip(0..) {
+        for (j, &xv) in xg.iter().enumerate() {
+            let row = &wt[j * oc + g * ocg..j * oc + (g + 1) * ocg];
+            for (a, &wv) in yg.iter_mut().zip(row) {
+                *a = xv.mul_add(wv, *a);
             }
         }
     }
