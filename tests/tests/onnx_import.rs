@@ -1449,6 +1449,24 @@ save("float_depthwise_net", [h.make_node("Conv", ["x", "pw", "pb"], ["p0"]), h.m
      [init("pw", f32(20, 5, 1, 1, s=0.4)), init("pb", f32(20)), init("dw", f32(20, 1, 3, 3, s=0.4)), init("db", f32(20)),
       init("lo", np.array(0, np.float32)), init("hi", np.array(6, np.float32)), init("pw2", f32(7, 20, 1, 1, s=0.3))],
      [1, 5, 9, 10])
+# Float convolutions whose whole unfolded image would outgrow 16 MiB (19 MB for the
+# second: 130x128 pixels of 288 floats): unfolded a band at a time, the NCHW input's
+# (stride 2) and an NHWC one's, many bands per chunk and a part band at each chunk's end.
+save("float_conv_large", [h.make_node("Conv", ["x", "w1", "b1"], ["c0"], strides=[2, 2], pads=[1, 1, 1, 1]),
+                          h.make_node("Relu", ["c0"], ["c1"]),
+                          h.make_node("Conv", ["c1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1])],
+     [init("w1", f32(32, 3, 3, 3, s=0.3)), init("b1", f32(32)), init("w2", f32(6, 32, 3, 3, s=0.1)), init("b2", f32(6))],
+     [1, 3, 260, 256])
+# A float model's attention as MaxViT writes it (Einsum of two computed tensors, the
+# second transposed or not) and pools of row-major float tensors (an elementwise result
+# kept in the graph's order): average and max pools, a global average.
+save("float_einsum_pools", [h.make_node("Mul", ["x", "quarter"], ["a"]),
+                            h.make_node("AveragePool", ["a"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                            h.make_node("MaxPool", ["a"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+                            h.make_node("Einsum", ["p1", "p2"], ["e1"], equation="bhid,bhjd->bhij"),
+                            h.make_node("Einsum", ["e1", "p2"], ["e2"], equation="bhij,bhjd->bhid"),
+                            h.make_node("GlobalAveragePool", ["e2"], ["g"]), h.make_node("Add", ["e2", "g"], ["y"])],
+     [init("quarter", np.array(0.25, np.float32))], [1, 4, 6, 8])
 # Transposed convolutions in float: 4x4/2 (CenterNet's), 2x2/2 (U-Net's: one tap per
 # phase), 3x3 with strides (2, 1) and output_padding (a kernel the stride does not divide).
 save("float_deconvs", q("x", "s", "z", "xf") + [
@@ -1495,6 +1513,8 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         "float_convs",
         "float_grouped_convs",
         "float_depthwise_net",
+        "float_conv_large",
+        "float_einsum_pools",
         "float_deconvs",
         "float_upsampling_net",
     ];
@@ -1521,9 +1541,15 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
             } else {
                 (4, 1e-4)
             };
-            if ["float_mlp", "float_depthwise_net", "float_upsampling_net"]
-                .iter()
-                .any(|m| name.starts_with(m))
+            if [
+                "float_mlp",
+                "float_depthwise_net",
+                "float_conv_large",
+                "float_einsum_pools",
+                "float_upsampling_net",
+            ]
+            .iter()
+            .any(|m| name.starts_with(m))
             {
                 assert!(
                     o.max_abs_diff <= float_bound,
@@ -1541,7 +1567,9 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
     let float_products = |e: &NativeEngine| {
         e.step_macs()
             .iter()
-            .filter(|(what, macs)| what == "float matmul" && *macs > 0)
+            .filter(|(what, macs)| {
+                (what == "float matmul" || what.starts_with("float conv")) && *macs > 0
+            })
             .count()
     };
     // The stem convolution and the classifier in float, the body's convolution quantized.
@@ -1560,6 +1588,8 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         ("attention_float", 6, 0),
         ("float_grouped_convs", 0, 3),
         ("float_deconvs", 10, 0),
+        ("float_conv_large", 2, 0),
+        ("float_einsum_pools", 2, 0),
     ] {
         let mut e = load_from(&dir, name);
         assert_eq!(float_products(&e), products, "{name}: {:?}", e.step_macs());

@@ -15,6 +15,7 @@ Needs torch and torchvision (and ultralytics for its models): large, not install
 the CI checks the operators these exports hold with tools/onnx/op_models.py.
 
 Usage: python3 tools/onnx/float_export.py OUT_DIR --model convnext_tiny vit_b_16 ... [--mixed]
+           [--size H W] [--float-only]
 Then:  redline model bench OUT_DIR/<model>_qdq_u8.onnx --against onnxruntime \\
            --input OUT_DIR/<model>_qdq_u8.in0.bin
 """
@@ -90,6 +91,13 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--model", nargs="+", required=True, metavar="NAME")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--size", nargs=2, type=int, metavar=("H", "W"),
+                    help="the input's height and width instead of the model's own (224x224 "
+                         "classifiers, 320x320 segmentation and Ultralytics networks), e.g. "
+                         "--size 448 800 for a camera-sized image")
+    ap.add_argument("--float-only", action="store_true",
+                    help="write <model>_float.onnx alone, no quantized variants (quantizing "
+                         "calibrates on the float model: minutes for camera-sized inputs)")
     ap.add_argument("--mixed", action="store_true",
                     help="also <model>_mixed_{s8,u8}: the first convolution and the last Gemm/MatMul "
                          "kept in float (quantize_static's nodes_to_exclude)")
@@ -111,10 +119,12 @@ def main():
         try:
             torch.manual_seed(0)
             net, size = build(name)
+            size = tuple(args.size) if args.size else size
             path = os.path.join(args.out_dir, f"{stem}_export.onnx")
             export_onnx(net, path, size, names=("x", "y"))
+            formats = ["qdq", "mixed"] if args.mixed else ["qdq"]
             qref.build_all(args.out_dir, stem, onnx.load(path), args.seed,
-                           formats=["qdq", "mixed"] if args.mixed else ["qdq"])
+                           formats=[] if args.float_only else formats)
             print(f"# {stem}: {time.time() - t0:.0f} s", file=sys.stderr)
         except Exception as e:  # report and go on with the next model
             failed += 1

@@ -56,10 +56,11 @@ def calibrate(model, images):
 
 def export_onnx(model, path, size=224, names=("input", "logits")):
     """`torch.onnx.export` as the real-export scripts use it: the TorchScript exporter
-    (`dynamo=False`), opset 17, one `size`×`size` RGB input, input and output named
-    `names`; prints the file's size."""
+    (`dynamo=False`), opset 17, one `size`×`size` RGB input (`size` an int, or an (h, w)
+    pair), input and output named `names`; prints the file's size."""
     import torch
-    torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, opset_version=17,
+    h, w = (size, size) if isinstance(size, int) else size
+    torch.onnx.export(model, (torch.randn(1, 3, h, w),), path, opset_version=17,
                       dynamo=False, input_names=[names[0]], output_names=[names[1]])
     print(f"{path}: {os.path.getsize(path)} bytes (torch {torch.__version__})")
 

@@ -244,28 +244,44 @@ impl Unfold {
     /// Unfolded rows from NHWC images of `c` channels: `rows` are output rows (`batch ·
     /// out_h` in all) of `out_w · kh · kw · c` bytes; `out` holds exactly those rows.
     pub fn run(&self, c: usize, fill: i8, input: &[i8], out: &mut [i8], rows: Range<usize>) {
+        let w = self.win.out_w;
+        self.run_pixels(c, fill, input, out, rows.start * w..rows.end * w);
+    }
+
+    /// Unfolded pixels from NHWC images of `c` channels: `pixels` index the output's
+    /// `batch · out_h · out_w` pixels in row-major order (any range, whole rows or not),
+    /// `kh · kw · c` bytes each; `out` holds exactly those pixels.
+    pub fn run_pixels(
+        &self,
+        c: usize,
+        fill: i8,
+        input: &[i8],
+        out: &mut [i8],
+        pixels: Range<usize>,
+    ) {
         let w = &self.win;
-        let row_len = w.out_w * self.channels(c);
-        for (r, orow) in rows.zip(out.chunks_exact_mut(row_len)) {
-            let (b, oy) = (r / w.out_h, r % w.out_h);
+        if w.out_w == 0 || w.out_h == 0 {
+            return;
+        }
+        for (p, pixel) in pixels.zip(out.chunks_exact_mut(self.channels(c))) {
+            let (row, ox) = (p / w.out_w, p % w.out_w);
+            let (b, oy) = (row / w.out_h, row % w.out_h);
             let image = &input[b * w.in_h * w.in_w * c..][..w.in_h * w.in_w * c];
-            for (ox, pixel) in orow.chunks_exact_mut(self.channels(c)).enumerate() {
-                let mut taps = pixel.chunks_exact_mut(c);
-                for ky in 0..w.kh {
-                    let iy = (oy * w.sh + ky * w.dh)
-                        .checked_sub(w.pt)
-                        .filter(|&y| y < w.in_h);
-                    for kx in 0..w.kw {
-                        let Some(tap) = taps.next() else { return };
-                        let ix = (ox * w.sw + kx * w.dw)
-                            .checked_sub(w.pl)
-                            .filter(|&x| x < w.in_w);
-                        match (iy, ix) {
-                            (Some(y), Some(x)) => {
-                                copy_pixel(tap, &image[(y * w.in_w + x) * c..][..c]);
-                            }
-                            _ => tap.fill(fill),
+            let mut taps = pixel.chunks_exact_mut(c);
+            for ky in 0..w.kh {
+                let iy = (oy * w.sh + ky * w.dh)
+                    .checked_sub(w.pt)
+                    .filter(|&y| y < w.in_h);
+                for kx in 0..w.kw {
+                    let Some(tap) = taps.next() else { return };
+                    let ix = (ox * w.sw + kx * w.dw)
+                        .checked_sub(w.pl)
+                        .filter(|&x| x < w.in_w);
+                    match (iy, ix) {
+                        (Some(y), Some(x)) => {
+                            copy_pixel(tap, &image[(y * w.in_w + x) * c..][..c]);
                         }
+                        _ => tap.fill(fill),
                     }
                 }
             }
@@ -523,6 +539,18 @@ mod phase_tests {
         let (first, rest) = unfolded.split_at_mut(cut * row_len);
         unfold.run(in_c, c.x_q.zero_point, &c.input, first, 0..cut);
         unfold.run(in_c, c.x_q.zero_point, &c.input, rest, cut..rows);
+        // By pixels, cut inside rows: the same bytes.
+        let pixels = rows * win.out_w;
+        let mut by_pixels = vec![0i8; rows * row_len];
+        let mut first = 0;
+        for part in 1..=3 {
+            let end = pixels * part / 3 + usize::from(part < 3);
+            let end = end.min(pixels);
+            let out = &mut by_pixels[first * unfold.channels(in_c)..end * unfold.channels(in_c)];
+            unfold.run_pixels(in_c, c.x_q.zero_point, &c.input, out, first..end);
+            first = end;
+        }
+        assert_eq!(by_pixels, unfolded, "{win:?} by pixels");
         let mut got = vec![0i8; rows * win.out_w * out_c];
         dense.forward(&unfolded, rows, win.out_w, &mut got).unwrap();
         assert_eq!(got, c.direct, "{win:?} {in_c}->{out_c} batch {batch}");

@@ -24,15 +24,15 @@ mod fusion;
 mod report;
 mod step;
 pub(crate) use arena::{plan, Buffer, ALIGN};
-pub(crate) use chunks::global_pool_chunks;
+pub(crate) use chunks::{chunks_for, global_pool_chunks};
 use chunks::{
-    conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_in, window_rows,
-    SendPtr,
+    conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_f32_in,
+    split_rows_in, window_rows, SendPtr,
 };
 pub(crate) use fusion::{fuse_input_quantize, fuse_residual_adds, fuse_tables, fuse_transposes};
 pub(crate) use step::{
-    ConvImpl, DeconvGeom, FloatBinaryOp, FloatMatMulB, FloatPool, FloatUnaryOp, NormOp, Operand,
-    OutKind, PhaseDir, PoolSplit, ReduceOp, Residual, Step,
+    ConvImpl, DeconvGeom, FloatBinaryOp, FloatConvPlan, FloatMatMulB, FloatPool, FloatUnaryOp,
+    NormOp, Operand, OutKind, PhaseDir, PoolSplit, ReduceOp, Residual, Step,
 };
 
 /// The compiled model.
@@ -437,19 +437,56 @@ impl Program {
                         },
                     )?;
                 }
-                Step::FloatUnfoldNchw {
-                    win,
-                    c,
-                    batch,
+                Step::FloatConv {
+                    plan,
+                    b,
+                    bias,
                     src,
                     dst,
                 } => {
                     let x = view_f32(*src);
-                    let row = win.out_w * c * win.kh * win.kw;
-                    let rows = (batch * win.out_h, row, row);
-                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, out| {
-                        kernels::float::unfold_nchw(win, *c, x, out, r);
+                    let scratch = &bufs[plan.scratch];
+                    let (k, n, band) = (plan.k(), plan.n, plan.band);
+                    let epilogue = kernels::float::Epilogue { alpha: 1.0, bias };
+                    let pixels = plan.pixels();
+                    let stray = std::sync::atomic::AtomicBool::new(false);
+                    let rows = (pixels, n);
+                    split_rows_f32_in(lanes, base, &bufs[*dst], rows, plan.chunks, &|r, out| {
+                        // This chunk's own band of the scratch: chunk `i` is the call whose
+                        // rows are `chunk_range(pixels, chunks, i)`.
+                        let Some(i) = (0..plan.chunks).find(|&i| {
+                            redline_runtime::parallel::chunk_range(pixels, plan.chunks, i) == r
+                        }) else {
+                            stray.store(true, std::sync::atomic::Ordering::Relaxed);
+                            return;
+                        };
+                        debug_assert!(plan.scratch_bytes() <= scratch.bytes);
+                        // SAFETY: floats `i·band·k .. (i+1)·band·k` of `scratch` lie inside it
+                        // (`scratch_bytes() <= bytes`, planned at load) at a 64-byte aligned
+                        // offset; `for_each_chunk` runs each chunk once, so only this call
+                        // holds chunk `i`'s band, and the planner keeps `scratch` (made for
+                        // this step alone) apart from `src` and `dst`.
+                        let a: &mut [f32] =
+                            unsafe { base.elems_mut(scratch.offset, i * band * k, band * k) };
+                        let mut p = r.start;
+                        while p < r.end {
+                            let len = band.min(r.end - p);
+                            let a = &mut a[..len * k];
+                            plan.unfold(x, a, p..p + len);
+                            let dims = kernels::float::FloatMatMulDims {
+                                m: len,
+                                ..plan.dims()
+                            };
+                            let y = &mut out[(p - r.start) * n..(p - r.start + len) * n];
+                            kernels::float::matmul_rows(isa, dims, a, b, epilogue, 0, y);
+                            p += len;
+                        }
                     })?;
+                    if stray.into_inner() {
+                        return Err(EngineError::Run(
+                            "a float convolution's chunk is not one of its planned chunks",
+                        ));
+                    }
                 }
                 Step::FloatMatMul {
                     dims,

@@ -682,7 +682,7 @@ impl LaunchPlan {
                     push(kernel, grid, block, params);
                 }
                 Step::FloatPackB { .. }
-                | Step::FloatUnfoldNchw { .. }
+                | Step::FloatConv { .. }
                 | Step::FloatMatMul { .. }
                 | Step::FloatGroupedConv { .. } => {
                     return Err(EngineError::Unsupported {

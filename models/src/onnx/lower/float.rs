@@ -690,19 +690,22 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// `GlobalAveragePool` of a float NHWC tensor: the per-channel mean in `f32`
+    /// `GlobalAveragePool` of a 4-D float tensor: the per-channel mean in `f32`
     /// ([`Step::FloatGlobalAvgPool`]).
     pub(super) fn float_global_avg_pool(&mut self, n: &Node) -> Result<(), EngineError> {
         let t = match self.input(n, 0)? {
-            Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => t,
+            // A row-major one (an elementwise result kept in the graph's order) is moved to
+            // NHWC first.
+            Val::F32(t) if t.shape.len() == 4 => self.nhwc_of(t, 4)?,
             // A dequantized tensor whose average is not quantized again (ModelOpt's
             // classifier head: DQ → GlobalAveragePool → Flatten → Q): dequantized first.
-            Val::Dq(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => {
-                self.float_operand(n, 0, Layout::Nhwc)?
+            Val::Dq(t) if t.shape.len() == 4 => {
+                let t = self.float_operand(n, 0, Layout::Nhwc)?;
+                self.nhwc_of(t, 4)?
             }
             v => {
                 return Err(n.unsupported(format!(
-                    "cannot average {}: a float tensor must be 4-D NHWC",
+                    "cannot average {}: the native engine averages 4-D (NCHW) tensors",
                     kind_name(&v)
                 )))
             }

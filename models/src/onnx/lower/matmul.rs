@@ -16,7 +16,8 @@
 //! `Einsum` of two computed tensors runs here when its equation is such a product over
 //! equal batch axes: `..ik,..kj->..ij`, or `..ik,..jk->..ij` (the second operand
 //! transposed first, a byte copy): MaxViT's attention writes `q·kᵀ` and `p·v` so. Any other
-//! equation is refused by name.
+//! equation is refused by name. Such an `Einsum` of float tensors (a float model's
+//! attention) is the float route's `MatMul` (`lower::float`).
 
 use super::*;
 use crate::onnx::kernels::{MatMulDims, MatMulOut};
@@ -72,6 +73,9 @@ impl Lowerer<'_> {
             };
             self.transpose(&t)?;
             mm.inputs[1] = bt;
+        }
+        if self.is_float_product(&mm) {
+            return self.float_matmul(&mm);
         }
         if !self.second_operand_computed(&mm) {
             return Err(n.unsupported(

@@ -111,7 +111,7 @@ impl Lowerer<'_> {
         // A float tensor (TensorRT-style placement) pools as `f32` (`FloatPool`), a
         // quantized one as bytes.
         let (t, float, is_q) = match self.input(n, 0)? {
-            Val::F32(t) if t.layout == Layout::Nhwc && t.shape.len() == 4 => (t, true, false),
+            Val::F32(t) if t.shape.len() == 4 => (self.nhwc_of(t, 4)?, true, false),
             _ => {
                 let (t, kind) = self.movable(n, "max-pool")?;
                 (t, false, kind == shape::Moved::Q)
@@ -257,9 +257,15 @@ impl Lowerer<'_> {
     /// output pooled, or a dequantized tensor whose pool is not quantized):
     /// [`Step::FloatPool`], the output in float.
     fn float_avg_pool(&mut self, n: &Node, t: T) -> Result<(), EngineError> {
-        if t.layout != Layout::Nhwc || t.shape.len() != 4 {
-            return Err(n.unsupported("only 2-D pooling of NCHW tensors is supported"));
+        if t.shape.len() != 4 {
+            return Err(n.unsupported(format!(
+                "an input of shape {:?}: the native engine pools 4-D (NCHW) tensors",
+                t.shape
+            )));
         }
+        // A row-major float tensor (an elementwise result kept in the graph's order)
+        // is moved to NHWC first.
+        let t = self.nhwc_of(t, 4)?;
         let [b, c, h, w] = dims4(&t.shape);
         let win = self.pool_window(n, h, w)?;
         self.touch(t.buf);

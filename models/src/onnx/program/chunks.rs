@@ -37,7 +37,7 @@ pub(super) fn conv_chunks(rows: usize, per_row: usize, weight_bytes: usize, widt
 
 /// Fixed chunk count for `items` rows costing `per_item` units each: enough chunks for two
 /// to eight lanes, never more than the rows, independent of the lane count.
-fn chunks_for(items: usize, per_item: usize) -> usize {
+pub(crate) fn chunks_for(items: usize, per_item: usize) -> usize {
     let work = items.saturating_mul(per_item.max(1));
     (work / 32_768).clamp(1, 16).min(items.max(1))
 }
@@ -137,19 +137,26 @@ pub(super) fn split_rows_f32(
     (rows, row_elems, cost_per_row): (usize, usize, usize),
     f: &(dyn Fn(Range<usize>, &mut [f32]) + Sync),
 ) -> Result<(), EngineError> {
+    let chunks = chunks_for(rows, cost_per_row);
+    split_rows_f32_in(lanes, base, d, (rows, row_elems), chunks, f)
+}
+
+/// [`split_rows_f32`] into `chunks` chunks.
+pub(super) fn split_rows_f32_in(
+    lanes: &dyn Lanes,
+    base: SendPtr,
+    d: &Buffer,
+    (rows, row_elems): (usize, usize),
+    chunks: usize,
+    f: &(dyn Fn(Range<usize>, &mut [f32]) + Sync),
+) -> Result<(), EngineError> {
     let failed = std::sync::atomic::AtomicBool::new(false);
-    split_rows(
-        lanes,
-        base,
-        d,
-        rows,
-        row_elems * 4,
-        cost_per_row,
-        &|r, out| match bytemuck::try_cast_slice_mut::<i8, f32>(out) {
+    split_rows_in(lanes, base, d, rows, row_elems * 4, chunks, &|r, out| {
+        match bytemuck::try_cast_slice_mut::<i8, f32>(out) {
             Ok(y) => f(r, y),
             Err(_) => failed.store(true, std::sync::atomic::Ordering::Relaxed),
-        },
-    );
+        }
+    });
     if failed.into_inner() {
         return Err(EngineError::Run("a float buffer is not 4-byte aligned"));
     }

@@ -83,7 +83,10 @@ impl Program {
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::PackB { .. } => ("pack matmul operand", 0),
                     Step::FloatPackB { .. } => ("pack float matmul operand", 0),
-                    Step::FloatUnfoldNchw { .. } => ("float unfold taps", 0),
+                    Step::FloatConv { plan, .. } => {
+                        let d = plan.dims();
+                        ("float conv (unfolded in bands)", (d.m * d.k * d.n) as u64)
+                    }
                     Step::FloatMatMul { dims: d, .. } => {
                         ("float matmul", (d.batch * d.m * d.k * d.n) as u64)
                     }

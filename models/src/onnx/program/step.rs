@@ -9,6 +9,7 @@ use super::super::kernels::{
     AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, PadGeometry, Tap, Window,
 };
 use crate::conv::Conv2d;
+use std::ops::Range;
 
 /// The square dense fast path or the general convolution.
 #[derive(Clone, Debug)]
@@ -26,6 +27,88 @@ pub(crate) enum ConvImpl {
 pub(crate) struct PoolSplit {
     pub chunks: usize,
     pub partials: usize,
+}
+
+/// A float convolution run as a product over its unfolded image, the unfold made a band of
+/// output pixels at a time into scratch the step owns ([`Step::FloatConv`]).
+///
+/// The output's `batch · out_h · out_w` pixels are split into `chunks` chunks (fixed at
+/// load by the product's shape, like every step's); chunk `i` unfolds `band` pixels at a
+/// time into floats `i · band · k .. (i + 1) · band · k` of `scratch` (planned for this
+/// step alone) and multiplies them by the packed weights before the next band. Each
+/// output is the product's chain over the same `k` values in the same order as over a
+/// whole unfolded image, so the band, the chunks and the lanes change no bit. Cost: the
+/// scratch, `chunks · band · k` floats (about [`FloatConvPlan::BAND_BYTES`] a chunk),
+/// instead of the whole unfolded image, which stays in the cache as it is multiplied.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FloatConvPlan {
+    pub win: Window,
+    /// Input channels.
+    pub c: usize,
+    pub batch: usize,
+    /// A row-major NCHW input, taps in `(ci, ky, kx)` order
+    /// (`kernels::float::unfold_nchw`); else NHWC, taps in `(ky, kx, ci)` order.
+    pub nchw: bool,
+    /// Output channels.
+    pub n: usize,
+    pub chunks: usize,
+    /// Pixels unfolded at a time by a chunk.
+    pub band: usize,
+    pub scratch: usize,
+}
+
+impl FloatConvPlan {
+    /// The unfolded band a chunk aims at (bytes): a quarter of a 512 KiB–1 MiB L2, so that
+    /// the band and a panel of the weights stay there while they are multiplied.
+    pub const BAND_BYTES: usize = 128 << 10;
+
+    /// A pixel's unfolded values, `kh · kw · c`.
+    pub fn k(&self) -> usize {
+        self.win.kh * self.win.kw * self.c
+    }
+
+    /// Output pixels, `batch · out_h · out_w`: the product's rows.
+    pub fn pixels(&self) -> usize {
+        self.batch * self.win.out_h * self.win.out_w
+    }
+
+    /// The product's shape: `pixels × k` times `k × n`.
+    pub fn dims(&self) -> FloatMatMulDims {
+        FloatMatMulDims {
+            batch: 1,
+            m: self.pixels(),
+            k: self.k(),
+            n: self.n,
+            b_batched: false,
+        }
+    }
+
+    /// The band for `pixels` output pixels of `k` unfolded values split into `chunks`:
+    /// [`Self::BAND_BYTES`] of them (at least 8 pixels, whole blocks of 4 rows), never
+    /// more than a chunk holds.
+    pub fn band_for(pixels: usize, k: usize, chunks: usize) -> usize {
+        let band = (Self::BAND_BYTES / (k.max(1) * 4))
+            .max(8)
+            .next_multiple_of(4);
+        band.min(pixels.div_ceil(chunks.max(1))).max(1)
+    }
+
+    /// Scratch bytes: a band for each chunk.
+    pub fn scratch_bytes(&self) -> usize {
+        self.chunks * self.band * self.k() * 4
+    }
+
+    /// Unfolds output pixels `pixels` of `x` into `out` (exactly those pixels' `k` values).
+    pub fn unfold(&self, x: &[f32], out: &mut [f32], pixels: Range<usize>) {
+        if self.nchw {
+            super::super::kernels::float::unfold_nchw(&self.win, self.c, x, out, pixels);
+        } else {
+            // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded
+            // tap all-zero bytes: `0.0`.
+            let (x, out) = (bytemuck::cast_slice(x), bytemuck::cast_slice_mut(out));
+            Unfold { win: self.win }.run_pixels(4 * self.c, 0, x, out, pixels);
+        }
+    }
 }
 
 /// The second operand of a [`Step::FloatMatMul`]: constant weights packed at load, or the
@@ -213,12 +296,14 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
     },
-    /// The unfold of `batch` row-major NCHW `f32` images of `c` channels for a convolution
-    /// in float (`kernels::float::unfold_nchw`): `[batch · out_h · out_w, c · kh · kw]`.
-    FloatUnfoldNchw {
-        win: Window,
-        c: usize,
-        batch: usize,
+    /// A float convolution as a product over its unfolded image, unfolded a band at a time
+    /// ([`FloatConvPlan`]): `src` `batch` `f32` images (NHWC, or row-major NCHW), `b` the
+    /// `[k, n]` weights packed at load (`kernels::float::pack_matmul_b`), `bias` one value
+    /// per output channel or empty; `dst` NHWC `f32`, `n` channels.
+    FloatConv {
+        plan: FloatConvPlan,
+        b: Vec<f32>,
+        bias: Vec<f32>,
         src: usize,
         dst: usize,
     },
@@ -592,7 +677,7 @@ impl Step {
             | Step::FloatNorm { src, .. }
             | Step::PackB { src, .. }
             | Step::FloatPackB { src, .. }
-            | Step::FloatUnfoldNchw { src, .. }
+            | Step::FloatConv { src, .. }
             | Step::FloatGroupedConv { src, .. }
             | Step::Phases { src, .. }
             | Step::Unfold { src, .. }
@@ -643,7 +728,7 @@ impl Step {
             | Step::FloatNorm { dst, .. }
             | Step::PackB { dst, .. }
             | Step::FloatPackB { dst, .. }
-            | Step::FloatUnfoldNchw { dst, .. }
+            | Step::FloatConv { dst, .. }
             | Step::FloatMatMul { dst, .. }
             | Step::FloatGroupedConv { dst, .. }
             | Step::MatMulDyn { dst, .. }

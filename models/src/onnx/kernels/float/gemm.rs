@@ -153,53 +153,56 @@ fn block<const R: usize>(
     }
 }
 
-/// Output rows `rows` (of `batch · out_h`; `out` holds exactly those rows) of the unfold
-/// of row-major NCHW `f32` images of `c` channels for a convolution as a float product:
-/// each output pixel's `c · kh · kw` input values, tap `(ci, ky, kx)` at `(ci · kh + ky) ·
-/// kw + kx` (the order of the weights' own OIHW layout), `0.0` where the tap falls in the
-/// padding. Reads the image as it is: no transpose to NHWC first.
+/// Output pixels `pixels` (of the `batch · out_h · out_w` in row-major order, any range;
+/// `out` holds exactly those pixels) of the unfold of row-major NCHW `f32` images of `c`
+/// channels for a convolution as a float product: each output pixel's `c · kh · kw` input
+/// values, tap `(ci, ky, kx)` at `(ci · kh + ky) · kw + kx` (the order of the weights' own
+/// OIHW layout), `0.0` where the tap falls in the padding. Reads the image as it is: no
+/// transpose to NHWC first.
 pub(crate) fn unfold_nchw(
     win: &Window,
     c: usize,
     input: &[f32],
     out: &mut [f32],
-    rows: Range<usize>,
+    pixels: Range<usize>,
 ) {
     let taps = win.kh * win.kw;
     let plane = win.in_h * win.in_w;
-    for (r, orow) in rows.zip(out.chunks_exact_mut(win.out_w * c * taps)) {
+    if win.out_w == 0 || win.out_h == 0 {
+        return;
+    }
+    for (p, pixel) in pixels.zip(out.chunks_exact_mut(c * taps)) {
+        let (r, ox) = (p / win.out_w, p % win.out_w);
         let (b, oy) = (r / win.out_h, r % win.out_h);
         let image = &input[b * c * plane..(b + 1) * c * plane];
-        for (ox, pixel) in orow.chunks_exact_mut(c * taps).enumerate() {
-            let x0 = ox * win.sw;
-            for (channel, window) in image.chunks_exact(plane).zip(pixel.chunks_exact_mut(taps)) {
-                for (ky, trow) in window.chunks_exact_mut(win.kw).enumerate() {
-                    let iy = (oy * win.sh + ky * win.dh).checked_sub(win.pt);
-                    let Some(row) = iy.and_then(|y| channel.get(y * win.in_w..(y + 1) * win.in_w))
-                    else {
+        let x0 = ox * win.sw;
+        for (channel, window) in image.chunks_exact(plane).zip(pixel.chunks_exact_mut(taps)) {
+            for (ky, trow) in window.chunks_exact_mut(win.kw).enumerate() {
+                let iy = (oy * win.sh + ky * win.dh).checked_sub(win.pt);
+                let Some(row) = iy.and_then(|y| channel.get(y * win.in_w..(y + 1) * win.in_w))
+                else {
+                    trow.fill(0.0);
+                    continue;
+                };
+                if win.dw == 1 {
+                    // Taps `lo..hi` inside the row, one copy; zeros on either side.
+                    let start = x0 as isize - win.pl as isize;
+                    let lo = (-start).clamp(0, win.kw as isize) as usize;
+                    let hi =
+                        (win.in_w as isize - start).clamp(lo as isize, win.kw as isize) as usize;
+                    if hi == lo {
                         trow.fill(0.0);
                         continue;
-                    };
-                    if win.dw == 1 {
-                        // Taps `lo..hi` inside the row, one copy; zeros on either side.
-                        let start = x0 as isize - win.pl as isize;
-                        let lo = (-start).clamp(0, win.kw as isize) as usize;
-                        let hi = (win.in_w as isize - start).clamp(lo as isize, win.kw as isize)
-                            as usize;
-                        if hi == lo {
-                            trow.fill(0.0);
-                            continue;
-                        }
-                        let from = (start + lo as isize) as usize;
-                        trow[..lo].fill(0.0);
-                        trow[lo..hi].copy_from_slice(&row[from..from + hi - lo]);
-                        trow[hi..].fill(0.0);
-                        continue;
                     }
-                    for (kx, t) in trow.iter_mut().enumerate() {
-                        let ix = (x0 + kx * win.dw).checked_sub(win.pl);
-                        *t = ix.and_then(|x| row.get(x)).copied().unwrap_or(0.0);
-                    }
+                    let from = (start + lo as isize) as usize;
+                    trow[..lo].fill(0.0);
+                    trow[lo..hi].copy_from_slice(&row[from..from + hi - lo]);
+                    trow[hi..].fill(0.0);
+                    continue;
+                }
+                for (kx, t) in trow.iter_mut().enumerate() {
+                    let ix = (x0 + kx * win.dw).checked_sub(win.pl);
+                    *t = ix.and_then(|x| row.get(x)).copied().unwrap_or(0.0);
                 }
             }
         }
@@ -257,13 +260,14 @@ mod tests {
                     }
                 }
             }
-            let rows = batch * out_h;
-            for split in [1, 3] {
+            // Splits at whole rows and anywhere inside them.
+            let pixels = batch * out_h * out_w;
+            for split in [1, 3, 7] {
                 let mut got = vec![f32::NAN; want.len()];
                 let mut first = 0;
                 for part in 0..split {
-                    let end = rows * (part + 1) / split;
-                    let out = &mut got[first * out_w * k..end * out_w * k];
+                    let end = pixels * (part + 1) / split;
+                    let out = &mut got[first * k..end * k];
                     unfold_nchw(&win, c, &x, out, first..end);
                     first = end;
                 }

@@ -6,11 +6,14 @@
 //! models. One [`Step::FloatMatMul`] each (`kernels::float`'s product: fused multiply-adds
 //! in index order, the same bits on every ISA and lane count; ONNX Runtime's `sgemm` sums
 //! in its own blocks, so the two may differ in the last bits). A convolution is that
-//! product over its unfolded image, `[pixels, kh·kw·c] × [kh·kw·c, out_c]`: of an NHWC
-//! input by [`Step::Unfold`] (a tap's channels its 4-byte elements, padding `0.0`; none for
-//! a 1×1, stride-1, unpadded convolution), taps in `(ky, kx, ci)` order; of a row-major NCHW
-//! input (a float graph input: a mixed-precision network's first convolution) by
-//! [`Step::FloatUnfoldNchw`], taps in `(ci, ky, kx)` order, with no transpose first. A
+//! product over its unfolded image, `[pixels, kh·kw·c] × [kh·kw·c, out_c]`, one
+//! [`Step::FloatConv`] that unfolds a band of pixels at a time into its own scratch and
+//! multiplies it while it is in the cache (none for a 1×1, stride-1, unpadded convolution:
+//! a [`Step::FloatMatMul`] of the image itself): of an NHWC input taps in `(ky, kx, ci)`
+//! order (a tap's channels its 4-byte elements, padding `0.0`); of a row-major NCHW input (a
+//! float graph input: a mixed-precision network's first convolution) taps in `(ci, ky, kx)`
+//! order, with no transpose first. The whole unfolded image is never held, so a float
+//! convolution of any image size runs. A
 //! grouped convolution (depthwise included) is one [`Step::FloatGroupedConv`] over the
 //! NHWC image (`kernels::float`'s grouped kernel: the same chains, in the same order, as the
 //! product over the unfold would compute with one group). Load time only; errors name the
@@ -22,7 +25,7 @@ use crate::onnx::kernels::float::{
     grouped_conv_packed_len, pack_grouped_conv, pack_matmul_b, packed_matmul_len, FloatMatMulDims,
     GroupedConvDims,
 };
-use crate::onnx::program::FloatMatMulB;
+use crate::onnx::program::{chunks_for, FloatConvPlan, FloatMatMulB};
 
 /// The second operand of a float product, as lowered.
 enum Second {
@@ -288,12 +291,38 @@ impl Lowerer<'_> {
             &ohwi
         };
         let pixels = batch * win.out_h * win.out_w;
-        let a = if pointwise && !nchw {
-            x.buf
+        let dst = if pointwise && !nchw {
+            self.push_conv_product(pixels, x.buf, rows, oc, bias)
         } else {
-            self.float_unfold(n, x.buf, win, c, batch, nchw)?
+            // Unfolded a band at a time into scratch the step owns: no image-sized unfold.
+            let b = self.packed_conv_weights(rows, oc);
+            let k = kh * kw * c;
+            let chunks = chunks_for(pixels, k * oc);
+            let band = FloatConvPlan::band_for(pixels, k, chunks);
+            let mut plan = FloatConvPlan {
+                win,
+                c,
+                batch,
+                nchw,
+                n: oc,
+                chunks,
+                band,
+                scratch: 0,
+            };
+            self.macs += (pixels * k * oc) as u64;
+            self.weight_bytes += bias.len() * 4;
+            self.touch(x.buf);
+            plan.scratch = self.new_buf(plan.scratch_bytes());
+            let dst = self.new_buf(pixels * oc * 4);
+            self.steps.push(Step::FloatConv {
+                plan,
+                b,
+                bias,
+                src: x.buf,
+                dst,
+            });
+            dst
         };
-        let dst = self.push_conv_product(pixels, a, rows, oc, bias);
         self.set_nhwc_f32(n, dst, vec![batch, oc, win.out_h, win.out_w]);
         Ok(())
     }
@@ -340,7 +369,7 @@ impl Lowerer<'_> {
                 pt: k - 1,
                 pl: k - 1,
             };
-            self.float_unfold(n, x.buf, win, ic, g.batch, false)?
+            self.float_unfold(n, x.buf, win, ic, g.batch)?
         };
         let mut phases = Vec::with_capacity(plan.sh * plan.sw);
         for ry in 0..plan.sh {
@@ -363,10 +392,11 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// The unfold of `batch` `f32` images of `c` channels in `src` (NHWC, or row-major
-    /// NCHW when `nchw`) for window `win` ([`Step::Unfold`] on 4-byte taps, padding `0.0`;
-    /// [`Step::FloatUnfoldNchw`]): its buffer, `[pixels, kh·kw·c]` floats, or an error
-    /// naming `n` when that would outgrow [`Unfold::MAX_BYTES`].
+    /// The unfold of `batch` NHWC `f32` images of `c` channels in `src` for window `win`
+    /// ([`Step::Unfold`] on 4-byte taps, padding `0.0`): its buffer, `[pixels, kh·kw·c]`
+    /// floats, or an error naming `n` when that would outgrow [`Unfold::MAX_BYTES`]. (A
+    /// transposed convolution's phases share it; a convolution unfolds in bands instead,
+    /// [`Step::FloatConv`].)
     fn float_unfold(
         &mut self,
         n: &Node,
@@ -374,7 +404,6 @@ impl Lowerer<'_> {
         win: Window,
         c: usize,
         batch: usize,
-        nchw: bool,
     ) -> Result<usize, EngineError> {
         let (pixels, k) = (batch * win.out_h * win.out_w, win.kh * win.kw * c);
         if pixels * k * 4 > Unfold::MAX_BYTES {
@@ -386,25 +415,15 @@ impl Lowerer<'_> {
         }
         self.touch(src);
         let dst = self.new_buf(pixels * k * 4);
-        self.steps.push(if nchw {
-            Step::FloatUnfoldNchw {
-                win,
-                c,
-                batch,
-                src,
-                dst,
-            }
-        } else {
-            // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded
-            // tap all-zero bytes: `0.0`.
-            Step::Unfold {
-                unfold: Unfold { win },
-                c: 4 * c,
-                batch,
-                fill: 0,
-                src,
-                dst,
-            }
+        // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded tap
+        // all-zero bytes: `0.0`.
+        self.steps.push(Step::Unfold {
+            unfold: Unfold { win },
+            c: 4 * c,
+            batch,
+            fill: 0,
+            src,
+            dst,
         });
         Ok(dst)
     }
@@ -421,13 +440,7 @@ impl Lowerer<'_> {
         bias: Vec<f32>,
     ) -> usize {
         let k = rows.len() / oc;
-        let mut wk = vec![0f32; k * oc];
-        for (o, taps) in rows.chunks_exact(k).enumerate() {
-            for (r, &v) in taps.iter().enumerate() {
-                wk[r * oc + o] = v;
-            }
-        }
-        let b = self.packed_weights(k, oc, &wk);
+        let b = FloatMatMulB::Packed(self.packed_conv_weights(rows, oc));
         let dims = FloatMatMulDims {
             batch: 1,
             m: pixels,
@@ -467,10 +480,28 @@ impl Lowerer<'_> {
 
     /// Row-major `k × n` float weights packed for the product, counted as weights.
     fn packed_weights(&mut self, k: usize, n: usize, w: &[f32]) -> FloatMatMulB {
+        FloatMatMulB::Packed(self.packed_matrix(k, n, w))
+    }
+
+    /// [`Self::packed_weights`]' packed matrix.
+    fn packed_matrix(&mut self, k: usize, n: usize, w: &[f32]) -> Vec<f32> {
         let mut packed = vec![0f32; packed_matmul_len(k, n)];
         pack_matmul_b(k, n, w, &mut packed);
         self.weight_bytes += packed.len() * 4;
-        FloatMatMulB::Packed(packed)
+        packed
+    }
+
+    /// `oc` output channels' weights (`rows`, `k` each, in the order the product's rows lay
+    /// out a pixel's taps) as the product's packed `[k, oc]` matrix, counted as weights.
+    fn packed_conv_weights(&mut self, rows: &[f32], oc: usize) -> Vec<f32> {
+        let k = rows.len() / oc;
+        let mut wk = vec![0f32; k * oc];
+        for (o, taps) in rows.chunks_exact(k).enumerate() {
+            for (r, &v) in taps.iter().enumerate() {
+                wk[r * oc + o] = v;
+            }
+        }
+        self.packed_matrix(k, oc, &wk)
     }
 
     /// Pushes the [`Step::FloatMatMul`] of `a` (row-major `f32`) and `b`, counting its
