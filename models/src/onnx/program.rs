@@ -32,7 +32,7 @@ use chunks::{
 pub(crate) use fusion::{fuse_input_quantize, fuse_residual_adds, fuse_tables, fuse_transposes};
 pub(crate) use step::{
     ConvImpl, DeconvGeom, FloatBinaryOp, FloatConvPlan, FloatMatMulB, FloatPool, FloatUnaryOp,
-    NormOp, Operand, OutKind, PhaseDir, PoolSplit, ReduceOp, Residual, Step,
+    FloatUnfold, NormOp, Operand, OutKind, PhaseDir, PoolSplit, ReduceOp, Residual, Step,
 };
 
 /// The compiled model.
@@ -446,9 +446,9 @@ impl Program {
                 } => {
                     let x = view_f32(*src);
                     let scratch = &bufs[plan.scratch];
-                    let (k, n, band) = (plan.k(), plan.n, plan.band);
+                    let (k, n, band) = (plan.unfold.k(), plan.n, plan.band);
                     let epilogue = kernels::float::Epilogue { alpha: 1.0, bias };
-                    let pixels = plan.pixels();
+                    let pixels = plan.unfold.pixels();
                     let stray = std::sync::atomic::AtomicBool::new(false);
                     let rows = (pixels, n);
                     split_rows_f32_in(lanes, base, &bufs[*dst], rows, plan.chunks, &|r, out| {
@@ -472,7 +472,7 @@ impl Program {
                         while p < r.end {
                             let len = band.min(r.end - p);
                             let a = &mut a[..len * k];
-                            plan.unfold(x, a, p..p + len);
+                            plan.unfold.run(x, a, p..p + len);
                             let dims = kernels::float::FloatMatMulDims {
                                 m: len,
                                 ..plan.dims()

@@ -68,7 +68,8 @@
 //!   - `MatMul` and `Gemm` of float or dequantized tensors with float weights (no Q/DQ
 //!     pair) or with a second computed tensor (attention in float), and `Conv` and
 //!     `ConvTranspose` likewise ([`Step::FloatMatMul`], `product`: fused multiply-adds in
-//!     index order; a convolution through its unfolded image, a grouped one by
+//!     index order; a convolution through its unfolded image, made a band at a time
+//!     ([`Step::FloatConv`]: no image-sized unfold is held), a grouped one by
 //!     [`Step::FloatGroupedConv`], a transposed one as one product per output phase).
 //!     These also start a float route where
 //!     no convolution does: a float graph input, a layer `quantize_static` was told to

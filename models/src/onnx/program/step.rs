@@ -42,13 +42,7 @@ pub(crate) struct PoolSplit {
 /// instead of the whole unfolded image, which stays in the cache as it is multiplied.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FloatConvPlan {
-    pub win: Window,
-    /// Input channels.
-    pub c: usize,
-    pub batch: usize,
-    /// A row-major NCHW input, taps in `(ci, ky, kx)` order
-    /// (`kernels::float::unfold_nchw`); else NHWC, taps in `(ky, kx, ci)` order.
-    pub nchw: bool,
+    pub unfold: FloatUnfold,
     /// Output channels.
     pub n: usize,
     pub chunks: usize,
@@ -57,27 +51,52 @@ pub(crate) struct FloatConvPlan {
     pub scratch: usize,
 }
 
-impl FloatConvPlan {
-    /// The unfolded band a chunk aims at (bytes): a quarter of a 512 KiB–1 MiB L2, so that
-    /// the band and a panel of the weights stay there while they are multiplied.
-    pub const BAND_BYTES: usize = 128 << 10;
+/// What a float convolution unfolds: `batch` images of `c` channels for window `win`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FloatUnfold {
+    pub win: Window,
+    pub c: usize,
+    pub batch: usize,
+    /// A row-major NCHW input, taps in `(ci, ky, kx)` order
+    /// (`kernels::float::unfold_nchw`); else NHWC, taps in `(ky, kx, ci)` order.
+    pub nchw: bool,
+}
 
+impl FloatUnfold {
     /// A pixel's unfolded values, `kh · kw · c`.
     pub fn k(&self) -> usize {
         self.win.kh * self.win.kw * self.c
     }
 
-    /// Output pixels, `batch · out_h · out_w`: the product's rows.
+    /// Output pixels, `batch · out_h · out_w`.
     pub fn pixels(&self) -> usize {
         self.batch * self.win.out_h * self.win.out_w
     }
+
+    /// Unfolds output pixels `pixels` of `x` into `out` (exactly those pixels' `k` values).
+    pub fn run(&self, x: &[f32], out: &mut [f32], pixels: Range<usize>) {
+        if self.nchw {
+            super::super::kernels::float::unfold_nchw(&self.win, self.c, x, out, pixels);
+        } else {
+            // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded
+            // tap all-zero bytes: `0.0`.
+            let (x, out) = (bytemuck::cast_slice(x), bytemuck::cast_slice_mut(out));
+            Unfold { win: self.win }.run_pixels(4 * self.c, 0, x, out, pixels);
+        }
+    }
+}
+
+impl FloatConvPlan {
+    /// The unfolded band a chunk aims at (bytes): a quarter of a 512 KiB–1 MiB L2, so that
+    /// the band and a panel of the weights stay there while they are multiplied.
+    pub const BAND_BYTES: usize = 128 << 10;
 
     /// The product's shape: `pixels × k` times `k × n`.
     pub fn dims(&self) -> FloatMatMulDims {
         FloatMatMulDims {
             batch: 1,
-            m: self.pixels(),
-            k: self.k(),
+            m: self.unfold.pixels(),
+            k: self.unfold.k(),
             n: self.n,
             b_batched: false,
         }
@@ -95,19 +114,7 @@ impl FloatConvPlan {
 
     /// Scratch bytes: a band for each chunk.
     pub fn scratch_bytes(&self) -> usize {
-        self.chunks * self.band * self.k() * 4
-    }
-
-    /// Unfolds output pixels `pixels` of `x` into `out` (exactly those pixels' `k` values).
-    pub fn unfold(&self, x: &[f32], out: &mut [f32], pixels: Range<usize>) {
-        if self.nchw {
-            super::super::kernels::float::unfold_nchw(&self.win, self.c, x, out, pixels);
-        } else {
-            // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded
-            // tap all-zero bytes: `0.0`.
-            let (x, out) = (bytemuck::cast_slice(x), bytemuck::cast_slice_mut(out));
-            Unfold { win: self.win }.run_pixels(4 * self.c, 0, x, out, pixels);
-        }
+        self.chunks * self.band * self.unfold.k() * 4
     }
 }
 

@@ -20,12 +20,11 @@
 //! node.
 use super::super::conv::trim_dead_taps;
 use super::*;
-use crate::onnx::dense_routes::Unfold;
 use crate::onnx::kernels::float::{
     grouped_conv_packed_len, pack_grouped_conv, pack_matmul_b, packed_matmul_len, FloatMatMulDims,
     GroupedConvDims,
 };
-use crate::onnx::program::{chunks_for, FloatConvPlan, FloatMatMulB};
+use crate::onnx::program::{chunks_for, FloatConvPlan, FloatMatMulB, FloatUnfold};
 
 /// The second operand of a float product, as lowered.
 enum Second {
@@ -294,34 +293,13 @@ impl Lowerer<'_> {
         let dst = if pointwise && !nchw {
             self.push_conv_product(pixels, x.buf, rows, oc, bias)
         } else {
-            // Unfolded a band at a time into scratch the step owns: no image-sized unfold.
-            let b = self.packed_conv_weights(rows, oc);
-            let k = kh * kw * c;
-            let chunks = chunks_for(pixels, k * oc);
-            let band = FloatConvPlan::band_for(pixels, k, chunks);
-            let mut plan = FloatConvPlan {
+            let unfold = FloatUnfold {
                 win,
                 c,
                 batch,
                 nchw,
-                n: oc,
-                chunks,
-                band,
-                scratch: 0,
             };
-            self.macs += (pixels * k * oc) as u64;
-            self.weight_bytes += bias.len() * 4;
-            self.touch(x.buf);
-            plan.scratch = self.new_buf(plan.scratch_bytes());
-            let dst = self.new_buf(pixels * oc * 4);
-            self.steps.push(Step::FloatConv {
-                plan,
-                b,
-                bias,
-                src: x.buf,
-                dst,
-            });
-            dst
+            self.push_banded_conv(x.buf, unfold, rows, oc, bias)
         };
         self.set_nhwc_f32(n, dst, vec![batch, oc, win.out_h, win.out_w]);
         Ok(())
@@ -329,8 +307,9 @@ impl Lowerer<'_> {
 
     /// A float `ConvTranspose` (a float input, or float weights without a Q/DQ pair): the
     /// quantized route's phase decomposition ([`DeconvPlan`]: `sh · sw` phases, each a
-    /// `K × K` stride-1 convolution padded by `K − 1`), each phase a float product over one
-    /// unfold of the input all phases share (none when `K` is 1: the image itself), merged
+    /// `K × K` stride-1 convolution padded by `K − 1`), each phase a float product over the
+    /// input's unfold for that window, made a band at a time by the phase's own
+    /// [`Step::FloatConv`] (when `K` is 1, a [`Step::FloatMatMul`] of the image itself), merged
     /// by [`Step::DeconvMerge`] moving 4-byte pixels. Every output is one chain of fused
     /// multiply-adds over its phase's taps (the kernel's missing taps multiply zeros), then
     /// the bias; ONNX Runtime scatters the products in its own order, so the two may differ
@@ -352,31 +331,38 @@ impl Lowerer<'_> {
         let (ic, oc, k, g) = (plan.ic, plan.oc, plan.k, plan.geom);
         let [_, _, h, wd] = dims4(&x.shape);
         let pixels = g.batch * g.ph * g.pw;
-        let a = if k == 1 {
-            x.buf
-        } else {
-            let win = Window {
-                in_h: h,
-                in_w: wd,
-                out_h: g.ph,
-                out_w: g.pw,
-                kh: k,
-                kw: k,
-                sh: 1,
-                sw: 1,
-                dh: 1,
-                dw: 1,
-                pt: k - 1,
-                pl: k - 1,
-            };
-            self.float_unfold(n, x.buf, win, ic, g.batch)?
+        // Each phase a product over the input (K = 1) or over its unfold for the phase's
+        // K × K stride-1 window padded by K − 1, unfolded in bands by the phase's own step.
+        let win = Window {
+            in_h: h,
+            in_w: wd,
+            out_h: g.ph,
+            out_w: g.pw,
+            kh: k,
+            kw: k,
+            sh: 1,
+            sw: 1,
+            dh: 1,
+            dw: 1,
+            pt: k - 1,
+            pl: k - 1,
+        };
+        let unfold = FloatUnfold {
+            win,
+            c: ic,
+            batch: g.batch,
+            nchw: false,
         };
         let mut phases = Vec::with_capacity(plan.sh * plan.sw);
         for ry in 0..plan.sh {
             for rx in 0..plan.sw {
                 // The phase's [oc, K, K, ic] kernel: taps in the NHWC unfold's order.
                 let ohwi = plan.phase_weights(&wv, ry, rx);
-                phases.push(self.push_conv_product(pixels, a, &ohwi, oc, bias.clone()));
+                phases.push(if k == 1 {
+                    self.push_conv_product(pixels, x.buf, &ohwi, oc, bias.clone())
+                } else {
+                    self.push_banded_conv(x.buf, unfold, &ohwi, oc, bias.clone())
+                });
             }
         }
         for &p in &phases {
@@ -392,40 +378,42 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// The unfold of `batch` NHWC `f32` images of `c` channels in `src` for window `win`
-    /// ([`Step::Unfold`] on 4-byte taps, padding `0.0`): its buffer, `[pixels, kh·kw·c]`
-    /// floats, or an error naming `n` when that would outgrow [`Unfold::MAX_BYTES`]. (A
-    /// transposed convolution's phases share it; a convolution unfolds in bands instead,
-    /// [`Step::FloatConv`].)
-    fn float_unfold(
+    /// Pushes the [`Step::FloatConv`] of the images in `src` (`unfold`: their window,
+    /// channels, count and layout) times `rows` (`oc` output channels' weights in the order
+    /// the unfold lays out a pixel's taps) plus `bias`, counting its multiply-adds, weights
+    /// and bias; returns its output buffer (NHWC `f32`, `oc` channels). Its scratch (a band
+    /// for each chunk, [`FloatConvPlan`]) is planned for this step alone.
+    fn push_banded_conv(
         &mut self,
-        n: &Node,
         src: usize,
-        win: Window,
-        c: usize,
-        batch: usize,
-    ) -> Result<usize, EngineError> {
-        let (pixels, k) = (batch * win.out_h * win.out_w, win.kh * win.kw * c);
-        if pixels * k * 4 > Unfold::MAX_BYTES {
-            return Err(n.unsupported(format!(
-                "its unfolded image ({pixels} pixels of {k} floats) would exceed {} MiB; \
-                 quantize it (QDQ) or run the model with --engine onnxruntime",
-                Unfold::MAX_BYTES >> 20
-            )));
-        }
+        unfold: FloatUnfold,
+        rows: &[f32],
+        oc: usize,
+        bias: Vec<f32>,
+    ) -> usize {
+        let b = self.packed_conv_weights(rows, oc);
+        let (k, pixels) = (unfold.k(), unfold.pixels());
+        let chunks = chunks_for(pixels, k * oc);
+        let mut plan = FloatConvPlan {
+            unfold,
+            n: oc,
+            chunks,
+            band: FloatConvPlan::band_for(pixels, k, chunks),
+            scratch: 0,
+        };
+        self.macs += (pixels * k * oc) as u64;
+        self.weight_bytes += bias.len() * 4;
         self.touch(src);
-        let dst = self.new_buf(pixels * k * 4);
-        // The unfold of `c` floats a pixel is the byte unfold of `4·c` bytes, a padded tap
-        // all-zero bytes: `0.0`.
-        self.steps.push(Step::Unfold {
-            unfold: Unfold { win },
-            c: 4 * c,
-            batch,
-            fill: 0,
+        plan.scratch = self.new_buf(plan.scratch_bytes());
+        let dst = self.new_buf(pixels * oc * 4);
+        self.steps.push(Step::FloatConv {
+            plan,
+            b,
+            bias,
             src,
             dst,
         });
-        Ok(dst)
+        dst
     }
 
     /// A convolution as one float product: `pixels` rows of `a` (the unfolded image, or the
