@@ -1467,6 +1467,16 @@ save("float_einsum_pools", [h.make_node("Mul", ["x", "quarter"], ["a"]),
                             h.make_node("Einsum", ["e1", "p2"], ["e2"], equation="bhij,bhjd->bhid"),
                             h.make_node("GlobalAveragePool", ["e2"], ["g"]), h.make_node("Add", ["e2", "g"], ["y"])],
      [init("quarter", np.array(0.25, np.float32))], [1, 4, 6, 8])
+# A float temporal encoder (PyTorch's Conv1d, MaxPool1d, ConvTranspose1d over [N, C, L]),
+# lifted to [N, C, 1, L] at load: a strided dilated convolution, a pool, a depthwise one, a
+# transposed one, then Flatten and a Gemm.
+save("float_conv1d", [h.make_node("Conv", ["x", "w1", "b1"], ["c0"], kernel_shape=[5], strides=[2], dilations=[2], pads=[4, 3]),
+                      h.make_node("Relu", ["c0"], ["c1"]), h.make_node("MaxPool", ["c1"], ["p"], kernel_shape=[2], strides=[2]),
+                      h.make_node("Conv", ["p", "dw"], ["d"], kernel_shape=[3], pads=[1, 1], group=12),
+                      h.make_node("ConvTranspose", ["d", "tw", "tb"], ["u"], kernel_shape=[4], strides=[2], pads=[1, 1]),
+                      h.make_node("Flatten", ["u"], ["f"]), h.make_node("Gemm", ["f", "gw"], ["y"], transB=1)],
+     [init("w1", f32(12, 5, 5, s=0.3)), init("b1", f32(12)), init("dw", f32(12, 1, 3, s=0.4)),
+      init("tw", f32(12, 6, 4, s=0.3)), init("tb", f32(6)), init("gw", f32(7, 60, s=0.2))], [3, 5, 21])
 # Transposed convolutions in float: 4x4/2 (CenterNet's), 2x2/2 (U-Net's: one tap per
 # phase), 3x3 with strides (2, 1) and output_padding (a kernel the stride does not divide).
 save("float_deconvs", q("x", "s", "z", "xf") + [
@@ -1515,6 +1525,7 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         "float_depthwise_net",
         "float_conv_large",
         "float_einsum_pools",
+        "float_conv1d",
         "float_deconvs",
         "float_upsampling_net",
     ];
@@ -1546,6 +1557,7 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
                 "float_depthwise_net",
                 "float_conv_large",
                 "float_einsum_pools",
+                "float_conv1d",
                 "float_upsampling_net",
             ]
             .iter()
@@ -1590,6 +1602,8 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         ("float_deconvs", 10, 0),
         ("float_conv_large", 2, 0),
         ("float_einsum_pools", 2, 0),
+        // Conv1d, Gemm and the transposed one's two phases; the depthwise one.
+        ("float_conv1d", 4, 1),
     ] {
         let mut e = load_from(&dir, name);
         assert_eq!(float_products(&e), products, "{name}: {:?}", e.step_macs());

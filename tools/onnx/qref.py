@@ -297,12 +297,17 @@ def image_like(rng, shape):
 
 
 def make_inputs(model, rng):
+    """An image-like NCHW input for each 4-D graph input (`image_like`), standard normal
+    values clipped to [-3, 3] for any other shape (a sequence, a feature vector)."""
     feeds = {}
     for vi in model.graph.input:
         shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
-        if len(shape) != 4:
-            ro.fail(f"{model.graph.name}: input {vi.name} has shape {shape}; inputs here are NCHW images")
-        feeds[vi.name] = image_like(rng, shape)
+        if not shape or any(d <= 0 for d in shape):
+            ro.fail(f"{model.graph.name}: input {vi.name} has shape {shape}; inputs here have static shapes")
+        if len(shape) == 4:
+            feeds[vi.name] = image_like(rng, shape)
+        else:
+            feeds[vi.name] = np.clip(rng.standard_normal(shape), -3, 3).astype(np.float32)
     return feeds
 
 

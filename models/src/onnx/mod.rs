@@ -155,6 +155,7 @@ pub mod fuzzing;
 pub(crate) mod graph;
 pub(crate) mod isa;
 pub(crate) mod kernels;
+mod lift;
 mod lower;
 pub(crate) mod program;
 pub mod proto;

@@ -123,6 +123,8 @@ pub(crate) struct Lowered {
 /// ([`super::dense_routes::Unfold`]; the native engine) instead of on the general kernel
 /// (the CUDA engine, whose convolution kernel takes any window).
 pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, EngineError> {
+    let lifted = super::lift::lift_1d_windows(g);
+    let g = lifted.as_ref().unwrap_or(g);
     let merged = super::graph::merge_duplicate_quantizers(g);
     let g = merged.as_ref().unwrap_or(g);
     let path = KernelPath::from_env().map_err(|e| EngineError::Invalid {
