@@ -96,7 +96,7 @@ pub(crate) fn lift_1d_windows(g: &OnnxGraph) -> Option<OnnxGraph> {
     let nodes = lift
         .nodes
         .into_iter()
-        .filter(|n| !(squeezed.contains(&n.outputs[0]) && !read.contains(&n.outputs[0])))
+        .filter(|n| !squeezed.contains(&n.outputs[0]) || read.contains(&n.outputs[0]))
         .collect();
     Some(OnnxGraph {
         nodes,
