@@ -637,7 +637,8 @@ fn profile_native(a: &ProfileArgs) -> Result<()> {
         steps.push((k, name, macs, s * 1e3 / a.reps as f64));
     }
     let total: f64 = steps.iter().map(|s| s.3).sum();
-    let conv: f64 = steps.iter().filter(|s| s.2 > 0).map(|s| s.3).sum();
+    // `+ 0.0`: an empty float sum is -0.0, which would print as "-0.000".
+    let conv: f64 = steps.iter().filter(|s| s.2 > 0).map(|s| s.3).sum::<f64>() + 0.0;
     println!(
         "profile: {} on the native engine ({} kernels), {}, {} steps, {}, mean of {} runs",
         a.model.display(),
