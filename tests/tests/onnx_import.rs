@@ -1477,6 +1477,21 @@ save("float_conv1d", [h.make_node("Conv", ["x", "w1", "b1"], ["c0"], kernel_shap
                       h.make_node("Flatten", ["u"], ["f"]), h.make_node("Gemm", ["f", "gw"], ["y"], transB=1)],
      [init("w1", f32(12, 5, 5, s=0.3)), init("b1", f32(12)), init("dw", f32(12, 1, 3, s=0.4)),
       init("tw", f32(12, 6, 4, s=0.3)), init("tb", f32(6)), init("gw", f32(7, 60, s=0.2))], [3, 5, 21])
+# GridSample (a BEV view transform, deformable attention's sampling, a flow warp): at
+# locations computed from the image (its two channels scaled, so that many fall outside
+# [-1, 1] and every padding mode is read), in every mode, padding and corner convention,
+# concatenated; and at constant locations.
+gs = [h.make_node("Mul", ["x", "spread"], ["g2"]), h.make_node("Transpose", ["g2"], ["grid"], perm=[0, 2, 3, 1])]
+outs = []
+for i, (mode, pad, ac) in enumerate([("bilinear", "zeros", 0), ("bilinear", "border", 1), ("nearest", "reflection", 0),
+                                     ("bilinear", "reflection", 1), ("nearest", "zeros", 1), ("bilinear", "reflection", 0)]):
+    gs.append(h.make_node("GridSample", ["x", "grid"], [f"s{i}"], mode=mode, padding_mode=pad, align_corners=ac))
+    outs.append(f"s{i}")
+gs.append(h.make_node("Concat", outs, ["y"], axis=1))
+save("float_grid_sample", gs, [init("spread", np.array(0.8, np.float32))], [1, 2, 6, 7])
+save("float_grid_sample_const", [h.make_node("Relu", ["x"], ["r"]),
+                                 h.make_node("GridSample", ["r", "cg"], ["y"], mode="bilinear", padding_mode="border")],
+     [init("cg", rng.uniform(-1.3, 1.3, (2, 5, 9, 2)).astype(np.float32))], [2, 3, 6, 7])
 # Transposed convolutions in float: 4x4/2 (CenterNet's), 2x2/2 (U-Net's: one tap per
 # phase), 3x3 with strides (2, 1) and output_padding (a kernel the stride does not divide).
 save("float_deconvs", q("x", "s", "z", "xf") + [
@@ -1526,6 +1541,8 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         "float_conv_large",
         "float_einsum_pools",
         "float_conv1d",
+        "float_grid_sample",
+        "float_grid_sample_const",
         "float_deconvs",
         "float_upsampling_net",
     ];
@@ -1552,12 +1569,17 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
             } else {
                 (4, 1e-4)
             };
+            // GridSample follows ONNX Runtime's formulas (measured: bit-exact in every mode).
+            if name.starts_with("float_grid_sample") {
+                assert_eq!(o.differing, 0, "{name}: GridSample differs");
+            }
             if [
                 "float_mlp",
                 "float_depthwise_net",
                 "float_conv_large",
                 "float_einsum_pools",
                 "float_conv1d",
+                "float_grid_sample",
                 "float_upsampling_net",
             ]
             .iter()
@@ -1604,6 +1626,8 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         ("float_einsum_pools", 2, 0),
         // Conv1d, Gemm and the transposed one's two phases; the depthwise one.
         ("float_conv1d", 4, 1),
+        ("float_grid_sample", 0, 0),
+        ("float_grid_sample_const", 0, 0),
     ] {
         let mut e = load_from(&dir, name);
         assert_eq!(float_products(&e), products, "{name}: {:?}", e.step_macs());

@@ -31,8 +31,9 @@ use chunks::{
 };
 pub(crate) use fusion::{fuse_input_quantize, fuse_residual_adds, fuse_tables, fuse_transposes};
 pub(crate) use step::{
-    ConvImpl, DeconvGeom, FloatBinaryOp, FloatConvPlan, FloatMatMulB, FloatPool, FloatUnaryOp,
-    FloatUnfold, NormOp, Operand, OutKind, PhaseDir, PoolSplit, ReduceOp, Residual, Step,
+    ConvImpl, DeconvGeom, FloatBinaryOp, FloatConvPlan, FloatMatMulB, FloatOperand, FloatPool,
+    FloatUnaryOp, FloatUnfold, NormOp, Operand, OutKind, PhaseDir, PoolSplit, ReduceOp, Residual,
+    Step,
 };
 
 /// The compiled model.
@@ -379,6 +380,27 @@ impl Program {
                     let rows = (batch * ys.len(), row_len, row_len * 4);
                     split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
                         kernels::float::resize_linear(isa, *in_h, *in_w, *c, ys, xs, x, y, r)
+                    })?;
+                }
+                Step::FloatGridSample {
+                    dims,
+                    batch,
+                    grid,
+                    src,
+                    dst,
+                } => {
+                    let x = view_f32(*src);
+                    let grid = match grid {
+                        FloatOperand::Buf(b) => view_f32(*b),
+                        FloatOperand::Const(v) => v.as_slice(),
+                    };
+                    let rows = (
+                        batch * dims.out_h,
+                        dims.out_w * dims.c,
+                        dims.out_w * dims.c * 4,
+                    );
+                    split_rows_f32(lanes, base, &bufs[*dst], rows, &|r, y| {
+                        kernels::float::grid_sample_rows(dims, x, grid, y, r);
                     })?;
                 }
                 Step::FloatUnary { op, src, dst, n } => {

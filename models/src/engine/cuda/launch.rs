@@ -695,6 +695,15 @@ impl LaunchPlan {
                             .to_string(),
                     })
                 }
+                Step::FloatGridSample { .. } => {
+                    return Err(EngineError::Unsupported {
+                        node: format!("step {si}"),
+                        op: "GridSample".to_string(),
+                        reason: "GridSample is not on the CUDA engine yet; run the model on \
+                                 the native engine or with --engine onnxruntime"
+                            .to_string(),
+                    })
+                }
                 Step::PackB { .. } | Step::MatMulDyn { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

@@ -21,12 +21,14 @@ use crate::onnx::program::{NormOp, ReduceOp};
 use std::ops::Range;
 
 mod gemm;
+mod grid_sample;
 mod grouped;
 mod sums;
 pub(crate) use gemm::{
     matmul_rows, pack as pack_matmul_b, packed_len as packed_matmul_len, unfold_nchw, Epilogue,
     FloatMatMulDims,
 };
+pub(crate) use grid_sample::{grid_sample_rows, GridMode, GridPadding, GridSampleDims};
 pub(crate) use grouped::{
     grouped_conv_rows, pack as pack_grouped_conv, packed_len as grouped_conv_packed_len,
     GroupedConvDims,

@@ -112,6 +112,7 @@
 use super::*;
 use crate::onnx::program::{FloatBinaryOp, FloatUnaryOp, NormOp, Operand};
 
+mod grid;
 mod norm;
 mod product;
 mod reduce;

@@ -895,6 +895,7 @@ impl<'g> Lowerer<'g> {
             | "QLinearGlobalAveragePool" => self.avg_pool(n),
             "Concat" | "QLinearConcat" => self.concat(n),
             "Resize" | "Upsample" => self.resize(n),
+            "GridSample" => self.grid_sample(n),
             _ if island::is_island_op(op) => Err(n.unsupported(
                 "the native engine runs this operator only inside a float island: elementwise \
                  float operators whose only non-constant input is one dequantized tensor, with \

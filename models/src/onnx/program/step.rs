@@ -4,7 +4,7 @@
 //! rewrite them.
 
 use super::super::dense_routes::{Phases, Unfold};
-use super::super::kernels::float::{FloatMatMulDims, GroupedConvDims};
+use super::super::kernels::float::{FloatMatMulDims, GridSampleDims, GroupedConvDims};
 use super::super::kernels::{
     AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, PadGeometry, Tap, Window,
 };
@@ -116,6 +116,13 @@ impl FloatConvPlan {
     pub fn scratch_bytes(&self) -> usize {
         self.chunks * self.band * self.unfold.k() * 4
     }
+}
+
+/// An `f32` operand: an arena buffer computed this run, or a constant the step holds.
+#[derive(Clone, Debug)]
+pub(crate) enum FloatOperand {
+    Buf(usize),
+    Const(Vec<f32>),
 }
 
 /// The second operand of a [`Step::FloatMatMul`]: constant weights packed at load, or the
@@ -380,6 +387,17 @@ pub(crate) enum Step {
         batch: usize,
         ys: Vec<Tap>,
         xs: Vec<Tap>,
+        src: usize,
+        dst: usize,
+    },
+    /// ONNX `GridSample` of `batch` NHWC `f32` images in `src` at the locations of `grid`
+    /// (`[batch, out_h, out_w, 2]` row-major `f32`: constant, or a buffer computed this
+    /// run) (`kernels::float::grid_sample_rows`); `dst` NHWC `f32`, rows over
+    /// `batch · out_h`.
+    FloatGridSample {
+        dims: GridSampleDims,
+        batch: usize,
+        grid: FloatOperand,
         src: usize,
         dst: usize,
     },
@@ -698,6 +716,10 @@ impl Step {
             | Step::Pad { src, .. }
             | Step::Resize { src, .. } => vec![*src],
             Step::FloatBinaryConst { x, .. } => vec![*x],
+            Step::FloatGridSample { src, grid, .. } => match grid {
+                FloatOperand::Buf(g) => vec![*src, *g],
+                FloatOperand::Const(_) => vec![*src],
+            },
             Step::Conv { src, residual, .. } => std::iter::once(*src)
                 .chain(residual.as_ref().map(|r| r.other))
                 .collect(),
@@ -743,6 +765,7 @@ impl Step {
             | Step::Unfold { dst, .. }
             | Step::FloatPool { dst, .. }
             | Step::FloatResize { dst, .. }
+            | Step::FloatGridSample { dst, .. }
             | Step::FloatGlobalAvgPool { dst, .. }
             | Step::MaxPool { dst, .. }
             | Step::AvgPool { dst, .. }

@@ -440,7 +440,7 @@ impl Lowerer<'_> {
     }
 
     /// Sets `n`'s output to the NHWC `f32` tensor in `buf` of (logical NCHW) `shape`.
-    fn set_nhwc_f32(&mut self, n: &Node, buf: usize, shape: Vec<usize>) {
+    pub(in crate::onnx::lower) fn set_nhwc_f32(&mut self, n: &Node, buf: usize, shape: Vec<usize>) {
         let out = T {
             buf,
             shape,
