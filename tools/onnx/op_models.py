@@ -1300,6 +1300,28 @@ def _(g):
     g.output(conv1d(g, g.relu(h), 6, 1))
 
 
+@case("grid_sample_bev")
+def _(g):
+    # GridSample at constant locations (a BEV view transform's sampling), between two
+    # quantized convolutions: ONNX Runtime leaves it in float between DequantizeLinear and
+    # QuantizeLinear, and so does the native engine's float route.
+    x = g.conv(g.input(X), 8, 3)
+    grid = g.const(g.rng.uniform(-1.2, 1.2, (1, 9, 10, 2)).astype(np.float32), "grid")
+    s = g.node("GridSample", [x, grid], (1, 8, 9, 10), mode="bilinear", padding_mode="zeros", align_corners=0)
+    g.output(g.conv(g.relu(s), 4, 3))
+
+
+@case("grid_sample_flow")
+def _(g):
+    # GridSample at locations a convolution computes (a flow field, deformable attention's
+    # offsets), nearest with reflection and bilinear with border padding.
+    x = g.conv(g.input(X), 6, 3)
+    grid = g.transpose(g.conv(x, 2, 3), [0, 2, 3, 1])
+    a = g.node("GridSample", [x, grid], (1, 6, 13, 11), mode="nearest", padding_mode="reflection", align_corners=1)
+    b = g.node("GridSample", [x, grid], (1, 6, 13, 11), mode="bilinear", padding_mode="border", align_corners=0)
+    g.output(g.conv(g.add(a, b), 4, 1, pads=P0))
+
+
 def write_mul_ties(out_dir, seed):
     """Quantized Mul written by hand with fixed scales (`mul_ties_<form>_<type>`): every pair
     of the 256 codes of two tensors, in QDQ form (ONNX Runtime fuses it into QLinearMul) and
