@@ -911,8 +911,9 @@ impl<'g> Lowerer<'g> {
                  Transpose, Squeeze, Unsqueeze, Slice, Split, Pad and their QLinear forms, \
                  Einsum products, BatchNormalization after a float convolution, Softmax, \
                  LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/L1/L2/SumSquare, \
-                 Expand, Sqrt, Reciprocal, Abs, Log, Sin, Cos, Exp, Erf, Gelu and Pow 2 of float or dequantized \
-                 tensors, Cast to the same type, and arithmetic on constants); run the model \
+                 Expand, Sqrt, Reciprocal, Abs, Log, Sin, Cos, Exp, Erf, Gelu, Pow 2 and \
+                 GridSample of float or dequantized tensors, Cast to the same type, and \
+                 arithmetic on constants; 1-D windows as 2-D ones); run the model \
                  with --engine onnxruntime",
             )),
         }
