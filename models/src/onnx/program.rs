@@ -872,6 +872,20 @@ impl Program {
                 } => {
                     let x = &view(*src)[*offset..];
                     let n: usize = out_shape.iter().product();
+                    if let Some((rows, row, chunks)) = kernels::tile_rows(out_shape, strides) {
+                        // A 2-D transpose of whole tiles: chunks of whole output rows.
+                        split_rows_in(lanes, base, &bufs[*dst], rows, row, chunks, &|r, out| {
+                            kernels::transpose(
+                                isa,
+                                out_shape,
+                                strides,
+                                x,
+                                out,
+                                r.start * row..r.end * row,
+                            );
+                        });
+                        continue;
+                    }
                     // Chunks of whole elements: a float tensor's copy is split between lanes
                     // at 4-byte boundaries only.
                     let e = if kernels::copies_words(out_shape, strides) {

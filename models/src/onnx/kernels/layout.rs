@@ -59,6 +59,39 @@ pub(crate) fn copies_words(out_shape: &[usize], in_strides_permuted: &[usize]) -
             .all(|s| s.is_multiple_of(4))
 }
 
+/// How a [`transpose`] whose two innermost output axes transpose whole tiles (each output
+/// row reads the input down a column: the row's next element one input row further, the
+/// next output row one element further; both at least [`TILE`] long) is best split: by
+/// whole output rows, at least [`TILE`] a chunk, so that every chunk moves whole tiles
+/// (split anywhere, a chunk of a few rows gathers element by element and reads each input
+/// cache line once per row: an NHWC map's last transpose back to NCHW). (rows, bytes a
+/// row, chunks), fixed by the shape; `None` for every other copy, which splits its output
+/// anywhere. Either split gives the same bytes.
+pub(crate) fn tile_rows(
+    out_shape: &[usize],
+    in_strides_permuted: &[usize],
+) -> Option<(usize, usize, usize)> {
+    let words = copies_words(out_shape, in_strides_permuted);
+    let (e, rank) = if words {
+        (4, out_shape.len() - 1)
+    } else {
+        (1, out_shape.len())
+    };
+    if rank < 2 {
+        return None;
+    }
+    let (inner, mid) = (out_shape[rank - 1], out_shape[rank - 2]);
+    let (step, mid_step) = (
+        in_strides_permuted[rank - 1] / e,
+        in_strides_permuted[rank - 2] / e,
+    );
+    if mid_step != 1 || step <= 1 || inner < TILE || mid < TILE {
+        return None;
+    }
+    let rows: usize = out_shape[..rank - 1].iter().product();
+    Some((rows, inner * e, (rows / TILE).clamp(1, 16)))
+}
+
 /// [`transpose`] of 4-byte elements as `u32` words; false (nothing written) when the copy
 /// is not one of whole, aligned 4-byte elements.
 fn transpose_words(
@@ -168,13 +201,11 @@ fn transpose_in<E: Copy + Default>(
                 }
                 if mid_step == 1 && step > 1 && rows >= TILE && inner >= TILE {
                     // A 2-D transpose (each input row of `rows` bytes becomes a column of
-                    // `dst`): whole tiles at a time, the ragged edges below.
+                    // `dst`): tiles of whole columns at a time, the ragged columns below.
                     tiles(isa, input, off, step, rows, inner, dst);
-                    let (rt, kt) = (rows / TILE * TILE, inner / TILE * TILE);
-                    for k in 0..inner {
+                    for k in inner / TILE * TILE..inner {
                         let src = off + k * step;
-                        let r_from = if k < kt { rt } else { 0 };
-                        for r in r_from..rows {
+                        for r in 0..rows {
                             dst[r * inner + k] = input[src + r];
                         }
                     }
@@ -223,10 +254,10 @@ multiversion! {
     }
 }
 
-/// The whole [`TILE`]-square tiles of a 2-D transpose: `dst[r · inner + k] =
-/// input[off + k · step + r]` for `r < rows / TILE · TILE`, `k < inner / TILE · TILE`.
-/// Each tile is read as `TILE` contiguous input rows into a fixed-size block and written
-/// out as `TILE` contiguous output rows.
+/// The tiles of a 2-D transpose over whole [`TILE`]s of columns: `dst[r · inner + k] =
+/// input[off + k · step + r]` for every `r < rows` and `k < inner / TILE · TILE`. Each tile
+/// (`TILE` columns by up to `TILE` rows: the last row tile may be shorter) is read as `TILE`
+/// contiguous input runs into a fixed-size block and written out as contiguous output rows.
 #[inline(always)]
 fn tiles_in<E: Copy + Default>(
     input: &[E],
@@ -237,12 +268,18 @@ fn tiles_in<E: Copy + Default>(
     dst: &mut [E],
 ) {
     for k0 in (0..inner / TILE * TILE).step_by(TILE) {
-        for r0 in (0..rows / TILE * TILE).step_by(TILE) {
+        for r0 in (0..rows).step_by(TILE) {
+            let h = TILE.min(rows - r0);
             let mut tile = [[E::default(); TILE]; TILE];
             for (k, t) in tile.iter_mut().enumerate() {
                 let at = off + (k0 + k) * step + r0;
-                if let Some(src) = input.get(at..at + TILE) {
-                    t.copy_from_slice(src);
+                if h == TILE {
+                    // The whole-tile case as fixed-size copies.
+                    if let Some(src) = input.get(at..at + TILE) {
+                        t.copy_from_slice(src);
+                    }
+                } else if let Some(src) = input.get(at..at + h) {
+                    t[..h].copy_from_slice(src);
                 }
             }
             let mut turned = [[E::default(); TILE]; TILE];
@@ -251,7 +288,7 @@ fn tiles_in<E: Copy + Default>(
                     turned[r][k] = v;
                 }
             }
-            for (r, row) in turned.iter().enumerate() {
+            for (r, row) in turned[..h].iter().enumerate() {
                 let at = (r0 + r) * inner + k0;
                 if let Some(d) = dst.get_mut(at..at + TILE) {
                     d.copy_from_slice(row);

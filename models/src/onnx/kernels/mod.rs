@@ -33,7 +33,9 @@ mod pool_tests;
 mod tests;
 
 pub(crate) use binary::{add_fixed, dense_strides, AddParams, Binary, BinaryKind, MulParams};
-pub(crate) use layout::{copies_words, pad, resize, transpose, Interp, PadGeometry, Tap};
+pub(crate) use layout::{
+    copies_words, pad, resize, tile_rows, transpose, Interp, PadGeometry, Tap,
+};
 pub(crate) use lut::{copy_run, lut, lut_rows};
 pub(crate) use matmul::{matmul_rows, MatMulDims, MatMulOut};
 

@@ -1,6 +1,7 @@
 //! The transposes (strided copies of bytes and of 4-byte words) against their definition.
 
 use super::*;
+use crate::onnx::program::Step;
 use std::ops::Range;
 
 /// `count` random shapes (ranks in `ranks`, each axis 1 to `max_dim`) with a random
@@ -95,6 +96,11 @@ fn transposes_of_four_byte_elements_match_their_definition() {
     cases.push((vec![1, 116, 14, 14], vec![0, 2, 3, 1]));
     cases.push((vec![1, 14, 14, 116], vec![0, 3, 1, 2]));
     cases.push((vec![1, 2, 58, 7, 7], vec![0, 2, 1, 3, 4]));
+    // A segmentation head's 21 classes back to NCHW (a whole and a part row tile), two
+    // images of 40 channels.
+    cases.push((vec![1, 40, 30, 21], vec![0, 3, 1, 2]));
+    cases.push((vec![2, 9, 13, 40], vec![0, 3, 1, 2]));
+    let mut tiled = 0;
     for (case, (shape, perm)) in cases.iter().enumerate() {
         let mut bshape = shape.clone();
         bshape.push(4);
@@ -130,6 +136,29 @@ fn transposes_of_four_byte_elements_match_their_definition() {
                 }
                 assert_eq!(got, &want[..], "{what}, split at elements {at_elements}");
             }
+            // Split as the program splits a transpose of whole tiles, its axes merged as
+            // the program merges them: whole output rows.
+            let Step::Transpose {
+                out_shape: ms,
+                strides: mst,
+                ..
+            } = Step::strided_copy(out_shape.clone(), strides.clone(), 0, 0, 0)
+            else {
+                unreachable!("strided_copy makes a Transpose step")
+            };
+            if let Some((rows, row, chunks)) = tile_rows(&ms, &mst) {
+                tiled += 1;
+                assert!((1..=16).contains(&chunks) && rows >= 16 * chunks);
+                let mut got_words = vec![0u32; n / 4];
+                let got: &mut [i8] = bytemuck::cast_slice_mut(&mut got_words);
+                for i in 0..chunks {
+                    let r = redline_runtime::parallel::chunk_range(rows, chunks, i);
+                    let part = &mut got[r.start * row..r.end * row];
+                    transpose(isa, &ms, &mst, x, part, r.start * row..r.end * row);
+                }
+                assert_eq!(got, &want[..], "{what}, whole output rows");
+            }
         }
     }
+    assert!(tiled >= 2, "the NCHW cases are transposes of whole tiles");
 }
