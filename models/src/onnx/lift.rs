@@ -73,6 +73,7 @@ pub(crate) fn lift_1d_windows(g: &OnnxGraph) -> Option<OnnxGraph> {
             let q = match readers.get(n.outputs[0].as_str()).map(Vec::as_slice) {
                 Some(&[j])
                     if g.nodes[j].op == "QuantizeLinear"
+                        && g.nodes[j].outputs.len() == 1
                         && !graph_outputs.contains(n.outputs[0].as_str()) =>
                 {
                     Some(j)
@@ -107,6 +108,9 @@ pub(crate) fn lift_1d_windows(g: &OnnxGraph) -> Option<OnnxGraph> {
 
 /// Whether `n` is a window operator over 3-D tensors this pass lifts.
 fn is_1d_window(g: &OnnxGraph, n: &Node) -> bool {
+    if n.outputs.is_empty() || n.input(0).is_none() {
+        return false;
+    }
     match n.op.as_str() {
         "Conv" | "ConvTranspose" => weights_3d(g, n, 1).is_some(),
         "QLinearConv" => weights_3d(g, n, 3).is_some(),
