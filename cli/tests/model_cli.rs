@@ -186,6 +186,42 @@ fn a_float_network_runs_natively() {
     assert!(diff <= 1e-5, "native and ONNX Runtime differ by {diff}");
 }
 
+/// A quantized 1-D network (Conv1d and MaxPool1d over a `[1, 3, 16]` sequence, lifted to
+/// 2-D at load) and a `GridSample` warp run on the native engine and give ONNX Runtime's
+/// outputs to the bit.
+#[test]
+fn sequences_and_grid_samples_run_natively_and_match_onnx_runtime() {
+    for (name, elements) in [
+        ("tiny_sequence_qdq.onnx", 4 * 8),
+        ("tiny_grid_warp.onnx", 2 * 4 * 7),
+    ] {
+        let m = fixture(name);
+        let o = run(&["model", "info", m.to_str().unwrap()]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{name}: {out}\n{err}");
+        assert!(out.contains("native:      yes"), "{name}: {out}");
+        let o = run(&[
+            "model",
+            "bench",
+            m.to_str().unwrap(),
+            "--iters",
+            "3",
+            "--against",
+            "onnxruntime",
+            "--json",
+        ]);
+        let (out, err) = text(&o);
+        if !o.status.success() && ort_missing(&err) {
+            eprintln!("SKIPPED: ONNX Runtime is not available: {err}");
+            return;
+        }
+        assert!(o.status.success(), "{name}: {out}\n{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+        assert_eq!(v["total_elements"], elements, "{name}");
+        assert_eq!(v["differing_elements"], 0, "{name}: {out}");
+    }
+}
+
 #[test]
 fn info_on_a_file_that_is_not_onnx_fails_cleanly() {
     let d = std::env::temp_dir().join(format!("redline-model-cli-{}", std::process::id()));
