@@ -154,16 +154,15 @@ fn info_says_why_native_cannot_run_a_float_model() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-/// A float network (depthwise convolution, ReLU, transposed convolution, no Q/DQ) runs on
-/// the native engine in `f32`; against ONNX Runtime its outputs agree within float
-/// rounding.
-#[test]
-fn a_float_network_runs_natively() {
-    let m = fixture("tiny_float_net.onnx");
+/// The fixture `name` runs on the native engine (`model info` says so) and, timed against
+/// ONNX Runtime (`model bench --against onnxruntime --json`), gives this JSON object; `None`
+/// (after a loud SKIPPED) when ONNX Runtime is not installed.
+fn native_against_onnx_runtime(name: &str) -> Option<serde_json::Value> {
+    let m = fixture(name);
     let o = run(&["model", "info", m.to_str().unwrap()]);
     let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
-    assert!(out.contains("native:      yes"), "{out}");
+    assert!(o.status.success(), "{name}: {out}\n{err}");
+    assert!(out.contains("native:      yes"), "{name}: {out}");
     let o = run(&[
         "model",
         "bench",
@@ -177,10 +176,20 @@ fn a_float_network_runs_natively() {
     let (out, err) = text(&o);
     if !o.status.success() && ort_missing(&err) {
         eprintln!("SKIPPED: ONNX Runtime is not available: {err}");
-        return;
+        return None;
     }
-    assert!(o.status.success(), "{out}\n{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert!(o.status.success(), "{name}: {out}\n{err}");
+    Some(serde_json::from_str(&out).expect("one JSON object"))
+}
+
+/// A float network (depthwise convolution, ReLU, transposed convolution, no Q/DQ) runs on
+/// the native engine in `f32`; against ONNX Runtime its outputs agree within float
+/// rounding.
+#[test]
+fn a_float_network_runs_natively() {
+    let Some(v) = native_against_onnx_runtime("tiny_float_net.onnx") else {
+        return;
+    };
     assert_eq!(v["total_elements"], 2 * 16 * 16);
     let diff = v["max_abs_diff"].as_f64().unwrap();
     assert!(diff <= 1e-5, "native and ONNX Runtime differ by {diff}");
@@ -195,30 +204,11 @@ fn sequences_and_grid_samples_run_natively_and_match_onnx_runtime() {
         ("tiny_sequence_qdq.onnx", 4 * 8),
         ("tiny_grid_warp.onnx", 2 * 4 * 7),
     ] {
-        let m = fixture(name);
-        let o = run(&["model", "info", m.to_str().unwrap()]);
-        let (out, err) = text(&o);
-        assert!(o.status.success(), "{name}: {out}\n{err}");
-        assert!(out.contains("native:      yes"), "{name}: {out}");
-        let o = run(&[
-            "model",
-            "bench",
-            m.to_str().unwrap(),
-            "--iters",
-            "3",
-            "--against",
-            "onnxruntime",
-            "--json",
-        ]);
-        let (out, err) = text(&o);
-        if !o.status.success() && ort_missing(&err) {
-            eprintln!("SKIPPED: ONNX Runtime is not available: {err}");
+        let Some(v) = native_against_onnx_runtime(name) else {
             return;
-        }
-        assert!(o.status.success(), "{name}: {out}\n{err}");
-        let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+        };
         assert_eq!(v["total_elements"], elements, "{name}");
-        assert_eq!(v["differing_elements"], 0, "{name}: {out}");
+        assert_eq!(v["differing_elements"], 0, "{name}: {v}");
     }
 }
 

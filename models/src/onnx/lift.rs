@@ -186,12 +186,7 @@ impl Lift<'_> {
         if let Some(dq) = dq {
             let q4 = self.lifted_input(n, &dq.inputs[0].clone());
             let out = format!("{x}::lift_4d");
-            let mut d = dq.clone();
-            d.name = format!("{}::lift", dq.name);
-            d.inputs[0] = q4;
-            d.outputs = vec![out.clone()];
-            shift_axis(&mut d);
-            self.nodes.push(d);
+            self.push_lifted_dq(dq, q4, out.clone());
             self.flat.insert(x.to_string(), out.clone());
             return out;
         }
@@ -207,6 +202,17 @@ impl Lift<'_> {
         self.nodes.push(u);
         self.flat.insert(x.to_string(), out.clone());
         out
+    }
+
+    /// A copy of the `DequantizeLinear` `dq` reading the 4-D `input` into `output`, its
+    /// per-axis quantization's axis moved with the lift.
+    fn push_lifted_dq(&mut self, dq: &Node, input: String, output: String) {
+        let mut d = dq.clone();
+        d.name = format!("{}::lift", dq.name);
+        d.inputs[0] = input;
+        d.outputs = vec![output];
+        shift_axis(&mut d);
+        self.nodes.push(d);
     }
 
     /// Gives back the 4-D tensor `four` as the 3-D `name` (a `Squeeze`, dropped at the end
@@ -289,12 +295,7 @@ impl Lift<'_> {
             Some(dq) => {
                 let qname = format!("{}::lift_4d", dq.inputs[0]);
                 self.consts.insert(qname.clone(), four);
-                let mut d = dq.clone();
-                d.name = format!("{}::lift", dq.name);
-                d.inputs[0] = qname;
-                d.outputs = vec![to.clone()];
-                shift_axis(&mut d);
-                self.nodes.push(d);
+                self.push_lifted_dq(dq, qname, to.clone());
                 self.lifted_weights.insert(to.clone());
             }
         }
