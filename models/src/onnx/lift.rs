@@ -1,8 +1,8 @@
 //! 1-D windows lifted to 2-D before lowering: a `Conv`, `ConvTranspose`, `QLinearConv`,
-//! `MaxPool`, `AveragePool` or `QLinearAveragePool` over `[N, C, L]`
-//! tensors (a temporal encoder over agent histories, a radar or audio front end, as
-//! PyTorch's `Conv1d`, `MaxPool1d`, `AvgPool1d` and `AdaptiveAvgPool1d(1)` export) becomes
-//! the same operator over `[N, C, 1, L]`, which the lowering runs as any 2-D one.
+//! `MaxPool`, `AveragePool` or `QLinearAveragePool` over `[N, C, L]` tensors (a temporal
+//! encoder over agent histories, a radar or audio front end, as PyTorch's `Conv1d`,
+//! `ConvTranspose1d`, `MaxPool1d` and `AvgPool1d` export) becomes the same operator over
+//! `[N, C, 1, L]`, which the lowering runs as any 2-D one.
 //!
 //! Contract: the rewritten graph computes the same values, bit for bit: a 1-D window of
 //! kernel `k`, stride `s`, dilation `d` and pads `(b, e)` is the 2-D window `(1, k)`,
@@ -16,9 +16,11 @@
 //! quantization's axis follows its axis. Between two lifted operators no tensor goes back
 //! to 3-D: an `Unsqueeze` of a tensor this pass squeezed reads the 4-D tensor itself, and
 //! so do the unary elementwise operators, same-shape `Add`/`Sub`/`Mul`/`Div`, `Flatten`,
-//! the global pools and the quantizers between them; a `Squeeze` nobody reads is dropped. Weights that are neither
-//! a constant nor the `DequantizeLinear` of one leave the node as it is (the lowering then
-//! refuses it by name). Construction time only: `None` when the graph has no 1-D window.
+//! the global pools and the quantizers between them; a `Squeeze` nobody reads is dropped.
+//! Weights that are neither a constant nor the `DequantizeLinear` of one leave the node as
+//! it is (the lowering then refuses it by name). Construction time only (clones the graph);
+//! `None` when the graph has no 1-D window; never panics on a malformed node (it is left
+//! for the lowering to refuse).
 
 use super::graph::{Attr, Const, Node, OnnxGraph};
 use std::collections::{HashMap, HashSet};
@@ -73,6 +75,7 @@ pub(crate) fn lift_1d_windows(g: &OnnxGraph) -> Option<OnnxGraph> {
             let q = match readers.get(n.outputs[0].as_str()).map(Vec::as_slice) {
                 Some(&[j])
                     if g.nodes[j].op == "QuantizeLinear"
+                        && g.nodes[j].input(0) == n.outputs.first().map(String::as_str)
                         && g.nodes[j].outputs.len() == 1
                         && !graph_outputs.contains(n.outputs[0].as_str()) =>
                 {
@@ -97,7 +100,11 @@ pub(crate) fn lift_1d_windows(g: &OnnxGraph) -> Option<OnnxGraph> {
     let nodes = lift
         .nodes
         .into_iter()
-        .filter(|n| !squeezed.contains(&n.outputs[0]) || read.contains(&n.outputs[0]))
+        .filter(|n| {
+            n.outputs
+                .first()
+                .is_none_or(|o| !squeezed.contains(o) || read.contains(o))
+        })
         .collect();
     Some(OnnxGraph {
         nodes,
