@@ -872,29 +872,27 @@ impl Program {
                 } => {
                     let x = &view(*src)[*offset..];
                     let n: usize = out_shape.iter().product();
-                    if let Some((rows, row, chunks)) = kernels::tile_rows(out_shape, strides) {
-                        // A 2-D transpose of whole tiles: chunks of whole output rows.
-                        split_rows_in(lanes, base, &bufs[*dst], rows, row, chunks, &|r, out| {
-                            kernels::transpose(
-                                isa,
-                                out_shape,
-                                strides,
-                                x,
-                                out,
-                                r.start * row..r.end * row,
-                            );
+                    // A 2-D transpose of whole tiles in chunks of whole output rows; any
+                    // other copy in chunks of whole elements (a float tensor's split
+                    // between lanes at 4-byte boundaries only).
+                    let (rows, row, chunks) = kernels::tile_rows(out_shape, strides)
+                        .unwrap_or_else(|| {
+                            let e = if kernels::copies_words(out_shape, strides) {
+                                4
+                            } else {
+                                1
+                            };
+                            (n / e, e, chunks_for(n / e, 2 * e))
                         });
-                        continue;
-                    }
-                    // Chunks of whole elements: a float tensor's copy is split between lanes
-                    // at 4-byte boundaries only.
-                    let e = if kernels::copies_words(out_shape, strides) {
-                        4
-                    } else {
-                        1
-                    };
-                    split_rows(lanes, base, &bufs[*dst], n / e, e, 2 * e, &|r, out| {
-                        kernels::transpose(isa, out_shape, strides, x, out, r.start * e..r.end * e);
+                    split_rows_in(lanes, base, &bufs[*dst], rows, row, chunks, &|r, out| {
+                        kernels::transpose(
+                            isa,
+                            out_shape,
+                            strides,
+                            x,
+                            out,
+                            r.start * row..r.end * row,
+                        );
                     });
                 }
                 Step::Pad { geom, src, dst } => {

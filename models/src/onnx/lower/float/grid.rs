@@ -30,6 +30,7 @@ impl Lowerer<'_> {
             p => return Err(n.unsupported(format!("padding_mode {p:?} is not an ONNX one"))),
         };
         let align_corners = n.int("align_corners", 0)? != 0;
+        // `float_operand` gives a 4-D tensor in the layout asked for.
         let x = self.float_operand(n, 0, Layout::Nhwc)?;
         if x.shape.len() != 4 {
             return Err(n.unsupported(format!(
@@ -38,7 +39,6 @@ impl Lowerer<'_> {
                 x.shape
             )));
         }
-        let x = self.nhwc_of(x, 4)?;
         let [batch, c, in_h, in_w] = dims4(&x.shape);
         let (grid, shape) = match self.input(n, 1)? {
             Val::C(k) => match k.data {
@@ -47,7 +47,6 @@ impl Lowerer<'_> {
             },
             _ => {
                 let g = self.float_operand(n, 1, Layout::RowMajor)?;
-                let g = self.row_major(g, 4);
                 (FloatOperand::Buf(g.buf), g.shape)
             }
         };
