@@ -118,6 +118,11 @@ pub(crate) fn grid_sample_rows(
     if c == 0 || out_w == 0 {
         return;
     }
+    if d.in_h == 0 || d.in_w == 0 {
+        // An empty image: every location reads padding (zeros; no edge to repeat).
+        out.fill(0.0);
+        return;
+    }
     for (r, orow) in rows.zip(out.chunks_exact_mut(out_w * c)) {
         let b = r / out_h;
         let image = &x[b * image_len..(b + 1) * image_len];
