@@ -1,6 +1,7 @@
 //! Shape arithmetic evaluated at load: `Shape` of any tensor (its static shape), and
 //! `Gather`, `Concat`, `Cast`, `Slice`, `Add`, `Sub`, `Mul`, `Div`, `Equal`, `Where`,
-//! `ConstantOfShape`, `Range`, `Expand`, `Mod` and `Sqrt` of constants (YOLOv8's anchor
+//! `ConstantOfShape`, `Range`, `Expand`, `Tile`, `Mod`, `Sqrt`, the comparisons and logical
+//! operators and the reductions (`ReduceSum`, `ReduceMax`, ...: `reduce`) of constants (YOLOv8's anchor
 //! grid is `Range` and `Expand` of constants; a transformer's head split and `√d` are `Mod`
 //! and `Sqrt` of its shape), as PyTorch's exporter writes
 //! `x.view(x.size(0), -1)` or `x.reshape(b, c, h * w)`: `Shape → Gather → Unsqueeze →
@@ -30,6 +31,7 @@ use super::super::graph::dtype;
 use super::*;
 
 mod params;
+mod reduce;
 
 /// Constants larger than this are not folded (they are weights, not shapes).
 const MAX_FOLDED: usize = 1 << 20;
@@ -54,7 +56,8 @@ impl Lowerer<'_> {
             "Gather" | "Concat" | "Cast" | "Slice" | "Add" | "Sub" | "Mul" | "Div" | "Pow"
             | "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or"
             | "Not" | "Where" | "ConstantOfShape" | "Range" | "Expand" | "Mod" | "Sqrt"
-            | "ScatterND" | "Transpose" => {
+            | "ScatterND" | "Transpose" | "Xor" | "Tile" | "ReduceSum" | "ReduceMax"
+            | "ReduceMin" | "ReduceProd" | "ReduceMean" => {
                 let Some(ins) = self.constant_inputs(n) else {
                     return self.fold_float(n);
                 };
@@ -74,6 +77,8 @@ impl Lowerer<'_> {
                     "Not" => not(n, arg(n, &ins, 0)?)?,
                     "ScatterND" => scatter_nd(n, &ins)?,
                     "Transpose" => transpose(n, arg(n, &ins, 0)?)?,
+                    "Tile" => reduce::tile(n, &ins)?,
+                    op if op.starts_with("Reduce") => reduce::reduce(n, &ins)?,
                     op => binary(n, op, arg(n, &ins, 0)?, arg(n, &ins, 1)?)?,
                 }
             }
@@ -415,7 +420,7 @@ fn binary(n: &Node, op: &str, a: &Const, b: &Const) -> Result<Const, EngineError
 fn is_predicate(op: &str) -> bool {
     matches!(
         op,
-        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or"
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
     )
 }
 
@@ -430,6 +435,7 @@ fn predicate<T: PartialOrd + Default>(op: &str, p: T, q: T) -> bool {
         "LessOrEqual" => p <= q,
         "GreaterOrEqual" => p >= q,
         "And" => p != zero && q != zero,
+        "Xor" => (p != zero) != (q != zero),
         _ => p != zero || q != zero,
     }
 }
