@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redline_onnx as ro  # noqa: E402
@@ -1320,6 +1320,57 @@ def _(g):
     a = g.node("GridSample", [x, grid], (1, 6, 13, 11), mode="nearest", padding_mode="reflection", align_corners=1)
     b = g.node("GridSample", [x, grid], (1, 6, 13, 11), mode="bilinear", padding_mode="border", align_corners=0)
     g.output(g.conv(g.add(a, b), 4, 1, pads=P0))
+
+
+def topk(g, x, k, axis, largest=1):
+    """ONNX TopK (K an int64 input): the names of its values and its int64 indices."""
+    name = g._id("topk")
+    outs = [f"{name}_values", f"{name}_indices"]
+    g.nodes.append(helper.make_node("TopK", [x, g.const(np.array([k], dtype=np.int64), "k")], outs,
+                                    name=name, axis=axis, largest=largest))
+    shape = list(g.shape[x])
+    shape[axis] = k
+    for o in outs:
+        g.shape[o] = tuple(shape)
+    return outs
+
+
+def floor_div(g, x, d):
+    """`x // d` of an int64 tensor as PyTorch exports it: Div truncates, then Where picks
+    quotient - 1 when the signs differ and the remainder is not zero."""
+    i64 = lambda v: g.const(np.array(v, dtype=np.int64), "i")
+    shape = g.shape[x]
+    q = g.node("Div", [x, i64(d)], shape)
+    neg = g.node("Xor", [g.node("Less", [x, i64(0)], shape), g.const(np.array(d < 0), "b")], shape)
+    rem = g.node("Not", [g.node("Equal", [g.node("Mod", [x, i64(d)], shape, fmod=0), i64(0)], shape)], shape)
+    return g.node("Where", [g.node("And", [neg, rem], shape), g.node("Sub", [q, i64(1)], shape), q], shape)
+
+
+@case("query_select_topk")
+def _(g):
+    # A detection transformer's query selection (RT-DETR, DINO): per-pixel scores, TopK,
+    # the chosen pixels' features gathered by the indices; then a class-major TopK over
+    # every (pixel, class) score split into pixel and class by integer floor division as
+    # PyTorch exports `//`, GatherElements of the pixels' features, the class cast to float.
+    # Quantized scores tie often: ONNX Runtime's order among ties (smaller index first) is
+    # what must match.
+    x = g.conv(g.input(X), 8, 3)
+    T = X[2] * X[3]
+    t = g.transpose(g.reshape(x, [1, 8, T]), [0, 2, 1])
+    s = g.node("ReduceMax", [t], (1, T), axes=[2], keepdims=0)
+    vals, idx = topk(g, s, 20, axis=1)
+    feats = g.node("Gather", [g.reshape(t, [T, 8]), g.reshape(idx, [20])], (20, 8), axis=0)
+    g.output(g.gemm(feats, 5), "queries")
+    g.output(g.relu(vals), "scores")
+    flat = g.reshape(t, [1, T * 8])
+    fv, fi = topk(g, flat, 30, axis=1, largest=0)
+    pixel = floor_div(g, fi, 8)
+    cls = g.node("Sub", [fi, g.node("Mul", [pixel, g.const(np.array(8, dtype=np.int64), "i")], (1, 30))], (1, 30))
+    where = g.node("Expand", [g.unsqueeze(pixel, [2]), g.const(np.array([1, 30, 8], dtype=np.int64), "shape")],
+                   (1, 30, 8))
+    picked = g.node("GatherElements", [t, where], (1, 30, 8), axis=1)
+    label = g.node("Cast", [g.unsqueeze(cls, [2])], (1, 30, 1), to=TensorProto.FLOAT)
+    g.output(g.concat([picked, g.unsqueeze(fv, [2]), label], axis=2), "picks")
 
 
 def write_mul_ties(out_dir, seed):

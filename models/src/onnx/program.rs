@@ -21,6 +21,7 @@ use std::ops::Range;
 mod arena;
 mod chunks;
 mod fusion;
+mod index;
 mod report;
 mod step;
 pub(crate) use arena::{plan, Buffer, ALIGN};
@@ -29,6 +30,7 @@ use chunks::{
     conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_f32_in,
     split_rows_in, window_rows, SendPtr,
 };
+pub(crate) use index::{GatherSrc, IndexStep, IntArg, IntOp, IntSrc};
 pub(crate) use fusion::{fuse_input_quantize, fuse_residual_adds, fuse_tables, fuse_transposes};
 pub(crate) use step::{
     ConvImpl, DeconvGeom, FloatBinaryOp, FloatConvPlan, FloatMatMulB, FloatOperand, FloatPool,
@@ -222,6 +224,7 @@ impl Program {
                         kernels::float::dequantize(isa, &x[r], *scale, *zp, y);
                     })?;
                 }
+                Step::Index(s) => s.run(base, bufs)?,
                 Step::FloatBinary { op, a, b, n, dst } => {
                     let (xa, xb) = (view_f32(*a), view_f32(*b));
                     split_rows_f32(lanes, base, &bufs[*dst], elementwise(*n), &|r, y| {

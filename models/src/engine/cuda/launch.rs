@@ -695,6 +695,17 @@ impl LaunchPlan {
                             .to_string(),
                     })
                 }
+                Step::Index(s) => {
+                    return Err(EngineError::Unsupported {
+                        node: format!("step {si} ({})", s.name()),
+                        op: "integer step".to_string(),
+                        reason: "integer tensors computed at run time (TopK's indices, the \
+                                 arithmetic on them, Gather/GatherElements by them) are not on \
+                                 the CUDA engine yet; run the model on the native engine or \
+                                 with --engine onnxruntime"
+                            .to_string(),
+                    })
+                }
                 Step::FloatGridSample { .. } => {
                     return Err(EngineError::Unsupported {
                         node: format!("step {si}"),

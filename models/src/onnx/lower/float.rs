@@ -605,11 +605,18 @@ impl Lowerer<'_> {
     /// requantization (the values ONNX Runtime concatenates). NHWC tensors concatenate along
     /// channels only; row-major ones along any axis.
     pub(super) fn float_concat(&mut self, n: &Node) -> Result<(), EngineError> {
+        // NHWC when the first float input is and the concatenation is along channels;
+        // along another axis of a 4-D tensor (a deformable attention's sampling points),
+        // row-major (an NHWC input is moved to it first).
         let layout = n
             .inputs
             .iter()
             .find_map(|i| match self.vals.get(i) {
-                Some(Val::F32(t)) => Some(t.layout),
+                Some(Val::F32(t)) => {
+                    let axis = n.int("axis", 1).ok()?;
+                    let along_c = axis == 1 || axis == -3;
+                    Some(if along_c { t.layout } else { Layout::RowMajor })
+                }
                 _ => None,
             })
             .unwrap_or(Layout::RowMajor);

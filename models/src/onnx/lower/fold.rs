@@ -91,7 +91,7 @@ impl Lowerer<'_> {
     /// The shape of `n`'s first input, whatever its kind.
     fn static_shape(&self, n: &Node) -> Result<Vec<usize>, EngineError> {
         Ok(match self.input(n, 0)? {
-            Val::F32(t) | Val::Q(t) | Val::Dq(t) => t.shape,
+            Val::F32(t) | Val::Q(t) | Val::Dq(t) | Val::I { t, .. } => t.shape,
             Val::C(c) | Val::DqC { data: c, .. } => c.shape,
         })
     }

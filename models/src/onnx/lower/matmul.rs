@@ -46,7 +46,7 @@ impl Lowerer<'_> {
         }
         for i in 0..2 {
             let r = match self.input(n, i)? {
-                Val::Dq(t) | Val::Q(t) | Val::F32(t) => t.shape.len(),
+                Val::Dq(t) | Val::Q(t) | Val::F32(t) | Val::I { t, .. } => t.shape.len(),
                 Val::C(c) | Val::DqC { data: c, .. } => c.shape.len(),
             };
             if r != rank {

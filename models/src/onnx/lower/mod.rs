@@ -48,6 +48,7 @@ mod elementwise;
 pub(crate) use elementwise::activation;
 mod float;
 mod fold;
+mod index;
 mod island;
 mod matmul;
 mod pad;
@@ -92,6 +93,10 @@ pub(crate) enum Val {
     Q(T),
     /// Dequantized view of an `i8` buffer: `(x - q.zero_point) * q.scale`.
     Dq(T),
+    /// `i64` buffer computed at run time, row-major: `TopK`'s indices and the integer
+    /// arithmetic, comparisons and logic on them (`index`); `boolean` when it holds the
+    /// 0/1 result of a comparison or logical operator.
+    I { t: T, boolean: bool },
     /// Constant.
     C(Const),
     /// `DequantizeLinear` of an integer constant: values, scales and zero points (one per
@@ -267,14 +272,19 @@ pub(crate) fn lower(g: &OnnxGraph, unfold_convs: bool) -> Result<Lowered, Engine
             // A float tensor (a convolution's or matrix product's float output, or what
             // the float route made of it): its bytes.
             (Val::F32(t), Some(ElemType::F32) | None) => (t, OutKind::Copy, ElemType::F32, 4),
+            // An integer tensor computed at run time (`index`): its `int64` values.
+            (Val::I { t, boolean: false }, Some(ElemType::I64) | None) => {
+                (t, OutKind::Copy, ElemType::I64, 8)
+            }
             (Val::Q(t), Some(ElemType::U8)) => (t, OutKind::FlipU8, ElemType::U8, 1),
             (Val::Q(t), Some(ElemType::I8) | None) => (t, OutKind::Copy, ElemType::I8, 1),
             (v, e) => {
                 return Err(EngineError::Invalid {
                     reason: format!(
                         "graph output {} is {} ({:?}): the native engine produces outputs that \
-                         are quantized (int8/uint8), dequantized from quantized tensors or \
-                         computed in float (float32); run this model with --engine onnxruntime",
+                         are quantized (int8/uint8), dequantized from quantized tensors, \
+                         computed in float (float32) or integer indices (int64); run this \
+                         model with --engine onnxruntime",
                         vo.name,
                         e.map(|e| e.name()).unwrap_or("untyped"),
                         kind_name(&v)
@@ -318,6 +328,8 @@ fn kind_name(v: &Val) -> &'static str {
         Val::F32(_) => "a float tensor computed in float",
         Val::Q(_) => "a quantized tensor",
         Val::Dq(_) => "a dequantized tensor",
+        Val::I { boolean: false, .. } => "an integer tensor computed at run time",
+        Val::I { boolean: true, .. } => "a bool tensor computed at run time",
         Val::C(_) | Val::DqC { .. } => "a constant",
     }
 }
@@ -543,7 +555,7 @@ impl<'g> Lowerer<'g> {
     }
 
     fn set(&mut self, name: &str, v: Val) {
-        if let Val::F32(t) | Val::Q(t) | Val::Dq(t) = &v {
+        if let Val::F32(t) | Val::Q(t) | Val::Dq(t) | Val::I { t, .. } = &v {
             let bad = elements_within(&t.shape).is_none_or(|n| n == 0);
             if bad && self.oversized.is_none() {
                 self.oversized = Some(t.shape.clone());
@@ -798,7 +810,7 @@ impl<'g> Lowerer<'g> {
             // A `Constant` of a type not read: every reader was refused (`check_types`).
             return Ok(());
         }
-        if self.float_island(i)? || self.fold_constant(n)? {
+        if self.index_node(n)? || self.float_island(i)? || self.fold_constant(n)? {
             return Ok(());
         }
         match op {
@@ -934,6 +946,8 @@ impl Lowerer<'_> {
             Val::Q(_) if self.is_u8(&n.inputs[0]) => super::graph::dtype::UINT8,
             Val::Q(_) => super::graph::dtype::INT8,
             Val::F32(_) | Val::Dq(_) => super::graph::dtype::FLOAT,
+            Val::I { boolean: true, .. } => super::graph::dtype::BOOL,
+            Val::I { .. } => super::graph::dtype::INT64,
             Val::C(_) | Val::DqC { .. } => {
                 return Err(n.unsupported("a cast of a constant that could not be folded"))
             }

@@ -81,6 +81,7 @@ impl Program {
                     Step::FloatGlobalAvgPool { .. } => ("float global avgpool", 0),
                     Step::FloatResize { .. } => ("float resize", 0),
                     Step::FloatGridSample { .. } => ("float grid sample", 0),
+                    Step::Index(s) => (s.name(), 0),
                     Step::FloatUnary { .. } => ("float unary", 0),
                     Step::PackB { .. } => ("pack matmul operand", 0),
                     Step::FloatPackB { .. } => ("pack float matmul operand", 0),

@@ -8,6 +8,7 @@ use super::super::kernels::float::{FloatMatMulDims, GridSampleDims, GroupedConvD
 use super::super::kernels::{
     AvgParams, Binary, GeneralConv, Interp, MatMulDims, MatMulOut, PadGeometry, Tap, Window,
 };
+use super::index::IndexStep;
 use crate::conv::Conv2d;
 use std::ops::Range;
 
@@ -401,6 +402,9 @@ pub(crate) enum Step {
         src: usize,
         dst: usize,
     },
+    /// A step over integer tensors computed at run time (`TopK`'s indices, the arithmetic
+    /// on them, the gathers they drive: [`super::index`]); on the calling lane.
+    Index(Box<IndexStep>),
     /// The mean over each image's `hw` pixels of an `f32` NHWC tensor, per channel (a float
     /// route's `GlobalAveragePool`): a sum in pixel order, then one division by `hw`.
     FloatGlobalAvgPool {
@@ -716,6 +720,7 @@ impl Step {
             | Step::Pad { src, .. }
             | Step::Resize { src, .. } => vec![*src],
             Step::FloatBinaryConst { x, .. } => vec![*x],
+            Step::Index(s) => s.reads(),
             Step::FloatGridSample { src, grid, .. } => match grid {
                 FloatOperand::Buf(g) => vec![*src, *g],
                 FloatOperand::Const(_) => vec![*src],
@@ -743,6 +748,7 @@ impl Step {
     pub(crate) fn writes(&self) -> Option<usize> {
         match self {
             Step::Output { .. } => None,
+            Step::Index(s) => Some(s.writes()),
             Step::Input { dst, .. }
             | Step::Quantize { dst, .. }
             | Step::Conv { dst, .. }
