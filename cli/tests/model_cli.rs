@@ -196,13 +196,14 @@ fn a_float_network_runs_natively() {
 }
 
 /// A quantized 1-D network (Conv1d and MaxPool1d over a `[1, 3, 16]` sequence, lifted to
-/// 2-D at load) and a `GridSample` warp run on the native engine and give ONNX Runtime's
-/// outputs to the bit.
+/// 2-D at load), a `GridSample` warp and a TopK query selection (with an int64 output) run
+/// on the native engine and give ONNX Runtime's outputs to the bit.
 #[test]
-fn sequences_and_grid_samples_run_natively_and_match_onnx_runtime() {
+fn sequences_grid_samples_and_query_selection_run_natively_and_match_onnx_runtime() {
     for (name, elements) in [
         ("tiny_sequence_qdq.onnx", 4 * 8),
         ("tiny_grid_warp.onnx", 2 * 4 * 7),
+        ("tiny_query_select.onnx", 6 * 3 + 6),
     ] {
         let Some(v) = native_against_onnx_runtime(name) else {
             return;

@@ -778,6 +778,13 @@ save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make
                    h.make_node("Conv", ["f", "wf"], ["c"], name="asym_conv", pads=[1,1,1,1]),
                    h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
           "g", [x], [y], [s, z, wq, ws, wz, ys]), "asymmetric_weights")
+# TopK's indices read by an operator the integer route lacks (CumSum), and a K beyond the axis.
+kk = nh.from_array(np.array([5], np.int64), "kk"); ax = nh.from_array(np.array(1, np.int64), "ax0")
+save(h.make_graph([h.make_node("Flatten", ["x"], ["fl"]), h.make_node("TopK", ["fl", "kk"], ["tv", "ti"]),
+                   h.make_node("CumSum", ["ti", "ax0"], ["cs"], name="index_cumsum"),
+                   h.make_node("Cast", ["cs"], ["y"], to=T.FLOAT)], "g", [x], [y], [kk, ax]), "topk_cumsum")
+kbig = nh.from_array(np.array([9], np.int64), "kbig")
+save(h.make_graph([h.make_node("TopK", ["x", "kbig"], ["y", "ti"], name="topk_too_many")], "g", [x], [y], [kbig]), "topk_k")
 # A reversing Slice (step -1) and a Split whose sizes do not add up to the axis.
 def q_then(node_list, name, outs_vi, extra_inits):
     save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"])] + node_list,
@@ -962,6 +969,18 @@ fn every_rejection_says_what_and_what_to_do() {
     let m = err("hardmax.onnx");
     assert!(
         m.contains("the_hardmax") && m.contains("Hardmax") && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("topk_cumsum.onnx");
+    assert!(
+        m.contains("index_cumsum")
+            && m.contains("integer tensor computed at run time")
+            && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("topk_k.onnx");
+    assert!(
+        m.contains("topk_too_many") && m.contains("K = 9 for an axis of 8"),
         "{m}"
     );
     let m = err("pad_value.onnx");
@@ -1492,6 +1511,28 @@ save("float_grid_sample", gs, [init("spread", np.array(0.8, np.float32))], [1, 2
 save("float_grid_sample_const", [h.make_node("Relu", ["x"], ["r"]),
                                  h.make_node("GridSample", ["r", "cg"], ["y"], mode="bilinear", padding_mode="border")],
      [init("cg", rng.uniform(-1.3, 1.3, (2, 5, 9, 2)).astype(np.float32))], [2, 3, 6, 7])
+# A detection transformer's query selection on a float tensor: the 12 smallest of all
+# (pixel, channel) values (TopK, largest = 0), split into pixel and channel by floor division
+# as PyTorch exports `//`, the pixels' rows gathered (Gather) and picked (GatherElements),
+# the channel cast back to float.
+def c64(name, v): return init(name, np.array(v, np.int64))
+qs = [h.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), h.make_node("Reshape", ["t", "flat"], ["f"]),
+      h.make_node("TopK", ["f", "k"], ["v", "i"], axis=1, largest=0),
+      h.make_node("Div", ["i", "six"], ["dq"]), h.make_node("Less", ["i", "zero"], ["neg"]),
+      h.make_node("Xor", ["neg", "false"], ["sgn"]), h.make_node("Mod", ["i", "six"], ["md"]),
+      h.make_node("Equal", ["md", "zero"], ["ex"]), h.make_node("Not", ["ex"], ["rem"]),
+      h.make_node("And", ["sgn", "rem"], ["fix"]), h.make_node("Sub", ["dq", "one"], ["dq1"]),
+      h.make_node("Where", ["fix", "dq1", "dq"], ["p"]), h.make_node("Mul", ["p", "six"], ["p6"]),
+      h.make_node("Sub", ["i", "p6"], ["c"]), h.make_node("Reshape", ["t", "rows"], ["t2"]),
+      h.make_node("Reshape", ["p", "k"], ["p1"]), h.make_node("Gather", ["t2", "p1"], ["g"], axis=0),
+      h.make_node("Reshape", ["g", "g3"], ["g1"]), h.make_node("Unsqueeze", ["p", "last"], ["pu"]),
+      h.make_node("Expand", ["pu", "g3"], ["pe"]), h.make_node("GatherElements", ["t", "pe"], ["e"], axis=1),
+      h.make_node("Add", ["g1", "e"], ["s"]), h.make_node("Unsqueeze", ["v", "last"], ["vu"]),
+      h.make_node("Unsqueeze", ["c", "last"], ["cu"]), h.make_node("Cast", ["cu"], ["cf"], to=T.FLOAT),
+      h.make_node("Concat", ["s", "vu", "cf"], ["y"], axis=2)]
+save("float_query_select", qs, [c64("flat", [1, 54]), c64("k", [12]), c64("six", 6), c64("zero", 0), c64("one", 1),
+                                init("false", np.array(False)), c64("rows", [9, 6]), c64("g3", [1, 12, 6]),
+                                c64("last", [2])], [1, 6, 9])
 # Transposed convolutions in float: 4x4/2 (CenterNet's), 2x2/2 (U-Net's: one tap per
 # phase), 3x3 with strides (2, 1) and output_padding (a kernel the stride does not divide).
 save("float_deconvs", q("x", "s", "z", "xf") + [
@@ -1543,6 +1584,7 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         "float_conv1d",
         "float_grid_sample",
         "float_grid_sample_const",
+        "float_query_select",
         "float_deconvs",
         "float_upsampling_net",
     ];
@@ -1572,6 +1614,10 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
             // GridSample follows ONNX Runtime's formulas (measured: bit-exact in every mode).
             if name.starts_with("float_grid_sample") {
                 assert_eq!(o.differing, 0, "{name}: GridSample differs");
+            }
+            // TopK, integer arithmetic and gathers move values or compute exactly.
+            if name.starts_with("float_query_select") {
+                assert_eq!(o.differing, 0, "{name}: query selection differs");
             }
             if [
                 "float_mlp",
@@ -1628,6 +1674,7 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         ("float_conv1d", 4, 1),
         ("float_grid_sample", 0, 0),
         ("float_grid_sample_const", 0, 0),
+        ("float_query_select", 0, 0),
     ] {
         let mut e = load_from(&dir, name);
         assert_eq!(float_products(&e), products, "{name}: {:?}", e.step_macs());

@@ -29,11 +29,13 @@ fi
 seeds=fuzz/seeds
 mkdir -p "$seeds/log" "$seeds/cdr" "$seeds/h264" "$seeds/h265" "$seeds/onnx"
 # ONNX seeds: the test fixtures (a QDQ convolution, a 3-D float one, a dynamic batch, a float
-# network with depthwise and transposed convolutions, a quantized 1-D network, a GridSample)
+# network with depthwise and transposed convolutions, a quantized 1-D network, a GridSample,
+# a TopK query selection)
 # and the built-in heads, all under 8 KB (AFL mutates small seeds best).
 cp cli/tests/fixtures/tiny_qdq_s8.onnx cli/tests/fixtures/tiny_float_conv.onnx \
     cli/tests/fixtures/tiny_dynamic_batch.onnx cli/tests/fixtures/tiny_float_net.onnx \
     cli/tests/fixtures/tiny_sequence_qdq.onnx cli/tests/fixtures/tiny_grid_warp.onnx \
+    cli/tests/fixtures/tiny_query_select.onnx \
     models/builtin/det_head.onnx \
     models/builtin/seg_head.onnx "$seeds/onnx/"
 if [ ! -s "$seeds/log/drive.mcap" ]; then

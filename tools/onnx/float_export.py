@@ -5,7 +5,8 @@ Runtime's reference outputs, as a user with a float model does: torchvision clas
 (any name in torchvision.models, e.g. convnext_tiny, vit_b_16, shufflenet_v2_x1_0),
 torchvision segmentation networks (`seg_` + a name in torchvision.models.segmentation, e.g.
 seg_deeplabv3_mobilenet_v3_large, at 320x320, its "out" map) and Ultralytics detectors
-(`ultralytics:` + a model yaml, e.g. ultralytics:yolov8n.yaml, at 320x320, BatchNorm fused).
+(`ultralytics:` + a model yaml, e.g. ultralytics:yolov8n.yaml or ultralytics:rtdetr-l.yaml, at
+320x320, BatchNorm fused).
 Weights are random (`weights=None`, the yaml alone): nothing is downloaded; BatchNorm
 statistics and zero biases are randomized too (seeded), as training leaves them, so that no
 two layers share a bias (`distinct_statistics`). Export: the TorchScript exporter
@@ -62,8 +63,12 @@ def build(name):
     import torchvision
     if name.startswith("ultralytics:"):
         os.environ.setdefault("YOLO_OFFLINE", "1")
-        from ultralytics import YOLO
-        net = distinct_statistics(YOLO(name.split(":", 1)[1]).model).fuse().eval()
+        from ultralytics import RTDETR, YOLO
+        spec = name.split(":", 1)[1]
+        # RT-DETR (a detection transformer: TopK query selection, deformable attention's
+        # GridSample) has its own class; every other yaml is a YOLO.
+        kind = RTDETR if os.path.basename(spec).startswith("rtdetr") else YOLO
+        net = distinct_statistics(kind(spec).model).fuse().eval()
         for m in net.modules():  # the export head: one output tensor, as `model.export` writes
             if hasattr(m, "export"):
                 m.export = True

@@ -30,8 +30,8 @@ use chunks::{
     conv_chunks, elementwise, image_rows, split_rows, split_rows_f32, split_rows_f32_in,
     split_rows_in, window_rows, SendPtr,
 };
-pub(crate) use index::{GatherSrc, IndexStep, IntArg, IntOp, IntSrc};
 pub(crate) use fusion::{fuse_input_quantize, fuse_residual_adds, fuse_tables, fuse_transposes};
+pub(crate) use index::{GatherSrc, IndexStep, IntArg, IntOp, IntSrc};
 pub(crate) use step::{
     ConvImpl, DeconvGeom, FloatBinaryOp, FloatConvPlan, FloatMatMulB, FloatOperand, FloatPool,
     FloatUnaryOp, FloatUnfold, NormOp, Operand, OutKind, PhaseDir, PoolSplit, ReduceOp, Residual,

@@ -225,7 +225,8 @@ impl Lowerer<'_> {
         let len = x.shape[axis];
         if k < 1 || k as usize > len {
             return Err(n.unsupported(format!(
-                "K = {k} for an axis of {len}: the native engine takes 1 ≤ K ≤ the axis length"
+                "K = {k} for an axis of {len}: K must lie in 1..={len} (a larger K is invalid \
+                 ONNX; K = 0, an empty result, is not supported by the native engine)"
             )));
         }
         let k = k as usize;
@@ -254,7 +255,10 @@ impl Lowerer<'_> {
             IntSrc::Buf(dst),
             shape.clone(),
         );
-        self.set(&n.outputs[0], Val::F32(self.int_tensor(values, shape.clone())));
+        self.set(
+            &n.outputs[0],
+            Val::F32(self.int_tensor(values, shape.clone())),
+        );
         if let Some(name) = n.outputs.get(1) {
             let t = self.int_tensor(dst, shape);
             self.set(name, Val::I { t, boolean: false });
@@ -320,7 +324,12 @@ impl Lowerer<'_> {
                             let v = c.to_i64().unwrap_or_default();
                             let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                             let boolean = matches!(d, ConstData::U8(_));
-                            (GatherSrc::Bytes(bytes), 8, c.shape.clone(), Wrap::I(boolean))
+                            (
+                                GatherSrc::Bytes(bytes),
+                                8,
+                                c.shape.clone(),
+                                Wrap::I(boolean),
+                            )
                         }
                     }
                 }
@@ -353,8 +362,8 @@ impl Lowerer<'_> {
             })));
             (dst, out_shape)
         } else {
-            let fits = idx_shape.len() == rank
-                && (0..rank).all(|d| d == axis || idx_shape[d] <= shape[d]);
+            let fits =
+                idx_shape.len() == rank && (0..rank).all(|d| d == axis || idx_shape[d] <= shape[d]);
             if !fits {
                 return Err(n.unsupported(format!(
                     "GatherElements of data {shape:?} by indices {idx_shape:?}: the indices \

@@ -924,8 +924,9 @@ impl<'g> Lowerer<'g> {
                  Einsum products, BatchNormalization after a float convolution, Softmax, \
                  LogSoftmax, LayerNormalization, ReduceSum/Mean/Max/Min/L1/L2/SumSquare, \
                  Expand, Sqrt, Reciprocal, Abs, Log, Sin, Cos, Exp, Erf, Gelu, Pow 2 and \
-                 GridSample of float or dequantized tensors, Cast to the same type, and \
-                 arithmetic on constants; 1-D windows as 2-D ones); run the model \
+                 GridSample of float or dequantized tensors, Cast to the same type, TopK \
+                 with integer arithmetic, Where, Gather and GatherElements on its indices, \
+                 and arithmetic on constants; 1-D windows as 2-D ones); run the model \
                  with --engine onnxruntime",
             )),
         }

@@ -214,7 +214,9 @@ impl IndexStep {
         match self {
             IndexStep::Map { args, .. } => args.iter().filter_map(|a| int(&a.src)).collect(),
             IndexStep::ToFloat { src, .. } | IndexStep::TopK { src, .. } => vec![*src],
-            IndexStep::Gather { data: d, indices, .. }
+            IndexStep::Gather {
+                data: d, indices, ..
+            }
             | IndexStep::GatherElements {
                 data: d, indices, ..
             } => [data(d), int(indices)].into_iter().flatten().collect(),
@@ -250,7 +252,8 @@ impl IndexStep {
         // and `scratch` are planned apart from every buffer live at the step (its inputs
         // included), and this call is the only code touching the arena while it runs.
         let base = &base;
-        let ints = |b: usize| -> &[i64] { unsafe { base.elems(bufs[b].offset, bufs[b].bytes / 8) } };
+        let ints =
+            |b: usize| -> &[i64] { unsafe { base.elems(bufs[b].offset, bufs[b].bytes / 8) } };
         let src_of = |s| int_src(s, base, bufs);
         let out_bytes = |b: usize| -> &mut [u8] {
             // SAFETY: as above; `b` is this step's own output.
