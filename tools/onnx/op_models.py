@@ -1373,6 +1373,18 @@ def _(g):
     g.output(g.concat([picked, g.unsqueeze(fv, [2]), label], axis=2), "picks")
 
 
+@case("seg_argmax")
+def _(g):
+    # A segmentation head's class map: ArgMax over a convolution's 6 class channels (the
+    # first of tied codes, as ONNX Runtime picks), and ArgMin along the width keeping the last
+    # of ties (select_last_index), both cast to float.
+    x = g.conv(g.input(X), 6, 3)
+    classes = g.node("ArgMax", [x], (1, 1, X[2], X[3]), axis=1, keepdims=1)
+    g.output(g.node("Cast", [classes], (1, 1, X[2], X[3]), to=TensorProto.FLOAT), "classes")
+    col = g.node("ArgMin", [x], (1, 6, X[2]), axis=-1, keepdims=0, select_last_index=1)
+    g.output(g.node("Cast", [col], (1, 6, X[2]), to=TensorProto.FLOAT), "columns")
+
+
 def write_mul_ties(out_dir, seed):
     """Quantized Mul written by hand with fixed scales (`mul_ties_<form>_<type>`): every pair
     of the 256 codes of two tensors, in QDQ form (ONNX Runtime fuses it into QLinearMul) and

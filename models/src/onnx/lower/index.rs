@@ -17,6 +17,9 @@
 //! - `Gather` and `GatherElements` of a float, dequantized, quantized, integer tensor or a
 //!   constant table by integer indices, computed or constant ([`IndexStep::Gather`],
 //!   [`IndexStep::GatherElements`]); a quantized tensor stays quantized (bytes move).
+//! - `ArgMax`/`ArgMin` of a float, dequantized or quantized tensor (a segmentation head's
+//!   class map; [`IndexStep::ArgExtreme`]): quantized codes compared as they are, channels
+//!   of an NHWC tensor read in place;
 //! - a graph output that is an integer tensor: its `int64` values.
 //!
 //! Contract: results are ONNX Runtime's, bit for bit: the steps move values or do exact
@@ -35,11 +38,13 @@ impl Lowerer<'_> {
             .inputs
             .iter()
             .any(|name| matches!(self.vals.get(name), Some(Val::I { .. })));
-        if n.op == "Shape" || (!reads_int && n.op != "TopK" && n.op != "GatherElements") {
+        let own = ["TopK", "GatherElements", "ArgMax", "ArgMin"];
+        if n.op == "Shape" || (!reads_int && !own.contains(&n.op.as_str())) {
             return Ok(false);
         }
         match n.op.as_str() {
             "TopK" => self.top_k(n)?,
+            "ArgMax" | "ArgMin" => self.arg_extreme(n)?,
             "Gather" | "GatherElements" => self.gather_by_index(n)?,
             "Identity" => {
                 let v = self.input(n, 0)?;
@@ -263,6 +268,71 @@ impl Lowerer<'_> {
             let t = self.int_tensor(dst, shape);
             self.set(name, Val::I { t, boolean: false });
         }
+        Ok(())
+    }
+
+    /// `ArgMax`/`ArgMin` of a float, dequantized or quantized tensor (a segmentation head's
+    /// class map): a quantized tensor's codes compared as they are (they order as its
+    /// values), an NHWC one along channels read in place.
+    fn arg_extreme(&mut self, n: &Node) -> Result<(), EngineError> {
+        let v = self.input(n, 0)?;
+        let rank = match &v {
+            Val::F32(t) | Val::Q(t) | Val::Dq(t) => t.shape.len(),
+            v => {
+                return Err(n.unsupported(format!(
+                    "input 0 is {}; the native engine takes ArgMax/ArgMin of float or \
+                     quantized tensors; run the model with --engine onnxruntime",
+                    kind_name(v)
+                )))
+            }
+        };
+        let axis = n.int("axis", 0)?;
+        let a = if axis < 0 { axis + rank as i64 } else { axis };
+        if !(0..rank as i64).contains(&a) {
+            return Err(n.unsupported(format!("axis {axis} is out of range for rank {rank}")));
+        }
+        let axis = a as usize;
+        // The tensor in the order it is read, and whether it is `i8` codes.
+        let (t, codes) = match v {
+            Val::Q(t) | Val::Dq(t) if t.q.scale > 0.0 && t.layout == Layout::Nhwc && axis == 1 => {
+                (t, true)
+            }
+            Val::Q(t) | Val::Dq(t) if t.q.scale > 0.0 => (self.row_major(t, 1), true),
+            Val::F32(t) if t.layout == Layout::Nhwc && axis == 1 => (t, false),
+            _ => (self.float_operand(n, 0, Layout::RowMajor)?, false),
+        };
+        let shape = t.shape.clone();
+        let (outer, len, inner) = if t.layout == Layout::Nhwc && axis == 1 && rank == 4 {
+            // Pixels in order, each one's channels contiguous.
+            (shape[0] * shape[2] * shape[3], shape[1], 1)
+        } else {
+            let outer: usize = shape[..axis].iter().product();
+            (outer, shape[axis], shape[axis + 1..].iter().product())
+        };
+        if len == 0 {
+            return Err(n.unsupported("ArgMax/ArgMin over an empty axis"));
+        }
+        self.touch(t.buf);
+        let dst = self.new_buf(outer * inner * 8);
+        self.steps.push(Step::Index(Box::new(IndexStep::ArgExtreme {
+            src: t.buf,
+            codes,
+            outer,
+            len,
+            inner,
+            max: n.op == "ArgMax",
+            last: n.int("select_last_index", 0)? != 0,
+            dst,
+        })));
+        let out_shape = if n.int("keepdims", 1)? != 0 {
+            let mut s = shape;
+            s[axis] = 1;
+            s
+        } else {
+            [&shape[..axis], &shape[axis + 1..]].concat()
+        };
+        let t = self.int_tensor(dst, out_shape);
+        self.set(&n.outputs[0], Val::I { t, boolean: false });
         Ok(())
     }
 

@@ -173,6 +173,20 @@ pub(crate) enum IndexStep {
         scratch: usize,
         dst: usize,
     },
+    /// `ArgMax` (`max`) or `ArgMin`: for each of the `outer · inner` lines of `src`
+    /// (`[outer, len, inner]`, `f32`, or `i8` codes when `codes`: a quantized tensor, whose
+    /// codes order as its values do), the index of its first (or, `last`, its last)
+    /// extreme value, into `dst` (`i64` `[outer, inner]`).
+    ArgExtreme {
+        src: usize,
+        codes: bool,
+        outer: usize,
+        len: usize,
+        inner: usize,
+        max: bool,
+        last: bool,
+        dst: usize,
+    },
     /// `Gather`: `data` (`[outer, axis_len, inner]` elements of `elem` bytes) at the
     /// `count` indices of `indices` (negative ones count from the end) along its middle
     /// axis, into `dst` (`[outer, count, inner]`).
@@ -213,7 +227,9 @@ impl IndexStep {
         };
         match self {
             IndexStep::Map { args, .. } => args.iter().filter_map(|a| int(&a.src)).collect(),
-            IndexStep::ToFloat { src, .. } | IndexStep::TopK { src, .. } => vec![*src],
+            IndexStep::ToFloat { src, .. }
+            | IndexStep::TopK { src, .. }
+            | IndexStep::ArgExtreme { src, .. } => vec![*src],
             IndexStep::Gather {
                 data: d, indices, ..
             }
@@ -229,6 +245,7 @@ impl IndexStep {
             IndexStep::Map { dst, .. }
             | IndexStep::ToFloat { dst, .. }
             | IndexStep::TopK { dst, .. }
+            | IndexStep::ArgExtreme { dst, .. }
             | IndexStep::Gather { dst, .. }
             | IndexStep::GatherElements { dst, .. } => *dst,
         }
@@ -240,6 +257,8 @@ impl IndexStep {
             IndexStep::Map { .. } => "integer elementwise",
             IndexStep::ToFloat { .. } => "integer to float",
             IndexStep::TopK { .. } => "top-k",
+            IndexStep::ArgExtreme { max: true, .. } => "argmax",
+            IndexStep::ArgExtreme { .. } => "argmin",
             IndexStep::Gather { .. } => "gather",
             IndexStep::GatherElements { .. } => "gather elements",
         }
@@ -339,6 +358,29 @@ impl IndexStep {
                     }
                 }
             }
+            IndexStep::ArgExtreme {
+                src,
+                codes,
+                outer,
+                len,
+                inner,
+                max,
+                last,
+                dst,
+            } => {
+                let (n, out_len) = (outer * len * inner, outer * inner);
+                // SAFETY: as above; `dst` holds `outer · inner` `i64`.
+                let out: &mut [i64] = unsafe { base.elems_mut(bufs[*dst].offset, 0, out_len) };
+                if *codes {
+                    // SAFETY: as above; `src` holds `n` `i8` codes.
+                    let x: &[i8] = unsafe { base.elems(bufs[*src].offset, n) };
+                    arg_extreme(x, *len, *inner, *max, *last, out);
+                } else {
+                    // SAFETY: as above; `src` holds `n` `f32`.
+                    let x: &[f32] = unsafe { base.elems(bufs[*src].offset, n) };
+                    arg_extreme(x, *len, *inner, *max, *last, out);
+                }
+            }
             IndexStep::Gather {
                 data,
                 elem,
@@ -407,6 +449,96 @@ impl IndexStep {
     }
 }
 
+/// For each line of `x` (`[outer, len, inner]`; `out` `[outer, inner]`), the index of its
+/// first (`last`: last) largest (`max`) or smallest value. A line's values are compared
+/// with `>`/`<` as they come (ONNX Runtime's rule: a NaN never replaces the current
+/// extreme, and one first in its line stays). Lines across `inner` (a class map's pixels)
+/// are scanned a tile of 256 at a time, each of the `len` rows of a tile read in order,
+/// their current extremes on the stack.
+fn arg_extreme<T: Lane>(
+    x: &[T],
+    len: usize,
+    inner: usize,
+    max: bool,
+    last: bool,
+    out: &mut [i64],
+) {
+    // One monomorphized scan per rule, so the tile loop's compare and blends vectorise.
+    match (max, last) {
+        (true, false) => scan(x, len, inner, out, |v, b| v > b),
+        (true, true) => scan(x, len, inner, out, |v, b| v >= b),
+        (false, false) => scan(x, len, inner, out, |v, b| v < b),
+        (false, true) => scan(x, len, inner, out, |v, b| v <= b),
+    }
+}
+
+/// [`arg_extreme`] with `better(v, best)` the rule that replaces the current extreme.
+fn scan<T: Lane>(
+    x: &[T],
+    len: usize,
+    inner: usize,
+    out: &mut [i64],
+    better: impl Fn(T, T) -> bool + Copy,
+) {
+    const TILE: usize = 1024;
+    let inner = inner.max(1);
+    for (block, out) in x.chunks_exact(len * inner).zip(out.chunks_exact_mut(inner)) {
+        if inner == 1 {
+            let mut arg = 0;
+            for (j, &v) in block.iter().enumerate().skip(1) {
+                if better(v, block[arg]) {
+                    arg = j;
+                }
+            }
+            out[0] = arg as i64;
+            continue;
+        }
+        for (t, out) in out.chunks_mut(TILE).enumerate() {
+            let (first, w) = (t * TILE, out.len());
+            let mut best = [T::default(); TILE];
+            let mut args = [0u32; TILE];
+            best[..w].copy_from_slice(&block[first..first + w]);
+            for j in 1..len {
+                let row = &block[j * inner + first..j * inner + first + w];
+                for ((b, a), &v) in best.iter_mut().zip(args.iter_mut()).zip(row) {
+                    // Bit-mask blends, not branches: the compare and both blends vectorise
+                    // (a branch on random scores mispredicts half the time).
+                    let keep = u32::from(better(v, *b)).wrapping_sub(1);
+                    *b = T::from_bits((v.to_bits() & !keep) | (b.to_bits() & keep));
+                    *a = (j as u32 & !keep) | (*a & keep);
+                }
+            }
+            for (o, &a) in out.iter_mut().zip(&args) {
+                *o = i64::from(a);
+            }
+        }
+    }
+}
+
+/// An element [`arg_extreme`] compares: ordered as its values, blended through its bits.
+trait Lane: Copy + Default + PartialOrd {
+    fn to_bits(self) -> u32;
+    fn from_bits(bits: u32) -> Self;
+}
+
+impl Lane for f32 {
+    fn to_bits(self) -> u32 {
+        f32::to_bits(self)
+    }
+    fn from_bits(bits: u32) -> Self {
+        f32::from_bits(bits)
+    }
+}
+
+impl Lane for i8 {
+    fn to_bits(self) -> u32 {
+        u32::from(self as u8)
+    }
+    fn from_bits(bits: u32) -> Self {
+        bits as u8 as i8
+    }
+}
+
 /// The values of `s`: its buffer's (see [`IndexStep::run`]'s safety note) or its own.
 fn int_src<'a>(s: &'a IntSrc, base: &'a SendPtr, bufs: &[Buffer]) -> &'a [i64] {
     match s {
@@ -448,6 +580,23 @@ mod tests {
         assert_eq!(f(IntOp::Xor, 2, 0), Some(1));
         assert_eq!(f(IntOp::Wrap32, 1 << 32 | 5, 0), Some(5));
         assert_eq!(IntOp::Where.apply(0, 4, 9), Some(9));
+    }
+
+    #[test]
+    fn arg_extremes_pick_the_first_or_last_tie() {
+        // Two lines along the middle axis: [3, 1, 3] and [0, 2, 2] (inner 2, interleaved).
+        let x = [3.0f32, 0.0, 1.0, 2.0, 3.0, 2.0];
+        let mut out = [0i64; 2];
+        arg_extreme(&x, 3, 2, true, false, &mut out);
+        assert_eq!(out, [0, 1]);
+        arg_extreme(&x, 3, 2, true, true, &mut out);
+        assert_eq!(out, [2, 2]);
+        arg_extreme(&x, 3, 2, false, false, &mut out);
+        assert_eq!(out, [1, 0]);
+        let codes = [-5i8, 7, 7, -128];
+        let mut one = [0i64; 1];
+        arg_extreme(&codes, 4, 1, true, false, &mut one);
+        assert_eq!(one, [1]);
     }
 
     #[test]
