@@ -1533,6 +1533,17 @@ qs = [h.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), h.make_node("Resha
 save("float_query_select", qs, [c64("flat", [1, 54]), c64("k", [12]), c64("six", 6), c64("zero", 0), c64("one", 1),
                                 init("false", np.array(False)), c64("rows", [9, 6]), c64("g3", [1, 12, 6]),
                                 c64("last", [2])], [1, 6, 9])
+# Weights quantized as activations (uint8 around 127, as quantize_static writes a weight it
+# reaches through an Identity): a MatMul whose codes all lie within int8 of the zero point
+# (run on the integer kernels, shifted: bit-exact) and one with a code 128 above it (the
+# float route). The weights are multiples of the scale, so the codes are known.
+wa = np.round(rng.uniform(-127, 127, (24, 16))).astype(np.float32) * np.float32(0.01)
+wb = wa.copy(); wb[3, 5] = np.float32(1.28)
+for nm, wv in (("matmul_weight_zero_point", wa), ("matmul_weight_zero_point_wide", wb)):
+    save(nm, q("x", "s", "z", "xf") + q("w", "wsc", "wzp", "wf") + [h.make_node("MatMul", ["xf", "wf"], ["mm"])]
+         + q("mm", "ys", "z", "y"),
+         common + [init("w", wv), init("wsc", np.array(0.01, np.float32)), init("wzp", np.array(127, np.uint8))],
+         [5, 24])
 # Transposed convolutions in float: 4x4/2 (CenterNet's), 2x2/2 (U-Net's: one tap per
 # phase), 3x3 with strides (2, 1) and output_padding (a kernel the stride does not divide).
 save("float_deconvs", q("x", "s", "z", "xf") + [
@@ -1585,6 +1596,8 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         "float_grid_sample",
         "float_grid_sample_const",
         "float_query_select",
+        "matmul_weight_zero_point",
+        "matmul_weight_zero_point_wide",
         "float_deconvs",
         "float_upsampling_net",
     ];
@@ -1615,9 +1628,12 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
             if name.starts_with("float_grid_sample") {
                 assert_eq!(o.differing, 0, "{name}: GridSample differs");
             }
-            // TopK, integer arithmetic and gathers move values or compute exactly.
-            if name.starts_with("float_query_select") {
-                assert_eq!(o.differing, 0, "{name}: query selection differs");
+            // TopK, integer arithmetic and gathers move values or compute exactly; weights
+            // with a zero point within int8 of every code run shifted on the exact kernels.
+            if name.starts_with("float_query_select")
+                || name.starts_with("matmul_weight_zero_point") && !name.contains("wide")
+            {
+                assert_eq!(o.differing, 0, "{name}: differs");
             }
             if [
                 "float_mlp",
@@ -1675,6 +1691,9 @@ for name, optimize in (("mixed_precision", True), ("mixed_precision_unoptimized"
         ("float_grid_sample", 0, 0),
         ("float_grid_sample_const", 0, 0),
         ("float_query_select", 0, 0),
+        // Shifted onto the integer kernels; the wide one in float.
+        ("matmul_weight_zero_point", 0, 0),
+        ("matmul_weight_zero_point_wide", 1, 0),
     ] {
         let mut e = load_from(&dir, name);
         assert_eq!(float_products(&e), products, "{name}: {:?}", e.step_macs());

@@ -69,9 +69,20 @@ impl Lowerer<'_> {
         let ConstData::I8(w) = data.data else {
             return Err(n.unsupported("weights must be int8 or uint8"));
         };
-        if zps.iter().any(|&z| z != 0) {
-            return Err(n.unsupported("weights have a non-zero zero point; the native engine needs symmetric weights (quantize with symmetric weights, e.g. weight_type=QInt8)"));
-        }
+        // Weights with a zero point (ONNX Runtime's quantize_static quantizes a weight that
+        // reaches its MatMul through an Identity as an activation, uint8 around 127): the
+        // same values as `code - zero point`, symmetric, when every one fits in int8.
+        let w = if zps.iter().any(|&z| z != 0) {
+            symmetric_weights(&w, &data.shape, &zps, axis_expected).ok_or_else(|| {
+                n.unsupported(
+                    "weights have a zero point and codes more than 128 below or 127 above it, \
+                     which no symmetric int8 weight holds; quantize with symmetric weights (e.g. \
+                     weight_type=QInt8) or run the model with --engine onnxruntime",
+                )
+            })?
+        } else {
+            w
+        };
         let scales = if scales.len() == 1 {
             vec![scales[0]; oc]
         } else {
@@ -84,6 +95,26 @@ impl Lowerer<'_> {
             )));
         }
         Ok((w, scales, data.shape))
+    }
+
+    /// Whether input 1 of `n` is a dequantized constant with a zero point that
+    /// [`symmetric_weights`] cannot remove (a code 128 or more above it): such weights run
+    /// on the float route (dequantized at load) instead of being refused.
+    pub(super) fn unshiftable_weights(&self, n: &Node) -> bool {
+        let Some(Val::DqC {
+            data:
+                Const {
+                    data: ConstData::I8(w),
+                    shape,
+                },
+            zps,
+            axis,
+            ..
+        }) = n.input(1).and_then(|name| self.vals.get(name))
+        else {
+            return false;
+        };
+        zps.iter().any(|&z| z != 0) && symmetric_weights(w, shape, zps, *axis).is_none()
     }
 
     /// Bias as `i32` with scale `x_scale * w_scale[c]` (quantized from float if needed).
@@ -870,4 +901,28 @@ mod tests {
         let centres: Vec<f32> = (0..oc * icg).map(|p| (p * 9 + 4) as f32).collect();
         assert_eq!(p, centres);
     }
+}
+
+/// `w - zero point` for every weight (`zps` one for all, or one per index along `axis` of
+/// `shape`), or `None` when one falls outside int8: the same dequantized values with
+/// symmetric weights, so the same exact integer sums (the zero point folded in at load).
+pub(super) fn symmetric_weights(
+    w: &[i8],
+    shape: &[usize],
+    zps: &[i32],
+    axis: usize,
+) -> Option<Vec<i8>> {
+    let inner: usize = shape.get(axis + 1..).map_or(1, |s| s.iter().product());
+    let channels = shape.get(axis).copied().unwrap_or(1).max(1);
+    w.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let zp = if zps.len() == 1 {
+                zps[0]
+            } else {
+                *zps.get((i / inner.max(1)) % channels)?
+            };
+            i8::try_from(i32::from(v) - zp).ok()
+        })
+        .collect()
 }

@@ -36,6 +36,32 @@ mod reduce;
 /// Constants larger than this are not folded (they are weights, not shapes).
 const MAX_FOLDED: usize = 1 << 20;
 
+/// Operators folded on dequantized constants too, as their `f32` values (ONNX Runtime
+/// computes them on `DequantizeLinear`'s output): quantize_static puts Q/DQ pairs inside a
+/// constant subgraph (RT-DETR's anchor grid: `Concat` of quantized constants, compared,
+/// masked, reduced). The data-movement operators keep a dequantized constant's integers
+/// instead (`fold_dequantized`), and arithmetic folds through `fold_float`.
+const DEQUANTIZED_FOLDS: &[&str] = &[
+    "Concat",
+    "Cast",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Not",
+    "Where",
+    "Tile",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceMean",
+];
+
 impl Lowerer<'_> {
     /// Folds `n` into a constant when it is shape arithmetic on constants (see the module
     /// docs). Returns whether it did.
@@ -58,7 +84,8 @@ impl Lowerer<'_> {
             | "Not" | "Where" | "ConstantOfShape" | "Range" | "Expand" | "Mod" | "Sqrt"
             | "ScatterND" | "Transpose" | "Xor" | "Tile" | "ReduceSum" | "ReduceMax"
             | "ReduceMin" | "ReduceProd" | "ReduceMean" => {
-                let Some(ins) = self.constant_inputs(n) else {
+                let dequantize = DEQUANTIZED_FOLDS.contains(&n.op.as_str());
+                let Some(ins) = self.constant_inputs(n, dequantize) else {
                     return self.fold_float(n);
                 };
                 if ins.iter().flatten().any(|c| c.len() > MAX_FOLDED) {
@@ -97,8 +124,8 @@ impl Lowerer<'_> {
     }
 
     /// Every input of `n` as a constant (`None` for an omitted optional input), or `None`
-    /// when one is computed.
-    fn constant_inputs(&self, n: &Node) -> Option<Vec<Option<Const>>> {
+    /// when one is computed; with `dequantize`, a dequantized constant as its `f32` values.
+    fn constant_inputs(&self, n: &Node, dequantize: bool) -> Option<Vec<Option<Const>>> {
         n.inputs
             .iter()
             .map(|name| {
@@ -107,6 +134,9 @@ impl Lowerer<'_> {
                 }
                 match self.vals.get(name) {
                     Some(Val::C(c)) => Some(Some(c.clone())),
+                    Some(v @ Val::DqC { .. }) if dequantize => {
+                        super::float::constant_f32(v).map(Some)
+                    }
                     _ => None,
                 }
             })

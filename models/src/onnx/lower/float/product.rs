@@ -39,7 +39,10 @@ impl Lowerer<'_> {
     /// tensor, or the weights are a float constant without a Q/DQ pair.
     pub(in crate::onnx::lower) fn is_float_product(&self, n: &Node) -> bool {
         matches!(n.op.as_str(), "MatMul" | "Gemm")
-            && (self.is_float_tensor(n, 0) || self.is_float_tensor(n, 1) || self.float_weights(n))
+            && (self.is_float_tensor(n, 0)
+                || self.is_float_tensor(n, 1)
+                || self.float_weights(n)
+                || self.unshiftable_weights(n))
     }
 
     /// Whether input `i` of `n` is a float tensor.
@@ -188,7 +191,7 @@ impl Lowerer<'_> {
     /// float tensor, or its weights are a float constant without a Q/DQ pair.
     pub(in crate::onnx::lower) fn is_float_conv(&self, n: &Node) -> bool {
         matches!(n.op.as_str(), "Conv" | "ConvTranspose")
-            && (self.is_float_tensor(n, 0) || self.float_weights(n))
+            && (self.is_float_tensor(n, 0) || self.float_weights(n) || self.unshiftable_weights(n))
     }
 
     /// A `Conv` in float (any kernel, stride, padding incl. `auto_pad`, dilation, groups):
