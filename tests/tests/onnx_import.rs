@@ -770,13 +770,14 @@ save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make
                    h.make_node("Pad", ["f", "pads", "pval"], ["p"], name="odd_pad"),
                    h.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]), h.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"])],
                   "g", [x], [y], [s, z, pv, pc]), "pad_value")
-# Asymmetric uint8 weights (zero point 3): the native engine needs symmetric weights.
-wq = nh.from_array(np.full((4, 3, 3, 3), 7, np.uint8), "wq"); ws = nh.from_array(np.array(0.01, np.float32), "ws")
+# Asymmetric uint8 weights of a QLinearConv (zero point 3, codes 200: 197 above it, more
+# than int8 holds; a QDQ Conv with such weights runs on the float route instead).
+wq = nh.from_array(np.full((4, 3, 3, 3), 200, np.uint8), "wq"); ws = nh.from_array(np.array(0.01, np.float32), "ws")
 wz = nh.from_array(np.array(3, np.uint8), "wz"); ys = nh.from_array(np.array(0.2, np.float32), "ys")
-save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]),
-                   h.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wf"]),
-                   h.make_node("Conv", ["f", "wf"], ["c"], name="asym_conv", pads=[1,1,1,1]),
-                   h.make_node("QuantizeLinear", ["c", "ys", "z"], ["cq"]), h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
+save(h.make_graph([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                   h.make_node("QLinearConv", ["q", "s", "z", "wq", "ws", "wz", "ys", "z"], ["cq"], name="asym_conv",
+                               pads=[1, 1, 1, 1]),
+                   h.make_node("DequantizeLinear", ["cq", "ys", "z"], ["y"])],
           "g", [x], [y], [s, z, wq, ws, wz, ys]), "asymmetric_weights")
 # TopK's indices read by an operator the integer route lacks (CumSum), and a K beyond the axis.
 kk = nh.from_array(np.array([5], np.int64), "kk"); ax = nh.from_array(np.array(1, np.int64), "ax0")
@@ -990,7 +991,7 @@ fn every_rejection_says_what_and_what_to_do() {
     );
     let m = err("asymmetric_weights.onnx");
     assert!(
-        m.contains("asym_conv") && m.contains("symmetric weights"),
+        m.contains("asym_conv") && m.contains("symmetric weights") && m.contains("zero point"),
         "{m}"
     );
     let m = err("weight_scales.onnx");
