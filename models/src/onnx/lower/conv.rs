@@ -830,6 +830,30 @@ fn general_sums_fit(n: &Node, win: &Window, icg: usize, bias: &[i32]) -> Result<
     Ok(())
 }
 
+/// `w - zero point` for every weight (`zps` one for all, or one per index along `axis` of
+/// `shape`), or `None` when one falls outside int8: the same dequantized values with
+/// symmetric weights, so the same exact integer sums (the zero point folded in at load).
+pub(super) fn symmetric_weights(
+    w: &[i8],
+    shape: &[usize],
+    zps: &[i32],
+    axis: usize,
+) -> Option<Vec<i8>> {
+    let inner: usize = shape.get(axis + 1..).map_or(1, |s| s.iter().product());
+    let channels = shape.get(axis).copied().unwrap_or(1).max(1);
+    w.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let zp = if zps.len() == 1 {
+                zps[0]
+            } else {
+                *zps.get((i / inner.max(1)) % channels)?
+            };
+            i8::try_from(i32::from(v) - zp).ok()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -901,28 +925,4 @@ mod tests {
         let centres: Vec<f32> = (0..oc * icg).map(|p| (p * 9 + 4) as f32).collect();
         assert_eq!(p, centres);
     }
-}
-
-/// `w - zero point` for every weight (`zps` one for all, or one per index along `axis` of
-/// `shape`), or `None` when one falls outside int8: the same dequantized values with
-/// symmetric weights, so the same exact integer sums (the zero point folded in at load).
-pub(super) fn symmetric_weights(
-    w: &[i8],
-    shape: &[usize],
-    zps: &[i32],
-    axis: usize,
-) -> Option<Vec<i8>> {
-    let inner: usize = shape.get(axis + 1..).map_or(1, |s| s.iter().product());
-    let channels = shape.get(axis).copied().unwrap_or(1).max(1);
-    w.iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let zp = if zps.len() == 1 {
-                zps[0]
-            } else {
-                *zps.get((i / inner.max(1)) % channels)?
-            };
-            i8::try_from(i32::from(v) - zp).ok()
-        })
-        .collect()
 }

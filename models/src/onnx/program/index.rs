@@ -271,8 +271,10 @@ impl IndexStep {
         // and `scratch` are planned apart from every buffer live at the step (its inputs
         // included), and this call is the only code touching the arena while it runs.
         let base = &base;
-        let ints =
-            |b: usize| -> &[i64] { unsafe { base.elems(bufs[b].offset, bufs[b].bytes / 8) } };
+        let ints = |b: usize| -> &[i64] {
+            // SAFETY: as above; an `i64` buffer this step reads.
+            unsafe { base.elems(bufs[b].offset, bufs[b].bytes / 8) }
+        };
         let src_of = |s| int_src(s, base, bufs);
         let out_bytes = |b: usize| -> &mut [u8] {
             // SAFETY: as above; `b` is this step's own output.

@@ -162,7 +162,7 @@ mod tests {
             (vec![2, 1], Some(vec![6, 15]))
         );
         let keep0 = [("keepdims", Attr::Int(0)), ("axes", Attr::Ints(vec![0]))];
-        let max = reduce(&node("ReduceMax", &keep0), &[x.clone()]).unwrap();
+        let max = reduce(&node("ReduceMax", &keep0), std::slice::from_ref(&x)).unwrap();
         assert_eq!(
             (max.shape.clone(), max.to_i64()),
             (vec![3], Some(vec![4, 5, 6]))
