@@ -674,6 +674,40 @@ pub(crate) fn repeat_period(strides: &[usize], shape: &[usize], len: usize) -> O
     (inner == len && len > 0 && outer_zero).then_some(len)
 }
 
+/// `shape` and both operands' strides with dimensions of extent 1 dropped and each
+/// dimension merged into the one before it where both operands read the two as one
+/// (`strides[d] = shape[d+1] · strides[d+1]` for both; a broadcast pair, strides 0 and 0,
+/// too): the same elements in the same order in fewer, longer rows (a deformable
+/// attention's `[heads, C, queries, points]` values times its `[heads, 1, queries,
+/// points]` weights: rows of `queries · points`, not of `points`).
+pub(crate) fn coalesce(
+    shape: &[usize],
+    a: &[usize],
+    b: &[usize],
+) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let (mut s, mut sa, mut sb): (Vec<usize>, Vec<usize>, Vec<usize>) = (vec![], vec![], vec![]);
+    for d in 0..shape.len() {
+        let (n, x, y) = (shape[d], a[d], b[d]);
+        if n == 1 {
+            continue;
+        }
+        if let (Some(ln), Some(lx), Some(ly)) = (s.last_mut(), sa.last_mut(), sb.last_mut()) {
+            if *lx == x * n && *ly == y * n {
+                *ln *= n;
+                (*lx, *ly) = (x, y);
+                continue;
+            }
+        }
+        s.push(n);
+        sa.push(x);
+        sb.push(y);
+    }
+    if s.is_empty() {
+        return (vec![1], vec![1], vec![1]);
+    }
+    (s, sa, sb)
+}
+
 /// True when `strides` are the row-major strides of `shape` (a dimension of extent 1 may
 /// have any stride: its index is always 0), so an operand's element `i` is the output's `i`.
 pub(crate) fn dense_strides(strides: &[usize], shape: &[usize]) -> bool {
@@ -689,6 +723,21 @@ pub(crate) fn dense_strides(strides: &[usize], shape: &[usize]) -> bool {
 #[cfg(test)]
 mod stride_tests {
     use super::dense_strides;
+
+    #[test]
+    fn coalesced_dimensions_read_the_same_elements() {
+        use super::coalesce;
+        // [8, 32, 300, 12] values times [8, 1, 300, 12] weights.
+        let (s, a, b) = coalesce(&[8, 32, 300, 12], &[115200, 3600, 12, 1], &[3600, 0, 12, 1]);
+        assert_eq!(
+            (s, a, b),
+            (vec![8, 32, 3600], vec![115200, 3600, 1], vec![3600, 0, 1])
+        );
+        // A scalar against a tensor: one dimension; extent-1 dimensions dropped.
+        let (s, a, b) = coalesce(&[2, 1, 3], &[3, 9, 1], &[0, 0, 0]);
+        assert_eq!((s, a, b), (vec![6], vec![1], vec![0]));
+        assert_eq!(coalesce(&[1, 1], &[1, 1], &[0, 0]).0, vec![1]);
+    }
 
     #[test]
     fn dense_strides_are_recognised() {

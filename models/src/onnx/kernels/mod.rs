@@ -32,7 +32,9 @@ mod pool_tests;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use binary::{add_fixed, dense_strides, AddParams, Binary, BinaryKind, MulParams};
+pub(crate) use binary::{
+    add_fixed, coalesce, dense_strides, AddParams, Binary, BinaryKind, MulParams,
+};
 pub(crate) use layout::{
     copies_words, pad, resize, tile_rows, transpose, Interp, PadGeometry, Tap,
 };

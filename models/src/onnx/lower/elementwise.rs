@@ -190,6 +190,9 @@ impl Lowerer<'_> {
         let [a_u8, b_u8] = [n.input(0), n.input(if qop { 3 } else { 1 })]
             .map(|i| i.is_some_and(|i| self.is_u8(i)));
         let out_u8 = self.is_u8(&out_name);
+        // Fewer, longer rows for the kernel: the same elements in the same order.
+        let (shape, a_strides, b_strides) =
+            super::super::kernels::coalesce(&phys(&out_shape), &strides(&sa), &strides(&sb));
         let op = Binary {
             kind: if is_add {
                 // `uint8` stored integers when both operands and the output are
@@ -240,9 +243,9 @@ impl Lowerer<'_> {
             zy: i32::from(y_q.zero_point),
             lo,
             hi,
-            shape: phys(&out_shape),
-            a_strides: strides(&sa),
-            b_strides: strides(&sb),
+            shape,
+            a_strides,
+            b_strides,
         };
         let len: usize = out_shape.iter().product();
         let dst = self.new_buf(len);
