@@ -425,7 +425,15 @@ mod tests {
             ReduceOp::Min,
         ];
         let mut r = SplitMix64::new(47);
-        for (blocks, len, inner) in [(1, 1, 1), (2, 7, 3), (3, 33, 17), (1, 100, 40), (5, 8, 1)] {
+        for (blocks, len, inner) in [
+            (1, 1, 1),
+            (2, 7, 3),
+            (3, 33, 17),
+            (1, 100, 40),
+            (5, 8, 1),
+            (40, 12, 2),
+            (3, 32, 7),
+        ] {
             let x: Vec<f32> = (0..blocks * len * inner)
                 .map(|_| r.uniform(-3.0, 3.0))
                 .collect();

@@ -455,7 +455,7 @@ impl IndexStep {
 /// first (`last`: last) largest (`max`) or smallest value. A line's values are compared
 /// with `>`/`<` as they come (ONNX Runtime's rule: a NaN never replaces the current
 /// extreme, and one first in its line stays). Lines across `inner` (a class map's pixels)
-/// are scanned a tile of 256 at a time, each of the `len` rows of a tile read in order,
+/// are scanned a tile of 1024 at a time, each of the `len` rows of a tile read in order,
 /// their current extremes on the stack.
 fn arg_extreme<T: Lane>(x: &[T], len: usize, inner: usize, max: bool, last: bool, out: &mut [i64]) {
     // One monomorphized scan per rule, so the tile loop's compare and blends vectorise.

@@ -230,6 +230,9 @@ fn reduce_pair(op: ReduceOp, a: f32, b: f32) -> f32 {
     }
 }
 
+/// Contiguous rows up to this long reduce [`NORM_BLOCK`] rows at a time, one per lane.
+const SHORT_ROW: usize = 32;
+
 /// What a reduction sums for one value (`x`, `x²` or `|x|`); Max and Min take `x`.
 #[inline(always)]
 fn reduce_term(op: ReduceOp, v: f32) -> f32 {
@@ -281,6 +284,30 @@ multiversion! {
     pub(crate) fn reduce(op: ReduceOp, len: usize, inner: usize, x: &[f32], first: usize, out: &mut [f32]) {
         let inner = inner.max(1);
         let block = len * inner;
+        if inner == 1 && len <= SHORT_ROW {
+            // Short contiguous rows (a deformable attention's sum over its 12 sampling
+            // points): NORM_BLOCK rows at a time, one row per lane, each row's partials
+            // filled in its index order as below, so the same bits without a row's setup.
+            for (g, y) in out.chunks_mut(NORM_BLOCK).enumerate() {
+                let w = y.len();
+                let rows = &x[(first + g * NORM_BLOCK) * len..(first + g * NORM_BLOCK + w) * len];
+                let mut parts = [[reduce_start(op); NORM_BLOCK]; SUM_WAYS];
+                for j in 0..len {
+                    let p = &mut parts[j % SUM_WAYS];
+                    for (r, p) in p[..w].iter_mut().enumerate() {
+                        *p = reduce_pair(op, *p, reduce_term(op, rows[r * len + j]));
+                    }
+                }
+                for (k, y) in y.iter_mut().enumerate() {
+                    let mut p = [0.0f32; SUM_WAYS];
+                    for (p, part) in p.iter_mut().zip(&parts) {
+                        *p = part[k];
+                    }
+                    *y = reduce_finish(op, reduce_tree(op, &p), len);
+                }
+            }
+            return;
+        }
         for (b, y) in out.chunks_exact_mut(inner).enumerate() {
             let xb = &x[(first + b) * block..(first + b + 1) * block];
             if inner == 1 {
