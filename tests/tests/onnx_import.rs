@@ -784,6 +784,9 @@ kk = nh.from_array(np.array([5], np.int64), "kk"); ax = nh.from_array(np.array(1
 save(h.make_graph([h.make_node("Flatten", ["x"], ["fl"]), h.make_node("TopK", ["fl", "kk"], ["tv", "ti"]),
                    h.make_node("CumSum", ["ti", "ax0"], ["cs"], name="index_cumsum"),
                    h.make_node("Cast", ["cs"], ["y"], to=T.FLOAT)], "g", [x], [y], [kk, ax]), "topk_cumsum")
+save(h.make_graph([h.make_node("Flatten", ["x"], ["fl"]), h.make_node("TopK", ["fl", "kk"], ["tv", "ti"]),
+                   h.make_node("Reshape", ["fl", "ti"], ["y"], name="reshape_by_index")], "g", [x], [y], [kk]),
+     "topk_shape")
 kbig = nh.from_array(np.array([9], np.int64), "kbig")
 save(h.make_graph([h.make_node("TopK", ["x", "kbig"], ["y", "ti"], name="topk_too_many")], "g", [x], [y], [kbig]), "topk_k")
 # A reversing Slice (step -1) and a Split whose sizes do not add up to the axis.
@@ -977,6 +980,11 @@ fn every_rejection_says_what_and_what_to_do() {
         m.contains("index_cumsum")
             && m.contains("integer tensor computed at run time")
             && m.contains("--engine onnxruntime"),
+        "{m}"
+    );
+    let m = err("topk_shape.onnx");
+    assert!(
+        m.contains("reshape_by_index") && m.contains("fixed shapes"),
         "{m}"
     );
     let m = err("topk_k.onnx");

@@ -31,8 +31,8 @@ use super::*;
 use crate::onnx::program::{GatherSrc, IndexStep, IntArg, IntOp, IntSrc};
 
 impl Lowerer<'_> {
-    /// Lowers `n` when it is `TopK`, `GatherElements` or reads an integer tensor computed
-    /// at run time (see the module docs). Returns whether it did.
+    /// Lowers `n` when it is `TopK`, `ArgMax`, `ArgMin`, `GatherElements` or reads an
+    /// integer tensor computed at run time (see the module docs). Returns whether it did.
     pub(super) fn index_node(&mut self, n: &Node) -> Result<bool, EngineError> {
         let reads_int = n
             .inputs
@@ -49,6 +49,18 @@ impl Lowerer<'_> {
             "Identity" => {
                 let v = self.input(n, 0)?;
                 self.set(&n.outputs[0], v);
+            }
+            "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Expand" | "Slice"
+                if !matches!(
+                    n.input(0).and_then(|i| self.vals.get(i)),
+                    Some(Val::I { .. })
+                ) =>
+            {
+                return Err(n.unsupported(
+                    "its shape or extents are an integer tensor computed at run time (from \
+                     TopK's indices): the native engine compiles fixed shapes; run the model \
+                     with --engine onnxruntime",
+                ));
             }
             "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
                 let (t, boolean) = self.int_input(n, 0)?;

@@ -393,12 +393,7 @@ impl IndexStep {
                 count,
                 dst,
             } => {
-                let data: &[u8] = match data {
-                    // SAFETY: as above.
-                    GatherSrc::Buf(b) => unsafe { base.elems(bufs[*b].offset, bufs[*b].bytes) },
-                    GatherSrc::Bytes(v) => v,
-                };
-                let idx = src_of(indices);
+                let (data, idx) = (gather_src(data, base, bufs), src_of(indices));
                 let out = out_bytes(*dst);
                 let run = inner * elem;
                 let rows = out.chunks_exact_mut(run.max(1)).take(outer * count);
@@ -422,12 +417,7 @@ impl IndexStep {
                 dims,
                 dst,
             } => {
-                let data: &[u8] = match data {
-                    // SAFETY: as above.
-                    GatherSrc::Buf(b) => unsafe { base.elems(bufs[*b].offset, bufs[*b].bytes) },
-                    GatherSrc::Bytes(v) => v,
-                };
-                let idx = src_of(indices);
+                let (data, idx) = (gather_src(data, base, bufs), src_of(indices));
                 let out = out_bytes(*dst);
                 for (p, y) in out.chunks_exact_mut((*elem).max(1)).enumerate() {
                     let at = resolve(idx.get(p).copied(), data_dims[*axis])
@@ -540,6 +530,15 @@ fn int_src<'a>(s: &'a IntSrc, base: &'a SendPtr, bufs: &[Buffer]) -> &'a [i64] {
         // SAFETY: as in `IndexStep::run`: a planned buffer, aligned, not written while read.
         IntSrc::Buf(b) => unsafe { base.elems(bufs[*b].offset, bufs[*b].bytes / 8) },
         IntSrc::Const(v) => v,
+    }
+}
+
+/// The bytes a gather reads: its buffer's (see [`IndexStep::run`]'s safety note) or its own.
+fn gather_src<'a>(s: &'a GatherSrc, base: &'a SendPtr, bufs: &[Buffer]) -> &'a [u8] {
+    match s {
+        // SAFETY: as in `IndexStep::run`: a planned buffer, not written while read.
+        GatherSrc::Buf(b) => unsafe { base.elems(bufs[*b].offset, bufs[*b].bytes) },
+        GatherSrc::Bytes(v) => v,
     }
 }
 
