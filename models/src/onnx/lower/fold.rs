@@ -31,36 +31,11 @@ use super::super::graph::dtype;
 use super::*;
 
 mod params;
+use params::DEQUANTIZED_FOLDS;
 mod reduce;
 
 /// Constants larger than this are not folded (they are weights, not shapes).
 const MAX_FOLDED: usize = 1 << 20;
-
-/// Operators folded on dequantized constants too, as their `f32` values (ONNX Runtime
-/// computes them on `DequantizeLinear`'s output): quantize_static puts Q/DQ pairs inside a
-/// constant subgraph (RT-DETR's anchor grid: `Concat` of quantized constants, compared,
-/// masked, reduced). The data-movement operators keep a dequantized constant's integers
-/// instead (`fold_dequantized`), and arithmetic folds through `fold_float`.
-const DEQUANTIZED_FOLDS: &[&str] = &[
-    "Concat",
-    "Cast",
-    "Equal",
-    "Less",
-    "Greater",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "And",
-    "Or",
-    "Xor",
-    "Not",
-    "Where",
-    "Tile",
-    "ReduceSum",
-    "ReduceMax",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceMean",
-];
 
 impl Lowerer<'_> {
     /// Folds `n` into a constant when it is shape arithmetic on constants (see the module

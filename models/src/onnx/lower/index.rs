@@ -358,7 +358,7 @@ impl Lowerer<'_> {
         indices: IntSrc,
         dims: Vec<usize>,
     ) -> usize {
-        for b in [data_buf(&data), int_buf(&indices)].into_iter().flatten() {
+        for b in [data.buf(), indices.buf()].into_iter().flatten() {
             self.touch(b);
         }
         let dst = self.new_buf(dims.iter().product::<usize>() * elem);
@@ -428,7 +428,7 @@ impl Lowerer<'_> {
             let count: usize = idx_shape.iter().product();
             let outer: usize = shape[..axis].iter().product();
             let inner: usize = shape[axis + 1..].iter().product();
-            for b in [data_buf(&data), int_buf(&indices)].into_iter().flatten() {
+            for b in [data.buf(), indices.buf()].into_iter().flatten() {
                 self.touch(b);
             }
             let dst = self.new_buf(outer * count * inner * elem);
@@ -475,20 +475,6 @@ enum Wrap {
     F32,
     Q(QParams),
     I(bool),
-}
-
-fn data_buf(d: &GatherSrc) -> Option<usize> {
-    match d {
-        GatherSrc::Buf(b) => Some(*b),
-        GatherSrc::Bytes(_) => None,
-    }
-}
-
-fn int_buf(s: &IntSrc) -> Option<usize> {
-    match s {
-        IntSrc::Buf(b) => Some(*b),
-        IntSrc::Const(_) => None,
-    }
 }
 
 /// The [`IntOp`] of an elementwise ONNX operator on integers, `None` for another operator.

@@ -26,6 +26,16 @@ pub(crate) enum IntSrc {
     Const(Vec<i64>),
 }
 
+impl IntSrc {
+    /// Its buffer, if it reads one.
+    pub(crate) fn buf(&self) -> Option<usize> {
+        match self {
+            IntSrc::Buf(b) => Some(*b),
+            IntSrc::Const(_) => None,
+        }
+    }
+}
+
 /// An operand of [`IndexStep::Map`] read through `strides` over the output's dimensions
 /// (0 along an axis it is broadcast over).
 #[derive(Clone, Debug)]
@@ -39,6 +49,16 @@ pub(crate) struct IntArg {
 pub(crate) enum GatherSrc {
     Buf(usize),
     Bytes(Vec<u8>),
+}
+
+impl GatherSrc {
+    /// Its buffer, if it reads one.
+    pub(crate) fn buf(&self) -> Option<usize> {
+        match self {
+            GatherSrc::Buf(b) => Some(*b),
+            GatherSrc::Bytes(_) => None,
+        }
+    }
 }
 
 /// The elementwise operator of [`IndexStep::Map`] (ONNX semantics on `i64`; comparisons
@@ -217,16 +237,8 @@ pub(crate) enum IndexStep {
 impl IndexStep {
     /// The buffers it reads. Load time only: allocates.
     pub(crate) fn reads(&self) -> Vec<usize> {
-        let int = |s: &IntSrc| match s {
-            IntSrc::Buf(b) => Some(*b),
-            IntSrc::Const(_) => None,
-        };
-        let data = |s: &GatherSrc| match s {
-            GatherSrc::Buf(b) => Some(*b),
-            GatherSrc::Bytes(_) => None,
-        };
         match self {
-            IndexStep::Map { args, .. } => args.iter().filter_map(|a| int(&a.src)).collect(),
+            IndexStep::Map { args, .. } => args.iter().filter_map(|a| a.src.buf()).collect(),
             IndexStep::ToFloat { src, .. }
             | IndexStep::TopK { src, .. }
             | IndexStep::ArgExtreme { src, .. } => vec![*src],
@@ -235,7 +247,7 @@ impl IndexStep {
             }
             | IndexStep::GatherElements {
                 data: d, indices, ..
-            } => [data(d), int(indices)].into_iter().flatten().collect(),
+            } => [d.buf(), indices.buf()].into_iter().flatten().collect(),
         }
     }
 

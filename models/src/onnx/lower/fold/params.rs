@@ -1,11 +1,38 @@
 //! Folding of parameter subgraphs (see the parent module's docs): a float operator whose
 //! inputs are all float constants, dequantized initializers included ([`FLOAT_FOLDS`]),
 //! becomes an `f32` constant computed with the engine's own kernels; a dequantized constant
-//! moves through data-movement operators keeping its integers. Load time only; errors name
-//! the node.
+//! moves through data-movement operators keeping its integers; comparisons, logic,
+//! reductions and `Concat` read it as its `f32` values ([`DEQUANTIZED_FOLDS`]). Load time
+//! only; errors name the node.
 
 use super::*;
 use crate::onnx::lower::float::{FLOAT_ARITHMETIC, FLOAT_UNARY_OPS};
+
+/// Operators folded on dequantized constants too, as their `f32` values (ONNX Runtime
+/// computes them on `DequantizeLinear`'s output): quantize_static puts Q/DQ pairs inside a
+/// constant subgraph (RT-DETR's anchor grid: `Concat` of quantized constants, compared,
+/// masked, reduced). The data-movement operators keep a dequantized constant's integers
+/// instead (`fold_dequantized`), and arithmetic folds through `fold_float`.
+pub(super) const DEQUANTIZED_FOLDS: &[&str] = &[
+    "Concat",
+    "Cast",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Not",
+    "Where",
+    "Tile",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceMean",
+];
 
 /// Float operators folded when every input is a float constant ([`Lowerer::fold_float`]),
 /// besides the unary ones ([`FLOAT_UNARY_OPS`]) and the arithmetic ([`FLOAT_ARITHMETIC`]).
